@@ -1,0 +1,114 @@
+// array.hpp: xj::Array, the one user-facing value type, and array creation.
+//
+// An Array is an immutable, cheaply copyable handle. Outside any transform it is concrete (it owns
+// a reference to a buffer); inside a traced function it is a tracer standing for a value of the
+// jaxpr being built. User code is written once on Array and works in both cases.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <source_location>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "xjax/dtype.hpp"
+#include "xjax/errors.hpp"
+
+namespace xjax {
+
+namespace detail {
+struct ArrayImpl;
+}
+
+class Array {
+ public:
+  /// An empty handle (no value). Most operations reject it.
+  Array() = default;
+  explicit Array(std::shared_ptr<const detail::ArrayImpl> impl) : impl_(std::move(impl)) {}
+
+  const ShapedArray& aval() const;
+  const Shape& shape() const { return aval().shape; }
+  DType dtype() const { return aval().dtype; }
+  std::int64_t ndim() const { return aval().ndim(); }
+  std::int64_t size() const { return aval().size(); }
+  std::int64_t dim(std::int64_t axis) const;  // negative axes count from the end
+
+  bool valid() const { return impl_ != nullptr; }
+  bool is_concrete() const;
+  bool is_tracer() const;
+
+  /// The single element of a size-1 concrete array, converted to T.
+  template <class T> T item() const;
+  /// All elements in row-major order, converted to T.
+  template <class T> std::vector<T> to_vector() const;
+
+  /// Read-only pointer to the elements (concrete arrays only; TracerError otherwise).
+  const void* raw_data() const;
+  template <class T> const T* data() const { return static_cast<const T*>(typed_data(dtype_of_v<T>)); }
+
+  const std::shared_ptr<const detail::ArrayImpl>& impl() const { return impl_; }
+
+  /// x[i]: index the leading axis (negative i counts from the end).
+  Array operator[](std::int64_t i) const;
+  /// x[i] with a traced integer index (dynamic_slice).
+  Array operator[](const Array& i) const;
+
+ private:
+  const void* typed_data(DType expected) const;
+  double element_as_double(std::int64_t i) const;
+  std::int64_t element_as_int(std::int64_t i) const;
+  std::shared_ptr<const detail::ArrayImpl> impl_;
+};
+
+template <class T> T Array::item() const {
+  if (size() != 1) throw ShapeError("item() needs an array of size 1, got " + aval().str());
+  return to_vector<T>()[0];
+}
+
+template <class T> std::vector<T> Array::to_vector() const {
+  (void)raw_data();  // throws for tracers
+  std::vector<T> out(static_cast<std::size_t>(size()));
+  for (std::int64_t i = 0; i < size(); ++i) {
+    if (is_floating(dtype()))
+      out[static_cast<std::size_t>(i)] = static_cast<T>(element_as_double(i));
+    else
+      out[static_cast<std::size_t>(i)] = static_cast<T>(element_as_int(i));
+  }
+  return out;
+}
+
+// ---- creation ---------------------------------------------------------------------------------
+
+namespace detail {
+/// A fresh concrete array whose buffer is not yet written (kernels fill it).
+Array alloc_array(const ShapedArray& aval);
+/// Writable pointer into a freshly allocated array (only before it is shared).
+void* mutable_data(const Array& a);
+Array array_from_bytes(const void* data, const ShapedArray& aval);
+}  // namespace detail
+
+template <class T> Array array(const std::vector<T>& values, Shape shape) {
+  static_assert(!std::is_same_v<T, bool>, "use xj::array<std::uint8_t> ... astype(bool_) for bools");
+  ShapedArray aval{std::move(shape), dtype_of_v<T>};
+  if (static_cast<std::size_t>(aval.size()) != values.size())
+    throw ShapeError("xj::array: " + std::to_string(values.size()) + " values do not fill shape " +
+                     shape_str(aval.shape));
+  return detail::array_from_bytes(values.data(), aval);
+}
+/// A rank-1 array: `xj::array({1.f, 2.f})`.
+template <class T> Array array(std::initializer_list<T> values) {
+  std::vector<T> v(values);
+  return array<T>(v, Shape{static_cast<std::int64_t>(v.size())});
+}
+/// A rank-0 array holding v converted to dtype.
+Array scalar(double v, DType dtype = f32);
+Array full(const Shape& shape, double value, DType dtype = f32);
+Array zeros(const Shape& shape, DType dtype = f32);
+Array ones(const Shape& shape, DType dtype = f32);
+Array arange(std::int64_t n, DType dtype = i32);
+Array eye(std::int64_t n, DType dtype = f32);
+Array zeros_like(const Array& x);
+Array ones_like(const Array& x);
+
+}  // namespace xjax

@@ -1,0 +1,67 @@
+// detail/flat.hpp: the bridge between user callables on pytrees and the flat core.
+#pragma once
+#include <functional>
+#include <span>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "xjax/jaxpr.hpp"
+#include "xjax/pytree.hpp"
+
+namespace xjax::detail {
+
+using FlatFn = std::function<std::vector<Array>(std::span<const Array>)>;
+ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals);
+
+/// The arguments of a call, flattened: all leaves in order, and one TreeDef per argument.
+struct FlatArgs {
+  std::vector<Array> leaves;
+  std::vector<TreeDef> defs;
+  std::vector<std::size_t> offsets;  // first leaf of each argument; offsets.back() == leaves.size()
+  std::vector<ShapedArray> avals() const {
+    std::vector<ShapedArray> out;
+    for (const auto& x : leaves) out.push_back(x.aval());
+    return out;
+  }
+};
+
+template <class... Args> FlatArgs flatten_args(const Args&... args) {
+  FlatArgs fa;
+  fa.offsets.push_back(0);
+  auto one = [&](const auto& a) {
+    fa.defs.emplace_back();
+    PyTree<std::decay_t<decltype(a)>>::flatten(a, fa.leaves, fa.defs.back());
+    fa.offsets.push_back(fa.leaves.size());
+  };
+  (one(args), ...);
+  return fa;
+}
+
+template <class... Args, std::size_t... I>
+std::tuple<Args...> unflatten_args_impl(const std::vector<TreeDef>& defs, std::span<const Array> leaves,
+                                        std::index_sequence<I...>) {
+  std::span<const Array> rest = leaves;
+  return std::tuple<Args...>{PyTree<Args>::unflatten(defs[I], rest)...};
+}
+
+template <class... Args>
+std::tuple<Args...> unflatten_args(const std::vector<TreeDef>& defs, std::span<const Array> leaves) {
+  return unflatten_args_impl<Args...>(defs, leaves, std::index_sequence_for<Args...>{});
+}
+
+/// f as a function on flat leaves; the result's structure is written to *out_def when it runs.
+template <class F, class... Args>
+FlatFn flat_fn(const F& f, std::vector<TreeDef> defs, TreeDef* out_def) {
+  return [f, defs = std::move(defs), out_def](std::span<const Array> leaves) {
+    auto args = unflatten_args<std::decay_t<Args>...>(defs, leaves);
+    auto result = std::apply(f, args);
+    std::vector<Array> outs;
+    TreeDef def;
+    PyTree<std::decay_t<decltype(result)>>::flatten(result, outs, def);
+    if (out_def) *out_def = def;
+    return outs;
+  };
+}
+
+}  // namespace xjax::detail

@@ -1,0 +1,27 @@
+// errors.hpp: the exception hierarchy. Every xjax error derives from xj::Error.
+#pragma once
+#include <source_location>
+#include <stdexcept>
+#include <string>
+
+namespace xjax {
+
+/// Base of all xjax errors.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+/// Operand shapes that an operation cannot accept.
+struct ShapeError : Error { using Error::Error; };
+/// Operand dtypes that an operation cannot accept.
+struct TypeError : Error { using Error::Error; };
+/// A tracer used outside the trace that created it, or a concrete value demanded of a tracer.
+struct TracerError : Error { using Error::Error; };
+/// check_grads found a derivative that disagrees with finite differences.
+struct GradCheckError : Error { using Error::Error; };
+/// A transform applied to something it cannot handle (e.g. reverse mode of while_loop).
+struct TransformError : Error { using Error::Error; };
+
+/// "file:line" of a source location.
+std::string where(const std::source_location& loc);
+
+}  // namespace xjax

@@ -1,0 +1,148 @@
+// ops.hpp: user-level operations (NumPy-like). Each is one primitive application or a short
+// composition of them; all are traceable. Binary operations broadcast NumPy-style; the traced
+// jaxpr shows the broadcasts as explicit broadcast_in_dim equations. A C++ scalar mixed with an
+// array takes the array's dtype (JAX's weak typing). The trailing `loc` parameter records the
+// caller's source line for error messages and saved-residual reports; never pass it explicitly.
+#pragma once
+#include <optional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "xjax/array.hpp"
+
+namespace xjax {
+
+#define XJAX_LOC std::source_location loc = std::source_location::current()
+using Axes = std::vector<std::int64_t>;
+
+// ---- elementwise, unary -----------------------------------------------------------------------
+Array neg(const Array& x, XJAX_LOC);
+Array exp(const Array& x, XJAX_LOC);
+Array log(const Array& x, XJAX_LOC);
+Array log1p(const Array& x, XJAX_LOC);
+Array expm1(const Array& x, XJAX_LOC);
+Array sin(const Array& x, XJAX_LOC);
+Array cos(const Array& x, XJAX_LOC);
+Array tan(const Array& x, XJAX_LOC);
+Array tanh(const Array& x, XJAX_LOC);
+Array sqrt(const Array& x, XJAX_LOC);
+Array rsqrt(const Array& x, XJAX_LOC);
+Array abs(const Array& x, XJAX_LOC);
+Array sign(const Array& x, XJAX_LOC);
+Array square(const Array& x, XJAX_LOC);
+Array reciprocal(const Array& x, XJAX_LOC);
+Array logistic(const Array& x, XJAX_LOC);
+Array sigmoid(const Array& x, XJAX_LOC);
+/// max(x, 0) with derivative 0 at 0 (jax.nn.relu's convention).
+Array relu(const Array& x, XJAX_LOC);
+/// tanh approximation, as jax.nn.gelu(approximate=True).
+Array gelu(const Array& x, XJAX_LOC);
+Array softplus(const Array& x, XJAX_LOC);
+Array integer_pow(const Array& x, std::int64_t n, XJAX_LOC);
+Array stop_gradient(const Array& x, XJAX_LOC);
+Array astype(const Array& x, DType dtype, XJAX_LOC);
+
+// ---- elementwise, binary (broadcasting) -------------------------------------------------------
+Array add(const Array& a, const Array& b, XJAX_LOC);
+Array sub(const Array& a, const Array& b, XJAX_LOC);
+Array mul(const Array& a, const Array& b, XJAX_LOC);
+Array div(const Array& a, const Array& b, XJAX_LOC);
+Array pow(const Array& a, const Array& b, XJAX_LOC);
+Array pow(const Array& a, double b, XJAX_LOC);
+Array maximum(const Array& a, const Array& b, XJAX_LOC);
+Array minimum(const Array& a, const Array& b, XJAX_LOC);
+Array eq(const Array& a, const Array& b, XJAX_LOC);
+Array ne(const Array& a, const Array& b, XJAX_LOC);
+Array lt(const Array& a, const Array& b, XJAX_LOC);
+Array le(const Array& a, const Array& b, XJAX_LOC);
+Array gt(const Array& a, const Array& b, XJAX_LOC);
+Array ge(const Array& a, const Array& b, XJAX_LOC);
+/// pred ? a : b elementwise (pred is bool; all three broadcast).
+Array where(const Array& pred, const Array& a, const Array& b, XJAX_LOC);
+Array where(const Array& pred, const Array& a, double b, XJAX_LOC);
+Array where(const Array& pred, double a, const Array& b, XJAX_LOC);
+Array select(const Array& pred, const Array& a, const Array& b, XJAX_LOC);
+
+/// A C++ scalar as a rank-0 array of `like`'s dtype (weak typing).
+Array scalar_like(double v, const Array& like);
+/// NumPy broadcasting of two shapes; ShapeError when incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+
+// ---- linear algebra ---------------------------------------------------------------------------
+Array dot_general(const Array& a, const Array& b, const Axes& lhs_contracting,
+                  const Axes& rhs_contracting, const Axes& lhs_batch = {},
+                  const Axes& rhs_batch = {}, XJAX_LOC);
+/// NumPy matmul (1-D operands, broadcast batch dimensions).
+Array matmul(const Array& a, const Array& b, XJAX_LOC);
+/// NumPy dot.
+Array dot(const Array& a, const Array& b, XJAX_LOC);
+/// einsum with one or two operands and an explicit "->" output, e.g. "bij,bjk->bik".
+Array einsum(const std::string& spec, const Array& a, const Array& b, XJAX_LOC);
+Array einsum(const std::string& spec, const Array& a, XJAX_LOC);
+
+// ---- reductions (empty axes = all axes; negative axes count from the end) ---------------------
+Array sum(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+Array mean(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+Array max(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+Array min(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+Array prod(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+Array argmax(const Array& x, std::int64_t axis, DType index_dtype = i32, XJAX_LOC);
+Array logsumexp(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+Array softmax(const Array& x, std::int64_t axis = -1, XJAX_LOC);
+Array log_softmax(const Array& x, std::int64_t axis = -1, XJAX_LOC);
+
+// ---- shape ------------------------------------------------------------------------------------
+/// One entry may be -1 (inferred).
+Array reshape(const Array& x, Shape shape, XJAX_LOC);
+/// Empty perm reverses the axes.
+Array transpose(const Array& x, const Axes& perm = {}, XJAX_LOC);
+Array broadcast_to(const Array& x, const Shape& shape, XJAX_LOC);
+Array broadcast_in_dim(const Array& x, const Shape& shape, const Axes& broadcast_dimensions, XJAX_LOC);
+Array expand_dims(const Array& x, std::int64_t axis, XJAX_LOC);
+/// Empty axes removes every size-1 axis.
+Array squeeze(const Array& x, const Axes& axes = {}, XJAX_LOC);
+Array concatenate(const std::vector<Array>& xs, std::int64_t axis = 0, XJAX_LOC);
+Array stack(const std::vector<Array>& xs, std::int64_t axis = 0, XJAX_LOC);
+Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& strides = {}, XJAX_LOC);
+Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t axis = 0, XJAX_LOC);
+Array dynamic_slice(const Array& x, const std::vector<Array>& starts, const Shape& sizes, XJAX_LOC);
+Array dynamic_update_slice(const Array& x, const Array& update, const std::vector<Array>& starts, XJAX_LOC);
+/// x[i] along `axis` for each index in `indices` (negative indices count from the end; others clamp).
+Array take(const Array& x, const Array& indices, std::int64_t axis = 0, XJAX_LOC);
+/// Integers 0..n-1 along `dimension` of `shape` (traceable, unlike arange).
+Array iota(DType dtype, const Shape& shape, std::int64_t dimension = 0, XJAX_LOC);
+
+// ---- operators --------------------------------------------------------------------------------
+Array operator-(const Array& x);
+Array operator+(const Array& a, const Array& b);
+Array operator-(const Array& a, const Array& b);
+Array operator*(const Array& a, const Array& b);
+Array operator/(const Array& a, const Array& b);
+Array operator+(const Array& a, double b);
+Array operator-(const Array& a, double b);
+Array operator*(const Array& a, double b);
+Array operator/(const Array& a, double b);
+Array operator+(double a, const Array& b);
+Array operator-(double a, const Array& b);
+Array operator*(double a, const Array& b);
+Array operator/(double a, const Array& b);
+Array operator==(const Array& a, const Array& b);
+Array operator!=(const Array& a, const Array& b);
+Array operator<(const Array& a, const Array& b);
+Array operator<=(const Array& a, const Array& b);
+Array operator>(const Array& a, const Array& b);
+Array operator>=(const Array& a, const Array& b);
+Array operator==(const Array& a, double b);
+Array operator!=(const Array& a, double b);
+Array operator<(const Array& a, double b);
+Array operator<=(const Array& a, double b);
+Array operator>(const Array& a, double b);
+Array operator>=(const Array& a, double b);
+Array& operator+=(Array& a, const Array& b);
+Array& operator-=(Array& a, const Array& b);
+Array& operator*=(Array& a, const Array& b);
+
+std::ostream& operator<<(std::ostream& os, const Array& x);
+
+}  // namespace xjax

@@ -1,0 +1,37 @@
+// primitives.hpp: the one list of primitives. Every rule table is a switch over it without a
+// `default:`, so a primitive that lacks a rule is a compile error (-Werror=switch).
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+// X(name): elementwise unary float ops first, then binary, comparisons, structural ops.
+#define XJAX_FOR_EACH_PRIMITIVE(X)                                                              \
+  X(neg) X(exp) X(log) X(log1p) X(expm1) X(sin) X(cos) X(tan) X(tanh) X(logistic) X(sqrt)        \
+  X(rsqrt) X(abs) X(sign) X(integer_pow)                                                         \
+  X(add) X(sub) X(mul) X(div) X(max) X(min) X(pow)                                               \
+  X(eq) X(ne) X(lt) X(le) X(gt) X(ge)                                                            \
+  X(select_n) X(convert_element_type) X(stop_gradient) X(copy)                                   \
+  X(dot_general)                                                                                 \
+  X(reduce_sum) X(reduce_max) X(reduce_min) X(reduce_prod) X(argmax)                             \
+  X(broadcast_in_dim) X(reshape) X(transpose) X(squeeze) X(expand_dims)                          \
+  X(slice) X(pad) X(dynamic_slice) X(dynamic_update_slice) X(concatenate)                        \
+  X(gather) X(scatter_add) X(iota)
+
+namespace xjax {
+
+enum class Primitive : std::uint16_t {
+#define XJAX_ENUM(name) name,
+  XJAX_FOR_EACH_PRIMITIVE(XJAX_ENUM)
+#undef XJAX_ENUM
+};
+
+inline constexpr int num_primitives = 0
+#define XJAX_COUNT(name) +1
+    XJAX_FOR_EACH_PRIMITIVE(XJAX_COUNT)
+#undef XJAX_COUNT
+    ;
+
+/// The primitive's name as jaxprs print it.
+std::string_view primitive_name(Primitive p);
+
+}  // namespace xjax

@@ -1,0 +1,186 @@
+// pytree.hpp: nested containers of arrays ("pytrees") at the API edge. The core is flat; the
+// transform templates flatten arguments to a list of leaves and a TreeDef, call a *_flat function,
+// and unflatten results. A pytree is: xj::Array (a leaf), xj::None (empty), std::tuple, std::pair,
+// std::vector, std::array, std::map<std::string, T>, or a struct declared with
+// BOOST_HANA_DEFINE_STRUCT / BOOST_HANA_ADAPT_STRUCT. This is the only header that needs Hana.
+#pragma once
+#include <array>
+#include <boost/hana/accessors.hpp>
+#include <boost/hana/concept/struct.hpp>
+#include <boost/hana/define_struct.hpp>
+#include <boost/hana/adapt_struct.hpp>
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/second.hpp>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "xjax/array.hpp"
+
+namespace xjax {
+
+/// An empty subtree (e.g. a scan body with no per-step output).
+struct None {
+  friend bool operator==(None, None) { return true; }
+};
+
+/// The structure of a pytree without its leaves; sizes of vectors and keys of maps included.
+struct TreeDef {
+  enum class Kind { leaf, none, node } kind = Kind::leaf;
+  std::vector<TreeDef> children;
+  std::vector<std::string> keys;  // map keys
+  std::size_t num_leaves() const {
+    if (kind == Kind::leaf) return 1;
+    std::size_t n = 0;
+    for (const auto& c : children) n += c.num_leaves();
+    return n;
+  }
+  friend bool operator==(const TreeDef&, const TreeDef&) = default;
+  std::string str() const;
+};
+
+template <class T, class = void> struct PyTree;
+
+namespace detail {
+template <class T> struct is_pytree_leaf : std::is_same<T, Array> {};
+[[noreturn]] void tree_mismatch(const std::string& what);
+}  // namespace detail
+
+template <> struct PyTree<Array> {
+  static void flatten(const Array& x, std::vector<Array>& leaves, TreeDef& def) {
+    def.kind = TreeDef::Kind::leaf;
+    leaves.push_back(x);
+  }
+  static Array unflatten(const TreeDef&, std::span<const Array>& leaves) {
+    Array x = leaves.front();
+    leaves = leaves.subspan(1);
+    return x;
+  }
+};
+
+template <> struct PyTree<None> {
+  static void flatten(const None&, std::vector<Array>&, TreeDef& def) { def.kind = TreeDef::Kind::none; }
+  static None unflatten(const TreeDef&, std::span<const Array>&) { return {}; }
+};
+
+template <class... Ts> struct PyTree<std::tuple<Ts...>> {
+  static void flatten(const std::tuple<Ts...>& t, std::vector<Array>& leaves, TreeDef& def) {
+    def.kind = TreeDef::Kind::node;
+    def.children.resize(sizeof...(Ts));
+    std::size_t i = 0;
+    std::apply([&](const auto&... x) { (PyTree<std::decay_t<decltype(x)>>::flatten(x, leaves, def.children[i++]), ...); }, t);
+  }
+  static std::tuple<Ts...> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    return unflatten_impl(def, leaves, std::index_sequence_for<Ts...>{});
+  }
+  template <std::size_t... I>
+  static std::tuple<Ts...> unflatten_impl(const TreeDef& def, std::span<const Array>& leaves, std::index_sequence<I...>) {
+    return std::tuple<Ts...>{PyTree<Ts>::unflatten(def.children.at(I), leaves)...};  // braces: left to right
+  }
+};
+
+template <class A, class B> struct PyTree<std::pair<A, B>> {
+  static void flatten(const std::pair<A, B>& p, std::vector<Array>& leaves, TreeDef& def) {
+    def.kind = TreeDef::Kind::node;
+    def.children.resize(2);
+    PyTree<A>::flatten(p.first, leaves, def.children[0]);
+    PyTree<B>::flatten(p.second, leaves, def.children[1]);
+  }
+  static std::pair<A, B> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    A a = PyTree<A>::unflatten(def.children.at(0), leaves);
+    B b = PyTree<B>::unflatten(def.children.at(1), leaves);
+    return {std::move(a), std::move(b)};
+  }
+};
+
+template <class T> struct PyTree<std::vector<T>> {
+  static void flatten(const std::vector<T>& v, std::vector<Array>& leaves, TreeDef& def) {
+    def.kind = TreeDef::Kind::node;
+    def.children.resize(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) PyTree<T>::flatten(v[i], leaves, def.children[i]);
+  }
+  static std::vector<T> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    std::vector<T> out;
+    for (const auto& c : def.children) out.push_back(PyTree<T>::unflatten(c, leaves));
+    return out;
+  }
+};
+
+template <class T, std::size_t N> struct PyTree<std::array<T, N>> {
+  static void flatten(const std::array<T, N>& v, std::vector<Array>& leaves, TreeDef& def) {
+    def.kind = TreeDef::Kind::node;
+    def.children.resize(N);
+    for (std::size_t i = 0; i < N; ++i) PyTree<T>::flatten(v[i], leaves, def.children[i]);
+  }
+  static std::array<T, N> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    std::array<T, N> out;
+    for (std::size_t i = 0; i < N; ++i) out[i] = PyTree<T>::unflatten(def.children.at(i), leaves);
+    return out;
+  }
+};
+
+template <class T> struct PyTree<std::map<std::string, T>> {
+  static void flatten(const std::map<std::string, T>& m, std::vector<Array>& leaves, TreeDef& def) {
+    def.kind = TreeDef::Kind::node;
+    for (const auto& [k, v] : m) {
+      def.keys.push_back(k);
+      def.children.emplace_back();
+      PyTree<T>::flatten(v, leaves, def.children.back());
+    }
+  }
+  static std::map<std::string, T> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    std::map<std::string, T> out;
+    for (std::size_t i = 0; i < def.children.size(); ++i)
+      out.emplace(def.keys.at(i), PyTree<T>::unflatten(def.children[i], leaves));
+    return out;
+  }
+};
+
+/// Structs declared with BOOST_HANA_DEFINE_STRUCT or adapted with BOOST_HANA_ADAPT_STRUCT.
+template <class T> struct PyTree<T, std::enable_if_t<boost::hana::Struct<T>::value>> {
+  static void flatten(const T& s, std::vector<Array>& leaves, TreeDef& def) {
+    def.kind = TreeDef::Kind::node;
+    boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
+      const auto& member = boost::hana::second(pair)(s);
+      def.children.emplace_back();
+      PyTree<std::decay_t<decltype(member)>>::flatten(member, leaves, def.children.back());
+    });
+  }
+  static T unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    T out{};
+    std::size_t i = 0;
+    boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
+      auto& member = boost::hana::second(pair)(out);
+      member = PyTree<std::decay_t<decltype(member)>>::unflatten(def.children.at(i++), leaves);
+    });
+    return out;
+  }
+};
+
+/// Leaves in order, and the structure.
+template <class T> std::pair<std::vector<Array>, TreeDef> tree_flatten(const T& tree) {
+  std::pair<std::vector<Array>, TreeDef> out;
+  PyTree<T>::flatten(tree, out.first, out.second);
+  return out;
+}
+
+/// Rebuilds a T of structure `def` from its leaves.
+template <class T> T tree_unflatten(const TreeDef& def, std::span<const Array> leaves) {
+  if (leaves.size() != def.num_leaves())
+    detail::tree_mismatch("tree_unflatten: " + std::to_string(leaves.size()) + " leaves for a tree of " +
+                          std::to_string(def.num_leaves()));
+  std::span<const Array> rest = leaves;
+  return PyTree<T>::unflatten(def, rest);
+}
+
+/// Applies f to every leaf, keeping the structure.
+template <class T, class F> T tree_map(F&& f, const T& tree) {
+  auto [leaves, def] = tree_flatten(tree);
+  for (auto& x : leaves) x = f(x);
+  return tree_unflatten<T>(def, leaves);
+}
+
+}  // namespace xjax

@@ -1,0 +1,145 @@
+// array.cpp: Array accessors and the creation functions (always concrete).
+#include <cstring>
+
+#include "internal.hpp"
+
+namespace xjax {
+namespace {
+
+const detail::ArrayImpl& impl_of(const Array& a) {
+  if (!a.valid()) throw Error("use of an empty xj::Array (default-constructed, no value)");
+  return *a.impl();
+}
+
+template <class T> void fill_as(void* dst, std::int64_t n, double v) {
+  T* p = static_cast<T*>(dst);
+  for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(v);
+}
+
+void fill(void* dst, DType d, std::int64_t n, double v) {
+  switch (d) {
+    case DType::f32: return fill_as<float>(dst, n, v);
+    case DType::f64: return fill_as<double>(dst, n, v);
+    case DType::i32: return fill_as<std::int32_t>(dst, n, v);
+    case DType::i64: return fill_as<std::int64_t>(dst, n, v);
+    case DType::u32: return fill_as<std::uint32_t>(dst, n, v);
+    case DType::bool_: return fill_as<std::uint8_t>(dst, n, v != 0.0 ? 1.0 : 0.0);
+  }
+}
+
+template <class T> double get_as_double(const void* p, std::int64_t i) {
+  return static_cast<double>(static_cast<const T*>(p)[i]);
+}
+template <class T> std::int64_t get_as_int(const void* p, std::int64_t i) {
+  return static_cast<std::int64_t>(static_cast<const T*>(p)[i]);
+}
+
+}  // namespace
+
+const ShapedArray& Array::aval() const { return impl_of(*this).aval; }
+
+std::int64_t Array::dim(std::int64_t axis) const {
+  std::int64_t n = ndim();
+  if (axis < -n || axis >= n)
+    throw ShapeError("axis " + std::to_string(axis) + " out of range for " + aval().str());
+  return shape()[static_cast<std::size_t>(axis < 0 ? axis + n : axis)];
+}
+
+bool Array::is_concrete() const { return valid() && impl_->buffer != nullptr; }
+bool Array::is_tracer() const { return valid() && impl_->tracer != nullptr; }
+
+const void* Array::raw_data() const {
+  const auto& im = impl_of(*this);
+  if (im.tracer)
+    throw TracerError("a concrete value was required of a traced " + im.aval.str() +
+                      " (created at " + where(im.tracer->created_at) +
+                      "); inside a transform, values are abstract: use xj::cond / xj::where "
+                      "instead of C++ branching on array values");
+  return im.buffer ? im.buffer->data : nullptr;
+}
+
+const void* Array::typed_data(DType expected) const {
+  if (dtype() != expected)
+    throw TypeError(std::string("data<T>() with T of dtype ") + dtype_name(expected) +
+                    " on an array of " + aval().str());
+  return raw_data();
+}
+
+double Array::element_as_double(std::int64_t i) const {
+  const void* p = raw_data();
+  switch (dtype()) {
+    case DType::f32: return get_as_double<float>(p, i);
+    case DType::f64: return get_as_double<double>(p, i);
+    case DType::i32: return get_as_double<std::int32_t>(p, i);
+    case DType::i64: return get_as_double<std::int64_t>(p, i);
+    case DType::u32: return get_as_double<std::uint32_t>(p, i);
+    case DType::bool_: return get_as_double<std::uint8_t>(p, i);
+  }
+  return 0;
+}
+
+std::int64_t Array::element_as_int(std::int64_t i) const {
+  const void* p = raw_data();
+  switch (dtype()) {
+    case DType::f32: return get_as_int<float>(p, i);
+    case DType::f64: return get_as_int<double>(p, i);
+    case DType::i32: return get_as_int<std::int32_t>(p, i);
+    case DType::i64: return get_as_int<std::int64_t>(p, i);
+    case DType::u32: return get_as_int<std::uint32_t>(p, i);
+    case DType::bool_: return get_as_int<std::uint8_t>(p, i);
+  }
+  return 0;
+}
+
+namespace detail {
+
+Array alloc_array(const ShapedArray& aval) {
+  auto impl = std::make_shared<ArrayImpl>();
+  impl->aval = aval;
+  impl->buffer = std::make_shared<Buffer>(aval.nbytes());
+  return Array(std::move(impl));
+}
+
+void* mutable_data(const Array& a) { return a.impl()->buffer->data; }
+
+Array array_from_bytes(const void* data, const ShapedArray& aval) {
+  Array out = alloc_array(aval);
+  if (aval.nbytes()) std::memcpy(mutable_data(out), data, aval.nbytes());
+  return out;
+}
+
+}  // namespace detail
+
+Array full(const Shape& shape, double value, DType dtype) {
+  for (auto d : shape)
+    if (d < 0) throw ShapeError("xj::full: negative dimension in shape " + shape_str(shape));
+  Array out = detail::alloc_array({shape, dtype});
+  fill(detail::mutable_data(out), dtype, out.size(), value);
+  return out;
+}
+
+Array scalar(double v, DType dtype) { return full({}, v, dtype); }
+Array zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
+Array ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Array zeros_like(const Array& x) { return zeros(x.shape(), x.dtype()); }
+Array ones_like(const Array& x) { return ones(x.shape(), x.dtype()); }
+
+Array arange(std::int64_t n, DType dtype) {
+  if (n < 0) throw ShapeError("xj::arange: negative length " + std::to_string(n));
+  Array out = detail::alloc_array({{n}, dtype});
+  void* p = detail::mutable_data(out);
+  for (std::int64_t i = 0; i < n; ++i)
+    fill(static_cast<char*>(p) + i * static_cast<std::int64_t>(itemsize(dtype)), dtype, 1,
+         static_cast<double>(i));
+  return out;
+}
+
+Array eye(std::int64_t n, DType dtype) {
+  Array out = zeros({n, n}, dtype);
+  char* p = static_cast<char*>(detail::mutable_data(out));
+  auto sz = static_cast<std::int64_t>(itemsize(dtype));
+  for (std::int64_t i = 0; i < n; ++i) fill(p + (i * n + i) * sz, dtype, 1, 1.0);
+  return out;
+}
+
+}  // namespace xjax

@@ -1,0 +1,80 @@
+// internal.hpp: the core's private types (not installed). Read in this order: Buffer and
+// ArrayImpl (what an Array holds), Tracer and Builder (how tracing records equations), bind (the
+// single entry of every primitive application), then the rule tables of the core.
+#pragma once
+#include <functional>
+#include <memory>
+#include <source_location>
+#include <span>
+#include <vector>
+
+#include "xjax/array.hpp"
+#include "xjax/jaxpr.hpp"
+
+namespace xjax::detail {
+
+/// A counted, 64-byte aligned allocation. Immutable once its array is shared.
+struct Buffer {
+  explicit Buffer(std::size_t nbytes);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data = nullptr;
+  std::size_t nbytes = 0;
+};
+
+struct Builder;
+
+/// A traced value: a variable of the jaxpr a Builder is recording.
+struct Tracer {
+  std::weak_ptr<Builder> builder;
+  const Builder* owner = nullptr;  // identity of the builder, valid to compare after it died
+  Var var;
+  std::source_location created_at;
+};
+
+struct ArrayImpl {
+  ShapedArray aval;
+  std::shared_ptr<Buffer> buffer;        // concrete arrays
+  std::shared_ptr<const Tracer> tracer;  // tracers
+};
+
+/// Applies a primitive: runs its kernel when all inputs are concrete and no trace is active,
+/// otherwise records an equation into the innermost active trace.
+std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params params = {},
+                        std::source_location loc = std::source_location::current());
+Array bind1(Primitive p, std::span<const Array> inputs, Params params = {},
+            std::source_location loc = std::source_location::current());
+inline Array bind1(Primitive p, std::initializer_list<Array> inputs, Params params = {},
+                   std::source_location loc = std::source_location::current()) {
+  return bind1(p, std::span<const Array>(inputs.begin(), inputs.size()), std::move(params), loc);
+}
+
+/// Shape/dtype rule: the avals of p's outputs. Throws ShapeError / TypeError naming the operands.
+std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray> in,
+                                       const Params& params);
+
+/// Kernel: computes p's outputs on concrete inputs (out_avals from abstract_eval).
+std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Params& params,
+                              std::span<const ShapedArray> out_avals);
+
+/// A function on flat lists of arrays: what every transform works with.
+using FlatFn = std::function<std::vector<Array>(std::span<const Array>)>;
+
+/// Traces f on fresh tracers of the given avals into a closed jaxpr. Concrete arrays f captures
+/// become consts; tracers of enclosing traces it captures become consts too (closure conversion).
+ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals);
+
+/// True while some trace is recording on this thread.
+bool tracing_active();
+
+/// Counts one execution of p (eval_counts()).
+void count_eval(Primitive p);
+
+/// The jaxpr's variables in printing order: a, b, ..., z, ba, bb, ...
+std::string var_name(std::size_t index);
+
+/// Message prefix naming a primitive application: "mul(f32[3], f32[4])".
+std::string describe_application(Primitive p, std::span<const ShapedArray> in);
+
+}  // namespace xjax::detail

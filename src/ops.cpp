@@ -1,0 +1,493 @@
+// ops.cpp: user-level operations as compositions of primitives (see ops.hpp).
+// Read: helpers (broadcasting, axes) first, then one section per family as in ops.hpp.
+#include "xjax/ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <ostream>
+
+#include "internal.hpp"
+
+namespace xjax {
+namespace {
+
+using P = Primitive;
+using detail::bind1;
+
+std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* op) {
+  if (axis < -rank || axis >= rank)
+    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " out of range for rank " +
+                     std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+Axes norm_axes(const Axes& axes, std::int64_t rank, const char* op) {
+  Axes out;
+  if (axes.empty()) {
+    out.resize(static_cast<std::size_t>(rank));
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  for (auto a : axes) out.push_back(norm_axis(a, rank, op));
+  std::sort(out.begin(), out.end());
+  if (std::adjacent_find(out.begin(), out.end()) != out.end())
+    throw ShapeError(std::string(op) + ": repeated axis");
+  return out;
+}
+
+Array unary(P p, const Array& x, const std::source_location& loc) { return bind1(p, {x}, {}, loc); }
+
+// Broadcasts a and b to their common shape (explicit broadcast_in_dim where needed).
+std::pair<Array, Array> broadcast_pair(const Array& a, const Array& b, const std::source_location& loc) {
+  Shape s = broadcast_shapes(a.shape(), b.shape());
+  auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
+  return {fit(a), fit(b)};
+}
+
+Array binary(P p, const Array& a, const Array& b, const std::source_location& loc) {
+  auto [x, y] = broadcast_pair(a, b, loc);
+  return bind1(p, {x, y}, {}, loc);
+}
+
+Array reduce(P p, const Array& x, const Axes& axes, bool keepdims, const std::source_location& loc) {
+  Axes ax = norm_axes(axes, x.ndim(), std::string(primitive_name(p)).c_str());
+  Array r = bind1(p, {x}, {{"axes", ax}}, loc);
+  if (!keepdims) return r;
+  Shape kept = x.shape();
+  for (auto a : ax) kept[static_cast<std::size_t>(a)] = 1;
+  return reshape(r, kept, loc);
+}
+
+std::int64_t reduced_count(const Array& x, const Axes& axes) {
+  std::int64_t n = 1;
+  for (auto a : norm_axes(axes, x.ndim(), "mean")) n *= x.shape()[static_cast<std::size_t>(a)];
+  return n;
+}
+
+}  // namespace
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+Array scalar_like(double v, const Array& like) { return scalar(v, like.dtype()); }
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  std::size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw ShapeError("cannot broadcast shapes " + shape_str(a) + " and " + shape_str(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// ---- unary ------------------------------------------------------------------------------------
+
+Array neg(const Array& x, std::source_location loc) { return unary(P::neg, x, loc); }
+Array exp(const Array& x, std::source_location loc) { return unary(P::exp, x, loc); }
+Array log(const Array& x, std::source_location loc) { return unary(P::log, x, loc); }
+Array log1p(const Array& x, std::source_location loc) { return unary(P::log1p, x, loc); }
+Array expm1(const Array& x, std::source_location loc) { return unary(P::expm1, x, loc); }
+Array sin(const Array& x, std::source_location loc) { return unary(P::sin, x, loc); }
+Array cos(const Array& x, std::source_location loc) { return unary(P::cos, x, loc); }
+Array tan(const Array& x, std::source_location loc) { return unary(P::tan, x, loc); }
+Array tanh(const Array& x, std::source_location loc) { return unary(P::tanh, x, loc); }
+Array sqrt(const Array& x, std::source_location loc) { return unary(P::sqrt, x, loc); }
+Array rsqrt(const Array& x, std::source_location loc) { return unary(P::rsqrt, x, loc); }
+Array abs(const Array& x, std::source_location loc) { return unary(P::abs, x, loc); }
+Array sign(const Array& x, std::source_location loc) { return unary(P::sign, x, loc); }
+Array logistic(const Array& x, std::source_location loc) { return unary(P::logistic, x, loc); }
+Array sigmoid(const Array& x, std::source_location loc) { return unary(P::logistic, x, loc); }
+Array stop_gradient(const Array& x, std::source_location loc) { return unary(P::stop_gradient, x, loc); }
+Array square(const Array& x, std::source_location loc) { return integer_pow(x, 2, loc); }
+Array reciprocal(const Array& x, std::source_location loc) { return integer_pow(x, -1, loc); }
+
+Array integer_pow(const Array& x, std::int64_t n, std::source_location loc) {
+  return bind1(P::integer_pow, {x}, {{"y", n}}, loc);
+}
+
+Array astype(const Array& x, DType dtype, std::source_location loc) {
+  if (x.dtype() == dtype) return x;
+  return bind1(P::convert_element_type, {x}, {{"new_dtype", dtype}}, loc);
+}
+
+Array relu(const Array& x, std::source_location loc) {
+  Array zero = broadcast_to(scalar_like(0.0, x), x.shape(), loc);
+  return bind1(P::select_n, {gt(x, zero, loc), zero, x}, {}, loc);
+}
+
+Array gelu(const Array& x, std::source_location loc) {
+  const double c = std::sqrt(2.0 / M_PI);
+  Array inner = mul(add(x, mul(integer_pow(x, 3, loc), scalar_like(0.044715, x), loc), loc), scalar_like(c, x), loc);
+  return mul(mul(x, scalar_like(0.5, x), loc), add(tanh(inner, loc), scalar_like(1.0, x), loc), loc);
+}
+
+// softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
+Array softplus(const Array& x, std::source_location loc) {
+  return add(maximum(x, scalar_like(0.0, x), loc), log1p(exp(neg(abs(x, loc), loc), loc), loc), loc);
+}
+
+// ---- binary -----------------------------------------------------------------------------------
+
+Array add(const Array& a, const Array& b, std::source_location loc) { return binary(P::add, a, b, loc); }
+Array sub(const Array& a, const Array& b, std::source_location loc) { return binary(P::sub, a, b, loc); }
+Array mul(const Array& a, const Array& b, std::source_location loc) { return binary(P::mul, a, b, loc); }
+Array div(const Array& a, const Array& b, std::source_location loc) { return binary(P::div, a, b, loc); }
+Array pow(const Array& a, const Array& b, std::source_location loc) { return binary(P::pow, a, b, loc); }
+Array pow(const Array& a, double b, std::source_location loc) {
+  if (b == std::floor(b) && std::abs(b) <= 64) return integer_pow(a, static_cast<std::int64_t>(b), loc);
+  return pow(a, scalar_like(b, a), loc);
+}
+Array maximum(const Array& a, const Array& b, std::source_location loc) { return binary(P::max, a, b, loc); }
+Array minimum(const Array& a, const Array& b, std::source_location loc) { return binary(P::min, a, b, loc); }
+Array eq(const Array& a, const Array& b, std::source_location loc) { return binary(P::eq, a, b, loc); }
+Array ne(const Array& a, const Array& b, std::source_location loc) { return binary(P::ne, a, b, loc); }
+Array lt(const Array& a, const Array& b, std::source_location loc) { return binary(P::lt, a, b, loc); }
+Array le(const Array& a, const Array& b, std::source_location loc) { return binary(P::le, a, b, loc); }
+Array gt(const Array& a, const Array& b, std::source_location loc) { return binary(P::gt, a, b, loc); }
+Array ge(const Array& a, const Array& b, std::source_location loc) { return binary(P::ge, a, b, loc); }
+
+Array where(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
+  if (pred.dtype() != bool_)
+    throw TypeError("where: the predicate must be bool, got " + pred.aval().str() + " (at " + where(loc) + ")");
+  Shape s = broadcast_shapes(pred.shape(), broadcast_shapes(a.shape(), b.shape()));
+  auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
+  return bind1(P::select_n, {fit(pred), fit(b), fit(a)}, {}, loc);
+}
+Array where(const Array& pred, const Array& a, double b, std::source_location loc) {
+  return where(pred, a, scalar_like(b, a), loc);
+}
+Array where(const Array& pred, double a, const Array& b, std::source_location loc) {
+  return where(pred, scalar_like(a, b), b, loc);
+}
+Array select(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
+  return where(pred, a, b, loc);
+}
+
+// ---- linear algebra ---------------------------------------------------------------------------
+
+Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc, const Axes& lb,
+                  const Axes& rb, std::source_location loc) {
+  return bind1(P::dot_general, {a, b},
+               {{"lhs_contracting", lc}, {"rhs_contracting", rc}, {"lhs_batch", lb}, {"rhs_batch", rb}}, loc);
+}
+
+Array matmul(const Array& a, const Array& b, std::source_location loc) {
+  if (a.ndim() == 0 || b.ndim() == 0) throw ShapeError("matmul: operands must have rank >= 1 (at " + where(loc) + ")");
+  if (b.ndim() == 1) return dot_general(a, b, {a.ndim() - 1}, {0}, {}, {}, loc);
+  if (a.ndim() == 1) return dot_general(a, b, {0}, {b.ndim() - 2}, {}, {}, loc);
+  // Broadcast the batch dimensions, then one dot_general with them as batch dims.
+  Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ab, bb);
+  auto fit = [&](const Array& x) {
+    Shape s = batch;
+    s.push_back(x.dim(-2));
+    s.push_back(x.dim(-1));
+    return x.shape() == s ? x : broadcast_to(x, s, loc);
+  };
+  Array x = fit(a), y = fit(b);
+  auto nb = static_cast<std::int64_t>(batch.size());
+  Axes bd(batch.size());
+  std::iota(bd.begin(), bd.end(), 0);
+  return dot_general(x, y, {nb + 1}, {nb}, bd, bd, loc);
+}
+
+Array dot(const Array& a, const Array& b, std::source_location loc) {
+  if (a.ndim() == 0 || b.ndim() == 0) return mul(a, b, loc);
+  std::int64_t rc = b.ndim() == 1 ? 0 : b.ndim() - 2;
+  return dot_general(a, b, {a.ndim() - 1}, {rc}, {}, {}, loc);
+}
+
+namespace {
+
+struct EinsumSpec {
+  std::vector<std::string> inputs;
+  std::string output;
+};
+
+EinsumSpec parse_einsum(const std::string& spec, std::size_t n) {
+  auto arrow = spec.find("->");
+  if (arrow == std::string::npos) throw Error("einsum: the spec needs an explicit '->' output: " + spec);
+  EinsumSpec s;
+  std::string lhs = spec.substr(0, arrow);
+  s.output = spec.substr(arrow + 2);
+  std::size_t start = 0;
+  while (true) {
+    auto comma = lhs.find(',', start);
+    s.inputs.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  auto strip = [](std::string& t) { t.erase(std::remove(t.begin(), t.end(), ' '), t.end()); };
+  for (auto& t : s.inputs) strip(t);
+  strip(s.output);
+  if (s.inputs.size() != n)
+    throw Error("einsum: spec " + spec + " names " + std::to_string(s.inputs.size()) + " operands, got " + std::to_string(n));
+  return s;
+}
+
+// Sums out the letters of x (labelled `labels`) that are not in `keep`.
+Array sum_letters(const Array& x, std::string& labels, const std::string& keep, const std::source_location& loc) {
+  Axes ax;
+  std::string rest;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (keep.find(labels[i]) == std::string::npos) ax.push_back(static_cast<std::int64_t>(i));
+    else rest += labels[i];
+  }
+  labels = rest;
+  return ax.empty() ? x : sum(x, ax, false, loc);
+}
+
+Array permute_to(const Array& x, const std::string& labels, const std::string& out, const std::source_location& loc) {
+  Axes perm;
+  for (char c : out) perm.push_back(static_cast<std::int64_t>(labels.find(c)));
+  bool identity = true;
+  for (std::size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<std::int64_t>(i);
+  return identity ? x : transpose(x, perm, loc);
+}
+
+void check_labels(const std::string& labels, const Array& x, const std::string& spec) {
+  if (static_cast<std::int64_t>(labels.size()) != x.ndim())
+    throw ShapeError("einsum " + spec + ": operand " + x.aval().str() + " does not match '" + labels + "'");
+}
+
+}  // namespace
+
+Array einsum(const std::string& spec, const Array& a, std::source_location loc) {
+  EinsumSpec s = parse_einsum(spec, 1);
+  check_labels(s.inputs[0], a, spec);
+  std::string la = s.inputs[0];
+  Array x = sum_letters(a, la, s.output, loc);
+  return permute_to(x, la, s.output, loc);
+}
+
+Array einsum(const std::string& spec, const Array& a, const Array& b, std::source_location loc) {
+  EinsumSpec s = parse_einsum(spec, 2);
+  check_labels(s.inputs[0], a, spec);
+  check_labels(s.inputs[1], b, spec);
+  std::string la = s.inputs[0], lb = s.inputs[1];
+  // Letters only in one operand and not in the output are summed out first.
+  Array x = sum_letters(a, la, lb + s.output, loc);
+  Array y = sum_letters(b, lb, la + s.output, loc);
+  Axes lc, rc, lbat, rbat;
+  std::string result;
+  for (std::size_t i = 0; i < la.size(); ++i) {
+    auto j = lb.find(la[i]);
+    if (j == std::string::npos) continue;
+    bool in_out = s.output.find(la[i]) != std::string::npos;
+    (in_out ? lbat : lc).push_back(static_cast<std::int64_t>(i));
+    (in_out ? rbat : rc).push_back(static_cast<std::int64_t>(j));
+    if (in_out) result += la[i];
+  }
+  for (char c : la)
+    if (lb.find(c) == std::string::npos) result += c;
+  for (char c : lb)
+    if (la.find(c) == std::string::npos) result += c;
+  Array r = dot_general(x, y, lc, rc, lbat, rbat, loc);
+  return permute_to(r, result, s.output, loc);
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+
+Array sum(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  return reduce(P::reduce_sum, x, axes, keepdims, loc);
+}
+Array max(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  return reduce(P::reduce_max, x, axes, keepdims, loc);
+}
+Array min(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  return reduce(P::reduce_min, x, axes, keepdims, loc);
+}
+Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  return reduce(P::reduce_prod, x, axes, keepdims, loc);
+}
+Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  auto n = static_cast<double>(reduced_count(x, axes));
+  Array s = sum(x, axes, keepdims, loc);
+  return div(s, scalar_like(n, s), loc);
+}
+Array argmax(const Array& x, std::int64_t axis, DType index_dtype, std::source_location loc) {
+  return bind1(P::argmax, {x}, {{"axes", Axes{norm_axis(axis, x.ndim(), "argmax")}}, {"index_dtype", index_dtype}}, loc);
+}
+
+// logsumexp(x) = m + log(sum(exp(x - m))), m = max(x) held constant (it cancels in the derivative)
+Array logsumexp(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  Array m = stop_gradient(max(x, axes, true, loc), loc);
+  Array r = add(log(sum(exp(sub(x, m, loc), loc), axes, true, loc), loc), m, loc);
+  if (keepdims) return r;
+  return squeeze(r, norm_axes(axes, x.ndim(), "logsumexp"), loc);
+}
+
+Array softmax(const Array& x, std::int64_t axis, std::source_location loc) {
+  Array m = stop_gradient(max(x, {axis}, true, loc), loc);
+  Array e = exp(sub(x, m, loc), loc);
+  return div(e, sum(e, {axis}, true, loc), loc);
+}
+
+Array log_softmax(const Array& x, std::int64_t axis, std::source_location loc) {
+  Array shifted = sub(x, stop_gradient(max(x, {axis}, true, loc), loc), loc);
+  return sub(shifted, log(sum(exp(shifted, loc), {axis}, true, loc), loc), loc);
+}
+
+// ---- shape ------------------------------------------------------------------------------------
+
+Array reshape(const Array& x, Shape shape, std::source_location loc) {
+  auto inferred = std::count(shape.begin(), shape.end(), -1);
+  if (inferred > 1) throw ShapeError("reshape: at most one dimension may be -1 (at " + where(loc) + ")");
+  if (inferred == 1) {
+    std::int64_t known = 1;
+    for (auto d : shape)
+      if (d != -1) known *= d;
+    if (known == 0 || x.size() % known != 0)
+      throw ShapeError("reshape: cannot reshape " + x.aval().str() + " into " + shape_str(shape) + " (at " + where(loc) + ")");
+    *std::find(shape.begin(), shape.end(), -1) = x.size() / known;
+  }
+  if (shape == x.shape()) return x;
+  return bind1(P::reshape, {x}, {{"new_sizes", shape}}, loc);
+}
+
+Array transpose(const Array& x, const Axes& perm, std::source_location loc) {
+  Axes p = perm;
+  if (p.empty())
+    for (std::int64_t i = x.ndim() - 1; i >= 0; --i) p.push_back(i);
+  else
+    for (auto& a : p) a = norm_axis(a, x.ndim(), "transpose");
+  return bind1(P::transpose, {x}, {{"permutation", p}}, loc);
+}
+
+Array broadcast_in_dim(const Array& x, const Shape& shape, const Axes& bd, std::source_location loc) {
+  return bind1(P::broadcast_in_dim, {x}, {{"shape", shape}, {"broadcast_dimensions", bd}}, loc);
+}
+
+Array broadcast_to(const Array& x, const Shape& shape, std::source_location loc) {
+  if (x.shape() == shape) return x;
+  if (static_cast<std::size_t>(x.ndim()) > shape.size() || broadcast_shapes(x.shape(), shape) != shape)
+    throw ShapeError("broadcast_to: cannot broadcast " + x.aval().str() + " to " + shape_str(shape) + " (at " + where(loc) + ")");
+  Axes bd;
+  for (std::int64_t i = 0; i < x.ndim(); ++i) bd.push_back(static_cast<std::int64_t>(shape.size()) - x.ndim() + i);
+  return broadcast_in_dim(x, shape, bd, loc);
+}
+
+Array expand_dims(const Array& x, std::int64_t axis, std::source_location loc) {
+  return bind1(P::expand_dims, {x}, {{"dimensions", Axes{norm_axis(axis, x.ndim() + 1, "expand_dims")}}}, loc);
+}
+
+Array squeeze(const Array& x, const Axes& axes, std::source_location loc) {
+  Axes ax;
+  if (axes.empty()) {
+    for (std::int64_t i = 0; i < x.ndim(); ++i)
+      if (x.shape()[static_cast<std::size_t>(i)] == 1) ax.push_back(i);
+  } else {
+    ax = norm_axes(axes, x.ndim(), "squeeze");
+  }
+  if (ax.empty()) return x;
+  return bind1(P::squeeze, {x}, {{"dimensions", ax}}, loc);
+}
+
+Array concatenate(const std::vector<Array>& xs, std::int64_t axis, std::source_location loc) {
+  if (xs.empty()) throw ShapeError("concatenate: needs at least one array (at " + where(loc) + ")");
+  return bind1(P::concatenate, xs, {{"dimension", norm_axis(axis, xs[0].ndim(), "concatenate")}}, loc);
+}
+
+Array stack(const std::vector<Array>& xs, std::int64_t axis, std::source_location loc) {
+  if (xs.empty()) throw ShapeError("stack: needs at least one array (at " + where(loc) + ")");
+  std::int64_t ax = norm_axis(axis, xs[0].ndim() + 1, "stack");
+  std::vector<Array> parts;
+  for (const auto& x : xs) parts.push_back(expand_dims(x, ax, loc));
+  return concatenate(parts, ax, loc);
+}
+
+Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& strides, std::source_location loc) {
+  return bind1(P::slice, {x}, {{"start_indices", start}, {"limit_indices", limit}, {"strides", strides}}, loc);
+}
+
+Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t axis, std::source_location loc) {
+  axis = norm_axis(axis, x.ndim(), "slice_in_dim");
+  Axes s(static_cast<std::size_t>(x.ndim()), 0), l = x.shape();
+  s[static_cast<std::size_t>(axis)] = start;
+  l[static_cast<std::size_t>(axis)] = limit;
+  return slice(x, s, l, {}, loc);
+}
+
+Array dynamic_slice(const Array& x, const std::vector<Array>& starts, const Shape& sizes, std::source_location loc) {
+  std::vector<Array> ins{x};
+  ins.insert(ins.end(), starts.begin(), starts.end());
+  return bind1(P::dynamic_slice, ins, {{"slice_sizes", sizes}}, loc);
+}
+
+Array dynamic_update_slice(const Array& x, const Array& update, const std::vector<Array>& starts, std::source_location loc) {
+  std::vector<Array> ins{x, update};
+  ins.insert(ins.end(), starts.begin(), starts.end());
+  return bind1(P::dynamic_update_slice, ins, {}, loc);
+}
+
+Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
+  axis = norm_axis(axis, x.ndim(), "take");
+  return bind1(P::gather, {x, indices}, {{"axis", axis}}, loc);
+}
+
+Array iota(DType dtype, const Shape& shape, std::int64_t dimension, std::source_location loc) {
+  return detail::bind1(P::iota, std::span<const Array>{}, {{"dtype", dtype}, {"shape", shape}, {"dimension", dimension}}, loc);
+}
+
+Array Array::operator[](std::int64_t i) const {
+  std::int64_t n = dim(0);
+  if (i < -n || i >= n) throw ShapeError("index " + std::to_string(i) + " out of range for " + aval().str());
+  if (i < 0) i += n;
+  return squeeze(slice_in_dim(*this, i, i + 1, 0), {0});
+}
+
+Array Array::operator[](const Array& i) const {
+  std::vector<Array> starts{i};
+  for (std::int64_t d = 1; d < ndim(); ++d) starts.push_back(scalar(0, i.dtype()));
+  Shape sizes = shape();
+  sizes[0] = 1;
+  return squeeze(dynamic_slice(*this, starts, sizes), {0});
+}
+
+// ---- operators --------------------------------------------------------------------------------
+
+Array operator-(const Array& x) { return neg(x); }
+Array operator+(const Array& a, const Array& b) { return add(a, b); }
+Array operator-(const Array& a, const Array& b) { return sub(a, b); }
+Array operator*(const Array& a, const Array& b) { return mul(a, b); }
+Array operator/(const Array& a, const Array& b) { return div(a, b); }
+Array operator+(const Array& a, double b) { return add(a, scalar_like(b, a)); }
+Array operator-(const Array& a, double b) { return sub(a, scalar_like(b, a)); }
+Array operator*(const Array& a, double b) { return mul(a, scalar_like(b, a)); }
+Array operator/(const Array& a, double b) { return div(a, scalar_like(b, a)); }
+Array operator+(double a, const Array& b) { return add(scalar_like(a, b), b); }
+Array operator-(double a, const Array& b) { return sub(scalar_like(a, b), b); }
+Array operator*(double a, const Array& b) { return mul(scalar_like(a, b), b); }
+Array operator/(double a, const Array& b) { return div(scalar_like(a, b), b); }
+Array operator==(const Array& a, const Array& b) { return eq(a, b); }
+Array operator!=(const Array& a, const Array& b) { return ne(a, b); }
+Array operator<(const Array& a, const Array& b) { return lt(a, b); }
+Array operator<=(const Array& a, const Array& b) { return le(a, b); }
+Array operator>(const Array& a, const Array& b) { return gt(a, b); }
+Array operator>=(const Array& a, const Array& b) { return ge(a, b); }
+Array operator==(const Array& a, double b) { return eq(a, scalar_like(b, a)); }
+Array operator!=(const Array& a, double b) { return ne(a, scalar_like(b, a)); }
+Array operator<(const Array& a, double b) { return lt(a, scalar_like(b, a)); }
+Array operator<=(const Array& a, double b) { return le(a, scalar_like(b, a)); }
+Array operator>(const Array& a, double b) { return gt(a, scalar_like(b, a)); }
+Array operator>=(const Array& a, double b) { return ge(a, scalar_like(b, a)); }
+Array& operator+=(Array& a, const Array& b) { return a = add(a, b); }
+Array& operator-=(Array& a, const Array& b) { return a = sub(a, b); }
+Array& operator*=(Array& a, const Array& b) { return a = mul(a, b); }
+
+std::ostream& operator<<(std::ostream& os, const Array& x) {
+  if (!x.valid()) return os << "Array(empty)";
+  if (x.is_tracer()) return os << "Traced<" << x.aval() << ">";
+  os << x.aval() << " [";
+  auto v = x.to_vector<double>();
+  for (std::size_t i = 0; i < v.size() && i < 64; ++i) os << (i ? ", " : "") << v[i];
+  if (v.size() > 64) os << ", ...";
+  return os << "]";
+}
+
+}  // namespace xjax

@@ -1,0 +1,174 @@
+// printer.cpp: JAX's text form of jaxprs.
+//   { lambda consts ; invars. let
+//       outs = prim[param=value ...] inputs
+//     in (outvars) }
+// Variables are named a, b, ..., z, ba, bb, ... in order of definition; one naming context is
+// shared by nested jaxprs. A jaxpr without nested jaxprs that fits in 80 columns prints on one line.
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <unordered_map>
+
+#include "internal.hpp"
+
+namespace xjax {
+
+namespace detail {
+std::string var_name(std::size_t index) {
+  // bijective base 26 without 'a' as a leading digit beyond one letter: a..z, ba..bz, ca..
+  std::string s;
+  do {
+    s.insert(s.begin(), static_cast<char>('a' + index % 26));
+    index /= 26;
+  } while (index > 0);
+  return s;
+}
+
+std::string describe_application(Primitive p, std::span<const ShapedArray> in) {
+  std::string s(primitive_name(p));
+  s += "(";
+  for (std::size_t i = 0; i < in.size(); ++i) s += (i ? ", " : "") + in[i].str();
+  return s + ")";
+}
+}  // namespace detail
+
+namespace {
+
+std::string numpy_dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::i32: return "int32";
+    case DType::i64: return "int64";
+    case DType::u32: return "uint32";
+    case DType::bool_: return "bool";
+  }
+  return "?";
+}
+
+std::string format_number(double v, DType d) {
+  if (d == bool_) return v != 0 ? "True" : "False";
+  if (!is_floating(d)) return std::to_string(static_cast<std::int64_t>(v));
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (std::isnan(v)) return "nan";
+  std::ostringstream os;
+  os << std::setprecision(d == f32 ? 8 : 16) << v;
+  std::string s = os.str();
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+class Printer {
+ public:
+  std::string name(const Var& v) {
+    auto it = names_.find(v.id());
+    if (it != names_.end()) return it->second;
+    return names_[v.id()] = detail::var_name(next_++);
+  }
+  std::string typed(const Var& v) { return name(v) + ":" + v.aval().str(); }
+  std::string atom(const Atom& a) {
+    if (auto* v = std::get_if<Var>(&a)) return name(*v);
+    const Array& x = std::get<Literal>(a).value;
+    return format_number(x.item<double>(), x.dtype()) + ":" + x.aval().str();
+  }
+
+  std::string jaxpr(const Jaxpr& j, int indent) {
+    std::string head = "{ lambda ";
+    for (std::size_t i = 0; i < j.constvars.size(); ++i) head += (i ? " " : "") + typed(j.constvars[i]);
+    head += j.constvars.empty() ? "; " : "; ";
+    for (std::size_t i = 0; i < j.invars.size(); ++i) head += (i ? " " : "") + typed(j.invars[i]);
+    head += ". let";
+    std::vector<std::string> lines;
+    bool nested = false;
+    for (const auto& e : j.eqns) lines.push_back(eqn(e, indent + 4, nested));
+    std::string tail = "in (";
+    for (std::size_t i = 0; i < j.outvars.size(); ++i) tail += (i ? ", " : "") + atom(j.outvars[i]);
+    tail += j.outvars.size() == 1 ? ",) }" : ") }";
+
+    std::string one_line = head;
+    for (const auto& l : lines) one_line += " " + l;
+    one_line += " " + tail;
+    if (!nested && lines.size() <= 1 && one_line.size() + static_cast<std::size_t>(indent) <= 80)
+      return one_line;
+    std::string pad(static_cast<std::size_t>(indent), ' ');
+    std::string out = head + "\n";
+    for (const auto& l : lines) out += pad + "    " + l + "\n";
+    return out + pad + "  " + tail;
+  }
+
+ private:
+  std::string param(const Param& p, int indent, bool& nested) {
+    return std::visit(
+        [&](const auto& v) -> std::string {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, bool>) return v ? "True" : "False";
+          else if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(v);
+          else if constexpr (std::is_same_v<T, double>) return format_number(v, f64);
+          else if constexpr (std::is_same_v<T, std::string>) return v;
+          else if constexpr (std::is_same_v<T, DType>) return numpy_dtype_name(v);
+          else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+            std::string s = "(";
+            for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+            return s + (v.size() == 1 ? ",)" : ")");
+          } else if constexpr (std::is_same_v<T, ClosedJaxprPtr>) {
+            nested = true;
+            return jaxpr(*v->jaxpr, indent + 2);
+          } else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) {
+            nested = true;
+            std::string s = "(\n";
+            for (const auto& b : v)
+              s += std::string(static_cast<std::size_t>(indent + 4), ' ') + jaxpr(*b->jaxpr, indent + 4) + "\n";
+            return s + std::string(static_cast<std::size_t>(indent + 2), ' ') + ")";
+          } else {
+            return v ? v->repr() : "None";
+          }
+        },
+        p);
+  }
+
+  std::string eqn(const Eqn& e, int indent, bool& nested) {
+    std::string lhs;
+    for (std::size_t i = 0; i < e.outputs.size(); ++i) lhs += (i ? " " : "") + typed(e.outputs[i]);
+    if (e.outputs.empty()) lhs = "_";
+    bool eqn_nested = false;
+    std::vector<std::string> ps;
+    for (const auto& [k, v] : e.params) ps.push_back(k + "=" + param(v, indent, eqn_nested));
+    std::string s = lhs + " = " + std::string(primitive_name(e.prim));
+    if (!ps.empty()) {
+      if (eqn_nested) {
+        nested = true;
+        std::string pad(static_cast<std::size_t>(indent + 2), ' ');
+        s += "[\n";
+        for (const auto& p : ps) s += pad + p + "\n";
+        s += std::string(static_cast<std::size_t>(indent), ' ') + "]";
+      } else {
+        s += "[";
+        for (std::size_t i = 0; i < ps.size(); ++i) s += (i ? " " : "") + ps[i];
+        s += "]";
+      }
+    }
+    for (const auto& a : e.inputs) s += " " + atom(a);
+    return s;
+  }
+
+  std::unordered_map<std::uint64_t, std::string> names_;
+  std::size_t next_ = 0;
+};
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Jaxpr& j) {
+  Printer p;
+  return os << p.jaxpr(j, 0);
+}
+
+std::ostream& operator<<(std::ostream& os, const ClosedJaxpr& j) { return os << *j.jaxpr; }
+
+std::string ClosedJaxpr::str() const {
+  std::ostringstream os;
+  os << *this;
+  return os.str();
+}
+
+}  // namespace xjax

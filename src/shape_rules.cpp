@@ -1,0 +1,371 @@
+// shape_rules.cpp: abstract evaluation. For each primitive, the avals of its outputs given the
+// avals of its operands and its params, or a ShapeError / TypeError that names the application.
+// Read abstract_eval() at the bottom first: one case per primitive, most a one-line call to a
+// family rule above it.
+#include <algorithm>
+#include <numeric>
+
+#include "internal.hpp"
+
+namespace xjax::detail {
+namespace {
+
+using Avals = std::span<const ShapedArray>;
+using Ints = std::vector<std::int64_t>;
+
+[[noreturn]] void shape_fail(Primitive p, Avals in, const std::string& why) {
+  throw ShapeError(describe_application(p, in) + ": " + why);
+}
+[[noreturn]] void type_fail(Primitive p, Avals in, const std::string& why) {
+  throw TypeError(describe_application(p, in) + ": " + why);
+}
+
+void expect_arity(Primitive p, Avals in, std::size_t n) {
+  if (in.size() != n)
+    shape_fail(p, in, "expects " + std::to_string(n) + " operand(s), got " + std::to_string(in.size()));
+}
+
+enum class Kinds { floats, numeric, any };
+
+void expect_kind(Primitive p, Avals in, const ShapedArray& a, Kinds k) {
+  if (k == Kinds::floats && !is_floating(a.dtype))
+    type_fail(p, in, "needs a floating-point operand (f32 or f64); convert with xj::astype");
+  if (k == Kinds::numeric && a.dtype == bool_)
+    type_fail(p, in, "does not accept bool operands; convert with xj::astype");
+}
+
+std::vector<ShapedArray> elementwise(Primitive p, Avals in, std::size_t arity, Kinds k,
+                                     DType out_dtype_or_same = DType::bool_, bool same = true) {
+  expect_arity(p, in, arity);
+  for (std::size_t i = 1; i < in.size(); ++i) {
+    if (in[i].dtype != in[0].dtype)
+      type_fail(p, in, "operands must have the same dtype; convert one with xj::astype");
+    if (in[i].shape != in[0].shape)
+      shape_fail(p, in, "operands must have the same shape (the user-level ops broadcast: "
+                        "xj::add, operator+, ... insert broadcast_in_dim)");
+  }
+  expect_kind(p, in, in[0], k);
+  return {ShapedArray{in[0].shape, same ? in[0].dtype : out_dtype_or_same}};
+}
+
+std::int64_t norm_axis(Primitive p, Avals in, std::int64_t axis, std::int64_t rank) {
+  if (axis < 0 || axis >= rank)
+    shape_fail(p, in, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return axis;
+}
+
+void check_unique_axes(Primitive p, Avals in, const Ints& axes, std::int64_t rank) {
+  std::vector<bool> seen(static_cast<std::size_t>(rank), false);
+  for (auto a : axes) {
+    norm_axis(p, in, a, rank);
+    if (seen[static_cast<std::size_t>(a)]) shape_fail(p, in, "repeated axis " + std::to_string(a));
+    seen[static_cast<std::size_t>(a)] = true;
+  }
+}
+
+Shape remove_axes(const Shape& s, const Ints& axes) {
+  Shape out;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(i)) == axes.end()) out.push_back(s[i]);
+  return out;
+}
+
+std::vector<ShapedArray> reduce(Primitive p, Avals in, const Params& ps, Kinds k) {
+  expect_arity(p, in, 1);
+  expect_kind(p, in, in[0], k);
+  const Ints& axes = param_ints(ps, "axes");
+  check_unique_axes(p, in, axes, in[0].ndim());
+  return {ShapedArray{remove_axes(in[0].shape, axes), in[0].dtype}};
+}
+
+std::vector<ShapedArray> argmax_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::argmax;
+  expect_arity(p, in, 1);
+  const Ints& axes = param_ints(ps, "axes");
+  if (axes.size() != 1) shape_fail(p, in, "argmax takes exactly one axis");
+  check_unique_axes(p, in, axes, in[0].ndim());
+  if (in[0].shape[static_cast<std::size_t>(axes[0])] == 0) shape_fail(p, in, "argmax of an empty axis");
+  DType idx = param<DType>(ps, "index_dtype");
+  if (idx != i32 && idx != i64) type_fail(p, in, "index_dtype must be i32 or i64");
+  return {ShapedArray{remove_axes(in[0].shape, axes), idx}};
+}
+
+std::vector<ShapedArray> select_n_rule(Avals in) {
+  const Primitive p = Primitive::select_n;
+  if (in.size() < 2) shape_fail(p, in, "needs a predicate and at least one case");
+  const ShapedArray& which = in[0];
+  if (which.dtype != bool_ && which.dtype != i32)
+    type_fail(p, in, "the predicate must be bool or i32");
+  if (which.dtype == bool_ && in.size() > 3) type_fail(p, in, "a bool predicate selects between 2 cases");
+  for (std::size_t i = 2; i < in.size(); ++i)
+    if (in[i] != in[1]) type_fail(p, in, "all cases must have the same shape and dtype");
+  if (which.ndim() != 0 && which.shape != in[1].shape)
+    shape_fail(p, in, "the predicate must be a scalar or have the cases' shape");
+  return {in[1]};
+}
+
+std::vector<ShapedArray> dot_general_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::dot_general;
+  expect_arity(p, in, 2);
+  const auto &lhs = in[0], &rhs = in[1];
+  if (lhs.dtype != rhs.dtype) type_fail(p, in, "operands must have the same dtype");
+  expect_kind(p, in, lhs, Kinds::numeric);
+  const Ints &lc = param_ints(ps, "lhs_contracting"), &rc = param_ints(ps, "rhs_contracting");
+  const Ints &lb = param_ints(ps, "lhs_batch"), &rb = param_ints(ps, "rhs_batch");
+  if (lc.size() != rc.size()) shape_fail(p, in, "contracting dimension lists differ in length");
+  if (lb.size() != rb.size()) shape_fail(p, in, "batch dimension lists differ in length");
+  Ints lall = lb, rall = rb;
+  lall.insert(lall.end(), lc.begin(), lc.end());
+  rall.insert(rall.end(), rc.begin(), rc.end());
+  check_unique_axes(p, in, lall, lhs.ndim());
+  check_unique_axes(p, in, rall, rhs.ndim());
+  auto dim = [](const ShapedArray& a, std::int64_t i) { return a.shape[static_cast<std::size_t>(i)]; };
+  for (std::size_t i = 0; i < lc.size(); ++i)
+    if (dim(lhs, lc[i]) != dim(rhs, rc[i]))
+      shape_fail(p, in, "contracting dimensions differ: " + std::to_string(dim(lhs, lc[i])) + " vs " +
+                            std::to_string(dim(rhs, rc[i])));
+  Shape out;
+  for (std::size_t i = 0; i < lb.size(); ++i) {
+    if (dim(lhs, lb[i]) != dim(rhs, rb[i])) shape_fail(p, in, "batch dimensions differ");
+    out.push_back(dim(lhs, lb[i]));
+  }
+  for (std::int64_t i = 0; i < lhs.ndim(); ++i)
+    if (std::find(lall.begin(), lall.end(), i) == lall.end()) out.push_back(dim(lhs, i));
+  for (std::int64_t i = 0; i < rhs.ndim(); ++i)
+    if (std::find(rall.begin(), rall.end(), i) == rall.end()) out.push_back(dim(rhs, i));
+  return {ShapedArray{out, lhs.dtype}};
+}
+
+std::vector<ShapedArray> broadcast_in_dim_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::broadcast_in_dim;
+  expect_arity(p, in, 1);
+  const Ints& shape = param_ints(ps, "shape");
+  const Ints& bd = param_ints(ps, "broadcast_dimensions");
+  if (static_cast<std::int64_t>(bd.size()) != in[0].ndim())
+    shape_fail(p, in, "broadcast_dimensions needs one entry per operand dimension");
+  for (std::size_t i = 0; i < bd.size(); ++i) {
+    if (bd[i] < 0 || bd[i] >= static_cast<std::int64_t>(shape.size()) || (i && bd[i] <= bd[i - 1]))
+      shape_fail(p, in, "broadcast_dimensions must be increasing and within the target rank");
+    auto d = in[0].shape[i];
+    if (d != 1 && d != shape[static_cast<std::size_t>(bd[i])])
+      shape_fail(p, in, "cannot broadcast to " + shape_str(shape));
+  }
+  for (auto d : shape)
+    if (d < 0) shape_fail(p, in, "negative dimension in " + shape_str(shape));
+  return {ShapedArray{shape, in[0].dtype}};
+}
+
+std::vector<ShapedArray> reshape_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::reshape;
+  expect_arity(p, in, 1);
+  const Ints& sizes = param_ints(ps, "new_sizes");
+  for (auto d : sizes)
+    if (d < 0) shape_fail(p, in, "negative dimension in " + shape_str(sizes));
+  if (shape_size(sizes) != in[0].size())
+    shape_fail(p, in, "cannot reshape " + std::to_string(in[0].size()) + " elements into " + shape_str(sizes));
+  return {ShapedArray{sizes, in[0].dtype}};
+}
+
+std::vector<ShapedArray> transpose_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::transpose;
+  expect_arity(p, in, 1);
+  const Ints& perm = param_ints(ps, "permutation");
+  if (static_cast<std::int64_t>(perm.size()) != in[0].ndim()) shape_fail(p, in, "permutation has the wrong length");
+  check_unique_axes(p, in, perm, in[0].ndim());
+  Shape out;
+  for (auto a : perm) out.push_back(in[0].shape[static_cast<std::size_t>(a)]);
+  return {ShapedArray{out, in[0].dtype}};
+}
+
+std::vector<ShapedArray> squeeze_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::squeeze;
+  expect_arity(p, in, 1);
+  const Ints& dims = param_ints(ps, "dimensions");
+  check_unique_axes(p, in, dims, in[0].ndim());
+  for (auto d : dims)
+    if (in[0].shape[static_cast<std::size_t>(d)] != 1)
+      shape_fail(p, in, "cannot squeeze dimension " + std::to_string(d) + " whose size is not 1");
+  return {ShapedArray{remove_axes(in[0].shape, dims), in[0].dtype}};
+}
+
+std::vector<ShapedArray> expand_dims_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::expand_dims;
+  expect_arity(p, in, 1);
+  const Ints& dims = param_ints(ps, "dimensions");
+  std::int64_t rank = in[0].ndim() + static_cast<std::int64_t>(dims.size());
+  check_unique_axes(p, in, dims, rank);
+  Shape out;
+  std::size_t k = 0;
+  for (std::int64_t i = 0; i < rank; ++i)
+    out.push_back(std::find(dims.begin(), dims.end(), i) != dims.end() ? 1 : in[0].shape[k++]);
+  return {ShapedArray{out, in[0].dtype}};
+}
+
+std::vector<ShapedArray> slice_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::slice;
+  expect_arity(p, in, 1);
+  const Ints &start = param_ints(ps, "start_indices"), &limit = param_ints(ps, "limit_indices");
+  const Ints& strides = param_ints(ps, "strides");
+  auto r = static_cast<std::size_t>(in[0].ndim());
+  if (start.size() != r || limit.size() != r || (!strides.empty() && strides.size() != r))
+    shape_fail(p, in, "start_indices, limit_indices and strides need one entry per dimension");
+  Shape out;
+  for (std::size_t i = 0; i < r; ++i) {
+    std::int64_t s = strides.empty() ? 1 : strides[i];
+    if (s <= 0) shape_fail(p, in, "strides must be positive");
+    if (start[i] < 0 || limit[i] > in[0].shape[i] || start[i] > limit[i])
+      shape_fail(p, in, "slice [" + std::to_string(start[i]) + ":" + std::to_string(limit[i]) +
+                            "] out of bounds for dimension " + std::to_string(i) + " of size " +
+                            std::to_string(in[0].shape[i]));
+    out.push_back((limit[i] - start[i] + s - 1) / s);
+  }
+  return {ShapedArray{out, in[0].dtype}};
+}
+
+std::vector<ShapedArray> pad_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::pad;
+  expect_arity(p, in, 2);
+  if (in[1].ndim() != 0 || in[1].dtype != in[0].dtype)
+    type_fail(p, in, "the padding value must be a scalar of the operand's dtype");
+  const Ints &lo = param_ints(ps, "lo"), &hi = param_ints(ps, "hi"), &interior = param_ints(ps, "interior");
+  auto r = static_cast<std::size_t>(in[0].ndim());
+  if (lo.size() != r || hi.size() != r || interior.size() != r)
+    shape_fail(p, in, "lo, hi and interior need one entry per dimension");
+  Shape out;
+  for (std::size_t i = 0; i < r; ++i) {
+    if (interior[i] < 0) shape_fail(p, in, "interior padding must be non-negative");
+    std::int64_t n = in[0].shape[i];
+    std::int64_t size = lo[i] + hi[i] + n + (n > 0 ? (n - 1) * interior[i] : 0);
+    if (size < 0) shape_fail(p, in, "negative padding removes more than the dimension holds");
+    out.push_back(size);
+  }
+  return {ShapedArray{out, in[0].dtype}};
+}
+
+void expect_scalar_indices(Primitive p, Avals in, std::size_t first, std::size_t count) {
+  if (in.size() != first + count)
+    shape_fail(p, in, "needs one start index per operand dimension");
+  for (std::size_t i = first; i < in.size(); ++i)
+    if (in[i].ndim() != 0 || !is_integer(in[i].dtype))
+      type_fail(p, in, "start indices must be integer scalars");
+}
+
+std::vector<ShapedArray> dynamic_slice_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::dynamic_slice;
+  if (in.empty()) shape_fail(p, in, "needs an operand");
+  expect_scalar_indices(p, in, 1, static_cast<std::size_t>(in[0].ndim()));
+  const Ints& sizes = param_ints(ps, "slice_sizes");
+  if (sizes.size() != static_cast<std::size_t>(in[0].ndim())) shape_fail(p, in, "slice_sizes needs one entry per dimension");
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] < 0 || sizes[i] > in[0].shape[i]) shape_fail(p, in, "slice size exceeds the dimension");
+  return {ShapedArray{sizes, in[0].dtype}};
+}
+
+std::vector<ShapedArray> dynamic_update_slice_rule(Avals in) {
+  const Primitive p = Primitive::dynamic_update_slice;
+  if (in.size() < 2) shape_fail(p, in, "needs an operand and an update");
+  if (in[1].dtype != in[0].dtype) type_fail(p, in, "the update must have the operand's dtype");
+  if (in[1].ndim() != in[0].ndim()) shape_fail(p, in, "the update must have the operand's rank");
+  for (std::size_t i = 0; i < in[0].shape.size(); ++i)
+    if (in[1].shape[i] > in[0].shape[i]) shape_fail(p, in, "the update is larger than the operand");
+  expect_scalar_indices(p, in, 2, static_cast<std::size_t>(in[0].ndim()));
+  return {in[0]};
+}
+
+std::vector<ShapedArray> concatenate_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::concatenate;
+  if (in.empty()) shape_fail(p, in, "needs at least one operand");
+  std::int64_t dim = norm_axis(p, in, param_int(ps, "dimension"), in[0].ndim());
+  Shape out = in[0].shape;
+  for (std::size_t i = 1; i < in.size(); ++i) {
+    if (in[i].dtype != in[0].dtype) type_fail(p, in, "operands must have the same dtype");
+    if (in[i].ndim() != in[0].ndim()) shape_fail(p, in, "operands must have the same rank");
+    for (std::int64_t d = 0; d < in[0].ndim(); ++d)
+      if (d != dim && in[i].shape[static_cast<std::size_t>(d)] != in[0].shape[static_cast<std::size_t>(d)])
+        shape_fail(p, in, "operands differ outside the concatenation dimension");
+    out[static_cast<std::size_t>(dim)] += in[i].shape[static_cast<std::size_t>(dim)];
+  }
+  return {ShapedArray{out, in[0].dtype}};
+}
+
+Shape gather_shape(Primitive p, Avals in, std::int64_t axis) {
+  norm_axis(p, in, axis, in[0].ndim());
+  if (!is_integer(in[1].dtype) || in[1].dtype == u32) type_fail(p, in, "indices must be i32 or i64");
+  Shape out(in[0].shape.begin(), in[0].shape.begin() + axis);
+  out.insert(out.end(), in[1].shape.begin(), in[1].shape.end());
+  out.insert(out.end(), in[0].shape.begin() + axis + 1, in[0].shape.end());
+  return out;
+}
+
+std::vector<ShapedArray> gather_rule(Avals in, const Params& ps) {
+  expect_arity(Primitive::gather, in, 2);
+  return {ShapedArray{gather_shape(Primitive::gather, in, param_int(ps, "axis")), in[0].dtype}};
+}
+
+std::vector<ShapedArray> scatter_add_rule(Avals in, const Params& ps) {
+  const Primitive p = Primitive::scatter_add;
+  expect_arity(p, in, 3);
+  ShapedArray upd{gather_shape(p, in, param_int(ps, "axis")), in[0].dtype};
+  if (in[2] != upd) shape_fail(p, in, "updates must be " + upd.str());
+  expect_kind(p, in, in[0], Kinds::numeric);
+  return {in[0]};
+}
+
+std::vector<ShapedArray> iota_rule(Avals in, const Params& ps) {
+  expect_arity(Primitive::iota, in, 0);
+  const Ints& shape = param_ints(ps, "shape");
+  norm_axis(Primitive::iota, in, param_int(ps, "dimension"), static_cast<std::int64_t>(shape.size()));
+  return {ShapedArray{shape, param<DType>(ps, "dtype")}};
+}
+
+std::vector<ShapedArray> integer_pow_rule(Avals in, const Params& ps) {
+  auto out = elementwise(Primitive::integer_pow, in, 1, Kinds::numeric);
+  if (param_int(ps, "y") < 0 && !is_floating(in[0].dtype))
+    type_fail(Primitive::integer_pow, in, "a negative power needs a floating-point operand");
+  return out;
+}
+
+}  // namespace
+
+std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray> in, const Params& ps) {
+  using P = Primitive;
+  switch (p) {
+    case P::exp: case P::log: case P::log1p: case P::expm1: case P::sin: case P::cos: case P::tan:
+    case P::tanh: case P::logistic: case P::sqrt: case P::rsqrt:
+      return elementwise(p, in, 1, Kinds::floats);
+    case P::neg: case P::abs: case P::sign:
+      return elementwise(p, in, 1, Kinds::numeric);
+    case P::integer_pow: return integer_pow_rule(in, ps);
+    case P::add: case P::sub: case P::mul: case P::div:
+      return elementwise(p, in, 2, Kinds::numeric);
+    case P::max: case P::min: return elementwise(p, in, 2, Kinds::any);
+    case P::pow: return elementwise(p, in, 2, Kinds::floats);
+    case P::eq: case P::ne: case P::lt: case P::le: case P::gt: case P::ge:
+      return elementwise(p, in, 2, Kinds::any, bool_, false);
+    case P::select_n: return select_n_rule(in);
+    case P::convert_element_type:
+      expect_arity(p, in, 1);
+      return {ShapedArray{in[0].shape, param<DType>(ps, "new_dtype")}};
+    case P::stop_gradient: case P::copy: return elementwise(p, in, 1, Kinds::any);
+    case P::dot_general: return dot_general_rule(in, ps);
+    case P::reduce_sum: case P::reduce_prod: return reduce(p, in, ps, Kinds::numeric);
+    case P::reduce_max: case P::reduce_min: return reduce(p, in, ps, Kinds::any);
+    case P::argmax: return argmax_rule(in, ps);
+    case P::broadcast_in_dim: return broadcast_in_dim_rule(in, ps);
+    case P::reshape: return reshape_rule(in, ps);
+    case P::transpose: return transpose_rule(in, ps);
+    case P::squeeze: return squeeze_rule(in, ps);
+    case P::expand_dims: return expand_dims_rule(in, ps);
+    case P::slice: return slice_rule(in, ps);
+    case P::pad: return pad_rule(in, ps);
+    case P::dynamic_slice: return dynamic_slice_rule(in, ps);
+    case P::dynamic_update_slice: return dynamic_update_slice_rule(in);
+    case P::concatenate: return concatenate_rule(in, ps);
+    case P::gather: return gather_rule(in, ps);
+    case P::scatter_add: return scatter_add_rule(in, ps);
+    case P::iota: return iota_rule(in, ps);
+  }
+  throw Error("abstract_eval: unknown primitive");
+}
+
+}  // namespace xjax::detail

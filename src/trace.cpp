@@ -1,0 +1,169 @@
+// trace.cpp: tracing. A Builder records the equations of one jaxpr; a thread-local stack holds
+// the builders active on this thread (innermost last). bind() is the single entry of every
+// primitive application: it records into the innermost builder, or runs the kernel when no trace
+// is active. Operands from enclosing traces are lifted into consts (closure conversion).
+#include <atomic>
+#include <unordered_map>
+
+#include "internal.hpp"
+#include "xjax/runtime.hpp"
+
+namespace xjax {
+
+Var::Var(ShapedArray aval) {
+  static std::atomic<std::uint64_t> next_id{1};
+  p_ = std::make_shared<const Impl>(Impl{std::move(aval), next_id.fetch_add(1)});
+}
+
+const ShapedArray& atom_aval(const Atom& a) {
+  if (auto* v = std::get_if<Var>(&a)) return v->aval();
+  return std::get<Literal>(a).value.aval();
+}
+
+std::int64_t param_int(const Params& ps, std::string_view name) { return param<std::int64_t>(ps, name); }
+const std::vector<std::int64_t>& param_ints(const Params& ps, std::string_view name) {
+  return param<std::vector<std::int64_t>>(ps, name);
+}
+
+namespace detail {
+
+struct Builder : std::enable_shared_from_this<Builder> {
+  std::vector<Var> invars;
+  std::vector<Var> constvars;
+  std::vector<Array> consts;
+  std::unordered_map<const ArrayImpl*, Var> const_of;
+  std::vector<Eqn> eqns;
+
+  Array new_tracer(const ShapedArray& aval, const std::source_location& loc) {
+    auto tracer = std::make_shared<Tracer>();
+    tracer->builder = weak_from_this();
+    tracer->owner = this;
+    tracer->var = Var(aval);
+    tracer->created_at = loc;
+    auto impl = std::make_shared<ArrayImpl>();
+    impl->aval = aval;
+    impl->tracer = std::move(tracer);
+    return Array(std::move(impl));
+  }
+
+  Var add_const(const Array& a) {
+    auto it = const_of.find(a.impl().get());
+    if (it != const_of.end()) return it->second;
+    Var v(a.aval());
+    constvars.push_back(v);
+    consts.push_back(a);
+    const_of.emplace(a.impl().get(), v);
+    return v;
+  }
+};
+
+namespace {
+
+thread_local std::vector<std::shared_ptr<Builder>> t_stack;
+
+bool on_stack(const Builder* b) {
+  for (const auto& s : t_stack)
+    if (s.get() == b) return true;
+  return false;
+}
+
+[[noreturn]] void escaped(const Array& a) {
+  throw TracerError("a tracer of " + a.aval().str() + " created at " +
+                    where(a.impl()->tracer->created_at) +
+                    " was used outside the trace that created it (it escaped the traced "
+                    "function, e.g. stored outside it or used by a closure called after its "
+                    "transform returned); return it from the function instead");
+}
+
+Atom to_atom(Builder& b, const Array& a) {
+  if (!a.valid()) throw Error("an empty xj::Array (default-constructed) was passed to an operation");
+  const auto& im = *a.impl();
+  if (!im.tracer) {
+    if (im.aval.ndim() == 0) return Literal{a};
+    return b.add_const(a);
+  }
+  auto owner = im.tracer->builder.lock();
+  if (owner.get() == &b) return im.tracer->var;
+  if (!owner || !on_stack(owner.get())) escaped(a);
+  return b.add_const(a);  // a tracer of an enclosing trace: closure conversion
+}
+
+template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_location& loc) {
+  throw E(std::string(e.what()) + " (at " + where(loc) + ")");
+}
+
+}  // namespace
+
+bool tracing_active() { return !t_stack.empty(); }
+
+std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params params,
+                        std::source_location loc) {
+  std::vector<ShapedArray> in_avals;
+  in_avals.reserve(inputs.size());
+  for (const auto& x : inputs) {
+    if (!x.valid())
+      throw Error(std::string(primitive_name(p)) + ": an operand is an empty xj::Array (at " +
+                  where(loc) + ")");
+    in_avals.push_back(x.aval());
+  }
+  std::vector<ShapedArray> out_avals;
+  try {
+    out_avals = abstract_eval(p, in_avals, params);
+  } catch (const ShapeError& e) {
+    rethrow_at(e, loc);
+  } catch (const TypeError& e) {
+    rethrow_at(e, loc);
+  }
+
+  if (t_stack.empty()) {
+    for (const auto& x : inputs)
+      if (x.is_tracer()) escaped(x);
+    auto outs = run_kernel(p, inputs, params, out_avals);
+    count_eval(p);
+    return outs;
+  }
+
+  Builder& b = *t_stack.back();
+  Eqn eqn{p, {}, {}, std::move(params), loc};
+  eqn.inputs.reserve(inputs.size());
+  for (const auto& x : inputs) eqn.inputs.push_back(to_atom(b, x));
+  std::vector<Array> outs;
+  outs.reserve(out_avals.size());
+  for (const auto& aval : out_avals) {
+    outs.push_back(b.new_tracer(aval, loc));
+    eqn.outputs.push_back(outs.back().impl()->tracer->var);
+  }
+  b.eqns.push_back(std::move(eqn));
+  return outs;
+}
+
+Array bind1(Primitive p, std::span<const Array> inputs, Params params, std::source_location loc) {
+  return bind(p, inputs, std::move(params), loc).at(0);
+}
+
+ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals) {
+  auto b = std::make_shared<Builder>();
+  t_stack.push_back(b);
+  struct Pop {
+    ~Pop() { t_stack.pop_back(); }
+  } pop;
+  std::vector<Array> args;
+  args.reserve(in_avals.size());
+  for (const auto& aval : in_avals) {
+    args.push_back(b->new_tracer(aval, std::source_location::current()));
+    b->invars.push_back(args.back().impl()->tracer->var);
+  }
+  std::vector<Array> outs = f(args);
+  auto jaxpr = std::make_shared<Jaxpr>();
+  for (const auto& o : outs) jaxpr->outvars.push_back(to_atom(*b, o));
+  jaxpr->constvars = std::move(b->constvars);
+  jaxpr->invars = std::move(b->invars);
+  jaxpr->eqns = std::move(b->eqns);
+#if XJAX_CHECKS
+  typecheck(*jaxpr);
+#endif
+  return ClosedJaxpr{std::move(jaxpr), std::move(b->consts)};
+}
+
+}  // namespace detail
+}  // namespace xjax

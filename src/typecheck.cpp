@@ -1,0 +1,62 @@
+// typecheck.cpp: typecheck : Jaxpr -> () (throws TypeError). Every variable is defined once
+// before use with the type it is used at, and every equation's outputs are what its shape rule
+// gives for its inputs. Sub-jaxprs in parameters are checked recursively.
+#include <unordered_map>
+
+#include "internal.hpp"
+
+namespace xjax {
+namespace {
+
+[[noreturn]] void fail(const Eqn* e, const std::string& why) {
+  std::string where_s = e ? std::string(" in equation ") + std::string(primitive_name(e->prim)) +
+                                " (at " + where(e->loc) + ")"
+                          : std::string();
+  throw TypeError("typecheck failed" + where_s + ": " + why);
+}
+
+void check_params(const Params& ps) {
+  for (const auto& [k, v] : ps) {
+    if (auto* j = std::get_if<ClosedJaxprPtr>(&v)) typecheck(*(*j)->jaxpr);
+    if (auto* js = std::get_if<std::vector<ClosedJaxprPtr>>(&v))
+      for (const auto& b : *js) typecheck(*b->jaxpr);
+  }
+}
+
+}  // namespace
+
+void typecheck(const Jaxpr& j) {
+  std::unordered_map<std::uint64_t, ShapedArray> env;
+  auto define = [&](const Var& v, const Eqn* e) {
+    if (!env.emplace(v.id(), v.aval()).second) fail(e, "variable defined twice");
+  };
+  auto use = [&](const Atom& a, const Eqn* e) {
+    if (auto* v = std::get_if<Var>(&a)) {
+      auto it = env.find(v->id());
+      if (it == env.end()) fail(e, "variable of " + v->aval().str() + " used before definition");
+      if (it->second != v->aval()) fail(e, "variable type mismatch");
+    } else if (std::get<Literal>(a).value.ndim() != 0) {
+      fail(e, "literal of rank > 0");
+    }
+  };
+  for (const auto& v : j.constvars) define(v, nullptr);
+  for (const auto& v : j.invars) define(v, nullptr);
+  for (const auto& e : j.eqns) {
+    std::vector<ShapedArray> in;
+    for (const auto& a : e.inputs) {
+      use(a, &e);
+      in.push_back(atom_aval(a));
+    }
+    check_params(e.params);
+    auto expect = detail::abstract_eval(e.prim, in, e.params);
+    if (expect.size() != e.outputs.size()) fail(&e, "wrong number of outputs");
+    for (std::size_t i = 0; i < expect.size(); ++i)
+      if (expect[i] != e.outputs[i].aval())
+        fail(&e, "output " + std::to_string(i) + " is " + e.outputs[i].aval().str() +
+                     " but the shape rule gives " + expect[i].str());
+    for (const auto& v : e.outputs) define(v, &e);
+  }
+  for (const auto& a : j.outvars) use(a, nullptr);
+}
+
+}  // namespace xjax
