@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian packages xjax needs to build, test, benchmark and document itself.
+# Idempotent: when every package is already installed it does nothing (no apt-get update).
+# Runs as root (or through sudo) without questions: DEBIAN_FRONTEND=noninteractive.
+set -euo pipefail
+
+packages=(
+  meson ninja-build g++ cmake pkg-config python3
+  xtensor-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev libboost-dev doctest-dev
+  libbenchmark-dev doxygen
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "bootstrap: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+echo "bootstrap: installing ${missing[*]}"
+sudo=()
+if [[ "$(id -u)" -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+  else
+    echo "bootstrap: not root and no sudo; install these packages: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

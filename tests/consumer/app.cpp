@@ -1,0 +1,40 @@
+// A tiny program built against an *installed* xjax, once with pkg-config and once with CMake's
+// find_package(xjax) (see run.sh). It proves that the installed headers, library and the flags
+// carried by xjax.pc / xjaxConfig.cmake are enough for a consumer.
+#include <xjax/xjax.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#ifndef XTENSOR_USE_XSIMD
+#error "XTENSOR_USE_XSIMD must come from xjax's package flags (it changes xtensor's allocator type)"
+#endif
+#if __cplusplus < 202002L
+#error "xjax's package flags must select C++20"
+#endif
+
+namespace xj = xjax;
+
+int main() {
+  // Eager: computes at once.
+  xj::Array y = xj::sin(xj::array({1.f, 2.f}));
+  auto v = y.to_vector<float>();
+  if (v.size() != 2 || std::fabs(v[0] - std::sin(1.f)) > 1e-6f ||
+      std::fabs(v[1] - std::sin(2.f)) > 1e-6f) {
+    std::fprintf(stderr, "consumer: wrong eager sin result\n");
+    return 1;
+  }
+
+  // Traced: the jaxpr printer lives in the compiled library.
+  auto jaxpr = xj::make_jaxpr([](const xj::Array& x) { return xj::sin(x); })(xj::array({1.f, 2.f}));
+  std::ostringstream os;
+  os << jaxpr;
+  if (os.str().find("sin") == std::string::npos) {
+    std::fprintf(stderr, "consumer: unexpected jaxpr: %s\n", os.str().c_str());
+    return 1;
+  }
+  std::printf("consumer ok: sin([1, 2]) = [%g, %g]; jaxpr %s\n", v[0], v[1], os.str().c_str());
+  return 0;
+}
