@@ -1,0 +1,148 @@
+// dot.cpp: the dot_general kernel, as a batch of matrix products C[b] = A[b] * B[b].
+//
+// Read in order: GemmOperand (an operand seen as a [batch, rows, cols] matrix stack, possibly
+// transposed), operand_as_matrix (which picks a layout the operand already has, or transposes it
+// into one), then the two back ends: BLAS for f32/f64 (cblas_sgemm/dgemm per batch entry) and a
+// plain loop for integers. Output dims are batch..., lhs free..., rhs free..., i.e. C is
+// [batch, M, N] row-major: exactly the output's layout.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernels.hpp"
+
+namespace xjax::detail::kernels {
+namespace {
+
+// An operand viewed as `batch` matrices stored consecutively. Logically each is rows x cols
+// (M x K for the lhs, K x N for the rhs); when `transposed`, each is stored as cols x rows.
+struct GemmOperand {
+  Array storage;  // the operand itself, or a transposed copy
+  bool transposed = false;
+};
+
+// The dims of a rank-`rank` operand that are neither contracting nor batch, in order.
+Ints free_dims(std::int64_t rank, const Ints& contracting, const Ints& batch) {
+  Ints dims;
+  for (std::int64_t d = 0; d < rank; ++d)
+    if (std::find(contracting.begin(), contracting.end(), d) == contracting.end() &&
+        std::find(batch.begin(), batch.end(), d) == batch.end())
+      dims.push_back(d);
+  return dims;
+}
+
+Ints concat(const Ints& a, const Ints& b, const Ints& c) {
+  Ints out(a);
+  out.insert(out.end(), b.begin(), b.end());
+  out.insert(out.end(), c.begin(), c.end());
+  return out;
+}
+
+std::int64_t product_of_dims(const Shape& shape, const Ints& dims) {
+  std::int64_t p = 1;
+  for (auto d : dims) p *= shape[static_cast<std::size_t>(d)];
+  return p;
+}
+
+// True when permuting x by `perm` would not move any byte: the dims of size > 1 stay in order.
+bool is_free_permutation(const Shape& shape, const Ints& perm) {
+  std::int64_t last = -1;
+  for (auto d : perm) {
+    if (shape[static_cast<std::size_t>(d)] == 1) continue;
+    if (d < last) return false;
+    last = d;
+  }
+  return true;
+}
+
+// `x` as a stack of matrices in the order `plain` (batch, row dims, col dims) or, when x already
+// is laid out so, `swapped` (batch, col dims, row dims). Otherwise x is transposed into `plain`.
+GemmOperand operand_as_matrix(const Array& x, const Ints& plain, const Ints& swapped) {
+  if (is_free_permutation(x.shape(), plain)) return {x, false};
+  if (is_free_permutation(x.shape(), swapped)) return {x, true};
+  return {transpose_kernel(x, plain), false};
+}
+
+struct GemmShape {
+  std::int64_t batch, m, n, k;
+};
+
+template <class T> void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, const GemmShape& s,
+                                  const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c) {
+  const auto m = static_cast<blasint>(s.m), n = static_cast<blasint>(s.n),
+             k = static_cast<blasint>(s.k);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), 0.0f, c, n);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, static_cast<blasint>(lda), b,
+                static_cast<blasint>(ldb), 0.0, c, n);
+}
+
+// Floats: one BLAS GEMM per batch entry, using the transpose flags instead of copies.
+template <class T>
+void gemm_blas(const GemmOperand& a, const GemmOperand& b, const GemmShape& s, T* c) {
+  const T* pa = in_ptr<T>(a.storage);
+  const T* pb = in_ptr<T>(b.storage);
+  const std::int64_t lda = a.transposed ? s.m : s.k;
+  const std::int64_t ldb = b.transposed ? s.k : s.n;
+  const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
+  const auto tb = b.transposed ? CblasTrans : CblasNoTrans;
+  for (std::int64_t i = 0; i < s.batch; ++i)
+    blas_gemm<T>(ta, tb, s, pa + i * s.m * s.k, lda, pb + i * s.k * s.n, ldb, c + i * s.m * s.n);
+}
+
+// Integers: c[i, j] = sum_k a[i, k] * b[k, j] with wrap-around arithmetic, strided by layout.
+template <class T>
+void gemm_loops(const GemmOperand& a, const GemmOperand& b, const GemmShape& s, T* c) {
+  const std::int64_t a_row = a.transposed ? 1 : s.k, a_col = a.transposed ? s.m : 1;
+  const std::int64_t b_row = b.transposed ? 1 : s.n, b_col = b.transposed ? s.k : 1;
+  std::fill(c, c + s.batch * s.m * s.n, T{0});
+  for (std::int64_t bi = 0; bi < s.batch; ++bi) {
+    const T* pa = in_ptr<T>(a.storage) + bi * s.m * s.k;
+    const T* pb = in_ptr<T>(b.storage) + bi * s.k * s.n;
+    T* pc = c + bi * s.m * s.n;
+    for (std::int64_t i = 0; i < s.m; ++i)
+      for (std::int64_t kk = 0; kk < s.k; ++kk) {
+        const T aik = pa[i * a_row + kk * a_col];
+        for (std::int64_t j = 0; j < s.n; ++j)
+          pc[i * s.n + j] = wrap_add(pc[i * s.n + j], wrap_mul(aik, pb[kk * b_row + j * b_col]));
+      }
+  }
+}
+
+}  // namespace
+
+Array dot_general_kernel(const Array& lhs, const Array& rhs, const Params& params,
+                         const ShapedArray& out) {
+  const Ints& lc = param_ints(params, "lhs_contracting");
+  const Ints& rc = param_ints(params, "rhs_contracting");
+  const Ints& lb = param_ints(params, "lhs_batch");
+  const Ints& rb = param_ints(params, "rhs_batch");
+  const Ints lf = free_dims(lhs.ndim(), lc, lb);
+  const Ints rf = free_dims(rhs.ndim(), rc, rb);
+  const GemmShape s{product_of_dims(lhs.shape(), lb), product_of_dims(lhs.shape(), lf),
+                    product_of_dims(rhs.shape(), rf), product_of_dims(lhs.shape(), lc)};
+
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  if (s.k == 0) {  // empty sums
+    std::memset(mutable_data(result), 0, out.nbytes());
+    return result;
+  }
+  const GemmOperand a = operand_as_matrix(lhs, concat(lb, lf, lc), concat(lb, lc, lf));
+  const GemmOperand b = operand_as_matrix(rhs, concat(rb, rc, rf), concat(rb, rf, rc));
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>)
+      gemm_blas<T>(a, b, s, out_ptr<T>(result));
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      unsupported_dtype(Primitive::dot_general, DType::bool_);
+    else
+      gemm_loops<T>(a, b, s, out_ptr<T>(result));
+  });
+  return result;
+}
+
+}  // namespace xjax::detail::kernels

@@ -1,0 +1,344 @@
+// elementwise.cpp: kernels of the elementwise primitives (operands of identical shape).
+//
+// Read top-down: the loop drivers (map1/map2 run an xsimd op over full batches and over one
+// zero-padded batch for the tail, so every element goes through the same code), then one section
+// per primitive group: float unary, integer unary, integer_pow, binary, comparisons, select_n,
+// convert_element_type. The entry points declared in kernels.hpp come last. Floats are
+// vectorized; integers and bools use plain loops (wrap-around helpers are in kernels.hpp).
+
+// GCC 12's AVX-512 intrinsics (inlined from xsimd) trip a false -W(maybe-)uninitialized on
+// _mm512_undefined_*() (GCC bug 105593); silence it for this file only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/kernels.hpp"
+
+namespace xjax::detail::kernels {
+namespace {
+
+template <class T> using Batch = xsimd::batch<T>;
+
+// ---- loop drivers ------------------------------------------------------------------------------
+
+// out[i] = op(x[i]) with op on Batch<T>. The tail (n % batch size) is copied into a zero-padded
+// batch, so it gets exactly the same arithmetic as the body.
+template <class T, class Op> void map1(const T* x, T* out, std::size_t n, Op op) {
+  constexpr std::size_t width = Batch<T>::size;
+  std::size_t i = 0;
+  for (; i + width <= n; i += width) op(Batch<T>::load_unaligned(x + i)).store_unaligned(out + i);
+  if (i == n) return;
+  alignas(64) T buf[width] = {};
+  std::copy(x + i, x + n, buf);
+  op(Batch<T>::load_aligned(buf)).store_aligned(buf);
+  std::copy(buf, buf + (n - i), out + i);
+}
+
+// out[i] = op(x[i], y[i]) with op on Batch<T>; tail as in map1.
+template <class T, class Op> void map2(const T* x, const T* y, T* out, std::size_t n, Op op) {
+  constexpr std::size_t width = Batch<T>::size;
+  std::size_t i = 0;
+  for (; i + width <= n; i += width)
+    op(Batch<T>::load_unaligned(x + i), Batch<T>::load_unaligned(y + i)).store_unaligned(out + i);
+  if (i == n) return;
+  alignas(64) T xbuf[width] = {};
+  alignas(64) T ybuf[width] = {};
+  std::copy(x + i, x + n, xbuf);
+  std::copy(y + i, y + n, ybuf);
+  op(Batch<T>::load_aligned(xbuf), Batch<T>::load_aligned(ybuf)).store_aligned(xbuf);
+  std::copy(xbuf, xbuf + (n - i), out + i);
+}
+
+template <class T, class Op> void loop1(const T* x, T* out, std::size_t n, Op op) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = op(x[i]);
+}
+
+template <class T, class Op> void loop2(const T* x, const T* y, T* out, std::size_t n, Op op) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = op(x[i], y[i]);
+}
+
+std::size_t count(const ShapedArray& aval) { return static_cast<std::size_t>(aval.size()); }
+
+// ---- float unary -------------------------------------------------------------------------------
+
+// max/min that propagate NaN from either operand (as XLA does); work on scalars and batches.
+template <class V> V nan_max(const V& a, const V& b) {
+  if constexpr (std::is_floating_point_v<V>) return (a > b || a != a) ? a : b;
+  else return xsimd::select((a > b) || xsimd::isnan(a), a, b);
+}
+template <class V> V nan_min(const V& a, const V& b) {
+  if constexpr (std::is_floating_point_v<V>) return (a < b || a != a) ? a : b;
+  else return xsimd::select((a < b) || xsimd::isnan(a), a, b);
+}
+
+template <class T> void float_unary(Primitive p, const T* x, T* o, std::size_t n) {
+  using B = Batch<T>;
+  const B one(T{1});
+  switch (p) {
+    case Primitive::neg: return map1(x, o, n, [](B v) { return -v; });
+    case Primitive::exp: return map1(x, o, n, [](B v) { return xsimd::exp(v); });
+    case Primitive::log: return map1(x, o, n, [](B v) { return xsimd::log(v); });
+    case Primitive::log1p: return map1(x, o, n, [](B v) { return xsimd::log1p(v); });
+    case Primitive::expm1: return map1(x, o, n, [](B v) { return xsimd::expm1(v); });
+    case Primitive::sin: return map1(x, o, n, [](B v) { return xsimd::sin(v); });
+    case Primitive::cos: return map1(x, o, n, [](B v) { return xsimd::cos(v); });
+    case Primitive::tan: return map1(x, o, n, [](B v) { return xsimd::tan(v); });
+    case Primitive::tanh: return map1(x, o, n, [](B v) { return xsimd::tanh(v); });
+    case Primitive::logistic:
+      return map1(x, o, n, [one](B v) { return one / (one + xsimd::exp(-v)); });
+    case Primitive::sqrt: return map1(x, o, n, [](B v) { return xsimd::sqrt(v); });
+    case Primitive::rsqrt: return map1(x, o, n, [one](B v) { return one / xsimd::sqrt(v); });
+    case Primitive::abs: return map1(x, o, n, [](B v) { return xsimd::abs(v); });
+    case Primitive::sign:  // -1, +1, and x itself for ±0 and NaN
+      return map1(x, o, n, [one](B v) {
+        return xsimd::select(v > B(T{0}), one, xsimd::select(v < B(T{0}), -one, v));
+      });
+    default: unsupported_dtype(p, dtype_of_v<T>);
+  }
+}
+
+// ---- integer unary -----------------------------------------------------------------------------
+
+template <class T> void int_unary(Primitive p, const T* x, T* o, std::size_t n) {
+  if (p == Primitive::neg) return loop1(x, o, n, [](T v) { return wrap_neg(v); });
+  if constexpr (std::is_signed_v<T>) {
+    if (p == Primitive::abs) return loop1(x, o, n, [](T v) { return v < 0 ? wrap_neg(v) : v; });
+    if (p == Primitive::sign)
+      return loop1(x, o, n, [](T v) { return static_cast<T>((v > 0) - (v < 0)); });
+  }
+  unsupported_dtype(p, dtype_of_v<T>);
+}
+
+// ---- integer_pow -------------------------------------------------------------------------------
+
+// base^e by repeated squaring; `mul` multiplies two values (scalars or batches).
+template <class V, class Mul> V pow_by_squaring(V base, std::uint64_t e, V one, Mul mul) {
+  V result = one;
+  while (e != 0) {
+    if (e & 1) result = mul(result, base);
+    e >>= 1;
+    if (e != 0) base = mul(base, base);
+  }
+  return result;
+}
+
+template <class T> void float_integer_pow(const T* x, T* o, std::size_t n, std::int64_t y) {
+  using B = Batch<T>;
+  const B one(T{1});
+  const std::uint64_t e = y < 0 ? 0 - static_cast<std::uint64_t>(y) : static_cast<std::uint64_t>(y);
+  auto times = [](const B& a, const B& b) { return a * b; };
+  map1(x, o, n, [=](B v) {
+    B r = pow_by_squaring(v, e, one, times);
+    return y < 0 ? one / r : r;
+  });
+}
+
+template <class T> void int_integer_pow(const T* x, T* o, std::size_t n, std::int64_t y) {
+  if (y < 0) throw Error("integer_pow: negative exponent " + std::to_string(y) + " on integers");
+  const auto e = static_cast<std::uint64_t>(y);
+  loop1(x, o, n, [e](T v) { return pow_by_squaring(v, e, T{1}, wrap_mul<T>); });
+}
+
+// ---- binary ------------------------------------------------------------------------------------
+
+template <class T> void float_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
+  using B = Batch<T>;
+  switch (p) {
+    case Primitive::add: return map2(x, y, o, n, [](B a, B b) { return a + b; });
+    case Primitive::sub: return map2(x, y, o, n, [](B a, B b) { return a - b; });
+    case Primitive::mul: return map2(x, y, o, n, [](B a, B b) { return a * b; });
+    case Primitive::div: return map2(x, y, o, n, [](B a, B b) { return a / b; });
+    case Primitive::max: return map2(x, y, o, n, [](B a, B b) { return nan_max(a, b); });
+    case Primitive::min: return map2(x, y, o, n, [](B a, B b) { return nan_min(a, b); });
+    case Primitive::pow: return map2(x, y, o, n, [](B a, B b) { return xsimd::pow(a, b); });
+    default: unsupported_dtype(p, dtype_of_v<T>);
+  }
+}
+
+template <class T> void int_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
+  switch (p) {
+    case Primitive::add: return loop2(x, y, o, n, wrap_add<T>);
+    case Primitive::sub: return loop2(x, y, o, n, wrap_sub<T>);
+    case Primitive::mul: return loop2(x, y, o, n, wrap_mul<T>);
+    case Primitive::div: return loop2(x, y, o, n, safe_div<T>);
+    case Primitive::max: return loop2(x, y, o, n, [](T a, T b) { return std::max(a, b); });
+    case Primitive::min: return loop2(x, y, o, n, [](T a, T b) { return std::min(a, b); });
+    default: unsupported_dtype(p, dtype_of_v<T>);
+  }
+}
+
+// bool (stored as uint8 0/1): max is logical or, min is logical and.
+void bool_binary(Primitive p, const std::uint8_t* x, const std::uint8_t* y, std::uint8_t* o,
+                 std::size_t n) {
+  using U8 = std::uint8_t;
+  if (p == Primitive::max) return loop2(x, y, o, n, [](U8 a, U8 b) { return U8(a | b); });
+  if (p == Primitive::min) return loop2(x, y, o, n, [](U8 a, U8 b) { return U8(a & b); });
+  unsupported_dtype(p, DType::bool_);
+}
+
+// ---- comparisons -------------------------------------------------------------------------------
+
+template <class T, class Cmp>
+void compare_loop(const T* x, const T* y, std::uint8_t* o, std::size_t n, Cmp cmp) {
+  for (std::size_t i = 0; i < n; ++i) o[i] = cmp(x[i], y[i]) ? 1 : 0;
+}
+
+template <class T> void compare(Primitive p, const T* x, const T* y, std::uint8_t* o, std::size_t n) {
+  switch (p) {
+    case Primitive::eq: return compare_loop(x, y, o, n, [](T a, T b) { return a == b; });
+    case Primitive::ne: return compare_loop(x, y, o, n, [](T a, T b) { return a != b; });
+    case Primitive::lt: return compare_loop(x, y, o, n, [](T a, T b) { return a < b; });
+    case Primitive::le: return compare_loop(x, y, o, n, [](T a, T b) { return a <= b; });
+    case Primitive::gt: return compare_loop(x, y, o, n, [](T a, T b) { return a > b; });
+    case Primitive::ge: return compare_loop(x, y, o, n, [](T a, T b) { return a >= b; });
+    default: throw Error("compare_kernel: not a comparison: " + std::string(primitive_name(p)));
+  }
+}
+
+// ---- select_n ----------------------------------------------------------------------------------
+
+// Which case element i comes from: which[i] (or which[0] when which is rank 0), clamped.
+struct CaseChooser {
+  const Array& which;
+  std::int64_t num_cases;
+  std::int64_t at(std::size_t i) const {
+    std::size_t k = which.ndim() == 0 ? 0 : i;
+    std::int64_t c = which.dtype() == DType::bool_ ? in_ptr<std::uint8_t>(which)[k]
+                                                     : in_ptr<std::int32_t>(which)[k];
+    return std::clamp<std::int64_t>(c, 0, num_cases - 1);
+  }
+};
+
+// Elements are moved as opaque words of type E (1, 4 or 8 bytes).
+template <class E>
+void select_words(const CaseChooser& choose, std::span<const Array> cases, void* out, std::size_t n) {
+  std::vector<const E*> sources;
+  for (const Array& c : cases) sources.push_back(in_ptr<E>(c));
+  E* o = static_cast<E*>(out);
+  for (std::size_t i = 0; i < n; ++i) o[i] = sources[static_cast<std::size_t>(choose.at(i))][i];
+}
+
+// ---- convert_element_type ----------------------------------------------------------------------
+
+// Float to integer: truncation toward zero, saturating at the target's range, NaN -> 0.
+template <class To, class From> To float_to_int(From v) {
+  if (v != v) return To{0};
+  const auto lo = static_cast<From>(std::numeric_limits<To>::lowest());
+  const auto hi = static_cast<From>(std::numeric_limits<To>::max());
+  if (v <= lo) return std::numeric_limits<To>::lowest();
+  if (v >= hi) return std::numeric_limits<To>::max();
+  return static_cast<To>(v);
+}
+
+// uint8_t as To means bool: x != 0.
+template <class To, class From> To convert_value(From v) {
+  if constexpr (std::is_same_v<To, std::uint8_t>) return v != From{0} ? 1 : 0;
+  else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>)
+    return float_to_int<To>(v);
+  else return static_cast<To>(v);
+}
+
+template <class To, class From> void convert_loop(const From* x, To* o, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) o[i] = convert_value<To>(x[i]);
+}
+
+}  // namespace
+
+// ---- entry points ------------------------------------------------------------------------------
+
+Array unary_kernel(Primitive p, const Array& x, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>)
+      float_unary(p, in_ptr<T>(x), out_ptr<T>(result), count(out));
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      unsupported_dtype(p, DType::bool_);
+    else
+      int_unary(p, in_ptr<T>(x), out_ptr<T>(result), count(out));
+  });
+  return result;
+}
+
+Array integer_pow_kernel(const Array& x, std::int64_t y, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>)
+      float_integer_pow(in_ptr<T>(x), out_ptr<T>(result), count(out), y);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      unsupported_dtype(Primitive::integer_pow, DType::bool_);
+    else
+      int_integer_pow(in_ptr<T>(x), out_ptr<T>(result), count(out), y);
+  });
+  return result;
+}
+
+Array binary_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>)
+      float_binary(p, in_ptr<T>(x), in_ptr<T>(y), out_ptr<T>(result), count(out));
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      bool_binary(p, in_ptr<T>(x), in_ptr<T>(y), out_ptr<T>(result), count(out));
+    else
+      int_binary(p, in_ptr<T>(x), in_ptr<T>(y), out_ptr<T>(result), count(out));
+  });
+  return result;
+}
+
+Array compare_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    compare(p, in_ptr<T>(x), in_ptr<T>(y), out_ptr<std::uint8_t>(result), count(out));
+  });
+  return result;
+}
+
+Array select_n_kernel(std::span<const Array> in, const ShapedArray& out) {
+  const Array& which = in[0];
+  std::span<const Array> cases = in.subspan(1);
+  if (which.dtype() != DType::bool_ && which.dtype() != DType::i32)
+    unsupported_dtype(Primitive::select_n, which.dtype());
+  CaseChooser choose{which, static_cast<std::int64_t>(cases.size())};
+  if (which.ndim() == 0 && out.size() > 0)
+    return share_buffer(cases[static_cast<std::size_t>(choose.at(0))], out);
+  Array result = alloc_array(out);
+  void* o = mutable_data(result);
+  switch (itemsize(out.dtype)) {
+    case 1: select_words<std::uint8_t>(choose, cases, o, count(out)); break;
+    case 4: select_words<std::uint32_t>(choose, cases, o, count(out)); break;
+    case 8: select_words<std::uint64_t>(choose, cases, o, count(out)); break;
+    default: unsupported_dtype(Primitive::select_n, out.dtype);
+  }
+  return result;
+}
+
+Array convert_element_type_kernel(const Array& x, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  visit_dtype(x.dtype(), [&](auto from_tag) {
+    using From = typename decltype(from_tag)::type;
+    visit_dtype(out.dtype, [&](auto to_tag) {
+      using To = typename decltype(to_tag)::type;
+      convert_loop(in_ptr<From>(x), out_ptr<To>(result), count(out));
+    });
+  });
+  return result;
+}
+
+Array copy_kernel(const Array& x, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  if (out.nbytes() > 0) std::memcpy(mutable_data(result), x.raw_data(), out.nbytes());
+  return result;
+}
+
+}  // namespace xjax::detail::kernels

@@ -1,0 +1,120 @@
+// kernels.cpp: run_kernel, the CPU kernel of every primitive.
+//
+// Read `kernel_for` first: one `case` per primitive (no `default:`, so a new primitive without a
+// kernel does not compile under -Werror=switch), each unpacking the params and calling an entry
+// point of one family (kernels.hpp). The shared helpers declared in kernels.hpp follow.
+#include "kernels/kernels.hpp"
+
+#include <string>
+
+namespace xjax::detail {
+namespace {
+
+using namespace kernels;
+
+Array kernel_for(Primitive p, std::span<const Array> in, const Params& ps, const ShapedArray& out) {
+  switch (p) {
+    case Primitive::neg:
+    case Primitive::exp:
+    case Primitive::log:
+    case Primitive::log1p:
+    case Primitive::expm1:
+    case Primitive::sin:
+    case Primitive::cos:
+    case Primitive::tan:
+    case Primitive::tanh:
+    case Primitive::logistic:
+    case Primitive::sqrt:
+    case Primitive::rsqrt:
+    case Primitive::abs:
+    case Primitive::sign: return unary_kernel(p, in[0], out);
+    case Primitive::integer_pow: return integer_pow_kernel(in[0], param_int(ps, "y"), out);
+    case Primitive::add:
+    case Primitive::sub:
+    case Primitive::mul:
+    case Primitive::div:
+    case Primitive::max:
+    case Primitive::min:
+    case Primitive::pow: return binary_kernel(p, in[0], in[1], out);
+    case Primitive::eq:
+    case Primitive::ne:
+    case Primitive::lt:
+    case Primitive::le:
+    case Primitive::gt:
+    case Primitive::ge: return compare_kernel(p, in[0], in[1], out);
+    case Primitive::select_n: return select_n_kernel(in, out);
+    case Primitive::convert_element_type: return convert_element_type_kernel(in[0], out);
+    case Primitive::stop_gradient: return share_buffer(in[0], out);
+    case Primitive::copy: return copy_kernel(in[0], out);
+    case Primitive::dot_general: return dot_general_kernel(in[0], in[1], ps, out);
+    case Primitive::reduce_sum:
+    case Primitive::reduce_max:
+    case Primitive::reduce_min:
+    case Primitive::reduce_prod: return reduce_kernel(p, in[0], param_ints(ps, "axes"), out);
+    case Primitive::argmax: return argmax_kernel(in[0], param_ints(ps, "axes").at(0), out);
+    case Primitive::broadcast_in_dim:
+      return broadcast_in_dim_kernel(in[0], param_ints(ps, "broadcast_dimensions"), out);
+    case Primitive::reshape:
+    case Primitive::squeeze:
+    case Primitive::expand_dims: return share_buffer(in[0], out);
+    case Primitive::transpose: return transpose_kernel(in[0], param_ints(ps, "permutation"));
+    case Primitive::slice:
+      return slice_kernel(in[0], param_ints(ps, "start_indices"), param_ints(ps, "strides"), out);
+    case Primitive::pad:
+      return pad_kernel(in[0], in[1], param_ints(ps, "lo"), param_ints(ps, "interior"), out);
+    case Primitive::dynamic_slice: return dynamic_slice_kernel(in, out);
+    case Primitive::dynamic_update_slice: return dynamic_update_slice_kernel(in, out);
+    case Primitive::concatenate: return concatenate_kernel(in, param_int(ps, "dimension"), out);
+    case Primitive::gather: return gather_kernel(in[0], in[1], param_int(ps, "axis"), out);
+    case Primitive::scatter_add:
+      return scatter_add_kernel(in[0], in[1], in[2], param_int(ps, "axis"), out);
+    case Primitive::iota: return iota_kernel(param_int(ps, "dimension"), out);
+  }
+  throw Error("run_kernel: invalid primitive");
+}
+
+}  // namespace
+
+std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Params& params,
+                              std::span<const ShapedArray> out_avals) {
+  if (out_avals.size() != 1)
+    throw Error("run_kernel(" + std::string(primitive_name(p)) + "): expected one output aval, got " +
+                std::to_string(out_avals.size()));
+  return {kernel_for(p, in, params, out_avals[0])};
+}
+
+namespace kernels {
+
+void unsupported_dtype(Primitive p, DType d) {
+  throw Error("kernel of " + std::string(primitive_name(p)) + " does not support dtype " +
+              dtype_name(d));
+}
+
+Ints row_major_strides(const Shape& shape) {
+  Ints strides(shape.size());
+  std::int64_t s = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+Array share_buffer(const Array& x, const ShapedArray& aval) {
+  (void)x.raw_data();  // rejects tracers
+  return Array(std::make_shared<const ArrayImpl>(ArrayImpl{aval, x.impl()->buffer, nullptr}));
+}
+
+std::int64_t read_index_scalar(const Array& x) {
+  return visit_dtype(x.dtype(), [&](auto tag) -> std::int64_t {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>) {
+      throw Error("index operand must be an integer, got " + x.aval().str());
+    } else {
+      return static_cast<std::int64_t>(in_ptr<T>(x)[0]);
+    }
+  });
+}
+
+}  // namespace kernels
+}  // namespace xjax::detail

@@ -1,0 +1,133 @@
+// kernels.hpp: the CPU kernels' internal interface (not installed).
+//
+// kernels.cpp maps every primitive to one entry point declared here; each family of entry points
+// lives in its own file (elementwise.cpp, reduce.cpp, dot.cpp, shape.cpp). An entry point takes
+// concrete inputs and the aval of its single output (computed by the shape rule) and returns a
+// fresh array, or one that shares an input's buffer (buffers are immutable once shared).
+// The small helpers at the top (dtype dispatch, strides, raw pointers) are shared by the families.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "internal.hpp"
+
+namespace xjax::detail::kernels {
+
+using Ints = std::vector<std::int64_t>;
+
+// ---- shared helpers ----------------------------------------------------------------------------
+
+/// Throws xj::Error: dtype `d` reached the kernel of `p`, which does not support it.
+[[noreturn]] void unsupported_dtype(Primitive p, DType d);
+
+/// Row-major strides of `shape`, in elements.
+Ints row_major_strides(const Shape& shape);
+
+/// A new array with aval `aval` that shares x's buffer (same bytes, new shape).
+Array share_buffer(const Array& x, const ShapedArray& aval);
+
+/// Reads a rank-0 integer (or bool) array as int64 (dynamic_slice starts and the like).
+std::int64_t read_index_scalar(const Array& x);
+
+/// Typed access to element storage. bool elements are stored as std::uint8_t (0 or 1).
+template <class T> const T* in_ptr(const Array& a) { return static_cast<const T*>(a.raw_data()); }
+template <class T> T* out_ptr(const Array& a) { return static_cast<T*>(mutable_data(a)); }
+
+/// Calls f(std::type_identity<T>{}) with T the storage type of `d`:
+/// float, double, int32_t, int64_t, uint32_t, or uint8_t for bool.
+template <class F> decltype(auto) visit_dtype(DType d, F&& f) {
+  switch (d) {
+    case DType::f32: return f(std::type_identity<float>{});
+    case DType::f64: return f(std::type_identity<double>{});
+    case DType::i32: return f(std::type_identity<std::int32_t>{});
+    case DType::i64: return f(std::type_identity<std::int64_t>{});
+    case DType::u32: return f(std::type_identity<std::uint32_t>{});
+    case DType::bool_: return f(std::type_identity<std::uint8_t>{});
+  }
+  throw Error("visit_dtype: invalid dtype");
+}
+
+// ---- scalar arithmetic shared by the families --------------------------------------------------
+
+/// Two's-complement wrap-around integer arithmetic (no signed-overflow UB).
+template <class T> T wrap_add(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+}
+template <class T> T wrap_sub(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+}
+template <class T> T wrap_mul(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+}
+template <class T> T wrap_neg(T a) { return wrap_sub(T{0}, a); }
+
+/// Truncating integer division; x / 0 = 0 and MIN / -1 wraps to MIN (neither traps).
+template <class T> T safe_div(T a, T b) {
+  if (b == 0) return T{0};
+  if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return wrap_neg(a);
+  }
+  return static_cast<T>(a / b);
+}
+
+/// a + b for any storage type: wraps for integers, logical or for bool (uint8_t).
+template <class T> T add_values(T a, T b) {
+  if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<T>(a | b);
+  else if constexpr (std::is_integral_v<T>) return wrap_add(a, b);
+  else return a + b;
+}
+
+// ---- elementwise.cpp ---------------------------------------------------------------------------
+
+/// neg exp log log1p expm1 sin cos tan tanh logistic sqrt rsqrt abs sign.
+Array unary_kernel(Primitive p, const Array& x, const ShapedArray& out);
+/// x^y for an integer exponent y (negative only for floats).
+Array integer_pow_kernel(const Array& x, std::int64_t y, const ShapedArray& out);
+/// add sub mul div max min pow.
+Array binary_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out);
+/// eq ne lt le gt ge: bool output.
+Array compare_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out);
+/// select_n(which, case0, case1, ...).
+Array select_n_kernel(std::span<const Array> in, const ShapedArray& out);
+/// convert_element_type to out.dtype.
+Array convert_element_type_kernel(const Array& x, const ShapedArray& out);
+/// copy: the same elements in a new buffer.
+Array copy_kernel(const Array& x, const ShapedArray& out);
+
+// ---- reduce.cpp --------------------------------------------------------------------------------
+
+/// reduce_sum reduce_max reduce_min reduce_prod over `axes` (sorted, unique).
+Array reduce_kernel(Primitive p, const Array& x, const Ints& axes, const ShapedArray& out);
+/// argmax along `axis`; out.dtype is the index dtype (i32 or i64).
+Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
+
+// ---- dot.cpp -----------------------------------------------------------------------------------
+
+/// dot_general with params lhs_contracting, rhs_contracting, lhs_batch, rhs_batch.
+Array dot_general_kernel(const Array& lhs, const Array& rhs, const Params& params,
+                         const ShapedArray& out);
+
+// ---- shape.cpp ---------------------------------------------------------------------------------
+
+Array broadcast_in_dim_kernel(const Array& x, const Ints& broadcast_dimensions,
+                              const ShapedArray& out);
+/// out.shape[i] = x.shape[perm[i]]; also used by dot.cpp to bring operands into GEMM layout.
+Array transpose_kernel(const Array& x, std::span<const std::int64_t> perm);
+Array slice_kernel(const Array& x, const Ints& start, const Ints& strides, const ShapedArray& out);
+Array pad_kernel(const Array& x, const Array& padding_value, const Ints& lo, const Ints& interior,
+                 const ShapedArray& out);
+Array dynamic_slice_kernel(std::span<const Array> in, const ShapedArray& out);
+Array dynamic_update_slice_kernel(std::span<const Array> in, const ShapedArray& out);
+Array concatenate_kernel(std::span<const Array> in, std::int64_t dimension, const ShapedArray& out);
+Array gather_kernel(const Array& x, const Array& indices, std::int64_t axis, const ShapedArray& out);
+Array scatter_add_kernel(const Array& x, const Array& indices, const Array& updates,
+                         std::int64_t axis, const ShapedArray& out);
+Array iota_kernel(std::int64_t dimension, const ShapedArray& out);
+
+}  // namespace xjax::detail::kernels

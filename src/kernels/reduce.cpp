@@ -1,0 +1,249 @@
+// reduce.cpp: kernels of reduce_sum, reduce_max, reduce_min, reduce_prod and argmax.
+//
+// Read in order: the reduction operators (SumOp, ProdOp, MaxOp, MinOp: an identity and a combine
+// that works on scalars and on xsimd batches), the layout (the input's dims collapsed into
+// alternating runs of kept and reduced dims), the loop (walks the input once in row-major order;
+// the innermost run is either folded into one output element or accumulated into a row of
+// outputs), then argmax and the entry points.
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsics (inlined from xsimd) trip a false -W(maybe-)uninitialized (GCC bug
+// 105593); silence it for this file only.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <xsimd/xsimd.hpp>
+
+#include <algorithm>
+#include <limits>
+
+#include "kernels/kernels.hpp"
+
+namespace xjax::detail::kernels {
+namespace {
+
+template <class T> using Batch = xsimd::batch<T>;
+using Bool = std::uint8_t;  // bool storage
+
+// ---- operators ---------------------------------------------------------------------------------
+// init(): the identity; apply(a, b): V is T or Batch<T> (batches only for floating T).
+
+template <class T> struct SumOp {
+  static T init() { return T{0}; }
+  template <class V> static V apply(const V& a, const V& b) {
+    if constexpr (std::is_integral_v<V>) return wrap_add(a, b);
+    else return a + b;
+  }
+};
+
+template <class T> struct ProdOp {
+  static T init() { return T{1}; }
+  template <class V> static V apply(const V& a, const V& b) {
+    if constexpr (std::is_integral_v<V>) return wrap_mul(a, b);
+    else return a * b;
+  }
+};
+
+// max/min propagate NaN (as XLA does). For bool, max is `any` and min is `all`.
+template <class T> struct MaxOp {
+  static T init() {
+    if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::lowest();
+  }
+  template <class V> static V apply(const V& a, const V& b) {
+    if constexpr (std::is_integral_v<V>) return std::max(a, b);
+    else if constexpr (std::is_floating_point_v<V>) return (a > b || a != a) ? a : b;
+    else return xsimd::select((a > b) || xsimd::isnan(a), a, b);
+  }
+};
+
+template <class T> struct MinOp {
+  static T init() {
+    if constexpr (std::is_same_v<T, Bool>) return Bool{1};
+    else if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
+    else return std::numeric_limits<T>::max();
+  }
+  template <class V> static V apply(const V& a, const V& b) {
+    if constexpr (std::is_integral_v<V>) return std::min(a, b);
+    else if constexpr (std::is_floating_point_v<V>) return (a < b || a != a) ? a : b;
+    else return xsimd::select((a < b) || xsimd::isnan(a), a, b);
+  }
+};
+
+// ---- layout ------------------------------------------------------------------------------------
+
+// A run of adjacent input dims that are all kept or all reduced, merged into one.
+struct Run {
+  std::int64_t size;
+  bool reduced;
+};
+
+// The input's dims as runs: size-1 dims dropped, neighbours with the same role merged. Never empty.
+std::vector<Run> collapse_runs(const Shape& shape, const Ints& axes) {
+  std::vector<Run> runs;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool reduced = std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end();
+    if (!runs.empty() && runs.back().reduced == reduced) runs.back().size *= shape[d];
+    else runs.push_back({shape[d], reduced});
+  }
+  if (runs.empty()) runs.push_back({1, false});
+  return runs;
+}
+
+// ---- loop --------------------------------------------------------------------------------------
+
+// Folds x[0..n) into one value (batched for floats: several partial results, then combined).
+template <class T, class Op> T fold_contiguous(const T* x, std::int64_t n) {
+  T acc = Op::init();
+  std::int64_t i = 0;
+  if constexpr (std::is_floating_point_v<T>) {
+    constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
+    if (n >= width) {
+      Batch<T> partial(Op::init());
+      for (; i + width <= n; i += width) partial = Op::apply(partial, Batch<T>::load_unaligned(x + i));
+      alignas(64) T lanes[width];
+      partial.store_aligned(lanes);
+      for (T lane : lanes) acc = Op::apply(acc, lane);
+    }
+  }
+  for (; i < n; ++i) acc = Op::apply(acc, x[i]);
+  return acc;
+}
+
+// out[j] = op(out[j], x[j]) for j < n.
+template <class T, class Op> void accumulate_row(T* out, const T* x, std::int64_t n) {
+  std::int64_t i = 0;
+  if constexpr (std::is_floating_point_v<T>) {
+    constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
+    for (; i + width <= n; i += width)
+      Op::apply(Batch<T>::load_unaligned(out + i), Batch<T>::load_unaligned(x + i))
+          .store_unaligned(out + i);
+  }
+  for (; i < n; ++i) out[i] = Op::apply(out[i], x[i]);
+}
+
+// Walks x once in row-major order. All runs but the last are an odometer that tracks the output
+// offset; the last run is handled by fold_contiguous (reduced) or accumulate_row (kept).
+template <class T, class Op> void reduce_into(T* out, const T* x, const std::vector<Run>& runs) {
+  const std::size_t outer_runs = runs.size() - 1;
+  std::vector<std::int64_t> out_stride(outer_runs, 0);
+  std::int64_t kept_size = runs.back().reduced ? 1 : runs.back().size;
+  for (std::size_t r = outer_runs; r-- > 0;) {
+    if (runs[r].reduced) continue;
+    out_stride[r] = kept_size;
+    kept_size *= runs[r].size;
+  }
+  std::int64_t outer_count = 1;
+  for (std::size_t r = 0; r < outer_runs; ++r) outer_count *= runs[r].size;
+
+  const Run inner = runs.back();
+  std::vector<std::int64_t> index(outer_runs, 0);
+  std::int64_t out_offset = 0;
+  for (std::int64_t it = 0; it < outer_count; ++it, x += inner.size) {
+    if (inner.reduced)
+      out[out_offset] = Op::apply(out[out_offset], fold_contiguous<T, Op>(x, inner.size));
+    else
+      accumulate_row<T, Op>(out + out_offset, x, inner.size);
+    for (std::size_t r = outer_runs; r-- > 0;) {  // advance the odometer
+      out_offset += out_stride[r];
+      if (++index[r] < runs[r].size) break;
+      out_offset -= out_stride[r] * runs[r].size;
+      index[r] = 0;
+    }
+  }
+}
+
+template <class T, class Op> void reduce_typed(const Array& x, const Ints& axes, const Array& result) {
+  T* out = out_ptr<T>(result);
+  std::fill(out, out + result.size(), Op::init());
+  if (x.size() == 0) return;
+  reduce_into<T, Op>(out, in_ptr<T>(x), collapse_runs(x.shape(), axes));
+}
+
+template <class T> void reduce_dispatch(Primitive p, const Array& x, const Ints& axes,
+                                        const Array& result) {
+  constexpr bool is_bool = std::is_same_v<T, Bool>;
+  switch (p) {
+    case Primitive::reduce_max: return reduce_typed<T, MaxOp<T>>(x, axes, result);
+    case Primitive::reduce_min: return reduce_typed<T, MinOp<T>>(x, axes, result);
+    case Primitive::reduce_sum:
+      if constexpr (!is_bool) return reduce_typed<T, SumOp<T>>(x, axes, result);
+      break;
+    case Primitive::reduce_prod:
+      if constexpr (!is_bool) return reduce_typed<T, ProdOp<T>>(x, axes, result);
+      break;
+    default: throw Error("reduce_kernel: not a reduction: " + std::string(primitive_name(p)));
+  }
+  unsupported_dtype(p, x.dtype());
+}
+
+// ---- argmax ------------------------------------------------------------------------------------
+
+// v beats the best so far: greater, or the first NaN (NaN counts as the maximum, as in JAX).
+template <class T> bool beats(T v, T best) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (best != best) return false;
+    if (v != v) return true;
+  }
+  return v > best;
+}
+
+// x viewed as [outer, n, inner]; out[o, j] = first k maximizing x[o, k, j]. An empty axis gives 0.
+template <class T, class I>
+void argmax_typed(const T* x, I* out, std::int64_t outer, std::int64_t n, std::int64_t inner) {
+  std::vector<T> best(static_cast<std::size_t>(inner));
+  for (std::int64_t o = 0; o < outer; ++o) {
+    const T* block = x + o * n * inner;
+    I* out_row = out + o * inner;
+    std::fill(out_row, out_row + inner, I{0});
+    if (n == 0) continue;
+    std::copy(block, block + inner, best.begin());
+    for (std::int64_t k = 1; k < n; ++k) {
+      for (std::int64_t j = 0; j < inner; ++j) {
+        T v = block[k * inner + j];
+        auto& b = best[static_cast<std::size_t>(j)];
+        if (beats(v, b)) {
+          b = v;
+          out_row[j] = static_cast<I>(k);
+        }
+      }
+    }
+  }
+}
+
+std::int64_t product(const Shape& s, std::size_t begin, std::size_t end) {
+  std::int64_t p = 1;
+  for (std::size_t i = begin; i < end; ++i) p *= s[i];
+  return p;
+}
+
+}  // namespace
+
+// ---- entry points ------------------------------------------------------------------------------
+
+Array reduce_kernel(Primitive p, const Array& x, const Ints& axes, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    reduce_dispatch<typename decltype(tag)::type>(p, x, axes, result);
+  });
+  return result;
+}
+
+Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
+  if (out.dtype != DType::i32 && out.dtype != DType::i64) unsupported_dtype(Primitive::argmax, out.dtype);
+  Array result = alloc_array(out);
+  const Shape& s = x.shape();
+  const auto a = static_cast<std::size_t>(axis);
+  const std::int64_t outer = product(s, 0, a), n = s.at(a), inner = product(s, a + 1, s.size());
+  if (result.size() == 0) return result;
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (out.dtype == DType::i32)
+      argmax_typed(in_ptr<T>(x), out_ptr<std::int32_t>(result), outer, n, inner);
+    else
+      argmax_typed(in_ptr<T>(x), out_ptr<std::int64_t>(result), outer, n, inner);
+  });
+  return result;
+}
+
+}  // namespace xjax::detail::kernels

@@ -1,0 +1,350 @@
+// shape.cpp: kernels of the structural primitives (broadcast_in_dim, transpose, slice, pad,
+// dynamic_slice, dynamic_update_slice, concatenate, gather, scatter_add, iota). reshape, squeeze
+// and expand_dims share their input's buffer (kernels.cpp).
+//
+// Elements are moved as opaque words of their itemsize (1, 4 or 8 bytes), never per dtype; only
+// scatter_add (which adds) and iota (which makes numbers) dispatch on the dtype. Read copy_box
+// first: almost every kernel describes its work as one strided box copy (a shape plus source and
+// destination strides) and lets copy_box do it. Then the kernels, in the order of kernels.hpp.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernels.hpp"
+
+namespace xjax::detail::kernels {
+namespace {
+
+using Byte = unsigned char;
+
+// ---- copy_box: the strided copy every kernel uses ----------------------------------------------
+
+// One dimension of a box: its extent and the element strides on both sides.
+struct BoxDim {
+  std::int64_t size, dst_stride, src_stride;
+};
+
+// Drops size-1 dims and merges neighbours that are contiguous on both sides.
+std::vector<BoxDim> simplify_box(std::vector<BoxDim> dims) {
+  std::vector<BoxDim> out;
+  for (const BoxDim& d : dims) {
+    if (d.size == 1) continue;
+    if (!out.empty()) {
+      BoxDim& prev = out.back();
+      if (prev.dst_stride == d.dst_stride * d.size && prev.src_stride == d.src_stride * d.size) {
+        prev = {prev.size * d.size, d.dst_stride, d.src_stride};
+        continue;
+      }
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
+// n words of type W, strided on both sides (strides in elements).
+template <class W>
+void copy_words(Byte* dst, std::int64_t dst_stride, const Byte* src, std::int64_t src_stride,
+                std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + i * dst_stride * sizeof(W), src + i * src_stride * sizeof(W), sizeof(W));
+}
+
+void copy_run(Byte* dst, const Byte* src, const BoxDim& d, std::size_t item) {
+  if (d.dst_stride == 1 && d.src_stride == 1)
+    return static_cast<void>(std::memcpy(dst, src, static_cast<std::size_t>(d.size) * item));
+  switch (item) {
+    case 1: return copy_words<std::uint8_t>(dst, d.dst_stride, src, d.src_stride, d.size);
+    case 2: return copy_words<std::uint16_t>(dst, d.dst_stride, src, d.src_stride, d.size);
+    case 4: return copy_words<std::uint32_t>(dst, d.dst_stride, src, d.src_stride, d.size);
+    case 8: return copy_words<std::uint64_t>(dst, d.dst_stride, src, d.src_stride, d.size);
+    default: throw Error("copy_box: unsupported itemsize " + std::to_string(item));
+  }
+}
+
+// For every index i of the box: dst[sum i*dst_stride] = src[sum i*src_stride]. The pointers point
+// at the box's origin on each side; strides are in elements of `item` bytes.
+void copy_box(Byte* dst, const Byte* src, std::vector<BoxDim> dims, std::size_t item) {
+  for (const BoxDim& d : dims)
+    if (d.size == 0) return;
+  dims = simplify_box(std::move(dims));
+  if (dims.empty()) return static_cast<void>(std::memcpy(dst, src, item));
+  const BoxDim inner = dims.back();
+  dims.pop_back();
+  std::vector<std::int64_t> index(dims.size(), 0);
+  const auto step = static_cast<std::int64_t>(item);
+  while (true) {
+    copy_run(dst, src, inner, item);
+    std::size_t r = dims.size();
+    for (; r-- > 0;) {  // advance the odometer over the outer dims
+      dst += dims[r].dst_stride * step;
+      src += dims[r].src_stride * step;
+      if (++index[r] < dims[r].size) break;
+      dst -= dims[r].dst_stride * dims[r].size * step;
+      src -= dims[r].src_stride * dims[r].size * step;
+      index[r] = 0;
+    }
+    if (r == static_cast<std::size_t>(-1)) return;
+  }
+}
+
+// ---- small helpers ----------------------------------------------------------------------------
+
+const Byte* bytes_of(const Array& a) { return static_cast<const Byte*>(a.raw_data()); }
+Byte* bytes_of_new(const Array& a) { return static_cast<Byte*>(mutable_data(a)); }
+std::size_t item_of(const ShapedArray& a) { return itemsize(a.dtype); }
+
+std::int64_t product(const Shape& s, std::size_t begin, std::size_t end) {
+  std::int64_t p = 1;
+  for (std::size_t i = begin; i < end; ++i) p *= s[i];
+  return p;
+}
+
+// Fills n elements with copies of one element.
+void fill_with(Byte* dst, const Byte* value, std::int64_t n, std::size_t item) {
+  copy_box(dst, value, {{n, 1, 0}}, item);
+}
+
+// Copies all of `x` into `result` (same size).
+void copy_all(const Array& result, const Array& x) {
+  const std::size_t n = x.aval().nbytes();
+  if (n > 0) std::memcpy(bytes_of_new(result), bytes_of(x), n);
+}
+
+// A box over the whole of `shape`, with the given strides on each side.
+std::vector<BoxDim> make_box(const Shape& shape, const Ints& dst_strides, const Ints& src_strides) {
+  std::vector<BoxDim> box;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    box.push_back({shape[d], dst_strides[d], src_strides[d]});
+  return box;
+}
+
+// Starts of a dynamic slice/update: operand i is dimension i's start, clamped to [0, dim - size].
+Ints clamped_starts(std::span<const Array> start_operands, const Shape& dims, const Shape& sizes) {
+  Ints starts;
+  for (std::size_t d = 0; d < dims.size(); ++d)
+    starts.push_back(std::clamp<std::int64_t>(read_index_scalar(start_operands[d]), 0,
+                                              std::max<std::int64_t>(dims[d] - sizes[d], 0)));
+  return starts;
+}
+
+std::int64_t offset_of(const Ints& index, const Ints& strides) {
+  std::int64_t off = 0;
+  for (std::size_t d = 0; d < index.size(); ++d) off += index[d] * strides[d];
+  return off;
+}
+
+// Gather/scatter index: negative counts from the end, then clamped to [0, n - 1].
+std::int64_t normalize_index(std::int64_t i, std::int64_t n) {
+  if (i < 0) i += n;
+  return std::clamp<std::int64_t>(i, 0, n - 1);
+}
+
+// The indices operand of gather/scatter_add as int64 values.
+std::vector<std::int64_t> read_indices(const Array& indices, Primitive p) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(indices.size()));
+  if (indices.dtype() == DType::i32)
+    std::copy_n(in_ptr<std::int32_t>(indices), out.size(), out.begin());
+  else if (indices.dtype() == DType::i64)
+    std::copy_n(in_ptr<std::int64_t>(indices), out.size(), out.begin());
+  else
+    unsupported_dtype(p, indices.dtype());
+  return out;
+}
+
+// x viewed as [outer, axis_size, inner] around `axis`.
+struct AxisView {
+  std::int64_t outer, axis_size, inner;
+};
+AxisView view_around(const Shape& s, std::int64_t axis) {
+  const auto a = static_cast<std::size_t>(axis);
+  return {product(s, 0, a), s.at(a), product(s, a + 1, s.size())};
+}
+
+template <class T>
+void scatter_add_typed(T* out, const T* updates, const std::vector<std::int64_t>& idx,
+                       const AxisView& v) {
+  const auto n = static_cast<std::int64_t>(idx.size());
+  for (std::int64_t o = 0; o < v.outer; ++o)
+    for (std::int64_t j = 0; j < n; ++j) {
+      T* dst = out + (o * v.axis_size + idx[static_cast<std::size_t>(j)]) * v.inner;
+      const T* src = updates + (o * n + j) * v.inner;
+      for (std::int64_t k = 0; k < v.inner; ++k) dst[k] = add_values(dst[k], src[k]);
+    }
+}
+
+}  // namespace
+
+// ---- entry points ------------------------------------------------------------------------------
+
+Array broadcast_in_dim_kernel(const Array& x, const Ints& broadcast_dimensions,
+                              const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const Ints x_strides = row_major_strides(x.shape());
+  Ints src_strides(out.shape.size(), 0);  // broadcast dims read the same element again
+  for (std::size_t k = 0; k < broadcast_dimensions.size(); ++k)
+    if (x.shape()[k] != 1) src_strides[static_cast<std::size_t>(broadcast_dimensions[k])] = x_strides[k];
+  copy_box(bytes_of_new(result), bytes_of(x),
+           make_box(out.shape, row_major_strides(out.shape), src_strides), item_of(out));
+  return result;
+}
+
+Array transpose_kernel(const Array& x, std::span<const std::int64_t> perm) {
+  ShapedArray out{{}, x.dtype()};
+  const Ints x_strides = row_major_strides(x.shape());
+  Ints src_strides;
+  for (auto d : perm) {
+    out.shape.push_back(x.shape()[static_cast<std::size_t>(d)]);
+    src_strides.push_back(x_strides[static_cast<std::size_t>(d)]);
+  }
+  Array result = alloc_array(out);
+  copy_box(bytes_of_new(result), bytes_of(x),
+           make_box(out.shape, row_major_strides(out.shape), src_strides), item_of(out));
+  return result;
+}
+
+Array slice_kernel(const Array& x, const Ints& start, const Ints& strides, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const Ints x_strides = row_major_strides(x.shape());
+  Ints src_strides;
+  for (std::size_t d = 0; d < x_strides.size(); ++d)
+    src_strides.push_back(x_strides[d] * (strides.empty() ? 1 : strides[d]));
+  const std::size_t item = item_of(out);
+  const Byte* origin = bytes_of(x);
+  if (out.size() > 0) origin += offset_of(start, x_strides) * static_cast<std::int64_t>(item);
+  copy_box(bytes_of_new(result), origin,
+           make_box(out.shape, row_major_strides(out.shape), src_strides), item);
+  return result;
+}
+
+// Input element i of a dim lands at lo + i * (interior + 1); elements landing outside are dropped
+// (negative lo/hi). So the kept elements of each dim are a range [first, first + count).
+Array pad_kernel(const Array& x, const Array& padding_value, const Ints& lo, const Ints& interior,
+                 const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const std::size_t item = item_of(out);
+  if (out.size() == 0) return result;
+  fill_with(bytes_of_new(result), bytes_of(padding_value), out.size(), item);
+  const Ints x_strides = row_major_strides(x.shape()), out_strides = row_major_strides(out.shape);
+  std::vector<BoxDim> box;
+  std::int64_t src_offset = 0, dst_offset = 0;
+  for (std::size_t d = 0; d < x_strides.size(); ++d) {
+    const std::int64_t step = interior[d] + 1, n = x.shape()[d];
+    const std::int64_t first = lo[d] >= 0 ? 0 : (-lo[d] + step - 1) / step;
+    const std::int64_t last_pos = out.shape[d] - 1 - lo[d];  // last i with lo + i*step <= dim-1
+    const std::int64_t last = last_pos < 0 ? -1 : std::min(n - 1, last_pos / step);
+    const std::int64_t count = std::max<std::int64_t>(last - first + 1, 0);
+    box.push_back({count, out_strides[d] * step, x_strides[d]});
+    src_offset += first * x_strides[d];
+    dst_offset += (lo[d] + first * step) * out_strides[d];
+  }
+  for (const BoxDim& d : box)
+    if (d.size == 0) return result;
+  const auto step = static_cast<std::int64_t>(item);
+  copy_box(bytes_of_new(result) + dst_offset * step, bytes_of(x) + src_offset * step, box, item);
+  return result;
+}
+
+Array dynamic_slice_kernel(std::span<const Array> in, const ShapedArray& out) {
+  const Array& x = in[0];
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  const Ints x_strides = row_major_strides(x.shape());
+  const Ints starts = clamped_starts(in.subspan(1), x.shape(), out.shape);
+  const std::size_t item = item_of(out);
+  copy_box(bytes_of_new(result),
+           bytes_of(x) + offset_of(starts, x_strides) * static_cast<std::int64_t>(item),
+           make_box(out.shape, row_major_strides(out.shape), x_strides), item);
+  return result;
+}
+
+Array dynamic_update_slice_kernel(std::span<const Array> in, const ShapedArray& out) {
+  const Array& x = in[0];
+  const Array& update = in[1];
+  Array result = alloc_array(out);
+  copy_all(result, x);
+  if (update.size() == 0) return result;
+  const Ints out_strides = row_major_strides(out.shape);
+  const Ints starts = clamped_starts(in.subspan(2), out.shape, update.shape());
+  const std::size_t item = item_of(out);
+  copy_box(bytes_of_new(result) + offset_of(starts, out_strides) * static_cast<std::int64_t>(item),
+           bytes_of(update), make_box(update.shape(), out_strides, row_major_strides(update.shape())),
+           item);
+  return result;
+}
+
+// Each output row (the dims before `dimension`) is the inputs' rows laid end to end.
+Array concatenate_kernel(std::span<const Array> in, std::int64_t dimension, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  const std::size_t item = item_of(out);
+  const std::int64_t outer = product(out.shape, 0, static_cast<std::size_t>(dimension));
+  const std::int64_t out_row = out.size() / outer;
+  Byte* dst = bytes_of_new(result);
+  std::int64_t column = 0;  // where the current input starts within an output row, in elements
+  for (const Array& x : in) {
+    if (x.size() == 0) continue;
+    const std::int64_t row = x.size() / outer;
+    copy_box(dst + column * static_cast<std::int64_t>(item), bytes_of(x),
+             {{outer, out_row, row}, {row, 1, 1}}, item);
+    column += row;
+  }
+  return result;
+}
+
+// out[o, j, k] = x[o, idx[j], k] with x viewed as [outer, axis_size, inner].
+Array gather_kernel(const Array& x, const Array& indices, std::int64_t axis, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  const AxisView v = view_around(x.shape(), axis);
+  const std::size_t item = item_of(out);
+  if (v.axis_size == 0) {  // nothing to take from: zeros
+    std::memset(bytes_of_new(result), 0, out.nbytes());
+    return result;
+  }
+  std::vector<std::int64_t> idx = read_indices(indices, Primitive::gather);
+  const auto n = static_cast<std::int64_t>(idx.size());
+  const auto step = static_cast<std::int64_t>(item);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::int64_t i = normalize_index(idx[static_cast<std::size_t>(j)], v.axis_size);
+    copy_box(bytes_of_new(result) + j * v.inner * step, bytes_of(x) + i * v.inner * step,
+             {{v.outer, n * v.inner, v.axis_size * v.inner}, {v.inner, 1, 1}}, item);
+  }
+  return result;
+}
+
+Array scatter_add_kernel(const Array& x, const Array& indices, const Array& updates,
+                         std::int64_t axis, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  copy_all(result, x);
+  const AxisView v = view_around(x.shape(), axis);
+  if (updates.size() == 0 || v.axis_size == 0) return result;
+  std::vector<std::int64_t> idx = read_indices(indices, Primitive::scatter_add);
+  for (auto& i : idx) i = normalize_index(i, v.axis_size);
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, std::uint8_t>)
+      unsupported_dtype(Primitive::scatter_add, DType::bool_);
+    else
+      scatter_add_typed(out_ptr<T>(result), in_ptr<T>(updates), idx, v);
+  });
+  return result;
+}
+
+Array iota_kernel(std::int64_t dimension, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  const AxisView v = view_around(out.shape, dimension);
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, std::uint8_t>) {
+      unsupported_dtype(Primitive::iota, DType::bool_);
+    } else {
+      T* o = out_ptr<T>(result);
+      for (std::int64_t a = 0; a < v.outer; ++a)
+        for (std::int64_t i = 0; i < v.axis_size; ++i, o += v.inner)
+          std::fill(o, o + v.inner, static_cast<T>(i));
+    }
+  });
+  return result;
+}
+
+}  // namespace xjax::detail::kernels
