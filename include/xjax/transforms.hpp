@@ -1,7 +1,13 @@
-// transforms.hpp: the function transforms (make_jaxpr, grad, vjp, jvp, linearize, jac*, vmap, jit).
-// Each is a thin template that flattens pytrees and calls a flat function compiled in src/ or
-// transforms/.
+// transforms.hpp: the function transforms: make_jaxpr, grad, value_and_grad, vjp, jvp,
+// linearize, jacfwd, jacrev, hessian. Each is a thin template that flattens pytrees and calls a
+// flat function compiled once in transforms/ (see transforms/api.cpp).
 #pragma once
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
 #include "xjax/detail/flat.hpp"
 
 namespace xjax {
@@ -15,5 +21,199 @@ template <class F> auto make_jaxpr(F f) {
     return detail::trace_flat(flat, avals);
   };
 }
+
+/// Which arguments grad differentiates: `xj::argnums<0, 2>`.
+template <int... I> struct Argnums {};
+template <int... I> inline constexpr Argnums<I...> argnums{};
+
+struct GradOptions {
+  /// f returns std::pair{scalar, aux}; aux is returned beside the gradient, not differentiated.
+  bool has_aux = false;
+};
+
+namespace detail {
+
+struct TraceCache;
+std::shared_ptr<TraceCache> new_trace_cache();
+struct Traced {
+  ClosedJaxpr jaxpr;
+  TreeDef out_def;
+};
+/// The cached result for `key`, or build() stored under it (only when its consts are concrete:
+/// a jaxpr closing over tracers of an enclosing trace is not reusable). Thread-safe.
+std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, const std::function<Traced()>& build);
+std::string signature_key(const FlatArgs& fa, const std::vector<bool>& mask);
+std::vector<bool> argnum_mask(const FlatArgs& fa, std::initializer_list<int> argnums);
+
+/// (outs..., one gradient per masked leaf) of a scalar function (aux outputs after the first).
+ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux);
+
+struct VjpState;
+/// Runs the forward pass of f's jaxpr on args now; the state keeps the residuals.
+std::shared_ptr<const VjpState> vjp_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs);
+/// One cotangent per input leaf (zeros for integer leaves).
+std::vector<Array> vjp_backward(const VjpState& s, std::span<const Array> cts);
+
+/// (outs, output tangents) of f's jaxpr at primals along tangents.
+std::pair<std::vector<Array>, std::vector<Array>> jvp_flat(const ClosedJaxpr& j, std::span<const Array> primals,
+                                                           std::span<const Array> tangents);
+
+struct LinearState;
+std::shared_ptr<const LinearState> linearize_forward(const ClosedJaxpr& j, std::span<const Array> args,
+                                                     std::vector<Array>* outs);
+std::vector<Array> linearize_apply(const LinearState& s, std::span<const Array> tangents);
+
+/// Jacobians of a one-input one-output jaxpr at x: shape out.shape + x.shape.
+Array jacfwd_flat(const ClosedJaxpr& j, const Array& x);
+Array jacrev_flat(const ClosedJaxpr& j, const Array& x);
+
+template <class T> struct is_pair : std::false_type {};
+template <class A, class B> struct is_pair<std::pair<A, B>> : std::true_type {};
+[[noreturn]] void aux_mismatch(bool returns_pair);
+
+template <class Tuple, int... I> using grads_type =
+    std::conditional_t<sizeof...(I) == 1, std::decay_t<std::tuple_element_t<(I + ... + 0), Tuple>>,
+                       std::tuple<std::decay_t<std::tuple_element_t<I, Tuple>>...>>;
+
+template <class T>
+T unflatten_arg(const FlatArgs& fa, const std::vector<Array>& full, int i) {
+  auto first = full.begin() + static_cast<std::ptrdiff_t>(fa.offsets[static_cast<std::size_t>(i)]);
+  auto last = full.begin() + static_cast<std::ptrdiff_t>(fa.offsets[static_cast<std::size_t>(i) + 1]);
+  std::vector<Array> part(first, last);
+  return tree_unflatten<T>(fa.defs[static_cast<std::size_t>(i)], part);
+}
+
+/// The callable returned by grad / value_and_grad.
+template <class F, bool WithValue, int... I> class GradFn {
+ public:
+  GradFn(F f, GradOptions opts) : f_(std::move(f)), opts_(opts), cache_(new_trace_cache()) {}
+
+  template <class... Args> auto operator()(const Args&... args) const {
+    static_assert(sizeof...(I) > 0, "argnums needs at least one argument index");
+    static_assert(((I >= 0 && I < static_cast<int>(sizeof...(Args))) && ...), "argnums index out of range");
+    using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+    if (is_pair<R>::value != opts_.has_aux) aux_mismatch(is_pair<R>::value);
+    FlatArgs fa = flatten_args(args...);
+    std::vector<bool> diff = argnum_mask(fa, {I...});
+    auto traced = cached(*cache_, signature_key(fa, diff), [&] {
+      Traced t;
+      auto flat = flat_fn<F, Args...>(f_, fa.defs, &t.out_def);
+      auto avals = fa.avals();
+      t.jaxpr = grad_jaxpr(trace_flat(flat, avals), diff, opts_.has_aux);
+      return t;
+    });
+    std::vector<Array> outs = eval_jaxpr(traced->jaxpr, fa.leaves);
+    std::size_t nout = traced->out_def.num_leaves();
+    std::vector<Array> full(fa.leaves.size());
+    for (std::size_t k = 0, g = nout; k < full.size(); ++k)
+      if (diff[k]) full[k] = outs[g++];
+    using Tuple = std::tuple<Args...>;
+    grads_type<Tuple, I...> grads = [&] {
+      if constexpr (sizeof...(I) == 1) return unflatten_arg<grads_type<Tuple, I...>>(fa, full, (I + ... + 0));
+      else return grads_type<Tuple, I...>{unflatten_arg<std::decay_t<std::tuple_element_t<I, Tuple>>>(fa, full, I)...};
+    }();
+    std::vector<Array> value_leaves(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(nout));
+    R value = tree_unflatten<R>(traced->out_def, value_leaves);
+    if constexpr (WithValue) {
+      return std::pair<R, decltype(grads)>{std::move(value), std::move(grads)};
+    } else if constexpr (is_pair<R>::value) {
+      return std::pair<decltype(grads), typename R::second_type>{std::move(grads), std::move(value.second)};
+    } else {
+      return grads;
+    }
+  }
+
+ private:
+  F f_;
+  GradOptions opts_;
+  std::shared_ptr<TraceCache> cache_;
+};
+
+}  // namespace detail
+
+/// grad(f)(args...): the gradient of scalar-valued f with respect to argument 0, in its structure.
+/// Traces and transforms once per abstract signature; later calls reuse the jaxpr.
+template <class F> auto grad(F f, GradOptions opts = {}) { return detail::GradFn<F, false, 0>(std::move(f), opts); }
+/// grad(f, argnums<0, 2>): a std::tuple of gradients (a single one when one index is given).
+template <class F, int... I> auto grad(F f, Argnums<I...>, GradOptions opts = {}) {
+  return detail::GradFn<F, false, I...>(std::move(f), opts);
+}
+/// value_and_grad(f)(args...) -> std::pair{value, grads}; with has_aux the value is {value, aux}.
+template <class F> auto value_and_grad(F f, GradOptions opts = {}) {
+  return detail::GradFn<F, true, 0>(std::move(f), opts);
+}
+template <class F, int... I> auto value_and_grad(F f, Argnums<I...>, GradOptions opts = {}) {
+  return detail::GradFn<F, true, I...>(std::move(f), opts);
+}
+
+/// auto [out, f_vjp] = vjp(f, args...); f_vjp(out_cotangent) -> std::tuple of one cotangent per arg.
+template <class F, class... Args> auto vjp(F f, const Args&... args) {
+  using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+  detail::FlatArgs fa = detail::flatten_args(args...);
+  TreeDef out_def;
+  auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &out_def);
+  auto avals = fa.avals();
+  ClosedJaxpr j = detail::trace_flat(flat, avals);
+  std::vector<Array> outs;
+  auto state = detail::vjp_forward(j, fa.leaves, &outs);
+  R out = tree_unflatten<R>(out_def, outs);
+  auto f_vjp = [state, defs = fa.defs, out_def](const R& ct) {
+    auto [leaves, def] = tree_flatten(ct);
+    if (!(def == out_def)) detail::tree_mismatch("vjp: the cotangent's structure " + def.str() + " differs from the output's " + out_def.str());
+    auto cts = detail::vjp_backward(*state, leaves);
+    return detail::unflatten_args<std::decay_t<Args>...>(defs, cts);
+  };
+  return std::pair<R, decltype(f_vjp)>{std::move(out), std::move(f_vjp)};
+}
+
+/// auto [out, t_out] = jvp(f, std::tuple{primals...}, std::tuple{tangents...}).
+template <class F, class... Ps, class... Ts>
+auto jvp(F f, const std::tuple<Ps...>& primals, const std::tuple<Ts...>& tangents) {
+  static_assert(sizeof...(Ps) == sizeof...(Ts), "jvp: one tangent per primal");
+  using R = std::decay_t<std::invoke_result_t<const F&, const Ps&...>>;
+  detail::FlatArgs fa = std::apply([](const auto&... p) { return detail::flatten_args(p...); }, primals);
+  detail::FlatArgs ft = std::apply([](const auto&... t) { return detail::flatten_args(t...); }, tangents);
+  TreeDef out_def;
+  auto flat = detail::flat_fn<F, Ps...>(f, fa.defs, &out_def);
+  auto avals = fa.avals();
+  ClosedJaxpr j = detail::trace_flat(flat, avals);
+  auto [outs, touts] = detail::jvp_flat(j, fa.leaves, ft.leaves);
+  return std::pair<R, R>{tree_unflatten<R>(out_def, outs), tree_unflatten<R>(out_def, touts)};
+}
+
+/// auto [out, f_lin] = linearize(f, args...); f_lin(tangents...) evaluates the linear map.
+template <class F, class... Args> auto linearize(F f, const Args&... args) {
+  using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+  detail::FlatArgs fa = detail::flatten_args(args...);
+  TreeDef out_def;
+  auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &out_def);
+  auto avals = fa.avals();
+  ClosedJaxpr j = detail::trace_flat(flat, avals);
+  std::vector<Array> outs;
+  auto state = detail::linearize_forward(j, fa.leaves, &outs);
+  R out = tree_unflatten<R>(out_def, outs);
+  auto f_lin = [state, out_def](const Args&... tangents) {
+    detail::FlatArgs ft = detail::flatten_args(tangents...);
+    return tree_unflatten<R>(out_def, detail::linearize_apply(*state, ft.leaves));
+  };
+  return std::pair<R, decltype(f_lin)>{std::move(out), std::move(f_lin)};
+}
+
+/// Jacobian of f : Array -> Array by forward mode: shape f(x).shape + x.shape.
+template <class F> auto jacfwd(F f) {
+  return [f](const Array& x) {
+    ClosedJaxpr j = make_jaxpr(f)(x);
+    return detail::jacfwd_flat(j, x);
+  };
+}
+/// Jacobian of f : Array -> Array by reverse mode: shape f(x).shape + x.shape.
+template <class F> auto jacrev(F f) {
+  return [f](const Array& x) {
+    ClosedJaxpr j = make_jaxpr(f)(x);
+    return detail::jacrev_flat(j, x);
+  };
+}
+/// Hessian of scalar f : Array -> Array, as jacfwd(jacrev(f)).
+template <class F> auto hessian(F f) { return jacfwd(jacrev(f)); }
 
 }  // namespace xjax

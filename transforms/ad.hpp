@@ -1,0 +1,138 @@
+// ad.hpp: the internal interface of the autodiff passes (jvp, partial_eval, transpose, dce, cse,
+// linearize) and of the helpers their rules share. Not installed.
+#pragma once
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "internal.hpp"
+
+namespace xjax::detail {
+
+/// A tangent or cotangent: a value, or the symbolic zero of `aval` (no array materialized).
+class Tangent {
+ public:
+  Tangent() = default;
+  Tangent(Array v) : aval_(v.aval()), value_(std::move(v)) {}  // NOLINT: implicit on purpose
+  static Tangent zero(ShapedArray aval) {
+    Tangent t;
+    t.aval_ = std::move(aval);
+    return t;
+  }
+  bool is_zero() const { return !value_.valid(); }
+  const Array& value() const { return value_; }
+  const ShapedArray& aval() const { return aval_; }
+  /// The value, materializing zeros when symbolic (only at boundaries that need an array).
+  Array instantiate() const;
+
+ private:
+  ShapedArray aval_;
+  Array value_;
+};
+
+/// Tangent arithmetic that keeps zeros symbolic.
+Tangent tadd(const Tangent& a, const Tangent& b);
+Tangent tneg(const Tangent& a);
+/// f applied to a nonzero tangent; zero of `out` otherwise.
+Tangent tmap(const Tangent& t, const ShapedArray& out, const std::function<Array(const Array&)>& f);
+
+// ---- jvp -------------------------------------------------------------------------------------
+struct JvpArgs {
+  Primitive prim;
+  std::span<const Array> x;     // primal inputs
+  std::span<const Tangent> t;   // their tangents (some symbolic zeros, never all)
+  const Params& params;
+  std::source_location loc;
+};
+struct JvpOut {
+  std::vector<Array> primals;
+  std::vector<Tangent> tangents;
+};
+using JvpRule = JvpOut (*)(const JvpArgs&);
+JvpRule jvp_rule(Primitive p);
+
+/// Evaluates j on primals and tangents at the current trace level: (primal outs, tangent outs).
+JvpOut jvp_eval(const ClosedJaxpr& j, std::span<const Array> primals, std::span<const Tangent> tangents);
+
+/// jvp : (a -> b) -> ((a, T a) -> (b, T b)). Inputs of the result: all primals, then tangents of
+/// the inputs with nonzero_in set; outputs: primals, then tangents (all if instantiate_out, else
+/// those whose tangent is not symbolically zero; *nonzero_out says which).
+ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in, bool instantiate_out,
+                      std::vector<bool>* nonzero_out = nullptr);
+
+// ---- partial evaluation ----------------------------------------------------------------------
+/// Decides, for an equation whose inputs are all known, whether its outputs may be saved as
+/// residuals (true) or must be recomputed in the staged jaxpr (false).
+using Saveable = std::function<bool(const Eqn&)>;
+
+struct PartialEval {
+  ClosedJaxpr known;   // known inputs -> (known outputs, residuals)
+  ClosedJaxpr staged;  // (residuals, unknown inputs) -> unknown outputs
+  std::vector<bool> out_unknown;
+  std::size_t num_res = 0;
+  std::vector<Var> residual_vars;  // in the known jaxpr, for saved_residuals reports
+};
+
+/// partial_eval : (a -> b) -> (known a -> (known b, r), (r, unknown a) -> unknown b).
+/// An equation is staged when any input is unknown; a known equation that `saveable` rejects is
+/// also copied into the staged jaxpr (recomputed there). Outputs with instantiate set are unknown.
+PartialEval partial_eval(const ClosedJaxpr& j, const std::vector<bool>& in_unknown,
+                         const std::vector<bool>& instantiate, const Saveable& saveable = nullptr);
+
+// ---- transpose -------------------------------------------------------------------------------
+/// An input of a linear equation during transposition: a known value, or an undefined linear one.
+struct LinearInput {
+  Array value;        // valid when not linear
+  ShapedArray aval;
+  bool is_linear() const { return !value.valid(); }
+};
+struct TransposeArgs {
+  Primitive prim;
+  std::span<const Tangent> ct;        // cotangents of the outputs (not all zero)
+  std::span<const LinearInput> in;
+  const Params& params;
+  std::source_location loc;
+};
+/// Cotangents of the inputs (meaningful for linear inputs only; others may be zero).
+using TransposeRule = std::vector<Tangent> (*)(const TransposeArgs&);
+TransposeRule transpose_rule(Primitive p);
+
+/// transpose : (r, T a -o T b) -> (r, T b) -> T a. The inputs of j with linear_in set are the
+/// linear ones; the result takes (non-linear inputs, cotangents of outputs) and returns the
+/// cotangents of the linear inputs (zeros materialized).
+ClosedJaxpr transpose_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& linear_in);
+
+/// Evaluates the transpose at the current trace level.
+std::vector<Tangent> backward_pass(const ClosedJaxpr& j, const std::vector<bool>& linear_in,
+                                   std::span<const Array> nonlinear_args, std::span<const Tangent> cts);
+
+// ---- dce / cse -------------------------------------------------------------------------------
+/// dce : Jaxpr -> Jaxpr. Drops equations whose outputs nothing uses (and unused outputs where
+/// used_outputs says so). *used_inputs (if given) reports which inputs are still read.
+ClosedJaxpr dce(const ClosedJaxpr& j, const std::vector<bool>& used_outputs,
+                std::vector<bool>* used_inputs = nullptr);
+/// cse : Jaxpr -> Jaxpr. Merges equations with the same primitive, params and operands.
+ClosedJaxpr cse(const ClosedJaxpr& j);
+
+// ---- linearize / vjp -------------------------------------------------------------------------
+struct Linearized {
+  PartialEval pe;                 // known: primals -> (outs, res); staged: (res, tangents) -> t_outs
+  std::vector<bool> diff_in;      // which primal inputs have tangents
+};
+/// linearize : (a -> b) -> a -> (b, T a -o T b), as jvp then partial_eval.
+Linearized linearize_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff_in);
+
+/// The gradient-like jaxpr: primals -> (outs..., one cotangent per diff_in input, zeros for
+/// non-float ones). With `seed`, output k's cotangent is ones where seed[k] and zeros elsewhere;
+/// without it, the output cotangents are extra inputs after the primals.
+ClosedJaxpr vjp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff_in,
+                      const std::optional<std::vector<bool>>& seed);
+
+/// True for f32/f64: integer and bool values carry no tangent (JAX's float0).
+inline bool differentiable(const ShapedArray& a) { return is_floating(a.dtype); }
+
+/// Cleans a jaxpr produced by a transform: DCE then CSE (typechecked with the `checks` option).
+ClosedJaxpr simplify(const ClosedJaxpr& j);
+
+}  // namespace xjax::detail

@@ -1,0 +1,220 @@
+// api.cpp: the flat functions behind the transform templates of transforms.hpp: the trace cache,
+// grad, vjp, jvp, linearize and the Jacobians, on flat lists of arrays.
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "ad.hpp"
+#include "xjax/ops.hpp"
+#include "xjax/transforms.hpp"
+
+namespace xjax::detail {
+
+// ---- trace cache -----------------------------------------------------------------------------
+
+struct TraceCache {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<const Traced>> entries;
+};
+
+std::shared_ptr<TraceCache> new_trace_cache() { return std::make_shared<TraceCache>(); }
+
+namespace {
+bool all_consts_concrete(const ClosedJaxpr& j) {
+  for (const auto& c : j.consts)
+    if (!c.is_concrete()) return false;
+  return true;
+}
+}  // namespace
+
+std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, const std::function<Traced()>& build) {
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.entries.find(key);
+    if (it != cache.entries.end()) return it->second;
+  }
+  auto t = std::make_shared<const Traced>(build());  // outside the lock: tracing may nest transforms
+  if (all_consts_concrete(t->jaxpr)) {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    cache.entries.emplace(key, t);
+  }
+  return t;
+}
+
+std::string signature_key(const FlatArgs& fa, const std::vector<bool>& mask) {
+  std::ostringstream os;
+  for (const auto& d : fa.defs) os << d.str() << ";";
+  for (std::size_t i = 0; i < fa.leaves.size(); ++i) os << fa.leaves[i].aval().str() << (mask[i] ? "*" : "") << ",";
+  return os.str();
+}
+
+std::vector<bool> argnum_mask(const FlatArgs& fa, std::initializer_list<int> argnums) {
+  std::vector<bool> mask(fa.leaves.size(), false);
+  for (int i : argnums)
+    for (std::size_t k = fa.offsets[static_cast<std::size_t>(i)]; k < fa.offsets[static_cast<std::size_t>(i) + 1]; ++k)
+      mask[k] = true;
+  return mask;
+}
+
+void aux_mismatch(bool returns_pair) {
+  throw Error(returns_pair ? "grad: the function returns a std::pair; if its second element is auxiliary data, "
+                             "pass {.has_aux = true}"
+                           : "grad: has_aux is set but the function does not return std::pair{value, aux}");
+}
+
+// ---- grad ------------------------------------------------------------------------------------
+
+ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux) {
+  std::size_t nout = j->outvars.size();
+  if (nout == 0 || (!has_aux && nout != 1))
+    throw TypeError("grad: the function must return one scalar (got " + std::to_string(nout) +
+                    " arrays); use vjp or jacrev for other outputs");
+  const ShapedArray& out = atom_aval(j->outvars[0]);
+  if (out.ndim() != 0 || !is_floating(out.dtype))
+    throw TypeError("grad: the function must return a float scalar, got " + out.str() +
+                    "; reduce it (e.g. xj::sum) or use vjp / jacrev");
+  std::vector<bool> seed(nout, false);
+  seed[0] = true;
+  return vjp_jaxpr(j, diff, seed);
+}
+
+// ---- vjp -------------------------------------------------------------------------------------
+
+struct VjpState {
+  ClosedJaxpr bwd;                  // (res, output cts) -> cts of the differentiable inputs
+  std::vector<Array> residuals;
+  std::vector<bool> nonzero;        // which inputs have cotangents
+  std::vector<ShapedArray> in_avals;
+  std::vector<ShapedArray> out_avals;
+};
+
+std::shared_ptr<const VjpState> vjp_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs) {
+  std::vector<bool> all(j->invars.size(), true);
+  Linearized lin = linearize_jaxpr(j, all);
+  auto s = std::make_shared<VjpState>();
+  std::vector<bool> linear_in(lin.pe.num_res, false);
+  for (bool nz : lin.diff_in)
+    if (nz) linear_in.push_back(true);
+  s->bwd = simplify(transpose_jaxpr(lin.pe.staged, linear_in));
+  std::vector<Array> known = eval_jaxpr(lin.pe.known, args);
+  std::size_t nout = j->outvars.size();
+  outs->assign(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(nout));
+  s->residuals.assign(known.begin() + static_cast<std::ptrdiff_t>(nout), known.end());
+  s->nonzero = lin.diff_in;
+  s->in_avals = j.in_avals();
+  s->out_avals = j.out_avals();
+  return s;
+}
+
+std::vector<Array> vjp_backward(const VjpState& s, std::span<const Array> cts) {
+  if (cts.size() != s.out_avals.size())
+    throw TypeError("vjp: " + std::to_string(cts.size()) + " cotangent leaves for " + std::to_string(s.out_avals.size()) + " outputs");
+  std::vector<Array> in = s.residuals;
+  for (std::size_t k = 0; k < cts.size(); ++k) {
+    if (cts[k].aval() != s.out_avals[k])
+      throw TypeError("vjp: cotangent " + std::to_string(k) + " is " + cts[k].aval().str() + ", the output is " + s.out_avals[k].str());
+    in.push_back(cts[k]);
+  }
+  std::vector<Array> got = eval_jaxpr(s.bwd, in);
+  std::vector<Array> out;
+  std::size_t g = 0;
+  for (std::size_t i = 0; i < s.in_avals.size(); ++i)
+    out.push_back(s.nonzero[i] ? got[g++] : zeros(s.in_avals[i].shape, s.in_avals[i].dtype));
+  return out;
+}
+
+// ---- jvp / linearize -------------------------------------------------------------------------
+
+std::pair<std::vector<Array>, std::vector<Array>> jvp_flat(const ClosedJaxpr& j, std::span<const Array> primals,
+                                                           std::span<const Array> tangents) {
+  if (tangents.size() != primals.size()) throw TypeError("jvp: primals and tangents differ in structure");
+  std::vector<bool> nonzero;
+  std::vector<Array> args(primals.begin(), primals.end());
+  for (std::size_t i = 0; i < primals.size(); ++i) {
+    bool d = differentiable(primals[i].aval());
+    if (d && tangents[i].aval() != primals[i].aval())
+      throw TypeError("jvp: tangent " + std::to_string(i) + " is " + tangents[i].aval().str() + ", its primal is " + primals[i].aval().str());
+    nonzero.push_back(d);
+    if (d) args.push_back(tangents[i]);
+  }
+  ClosedJaxpr jj = simplify(jvp_jaxpr(j, nonzero, true));
+  std::vector<Array> all = eval_jaxpr(jj, args);
+  std::size_t nout = j->outvars.size();
+  return {std::vector<Array>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nout)),
+          std::vector<Array>(all.begin() + static_cast<std::ptrdiff_t>(nout), all.end())};
+}
+
+struct LinearState {
+  ClosedJaxpr staged;
+  std::vector<Array> residuals;
+  std::vector<bool> nonzero;
+};
+
+std::shared_ptr<const LinearState> linearize_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs) {
+  std::vector<bool> all(j->invars.size(), true);
+  Linearized lin = linearize_jaxpr(j, all);
+  auto s = std::make_shared<LinearState>();
+  s->staged = lin.pe.staged;
+  std::vector<Array> known = eval_jaxpr(lin.pe.known, args);
+  std::size_t nout = j->outvars.size();
+  outs->assign(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(nout));
+  s->residuals.assign(known.begin() + static_cast<std::ptrdiff_t>(nout), known.end());
+  s->nonzero = lin.diff_in;
+  return s;
+}
+
+std::vector<Array> linearize_apply(const LinearState& s, std::span<const Array> tangents) {
+  std::vector<Array> in = s.residuals;
+  if (tangents.size() != s.nonzero.size()) throw TypeError("linearize: wrong number of tangent leaves");
+  for (std::size_t i = 0; i < tangents.size(); ++i)
+    if (s.nonzero[i]) in.push_back(tangents[i]);
+  return eval_jaxpr(s.staged, in);
+}
+
+// ---- Jacobians -------------------------------------------------------------------------------
+
+namespace {
+void expect_unary(const ClosedJaxpr& j, const char* who) {
+  if (j->invars.size() != 1 || j->outvars.size() != 1)
+    throw TypeError(std::string(who) + ": the function must map one array to one array");
+  if (!differentiable(j->invars[0].aval())) throw TypeError(std::string(who) + ": the input must be f32 or f64");
+}
+
+Array one_hot(const ShapedArray& aval, std::int64_t i) {
+  Array e = zeros({aval.size()}, aval.dtype);
+  Array v = dynamic_update_slice(e, full({1}, 1.0, aval.dtype), {scalar(static_cast<double>(i), i64)});
+  return reshape(v, aval.shape);
+}
+}  // namespace
+
+Array jacfwd_flat(const ClosedJaxpr& j, const Array& x) {
+  expect_unary(j, "jacfwd");
+  ClosedJaxpr jj = simplify(jvp_jaxpr(j, {true}, true));
+  ShapedArray out = j.out_avals()[0];
+  std::vector<Array> cols;
+  for (std::int64_t i = 0; i < x.size(); ++i) {
+    std::vector<Array> args{x, one_hot(x.aval(), i)};
+    cols.push_back(reshape(eval_jaxpr(jj, args)[1], {out.size()}));
+  }
+  Shape shape = out.shape;
+  shape.insert(shape.end(), x.shape().begin(), x.shape().end());
+  if (cols.empty()) return zeros(shape, out.dtype);
+  return reshape(stack(cols, 1), shape);
+}
+
+Array jacrev_flat(const ClosedJaxpr& j, const Array& x) {
+  expect_unary(j, "jacrev");
+  ShapedArray out = j.out_avals()[0];
+  ClosedJaxpr vj = vjp_jaxpr(j, {true}, std::nullopt);  // (x, ct) -> (out, ct_x)
+  std::vector<Array> rows;
+  for (std::int64_t i = 0; i < out.size(); ++i) {
+    std::vector<Array> args{x, one_hot(out, i)};
+    rows.push_back(reshape(eval_jaxpr(vj, args)[1], {x.size()}));
+  }
+  Shape shape = out.shape;
+  shape.insert(shape.end(), x.shape().begin(), x.shape().end());
+  if (rows.empty()) return zeros(shape, x.dtype());
+  return reshape(stack(rows, 0), shape);
+}
+
+}  // namespace xjax::detail

@@ -1,0 +1,82 @@
+// cse.cpp: common subexpression elimination.
+// cse : Jaxpr -> Jaxpr. Two equations with the same primitive, parameters and operands compute
+// the same values (every primitive is pure), so the later one is dropped and its outputs renamed
+// to the earlier one's. Equations carrying prevent_cse=True (a checkpoint's recompute) are never
+// merged.
+#include <sstream>
+#include <unordered_map>
+
+#include "ad.hpp"
+
+namespace xjax::detail {
+namespace {
+
+std::string param_key(const Param& p) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        std::ostringstream os;
+        if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+          for (auto x : v) os << x << ",";
+        } else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) {
+          for (const auto& x : v) os << x.get() << ",";
+        } else if constexpr (std::is_same_v<T, ClosedJaxprPtr> || std::is_same_v<T, std::shared_ptr<const ParamObject>>) {
+          os << v.get();
+        } else if constexpr (std::is_same_v<T, DType>) {
+          os << dtype_name(v);
+        } else {
+          os << v;
+        }
+        return os.str();
+      },
+      p);
+}
+
+bool prevents_cse(const Eqn& e) {
+  auto it = e.params.find("prevent_cse");
+  return it != e.params.end() && std::holds_alternative<bool>(it->second) && std::get<bool>(it->second);
+}
+
+}  // namespace
+
+ClosedJaxpr cse(const ClosedJaxpr& cj) {
+  const Jaxpr& j = *cj.jaxpr;
+  std::unordered_map<std::uint64_t, Var> rename;
+  auto atom = [&](const Atom& a) -> Atom {
+    if (auto* v = std::get_if<Var>(&a)) {
+      auto it = rename.find(v->id());
+      if (it != rename.end()) return it->second;
+    }
+    return a;
+  };
+  auto key_of_atom = [](const Atom& a) -> std::string {
+    if (auto* v = std::get_if<Var>(&a)) return "v" + std::to_string(v->id());
+    const Array& x = std::get<Literal>(a).value;
+    return "l" + x.aval().str() + ":" + std::to_string(x.item<double>());
+  };
+  std::unordered_map<std::string, std::size_t> seen;  // key -> index in out->eqns
+  auto out = std::make_shared<Jaxpr>();
+  out->constvars = j.constvars;
+  out->invars = j.invars;
+  out->eqns.reserve(j.eqns.size());
+  for (const Eqn& e0 : j.eqns) {
+    Eqn e = e0;
+    for (auto& in : e.inputs) in = atom(in);
+    if (!prevents_cse(e)) {
+      std::string key(primitive_name(e.prim));
+      for (const auto& [k, v] : e.params) key += "|" + k + "=" + param_key(v);
+      for (const auto& in : e.inputs) key += " " + key_of_atom(in);
+      auto [it, inserted] = seen.emplace(key, out->eqns.size());
+      if (!inserted) {
+        const Eqn& prev = out->eqns[it->second];
+        for (std::size_t k = 0; k < e.outputs.size(); ++k) rename[e.outputs[k].id()] = prev.outputs[k];
+        continue;
+      }
+    }
+    out->eqns.push_back(std::move(e));
+  }
+  for (const auto& o : j.outvars) out->outvars.push_back(atom(o));
+  return ClosedJaxpr{out, cj.consts};
+}
+
+}  // namespace xjax::detail

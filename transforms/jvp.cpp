@@ -1,0 +1,346 @@
+// jvp.cpp: forward-mode differentiation.
+// jvp : (a -> b) -> ((a, T a) -> (b, T b))
+// The pass re-traces the jaxpr, running each equation's jvp rule on primal and tangent values
+// (tracers of the new jaxpr). An equation whose input tangents are all symbolic zeros is copied
+// as is and its output tangents are zeros: no rule runs, nothing is materialized.
+// Read: the tangent helpers, the rule helpers (deflinear, zero), the rules in the order of
+// XJAX_FOR_EACH_PRIMITIVE, the rule table, then the pass.
+#include <cmath>
+
+#include "ad.hpp"
+#include "xjax/ops.hpp"
+
+namespace xjax::detail {
+
+// ---- tangents --------------------------------------------------------------------------------
+
+Array Tangent::instantiate() const {
+  return is_zero() ? broadcast_to(scalar(0.0, aval_.dtype), aval_.shape) : value_;
+}
+
+Tangent tadd(const Tangent& a, const Tangent& b) {
+  if (a.is_zero()) return b;
+  if (b.is_zero()) return a;
+  return bind1(Primitive::add, {a.value(), b.value()});
+}
+
+Tangent tneg(const Tangent& a) { return a.is_zero() ? a : Tangent(neg(a.value())); }
+
+Tangent tmap(const Tangent& t, const ShapedArray& out, const std::function<Array(const Array&)>& f) {
+  return t.is_zero() ? Tangent::zero(out) : Tangent(f(t.value()));
+}
+
+namespace {
+
+using P = Primitive;
+using Ints = std::vector<std::int64_t>;
+
+Array primal1(const JvpArgs& a) { return bind1(a.prim, a.x, a.params, a.loc); }
+
+// Unary rule: y = f(x), dy = t * f'(x, y).
+template <class D> JvpOut unary(const JvpArgs& a, D deriv) {
+  Array y = primal1(a);
+  return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) { return mul(t, deriv(a.x[0], y)); })}};
+}
+
+// Non-differentiable outputs: tangents are zero.
+JvpOut zero_jvp(const JvpArgs& a) {
+  auto ys = bind(a.prim, a.x, a.params, a.loc);
+  JvpOut out{ys, {}};
+  for (const auto& y : ys) out.tangents.push_back(Tangent::zero(y.aval()));
+  return out;
+}
+
+// Linear in the operands at positions `lin` (the others, e.g. indices, are taken as they are):
+// d f(x) = f(dx), with zero tangents materialized only when some linear operand has a tangent.
+JvpOut linear_in(const JvpArgs& a, std::initializer_list<std::size_t> lin_positions) {
+  std::vector<bool> lin(a.x.size(), false);
+  for (auto i : lin_positions) lin[i] = true;
+  Array y = primal1(a);
+  bool any = false;
+  for (std::size_t i = 0; i < a.x.size(); ++i) any = any || (lin[i] && !a.t[i].is_zero());
+  if (!any) return {{y}, {Tangent::zero(y.aval())}};
+  std::vector<Array> ts;
+  for (std::size_t i = 0; i < a.x.size(); ++i) ts.push_back(lin[i] ? a.t[i].instantiate() : a.x[i]);
+  return {{y}, {Tangent(bind1(a.prim, ts, a.params, a.loc))}};
+}
+
+JvpOut linear_all(const JvpArgs& a) {
+  Array y = primal1(a);
+  std::vector<Array> ts;
+  for (const auto& t : a.t) ts.push_back(t.instantiate());
+  return {{y}, {Tangent(bind1(a.prim, ts, a.params, a.loc))}};
+}
+
+Array c(double v, const Array& like) { return scalar_like(v, like); }
+
+// d(a op b) for bilinear op (mul, dot_general): op(da, b) + op(a, db)
+JvpOut bilinear(const JvpArgs& a) {
+  Array y = primal1(a);
+  Tangent l = tmap(a.t[0], y.aval(), [&](const Array& t) { return bind1(a.prim, {t, a.x[1]}, a.params, a.loc); });
+  Tangent r = tmap(a.t[1], y.aval(), [&](const Array& t) { return bind1(a.prim, {a.x[0], t}, a.params, a.loc); });
+  return {{y}, {tadd(l, r)}};
+}
+
+// ---- rules -----------------------------------------------------------------------------------
+
+// d(-x) = -dx
+JvpOut neg_jvp(const JvpArgs& a) { return linear_all(a); }
+// d exp x = exp x dx
+JvpOut exp_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array& y) { return y; }); }
+// d log x = dx / x
+JvpOut log_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return reciprocal(x); }); }
+// d log1p x = dx / (1 + x)
+JvpOut log1p_jvp(const JvpArgs& a) {
+  return unary(a, [](const Array& x, const Array&) { return reciprocal(add(x, c(1, x))); });
+}
+// d expm1 x = (expm1 x + 1) dx
+JvpOut expm1_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array& y) { return add(y, c(1, y)); }); }
+// d sin x = cos x dx
+JvpOut sin_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return cos(x); }); }
+// d cos x = -sin x dx
+JvpOut cos_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return neg(sin(x)); }); }
+// d tan x = (1 + tan^2 x) dx
+JvpOut tan_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array& y) { return add(c(1, y), square(y)); }); }
+// d tanh x = (1 - tanh^2 x) dx
+JvpOut tanh_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array& y) { return sub(c(1, y), square(y)); }); }
+// d logistic x = y (1 - y) dx
+JvpOut logistic_jvp(const JvpArgs& a) {
+  return unary(a, [](const Array&, const Array& y) { return mul(y, sub(c(1, y), y)); });
+}
+// d sqrt x = dx / (2 sqrt x)
+JvpOut sqrt_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array& y) { return div(c(0.5, y), y); }); }
+// d x^(-1/2) = -1/2 x^(-3/2) dx = -0.5 y / x dx
+JvpOut rsqrt_jvp(const JvpArgs& a) {
+  return unary(a, [](const Array& x, const Array& y) { return mul(c(-0.5, y), div(y, x)); });
+}
+// d |x| = sign(x) dx
+JvpOut abs_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return sign(x); }); }
+// d sign x = 0
+JvpOut sign_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// d x^n = n x^(n-1) dx
+JvpOut integer_pow_jvp(const JvpArgs& a) {
+  std::int64_t n = param_int(a.params, "y");
+  if (n == 0) return zero_jvp(a);
+  return unary(a, [n](const Array& x, const Array&) {
+    return n == 1 ? broadcast_to(c(1, x), x.shape()) : mul(c(static_cast<double>(n), x), n == 2 ? x : integer_pow(x, n - 1));
+  });
+}
+// d(a + b) = da + db
+JvpOut add_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  return {{y}, {tadd(a.t[0], a.t[1])}};
+}
+// d(a - b) = da - db
+JvpOut sub_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  return {{y}, {tadd(a.t[0], tneg(a.t[1]))}};
+}
+// d(a b) = da b + a db
+JvpOut mul_jvp(const JvpArgs& a) { return bilinear(a); }
+// d(a / b) = da / b - db a / b^2 = (da - db y) / b
+JvpOut div_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  Tangent l = tmap(a.t[0], y.aval(), [&](const Array& t) { return div(t, a.x[1]); });
+  Tangent r = tmap(a.t[1], y.aval(), [&](const Array& t) { return neg(mul(t, div(y, a.x[1]))); });
+  return {{y}, {tadd(l, r)}};
+}
+// d max(a, b) = da [a > b] + db [b > a], ties split half and half (as JAX)
+JvpOut minmax_jvp(const JvpArgs& a, bool is_max) {
+  Array y = primal1(a);
+  const Array &x0 = a.x[0], &x1 = a.x[1];
+  Array wins0 = is_max ? gt(x0, x1) : lt(x0, x1);
+  Array half = where(eq(x0, x1), c(0.5, y), c(0, y));
+  Array w0 = where(wins0, c(1, y), half);
+  Array w1 = sub(c(1, y), w0);
+  Tangent l = tmap(a.t[0], y.aval(), [&](const Array& t) { return mul(t, w0); });
+  Tangent r = tmap(a.t[1], y.aval(), [&](const Array& t) { return mul(t, w1); });
+  return {{y}, {tadd(l, r)}};
+}
+JvpOut max_jvp(const JvpArgs& a) { return minmax_jvp(a, true); }
+JvpOut min_jvp(const JvpArgs& a) { return minmax_jvp(a, false); }
+// d a^b = b a^(b-1) da + log(a) a^b db   (log taken as 0 where a = 0)
+JvpOut pow_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  const Array &x0 = a.x[0], &x1 = a.x[1];
+  Tangent l = tmap(a.t[0], y.aval(), [&](const Array& t) { return mul(t, mul(x1, pow(x0, sub(x1, c(1, x1))))); });
+  Tangent r = tmap(a.t[1], y.aval(), [&](const Array& t) {
+    Array safe_log = log(where(eq(x0, c(0, x0)), c(1, x0), x0));
+    return mul(t, mul(y, safe_log));
+  });
+  return {{y}, {tadd(l, r)}};
+}
+// comparisons are piecewise constant: zero tangent
+JvpOut eq_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut ne_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut lt_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut le_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut gt_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut ge_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// d select(p, a, b) = select(p, da, db)
+JvpOut select_n_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  bool any = false;
+  for (std::size_t i = 1; i < a.t.size(); ++i) any = any || !a.t[i].is_zero();
+  if (!any) return {{y}, {Tangent::zero(y.aval())}};
+  std::vector<Array> ins{a.x[0]};
+  for (std::size_t i = 1; i < a.t.size(); ++i) ins.push_back(a.t[i].instantiate());
+  return {{y}, {Tangent(bind1(P::select_n, ins, {}, a.loc))}};
+}
+// d convert(x) = convert(dx) between float types; zero when either side is not float
+JvpOut convert_element_type_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  if (!differentiable(y.aval()) || !differentiable(a.x[0].aval())) return {{y}, {Tangent::zero(y.aval())}};
+  return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) { return bind1(a.prim, {t}, a.params, a.loc); })}};
+}
+// d stop_gradient(x) = 0
+JvpOut stop_gradient_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// d copy(x) = copy(dx)
+JvpOut copy_jvp(const JvpArgs& a) { return linear_all(a); }
+// d (A . B) = dA . B + A . dB
+JvpOut dot_general_jvp(const JvpArgs& a) { return bilinear(a); }
+// d sum x = sum dx
+JvpOut reduce_sum_jvp(const JvpArgs& a) { return linear_all(a); }
+// d max x = mean of dx over the positions attaining the max
+JvpOut reduce_chooser_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  const Array& x = a.x[0];
+  const Ints& axes = param_ints(a.params, "axes");
+  Ints kept;
+  for (std::int64_t i = 0; i < x.ndim(); ++i)
+    if (std::find(axes.begin(), axes.end(), i) == axes.end()) kept.push_back(i);
+  Array at_max = astype(eq(x, broadcast_in_dim(y, x.shape(), kept)), x.dtype());
+  Array count = bind1(P::reduce_sum, {at_max}, {{"axes", axes}});
+  return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) {
+            return div(bind1(P::reduce_sum, {mul(t, at_max)}, {{"axes", axes}}), count);
+          })}};
+}
+JvpOut reduce_max_jvp(const JvpArgs& a) { return reduce_chooser_jvp(a); }
+JvpOut reduce_min_jvp(const JvpArgs& a) { return reduce_chooser_jvp(a); }
+// d prod x = sum(dx * prod x / x)   (assumes no zero entries, as a limitation)
+JvpOut reduce_prod_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  const Array& x = a.x[0];
+  const Ints& axes = param_ints(a.params, "axes");
+  Ints kept;
+  for (std::int64_t i = 0; i < x.ndim(); ++i)
+    if (std::find(axes.begin(), axes.end(), i) == axes.end()) kept.push_back(i);
+  Array others = div(broadcast_in_dim(y, x.shape(), kept), x);
+  return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) {
+            return bind1(P::reduce_sum, {mul(t, others)}, {{"axes", axes}});
+          })}};
+}
+JvpOut argmax_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// shape operations are linear in the operand
+JvpOut broadcast_in_dim_jvp(const JvpArgs& a) { return linear_all(a); }
+JvpOut reshape_jvp(const JvpArgs& a) { return linear_all(a); }
+JvpOut transpose_jvp(const JvpArgs& a) { return linear_all(a); }
+JvpOut squeeze_jvp(const JvpArgs& a) { return linear_all(a); }
+JvpOut expand_dims_jvp(const JvpArgs& a) { return linear_all(a); }
+JvpOut slice_jvp(const JvpArgs& a) { return linear_all(a); }
+// d pad(x, v) = pad(dx, dv)
+JvpOut pad_jvp(const JvpArgs& a) { return linear_in(a, {0, 1}); }
+// d x[i:i+n] = dx[i:i+n]   (indices carry no tangent)
+JvpOut dynamic_slice_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
+// d update(x, u, i) = update(dx, du, i)
+JvpOut dynamic_update_slice_jvp(const JvpArgs& a) { return linear_in(a, {0, 1}); }
+JvpOut concatenate_jvp(const JvpArgs& a) { return linear_all(a); }
+// d take(x, i) = take(dx, i)
+JvpOut gather_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
+// d scatter_add(x, i, u) = scatter_add(dx, i, du)
+JvpOut scatter_add_jvp(const JvpArgs& a) { return linear_in(a, {0, 2}); }
+JvpOut iota_jvp(const JvpArgs& a) { return zero_jvp(a); }
+
+}  // namespace
+
+JvpRule jvp_rule(Primitive p) {
+  switch (p) {
+#define XJAX_JVP_CASE(name) \
+  case P::name: return name##_jvp;
+    XJAX_FOR_EACH_PRIMITIVE(XJAX_JVP_CASE)
+#undef XJAX_JVP_CASE
+  }
+  return nullptr;
+}
+
+// ---- the pass --------------------------------------------------------------------------------
+
+JvpOut jvp_eval(const ClosedJaxpr& cj, std::span<const Array> primals, std::span<const Tangent> tangents) {
+  const Jaxpr& j = *cj.jaxpr;
+  std::unordered_map<std::uint64_t, Array> pv;
+  std::unordered_map<std::uint64_t, Tangent> tv;
+  for (std::size_t i = 0; i < j.constvars.size(); ++i) {
+    pv[j.constvars[i].id()] = cj.consts[i];
+    tv[j.constvars[i].id()] = Tangent::zero(j.constvars[i].aval());
+  }
+  for (std::size_t i = 0; i < j.invars.size(); ++i) {
+    pv[j.invars[i].id()] = primals[i];
+    tv[j.invars[i].id()] = differentiable(j.invars[i].aval()) ? tangents[i] : Tangent::zero(j.invars[i].aval());
+  }
+  auto primal = [&](const Atom& a) -> Array {
+    if (auto* l = std::get_if<Literal>(&a)) return l->value;
+    return pv.at(std::get<Var>(a).id());
+  };
+  auto tangent = [&](const Atom& a) -> Tangent {
+    if (auto* l = std::get_if<Literal>(&a)) return Tangent::zero(l->value.aval());
+    return tv.at(std::get<Var>(a).id());
+  };
+  std::vector<Array> xs;
+  std::vector<Tangent> ts;
+  for (const Eqn& e : j.eqns) {
+    xs.clear();
+    ts.clear();
+    bool any = false;
+    for (const auto& in : e.inputs) {
+      xs.push_back(primal(in));
+      ts.push_back(tangent(in));
+      any = any || !ts.back().is_zero();
+    }
+    JvpOut out;
+    if (!any) {
+      out.primals = bind(e.prim, xs, e.params, e.loc);
+      for (const auto& y : out.primals) out.tangents.push_back(Tangent::zero(y.aval()));
+    } else {
+      out = jvp_rule(e.prim)(JvpArgs{e.prim, xs, ts, e.params, e.loc});
+    }
+    for (std::size_t k = 0; k < e.outputs.size(); ++k) {
+      pv[e.outputs[k].id()] = out.primals[k];
+      Tangent t = out.tangents[k];
+      if (!differentiable(e.outputs[k].aval())) t = Tangent::zero(e.outputs[k].aval());
+      tv[e.outputs[k].id()] = t;
+    }
+  }
+  JvpOut result;
+  for (const auto& o : j.outvars) {
+    result.primals.push_back(primal(o));
+    result.tangents.push_back(tangent(o));
+  }
+  return result;
+}
+
+ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in, bool instantiate_out,
+                      std::vector<bool>* nonzero_out) {
+  std::vector<ShapedArray> avals = j.in_avals();
+  std::size_t n = avals.size();
+  for (std::size_t i = 0; i < n; ++i)
+    if (nonzero_in[i]) avals.push_back(avals[i]);
+  std::vector<bool> nz_out;
+  auto body = [&](std::span<const Array> args) {
+    std::vector<Tangent> ts;
+    std::size_t k = n;
+    for (std::size_t i = 0; i < n; ++i)
+      ts.push_back(nonzero_in[i] ? Tangent(args[k++]) : Tangent::zero(args[i].aval()));
+    JvpOut out = jvp_eval(j, args.subspan(0, n), ts);
+    std::vector<Array> res = out.primals;
+    for (const auto& t : out.tangents) {
+      nz_out.push_back(!t.is_zero());
+      if (instantiate_out || !t.is_zero()) res.push_back(t.instantiate());
+    }
+    return res;
+  };
+  ClosedJaxpr out = trace_flat(body, avals);
+  if (nonzero_out) *nonzero_out = instantiate_out ? std::vector<bool>(nz_out.size(), true) : nz_out;
+  return out;
+}
+
+}  // namespace xjax::detail

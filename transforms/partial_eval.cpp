@@ -1,0 +1,131 @@
+// partial_eval.cpp: splitting a jaxpr into what can be computed now and what must wait.
+// partial_eval : (a -> b) -> (known a -> (known b, r), (r, unknown a) -> unknown b)
+// An equation with an unknown input is staged; the others are known. A known equation that the
+// `saveable` predicate rejects is also copied into the staged jaxpr, so the staged side recomputes
+// it instead of receiving it as a residual (this is how checkpoint policies act). Residuals are
+// the known values the staged jaxpr reads after dead code is removed from both sides.
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ad.hpp"
+#include "pe_rules.hpp"
+
+namespace xjax::detail {
+namespace {
+
+const Var* as_var(const Atom& a) { return std::get_if<Var>(&a); }
+
+}  // namespace
+
+PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unknown,
+                         const std::vector<bool>& instantiate, const Saveable& saveable) {
+  const Jaxpr& j = *cj.jaxpr;
+  std::unordered_set<std::uint64_t> unknown;
+  for (std::size_t i = 0; i < j.invars.size(); ++i)
+    if (in_unknown[i]) unknown.insert(j.invars[i].id());
+  auto is_unknown = [&](const Atom& a) { return as_var(a) && unknown.count(as_var(a)->id()); };
+
+  std::vector<Eqn> known_eqns, staged_eqns;
+  for (const Eqn& e : j.eqns) {
+    bool any_unknown = std::any_of(e.inputs.begin(), e.inputs.end(), is_unknown);
+    if (!any_unknown) {
+      known_eqns.push_back(e);
+      if (saveable && !saveable(e)) staged_eqns.push_back(e);  // recomputed on the staged side
+      continue;
+    }
+    std::vector<bool> ins_unknown;
+    for (const auto& in : e.inputs) ins_unknown.push_back(is_unknown(in));
+    if (PeRule rule = pe_rule(e.prim)) {
+      PeSplit split = rule(e, ins_unknown, saveable);
+      known_eqns.insert(known_eqns.end(), split.known.begin(), split.known.end());
+      staged_eqns.insert(staged_eqns.end(), split.staged.begin(), split.staged.end());
+      for (std::size_t k = 0; k < e.outputs.size(); ++k)
+        if (split.out_unknown[k]) unknown.insert(e.outputs[k].id());
+      continue;
+    }
+    staged_eqns.push_back(e);
+    for (const auto& o : e.outputs) unknown.insert(o.id());
+  }
+
+  PartialEval pe;
+  std::vector<Atom> known_outs, staged_outs;
+  for (std::size_t k = 0; k < j.outvars.size(); ++k) {
+    bool u = is_unknown(j.outvars[k]) || instantiate[k];
+    pe.out_unknown.push_back(u);
+    (u ? staged_outs : known_outs).push_back(j.outvars[k]);
+  }
+
+  // Dead code on the staged side: keep what its outputs need, walking backwards.
+  std::unordered_set<std::uint64_t> needed;
+  for (const auto& o : staged_outs)
+    if (auto* v = as_var(o)) needed.insert(v->id());
+  std::vector<Eqn> live_staged;
+  for (auto it = staged_eqns.rbegin(); it != staged_eqns.rend(); ++it) {
+    bool used = std::any_of(it->outputs.begin(), it->outputs.end(), [&](const Var& v) { return needed.count(v.id()); });
+    if (!used) continue;
+    for (const auto& in : it->inputs)
+      if (auto* v = as_var(in)) needed.insert(v->id());
+    live_staged.push_back(*it);
+  }
+  std::reverse(live_staged.begin(), live_staged.end());
+
+  // Residuals: known values read on the staged side but not defined there, in order of first use.
+  std::unordered_set<std::uint64_t> defined_staged;
+  for (std::size_t i = 0; i < j.invars.size(); ++i)
+    if (in_unknown[i]) defined_staged.insert(j.invars[i].id());
+  std::vector<Var> residuals;
+  std::unordered_set<std::uint64_t> seen;
+  auto consider = [&](const Atom& a) {
+    auto* v = as_var(a);
+    if (!v || defined_staged.count(v->id()) || seen.count(v->id())) return;
+    seen.insert(v->id());
+    residuals.push_back(*v);
+  };
+  for (const Eqn& e : live_staged) {
+    for (const auto& in : e.inputs) consider(in);
+    for (const auto& o : e.outputs) defined_staged.insert(o.id());
+  }
+  for (const auto& o : staged_outs) consider(o);
+
+  auto known = std::make_shared<Jaxpr>();
+  known->constvars = j.constvars;
+  for (std::size_t i = 0; i < j.invars.size(); ++i)
+    if (!in_unknown[i]) known->invars.push_back(j.invars[i]);
+  known->eqns = std::move(known_eqns);
+  known->outvars = known_outs;
+  for (const auto& r : residuals) known->outvars.push_back(r);
+  std::vector<bool> all_used(known->outvars.size(), true);
+  pe.known = dce(ClosedJaxpr{known, cj.consts}, all_used);
+
+  auto staged = std::make_shared<Jaxpr>();
+  staged->invars = residuals;
+  for (std::size_t i = 0; i < j.invars.size(); ++i)
+    if (in_unknown[i]) staged->invars.push_back(j.invars[i]);
+  staged->eqns = std::move(live_staged);
+  staged->outvars = staged_outs;
+  pe.staged = ClosedJaxpr{staged, {}};
+  pe.num_res = residuals.size();
+  pe.residual_vars = residuals;
+#if XJAX_CHECKS
+  typecheck(*pe.known.jaxpr);
+  typecheck(*pe.staged.jaxpr);
+#endif
+  return pe;
+}
+
+}  // namespace xjax::detail
+
+namespace xjax::detail {
+
+PeRule pe_rule(Primitive p) {
+  switch (p) {
+#define XJAX_NO_PE_RULE(name) case Primitive::name:
+    XJAX_FOR_EACH_PRIMITIVE(XJAX_NO_PE_RULE)
+#undef XJAX_NO_PE_RULE
+    return nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace xjax::detail

@@ -1,0 +1,406 @@
+// transpose.cpp: transposition of linear jaxprs (the backward pass of reverse mode).
+// transpose : (r, T a -o T b) -> (r, T b) -> T a
+// Equations that read no linear value are evaluated forward first; the linear ones are then
+// walked in reverse, each rule mapping the cotangents of an equation's outputs to cotangents of
+// its linear inputs. Cotangents are accumulated with add and stay symbolic zeros until the end.
+// Read: rule helpers, the rules in the order of XJAX_FOR_EACH_PRIMITIVE (non-linear primitives
+// have a rule that reports the misuse), the rule table, then the pass.
+#include <algorithm>
+#include <numeric>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ad.hpp"
+#include "xjax/ops.hpp"
+
+namespace xjax::detail {
+namespace {
+
+using P = Primitive;
+using Ints = std::vector<std::int64_t>;
+using Cts = std::vector<Tangent>;
+
+// Cotangent list with zeros for every input; rules fill the linear ones.
+Cts zeros_for(const TransposeArgs& a) {
+  Cts out;
+  for (const auto& in : a.in) out.push_back(Tangent::zero(in.aval));
+  return out;
+}
+
+[[noreturn]] Cts not_linear(const TransposeArgs& a) {
+  throw TransformError("transpose: " + std::string(primitive_name(a.prim)) +
+                       " is not linear in its operands, so it cannot be transposed (at " + where(a.loc) + ")");
+}
+
+Array ct0(const TransposeArgs& a) { return a.ct[0].instantiate(); }
+
+// Unary linear primitive whose transpose is the function g.
+template <class G> Cts unary_linear(const TransposeArgs& a, G g) {
+  Cts out = zeros_for(a);
+  if (a.in[0].is_linear()) out[0] = g(ct0(a));
+  return out;
+}
+
+Ints complement(const Ints& dims, std::int64_t rank) {
+  Ints out;
+  for (std::int64_t i = 0; i < rank; ++i)
+    if (std::find(dims.begin(), dims.end(), i) == dims.end()) out.push_back(i);
+  return out;
+}
+
+Ints range(std::int64_t lo, std::int64_t hi) {
+  Ints out;
+  for (std::int64_t i = lo; i < hi; ++i) out.push_back(i);
+  return out;
+}
+
+// Cotangent of one operand x of y = dot_general(x, w) (or of w, by symmetry): contract the
+// cotangent with the other operand over the other operand's free dims, then put the result's
+// dims back in x's order.
+Array dot_transpose_operand(const Array& ct, const ShapedArray& x_aval, const Array& other, const Ints& x_contract,
+                            const Ints& other_contract, const Ints& x_batch, const Ints& other_batch,
+                            bool x_is_lhs) {
+  auto nb = static_cast<std::int64_t>(x_batch.size());
+  Ints x_free = complement([&] { Ints d = x_batch; d.insert(d.end(), x_contract.begin(), x_contract.end()); return d; }(), x_aval.ndim());
+  Ints o_free = complement([&] { Ints d = other_batch; d.insert(d.end(), other_contract.begin(), other_contract.end()); return d; }(), other.ndim());
+  auto nxf = static_cast<std::int64_t>(x_free.size());
+  auto nof = static_cast<std::int64_t>(o_free.size());
+  // ct dims: batch, lhs free, rhs free.
+  Ints ct_other_free = x_is_lhs ? range(nb + nxf, nb + nxf + nof) : range(nb, nb + nof);
+  Array r = dot_general(ct, other, ct_other_free, o_free, range(0, nb), other_batch);
+  // r dims: batch, x free (the ct's remaining dims in order), other's contracting dims ascending.
+  Ints sorted_oc = other_contract;
+  std::sort(sorted_oc.begin(), sorted_oc.end());
+  Ints r_to_x;  // r dim k corresponds to x dim r_to_x[k]
+  for (auto d : x_batch) r_to_x.push_back(d);
+  for (auto d : x_free) r_to_x.push_back(d);
+  for (auto oc : sorted_oc) {
+    auto pos = std::find(other_contract.begin(), other_contract.end(), oc) - other_contract.begin();
+    r_to_x.push_back(x_contract[static_cast<std::size_t>(pos)]);
+  }
+  Ints perm(r_to_x.size());
+  for (std::size_t k = 0; k < r_to_x.size(); ++k) perm[static_cast<std::size_t>(r_to_x[k])] = static_cast<std::int64_t>(k);
+  bool identity = true;
+  for (std::size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<std::int64_t>(i);
+  return identity ? r : transpose(r, perm);
+}
+
+Array zeros_of(const ShapedArray& aval) { return broadcast_to(scalar(0.0, aval.dtype), aval.shape); }
+
+std::vector<Array> index_operands(const TransposeArgs& a, std::size_t first) {
+  std::vector<Array> idx;
+  for (std::size_t i = first; i < a.in.size(); ++i) idx.push_back(a.in[i].value);
+  return idx;
+}
+
+// ---- rules -----------------------------------------------------------------------------------
+
+// (-)^T ct = -ct
+Cts neg_transpose(const TransposeArgs& a) { return unary_linear(a, [](const Array& c) { return neg(c); }); }
+Cts exp_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts log_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts log1p_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts expm1_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts sin_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts cos_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts tan_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts tanh_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts logistic_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts sqrt_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts rsqrt_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts abs_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts sign_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts integer_pow_transpose(const TransposeArgs& a) { return not_linear(a); }
+// (a + b)^T ct = (ct, ct)
+Cts add_transpose(const TransposeArgs& a) {
+  Cts out = zeros_for(a);
+  for (std::size_t i = 0; i < 2; ++i)
+    if (a.in[i].is_linear()) out[i] = a.ct[0];
+  return out;
+}
+// (a - b)^T ct = (ct, -ct)
+Cts sub_transpose(const TransposeArgs& a) {
+  Cts out = zeros_for(a);
+  if (a.in[0].is_linear()) out[0] = a.ct[0];
+  if (a.in[1].is_linear()) out[1] = tneg(a.ct[0]);
+  return out;
+}
+// (a * w)^T ct = ct * w   (one operand linear)
+Cts mul_transpose(const TransposeArgs& a) {
+  if (a.in[0].is_linear() && a.in[1].is_linear()) return not_linear(a);
+  Cts out = zeros_for(a);
+  std::size_t lin = a.in[0].is_linear() ? 0 : 1;
+  out[lin] = mul(ct0(a), a.in[1 - lin].value);
+  return out;
+}
+// (a / w)^T ct = ct / w   (numerator linear)
+Cts div_transpose(const TransposeArgs& a) {
+  if (a.in[1].is_linear()) return not_linear(a);
+  Cts out = zeros_for(a);
+  out[0] = div(ct0(a), a.in[1].value);
+  return out;
+}
+Cts max_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts min_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts pow_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts eq_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts ne_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts lt_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts le_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts gt_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts ge_transpose(const TransposeArgs& a) { return not_linear(a); }
+// select(p, c0, c1, ...)^T ct = (-, select(p, ct, 0, ...), select(p, 0, ct, ...), ...)
+Cts select_n_transpose(const TransposeArgs& a) {
+  if (a.in[0].is_linear()) return not_linear(a);
+  Cts out = zeros_for(a);
+  Array c = ct0(a);
+  Array z = zeros_of(c.aval());
+  for (std::size_t i = 1; i < a.in.size(); ++i) {
+    if (!a.in[i].is_linear()) continue;
+    std::vector<Array> ins{a.in[0].value};
+    for (std::size_t k = 1; k < a.in.size(); ++k) ins.push_back(k == i ? c : z);
+    out[i] = bind1(P::select_n, ins, {}, a.loc);
+  }
+  return out;
+}
+// convert^T ct = convert ct back to the operand's dtype
+Cts convert_element_type_transpose(const TransposeArgs& a) {
+  return unary_linear(a, [&](const Array& c) { return astype(c, a.in[0].aval.dtype); });
+}
+Cts stop_gradient_transpose(const TransposeArgs& a) { return not_linear(a); }
+// copy^T ct = ct
+Cts copy_transpose(const TransposeArgs& a) { return unary_linear(a, [](const Array& c) { return c; }); }
+// (x . w)^T ct = (ct . w^T, x^T . ct), dims put back in each operand's order
+Cts dot_general_transpose(const TransposeArgs& a) {
+  if (a.in[0].is_linear() && a.in[1].is_linear()) return not_linear(a);
+  const Ints &lc = param_ints(a.params, "lhs_contracting"), &rc = param_ints(a.params, "rhs_contracting");
+  const Ints &lb = param_ints(a.params, "lhs_batch"), &rb = param_ints(a.params, "rhs_batch");
+  Cts out = zeros_for(a);
+  if (a.in[0].is_linear())
+    out[0] = dot_transpose_operand(ct0(a), a.in[0].aval, a.in[1].value, lc, rc, lb, rb, true);
+  else
+    out[1] = dot_transpose_operand(ct0(a), a.in[1].aval, a.in[0].value, rc, lc, rb, lb, false);
+  return out;
+}
+// sum^T ct = broadcast ct over the summed axes
+Cts reduce_sum_transpose(const TransposeArgs& a) {
+  const ShapedArray& x = a.in[0].aval;
+  return unary_linear(a, [&](const Array& c) {
+    return broadcast_in_dim(c, x.shape, complement(param_ints(a.params, "axes"), x.ndim()));
+  });
+}
+Cts reduce_max_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts reduce_min_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts reduce_prod_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts argmax_transpose(const TransposeArgs& a) { return not_linear(a); }
+// broadcast^T ct = sum ct over the broadcast dims, reshaped to the operand
+Cts broadcast_in_dim_transpose(const TransposeArgs& a) {
+  const ShapedArray& x = a.in[0].aval;
+  const Ints& bd = param_ints(a.params, "broadcast_dimensions");
+  const Ints& shape = param_ints(a.params, "shape");
+  return unary_linear(a, [&](const Array& c) {
+    Ints axes = complement(bd, static_cast<std::int64_t>(shape.size()));
+    for (std::size_t i = 0; i < bd.size(); ++i)
+      if (x.shape[i] == 1 && shape[static_cast<std::size_t>(bd[i])] != 1) axes.push_back(bd[i]);
+    std::sort(axes.begin(), axes.end());
+    Array s = axes.empty() ? c : bind1(P::reduce_sum, {c}, {{"axes", axes}}, a.loc);
+    return reshape(s, x.shape);
+  });
+}
+// reshape^T ct = reshape ct back
+Cts reshape_transpose(const TransposeArgs& a) {
+  return unary_linear(a, [&](const Array& c) { return reshape(c, a.in[0].aval.shape); });
+}
+// transpose(perm)^T ct = transpose(ct, perm^-1)
+Cts transpose_transpose(const TransposeArgs& a) {
+  const Ints& perm = param_ints(a.params, "permutation");
+  Ints inv(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) inv[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
+  return unary_linear(a, [&](const Array& c) { return transpose(c, inv); });
+}
+Cts squeeze_transpose(const TransposeArgs& a) { return reshape_transpose(a); }
+Cts expand_dims_transpose(const TransposeArgs& a) { return reshape_transpose(a); }
+// slice^T ct = ct padded with zeros back to the operand's shape (strides as interior padding)
+Cts slice_transpose(const TransposeArgs& a) {
+  const ShapedArray& x = a.in[0].aval;
+  const Ints &start = param_ints(a.params, "start_indices"), &strides = param_ints(a.params, "strides");
+  return unary_linear(a, [&](const Array& c) {
+    Ints lo, hi, interior;
+    for (std::size_t i = 0; i < start.size(); ++i) {
+      std::int64_t s = strides.empty() ? 1 : strides[i];
+      std::int64_t n = c.shape()[i];
+      std::int64_t end = n > 0 ? start[i] + (n - 1) * s + 1 : start[i];
+      lo.push_back(start[i]);
+      hi.push_back(x.shape[i] - end);
+      interior.push_back(n > 0 ? s - 1 : 0);
+    }
+    return bind1(P::pad, {c, scalar(0.0, c.dtype())}, {{"lo", lo}, {"hi", hi}, {"interior", interior}}, a.loc);
+  });
+}
+// pad^T ct = (ct with the padding cut away, sum(ct) - sum(that))
+Cts pad_transpose(const TransposeArgs& a) {
+  const Ints &lo = param_ints(a.params, "lo"), &hi = param_ints(a.params, "hi");
+  const Ints& interior = param_ints(a.params, "interior");
+  Array c = ct0(a);
+  Ints nlo, nhi, zero(lo.size(), 0), strides;
+  for (std::size_t i = 0; i < lo.size(); ++i) {
+    nlo.push_back(-lo[i]);
+    nhi.push_back(-hi[i]);
+    strides.push_back(interior[i] + 1);
+  }
+  Array unpadded = bind1(P::pad, {c, scalar(0.0, c.dtype())}, {{"lo", nlo}, {"hi", nhi}, {"interior", zero}}, a.loc);
+  Array t_op = slice(unpadded, Ints(lo.size(), 0), unpadded.shape(), strides);
+  Cts out = zeros_for(a);
+  if (a.in[0].is_linear()) out[0] = t_op;
+  if (a.in[1].is_linear()) out[1] = sub(sum(c), sum(t_op));
+  return out;
+}
+// dynamic_slice^T ct = zeros with ct written at the same (clamped) start
+Cts dynamic_slice_transpose(const TransposeArgs& a) {
+  auto idx = index_operands(a, 1);
+  return unary_linear(a, [&](const Array& c) { return dynamic_update_slice(zeros_of(a.in[0].aval), c, idx); });
+}
+// dynamic_update_slice^T ct = (ct with the window zeroed, ct's window)
+Cts dynamic_update_slice_transpose(const TransposeArgs& a) {
+  auto idx = index_operands(a, 2);
+  Array c = ct0(a);
+  Cts out = zeros_for(a);
+  if (a.in[0].is_linear()) out[0] = dynamic_update_slice(c, zeros_of(a.in[1].aval), idx);
+  if (a.in[1].is_linear()) out[1] = dynamic_slice(c, idx, a.in[1].aval.shape);
+  return out;
+}
+// concatenate^T ct = the slices of ct
+Cts concatenate_transpose(const TransposeArgs& a) {
+  std::int64_t dim = param_int(a.params, "dimension");
+  Array c = ct0(a);
+  Cts out = zeros_for(a);
+  std::int64_t offset = 0;
+  for (std::size_t i = 0; i < a.in.size(); ++i) {
+    std::int64_t n = a.in[i].aval.shape[static_cast<std::size_t>(dim)];
+    if (a.in[i].is_linear()) out[i] = slice_in_dim(c, offset, offset + n, dim);
+    offset += n;
+  }
+  return out;
+}
+// take(x, i)^T ct = scatter_add(zeros, i, ct)
+Cts gather_transpose(const TransposeArgs& a) {
+  if (a.in[1].is_linear()) return not_linear(a);
+  return unary_linear(a, [&](const Array& c) {
+    return bind1(P::scatter_add, {zeros_of(a.in[0].aval), a.in[1].value, c}, a.params, a.loc);
+  });
+}
+// scatter_add(x, i, u)^T ct = (ct, take(ct, i))
+Cts scatter_add_transpose(const TransposeArgs& a) {
+  if (a.in[1].is_linear()) return not_linear(a);
+  Array c = ct0(a);
+  Cts out = zeros_for(a);
+  if (a.in[0].is_linear()) out[0] = c;
+  if (a.in[2].is_linear()) out[2] = bind1(P::gather, {c, a.in[1].value}, a.params, a.loc);
+  return out;
+}
+Cts iota_transpose(const TransposeArgs& a) { return not_linear(a); }
+
+}  // namespace
+
+TransposeRule transpose_rule(Primitive p) {
+  switch (p) {
+#define XJAX_T_CASE(name) \
+  case P::name: return name##_transpose;
+    XJAX_FOR_EACH_PRIMITIVE(XJAX_T_CASE)
+#undef XJAX_T_CASE
+  }
+  return nullptr;
+}
+
+// ---- the pass --------------------------------------------------------------------------------
+
+std::vector<Tangent> backward_pass(const ClosedJaxpr& cj, const std::vector<bool>& linear_in,
+                                   std::span<const Array> nonlinear_args, std::span<const Tangent> cts) {
+  const Jaxpr& j = *cj.jaxpr;
+  std::unordered_map<std::uint64_t, Array> value;  // non-linear values
+  std::unordered_set<std::uint64_t> linear;
+  for (std::size_t i = 0; i < j.constvars.size(); ++i) value[j.constvars[i].id()] = cj.consts[i];
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < j.invars.size(); ++i) {
+    if (linear_in[i]) linear.insert(j.invars[i].id());
+    else value[j.invars[i].id()] = nonlinear_args[k++];
+  }
+  auto is_linear = [&](const Atom& a) { auto* v = std::get_if<Var>(&a); return v && linear.count(v->id()); };
+  auto read = [&](const Atom& a) -> Array {
+    if (auto* l = std::get_if<Literal>(&a)) return l->value;
+    return value.at(std::get<Var>(a).id());
+  };
+
+  // Forward: evaluate what reads no linear value; collect the linear equations.
+  std::vector<const Eqn*> lin_eqns;
+  for (const Eqn& e : j.eqns) {
+    if (std::any_of(e.inputs.begin(), e.inputs.end(), is_linear)) {
+      for (const auto& o : e.outputs) linear.insert(o.id());
+      lin_eqns.push_back(&e);
+      continue;
+    }
+    std::vector<Array> ins;
+    for (const auto& in : e.inputs) ins.push_back(read(in));
+    auto outs = bind(e.prim, ins, e.params, e.loc);
+    for (std::size_t o = 0; o < outs.size(); ++o) value[e.outputs[o].id()] = outs[o];
+  }
+
+  // Backward: cotangents flow from outputs to linear inputs.
+  std::unordered_map<std::uint64_t, Tangent> ct_env;
+  auto accumulate = [&](const Var& v, const Tangent& t) {
+    auto it = ct_env.find(v.id());
+    if (it == ct_env.end()) ct_env.emplace(v.id(), t);
+    else it->second = tadd(it->second, t);
+  };
+  for (std::size_t o = 0; o < j.outvars.size(); ++o)
+    if (is_linear(j.outvars[o])) accumulate(std::get<Var>(j.outvars[o]), cts[o]);
+
+  for (auto it = lin_eqns.rbegin(); it != lin_eqns.rend(); ++it) {
+    const Eqn& e = **it;
+    std::vector<Tangent> ct_out;
+    bool any = false;
+    for (const auto& o : e.outputs) {
+      auto f = ct_env.find(o.id());
+      if (f == ct_env.end()) {
+        ct_out.push_back(Tangent::zero(o.aval()));
+      } else {
+        ct_out.push_back(f->second);
+        any = any || !f->second.is_zero();
+        ct_env.erase(f);
+      }
+    }
+    if (!any) continue;
+    std::vector<LinearInput> ins;
+    for (const auto& in : e.inputs)
+      ins.push_back(is_linear(in) ? LinearInput{Array(), atom_aval(in)} : LinearInput{read(in), atom_aval(in)});
+    Cts ct_in = transpose_rule(e.prim)(TransposeArgs{e.prim, ct_out, ins, e.params, e.loc});
+    for (std::size_t i = 0; i < e.inputs.size(); ++i)
+      if (is_linear(e.inputs[i]) && !ct_in[i].is_zero()) accumulate(std::get<Var>(e.inputs[i]), ct_in[i]);
+  }
+
+  std::vector<Tangent> result;
+  for (std::size_t i = 0; i < j.invars.size(); ++i) {
+    if (!linear_in[i]) continue;
+    auto f = ct_env.find(j.invars[i].id());
+    result.push_back(f == ct_env.end() ? Tangent::zero(j.invars[i].aval()) : f->second);
+  }
+  return result;
+}
+
+ClosedJaxpr transpose_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& linear_in) {
+  std::vector<ShapedArray> avals;
+  for (std::size_t i = 0; i < linear_in.size(); ++i)
+    if (!linear_in[i]) avals.push_back(j->invars[i].aval());
+  std::size_t n_nonlin = avals.size();
+  for (const auto& a : j.out_avals()) avals.push_back(a);
+  auto body = [&](std::span<const Array> args) {
+    std::vector<Tangent> cts(args.begin() + static_cast<std::ptrdiff_t>(n_nonlin), args.end());
+    auto res = backward_pass(j, linear_in, args.subspan(0, n_nonlin), cts);
+    std::vector<Array> out;
+    for (const auto& t : res) out.push_back(t.instantiate());
+    return out;
+  };
+  return trace_flat(body, avals);
+}
+
+}  // namespace xjax::detail
