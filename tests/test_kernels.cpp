@@ -1,0 +1,914 @@
+// test_kernels.cpp: run_kernel of every primitive against plain-loop references written here.
+//
+// Read the helpers first (making arrays, running one kernel with a hand-computed output aval,
+// multi-index iteration), then one TEST_CASE per primitive family in the order of
+// primitives.hpp: elementwise, select_n/convert/copy, reductions, argmax, dot_general, shape ops.
+// Output avals are computed by hand here, never by the shape rules.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "internal.hpp"
+
+namespace {
+
+using xjax::Array;
+using xjax::DType;
+using xjax::Params;
+using xjax::Primitive;
+using xjax::Shape;
+using xjax::ShapedArray;
+using Ints = std::vector<std::int64_t>;
+using U8 = std::uint8_t;
+
+// ---- helpers -----------------------------------------------------------------------------------
+
+template <class T> Array make(const std::vector<T>& values, const Shape& shape) {
+  return xjax::array<T>(values, shape);
+}
+Array make_bool(const std::vector<U8>& values, const Shape& shape) {
+  return xjax::detail::array_from_bytes(values.data(), {shape, DType::bool_});
+}
+
+Array run(Primitive p, std::vector<Array> in, const ShapedArray& out, const Params& params = {}) {
+  std::vector<ShapedArray> outs{out};
+  std::vector<Array> res = xjax::detail::run_kernel(p, in, params, outs);
+  REQUIRE(res.size() == 1);
+  CHECK(res[0].aval() == out);
+  return res[0];
+}
+
+template <class T> std::vector<T> values_of(const Array& a) {
+  const auto n = static_cast<std::size_t>(a.size());
+  if (n == 0) return {};
+  const T* p = static_cast<const T*>(a.raw_data());
+  return std::vector<T>(p, p + n);
+}
+
+std::int64_t size_of(const Shape& s) {
+  return std::accumulate(s.begin(), s.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+// Index of flat position `flat` in a row-major `shape`, and back.
+Ints unravel(std::int64_t flat, const Shape& shape) {
+  Ints idx(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return idx;
+}
+std::int64_t ravel(const Ints& idx, const Shape& shape) {
+  std::int64_t flat = 0;
+  for (std::size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + idx[d];
+  return flat;
+}
+
+// n values start, start+step, ... wrapped into [lo, hi).
+template <class T> std::vector<T> sample(std::int64_t n, double lo, double hi, double step = 0.737) {
+  std::vector<T> v;
+  double x = lo;
+  for (std::int64_t i = 0; i < n; ++i) {
+    v.push_back(static_cast<T>(x));
+    x += step;
+    if (x >= hi) x = lo + std::fmod(x - hi, hi - lo);
+  }
+  return v;
+}
+
+// got == want (infinities and NaNs included) or within a relative tolerance.
+bool close(double got, double want, double tol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::abs(got - want) <= tol * (1 + std::abs(want));
+}
+
+const std::vector<Shape> elementwise_shapes = {{}, {1}, {7}, {33}, {2, 3, 1, 5}, {0}, {3, 0, 2}};
+
+// ---- float unary -------------------------------------------------------------------------------
+
+double unary_reference(Primitive p, double x) {
+  switch (p) {
+    case Primitive::neg: return -x;
+    case Primitive::exp: return std::exp(x);
+    case Primitive::log: return std::log(x);
+    case Primitive::log1p: return std::log1p(x);
+    case Primitive::expm1: return std::expm1(x);
+    case Primitive::sin: return std::sin(x);
+    case Primitive::cos: return std::cos(x);
+    case Primitive::tan: return std::tan(x);
+    case Primitive::tanh: return std::tanh(x);
+    case Primitive::logistic: return 1 / (1 + std::exp(-x));
+    case Primitive::sqrt: return std::sqrt(x);
+    case Primitive::rsqrt: return 1 / std::sqrt(x);
+    case Primitive::abs: return std::abs(x);
+    case Primitive::sign: return x > 0 ? 1 : (x < 0 ? -1 : 0);
+    default: return 0;
+  }
+}
+
+bool needs_positive(Primitive p) {
+  return p == Primitive::log || p == Primitive::sqrt || p == Primitive::rsqrt;
+}
+
+template <class T> void check_float_unary(Primitive p, const Shape& shape) {
+  const double tol = std::is_same_v<T, float> ? 2e-6 : 1e-13;
+  const double lo = needs_positive(p) ? 0.05 : (p == Primitive::tan ? -1.4 : p == Primitive::log1p ? -0.9 : -4.0);
+  const double hi = needs_positive(p) ? 9.0 : (p == Primitive::tan ? 1.4 : 4.0);
+  std::vector<T> x = sample<T>(size_of(shape), lo, hi);
+  if (!x.empty() && p == Primitive::sign) x[0] = 0;
+  Array out = run(p, {make(x, shape)}, {shape, xjax::dtype_of_v<T>});
+  std::vector<T> got = values_of<T>(out);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = unary_reference(p, static_cast<double>(x[i]));
+    CHECK_MESSAGE(close(got[i], want, tol), xjax::primitive_name(p), " x=", x[i], " got ", got[i], " want ", want);
+  }
+}
+
+TEST_CASE("kernel: float unary ops match the C library") {
+  for (Primitive p : {Primitive::neg, Primitive::exp, Primitive::log, Primitive::log1p,
+                      Primitive::expm1, Primitive::sin, Primitive::cos, Primitive::tan,
+                      Primitive::tanh, Primitive::logistic, Primitive::sqrt, Primitive::rsqrt,
+                      Primitive::abs, Primitive::sign})
+    for (const Shape& shape : elementwise_shapes) {
+      check_float_unary<float>(p, shape);
+      check_float_unary<double>(p, shape);
+    }
+}
+
+TEST_CASE("kernel: sign keeps zero and NaN, logistic saturates") {
+  const double nan = std::nan("");
+  Array s = run(Primitive::sign, {make<double>({0.0, -0.0, nan, -3, 2}, {5})}, {{5}, DType::f64});
+  std::vector<double> v = values_of<double>(s);
+  CHECK(v[0] == 0);
+  CHECK(v[1] == 0);
+  CHECK(std::isnan(v[2]));
+  CHECK(v[3] == -1);
+  CHECK(v[4] == 1);
+  Array l = run(Primitive::logistic, {make<float>({-1000.f, 1000.f}, {2})}, {{2}, DType::f32});
+  CHECK(values_of<float>(l) == std::vector<float>{0.f, 1.f});
+}
+
+TEST_CASE("kernel: float unary ops reject integers") {
+  Array x = make<std::int32_t>({1, 2}, {2});
+  CHECK_THROWS_AS(run(Primitive::exp, {x}, {{2}, DType::i32}), xjax::Error);
+  Array u = make<std::uint32_t>({1, 2}, {2});
+  CHECK_THROWS_AS(run(Primitive::abs, {u}, {{2}, DType::u32}), xjax::Error);
+}
+
+// ---- integer unary -----------------------------------------------------------------------------
+
+template <class T> void check_int_unary(const Shape& shape) {
+  std::vector<T> x = sample<T>(size_of(shape), -50, 50, 7);
+  if (!x.empty()) x[0] = std::numeric_limits<T>::min();
+  const ShapedArray aval{shape, xjax::dtype_of_v<T>};
+  std::vector<T> neg = values_of<T>(run(Primitive::neg, {make(x, shape)}, aval));
+  std::vector<T> abs = values_of<T>(run(Primitive::abs, {make(x, shape)}, aval));
+  std::vector<T> sign = values_of<T>(run(Primitive::sign, {make(x, shape)}, aval));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const T wrapped_neg = x[i] == std::numeric_limits<T>::min() ? x[i] : static_cast<T>(-x[i]);
+    CHECK(neg[i] == wrapped_neg);
+    CHECK(abs[i] == (x[i] < 0 ? wrapped_neg : x[i]));
+    CHECK(sign[i] == static_cast<T>((x[i] > 0) - (x[i] < 0)));
+  }
+}
+
+TEST_CASE("kernel: integer neg, abs, sign") {
+  for (const Shape& shape : elementwise_shapes) {
+    check_int_unary<std::int32_t>(shape);
+    check_int_unary<std::int64_t>(shape);
+  }
+  Array u = run(Primitive::neg, {make<std::uint32_t>({0, 1, 5}, {3})}, {{3}, DType::u32});
+  CHECK(values_of<std::uint32_t>(u) == std::vector<std::uint32_t>{0, 4294967295u, 4294967291u});
+}
+
+// ---- integer_pow -------------------------------------------------------------------------------
+
+template <class T> void check_integer_pow(std::int64_t y, const Shape& shape, double lo, double hi) {
+  std::vector<T> x = sample<T>(size_of(shape), lo, hi, std::is_integral_v<T> ? 1 : 0.37);
+  Params ps{{"y", y}};
+  std::vector<T> got = values_of<T>(
+      run(Primitive::integer_pow, {make(x, shape)}, {shape, xjax::dtype_of_v<T>}, ps));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if constexpr (std::is_integral_v<T>) {
+      T want = 1;
+      for (std::int64_t k = 0; k < y; ++k) want = static_cast<T>(want * x[i]);
+      CHECK(got[i] == want);
+    } else {
+      const double want = std::pow(static_cast<double>(x[i]), static_cast<double>(y));
+      CHECK(std::abs(got[i] - want) <= 1e-5 * (1 + std::abs(want)));
+    }
+  }
+}
+
+TEST_CASE("kernel: integer_pow") {
+  for (const Shape& shape : elementwise_shapes)
+    for (std::int64_t y : {0, 1, 2, 3, 5}) {
+      check_integer_pow<float>(y, shape, -3, 3);
+      check_integer_pow<double>(y, shape, -3, 3);
+      check_integer_pow<std::int32_t>(y, shape, -9, 9);
+      check_integer_pow<std::int64_t>(y, shape, -9, 9);
+      check_integer_pow<std::uint32_t>(y, shape, 0, 9);
+    }
+  for (std::int64_t y : {-1, -2, -3}) {
+    check_integer_pow<float>(y, {9}, 0.5, 3);
+    check_integer_pow<double>(y, {2, 3}, -3, -0.5);
+  }
+  Params ps{{"y", std::int64_t{-1}}};
+  CHECK_THROWS_AS(run(Primitive::integer_pow, {make<std::int32_t>({2}, {1})}, {{1}, DType::i32}, ps),
+                  xjax::Error);
+}
+
+// ---- binary ------------------------------------------------------------------------------------
+
+template <class T> T binary_reference(Primitive p, T a, T b) {
+  switch (p) {
+    case Primitive::add: return static_cast<T>(a + b);
+    case Primitive::sub: return static_cast<T>(a - b);
+    case Primitive::mul: return static_cast<T>(a * b);
+    case Primitive::div:
+      if constexpr (std::is_integral_v<T>) return b == 0 ? T{0} : static_cast<T>(a / b);
+      else return a / b;
+    case Primitive::max: return a > b ? a : b;
+    case Primitive::min: return a < b ? a : b;
+    case Primitive::pow: return static_cast<T>(std::pow(a, b));
+    default: return 0;
+  }
+}
+
+template <class T> void check_binary(Primitive p, const Shape& shape) {
+  const std::int64_t n = size_of(shape);
+  const bool positive_base = p == Primitive::pow || std::is_unsigned_v<T>;
+  std::vector<T> x = sample<T>(n, positive_base ? 0.1 : -20, 20, std::is_integral_v<T> ? 3 : 0.737);
+  std::vector<T> y = sample<T>(n, std::is_unsigned_v<T> ? 0 : -3, 3, std::is_integral_v<T> ? 1 : 0.41);
+  const ShapedArray aval{shape, xjax::dtype_of_v<T>};
+  std::vector<T> got = values_of<T>(run(p, {make(x, shape), make(y, shape)}, aval));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const T want = binary_reference(p, x[i], y[i]);
+    if constexpr (std::is_integral_v<T>) {
+      CHECK_MESSAGE(got[i] == want, xjax::primitive_name(p), " ", x[i], " ", y[i]);
+    } else {
+      const double tol = std::is_same_v<T, float> ? 2e-6 : 1e-13;
+      CHECK_MESSAGE(std::abs(got[i] - want) <= tol * (1 + std::abs(want)), xjax::primitive_name(p),
+                    " ", x[i], " ", y[i], " got ", got[i], " want ", want);
+    }
+  }
+}
+
+TEST_CASE("kernel: binary ops on every numeric dtype") {
+  for (const Shape& shape : elementwise_shapes) {
+    for (Primitive p : {Primitive::add, Primitive::sub, Primitive::mul, Primitive::div,
+                        Primitive::max, Primitive::min}) {
+      check_binary<float>(p, shape);
+      check_binary<double>(p, shape);
+      check_binary<std::int32_t>(p, shape);
+      check_binary<std::int64_t>(p, shape);
+      check_binary<std::uint32_t>(p, shape);
+    }
+    check_binary<float>(Primitive::pow, shape);
+    check_binary<double>(Primitive::pow, shape);
+  }
+}
+
+TEST_CASE("kernel: integer division truncates and never traps") {
+  using I = std::int32_t;
+  const I min = std::numeric_limits<I>::min();
+  Array x = make<I>({7, -7, 7, -7, 5, min, min}, {7});
+  Array y = make<I>({2, 2, -2, -2, 0, -1, 0}, {7});
+  std::vector<I> got = values_of<I>(run(Primitive::div, {x, y}, {{7}, DType::i32}));
+  CHECK(got == std::vector<I>{3, -3, -3, 3, 0, min, 0});
+  Array a = make<std::int64_t>({std::numeric_limits<std::int64_t>::min()}, {1});
+  Array b = make<std::int64_t>({-1}, {1});
+  CHECK(values_of<std::int64_t>(run(Primitive::div, {a, b}, {{1}, DType::i64}))[0] ==
+        std::numeric_limits<std::int64_t>::min());
+}
+
+TEST_CASE("kernel: float max/min propagate NaN; bool max/min are or/and") {
+  const float nan = std::nanf("");
+  Array x = make<float>({nan, 1, 2, -0.5f}, {4});
+  Array y = make<float>({1, nan, 1, 3}, {4});
+  std::vector<float> mx = values_of<float>(run(Primitive::max, {x, y}, {{4}, DType::f32}));
+  std::vector<float> mn = values_of<float>(run(Primitive::min, {x, y}, {{4}, DType::f32}));
+  CHECK(std::isnan(mx[0]));
+  CHECK(std::isnan(mx[1]));
+  CHECK(mx[2] == 2);
+  CHECK(mx[3] == 3);
+  CHECK(std::isnan(mn[0]));
+  CHECK(std::isnan(mn[1]));
+  CHECK(mn[2] == 1);
+  CHECK(mn[3] == -0.5f);
+  Array a = make_bool({0, 0, 1, 1}, {4});
+  Array b = make_bool({0, 1, 0, 1}, {4});
+  CHECK(values_of<U8>(run(Primitive::max, {a, b}, {{4}, DType::bool_})) == std::vector<U8>{0, 1, 1, 1});
+  CHECK(values_of<U8>(run(Primitive::min, {a, b}, {{4}, DType::bool_})) == std::vector<U8>{0, 0, 0, 1});
+  CHECK_THROWS_AS(run(Primitive::add, {a, b}, {{4}, DType::bool_}), xjax::Error);
+  Array i = make<std::int32_t>({1}, {1});
+  CHECK_THROWS_AS(run(Primitive::pow, {i, i}, {{1}, DType::i32}), xjax::Error);
+}
+
+// ---- comparisons -------------------------------------------------------------------------------
+
+template <class T> void check_compare(const std::vector<T>& x, const std::vector<T>& y) {
+  const Shape shape{static_cast<std::int64_t>(x.size())};
+  auto make_t = [&](const std::vector<T>& v) {
+    if constexpr (std::is_same_v<T, U8>) return make_bool(v, shape);
+    else return make(v, shape);
+  };
+  const std::vector<std::pair<Primitive, std::function<bool(T, T)>>> ops = {
+      {Primitive::eq, [](T a, T b) { return a == b; }}, {Primitive::ne, [](T a, T b) { return a != b; }},
+      {Primitive::lt, [](T a, T b) { return a < b; }},  {Primitive::le, [](T a, T b) { return a <= b; }},
+      {Primitive::gt, [](T a, T b) { return a > b; }},  {Primitive::ge, [](T a, T b) { return a >= b; }}};
+  for (const auto& [p, ref] : ops) {
+    std::vector<U8> got = values_of<U8>(run(p, {make_t(x), make_t(y)}, {shape, DType::bool_}));
+    for (std::size_t i = 0; i < x.size(); ++i)
+      CHECK_MESSAGE(got[i] == (ref(x[i], y[i]) ? 1 : 0), xjax::primitive_name(p), " at ", i);
+  }
+}
+
+TEST_CASE("kernel: comparisons on every dtype") {
+  const double nan = std::nan("");
+  check_compare<float>({1, 2, 3, -0.f, static_cast<float>(nan)}, {2, 2, 1, 0, 1});
+  check_compare<double>({1, 2, 3, nan, nan}, {2, 2, 1, 1, nan});
+  check_compare<std::int32_t>({-5, 2, 3}, {2, 2, -1});
+  check_compare<std::int64_t>({-5, 2, 3}, {2, 2, -1});
+  check_compare<std::uint32_t>({5, 2, 4000000000u}, {2, 2, 1});
+  check_compare<U8>({0, 1, 0, 1}, {0, 0, 1, 1});
+  check_compare<float>({}, {});
+  Array s = run(Primitive::lt, {make<float>({1}, {}), make<float>({2}, {})}, {{}, DType::bool_});
+  CHECK(values_of<U8>(s) == std::vector<U8>{1});
+}
+
+// ---- select_n, convert_element_type, copy, stop_gradient ---------------------------------------
+
+TEST_CASE("kernel: select_n with bool and i32 which") {
+  const Shape shape{2, 3};
+  Array c0 = make<float>({0, 1, 2, 3, 4, 5}, shape);
+  Array c1 = make<float>({10, 11, 12, 13, 14, 15}, shape);
+  Array c2 = make<float>({20, 21, 22, 23, 24, 25}, shape);
+  Array which_bool = make_bool({0, 1, 1, 0, 0, 1}, shape);
+  CHECK(values_of<float>(run(Primitive::select_n, {which_bool, c0, c1}, {shape, DType::f32})) ==
+        std::vector<float>{0, 11, 12, 3, 4, 15});
+  Array which_int = make<std::int32_t>({2, 0, 1, 1, 2, 0}, shape);
+  CHECK(values_of<float>(run(Primitive::select_n, {which_int, c0, c1, c2}, {shape, DType::f32})) ==
+        std::vector<float>{20, 1, 12, 13, 24, 5});
+  Array scalar_which = make<std::int32_t>({1}, {});
+  CHECK(values_of<float>(run(Primitive::select_n, {scalar_which, c0, c1, c2}, {shape, DType::f32})) ==
+        std::vector<float>{10, 11, 12, 13, 14, 15});
+  Array i0 = make<std::int64_t>({1, 2}, {2}), i1 = make<std::int64_t>({-1, -2}, {2});
+  CHECK(values_of<std::int64_t>(run(Primitive::select_n, {make_bool({1, 0}, {2}), i0, i1},
+                                    {{2}, DType::i64})) == std::vector<std::int64_t>{-1, 2});
+  Array b0 = make_bool({0, 0}, {2}), b1 = make_bool({1, 1}, {2});
+  CHECK(values_of<U8>(run(Primitive::select_n, {make_bool({1, 0}, {2}), b0, b1}, {{2}, DType::bool_})) ==
+        std::vector<U8>{1, 0});
+  Array e = make<float>({}, {0, 2});
+  CHECK(run(Primitive::select_n, {make_bool({}, {0, 2}), e, e}, {{0, 2}, DType::f32}).size() == 0);
+}
+
+TEST_CASE("kernel: convert_element_type") {
+  auto convert = [](const Array& x, DType to) {
+    return run(Primitive::convert_element_type, {x}, {x.shape(), to}, {{"new_dtype", to}});
+  };
+  const float nan = std::nanf("");
+  Array f = make<float>({-2.7f, 2.7f, 0.f, 1e20f, -1e20f, nan}, {6});
+  CHECK(values_of<std::int32_t>(convert(f, DType::i32)) ==
+        std::vector<std::int32_t>{-2, 2, 0, std::numeric_limits<std::int32_t>::max(),
+                                  std::numeric_limits<std::int32_t>::min(), 0});
+  CHECK(values_of<U8>(convert(f, DType::bool_)) == std::vector<U8>{1, 1, 0, 1, 1, 1});
+  CHECK(values_of<double>(convert(make<float>({1.5f, -2.f}, {2}), DType::f64)) ==
+        std::vector<double>{1.5, -2});
+  CHECK(values_of<float>(convert(make<std::int32_t>({-3, 7}, {2}), DType::f32)) ==
+        std::vector<float>{-3, 7});
+  CHECK(values_of<std::uint32_t>(convert(make<std::int64_t>({-1, 5}, {2}), DType::u32)) ==
+        std::vector<std::uint32_t>{4294967295u, 5});
+  CHECK(values_of<std::int64_t>(convert(make<std::uint32_t>({4000000000u}, {1}), DType::i64)) ==
+        std::vector<std::int64_t>{4000000000});
+  CHECK(values_of<float>(convert(make_bool({1, 0}, {2}), DType::f32)) == std::vector<float>{1, 0});
+  CHECK(values_of<U8>(convert(make<std::int64_t>({0, -4}, {2}), DType::bool_)) == std::vector<U8>{0, 1});
+  CHECK(values_of<std::uint32_t>(convert(make<double>({-3.5, 3.5}, {2}), DType::u32)) ==
+        std::vector<std::uint32_t>{0, 3});
+  CHECK(convert(make<float>({}, {0, 3}), DType::i64).size() == 0);
+  CHECK(values_of<std::int32_t>(convert(make<double>({4.9}, {}), DType::i32)) ==
+        std::vector<std::int32_t>{4});
+}
+
+TEST_CASE("kernel: copy makes a new buffer, stop_gradient is the identity") {
+  Array x = make<double>({1, 2, 3, 4}, {2, 2});
+  Array c = run(Primitive::copy, {x}, x.aval());
+  CHECK(values_of<double>(c) == values_of<double>(x));
+  CHECK(c.raw_data() != x.raw_data());
+  Array s = run(Primitive::stop_gradient, {x}, x.aval());
+  CHECK(values_of<double>(s) == values_of<double>(x));
+  Array b = make_bool({1, 0}, {2});
+  CHECK(values_of<U8>(run(Primitive::copy, {b}, b.aval())) == std::vector<U8>{1, 0});
+  CHECK(run(Primitive::copy, {make<float>({}, {0})}, {{0}, DType::f32}).size() == 0);
+}
+
+// ---- reductions --------------------------------------------------------------------------------
+
+// Reference reduction: every input element folded into the output element it maps to.
+template <class T>
+std::vector<T> reduce_reference(Primitive p, const std::vector<T>& x, const Shape& shape,
+                                 const Ints& axes, T init) {
+  Shape out_shape;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end())
+      out_shape.push_back(shape[d]);
+  std::vector<T> out(static_cast<std::size_t>(size_of(out_shape)), init);
+  for (std::int64_t flat = 0; flat < size_of(shape); ++flat) {
+    Ints idx = unravel(flat, shape), out_idx;
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end())
+        out_idx.push_back(idx[d]);
+    T& acc = out[static_cast<std::size_t>(ravel(out_idx, out_shape))];
+    const T v = x[static_cast<std::size_t>(flat)];
+    using W = std::conditional_t<std::is_integral_v<T>, std::uint64_t, T>;  // wraps like the kernel
+    switch (p) {
+      case Primitive::reduce_sum: acc = static_cast<T>(static_cast<W>(acc) + static_cast<W>(v)); break;
+      case Primitive::reduce_prod: acc = static_cast<T>(static_cast<W>(acc) * static_cast<W>(v)); break;
+      case Primitive::reduce_max: acc = std::max(acc, v); break;
+      case Primitive::reduce_min: acc = std::min(acc, v); break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+template <class T> T reduce_init(Primitive p) {
+  switch (p) {
+    case Primitive::reduce_sum: return T{0};
+    case Primitive::reduce_prod: return T{1};
+    case Primitive::reduce_max:
+      return std::is_floating_point_v<T> ? -std::numeric_limits<T>::infinity()
+                                         : std::numeric_limits<T>::lowest();
+    default:
+      return std::is_floating_point_v<T> ? std::numeric_limits<T>::infinity()
+                                         : std::numeric_limits<T>::max();
+  }
+}
+
+template <class T> void check_reduce(Primitive p, const Shape& shape, const Ints& axes) {
+  const bool prod = p == Primitive::reduce_prod;
+  std::vector<T> x = sample<T>(size_of(shape), prod ? 0.8 : -9, prod ? 1.25 : 9,
+                               std::is_integral_v<T> ? 5 : 0.737);
+  const std::vector<T> want = reduce_reference(p, x, shape, axes, reduce_init<T>(p));
+  Shape out_shape;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end())
+      out_shape.push_back(shape[d]);
+  Array out = run(p, {make(x, shape)}, {out_shape, xjax::dtype_of_v<T>}, {{"axes", axes}});
+  std::vector<T> got = values_of<T>(out);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if constexpr (std::is_integral_v<T>)
+      CHECK(got[i] == want[i]);
+    else
+      CHECK(close(got[i], want[i], std::is_same_v<T, float> ? 1e-4 : 1e-12));
+  }
+}
+
+// All subsets of the dims of `shape` (as sorted axis lists).
+std::vector<Ints> all_axis_sets(std::size_t rank) {
+  std::vector<Ints> sets;
+  for (unsigned mask = 0; mask < (1u << rank); ++mask) {
+    Ints axes;
+    for (std::size_t d = 0; d < rank; ++d)
+      if (mask & (1u << d)) axes.push_back(static_cast<std::int64_t>(d));
+    sets.push_back(axes);
+  }
+  return sets;
+}
+
+TEST_CASE("kernel: reductions over every set of axes") {
+  const std::vector<Shape> shapes = {{}, {40}, {2, 3, 4, 5}, {3, 1, 17, 2}, {2, 0, 3}};
+  for (const Shape& shape : shapes)
+    for (const Ints& axes : all_axis_sets(shape.size()))
+      for (Primitive p : {Primitive::reduce_sum, Primitive::reduce_max, Primitive::reduce_min,
+                          Primitive::reduce_prod}) {
+        check_reduce<float>(p, shape, axes);
+        check_reduce<double>(p, shape, axes);
+        check_reduce<std::int32_t>(p, shape, axes);
+        check_reduce<std::int64_t>(p, shape, axes);
+        check_reduce<std::uint32_t>(p, shape, axes);
+      }
+}
+
+TEST_CASE("kernel: reductions of empty and special inputs") {
+  Array empty = make<float>({}, {3, 0});
+  CHECK(values_of<float>(run(Primitive::reduce_sum, {empty}, {{3}, DType::f32}, {{"axes", Ints{1}}})) ==
+        std::vector<float>{0, 0, 0});
+  std::vector<float> mx =
+      values_of<float>(run(Primitive::reduce_max, {empty}, {{3}, DType::f32}, {{"axes", Ints{1}}}));
+  CHECK(mx[0] == -std::numeric_limits<float>::infinity());
+  CHECK(values_of<std::int32_t>(run(Primitive::reduce_min, {make<std::int32_t>({}, {0})}, {{}, DType::i32},
+                                    {{"axes", Ints{0}}}))[0] == std::numeric_limits<std::int32_t>::max());
+  std::vector<float> x(37, 1.f);
+  x[20] = std::nanf("");
+  CHECK(std::isnan(values_of<float>(run(Primitive::reduce_max, {make<float>(x, {37})}, {{}, DType::f32},
+                                        {{"axes", Ints{0}}}))[0]));
+  Array b = make_bool({0, 1, 1, 1, 0, 0}, {2, 3});
+  CHECK(values_of<U8>(run(Primitive::reduce_max, {b}, {{2}, DType::bool_}, {{"axes", Ints{1}}})) ==
+        std::vector<U8>{1, 1});
+  CHECK(values_of<U8>(run(Primitive::reduce_min, {b}, {{3}, DType::bool_}, {{"axes", Ints{0}}})) ==
+        std::vector<U8>{0, 0, 0});
+  CHECK(values_of<U8>(run(Primitive::reduce_min, {make_bool({}, {0})}, {{}, DType::bool_},
+                          {{"axes", Ints{0}}})) == std::vector<U8>{1});
+  CHECK_THROWS_AS(run(Primitive::reduce_sum, {b}, {{2}, DType::bool_}, {{"axes", Ints{1}}}), xjax::Error);
+}
+
+// ---- argmax ------------------------------------------------------------------------------------
+
+template <class T, class I> void check_argmax(const Shape& shape, std::int64_t axis) {
+  std::vector<T> x = sample<T>(size_of(shape), std::is_unsigned_v<T> ? 0 : -5, 5,
+                               std::is_integral_v<T> ? 3 : 0.5);  // repeats: ties
+  Shape out_shape = shape;
+  out_shape.erase(out_shape.begin() + axis);
+  const DType index_dtype = xjax::dtype_of_v<I>;
+  Array out = run(Primitive::argmax, {make(x, shape)}, {out_shape, index_dtype},
+                  {{"axes", Ints{axis}}, {"index_dtype", index_dtype}});
+  std::vector<I> got = values_of<I>(out);
+  for (std::int64_t o = 0; o < size_of(out_shape); ++o) {
+    Ints idx = unravel(o, out_shape);
+    idx.insert(idx.begin() + axis, 0);
+    I best = 0;
+    for (std::int64_t k = 0; k < shape[static_cast<std::size_t>(axis)]; ++k) {
+      idx[static_cast<std::size_t>(axis)] = k;
+      Ints best_idx = idx;
+      best_idx[static_cast<std::size_t>(axis)] = best;
+      if (x[static_cast<std::size_t>(ravel(idx, shape))] > x[static_cast<std::size_t>(ravel(best_idx, shape))])
+        best = static_cast<I>(k);
+    }
+    CHECK(got[static_cast<std::size_t>(o)] == best);
+  }
+}
+
+TEST_CASE("kernel: argmax along every axis picks the first maximum") {
+  for (std::int64_t axis = 0; axis < 3; ++axis) {
+    check_argmax<float, std::int32_t>({3, 4, 5}, axis);
+    check_argmax<double, std::int64_t>({3, 4, 5}, axis);
+    check_argmax<std::int32_t, std::int32_t>({4, 1, 6}, axis);
+    check_argmax<std::int64_t, std::int64_t>({2, 7, 3}, axis);
+    check_argmax<std::uint32_t, std::int32_t>({2, 7, 3}, axis);
+  }
+  check_argmax<float, std::int32_t>({9}, 0);
+  check_argmax<float, std::int32_t>({0, 3}, 1);
+  const float nan = std::nanf("");
+  Array x = make<float>({1, nan, 5, nan}, {4});
+  Params ps{{"axes", Ints{0}}, {"index_dtype", DType::i32}};
+  CHECK(values_of<std::int32_t>(run(Primitive::argmax, {x}, {{}, DType::i32}, ps))[0] == 1);
+  Array b = make_bool({0, 0, 1, 1}, {4});
+  CHECK(values_of<std::int32_t>(run(Primitive::argmax, {b}, {{}, DType::i32}, ps))[0] == 2);
+}
+
+// ---- dot_general -------------------------------------------------------------------------------
+
+struct DotCase {
+  Shape lhs, rhs;
+  Ints lc, rc, lb, rb;
+};
+
+// The output shape (batch, lhs free, rhs free) and a reference product, by brute force.
+template <class T>
+std::pair<Shape, std::vector<T>> dot_reference(const DotCase& c, const std::vector<T>& a,
+                                              const std::vector<T>& b) {
+  auto contains = [](const Ints& v, std::int64_t d) { return std::find(v.begin(), v.end(), d) != v.end(); };
+  Ints lf, rf;
+  for (std::int64_t d = 0; d < static_cast<std::int64_t>(c.lhs.size()); ++d)
+    if (!contains(c.lc, d) && !contains(c.lb, d)) lf.push_back(d);
+  for (std::int64_t d = 0; d < static_cast<std::int64_t>(c.rhs.size()); ++d)
+    if (!contains(c.rc, d) && !contains(c.rb, d)) rf.push_back(d);
+  Shape out_shape, contract_shape;
+  for (auto d : c.lb) out_shape.push_back(c.lhs[static_cast<std::size_t>(d)]);
+  for (auto d : lf) out_shape.push_back(c.lhs[static_cast<std::size_t>(d)]);
+  for (auto d : rf) out_shape.push_back(c.rhs[static_cast<std::size_t>(d)]);
+  for (auto d : c.lc) contract_shape.push_back(c.lhs[static_cast<std::size_t>(d)]);
+  std::vector<T> out(static_cast<std::size_t>(size_of(out_shape)));
+  for (std::int64_t o = 0; o < size_of(out_shape); ++o) {
+    const Ints oi = unravel(o, out_shape);
+    Ints li(c.lhs.size()), ri(c.rhs.size());
+    std::size_t pos = 0;
+    for (std::size_t k = 0; k < c.lb.size(); ++k, ++pos) {
+      li[static_cast<std::size_t>(c.lb[k])] = oi[pos];
+      ri[static_cast<std::size_t>(c.rb[k])] = oi[pos];
+    }
+    for (auto d : lf) li[static_cast<std::size_t>(d)] = oi[pos++];
+    for (auto d : rf) ri[static_cast<std::size_t>(d)] = oi[pos++];
+    T acc = 0;
+    for (std::int64_t k = 0; k < size_of(contract_shape); ++k) {
+      const Ints ki = unravel(k, contract_shape);
+      for (std::size_t j = 0; j < ki.size(); ++j) {
+        li[static_cast<std::size_t>(c.lc[j])] = ki[j];
+        ri[static_cast<std::size_t>(c.rc[j])] = ki[j];
+      }
+      acc = static_cast<T>(acc + a[static_cast<std::size_t>(ravel(li, c.lhs))] *
+                                     b[static_cast<std::size_t>(ravel(ri, c.rhs))]);
+    }
+    out[static_cast<std::size_t>(o)] = acc;
+  }
+  return {out_shape, out};
+}
+
+template <class T> void check_dot(const DotCase& c) {
+  std::vector<T> a = sample<T>(size_of(c.lhs), std::is_unsigned_v<T> ? 0 : -3, 3, std::is_integral_v<T> ? 1 : 0.37);
+  std::vector<T> b = sample<T>(size_of(c.rhs), std::is_unsigned_v<T> ? 0 : -2, 4, std::is_integral_v<T> ? 1 : 0.29);
+  auto [out_shape, want] = dot_reference(c, a, b);
+  Params ps{{"lhs_contracting", c.lc}, {"rhs_contracting", c.rc}, {"lhs_batch", c.lb}, {"rhs_batch", c.rb}};
+  Array out = run(Primitive::dot_general, {make(a, c.lhs), make(b, c.rhs)},
+                  {out_shape, xjax::dtype_of_v<T>}, ps);
+  std::vector<T> got = values_of<T>(out);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if constexpr (std::is_integral_v<T>)
+      CHECK(got[i] == want[i]);
+    else
+      CHECK(std::abs(got[i] - want[i]) <= (std::is_same_v<T, float> ? 1e-4 : 1e-11) * (1 + std::abs(want[i])));
+  }
+}
+
+TEST_CASE("kernel: dot_general with batch dims and contracting dims anywhere") {
+  const std::vector<DotCase> cases = {
+      {{3, 4}, {4, 5}, {1}, {0}, {}, {}},                 // plain matmul
+      {{4, 3}, {4, 5}, {0}, {0}, {}, {}},                 // lhs stored transposed
+      {{3, 4}, {5, 4}, {1}, {1}, {}, {}},                 // rhs stored transposed
+      {{4, 3}, {5, 4}, {0}, {1}, {}, {}},                 // both transposed
+      {{2, 3, 4}, {2, 4, 5}, {2}, {1}, {0}, {0}},         // leading batch
+      {{3, 2, 4}, {4, 5, 2}, {2}, {0}, {1}, {2}},         // batch in the middle / at the end
+      {{2, 3, 4}, {4, 5, 2}, {2, 0}, {0, 2}, {}, {}},     // two contracting dims, crossed order
+      {{2, 3, 4}, {2, 4, 3}, {0, 2}, {0, 1}, {}, {}},     // contracting dims in the same order
+      {{3, 2, 5, 4}, {4, 2, 6}, {3}, {0}, {1}, {1}},      // free dims around the batch dim
+      {{2, 3, 4, 5}, {3, 5, 2, 6}, {3}, {1}, {1, 0}, {0, 2}},  // two batch dims, swapped
+      {{4}, {4}, {0}, {0}, {}, {}},                       // vector dot vector
+      {{3, 4}, {4}, {1}, {0}, {}, {}},                    // matrix-vector
+      {{4}, {4, 3}, {0}, {0}, {}, {}},                    // vector-matrix
+      {{3}, {2}, {}, {}, {}, {}},                         // outer product
+      {{1, 4}, {4, 1}, {1}, {0}, {}, {}},                 // size-1 dims
+      {{4, 1, 3}, {4, 2}, {0}, {0}, {}, {}},              // size-1 dim between free dims
+      {{3, 0}, {0, 2}, {1}, {0}, {}, {}},                 // empty contraction: zeros
+      {{0, 4}, {4, 2}, {1}, {0}, {}, {}},                 // empty output
+      {{2, 0, 4}, {2, 4, 3}, {2}, {1}, {0}, {0}},         // empty free dim with batch
+      {{}, {}, {}, {}, {}, {}},                           // scalars
+  };
+  for (const DotCase& c : cases) {
+    check_dot<float>(c);
+    check_dot<double>(c);
+    check_dot<std::int32_t>(c);
+    check_dot<std::int64_t>(c);
+    check_dot<std::uint32_t>(c);
+  }
+}
+
+TEST_CASE("kernel: dot_general of a larger matrix through BLAS") {
+  check_dot<float>({{37, 65}, {65, 29}, {1}, {0}, {}, {}});
+  check_dot<double>({{65, 37}, {29, 65}, {0}, {1}, {}, {}});
+  check_dot<float>({{5, 17, 33}, {33, 5, 19}, {2}, {0}, {0}, {1}});
+}
+
+// ---- shape ops ---------------------------------------------------------------------------------
+
+template <class T> std::vector<T> iota_values(std::int64_t n) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<T>(i);
+  return v;
+}
+
+TEST_CASE("kernel: broadcast_in_dim") {
+  Array x = make<float>({1, 2, 3}, {3, 1});
+  Array out = run(Primitive::broadcast_in_dim, {x}, {{2, 3, 4}, DType::f32},
+                  {{"shape", Ints{2, 3, 4}}, {"broadcast_dimensions", Ints{1, 2}}});
+  std::vector<float> got = values_of<float>(out);
+  for (std::int64_t i = 0; i < 24; ++i)
+    CHECK(got[static_cast<std::size_t>(i)] == static_cast<float>(unravel(i, {2, 3, 4})[1] + 1));
+  Array s = make<std::int64_t>({7}, {});
+  CHECK(values_of<std::int64_t>(run(Primitive::broadcast_in_dim, {s}, {{2, 2}, DType::i64},
+                                    {{"shape", Ints{2, 2}}, {"broadcast_dimensions", Ints{}}})) ==
+        std::vector<std::int64_t>(4, 7));
+  Array row = make_bool({1, 0}, {2});
+  CHECK(values_of<U8>(run(Primitive::broadcast_in_dim, {row}, {{2, 2}, DType::bool_},
+                          {{"shape", Ints{2, 2}}, {"broadcast_dimensions", Ints{0}}})) ==
+        std::vector<U8>{1, 1, 0, 0});
+  CHECK(run(Primitive::broadcast_in_dim, {row}, {{2, 0}, DType::bool_},
+            {{"shape", Ints{2, 0}}, {"broadcast_dimensions", Ints{0}}}).size() == 0);
+}
+
+TEST_CASE("kernel: reshape, squeeze and expand_dims share the buffer") {
+  Array x = make<double>(iota_values<double>(6), {2, 3});
+  Array r = run(Primitive::reshape, {x}, {{3, 2}, DType::f64}, {{"new_sizes", Ints{3, 2}}});
+  CHECK(values_of<double>(r) == iota_values<double>(6));
+  CHECK(r.raw_data() == x.raw_data());
+  Array e = run(Primitive::expand_dims, {x}, {{2, 1, 3}, DType::f64}, {{"dimensions", Ints{1}}});
+  CHECK(values_of<double>(e) == iota_values<double>(6));
+  Array q = run(Primitive::squeeze, {e}, {{2, 3}, DType::f64}, {{"dimensions", Ints{1}}});
+  CHECK(values_of<double>(q) == iota_values<double>(6));
+  CHECK(q.shape() == Shape{2, 3});
+  CHECK(x.shape() == Shape{2, 3});  // the input is untouched
+}
+
+template <class T> void check_transpose(const Shape& shape, const Ints& perm) {
+  std::vector<T> x = iota_values<T>(size_of(shape));
+  Shape out_shape;
+  for (auto d : perm) out_shape.push_back(shape[static_cast<std::size_t>(d)]);
+  std::vector<T> got = values_of<T>(run(Primitive::transpose, {make(x, shape)},
+                                        {out_shape, xjax::dtype_of_v<T>}, {{"permutation", perm}}));
+  for (std::int64_t o = 0; o < size_of(out_shape); ++o) {
+    const Ints oi = unravel(o, out_shape);
+    Ints xi(shape.size());
+    for (std::size_t i = 0; i < perm.size(); ++i) xi[static_cast<std::size_t>(perm[i])] = oi[i];
+    CHECK(got[static_cast<std::size_t>(o)] == x[static_cast<std::size_t>(ravel(xi, shape))]);
+  }
+}
+
+TEST_CASE("kernel: transpose") {
+  check_transpose<float>({3, 4}, {1, 0});
+  check_transpose<double>({2, 3, 4, 5}, {2, 0, 3, 1});
+  check_transpose<std::int32_t>({2, 3, 4}, {0, 2, 1});
+  check_transpose<std::int64_t>({2, 1, 4}, {1, 2, 0});
+  check_transpose<std::uint32_t>({5}, {0});
+  check_transpose<float>({3, 0, 2}, {2, 1, 0});
+  check_transpose<float>({}, {});
+  Array b = make_bool({1, 0, 0, 1, 1, 0}, {2, 3});
+  CHECK(values_of<U8>(run(Primitive::transpose, {b}, {{3, 2}, DType::bool_}, {{"permutation", Ints{1, 0}}})) ==
+        std::vector<U8>{1, 1, 0, 1, 0, 0});
+}
+
+TEST_CASE("kernel: slice with and without strides") {
+  Array x = make<std::int32_t>(iota_values<std::int32_t>(30), {5, 6});
+  Params ps{{"start_indices", Ints{1, 2}}, {"limit_indices", Ints{4, 6}}, {"strides", Ints{}}};
+  std::vector<std::int32_t> got = values_of<std::int32_t>(run(Primitive::slice, {x}, {{3, 4}, DType::i32}, ps));
+  CHECK(got == std::vector<std::int32_t>{8, 9, 10, 11, 14, 15, 16, 17, 20, 21, 22, 23});
+  ps = {{"start_indices", Ints{0, 1}}, {"limit_indices", Ints{5, 6}}, {"strides", Ints{2, 3}}};
+  got = values_of<std::int32_t>(run(Primitive::slice, {x}, {{3, 2}, DType::i32}, ps));
+  CHECK(got == std::vector<std::int32_t>{1, 4, 13, 16, 25, 28});
+  ps = {{"start_indices", Ints{2, 6}}, {"limit_indices", Ints{4, 6}}, {"strides", Ints{}}};
+  CHECK(run(Primitive::slice, {x}, {{2, 0}, DType::i32}, ps).size() == 0);
+  Array b = make_bool({1, 0, 1, 1}, {4});
+  ps = {{"start_indices", Ints{1}}, {"limit_indices", Ints{4}}, {"strides", Ints{2}}};
+  CHECK(values_of<U8>(run(Primitive::slice, {b}, {{2}, DType::bool_}, ps)) == std::vector<U8>{0, 1});
+}
+
+// Reference pad on a rank-2 array.
+std::vector<double> pad_reference(const std::vector<double>& x, const Shape& shape, double value,
+                                  const Ints& lo, const Ints& hi, const Ints& interior, Shape& out_shape) {
+  out_shape.clear();
+  for (std::size_t d = 0; d < 2; ++d)
+    out_shape.push_back(lo[d] + hi[d] + shape[d] + std::max<std::int64_t>(shape[d] - 1, 0) * interior[d]);
+  std::vector<double> out(static_cast<std::size_t>(size_of(out_shape)), value);
+  for (std::int64_t i = 0; i < size_of(shape); ++i) {
+    Ints xi = unravel(i, shape), oi(2);
+    bool inside = true;
+    for (std::size_t d = 0; d < 2; ++d) {
+      oi[d] = lo[d] + xi[d] * (interior[d] + 1);
+      inside = inside && oi[d] >= 0 && oi[d] < out_shape[d];
+    }
+    if (inside) out[static_cast<std::size_t>(ravel(oi, out_shape))] = x[static_cast<std::size_t>(i)];
+  }
+  return out;
+}
+
+TEST_CASE("kernel: pad with negative, positive and interior padding") {
+  const Shape shape{3, 4};
+  std::vector<double> x = iota_values<double>(12);
+  struct PadCase { Ints lo, hi, interior; };
+  const std::vector<PadCase> cases = {{{1, 2}, {0, 1}, {0, 0}},  {{0, 0}, {0, 0}, {1, 2}},
+                                      {{-1, 1}, {2, -2}, {0, 1}}, {{-2, -3}, {-1, 0}, {2, 0}},
+                                      {{2, -4}, {1, -5}, {1, 3}},  {{-5, 0}, {0, 0}, {1, 0}}};
+  for (const PadCase& c : cases) {
+    Shape out_shape;
+    std::vector<double> want = pad_reference(x, shape, -1.5, c.lo, c.hi, c.interior, out_shape);
+    Array out = run(Primitive::pad, {make(x, shape), make<double>({-1.5}, {})}, {out_shape, DType::f64},
+                    {{"lo", c.lo}, {"hi", c.hi}, {"interior", c.interior}});
+    CHECK(values_of<double>(out) == want);
+  }
+  Array b = run(Primitive::pad, {make_bool({1, 1}, {2}), make_bool({0}, {})}, {{5}, DType::bool_},
+                {{"lo", Ints{1}}, {"hi", Ints{1}}, {"interior", Ints{1}}});
+  CHECK(values_of<U8>(b) == std::vector<U8>{0, 1, 0, 1, 0});
+  Array e = run(Primitive::pad, {make<float>({}, {0}), make<float>({7}, {})}, {{3}, DType::f32},
+                {{"lo", Ints{1}}, {"hi", Ints{2}}, {"interior", Ints{4}}});
+  CHECK(values_of<float>(e) == std::vector<float>{7, 7, 7});
+}
+
+TEST_CASE("kernel: dynamic_slice clamps its starts") {
+  Array x = make<float>(iota_values<float>(20), {4, 5});
+  auto slice_at = [&](Array s0, Array s1) {
+    return values_of<float>(run(Primitive::dynamic_slice, {x, s0, s1}, {{2, 3}, DType::f32},
+                                {{"slice_sizes", Ints{2, 3}}}));
+  };
+  CHECK(slice_at(make<std::int32_t>({1}, {}), make<std::int32_t>({1}, {})) ==
+        std::vector<float>{6, 7, 8, 11, 12, 13});
+  CHECK(slice_at(make<std::int64_t>({9}, {}), make<std::int64_t>({-4}, {})) ==
+        std::vector<float>{10, 11, 12, 15, 16, 17});
+  CHECK(slice_at(make<std::int32_t>({-1}, {}), make<std::int32_t>({4}, {})) ==
+        std::vector<float>{2, 3, 4, 7, 8, 9});
+  Array b = make_bool({0, 1, 1}, {3});
+  CHECK(values_of<U8>(run(Primitive::dynamic_slice, {b, make<std::int32_t>({1}, {})}, {{2}, DType::bool_},
+                          {{"slice_sizes", Ints{2}}})) == std::vector<U8>{1, 1});
+}
+
+TEST_CASE("kernel: dynamic_update_slice clamps its starts") {
+  Array x = make<std::int64_t>(std::vector<std::int64_t>(12, 0), {3, 4});
+  Array u = make<std::int64_t>({1, 2, 3, 4}, {2, 2});
+  auto update_at = [&](std::int32_t s0, std::int32_t s1) {
+    return values_of<std::int64_t>(run(Primitive::dynamic_update_slice,
+                                       {x, u, make<std::int32_t>({s0}, {}), make<std::int32_t>({s1}, {})},
+                                       {{3, 4}, DType::i64}));
+  };
+  CHECK(update_at(1, 1) == std::vector<std::int64_t>{0, 0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0});
+  CHECK(update_at(5, -3) == std::vector<std::int64_t>{0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0, 0});
+  CHECK(update_at(0, 9) == std::vector<std::int64_t>{0, 0, 1, 2, 0, 0, 3, 4, 0, 0, 0, 0});
+  CHECK(values_of<std::int64_t>(x) == std::vector<std::int64_t>(12, 0));  // input untouched
+  Array f = run(Primitive::dynamic_update_slice, {make<float>({1, 2, 3}, {3}), make<float>({}, {0}),
+                                                  make<std::int64_t>({1}, {})},
+                {{3}, DType::f32});
+  CHECK(values_of<float>(f) == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE("kernel: concatenate along each dimension") {
+  Array a = make<float>({1, 2, 3, 4}, {2, 2});
+  Array b = make<float>({5, 6}, {2, 1});
+  Array e = make<float>({}, {2, 0});
+  CHECK(values_of<float>(run(Primitive::concatenate, {a, b, e}, {{2, 3}, DType::f32}, {{"dimension", std::int64_t{1}}})) ==
+        std::vector<float>{1, 2, 5, 3, 4, 6});
+  Array c = make<float>({7, 8}, {1, 2});
+  CHECK(values_of<float>(run(Primitive::concatenate, {a, c}, {{3, 2}, DType::f32}, {{"dimension", std::int64_t{0}}})) ==
+        std::vector<float>{1, 2, 3, 4, 7, 8});
+  Array i = make<std::int32_t>(iota_values<std::int32_t>(12), {2, 3, 2});
+  Array j = make<std::int32_t>({-1, -2, -3, -4}, {2, 1, 2});
+  CHECK(values_of<std::int32_t>(run(Primitive::concatenate, {j, i}, {{2, 4, 2}, DType::i32},
+                                    {{"dimension", std::int64_t{1}}})) ==
+        std::vector<std::int32_t>{-1, -2, 0, 1, 2, 3, 4, 5, -3, -4, 6, 7, 8, 9, 10, 11});
+  Array p = make_bool({1}, {1}), q = make_bool({0, 1}, {2});
+  CHECK(values_of<U8>(run(Primitive::concatenate, {p, q}, {{3}, DType::bool_}, {{"dimension", std::int64_t{0}}})) ==
+        std::vector<U8>{1, 0, 1});
+}
+
+TEST_CASE("kernel: gather takes clamped, wrapped indices along an axis") {
+  Array x = make<double>(iota_values<double>(12), {3, 4});
+  Array idx = make<std::int32_t>({3, -1, 0, 7, -9, 1}, {2, 3});
+  std::vector<double> got = values_of<double>(run(Primitive::gather, {x, idx}, {{3, 2, 3}, DType::f64},
+                                                  {{"axis", std::int64_t{1}}}));
+  const std::vector<std::int64_t> taken = {3, 3, 0, 3, 0, 1};  // -1 -> 3, 7 -> 3, -9 -> 0
+  for (std::int64_t r = 0; r < 3; ++r)
+    for (std::size_t j = 0; j < 6; ++j)
+      CHECK(got[static_cast<std::size_t>(r) * 6 + j] == static_cast<double>(r * 4 + taken[j]));
+  Array rows = run(Primitive::gather, {x, make<std::int64_t>({2, 0}, {2})}, {{2, 4}, DType::f64},
+                   {{"axis", std::int64_t{0}}});
+  CHECK(values_of<double>(rows) == std::vector<double>{8, 9, 10, 11, 0, 1, 2, 3});
+  Array scalar_index = run(Primitive::gather, {x, make<std::int32_t>({1}, {})}, {{4}, DType::f64},
+                           {{"axis", std::int64_t{0}}});
+  CHECK(values_of<double>(scalar_index) == std::vector<double>{4, 5, 6, 7});
+  Array b = make_bool({1, 0, 0}, {3});
+  CHECK(values_of<U8>(run(Primitive::gather, {b, make<std::int32_t>({0, 0, 2}, {3})}, {{3}, DType::bool_},
+                          {{"axis", std::int64_t{0}}})) == std::vector<U8>{1, 1, 0});
+  CHECK(run(Primitive::gather, {x, make<std::int32_t>({}, {0})}, {{3, 0}, DType::f64},
+            {{"axis", std::int64_t{1}}}).size() == 0);
+}
+
+template <class T> void check_scatter_add() {
+  Array x = make<T>(iota_values<T>(6), {2, 3});
+  Array idx = make<std::int32_t>({2, 0, 2, -1}, {4});
+  Array upd = make<T>({1, 2, 3, 4, 10, 20, 30, 40}, {2, 4});
+  std::vector<T> got = values_of<T>(run(Primitive::scatter_add, {x, idx, upd}, {{2, 3}, xjax::dtype_of_v<T>},
+                                        {{"axis", std::int64_t{1}}}));
+  // row 0: [0,1,2] + col2 += 1+3+4, col0 += 2; row 1: [3,4,5] + col2 += 10+30+40, col0 += 20
+  CHECK(got == std::vector<T>{2, 1, 10, 23, 4, 85});
+}
+
+TEST_CASE("kernel: scatter_add accumulates repeated indices") {
+  check_scatter_add<float>();
+  check_scatter_add<double>();
+  check_scatter_add<std::int32_t>();
+  check_scatter_add<std::int64_t>();
+  check_scatter_add<std::uint32_t>();
+  Array x = make<float>({0, 0, 0}, {3});
+  Array got = run(Primitive::scatter_add, {x, make<std::int64_t>({5, 1}, {2}), make<float>({1, 2}, {2})},
+                  {{3}, DType::f32}, {{"axis", std::int64_t{0}}});
+  CHECK(values_of<float>(got) == std::vector<float>{0, 2, 1});
+  CHECK(values_of<float>(x) == std::vector<float>{0, 0, 0});
+}
+
+template <class T> void check_iota(const Shape& shape, std::int64_t dimension) {
+  const DType dtype = xjax::dtype_of_v<T>;
+  std::vector<T> got = values_of<T>(run(Primitive::iota, {}, {shape, dtype},
+                                        {{"dtype", dtype}, {"shape", shape}, {"dimension", dimension}}));
+  REQUIRE(static_cast<std::int64_t>(got.size()) == size_of(shape));
+  for (std::int64_t i = 0; i < size_of(shape); ++i)
+    CHECK(got[static_cast<std::size_t>(i)] == static_cast<T>(unravel(i, shape)[static_cast<std::size_t>(dimension)]));
+}
+
+TEST_CASE("kernel: iota on every numeric dtype") {
+  for (std::int64_t d = 0; d < 3; ++d) {
+    check_iota<float>({2, 3, 4}, d);
+    check_iota<double>({3, 1, 2}, d);
+    check_iota<std::int32_t>({2, 3, 4}, d);
+    check_iota<std::int64_t>({4, 2, 2}, d);
+    check_iota<std::uint32_t>({2, 2, 3}, d);
+    check_iota<float>({2, 0, 3}, d);
+  }
+  check_iota<std::int32_t>({5}, 0);
+}
+
+}  // namespace
