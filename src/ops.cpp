@@ -16,43 +16,63 @@ namespace {
 using P = Primitive;
 using detail::bind1;
 
-std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* op) {
+// Axis errors name the operation, the operand's type and the caller's line.
+[[noreturn]] void axis_fail(const char* op, const Array& x, const std::string& why, const std::source_location& loc) {
+  throw ShapeError(std::string(op) + "(" + x.aval().str() + "): " + why + " (at " + where(loc) + ")");
+}
+
+std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* op, const Array& x,
+                       const std::source_location& loc) {
   if (axis < -rank || axis >= rank)
-    throw ShapeError(std::string(op) + ": axis " + std::to_string(axis) + " out of range for rank " +
-                     std::to_string(rank));
+    axis_fail(op, x, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank), loc);
   return axis < 0 ? axis + rank : axis;
 }
 
-Axes norm_axes(const Axes& axes, std::int64_t rank, const char* op) {
+Axes norm_axes(const Axes& axes, std::int64_t rank, const char* op, const Array& x, const std::source_location& loc) {
   Axes out;
   if (axes.empty()) {
     out.resize(static_cast<std::size_t>(rank));
     std::iota(out.begin(), out.end(), 0);
     return out;
   }
-  for (auto a : axes) out.push_back(norm_axis(a, rank, op));
+  for (auto a : axes) out.push_back(norm_axis(a, rank, op, x, loc));
   std::sort(out.begin(), out.end());
-  if (std::adjacent_find(out.begin(), out.end()) != out.end())
-    throw ShapeError(std::string(op) + ": repeated axis");
+  if (std::adjacent_find(out.begin(), out.end()) != out.end()) axis_fail(op, x, "repeated axis", loc);
   return out;
 }
 
 Array unary(P p, const Array& x, const std::source_location& loc) { return bind1(p, {x}, {}, loc); }
 
+// The NumPy broadcast of the shapes of p's operands xs. A mismatch is a ShapeError naming p, the
+// operand types and the caller's line, like the errors of the shape rules.
+Shape broadcast_operands(P p, std::initializer_list<const Shape*> shapes, std::initializer_list<const Array*> xs,
+                         const std::source_location& loc) {
+  Shape s;
+  try {
+    for (const Shape* sh : shapes) s = broadcast_shapes(s, *sh);
+  } catch (const ShapeError& e) {
+    std::vector<ShapedArray> avals;
+    for (const Array* x : xs) avals.push_back(x->aval());
+    throw ShapeError(detail::describe_application(p, avals) + ": " + e.what() + " (at " + where(loc) + ")");
+  }
+  return s;
+}
+
 // Broadcasts a and b to their common shape (explicit broadcast_in_dim where needed).
-std::pair<Array, Array> broadcast_pair(const Array& a, const Array& b, const std::source_location& loc) {
-  Shape s = broadcast_shapes(a.shape(), b.shape());
+std::pair<Array, Array> broadcast_pair(P p, const Array& a, const Array& b, const std::source_location& loc) {
+  Shape s = broadcast_operands(p, {&a.shape(), &b.shape()}, {&a, &b}, loc);
   auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
   return {fit(a), fit(b)};
 }
 
 Array binary(P p, const Array& a, const Array& b, const std::source_location& loc) {
-  auto [x, y] = broadcast_pair(a, b, loc);
+  auto [x, y] = broadcast_pair(p, a, b, loc);
   return bind1(p, {x, y}, {}, loc);
 }
 
 Array reduce(P p, const Array& x, const Axes& axes, bool keepdims, const std::source_location& loc) {
-  Axes ax = norm_axes(axes, x.ndim(), std::string(primitive_name(p)).c_str());
+  Axes ax = norm_axes(axes, x.ndim(), std::string(primitive_name(p)).c_str(), x, loc);
+  if (ax.empty()) return x;  // rank 0: nothing to reduce
   Array r = bind1(p, {x}, {{"axes", ax}}, loc);
   if (!keepdims) return r;
   Shape kept = x.shape();
@@ -60,9 +80,9 @@ Array reduce(P p, const Array& x, const Axes& axes, bool keepdims, const std::so
   return reshape(r, kept, loc);
 }
 
-std::int64_t reduced_count(const Array& x, const Axes& axes) {
+std::int64_t reduced_count(const Array& x, const Axes& axes, const std::source_location& loc) {
   std::int64_t n = 1;
-  for (auto a : norm_axes(axes, x.ndim(), "mean")) n *= x.shape()[static_cast<std::size_t>(a)];
+  for (auto a : norm_axes(axes, x.ndim(), "mean", x, loc)) n *= x.shape()[static_cast<std::size_t>(a)];
   return n;
 }
 
@@ -154,7 +174,7 @@ Array ge(const Array& a, const Array& b, std::source_location loc) { return bina
 Array where(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
   if (pred.dtype() != bool_)
     throw TypeError("where: the predicate must be bool, got " + pred.aval().str() + " (at " + where(loc) + ")");
-  Shape s = broadcast_shapes(pred.shape(), broadcast_shapes(a.shape(), b.shape()));
+  Shape s = broadcast_operands(P::select_n, {&pred.shape(), &a.shape(), &b.shape()}, {&pred, &b, &a}, loc);
   auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
   return bind1(P::select_n, {fit(pred), fit(b), fit(a)}, {}, loc);
 }
@@ -182,7 +202,7 @@ Array matmul(const Array& a, const Array& b, std::source_location loc) {
   if (a.ndim() == 1) return dot_general(a, b, {0}, {b.ndim() - 2}, {}, {}, loc);
   // Broadcast the batch dimensions, then one dot_general with them as batch dims.
   Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
-  Shape batch = broadcast_shapes(ab, bb);
+  Shape batch = broadcast_operands(P::dot_general, {&ab, &bb}, {&a, &b}, loc);
   auto fit = [&](const Array& x) {
     Shape s = batch;
     s.push_back(x.dim(-2));
@@ -306,12 +326,12 @@ Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location
   return reduce(P::reduce_prod, x, axes, keepdims, loc);
 }
 Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  auto n = static_cast<double>(reduced_count(x, axes));
+  auto n = static_cast<double>(reduced_count(x, axes, loc));
   Array s = sum(x, axes, keepdims, loc);
   return div(s, scalar_like(n, s), loc);
 }
 Array argmax(const Array& x, std::int64_t axis, DType index_dtype, std::source_location loc) {
-  return bind1(P::argmax, {x}, {{"axes", Axes{norm_axis(axis, x.ndim(), "argmax")}}, {"index_dtype", index_dtype}}, loc);
+  return bind1(P::argmax, {x}, {{"axes", Axes{norm_axis(axis, x.ndim(), "argmax", x, loc)}}, {"index_dtype", index_dtype}}, loc);
 }
 
 // logsumexp(x) = m + log(sum(exp(x - m))), m = max(x) held constant (it cancels in the derivative)
@@ -319,7 +339,7 @@ Array logsumexp(const Array& x, const Axes& axes, bool keepdims, std::source_loc
   Array m = stop_gradient(max(x, axes, true, loc), loc);
   Array r = add(log(sum(exp(sub(x, m, loc), loc), axes, true, loc), loc), m, loc);
   if (keepdims) return r;
-  return squeeze(r, norm_axes(axes, x.ndim(), "logsumexp"), loc);
+  return squeeze(r, norm_axes(axes, x.ndim(), "logsumexp", x, loc), loc);
 }
 
 Array softmax(const Array& x, std::int64_t axis, std::source_location loc) {
@@ -355,11 +375,12 @@ Array transpose(const Array& x, const Axes& perm, std::source_location loc) {
   if (p.empty())
     for (std::int64_t i = x.ndim() - 1; i >= 0; --i) p.push_back(i);
   else
-    for (auto& a : p) a = norm_axis(a, x.ndim(), "transpose");
+    for (auto& a : p) a = norm_axis(a, x.ndim(), "transpose", x, loc);
   return bind1(P::transpose, {x}, {{"permutation", p}}, loc);
 }
 
 Array broadcast_in_dim(const Array& x, const Shape& shape, const Axes& bd, std::source_location loc) {
+  if (x.shape() == shape) return x;  // bd is then the identity (checked by the shape rule otherwise)
   return bind1(P::broadcast_in_dim, {x}, {{"shape", shape}, {"broadcast_dimensions", bd}}, loc);
 }
 
@@ -373,7 +394,7 @@ Array broadcast_to(const Array& x, const Shape& shape, std::source_location loc)
 }
 
 Array expand_dims(const Array& x, std::int64_t axis, std::source_location loc) {
-  return bind1(P::expand_dims, {x}, {{"dimensions", Axes{norm_axis(axis, x.ndim() + 1, "expand_dims")}}}, loc);
+  return bind1(P::expand_dims, {x}, {{"dimensions", Axes{norm_axis(axis, x.ndim() + 1, "expand_dims", x, loc)}}}, loc);
 }
 
 Array squeeze(const Array& x, const Axes& axes, std::source_location loc) {
@@ -382,7 +403,7 @@ Array squeeze(const Array& x, const Axes& axes, std::source_location loc) {
     for (std::int64_t i = 0; i < x.ndim(); ++i)
       if (x.shape()[static_cast<std::size_t>(i)] == 1) ax.push_back(i);
   } else {
-    ax = norm_axes(axes, x.ndim(), "squeeze");
+    ax = norm_axes(axes, x.ndim(), "squeeze", x, loc);
   }
   if (ax.empty()) return x;
   return bind1(P::squeeze, {x}, {{"dimensions", ax}}, loc);
@@ -390,12 +411,12 @@ Array squeeze(const Array& x, const Axes& axes, std::source_location loc) {
 
 Array concatenate(const std::vector<Array>& xs, std::int64_t axis, std::source_location loc) {
   if (xs.empty()) throw ShapeError("concatenate: needs at least one array (at " + where(loc) + ")");
-  return bind1(P::concatenate, xs, {{"dimension", norm_axis(axis, xs[0].ndim(), "concatenate")}}, loc);
+  return bind1(P::concatenate, xs, {{"dimension", norm_axis(axis, xs[0].ndim(), "concatenate", xs[0], loc)}}, loc);
 }
 
 Array stack(const std::vector<Array>& xs, std::int64_t axis, std::source_location loc) {
   if (xs.empty()) throw ShapeError("stack: needs at least one array (at " + where(loc) + ")");
-  std::int64_t ax = norm_axis(axis, xs[0].ndim() + 1, "stack");
+  std::int64_t ax = norm_axis(axis, xs[0].ndim() + 1, "stack", xs[0], loc);
   std::vector<Array> parts;
   for (const auto& x : xs) parts.push_back(expand_dims(x, ax, loc));
   return concatenate(parts, ax, loc);
@@ -406,7 +427,7 @@ Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& st
 }
 
 Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t axis, std::source_location loc) {
-  axis = norm_axis(axis, x.ndim(), "slice_in_dim");
+  axis = norm_axis(axis, x.ndim(), "slice_in_dim", x, loc);
   Axes s(static_cast<std::size_t>(x.ndim()), 0), l = x.shape();
   s[static_cast<std::size_t>(axis)] = start;
   l[static_cast<std::size_t>(axis)] = limit;
@@ -426,7 +447,7 @@ Array dynamic_update_slice(const Array& x, const Array& update, const std::vecto
 }
 
 Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
-  axis = norm_axis(axis, x.ndim(), "take");
+  axis = norm_axis(axis, x.ndim(), "take", x, loc);
   return bind1(P::gather, {x, indices}, {{"axis", axis}}, loc);
 }
 

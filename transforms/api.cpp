@@ -64,7 +64,7 @@ void aux_mismatch(bool returns_pair) {
 
 // ---- grad ------------------------------------------------------------------------------------
 
-ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux) {
+ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux, bool with_value) {
   std::size_t nout = j->outvars.size();
   if (nout == 0 || (!has_aux && nout != 1))
     throw TypeError("grad: the function must return one scalar (got " + std::to_string(nout) +
@@ -75,7 +75,10 @@ ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool
                     "; reduce it (e.g. xj::sum) or use vjp / jacrev");
   std::vector<bool> seed(nout, false);
   seed[0] = true;
-  return vjp_jaxpr(j, diff, seed);
+  ClosedJaxpr g = vjp_jaxpr(j, diff, seed);
+  std::vector<bool> keep(g->outvars.size(), true);
+  if (!with_value) keep[0] = false;  // the value (aux outputs stay)
+  return with_value ? g : simplify(dce(g, keep));
 }
 
 // ---- vjp -------------------------------------------------------------------------------------

@@ -45,8 +45,9 @@ std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, 
 std::string signature_key(const FlatArgs& fa, const std::vector<bool>& mask);
 std::vector<bool> argnum_mask(const FlatArgs& fa, std::initializer_list<int> argnums);
 
-/// (outs..., one gradient per masked leaf) of a scalar function (aux outputs after the first).
-ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux);
+/// (kept outputs..., one gradient per masked leaf) of a scalar function whose first output is
+/// the value and the rest aux. Kept: all outputs with_value, else only the aux outputs.
+ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux, bool with_value);
 
 struct VjpState;
 /// Runs the forward pass of f's jaxpr on args now; the state keeps the residuals.
@@ -99,11 +100,11 @@ template <class F, bool WithValue, int... I> class GradFn {
       Traced t;
       auto flat = flat_fn<F, Args...>(f_, fa.defs, &t.out_def);
       auto avals = fa.avals();
-      t.jaxpr = grad_jaxpr(trace_flat(flat, avals), diff, opts_.has_aux);
+      t.jaxpr = grad_jaxpr(trace_flat(flat, avals), diff, opts_.has_aux, WithValue);
       return t;
     });
     std::vector<Array> outs = eval_jaxpr(traced->jaxpr, fa.leaves);
-    std::size_t nout = traced->out_def.num_leaves();
+    std::size_t nout = traced->out_def.num_leaves() - (WithValue ? 0 : 1);
     std::vector<Array> full(fa.leaves.size());
     for (std::size_t k = 0, g = nout; k < full.size(); ++k)
       if (diff[k]) full[k] = outs[g++];
@@ -112,12 +113,13 @@ template <class F, bool WithValue, int... I> class GradFn {
       if constexpr (sizeof...(I) == 1) return unflatten_arg<grads_type<Tuple, I...>>(fa, full, (I + ... + 0));
       else return grads_type<Tuple, I...>{unflatten_arg<std::decay_t<std::tuple_element_t<I, Tuple>>>(fa, full, I)...};
     }();
-    std::vector<Array> value_leaves(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(nout));
-    R value = tree_unflatten<R>(traced->out_def, value_leaves);
+    std::vector<Array> kept(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(nout));
     if constexpr (WithValue) {
+      R value = tree_unflatten<R>(traced->out_def, kept);
       return std::pair<R, decltype(grads)>{std::move(value), std::move(grads)};
     } else if constexpr (is_pair<R>::value) {
-      return std::pair<decltype(grads), typename R::second_type>{std::move(grads), std::move(value.second)};
+      using Aux = typename R::second_type;
+      return std::pair<decltype(grads), Aux>{std::move(grads), tree_unflatten<Aux>(traced->out_def.children.at(1), kept)};
     } else {
       return grads;
     }

@@ -8,4 +8,5 @@
 #include "xjax/primitives.hpp"
 #include "xjax/pytree.hpp"
 #include "xjax/runtime.hpp"
+#include "xjax/testing.hpp"
 #include "xjax/transforms.hpp"

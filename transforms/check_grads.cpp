@@ -1,0 +1,154 @@
+// check_grads.cpp: numerical gradient checking, as jax.test_util.check_grads.
+// check_jvp: jvp(f)(x, v) against (f(x + eps v) - f(x - eps v)) / (2 eps).
+// check_vjp: <vjp(f)(x)(u), v> against <u, numerical jvp along v>.
+// Order n > 1 recurses: fwd on (x, v) -> jvp(f)(x, v), rev on x -> vjp(f)(x)(f(x)).
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "ad.hpp"
+#include "xjax/ops.hpp"
+#include "xjax/testing.hpp"
+
+namespace xjax::detail {
+namespace {
+
+struct Tol {
+  double atol, rtol, eps;
+};
+
+Tol tolerance(const std::vector<Array>& args, const CheckGradsOptions& o) {
+  double t = 1e-5;
+  for (const auto& a : args)
+    if (a.dtype() == f32) t = 2e-3;
+  return {o.atol.value_or(t), o.rtol.value_or(t), o.eps.value_or(1e-4)};
+}
+
+Array random_like(const Array& x, std::mt19937& rng) {
+  if (!differentiable(x.aval())) return zeros(x.shape(), x.dtype());
+  std::normal_distribution<double> normal;
+  std::vector<double> v(static_cast<std::size_t>(x.size()));
+  for (auto& e : v) e = normal(rng);
+  return astype(array<double>(v, x.shape()), x.dtype());
+}
+
+ClosedJaxpr trace_at(const FlatFn& f, std::span<const Array> args) {
+  std::vector<ShapedArray> avals;
+  for (const auto& a : args) avals.push_back(a.aval());
+  return trace_flat(f, avals);
+}
+
+// (f(x + eps v) - f(x - eps v)) / (2 eps), leaf by leaf (integer outputs give zeros).
+std::vector<Array> numerical_jvp(const FlatFn& f, std::span<const Array> x, std::span<const Array> v, double eps) {
+  std::vector<Array> plus, minus;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    bool d = differentiable(x[i].aval());
+    plus.push_back(d ? add(x[i], mul(v[i], scalar_like(eps, x[i]))) : x[i]);
+    minus.push_back(d ? sub(x[i], mul(v[i], scalar_like(eps, x[i]))) : x[i]);
+  }
+  auto fp = f(plus), fm = f(minus);
+  std::vector<Array> out;
+  for (std::size_t k = 0; k < fp.size(); ++k) {
+    if (!differentiable(fp[k].aval())) { out.push_back(zeros(fp[k].shape(), fp[k].dtype())); continue; }
+    out.push_back(div(sub(fp[k], fm[k]), scalar_like(2 * eps, fp[k])));
+  }
+  return out;
+}
+
+double inner(std::span<const Array> a, std::span<const Array> b) {
+  double s = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    if (!differentiable(a[k].aval())) continue;
+    auto x = a[k].to_vector<double>(), y = b[k].to_vector<double>();
+    for (std::size_t i = 0; i < x.size(); ++i) s += x[i] * y[i];
+  }
+  return s;
+}
+
+[[noreturn]] void fail(int order, const char* mode, const std::string& what, double expected, double got, double err) {
+  std::ostringstream os;
+  os.precision(8);
+  os << "check_grads failed at order " << order << ", mode " << mode << ": " << what << ": expected " << expected
+     << ", got " << got << " (error " << err << ")";
+  throw GradCheckError(os.str());
+}
+
+void check_close(std::span<const Array> got, std::span<const Array> expected, const Tol& tol, int order, const char* mode) {
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    if (!differentiable(expected[k].aval())) continue;
+    auto g = got[k].to_vector<double>(), e = expected[k].to_vector<double>();
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      double err = std::abs(g[i] - e[i]);
+      if (!(err <= tol.atol + tol.rtol * std::abs(e[i])))
+        fail(order, mode, "output " + std::to_string(k) + " element " + std::to_string(i), e[i], g[i], err);
+    }
+  }
+}
+
+std::vector<Array> random_cotangents(const std::vector<Array>& outs, std::mt19937& rng) {
+  std::vector<Array> u;
+  for (const auto& o : outs) u.push_back(random_like(o, rng));
+  return u;
+}
+
+void check_jvp(const FlatFn& f, const std::vector<Array>& x, const Tol& tol, int order, std::mt19937& rng) {
+  std::vector<Array> v;
+  for (const auto& a : x) v.push_back(random_like(a, rng));
+  auto [outs, touts] = jvp_flat(trace_at(f, x), x, v);
+  auto expected = numerical_jvp(f, x, v, tol.eps);
+  check_close(touts, expected, tol, order, "fwd");
+}
+
+void check_vjp(const FlatFn& f, const std::vector<Array>& x, const Tol& tol, int order, std::mt19937& rng) {
+  std::vector<Array> v;
+  for (const auto& a : x) v.push_back(random_like(a, rng));
+  std::vector<Array> outs;
+  auto state = vjp_forward(trace_at(f, x), x, &outs);
+  auto u = random_cotangents(outs, rng);
+  auto ct = vjp_backward(*state, u);
+  double got = inner(ct, v);
+  double expected = inner(u, numerical_jvp(f, x, v, tol.eps));
+  double err = std::abs(got - expected);
+  if (!(err <= tol.atol + tol.rtol * std::abs(expected))) fail(order, "rev", "<vjp(u), v> vs <u, jvp(v)>", expected, got, err);
+}
+
+void check_order(const FlatFn& f, const std::vector<Array>& x, const CheckGradsOptions& opts, int order, std::mt19937& rng) {
+  Tol tol = tolerance(x, opts);
+  for (Mode m : opts.modes) {
+    if (m == Mode::fwd) {
+      check_jvp(f, x, tol, order, rng);
+      if (order < opts.order) {
+        // g(x, v) = jvp(f)(x, v): primal and tangent outputs.
+        std::size_t n = x.size();
+        FlatFn g = [f, n](std::span<const Array> xv) {
+          auto [o, t] = jvp_flat(trace_at(f, xv.subspan(0, n)), xv.subspan(0, n), xv.subspan(n));
+          o.insert(o.end(), t.begin(), t.end());
+          return o;
+        };
+        std::vector<Array> xv = x;
+        for (const auto& a : x) xv.push_back(random_like(a, rng));
+        check_order(g, xv, opts, order + 1, rng);
+      }
+    } else {
+      check_vjp(f, x, tol, order, rng);
+      if (order < opts.order) {
+        // g(x) = vjp(f)(x)(f(x))
+        FlatFn g = [f](std::span<const Array> xs) {
+          std::vector<Array> outs;
+          auto state = vjp_forward(trace_at(f, xs), xs, &outs);
+          return vjp_backward(*state, outs);
+        };
+        check_order(g, x, opts, order + 1, rng);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void check_grads_flat(const FlatFn& f, std::vector<Array> args, const CheckGradsOptions& opts) {
+  std::mt19937 rng(0);
+  check_order(f, args, opts, 1, rng);
+}
+
+}  // namespace xjax::detail
