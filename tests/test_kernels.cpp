@@ -730,6 +730,10 @@ TEST_CASE("kernel: transpose") {
   check_transpose<std::uint32_t>({5}, {0});
   check_transpose<float>({3, 0, 2}, {2, 1, 0});
   check_transpose<float>({}, {});
+  check_transpose<float>({37, 50}, {1, 0});              // tiled, with partial tiles
+  check_transpose<double>({3, 20, 45}, {2, 0, 1});
+  check_transpose<std::int32_t>({9, 40, 2}, {1, 0, 2});
+  check_transpose<std::uint32_t>({33, 4, 65}, {2, 1, 0});
   Array b = make_bool({1, 0, 0, 1, 1, 0}, {2, 3});
   CHECK(values_of<U8>(run(Primitive::transpose, {b}, {{3, 2}, DType::bool_}, {{"permutation", Ints{1, 0}}})) ==
         std::vector<U8>{1, 1, 0, 1, 0, 0});

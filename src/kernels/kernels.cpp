@@ -69,6 +69,10 @@ Array kernel_for(Primitive p, std::span<const Array> in, const Params& ps, const
     case Primitive::scatter_add:
       return scatter_add_kernel(in[0], in[1], in[2], param_int(ps, "axis"), out);
     case Primitive::iota: return iota_kernel(param_int(ps, "dimension"), out);
+    case Primitive::custom_jvp_call:
+    case Primitive::custom_vjp_call:
+    case Primitive::custom_lin:
+      throw Error("run_kernel: " + std::string(primitive_name(p)) + " is higher-order: it is evaluated by its impl rule");
   }
   throw Error("run_kernel: invalid primitive");
 }

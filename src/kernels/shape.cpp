@@ -8,6 +8,7 @@
 // destination strides) and lets copy_box do it. Then the kernels, in the order of kernels.hpp.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "kernels/kernels.hpp"
 
@@ -60,19 +61,53 @@ void copy_run(Byte* dst, const Byte* src, const BoxDim& d, std::size_t item) {
   }
 }
 
+// A transpose-like pair of dims: `across` is contiguous in the source, `inner` in the
+// destination. Copied in square tiles so both sides stay in cache.
+void copy_tiled(Byte* dst, const Byte* src, const BoxDim& across, const BoxDim& inner,
+                std::size_t item) {
+  constexpr std::int64_t tile = 32;
+  const auto step = static_cast<std::int64_t>(item);
+  for (std::int64_t i0 = 0; i0 < across.size; i0 += tile)
+    for (std::int64_t j0 = 0; j0 < inner.size; j0 += tile) {
+      const BoxDim row{std::min(tile, inner.size - j0), inner.dst_stride, inner.src_stride};
+      for (std::int64_t i = i0; i < std::min(i0 + tile, across.size); ++i)
+        copy_run(dst + (i * across.dst_stride + j0 * inner.dst_stride) * step,
+                 src + (i * across.src_stride + j0 * inner.src_stride) * step, row, item);
+    }
+}
+
+// The outer dim that is contiguous in the source when the innermost one is not (a transpose),
+// worth tiling; dims.size() when there is none.
+std::size_t find_tiling_dim(const std::vector<BoxDim>& dims) {
+  constexpr std::int64_t min_size = 8;
+  const BoxDim& inner = dims.back();
+  if (inner.src_stride == 1 || inner.src_stride == 0 || inner.size < min_size) return dims.size();
+  for (std::size_t d = 0; d + 1 < dims.size(); ++d)
+    if (dims[d].src_stride == 1 && dims[d].size >= min_size) return d;
+  return dims.size();
+}
+
 // For every index i of the box: dst[sum i*dst_stride] = src[sum i*src_stride]. The pointers point
-// at the box's origin on each side; strides are in elements of `item` bytes.
+// at the box's origin on each side; strides are in elements of `item` bytes. An odometer walks the
+// outer dims; the innermost dim (with a tiled partner for transposes) is one copy_run/copy_tiled.
 void copy_box(Byte* dst, const Byte* src, std::vector<BoxDim> dims, std::size_t item) {
   for (const BoxDim& d : dims)
     if (d.size == 0) return;
   dims = simplify_box(std::move(dims));
   if (dims.empty()) return static_cast<void>(std::memcpy(dst, src, item));
+  const std::size_t tiled = find_tiling_dim(dims);
+  std::optional<BoxDim> across;
+  if (tiled < dims.size()) {
+    across = dims[tiled];
+    dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(tiled));
+  }
   const BoxDim inner = dims.back();
   dims.pop_back();
   std::vector<std::int64_t> index(dims.size(), 0);
   const auto step = static_cast<std::int64_t>(item);
   while (true) {
-    copy_run(dst, src, inner, item);
+    if (across) copy_tiled(dst, src, *across, inner, item);
+    else copy_run(dst, src, inner, item);
     std::size_t r = dims.size();
     for (; r-- > 0;) {  // advance the odometer over the outer dims
       dst += dims[r].dst_stride * step;
