@@ -2,7 +2,8 @@
 //
 // Read `kernel_for` first: one `case` per primitive (no `default:`, so a new primitive without a
 // kernel does not compile under -Werror=switch), each unpacking the params and calling an entry
-// point of one family (kernels.hpp). The shared helpers declared in kernels.hpp follow.
+// point of one family (kernels.hpp). Higher-order primitives have no kernel (bind runs their impl
+// rule instead); their cases throw. The shared helpers declared in kernels.hpp follow.
 #include "kernels/kernels.hpp"
 
 #include <string>
@@ -69,10 +70,11 @@ Array kernel_for(Primitive p, std::span<const Array> in, const Params& ps, const
     case Primitive::scatter_add:
       return scatter_add_kernel(in[0], in[1], in[2], param_int(ps, "axis"), out);
     case Primitive::iota: return iota_kernel(param_int(ps, "dimension"), out);
-    case Primitive::custom_jvp_call:
-    case Primitive::custom_vjp_call:
-    case Primitive::custom_lin:
-      throw Error("run_kernel: " + std::string(primitive_name(p)) + " is higher-order: it is evaluated by its impl rule");
+#define XJAX_NO_KERNEL(name) case Primitive::name:
+      XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(XJAX_NO_KERNEL)
+#undef XJAX_NO_KERNEL
+      throw Error("run_kernel: " + std::string(primitive_name(p)) +
+                  " is higher-order: it is evaluated by its impl rule, not a kernel");
   }
   throw Error("run_kernel: invalid primitive");
 }
