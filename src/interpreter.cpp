@@ -3,9 +3,26 @@
 // use, so a buffer is freed as soon as nothing later needs it.
 #include <unordered_map>
 
+#include "higher_order.hpp"
 #include "internal.hpp"
 
 namespace xjax {
+
+namespace detail {
+ImplRule impl_rule(Primitive p) {
+  switch (p) {
+#define XJAX_KERNEL_PRIMITIVE(name) case Primitive::name:
+    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_KERNEL_PRIMITIVE)
+#undef XJAX_KERNEL_PRIMITIVE
+    return nullptr;
+#define XJAX_IMPL_CASE(name) \
+  case Primitive::name: return name##_impl;
+    XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(XJAX_IMPL_CASE)
+#undef XJAX_IMPL_CASE
+  }
+  return nullptr;
+}
+}  // namespace detail
 
 std::vector<ShapedArray> Jaxpr::in_avals() const {
   std::vector<ShapedArray> out;

@@ -386,7 +386,12 @@ Array broadcast_in_dim(const Array& x, const Shape& shape, const Axes& bd, std::
 
 Array broadcast_to(const Array& x, const Shape& shape, std::source_location loc) {
   if (x.shape() == shape) return x;
-  if (static_cast<std::size_t>(x.ndim()) > shape.size() || broadcast_shapes(x.shape(), shape) != shape)
+  bool ok = static_cast<std::size_t>(x.ndim()) <= shape.size();
+  for (std::size_t i = 0; ok && i < x.shape().size(); ++i) {
+    std::int64_t d = x.shape()[x.shape().size() - 1 - i];
+    ok = d == 1 || d == shape[shape.size() - 1 - i];
+  }
+  if (!ok)
     throw ShapeError("broadcast_to: cannot broadcast " + x.aval().str() + " to " + shape_str(shape) + " (at " + where(loc) + ")");
   Axes bd;
   for (std::int64_t i = 0; i < x.ndim(); ++i) bd.push_back(static_cast<std::int64_t>(shape.size()) - x.ndim() + i);

@@ -4,8 +4,8 @@
 //     in (outvars) }
 // Variables are named a, b, ..., z, ba, bb, ... in order of definition; one naming context is
 // shared by nested jaxprs. A jaxpr without nested jaxprs that fits in 80 columns prints on one line.
+#include <charconv>
 #include <cmath>
-#include <iomanip>
 #include <ostream>
 #include <sstream>
 #include <unordered_map>
@@ -47,16 +47,40 @@ std::string numpy_dtype_name(DType d) {
   return "?";
 }
 
+// Python's repr of a float (what JAX prints for a numpy scalar): the shortest digits that round
+// trip in the value's own precision, positional for 1e-4 <= |v| < 1e16, else scientific.
+std::string python_float_repr(double v, bool single) {
+  char buf[64];
+  auto r = single ? std::to_chars(buf, buf + sizeof buf, static_cast<float>(v), std::chars_format::scientific)
+                  : std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string s(buf, r.ptr);  // e.g. "-4.4715e-02"
+  bool negative = s[0] == '-';
+  if (negative) s.erase(0, 1);
+  auto e = s.find('e');
+  int exp = std::stoi(s.substr(e + 1));
+  std::string digits;
+  for (char c : s.substr(0, e))
+    if (c != '.') digits += c;
+  std::string out;
+  if (exp >= -4 && exp < 16) {
+    auto point = static_cast<std::size_t>(exp + 1);
+    if (exp < 0) out = "0." + std::string(static_cast<std::size_t>(-exp - 1), '0') + digits;
+    else if (digits.size() <= point) out = digits + std::string(point - digits.size(), '0') + ".0";
+    else out = digits.substr(0, point) + "." + digits.substr(point);
+  } else {
+    out = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : std::string());
+    std::string e_digits = std::to_string(exp < 0 ? -exp : exp);
+    out += std::string("e") + (exp < 0 ? "-" : "+") + (e_digits.size() < 2 ? "0" : "") + e_digits;
+  }
+  return (negative ? "-" : "") + out;
+}
+
 std::string format_number(double v, DType d) {
   if (d == bool_) return v != 0 ? "True" : "False";
   if (!is_floating(d)) return std::to_string(static_cast<std::int64_t>(v));
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   if (std::isnan(v)) return "nan";
-  std::ostringstream os;
-  os << std::setprecision(d == f32 ? 8 : 16) << v;
-  std::string s = os.str();
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
+  return python_float_repr(v, d == f32);
 }
 
 class Printer {
@@ -88,7 +112,7 @@ class Printer {
 
     std::string one_line = head;
     for (const auto& l : lines) one_line += " " + l;
-    one_line += " " + tail;
+    one_line += (lines.empty() ? "  " : " ") + tail;  // JAX: "let  in" when there are no equations
     if (!nested && lines.size() <= 1 && one_line.size() + static_cast<std::size_t>(indent) <= 80)
       return one_line;
     std::string pad(static_cast<std::size_t>(indent), ' ');
@@ -130,11 +154,11 @@ class Printer {
   std::string eqn(const Eqn& e, int indent, bool& nested) {
     std::string lhs;
     for (std::size_t i = 0; i < e.outputs.size(); ++i) lhs += (i ? " " : "") + typed(e.outputs[i]);
-    if (e.outputs.empty()) lhs = "_";
     bool eqn_nested = false;
     std::vector<std::string> ps;
     for (const auto& [k, v] : e.params) ps.push_back(k + "=" + param(v, indent, eqn_nested));
-    std::string s = lhs + " = " + std::string(primitive_name(e.prim));
+    // JAX prints an equation without outputs as just its right-hand side.
+    std::string s = (lhs.empty() ? std::string() : lhs + " = ") + std::string(primitive_name(e.prim));
     if (!ps.empty()) {
       if (eqn_nested) {
         nested = true;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "higher_order.hpp"
 #include "internal.hpp"
 
 namespace xjax::detail {
@@ -364,6 +365,9 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::gather: return gather_rule(in, ps);
     case P::scatter_add: return scatter_add_rule(in, ps);
     case P::iota: return iota_rule(in, ps);
+    case P::custom_jvp_call: return custom_jvp_call_abstract_eval(in, ps);
+    case P::custom_vjp_call: return custom_vjp_call_abstract_eval(in, ps);
+    case P::custom_lin: return custom_lin_abstract_eval(in, ps);
   }
   throw Error("abstract_eval: unknown primitive");
 }

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <unordered_map>
 
+#include "higher_order.hpp"
 #include "internal.hpp"
 #include "xjax/runtime.hpp"
 
@@ -118,7 +119,8 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   if (t_stack.empty()) {
     for (const auto& x : inputs)
       if (x.is_tracer()) escaped(x);
-    auto outs = run_kernel(p, inputs, params, out_avals);
+    ImplRule impl = impl_rule(p);
+    auto outs = impl ? impl(inputs, params) : run_kernel(p, inputs, params, out_avals);
     count_eval(p);
     return outs;
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "ad.hpp"
+#include "higher_order.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::detail {

@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "ad.hpp"
+#include "higher_order.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::detail {

@@ -4,8 +4,9 @@
 #include <cstdint>
 #include <string_view>
 
-// X(name): elementwise unary float ops first, then binary, comparisons, structural ops.
-#define XJAX_FOR_EACH_PRIMITIVE(X)                                                              \
+// X(name): elementwise unary float ops first, then binary, comparisons, structural ops, and last
+// the higher-order primitives (their rules live together in one file of transforms/ each).
+#define XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(X)                                                          \
   X(neg) X(exp) X(log) X(log1p) X(expm1) X(sin) X(cos) X(tan) X(tanh) X(logistic) X(sqrt)        \
   X(rsqrt) X(abs) X(sign) X(integer_pow)                                                         \
   X(add) X(sub) X(mul) X(div) X(max) X(min) X(pow)                                               \
@@ -16,6 +17,11 @@
   X(broadcast_in_dim) X(reshape) X(transpose) X(squeeze) X(expand_dims)                          \
   X(slice) X(pad) X(dynamic_slice) X(dynamic_update_slice) X(concatenate)                        \
   X(gather) X(scatter_add) X(iota)
+
+// Primitives that carry jaxprs or functions in their params; rules in transforms/<family>.cpp.
+#define XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X) X(custom_jvp_call) X(custom_vjp_call) X(custom_lin)
+
+#define XJAX_FOR_EACH_PRIMITIVE(X) XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(X) XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X)
 
 namespace xjax {
 

@@ -15,10 +15,10 @@ struct CheckGradsOptions {
   int order = 2;
   std::vector<Mode> modes = {fwd, rev};
   /// Tolerances: JAX's default_gradient_tolerance per dtype when unset (f32 2e-3, f64 1e-5).
-  std::optional<double> atol;
-  std::optional<double> rtol;
+  std::optional<double> atol{};
+  std::optional<double> rtol{};
   /// Finite-difference step (JAX's EPS = 1e-4 when unset).
-  std::optional<double> eps;
+  std::optional<double> eps{};
 };
 
 namespace detail {
