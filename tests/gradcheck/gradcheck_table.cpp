@@ -1,0 +1,482 @@
+// gradcheck_table.cpp: the rows of the numeric gradient-check suite (see gradcheck_table.hpp).
+// Generators keep inputs inside each op's domain and away from its kinks: log/sqrt/rsqrt/pow get
+// positive inputs, tan stays within |x| <= 1, max/min/reduce_max/argmax get values spaced apart
+// (no ties), relu/abs/sign/softplus stay away from 0, float->int conversions away from integers.
+// Linear shape ops are followed by a square, so that their second derivatives are not zero and
+// the order-2 checks run the op's rules inside a nonlinear function.
+#include "gradcheck_table.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "internal.hpp"  // detail::bind1, for primitives without a user op (pad, copy, scatter_add)
+
+// Rows for the custom-derivative primitives, once the library has them.
+#if defined(XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE) && __has_include("xjax/custom_derivatives.hpp")
+#include "xjax/custom_derivatives.hpp"
+#define XJAX_GRADCHECK_CUSTOM 1
+#endif
+
+namespace xjax::gradcheck {
+namespace {
+
+using P = Primitive;
+using Ints = std::vector<std::int64_t>;
+using Rng = std::mt19937;
+using Arrays = std::vector<Array>;
+
+// ---- input generators ------------------------------------------------------------------------
+
+Array make(const std::vector<double>& v, const Shape& s, DType d) {
+  if (d == f32) return array<float>(std::vector<float>(v.begin(), v.end()), s);
+  return array<double>(v, s);
+}
+
+std::vector<double> uniform_values(std::int64_t n, double lo, double hi, Rng& rng) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (auto& e : v) e = u(rng);
+  return v;
+}
+
+Array uniform(const Shape& s, DType d, Rng& rng, double lo, double hi) {
+  return make(uniform_values(shape_size(s), lo, hi, rng), s, d);
+}
+
+// |x| in [lo, hi] with a random sign: away from the kink at 0.
+Array away_from_zero(const Shape& s, DType d, Rng& rng, double lo = 0.3, double hi = 2.0) {
+  auto v = uniform_values(shape_size(s), lo, hi, rng);
+  std::bernoulli_distribution coin;
+  for (auto& e : v) e = coin(rng) ? e : -e;
+  return make(v, s, d);
+}
+
+// n values spaced at least 0.15 apart, shuffled: no ties, so max/min/argmax are smooth there.
+std::vector<double> spread_values(std::int64_t n, Rng& rng) {
+  std::vector<double> v(static_cast<std::size_t>(n));
+  std::uniform_real_distribution<double> jitter(0.0, 0.1);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.25 * (static_cast<double>(i) - static_cast<double>(n) / 2) + jitter(rng);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+Array spread(const Shape& s, DType d, Rng& rng) { return make(spread_values(shape_size(s), rng), s, d); }
+
+// Two arrays whose values are all distinct from each other (max/min operands, also broadcast).
+Arrays spread_pair(const Shape& a, const Shape& b, DType d, Rng& rng) {
+  auto v = spread_values(shape_size(a) + shape_size(b), rng);
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(shape_size(a));
+  return {make(std::vector<double>(v.begin(), mid), a, d), make(std::vector<double>(mid, v.end()), b, d)};
+}
+
+// Values at k + [0.2, 0.8]: away from the jumps of float -> int conversion.
+Array off_integer(const Shape& s, DType d, Rng& rng) {
+  auto v = uniform_values(shape_size(s), 0.2, 0.8, rng);
+  std::uniform_int_distribution<int> k(-3, 3);
+  for (auto& e : v) e += k(rng);
+  return make(v, s, d);
+}
+
+Array i32s(const std::vector<std::int32_t>& v, const Shape& s) { return array<std::int32_t>(v, s); }
+Array i32scalar(std::int32_t v) { return i32s({v}, Shape{}); }
+
+Gen uniform_gen(const Shape& s, double lo, double hi) {
+  return [s, lo, hi](DType d, Rng& r) { return Arrays{uniform(s, d, r, lo, hi)}; };
+}
+Gen uniform2_gen(const Shape& a, const Shape& b, double lo, double hi) {
+  return [a, b, lo, hi](DType d, Rng& r) { return Arrays{uniform(a, d, r, lo, hi), uniform(b, d, r, lo, hi)}; };
+}
+Gen away_gen(const Shape& s, double lo = 0.3, double hi = 2.0) {
+  return [s, lo, hi](DType d, Rng& r) { return Arrays{away_from_zero(s, d, r, lo, hi)}; };
+}
+Gen spread_gen(const Shape& s) {
+  return [s](DType d, Rng& r) { return Arrays{spread(s, d, r)}; };
+}
+Gen spread_pair_gen(const Shape& a, const Shape& b) {
+  return [a, b](DType d, Rng& r) { return spread_pair(a, b, d, r); };
+}
+
+// ---- row builders ----------------------------------------------------------------------------
+
+Row row(std::string name, std::vector<P> covers, Fn fn, Gen gen, Kind kind = Kind::differentiable) {
+  Row r;
+  r.name = std::move(name);
+  r.covers = std::move(covers);
+  r.fn = std::move(fn);
+  r.gen = std::move(gen);
+  r.kind = kind;
+  return r;
+}
+
+Fn unary(Array (*op)(const Array&, std::source_location)) {
+  return [op](const Arrays& x) { return op(x[0], std::source_location::current()); };
+}
+Fn binary(Array (*op)(const Array&, const Array&, std::source_location)) {
+  return [op](const Arrays& x) { return op(x[0], x[1], std::source_location::current()); };
+}
+// op(x)^2: a linear op inside a nonlinear function.
+Fn squared(std::function<Array(const Arrays&)> op) {
+  return [op](const Arrays& x) {
+    Array y = op(x);
+    return y * y;
+  };
+}
+
+std::vector<Row> build() {
+  std::vector<Row> t;
+  const Shape s{3, 4};
+
+  // ---- elementwise unary ---------------------------------------------------------------------
+  t.push_back(row("neg", {P::neg}, unary(neg), uniform_gen(s, -2, 2)));
+  t.push_back(row("exp", {P::exp}, unary(exp), uniform_gen(s, -2, 2)));
+  t.push_back(row("log", {P::log}, unary(log), uniform_gen(s, 0.5, 3)));
+  t.push_back(row("log1p", {P::log1p}, unary(log1p), uniform_gen(s, -0.5, 2)));
+  t.push_back(row("expm1", {P::expm1}, unary(expm1), uniform_gen(s, -2, 2)));
+  t.push_back(row("sin", {P::sin}, unary(sin), uniform_gen(s, -3, 3)));
+  t.push_back(row("cos", {P::cos}, unary(cos), uniform_gen(s, -3, 3)));
+  t.push_back(row("tan", {P::tan}, unary(tan), uniform_gen(s, -1, 1)));
+  t.push_back(row("tanh", {P::tanh}, unary(tanh), uniform_gen(s, -2, 2)));
+  t.push_back(row("logistic", {P::logistic}, unary(logistic), uniform_gen(s, -3, 3)));
+  t.push_back(row("sqrt", {P::sqrt}, unary(sqrt), uniform_gen(s, 0.5, 3)));
+  t.push_back(row("rsqrt", {P::rsqrt}, unary(rsqrt), uniform_gen(s, 0.5, 3)));
+  t.push_back(row("abs", {P::abs}, unary(abs), away_gen(s)));
+  t.push_back(row("sign", {P::sign}, unary(sign), away_gen(s), Kind::zero_gradient));
+  for (std::int64_t n : {0, 1, 2, 3, -1, -2})
+    t.push_back(row("integer_pow_" + std::to_string(n), {P::integer_pow},
+                    [n](const Arrays& x) { return integer_pow(x[0], n); }, away_gen(s, 0.5, 1.5)));
+  // user ops built from unary primitives
+  t.push_back(row("square", {P::integer_pow}, unary(square), uniform_gen(s, -2, 2)));
+  t.push_back(row("reciprocal", {P::integer_pow}, unary(reciprocal), away_gen(s, 0.5, 2)));
+  t.push_back(row("sigmoid", {P::logistic}, unary(sigmoid), uniform_gen(s, -3, 3)));
+  t.push_back(row("relu", {P::select_n, P::gt}, unary(relu), away_gen(s)));
+  t.push_back(row("gelu", {P::tanh, P::integer_pow, P::mul, P::add}, unary(gelu), uniform_gen(s, -3, 3)));
+  t.push_back(row("softplus", {P::max, P::abs, P::exp, P::log1p}, unary(softplus), away_gen(s, 0.3, 3)));
+
+  // ---- elementwise binary, same shapes and broadcasting --------------------------------------
+  t.push_back(row("add", {P::add}, binary(add), uniform2_gen(s, s, -2, 2)));
+  t.push_back(row("sub", {P::sub}, binary(sub), uniform2_gen(s, s, -2, 2)));
+  t.push_back(row("mul", {P::mul}, binary(mul), uniform2_gen(s, s, -2, 2)));
+  t.push_back(row("div", {P::div}, binary(div), [s](DType d, Rng& r) {
+                    return Arrays{uniform(s, d, r, -2, 2), away_from_zero(s, d, r, 0.5, 2)};
+                  }));
+  t.push_back(row("max", {P::max}, binary(maximum), spread_pair_gen(s, s)));
+  t.push_back(row("min", {P::min}, binary(minimum), spread_pair_gen(s, s)));
+  t.push_back(row("pow", {P::pow}, binary(pow), [s](DType d, Rng& r) {
+                    return Arrays{uniform(s, d, r, 0.5, 2), uniform(s, d, r, -1.5, 1.5)};
+                  }));
+  t.push_back(row("add_bcast_3x1_4", {P::add, P::broadcast_in_dim}, binary(add), uniform2_gen({3, 1}, {4}, -2, 2)));
+  t.push_back(row("sub_bcast_scalar_array", {P::sub, P::broadcast_in_dim}, binary(sub), uniform2_gen({}, s, -2, 2)));
+  t.push_back(row("mul_bcast_3x1_4", {P::mul, P::broadcast_in_dim}, binary(mul), uniform2_gen({3, 1}, {4}, -2, 2)));
+  t.push_back(row("mul_bcast_array_scalar", {P::mul, P::broadcast_in_dim}, binary(mul), uniform2_gen(s, {}, -2, 2)));
+  t.push_back(row("div_bcast_4_3x1", {P::div, P::broadcast_in_dim}, binary(div), [](DType d, Rng& r) {
+                    return Arrays{uniform({4}, d, r, -2, 2), away_from_zero({3, 1}, d, r, 0.5, 2)};
+                  }));
+  t.push_back(row("max_bcast_3x1_4", {P::max, P::broadcast_in_dim}, binary(maximum), spread_pair_gen({3, 1}, {4})));
+  t.push_back(row("min_bcast_scalar_array", {P::min, P::broadcast_in_dim}, binary(minimum), spread_pair_gen({}, s)));
+  t.push_back(row("pow_bcast_array_scalar", {P::pow, P::broadcast_in_dim}, binary(pow), [s](DType d, Rng& r) {
+                    return Arrays{uniform(s, d, r, 0.5, 2), uniform({}, d, r, -1.5, 1.5)};
+                  }));
+  t.push_back(row("pow_double_exponent", {P::pow}, [](const Arrays& x) { return pow(x[0], 1.7); }, uniform_gen(s, 0.5, 2)));
+  t.push_back(row("operators_with_scalars", {P::mul, P::add, P::sub, P::div, P::neg},
+                  [](const Arrays& x) { return (-(x[0] * 2.0 + 1.0)) / (x[1] - 3.0) + 0.5 / (x[1] + 3.0); },
+                  uniform2_gen(s, s, -1, 1)));
+
+  // ---- comparisons: piecewise constant, zero gradient ----------------------------------------
+  auto cmp = [&](const char* name, P p, Array (*op)(const Array&, const Array&, std::source_location)) {
+    t.push_back(row(name, {p, P::convert_element_type},
+                    [op](const Arrays& x) { return astype(op(x[0], x[1], std::source_location::current()), x[0].dtype()); },
+                    spread_pair_gen(s, s), Kind::zero_gradient));
+  };
+  cmp("eq", P::eq, eq);
+  cmp("ne", P::ne, ne);
+  cmp("lt", P::lt, lt);
+  cmp("le", P::le, le);
+  cmp("gt", P::gt, gt);
+  cmp("ge", P::ge, ge);
+
+  // ---- select_n, conversion, copy, stop_gradient, iota ---------------------------------------
+  t.push_back(row("where", {P::select_n, P::gt},
+                  [](const Arrays& x) { return where(x[0] > x[1], sin(x[0]), x[1] * x[1]); }, spread_pair_gen(s, s)));
+  t.push_back(row("where_bcast", {P::select_n, P::broadcast_in_dim},
+                  [](const Arrays& x) { return where(x[0] > 0.0, x[1] * x[1], 2.5); }, [](DType d, Rng& r) {
+                    return Arrays{away_from_zero({3, 1}, d, r), uniform({4}, d, r, -2, 2)};
+                  }));
+  t.push_back(row("select_n_i32_3cases", {P::select_n},
+                  [](const Arrays& x) {
+                    Array which = i32s({0, 1, 2, 2, 1, 0, 0, 2, 1, 1, 0, 2}, {3, 4});
+                    return detail::bind1(P::select_n, {which, x[0] * x[1], sin(x[0]), x[1]});
+                  },
+                  uniform2_gen(s, s, -2, 2)));
+  t.push_back(row("convert_element_type", {P::convert_element_type},
+                  [](const Arrays& x) {
+                    // f32 -> f64 -> f32 (exact); for f64 inputs an f64 -> f64 conversion bound directly
+                    // (the user op elides it), since an f64 -> f32 round trip is not f64-accurate.
+                    if (x[0].dtype() == f32) return astype(sin(astype(x[0], f64)) * astype(x[0], f64), f32);
+                    Array y = detail::bind1(P::convert_element_type, {x[0]}, {{"new_dtype", f64}});
+                    return sin(y) * y;
+                  },
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("convert_to_int", {P::convert_element_type},
+                  [](const Arrays& x) { return astype(astype(x[0], i32), x[0].dtype()); },
+                  [s](DType d, Rng& r) { return Arrays{off_integer(s, d, r)}; }, Kind::zero_gradient));
+  t.push_back(row("copy", {P::copy}, [](const Arrays& x) { return sin(detail::bind1(P::copy, {x[0]})) * x[0]; },
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("stop_gradient", {P::stop_gradient}, [](const Arrays& x) { return sin(stop_gradient(x[0])); },
+                  uniform_gen(s, -2, 2), Kind::blocked));
+  t.push_back(row("iota", {P::iota, P::convert_element_type},
+                  [](const Arrays& x) { return astype(iota(i32, x[0].shape(), 1), x[0].dtype()) + 0.0 * x[0]; },
+                  uniform_gen(s, -2, 2), Kind::zero_gradient));
+  t.push_back(row("mul_by_iota", {P::iota, P::mul},
+                  [](const Arrays& x) { return x[0] * x[0] * astype(iota(i32, x[0].shape(), 0), x[0].dtype()); },
+                  uniform_gen(s, -2, 2)));
+
+  // ---- dot_general, matmul, einsum -----------------------------------------------------------
+  t.push_back(row("dot_general", {P::dot_general},
+                  [](const Arrays& x) { return dot_general(x[0], x[1], {1}, {0}); }, uniform2_gen({3, 4}, {4, 5}, -1, 1)));
+  t.push_back(row("dot_general_batch", {P::dot_general},
+                  [](const Arrays& x) { return dot_general(x[0], x[1], {2}, {1}, {0}, {0}); },
+                  uniform2_gen({2, 3, 4}, {2, 4, 5}, -1, 1)));
+  t.push_back(row("dot_general_batch_middle", {P::dot_general},
+                  [](const Arrays& x) { return dot_general(x[0], x[1], {2}, {0}, {1}, {1}); },
+                  uniform2_gen({3, 2, 4}, {4, 2, 5}, -1, 1)));
+  t.push_back(row("dot_general_two_contracting", {P::dot_general},
+                  [](const Arrays& x) { return dot_general(x[0], x[1], {0, 2}, {1, 0}); },
+                  uniform2_gen({2, 3, 4}, {4, 2}, -1, 1)));
+  t.push_back(row("matmul", {P::dot_general}, binary(matmul), uniform2_gen({3, 4}, {4, 2}, -1, 1)));
+  t.push_back(row("matmul_bcast_batch", {P::dot_general, P::broadcast_in_dim}, binary(matmul),
+                  uniform2_gen({2, 3, 4}, {4, 5}, -1, 1)));
+  t.push_back(row("matmul_vec_mat", {P::dot_general}, binary(matmul), uniform2_gen({4}, {4, 3}, -1, 1)));
+  t.push_back(row("matmul_mat_vec", {P::dot_general}, binary(matmul), uniform2_gen({3, 4}, {4}, -1, 1)));
+  t.push_back(row("dot", {P::dot_general}, binary(dot), uniform2_gen({3, 4}, {4}, -1, 1)));
+  t.push_back(row("einsum_bij_bjk", {P::dot_general},
+                  [](const Arrays& x) { return einsum("bij,bjk->bik", x[0], x[1]); },
+                  uniform2_gen({2, 3, 4}, {2, 4, 5}, -1, 1)));
+  t.push_back(row("einsum_ij_kj_ik", {P::dot_general},
+                  [](const Arrays& x) { return einsum("ij,kj->ik", x[0], x[1]); }, uniform2_gen({3, 4}, {5, 4}, -1, 1)));
+  t.push_back(row("einsum_ij_jk_ki", {P::dot_general, P::transpose},
+                  [](const Arrays& x) { return einsum("ij,jk->ki", x[0], x[1]); }, uniform2_gen({3, 4}, {4, 5}, -1, 1)));
+  t.push_back(row("einsum_ijk_ki", {P::reduce_sum, P::transpose},
+                  [](const Arrays& x) { return einsum("ijk->ki", x[0]); }, uniform_gen({2, 3, 4}, -1, 1)));
+  t.push_back(row("mlp_layer", {P::dot_general, P::add, P::broadcast_in_dim, P::tanh},
+                  [](const Arrays& x) { return tanh(matmul(x[0], x[1]) + x[2]); },
+                  [](DType d, Rng& r) {
+                    return Arrays{uniform({3, 4}, d, r, -1, 1), uniform({4, 5}, d, r, -1, 1), uniform({5}, d, r, -1, 1)};
+                  }));
+
+  // ---- reductions ----------------------------------------------------------------------------
+  t.push_back(row("reduce_sum", {P::reduce_sum}, [](const Arrays& x) { return sum(x[0], {1}); }, uniform_gen(s, -2, 2)));
+  t.push_back(row("reduce_sum_all", {P::reduce_sum}, [](const Arrays& x) { return sum(x[0]); }, uniform_gen({2, 3, 4}, -2, 2)));
+  t.push_back(row("sum_keepdims", {P::reduce_sum, P::reshape}, [](const Arrays& x) { return sum(x[0], {0}, true); },
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("mean", {P::reduce_sum, P::div}, [](const Arrays& x) { return mean(x[0], {-1}); }, uniform_gen(s, -2, 2)));
+  t.push_back(row("reduce_max", {P::reduce_max}, [](const Arrays& x) { return max(x[0], {1}); }, spread_gen(s)));
+  t.push_back(row("reduce_max_all", {P::reduce_max}, [](const Arrays& x) { return max(x[0]); }, spread_gen({2, 3, 4})));
+  t.push_back(row("reduce_min", {P::reduce_min}, [](const Arrays& x) { return min(x[0], {0}); }, spread_gen(s)));
+  t.push_back(row("reduce_min_all_keepdims", {P::reduce_min}, [](const Arrays& x) { return min(x[0], {}, true); },
+                  spread_gen(s)));
+  t.push_back(row("reduce_prod", {P::reduce_prod}, [](const Arrays& x) { return prod(x[0], {1}); }, away_gen(s, 0.5, 1.5)));
+  t.push_back(row("reduce_prod_all", {P::reduce_prod}, [](const Arrays& x) { return prod(x[0]); }, away_gen({2, 3}, 0.5, 1.5)));
+  t.push_back(row("argmax", {P::argmax, P::convert_element_type},
+                  [](const Arrays& x) { return astype(argmax(x[0], 1), x[0].dtype()); }, spread_gen(s), Kind::zero_gradient));
+  t.push_back(row("logsumexp", {P::reduce_max, P::stop_gradient, P::exp, P::reduce_sum, P::log},
+                  [](const Arrays& x) { return logsumexp(x[0], {1}); }, uniform_gen(s, -2, 2)));
+  t.push_back(row("logsumexp_all", {P::reduce_max, P::exp, P::log}, [](const Arrays& x) { return logsumexp(x[0]); },
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("softmax", {P::exp, P::reduce_sum, P::div}, [](const Arrays& x) { return softmax(x[0]); },
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("softmax_axis0", {P::exp, P::reduce_sum}, [](const Arrays& x) { return softmax(x[0], 0); },
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("log_softmax", {P::exp, P::reduce_sum, P::log}, [](const Arrays& x) { return log_softmax(x[0]); },
+                  uniform_gen(s, -2, 2)));
+
+  // ---- shape ops (squared afterwards, see the top) -------------------------------------------
+  t.push_back(row("broadcast_in_dim", {P::broadcast_in_dim},
+                  squared([](const Arrays& x) { return broadcast_in_dim(x[0], {2, 3, 4}, {1}); }), uniform_gen({3}, -2, 2)));
+  t.push_back(row("broadcast_to", {P::broadcast_in_dim},
+                  squared([](const Arrays& x) { return broadcast_to(x[0], {2, 3, 4}); }), uniform_gen({3, 1}, -2, 2)));
+  t.push_back(row("reshape", {P::reshape}, squared([](const Arrays& x) { return reshape(x[0], {2, 6}); }),
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("reshape_infer", {P::reshape}, squared([](const Arrays& x) { return reshape(x[0], {4, -1}); }),
+                  uniform_gen({2, 3, 4}, -2, 2)));
+  t.push_back(row("transpose", {P::transpose}, squared([](const Arrays& x) { return transpose(x[0], {2, 0, 1}); }),
+                  uniform_gen({2, 3, 4}, -2, 2)));
+  t.push_back(row("transpose_reverse", {P::transpose}, squared([](const Arrays& x) { return transpose(x[0]); }),
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("squeeze", {P::squeeze}, squared([](const Arrays& x) { return squeeze(x[0], {1}); }),
+                  uniform_gen({3, 1, 4, 1}, -2, 2)));
+  t.push_back(row("squeeze_all", {P::squeeze}, squared([](const Arrays& x) { return squeeze(x[0]); }),
+                  uniform_gen({3, 1, 4, 1}, -2, 2)));
+  t.push_back(row("expand_dims", {P::expand_dims}, squared([](const Arrays& x) { return expand_dims(x[0], 1); }),
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("expand_dims_last", {P::expand_dims}, squared([](const Arrays& x) { return expand_dims(x[0], -1); }),
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("slice", {P::slice}, squared([](const Arrays& x) { return slice(x[0], {0, 1}, {3, 4}); }),
+                  uniform_gen({4, 5}, -2, 2)));
+  t.push_back(row("slice_strided", {P::slice}, squared([](const Arrays& x) { return slice(x[0], {1, 0}, {6, 5}, {2, 2}); }),
+                  uniform_gen({6, 5}, -2, 2)));
+  t.push_back(row("slice_in_dim", {P::slice}, squared([](const Arrays& x) { return slice_in_dim(x[0], 1, 3, 1); }),
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("pad", {P::pad},
+                  squared([](const Arrays& x) {
+                    return detail::bind1(P::pad, {x[0], x[1]}, {{"lo", Ints{1, 0}}, {"hi", Ints{2, 1}}, {"interior", Ints{1, 0}}});
+                  }),
+                  uniform2_gen(s, {}, -2, 2)));
+  t.push_back(row("pad_negative", {P::pad},
+                  squared([](const Arrays& x) {
+                    return detail::bind1(P::pad, {x[0], x[1]}, {{"lo", Ints{-1, 2}}, {"hi", Ints{0, -2}}, {"interior", Ints{0, 2}}});
+                  }),
+                  uniform2_gen(s, {}, -2, 2)));
+  t.push_back(row("dynamic_slice", {P::dynamic_slice},
+                  squared([](const Arrays& x) { return dynamic_slice(x[0], {x[1], x[2]}, {2, 3}); }),
+                  [](DType d, Rng& r) { return Arrays{uniform({5, 6}, d, r, -2, 2), i32scalar(2), i32scalar(1)}; }));
+  t.push_back(row("dynamic_slice_clamped", {P::dynamic_slice},
+                  squared([](const Arrays& x) { return dynamic_slice(x[0], {i32scalar(4), i32scalar(-2)}, {2, 3}); }),
+                  uniform_gen({5, 6}, -2, 2)));
+  t.push_back(row("dynamic_update_slice", {P::dynamic_update_slice},
+                  squared([](const Arrays& x) { return dynamic_update_slice(x[0], x[1], {x[2], x[3]}); }),
+                  [](DType d, Rng& r) {
+                    return Arrays{uniform({5, 6}, d, r, -2, 2), uniform({2, 3}, d, r, -2, 2), i32scalar(1), i32scalar(5)};
+                  }));
+  t.push_back(row("concatenate", {P::concatenate},
+                  squared([](const Arrays& x) { return concatenate({x[0], x[1], x[2]}, 1); }),
+                  [](DType d, Rng& r) {
+                    return Arrays{uniform({3, 2}, d, r, -2, 2), uniform({3, 4}, d, r, -2, 2), uniform({3, 1}, d, r, -2, 2)};
+                  }));
+  t.push_back(row("stack", {P::concatenate, P::expand_dims}, squared([](const Arrays& x) { return stack({x[0], x[1]}, 1); }),
+                  uniform2_gen(s, s, -2, 2)));
+  t.push_back(row("gather_take", {P::gather},
+                  squared([](const Arrays& x) { return take(x[0], i32s({3, -1, 0, 3}, {4}), 0); }),
+                  uniform_gen({5, 3}, -2, 2)));
+  t.push_back(row("gather_take_2d_indices", {P::gather}, squared([](const Arrays& x) { return take(x[0], x[1], 1); }),
+                  [](DType d, Rng& r) { return Arrays{uniform({3, 5}, d, r, -2, 2), i32s({4, 0, 4, 7}, {2, 2})}; }));
+  t.push_back(row("scatter_add", {P::scatter_add},
+                  squared([](const Arrays& x) {
+                    return detail::bind1(P::scatter_add, {x[0], i32s({1, 4, 1, 0}, {4}), x[1]}, {{"axis", std::int64_t{0}}});
+                  }),
+                  uniform2_gen({5, 3}, {4, 3}, -2, 2)));
+  t.push_back(row("scatter_add_axis1", {P::scatter_add},
+                  squared([](const Arrays& x) {
+                    return detail::bind1(P::scatter_add, {x[0], i32s({2, 0, 2}, {3}), x[1]}, {{"axis", std::int64_t{1}}});
+                  }),
+                  uniform2_gen({2, 4}, {2, 3}, -2, 2)));
+
+#ifdef XJAX_GRADCHECK_CUSTOM
+  // ---- custom derivatives (correct user rules, so finite differences must agree) --------------
+  {
+    auto f = custom_jvp([](const Array& x) { return sin(x) * x; },
+                        [](const std::tuple<Array>& p, const std::tuple<Array>& dt) {
+                          const Array& x = std::get<0>(p);
+                          return std::pair{sin(x) * x, std::get<0>(dt) * (cos(x) * x + sin(x))};
+                        });
+    t.push_back(row("custom_jvp", {P::custom_jvp_call}, [f](const Arrays& x) { return f(x[0]); }, uniform_gen(s, -2, 2)));
+  }
+  {
+    auto f = custom_jvp([](const Array& x, const Array& y) { return x * exp(y); },
+                        [](const std::tuple<Array, Array>& p, const std::tuple<Array, Array>& dt) {
+                          auto [x, y] = p;
+                          auto [dx, dy] = dt;
+                          Array out = x * exp(y);
+                          return std::pair{out, dx * exp(y) + dy * out};
+                        });
+    t.push_back(row("custom_jvp_two_args_bcast", {P::custom_jvp_call}, [f](const Arrays& x) { return f(x[0], x[1]); },
+                    uniform2_gen({3, 4}, {4}, -1, 1)));
+  }
+  {
+    // Reverse mode only: JAX (and xjax) reject forward mode of a custom_vjp function.
+    auto f = custom_vjp([](const Array& x) { return sin(x) * x; },
+                        [](const Array& x) { return std::pair{sin(x) * x, x}; },
+                        [](const Array& x, const Array& ct) { return std::tuple{ct * (cos(x) * x + sin(x))}; });
+    Row r = row("custom_vjp", {P::custom_vjp_call, P::custom_lin}, [f](const Arrays& x) { return f(x[0]); },
+                uniform_gen(s, -2, 2));
+    r.modes = {rev};
+    t.push_back(std::move(r));
+  }
+#endif
+  return t;
+}
+
+std::uint32_t fnv1a(const std::string& s) {
+  std::uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+}  // namespace
+
+std::vector<Array> Row::inputs(DType dtype) const {
+  std::mt19937 rng(fnv1a(name));
+  return gen(dtype, rng);
+}
+
+const std::vector<Row>& table() {
+  static const std::vector<Row> rows = build();
+  return rows;
+}
+
+CheckGradsOptions options(DType dtype, int order, std::vector<Mode> modes) {
+  CheckGradsOptions o;
+  o.order = order;
+  o.modes = std::move(modes);
+  if (dtype == f32) {
+    o.eps = 2e-3;
+    o.atol = 1e-2;
+    o.rtol = 1e-2;
+  }
+  return o;
+}
+
+detail::FlatFn flat(const Row& row) {
+  Fn fn = row.fn;
+  return [fn](std::span<const Array> xs) { return std::vector<Array>{fn(std::vector<Array>(xs.begin(), xs.end()))}; };
+}
+
+double max_abs_derivative(const Row& row, DType dtype) {
+  std::vector<Array> x = row.inputs(dtype);
+  std::mt19937 rng(fnv1a(row.name) + 1);
+  std::normal_distribution<double> normal;
+  auto random_like = [&](const Array& a) {
+    if (!is_floating(a.dtype())) return zeros(a.shape(), a.dtype());
+    std::vector<double> v(static_cast<std::size_t>(a.size()));
+    for (auto& e : v) e = normal(rng);
+    return make(v, a.shape(), a.dtype());
+  };
+  auto largest = [](const std::vector<Array>& as) {
+    double m = 0;
+    for (const auto& a : as)
+      if (is_floating(a.dtype()))
+        for (double e : a.to_vector<double>()) m = std::max(m, std::abs(e));
+    return m;
+  };
+  Fn fn = row.fn;
+  std::vector<Array> v;
+  for (const auto& a : x) v.push_back(random_like(a));
+  auto [out, tout] = jvp([fn](const std::vector<Array>& xs) { return fn(xs); }, std::tuple{x}, std::tuple{v});
+  auto [out2, f_vjp] = vjp([fn](const std::vector<Array>& xs) { return fn(xs); }, x);
+  auto [ct] = f_vjp(random_like(out2));
+  return std::max(largest({tout}), largest(ct));
+}
+
+std::vector<Primitive> traced_primitives(const Row& row) {
+  std::vector<Array> x = row.inputs(f32);
+  std::vector<ShapedArray> avals;
+  for (const auto& a : x) avals.push_back(a.aval());
+  std::vector<Primitive> ps;
+  ClosedJaxpr j = detail::trace_flat(flat(row), avals);
+  for (const auto& e : j->eqns) ps.push_back(e.prim);
+  bool all = std::all_of(row.covers.begin(), row.covers.end(),
+                         [&](Primitive p) { return std::find(ps.begin(), ps.end(), p) != ps.end(); });
+  if (all) return ps;
+  // Primitives that AD emits (custom_lin) appear in the linearized function only: trace
+  // x -> f_lin(x) of linearize(f, x) too.
+  Fn fn = row.fn;
+  detail::FlatFn lin = [fn](std::span<const Array> xs) {
+    std::vector<Array> args(xs.begin(), xs.end());
+    auto [out, f_lin] = linearize([fn](const std::vector<Array>& a) { return fn(a); }, args);
+    return std::vector<Array>{f_lin(args)};
+  };
+  ClosedJaxpr jl = detail::trace_flat(lin, avals);
+  for (const auto& e : jl->eqns) ps.push_back(e.prim);
+  return ps;
+}
+
+}  // namespace xjax::gradcheck
