@@ -1,0 +1,763 @@
+// test_ops.cpp: every user-level operation of API.md ("Operations", "Arrays") run eagerly and
+// compared against a plain C++ reference loop.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+namespace xj = xjax;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+// Checks shape, dtype and every element (as double) within a relative+absolute tolerance.
+void check_array(const xj::Array& got, const xj::Shape& shape, xj::DType dtype, const Vec& want,
+                 double tol = 1e-6) {
+  REQUIRE(got.is_concrete());
+  CHECK(got.shape() == shape);
+  CHECK(got.dtype() == dtype);
+  auto g = got.to_vector<double>();
+  REQUIRE(g.size() == want.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i);
+    if (std::isnan(want[i])) {
+      CHECK(std::isnan(g[i]));
+    } else if (std::isinf(want[i])) {
+      CHECK(g[i] == want[i]);
+    } else {
+      CHECK(std::abs(g[i] - want[i]) <= tol * (1.0 + std::abs(want[i])));
+    }
+  }
+}
+
+xj::Array f32v(const std::vector<float>& v, xj::Shape s) { return xj::array<float>(v, std::move(s)); }
+xj::Array f64v(const std::vector<double>& v, xj::Shape s) { return xj::array<double>(v, std::move(s)); }
+xj::Array i32v(const std::vector<std::int32_t>& v, xj::Shape s) { return xj::array<std::int32_t>(v, std::move(s)); }
+
+// Values 0..n-1 scaled and shifted, as floats.
+std::vector<float> ramp(std::size_t n, float scale = 0.25f, float shift = -1.0f) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i) * scale + shift;
+  return v;
+}
+
+Vec as_double(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+
+Vec map(const std::vector<float>& v, const std::function<double(float)>& f) {
+  Vec out;
+  for (float x : v) out.push_back(f(x));
+  return out;
+}
+
+std::size_t count(const xj::Shape& s) {
+  std::size_t n = 1;
+  for (auto d : s) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+// ---- creation ---------------------------------------------------------------------------------
+
+TEST_CASE("ops: creation functions") {
+  check_array(xj::zeros({2, 3}), {2, 3}, xj::f32, Vec(6, 0.0));
+  check_array(xj::ones({4}, xj::i64), {4}, xj::i64, Vec(4, 1.0));
+  check_array(xj::full({2}, 2.5, xj::f64), {2}, xj::f64, {2.5, 2.5});
+  check_array(xj::full({3}, 7.9, xj::i32), {3}, xj::i32, {7, 7, 7});
+  check_array(xj::full({2}, 3.0, xj::bool_), {2}, xj::bool_, {1, 1});
+  check_array(xj::arange(5), {5}, xj::i32, {0, 1, 2, 3, 4});
+  check_array(xj::arange(3, xj::f32), {3}, xj::f32, {0, 1, 2});
+  check_array(xj::arange(0), {0}, xj::i32, {});
+  check_array(xj::eye(3), {3, 3}, xj::f32, {1, 0, 0, 0, 1, 0, 0, 0, 1});
+  check_array(xj::eye(2, xj::u32), {2, 2}, xj::u32, {1, 0, 0, 1});
+  xj::Array a = xj::array<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+  check_array(xj::zeros_like(a), {2, 3}, xj::f64, Vec(6, 0.0));
+  check_array(xj::ones_like(a), {2, 3}, xj::f64, Vec(6, 1.0));
+  check_array(xj::scalar(3.0, xj::f32), {}, xj::f32, {3.0});
+  check_array(xj::scalar(-2.0, xj::i64), {}, xj::i64, {-2.0});
+  check_array(xj::scalar(1.5), {}, xj::f32, {1.5});
+  check_array(xj::array({1.f, 2.f}), {2}, xj::f32, {1, 2});
+  check_array(xj::array({1.0, 2.0, 3.0}), {3}, xj::f64, {1, 2, 3});
+  check_array(xj::array<std::uint32_t>({7, 8}, {2, 1}), {2, 1}, xj::u32, {7, 8});
+  check_array(xj::array<std::int64_t>({}, {0, 3}), {0, 3}, xj::i64, {});
+  check_array(xj::zeros({2, 0, 3}), {2, 0, 3}, xj::f32, {});
+  CHECK_THROWS_AS(xj::array<float>({1, 2, 3}, {2, 2}), xj::ShapeError);
+  CHECK_THROWS_AS(xj::zeros({-1}), xj::ShapeError);
+  CHECK_THROWS_AS(xj::arange(-1), xj::ShapeError);
+}
+
+TEST_CASE("ops: Array accessors") {
+  xj::Array a = xj::array<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(a.ndim() == 2);
+  CHECK(a.size() == 6);
+  CHECK(a.dim(0) == 2);
+  CHECK(a.dim(-1) == 3);
+  CHECK_THROWS_AS(a.dim(2), xj::ShapeError);
+  CHECK(a.aval().str() == "f32[2,3]");
+  CHECK(a.to_vector<int>() == std::vector<int>{1, 2, 3, 4, 5, 6});
+  CHECK(a.data<float>()[4] == 5.0f);
+  CHECK_THROWS_AS(a.data<double>(), xj::TypeError);
+  CHECK(xj::scalar(4.0).item<float>() == 4.0f);
+  CHECK_THROWS_AS(a.item<float>(), xj::ShapeError);
+  CHECK(xj::array<std::int64_t>({9}, {1, 1}).item<double>() == 9.0);
+}
+
+// ---- elementwise unary ------------------------------------------------------------------------
+
+TEST_CASE("ops: unary float elementwise ops against std::") {
+  std::vector<float> v = ramp(12, 0.3f, -1.6f);  // -1.6 .. 1.7
+  std::vector<float> pos = ramp(12, 0.4f, 0.1f);  // 0.1 .. 4.5
+  xj::Array x = f32v(v, {3, 4}), p = f32v(pos, {3, 4});
+  const xj::Shape s{3, 4};
+  check_array(xj::neg(x), s, xj::f32, map(v, [](float a) { return -a; }));
+  check_array(-x, s, xj::f32, map(v, [](float a) { return -a; }));
+  check_array(xj::exp(x), s, xj::f32, map(v, [](float a) { return std::exp(a); }));
+  check_array(xj::log(p), s, xj::f32, map(pos, [](float a) { return std::log(a); }));
+  check_array(xj::log1p(p), s, xj::f32, map(pos, [](float a) { return std::log1p(a); }));
+  check_array(xj::expm1(x), s, xj::f32, map(v, [](float a) { return std::expm1(a); }));
+  check_array(xj::sin(x), s, xj::f32, map(v, [](float a) { return std::sin(a); }));
+  check_array(xj::cos(x), s, xj::f32, map(v, [](float a) { return std::cos(a); }));
+  check_array(xj::tan(x), s, xj::f32, map(v, [](float a) { return std::tan(a); }), 1e-5);
+  check_array(xj::tanh(x), s, xj::f32, map(v, [](float a) { return std::tanh(a); }));
+  check_array(xj::sqrt(p), s, xj::f32, map(pos, [](float a) { return std::sqrt(a); }));
+  check_array(xj::rsqrt(p), s, xj::f32, map(pos, [](float a) { return 1 / std::sqrt(a); }));
+  check_array(xj::abs(x), s, xj::f32, map(v, [](float a) { return std::abs(a); }));
+  check_array(xj::square(x), s, xj::f32, map(v, [](float a) { return a * a; }));
+  check_array(xj::reciprocal(p), s, xj::f32, map(pos, [](float a) { return 1 / a; }));
+  check_array(xj::logistic(x), s, xj::f32, map(v, [](float a) { return 1 / (1 + std::exp(-a)); }));
+  check_array(xj::sigmoid(x), s, xj::f32, map(v, [](float a) { return 1 / (1 + std::exp(-a)); }));
+  check_array(xj::integer_pow(x, 3), s, xj::f32, map(v, [](float a) { return a * a * a; }), 1e-5);
+  check_array(xj::integer_pow(p, -2), s, xj::f32, map(pos, [](float a) { return 1 / (a * a); }), 1e-5);
+  check_array(xj::integer_pow(x, 0), s, xj::f32, Vec(12, 1.0));
+  check_array(xj::stop_gradient(x), s, xj::f32, as_double(v));
+  // special values
+  check_array(xj::log(f32v({0.f, -1.f}, {2})), {2}, xj::f32, {-std::numeric_limits<double>::infinity(), NAN});
+  check_array(xj::sqrt(f32v({-1.f}, {1})), {1}, xj::f32, {NAN});
+}
+
+TEST_CASE("ops: unary ops in f64 keep f64 precision") {
+  std::vector<double> v{0.1, 0.2, 1.0 / 3.0};
+  xj::Array x = f64v(v, {3});
+  Vec want;
+  for (double a : v) want.push_back(std::exp(std::sin(a)));
+  check_array(xj::exp(xj::sin(x)), {3}, xj::f64, want, 1e-14);
+  check_array(xj::logistic(f64v({-40.0, 40.0}, {2})), {2}, xj::f64, {1 / (1 + std::exp(40.0)), 1.0}, 1e-14);
+}
+
+TEST_CASE("ops: sign and abs on floats and ints") {
+  check_array(xj::sign(f32v({-2.5f, 0.f, 3.f}, {3})), {3}, xj::f32, {-1, 0, 1});
+  check_array(xj::sign(i32v({-7, 0, 9}, {3})), {3}, xj::i32, {-1, 0, 1});
+  check_array(xj::abs(i32v({-7, 0, 9}, {3})), {3}, xj::i32, {7, 0, 9});
+  check_array(xj::neg(xj::array<std::int64_t>({5, -6}, {2})), {2}, xj::i64, {-5, 6});
+  check_array(xj::integer_pow(i32v({2, -3}, {2}), 3), {2}, xj::i32, {8, -27});
+}
+
+TEST_CASE("ops: relu, gelu (tanh approximation), softplus") {
+  std::vector<float> v{-3.f, -1.f, -0.5f, 0.f, 0.5f, 1.f, 3.f, 10.f};
+  xj::Array x = f32v(v, {8});
+  check_array(xj::relu(x), {8}, xj::f32, map(v, [](float a) { return a > 0 ? a : 0.0; }));
+  CHECK(xj::relu(xj::scalar(0.0)).item<float>() == 0.0f);
+  auto gelu_ref = [](float a) {
+    double c = std::sqrt(2.0 / M_PI);
+    return 0.5 * a * (1 + std::tanh(c * (a + 0.044715 * a * a * a)));
+  };
+  check_array(xj::gelu(x), {8}, xj::f32, map(v, gelu_ref), 1e-5);
+  // Known values of jax.nn.gelu(approximate=True).
+  check_array(xj::gelu(f32v({1.0f, -1.0f}, {2})), {2}, xj::f32, {0.8411920, -0.1588080}, 1e-5);
+  check_array(xj::softplus(x), {8}, xj::f32, map(v, [](float a) { return std::log1p(std::exp(double(a))); }), 1e-5);
+  // Numerically stable for large |x|.
+  check_array(xj::softplus(f32v({1000.f, -1000.f}, {2})), {2}, xj::f32, {1000.0, 0.0});
+  check_array(xj::relu(i32v({-2, 0, 5}, {3})), {3}, xj::i32, {0, 0, 5});
+}
+
+// ---- elementwise binary and broadcasting ------------------------------------------------------
+
+TEST_CASE("ops: binary elementwise ops against a loop") {
+  std::vector<float> a = ramp(6, 0.5f, -1.2f), b = ramp(6, -0.3f, 2.1f);
+  xj::Array x = f32v(a, {2, 3}), y = f32v(b, {2, 3});
+  auto zip = [&](const std::function<double(float, float)>& f) {
+    Vec out;
+    for (std::size_t i = 0; i < a.size(); ++i) out.push_back(f(a[i], b[i]));
+    return out;
+  };
+  const xj::Shape s{2, 3};
+  check_array(xj::add(x, y), s, xj::f32, zip([](float p, float q) { return p + q; }));
+  check_array(x + y, s, xj::f32, zip([](float p, float q) { return p + q; }));
+  check_array(xj::sub(x, y), s, xj::f32, zip([](float p, float q) { return p - q; }));
+  check_array(x - y, s, xj::f32, zip([](float p, float q) { return p - q; }));
+  check_array(x * y, s, xj::f32, zip([](float p, float q) { return p * q; }));
+  check_array(x / y, s, xj::f32, zip([](float p, float q) { return p / q; }));
+  check_array(xj::div(x, y), s, xj::f32, zip([](float p, float q) { return p / q; }));
+  check_array(xj::maximum(x, y), s, xj::f32, zip([](float p, float q) { return std::max(p, q); }));
+  check_array(xj::minimum(x, y), s, xj::f32, zip([](float p, float q) { return std::min(p, q); }));
+  xj::Array py = xj::abs(y) + 0.5f;
+  check_array(xj::pow(py, x), s, xj::f32, zip([](float p, float q) { return std::pow(std::abs(q) + 0.5f, p); }), 1e-5);
+  check_array(xj::pow(py, 2.0), s, xj::f32, zip([](float, float q) { return std::pow(std::abs(q) + 0.5f, 2.0f); }), 1e-5);
+  check_array(xj::pow(py, 0.5), s, xj::f32, zip([](float, float q) { return std::sqrt(std::abs(q) + 0.5f); }), 1e-5);
+
+  xj::Array acc = x;
+  acc += y;
+  acc *= y;
+  acc -= x;
+  check_array(acc, s, xj::f32, zip([](float p, float q) { return (p + q) * q - p; }), 1e-5);
+}
+
+TEST_CASE("ops: integer arithmetic (division truncates toward zero)") {
+  xj::Array a = i32v({7, -7, 7, -7, 0}, {5}), b = i32v({2, 2, -2, -2, 3}, {5});
+  check_array(a / b, {5}, xj::i32, {3, -3, -3, 3, 0});
+  check_array(a * b, {5}, xj::i32, {14, -14, -14, 14, 0});
+  check_array(a - b, {5}, xj::i32, {5, -9, 9, -5, -3});
+  check_array(xj::maximum(a, b), {5}, xj::i32, {7, 2, 7, -2, 3});
+  xj::Array u = xj::array<std::uint32_t>({1, 5}, {2});
+  check_array(u + u, {2}, xj::u32, {2, 10});
+}
+
+TEST_CASE("ops: broadcasting [3,1] with [4], scalars with arrays") {
+  std::vector<float> a{1, 2, 3}, b{10, 20, 30, 40};
+  xj::Array x = f32v(a, {3, 1}), y = f32v(b, {4});
+  Vec sum_ref, sub_ref;
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = 0; j < 4; ++j) {
+      sum_ref.push_back(a[i] + b[j]);
+      sub_ref.push_back(b[j] - a[i]);
+    }
+  check_array(x + y, {3, 4}, xj::f32, sum_ref);
+  check_array(y + x, {3, 4}, xj::f32, sum_ref);
+  check_array(y - x, {3, 4}, xj::f32, sub_ref);
+
+  // rank-0 array with an array, both orders
+  xj::Array s = xj::scalar(2.0);
+  check_array(s * y, {4}, xj::f32, {20, 40, 60, 80});
+  check_array(y / s, {4}, xj::f32, {5, 10, 15, 20});
+  check_array(s - y, {4}, xj::f32, {-8, -18, -28, -38});
+
+  // [2,1,3] with [4,1] -> [2,4,3]
+  std::vector<float> c = ramp(6), d = ramp(4, 1.0f, 0.0f);
+  xj::Array p = f32v(c, {2, 1, 3}), q = f32v(d, {4, 1});
+  Vec want;
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 4; ++j)
+      for (std::size_t k = 0; k < 3; ++k) want.push_back(c[i * 3 + k] * d[j]);
+  check_array(p * q, {2, 4, 3}, xj::f32, want);
+}
+
+TEST_CASE("ops: C++ scalars are weakly typed") {
+  xj::Array x = f32v({1, 2, 3}, {3});
+  check_array(x * 2.0f, {3}, xj::f32, {2, 4, 6});
+  check_array(x * 2.0, {3}, xj::f32, {2, 4, 6});  // a double scalar keeps f32
+  check_array(2.0 * x, {3}, xj::f32, {2, 4, 6});
+  check_array(1.0 - x, {3}, xj::f32, {0, -1, -2});
+  check_array(x - 1.0, {3}, xj::f32, {0, 1, 2});
+  check_array(x + 0.5, {3}, xj::f32, {1.5, 2.5, 3.5});
+  check_array(6.0 / x, {3}, xj::f32, {6, 3, 2});
+  check_array(x / 2.0, {3}, xj::f32, {0.5, 1, 1.5});
+  xj::Array d = f64v({0.1, 0.2}, {2});
+  xj::Array r = d * 2.0;
+  CHECK(r.dtype() == xj::f64);
+  CHECK(r.to_vector<double>() == std::vector<double>{0.2, 0.4});  // exact in f64
+  check_array(i32v({1, 2}, {2}) * 3.0, {2}, xj::i32, {3, 6});
+  check_array(xj::scalar(1.0, xj::f64) + 1.0, {}, xj::f64, {2.0});
+}
+
+TEST_CASE("ops: rank-0 and rank-4 arrays, size-0 dimensions") {
+  xj::Array a = xj::scalar(0.5), b = xj::scalar(0.25);
+  check_array(xj::sin(a) + b, {}, xj::f32, {std::sin(0.5f) + 0.25f});
+
+  xj::Shape s4{2, 1, 3, 2};
+  std::vector<float> v = ramp(count(s4), 0.1f, -0.5f);
+  xj::Array x = f32v(v, s4);
+  check_array(xj::exp(x) * x, s4, xj::f32, map(v, [](float t) { return std::exp(t) * t; }));
+  // rank 4 broadcast against rank 1
+  xj::Array bias = f32v({1, -1}, {2});
+  Vec want;
+  for (std::size_t i = 0; i < v.size(); ++i) want.push_back(v[i] + (i % 2 == 0 ? 1.0 : -1.0));
+  check_array(x + bias, s4, xj::f32, want);
+
+  xj::Array e = xj::zeros({0, 3});
+  check_array(xj::sin(e), {0, 3}, xj::f32, {});
+  check_array(e + f32v({1, 2, 3}, {3}), {0, 3}, xj::f32, {});
+  check_array(e * 2.0, {0, 3}, xj::f32, {});
+  check_array(xj::zeros({3, 0}) + xj::zeros({1, 0}), {3, 0}, xj::f32, {});
+  check_array(xj::sum(e, {0}), {3}, xj::f32, {0, 0, 0});
+  check_array(xj::sum(e), {}, xj::f32, {0});
+  check_array(xj::prod(e, {0}), {3}, xj::f32, {1, 1, 1});
+}
+
+// ---- comparisons and where --------------------------------------------------------------------
+
+TEST_CASE("ops: comparisons return bool arrays") {
+  xj::Array x = f32v({1, 2, 3}, {3}), y = f32v({3, 2, 1}, {3});
+  check_array(xj::eq(x, y), {3}, xj::bool_, {0, 1, 0});
+  check_array(x == y, {3}, xj::bool_, {0, 1, 0});
+  check_array(x != y, {3}, xj::bool_, {1, 0, 1});
+  check_array(xj::ne(x, y), {3}, xj::bool_, {1, 0, 1});
+  check_array(x < y, {3}, xj::bool_, {1, 0, 0});
+  check_array(xj::lt(x, y), {3}, xj::bool_, {1, 0, 0});
+  check_array(x <= y, {3}, xj::bool_, {1, 1, 0});
+  check_array(xj::le(x, y), {3}, xj::bool_, {1, 1, 0});
+  check_array(x > y, {3}, xj::bool_, {0, 0, 1});
+  check_array(xj::gt(x, y), {3}, xj::bool_, {0, 0, 1});
+  check_array(x >= y, {3}, xj::bool_, {0, 1, 1});
+  check_array(xj::ge(x, y), {3}, xj::bool_, {0, 1, 1});
+  check_array(x > 1.5, {3}, xj::bool_, {0, 1, 1});
+  check_array(x == 2.0, {3}, xj::bool_, {0, 1, 0});
+  check_array(x != 2.0, {3}, xj::bool_, {1, 0, 1});
+  check_array(x < 2.0, {3}, xj::bool_, {1, 0, 0});
+  check_array(x <= 2.0, {3}, xj::bool_, {1, 1, 0});
+  check_array(x >= 2.0, {3}, xj::bool_, {0, 1, 1});
+  // broadcasting comparison
+  check_array(f32v({1, 2}, {2, 1}) < f32v({0, 1.5f, 3}, {3}), {2, 3}, xj::bool_, {0, 1, 1, 0, 0, 1});
+  check_array(i32v({-1, 0}, {2}) < i32v({0, 0}, {2}), {2}, xj::bool_, {1, 0});
+  // NaN compares unequal
+  xj::Array n = f32v({NAN}, {1});
+  check_array(n == n, {1}, xj::bool_, {0});
+  check_array(n != n, {1}, xj::bool_, {1});
+}
+
+TEST_CASE("ops: where / select") {
+  xj::Array pred = xj::astype(i32v({1, 0, 1}, {3}), xj::bool_);
+  xj::Array a = f32v({1, 2, 3}, {3}), b = f32v({-1, -2, -3}, {3});
+  check_array(xj::where(pred, a, b), {3}, xj::f32, {1, -2, 3});
+  check_array(xj::select(pred, a, b), {3}, xj::f32, {1, -2, 3});
+  check_array(xj::where(pred, a, 0.0), {3}, xj::f32, {1, 0, 3});
+  check_array(xj::where(pred, 9.0, b), {3}, xj::f32, {9, -2, 9});
+  check_array(xj::where(a > 1.5, a, b), {3}, xj::f32, {-1, 2, 3});
+  // all three broadcast
+  xj::Array p2 = f32v({0, 1}, {2, 1}) > 0.5;
+  check_array(xj::where(p2, a, xj::scalar(0.0)), {2, 3}, xj::f32, {0, 0, 0, 1, 2, 3});
+  check_array(xj::where(xj::scalar(1.0) > 0.0, a, b), {3}, xj::f32, {1, 2, 3});
+}
+
+TEST_CASE("ops: astype") {
+  xj::Array x = f32v({-1.7f, -0.5f, 0.f, 0.5f, 2.9f}, {5});
+  check_array(xj::astype(x, xj::i32), {5}, xj::i32, {-1, 0, 0, 0, 2});  // truncation
+  check_array(xj::astype(x, xj::bool_), {5}, xj::bool_, {1, 1, 0, 1, 1});
+  check_array(xj::astype(x, xj::f64), {5}, xj::f64, {-1.7f, -0.5f, 0.f, 0.5f, 2.9f});
+  check_array(xj::astype(i32v({3, -4}, {2}), xj::f32), {2}, xj::f32, {3, -4});
+  check_array(xj::astype(xj::astype(i32v({0, 5}, {2}), xj::bool_), xj::i64), {2}, xj::i64, {0, 1});
+  CHECK(xj::astype(x, xj::f32).impl() == x.impl());  // same dtype: no-op
+}
+
+// ---- linear algebra ---------------------------------------------------------------------------
+
+namespace {
+
+// Reference matmul of row-major [m,k] x [k,n].
+Vec matmul_ref(const std::vector<float>& a, const std::vector<float>& b, std::size_t m, std::size_t k,
+               std::size_t n) {
+  Vec out(m * n, 0.0);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t l = 0; l < k; ++l) out[i * n + j] += double(a[i * k + l]) * b[l * n + j];
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ops: matmul 2-D, 1-D and batched with broadcasting") {
+  std::vector<float> a = ramp(6, 0.5f, -1.0f), b = ramp(12, 0.25f, -1.5f);
+  xj::Array x = f32v(a, {2, 3}), y = f32v(b, {3, 4});
+  check_array(xj::matmul(x, y), {2, 4}, xj::f32, matmul_ref(a, b, 2, 3, 4), 1e-5);
+
+  // 1-D operands
+  std::vector<float> v{1, -2, 0.5f};
+  check_array(xj::matmul(x, f32v(v, {3})), {2}, xj::f32, matmul_ref(a, v, 2, 3, 1), 1e-5);
+  std::vector<float> w{2, -1};
+  check_array(xj::matmul(f32v(w, {2}), x), {3}, xj::f32, matmul_ref(w, a, 1, 2, 3), 1e-5);
+  check_array(xj::matmul(f32v(v, {3}), f32v(v, {3})), {}, xj::f32, {1 + 4 + 0.25}, 1e-6);
+
+  // batched: [2,2,3] @ [2,3,4]
+  std::vector<float> ba = ramp(12, 0.1f, -0.6f), bb = ramp(24, 0.05f, -0.5f);
+  Vec want;
+  for (std::size_t t = 0; t < 2; ++t) {
+    std::vector<float> pa(ba.begin() + long(t * 6), ba.begin() + long(t * 6 + 6));
+    std::vector<float> pb(bb.begin() + long(t * 12), bb.begin() + long(t * 12 + 12));
+    auto r = matmul_ref(pa, pb, 2, 3, 4);
+    want.insert(want.end(), r.begin(), r.end());
+  }
+  check_array(xj::matmul(f32v(ba, {2, 2, 3}), f32v(bb, {2, 3, 4})), {2, 2, 4}, xj::f32, want, 1e-5);
+
+  // broadcast batch: [2,2,3] @ [3,4] and [1,2,3] @ [5,3,4] -> [5,2,4]
+  Vec want2;
+  for (std::size_t t = 0; t < 2; ++t) {
+    std::vector<float> pa(ba.begin() + long(t * 6), ba.begin() + long(t * 6 + 6));
+    auto r = matmul_ref(pa, b, 2, 3, 4);
+    want2.insert(want2.end(), r.begin(), r.end());
+  }
+  check_array(xj::matmul(f32v(ba, {2, 2, 3}), y), {2, 2, 4}, xj::f32, want2, 1e-5);
+  std::vector<float> b5 = ramp(60, 0.01f, -0.3f);
+  Vec want3;
+  for (std::size_t t = 0; t < 5; ++t) {
+    std::vector<float> pb(b5.begin() + long(t * 12), b5.begin() + long(t * 12 + 12));
+    auto r = matmul_ref(a, pb, 2, 3, 4);
+    want3.insert(want3.end(), r.begin(), r.end());
+  }
+  check_array(xj::matmul(f32v(a, {1, 2, 3}), f32v(b5, {5, 3, 4})), {5, 2, 4}, xj::f32, want3, 1e-5);
+
+  // f64 and int
+  std::vector<double> da{1, 2, 3, 4};
+  check_array(xj::matmul(f64v(da, {2, 2}), f64v(da, {2, 2})), {2, 2}, xj::f64, {7, 10, 15, 22});
+  check_array(xj::matmul(i32v({1, 2, 3, 4}, {2, 2}), i32v({1, 0, 0, 1}, {2, 2})), {2, 2}, xj::i32, {1, 2, 3, 4});
+  // size-0 contraction gives zeros
+  check_array(xj::matmul(xj::zeros({2, 0}), xj::zeros({0, 3})), {2, 3}, xj::f32, Vec(6, 0.0));
+}
+
+TEST_CASE("ops: dot and dot_general") {
+  std::vector<float> v{1, 2, 3}, u{4, 5, 6};
+  check_array(xj::dot(f32v(v, {3}), f32v(u, {3})), {}, xj::f32, {32});
+  std::vector<float> a = ramp(6), b = ramp(6, 0.5f, 0.0f);
+  check_array(xj::dot(f32v(a, {2, 3}), f32v(b, {3, 2})), {2, 2}, xj::f32, matmul_ref(a, b, 2, 3, 2), 1e-5);
+  check_array(xj::dot(f32v(a, {2, 3}), f32v(v, {3})), {2}, xj::f32, matmul_ref(a, v, 2, 3, 1), 1e-5);
+  check_array(xj::dot(xj::scalar(2.0), f32v(v, {3})), {3}, xj::f32, {2, 4, 6});
+  // dot_general: contract lhs dim 0 with rhs dim 0 -> a^T b, shape [3,3]
+  Vec want(9, 0.0);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = 0; j < 3; ++j)
+      for (std::size_t l = 0; l < 2; ++l) want[i * 3 + j] += double(a[l * 3 + i]) * b[l * 3 + j];
+  check_array(xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {0}, {0}), {3, 3}, xj::f32, want, 1e-5);
+  // batch dims: [2,3] . [2,3] batched on 0, contracting 1 -> [2] (row-wise dot)
+  Vec rows{0, 0};
+  for (std::size_t r = 0; r < 2; ++r)
+    for (std::size_t l = 0; l < 3; ++l) rows[r] += double(a[r * 3 + l]) * b[r * 3 + l];
+  check_array(xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {1}, {1}, {0}, {0}), {2}, xj::f32, rows, 1e-5);
+  // outer product (no contraction)
+  check_array(xj::dot_general(f32v({1, 2}, {2}), f32v({3, 4, 5}, {3}), {}, {}), {2, 3}, xj::f32, {3, 4, 5, 6, 8, 10});
+}
+
+TEST_CASE("ops: einsum") {
+  std::vector<float> a = ramp(6, 0.5f, -1.0f), b = ramp(12, 0.25f, -1.5f);
+  xj::Array x = f32v(a, {2, 3}), y = f32v(b, {3, 4});
+  check_array(xj::einsum("ij,jk->ik", x, y), {2, 4}, xj::f32, matmul_ref(a, b, 2, 3, 4), 1e-5);
+  check_array(xj::einsum("ij, jk -> ik", x, y), {2, 4}, xj::f32, matmul_ref(a, b, 2, 3, 4), 1e-5);
+  // transposed output
+  auto m = matmul_ref(a, b, 2, 3, 4);
+  Vec mt;
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t i = 0; i < 2; ++i) mt.push_back(m[i * 4 + k]);
+  check_array(xj::einsum("ij,jk->ki", x, y), {4, 2}, xj::f32, mt, 1e-5);
+  // batched
+  std::vector<float> ba = ramp(12, 0.1f, -0.6f), bb = ramp(24, 0.05f, -0.5f);
+  Vec want;
+  for (std::size_t t = 0; t < 2; ++t) {
+    std::vector<float> pa(ba.begin() + long(t * 6), ba.begin() + long(t * 6 + 6));
+    std::vector<float> pb(bb.begin() + long(t * 12), bb.begin() + long(t * 12 + 12));
+    auto r = matmul_ref(pa, pb, 2, 3, 4);
+    want.insert(want.end(), r.begin(), r.end());
+  }
+  check_array(xj::einsum("bij,bjk->bik", f32v(ba, {2, 2, 3}), f32v(bb, {2, 3, 4})), {2, 2, 4}, xj::f32, want, 1e-5);
+  // one operand: transpose, full sum, row sums
+  check_array(xj::einsum("ij->ji", x), {3, 2}, xj::f32, {a[0], a[3], a[1], a[4], a[2], a[5]});
+  check_array(xj::einsum("ij->", x), {}, xj::f32, {std::accumulate(a.begin(), a.end(), 0.0)}, 1e-6);
+  check_array(xj::einsum("ij->i", x), {2}, xj::f32, {a[0] + a[1] + a[2], a[3] + a[4] + a[5]}, 1e-6);
+  // outer product and a letter summed out of one operand only
+  check_array(xj::einsum("i,j->ij", f32v({1, 2}, {2}), f32v({3, 4}, {2})), {2, 2}, xj::f32, {3, 4, 6, 8});
+  check_array(xj::einsum("ij,k->ik", x, f32v({1, 2}, {2})), {2, 2}, xj::f32,
+              {a[0] + a[1] + a[2], 2 * (a[0] + a[1] + a[2]), a[3] + a[4] + a[5], 2 * (a[3] + a[4] + a[5])}, 1e-6);
+  // dot product
+  check_array(xj::einsum("i,i->", f32v({1, 2, 3}, {3}), f32v({4, 5, 6}, {3})), {}, xj::f32, {32});
+  CHECK_THROWS_AS(xj::einsum("ij,jk", x, y), xj::Error);
+  CHECK_THROWS_AS(xj::einsum("ij->ji", x, y), xj::Error);
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+
+namespace {
+
+// Reference reduction over one axis of a [2,3,4] array.
+Vec reduce_ref(const std::vector<float>& v, int axis, double init, const std::function<double(double, double)>& f) {
+  const std::size_t d[3] = {2, 3, 4};
+  Vec out;
+  for (std::size_t i = 0; i < (axis == 0 ? 1 : d[0]); ++i)
+    for (std::size_t j = 0; j < (axis == 1 ? 1 : d[1]); ++j)
+      for (std::size_t k = 0; k < (axis == 2 ? 1 : d[2]); ++k) {
+        double acc = init;
+        for (std::size_t r = 0; r < d[axis]; ++r) {
+          std::size_t ii = axis == 0 ? r : i, jj = axis == 1 ? r : j, kk = axis == 2 ? r : k;
+          acc = f(acc, v[(ii * 3 + jj) * 4 + kk]);
+        }
+        out.push_back(acc);
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ops: sum, max, min, prod, mean over axes, keepdims, negative axes") {
+  std::vector<float> v(24);
+  for (std::size_t i = 0; i < 24; ++i) v[i] = static_cast<float>((i * 7) % 11) * 0.5f - 2.0f;
+  xj::Array x = f32v(v, {2, 3, 4});
+  auto plus = [](double a, double b) { return a + b; };
+  auto times = [](double a, double b) { return a * b; };
+  auto mx = [](double a, double b) { return std::max(a, b); };
+  auto mn = [](double a, double b) { return std::min(a, b); };
+  const double inf = std::numeric_limits<double>::infinity();
+
+  check_array(xj::sum(x, {0}), {3, 4}, xj::f32, reduce_ref(v, 0, 0, plus));
+  check_array(xj::sum(x, {1}), {2, 4}, xj::f32, reduce_ref(v, 1, 0, plus));
+  check_array(xj::sum(x, {-1}), {2, 3}, xj::f32, reduce_ref(v, 2, 0, plus));
+  check_array(xj::sum(x, {2}, true), {2, 3, 1}, xj::f32, reduce_ref(v, 2, 0, plus));
+  check_array(xj::sum(x, {-3}, true), {1, 3, 4}, xj::f32, reduce_ref(v, 0, 0, plus));
+  check_array(xj::max(x, {1}), {2, 4}, xj::f32, reduce_ref(v, 1, -inf, mx));
+  check_array(xj::min(x, {-1}), {2, 3}, xj::f32, reduce_ref(v, 2, inf, mn));
+  check_array(xj::prod(x, {0}), {3, 4}, xj::f32, reduce_ref(v, 0, 1, times));
+  Vec m = reduce_ref(v, 1, 0, plus);
+  for (auto& t : m) t /= 3;
+  check_array(xj::mean(x, {1}), {2, 4}, xj::f32, m);
+  check_array(xj::mean(x, {-2}, true), {2, 1, 4}, xj::f32, m);
+
+  // all axes
+  double total = std::accumulate(v.begin(), v.end(), 0.0);
+  check_array(xj::sum(x), {}, xj::f32, {total}, 1e-6);
+  check_array(xj::sum(x, {}, true), {1, 1, 1}, xj::f32, {total}, 1e-6);
+  check_array(xj::mean(x), {}, xj::f32, {total / 24}, 1e-6);
+  check_array(xj::max(x), {}, xj::f32, {*std::max_element(v.begin(), v.end())});
+  check_array(xj::min(x), {}, xj::f32, {*std::min_element(v.begin(), v.end())});
+  // several axes, unordered
+  Vec s02(3, 0.0);
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 3; ++j)
+      for (std::size_t k = 0; k < 4; ++k) s02[j] += v[(i * 3 + j) * 4 + k];
+  check_array(xj::sum(x, {2, 0}), {3}, xj::f32, s02, 1e-6);
+  check_array(xj::sum(x, {-1, 0}, true), {1, 3, 1}, xj::f32, s02, 1e-6);
+
+  // ints, rank 0, empty
+  check_array(xj::sum(i32v({1, 2, 3, 4}, {2, 2}), {0}), {2}, xj::i32, {4, 6});
+  check_array(xj::prod(i32v({1, 2, 3, 4}, {2, 2}), {1}), {2}, xj::i32, {2, 12});
+  check_array(xj::max(i32v({-5, -2}, {2})), {}, xj::i32, {-2});
+  check_array(xj::sum(xj::scalar(3.0)), {}, xj::f32, {3});
+  check_array(xj::max(xj::zeros({0})), {}, xj::f32, {-inf});
+  check_array(xj::min(xj::zeros({0})), {}, xj::f32, {inf});
+  check_array(xj::max(xj::zeros({2, 0}), {1}), {2}, xj::f32, {-inf, -inf});
+}
+
+TEST_CASE("ops: argmax (first maximum)") {
+  xj::Array x = f32v({1, 5, 5, 2, 9, 0, 9, 3}, {2, 4});
+  check_array(xj::argmax(x, 1), {2}, xj::i32, {1, 0});
+  check_array(xj::argmax(x, -1, xj::i64), {2}, xj::i64, {1, 0});
+  check_array(xj::argmax(x, 0), {4}, xj::i32, {1, 0, 1, 1});
+  check_array(xj::argmax(f32v({-3, -1, -2}, {3}), 0), {}, xj::i32, {1});
+}
+
+TEST_CASE("ops: logsumexp, softmax, log_softmax (stable for large inputs)") {
+  std::vector<float> v{0.5f, -1.0f, 2.0f, 0.0f, 3.0f, 1.0f};
+  xj::Array x = f32v(v, {2, 3});
+  auto lse = [](double a, double b, double c) {
+    double m = std::max({a, b, c});
+    return m + std::log(std::exp(a - m) + std::exp(b - m) + std::exp(c - m));
+  };
+  Vec l{lse(v[0], v[1], v[2]), lse(v[3], v[4], v[5])};
+  check_array(xj::logsumexp(x, {1}), {2}, xj::f32, l, 1e-6);
+  check_array(xj::logsumexp(x, {-1}, true), {2, 1}, xj::f32, l, 1e-6);
+  double all = std::log(std::exp(l[0]) + std::exp(l[1]));
+  check_array(xj::logsumexp(x), {}, xj::f32, {all}, 1e-6);
+  Vec sm, lsm;
+  for (std::size_t i = 0; i < 6; ++i) {
+    sm.push_back(std::exp(v[i] - l[i / 3]));
+    lsm.push_back(v[i] - l[i / 3]);
+  }
+  check_array(xj::softmax(x), {2, 3}, xj::f32, sm, 1e-6);
+  check_array(xj::softmax(x, 1), {2, 3}, xj::f32, sm, 1e-6);
+  check_array(xj::log_softmax(x), {2, 3}, xj::f32, lsm, 1e-6);
+  // along axis 0
+  Vec sm0;
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 3; ++j) sm0.push_back(std::exp(v[i * 3 + j]) / (std::exp(v[j]) + std::exp(v[3 + j])));
+  check_array(xj::softmax(x, 0), {2, 3}, xj::f32, sm0, 1e-6);
+
+  // large inputs: no overflow
+  xj::Array big = f32v({1000, 1000, 999}, {3});
+  double lb = 1000 + std::log(2 + std::exp(-1.0));
+  check_array(xj::logsumexp(big), {}, xj::f32, {lb}, 1e-6);
+  double z = 2 + std::exp(-1.0);
+  check_array(xj::softmax(big), {3}, xj::f32, {1 / z, 1 / z, std::exp(-1.0) / z}, 1e-6);
+  check_array(xj::log_softmax(big), {3}, xj::f32, {-std::log(z), -std::log(z), -1 - std::log(z)}, 1e-6);
+  check_array(xj::softmax(f32v({-1000, -1000}, {2})), {2}, xj::f32, {0.5, 0.5});
+  // f64
+  check_array(xj::logsumexp(f64v({1e300, 1e300}, {2})), {}, xj::f64, {1e300}, 1e-12);
+}
+
+// ---- shape ops --------------------------------------------------------------------------------
+
+TEST_CASE("ops: reshape (with -1)") {
+  std::vector<float> v = ramp(12);
+  xj::Array x = f32v(v, {3, 4});
+  check_array(xj::reshape(x, {4, 3}), {4, 3}, xj::f32, as_double(v));
+  check_array(xj::reshape(x, {2, -1}), {2, 6}, xj::f32, as_double(v));
+  check_array(xj::reshape(x, {-1}), {12}, xj::f32, as_double(v));
+  check_array(xj::reshape(x, {2, 1, 3, 2}), {2, 1, 3, 2}, xj::f32, as_double(v));
+  check_array(xj::reshape(xj::scalar(5.0), {1, 1}), {1, 1}, xj::f32, {5});
+  check_array(xj::reshape(f32v({5}, {1, 1}), {}), {}, xj::f32, {5});
+  check_array(xj::reshape(xj::zeros({0, 4}), {2, 0, 2}), {2, 0, 2}, xj::f32, {});
+  // the result is independent of the input
+  xj::Array r = xj::reshape(x, {12});
+  CHECK(r.to_vector<float>() == v);
+}
+
+TEST_CASE("ops: transpose") {
+  std::vector<float> v = ramp(24, 1.0f, 0.0f);
+  xj::Array x = f32v(v, {2, 3, 4});
+  // default: reverse the axes
+  Vec want;
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t j = 0; j < 3; ++j)
+      for (std::size_t i = 0; i < 2; ++i) want.push_back(v[(i * 3 + j) * 4 + k]);
+  check_array(xj::transpose(x), {4, 3, 2}, xj::f32, want);
+  // explicit perm (1, 2, 0): out[j][k][i] = x[i][j][k]
+  Vec want2;
+  for (std::size_t j = 0; j < 3; ++j)
+    for (std::size_t k = 0; k < 4; ++k)
+      for (std::size_t i = 0; i < 2; ++i) want2.push_back(v[(i * 3 + j) * 4 + k]);
+  check_array(xj::transpose(x, {1, 2, 0}), {3, 4, 2}, xj::f32, want2);
+  check_array(xj::transpose(x, {-2, -1, -3}), {3, 4, 2}, xj::f32, want2);
+  check_array(xj::transpose(f32v({1, 2, 3, 4, 5, 6}, {2, 3})), {3, 2}, xj::f32, {1, 4, 2, 5, 3, 6});
+  check_array(xj::transpose(xj::scalar(2.0)), {}, xj::f32, {2});
+  check_array(xj::transpose(xj::zeros({0, 2})), {2, 0}, xj::f32, {});
+  check_array(xj::transpose(i32v({1, 2, 3, 4}, {2, 2})), {2, 2}, xj::i32, {1, 3, 2, 4});
+}
+
+TEST_CASE("ops: broadcast_to, broadcast_in_dim, expand_dims, squeeze") {
+  xj::Array v = f32v({1, 2, 3}, {3});
+  check_array(xj::broadcast_to(v, {2, 3}), {2, 3}, xj::f32, {1, 2, 3, 1, 2, 3});
+  check_array(xj::broadcast_to(f32v({1, 2}, {2, 1}), {2, 3}), {2, 3}, xj::f32, {1, 1, 1, 2, 2, 2});
+  check_array(xj::broadcast_to(xj::scalar(4.0), {2, 2}), {2, 2}, xj::f32, {4, 4, 4, 4});
+  check_array(xj::broadcast_to(v, {2, 0, 3}), {2, 0, 3}, xj::f32, {});
+  check_array(xj::broadcast_in_dim(v, {3, 2}, {0}), {3, 2}, xj::f32, {1, 1, 2, 2, 3, 3});
+  check_array(xj::broadcast_in_dim(f32v({1, 2}, {1, 2}), {3, 2, 2}, {0, 2}), {3, 2, 2}, xj::f32,
+              {1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2});
+
+  check_array(xj::expand_dims(v, 0), {1, 3}, xj::f32, {1, 2, 3});
+  check_array(xj::expand_dims(v, 1), {3, 1}, xj::f32, {1, 2, 3});
+  check_array(xj::expand_dims(v, -1), {3, 1}, xj::f32, {1, 2, 3});
+  check_array(xj::expand_dims(xj::scalar(1.0), 0), {1}, xj::f32, {1});
+
+  xj::Array s = f32v({1, 2, 3}, {1, 3, 1});
+  check_array(xj::squeeze(s), {3}, xj::f32, {1, 2, 3});
+  check_array(xj::squeeze(s, {0}), {3, 1}, xj::f32, {1, 2, 3});
+  check_array(xj::squeeze(s, {-1}), {1, 3}, xj::f32, {1, 2, 3});
+  check_array(xj::squeeze(f32v({7}, {1, 1})), {}, xj::f32, {7});
+  check_array(xj::squeeze(v), {3}, xj::f32, {1, 2, 3});
+}
+
+TEST_CASE("ops: concatenate and stack") {
+  xj::Array a = f32v({1, 2, 3, 4}, {2, 2}), b = f32v({5, 6}, {1, 2}), c = f32v({7, 8, 9, 10, 11, 12}, {2, 3});
+  check_array(xj::concatenate({a, b}), {3, 2}, xj::f32, {1, 2, 3, 4, 5, 6});
+  check_array(xj::concatenate({a, c}, 1), {2, 5}, xj::f32, {1, 2, 7, 8, 9, 3, 4, 10, 11, 12});
+  check_array(xj::concatenate({a, c}, -1), {2, 5}, xj::f32, {1, 2, 7, 8, 9, 3, 4, 10, 11, 12});
+  check_array(xj::concatenate({a, xj::zeros({0, 2}), b}), {3, 2}, xj::f32, {1, 2, 3, 4, 5, 6});
+  check_array(xj::concatenate({a}), {2, 2}, xj::f32, {1, 2, 3, 4});
+  check_array(xj::concatenate({i32v({1}, {1}), i32v({2, 3}, {2})}), {3}, xj::i32, {1, 2, 3});
+
+  xj::Array x = f32v({1, 2}, {2}), y = f32v({3, 4}, {2});
+  check_array(xj::stack({x, y}), {2, 2}, xj::f32, {1, 2, 3, 4});
+  check_array(xj::stack({x, y}, 1), {2, 2}, xj::f32, {1, 3, 2, 4});
+  check_array(xj::stack({x, y}, -1), {2, 2}, xj::f32, {1, 3, 2, 4});
+  check_array(xj::stack({xj::scalar(1.0), xj::scalar(2.0), xj::scalar(3.0)}), {3}, xj::f32, {1, 2, 3});
+}
+
+TEST_CASE("ops: slice with and without strides, slice_in_dim, x[i]") {
+  std::vector<float> v = ramp(20, 1.0f, 0.0f);
+  xj::Array x = f32v(v, {4, 5});
+  // rows 1..3, cols 1..4
+  Vec want;
+  for (std::size_t i = 1; i < 3; ++i)
+    for (std::size_t j = 1; j < 4; ++j) want.push_back(v[i * 5 + j]);
+  check_array(xj::slice(x, {1, 1}, {3, 4}), {2, 3}, xj::f32, want);
+  // strides (2, 3): rows 0,2; cols 0,3
+  check_array(xj::slice(x, {0, 0}, {4, 5}, {2, 3}), {2, 2}, xj::f32, {0, 3, 10, 13});
+  check_array(xj::slice(x, {1, 1}, {4, 5}, {2, 2}), {2, 2}, xj::f32, {6, 8, 16, 18});
+  check_array(xj::slice(f32v({0, 1, 2, 3, 4, 5, 6}, {7}), {1}, {7}, {3}), {2}, xj::f32, {1, 4});
+  check_array(xj::slice(x, {2, 0}, {2, 5}), {0, 5}, xj::f32, {});
+  check_array(xj::slice_in_dim(x, 1, 3, 1), {4, 2}, xj::f32, {1, 2, 6, 7, 11, 12, 16, 17});
+  check_array(xj::slice_in_dim(x, 3, 4), {1, 5}, xj::f32, {15, 16, 17, 18, 19});
+
+  check_array(x[0], {5}, xj::f32, {0, 1, 2, 3, 4});
+  check_array(x[2], {5}, xj::f32, {10, 11, 12, 13, 14});
+  check_array(x[-1], {5}, xj::f32, {15, 16, 17, 18, 19});
+  check_array(x[1][3], {}, xj::f32, {8});
+  check_array(f32v({4, 5, 6}, {3})[1], {}, xj::f32, {5});
+}
+
+TEST_CASE("ops: x[Array i] (traced-style dynamic index)") {
+  std::vector<float> v = ramp(12, 1.0f, 0.0f);
+  xj::Array x = f32v(v, {3, 4});
+  check_array(x[xj::scalar(1, xj::i32)], {4}, xj::f32, {4, 5, 6, 7});
+  check_array(x[xj::scalar(2, xj::i64)], {4}, xj::f32, {8, 9, 10, 11});
+  // clamped like dynamic_slice
+  check_array(x[xj::scalar(7, xj::i32)], {4}, xj::f32, {8, 9, 10, 11});
+  // inside a trace the index is a tracer
+  auto j = xj::make_jaxpr([](const xj::Array& a, const xj::Array& i) { return a[i]; })(x, xj::scalar(0, xj::i32));
+  std::vector<xj::Array> args{x, xj::scalar(1, xj::i32)};
+  check_array(xj::eval_jaxpr(j, args).at(0), {4}, xj::f32, {4, 5, 6, 7});
+}
+
+TEST_CASE("ops: dynamic_slice clamps, dynamic_update_slice") {
+  std::vector<float> v = ramp(20, 1.0f, 0.0f);
+  xj::Array x = f32v(v, {4, 5});
+  auto i = [](int k) { return xj::scalar(k, xj::i32); };
+  check_array(xj::dynamic_slice(x, {i(1), i(2)}, {2, 2}), {2, 2}, xj::f32, {7, 8, 12, 13});
+  // starts clamped to [0, dim - size]
+  check_array(xj::dynamic_slice(x, {i(3), i(4)}, {2, 2}), {2, 2}, xj::f32, {13, 14, 18, 19});
+  check_array(xj::dynamic_slice(x, {i(-5), i(-1)}, {2, 2}), {2, 2}, xj::f32, {0, 1, 5, 6});
+  check_array(xj::dynamic_slice(x, {i(0), xj::scalar(1, xj::i64)}, {4, 5}), {4, 5}, xj::f32, as_double(v));
+  check_array(xj::dynamic_slice(x, {i(2), i(2)}, {0, 3}), {0, 3}, xj::f32, {});
+
+  xj::Array u = f32v({-1, -2, -3, -4}, {2, 2});
+  Vec want(v.begin(), v.end());
+  want[1 * 5 + 2] = -1;
+  want[1 * 5 + 3] = -2;
+  want[2 * 5 + 2] = -3;
+  want[2 * 5 + 3] = -4;
+  check_array(xj::dynamic_update_slice(x, u, {i(1), i(2)}), {4, 5}, xj::f32, want);
+  CHECK(x.to_vector<float>() == v);  // the operand is unchanged (immutable)
+  // clamped: start (9, 9) -> (2, 3)
+  Vec want2(v.begin(), v.end());
+  want2[2 * 5 + 3] = -1;
+  want2[2 * 5 + 4] = -2;
+  want2[3 * 5 + 3] = -3;
+  want2[3 * 5 + 4] = -4;
+  check_array(xj::dynamic_update_slice(x, u, {i(9), i(9)}), {4, 5}, xj::f32, want2);
+  check_array(xj::dynamic_update_slice(f32v({1, 2, 3}, {3}), f32v({9}, {1}), {i(-2)}), {3}, xj::f32, {9, 2, 3});
+}
+
+TEST_CASE("ops: take (negative indices count from the end, others clamp)") {
+  std::vector<float> v = ramp(12, 1.0f, 0.0f);
+  xj::Array x = f32v(v, {4, 3});
+  check_array(xj::take(x, i32v({2, 0}, {2})), {2, 3}, xj::f32, {6, 7, 8, 0, 1, 2});
+  check_array(xj::take(x, i32v({-1}, {1})), {1, 3}, xj::f32, {9, 10, 11});
+  check_array(xj::take(x, i32v({1, 2}, {2}), 1), {4, 2}, xj::f32, {1, 2, 4, 5, 7, 8, 10, 11});
+  check_array(xj::take(x, i32v({-1, 0}, {2}), -1), {4, 2}, xj::f32, {2, 0, 5, 3, 8, 6, 11, 9});
+  check_array(xj::take(x, xj::array<std::int64_t>({3, 1, 0, 2}, {2, 2})), {2, 2, 3}, xj::f32,
+              {9, 10, 11, 3, 4, 5, 0, 1, 2, 6, 7, 8});
+  check_array(xj::take(x, xj::scalar(1, xj::i32)), {3}, xj::f32, {3, 4, 5});
+  check_array(xj::take(x, i32v({}, {0})), {0, 3}, xj::f32, {});
+  // out of range indices clamp
+  check_array(xj::take(f32v({1, 2, 3}, {3}), i32v({5, -10}, {2})), {2}, xj::f32, {3, 1});
+}
+
+TEST_CASE("ops: iota") {
+  check_array(xj::iota(xj::i32, {2, 3}, 1), {2, 3}, xj::i32, {0, 1, 2, 0, 1, 2});
+  check_array(xj::iota(xj::f32, {2, 3}, 0), {2, 3}, xj::f32, {0, 0, 0, 1, 1, 1});
+  check_array(xj::iota(xj::i64, {4}), {4}, xj::i64, {0, 1, 2, 3});
+}
+
+TEST_CASE("ops: printing concrete arrays and tracers") {
+  std::ostringstream os;
+  os << f32v({1, 2.5f}, {2});
+  CHECK(os.str() == "f32[2] [1, 2.5]");
+  std::ostringstream ot;
+  (void)xj::make_jaxpr([&](const xj::Array& x) {
+    ot << x;
+    return x;
+  })(xj::zeros({3}));
+  CHECK(ot.str() == "Traced<f32[3]>");
+}

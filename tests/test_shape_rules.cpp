@@ -1,0 +1,455 @@
+// test_shape_rules.cpp: abstract evaluation of every primitive (good operands give the right
+// avals; bad operands raise ShapeError / TypeError naming the primitive, the operand types and,
+// for user-level operations, the user's source line).
+#include <doctest/doctest.h>
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+#include "internal.hpp"
+
+namespace xj = xjax;
+using xj::Primitive;
+using xj::ShapedArray;
+
+namespace {
+
+ShapedArray f32(xj::Shape s) { return {std::move(s), xj::f32}; }
+ShapedArray f64(xj::Shape s) { return {std::move(s), xj::f64}; }
+ShapedArray i32(xj::Shape s) { return {std::move(s), xj::i32}; }
+ShapedArray i64(xj::Shape s) { return {std::move(s), xj::i64}; }
+ShapedArray u32(xj::Shape s) { return {std::move(s), xj::u32}; }
+ShapedArray bool_(xj::Shape s) { return {std::move(s), xj::bool_}; }
+
+ShapedArray eval1(Primitive p, std::vector<ShapedArray> in, const xj::Params& ps = {}) {
+  auto out = xj::detail::abstract_eval(p, in, ps);
+  REQUIRE(out.size() == 1);
+  return out[0];
+}
+
+// The message of the exception E thrown by f; fails the test when f throws nothing or another type.
+template <class E, class F> std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL("threw another exception type: " << e.what());
+    return {};
+  }
+  FAIL("did not throw");
+  return {};
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The error of a user-level op names the primitive (or op), the operand types and this file.
+template <class E, class F>
+void check_user_error(F&& f, std::initializer_list<const char*> parts) {
+  std::string msg = message_of<E>(f);
+  INFO("message: " << msg);
+  for (const char* p : parts) CHECK(contains(msg, p));
+  CHECK(contains(msg, "test_shape_rules.cpp"));
+}
+
+template <class E>
+void check_rule_error(Primitive p, std::vector<ShapedArray> in, const xj::Params& ps,
+                      std::initializer_list<const char*> parts) {
+  std::string msg = message_of<E>([&] { (void)xj::detail::abstract_eval(p, in, ps); });
+  INFO("message: " << msg);
+  CHECK(contains(msg, std::string(xj::primitive_name(p)) + "("));
+  for (const char* s : parts) CHECK(contains(msg, s));
+}
+
+using Ints = std::vector<std::int64_t>;
+
+}  // namespace
+
+// ---- elementwise ------------------------------------------------------------------------------
+
+TEST_CASE("shape rules: unary float primitives") {
+  for (Primitive p : {Primitive::exp, Primitive::log, Primitive::log1p, Primitive::expm1, Primitive::sin,
+                      Primitive::cos, Primitive::tan, Primitive::tanh, Primitive::logistic, Primitive::sqrt,
+                      Primitive::rsqrt}) {
+    INFO(xj::primitive_name(p));
+    CHECK(eval1(p, {f32({2, 3})}) == f32({2, 3}));
+    CHECK(eval1(p, {f64({})}) == f64({}));
+    CHECK(eval1(p, {f32({0, 4})}) == f32({0, 4}));
+    check_rule_error<xj::TypeError>(p, {i32({3})}, {}, {"i32[3]", "floating"});
+    check_rule_error<xj::TypeError>(p, {bool_({3})}, {}, {"bool[3]"});
+    check_rule_error<xj::ShapeError>(p, {f32({3}), f32({3})}, {}, {"f32[3], f32[3]"});
+    check_rule_error<xj::ShapeError>(p, {}, {}, {"operand"});
+  }
+}
+
+TEST_CASE("shape rules: neg, abs, sign accept signed and unsigned ints, not bool") {
+  for (Primitive p : {Primitive::neg, Primitive::abs, Primitive::sign}) {
+    INFO(xj::primitive_name(p));
+    CHECK(eval1(p, {i32({2})}) == i32({2}));
+    CHECK(eval1(p, {i64({1, 1, 1, 1})}) == i64({1, 1, 1, 1}));
+    CHECK(eval1(p, {f64({5})}) == f64({5}));
+    check_rule_error<xj::TypeError>(p, {bool_({2})}, {}, {"bool[2]"});
+  }
+  CHECK(eval1(Primitive::neg, {u32({3})}) == u32({3}));
+}
+
+TEST_CASE("shape rules: integer_pow") {
+  CHECK(eval1(Primitive::integer_pow, {f32({3})}, {{"y", std::int64_t{3}}}) == f32({3}));
+  CHECK(eval1(Primitive::integer_pow, {f32({3})}, {{"y", std::int64_t{-2}}}) == f32({3}));
+  CHECK(eval1(Primitive::integer_pow, {i32({3})}, {{"y", std::int64_t{2}}}) == i32({3}));
+  check_rule_error<xj::TypeError>(Primitive::integer_pow, {i32({3})}, {{"y", std::int64_t{-1}}},
+                                  {"i32[3]", "negative"});
+  check_rule_error<xj::TypeError>(Primitive::integer_pow, {bool_({3})}, {{"y", std::int64_t{2}}}, {"bool[3]"});
+  CHECK_THROWS_AS(xj::detail::abstract_eval(Primitive::integer_pow, std::vector{f32({3})}, {}), xj::Error);
+}
+
+TEST_CASE("shape rules: binary arithmetic") {
+  for (Primitive p : {Primitive::add, Primitive::sub, Primitive::mul, Primitive::div, Primitive::max,
+                      Primitive::min}) {
+    INFO(xj::primitive_name(p));
+    CHECK(eval1(p, {f32({2, 3}), f32({2, 3})}) == f32({2, 3}));
+    CHECK(eval1(p, {i64({}), i64({})}) == i64({}));
+    CHECK(eval1(p, {u32({0}), u32({0})}) == u32({0}));
+    check_rule_error<xj::TypeError>(p, {f32({3}), i32({3})}, {}, {"f32[3], i32[3]", "same dtype"});
+    check_rule_error<xj::ShapeError>(p, {f32({3}), f32({4})}, {}, {"f32[3], f32[4]", "same shape"});
+    check_rule_error<xj::ShapeError>(p, {f32({3})}, {}, {"f32[3]"});
+  }
+  for (Primitive p : {Primitive::add, Primitive::sub, Primitive::mul, Primitive::div})
+    check_rule_error<xj::TypeError>(p, {bool_({3}), bool_({3})}, {}, {"bool[3], bool[3]"});
+  CHECK(eval1(Primitive::max, {bool_({3}), bool_({3})}) == bool_({3}));
+  CHECK(eval1(Primitive::min, {bool_({3}), bool_({3})}) == bool_({3}));
+
+  CHECK(eval1(Primitive::pow, {f64({2}), f64({2})}) == f64({2}));
+  check_rule_error<xj::TypeError>(Primitive::pow, {i32({2}), i32({2})}, {}, {"i32[2], i32[2]", "floating"});
+}
+
+TEST_CASE("shape rules: comparisons give bool") {
+  for (Primitive p : {Primitive::eq, Primitive::ne, Primitive::lt, Primitive::le, Primitive::gt, Primitive::ge}) {
+    INFO(xj::primitive_name(p));
+    CHECK(eval1(p, {f32({2, 3}), f32({2, 3})}) == bool_({2, 3}));
+    CHECK(eval1(p, {i32({}), i32({})}) == bool_({}));
+    CHECK(eval1(p, {bool_({4}), bool_({4})}) == bool_({4}));
+    check_rule_error<xj::TypeError>(p, {f32({3}), f64({3})}, {}, {"f32[3], f64[3]"});
+    check_rule_error<xj::ShapeError>(p, {f32({3}), f32({1})}, {}, {"f32[3], f32[1]"});
+  }
+}
+
+TEST_CASE("shape rules: select_n") {
+  CHECK(eval1(Primitive::select_n, {bool_({3}), f32({3}), f32({3})}) == f32({3}));
+  CHECK(eval1(Primitive::select_n, {bool_({}), f32({3}), f32({3})}) == f32({3}));
+  CHECK(eval1(Primitive::select_n, {i32({3}), i64({3}), i64({3}), i64({3})}) == i64({3}));
+  check_rule_error<xj::TypeError>(Primitive::select_n, {f32({3}), f32({3}), f32({3})}, {}, {"predicate"});
+  check_rule_error<xj::TypeError>(Primitive::select_n, {bool_({3}), f32({3}), f64({3})}, {}, {"bool[3], f32[3], f64[3]"});
+  check_rule_error<xj::TypeError>(Primitive::select_n, {bool_({3}), f32({3}), f32({3}), f32({3})}, {}, {"2 cases"});
+  check_rule_error<xj::ShapeError>(Primitive::select_n, {bool_({2}), f32({3}), f32({3})}, {}, {"bool[2]"});
+  check_rule_error<xj::ShapeError>(Primitive::select_n, {bool_({3})}, {}, {"bool[3]"});
+}
+
+TEST_CASE("shape rules: convert_element_type, stop_gradient, copy") {
+  CHECK(eval1(Primitive::convert_element_type, {f32({2, 2})}, {{"new_dtype", xj::i64}}) == i64({2, 2}));
+  CHECK(eval1(Primitive::convert_element_type, {bool_({})}, {{"new_dtype", xj::f64}}) == f64({}));
+  CHECK_THROWS_AS(xj::detail::abstract_eval(Primitive::convert_element_type, std::vector{f32({2})}, {}), xj::Error);
+  for (Primitive p : {Primitive::stop_gradient, Primitive::copy}) {
+    CHECK(eval1(p, {u32({7})}) == u32({7}));
+    CHECK(eval1(p, {bool_({})}) == bool_({}));
+  }
+}
+
+// ---- dot_general ------------------------------------------------------------------------------
+
+namespace {
+xj::Params dims(Ints lc, Ints rc, Ints lb = {}, Ints rb = {}) {
+  return {{"lhs_contracting", lc}, {"rhs_contracting", rc}, {"lhs_batch", lb}, {"rhs_batch", rb}};
+}
+}  // namespace
+
+TEST_CASE("shape rules: dot_general") {
+  CHECK(eval1(Primitive::dot_general, {f32({2, 3}), f32({3, 4})}, dims({1}, {0})) == f32({2, 4}));
+  CHECK(eval1(Primitive::dot_general, {f32({3}), f32({3})}, dims({0}, {0})) == f32({}));
+  CHECK(eval1(Primitive::dot_general, {f32({2}), f32({3})}, dims({}, {})) == f32({2, 3}));
+  // batch dims first, then lhs free, then rhs free.
+  CHECK(eval1(Primitive::dot_general, {f64({5, 2, 3}), f64({5, 3, 4})}, dims({2}, {1}, {0}, {0})) ==
+        f64({5, 2, 4}));
+  CHECK(eval1(Primitive::dot_general, {f32({3, 2, 5}), f32({4, 5, 3})}, dims({0}, {2}, {2}, {1})) ==
+        f32({5, 2, 4}));
+  CHECK(eval1(Primitive::dot_general, {i32({2, 3}), i32({3})}, dims({1}, {0})) == i32({2}));
+
+  check_rule_error<xj::ShapeError>(Primitive::dot_general, {f32({2, 3}), f32({4, 5})}, dims({1}, {0}),
+                                   {"f32[2,3], f32[4,5]", "contracting", "3 vs 4"});
+  check_rule_error<xj::TypeError>(Primitive::dot_general, {f32({2, 3}), f64({3, 4})}, dims({1}, {0}),
+                                  {"f32[2,3], f64[3,4]"});
+  check_rule_error<xj::TypeError>(Primitive::dot_general, {bool_({3}), bool_({3})}, dims({0}, {0}), {"bool[3]"});
+  check_rule_error<xj::ShapeError>(Primitive::dot_general, {f32({5, 2, 3}), f32({6, 3, 4})},
+                                   dims({2}, {1}, {0}, {0}), {"batch"});
+  check_rule_error<xj::ShapeError>(Primitive::dot_general, {f32({2, 3}), f32({3, 4})}, dims({2}, {0}),
+                                   {"axis 2"});
+  check_rule_error<xj::ShapeError>(Primitive::dot_general, {f32({2, 3}), f32({3, 4})}, dims({1}, {0, 1}),
+                                   {"length"});
+  check_rule_error<xj::ShapeError>(Primitive::dot_general, {f32({3, 3}), f32({3, 3})}, dims({1}, {0}, {1}, {1}),
+                                   {"repeated"});
+}
+
+TEST_CASE("shape rules: user-level matmul, dot and einsum errors name the op, types and caller") {
+  xj::Array a = xj::zeros({2, 3}), b = xj::zeros({4, 5});
+  check_user_error<xj::ShapeError>([&] { (void)xj::matmul(a, b); },
+                                   {"dot_general", "f32[2,3], f32[4,5]", "contracting"});
+  check_user_error<xj::ShapeError>([&] { (void)xj::dot(a, b); }, {"dot_general", "f32[2,3]"});
+  check_user_error<xj::TypeError>([&] { (void)xj::matmul(a, xj::zeros({3, 4}, xj::f64)); },
+                                  {"dot_general", "f32[2,3], f64[3,4]"});
+  check_user_error<xj::ShapeError>([&] { (void)xj::matmul(xj::zeros({2, 2, 3}), xj::zeros({3, 3, 4})); },
+                                   {"f32[2,2,3]", "f32[3,3,4]"});
+  check_user_error<xj::ShapeError>([&] { (void)xj::matmul(xj::zeros({}), a); }, {"matmul"});
+  CHECK_THROWS_AS(xj::einsum("ij,jk->ik", a, b), xj::ShapeError);
+  CHECK_THROWS_AS(xj::einsum("ijk,jk->ik", a, b), xj::ShapeError);
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+
+TEST_CASE("shape rules: reductions") {
+  for (Primitive p : {Primitive::reduce_sum, Primitive::reduce_max, Primitive::reduce_min, Primitive::reduce_prod}) {
+    INFO(xj::primitive_name(p));
+    CHECK(eval1(p, {f32({2, 3, 4})}, {{"axes", Ints{1}}}) == f32({2, 4}));
+    CHECK(eval1(p, {f32({2, 3, 4})}, {{"axes", Ints{0, 2}}}) == f32({3}));
+    CHECK(eval1(p, {i32({2, 3})}, {{"axes", Ints{0, 1}}}) == i32({}));
+    CHECK(eval1(p, {f32({2, 3})}, {{"axes", Ints{}}}) == f32({2, 3}));
+    CHECK(eval1(p, {f32({0, 3})}, {{"axes", Ints{0}}}) == f32({3}));
+    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, {{"axes", Ints{2}}}, {"f32[2,3]", "axis 2"});
+    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, {{"axes", Ints{1, 1}}}, {"repeated"});
+    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, {{"axes", Ints{-1}}}, {"axis -1"});
+  }
+  check_rule_error<xj::TypeError>(Primitive::reduce_sum, {bool_({3})}, {{"axes", Ints{0}}}, {"bool[3]"});
+  check_rule_error<xj::TypeError>(Primitive::reduce_prod, {bool_({3})}, {{"axes", Ints{0}}}, {"bool[3]"});
+  CHECK(eval1(Primitive::reduce_max, {bool_({3})}, {{"axes", Ints{0}}}) == bool_({}));
+
+  CHECK(eval1(Primitive::argmax, {f32({2, 3})}, {{"axes", Ints{1}}, {"index_dtype", xj::i32}}) == i32({2}));
+  CHECK(eval1(Primitive::argmax, {f32({2, 3})}, {{"axes", Ints{0}}, {"index_dtype", xj::i64}}) == i64({3}));
+  check_rule_error<xj::ShapeError>(Primitive::argmax, {f32({2, 3})}, {{"axes", Ints{0, 1}}, {"index_dtype", xj::i32}},
+                                   {"one axis"});
+  check_rule_error<xj::ShapeError>(Primitive::argmax, {f32({2, 0})}, {{"axes", Ints{1}}, {"index_dtype", xj::i32}},
+                                   {"f32[2,0]", "empty"});
+  check_rule_error<xj::TypeError>(Primitive::argmax, {f32({2, 3})}, {{"axes", Ints{1}}, {"index_dtype", xj::f32}},
+                                  {"index_dtype"});
+}
+
+TEST_CASE("shape rules: user-level reductions") {
+  auto j = xj::make_jaxpr([](const xj::Array& x) { return xj::sum(x, {-1}, true); })(xj::zeros({2, 3}));
+  CHECK(j.out_avals()[0] == f32({2, 1}));
+  auto m = xj::make_jaxpr([](const xj::Array& x) { return xj::argmax(x, -1, xj::i64); })(xj::zeros({2, 3}));
+  CHECK(m.out_avals()[0] == i64({2}));
+  check_user_error<xj::TypeError>([] { (void)xj::sum(xj::zeros({3}, xj::bool_)); }, {"reduce_sum", "bool[3]"});
+  check_user_error<xj::ShapeError>([] { (void)xj::sum(xj::zeros({2, 3}), {2}); }, {"reduce_sum", "f32[2,3]", "axis 2"});
+  check_user_error<xj::ShapeError>([] { (void)xj::sum(xj::zeros({2, 3}), {0, -2}); }, {"f32[2,3]", "repeated"});
+  check_user_error<xj::ShapeError>([] { (void)xj::mean(xj::zeros({2, 3}), {-3}); }, {"f32[2,3]", "axis -3"});
+  check_user_error<xj::ShapeError>([] { (void)xj::argmax(xj::zeros({2, 3}), 2); }, {"argmax", "f32[2,3]"});
+  check_user_error<xj::ShapeError>([] { (void)xj::softmax(xj::zeros({2, 3}), 5); }, {"f32[2,3]", "axis 5"});
+  check_user_error<xj::ShapeError>([] { (void)xj::logsumexp(xj::zeros({2, 3}), {7}); }, {"f32[2,3]", "axis 7"});
+}
+
+// ---- structural -------------------------------------------------------------------------------
+
+TEST_CASE("shape rules: broadcast_in_dim") {
+  auto bid = [](Ints shape, Ints bd) { return xj::Params{{"shape", shape}, {"broadcast_dimensions", bd}}; };
+  CHECK(eval1(Primitive::broadcast_in_dim, {f32({3})}, bid({2, 3}, {1})) == f32({2, 3}));
+  CHECK(eval1(Primitive::broadcast_in_dim, {f32({3})}, bid({3, 2}, {0})) == f32({3, 2}));
+  CHECK(eval1(Primitive::broadcast_in_dim, {i32({})}, bid({4, 5}, {})) == i32({4, 5}));
+  CHECK(eval1(Primitive::broadcast_in_dim, {f32({1, 3})}, bid({2, 4, 3}, {0, 2})) == f32({2, 4, 3}));
+  check_rule_error<xj::ShapeError>(Primitive::broadcast_in_dim, {f32({3})}, bid({2, 4}, {1}),
+                                   {"f32[3]", "cannot broadcast", "[2,4]"});
+  check_rule_error<xj::ShapeError>(Primitive::broadcast_in_dim, {f32({3})}, bid({3, 3}, {}), {"one entry"});
+  check_rule_error<xj::ShapeError>(Primitive::broadcast_in_dim, {f32({3, 3})}, bid({3, 3}, {1, 0}), {"increasing"});
+  check_rule_error<xj::ShapeError>(Primitive::broadcast_in_dim, {f32({3})}, bid({3}, {1}), {"within"});
+}
+
+TEST_CASE("shape rules: broadcasting user ops name the op, operand types and caller") {
+  xj::Array a = xj::zeros({3}), b = xj::zeros({4});
+  check_user_error<xj::ShapeError>([&] { (void)xj::add(a, b); }, {"add", "f32[3], f32[4]", "cannot broadcast"});
+  check_user_error<xj::ShapeError>([&] { (void)xj::mul(xj::zeros({2, 3}), xj::zeros({3, 2})); },
+                                   {"mul", "f32[2,3], f32[3,2]", "cannot broadcast"});
+  check_user_error<xj::ShapeError>([&] { (void)xj::where(xj::zeros({2}, xj::bool_), a, a); },
+                                   {"bool[2]", "f32[3]", "cannot broadcast"});
+  check_user_error<xj::ShapeError>([&] { (void)xj::broadcast_to(a, {3, 4}); }, {"f32[3]", "[3,4]"});
+  // Inside a trace too.
+  check_user_error<xj::ShapeError>(
+      [&] {
+        (void)xj::make_jaxpr([](const xj::Array& x, const xj::Array& y) { return xj::sub(x, y); })(a, b);
+      },
+      {"sub", "f32[3], f32[4]"});
+}
+
+TEST_CASE("shape rules: dtype mistakes in user ops raise TypeError naming op, types and caller") {
+  xj::Array f = xj::zeros({3}), i = xj::zeros({3}, xj::i32);
+  check_user_error<xj::TypeError>([&] { (void)xj::mul(f, i); }, {"mul", "f32[3], i32[3]"});
+  check_user_error<xj::TypeError>([&] { (void)xj::sin(i); }, {"sin", "i32[3]"});
+  check_user_error<xj::TypeError>([&] { (void)xj::exp(xj::zeros({}, xj::bool_)); }, {"exp", "bool[]"});
+  check_user_error<xj::TypeError>([&] { (void)xj::pow(i, i); }, {"pow", "i32[3], i32[3]"});
+  check_user_error<xj::TypeError>([&] { (void)xj::where(f, f, f); }, {"f32[3]", "bool"});
+  check_user_error<xj::TypeError>([&] { (void)xj::concatenate({f, i}); }, {"concatenate", "f32[3], i32[3]"});
+  check_user_error<xj::TypeError>(
+      [&] { (void)xj::make_jaxpr([](const xj::Array& x) { return xj::log(x); })(i); }, {"log", "i32[3]"});
+}
+
+TEST_CASE("shape rules: reshape") {
+  CHECK(eval1(Primitive::reshape, {f32({2, 3})}, {{"new_sizes", Ints{3, 2}}}) == f32({3, 2}));
+  CHECK(eval1(Primitive::reshape, {f32({1})}, {{"new_sizes", Ints{}}}) == f32({}));
+  CHECK(eval1(Primitive::reshape, {f32({0, 3})}, {{"new_sizes", Ints{3, 0, 5}}}) == f32({3, 0, 5}));
+  check_rule_error<xj::ShapeError>(Primitive::reshape, {f32({6})}, {{"new_sizes", Ints{4}}},
+                                   {"f32[6]", "cannot reshape 6 elements into [4]"});
+  check_rule_error<xj::ShapeError>(Primitive::reshape, {f32({6})}, {{"new_sizes", Ints{-2, -3}}}, {"negative"});
+  check_user_error<xj::ShapeError>([] { (void)xj::reshape(xj::zeros({6}), {4}); }, {"reshape", "f32[6]", "[4]"});
+  check_user_error<xj::ShapeError>([] { (void)xj::reshape(xj::zeros({6}), {4, -1}); }, {"reshape", "f32[6]"});
+  check_user_error<xj::ShapeError>([] { (void)xj::reshape(xj::zeros({6}), {-1, -1}); }, {"reshape"});
+}
+
+TEST_CASE("shape rules: transpose") {
+  CHECK(eval1(Primitive::transpose, {f32({2, 3, 4})}, {{"permutation", Ints{2, 0, 1}}}) == f32({4, 2, 3}));
+  CHECK(eval1(Primitive::transpose, {f32({})}, {{"permutation", Ints{}}}) == f32({}));
+  check_rule_error<xj::ShapeError>(Primitive::transpose, {f32({2, 3})}, {{"permutation", Ints{0}}}, {"f32[2,3]", "length"});
+  check_rule_error<xj::ShapeError>(Primitive::transpose, {f32({2, 3})}, {{"permutation", Ints{1, 1}}}, {"repeated"});
+  check_user_error<xj::ShapeError>([] { (void)xj::transpose(xj::zeros({2, 3}), {0, 0}); }, {"transpose", "f32[2,3]"});
+  check_user_error<xj::ShapeError>([] { (void)xj::transpose(xj::zeros({2, 3}), {0, 2}); }, {"transpose", "axis 2"});
+}
+
+TEST_CASE("shape rules: squeeze and expand_dims") {
+  CHECK(eval1(Primitive::squeeze, {f32({1, 3, 1})}, {{"dimensions", Ints{0, 2}}}) == f32({3}));
+  CHECK(eval1(Primitive::squeeze, {f32({1})}, {{"dimensions", Ints{0}}}) == f32({}));
+  check_rule_error<xj::ShapeError>(Primitive::squeeze, {f32({2, 3})}, {{"dimensions", Ints{1}}}, {"f32[2,3]", "not 1"});
+  check_user_error<xj::ShapeError>([] { (void)xj::squeeze(xj::zeros({2, 3}), {0}); }, {"squeeze", "f32[2,3]"});
+
+  CHECK(eval1(Primitive::expand_dims, {f32({3})}, {{"dimensions", Ints{0}}}) == f32({1, 3}));
+  CHECK(eval1(Primitive::expand_dims, {f32({3})}, {{"dimensions", Ints{1}}}) == f32({3, 1}));
+  CHECK(eval1(Primitive::expand_dims, {f32({2, 3})}, {{"dimensions", Ints{0, 3}}}) == f32({1, 2, 3, 1}));
+  CHECK(eval1(Primitive::expand_dims, {f32({})}, {{"dimensions", Ints{0}}}) == f32({1}));
+  check_rule_error<xj::ShapeError>(Primitive::expand_dims, {f32({3})}, {{"dimensions", Ints{2}}}, {"f32[3]", "axis 2"});
+  check_user_error<xj::ShapeError>([] { (void)xj::expand_dims(xj::zeros({3}), 3); }, {"expand_dims", "f32[3]", "axis 3"});
+  check_user_error<xj::ShapeError>([] { (void)xj::squeeze(xj::zeros({1, 3}), {2}); }, {"squeeze", "f32[1,3]", "axis 2"});
+  auto j = xj::make_jaxpr([](const xj::Array& x) { return xj::expand_dims(x, -1); })(xj::zeros({3}));
+  CHECK(j.out_avals()[0] == f32({3, 1}));
+}
+
+TEST_CASE("shape rules: slice") {
+  auto sl = [](Ints s, Ints l, Ints st = {}) {
+    return xj::Params{{"start_indices", s}, {"limit_indices", l}, {"strides", st}};
+  };
+  CHECK(eval1(Primitive::slice, {f32({5, 4})}, sl({1, 0}, {4, 4})) == f32({3, 4}));
+  CHECK(eval1(Primitive::slice, {f32({5})}, sl({0}, {5}, {2})) == f32({3}));
+  CHECK(eval1(Primitive::slice, {f32({6})}, sl({1}, {6}, {2})) == f32({3}));
+  CHECK(eval1(Primitive::slice, {f32({5})}, sl({2}, {2})) == f32({0}));
+  check_rule_error<xj::ShapeError>(Primitive::slice, {f32({3})}, sl({0}, {5}), {"f32[3]", "out of bounds"});
+  check_rule_error<xj::ShapeError>(Primitive::slice, {f32({3})}, sl({-1}, {2}), {"out of bounds"});
+  check_rule_error<xj::ShapeError>(Primitive::slice, {f32({3})}, sl({2}, {1}), {"out of bounds"});
+  check_rule_error<xj::ShapeError>(Primitive::slice, {f32({3})}, sl({0}, {3}, {0}), {"strides"});
+  check_rule_error<xj::ShapeError>(Primitive::slice, {f32({3, 3})}, sl({0}, {3}), {"one entry per dimension"});
+  check_user_error<xj::ShapeError>([] { (void)xj::slice(xj::zeros({3}), {0}, {5}); }, {"slice", "f32[3]", "[0:5]"});
+  CHECK_THROWS_AS(xj::zeros({3})[3], xj::ShapeError);
+  CHECK_THROWS_AS(xj::zeros({3})[-4], xj::ShapeError);
+}
+
+TEST_CASE("shape rules: pad") {
+  auto pad = [](Ints lo, Ints hi, Ints in) { return xj::Params{{"lo", lo}, {"hi", hi}, {"interior", in}}; };
+  CHECK(eval1(Primitive::pad, {f32({3}), f32({})}, pad({1}, {2}, {0})) == f32({6}));
+  CHECK(eval1(Primitive::pad, {f32({3}), f32({})}, pad({0}, {0}, {1})) == f32({5}));
+  CHECK(eval1(Primitive::pad, {f32({3, 2}), f32({})}, pad({-1, 0}, {0, 1}, {0, 2})) == f32({2, 5}));
+  CHECK(eval1(Primitive::pad, {f32({0}), f32({})}, pad({1}, {1}, {3})) == f32({2}));
+  check_rule_error<xj::TypeError>(Primitive::pad, {f32({3}), f64({})}, pad({0}, {0}, {0}), {"f32[3], f64[]"});
+  check_rule_error<xj::TypeError>(Primitive::pad, {f32({3}), f32({1})}, pad({0}, {0}, {0}), {"padding value"});
+  check_rule_error<xj::ShapeError>(Primitive::pad, {f32({3}), f32({})}, pad({-2}, {-2}, {0}), {"negative"});
+  check_rule_error<xj::ShapeError>(Primitive::pad, {f32({3}), f32({})}, pad({0}, {0}, {-1}), {"interior"});
+  check_rule_error<xj::ShapeError>(Primitive::pad, {f32({3}), f32({})}, pad({0, 0}, {0}, {0}), {"one entry"});
+}
+
+TEST_CASE("shape rules: dynamic_slice and dynamic_update_slice") {
+  xj::Params sizes{{"slice_sizes", Ints{2, 3}}};
+  CHECK(eval1(Primitive::dynamic_slice, {f32({4, 5}), i32({}), i64({})}, sizes) == f32({2, 3}));
+  check_rule_error<xj::TypeError>(Primitive::dynamic_slice, {f32({4, 5}), f32({}), i32({})}, sizes,
+                                  {"f32[4,5], f32[], i32[]", "integer"});
+  check_rule_error<xj::TypeError>(Primitive::dynamic_slice, {f32({4, 5}), i32({1}), i32({})}, sizes, {"integer scalars"});
+  check_rule_error<xj::ShapeError>(Primitive::dynamic_slice, {f32({4, 5}), i32({})}, sizes, {"one start index"});
+  check_rule_error<xj::ShapeError>(Primitive::dynamic_slice, {f32({4, 5}), i32({}), i32({})},
+                                   {{"slice_sizes", Ints{5, 1}}}, {"exceeds"});
+  check_user_error<xj::TypeError>(
+      [] { (void)xj::dynamic_slice(xj::zeros({4}), {xj::scalar(1.0)}, {2}); }, {"dynamic_slice", "f32[4], f32[]"});
+
+  CHECK(eval1(Primitive::dynamic_update_slice, {f32({4, 5}), f32({2, 5}), i32({}), i32({})}) == f32({4, 5}));
+  check_rule_error<xj::TypeError>(Primitive::dynamic_update_slice, {f32({4}), f64({2}), i32({})}, {},
+                                  {"f32[4], f64[2], i32[]"});
+  check_rule_error<xj::ShapeError>(Primitive::dynamic_update_slice, {f32({4}), f32({5}), i32({})}, {}, {"larger"});
+  check_rule_error<xj::ShapeError>(Primitive::dynamic_update_slice, {f32({4}), f32({2, 1}), i32({})}, {}, {"rank"});
+  check_rule_error<xj::TypeError>(Primitive::dynamic_update_slice, {f32({4}), f32({2}), f32({})}, {}, {"integer"});
+  check_user_error<xj::ShapeError>(
+      [] { (void)xj::dynamic_update_slice(xj::zeros({4}), xj::zeros({5}), {xj::scalar(0, xj::i32)}); },
+      {"dynamic_update_slice", "f32[4], f32[5]"});
+}
+
+TEST_CASE("shape rules: concatenate") {
+  xj::Params d0{{"dimension", std::int64_t{0}}}, d1{{"dimension", std::int64_t{1}}};
+  CHECK(eval1(Primitive::concatenate, {f32({2, 3}), f32({4, 3})}, d0) == f32({6, 3}));
+  CHECK(eval1(Primitive::concatenate, {f32({2, 3}), f32({2, 1}), f32({2, 0})}, d1) == f32({2, 4}));
+  CHECK(eval1(Primitive::concatenate, {i32({2})}, d0) == i32({2}));
+  check_rule_error<xj::ShapeError>(Primitive::concatenate, {f32({2, 3}), f32({2, 4})}, d0,
+                                   {"f32[2,3], f32[2,4]", "outside the concatenation dimension"});
+  check_rule_error<xj::ShapeError>(Primitive::concatenate, {f32({2, 3}), f32({2})}, d0, {"rank"});
+  check_rule_error<xj::TypeError>(Primitive::concatenate, {f32({2}), i32({2})}, d0, {"f32[2], i32[2]"});
+  check_rule_error<xj::ShapeError>(Primitive::concatenate, {f32({2})}, d1, {"axis 1"});
+  check_rule_error<xj::ShapeError>(Primitive::concatenate, {}, d0, {"at least one"});
+  check_user_error<xj::ShapeError>([] { (void)xj::concatenate({xj::zeros({2, 3}), xj::zeros({2, 4})}, 0); },
+                                   {"concatenate", "f32[2,3], f32[2,4]"});
+  check_user_error<xj::ShapeError>([] { (void)xj::stack({xj::zeros({2}), xj::zeros({3})}); },
+                                   {"concatenate", "f32[1,2], f32[1,3]"});
+  CHECK_THROWS_AS(xj::concatenate({}), xj::ShapeError);
+  check_user_error<xj::ShapeError>([] { (void)xj::concatenate({xj::zeros({2})}, 1); }, {"concatenate", "f32[2]", "axis 1"});
+  check_user_error<xj::ShapeError>([] { (void)xj::stack({xj::zeros({2})}, 2); }, {"stack", "f32[2]", "axis 2"});
+}
+
+TEST_CASE("shape rules: gather and scatter_add") {
+  xj::Params a0{{"axis", std::int64_t{0}}}, a1{{"axis", std::int64_t{1}}};
+  CHECK(eval1(Primitive::gather, {f32({5, 3}), i32({2, 4})}, a0) == f32({2, 4, 3}));
+  CHECK(eval1(Primitive::gather, {f32({5, 3}), i64({})}, a1) == f32({5}));
+  CHECK(eval1(Primitive::gather, {f64({5, 3, 2}), i32({7})}, a1) == f64({5, 7, 2}));
+  check_rule_error<xj::TypeError>(Primitive::gather, {f32({5}), f32({2})}, a0, {"f32[5], f32[2]", "indices"});
+  check_rule_error<xj::TypeError>(Primitive::gather, {f32({5}), u32({2})}, a0, {"indices"});
+  check_rule_error<xj::ShapeError>(Primitive::gather, {f32({5}), i32({2})}, a1, {"axis 1"});
+  check_user_error<xj::TypeError>([] { (void)xj::take(xj::zeros({5}), xj::zeros({2})); }, {"gather", "f32[5], f32[2]"});
+  check_user_error<xj::ShapeError>([] { (void)xj::take(xj::zeros({5}), xj::zeros({2}, xj::i32), 1); }, {"take", "f32[5]"});
+
+  CHECK(eval1(Primitive::scatter_add, {f32({5, 3}), i32({2}), f32({2, 3})}, a0) == f32({5, 3}));
+  check_rule_error<xj::ShapeError>(Primitive::scatter_add, {f32({5, 3}), i32({2}), f32({3, 3})}, a0,
+                                   {"f32[5,3], i32[2], f32[3,3]", "f32[2,3]"});
+  check_rule_error<xj::TypeError>(Primitive::scatter_add, {bool_({5}), i32({2}), bool_({2})}, a0, {"bool[5]"});
+}
+
+TEST_CASE("shape rules: iota") {
+  xj::Params ps{{"dtype", xj::i32}, {"shape", Ints{2, 3}}, {"dimension", std::int64_t{1}}};
+  CHECK(eval1(Primitive::iota, {}, ps) == i32({2, 3}));
+  check_rule_error<xj::ShapeError>(Primitive::iota, {}, {{"dtype", xj::f32}, {"shape", Ints{2}}, {"dimension", std::int64_t{1}}},
+                                   {"axis 1"});
+  check_rule_error<xj::ShapeError>(Primitive::iota, {f32({})}, ps, {"f32[]"});
+  auto j = xj::make_jaxpr([](const xj::Array& x) { return xj::iota(xj::f32, {3}) + x; })(xj::zeros({3}));
+  CHECK(j.out_avals()[0] == f32({3}));
+}
+
+TEST_CASE("shape rules: every primitive's rule agrees with make_jaxpr's recorded avals") {
+  // A traced program touching many primitives typechecks: each recorded output aval is what the
+  // rule computes again.
+  auto j = xj::make_jaxpr([](const xj::Array& x, const xj::Array& idx) {
+    xj::Array y = xj::reshape(xj::transpose(xj::matmul(x, xj::transpose(x))), {-1});
+    xj::Array z = xj::take(y, idx) + xj::dynamic_slice(y, {idx[0]}, {2});
+    xj::Array w = xj::concatenate({z, xj::slice(y, {0}, {4}, {2})});
+    return std::make_tuple(xj::softmax(w), xj::argmax(x, 0), xj::astype(w > 0.0, xj::i32),
+                           xj::dynamic_update_slice(y, z, {xj::scalar(1, xj::i32)}), xj::squeeze(xj::expand_dims(w, 0)),
+                           xj::stack({w, w}, 1), xj::prod(xj::abs(x)), xj::min(x, {1}, true));
+  })(xj::zeros({3, 2}), xj::zeros({2}, xj::i32));
+  CHECK_NOTHROW(xj::typecheck(*j.jaxpr));
+  auto outs = j.out_avals();
+  REQUIRE(outs.size() == 8);
+  CHECK(outs[0] == f32({4}));
+  CHECK(outs[1] == i32({2}));
+  CHECK(outs[2] == i32({4}));
+  CHECK(outs[3] == f32({9}));
+  CHECK(outs[4] == f32({4}));
+  CHECK(outs[5] == f32({4, 2}));
+  CHECK(outs[6] == f32({}));
+  CHECK(outs[7] == f32({3, 1}));
+}
