@@ -368,6 +368,7 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::custom_jvp_call: return custom_jvp_call_abstract_eval(in, ps);
     case P::custom_vjp_call: return custom_vjp_call_abstract_eval(in, ps);
     case P::custom_lin: return custom_lin_abstract_eval(in, ps);
+    case P::scan: return scan_abstract_eval(in, ps);
   }
   throw Error("abstract_eval: unknown primitive");
 }

@@ -60,6 +60,10 @@ JvpOut jvp_eval(const ClosedJaxpr& j, std::span<const Array> primals, std::span<
 /// those whose tangent is not symbolically zero; *nonzero_out says which).
 ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in, bool instantiate_out,
                       std::vector<bool>* nonzero_out = nullptr);
+/// The same with a per-output choice: output k's tangent is present iff instantiate[k] or it is
+/// not symbolically zero (*nonzero_out says which are present).
+ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in, const std::vector<bool>& instantiate,
+                      std::vector<bool>* nonzero_out);
 
 // ---- partial evaluation ----------------------------------------------------------------------
 /// Decides, for an equation whose inputs are all known, whether its outputs may be saved as

@@ -6,8 +6,21 @@
 #include <unordered_set>
 
 #include "ad.hpp"
+#include "higher_order.hpp"
 
 namespace xjax::detail {
+
+DceRule dce_rule(Primitive p) {
+  switch (p) {
+#define XJAX_DEFAULT_DCE(name) case Primitive::name:
+    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_DEFAULT_DCE)
+    case Primitive::custom_jvp_call: case Primitive::custom_vjp_call: case Primitive::custom_lin:
+#undef XJAX_DEFAULT_DCE
+      return nullptr;
+    case Primitive::scan: return scan_dce;
+  }
+  return nullptr;
+}
 
 ClosedJaxpr dce(const ClosedJaxpr& cj, const std::vector<bool>& used_outputs, std::vector<bool>* used_inputs) {
   const Jaxpr& j = *cj.jaxpr;
@@ -19,8 +32,18 @@ ClosedJaxpr dce(const ClosedJaxpr& cj, const std::vector<bool>& used_outputs, st
     if (auto* v = std::get_if<Var>(&j.outvars[k])) needed.insert(v->id());
   }
   for (auto it = j.eqns.rbegin(); it != j.eqns.rend(); ++it) {
-    bool used = std::any_of(it->outputs.begin(), it->outputs.end(), [&](const Var& v) { return needed.count(v.id()); });
-    if (!used) continue;
+    std::vector<bool> used_out;
+    for (const auto& v : it->outputs) used_out.push_back(needed.count(v.id()) > 0);
+    if (std::none_of(used_out.begin(), used_out.end(), [](bool b) { return b; })) continue;
+    if (DceRule rule = dce_rule(it->prim)) {
+      // The rule may prune inside the primitive (e.g. a scan's unused carries and outputs).
+      std::vector<bool> used_in;
+      Eqn pruned = rule(*it, used_out, used_in);
+      for (std::size_t i = 0; i < it->inputs.size(); ++i)
+        if (auto* v = std::get_if<Var>(&it->inputs[i]); v && used_in[i]) needed.insert(v->id());
+      out->eqns.push_back(std::move(pruned));
+      continue;
+    }
     for (const auto& in : it->inputs)
       if (auto* v = std::get_if<Var>(&in)) needed.insert(v->id());
     out->eqns.push_back(*it);

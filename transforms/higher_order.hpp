@@ -18,7 +18,26 @@ ImplRule impl_rule(Primitive p);
 XJAX_DECLARE_HIGHER_ORDER_RULES(custom_jvp_call)
 XJAX_DECLARE_HIGHER_ORDER_RULES(custom_vjp_call)
 XJAX_DECLARE_HIGHER_ORDER_RULES(custom_lin)
+XJAX_DECLARE_HIGHER_ORDER_RULES(scan)
 #undef XJAX_DECLARE_HIGHER_ORDER_RULES
+
+/// DCE rule: the equation with unused outputs (and what only they need) removed; used_in says
+/// which inputs the result still reads. Called only when some output is used.
+using DceRule = Eqn (*)(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
+DceRule dce_rule(Primitive p);
+Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
+
+struct PeSplit;
+PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
+
+/// j with its invars reordered: new invars[i] = old invars[order[i]] (same for outvars).
+ClosedJaxpr permute_invars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);
+ClosedJaxpr permute_outvars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);
+/// j keeping only the invars with keep set (the others must be unused).
+ClosedJaxpr prune_invars(const ClosedJaxpr& j, const std::vector<bool>& keep);
+/// Copies j's equations into `out` with fresh variables, its invars bound to `inputs`; returns
+/// the atoms of its outputs. (j must have no constvars.)
+std::vector<Atom> inline_jaxpr(const Jaxpr& j, std::span<const Atom> inputs, std::vector<Eqn>& out);
 
 /// A jaxpr whose constvars became its leading invars (closure conversion for a primitive that
 /// stores a jaxpr in its params: consts, perhaps tracers, are passed as operands instead).

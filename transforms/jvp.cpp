@@ -321,11 +321,16 @@ JvpOut jvp_eval(const ClosedJaxpr& cj, std::span<const Array> primals, std::span
 
 ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in, bool instantiate_out,
                       std::vector<bool>* nonzero_out) {
+  return jvp_jaxpr(j, nonzero_in, std::vector<bool>(j->outvars.size(), instantiate_out), nonzero_out);
+}
+
+ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in, const std::vector<bool>& instantiate,
+                      std::vector<bool>* nonzero_out) {
   std::vector<ShapedArray> avals = j.in_avals();
   std::size_t n = avals.size();
   for (std::size_t i = 0; i < n; ++i)
     if (nonzero_in[i]) avals.push_back(avals[i]);
-  std::vector<bool> nz_out;
+  std::vector<bool> present;
   auto body = [&](std::span<const Array> args) {
     std::vector<Tangent> ts;
     std::size_t k = n;
@@ -333,14 +338,16 @@ ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in,
       ts.push_back(nonzero_in[i] ? Tangent(args[k++]) : Tangent::zero(args[i].aval()));
     JvpOut out = jvp_eval(j, args.subspan(0, n), ts);
     std::vector<Array> res = out.primals;
-    for (const auto& t : out.tangents) {
-      nz_out.push_back(!t.is_zero());
-      if (instantiate_out || !t.is_zero()) res.push_back(t.instantiate());
+    present.clear();
+    for (std::size_t o = 0; o < out.tangents.size(); ++o) {
+      const Tangent& t = out.tangents[o];
+      present.push_back(instantiate[o] || !t.is_zero());
+      if (present.back()) res.push_back(t.instantiate());
     }
     return res;
   };
   ClosedJaxpr out = trace_flat(body, avals);
-  if (nonzero_out) *nonzero_out = instantiate_out ? std::vector<bool>(nz_out.size(), true) : nz_out;
+  if (nonzero_out) *nonzero_out = present;
   return out;
 }
 

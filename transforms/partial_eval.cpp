@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "ad.hpp"
+#include "higher_order.hpp"
 #include "pe_rules.hpp"
 
 namespace xjax::detail {
@@ -121,9 +122,11 @@ namespace xjax::detail {
 PeRule pe_rule(Primitive p) {
   switch (p) {
 #define XJAX_NO_PE_RULE(name) case Primitive::name:
-    XJAX_FOR_EACH_PRIMITIVE(XJAX_NO_PE_RULE)
+    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_NO_PE_RULE)
 #undef XJAX_NO_PE_RULE
-    return nullptr;
+    case Primitive::custom_jvp_call: case Primitive::custom_vjp_call: case Primitive::custom_lin:
+      return nullptr;
+    case Primitive::scan: return scan_partial_eval;
   }
   return nullptr;
 }

@@ -19,7 +19,7 @@
   X(gather) X(scatter_add) X(iota)
 
 // Primitives that carry jaxprs or functions in their params; rules in transforms/<family>.cpp.
-#define XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X) X(custom_jvp_call) X(custom_vjp_call) X(custom_lin)
+#define XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X) X(custom_jvp_call) X(custom_vjp_call) X(custom_lin) X(scan)
 
 #define XJAX_FOR_EACH_PRIMITIVE(X) XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(X) XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X)
 

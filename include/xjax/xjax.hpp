@@ -1,6 +1,7 @@
 // xjax.hpp: the umbrella header. `namespace xj = xjax;` in user code.
 #pragma once
 #include "xjax/array.hpp"
+#include "xjax/control_flow.hpp"
 #include "xjax/custom_derivatives.hpp"
 #include "xjax/dtype.hpp"
 #include "xjax/errors.hpp"

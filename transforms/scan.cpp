@@ -1,0 +1,463 @@
+// scan.cpp: the scan primitive and all its rules.
+//   carry..., ys... = scan[jaxpr, length, reverse, unroll, num_consts, num_carry] consts... init... xs...
+// with jaxpr : (consts..., carry..., x slices...) -> (carry..., y slices...); ys stack the y
+// slices along a new leading axis of size length. Read in order: params, evaluation, jvp
+// (fixpoint on which carries have tangents), partial evaluation (fixpoint on unknown carries;
+// residuals hoisted when loop-invariant, forwarded when they are consts or xs slices, stacked
+// otherwise), transpose (a scan running the other way that accumulates const cotangents in its
+// carry), DCE (fixpoint on used carries), and the flat entry the API calls.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "higher_order.hpp"
+#include "pe_rules.hpp"
+#include "xjax/control_flow.hpp"
+#include "xjax/ops.hpp"
+
+namespace xjax::detail {
+namespace {
+
+struct ScanParams {
+  ClosedJaxprPtr body;
+  std::int64_t length = 0;
+  bool reverse = false;
+  std::int64_t unroll = 1;
+  std::size_t nconsts = 0, ncarry = 0;
+
+  std::size_t nxs() const { return body->jaxpr->invars.size() - nconsts - ncarry; }
+  std::size_t nys() const { return body->jaxpr->outvars.size() - ncarry; }
+
+  static ScanParams read(const Params& ps) {
+    ScanParams s;
+    s.body = param<ClosedJaxprPtr>(ps, "jaxpr");
+    s.length = param_int(ps, "length");
+    s.reverse = param<bool>(ps, "reverse");
+    s.unroll = param_int(ps, "unroll");
+    s.nconsts = static_cast<std::size_t>(param_int(ps, "num_consts"));
+    s.ncarry = static_cast<std::size_t>(param_int(ps, "num_carry"));
+    return s;
+  }
+  Params with(ClosedJaxpr b, std::size_t nc, std::size_t ncar, bool rev) const {
+    return Params{{"jaxpr", std::make_shared<const ClosedJaxpr>(std::move(b))},
+                  {"length", length},
+                  {"reverse", rev},
+                  {"unroll", unroll},
+                  {"num_consts", static_cast<std::int64_t>(nc)},
+                  {"num_carry", static_cast<std::int64_t>(ncar)}};
+  }
+};
+
+ShapedArray stacked(const ShapedArray& a, std::int64_t length) {
+  ShapedArray s = a;
+  s.shape.insert(s.shape.begin(), length);
+  return s;
+}
+
+ShapedArray unstacked(const ShapedArray& a) {
+  ShapedArray s = a;
+  s.shape.erase(s.shape.begin());
+  return s;
+}
+
+template <class T> std::vector<T> cat(std::vector<T> a, const std::vector<T>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+template <class T> std::vector<T> part(std::span<const T> v, std::size_t first, std::size_t n) {
+  return std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(first), v.begin() + static_cast<std::ptrdiff_t>(first + n));
+}
+
+// Binds a scan whose body was built by tracing: the body's consts (if any) become leading consts.
+std::vector<Array> bind_scan(const ScanParams& sp, ClosedJaxpr body, std::size_t nc, std::size_t ncar, bool reverse,
+                             const std::vector<Array>& operands, std::source_location loc) {
+  std::vector<Array> ops = body.consts;
+  ops.insert(ops.end(), operands.begin(), operands.end());
+  std::size_t extra = body.consts.size();
+  return bind(Primitive::scan, ops, sp.with(consts_as_inputs(body), nc + extra, ncar, reverse), loc);
+}
+
+}  // namespace
+
+// ---- shape rule and evaluation ---------------------------------------------------------------
+
+std::vector<ShapedArray> scan_abstract_eval(std::span<const ShapedArray> in, const Params& ps) {
+  ScanParams sp = ScanParams::read(ps);
+  const Jaxpr& b = *sp.body->jaxpr;
+  if (in.size() != b.invars.size()) throw TypeError("scan: operand count differs from the body's inputs");
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    ShapedArray expect = i < sp.nconsts + sp.ncarry ? b.invars[i].aval() : stacked(b.invars[i].aval(), sp.length);
+    if (in[i] != expect)
+      throw TypeError("scan: operand " + std::to_string(i) + " is " + in[i].str() + ", expected " + expect.str());
+  }
+  auto outs = b.out_avals();
+  for (std::size_t k = sp.ncarry; k < outs.size(); ++k) outs[k] = stacked(outs[k], sp.length);
+  return outs;
+}
+
+namespace {
+Array leading_slice(const Array& x, std::int64_t i) {
+  ShapedArray a = unstacked(x.aval());
+  return array_from_bytes(static_cast<const char*>(x.raw_data()) + static_cast<std::size_t>(i) * a.nbytes(), a);
+}
+}  // namespace
+
+// carry = init; for i: carry, y[i] = body(consts, carry, x[i])
+std::vector<Array> scan_impl(std::span<const Array> in, const Params& ps) {
+  ScanParams sp = ScanParams::read(ps);
+  std::vector<Array> consts = part(in, 0, sp.nconsts);
+  std::vector<Array> carry = part(in, sp.nconsts, sp.ncarry);
+  std::vector<Array> xs = part(in, sp.nconsts + sp.ncarry, sp.nxs());
+  auto out_avals = scan_abstract_eval([&] { std::vector<ShapedArray> a; for (auto& x : in) a.push_back(x.aval()); return a; }(), ps);
+  std::vector<Array> ys;
+  for (std::size_t k = sp.ncarry; k < out_avals.size(); ++k) ys.push_back(alloc_array(out_avals[k]));
+  std::vector<Array> args;
+  for (std::int64_t step = 0; step < sp.length; ++step) {
+    std::int64_t i = sp.reverse ? sp.length - 1 - step : step;
+    args = consts;
+    args.insert(args.end(), carry.begin(), carry.end());
+    for (const auto& x : xs) args.push_back(leading_slice(x, i));
+    std::vector<Array> outs = eval_jaxpr(*sp.body, args);
+    args.clear();
+    carry.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sp.ncarry));
+    for (std::size_t k = 0; k < ys.size(); ++k) {
+      std::size_t n = outs[sp.ncarry + k].aval().nbytes();
+      if (n) std::memcpy(static_cast<char*>(mutable_data(ys[k])) + static_cast<std::size_t>(i) * n, outs[sp.ncarry + k].raw_data(), n);
+    }
+  }
+  return cat(carry, ys);
+}
+
+// ---- jvp -------------------------------------------------------------------------------------
+
+// d scan(body) = scan(jvp(body)) over (consts, dconsts), (carry, dcarry), (xs, dxs), with the set
+// of carries that have tangents grown to a fixpoint.
+JvpOut scan_jvp(const JvpArgs& a) {
+  ScanParams sp = ScanParams::read(a.params);
+  std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
+  std::vector<bool> nz(a.t.size());
+  for (std::size_t i = 0; i < a.t.size(); ++i) nz[i] = !a.t[i].is_zero() && differentiable(a.x[i].aval());
+  ClosedJaxpr jb;
+  std::vector<bool> present;
+  while (true) {
+    std::vector<bool> inst(ncar + ny, false);
+    for (std::size_t k = 0; k < ncar; ++k) inst[k] = nz[nc + k];
+    jb = jvp_jaxpr(*sp.body, nz, inst, &present);
+    bool grew = false;
+    for (std::size_t k = 0; k < ncar; ++k)
+      if (present[k] && !nz[nc + k] && differentiable(a.x[nc + k].aval())) nz[nc + k] = grew = true;
+    if (!grew) break;
+  }
+  // jb inputs: consts, carry, xs, then tangents of the nz inputs in that order; reorder to
+  // (consts, dconsts), (carry, dcarry), (xs, dxs). Outputs: carry, ys, dcarry, dys -> regroup.
+  std::vector<std::size_t> tpos(a.t.size(), 0);
+  std::size_t next = nc + ncar + nx;
+  for (std::size_t i = 0; i < a.t.size(); ++i)
+    if (nz[i]) tpos[i] = next++;
+  std::vector<std::size_t> in_order;
+  std::vector<Array> operands;
+  auto group = [&](std::size_t first, std::size_t n) {
+    for (std::size_t i = first; i < first + n; ++i) { in_order.push_back(i); operands.push_back(a.x[i]); }
+    std::size_t count = 0;
+    for (std::size_t i = first; i < first + n; ++i)
+      if (nz[i]) { in_order.push_back(tpos[i]); operands.push_back(a.t[i].instantiate()); ++count; }
+    return count;
+  };
+  std::size_t ndc = group(0, nc), ndcar = group(nc, ncar);
+  group(nc + ncar, nx);
+  std::vector<bool> ys_present(present.begin() + static_cast<std::ptrdiff_t>(ncar), present.end());
+  std::vector<std::size_t> out_order;
+  for (std::size_t k = 0; k < ncar; ++k) out_order.push_back(k);
+  std::size_t t = ncar + ny;
+  for (std::size_t k = 0; k < ncar; ++k)
+    if (present[k]) out_order.push_back(t++);
+  for (std::size_t k = 0; k < ny; ++k) out_order.push_back(ncar + k);
+  for (std::size_t k = 0; k < ny; ++k)
+    if (ys_present[k]) out_order.push_back(t++);
+  ClosedJaxpr body = permute_outvars(permute_invars(jb, in_order), out_order);
+  auto outs = bind_scan(sp, body, nc + ndc, ncar + ndcar, sp.reverse, operands, a.loc);
+  JvpOut r;
+  std::size_t o = 0;
+  for (std::size_t k = 0; k < ncar; ++k) r.primals.push_back(outs[o++]);
+  for (std::size_t k = 0; k < ncar; ++k)
+    r.tangents.push_back(present[k] ? Tangent(outs[o++]) : Tangent::zero(r.primals[k].aval()));
+  std::vector<Array> ys(outs.begin() + static_cast<std::ptrdiff_t>(o), outs.begin() + static_cast<std::ptrdiff_t>(o + ny));
+  o += ny;
+  for (std::size_t k = 0; k < ny; ++k) {
+    r.primals.push_back(ys[k]);
+    r.tangents.push_back(ys_present[k] ? Tangent(outs[o++]) : Tangent::zero(ys[k].aval()));
+  }
+  return r;
+}
+
+// ---- partial evaluation ----------------------------------------------------------------------
+
+namespace {
+
+enum class ResKind { const_fwd, xs_fwd, invariant, stacked };
+
+}  // namespace
+
+PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable) {
+  ScanParams sp = ScanParams::read(e.params);
+  const Jaxpr& b = *sp.body->jaxpr;
+  std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
+  std::vector<bool> uk = in_unknown;
+  PartialEval pe;
+  while (true) {
+    std::vector<bool> inst(ncar + ny, false);
+    for (std::size_t k = 0; k < ncar; ++k) inst[k] = uk[nc + k];
+    pe = partial_eval(*sp.body, uk, inst, saveable);
+    bool grew = false;
+    for (std::size_t k = 0; k < ncar; ++k)
+      if (pe.out_unknown[k] && !uk[nc + k]) uk[nc + k] = grew = true;
+    if (!grew) break;
+  }
+  const Jaxpr& kb = *pe.known.jaxpr;
+
+  // Where each known-body invar comes from in the outer equation.
+  std::unordered_map<std::uint64_t, std::size_t> outer_index;
+  for (std::size_t i = 0; i < b.invars.size(); ++i) outer_index[b.invars[i].id()] = i;
+
+  // Loop-invariant values of the known body: computed from known consts alone.
+  std::unordered_set<std::uint64_t> invariant;
+  for (std::size_t i = 0; i < nc; ++i)
+    if (!uk[i]) invariant.insert(b.invars[i].id());
+  for (const Eqn& q : kb.eqns) {
+    bool inv = std::all_of(q.inputs.begin(), q.inputs.end(), [&](const Atom& x) {
+      auto* v = std::get_if<Var>(&x);
+      return !v || invariant.count(v->id());
+    });
+    if (inv)
+      for (const auto& o : q.outputs) invariant.insert(o.id());
+  }
+  std::vector<ResKind> kind;
+  for (const Var& r : pe.residual_vars) {
+    auto it = outer_index.find(r.id());
+    if (it != outer_index.end() && it->second < nc) kind.push_back(ResKind::const_fwd);
+    else if (it != outer_index.end() && it->second >= nc + ncar) kind.push_back(ResKind::xs_fwd);
+    else if (invariant.count(r.id())) kind.push_back(ResKind::invariant);
+    else kind.push_back(ResKind::stacked);
+  }
+
+  PeSplit split;
+  // Hoist the invariant residuals: inline their computation before the known scan.
+  std::vector<Atom> known_const_atoms;
+  std::vector<Var> known_const_vars;
+  for (std::size_t i = 0; i < nc; ++i)
+    if (!uk[i]) { known_const_atoms.push_back(e.inputs[i]); known_const_vars.push_back(b.invars[i]); }
+  std::unordered_map<std::uint64_t, Atom> hoisted;
+  {
+    auto hj = std::make_shared<Jaxpr>();
+    hj->invars = known_const_vars;
+    for (const Eqn& q : kb.eqns)
+      if (std::all_of(q.outputs.begin(), q.outputs.end(), [&](const Var& v) { return invariant.count(v.id()) > 0; }))
+        hj->eqns.push_back(q);
+    std::vector<Var> inv_res;
+    for (std::size_t r = 0; r < kind.size(); ++r)
+      if (kind[r] == ResKind::invariant) { hj->outvars.push_back(pe.residual_vars[r]); inv_res.push_back(pe.residual_vars[r]); }
+    if (!inv_res.empty()) {
+      ClosedJaxpr h = dce(ClosedJaxpr{hj, {}}, std::vector<bool>(hj->outvars.size(), true));
+      auto atoms = inline_jaxpr(*h.jaxpr, known_const_atoms, split.known);
+      for (std::size_t r = 0; r < inv_res.size(); ++r) hoisted.emplace(inv_res[r].id(), atoms[r]);
+    }
+  }
+
+  // The known scan: known inputs -> known carry, known ys, stacked residuals.
+  std::size_t n_known_out = 0;
+  for (bool u : pe.out_unknown) n_known_out += u ? 0 : 1;
+  {
+    auto kj = std::make_shared<Jaxpr>(kb);
+    kj->outvars.resize(n_known_out);
+    for (std::size_t r = 0; r < kind.size(); ++r)
+      if (kind[r] == ResKind::stacked) kj->outvars.push_back(pe.residual_vars[r]);
+    ClosedJaxpr known_body = dce(ClosedJaxpr{kj, pe.known.consts}, std::vector<bool>(kj->outvars.size(), true));
+    if (!known_body.consts.empty()) known_body = consts_as_inputs(known_body);  // never expected
+    Eqn ke{Primitive::scan, {}, {}, {}, e.loc};
+    std::size_t knc = 0, kncar = 0;
+    for (std::size_t i = 0; i < e.inputs.size(); ++i)
+      if (!uk[i]) {
+        ke.inputs.push_back(e.inputs[i]);
+        if (i < nc) ++knc;
+        else if (i < nc + ncar) ++kncar;
+      }
+    for (std::size_t k = 0; k < ncar + ny; ++k)
+      if (!pe.out_unknown[k]) ke.outputs.push_back(e.outputs[k]);
+    ke.params = sp.with(known_body, knc, kncar, sp.reverse);
+    std::size_t s = 0;
+    std::vector<Var> stacked_vars;
+    for (std::size_t r = 0; r < kind.size(); ++r)
+      if (kind[r] == ResKind::stacked) {
+        stacked_vars.emplace_back(stacked(pe.residual_vars[r].aval(), sp.length));
+        ke.outputs.push_back(stacked_vars.back());
+        ++s;
+      }
+    split.known.push_back(std::move(ke));
+
+    // The staged scan: consts = (forwarded consts, hoisted, unknown consts), carry = unknown
+    // carry, xs = (stacked residuals, forwarded xs, unknown xs).
+    const Jaxpr& sb = *pe.staged.jaxpr;  // invars: residuals..., unknown inputs...
+    std::size_t nres = kind.size();
+    std::vector<std::size_t> order;
+    Eqn se{Primitive::scan, {}, {}, {}, e.loc};
+    auto add_res = [&](ResKind k) {
+      std::size_t stacked_i = 0;
+      for (std::size_t r = 0; r < nres; ++r) {
+        if (kind[r] == ResKind::stacked && k == ResKind::stacked) {
+          order.push_back(r);
+          se.inputs.push_back(stacked_vars[stacked_i]);
+        } else if (kind[r] == k) {
+          order.push_back(r);
+          if (k == ResKind::invariant) se.inputs.push_back(hoisted.at(pe.residual_vars[r].id()));
+          else se.inputs.push_back(e.inputs[outer_index.at(pe.residual_vars[r].id())]);
+        }
+        if (kind[r] == ResKind::stacked) ++stacked_i;
+      }
+    };
+    auto add_unknown = [&](std::size_t first, std::size_t n) {
+      std::size_t pos = nres;
+      for (std::size_t i = 0; i < first; ++i) pos += uk[i] ? 1 : 0;
+      std::size_t count = 0;
+      for (std::size_t i = first; i < first + n; ++i)
+        if (uk[i]) { order.push_back(pos++); se.inputs.push_back(e.inputs[i]); ++count; }
+      return count;
+    };
+    add_res(ResKind::const_fwd);
+    add_res(ResKind::invariant);
+    std::size_t snc = order.size() + add_unknown(0, nc);
+    std::size_t sncar = add_unknown(nc, ncar);
+    add_res(ResKind::stacked);
+    add_res(ResKind::xs_fwd);
+    add_unknown(nc + ncar, nx);
+    (void)sb;
+    ClosedJaxpr staged_body = permute_invars(pe.staged, order);
+    se.params = sp.with(staged_body, snc, sncar, sp.reverse);
+    for (std::size_t k = 0; k < ncar + ny; ++k)
+      if (pe.out_unknown[k]) se.outputs.push_back(e.outputs[k]);
+    split.staged.push_back(std::move(se));
+  }
+  split.out_unknown = pe.out_unknown;
+  for (std::size_t k = 0; k < ncar; ++k) split.out_unknown[k] = uk[nc + k];
+  return split;
+}
+
+// ---- transpose -------------------------------------------------------------------------------
+
+// scan(body)^T runs body^T the other way: carry (ct of linear consts, ct of carry),
+// xs (non-linear xs, ct of ys) -> ys (ct of linear xs).
+std::vector<Tangent> scan_transpose(const TransposeArgs& a) {
+  ScanParams sp = ScanParams::read(a.params);
+  std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
+  const Jaxpr& b = *sp.body->jaxpr;
+  std::vector<bool> lin(a.in.size());
+  for (std::size_t i = 0; i < a.in.size(); ++i) lin[i] = a.in[i].is_linear();
+  // The body is linear in every carry. An initial carry that is not linear is a known value that
+  // only a linear computation reads (e.g. an instantiated zero tangent): it gets no cotangent.
+  std::vector<bool> init_lin(lin.begin() + static_cast<std::ptrdiff_t>(nc), lin.begin() + static_cast<std::ptrdiff_t>(nc + ncar));
+  for (std::size_t k = 0; k < ncar; ++k) lin[nc + k] = true;
+  std::vector<std::size_t> c_nl, c_lin, x_nl, x_lin;
+  for (std::size_t i = 0; i < nc; ++i) (lin[i] ? c_lin : c_nl).push_back(i);
+  for (std::size_t i = nc + ncar; i < nc + ncar + nx; ++i) (lin[i] ? x_lin : x_nl).push_back(i);
+
+  // body^T : (consts_nl; ct_consts_acc, ct_carry; xs_nl, ct_y) -> (ct_consts_acc', ct_carry'; ct_x)
+  std::vector<ShapedArray> avals;
+  for (auto i : c_nl) avals.push_back(b.invars[i].aval());
+  for (auto i : c_lin) avals.push_back(b.invars[i].aval());
+  for (std::size_t k = 0; k < ncar; ++k) avals.push_back(b.invars[nc + k].aval());
+  for (auto i : x_nl) avals.push_back(b.invars[i].aval());
+  for (std::size_t k = 0; k < ny; ++k) avals.push_back(atom_aval(b.outvars[ncar + k]));
+  std::vector<bool> body_lin = lin;
+  auto body_t = [&](std::span<const Array> args) {
+    std::size_t p = 0;
+    std::vector<Array> nonlin(b.invars.size());
+    for (auto i : c_nl) nonlin[i] = args[p++];
+    std::vector<Array> acc(args.begin() + static_cast<std::ptrdiff_t>(p), args.begin() + static_cast<std::ptrdiff_t>(p + c_lin.size()));
+    p += c_lin.size();
+    std::vector<Tangent> cts;
+    for (std::size_t k = 0; k < ncar; ++k) cts.push_back(args[p++]);
+    for (auto i : x_nl) nonlin[i] = args[p++];
+    for (std::size_t k = 0; k < ny; ++k) cts.push_back(args[p++]);
+    std::vector<Array> nl_args;
+    for (std::size_t i = 0; i < b.invars.size(); ++i)
+      if (!body_lin[i]) nl_args.push_back(nonlin[i]);
+    auto got = backward_pass(*sp.body, body_lin, nl_args, cts);  // cts of linear invars, in order
+    std::vector<Array> out;
+    std::size_t g = 0;
+    for (std::size_t c = 0; c < c_lin.size(); ++c) out.push_back(add(acc[c], got[g++].instantiate()));
+    std::vector<Array> ct_carry, ct_x;
+    for (std::size_t k = 0; k < ncar; ++k) out.push_back(got[g++].instantiate());
+    for (std::size_t k = 0; k < x_lin.size(); ++k) out.push_back(got[g++].instantiate());
+    return out;
+  };
+  ClosedJaxpr bt = trace_flat(body_t, avals);
+  std::vector<Array> operands;
+  for (auto i : c_nl) operands.push_back(a.in[i].value);
+  for (auto i : c_lin) operands.push_back(broadcast_to(scalar(0.0, a.in[i].aval.dtype), a.in[i].aval.shape));
+  for (std::size_t k = 0; k < ncar; ++k) operands.push_back(a.ct[k].instantiate());
+  for (auto i : x_nl) operands.push_back(a.in[i].value);
+  for (std::size_t k = 0; k < ny; ++k) operands.push_back(a.ct[ncar + k].instantiate());
+  auto outs = bind_scan(sp, bt, c_nl.size(), c_lin.size() + ncar, !sp.reverse, operands, a.loc);
+  std::vector<Tangent> res;
+  for (const auto& in : a.in) res.push_back(Tangent::zero(in.aval));
+  std::size_t o = 0;
+  for (auto i : c_lin) res[i] = outs[o++];
+  for (std::size_t k = 0; k < ncar; ++k, ++o)
+    if (init_lin[k]) res[nc + k] = outs[o];
+  for (auto i : x_lin) res[i] = outs[o++];
+  return res;
+}
+
+// ---- DCE -------------------------------------------------------------------------------------
+
+// Keeps the ys that are used and the carries that are used or read by what is kept (fixpoint).
+Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
+  ScanParams sp = ScanParams::read(e.params);
+  std::size_t nc = sp.nconsts, ncar = sp.ncarry;
+  std::vector<bool> used_carry(used_out.begin(), used_out.begin() + static_cast<std::ptrdiff_t>(ncar));
+  std::vector<bool> body_used_in;
+  ClosedJaxpr body;
+  while (true) {
+    std::vector<bool> keep = used_out;
+    for (std::size_t k = 0; k < ncar; ++k) keep[k] = used_carry[k];
+    body = dce(*sp.body, keep, &body_used_in);
+    bool grew = false;
+    for (std::size_t k = 0; k < ncar; ++k)
+      if (body_used_in[nc + k] && !used_carry[k]) used_carry[k] = grew = true;
+    if (!grew) break;
+  }
+  std::vector<bool> keep_in = body_used_in;
+  for (std::size_t k = 0; k < ncar; ++k) keep_in[nc + k] = used_carry[k];
+  body = prune_invars(body, keep_in);
+  Eqn out{Primitive::scan, {}, {}, {}, e.loc};
+  std::size_t knc = 0, kncar = 0;
+  for (std::size_t i = 0; i < e.inputs.size(); ++i)
+    if (keep_in[i]) {
+      out.inputs.push_back(e.inputs[i]);
+      if (i < nc) ++knc;
+      else if (i < nc + ncar) ++kncar;
+    }
+  for (std::size_t k = 0; k < e.outputs.size(); ++k)
+    if (k < ncar ? used_carry[k] : used_out[k]) out.outputs.push_back(e.outputs[k]);
+  out.params = sp.with(body, knc, kncar, sp.reverse);
+  used_in = keep_in;
+  return out;
+}
+
+// ---- the flat entry --------------------------------------------------------------------------
+
+std::vector<Array> scan_flat(const ClosedJaxpr& body, std::span<const Array> init, std::span<const Array> xs,
+                             std::int64_t length, bool reverse, std::int64_t unroll, std::source_location loc) {
+  ClosedJaxpr closed = consts_as_inputs(body);
+  std::vector<Array> operands = body.consts;
+  operands.insert(operands.end(), init.begin(), init.end());
+  operands.insert(operands.end(), xs.begin(), xs.end());
+  ScanParams sp;
+  sp.length = length;
+  sp.unroll = unroll;
+  return bind(Primitive::scan, operands, sp.with(closed, body.consts.size(), init.size(), reverse), loc);
+}
+
+}  // namespace xjax::detail

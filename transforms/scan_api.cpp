@@ -1,0 +1,50 @@
+// scan_api.cpp: the checks behind xj::scan (control_flow.hpp) that need no templates.
+#include "higher_order.hpp"
+#include "xjax/control_flow.hpp"
+
+namespace xjax::detail {
+
+std::int64_t scan_length(std::span<const Array> xs, const std::optional<std::int64_t>& length, std::source_location loc) {
+  std::optional<std::int64_t> n = length;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].ndim() == 0)
+      throw ShapeError("scan: xs leaf " + std::to_string(i) + " is a scalar " + xs[i].aval().str() +
+                       "; every xs leaf needs a leading axis to scan over (at " + where(loc) + ")");
+    std::int64_t d = xs[i].shape()[0];
+    if (n && *n != d)
+      throw ShapeError("scan: xs leaf " + std::to_string(i) + " has leading axis " + std::to_string(d) + " but " +
+                       (length ? "length is " : "an earlier leaf has ") + std::to_string(*n) + " (at " + where(loc) + ")");
+    n = d;
+  }
+  if (!n) throw ShapeError("scan: xs is empty (xj::None), so .length must be given (at " + where(loc) + ")");
+  if (*n < 0) throw ShapeError("scan: negative length " + std::to_string(*n) + " (at " + where(loc) + ")");
+  return *n;
+}
+
+void check_carry(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
+                 std::span<const ShapedArray> out, std::source_location loc) {
+  if (!(in_def == out_def))
+    throw TypeError("scan: the body's carry output has structure " + out_def.str() + " but the carry input has " +
+                    in_def.str() + " (at " + where(loc) + ")");
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (in[i] != out[i])
+      throw TypeError("scan: carry leaf " + std::to_string(i) + " enters the body as " + in[i].str() +
+                      " but the body returns " + out[i].str() + "; the carry's shapes and dtypes must not change (at " +
+                      where(loc) + ")");
+}
+
+void scan_body_not_pair(std::source_location loc) {
+  throw TypeError("scan: the body must return std::pair{new_carry, y} (use xj::None{} for no y) (at " + where(loc) + ")");
+}
+
+std::vector<ShapedArray> slice_avals(std::span<const Array> xs) {
+  std::vector<ShapedArray> out;
+  for (const auto& x : xs) {
+    ShapedArray a = x.aval();
+    a.shape.erase(a.shape.begin());
+    out.push_back(a);
+  }
+  return out;
+}
+
+}  // namespace xjax::detail
