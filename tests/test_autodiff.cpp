@@ -1,0 +1,978 @@
+// test_autodiff.cpp: the autodiff transforms from the user's side: grad (argnums, has_aux),
+// value_and_grad, vjp, jvp, linearize, jacfwd, jacrev, hessian, stop_gradient, on pytrees and
+// composed to higher order; the trace cache; error messages; check_grads. Every derivative is
+// compared with a closed form written as a plain loop or with central finite differences of the
+// function evaluated concretely, never with another result of the same AD code path.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+namespace xj = xjax;
+
+namespace {
+
+struct Params {
+  BOOST_HANA_DEFINE_STRUCT(Params, (xj::Array, w), (xj::Array, b));
+};
+
+std::string str(const xj::ClosedJaxpr& j) {
+  std::ostringstream os;
+  os << j;
+  return os.str();
+}
+
+std::vector<double> vec(const xj::Array& x) { return x.to_vector<double>(); }
+
+xj::Array f64v(std::vector<double> v, xj::Shape shape) { return xj::array<double>(v, std::move(shape)); }
+xj::Array f64v(std::vector<double> v) {
+  auto n = static_cast<std::int64_t>(v.size());
+  return xj::array<double>(v, {n});
+}
+
+void check_values(const xj::Array& got, const std::vector<double>& want, double tol = 1e-9) {
+  auto g = vec(got);
+  REQUIRE(g.size() == want.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i);
+    CHECK(g[i] == doctest::Approx(want[i]).epsilon(tol).scale(1.0));
+  }
+}
+
+void check_close(const xj::Array& got, const xj::Array& want, double tol = 1e-9) {
+  REQUIRE(got.aval() == want.aval());
+  check_values(got, vec(want), tol);
+}
+
+/// Central finite differences of a scalar function of plain doubles.
+std::vector<double> fd_grad(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
+                            double eps = 1e-5) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double x0 = x[i];
+    x[i] = x0 + eps;
+    double fp = f(x);
+    x[i] = x0 - eps;
+    double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * eps);
+  }
+  return g;
+}
+
+/// Central finite-difference Jacobian (row-major, out x in) of an xjax function evaluated
+/// concretely (no transform involved) on a f64 vector.
+std::vector<double> fd_jacobian(const std::function<xj::Array(const xj::Array&)>& f, const std::vector<double>& x,
+                                double eps = 1e-6) {
+  std::size_t n = x.size();
+  std::size_t m = static_cast<std::size_t>(f(f64v(x)).size());
+  std::vector<double> jac(m * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto xp = x, xm = x;
+    xp[i] += eps;
+    xm[i] -= eps;
+    auto fp = vec(f(f64v(xp))), fm = vec(f(f64v(xm)));
+    for (std::size_t k = 0; k < m; ++k) jac[k * n + i] = (fp[k] - fm[k]) / (2 * eps);
+  }
+  return jac;
+}
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+template <class Fn> std::string error_message(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+
+/// Asserts that a transformed jaxpr holds no dead equation (every output of every equation is read
+/// by a later equation or is an outvar) and materializes no zeros (no equation reads a 0 literal,
+/// no all-zero constant). Zero literals are allowed where the function itself needs them.
+void check_lean(const xj::ClosedJaxpr& j, bool zero_literals_ok = false) {
+  INFO(str(j));
+  const xj::Jaxpr& jp = *j;
+  std::set<std::uint64_t> read;
+  for (const auto& o : jp.outvars)
+    if (auto* v = std::get_if<xj::Var>(&o)) read.insert(v->id());
+  for (auto it = jp.eqns.rbegin(); it != jp.eqns.rend(); ++it) {
+    for (const auto& out : it->outputs) {
+      INFO("unused output of " << xj::primitive_name(it->prim));
+      CHECK(read.count(out.id()) == 1);
+    }
+    for (const auto& in : it->inputs)
+      if (auto* v = std::get_if<xj::Var>(&in)) read.insert(v->id());
+  }
+  for (const auto& e : jp.eqns)
+    for (const auto& in : e.inputs)
+      if (auto* lit = std::get_if<xj::Literal>(&in); lit && !zero_literals_ok) {
+        INFO(xj::primitive_name(e.prim) << " reads the literal " << lit->value);
+        CHECK(lit->value.item<double>() != 0.0);
+      }
+  for (const auto& c : j.consts) {
+    bool all_zero = c.size() > 0;
+    for (double v : vec(c)) all_zero = all_zero && v == 0.0;
+    CHECK_FALSE(all_zero);
+  }
+}
+}  // namespace
+
+// ---- acceptance 2 -----------------------------------------------------------------------------
+
+TEST_CASE("autodiff: grad of sum(tanh(x)) is 1 - tanh(x)^2") {
+  std::vector<double> xs{-2.0, -0.7, 0.0, 0.3, 1.1, 2.5};
+  auto f = [](const xj::Array& x) { return xj::sum(xj::tanh(x)); };
+  std::vector<double> want;
+  for (double x : xs) want.push_back(1 - std::tanh(x) * std::tanh(x));
+
+  SUBCASE("f64") {
+    xj::Array g = xj::grad(f)(f64v(xs));
+    CHECK(g.aval() == xj::ShapedArray{{6}, xj::f64});
+    check_values(g, want, 1e-12);
+  }
+  SUBCASE("f32") {
+    xj::Array g = xj::grad(f)(xj::astype(f64v(xs), xj::f32));
+    CHECK(g.aval() == xj::ShapedArray{{6}, xj::f32});
+    check_values(g, want, 1e-5);
+  }
+  SUBCASE("rank 2") {
+    xj::Array g = xj::grad(f)(f64v(xs, {2, 3}));
+    CHECK(g.shape() == xj::Shape{2, 3});
+    check_values(g, want, 1e-12);
+  }
+}
+
+TEST_CASE("autodiff: hessian of x^T A x is A + A^T") {
+  std::vector<double> a{1.0, 2.0, -3.0, 0.5, 4.0, 1.5, -2.0, 0.25, 3.0};  // not symmetric
+  xj::Array A = f64v(a, {3, 3});
+  auto f = [A](const xj::Array& x) { return xj::dot(x, xj::matmul(A, x)); };
+  xj::Array x = f64v({0.3, -1.2, 2.0});
+  std::vector<double> want(9);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) want[static_cast<std::size_t>(i * 3 + j)] = a[static_cast<std::size_t>(i * 3 + j)] + a[static_cast<std::size_t>(j * 3 + i)];
+
+  xj::Array H = xj::hessian(f)(x);
+  CHECK(H.aval() == xj::ShapedArray{{3, 3}, xj::f64});
+  check_values(H, want, 1e-12);
+  // The gradient is (A + A^T) x.
+  std::vector<double> gx(3, 0.0);
+  auto xv = vec(x);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = 0; j < 3; ++j) gx[i] += want[i * 3 + j] * xv[j];
+  check_values(xj::grad(f)(x), gx, 1e-12);
+  // The same Hessian from the other three mode orders.
+  check_values(xj::jacrev(xj::jacrev(f))(x), want, 1e-12);
+  check_values(xj::jacrev(xj::jacfwd(f))(x), want, 1e-12);
+  check_values(xj::jacfwd(xj::jacfwd(f))(x), want, 1e-12);
+}
+
+TEST_CASE("autodiff: third derivative of sin at 0.3 is -cos(0.3)") {
+  auto f = [](const xj::Array& x) { return xj::sin(x); };
+  xj::Array x = xj::scalar(0.3, xj::f64);
+  auto d1 = xj::grad(f);
+  auto d2 = xj::grad(d1);
+  auto d3 = xj::grad(d2);
+  xj::Array g3 = d3(x);
+  CHECK(g3.aval() == xj::ShapedArray{{}, xj::f64});
+  CHECK(g3.item<double>() == doctest::Approx(-std::cos(0.3)).epsilon(1e-14));
+  CHECK(d2(x).item<double>() == doctest::Approx(-std::sin(0.3)).epsilon(1e-14));
+  CHECK(d1(x).item<double>() == doctest::Approx(std::cos(0.3)).epsilon(1e-14));
+  // Fourth order too.
+  CHECK(xj::grad(d3)(x).item<double>() == doctest::Approx(std::sin(0.3)).epsilon(1e-14));
+}
+
+TEST_CASE("autodiff: jacfwd and jacrev agree on a function R^3 -> R^4 and match finite differences") {
+  auto f = [](const xj::Array& x) {
+    return xj::stack({x[0] * x[1], xj::sin(x[2]), x[0] * x[0] + x[2], xj::exp(x[1]) * x[0] - x[1] / x[2]});
+  };
+  std::vector<double> xv{0.7, -0.4, 1.3};
+  xj::Array x = f64v(xv);
+  xj::Array jf = xj::jacfwd(f)(x);
+  xj::Array jr = xj::jacrev(f)(x);
+  CHECK(jf.aval() == xj::ShapedArray{{4, 3}, xj::f64});
+  CHECK(jr.aval() == xj::ShapedArray{{4, 3}, xj::f64});
+  check_close(jf, jr, 1e-13);
+  // closed form
+  double x0 = xv[0], x1 = xv[1], x2 = xv[2];
+  std::vector<double> want{x1, x0, 0,                                           //
+                           0, 0, std::cos(x2),                                  //
+                           2 * x0, 0, 1,                                        //
+                           std::exp(x1), std::exp(x1) * x0 - 1 / x2, x1 / (x2 * x2)};
+  check_values(jf, want, 1e-12);
+  // finite differences of the concrete function
+  check_values(jr, fd_jacobian(f, xv), 1e-7);
+}
+
+// ---- acceptance 3: the jaxpr of grad ----------------------------------------------------------
+
+TEST_CASE("autodiff: make_jaxpr(grad(f)) for f(x) = sum(sin(x) * x) is lean (golden text)") {
+  auto f = [](const xj::Array& x) { return xj::sum(xj::sin(x) * x); };
+  xj::ClosedJaxpr j = xj::make_jaxpr(xj::grad(f))(xj::zeros({3}));
+  std::string text = str(j);
+  CHECK(text ==
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = sin a\n"
+        "    c:f32[3] = cos a\n"
+        "    d:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,)] 1.0:f32[]\n"
+        "    e:f32[3] = mul d b\n"
+        "    f:f32[3] = mul d a\n"
+        "    g:f32[3] = mul f c\n"
+        "    h:f32[3] = add e g\n"
+        "  in (h,) }");
+
+  // Structural: no dead equation, no materialized zeros.
+  check_lean(j);
+  std::set<std::uint64_t> read;
+  for (const auto& o : j->outvars)
+    if (auto* v = std::get_if<xj::Var>(&o)) read.insert(v->id());
+  for (auto it = j->eqns.rbegin(); it != j->eqns.rend(); ++it) {
+    for (const auto& out : it->outputs) CHECK(read.count(out.id()) == 1);
+    for (const auto& in : it->inputs)
+      if (auto* v = std::get_if<xj::Var>(&in)) read.insert(v->id());
+    if (it->prim == xj::Primitive::broadcast_in_dim)
+      if (auto* lit = std::get_if<xj::Literal>(&it->inputs.at(0))) CHECK(lit->value.item<double>() == 1.0);
+  }
+  CHECK(j.consts.empty());
+  // Input and output as JAX has them.
+  REQUIRE(j->invars.size() == 1);
+  REQUIRE(j->outvars.size() == 1);
+  CHECK(xj::atom_aval(j->outvars[0]) == xj::ShapedArray{{3}, xj::f32});
+  // And it computes cos(x) x + sin(x).
+  std::vector<double> xs{0.1, -1.0, 2.0};
+  auto out = xj::eval_jaxpr(j, std::vector<xj::Array>{xj::astype(f64v(xs), xj::f32)});
+  std::vector<double> want;
+  for (double x : xs) want.push_back(std::cos(x) * x + std::sin(x));
+  check_values(out.at(0), want, 1e-6);
+}
+
+// ---- acceptance 5: the trace cache ------------------------------------------------------------
+
+TEST_CASE("autodiff: grad traces once per abstract signature") {
+  std::atomic<int> traces{0};
+  auto f = [&traces](const xj::Array& x) {
+    ++traces;
+    return xj::sum(x * x * x);
+  };
+  auto g = xj::grad(f);
+  xj::Array x = f64v({1.0, 2.0, -3.0});
+  for (int i = 0; i < 100; ++i) {
+    xj::Array r = g(x);
+    if (i == 0 || i == 99) check_values(r, {3.0, 12.0, 27.0});
+  }
+  CHECK(traces == 1);
+  // Different values, same signature: no retrace.
+  check_values(g(f64v({0.5, 0.0, 1.0})), {0.75, 0.0, 3.0});
+  CHECK(traces == 1);
+  // A new shape retraces once.
+  xj::Array y = f64v({1.0, 2.0});
+  for (int i = 0; i < 10; ++i) check_values(g(y), {3.0, 12.0});
+  CHECK(traces == 2);
+  // A new dtype retraces once.
+  for (int i = 0; i < 10; ++i) check_values(g(xj::astype(y, xj::f32)), {3.0, 12.0}, 1e-6);
+  CHECK(traces == 3);
+  // The old signatures are still cached.
+  g(x);
+  g(y);
+  CHECK(traces == 3);
+  // value_and_grad has its own cache, also traced once.
+  auto vg = xj::value_and_grad(f);
+  for (int i = 0; i < 20; ++i) vg(x);
+  CHECK(traces == 4);
+}
+
+TEST_CASE("autodiff: the grad cache is safe across threads") {
+  std::atomic<int> traces{0};
+  auto f = [&traces](const xj::Array& x, const xj::Array& y) {
+    ++traces;
+    return xj::sum(xj::sin(x) * y);
+  };
+  auto g = xj::grad(f, xj::argnums<0, 1>);
+  constexpr int kThreads = 4, kCalls = 40;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        double a = 0.1 * t + 0.01 * i;
+        // two shapes, interleaved, so that threads hit both cache entries
+        std::int64_t n = (i % 2) ? 3 : 2;
+        std::vector<double> xv, yv;
+        for (std::int64_t k = 0; k < n; ++k) {
+          xv.push_back(a + 0.5 * static_cast<double>(k));
+          yv.push_back(1.0 + a * static_cast<double>(k));
+        }
+        try {
+          auto [gx, gy] = g(f64v(xv), f64v(yv));
+          auto gxv = vec(gx), gyv = vec(gy);
+          for (std::size_t k = 0; k < xv.size(); ++k)
+            if (std::abs(gxv[k] - std::cos(xv[k]) * yv[k]) > 1e-12 || std::abs(gyv[k] - std::sin(xv[k])) > 1e-12)
+              ++failures;
+        } catch (...) {
+          ++failures;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(failures == 0);
+  // Concurrent first calls may each trace, but no more than once per thread and signature.
+  CHECK(traces >= 2);
+  CHECK(traces <= 2 * kThreads);
+  int before = traces;
+  g(f64v({1.0, 2.0}), f64v({1.0, 2.0}));
+  g(f64v({1.0, 2.0, 3.0}), f64v({1.0, 2.0, 3.0}));
+  CHECK(traces == before);
+}
+
+// ---- grad options -----------------------------------------------------------------------------
+
+TEST_CASE("autodiff: grad with argnums<0, 2> returns a tuple") {
+  auto f = [](const xj::Array& x, const xj::Array& y, const xj::Array& z) { return xj::sum(x * y * xj::exp(z)); };
+  xj::Array x = f64v({1.0, 2.0}), y = f64v({3.0, -1.0}), z = f64v({0.5, -0.25});
+  auto g = xj::grad(f, xj::argnums<0, 2>)(x, y, z);
+  static_assert(std::is_same_v<decltype(g), std::tuple<xj::Array, xj::Array>>);
+  auto& [gx, gz] = g;
+  check_values(gx, {3.0 * std::exp(0.5), -1.0 * std::exp(-0.25)});
+  check_values(gz, {1.0 * 3.0 * std::exp(0.5), 2.0 * -1.0 * std::exp(-0.25)});
+  // A single index gives the bare gradient.
+  auto gy = xj::grad(f, xj::argnums<1>)(x, y, z);
+  static_assert(std::is_same_v<decltype(gy), xj::Array>);
+  check_values(gy, {1.0 * std::exp(0.5), 2.0 * std::exp(-0.25)});
+  // Order follows the argnums list.
+  auto [gz2, gx2] = xj::grad(f, xj::argnums<2, 0>)(x, y, z);
+  check_close(gz2, gz);
+  check_close(gx2, gx);
+}
+
+TEST_CASE("autodiff: has_aux returns {grads, aux}; value_and_grad returns {value, grads}") {
+  auto f = [](const xj::Array& x) {
+    xj::Array loss = xj::sum(x * x);
+    return std::pair{loss, std::pair{x * 2.0, xj::max(x)}};
+  };
+  xj::Array x = f64v({1.0, -3.0, 2.0});
+  auto [g, aux] = xj::grad(f, {.has_aux = true})(x);
+  check_values(g, {2.0, -6.0, 4.0});
+  static_assert(std::is_same_v<decltype(aux), std::pair<xj::Array, xj::Array>>);
+  check_values(aux.first, {2.0, -6.0, 4.0});
+  CHECK(aux.second.item<double>() == 2.0);
+
+  auto h = [](const xj::Array& x) { return xj::sum(xj::sin(x)); };
+  auto [v, gh] = xj::value_and_grad(h)(x);
+  CHECK(v.item<double>() == doctest::Approx(std::sin(1.0) + std::sin(-3.0) + std::sin(2.0)).epsilon(1e-14));
+  check_values(gh, {std::cos(1.0), std::cos(-3.0), std::cos(2.0)});
+
+  auto [va, ga] = xj::value_and_grad(f, {.has_aux = true})(x);
+  CHECK(va.first.item<double>() == 14.0);
+  check_values(va.second.first, {2.0, -6.0, 4.0});
+  check_values(ga, {2.0, -6.0, 4.0});
+
+  auto [v2, g2] = xj::value_and_grad(
+      [](const xj::Array& a, const xj::Array& b) { return xj::sum(a * b); }, xj::argnums<0, 1>)(x, x * 3.0);
+  CHECK(v2.item<double>() == 42.0);
+  check_values(std::get<0>(g2), {3.0, -9.0, 6.0});
+  check_values(std::get<1>(g2), {1.0, -3.0, 2.0});
+}
+
+TEST_CASE("autodiff: pytree arguments get gradients in the same structure") {
+  xj::Array x = f64v({0.5, -1.0});
+  SUBCASE("std::map") {
+    std::map<std::string, xj::Array> p{{"w", f64v({2.0, 3.0})}, {"b", xj::scalar(0.25, xj::f64)}};
+    auto loss = [](const std::map<std::string, xj::Array>& p, const xj::Array& x) {
+      return xj::sum(xj::tanh(p.at("w") * x + p.at("b")));
+    };
+    auto g = xj::grad(loss)(p, x);
+    static_assert(std::is_same_v<decltype(g), std::map<std::string, xj::Array>>);
+    REQUIRE(g.size() == 2);
+    double z0 = 2.0 * 0.5 + 0.25, z1 = 3.0 * -1.0 + 0.25;
+    double d0 = 1 - std::tanh(z0) * std::tanh(z0), d1 = 1 - std::tanh(z1) * std::tanh(z1);
+    check_values(g.at("w"), {d0 * 0.5, d1 * -1.0});
+    CHECK(g.at("b").shape() == xj::Shape{});
+    CHECK(g.at("b").item<double>() == doctest::Approx(d0 + d1).epsilon(1e-12));
+  }
+  SUBCASE("hana struct") {
+    Params p{f64v({2.0, 3.0}), xj::scalar(0.25, xj::f64)};
+    auto loss = [](const Params& p, const xj::Array& x) { return xj::sum(xj::square(p.w * x + p.b)); };
+    auto [gp, gx] = xj::grad(loss, xj::argnums<0, 1>)(p, x);
+    static_assert(std::is_same_v<decltype(gp), Params>);
+    double z0 = 2.0 * 0.5 + 0.25, z1 = 3.0 * -1.0 + 0.25;
+    check_values(gp.w, {2 * z0 * 0.5, 2 * z1 * -1.0});
+    CHECK(gp.b.item<double>() == doctest::Approx(2 * z0 + 2 * z1).epsilon(1e-12));
+    check_values(gx, {2 * z0 * 2.0, 2 * z1 * 3.0});
+  }
+  SUBCASE("std::vector") {
+    std::vector<xj::Array> xs{f64v({1.0, 2.0}), xj::scalar(3.0, xj::f64), f64v({-1.0, 0.5, 4.0})};
+    auto loss = [](const std::vector<xj::Array>& v) { return xj::sum(v[0]) * v[1] + xj::sum(v[2] * v[2]); };
+    auto g = xj::grad(loss)(xs);
+    static_assert(std::is_same_v<decltype(g), std::vector<xj::Array>>);
+    REQUIRE(g.size() == 3);
+    check_values(g[0], {3.0, 3.0});
+    CHECK(g[1].item<double>() == 3.0);
+    check_values(g[2], {-2.0, 1.0, 8.0});
+  }
+}
+
+// ---- vjp / jvp / linearize --------------------------------------------------------------------
+
+TEST_CASE("autodiff: vjp returns the output and a function giving one cotangent per argument") {
+  auto f = [](const xj::Array& x, const xj::Array& y) { return x * xj::sin(y); };
+  xj::Array x = f64v({1.0, 2.0, 3.0}), y = f64v({0.1, -0.5, 1.5});
+  auto [out, f_vjp] = xj::vjp(f, x, y);
+  check_values(out, {std::sin(0.1), 2 * std::sin(-0.5), 3 * std::sin(1.5)});
+  auto cts = f_vjp(f64v({1.0, -2.0, 0.5}));
+  static_assert(std::is_same_v<decltype(cts), std::tuple<xj::Array, xj::Array>>);
+  auto [cx, cy] = cts;
+  check_values(cx, {std::sin(0.1), -2 * std::sin(-0.5), 0.5 * std::sin(1.5)});
+  check_values(cy, {std::cos(0.1), -2 * 2 * std::cos(-0.5), 0.5 * 3 * std::cos(1.5)});
+  // f_vjp can be called again with another cotangent.
+  auto [cx2, cy2] = f_vjp(f64v({0.0, 1.0, 0.0}));
+  check_values(cx2, {0.0, std::sin(-0.5), 0.0});
+  check_values(cy2, {0.0, 2 * std::cos(-0.5), 0.0});
+}
+
+TEST_CASE("autodiff: integer arguments get zero cotangents of their own dtype (xjax's float0)") {
+  // JAX gives integer inputs float0 cotangents; xjax gives a zero array of the argument's shape
+  // and dtype, so that the tuple of cotangents has one array per argument.
+  auto f = [](const xj::Array& x, const xj::Array& n) { return x * xj::astype(n, xj::f64); };
+  xj::Array x = f64v({1.0, 2.0});
+  xj::Array n = xj::array<std::int32_t>({3, -4});
+  auto [out, f_vjp] = xj::vjp(f, x, n);
+  check_values(out, {3.0, -8.0});
+  auto [cx, cn] = f_vjp(f64v({1.0, 1.0}));
+  check_values(cx, {3.0, -4.0});
+  CHECK(cn.aval() == xj::ShapedArray{{2}, xj::i32});
+  CHECK(cn.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0});
+
+  // Under grad with argnums covering the integer argument too.
+  auto g = xj::grad([](const xj::Array& x, const xj::Array& n) { return xj::sum(x * xj::astype(n, xj::f64)); },
+                    xj::argnums<0, 1>)(x, n);
+  check_values(std::get<0>(g), {3.0, -4.0});
+  CHECK(std::get<1>(g).aval() == xj::ShapedArray{{2}, xj::i32});
+  CHECK(std::get<1>(g).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0});
+}
+
+TEST_CASE("autodiff: jvp with tuples of primals and tangents") {
+  auto f = [](const xj::Array& x, const xj::Array& y) { return x * y + xj::sin(x); };
+  xj::Array x = f64v({0.5, 1.0}), y = f64v({2.0, -3.0});
+  xj::Array tx = f64v({1.0, 0.5}), ty = f64v({-1.0, 2.0});
+  auto [out, t] = xj::jvp(f, std::tuple{x, y}, std::tuple{tx, ty});
+  check_values(out, {0.5 * 2.0 + std::sin(0.5), -3.0 + std::sin(1.0)});
+  check_values(t, {1.0 * 2.0 + 0.5 * -1.0 + std::cos(0.5) * 1.0, 0.5 * -3.0 + 1.0 * 2.0 + std::cos(1.0) * 0.5});
+  // Finite differences along the tangent.
+  double eps = 1e-6;
+  xj::Array fp = f(x + tx * eps, y + ty * eps), fm = f(x - tx * eps, y - ty * eps);
+  check_values(t, vec((fp - fm) / (2 * eps)), 1e-8);
+}
+
+TEST_CASE("autodiff: linearize gives the jvp's linear map") {
+  auto f = [](const xj::Array& x, const xj::Array& y) { return xj::exp(x) * y - x * x; };
+  xj::Array x = f64v({0.5, -1.0, 2.0}), y = f64v({1.5, 2.0, -0.5});
+  auto [out, f_lin] = xj::linearize(f, x, y);
+  check_close(out, f(x, y), 1e-14);
+  for (auto [tx, ty] : {std::pair{f64v({1.0, 0.0, 0.0}), f64v({0.0, 0.0, 0.0})},
+                        std::pair{f64v({0.3, -1.0, 2.0}), f64v({1.0, 1.0, -2.0})}}) {
+    xj::Array lin = f_lin(tx, ty);
+    auto [o, t] = xj::jvp(f, std::tuple{x, y}, std::tuple{tx, ty});
+    check_close(lin, t, 1e-13);
+    // closed form: exp(x) y tx + exp(x) ty - 2 x tx
+    auto xv = vec(x), yv = vec(y), txv = vec(tx), tyv = vec(ty);
+    std::vector<double> want;
+    for (std::size_t i = 0; i < 3; ++i)
+      want.push_back(std::exp(xv[i]) * yv[i] * txv[i] + std::exp(xv[i]) * tyv[i] - 2 * xv[i] * txv[i]);
+    check_values(lin, want, 1e-12);
+  }
+}
+
+// ---- composition ------------------------------------------------------------------------------
+
+namespace {
+// f(x) = sum(exp(x)) * sum(x^2); closed-form gradient and Hessian.
+xj::Array expsq(const xj::Array& x) { return xj::sum(xj::exp(x)) * xj::sum(x * x); }
+std::vector<double> expsq_hessian(const std::vector<double>& x) {
+  double S = 0, Q = 0;
+  for (double v : x) S += std::exp(v), Q += v * v;
+  std::size_t n = x.size();
+  std::vector<double> H(n * n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      H[i * n + j] = (i == j ? std::exp(x[i]) * Q + 2 * S : 0.0) + 2 * std::exp(x[i]) * x[j] + 2 * x[i] * std::exp(x[j]);
+  return H;
+}
+std::vector<double> matvec(const std::vector<double>& H, const std::vector<double>& v) {
+  std::vector<double> out(v.size(), 0.0);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    for (std::size_t j = 0; j < v.size(); ++j) out[i] += H[i * v.size() + j] * v[j];
+  return out;
+}
+}  // namespace
+
+TEST_CASE("autodiff: composition: jvp of grad, grad of jvp, grad of vjp, jacfwd(jacrev) are Hessian products") {
+  std::vector<double> xv{0.2, -0.5, 1.0}, vv{1.0, 2.0, -0.5};
+  xj::Array x = f64v(xv), v = f64v(vv);
+  auto H = expsq_hessian(xv);
+  auto Hv = matvec(H, vv);
+  auto f = [](const xj::Array& x) { return expsq(x); };
+
+  // closed-form gradient against finite differences, so that H above is trusted
+  auto plain = [](const std::vector<double>& x) {
+    double S = 0, Q = 0;
+    for (double e : x) S += std::exp(e), Q += e * e;
+    return S * Q;
+  };
+  check_values(xj::grad(f)(x), fd_grad(plain, xv), 1e-8);
+
+  SUBCASE("jvp of grad") {
+    auto [g, hv] = xj::jvp(xj::grad(f), std::tuple{x}, std::tuple{v});
+    check_values(g, fd_grad(plain, xv), 1e-8);
+    check_values(hv, Hv, 1e-12);
+  }
+  SUBCASE("grad of jvp") {
+    auto dir = [f, v](const xj::Array& x) { return xj::jvp(f, std::tuple{x}, std::tuple{v}).second; };
+    check_values(xj::grad(dir)(x), Hv, 1e-12);
+  }
+  SUBCASE("grad of vjp") {
+    // x -> <vjp(sin)(x)(u), 1> = sum(u cos x), whose gradient is -u sin x.
+    xj::Array u = f64v({1.0, -2.0, 0.5});
+    auto g = [u](const xj::Array& x) {
+      auto [out, f_vjp] = xj::vjp([](const xj::Array& a) { return xj::sin(a); }, x);
+      return xj::sum(std::get<0>(f_vjp(u)));
+    };
+    check_values(xj::grad(g)(x), {-1.0 * std::sin(0.2), 2.0 * std::sin(-0.5), -0.5 * std::sin(1.0)}, 1e-12);
+    // and the vjp of a gradient (a Hessian-vector product)
+    auto [gx, f_vjp] = xj::vjp(xj::grad(f), x);
+    check_values(std::get<0>(f_vjp(v)), Hv, 1e-12);
+  }
+  SUBCASE("jacfwd(jacrev(f)) and hessian") {
+    check_values(xj::jacfwd(xj::jacrev(f))(x), H, 1e-12);
+    check_values(xj::hessian(f)(x), H, 1e-12);
+    check_values(xj::jacrev(xj::grad(f))(x), H, 1e-12);
+    check_values(xj::jacfwd(xj::grad(f))(x), H, 1e-12);
+  }
+  SUBCASE("linearize of grad") {
+    auto [g, lin] = xj::linearize(xj::grad(f), x);
+    check_values(lin(v), Hv, 1e-12);
+  }
+}
+
+TEST_CASE("autodiff: grad(grad(f)) of a two-argument function") {
+  // f(x, y) = x^3 y^2 + sin(x y)
+  auto f = [](const xj::Array& x, const xj::Array& y) { return x * x * x * y * y + xj::sin(x * y); };
+  double a = 0.7, b = -1.3;
+  xj::Array x = xj::scalar(a, xj::f64), y = xj::scalar(b, xj::f64);
+  // d2f/dx2 = 6 x y^2 - y^2 sin(xy)
+  CHECK(xj::grad(xj::grad(f))(x, y).item<double>() ==
+        doctest::Approx(6 * a * b * b - b * b * std::sin(a * b)).epsilon(1e-13));
+  // d/dy df/dx = 6 x^2 y + cos(xy) - xy sin(xy)
+  double dxy = 6 * a * a * b + std::cos(a * b) - a * b * std::sin(a * b);
+  CHECK(xj::grad(xj::grad(f), xj::argnums<1>)(x, y).item<double>() == doctest::Approx(dxy).epsilon(1e-13));
+  // d/dx df/dy = the same
+  CHECK(xj::grad(xj::grad(f, xj::argnums<1>))(x, y).item<double>() == doctest::Approx(dxy).epsilon(1e-13));
+  // both second derivatives of df/dx at once
+  auto [dxx, dxy2] = xj::grad(xj::grad(f), xj::argnums<0, 1>)(x, y);
+  CHECK(dxx.item<double>() == doctest::Approx(6 * a * b * b - b * b * std::sin(a * b)).epsilon(1e-13));
+  CHECK(dxy2.item<double>() == doctest::Approx(dxy).epsilon(1e-13));
+  // finite differences of the closed-form df/dx = 3 x^2 y^2 + y cos(xy) along y
+  auto dfdx = [](double x, double y) { return 3 * x * x * y * y + y * std::cos(x * y); };
+  double eps = 1e-6;
+  CHECK(dxy == doctest::Approx((dfdx(a, b + eps) - dfdx(a, b - eps)) / (2 * eps)).epsilon(1e-7));
+}
+
+TEST_CASE("autodiff: a grad inside a function closing over an outer traced value") {
+  // h(y) = d/dx f(x, y) at x0, where the inner function captures y (a tracer of the outer grad).
+  auto f = [](const xj::Array& x, const xj::Array& y) { return xj::sin(x * y) * xj::exp(y) + x * x * y; };
+  auto plain = [](double x, double y) { return std::sin(x * y) * std::exp(y) + x * x * y; };
+  double x0 = 0.4, y0 = 0.9;
+  xj::Array xa = xj::scalar(x0, xj::f64);
+  auto h = [f, xa](const xj::Array& y) {
+    auto inner = [f, y](const xj::Array& x) { return f(x, y); };
+    return xj::grad(inner)(xa);
+  };
+  // h itself: df/dx = y cos(xy) e^y + 2 x y
+  CHECK(h(xj::scalar(y0, xj::f64)).item<double>() ==
+        doctest::Approx(y0 * std::cos(x0 * y0) * std::exp(y0) + 2 * x0 * y0).epsilon(1e-13));
+  double got = xj::grad(h)(xj::scalar(y0, xj::f64)).item<double>();
+  // mixed second derivative by finite differences of plain doubles
+  double e = 1e-4;
+  double fd = (plain(x0 + e, y0 + e) - plain(x0 + e, y0 - e) - plain(x0 - e, y0 + e) + plain(x0 - e, y0 - e)) / (4 * e * e);
+  CHECK(got == doctest::Approx(fd).epsilon(1e-6));
+  // closed form: d/dy [y cos(xy) e^y + 2xy] = cos(xy) e^y - x y sin(xy) e^y + y cos(xy) e^y + 2x
+  double closed = std::cos(x0 * y0) * std::exp(y0) - x0 * y0 * std::sin(x0 * y0) * std::exp(y0) +
+                  y0 * std::cos(x0 * y0) * std::exp(y0) + 2 * x0;
+  CHECK(got == doctest::Approx(closed).epsilon(1e-13));
+  // The same grad object, called under two different outer values, must not reuse a jaxpr that
+  // closed over the first tracer.
+  auto gh = xj::grad(h);
+  double got2 = gh(xj::scalar(1.7, xj::f64)).item<double>();
+  double closed2 = std::cos(x0 * 1.7) * std::exp(1.7) - x0 * 1.7 * std::sin(x0 * 1.7) * std::exp(1.7) +
+                   1.7 * std::cos(x0 * 1.7) * std::exp(1.7) + 2 * x0;
+  CHECK(got2 == doctest::Approx(closed2).epsilon(1e-13));
+  CHECK(gh(xj::scalar(y0, xj::f64)).item<double>() == doctest::Approx(closed).epsilon(1e-13));
+}
+
+TEST_CASE("autodiff: stop_gradient blocks the derivative") {
+  auto f = [](const xj::Array& x) { return xj::sum(x * xj::stop_gradient(x)); };
+  xj::Array x = f64v({1.0, -2.0, 3.0});
+  check_values(xj::grad(f)(x), {1.0, -2.0, 3.0});
+  auto [o, t] = xj::jvp(f, std::tuple{x}, std::tuple{f64v({1.0, 1.0, 1.0})});
+  CHECK(o.item<double>() == 14.0);
+  CHECK(t.item<double>() == 2.0);
+}
+
+TEST_CASE("autodiff: inputs and outputs that do not depend on each other get zero derivatives") {
+  xj::Array x = f64v({1.0, 2.0}), y = f64v({3.0, -1.0, 0.5});
+  // grad of an argument the function ignores
+  auto f = [](const xj::Array& x, const xj::Array& y) { return xj::sum(y * y) + 0.0 * xj::sum(xj::stop_gradient(x)); };
+  auto [gx, gy] = xj::grad(f, xj::argnums<0, 1>)(x, y);
+  CHECK(gx.aval() == x.aval());
+  check_values(gx, {0.0, 0.0});
+  check_values(gy, {6.0, -2.0, 1.0});
+  auto ignore = [](const xj::Array&, const xj::Array& y) { return xj::sum(y); };
+  check_values(xj::grad(ignore)(x, y), {0.0, 0.0});
+  // a constant function
+  auto c = [](const xj::Array&) { return xj::scalar(2.0, xj::f64); };
+  check_values(xj::grad(c)(x), {0.0, 0.0});
+  check_values(xj::jacrev([](const xj::Array& x) { return xj::zeros_like(x) + 1.0; })(x), {0, 0, 0, 0});
+  check_values(xj::jacfwd([](const xj::Array& x) { return xj::zeros_like(x) + 1.0; })(x), {0, 0, 0, 0});
+  // a pytree output where one part ignores the input: vjp and jvp
+  auto g = [](const xj::Array& x, const xj::Array& y) { return std::pair{x * 2.0, xj::sum(y) + 1.0}; };
+  auto [out, g_vjp] = xj::vjp(g, x, y);
+  static_assert(std::is_same_v<decltype(out), std::pair<xj::Array, xj::Array>>);
+  auto [cx, cy] = g_vjp(std::pair{f64v({1.0, -1.0}), xj::scalar(3.0, xj::f64)});
+  check_values(cx, {2.0, -2.0});
+  check_values(cy, {3.0, 3.0, 3.0});
+  auto [o, t] = xj::jvp(g, std::tuple{x, y}, std::tuple{f64v({1.0, 0.5}), f64v({0.0, 0.0, 0.0})});
+  check_values(t.first, {2.0, 1.0});
+  CHECK(t.second.aval() == xj::ShapedArray{{}, xj::f64});
+  CHECK(t.second.item<double>() == 0.0);
+  // non-differentiable outputs (comparisons, argmax) have zero tangents and take part in the result
+  auto h = [](const xj::Array& x) {
+    xj::Array i = xj::argmax(x, 0);
+    return std::pair{xj::where(x > 1.5, x * x, -x), i};
+  };
+  auto [ho, ht] = xj::jvp(h, std::tuple{x}, std::tuple{f64v({1.0, 1.0})});
+  check_values(ht.first, {-1.0, 4.0});
+  CHECK(ho.second.item<std::int64_t>() == 1);
+  CHECK(ht.second.dtype() == ho.second.dtype());
+  CHECK(ht.second.item<std::int64_t>() == 0);
+}
+
+TEST_CASE("autodiff: jvp ignores tangents of integer primals") {
+  auto f = [](const xj::Array& x, const xj::Array& n) { return x * xj::astype(n, xj::f64); };
+  xj::Array x = f64v({1.0, 2.0});
+  xj::Array n = xj::array<std::int32_t>({3, -4});
+  auto [o, t] = xj::jvp(f, std::tuple{x, n}, std::tuple{f64v({1.0, 0.5}), xj::zeros({2}, xj::i32)});
+  check_values(o, {3.0, -8.0});
+  check_values(t, {3.0, -2.0});
+}
+
+TEST_CASE("autodiff: gradients through dtype casts keep each argument's dtype") {
+  // f32 input, computation in f64, f32 output
+  auto f = [](const xj::Array& x) { return xj::astype(xj::sum(xj::exp(xj::astype(x, xj::f64))), xj::f32); };
+  xj::Array x = xj::array<float>({0.5f, -1.0f});
+  xj::Array g = xj::grad(f)(x);
+  CHECK(g.aval() == xj::ShapedArray{{2}, xj::f32});
+  check_values(g, {std::exp(0.5), std::exp(-1.0)}, 1e-6);
+}
+
+TEST_CASE("autodiff: Hessians of piecewise and reduction functions") {
+  // f(x) = sum(relu(x)^3) + max(x)^2 + logsumexp(x)
+  auto f = [](const xj::Array& x) {
+    return xj::sum(xj::integer_pow(xj::relu(x), 3)) + xj::square(xj::max(x)) + xj::logsumexp(x);
+  };
+  std::vector<double> xv{0.4, -0.3, 1.1};
+  xj::Array x = f64v(xv);
+  double S = 0;
+  for (double v : xv) S += std::exp(v);
+  std::vector<double> p(3);
+  for (std::size_t i = 0; i < 3; ++i) p[i] = std::exp(xv[i]) / S;
+  std::vector<double> H(9);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = 0; j < 3; ++j)
+      H[i * 3 + j] = (i == j ? (xv[i] > 0 ? 6 * xv[i] : 0.0) + p[i] : 0.0) - p[i] * p[j] + (i == 2 && j == 2 ? 2.0 : 0.0);
+  check_values(xj::hessian(f)(x), H, 1e-12);
+  check_values(xj::jacrev(xj::grad(f))(x), H, 1e-12);
+  // gradient against finite differences of a plain loop
+  auto plain = [](const std::vector<double>& x) {
+    double s = 0, m = x[0], e = 0;
+    for (double v : x) s += v > 0 ? v * v * v : 0.0, m = std::max(m, v), e += std::exp(v);
+    return s + m * m + std::log(e);
+  };
+  check_values(xj::grad(f)(x), fd_grad(plain, xv), 1e-8);
+}
+
+TEST_CASE("autodiff: a small MLP loss: grads of every parameter match finite differences") {
+  std::map<std::string, xj::Array> p{{"w1", f64v({0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, {2, 3})},
+                                     {"b1", f64v({0.01, -0.02, 0.03})},
+                                     {"w2", f64v({0.7, -0.8, 0.9}, {3, 1})}};
+  xj::Array xb = f64v({1.0, 2.0, -1.0, 0.5, 0.3, -0.7, 2.0, 1.5}, {4, 2});
+  xj::Array yb = f64v({0.5, -0.25, 1.0, 0.0}, {4, 1});
+  auto loss = [](const std::map<std::string, xj::Array>& p, const xj::Array& x, const xj::Array& y) {
+    xj::Array h = xj::tanh(xj::matmul(x, p.at("w1")) + p.at("b1"));
+    xj::Array out = xj::matmul(h, p.at("w2"));
+    return xj::mean(xj::square(out - y));
+  };
+  auto g = xj::grad(loss)(p, xb, yb);
+  for (const auto& [name, value] : p) {
+    CAPTURE(name);
+    auto base = vec(value);
+    auto fn = [&, name = name, value = value](const std::vector<double>& v) {
+      auto q = p;
+      q[name] = f64v(v, value.shape());
+      return loss(q, xb, yb).item<double>();
+    };
+    CHECK(g.at(name).shape() == value.shape());
+    check_values(g.at(name), fd_grad(fn, base), 1e-7);
+  }
+}
+
+TEST_CASE("autodiff: the jaxprs of other gradients are lean too") {
+  xj::Array x3 = xj::zeros({3});
+  SUBCASE("stop_gradient, comparisons and integer parts") {
+    auto f = [](const xj::Array& x) {
+      xj::Array i = xj::astype(xj::argmax(x, 0), xj::f32);
+      xj::Array above = xj::astype(x > 0.5, xj::f32);  // bool path: a symbolic zero tangent
+      return xj::sum(xj::sin(x) * xj::stop_gradient(xj::exp(x)) + above * x) + i;
+    };
+    check_lean(xj::make_jaxpr(xj::grad(f))(x3));
+  }
+  SUBCASE("where: the select transpose needs zeros, as in JAX, shared with the user's own 0.0") {
+    auto f = [](const xj::Array& x) { return xj::sum(xj::where(x > 0.0, x, x * x) * xj::stop_gradient(xj::exp(x))); };
+    auto j = xj::make_jaxpr(xj::grad(f))(x3);
+    check_lean(j, true);
+    int zero_broadcasts = 0;
+    for (const auto& e : j->eqns)
+      if (auto* lit = std::get_if<xj::Literal>(&e.inputs.at(0)); lit && lit->value.item<double>() == 0.0) ++zero_broadcasts;
+    CHECK(zero_broadcasts == 1);
+    std::vector<double> xs{-0.5, 0.0, 0.7};
+    auto out = xj::eval_jaxpr(j, std::vector<xj::Array>{xj::astype(f64v(xs), xj::f32)});
+    std::vector<double> want;
+    for (double v : xs) want.push_back((v > 0 ? 1.0 : 2 * v) * std::exp(v));
+    check_values(out.at(0), want, 1e-6);
+  }
+  SUBCASE("two arguments, both differentiated") {
+    auto f = [](const xj::Array& x, const xj::Array& y) { return xj::sum(xj::matmul(x, y) * x); };
+    check_lean(xj::make_jaxpr(xj::grad(f, xj::argnums<0, 1>))(xj::zeros({3, 3}), xj::zeros({3, 3})));
+    check_lean(xj::make_jaxpr(xj::grad(f, xj::argnums<1>))(xj::zeros({3, 3}), xj::zeros({3, 3})));
+  }
+  SUBCASE("second order") {
+    auto f = [](const xj::Array& x) { return xj::sin(x) * x; };
+    auto j = xj::make_jaxpr(xj::grad(xj::grad(f)))(xj::scalar(0.0));
+    check_lean(j);
+    auto out = xj::eval_jaxpr(j, std::vector<xj::Array>{xj::scalar(0.3, xj::f32)});
+    CHECK(out.at(0).item<double>() == doctest::Approx(2 * std::cos(0.3) - 0.3 * std::sin(0.3)).epsilon(1e-6));
+  }
+  SUBCASE("value_and_grad") {
+    auto f = [](const xj::Array& x) { return xj::sum(xj::tanh(x)); };
+    check_lean(xj::make_jaxpr(xj::value_and_grad(f))(x3));
+  }
+  SUBCASE("has_aux") {
+    auto f = [](const xj::Array& x) { return std::pair{xj::sum(xj::exp(x)), xj::argmax(x, 0)}; };
+    check_lean(xj::make_jaxpr(xj::grad(f, {.has_aux = true}))(x3));
+  }
+}
+
+TEST_CASE("autodiff: jvp of vjp and jacfwd(jacrev) of a vector function") {
+  std::vector<double> xv{0.2, -0.5, 1.0};
+  xj::Array x = f64v(xv), u = f64v({1.0, -2.0, 0.5}), v = f64v({0.5, 1.0, -1.0});
+  // h(x) = vjp(sin)(x)(u) = u cos x; its jvp along v is -u sin(x) v.
+  auto h = [u](const xj::Array& x) {
+    auto [out, f_vjp] = xj::vjp([](const xj::Array& a) { return xj::sin(a); }, x);
+    return std::get<0>(f_vjp(u));
+  };
+  auto [o, t] = xj::jvp(h, std::tuple{x}, std::tuple{v});
+  check_values(o, {std::cos(0.2), -2 * std::cos(-0.5), 0.5 * std::cos(1.0)}, 1e-14);
+  check_values(t, {-1.0 * std::sin(0.2) * 0.5, 2.0 * std::sin(-0.5) * 1.0, -0.5 * std::sin(1.0) * -1.0}, 1e-14);
+
+  // g : R^3 -> R^2, g(x) = (x0 x1 x2, sin(x0) x2^2); second derivatives [2, 3, 3]
+  auto g = [](const xj::Array& x) { return xj::stack({x[0] * x[1] * x[2], xj::sin(x[0]) * x[2] * x[2]}); };
+  double a = xv[0], b = xv[1], c = xv[2];
+  std::vector<double> want{0, c, b, c, 0, a, b, a, 0,  //
+                           -std::sin(a) * c * c, 0, 2 * std::cos(a) * c, 0, 0, 0, 2 * std::cos(a) * c, 0, 2 * std::sin(a)};
+  xj::Array fr = xj::jacfwd(xj::jacrev(g))(x);
+  CHECK(fr.shape() == xj::Shape{2, 3, 3});
+  check_values(fr, want, 1e-13);
+  check_values(xj::jacrev(xj::jacfwd(g))(x), want, 1e-13);
+}
+
+TEST_CASE("autodiff: vjp and linearize on pytree arguments") {
+  std::map<std::string, xj::Array> p{{"a", f64v({1.0, 2.0})}, {"b", f64v({-1.0, 0.5})}};
+  xj::Array s = xj::scalar(3.0, xj::f64);
+  auto f = [](const std::map<std::string, xj::Array>& p, const xj::Array& s) { return p.at("a") * p.at("b") * s; };
+  auto [out, f_vjp] = xj::vjp(f, p, s);
+  check_values(out, {-3.0, 3.0});
+  auto [cp, cs] = f_vjp(f64v({1.0, 2.0}));
+  static_assert(std::is_same_v<decltype(cp), std::map<std::string, xj::Array>>);
+  check_values(cp.at("a"), {-3.0, 3.0});
+  check_values(cp.at("b"), {3.0, 12.0});
+  CHECK(cs.item<double>() == -1.0 + 2.0);
+
+  auto [o2, f_lin] = xj::linearize(f, p, s);
+  std::map<std::string, xj::Array> tp{{"a", f64v({1.0, 0.0})}, {"b", f64v({0.0, 1.0})}};
+  // d(a b s) = da b s + a db s + a b ds
+  check_values(f_lin(tp, xj::scalar(0.5, xj::f64)), {1.0 * -1.0 * 3.0 + 1.0 * -1.0 * 0.5, 2.0 * 1.0 * 3.0 + 2.0 * 0.5 * 0.5});
+}
+
+TEST_CASE("autodiff: the grad cache keys on the pytree structure") {
+  std::atomic<int> traces{0};
+  auto f = [&traces](const std::vector<xj::Array>& v) {
+    ++traces;
+    xj::Array s = xj::scalar(0.0, xj::f64);
+    for (const auto& e : v) s = s + xj::sum(e * e);
+    return s;
+  };
+  auto g = xj::grad(f);
+  xj::Array a = f64v({1.0, 2.0});
+  auto g2 = g(std::vector<xj::Array>{a, a});
+  CHECK(traces == 1);
+  REQUIRE(g2.size() == 2);
+  check_values(g2[1], {2.0, 4.0});
+  auto g3 = g(std::vector<xj::Array>{a, a, a});
+  CHECK(traces == 2);
+  REQUIRE(g3.size() == 3);
+  check_values(g3[2], {2.0, 4.0});
+  g(std::vector<xj::Array>{a, a});
+  g(std::vector<xj::Array>{a, a, a});
+  CHECK(traces == 2);
+
+  std::atomic<int> mtraces{0};
+  auto m = [&mtraces](const std::map<std::string, xj::Array>& p) {
+    ++mtraces;
+    xj::Array s = xj::scalar(0.0, xj::f64);
+    for (const auto& [k, e] : p) s = s + xj::sum(xj::sin(e));
+    return s;
+  };
+  auto gm = xj::grad(m);
+  auto r1 = gm(std::map<std::string, xj::Array>{{"u", a}, {"v", a}});
+  auto r2 = gm(std::map<std::string, xj::Array>{{"u", a}, {"w", a}});
+  CHECK(mtraces == 2);
+  CHECK(r2.count("w") == 1);
+  check_values(r2.at("w"), {std::cos(1.0), std::cos(2.0)});
+  check_values(r1.at("v"), {std::cos(1.0), std::cos(2.0)});
+}
+
+TEST_CASE("autodiff: nested grads on several threads") {
+  auto f = [](const xj::Array& x) { return xj::sin(x) * xj::exp(x); };
+  auto d2 = xj::grad(xj::grad(f));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 15; ++i) {
+        double a = 0.1 * t + 0.05 * i;
+        try {
+          double got = d2(xj::scalar(a, xj::f64)).item<double>();
+          // (sin x e^x)'' = 2 cos(x) e^x
+          if (std::abs(got - 2 * std::cos(a) * std::exp(a)) > 1e-12) ++failures;
+        } catch (...) {
+          ++failures;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(failures == 0);
+}
+
+// ---- errors -----------------------------------------------------------------------------------
+
+TEST_CASE("autodiff: errors") {
+  xj::Array x = f64v({1.0, 2.0});
+  SUBCASE("grad of a non-scalar function") {
+    auto g = xj::grad([](const xj::Array& x) { return xj::sin(x); });
+    CHECK_THROWS_AS(g(x), xj::TypeError);
+    CHECK(contains(error_message([&] { g(x); }), "scalar"));
+  }
+  SUBCASE("grad of an integer-valued function") {
+    auto g = xj::grad([](const xj::Array& x) { return xj::argmax(x, 0); });
+    CHECK_THROWS_AS(g(x), xj::TypeError);
+  }
+  SUBCASE("has_aux mismatch") {
+    auto plain = [](const xj::Array& x) { return xj::sum(x); };
+    auto paired = [](const xj::Array& x) { return std::pair{xj::sum(x), x}; };
+    CHECK_THROWS_AS(xj::grad(plain, {.has_aux = true})(x), xj::Error);
+    CHECK_THROWS_AS(xj::grad(paired)(x), xj::Error);
+    CHECK(contains(error_message([&] { xj::grad(paired)(x); }), "has_aux"));
+    CHECK(contains(error_message([&] { xj::grad(plain, {.has_aux = true})(x); }), "has_aux"));
+  }
+  SUBCASE("vjp with a cotangent of the wrong shape or dtype") {
+    auto [out, f_vjp] = xj::vjp([](const xj::Array& x) { return xj::sin(x); }, x);
+    CHECK_THROWS_AS(f_vjp(f64v({1.0, 2.0, 3.0})), xj::Error);
+    CHECK_THROWS_AS(f_vjp(xj::ones({2}, xj::f32)), xj::Error);
+    CHECK_THROWS_AS(f_vjp(xj::ones({2, 1}, xj::f64)), xj::Error);
+  }
+  SUBCASE("jvp with a tangent of the wrong shape or dtype") {
+    auto f = [](const xj::Array& x) { return xj::sin(x); };
+    CHECK_THROWS_AS(xj::jvp(f, std::tuple{x}, std::tuple{f64v({1.0, 2.0, 3.0})}), xj::Error);
+    CHECK_THROWS_AS(xj::jvp(f, std::tuple{x}, std::tuple{xj::ones({2}, xj::f32)}), xj::Error);
+  }
+  SUBCASE("grad of a size-1 array that is not rank 0") {
+    auto g = xj::grad([](const xj::Array& x) { return xj::sum(x, {0}, true); });
+    CHECK_THROWS_AS(g(x), xj::TypeError);
+  }
+  SUBCASE("grad of a function returning two arrays") {
+    auto g = xj::grad([](const xj::Array& x) { return std::tuple{xj::sum(x), xj::sum(x)}; });
+    CHECK_THROWS_AS(g(x), xj::TypeError);
+  }
+}
+
+// ---- check_grads ------------------------------------------------------------------------------
+
+TEST_CASE("autodiff: check_grads passes on composite functions in f64") {
+  xj::Array x = f64v({0.3, -0.8, 1.2, 0.1}, {2, 2});
+  xj::Array y = f64v({0.5, 1.5, -0.4, 0.9}, {2, 2});
+  CHECK_NOTHROW(xj::check_grads([](const xj::Array& x) { return xj::sum(xj::tanh(x) * xj::exp(-x * x)); }, std::tuple{x}));
+  CHECK_NOTHROW(xj::check_grads([](const xj::Array& a, const xj::Array& b) { return xj::log_softmax(xj::matmul(a, b)); },
+                                std::tuple{x, y}));
+  CHECK_NOTHROW(xj::check_grads(
+      [](const xj::Array& a, const xj::Array& b) { return xj::sin(a) * xj::sqrt(b * b + 1.0) / (1.0 + xj::square(a)); },
+      std::tuple{x, y}, {.order = 3}));
+  CHECK_NOTHROW(xj::check_grads([](const Params& p) { return xj::sum(xj::logistic(p.w * p.b)); },
+                                std::tuple{Params{x, y}}, {.order = 2, .modes = {xj::rev}}));
+}
+
+TEST_CASE("autodiff: check_grads passes in f32 with its default tolerances") {
+  xj::Array x = xj::array<float>({0.3f, -0.8f, 1.2f});
+  CHECK_NOTHROW(xj::check_grads([](const xj::Array& x) { return xj::sum(xj::sin(x) * x); }, std::tuple{x}));
+  CHECK_NOTHROW(xj::check_grads([](const xj::Array& x) { return xj::softmax(x); }, std::tuple{x}, {.order = 1}));
+}
+
+TEST_CASE("autodiff: check_grads rejects a function whose derivative is wrong") {
+  // Value x^2 but derivative 1: stop_gradient hides x^2 from AD, and x - stop_gradient(x) adds 0
+  // with derivative 1.
+  auto wrong = [](const xj::Array& x) { return xj::stop_gradient(x * x) + x - xj::stop_gradient(x); };
+  xj::Array x = f64v({0.7, -1.3, 2.0});
+  // the premise: the value is x^2, the jvp is the tangent itself
+  check_values(wrong(x), {0.49, 1.69, 4.0}, 1e-14);
+  auto [o, t] = xj::jvp(wrong, std::tuple{x}, std::tuple{f64v({1.0, 1.0, 1.0})});
+  check_values(t, {1.0, 1.0, 1.0});
+
+  for (auto mode : {xj::fwd, xj::rev}) {
+    CAPTURE(static_cast<int>(mode));
+    CHECK_THROWS_AS(xj::check_grads(wrong, std::tuple{x}, {.order = 1, .modes = {mode}}), xj::GradCheckError);
+    std::string msg = error_message([&] { xj::check_grads(wrong, std::tuple{x}, {.order = 1, .modes = {mode}}); });
+    CHECK(contains(msg, "order"));
+    CHECK(contains(msg, "expected"));
+    CHECK(contains(msg, mode == xj::fwd ? "fwd" : "rev"));
+  }
+  // First order right, second order wrong: value and first derivative of x^3, second derivative 0.
+  // g(x) = stop_gradient(x^3) + 3 stop_gradient(x^2) (x - stop_gradient(x)).
+  auto wrong2 = [](const xj::Array& x) {
+    return xj::stop_gradient(x * x * x) + 3.0 * xj::stop_gradient(x * x) * (x - xj::stop_gradient(x));
+  };
+  CHECK_NOTHROW(xj::check_grads(wrong2, std::tuple{x}, {.order = 1}));
+  std::string msg = error_message([&] { xj::check_grads(wrong2, std::tuple{x}, {.order = 2}); });
+  CHECK(contains(msg, "order 2"));
+  CHECK(contains(msg, "expected"));
+}
