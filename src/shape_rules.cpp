@@ -319,6 +319,16 @@ std::vector<ShapedArray> iota_rule(Avals in, const Params& ps) {
   return {ShapedArray{shape, param<DType>(ps, "dtype")}};
 }
 
+// threefry2x32(key: u32[2], counters: u32[..., 2]) -> u32[..., 2]
+std::vector<ShapedArray> threefry2x32_rule(Avals in) {
+  const Primitive p = Primitive::threefry2x32;
+  expect_arity(p, in, 2);
+  if (in[0].dtype != u32 || in[1].dtype != u32) type_fail(p, in, "key and counters must be u32");
+  if (in[0].shape != Shape{2}) shape_fail(p, in, "the key must be u32[2]");
+  if (in[1].ndim() == 0 || in[1].shape.back() != 2) shape_fail(p, in, "counters must have a trailing axis of size 2");
+  return {in[1]};
+}
+
 std::vector<ShapedArray> integer_pow_rule(Avals in, const Params& ps) {
   auto out = elementwise(Primitive::integer_pow, in, 1, Kinds::numeric);
   if (param_int(ps, "y") < 0 && !is_floating(in[0].dtype))
@@ -369,6 +379,11 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::custom_vjp_call: return custom_vjp_call_abstract_eval(in, ps);
     case P::custom_lin: return custom_lin_abstract_eval(in, ps);
     case P::scan: return scan_abstract_eval(in, ps);
+    case P::cond: return cond_abstract_eval(in, ps);
+    case P::while_: return while__abstract_eval(in, ps);
+    case P::checkpoint: return checkpoint_abstract_eval(in, ps);
+    case P::name: return elementwise(p, in, 1, Kinds::any);
+    case P::threefry2x32: return threefry2x32_rule(in);
   }
   throw Error("abstract_eval: unknown primitive");
 }

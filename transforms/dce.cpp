@@ -18,6 +18,9 @@ DceRule dce_rule(Primitive p) {
 #undef XJAX_DEFAULT_DCE
       return nullptr;
     case Primitive::scan: return scan_dce;
+    case Primitive::cond: return cond_dce;
+    case Primitive::checkpoint: return checkpoint_dce;
+    case Primitive::while_: return nullptr;
   }
   return nullptr;
 }

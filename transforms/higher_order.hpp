@@ -19,6 +19,9 @@ XJAX_DECLARE_HIGHER_ORDER_RULES(custom_jvp_call)
 XJAX_DECLARE_HIGHER_ORDER_RULES(custom_vjp_call)
 XJAX_DECLARE_HIGHER_ORDER_RULES(custom_lin)
 XJAX_DECLARE_HIGHER_ORDER_RULES(scan)
+XJAX_DECLARE_HIGHER_ORDER_RULES(cond)
+XJAX_DECLARE_HIGHER_ORDER_RULES(while_)
+XJAX_DECLARE_HIGHER_ORDER_RULES(checkpoint)
 #undef XJAX_DECLARE_HIGHER_ORDER_RULES
 
 /// DCE rule: the equation with unused outputs (and what only they need) removed; used_in says
@@ -29,6 +32,10 @@ Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>&
 
 struct PeSplit;
 PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
+PeSplit cond_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
+PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
+Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
+Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 
 /// j with its invars reordered: new invars[i] = old invars[order[i]] (same for outvars).
 ClosedJaxpr permute_invars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);

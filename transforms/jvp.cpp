@@ -251,6 +251,10 @@ JvpOut gather_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
 // d scatter_add(x, i, u) = scatter_add(dx, i, du)
 JvpOut scatter_add_jvp(const JvpArgs& a) { return linear_in(a, {0, 2}); }
 JvpOut iota_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// d name(x) = dx: only the primal carries the name (policies save primals, never tangents)
+JvpOut name_jvp(const JvpArgs& a) { return {{primal1(a)}, {a.t[0]}}; }
+// random bits are piecewise constant in the key: zero tangent
+JvpOut threefry2x32_jvp(const JvpArgs& a) { return zero_jvp(a); }
 
 }  // namespace
 

@@ -127,6 +127,9 @@ PeRule pe_rule(Primitive p) {
     case Primitive::custom_jvp_call: case Primitive::custom_vjp_call: case Primitive::custom_lin:
       return nullptr;
     case Primitive::scan: return scan_partial_eval;
+    case Primitive::cond: return cond_partial_eval;
+    case Primitive::checkpoint: return checkpoint_partial_eval;
+    case Primitive::while_: return nullptr;
   }
   return nullptr;
 }

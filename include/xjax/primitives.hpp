@@ -16,10 +16,11 @@
   X(reduce_sum) X(reduce_max) X(reduce_min) X(reduce_prod) X(argmax)                             \
   X(broadcast_in_dim) X(reshape) X(transpose) X(squeeze) X(expand_dims)                          \
   X(slice) X(pad) X(dynamic_slice) X(dynamic_update_slice) X(concatenate)                        \
-  X(gather) X(scatter_add) X(iota)
+  X(gather) X(scatter_add) X(iota) X(name) X(threefry2x32)
 
 // Primitives that carry jaxprs or functions in their params; rules in transforms/<family>.cpp.
-#define XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X) X(custom_jvp_call) X(custom_vjp_call) X(custom_lin) X(scan)
+#define XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X) X(custom_jvp_call) X(custom_vjp_call) X(custom_lin) X(scan) \
+  X(cond) X(while_) X(checkpoint)
 
 #define XJAX_FOR_EACH_PRIMITIVE(X) XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(X) XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X)
 
@@ -37,7 +38,7 @@ inline constexpr int num_primitives = 0
 #undef XJAX_COUNT
     ;
 
-/// The primitive's name as jaxprs print it.
+/// The primitive's name as jaxprs print it (`while_` prints as `while`).
 std::string_view primitive_name(Primitive p);
 
 }  // namespace xjax

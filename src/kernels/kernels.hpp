@@ -16,6 +16,9 @@
 
 namespace xjax::detail::kernels {
 
+/// Threefry-2x32 (20 rounds) of each counter pair under the key (random.cpp).
+Array threefry2x32_kernel(const Array& key, const Array& counters, const ShapedArray& out);
+
 using Ints = std::vector<std::int64_t>;
 
 // ---- shared helpers ----------------------------------------------------------------------------
