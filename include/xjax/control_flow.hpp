@@ -40,6 +40,7 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     detail::scan_body_not_pair(loc);
   } else {
     using Y = std::decay_t<typename Out::second_type>;
+    if (opts.unroll < 1) throw Error("scan: unroll must be at least 1, got " + std::to_string(opts.unroll) + " (at " + where(loc) + ")");
     auto [init_leaves, init_def] = tree_flatten(init);
     auto [xs_leaves, xs_def] = tree_flatten(xs);
     std::int64_t length = detail::scan_length(xs_leaves, opts.length, loc);
