@@ -1,17 +1,256 @@
-// checkpoint.cpp: the checkpoint primitive and all its rules. (Stub: being written.)
+// checkpoint.cpp: the checkpoint primitive and all its rules, the policies, checkpoint_name's
+// entry and saved_residuals.
+//   outs... = checkpoint[jaxpr, policy, prevent_cse, differentiated] consts... args...
+// Evaluation runs the body. jvp keeps the block: checkpoint(jvp(body)). Partial evaluation asks
+// the policy, equation by equation of the body, whether a known value is saved or recomputed:
+// the known part becomes a checkpoint that also returns the saved residuals, the staged part a
+// checkpoint that recomputes what was not saved (the body's inputs are always available to it).
+// Transposition emits a checkpoint around the transposed body, so the recompute runs when the
+// backward pass reaches the block, never earlier. Nesting follows JAX: inside an enclosing
+// checkpoint's partial evaluation, the enclosing policy governs this body too.
+#include <ostream>
+#include <unordered_map>
+
 #include "higher_order.hpp"
 #include "pe_rules.hpp"
+#include "xjax/checkpoint.hpp"
+#include "xjax/ops.hpp"
 
-namespace xjax::detail {
+namespace xjax {
+
+namespace checkpoint_policies {
 namespace {
-[[noreturn]] void todo() { throw Error("checkpoint: not implemented yet"); }
+const std::string* name_of(const Primitive& p, const Params& ps) {
+  if (p != Primitive::name) return nullptr;
+  return &param<std::string>(ps, "name");
+}
 }  // namespace
 
-std::vector<ShapedArray> checkpoint_abstract_eval(std::span<const ShapedArray>, const Params&) { todo(); }
-std::vector<Array> checkpoint_impl(std::span<const Array>, const Params&) { todo(); }
-JvpOut checkpoint_jvp(const JvpArgs&) { todo(); }
-std::vector<Tangent> checkpoint_transpose(const TransposeArgs&) { todo(); }
-PeSplit checkpoint_partial_eval(const Eqn&, const std::vector<bool>&, const Saveable&) { todo(); }
-Eqn checkpoint_dce(const Eqn&, const std::vector<bool>&, std::vector<bool>&) { todo(); }
+const Policy everything_saveable = [](const Primitive&, std::span<const ShapedArray>, const Params&) { return true; };
+const Policy nothing_saveable = [](const Primitive&, std::span<const ShapedArray>, const Params&) { return false; };
+const Policy dots_saveable = [](const Primitive& p, std::span<const ShapedArray>, const Params&) {
+  return p == Primitive::dot_general;
+};
+const Policy checkpoint_dots = dots_saveable;
+const Policy dots_with_no_batch_dims_saveable = [](const Primitive& p, std::span<const ShapedArray>, const Params& ps) {
+  return p == Primitive::dot_general && param_ints(ps, "lhs_batch").empty();
+};
+Policy save_only_these_names(std::set<std::string> names) {
+  return [names = std::move(names)](const Primitive& p, std::span<const ShapedArray>, const Params& ps) {
+    const std::string* n = name_of(p, ps);
+    return n && names.count(*n) > 0;
+  };
+}
+Policy save_any_names_but_these(std::set<std::string> names) {
+  return [names = std::move(names)](const Primitive& p, std::span<const ShapedArray>, const Params& ps) {
+    const std::string* n = name_of(p, ps);
+    return n && names.count(*n) == 0;
+  };
+}
+Policy save_anything_except_these_names(std::set<std::string> names) {
+  return [names = std::move(names)](const Primitive& p, std::span<const ShapedArray>, const Params& ps) {
+    const std::string* n = name_of(p, ps);
+    return !n || names.count(*n) == 0;
+  };
+}
+Policy save_from_both_policies(Policy a, Policy b) {
+  return [a = std::move(a), b = std::move(b)](const Primitive& p, std::span<const ShapedArray> in, const Params& ps) {
+    return a(p, in, ps) || b(p, in, ps);
+  };
+}
+}  // namespace checkpoint_policies
 
-}  // namespace xjax::detail
+namespace detail {
+namespace {
+
+struct PolicyObject : ParamObject {
+  std::optional<Policy> policy;  // none: nothing saveable
+  std::string repr() const override { return policy ? "<policy>" : "None"; }
+};
+
+const ClosedJaxpr& body_of(const Params& ps) { return *param<ClosedJaxprPtr>(ps, "jaxpr"); }
+
+Saveable policy_saveable(const Params& ps) {
+  const auto& obj = static_cast<const PolicyObject&>(*param<std::shared_ptr<const ParamObject>>(ps, "policy"));
+  if (!obj.policy) return [](const Eqn&) { return false; };
+  Policy pol = *obj.policy;
+  return [pol](const Eqn& e) {
+    std::vector<ShapedArray> in;
+    for (const auto& a : e.inputs) in.push_back(atom_aval(a));
+    return pol(e.prim, in, e.params);
+  };
+}
+
+Params with_body(const Params& ps, ClosedJaxpr body, bool differentiated) {
+  Params out = ps;
+  out["jaxpr"] = std::make_shared<const ClosedJaxpr>(consts_as_inputs(body));
+  out["differentiated"] = differentiated;
+  return out;
+}
+
+// Binds a checkpoint of a traced body: its consts (if any) become leading operands.
+std::vector<Array> bind_checkpoint(const Params& ps, const ClosedJaxpr& body, std::vector<Array> operands,
+                                   bool differentiated, std::source_location loc) {
+  std::vector<Array> ops = body.consts;
+  ops.insert(ops.end(), operands.begin(), operands.end());
+  return bind(Primitive::checkpoint, ops, with_body(ps, body, differentiated), loc);
+}
+
+}  // namespace
+
+std::vector<Array> checkpoint_flat(const ClosedJaxpr& body, std::span<const Array> args, const CheckpointOptions& opts) {
+  auto pol = std::make_shared<PolicyObject>();
+  pol->policy = opts.policy;
+  Params ps{{"policy", std::shared_ptr<const ParamObject>(pol)},
+            {"prevent_cse", opts.prevent_cse}};
+  return bind_checkpoint(ps, body, std::vector<Array>(args.begin(), args.end()), false, std::source_location::current());
+}
+
+Array name_flat(const Array& x, const std::string& name, std::source_location loc) {
+  return bind1(Primitive::name, {x}, {{"name", name}}, loc);
+}
+
+// ---- rules -----------------------------------------------------------------------------------
+
+std::vector<ShapedArray> checkpoint_abstract_eval(std::span<const ShapedArray>, const Params& ps) {
+  return body_of(ps).out_avals();
+}
+
+// checkpoint(f)(x) = f(x)
+std::vector<Array> checkpoint_impl(std::span<const Array> in, const Params& ps) { return eval_jaxpr(body_of(ps), in); }
+
+// d checkpoint(f)(x) = checkpoint(jvp f)(x, dx)
+JvpOut checkpoint_jvp(const JvpArgs& a) {
+  const ClosedJaxpr& body = body_of(a.params);
+  std::vector<bool> nz(a.t.size());
+  std::vector<Array> ops(a.x.begin(), a.x.end());
+  for (std::size_t i = 0; i < a.t.size(); ++i) {
+    nz[i] = !a.t[i].is_zero() && differentiable(a.x[i].aval());
+    if (nz[i]) ops.push_back(a.t[i].value());
+  }
+  std::vector<bool> present;
+  ClosedJaxpr jb = jvp_jaxpr(body, nz, std::vector<bool>(body->outvars.size(), false), &present);
+  auto outs = bind_checkpoint(a.params, jb, ops, param<bool>(a.params, "differentiated"), a.loc);
+  std::size_t n = body->outvars.size();
+  JvpOut r{std::vector<Array>(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(n)), {}};
+  std::size_t o = n;
+  for (std::size_t k = 0; k < n; ++k)
+    r.tangents.push_back(present[k] ? Tangent(outs[o++]) : Tangent::zero(r.primals[k].aval()));
+  return r;
+}
+
+PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable) {
+  const ClosedJaxpr& body = body_of(e.params);
+  Saveable effective = saveable ? saveable : policy_saveable(e.params);
+  PartialEval pe = partial_eval(body, in_unknown, std::vector<bool>(body->outvars.size(), false), effective);
+  PeSplit split;
+  split.out_unknown = pe.out_unknown;
+
+  // The known part is inlined (hoisted out of the block, as JAX does): the forward pass computes
+  // it once; the known outputs are renamed to what the inlined equations produce.
+  std::vector<Atom> known_in;
+  for (std::size_t i = 0; i < e.inputs.size(); ++i)
+    if (!in_unknown[i]) known_in.push_back(e.inputs[i]);
+  ClosedJaxpr known = consts_as_inputs(pe.known);
+  std::vector<Atom> ins = known_in;
+  if (!pe.known.consts.empty()) throw Error("checkpoint: unexpected consts in a known part");
+  std::vector<Atom> produced = inline_jaxpr(*known.jaxpr, ins, split.known);
+  std::size_t p = 0;
+  for (std::size_t k = 0; k < e.outputs.size(); ++k)
+    if (!pe.out_unknown[k]) split.aliases.emplace_back(e.outputs[k], produced[p++]);
+  std::vector<Atom> res(produced.begin() + static_cast<std::ptrdiff_t>(p), produced.end());
+
+  Eqn staged{Primitive::checkpoint, {}, {}, with_body(e.params, pe.staged, true), e.loc};
+  for (const auto& r : res) staged.inputs.push_back(r);
+  for (std::size_t i = 0; i < e.inputs.size(); ++i)
+    if (in_unknown[i]) staged.inputs.push_back(e.inputs[i]);
+  for (std::size_t k = 0; k < e.outputs.size(); ++k)
+    if (pe.out_unknown[k]) staged.outputs.push_back(e.outputs[k]);
+  split.staged.push_back(std::move(staged));
+  return split;
+}
+
+// checkpoint(f)^T ct = checkpoint(f^T)(non-linear inputs, ct): the recompute runs inside
+std::vector<Tangent> checkpoint_transpose(const TransposeArgs& a) {
+  const ClosedJaxpr& body = body_of(a.params);
+  std::vector<bool> used(a.ct.size());
+  for (std::size_t k = 0; k < a.ct.size(); ++k) used[k] = !a.ct[k].is_zero();
+  ClosedJaxpr live = dce(body, used);
+  std::vector<bool> lin;
+  std::vector<Array> ops;
+  for (const auto& in : a.in) {
+    lin.push_back(in.is_linear());
+    if (!in.is_linear()) ops.push_back(in.value);
+  }
+  for (std::size_t k = 0; k < a.ct.size(); ++k)
+    if (used[k]) ops.push_back(a.ct[k].value());
+  ClosedJaxpr bt = transpose_jaxpr(live, lin);
+  auto cts = bind_checkpoint(a.params, bt, ops, true, a.loc);
+  std::vector<Tangent> out;
+  std::size_t c = 0;
+  for (const auto& in : a.in) out.push_back(in.is_linear() ? Tangent(cts[c++]) : Tangent::zero(in.aval));
+  return out;
+}
+
+// Keeps the used outputs and what they need; drops inputs nothing reads.
+Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
+  ClosedJaxpr body = dce(body_of(e.params), used_out, &used_in);
+  Eqn out{Primitive::checkpoint, {}, {}, e.params, e.loc};
+  out.params["jaxpr"] = std::make_shared<const ClosedJaxpr>(prune_invars(body, used_in));
+  for (std::size_t i = 0; i < e.inputs.size(); ++i)
+    if (used_in[i]) out.inputs.push_back(e.inputs[i]);
+  for (std::size_t k = 0; k < e.outputs.size(); ++k)
+    if (used_out[k]) out.outputs.push_back(e.outputs[k]);
+  return out;
+}
+
+// ---- saved residuals -------------------------------------------------------------------------
+
+namespace {
+
+// Describes value v of jaxpr j whose invars stand for `inputs` (descriptions of the values the
+// enclosing context passes in).
+std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string>& inputs) {
+  for (std::size_t i = 0; i < j.invars.size(); ++i)
+    if (j.invars[i] == v) return inputs[i];
+  for (const Eqn& e : j.eqns)
+    for (std::size_t k = 0; k < e.outputs.size(); ++k) {
+      if (!(e.outputs[k] == v)) continue;
+      if (e.prim == Primitive::name) return "named '" + param<std::string>(e.params, "name") + "' from " + where(e.loc);
+      if (e.prim == Primitive::checkpoint) {
+        const Jaxpr& b = *body_of(e.params).jaxpr;
+        std::vector<std::string> sub;
+        for (const auto& in : e.inputs) {
+          if (auto* iv = std::get_if<Var>(&in)) sub.push_back(describe(j, *iv, inputs));
+          else sub.push_back("a literal");
+        }
+        if (auto* ov = std::get_if<Var>(&b.outvars[k])) return describe(b, *ov, sub);
+        return "a literal";
+      }
+      return "output of " + std::string(primitive_name(e.prim)) + " from " + where(e.loc);
+    }
+  return "a constant";
+}
+
+}  // namespace
+
+std::vector<Residual> saved_residuals_flat(const ClosedJaxpr& j, const FlatArgs& fa) {
+  std::vector<bool> all(j->invars.size(), true);
+  Linearized lin = linearize_jaxpr(j, all);
+  const Jaxpr& known = *lin.pe.known.jaxpr;
+  std::vector<std::string> args;
+  for (std::size_t a = 0; a + 1 < fa.offsets.size(); ++a)
+    for (std::size_t k = fa.offsets[a]; k < fa.offsets[a + 1]; ++k)
+      args.push_back(fa.offsets[a + 1] - fa.offsets[a] == 1 ? "from the argument " + std::to_string(a)
+                                                             : "from the argument " + std::to_string(a) + " (leaf " + std::to_string(k - fa.offsets[a]) + ")");
+  std::vector<Residual> out;
+  for (const Var& r : lin.pe.residual_vars) out.push_back({r.aval(), describe(known, r, args)});
+  return out;
+}
+
+void print_residuals(std::ostream& os, const std::vector<Residual>& rs) {
+  for (const auto& r : rs) os << r.aval.str() << " " << r.description << "\n";
+}
+
+}  // namespace detail
+}  // namespace xjax

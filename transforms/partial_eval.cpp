@@ -28,7 +28,17 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   auto is_unknown = [&](const Atom& a) { return as_var(a) && unknown.count(as_var(a)->id()); };
 
   std::vector<Eqn> known_eqns, staged_eqns;
-  for (const Eqn& e : j.eqns) {
+  std::unordered_map<std::uint64_t, Atom> alias;  // renamings introduced by pe rules
+  auto rename = [&](const Atom& a) -> Atom {
+    if (auto* v = as_var(a)) {
+      auto it = alias.find(v->id());
+      if (it != alias.end()) return it->second;
+    }
+    return a;
+  };
+  for (const Eqn& e0 : j.eqns) {
+    Eqn e = e0;
+    for (auto& in : e.inputs) in = rename(in);
     bool any_unknown = std::any_of(e.inputs.begin(), e.inputs.end(), is_unknown);
     if (!any_unknown) {
       known_eqns.push_back(e);
@@ -43,6 +53,7 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       staged_eqns.insert(staged_eqns.end(), split.staged.begin(), split.staged.end());
       for (std::size_t k = 0; k < e.outputs.size(); ++k)
         if (split.out_unknown[k]) unknown.insert(e.outputs[k].id());
+      for (const auto& [v, a] : split.aliases) alias.emplace(v.id(), a);
       continue;
     }
     staged_eqns.push_back(e);
@@ -52,9 +63,10 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   PartialEval pe;
   std::vector<Atom> known_outs, staged_outs;
   for (std::size_t k = 0; k < j.outvars.size(); ++k) {
-    bool u = is_unknown(j.outvars[k]) || instantiate[k];
+    Atom o = rename(j.outvars[k]);
+    bool u = is_unknown(o) || instantiate[k];
     pe.out_unknown.push_back(u);
-    (u ? staged_outs : known_outs).push_back(j.outvars[k]);
+    (u ? staged_outs : known_outs).push_back(o);
   }
 
   // Dead code on the staged side: keep what its outputs need, walking backwards.
@@ -129,7 +141,7 @@ PeRule pe_rule(Primitive p) {
     case Primitive::scan: return scan_partial_eval;
     case Primitive::cond: return cond_partial_eval;
     case Primitive::checkpoint: return checkpoint_partial_eval;
-    case Primitive::while_: return nullptr;
+    case Primitive::while_: return while__partial_eval;
   }
   return nullptr;
 }
