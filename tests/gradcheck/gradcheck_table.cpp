@@ -392,6 +392,30 @@ std::vector<Row> build() {
     t.push_back(std::move(r));
   }
 #endif
+  // name (checkpoint_name) is the identity; its derivative is checked through a product.
+  t.push_back(row("checkpoint_name", {P::name}, [](const Arrays& x) { return checkpoint_name(sin(x[0]), "h") * x[0]; },
+                  uniform_gen(s, -2, 2)));
+  // threefry2x32 (random bits) has no derivative; a dropout mask drawn with it scales x.
+  t.push_back(row("dropout_mask", {P::threefry2x32}, [](const Arrays& x) {
+    Array keep = random::bernoulli(random::key(3), 0.7, x[0].shape());
+    return where(keep, x[0] * x[0], 0.0);
+  }, uniform_gen(s, -2, 2)));
+  // scan: a carried nonlinear recurrence over the rows of x, with stacked outputs.
+  t.push_back(row("scan", {P::scan}, [](const Arrays& x) {
+    auto body = [](const Array& c, const Array& r) { Array n = sin(c * r) + r; return std::pair{n, n * c}; };
+    auto [c, ys] = scan(body, x[1], x[0]);
+    return sum(ys, {0}) + c;
+  }, uniform2_gen({3, 4}, {4}, -1, 1)));
+  // checkpoint: every policy family recomputes or saves; the derivative is the same.
+  t.push_back(row("checkpoint", {P::checkpoint}, [](const Arrays& x) {
+    auto f = checkpoint([](const Array& a) { return sin(checkpoint_name(sin(a), "s")) * a; });
+    return f(x[0]);
+  }, uniform_gen(s, -2, 2)));
+  t.push_back(row("checkpoint_dots_saveable", {P::checkpoint, P::dot_general}, [](const Arrays& x) {
+    auto f = checkpoint([](const Array& a, const Array& w) { return tanh(matmul(a, w)) * a; },
+                        {.policy = checkpoint_policies::dots_saveable});
+    return f(x[0], x[1]);
+  }, uniform2_gen({3, 4}, {4, 4}, -1, 1)));
   return t;
 }
 
