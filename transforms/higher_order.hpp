@@ -33,6 +33,7 @@ Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>&
 struct PeSplit;
 PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 PeSplit cond_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
+PeSplit while__partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);

@@ -1,9 +1,11 @@
-// control_flow.hpp: structured control flow as primitives carrying jaxprs: scan.
-// (cond, switch_, while_loop and fori_loop are not built yet: see docs/status.md.)
+// control_flow.hpp: structured control flow as primitives carrying jaxprs: scan, cond,
+// switch_, while_loop, fori_loop.
 #pragma once
+#include <concepts>
 #include <optional>
 #include <source_location>
 
+#include "xjax/ops.hpp"
 #include "xjax/transforms.hpp"
 
 namespace xjax {
@@ -65,6 +67,157 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     std::span<const Array> all(outs);
     return std::pair<Carry, Y>{tree_unflatten<Carry>(init_def, all.subspan(0, ncarry)),
                                tree_unflatten<Y>(out_def.children.at(1), all.subspan(ncarry))};
+  }
+}
+
+// ---- cond, switch_ ---------------------------------------------------------------------------
+
+namespace detail {
+/// A value with the source location of the call that passed it (for functions whose trailing
+/// parameter pack leaves no room for a defaulted std::source_location).
+template <class T> struct Located {
+  T value;
+  std::source_location loc;
+  Located(const T& v, std::source_location l = std::source_location::current()) : value(v), loc(l) {}  // NOLINT
+};
+/// pred (bool, or a number compared with 0) as the i32 index 0 (false) / 1 (true).
+Array cond_index(const Array& pred, std::source_location loc);
+/// An integer index as i32, clamped to [0, n).
+Array switch_index(const Array& index, std::size_t n, std::source_location loc);
+/// TypeError naming the branch whose output structure or leaf types differ from branch 0's.
+void check_branches(const char* what, std::span<const std::string> names, std::span<const TreeDef> out_defs,
+                    std::span<const ClosedJaxpr> branches, std::source_location loc);
+std::vector<Array> cond_flat(const Array& index, std::span<const ClosedJaxpr> branches, std::span<const Array> ops,
+                             std::source_location loc);
+
+template <class T> struct is_tuple : std::false_type {};
+template <class... Ts> struct is_tuple<std::tuple<Ts...>> : std::true_type {};
+
+/// Applies f to each branch of a std::tuple of callables or of a range (std::vector, std::array).
+template <class Branches, class F> void for_each_branch(const Branches& bs, F&& f) {
+  if constexpr (is_tuple<Branches>::value) std::apply([&](const auto&... b) { (f(b), ...); }, bs);
+  else
+    for (const auto& b : bs) f(b);
+}
+template <class Branches> const auto& first_branch(const Branches& bs) {
+  if constexpr (is_tuple<Branches>::value) return std::get<0>(bs);
+  else return *std::begin(bs);
+}
+
+/// Traces each branch on the operands' avals, checks that they agree and binds a cond.
+template <class Out, class Branches, class... Ops>
+Out switch_impl(const char* what, const Array& index, const Branches& branches, std::vector<std::string> names,
+                std::source_location loc, const Ops&... operands) {
+  FlatArgs fa = flatten_args(operands...);
+  auto avals = fa.avals();
+  std::vector<ClosedJaxpr> jaxprs;
+  std::vector<TreeDef> out_defs;
+  for_each_branch(branches, [&](const auto& b) {
+    TreeDef def;
+    auto flat = flat_fn<std::decay_t<decltype(b)>, Ops...>(b, fa.defs, &def);
+    jaxprs.push_back(trace_flat(flat, avals));
+    out_defs.push_back(def);
+  });
+  check_branches(what, names, out_defs, jaxprs, loc);
+  auto outs = cond_flat(index, jaxprs, fa.leaves, loc);
+  return tree_unflatten<Out>(out_defs[0], outs);
+}
+}  // namespace detail
+
+/// cond(pred, true_fn, false_fn, operands...): true_fn(operands...) when the scalar pred is true
+/// (nonzero), else false_fn(operands...), as lax.cond. Both branches are traced and staged as
+/// one `cond` primitive (index 0 = false_fn, 1 = true_fn), so every transform applies; they must
+/// return the same C++ type and the same structure, shapes and dtypes (else xj::TypeError).
+/// Operands are pytrees; a branch may also read arrays from its enclosing scope.
+template <class TrueFn, class FalseFn, class... Ops>
+auto cond(detail::Located<Array> pred, TrueFn true_fn, FalseFn false_fn, const Ops&... operands) {
+  using Out = std::decay_t<std::invoke_result_t<const TrueFn&, const Ops&...>>;
+  static_assert(std::is_same_v<Out, std::decay_t<std::invoke_result_t<const FalseFn&, const Ops&...>>>,
+                "xj::cond: true_fn and false_fn must return the same type");
+  Array index = detail::cond_index(pred.value, pred.loc);
+  return detail::switch_impl<Out>("cond", index, std::tuple<const FalseFn&, const TrueFn&>(false_fn, true_fn),
+                                  {"false_fn", "true_fn"}, pred.loc, operands...);
+}
+
+/// switch_(index, branches, operands...): branches[clamp(index, 0, n - 1)](operands...), as
+/// lax.switch. `branches` is a std::tuple of callables (any mix of lambdas), or a std::vector /
+/// std::array of one callable type (e.g. std::function<Array(const Array&)>); every branch takes
+/// the operands and returns the same C++ type and the same structure, shapes and dtypes. index is
+/// an integer scalar Array (converted to i32). Examples:
+///   xj::switch_(i, std::tuple{f0, f1, f2}, x);
+///   xj::switch_(i, std::vector<std::function<xj::Array(const xj::Array&)>>{f0, f1, f2}, x);
+template <class Branches, class... Ops>
+auto switch_(detail::Located<Array> index, const Branches& branches, const Ops&... operands) {
+  using First = std::decay_t<decltype(detail::first_branch(branches))>;
+  using Out = std::decay_t<std::invoke_result_t<const First&, const Ops&...>>;
+  std::size_t n = 0;
+  detail::for_each_branch(branches, [&](const auto& b) {
+    using B = std::decay_t<decltype(b)>;
+    static_assert(std::is_same_v<Out, std::decay_t<std::invoke_result_t<const B&, const Ops&...>>>,
+                  "xj::switch_: every branch must return the same type");
+    ++n;
+  });
+  if (n == 0) throw TypeError("switch_: no branches (at " + where(index.loc) + ")");
+  Array i = detail::switch_index(index.value, n, index.loc);
+  if (n == 1) return Out(std::invoke(detail::first_branch(branches), operands...));  // as lax.switch
+  return detail::switch_impl<Out>("switch_", i, branches, {}, index.loc, operands...);
+}
+
+// ---- while_loop, fori_loop -------------------------------------------------------------------
+
+namespace detail {
+std::vector<Array> while_flat(const ClosedJaxpr& cond, const ClosedJaxpr& body, std::span<const Array> init,
+                              std::source_location loc);
+/// TypeError unless cond_fn returns bool[] and body_fn returns the carry's structure and types.
+void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
+                 std::span<const ShapedArray> out, std::span<const ShapedArray> pred, std::source_location loc);
+/// A fori_loop bound as an i32 scalar (integers, or integer scalar Arrays).
+Array fori_bound(const Array& b, std::source_location loc);
+inline Array fori_bound(std::integral auto b, std::source_location) { return scalar(static_cast<double>(b), i32); }
+}  // namespace detail
+
+/// while_loop(cond_fn, body_fn, init): carry = init; while (cond_fn(carry)) carry = body_fn(carry);
+/// as lax.while_loop. cond_fn returns a bool scalar Array; body_fn returns the carry with the same
+/// structure, shapes and dtypes. Evaluation and forward mode (jvp) work; reverse mode (grad, vjp)
+/// raises xj::TransformError: use fori_loop with static bounds or scan for that.
+template <class CondFn, class BodyFn, class Carry>
+Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init,
+                 std::source_location loc = std::source_location::current()) {
+  detail::FlatArgs fa = detail::flatten_args(init);
+  auto avals = fa.avals();
+  TreeDef pred_def, out_def;
+  auto cflat = detail::flat_fn<CondFn, Carry>(cond_fn, fa.defs, &pred_def);
+  auto bflat = detail::flat_fn<BodyFn, Carry>(body_fn, fa.defs, &out_def);
+  ClosedJaxpr cj = detail::trace_flat(cflat, avals);
+  ClosedJaxpr bj = detail::trace_flat(bflat, avals);
+  auto pred = cj.out_avals();
+  auto outs = bj.out_avals();
+  detail::check_while(fa.defs[0], out_def, avals, outs, pred, loc);
+  auto res = detail::while_flat(cj, bj, fa.leaves, loc);
+  return tree_unflatten<Carry>(fa.defs[0], res);
+}
+
+/// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), with i an i32 scalar
+/// Array, as lax.fori_loop. With integer (compile-time known) bounds it lowers to scan, so every
+/// transform including reverse mode works; with Array bounds it lowers to while_loop (evaluation
+/// and forward mode only).
+template <class Lo, class Hi, class Body, class Carry>
+  requires((std::integral<Lo> || std::same_as<Lo, Array>) && (std::integral<Hi> || std::same_as<Hi, Array>))
+Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location loc = std::source_location::current()) {
+  using IC = std::pair<Array, Carry>;
+  if constexpr (std::integral<Lo> && std::integral<Hi>) {
+    auto length = std::max<std::int64_t>(0, static_cast<std::int64_t>(hi) - static_cast<std::int64_t>(lo));
+    auto step = [&body](const IC& ic, const None&) {
+      return std::pair<IC, None>{IC{ic.first + 1.0, Carry(body(ic.first, ic.second))}, None{}};
+    };
+    auto [out, ys] = scan(step, IC{detail::fori_bound(lo, loc), init}, None{}, {.length = length}, loc);
+    (void)ys;
+    return out.second;
+  } else {
+    Array upper = detail::fori_bound(hi, loc);
+    auto c = [upper](const IC& ic) { return lt(ic.first, upper); };
+    auto b = [&body](const IC& ic) { return IC{ic.first + 1.0, Carry(body(ic.first, ic.second))}; };
+    return while_loop(c, b, IC{detail::fori_bound(lo, loc), init}, loc).second;
   }
 }
 

@@ -1,0 +1,469 @@
+// test_cond.cpp: cond, switch_, while_loop and fori_loop from the user's side: evaluation against
+// plain C++, jvp / grad against closed forms and central finite differences (check_grads, f64),
+// cond inside scan and scan inside cond, the jaxprs the transforms build (one forward and one
+// backward cond, DCE of unused branch outputs, fori_loop lowering), and every error message.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+namespace xj = xjax;
+
+namespace {
+
+std::string str(const xj::ClosedJaxpr& j) {
+  std::ostringstream os;
+  os << j;
+  return os.str();
+}
+
+std::size_t count(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+std::vector<double> vec(const xj::Array& x) { return x.to_vector<double>(); }
+
+xj::Array f64v(std::vector<double> v) {
+  auto n = static_cast<std::int64_t>(v.size());
+  return xj::array<double>(v, {n});
+}
+
+void check_values(const xj::Array& got, const std::vector<double>& want, double tol = 1e-9) {
+  auto g = vec(got);
+  REQUIRE(g.size() == want.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i);
+    CHECK(g[i] == doctest::Approx(want[i]).epsilon(tol).scale(1.0));
+  }
+}
+
+/// Central finite differences of a scalar function of an f64 vector, evaluated concretely.
+std::vector<double> fd_grad(const std::function<double(const xj::Array&)>& f, const std::vector<double>& x,
+                            double eps = 1e-6) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    auto hi = x, lo = x;
+    hi[i] += eps;
+    lo[i] -= eps;
+    g[i] = (f(f64v(hi)) - f(f64v(lo))) / (2 * eps);
+  }
+  return g;
+}
+
+template <class F> std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const xj::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// The two branches of the test cond: different functions, so a gradient that took the wrong
+// branch (or mixed them) would show.
+xj::Array branch_true(const xj::Array& x) { return xj::sum(xj::sin(x) * x); }
+xj::Array branch_false(const xj::Array& x) { return xj::sum(xj::exp(x) * xj::cos(x)); }
+
+xj::Array cond_fn(const xj::Array& x) {
+  return xj::cond(xj::sum(x) > 0.0, [](const xj::Array& a) { return branch_true(a); },
+                  [](const xj::Array& a) { return branch_false(a); }, x);
+}
+
+}  // namespace
+
+// ---- cond ------------------------------------------------------------------------------------
+
+TEST_CASE("cond: evaluates the branch pred selects, with pytree operands and results") {
+  auto x = f64v({0.5, -1.0, 2.0});
+  CHECK(cond_fn(x).item<double>() == doctest::Approx(branch_true(x).item<double>()));
+  auto y = f64v({-0.5, -1.0, 0.25});
+  CHECK(cond_fn(y).item<double>() == doctest::Approx(branch_false(y).item<double>()));
+
+  auto pair_fn = [](const xj::Array& p, const std::pair<xj::Array, xj::Array>& ab, const xj::Array& s) {
+    return xj::cond(
+        p, [](const std::pair<xj::Array, xj::Array>& v, const xj::Array& k) { return std::pair{v.first + k, v.second * k}; },
+        [](const std::pair<xj::Array, xj::Array>& v, const xj::Array& k) { return std::pair{v.second - k, v.first}; }, ab,
+        s);
+  };
+  auto a = f64v({1.0, 2.0}), b = f64v({3.0, 4.0});
+  auto s = xj::scalar(10.0, xj::f64);
+  auto [t0, t1] = pair_fn(xj::scalar(1.0, xj::bool_), std::pair{a, b}, s);
+  check_values(t0, {11.0, 12.0});
+  check_values(t1, {30.0, 40.0});
+  auto [f0, f1] = pair_fn(xj::scalar(0.0, xj::bool_), std::pair{a, b}, s);
+  check_values(f0, {-7.0, -6.0});
+  check_values(f1, {1.0, 2.0});
+  // A numeric pred is compared with zero, as lax.cond does.
+  auto [n0, n1] = pair_fn(xj::scalar(-2.0, xj::f32), std::pair{a, b}, s);
+  check_values(n0, {11.0, 12.0});
+  (void)n1;
+}
+
+TEST_CASE("cond: the jaxpr stages one cond with both branches, false_fn first") {
+  auto j = xj::make_jaxpr(cond_fn)(f64v({1.0, 2.0}));
+  std::string s = str(j);
+  INFO(s);
+  CHECK(count(s, "cond[") == 1);
+  auto sin_at = s.find("sin"), exp_at = s.find("exp");
+  REQUIRE(sin_at != std::string::npos);
+  REQUIRE(exp_at != std::string::npos);
+  CHECK(exp_at < sin_at);  // branch 0 is false_fn
+}
+
+TEST_CASE("cond: grad through both branches matches finite differences") {
+  auto g = xj::grad(cond_fn);
+  for (std::vector<double> x : {std::vector<double>{0.5, -1.0, 2.0}, std::vector<double>{-0.5, -1.0, 0.25}}) {
+    auto want = fd_grad([](const xj::Array& a) { return cond_fn(a).item<double>(); }, x);
+    check_values(g(f64v(x)), want, 1e-6);
+    CHECK_NOTHROW(xj::check_grads(cond_fn, std::tuple{f64v(x)}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+  }
+  // Closed forms: d/dx sum(sin x * x) = cos x * x + sin x; d/dx sum(exp x cos x) = exp x (cos x - sin x).
+  auto gt = g(f64v({0.5, 1.0}));
+  check_values(gt, {std::cos(0.5) * 0.5 + std::sin(0.5), std::cos(1.0) + std::sin(1.0)});
+  auto gf = g(f64v({-0.5, -1.0}));
+  check_values(gf, {std::exp(-0.5) * (std::cos(-0.5) - std::sin(-0.5)), std::exp(-1.0) * (std::cos(-1.0) - std::sin(-1.0))});
+}
+
+TEST_CASE("cond: grad w.r.t. values the branches close over, and through several operands") {
+  // f(x, w) = pred ? sum(x * w) + w0 : sum(tanh(x) / (1 + w^2)), w closed over by both branches.
+  auto f = [](const xj::Array& x, const xj::Array& w) {
+    auto out = xj::cond(
+        x[0] > 0.0, [&w](const xj::Array& a) { return xj::sum(a * w) + w[0]; },
+        [&w](const xj::Array& a) { return xj::sum(xj::tanh(a) / (1.0 + w * w)); }, x);
+    return out;
+  };
+  for (double x0 : {0.7, -0.7}) {
+    auto x = f64v({x0, 0.3, -1.2});
+    auto w = f64v({0.4, -0.9, 1.5});
+    CHECK_NOTHROW(xj::check_grads(f, std::tuple{x, w}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+    auto [gx, gw] = xj::grad(f, xj::argnums<0, 1>)(x, w);
+    auto want_w = fd_grad([&](const xj::Array& v) { return f(x, v).item<double>(); }, vec(w));
+    check_values(gw, want_w, 1e-6);
+    auto want_x = fd_grad([&](const xj::Array& v) { return f(v, w).item<double>(); }, vec(x));
+    check_values(gx, want_x, 1e-6);
+  }
+}
+
+TEST_CASE("cond: jvp and linearize agree with finite differences; output tangents zero in one branch") {
+  // The true branch ignores x (zero tangent there), the false branch does not.
+  auto f = [](const xj::Array& p, const xj::Array& x) {
+    return xj::cond(p, [](const xj::Array& a) { return xj::zeros_like(a) + 2.0; }, [](const xj::Array& a) { return a * a; }, x);
+  };
+  auto x = f64v({1.5, -2.0});
+  auto dx = f64v({1.0, 3.0});
+  auto [y1, t1] = xj::jvp(f, std::tuple{xj::scalar(1.0, xj::bool_), x}, std::tuple{xj::zeros({}, xj::bool_), dx});
+  check_values(y1, {2.0, 2.0});
+  check_values(t1, {0.0, 0.0});
+  auto [y0, t0] = xj::jvp(f, std::tuple{xj::scalar(0.0, xj::bool_), x}, std::tuple{xj::zeros({}, xj::bool_), dx});
+  check_values(y0, {2.25, 4.0});
+  check_values(t0, {3.0, -12.0});
+  auto g = [&](const xj::Array& a) { return f(xj::scalar(0.0, xj::bool_), a); };
+  auto [out, f_lin] = xj::linearize(g, x);
+  check_values(out, {2.25, 4.0});
+  check_values(f_lin(dx), {3.0, -12.0});
+}
+
+TEST_CASE("cond: grad's jaxpr has one forward cond and one backward cond, residuals merged by type") {
+  auto j = xj::make_jaxpr(xj::grad(cond_fn))(f64v({1.0, 2.0}));
+  std::string s = str(j);
+  INFO(s);
+  CHECK(count(s, "cond[") == 2);
+  // Unused outputs of a cond are pruned in every branch.
+  auto two = [](const xj::Array& x) {
+    auto [a, b] = xj::cond(
+        x[0] > 0.0, [](const xj::Array& v) { return std::pair{xj::sin(v), xj::exp(v)}; },
+        [](const xj::Array& v) { return std::pair{xj::cos(v), xj::log(v)}; }, x);
+    (void)b;
+    return xj::sum(a);
+  };
+  auto g = xj::make_jaxpr(xj::grad(two))(f64v({1.0, 2.0}));
+  std::string gs = str(g);
+  INFO(gs);
+  CHECK(count(gs, "exp") == 0);
+  CHECK(count(gs, "log") == 0);
+  CHECK(count(gs, "cond[") == 2);
+}
+
+TEST_CASE("cond: pred computed from the differentiated input (check_grads, jacrev, jacfwd, hessian)") {
+  // The index is a primal value (known in partial evaluation), the operands carry tangents.
+  auto f = [](const xj::Array& x) {
+    return xj::cond(x[0] > x[1], [](const xj::Array& a) { return a * a * a; }, [](const xj::Array& a) { return -a; }, x);
+  };
+  auto x = f64v({2.0, 1.0});
+  CHECK_NOTHROW(xj::check_grads(f, std::tuple{x}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+  check_values(xj::jacrev(f)(x), {12.0, 0.0, 0.0, 3.0});
+  check_values(xj::jacfwd(f)(f64v({1.0, 2.0})), {-1.0, 0.0, 0.0, -1.0});
+  check_values(xj::hessian([&](const xj::Array& a) { return xj::sum(f(a)); })(x), {12.0, 0.0, 0.0, 6.0});
+}
+
+TEST_CASE("cond: inside scan (grad matches a plain loop and finite differences)") {
+  // c' = c > 0 ? sin(c * x) + c : cos(c) * x
+  auto step = [](const xj::Array& c, const xj::Array& x) {
+    return xj::cond(
+        xj::sum(c) > 0.0, [](const xj::Array& cc, const xj::Array& xx) { return xj::sin(cc * xx) + cc; },
+        [](const xj::Array& cc, const xj::Array& xx) { return xj::cos(cc) * xx; }, c, x);
+  };
+  auto f = [&](const xj::Array& c0, const xj::Array& xs) {
+    auto [c, ys] = xj::scan([&](const xj::Array& c, const xj::Array& x) { auto n = step(c, x); return std::pair{n, xj::sum(n)}; },
+                            c0, xs);
+    return xj::sum(c) + xj::sum(ys * ys);
+  };
+  auto plain = [&](const xj::Array& c0, const xj::Array& xs) {
+    xj::Array c = c0, acc = xj::scalar(0.0, xj::f64);
+    for (std::int64_t i = 0; i < xs.shape()[0]; ++i) {
+      c = vec(c)[0] + vec(c)[1] > 0 ? xj::sin(c * xs[i]) + c : xj::cos(c) * xs[i];
+      acc = acc + xj::sum(c) * xj::sum(c);
+    }
+    return xj::sum(c) + acc;
+  };
+  auto c0 = f64v({0.3, -0.1});
+  auto xs = xj::array<double>({0.5, -1.5, 2.0, 0.1, -0.4, 1.1, 0.9, -2.0}, {4, 2});
+  CHECK(f(c0, xs).item<double>() == doctest::Approx(plain(c0, xs).item<double>()));
+  auto g = xj::grad(f)(c0, xs);
+  auto want = fd_grad([&](const xj::Array& c) { return plain(c, xs).item<double>(); }, vec(c0));
+  check_values(g, want, 1e-6);
+  CHECK_NOTHROW(xj::check_grads(f, std::tuple{c0, xs}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+}
+
+TEST_CASE("cond: scan inside a branch (grad matches finite differences)") {
+  auto f = [](const xj::Array& x, const xj::Array& xs) {
+    return xj::cond(
+        x[0] < 1.0,
+        [](const xj::Array& a, const xj::Array& s) {
+          auto [c, ys] = xj::scan([](const xj::Array& c, const xj::Array& v) { return std::pair{xj::sin(c * v), xj::None{}}; }, a, s);
+          (void)ys;
+          return xj::sum(c);
+        },
+        [](const xj::Array& a, const xj::Array& s) { return xj::sum(a * a) * xj::sum(s); }, x, xs);
+  };
+  auto xs = xj::array<double>({0.5, -1.5, 2.0, 0.1, -0.4, 1.1}, {3, 2});
+  for (std::vector<double> x : {std::vector<double>{0.2, 0.7}, std::vector<double>{1.4, -0.3}}) {
+    auto want = fd_grad([&](const xj::Array& a) { return f(a, xs).item<double>(); }, x);
+    check_values(xj::grad(f)(f64v(x), xs), want, 1e-6);
+    CHECK_NOTHROW(xj::check_grads(f, std::tuple{f64v(x), xs}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+  }
+  // grad's jaxpr: one forward scan inside the forward cond, one backward scan inside the other.
+  std::string s = str(xj::make_jaxpr(xj::grad(f))(f64v({0.2, 0.7}), xs));
+  INFO(s);
+  CHECK(count(s, "cond[") == 2);
+  CHECK(count(s, "scan[") == 2);
+}
+
+// ---- switch_ ---------------------------------------------------------------------------------
+
+TEST_CASE("cond: switch_ with 3 branches (tuple and vector of std::function), index clamped") {
+  auto b0 = [](const xj::Array& x) { return xj::sum(x * x); };
+  auto b1 = [](const xj::Array& x) { return xj::sum(xj::sin(x)); };
+  auto b2 = [](const xj::Array& x) { return xj::sum(xj::exp(x) * x); };
+  std::vector<std::function<double(const std::vector<double>&)>> ref{
+      [](const std::vector<double>& v) { double s = 0; for (double a : v) s += a * a; return s; },
+      [](const std::vector<double>& v) { double s = 0; for (double a : v) s += std::sin(a); return s; },
+      [](const std::vector<double>& v) { double s = 0; for (double a : v) s += std::exp(a) * a; return s; }};
+  std::vector<std::function<xj::Array(const xj::Array&)>> fns{b0, b1, b2};
+  std::vector<double> x{0.3, -1.2, 0.8};
+  for (int i : {-3, 0, 1, 2, 7}) {
+    INFO("index " << i);
+    int k = std::clamp(i, 0, 2);
+    auto idx = xj::scalar(i, xj::i32);
+    CHECK(xj::switch_(idx, std::tuple{b0, b1, b2}, f64v(x)).item<double>() == doctest::Approx(ref[k](x)));
+    CHECK(xj::switch_(idx, fns, f64v(x)).item<double>() == doctest::Approx(ref[k](x)));
+    auto f = [&](const xj::Array& v) { return xj::switch_(idx, std::tuple{b0, b1, b2}, v); };
+    auto want = fd_grad([&](const xj::Array& v) { return f(v).item<double>(); }, x);
+    check_values(xj::grad(f)(f64v(x)), want, 1e-6);
+    CHECK_NOTHROW(xj::check_grads(f, std::tuple{f64v(x)}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+  }
+  // A traced index (computed from the input) and an i64 index.
+  auto g = [&](const xj::Array& v) { return xj::switch_(xj::astype(v[0] > 0.0, xj::i32) * 2, fns, v); };
+  check_values(xj::grad(g)(f64v(x)), fd_grad([&](const xj::Array& v) { return g(v).item<double>(); }, x), 1e-6);
+  CHECK(xj::switch_(xj::scalar(1, xj::i64), fns, f64v(x)).item<double>() == doctest::Approx(ref[1](x)));
+  std::string s = str(xj::make_jaxpr(g)(f64v(x)));
+  INFO(s);
+  CHECK(count(s, "cond[") == 1);
+  // One branch: called directly, nothing staged.
+  std::vector<std::function<xj::Array(const xj::Array&)>> one{b1};
+  CHECK(xj::switch_(xj::scalar(5, xj::i32), one, f64v(x)).item<double>() == doctest::Approx(ref[1](x)));
+}
+
+// ---- errors ----------------------------------------------------------------------------------
+
+TEST_CASE("cond: branches returning different types are a TypeError naming the branch and both types") {
+  auto x = xj::ones({3}, xj::f32);
+  auto p = xj::scalar(1.0, xj::bool_);
+  std::string shape_msg = error_of([&] {
+    xj::cond(p, [](const xj::Array& a) { return a; }, [](const xj::Array& a) { return xj::concatenate({a, a}); }, x);
+  });
+  CHECK(shape_msg.find("cond: branch 1 (true_fn) returns f32[3] as output leaf 0 but branch 0 (false_fn) returns f32[6]") !=
+        std::string::npos);
+  CHECK(shape_msg.find("every branch must return the same structure, shapes and dtypes") != std::string::npos);
+  CHECK(shape_msg.find("test_cond.cpp") != std::string::npos);
+  CHECK_THROWS_AS(xj::cond(p, [](const xj::Array& a) { return a; }, [](const xj::Array& a) { return xj::concatenate({a, a}); }, x),
+                  xj::TypeError);
+  std::string dtype_msg = error_of([&] {
+    xj::cond(p, [](const xj::Array& a) { return xj::astype(a, xj::f64); }, [](const xj::Array& a) { return a; }, x);
+  });
+  CHECK(dtype_msg.find("branch 1 (true_fn) returns f64[3] as output leaf 0 but branch 0 (false_fn) returns f32[3]") !=
+        std::string::npos);
+  std::string tree_msg = error_of([&] {
+    std::vector<std::function<std::vector<xj::Array>(const xj::Array&)>> bs{
+        [](const xj::Array& a) { return std::vector<xj::Array>{a}; },
+        [](const xj::Array& a) { return std::vector<xj::Array>{a, a}; }};
+    xj::switch_(xj::scalar(0, xj::i32), bs, x);
+  });
+  CHECK(tree_msg.find("switch_: branch 1 returns a tree of structure") != std::string::npos);
+  CHECK(tree_msg.find("but branch 0 returns") != std::string::npos);
+  std::string idx_msg = error_of([&] { xj::switch_(xj::scalar(1.0, xj::f32), std::tuple{[](const xj::Array& a) { return a; }}, x); });
+  CHECK(idx_msg.find("switch_: the index must be an integer scalar, got f32[]") != std::string::npos);
+  std::string pred_msg = error_of([&] {
+    xj::cond(xj::ones({2}, xj::bool_), [](const xj::Array& a) { return a; }, [](const xj::Array& a) { return a; }, x);
+  });
+  CHECK(pred_msg.find("cond: pred must be a scalar (a boolean or a number), got bool[2]") != std::string::npos);
+}
+
+// ---- while_loop ------------------------------------------------------------------------------
+
+namespace {
+// Newton's iteration for sqrt(a): x' = (x + a / x) / 2 until |x^2 - a| < 1e-12 a.
+xj::Array newton_sqrt(const xj::Array& a) {
+  auto [x, it] = xj::while_loop(
+      [a](const std::pair<xj::Array, xj::Array>& c) { return xj::abs(c.first * c.first - a) > a * 1e-12; },
+      [a](const std::pair<xj::Array, xj::Array>& c) { return std::pair{(c.first + a / c.first) * 0.5, c.second + 1}; },
+      std::pair{a, xj::scalar(0, xj::i32)});
+  (void)it;
+  return x;
+}
+}  // namespace
+
+TEST_CASE("cond: while_loop evaluates a counting loop and Newton's iteration") {
+  auto n = xj::while_loop([](const xj::Array& i) { return i < 10; }, [](const xj::Array& i) { return i + 3; },
+                          xj::scalar(0, xj::i32));
+  CHECK(n.item<int>() == 12);
+  CHECK(n.dtype() == xj::i32);
+  // Zero iterations.
+  auto z = xj::while_loop([](const xj::Array& i) { return i < 0; }, [](const xj::Array& i) { return i + 1; },
+                          xj::scalar(5, xj::i32));
+  CHECK(z.item<int>() == 5);
+  CHECK(newton_sqrt(xj::scalar(2.0, xj::f64)).item<double>() == doctest::Approx(std::sqrt(2.0)).epsilon(1e-12));
+  CHECK(count(str(xj::make_jaxpr(newton_sqrt)(xj::scalar(2.0, xj::f64))), "while[") == 1);
+}
+
+TEST_CASE("cond: while_loop jvp (Newton's sqrt: d sqrt(a) = da / (2 sqrt a)), linearize and jacfwd") {
+  auto a = xj::scalar(3.0, xj::f64);
+  auto [y, t] = xj::jvp(newton_sqrt, std::tuple{a}, std::tuple{xj::scalar(1.0, xj::f64)});
+  CHECK(y.item<double>() == doctest::Approx(std::sqrt(3.0)));
+  CHECK(t.item<double>() == doctest::Approx(0.5 / std::sqrt(3.0)).epsilon(1e-8));
+  auto [y2, f_lin] = xj::linearize(newton_sqrt, a);
+  CHECK(f_lin(xj::scalar(2.0, xj::f64)).item<double>() == doctest::Approx(1.0 / std::sqrt(3.0)).epsilon(1e-8));
+  (void)y2;
+  // Tangents of a closed-over vector and of the carry: y = x * w^n after n steps while sum < 100.
+  auto f = [](const xj::Array& x, const xj::Array& w) {
+    return xj::while_loop([](const xj::Array& c) { return xj::sum(c) < 100.0; }, [w](const xj::Array& c) { return c * w; }, x);
+  };
+  auto x = f64v({1.0, 2.0}), w = f64v({2.0, 3.0});
+  // sums: 3, 8, 22, 62, 178 -> 4 steps: x * w^4 = (16, 162)
+  check_values(f(x, w), {16.0, 162.0});
+  auto [fy, ft] = xj::jvp(f, std::tuple{x, w}, std::tuple{f64v({1.0, 0.0}), f64v({0.0, 1.0})});
+  check_values(fy, {16.0, 162.0});
+  check_values(ft, {16.0, 2.0 * 4.0 * 27.0});  // d(x0 w0^4)/dx0 = 16; d(x1 w1^4)/dw1 = 4 x1 w1^3
+  CHECK_NOTHROW(xj::check_grads([&](const xj::Array& v) { return f(v, w); }, std::tuple{f64v({1.1, 2.1})},
+                                {.order = 1, .modes = {xj::fwd}}));
+  check_values(xj::jacfwd([&](const xj::Array& v) { return f(x, v); })(w), {32.0, 0.0, 0.0, 216.0});
+}
+
+TEST_CASE("cond: reverse mode of while_loop is a TransformError pointing to fori_loop and scan") {
+  auto msg = error_of([] { xj::grad(newton_sqrt)(xj::scalar(2.0, xj::f64)); });
+  CHECK(msg.find("reverse-mode differentiation of while_loop is not supported") != std::string::npos);
+  CHECK(msg.find("use xj::fori_loop with static integer bounds (it lowers to scan) or xj::scan instead") != std::string::npos);
+  CHECK_THROWS_AS(xj::grad(newton_sqrt)(xj::scalar(2.0, xj::f64)), xj::TransformError);
+  auto v = [](const xj::Array& x) {
+    return xj::while_loop([](const xj::Array& c) { return xj::sum(c) < 10.0; }, [](const xj::Array& c) { return c * 2.0; }, x);
+  };
+  CHECK_THROWS_AS(xj::vjp(v, f64v({1.0, 2.0})).second(f64v({1.0, 1.0})), xj::TransformError);
+  CHECK_THROWS_AS(xj::jacrev(v)(f64v({1.0, 2.0})), xj::TransformError);
+}
+
+TEST_CASE("cond: while_loop errors name what the user did wrong") {
+  auto x = xj::ones({3}, xj::f32);
+  std::string pred = error_of([&] {
+    xj::while_loop([](const xj::Array& c) { return c; }, [](const xj::Array& c) { return c; }, x);
+  });
+  CHECK(pred.find("while_loop: cond_fn must return a boolean scalar (bool[]), got f32[3]") != std::string::npos);
+  std::string shape = error_of([&] {
+    xj::while_loop([](const xj::Array& c) { return xj::sum(c) < 3.0; }, [](const xj::Array& c) { return xj::astype(c, xj::f64); },
+                   x);
+  });
+  CHECK(shape.find("while_loop: carry leaf 0 enters body_fn as f32[3] but body_fn returns f64[3]") != std::string::npos);
+  CHECK(shape.find("test_cond.cpp") != std::string::npos);
+  std::string tree = error_of([&] {
+    xj::while_loop([](const std::vector<xj::Array>& c) { return xj::sum(c[0]) < 3.0; },
+                   [](const std::vector<xj::Array>& c) { return std::vector<xj::Array>{c[0], c[0]}; }, std::vector<xj::Array>{x});
+  });
+  CHECK(tree.find("while_loop: body_fn returns a carry of structure") != std::string::npos);
+}
+
+// ---- fori_loop -------------------------------------------------------------------------------
+
+TEST_CASE("cond: fori_loop with static bounds lowers to scan; grad matches a plain loop") {
+  // carry = (x, acc): x' = sin(x * w) + i * 0.1, acc' = acc + sum(x')
+  auto body = [](const xj::Array& w) {
+    return [w](const xj::Array& i, const std::pair<xj::Array, xj::Array>& c) {
+      auto x = xj::sin(c.first * w) + xj::astype(i, xj::f64) * 0.1;
+      return std::pair{x, c.second + xj::sum(x)};
+    };
+  };
+  auto f = [&](const xj::Array& x0, const xj::Array& w) {
+    auto [x, acc] = xj::fori_loop(2, 7, body(w), std::pair{x0, xj::scalar(0.0, xj::f64)});
+    return xj::sum(x * x) + acc;
+  };
+  auto plain = [&](const xj::Array& x0, const xj::Array& w) {
+    std::pair<xj::Array, xj::Array> c{x0, xj::scalar(0.0, xj::f64)};
+    for (int i = 2; i < 7; ++i) c = body(w)(xj::scalar(i, xj::i32), c);
+    return xj::sum(c.first * c.first) + c.second;
+  };
+  auto x0 = f64v({0.2, -0.6, 1.3}), w = f64v({0.9, 1.7, -0.4});
+  CHECK(f(x0, w).item<double>() == doctest::Approx(plain(x0, w).item<double>()));
+  auto [gx, gw] = xj::grad(f, xj::argnums<0, 1>)(x0, w);
+  auto [px, pw] = xj::grad(plain, xj::argnums<0, 1>)(x0, w);
+  check_values(gx, vec(px));
+  check_values(gw, vec(pw));
+  check_values(gw, fd_grad([&](const xj::Array& v) { return plain(x0, v).item<double>(); }, vec(w)), 1e-6);
+  CHECK_NOTHROW(xj::check_grads(f, std::tuple{x0, w}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+  std::string s = str(xj::make_jaxpr(f)(x0, w));
+  INFO(s);
+  CHECK(count(s, "scan[") == 1);
+  CHECK(count(s, "while[") == 0);
+  CHECK(s.find("length=5") != std::string::npos);
+  // The index the body sees is an i32 scalar running lo..hi-1; empty ranges run no step.
+  auto idx = xj::fori_loop(3, 6, [](const xj::Array& i, const xj::Array& acc) { return acc * 10 + i; }, xj::scalar(0, xj::i32));
+  CHECK(idx.item<int>() == 345);
+  CHECK(xj::fori_loop(4, 1, [](const xj::Array&, const xj::Array& c) { return c + 1.0; }, xj::scalar(1.0, xj::f64)).item<double>() ==
+        1.0);
+}
+
+TEST_CASE("cond: fori_loop with Array bounds lowers to while_loop (evaluation and jvp)") {
+  auto f = [](const xj::Array& n, const xj::Array& x) {
+    return xj::fori_loop(xj::scalar(1, xj::i32), n, [](const xj::Array& i, const xj::Array& c) { return c * xj::astype(i, xj::f64); },
+                         x);
+  };
+  auto x = f64v({1.0, 0.5});
+  check_values(f(xj::scalar(5, xj::i32), x), {24.0, 12.0});  // 4!
+  check_values(f(xj::scalar(1, xj::i32), x), {1.0, 0.5});
+  std::string s = str(xj::make_jaxpr(f)(xj::scalar(5, xj::i32), x));
+  INFO(s);
+  CHECK(count(s, "while[") == 1);
+  CHECK(count(s, "scan[") == 0);
+  auto [y, t] = xj::jvp([&](const xj::Array& v) { return f(xj::scalar(4, xj::i32), v); }, std::tuple{x}, std::tuple{f64v({1.0, 2.0})});
+  check_values(y, {6.0, 3.0});
+  check_values(t, {6.0, 12.0});
+  // An i64 bound Array and a mixed (integer, Array) pair of bounds.
+  auto m = xj::fori_loop(0, xj::scalar(3, xj::i64), [](const xj::Array& i, const xj::Array& c) { return c + i; }, xj::scalar(0, xj::i32));
+  CHECK(m.item<int>() == 3);
+}

@@ -1,0 +1,254 @@
+// while.cpp: the while primitive (printed `while`) and all its rules.
+//   carry... = while[cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts] cconsts... bconsts... init...
+// with cond_jaxpr : (cconsts..., carry...) -> bool[] and body_jaxpr : (bconsts..., carry...) ->
+// carry.... Both are const-free (closed-over values are the leading operands). Read in order:
+// shape rule, evaluation, jvp (fixpoint on which carries have tangents; the cond ignores them),
+// partial evaluation (a known loop over the known carries; the staged loop recomputes them),
+// transpose (an error: the trip count is only known at run time), and the flat entry the API
+// (xj::while_loop, xj::fori_loop with Array bounds in control_flow.hpp) calls. DCE keeps the
+// whole loop (the default).
+#include <algorithm>
+
+#include "higher_order.hpp"
+#include "pe_rules.hpp"
+#include "xjax/control_flow.hpp"
+#include "xjax/ops.hpp"
+
+namespace xjax::detail {
+namespace {
+
+struct WhileParams {
+  ClosedJaxprPtr cond, body;
+  std::size_t cn = 0, bn = 0;
+
+  static WhileParams read(const Params& ps) {
+    WhileParams w;
+    w.cond = param<ClosedJaxprPtr>(ps, "cond_jaxpr");
+    w.body = param<ClosedJaxprPtr>(ps, "body_jaxpr");
+    w.cn = static_cast<std::size_t>(param_int(ps, "cond_nconsts"));
+    w.bn = static_cast<std::size_t>(param_int(ps, "body_nconsts"));
+    return w;
+  }
+};
+
+// Binds a while whose cond and body may close over values (traced jaxprs): their consts become
+// leading cond / body consts.
+std::vector<Array> bind_while(const ClosedJaxpr& cond, const ClosedJaxpr& body, std::span<const Array> cconsts,
+                              std::span<const Array> bconsts, std::span<const Array> init, std::source_location loc) {
+  std::vector<Array> ops = cond.consts;
+  ops.insert(ops.end(), cconsts.begin(), cconsts.end());
+  ops.insert(ops.end(), body.consts.begin(), body.consts.end());
+  ops.insert(ops.end(), bconsts.begin(), bconsts.end());
+  ops.insert(ops.end(), init.begin(), init.end());
+  Params ps{{"cond_jaxpr", std::make_shared<const ClosedJaxpr>(consts_as_inputs(cond))},
+            {"body_jaxpr", std::make_shared<const ClosedJaxpr>(consts_as_inputs(body))},
+            {"cond_nconsts", static_cast<std::int64_t>(cond.consts.size() + cconsts.size())},
+            {"body_nconsts", static_cast<std::int64_t>(body.consts.size() + bconsts.size())}};
+  return bind(Primitive::while_, ops, std::move(ps), loc);
+}
+
+}  // namespace
+
+// ---- shape rule and evaluation ---------------------------------------------------------------
+
+std::vector<ShapedArray> while__abstract_eval(std::span<const ShapedArray> in, const Params& ps) {
+  WhileParams w = WhileParams::read(ps);
+  if (in.size() < w.cn + w.bn) throw TypeError("while: fewer operands than cond and body consts");
+  std::vector<ShapedArray> carry(in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn), in.end());
+  auto check_in = [&](const Jaxpr& j, std::size_t first, std::size_t n, const char* what) {
+    if (j.invars.size() != n + carry.size())
+      throw TypeError(std::string("while: the ") + what + " takes " + std::to_string(j.invars.size()) +
+                      " inputs, the equation passes " + std::to_string(n + carry.size()));
+    for (std::size_t i = 0; i < j.invars.size(); ++i) {
+      const ShapedArray& got = i < n ? in[first + i] : carry[i - n];
+      if (j.invars[i].aval() != got)
+        throw TypeError(std::string("while: input ") + std::to_string(i) + " of the " + what + " is " +
+                        j.invars[i].aval().str() + " but the operand is " + got.str());
+    }
+  };
+  check_in(*w.cond->jaxpr, 0, w.cn, "cond");
+  check_in(*w.body->jaxpr, w.cn, w.bn, "body");
+  auto c = w.cond->out_avals();
+  if (c.size() != 1 || c[0] != ShapedArray{{}, bool_})
+    throw TypeError("while: the cond must return one bool[] value");
+  auto b = w.body->out_avals();
+  if (b != carry) throw TypeError("while: the body's outputs differ from the carry's types");
+  return carry;
+}
+
+// carry = init; while cond(cconsts, carry): carry = body(bconsts, carry)
+std::vector<Array> while__impl(std::span<const Array> in, const Params& ps) {
+  WhileParams w = WhileParams::read(ps);
+  std::vector<Array> cargs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(w.cn));
+  std::vector<Array> bargs(in.begin() + static_cast<std::ptrdiff_t>(w.cn), in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn));
+  std::vector<Array> carry(in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn), in.end());
+  while (true) {
+    cargs.resize(w.cn);
+    cargs.insert(cargs.end(), carry.begin(), carry.end());
+    if (!eval_jaxpr(*w.cond, cargs)[0].item<bool>()) break;
+    bargs.resize(w.bn);
+    bargs.insert(bargs.end(), carry.begin(), carry.end());
+    carry = eval_jaxpr(*w.body, bargs);
+  }
+  return carry;
+}
+
+// ---- jvp -------------------------------------------------------------------------------------
+
+// d while(cond, body) = while(cond', jvp(body)) over (bconsts, dbconsts), (carry, dcarry), where
+// cond' ignores the tangents and the carries with tangents grow to a fixpoint.
+JvpOut while__jvp(const JvpArgs& a) {
+  WhileParams w = WhileParams::read(a.params);
+  std::size_t cn = w.cn, bn = w.bn, ncar = a.x.size() - cn - bn;
+  std::vector<bool> nz(bn + ncar);  // body inputs with tangents: bconsts, carry
+  for (std::size_t i = 0; i < bn + ncar; ++i)
+    nz[i] = !a.t[cn + i].is_zero() && differentiable(a.x[cn + i].aval());
+  ClosedJaxpr jb;
+  std::vector<bool> present;
+  while (true) {
+    std::vector<bool> inst(nz.begin() + static_cast<std::ptrdiff_t>(bn), nz.end());
+    jb = jvp_jaxpr(*w.body, nz, inst, &present);
+    bool grew = false;
+    for (std::size_t k = 0; k < ncar; ++k)
+      if (present[k] && !nz[bn + k] && differentiable(a.x[cn + bn + k].aval())) nz[bn + k] = grew = true;
+    if (!grew) break;
+  }
+  // jb inputs: bconsts, carry, dbconsts, dcarry -> (bconsts, dbconsts), (carry, dcarry).
+  std::size_t ndb = 0, ndc = 0;
+  for (std::size_t i = 0; i < bn; ++i) ndb += nz[i] ? 1 : 0;
+  for (std::size_t k = 0; k < ncar; ++k) ndc += nz[bn + k] ? 1 : 0;
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < bn; ++i) order.push_back(i);
+  for (std::size_t i = 0; i < ndb; ++i) order.push_back(bn + ncar + i);
+  for (std::size_t k = 0; k < ncar; ++k) order.push_back(bn + k);
+  for (std::size_t k = 0; k < ndc; ++k) order.push_back(bn + ncar + ndb + k);
+  ClosedJaxpr body = permute_invars(jb, order);
+  // cond' : (cconsts, carry, dcarry) -> cond(cconsts, carry)
+  auto cj = std::make_shared<Jaxpr>(*w.cond->jaxpr);
+  for (std::size_t k = 0; k < ncar; ++k)
+    if (nz[bn + k]) cj->invars.emplace_back(a.x[cn + bn + k].aval());
+  ClosedJaxpr cond{cj, {}};
+
+  std::vector<Array> cconsts(a.x.begin(), a.x.begin() + static_cast<std::ptrdiff_t>(cn));
+  std::vector<Array> bconsts(a.x.begin() + static_cast<std::ptrdiff_t>(cn), a.x.begin() + static_cast<std::ptrdiff_t>(cn + bn));
+  for (std::size_t i = 0; i < bn; ++i)
+    if (nz[i]) bconsts.push_back(a.t[cn + i].instantiate());
+  std::vector<Array> init(a.x.begin() + static_cast<std::ptrdiff_t>(cn + bn), a.x.end());
+  for (std::size_t k = 0; k < ncar; ++k)
+    if (nz[bn + k]) init.push_back(a.t[cn + bn + k].instantiate());
+  auto outs = bind_while(cond, body, cconsts, bconsts, init, a.loc);
+  JvpOut r;
+  r.primals.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(ncar));
+  std::size_t t = ncar;
+  for (std::size_t k = 0; k < ncar; ++k)
+    r.tangents.push_back(nz[bn + k] ? Tangent(outs[t++]) : Tangent::zero(r.primals[k].aval()));
+  return r;
+}
+
+// ---- partial evaluation ----------------------------------------------------------------------
+
+// JAX's _while_partial_eval: the carries that stay known (fixpoint over the body) are computed by
+// a known loop over the known part of the body, provided the cond reads only known values; the
+// staged loop is the whole loop again (recomputing the known carries, like a checkpoint), so the
+// loop keeps no per-iteration residuals. Otherwise everything is staged.
+PeSplit while__partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable&) {
+  WhileParams w = WhileParams::read(e.params);
+  std::size_t cn = w.cn, bn = w.bn, ncar = e.outputs.size();
+  PeSplit split;
+  auto stage_all = [&] {
+    split.staged.push_back(e);
+    split.out_unknown.assign(ncar, true);
+    return split;
+  };
+  std::vector<bool> carry_uk(in_unknown.begin() + static_cast<std::ptrdiff_t>(cn + bn), in_unknown.end());
+  std::vector<bool> body_uk;
+  while (true) {
+    body_uk.assign(in_unknown.begin() + static_cast<std::ptrdiff_t>(cn), in_unknown.begin() + static_cast<std::ptrdiff_t>(cn + bn));
+    body_uk.insert(body_uk.end(), carry_uk.begin(), carry_uk.end());
+    PartialEval pe = partial_eval(*w.body, body_uk, carry_uk);
+    bool grew = false;
+    for (std::size_t k = 0; k < ncar; ++k)
+      if (pe.out_unknown[k] && !carry_uk[k]) carry_uk[k] = grew = true;
+    if (!grew) break;
+  }
+  if (std::all_of(carry_uk.begin(), carry_uk.end(), [](bool u) { return u; })) return stage_all();
+  std::vector<bool> cond_uk(in_unknown.begin(), in_unknown.begin() + static_cast<std::ptrdiff_t>(cn));
+  cond_uk.insert(cond_uk.end(), carry_uk.begin(), carry_uk.end());
+  std::vector<bool> cond_used, body_used;
+  ClosedJaxpr cond = dce(*w.cond, {true}, &cond_used);
+  for (std::size_t i = 0; i < cond_uk.size(); ++i)
+    if (cond_uk[i] && cond_used[i]) return stage_all();
+  std::vector<bool> known_carry(ncar);
+  for (std::size_t k = 0; k < ncar; ++k) known_carry[k] = !carry_uk[k];
+  ClosedJaxpr body = dce(*w.body, known_carry, &body_used);
+  std::vector<bool> cond_keep(cond_uk.size()), body_keep(body_uk.size());
+  for (std::size_t i = 0; i < cond_uk.size(); ++i) cond_keep[i] = !cond_uk[i];
+  for (std::size_t i = 0; i < body_uk.size(); ++i) body_keep[i] = !body_uk[i];
+  cond = prune_invars(cond, cond_keep);
+  body = prune_invars(body, body_keep);
+  Eqn ke{Primitive::while_, {}, {}, {}, e.loc};
+  std::size_t kcn = 0, kbn = 0;
+  for (std::size_t i = 0; i < e.inputs.size(); ++i) {
+    bool known = i < cn ? cond_keep[i] : i < cn + bn ? body_keep[i - cn] : !carry_uk[i - cn - bn];
+    if (!known) continue;
+    ke.inputs.push_back(e.inputs[i]);
+    if (i < cn) ++kcn;
+    else if (i < cn + bn) ++kbn;
+  }
+  for (std::size_t k = 0; k < ncar; ++k)
+    if (!carry_uk[k]) ke.outputs.push_back(e.outputs[k]);
+  ke.params = Params{{"cond_jaxpr", std::make_shared<const ClosedJaxpr>(cond)},
+                     {"body_jaxpr", std::make_shared<const ClosedJaxpr>(body)},
+                     {"cond_nconsts", static_cast<std::int64_t>(kcn)},
+                     {"body_nconsts", static_cast<std::int64_t>(kbn)}};
+  split.known.push_back(std::move(ke));
+  Eqn se = e;  // the whole loop; its known outputs get fresh names (the known loop defines them)
+  for (std::size_t k = 0; k < ncar; ++k)
+    if (!carry_uk[k]) se.outputs[k] = Var(e.outputs[k].aval());
+  split.staged.push_back(std::move(se));
+  split.out_unknown = carry_uk;
+  return split;
+}
+
+// ---- transpose -------------------------------------------------------------------------------
+
+// A while loop's trip count is only known when it runs, so its linearization cannot be
+// transposed (JAX's error); fori_loop with static bounds lowers to scan, which can.
+std::vector<Tangent> while__transpose(const TransposeArgs& a) {
+  throw TransformError(
+      "reverse-mode differentiation of while_loop is not supported (its number of iterations is only known at run "
+      "time, so the values of each iteration cannot be saved for the backward pass); use xj::fori_loop with static "
+      "integer bounds (it lowers to scan) or xj::scan instead (at " + where(a.loc) + ")");
+}
+
+// ---- the flat entry --------------------------------------------------------------------------
+
+std::vector<Array> while_flat(const ClosedJaxpr& cond, const ClosedJaxpr& body, std::span<const Array> init,
+                              std::source_location loc) {
+  return bind_while(cond, body, {}, {}, init, loc);
+}
+
+Array fori_bound(const Array& b, std::source_location loc) {
+  if (b.ndim() != 0 || is_floating(b.dtype()) || b.dtype() == bool_)
+    throw TypeError("fori_loop: a bound must be an integer scalar, got " + b.aval().str() + " (at " + where(loc) + ")");
+  return b.dtype() == i32 ? b : astype(b, i32, loc);
+}
+
+void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
+                 std::span<const ShapedArray> out, std::span<const ShapedArray> pred, std::source_location loc) {
+  if (pred.size() != 1 || pred[0].ndim() != 0 || pred[0].dtype != bool_) {
+    std::string got = pred.size() == 1 ? pred[0].str() : std::to_string(pred.size()) + " values";
+    throw TypeError("while_loop: cond_fn must return a boolean scalar (bool[]), got " + got + " (at " + where(loc) +
+                    ")");
+  }
+  if (!(in_def == out_def))
+    throw TypeError("while_loop: body_fn returns a carry of structure " + out_def.str() + " but the carry has " +
+                    in_def.str() + " (at " + where(loc) + ")");
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (in[i] != out[i])
+      throw TypeError("while_loop: carry leaf " + std::to_string(i) + " enters body_fn as " + in[i].str() +
+                      " but body_fn returns " + out[i].str() + "; the carry's shapes and dtypes must not change (at " +
+                      where(loc) + ")");
+}
+
+}  // namespace xjax::detail
