@@ -62,6 +62,8 @@ void aux_mismatch(bool returns_pair) {
                            : "grad: has_aux is set but the function does not return std::pair{value, aux}");
 }
 
+ClosedJaxpr jit_prepare(const ClosedJaxpr& j) { return simplify(j); }
+
 // ---- grad ------------------------------------------------------------------------------------
 
 ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux, bool with_value) {

@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <source_location>
 #include <string>
 #include <variant>
@@ -73,7 +74,26 @@ struct Eqn {
   std::source_location loc;
 };
 
+struct Jaxpr;
+namespace detail {
+struct EvalPlan;
+/// The interpreter's plan of a jaxpr (slots, liveness), built on first evaluation. Copying a
+/// Jaxpr gives an empty cache, so a copy may be edited before it is first evaluated.
+class PlanCache {
+ public:
+  PlanCache() = default;
+  PlanCache(const PlanCache&) {}
+  PlanCache& operator=(const PlanCache&) { return *this; }
+  const EvalPlan& get(const Jaxpr& j) const;
+
+ private:
+  mutable std::once_flag once_;
+  mutable std::shared_ptr<const EvalPlan> plan_;
+};
+}  // namespace detail
+
 struct Jaxpr {
+  detail::PlanCache plan;  // not part of the value; see PlanCache
   std::vector<Var> constvars;
   std::vector<Var> invars;
   std::vector<Eqn> eqns;

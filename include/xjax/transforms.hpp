@@ -215,6 +215,31 @@ template <class F> auto jacrev(F f) {
     return detail::jacrev_flat(j, x);
   };
 }
+namespace detail {
+/// The optimized jaxpr jit runs: DCE and CSE of the traced one.
+ClosedJaxpr jit_prepare(const ClosedJaxpr& j);
+}  // namespace detail
+
+/// jit(f): traces f once per abstract signature (shapes, dtypes, pytree structure), optimizes the
+/// jaxpr (DCE, CSE) and reuses it on every later call. Today the optimized jaxpr runs on the
+/// interpreter; compiled execution plans (fusion, arena buffers) are future work (docs/status.md).
+/// Like grad's cache, concrete arrays f captures are baked in at the first trace.
+template <class F> auto jit(F f) {
+  auto cache = detail::new_trace_cache();
+  return [f, cache]<class... Args>(const Args&... args) {
+    using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+    detail::FlatArgs fa = detail::flatten_args(args...);
+    auto traced = detail::cached(*cache, detail::signature_key(fa, std::vector<bool>(fa.leaves.size(), false)), [&] {
+      detail::Traced t;
+      auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &t.out_def);
+      auto avals = fa.avals();
+      t.jaxpr = detail::jit_prepare(detail::trace_flat(flat, avals));
+      return t;
+    });
+    return tree_unflatten<R>(traced->out_def, eval_jaxpr(traced->jaxpr, fa.leaves));
+  };
+}
+
 /// Hessian of scalar f : Array -> Array, as jacfwd(jacrev(f)).
 template <class F> auto hessian(F f) { return jacfwd(jacrev(f)); }
 
