@@ -416,6 +416,23 @@ std::vector<Row> build() {
                         {.policy = checkpoint_policies::dots_saveable});
     return f(x[0], x[1]);
   }, uniform2_gen({3, 4}, {4, 4}, -1, 1)));
+  // cond: both branches differentiable; the predicate depends on the input (values avoid the switch).
+  t.push_back(row("cond", {P::cond}, [](const Arrays& x) {
+    Array pred = sum(x[0]) > 0.0;
+    return cond(pred, [](const Array& a) { return sin(a) * a; }, [](const Array& a) { return cos(a) + a * a; }, x[0]);
+  }, uniform_gen(s, -2, 2)));
+  // while_loop: forward mode only (reverse mode of while_loop is an error, as in JAX).
+  {
+    Row r = row("while_loop", {P::while_}, [](const Arrays& x) {
+      auto [i, y] = while_loop([](const std::pair<Array, Array>& c) { return c.first < 3.0; },
+                               [](const std::pair<Array, Array>& c) { return std::pair{c.first + 1.0, sin(c.second) * c.second}; },
+                               std::pair{zeros({}, x[0].dtype()), x[0]});
+      (void)i;
+      return y;
+    }, uniform_gen(s, -2, 2));
+    r.modes = {fwd};
+    t.push_back(std::move(r));
+  }
   return t;
 }
 
