@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "xjax/array.hpp"
+#include "xjax/detail/flat.hpp"
 #include "xjax/jaxpr.hpp"
 
 namespace xjax::detail {
@@ -58,12 +59,9 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
 std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Params& params,
                               std::span<const ShapedArray> out_avals);
 
-/// A function on flat lists of arrays: what every transform works with.
-using FlatFn = std::function<std::vector<Array>(std::span<const Array>)>;
-
-/// Traces f on fresh tracers of the given avals into a closed jaxpr. Concrete arrays f captures
-/// become consts; tracers of enclosing traces it captures become consts too (closure conversion).
-ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals);
+// FlatFn and trace_flat (a function on flat lists of arrays, traced into a closed jaxpr: concrete
+// arrays it captures become consts, and so do tracers of enclosing traces: closure conversion)
+// are declared in xjax/detail/flat.hpp.
 
 /// True while some trace is recording on this thread.
 bool tracing_active();

@@ -143,7 +143,7 @@ Array bind1(Primitive p, std::span<const Array> inputs, Params params, std::sour
   return bind(p, inputs, std::move(params), loc).at(0);
 }
 
-ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals) {
+ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, std::source_location loc) {
   auto b = std::make_shared<Builder>();
   t_stack.push_back(b);
   struct Pop {
@@ -152,7 +152,7 @@ ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals) {
   std::vector<Array> args;
   args.reserve(in_avals.size());
   for (const auto& aval : in_avals) {
-    args.push_back(b->new_tracer(aval, std::source_location::current()));
+    args.push_back(b->new_tracer(aval, loc));
     b->invars.push_back(args.back().impl()->tracer->var);
   }
   std::vector<Array> outs = f(args);

@@ -1,6 +1,7 @@
 // detail/flat.hpp: the bridge between user callables on pytrees and the flat core.
 #pragma once
 #include <functional>
+#include <source_location>
 #include <span>
 #include <tuple>
 #include <type_traits>
@@ -12,7 +13,9 @@
 namespace xjax::detail {
 
 using FlatFn = std::function<std::vector<Array>(std::span<const Array>)>;
-ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals);
+/// Traces f on fresh tracers of in_avals (created_at = loc, the transform's call site).
+ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals,
+                       std::source_location loc = std::source_location::current());
 
 /// The arguments of a call, flattened: all leaves in order, and one TreeDef per argument.
 struct FlatArgs {
