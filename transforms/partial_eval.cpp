@@ -50,6 +50,11 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     if (PeRule rule = pe_rule(e.prim)) {
       PeSplit split = rule(e, ins_unknown, saveable);
       known_eqns.insert(known_eqns.end(), split.known.begin(), split.known.end());
+      // Inside a checkpoint the enclosing policy governs the known part too: what it does not
+      // save is recomputed on the staged side (a known scan or cond reruns there).
+      if (saveable)
+        for (const Eqn& k : split.known)
+          if (!saveable(k)) staged_eqns.push_back(k);
       staged_eqns.insert(staged_eqns.end(), split.staged.begin(), split.staged.end());
       for (std::size_t k = 0; k < e.outputs.size(); ++k)
         if (split.out_unknown[k]) unknown.insert(e.outputs[k].id());
