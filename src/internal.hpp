@@ -63,6 +63,21 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
 // arrays it captures become consts, and so do tracers of enclosing traces: closure conversion)
 // are declared in xjax/detail/flat.hpp.
 
+/// While alive, equations bound on this thread record `loc` instead of their own location: a
+/// transform's rules emit equations on behalf of the user's equation they differentiate, so
+/// error messages and saved_residuals name the user's line, not the rule's. (eval_jaxpr suspends
+/// it: inlined equations keep their own locations.)
+class LocationScope {
+ public:
+  explicit LocationScope(const std::source_location* loc);
+  ~LocationScope();
+  LocationScope(const LocationScope&) = delete;
+  LocationScope& operator=(const LocationScope&) = delete;
+
+ private:
+  const std::source_location* saved_;
+};
+
 /// True while some trace is recording on this thread.
 bool tracing_active();
 

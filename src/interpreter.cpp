@@ -126,6 +126,7 @@ std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args
   const Jaxpr& j = *cj.jaxpr;
   check_args(j, args, cj.consts.size());
   const detail::EvalPlan& plan = j.plan.get(j);
+  detail::LocationScope own_locations(nullptr);
   std::vector<Array> slots(plan.num_slots);
   auto put = [&](std::size_t s, const Array& a) {
     if (s != detail::EvalPlan::npos) slots[s] = a;

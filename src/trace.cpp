@@ -61,6 +61,7 @@ struct Builder : std::enable_shared_from_this<Builder> {
 namespace {
 
 thread_local std::vector<std::shared_ptr<Builder>> t_stack;
+thread_local const std::source_location* t_loc_override = nullptr;
 
 bool on_stack(const Builder* b) {
   for (const auto& s : t_stack)
@@ -97,8 +98,12 @@ template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_lo
 
 bool tracing_active() { return !t_stack.empty(); }
 
+LocationScope::LocationScope(const std::source_location* loc) : saved_(t_loc_override) { t_loc_override = loc; }
+LocationScope::~LocationScope() { t_loc_override = saved_; }
+
 std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params params,
                         std::source_location loc) {
+  if (t_loc_override) loc = *t_loc_override;
   std::vector<ShapedArray> in_avals;
   in_avals.reserve(inputs.size());
   for (const auto& x : inputs) {

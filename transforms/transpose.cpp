@@ -377,6 +377,7 @@ std::vector<Tangent> backward_pass(const ClosedJaxpr& cj, const std::vector<bool
     std::vector<LinearInput> ins;
     for (const auto& in : e.inputs)
       ins.push_back(is_linear(in) ? LinearInput{Array(), atom_aval(in)} : LinearInput{read(in), atom_aval(in)});
+    LocationScope at(&e.loc);
     Cts ct_in = transpose_rule(e.prim)(TransposeArgs{e.prim, ct_out, ins, e.params, e.loc});
     for (std::size_t i = 0; i < e.inputs.size(); ++i)
       if (is_linear(e.inputs[i]) && !ct_in[i].is_zero()) accumulate(std::get<Var>(e.inputs[i]), ct_in[i]);
