@@ -865,3 +865,23 @@ TEST_CASE("scan: carries that get a tangent only inside the loop, and dead carri
   }
   CHECK(xj::param_int(scans[0]->params, "num_carry") == 2);  // a and b
 }
+
+TEST_CASE("scan: unroll that does not divide the length agrees with unroll 1, forward and reverse") {
+  auto xs = xj::array({3.f, 1.f, 4.f, 1.f, 5.f});
+  auto body = [](const xj::Array& c, const xj::Array& x) {
+    xj::Array n = c * 0.5 + x;
+    return std::pair{n, n * n};
+  };
+  for (bool reverse : {false, true}) {
+    auto [c1, ys1] = xj::scan(body, xj::scalar(0.0), xs, {.reverse = reverse, .unroll = 1});
+    for (std::int64_t u : {2, 3, 4, 7}) {
+      auto [c, ys] = xj::scan(body, xj::scalar(0.0), xs, {.reverse = reverse, .unroll = u});
+      CHECK(c.item<float>() == c1.item<float>());
+      CHECK(ys.to_vector<float>() == ys1.to_vector<float>());
+    }
+  }
+  // the unrolled evaluation runs the body the same number of times
+  xj::reset_eval_counts();
+  (void)xj::scan(body, xj::scalar(0.0), xs, {.unroll = 2});
+  CHECK(xj::eval_counts()["mul"] == 10);  // c * 0.5 and n * n, five times
+}

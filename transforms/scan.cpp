@@ -105,7 +105,32 @@ Array leading_slice(const Array& x, std::int64_t i) {
 }
 }  // namespace
 
-// carry = init; for i: carry, y[i] = body(consts, carry, x[i])
+namespace {
+// The body applied u times in a row: (consts, carry, x slices of u steps in visiting order) ->
+// (carry, y slices of u steps). scan_impl runs it once per u iterations (the `unroll` param).
+ClosedJaxpr unrolled_body(const ScanParams& sp, std::int64_t u) {
+  const Jaxpr& b = *sp.body->jaxpr;
+  std::vector<ShapedArray> avals;
+  for (std::size_t i = 0; i < sp.nconsts + sp.ncarry; ++i) avals.push_back(b.invars[i].aval());
+  for (std::int64_t k = 0; k < u; ++k)
+    for (std::size_t i = sp.nconsts + sp.ncarry; i < b.invars.size(); ++i) avals.push_back(b.invars[i].aval());
+  auto f = [&](std::span<const Array> args) {
+    std::vector<Array> consts = part(args, 0, sp.nconsts), carry = part(args, sp.nconsts, sp.ncarry), ys;
+    for (std::int64_t k = 0; k < u; ++k) {
+      std::vector<Array> in = cat(consts, carry);
+      auto xs = part(args, sp.nconsts + sp.ncarry + static_cast<std::size_t>(k) * sp.nxs(), sp.nxs());
+      in.insert(in.end(), xs.begin(), xs.end());
+      auto outs = eval_jaxpr(*sp.body, in);
+      carry.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sp.ncarry));
+      ys.insert(ys.end(), outs.begin() + static_cast<std::ptrdiff_t>(sp.ncarry), outs.end());
+    }
+    return cat(carry, ys);
+  };
+  return trace_flat(f, avals);
+}
+}  // namespace
+
+// carry = init; for i: carry, y[i] = body(consts, carry, x[i]); `unroll` iterations per step
 std::vector<Array> scan_impl(std::span<const Array> in, const Params& ps) {
   ScanParams sp = ScanParams::read(ps);
   std::vector<Array> consts = part(in, 0, sp.nconsts);
@@ -114,19 +139,28 @@ std::vector<Array> scan_impl(std::span<const Array> in, const Params& ps) {
   auto out_avals = scan_abstract_eval([&] { std::vector<ShapedArray> a; for (auto& x : in) a.push_back(x.aval()); return a; }(), ps);
   std::vector<Array> ys;
   for (std::size_t k = sp.ncarry; k < out_avals.size(); ++k) ys.push_back(alloc_array(out_avals[k]));
+  std::int64_t u = std::max<std::int64_t>(1, std::min(sp.unroll, sp.length));
+  ClosedJaxpr unrolled = u > 1 ? unrolled_body(sp, u) : *sp.body;
   std::vector<Array> args;
-  for (std::int64_t step = 0; step < sp.length; ++step) {
-    std::int64_t i = sp.reverse ? sp.length - 1 - step : step;
-    args = consts;
-    args.insert(args.end(), carry.begin(), carry.end());
-    for (const auto& x : xs) args.push_back(leading_slice(x, i));
-    std::vector<Array> outs = eval_jaxpr(*sp.body, args);
+  for (std::int64_t step = 0; step < sp.length;) {
+    std::int64_t k_steps = sp.length - step >= u ? u : 1;  // the remainder runs the plain body
+    const ClosedJaxpr& body = k_steps == u ? unrolled : *sp.body;
+    args = cat(consts, carry);
+    std::vector<std::int64_t> idx;
+    for (std::int64_t k = 0; k < k_steps; ++k) {
+      idx.push_back(sp.reverse ? sp.length - 1 - (step + k) : step + k);
+      for (const auto& x : xs) args.push_back(leading_slice(x, idx.back()));
+    }
+    std::vector<Array> outs = eval_jaxpr(body, args);
     args.clear();
     carry.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sp.ncarry));
-    for (std::size_t k = 0; k < ys.size(); ++k) {
-      std::size_t n = outs[sp.ncarry + k].aval().nbytes();
-      if (n) std::memcpy(static_cast<char*>(mutable_data(ys[k])) + static_cast<std::size_t>(i) * n, outs[sp.ncarry + k].raw_data(), n);
-    }
+    for (std::int64_t k = 0; k < k_steps; ++k)
+      for (std::size_t y = 0; y < ys.size(); ++y) {
+        const Array& out = outs[sp.ncarry + static_cast<std::size_t>(k) * ys.size() + y];
+        std::size_t n = out.aval().nbytes();
+        if (n) std::memcpy(static_cast<char*>(mutable_data(ys[y])) + static_cast<std::size_t>(idx[static_cast<std::size_t>(k)]) * n, out.raw_data(), n);
+      }
+    step += k_steps;
   }
   return cat(carry, ys);
 }
