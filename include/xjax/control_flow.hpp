@@ -15,7 +15,7 @@ struct ScanOptions {
   std::optional<std::int64_t> length{};
   /// Iterate from the last slice to the first (ys still line up with xs).
   bool reverse = false;
-  /// Iterations per loop step of a compiled plan (the interpreter ignores it; results agree).
+  /// Iterations per loop step: the evaluator runs the body composed `unroll` times per step.
   std::int64_t unroll = 1;
 };
 
