@@ -976,3 +976,15 @@ TEST_CASE("autodiff: check_grads rejects a function whose derivative is wrong") 
   CHECK(contains(msg, "order 2"));
   CHECK(contains(msg, "expected"));
 }
+
+TEST_CASE("autodiff: grad with several argnums whose indices sum past the argument count") {
+  auto f = [](const xj::Array& a, const xj::Array& b, const xj::Array& c) { return xj::sum(a * b * c); };
+  xj::Array x = xj::array({1.f, 2.f});
+  auto [ga, gb, gc] = xj::grad(f, xj::argnums<0, 1, 2>)(x, x * 2.0, x * 3.0);
+  CHECK(ga.to_vector<float>() == std::vector<float>{6.f, 24.f});  // b * c
+  CHECK(gb.to_vector<float>() == std::vector<float>{3.f, 12.f});  // a * c
+  CHECK(gc.to_vector<float>() == std::vector<float>{2.f, 8.f});   // a * b
+  auto [g1, g2] = xj::grad(f, xj::argnums<1, 2>)(x, x * 2.0, x * 3.0);
+  CHECK(g1.to_vector<float>() == gb.to_vector<float>());
+  CHECK(g2.to_vector<float>() == gc.to_vector<float>());
+}

@@ -72,9 +72,14 @@ template <class T> struct is_pair : std::false_type {};
 template <class A, class B> struct is_pair<std::pair<A, B>> : std::true_type {};
 [[noreturn]] void aux_mismatch(bool returns_pair);
 
-template <class Tuple, int... I> using grads_type =
-    std::conditional_t<sizeof...(I) == 1, std::decay_t<std::tuple_element_t<(I + ... + 0), Tuple>>,
-                       std::tuple<std::decay_t<std::tuple_element_t<I, Tuple>>...>>;
+// The gradient type: the argument's own type for one index, a std::tuple for several.
+template <class Tuple, int... I> struct grads_type_impl {
+  using type = std::tuple<std::decay_t<std::tuple_element_t<I, Tuple>>...>;
+};
+template <class Tuple, int I> struct grads_type_impl<Tuple, I> {
+  using type = std::decay_t<std::tuple_element_t<I, Tuple>>;
+};
+template <class Tuple, int... I> using grads_type = typename grads_type_impl<Tuple, I...>::type;
 
 template <class T>
 T unflatten_arg(const FlatArgs& fa, const std::vector<Array>& full, int i) {
