@@ -288,7 +288,7 @@ void print_table(const std::vector<Result>& rs, const Config& c) {
     std::printf("%-14s %9.4f %10.2f %11lld %8lld   %lld computed, %.3f MiB\n", r.strategy.c_str(), r.seconds, r.peak_mib,
                 (long long)r.executions, (long long)r.matmuls, (long long)n, mib(static_cast<double>(bytes)));
   }
-  std::printf("\nThe residuals of one layer (print_saved_residuals; arguments 0 = y, 1 = W1, 2 = W2):\n");
+  std::printf("\nThe residuals of one layer (print_saved_residuals; argument 0 = y, argument 1 = (W1, W2)):\n");
   for (const auto& r : rs) {
     std::printf("  %s:\n", r.strategy.c_str());
     std::ostringstream os;
@@ -296,9 +296,9 @@ void print_table(const std::vector<Result>& rs, const Config& c) {
     std::istringstream lines(os.str());
     for (std::string line; std::getline(lines, line);) std::printf("    %s\n", line.c_str());
   }
-  std::printf("(Under scan, a residual that is the same in every layer, such as an array of zeros, is kept once\n"
-              "for the whole loop instead of once per layer. Of the arguments, y (the carry) is stacked, one per\n"
-              "layer; W1 and W2 are slices of the stacked weights, which the scan passes on without copying.)\n");
+  std::printf("(Under scan, a residual that is the same in every layer is computed once for the whole loop\n"
+              "instead of once per layer. Of the arguments, y (the carry) is stacked, one per layer; W1 and W2\n"
+              "are slices of the stacked weights, which the scan passes on without copying.)\n");
 }
 
 // ---- the SVG chart -----------------------------------------------------------------------------

@@ -42,7 +42,10 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     bool any_unknown = std::any_of(e.inputs.begin(), e.inputs.end(), is_unknown);
     if (!any_unknown) {
       known_eqns.push_back(e);
-      if (saveable && !saveable(e)) staged_eqns.push_back(e);  // recomputed on the staged side
+      // Recomputed on the staged side: what the policy does not save, and values built from
+      // literals alone (e.g. broadcast zeros), which are cheaper to rebuild than to keep.
+      bool from_literals = std::none_of(e.inputs.begin(), e.inputs.end(), [](const Atom& a) { return as_var(a) != nullptr; });
+      if ((saveable && !saveable(e)) || from_literals) staged_eqns.push_back(e);
       continue;
     }
     std::vector<bool> ins_unknown;
