@@ -1,0 +1,466 @@
+// xjax-bench: xjax against hand-written C++ references (cblas_sgemm + loops) on the workloads of
+// issue 6. Each workload runs xjax and its reference in the same process, alternating, several
+// repetitions; the table reports medians. `--quick` uses small sizes, `--json` prints JSON rows.
+// See docs/performance.md.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xjax/xjax.hpp"
+
+namespace xj = xjax;
+
+namespace {
+
+// ---- byte accounting for the references -------------------------------------------------------
+
+struct RefMem {
+  std::int64_t live = 0;
+  std::int64_t peak = 0;
+};
+RefMem g_mem;
+
+/// A float buffer whose bytes the reference accounting counts (live and peak).
+class Buf {
+ public:
+  Buf() = default;
+  explicit Buf(std::int64_t n) : n_(n), p_(new float[static_cast<std::size_t>(n)]) {
+    g_mem.live += n * 4;
+    g_mem.peak = std::max(g_mem.peak, g_mem.live);
+  }
+  Buf(Buf&& o) noexcept : n_(o.n_), p_(std::move(o.p_)) { o.n_ = 0; }
+  Buf& operator=(Buf&& o) noexcept {
+    release();
+    n_ = o.n_;
+    p_ = std::move(o.p_);
+    o.n_ = 0;
+    return *this;
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  ~Buf() { release(); }
+  float* data() { return p_.get(); }
+  const float* data() const { return p_.get(); }
+  std::int64_t size() const { return n_; }
+
+ private:
+  void release() {
+    g_mem.live -= n_ * 4;
+    n_ = 0;
+    p_.reset();
+  }
+  std::int64_t n_ = 0;
+  std::unique_ptr<float[]> p_;
+};
+
+/// Row-major C = alpha op(A) op(B) + beta C with op(A) m x k, op(B) k x n.
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
+          const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
+std::vector<float> randn(std::int64_t n, unsigned seed, double scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& e : v) e = static_cast<float>(scale) * normal(rng);
+  return v;
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// max |a - b| / max |b|.
+double rel_err(const float* a, const float* b, std::int64_t n) {
+  double diff = 0, scale = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// ---- results ---------------------------------------------------------------------------------
+
+struct Row {
+  std::string workload, variant, impl;
+  double median_s = 0;
+  double ratio = 0;       // xjax / reference median (reference rows: 1)
+  double gflops = 0;      // useful flops of the variant's arithmetic / median
+  double peak_mib = 0;    // bytes allocated beyond the inputs, peak
+  double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
+  std::string note;
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+/// One timed pair: run xjax and reference alternately `reps` times after one warm-up each.
+struct Measured {
+  double xj_s, ref_s;
+  std::int64_t xj_peak, ref_peak;
+};
+Measured measure(int reps, const std::function<void()>& run_xj, const std::function<void()>& run_ref) {
+  std::vector<double> tx, tr;
+  std::int64_t px = 0, pr = 0;
+  for (int r = -1; r < reps; ++r) {  // r = -1: warm-up (trace, transform, first allocations)
+    std::int64_t live_before = xj::memory_stats().live_bytes;
+    xj::reset_peak_memory();
+    double t0 = now();
+    run_xj();
+    double t1 = now();
+    if (r >= 0) tx.push_back(t1 - t0);
+    px = std::max(px, xj::memory_stats().peak_bytes - live_before);
+    g_mem.peak = g_mem.live;
+    std::int64_t ref_before = g_mem.live;
+    t0 = now();
+    run_ref();
+    t1 = now();
+    if (r >= 0) tr.push_back(t1 - t0);
+    pr = std::max(pr, g_mem.peak - ref_before);
+  }
+  return {median(tx), median(tr), px, pr};
+}
+
+void add_rows(std::vector<Row>& rows, const std::string& workload, const std::string& variant, const Measured& m,
+              double flops, double ideal_bytes, const std::string& note) {
+  const double mib = 1024.0 * 1024.0;
+  rows.push_back({workload, variant, "xjax", m.xj_s, m.xj_s / m.ref_s, flops / m.xj_s * 1e-9, double(m.xj_peak) / mib,
+                  double(m.xj_peak) / ideal_bytes, note});
+  rows.push_back({workload, variant, "reference", m.ref_s, 1.0, flops / m.ref_s * 1e-9, double(m.ref_peak) / mib,
+                  double(m.ref_peak) / ideal_bytes, ""});
+}
+
+// ---- P1 / P2: y = relu(y @ W[i]), loss = sum(final^2), gradient w.r.t. W ---------------------
+
+std::pair<xj::Array, xj::None> relu_layer(const xj::Array& y, const xj::Array& w) {
+  return {xj::relu(xj::matmul(y, w)), xj::None{}};
+}
+
+/// Reference gradient of the relu chain. checkpoint: store layer inputs only and recompute each
+/// layer's matmul + relu mask in the backward pass; otherwise store the masks too.
+Buf ref_relu_chain(const std::vector<float>& W, const std::vector<float>& y0, std::int64_t L, std::int64_t d,
+                   std::int64_t N, bool checkpoint) {
+  const std::int64_t nd = N * d, dd = d * d;
+  Buf ys(L * nd);                                  // layer inputs
+  Buf masks = checkpoint ? Buf() : Buf(L * nd);    // relu masks (1 or 0) without checkpoint
+  Buf y(nd), z(nd);
+  std::memcpy(ys.data(), y0.data(), static_cast<std::size_t>(nd) * 4);
+  for (std::int64_t i = 0; i < L; ++i) {
+    const float* yi = ys.data() + i * nd;
+    gemm(false, false, N, d, d, yi, d, W.data() + i * dd, d, 0.0f, z.data(), d);
+    float* out = i + 1 < L ? ys.data() + (i + 1) * nd : y.data();
+    float* mk = checkpoint ? nullptr : masks.data() + i * nd;
+    for (std::int64_t k = 0; k < nd; ++k) {
+      bool pos = z.data()[k] > 0;
+      out[k] = pos ? z.data()[k] : 0.0f;
+      if (mk) mk[k] = pos ? 1.0f : 0.0f;
+    }
+  }
+  Buf dW(L * dd), g(nd);
+  for (std::int64_t k = 0; k < nd; ++k) g.data()[k] = 2.0f * y.data()[k];
+  for (std::int64_t i = L - 1; i >= 0; --i) {
+    const float* yi = ys.data() + i * nd;
+    const float* wi = W.data() + i * dd;
+    if (checkpoint) {
+      gemm(false, false, N, d, d, yi, d, wi, d, 0.0f, z.data(), d);
+      for (std::int64_t k = 0; k < nd; ++k)
+        if (!(z.data()[k] > 0)) g.data()[k] = 0.0f;
+    } else {
+      const float* mk = masks.data() + i * nd;
+      for (std::int64_t k = 0; k < nd; ++k) g.data()[k] *= mk[k];
+    }
+    gemm(true, false, d, d, N, yi, d, g.data(), d, 0.0f, dW.data() + i * dd, d);
+    if (i > 0) {
+      gemm(false, true, N, d, d, g.data(), d, wi, d, 0.0f, z.data(), d);
+      std::swap(g, z);
+    }
+  }
+  return dW;
+}
+
+void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int64_t L, std::int64_t d, std::int64_t N,
+                      int reps) {
+  auto Wv = randn(L * d * d, 11, std::sqrt(2.0 / double(d)));
+  auto yv = randn(N * d, 12, 1.0);
+  xj::Array W = xj::array<float>(Wv, {L, d, d});
+  xj::Array y0 = xj::array<float>(yv, {N, d});
+  const double nd = double(N) * double(d), gemm_flops = 2.0 * nd * double(d);
+  for (bool ckpt : {true, false}) {
+    auto loss = [ckpt](const xj::Array& w, const xj::Array& y) {
+      xj::Array out = ckpt ? xj::scan(xj::checkpoint(relu_layer), y, w).first : xj::scan(relu_layer, y, w).first;
+      return xj::sum(out * out);
+    };
+    auto g = xj::grad(loss, xj::argnums<0>);
+    xj::Array gx;
+    Buf gr;
+    Measured m = measure(reps, [&] { gx = xj::Array(); gx = g(W, y0); },
+                         [&] { gr = Buf(); gr = ref_relu_chain(Wv, yv, L, d, N, ckpt); });
+    double err = rel_err(gx.data<float>(), gr.data(), gr.size());
+    // flops: forward 1 GEMM, backward 2 GEMMs (+1 recompute with checkpoint) per layer.
+    double flops = double(L) * gemm_flops * (ckpt ? 4.0 : 3.0);
+    // ideal bytes: stored layer inputs (+ masks as bytes without checkpoint) + the gradient.
+    double ideal = double(L) * nd * 4.0 + (ckpt ? 0.0 : double(L) * nd) + double(L) * double(d) * double(d) * 4.0;
+    std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N);
+    add_rows(rows, name, ckpt ? "scan(checkpoint)" : "scan", m, flops, ideal, sizes + " err=" + fmt("%.1e", err));
+  }
+}
+
+// ---- P3: residual MLP y += relu(y @ W1) @ W2 ---------------------------------------------------
+
+using Weights = std::pair<xj::Array, xj::Array>;
+
+std::pair<xj::Array, xj::None> mlp_layer(const xj::Array& y, const Weights& w) {
+  xj::Array h = xj::checkpoint_name(xj::relu(xj::matmul(y, w.first)), "hidden");
+  return {y + xj::matmul(h, w.second), xj::None{}};
+}
+
+enum class Store { hidden, nothing, preact };  // what the reference keeps besides each layer's input
+
+struct MlpGrads {
+  Buf dW1, dW2;
+};
+
+MlpGrads ref_mlp(const std::vector<float>& W1, const std::vector<float>& W2, const std::vector<float>& y0,
+                 std::int64_t L, std::int64_t d, std::int64_t N, Store store) {
+  const std::int64_t H = 4 * d, nd = N * d, nh = N * H, dh = d * H;
+  Buf ys(L * nd);                                   // layer inputs
+  Buf acts = store == Store::nothing ? Buf() : Buf(L * nh);  // h (hidden) or z (pre-activation)
+  Buf y(nd);
+  Buf zt = store == Store::nothing || store == Store::preact ? Buf(nh) : Buf();
+  std::memcpy(ys.data(), y0.data(), static_cast<std::size_t>(nd) * 4);
+  for (std::int64_t i = 0; i < L; ++i) {
+    const float* yi = ys.data() + i * nd;
+    float* out = i + 1 < L ? ys.data() + (i + 1) * nd : y.data();
+    float* z = store == Store::nothing ? zt.data() : acts.data() + i * nh;
+    gemm(false, false, N, H, d, yi, d, W1.data() + i * dh, H, 0.0f, z, H);
+    float* h = z;
+    if (store == Store::preact) {
+      h = zt.data();
+      for (std::int64_t k = 0; k < nh; ++k) h[k] = z[k] > 0 ? z[k] : 0.0f;
+    } else {
+      for (std::int64_t k = 0; k < nh; ++k) h[k] = h[k] > 0 ? h[k] : 0.0f;
+    }
+    std::memcpy(out, yi, static_cast<std::size_t>(nd) * 4);
+    gemm(false, false, N, d, H, h, H, W2.data() + i * dh, d, 1.0f, out, d);
+  }
+  MlpGrads gr{Buf(L * dh), Buf(L * dh)};
+  Buf g(nd), dz(nh);
+  Buf ht = store == Store::hidden ? Buf() : Buf(nh);
+  for (std::int64_t k = 0; k < nd; ++k) g.data()[k] = 2.0f * y.data()[k];
+  for (std::int64_t i = L - 1; i >= 0; --i) {
+    const float* yi = ys.data() + i * nd;
+    const float* w1 = W1.data() + i * dh;
+    const float* w2 = W2.data() + i * dh;
+    const float* h;
+    if (store == Store::hidden) {
+      h = acts.data() + i * nh;
+    } else {
+      const float* z;
+      if (store == Store::nothing) {
+        gemm(false, false, N, H, d, yi, d, w1, H, 0.0f, ht.data(), H);  // recompute the pre-activation
+        z = ht.data();
+      } else {
+        z = acts.data() + i * nh;
+      }
+      for (std::int64_t k = 0; k < nh; ++k) ht.data()[k] = z[k] > 0 ? z[k] : 0.0f;
+      h = ht.data();
+    }
+    gemm(true, false, H, d, N, h, H, g.data(), d, 0.0f, gr.dW2.data() + i * dh, d);
+    gemm(false, true, N, H, d, g.data(), d, w2, d, 0.0f, dz.data(), H);
+    for (std::int64_t k = 0; k < nh; ++k)
+      if (!(h[k] > 0)) dz.data()[k] = 0.0f;
+    gemm(true, false, d, H, N, yi, d, dz.data(), H, 0.0f, gr.dW1.data() + i * dh, H);
+    if (i > 0) gemm(false, true, N, d, H, dz.data(), H, w1, H, 1.0f, g.data(), d);
+  }
+  return gr;
+}
+
+void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int64_t N, int reps) {
+  namespace cp = xj::checkpoint_policies;
+  const std::int64_t H = 4 * d;
+  auto W1v = randn(L * d * H, 21, 1.0 / std::sqrt(double(d)));
+  auto W2v = randn(L * H * d, 22, 0.1 / std::sqrt(double(H)));
+  auto yv = randn(N * d, 23, 1.0);
+  xj::Array W1 = xj::array<float>(W1v, {L, d, H});
+  xj::Array W2 = xj::array<float>(W2v, {L, H, d});
+  xj::Array y0 = xj::array<float>(yv, {N, d});
+  struct Variant {
+    std::string name;
+    std::optional<xj::Policy> policy;  // nullopt with checkpoint=false: no checkpoint at all
+    bool checkpoint;
+    Store store;
+  };
+  std::vector<Variant> variants = {
+      {"no checkpoint", std::nullopt, false, Store::hidden},
+      {"nothing_saveable", cp::nothing_saveable, true, Store::nothing},
+      {"dots_saveable", cp::dots_saveable, true, Store::preact},
+      {"save_only_these_names(hidden)", cp::save_only_these_names({"hidden"}), true, Store::hidden},
+  };
+  const double gemm_flops = 2.0 * double(N) * double(d) * double(H);
+  for (const auto& v : variants) {
+    xj::CheckpointOptions opts{.policy = v.policy};
+    bool ckpt = v.checkpoint;
+    auto loss = [opts, ckpt](const xj::Array& a, const xj::Array& b, const xj::Array& y) {
+      xj::Array out = ckpt ? xj::scan(xj::checkpoint(mlp_layer, opts), y, Weights{a, b}).first
+                           : xj::scan(mlp_layer, y, Weights{a, b}).first;
+      return xj::sum(out * out);
+    };
+    auto g = xj::grad(loss, xj::argnums<0, 1>);
+    std::tuple<xj::Array, xj::Array> gx;
+    MlpGrads gr;
+    Measured m = measure(reps, [&] { gx = {}; gx = g(W1, W2, y0); },
+                         [&] { gr = {}; gr = ref_mlp(W1v, W2v, yv, L, d, N, v.store); });
+    double err = std::max(rel_err(std::get<0>(gx).data<float>(), gr.dW1.data(), gr.dW1.size()),
+                          rel_err(std::get<1>(gx).data<float>(), gr.dW2.data(), gr.dW2.size()));
+    // flops per layer: forward 2 GEMMs, backward 4, + 1 recompute (y @ W1) under nothing_saveable.
+    double flops = double(L) * gemm_flops * (v.store == Store::nothing ? 7.0 : 6.0);
+    double residuals = double(L) * double(N) * double(d) * 4.0 +
+                       (v.store == Store::nothing ? 0.0 : double(L) * double(N) * double(H) * 4.0);
+    double ideal = residuals + 2.0 * double(L) * double(d) * double(H) * 4.0;
+    std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N);
+    add_rows(rows, "P3", v.name, m, flops, ideal, sizes + " err=" + fmt("%.1e", err));
+  }
+}
+
+// ---- P4: trace + transform cost ---------------------------------------------------------------
+
+std::int64_t count_eqns(const xj::Jaxpr& j) {
+  std::int64_t n = static_cast<std::int64_t>(j.eqns.size());
+  for (const auto& e : j.eqns)
+    for (const auto& [key, p] : e.params) {
+      if (const auto* c = std::get_if<xj::ClosedJaxprPtr>(&p)) {
+        if (*c) n += count_eqns(*(*c)->jaxpr);
+      } else if (const auto* cs = std::get_if<std::vector<xj::ClosedJaxprPtr>>(&p)) {
+        for (const auto& c2 : *cs)
+          if (c2) n += count_eqns(*c2->jaxpr);
+      }
+    }
+  return n;
+}
+
+void bench_trace(std::vector<Row>& rows, std::int64_t d, std::int64_t N, int reps) {
+  const std::int64_t L = 64, H = 4 * d;
+  xj::Array W1 = xj::zeros({L, d, H});
+  xj::Array W2 = xj::zeros({L, H, d});
+  xj::Array y0 = xj::zeros({N, d});
+  for (bool ckpt : {false, true}) {
+    auto loss = [ckpt](const xj::Array& a, const xj::Array& b, const xj::Array& y) {
+      xj::Array out = ckpt ? xj::scan(xj::checkpoint(mlp_layer), y, Weights{a, b}).first
+                           : xj::scan(mlp_layer, y, Weights{a, b}).first;
+      return xj::sum(out * out);
+    };
+    std::vector<double> ts;
+    std::int64_t top = 0, total = 0;
+    for (int r = -1; r < reps; ++r) {
+      double t0 = now();
+      xj::ClosedJaxpr j = xj::make_jaxpr(xj::grad(loss, xj::argnums<0, 1>))(W1, W2, y0);
+      double t1 = now();
+      if (r >= 0) ts.push_back(t1 - t0);
+      top = static_cast<std::int64_t>(j->eqns.size());
+      total = count_eqns(*j);
+    }
+    Row row{"P4", ckpt ? "make_jaxpr(grad) scan(checkpoint)" : "make_jaxpr(grad) scan", "xjax", median(ts), 0, 0, 0, 0,
+            "L=64 eqns: top " + std::to_string(top) + ", total " + std::to_string(total)};
+    rows.push_back(row);
+  }
+}
+
+// ---- output ------------------------------------------------------------------------------------
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+void print_json(const std::vector<Row>& rows, bool quick) {
+  std::printf("{\"quick\": %s, \"blas_threads\": %d, \"rows\": [\n", quick ? "true" : "false", openblas_get_num_threads());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    bool p4 = r.workload == "P4";
+    std::printf("  {\"workload\": %s, \"variant\": %s, \"impl\": %s, \"median_s\": %.6g, \"ratio\": %s, "
+                "\"gflops\": %s, \"peak_mib\": %s, \"ideal_bytes_ratio\": %s, \"note\": %s}%s\n",
+                json_str(r.workload).c_str(), json_str(r.variant).c_str(), json_str(r.impl).c_str(), r.median_s,
+                p4 ? "null" : fmt("%.4g", r.ratio).c_str(), p4 ? "null" : fmt("%.4g", r.gflops).c_str(),
+                p4 ? "null" : fmt("%.4g", r.peak_mib).c_str(), p4 ? "null" : fmt("%.4g", r.ideal_ratio).c_str(),
+                json_str(r.note).c_str(), i + 1 < rows.size() ? "," : "");
+  }
+  std::printf("]}\n");
+}
+
+void print_table(const std::vector<Row>& rows, bool quick) {
+  std::printf("xjax-bench (%s sizes, float32, OpenBLAS threads: %d)\n\n", quick ? "quick" : "full",
+              openblas_get_num_threads());
+  std::printf("| workload | variant | impl | median s | ratio | GFLOP/s | peak MiB | / ideal bytes | note |\n");
+  std::printf("|---|---|---|---:|---:|---:|---:|---:|---|\n");
+  for (const Row& r : rows) {
+    bool p4 = r.workload == "P4";
+    std::printf("| %s | %s | %s | %.4g | %s | %s | %s | %s | %s |\n", r.workload.c_str(), r.variant.c_str(),
+                r.impl.c_str(), r.median_s, p4 ? "-" : fmt("%.2f", r.ratio).c_str(),
+                p4 ? "-" : fmt("%.2f", r.gflops).c_str(), p4 ? "-" : fmt("%.1f", r.peak_mib).c_str(),
+                p4 ? "-" : fmt("%.2f", r.ideal_ratio).c_str(), r.note.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, json = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--json") {
+      json = true;
+    } else {
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json]\n");
+      return 2;
+    }
+  }
+  std::vector<Row> rows;
+  try {
+    const int reps = quick ? 5 : 3;
+    if (quick) {
+      bench_relu_chain(rows, "P1", 8, 128, 64, reps);
+      bench_relu_chain(rows, "P2", 100, 32, 16, reps);
+      bench_mlp(rows, 4, 64, 256, reps);
+      bench_trace(rows, 64, 256, reps);
+    } else {
+      bench_relu_chain(rows, "P1", 64, 512, 512, reps);
+      bench_relu_chain(rows, "P2", 1000, 32, 16, reps);
+      bench_mlp(rows, 16, 256, 2048, reps);
+      bench_trace(rows, 256, 2048, reps);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xjax-bench: %s\n", e.what());
+    return 1;
+  }
+  if (json) print_json(rows, quick);
+  else print_table(rows, quick);
+  return 0;
+}
