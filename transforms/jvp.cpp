@@ -202,15 +202,20 @@ JvpOut copy_jvp(const JvpArgs& a) { return linear_all(a); }
 JvpOut dot_general_jvp(const JvpArgs& a) { return bilinear(a); }
 // d sum x = sum dx
 JvpOut reduce_sum_jvp(const JvpArgs& a) { return linear_all(a); }
+// A reduction's result y broadcast back over the reduced axes of its operand x.
+Array unreduce(const Array& y, const Array& x, const Ints& axes) {
+  Ints kept;
+  for (std::int64_t i = 0; i < x.ndim(); ++i)
+    if (std::find(axes.begin(), axes.end(), i) == axes.end()) kept.push_back(i);
+  return broadcast_in_dim(y, x.shape(), kept);
+}
+
 // d max x = mean of dx over the positions attaining the max
 JvpOut reduce_chooser_jvp(const JvpArgs& a) {
   Array y = primal1(a);
   const Array& x = a.x[0];
   const Ints& axes = param_ints(a.params, "axes");
-  Ints kept;
-  for (std::int64_t i = 0; i < x.ndim(); ++i)
-    if (std::find(axes.begin(), axes.end(), i) == axes.end()) kept.push_back(i);
-  Array at_max = astype(eq(x, broadcast_in_dim(y, x.shape(), kept)), x.dtype());
+  Array at_max = astype(eq(x, unreduce(y, x, axes)), x.dtype());
   Array count = bind1(P::reduce_sum, {at_max}, {{"axes", axes}});
   return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) {
             return div(bind1(P::reduce_sum, {mul(t, at_max)}, {{"axes", axes}}), count);
@@ -223,10 +228,7 @@ JvpOut reduce_prod_jvp(const JvpArgs& a) {
   Array y = primal1(a);
   const Array& x = a.x[0];
   const Ints& axes = param_ints(a.params, "axes");
-  Ints kept;
-  for (std::int64_t i = 0; i < x.ndim(); ++i)
-    if (std::find(axes.begin(), axes.end(), i) == axes.end()) kept.push_back(i);
-  Array others = div(broadcast_in_dim(y, x.shape(), kept), x);
+  Array others = div(unreduce(y, x, axes), x);
   return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) {
             return bind1(P::reduce_sum, {mul(t, others)}, {{"axes", axes}});
           })}};

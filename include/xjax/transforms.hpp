@@ -153,14 +153,22 @@ template <class F, int... I> auto value_and_grad(F f, Argnums<I...>, GradOptions
   return detail::GradFn<F, true, I...>(std::move(f), opts);
 }
 
+namespace detail {
+/// f traced at the abstract values of the flattened arguments, and the structure of its output.
+template <class F, class... Args> std::pair<ClosedJaxpr, TreeDef> trace_tree(const F& f, const FlatArgs& fa) {
+  TreeDef out_def;
+  auto flat = flat_fn<F, Args...>(f, fa.defs, &out_def);
+  auto avals = fa.avals();
+  ClosedJaxpr j = trace_flat(flat, avals);
+  return {std::move(j), std::move(out_def)};
+}
+}  // namespace detail
+
 /// auto [out, f_vjp] = vjp(f, args...); f_vjp(out_cotangent) -> std::tuple of one cotangent per arg.
 template <class F, class... Args> auto vjp(F f, const Args&... args) {
   using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
   detail::FlatArgs fa = detail::flatten_args(args...);
-  TreeDef out_def;
-  auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &out_def);
-  auto avals = fa.avals();
-  ClosedJaxpr j = detail::trace_flat(flat, avals);
+  auto [j, out_def] = detail::trace_tree<F, Args...>(f, fa);
   std::vector<Array> outs;
   auto state = detail::vjp_forward(j, fa.leaves, &outs);
   R out = tree_unflatten<R>(out_def, outs);
@@ -180,10 +188,7 @@ auto jvp(F f, const std::tuple<Ps...>& primals, const std::tuple<Ts...>& tangent
   using R = std::decay_t<std::invoke_result_t<const F&, const Ps&...>>;
   detail::FlatArgs fa = std::apply([](const auto&... p) { return detail::flatten_args(p...); }, primals);
   detail::FlatArgs ft = std::apply([](const auto&... t) { return detail::flatten_args(t...); }, tangents);
-  TreeDef out_def;
-  auto flat = detail::flat_fn<F, Ps...>(f, fa.defs, &out_def);
-  auto avals = fa.avals();
-  ClosedJaxpr j = detail::trace_flat(flat, avals);
+  auto [j, out_def] = detail::trace_tree<F, Ps...>(f, fa);
   auto [outs, touts] = detail::jvp_flat(j, fa.leaves, ft.leaves);
   return std::pair<R, R>{tree_unflatten<R>(out_def, outs), tree_unflatten<R>(out_def, touts)};
 }
@@ -192,10 +197,7 @@ auto jvp(F f, const std::tuple<Ps...>& primals, const std::tuple<Ts...>& tangent
 template <class F, class... Args> auto linearize(F f, const Args&... args) {
   using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
   detail::FlatArgs fa = detail::flatten_args(args...);
-  TreeDef out_def;
-  auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &out_def);
-  auto avals = fa.avals();
-  ClosedJaxpr j = detail::trace_flat(flat, avals);
+  auto [j, out_def] = detail::trace_tree<F, Args...>(f, fa);
   std::vector<Array> outs;
   auto state = detail::linearize_forward(j, fa.leaves, &outs);
   R out = tree_unflatten<R>(out_def, outs);
