@@ -1,11 +1,13 @@
-// interpreter.cpp: eval_jaxpr. Binds each equation in order; outside a trace that runs kernels,
-// inside one it re-records the equations (inlining). Each value is dropped right after its last
-// use, so a buffer is freed as soon as nothing later needs it.
+// interpreter.cpp: eval_jaxpr. Outside a trace it runs the jaxpr's execution plan (plan.hpp: built
+// once, then reused; each value is dropped right after its last use, so a buffer is freed as soon
+// as nothing later needs it). Inside a trace it binds each equation, which re-records it into the
+// trace (inlining).
 #include <algorithm>
 #include <unordered_map>
 
 #include "higher_order.hpp"
 #include "internal.hpp"
+#include "plan.hpp"
 
 namespace xjax {
 
@@ -57,64 +59,6 @@ void check_args(const Jaxpr& j, std::span<const Array> args, std::size_t nconsts
 
 namespace detail {
 
-/// Slots for every variable, literal operands inline, and after each equation the slots whose
-/// last use it was: evaluation frees each value as soon as nothing later reads it.
-struct EvalPlan {
-  struct Operand {
-    std::size_t slot = 0;
-    const Literal* literal = nullptr;
-  };
-  struct Step {
-    std::vector<Operand> ins;
-    std::vector<std::size_t> outs;        // npos: output never read
-    std::vector<std::size_t> free_after;  // slots to drop after this step
-  };
-  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-  std::size_t num_slots = 0;
-  std::vector<std::size_t> const_slots, in_slots;  // npos: never read
-  std::vector<Step> steps;
-  std::vector<Operand> outs;
-};
-
-namespace {
-std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& j) {
-  auto plan = std::make_shared<EvalPlan>();
-  std::unordered_map<std::uint64_t, std::size_t> last_use;
-  for (std::size_t i = 0; i < j.eqns.size(); ++i)
-    for (const auto& in : j.eqns[i].inputs)
-      if (auto* v = std::get_if<Var>(&in)) last_use[v->id()] = i;
-  for (const auto& o : j.outvars)
-    if (auto* v = std::get_if<Var>(&o)) last_use[v->id()] = j.eqns.size();
-  std::unordered_map<std::uint64_t, std::size_t> slot;
-  auto define = [&](const Var& v) {
-    if (!last_use.count(v.id())) return EvalPlan::npos;
-    return slot[v.id()] = plan->num_slots++;
-  };
-  auto operand = [&](const Atom& a) {
-    EvalPlan::Operand op;
-    if (auto* l = std::get_if<Literal>(&a)) op.literal = l;
-    else op.slot = slot.at(std::get<Var>(a).id());
-    return op;
-  };
-  for (const auto& v : j.constvars) plan->const_slots.push_back(define(v));
-  for (const auto& v : j.invars) plan->in_slots.push_back(define(v));
-  for (std::size_t i = 0; i < j.eqns.size(); ++i) {
-    const Eqn& e = j.eqns[i];
-    EvalPlan::Step st;
-    for (const auto& in : e.inputs) st.ins.push_back(operand(in));
-    for (const auto& in : e.inputs)
-      if (auto* v = std::get_if<Var>(&in); v && last_use[v->id()] == i) {
-        std::size_t s = slot.at(v->id());
-        if (std::find(st.free_after.begin(), st.free_after.end(), s) == st.free_after.end()) st.free_after.push_back(s);
-      }
-    for (const auto& o : e.outputs) st.outs.push_back(define(o));
-    plan->steps.push_back(std::move(st));
-  }
-  for (const auto& o : j.outvars) plan->outs.push_back(operand(o));
-  return plan;
-}
-}  // namespace
-
 const EvalPlan& PlanCache::get(const Jaxpr& j) const {
   std::call_once(once_, [&] { plan_ = make_plan(j); });
   return *plan_;
@@ -122,34 +66,77 @@ const EvalPlan& PlanCache::get(const Jaxpr& j) const {
 
 }  // namespace detail
 
-std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) {
+namespace {
+
+// Inside a trace (or with tracer operands): bind every equation, which records it into the
+// innermost trace (inlining) or reports an escaped tracer.
+std::vector<Array> eval_by_binding(const ClosedJaxpr& cj, std::span<const Array> args) {
   const Jaxpr& j = *cj.jaxpr;
-  check_args(j, args, cj.consts.size());
-  const detail::EvalPlan& plan = j.plan.get(j);
-  detail::LocationScope own_locations(nullptr);
-  std::vector<Array> slots(plan.num_slots);
-  auto put = [&](std::size_t s, const Array& a) {
-    if (s != detail::EvalPlan::npos) slots[s] = a;
+  std::unordered_map<std::uint64_t, Array> env;
+  for (std::size_t i = 0; i < cj.consts.size(); ++i) env[j.constvars[i].id()] = cj.consts[i];
+  for (std::size_t i = 0; i < args.size(); ++i) env[j.invars[i].id()] = args[i];
+  auto read = [&](const Atom& a) -> const Array& {
+    if (auto* l = std::get_if<Literal>(&a)) return l->value;
+    return env.at(std::get<Var>(a).id());
   };
-  auto read = [&](const detail::EvalPlan::Operand& op) -> const Array& {
+  std::vector<Array> ins;
+  for (const Eqn& e : j.eqns) {
+    ins.clear();
+    for (const auto& in : e.inputs) ins.push_back(read(in));
+    auto outs = detail::bind(e.prim, ins, e.params, e.loc);
+    for (std::size_t k = 0; k < outs.size(); ++k) env[e.outputs[k].id()] = std::move(outs[k]);
+  }
+  std::vector<Array> result;
+  for (const auto& o : j.outvars) result.push_back(read(o));
+  return result;
+}
+
+// Outside any trace: run the jaxpr's cached execution plan.
+std::vector<Array> run_plan(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args) {
+  using detail::EvalPlan;
+  std::vector<Array> slots(plan.num_slots);
+  auto put = [&](std::size_t s, Array a) {
+    if (s != EvalPlan::npos) slots[s] = std::move(a);
+  };
+  auto read = [&](const EvalPlan::Operand& op) -> const Array& {
     return op.literal ? op.literal->value : slots[op.slot];
   };
   for (std::size_t i = 0; i < cj.consts.size(); ++i) put(plan.const_slots[i], cj.consts[i]);
   for (std::size_t i = 0; i < args.size(); ++i) put(plan.in_slots[i], args[i]);
-  std::vector<Array> ins;
-  for (std::size_t i = 0; i < j.eqns.size(); ++i) {
-    const Eqn& e = j.eqns[i];
-    const auto& st = plan.steps[i];
+  std::vector<Array> ins, outs;
+  for (const auto& st : plan.steps) {
     ins.clear();
     for (const auto& op : st.ins) ins.push_back(read(op));
-    auto outs = detail::bind(e.prim, ins, e.params, e.loc);
+    switch (st.kind) {
+      case EvalPlan::Kind::kernel:
+        outs.clear();
+        outs.push_back(st.kernel(ins));
+        break;
+      case EvalPlan::Kind::impl: outs = st.impl(ins, st.eqn->params); break;
+      case EvalPlan::Kind::fused: outs = detail::kernels::run_fused(*st.fused, ins); break;
+    }
+    for (Primitive p : st.counted) detail::count_eval(p);
     ins.clear();
     for (auto s : st.free_after) slots[s] = Array();
-    for (std::size_t k = 0; k < outs.size(); ++k) put(st.outs[k], outs[k]);
+    for (std::size_t k = 0; k < outs.size(); ++k) put(st.outs[k], std::move(outs[k]));
   }
   std::vector<Array> result;
   for (const auto& op : plan.outs) result.push_back(read(op));
   return result;
+}
+
+bool any_tracer(std::span<const Array> xs) {
+  return std::any_of(xs.begin(), xs.end(), [](const Array& x) { return x.is_tracer(); });
+}
+
+}  // namespace
+
+std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) {
+  const Jaxpr& j = *cj.jaxpr;
+  check_args(j, args, cj.consts.size());
+  detail::LocationScope own_locations(nullptr);
+  if (detail::tracing_active() || any_tracer(args) || any_tracer(cj.consts)) return eval_by_binding(cj, args);
+  return run_plan(j.plan.get(j), cj, args);
 }
 
 }  // namespace xjax

@@ -57,7 +57,8 @@ Ints range(std::int64_t lo, std::int64_t hi) {
 
 // Cotangent of one operand x of y = dot_general(x, w) (or of w, by symmetry): contract the
 // cotangent with the other operand over the other operand's free dims, then put the result's
-// dims back in x's order.
+// dims back in x's order. Of the two operand orders (ct . other, other . ct) the one whose result
+// is already in x's order is used, so no transpose is materialized when either fits (dW = x^T g).
 Array dot_transpose_operand(const Array& ct, const ShapedArray& x_aval, const Array& other, const Ints& x_contract,
                             const Ints& other_contract, const Ints& x_batch, const Ints& other_batch,
                             bool x_is_lhs) {
@@ -68,22 +69,34 @@ Array dot_transpose_operand(const Array& ct, const ShapedArray& x_aval, const Ar
   auto nof = static_cast<std::int64_t>(o_free.size());
   // ct dims: batch, lhs free, rhs free.
   Ints ct_other_free = x_is_lhs ? range(nb + nxf, nb + nxf + nof) : range(nb, nb + nof);
-  Array r = dot_general(ct, other, ct_other_free, o_free, range(0, nb), other_batch);
-  // r dims: batch, x free (the ct's remaining dims in order), other's contracting dims ascending.
+  // x's dims matching the other operand's contracting dims, in ascending order of those.
   Ints sorted_oc = other_contract;
   std::sort(sorted_oc.begin(), sorted_oc.end());
-  Ints r_to_x;  // r dim k corresponds to x dim r_to_x[k]
-  for (auto d : x_batch) r_to_x.push_back(d);
-  for (auto d : x_free) r_to_x.push_back(d);
+  Ints x_of_oc;
   for (auto oc : sorted_oc) {
     auto pos = std::find(other_contract.begin(), other_contract.end(), oc) - other_contract.begin();
-    r_to_x.push_back(x_contract[static_cast<std::size_t>(pos)]);
+    x_of_oc.push_back(x_contract[static_cast<std::size_t>(pos)]);
   }
-  Ints perm(r_to_x.size());
-  for (std::size_t k = 0; k < r_to_x.size(); ++k) perm[static_cast<std::size_t>(r_to_x[k])] = static_cast<std::int64_t>(k);
-  bool identity = true;
-  for (std::size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == static_cast<std::int64_t>(i);
-  return identity ? r : transpose(r, perm);
+  // perm taking a result whose dim k is x's dim r_to_x[k] back to x's order (empty: identity).
+  auto back_to_x = [](const Ints& r_to_x) {
+    Ints perm(r_to_x.size());
+    bool identity = true;
+    for (std::size_t k = 0; k < r_to_x.size(); ++k) {
+      perm[static_cast<std::size_t>(r_to_x[k])] = static_cast<std::int64_t>(k);
+      identity = identity && r_to_x[k] == static_cast<std::int64_t>(k);
+    }
+    return identity ? Ints{} : perm;
+  };
+  Ints ct_first = x_batch, other_first = x_batch;  // result dims of (ct . other), (other . ct)
+  ct_first.insert(ct_first.end(), x_free.begin(), x_free.end());
+  ct_first.insert(ct_first.end(), x_of_oc.begin(), x_of_oc.end());
+  other_first.insert(other_first.end(), x_of_oc.begin(), x_of_oc.end());
+  other_first.insert(other_first.end(), x_free.begin(), x_free.end());
+  Ints perm = back_to_x(ct_first);
+  if (perm.empty()) return dot_general(ct, other, ct_other_free, o_free, range(0, nb), other_batch);
+  if (back_to_x(other_first).empty())
+    return dot_general(other, ct, o_free, ct_other_free, other_batch, range(0, nb));
+  return transpose(dot_general(ct, other, ct_other_free, o_free, range(0, nb), other_batch), perm);
 }
 
 Array zeros_of(const ShapedArray& aval) { return broadcast_to(scalar(0.0, aval.dtype), aval.shape); }

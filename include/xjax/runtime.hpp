@@ -10,12 +10,20 @@ namespace xjax {
 struct MemoryStats {
   std::int64_t live_bytes = 0;   // bytes of array buffers alive now
   std::int64_t peak_bytes = 0;   // most live bytes since the last reset_peak_memory()
-  std::int64_t allocations = 0;  // buffers allocated since the process started
+  std::int64_t allocations = 0;  // buffers created since the process started
+  /// Of those, the ones whose memory came from the system rather than the arena (freed buffers
+  /// are kept in an arena by size and reused: in steady state a repeated computation adds none).
+  std::int64_t system_allocations = 0;
+  std::int64_t arena_bytes = 0;          // freed memory the arena holds for reuse now
+  std::int64_t peak_reserved_bytes = 0;  // most live + arena bytes since reset_peak_memory()
 };
 
 MemoryStats memory_stats();
-/// Sets the peak to the current live bytes.
+/// Sets the peaks to the current live (and live + arena) bytes.
 void reset_peak_memory();
+/// Returns the arena's freed blocks to the system (it keeps at most XJAX_ARENA_BYTES bytes,
+/// default 512 MiB; set it to 0 to disable reuse).
+void release_arena_memory();
 
 /// Executions per primitive name since the last reset_eval_counts() (primitives never run are absent).
 std::map<std::string, std::int64_t> eval_counts();

@@ -1,18 +1,9 @@
 // elementwise.cpp: kernels of the elementwise primitives (operands of identical shape).
 //
-// Read top-down: the loop drivers (map1/map2 run an xsimd op over full batches and over one
-// zero-padded batch for the tail, so every element goes through the same code), then one section
-// per primitive group: float unary, integer unary, integer_pow, binary, comparisons, select_n,
+// Read top-down (the vectorized loop drivers and float arithmetic are in simd.hpp, shared with
+// the fused executor): one section per primitive group: float unary, integer unary, integer_pow, binary, comparisons, select_n,
 // convert_element_type. The entry points declared in kernels.hpp come last. Floats are
 // vectorized; integers and bools use plain loops (wrap-around helpers are in kernels.hpp).
-
-// GCC 12's AVX-512 intrinsics (inlined from xsimd) trip a false -W(maybe-)uninitialized on
-// _mm512_undefined_*() (GCC bug 105593); silence it for this file only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <xsimd/xsimd.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -20,41 +11,12 @@
 #include <limits>
 
 #include "kernels/kernels.hpp"
+#include "kernels/simd.hpp"
 
 namespace xjax::detail::kernels {
 namespace {
 
-template <class T> using Batch = xsimd::batch<T>;
-
-// ---- loop drivers ------------------------------------------------------------------------------
-
-// out[i] = op(x[i]) with op on Batch<T>. The tail (n % batch size) is copied into a zero-padded
-// batch, so it gets exactly the same arithmetic as the body.
-template <class T, class Op> void map1(const T* x, T* out, std::size_t n, Op op) {
-  constexpr std::size_t width = Batch<T>::size;
-  std::size_t i = 0;
-  for (; i + width <= n; i += width) op(Batch<T>::load_unaligned(x + i)).store_unaligned(out + i);
-  if (i == n) return;
-  alignas(64) T buf[width] = {};
-  std::copy(x + i, x + n, buf);
-  op(Batch<T>::load_aligned(buf)).store_aligned(buf);
-  std::copy(buf, buf + (n - i), out + i);
-}
-
-// out[i] = op(x[i], y[i]) with op on Batch<T>; tail as in map1.
-template <class T, class Op> void map2(const T* x, const T* y, T* out, std::size_t n, Op op) {
-  constexpr std::size_t width = Batch<T>::size;
-  std::size_t i = 0;
-  for (; i + width <= n; i += width)
-    op(Batch<T>::load_unaligned(x + i), Batch<T>::load_unaligned(y + i)).store_unaligned(out + i);
-  if (i == n) return;
-  alignas(64) T xbuf[width] = {};
-  alignas(64) T ybuf[width] = {};
-  std::copy(x + i, x + n, xbuf);
-  std::copy(y + i, y + n, ybuf);
-  op(Batch<T>::load_aligned(xbuf), Batch<T>::load_aligned(ybuf)).store_aligned(xbuf);
-  std::copy(xbuf, xbuf + (n - i), out + i);
-}
+using namespace simd;
 
 template <class T, class Op> void loop1(const T* x, T* out, std::size_t n, Op op) {
   for (std::size_t i = 0; i < n; ++i) out[i] = op(x[i]);
@@ -67,42 +29,6 @@ template <class T, class Op> void loop2(const T* x, const T* y, T* out, std::siz
 std::size_t count(const ShapedArray& aval) { return static_cast<std::size_t>(aval.size()); }
 
 // ---- float unary -------------------------------------------------------------------------------
-
-// max/min that propagate NaN from either operand (as XLA does); work on scalars and batches.
-template <class V> V nan_max(const V& a, const V& b) {
-  if constexpr (std::is_floating_point_v<V>) return (a > b || a != a) ? a : b;
-  else return xsimd::select((a > b) || xsimd::isnan(a), a, b);
-}
-template <class V> V nan_min(const V& a, const V& b) {
-  if constexpr (std::is_floating_point_v<V>) return (a < b || a != a) ? a : b;
-  else return xsimd::select((a < b) || xsimd::isnan(a), a, b);
-}
-
-template <class T> void float_unary(Primitive p, const T* x, T* o, std::size_t n) {
-  using B = Batch<T>;
-  const B one(T{1});
-  switch (p) {
-    case Primitive::neg: return map1(x, o, n, [](B v) { return -v; });
-    case Primitive::exp: return map1(x, o, n, [](B v) { return xsimd::exp(v); });
-    case Primitive::log: return map1(x, o, n, [](B v) { return xsimd::log(v); });
-    case Primitive::log1p: return map1(x, o, n, [](B v) { return xsimd::log1p(v); });
-    case Primitive::expm1: return map1(x, o, n, [](B v) { return xsimd::expm1(v); });
-    case Primitive::sin: return map1(x, o, n, [](B v) { return xsimd::sin(v); });
-    case Primitive::cos: return map1(x, o, n, [](B v) { return xsimd::cos(v); });
-    case Primitive::tan: return map1(x, o, n, [](B v) { return xsimd::tan(v); });
-    case Primitive::tanh: return map1(x, o, n, [](B v) { return xsimd::tanh(v); });
-    case Primitive::logistic:
-      return map1(x, o, n, [one](B v) { return one / (one + xsimd::exp(-v)); });
-    case Primitive::sqrt: return map1(x, o, n, [](B v) { return xsimd::sqrt(v); });
-    case Primitive::rsqrt: return map1(x, o, n, [one](B v) { return one / xsimd::sqrt(v); });
-    case Primitive::abs: return map1(x, o, n, [](B v) { return xsimd::abs(v); });
-    case Primitive::sign:  // -1, +1, and x itself for ±0 and NaN
-      return map1(x, o, n, [one](B v) {
-        return xsimd::select(v > B(T{0}), one, xsimd::select(v < B(T{0}), -one, v));
-      });
-    default: unsupported_dtype(p, dtype_of_v<T>);
-  }
-}
 
 // ---- integer unary -----------------------------------------------------------------------------
 
@@ -118,28 +44,6 @@ template <class T> void int_unary(Primitive p, const T* x, T* o, std::size_t n) 
 
 // ---- integer_pow -------------------------------------------------------------------------------
 
-// base^e by repeated squaring; `mul` multiplies two values (scalars or batches).
-template <class V, class Mul> V pow_by_squaring(V base, std::uint64_t e, V one, Mul mul) {
-  V result = one;
-  while (e != 0) {
-    if (e & 1) result = mul(result, base);
-    e >>= 1;
-    if (e != 0) base = mul(base, base);
-  }
-  return result;
-}
-
-template <class T> void float_integer_pow(const T* x, T* o, std::size_t n, std::int64_t y) {
-  using B = Batch<T>;
-  const B one(T{1});
-  const std::uint64_t e = y < 0 ? 0 - static_cast<std::uint64_t>(y) : static_cast<std::uint64_t>(y);
-  auto times = [](const B& a, const B& b) { return a * b; };
-  map1(x, o, n, [=](B v) {
-    B r = pow_by_squaring(v, e, one, times);
-    return y < 0 ? one / r : r;
-  });
-}
-
 template <class T> void int_integer_pow(const T* x, T* o, std::size_t n, std::int64_t y) {
   if (y < 0) throw Error("integer_pow: negative exponent " + std::to_string(y) + " on integers");
   const auto e = static_cast<std::uint64_t>(y);
@@ -147,20 +51,6 @@ template <class T> void int_integer_pow(const T* x, T* o, std::size_t n, std::in
 }
 
 // ---- binary ------------------------------------------------------------------------------------
-
-template <class T> void float_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
-  using B = Batch<T>;
-  switch (p) {
-    case Primitive::add: return map2(x, y, o, n, [](B a, B b) { return a + b; });
-    case Primitive::sub: return map2(x, y, o, n, [](B a, B b) { return a - b; });
-    case Primitive::mul: return map2(x, y, o, n, [](B a, B b) { return a * b; });
-    case Primitive::div: return map2(x, y, o, n, [](B a, B b) { return a / b; });
-    case Primitive::max: return map2(x, y, o, n, [](B a, B b) { return nan_max(a, b); });
-    case Primitive::min: return map2(x, y, o, n, [](B a, B b) { return nan_min(a, b); });
-    case Primitive::pow: return map2(x, y, o, n, [](B a, B b) { return xsimd::pow(a, b); });
-    default: unsupported_dtype(p, dtype_of_v<T>);
-  }
-}
 
 template <class T> void int_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
   switch (p) {

@@ -1,8 +1,9 @@
 // kernels.cpp: run_kernel, the CPU kernel of every primitive.
 //
-// Read `kernel_for` first: one `case` per primitive (no `default:`, so a new primitive without a
-// kernel does not compile under -Werror=switch), each unpacking the params and calling an entry
-// point of one family (kernels.hpp). Higher-order primitives have no kernel (bind runs their impl
+// Read `resolve_kernel_impl` first: one `case` per primitive (no `default:`, so a new primitive
+// without a kernel does not compile under -Werror=switch), each unpacking the params once into a
+// closure that calls an entry point of one family (kernels.hpp). Execution plans keep the closure;
+// run_kernel (eager binds) builds and calls it at once. Higher-order primitives have no kernel (bind runs their impl
 // rule instead); their cases throw. The shared helpers declared in kernels.hpp follow.
 #include "kernels/kernels.hpp"
 
@@ -13,7 +14,8 @@ namespace {
 
 using namespace kernels;
 
-Array kernel_for(Primitive p, std::span<const Array> in, const Params& ps, const ShapedArray& out) {
+KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& out) {
+  using In = std::span<const Array>;
   switch (p) {
     case Primitive::neg:
     case Primitive::exp:
@@ -28,50 +30,67 @@ Array kernel_for(Primitive p, std::span<const Array> in, const Params& ps, const
     case Primitive::sqrt:
     case Primitive::rsqrt:
     case Primitive::abs:
-    case Primitive::sign: return unary_kernel(p, in[0], out);
-    case Primitive::integer_pow: return integer_pow_kernel(in[0], param_int(ps, "y"), out);
+    case Primitive::sign: return [p, out](In in) { return unary_kernel(p, in[0], out); };
+    case Primitive::integer_pow:
+      return [y = param_int(ps, "y"), out](In in) { return integer_pow_kernel(in[0], y, out); };
     case Primitive::add:
     case Primitive::sub:
     case Primitive::mul:
     case Primitive::div:
     case Primitive::max:
     case Primitive::min:
-    case Primitive::pow: return binary_kernel(p, in[0], in[1], out);
+    case Primitive::pow: return [p, out](In in) { return binary_kernel(p, in[0], in[1], out); };
     case Primitive::eq:
     case Primitive::ne:
     case Primitive::lt:
     case Primitive::le:
     case Primitive::gt:
-    case Primitive::ge: return compare_kernel(p, in[0], in[1], out);
-    case Primitive::select_n: return select_n_kernel(in, out);
-    case Primitive::convert_element_type: return convert_element_type_kernel(in[0], out);
-    case Primitive::stop_gradient: return share_buffer(in[0], out);
-    case Primitive::copy: return copy_kernel(in[0], out);
-    case Primitive::dot_general: return dot_general_kernel(in[0], in[1], ps, out);
+    case Primitive::ge: return [p, out](In in) { return compare_kernel(p, in[0], in[1], out); };
+    case Primitive::select_n: return [out](In in) { return select_n_kernel(in, out); };
+    case Primitive::convert_element_type:
+      return [out](In in) { return convert_element_type_kernel(in[0], out); };
+    case Primitive::copy: return [out](In in) { return copy_kernel(in[0], out); };
+    case Primitive::dot_general:
+      return [ps, out](In in) { return dot_general_kernel(in[0], in[1], ps, out); };
     case Primitive::reduce_sum:
     case Primitive::reduce_max:
     case Primitive::reduce_min:
-    case Primitive::reduce_prod: return reduce_kernel(p, in[0], param_ints(ps, "axes"), out);
-    case Primitive::argmax: return argmax_kernel(in[0], param_ints(ps, "axes").at(0), out);
+    case Primitive::reduce_prod:
+      return [p, axes = param_ints(ps, "axes"), out](In in) { return reduce_kernel(p, in[0], axes, out); };
+    case Primitive::argmax:
+      return [axis = param_ints(ps, "axes").at(0), out](In in) { return argmax_kernel(in[0], axis, out); };
     case Primitive::broadcast_in_dim:
-      return broadcast_in_dim_kernel(in[0], param_ints(ps, "broadcast_dimensions"), out);
+      return [dims = param_ints(ps, "broadcast_dimensions"), out](In in) {
+        return broadcast_in_dim_kernel(in[0], dims, out);
+      };
+    case Primitive::stop_gradient:
     case Primitive::reshape:
     case Primitive::squeeze:
-    case Primitive::expand_dims: return share_buffer(in[0], out);
-    case Primitive::transpose: return transpose_kernel(in[0], param_ints(ps, "permutation"));
+    case Primitive::expand_dims:
+    case Primitive::name: return [out](In in) { return share_buffer(in[0], out); };
+    case Primitive::transpose:
+      return [perm = param_ints(ps, "permutation")](In in) { return transpose_kernel(in[0], perm); };
     case Primitive::slice:
-      return slice_kernel(in[0], param_ints(ps, "start_indices"), param_ints(ps, "strides"), out);
+      return [start = param_ints(ps, "start_indices"), strides = param_ints(ps, "strides"), out](In in) {
+        return slice_kernel(in[0], start, strides, out);
+      };
     case Primitive::pad:
-      return pad_kernel(in[0], in[1], param_ints(ps, "lo"), param_ints(ps, "interior"), out);
-    case Primitive::dynamic_slice: return dynamic_slice_kernel(in, out);
-    case Primitive::dynamic_update_slice: return dynamic_update_slice_kernel(in, out);
-    case Primitive::concatenate: return concatenate_kernel(in, param_int(ps, "dimension"), out);
-    case Primitive::gather: return gather_kernel(in[0], in[1], param_int(ps, "axis"), out);
+      return [lo = param_ints(ps, "lo"), interior = param_ints(ps, "interior"), out](In in) {
+        return pad_kernel(in[0], in[1], lo, interior, out);
+      };
+    case Primitive::dynamic_slice: return [out](In in) { return dynamic_slice_kernel(in, out); };
+    case Primitive::dynamic_update_slice: return [out](In in) { return dynamic_update_slice_kernel(in, out); };
+    case Primitive::concatenate:
+      return [dim = param_int(ps, "dimension"), out](In in) { return concatenate_kernel(in, dim, out); };
+    case Primitive::gather:
+      return [axis = param_int(ps, "axis"), out](In in) { return gather_kernel(in[0], in[1], axis, out); };
     case Primitive::scatter_add:
-      return scatter_add_kernel(in[0], in[1], in[2], param_int(ps, "axis"), out);
-    case Primitive::iota: return iota_kernel(param_int(ps, "dimension"), out);
-    case Primitive::name: return share_buffer(in[0], out);
-    case Primitive::threefry2x32: return threefry2x32_kernel(in[0], in[1], out);
+      return [axis = param_int(ps, "axis"), out](In in) {
+        return scatter_add_kernel(in[0], in[1], in[2], axis, out);
+      };
+    case Primitive::iota:
+      return [dim = param_int(ps, "dimension"), out](In) { return iota_kernel(dim, out); };
+    case Primitive::threefry2x32: return [out](In in) { return threefry2x32_kernel(in[0], in[1], out); };
 #define XJAX_NO_KERNEL(name) case Primitive::name:
       XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(XJAX_NO_KERNEL)
 #undef XJAX_NO_KERNEL
@@ -88,7 +107,11 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
   if (out_avals.size() != 1)
     throw Error("run_kernel(" + std::string(primitive_name(p)) + "): expected one output aval, got " +
                 std::to_string(out_avals.size()));
-  return {kernel_for(p, in, params, out_avals[0])};
+  return {resolve_kernel_impl(p, params, out_avals[0])(in)};
+}
+
+KernelFn resolve_kernel(Primitive p, const Params& params, const ShapedArray& out) {
+  return resolve_kernel_impl(p, params, out);
 }
 
 namespace kernels {

@@ -103,6 +103,38 @@ Array convert_element_type_kernel(const Array& x, const ShapedArray& out);
 /// copy: the same elements in a new buffer.
 Array copy_kernel(const Array& x, const ShapedArray& out);
 
+// ---- fused.cpp ---------------------------------------------------------------------------------
+
+/// A chain of elementwise equations over one shape, run block by block (a few KiB at a time) so
+/// that intermediates never exist as whole arrays. Float values of dtype `compute`; bools are
+/// carried as 0/1 in `compute` inside the block. Value numbers: the inputs first, then one per op.
+struct FusedProgram {
+  struct Input {
+    bool is_bool = false;    // stored as bool (uint8) instead of `compute`
+    bool is_scalar = false;  // rank 0: broadcast over the shape
+  };
+  struct Op {
+    Primitive prim;  // unary, integer_pow, binary, comparison, select_n (2 cases), convert
+    std::int32_t dst = 0;
+    std::int32_t src[3] = {0, 0, 0};
+    std::int64_t y = 0;     // integer_pow's exponent
+    bool to_bool = false;   // convert_element_type to bool (x != 0); otherwise a copy
+  };
+  struct Output {
+    std::int32_t value = 0;
+    bool is_bool = false;
+  };
+  DType compute = DType::f32;  // f32 or f64
+  Shape shape;
+  std::vector<Input> inputs;
+  std::vector<Op> ops;
+  std::vector<Output> outputs;
+  std::int32_t num_values = 0;
+};
+
+/// Runs the program on its inputs (one array per FusedProgram::Input) into fresh output arrays.
+std::vector<Array> run_fused(const FusedProgram& prog, std::span<const Array> in);
+
 // ---- reduce.cpp --------------------------------------------------------------------------------
 
 /// reduce_sum reduce_max reduce_min reduce_prod over `axes` (sorted, unique).

@@ -5,18 +5,11 @@
 // alternating runs of kept and reduced dims), the loop (walks the input once in row-major order;
 // the innermost run is either folded into one output element or accumulated into a row of
 // outputs), then argmax and the entry points.
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 intrinsics (inlined from xsimd) trip a false -W(maybe-)uninitialized (GCC bug
-// 105593); silence it for this file only.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <xsimd/xsimd.hpp>
-
 #include <algorithm>
 #include <limits>
 
 #include "kernels/kernels.hpp"
+#include "kernels/simd.hpp"  // xsimd, with the GCC 12 warning workaround
 
 namespace xjax::detail::kernels {
 namespace {

@@ -1,0 +1,131 @@
+// fused.cpp: run_fused, the executor of fused elementwise chains (FusedProgram, kernels.hpp).
+//
+// The output shape is cut into blocks of kBlock elements. For each block every value gets a
+// pointer: dense float inputs point into their array, bool inputs are widened into a scratch row,
+// scalars point at a row filled once, and each op writes its own scratch row. The ops run in
+// order over the block with the vectorized loops of simd.hpp, then the outputs are copied out
+// (narrowed to uint8 for bools). Intermediates only ever occupy one block-sized row.
+#include <cstring>
+
+#include "kernels/kernels.hpp"
+#include "kernels/simd.hpp"
+
+namespace xjax::detail::kernels {
+namespace {
+
+using namespace simd;
+
+constexpr std::size_t kBlock = 512;  // elements per block: rows of 2-4 KiB stay in L1
+
+template <class T> T scalar_value(const Array& a, bool is_bool) {
+  if (is_bool) return in_ptr<std::uint8_t>(a)[0] != 0 ? T{1} : T{0};
+  return in_ptr<T>(a)[0];
+}
+
+template <class T> void compare_block(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
+  using B = Batch<T>;
+  const B one(T{1}), zero(T{0});
+  switch (p) {
+    case Primitive::eq: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a == b, one, zero); });
+    case Primitive::ne: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a != b, one, zero); });
+    case Primitive::lt: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a < b, one, zero); });
+    case Primitive::le: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a <= b, one, zero); });
+    case Primitive::gt: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a > b, one, zero); });
+    case Primitive::ge: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a >= b, one, zero); });
+    default: throw Error("run_fused: not a comparison: " + std::string(primitive_name(p)));
+  }
+}
+
+// One op over n elements of the block; v[i] is value i's row.
+template <class T> void run_op(const FusedProgram::Op& op, std::vector<T*>& v, std::size_t n) {
+  using B = Batch<T>;
+  const T* a = v[static_cast<std::size_t>(op.src[0])];
+  const T* b = v[static_cast<std::size_t>(op.src[1])];
+  const T* c = v[static_cast<std::size_t>(op.src[2])];
+  T* o = v[static_cast<std::size_t>(op.dst)];
+  switch (op.prim) {
+    case Primitive::integer_pow: return float_integer_pow(a, o, n, op.y);
+    case Primitive::add:
+    case Primitive::sub:
+    case Primitive::mul:
+    case Primitive::div:
+    case Primitive::max:
+    case Primitive::min:
+    case Primitive::pow: return float_binary(op.prim, a, b, o, n);
+    case Primitive::eq:
+    case Primitive::ne:
+    case Primitive::lt:
+    case Primitive::le:
+    case Primitive::gt:
+    case Primitive::ge: return compare_block(op.prim, a, b, o, n);
+    case Primitive::select_n:  // which ? case1 : case0
+      return map3(a, b, c, o, n, [](B which, B case0, B case1) {
+        return xsimd::select(which != B(T{0}), case1, case0);
+      });
+    case Primitive::convert_element_type:
+      if (op.to_bool)
+        return map1(a, o, n, [](B x) { return xsimd::select(x != B(T{0}), B(T{1}), B(T{0})); });
+      std::memcpy(o, a, n * sizeof(T));
+      return;
+    default: return float_unary(op.prim, a, o, n);
+  }
+}
+
+template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::span<const Array> in) {
+  const ShapedArray float_aval{prog.shape, prog.compute};
+  const ShapedArray bool_aval{prog.shape, DType::bool_};
+  std::vector<Array> outs;
+  for (const auto& o : prog.outputs) outs.push_back(alloc_array(o.is_bool ? bool_aval : float_aval));
+  const auto total = static_cast<std::size_t>(float_aval.size());
+  if (total == 0) return outs;
+
+  const auto nv = static_cast<std::size_t>(prog.num_values);
+  thread_local std::vector<T> scratch;  // one kBlock row per value; reused across calls
+  if (scratch.size() < nv * kBlock) scratch.resize(nv * kBlock);
+  auto row = [&](std::size_t value) { return scratch.data() + value * kBlock; };
+  std::vector<T*> v(nv);
+  for (std::size_t i = 0; i < prog.inputs.size(); ++i)
+    if (prog.inputs[i].is_scalar) std::fill_n(row(i), kBlock, scalar_value<T>(in[i], prog.inputs[i].is_bool));
+  for (std::size_t i = prog.inputs.size(); i < nv; ++i) v[i] = row(i);
+
+  for (std::size_t start = 0; start < total; start += kBlock) {
+    const std::size_t n = std::min(kBlock, total - start);
+    for (std::size_t i = 0; i < prog.inputs.size(); ++i) {
+      const auto& input = prog.inputs[i];
+      if (input.is_scalar) {
+        v[i] = row(i);
+      } else if (input.is_bool) {
+        const std::uint8_t* src = in_ptr<std::uint8_t>(in[i]) + start;
+        T* dst = row(i);
+        for (std::size_t k = 0; k < n; ++k) dst[k] = src[k] ? T{1} : T{0};
+        v[i] = dst;
+      } else {
+        v[i] = const_cast<T*>(in_ptr<T>(in[i]) + start);  // inputs are only read
+      }
+    }
+    for (const auto& op : prog.ops) run_op<T>(op, v, n);
+    for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+      const T* src = v[static_cast<std::size_t>(prog.outputs[k].value)];
+      if (prog.outputs[k].is_bool) {
+        std::uint8_t* dst = out_ptr<std::uint8_t>(outs[k]) + start;
+        for (std::size_t e = 0; e < n; ++e) dst[e] = src[e] != T{0} ? 1 : 0;
+      } else {
+        std::memcpy(out_ptr<T>(outs[k]) + start, src, n * sizeof(T));
+      }
+    }
+  }
+  return outs;
+}
+
+}  // namespace
+
+std::vector<Array> run_fused(const FusedProgram& prog, std::span<const Array> in) {
+  if (in.size() != prog.inputs.size())
+    throw Error("run_fused: " + std::to_string(in.size()) + " inputs for a program of " +
+                std::to_string(prog.inputs.size()));
+  if (prog.compute == DType::f32) return run_typed<float>(prog, in);
+  if (prog.compute == DType::f64) return run_typed<double>(prog, in);
+  throw Error(std::string("run_fused: compute dtype must be f32 or f64, got ") + dtype_name(prog.compute));
+}
+
+}  // namespace xjax::detail::kernels

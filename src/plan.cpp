@@ -1,0 +1,254 @@
+// plan.cpp: make_plan, which compiles a jaxpr into an EvalPlan (plan.hpp).
+//
+// Read in order: liveness (the last equation reading each variable), fusibility (which equations
+// can join a fused elementwise chain and under which compute dtype and shape), the construction
+// of a FusedProgram from a run of consecutive fusible equations, and make_plan, which walks the
+// equations once, grouping fusible runs and resolving every other equation's kernel or impl rule.
+#include "plan.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
+
+namespace xjax::detail {
+namespace {
+
+using kernels::FusedProgram;
+using LastUse = std::unordered_map<std::uint64_t, std::size_t>;
+
+// The index of the last equation reading each variable; j.eqns.size() for the jaxpr's outputs.
+LastUse last_uses(const Jaxpr& j) {
+  LastUse last;
+  for (std::size_t i = 0; i < j.eqns.size(); ++i)
+    for (const auto& in : j.eqns[i].inputs)
+      if (auto* v = std::get_if<Var>(&in)) last[v->id()] = i;
+  for (const auto& o : j.outvars)
+    if (auto* v = std::get_if<Var>(&o)) last[v->id()] = j.eqns.size();
+  return last;
+}
+
+// ---- fusibility --------------------------------------------------------------------------------
+
+/// The loop a fused equation joins: its shape and float compute dtype.
+struct FusionKey {
+  Shape shape;
+  DType compute;
+  friend bool operator==(const FusionKey&, const FusionKey&) = default;
+};
+
+bool is_float(DType d) { return d == DType::f32 || d == DType::f64; }
+
+bool is_unary_float(Primitive p) {
+  switch (p) {
+    case Primitive::neg: case Primitive::exp: case Primitive::log: case Primitive::log1p:
+    case Primitive::expm1: case Primitive::sin: case Primitive::cos: case Primitive::tan:
+    case Primitive::tanh: case Primitive::logistic: case Primitive::sqrt: case Primitive::rsqrt:
+    case Primitive::abs: case Primitive::sign: case Primitive::integer_pow:
+    case Primitive::name: case Primitive::stop_gradient:
+      return true;
+    default: return false;
+  }
+}
+bool is_binary_float(Primitive p) {
+  switch (p) {
+    case Primitive::add: case Primitive::sub: case Primitive::mul: case Primitive::div:
+    case Primitive::max: case Primitive::min: case Primitive::pow: return true;
+    default: return false;
+  }
+}
+bool is_comparison(Primitive p) {
+  switch (p) {
+    case Primitive::eq: case Primitive::ne: case Primitive::lt: case Primitive::le:
+    case Primitive::gt: case Primitive::ge: return true;
+    default: return false;
+  }
+}
+
+// True when every operand is `dtype` (or bool when bool_ok) with the output's shape or rank 0.
+bool operands_fit(const Eqn& e, std::size_t first, const Shape& shape, DType dtype, bool bool_ok = false) {
+  for (std::size_t i = first; i < e.inputs.size(); ++i) {
+    const ShapedArray& a = atom_aval(e.inputs[i]);
+    if (a.ndim() != 0 && a.shape != shape) return false;
+    if (a.dtype != dtype && !(bool_ok && a.dtype == DType::bool_)) return false;
+  }
+  return true;
+}
+
+/// The loop e can join, if e is an elementwise equation the fused executor supports: float
+/// arithmetic, comparisons of floats, two-case select_n on a bool, float<->bool conversion, and
+/// broadcasts of a float scalar (which become a scalar operand instead of an array).
+std::optional<FusionKey> fusion_key(const Eqn& e) {
+  if (e.outputs.size() != 1) return std::nullopt;
+  const ShapedArray& out = e.outputs[0].aval();
+  if (out.ndim() == 0 || e.inputs.empty()) return std::nullopt;
+  const Shape& s = out.shape;
+  const Primitive p = e.prim;
+  const ShapedArray& in0 = atom_aval(e.inputs[0]);
+  if (is_unary_float(p) || is_binary_float(p))
+    return is_float(out.dtype) && operands_fit(e, 0, s, out.dtype) ? std::optional(FusionKey{s, out.dtype}) : std::nullopt;
+  if (is_comparison(p))
+    return is_float(in0.dtype) && operands_fit(e, 0, s, in0.dtype) ? std::optional(FusionKey{s, in0.dtype}) : std::nullopt;
+  if (p == Primitive::select_n)
+    return e.inputs.size() == 3 && in0.dtype == DType::bool_ && (in0.ndim() == 0 || in0.shape == s) &&
+                   is_float(out.dtype) && operands_fit(e, 1, s, out.dtype)
+               ? std::optional(FusionKey{s, out.dtype})
+               : std::nullopt;
+  if (p == Primitive::convert_element_type) {
+    if (in0.shape != s) return std::nullopt;
+    if (is_float(in0.dtype) && out.dtype == DType::bool_) return FusionKey{s, in0.dtype};
+    if (in0.dtype == DType::bool_ && is_float(out.dtype)) return FusionKey{s, out.dtype};
+    return std::nullopt;
+  }
+  if (p == Primitive::broadcast_in_dim)
+    return in0.ndim() == 0 && is_float(in0.dtype) ? std::optional(FusionKey{s, in0.dtype}) : std::nullopt;
+  return std::nullopt;
+}
+
+// True when e only renames its operand's value inside a fused loop (no op is emitted).
+bool is_alias(const Eqn& e) {
+  switch (e.prim) {
+    case Primitive::broadcast_in_dim:
+    case Primitive::name:
+    case Primitive::stop_gradient: return true;
+    case Primitive::convert_element_type: return e.outputs[0].aval().dtype != DType::bool_;  // bool -> 0/1
+    default: return false;
+  }
+}
+
+// ---- fused programs ----------------------------------------------------------------------------
+
+/// Builds the fused step of equations [first, last) (all with the same FusionKey): external
+/// operands become program inputs, each non-alias equation an op, and the values read after the
+/// run (last use >= last) the outputs. `operand` maps an atom to a plan operand.
+template <class OperandOf>
+EvalPlan::Step fuse(const Jaxpr& j, std::size_t first, std::size_t last, const FusionKey& key,
+                    const LastUse& last_use, OperandOf operand) {
+  auto prog = std::make_shared<FusedProgram>();
+  prog->compute = key.compute;
+  prog->shape = key.shape;
+  EvalPlan::Step st;
+  st.kind = EvalPlan::Kind::fused;
+  std::unordered_map<std::uint64_t, std::int32_t> value_of;        // var id -> value number
+  std::unordered_map<const Literal*, std::int32_t> literal_value;  // each literal operand once
+  auto value = [&](const Atom& a) -> std::int32_t {
+    auto* v = std::get_if<Var>(&a);
+    auto* l = std::get_if<Literal>(&a);
+    if (v)
+      if (auto it = value_of.find(v->id()); it != value_of.end()) return it->second;
+    if (l)
+      if (auto it = literal_value.find(l); it != literal_value.end()) return it->second;
+    auto n = static_cast<std::int32_t>(prog->inputs.size());
+    const ShapedArray& av = atom_aval(a);
+    prog->inputs.push_back({av.dtype == DType::bool_, av.ndim() == 0});
+    st.ins.push_back(operand(a));
+    if (v) value_of[v->id()] = n;
+    else literal_value[l] = n;
+    return n;
+  };
+  // Inputs get numbers as they are met; ops are numbered after all inputs, so collect first.
+  for (std::size_t i = first; i < last; ++i) {
+    const Eqn& e = j.eqns[i];
+    for (const auto& in : e.inputs) (void)value(in);
+    value_of[e.outputs[0].id()] = -1;  // defined inside: not an input
+  }
+  auto next = static_cast<std::int32_t>(prog->inputs.size());
+  for (std::size_t i = first; i < last; ++i) {
+    const Eqn& e = j.eqns[i];
+    st.counted.push_back(e.prim);
+    std::int32_t src[3] = {0, 0, 0};
+    for (std::size_t k = 0; k < e.inputs.size() && k < 3; ++k) src[k] = value(e.inputs[k]);
+    if (is_alias(e)) {
+      value_of[e.outputs[0].id()] = src[0];
+      continue;
+    }
+    FusedProgram::Op op{e.prim, next++, {src[0], src[1], src[2]}, 0, false};
+    if (e.prim == Primitive::integer_pow) op.y = param_int(e.params, "y");
+    if (e.prim == Primitive::convert_element_type) op.to_bool = true;
+    prog->ops.push_back(op);
+    value_of[e.outputs[0].id()] = op.dst;
+  }
+  prog->num_values = next;
+  for (std::size_t i = first; i < last; ++i) {
+    const Var& out = j.eqns[i].outputs[0];
+    auto it = last_use.find(out.id());
+    if (it == last_use.end() || it->second < last) continue;  // consumed inside the run, or dead
+    prog->outputs.push_back({value_of.at(out.id()), out.aval().dtype == DType::bool_});
+    st.outs.push_back(0);  // slot assigned by make_plan
+  }
+  st.fused = std::move(prog);
+  return st;
+}
+
+}  // namespace
+
+std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& j) {
+  auto plan = std::make_shared<EvalPlan>();
+  const LastUse last_use = last_uses(j);
+  std::unordered_map<std::uint64_t, std::size_t> slot;
+  auto define = [&](const Var& v) {
+    if (!last_use.count(v.id())) return EvalPlan::npos;
+    return slot[v.id()] = plan->num_slots++;
+  };
+  auto operand = [&](const Atom& a) {
+    EvalPlan::Operand op;
+    if (auto* l = std::get_if<Literal>(&a)) op.literal = l;
+    else op.slot = slot.at(std::get<Var>(a).id());
+    return op;
+  };
+  // Slots read for the last time by equations [first, last).
+  auto dying = [&](std::size_t first, std::size_t last) {
+    std::vector<std::size_t> out;
+    for (std::size_t i = first; i < last; ++i)
+      for (const auto& in : j.eqns[i].inputs)
+        if (auto* v = std::get_if<Var>(&in); v && last_use.at(v->id()) == i) {
+          auto it = slot.find(v->id());  // absent: an intermediate of a fused run
+          if (it != slot.end() && std::find(out.begin(), out.end(), it->second) == out.end())
+            out.push_back(it->second);
+        }
+    return out;
+  };
+  for (const auto& v : j.constvars) plan->const_slots.push_back(define(v));
+  for (const auto& v : j.invars) plan->in_slots.push_back(define(v));
+  for (std::size_t i = 0; i < j.eqns.size();) {
+    const Eqn& e = j.eqns[i];
+    std::optional<FusionKey> key = fusion_key(e);
+    std::size_t end = i + 1;
+    if (key)
+      while (end < j.eqns.size() && fusion_key(j.eqns[end]) == key) ++end;
+    if (key && end - i >= 2) {
+      EvalPlan::Step st = fuse(j, i, end, *key, last_use, operand);
+      std::size_t k = 0;
+      for (std::size_t q = i; q < end; ++q) {
+        const Var& out = j.eqns[q].outputs[0];
+        auto it = last_use.find(out.id());
+        if (it != last_use.end() && it->second >= end) st.outs[k++] = define(out);
+      }
+      st.free_after = dying(i, end);
+      plan->fused_equations += end - i;
+      plan->steps.push_back(std::move(st));
+      i = end;
+      continue;
+    }
+    EvalPlan::Step st;
+    st.eqn = &e;
+    st.counted = {e.prim};
+    st.impl = impl_rule(e.prim);
+    if (st.impl) {
+      st.kind = EvalPlan::Kind::impl;
+    } else {
+      if (e.outputs.size() != 1)
+        throw Error("make_plan: " + std::string(primitive_name(e.prim)) + " has " +
+                    std::to_string(e.outputs.size()) + " outputs; kernels produce one");
+      st.kernel = resolve_kernel(e.prim, e.params, e.outputs[0].aval());
+    }
+    for (const auto& in : e.inputs) st.ins.push_back(operand(in));
+    st.free_after = dying(i, i + 1);
+    for (const auto& o : e.outputs) st.outs.push_back(define(o));
+    plan->steps.push_back(std::move(st));
+    i = end;
+  }
+  for (const auto& o : j.outvars) plan->outs.push_back(operand(o));
+  return plan;
+}
+
+}  // namespace xjax::detail
