@@ -27,7 +27,8 @@ template <class T> void compare_block(Primitive p, const T* x, const T* y, T* o,
   const B one(T{1}), zero(T{0});
   switch (p) {
     case Primitive::eq: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a == b, one, zero); });
-    case Primitive::ne: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a != b, one, zero); });
+    // not (a == b): true for NaN operands, as in C++ (xsimd's != is an ordered comparison)
+    case Primitive::ne: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a == b, zero, one); });
     case Primitive::lt: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a < b, one, zero); });
     case Primitive::le: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a <= b, one, zero); });
     case Primitive::gt: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a > b, one, zero); });
@@ -64,7 +65,8 @@ template <class T> void run_op(const FusedProgram::Op& op, std::vector<T*>& v, s
       });
     case Primitive::convert_element_type:
       if (op.to_bool)
-        return map1(a, o, n, [](B x) { return xsimd::select(x != B(T{0}), B(T{1}), B(T{0})); });
+        // x != 0, with NaN -> true as in C++: not (x == 0)
+        return map1(a, o, n, [](B x) { return xsimd::select(x == B(T{0}), B(T{0}), B(T{1})); });
       std::memcpy(o, a, n * sizeof(T));
       return;
     default: return float_unary(op.prim, a, o, n);
