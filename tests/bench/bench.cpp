@@ -31,38 +31,41 @@ struct RefMem {
 };
 RefMem g_mem;
 
-/// A float buffer whose bytes the reference accounting counts (live and peak).
-class Buf {
+/// A buffer of T whose bytes the reference accounting counts (live and peak).
+template <class T> class CountedBuf {
  public:
-  Buf() = default;
-  explicit Buf(std::int64_t n) : n_(n), p_(new float[static_cast<std::size_t>(n)]) {
-    g_mem.live += n * 4;
+  CountedBuf() = default;
+  explicit CountedBuf(std::int64_t n) : n_(n), p_(new T[static_cast<std::size_t>(n)]) {
+    g_mem.live += n * bytes_each;
     g_mem.peak = std::max(g_mem.peak, g_mem.live);
   }
-  Buf(Buf&& o) noexcept : n_(o.n_), p_(std::move(o.p_)) { o.n_ = 0; }
-  Buf& operator=(Buf&& o) noexcept {
+  CountedBuf(CountedBuf&& o) noexcept : n_(o.n_), p_(std::move(o.p_)) { o.n_ = 0; }
+  CountedBuf& operator=(CountedBuf&& o) noexcept {
     release();
     n_ = o.n_;
     p_ = std::move(o.p_);
     o.n_ = 0;
     return *this;
   }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  ~Buf() { release(); }
-  float* data() { return p_.get(); }
-  const float* data() const { return p_.get(); }
+  CountedBuf(const CountedBuf&) = delete;
+  CountedBuf& operator=(const CountedBuf&) = delete;
+  ~CountedBuf() { release(); }
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
   std::int64_t size() const { return n_; }
 
  private:
+  static constexpr std::int64_t bytes_each = static_cast<std::int64_t>(sizeof(T));
   void release() {
-    g_mem.live -= n_ * 4;
+    g_mem.live -= n_ * bytes_each;
     n_ = 0;
     p_.reset();
   }
   std::int64_t n_ = 0;
-  std::unique_ptr<float[]> p_;
+  std::unique_ptr<T[]> p_;
 };
+using Buf = CountedBuf<float>;
+using MaskBuf = CountedBuf<std::uint8_t>;  // relu masks, one byte each as xjax's bool arrays
 
 /// Row-major C = alpha op(A) op(B) + beta C with op(A) m x k, op(B) k x n.
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
@@ -164,18 +167,18 @@ Buf ref_relu_chain(const std::vector<float>& W, const std::vector<float>& y0, st
                    std::int64_t N, bool checkpoint) {
   const std::int64_t nd = N * d, dd = d * d;
   Buf ys(L * nd);                                  // layer inputs
-  Buf masks = checkpoint ? Buf() : Buf(L * nd);    // relu masks (1 or 0) without checkpoint
+  MaskBuf masks = checkpoint ? MaskBuf() : MaskBuf(L * nd);  // relu masks (1 or 0) without checkpoint
   Buf y(nd), z(nd);
   std::memcpy(ys.data(), y0.data(), static_cast<std::size_t>(nd) * 4);
   for (std::int64_t i = 0; i < L; ++i) {
     const float* yi = ys.data() + i * nd;
     gemm(false, false, N, d, d, yi, d, W.data() + i * dd, d, 0.0f, z.data(), d);
     float* out = i + 1 < L ? ys.data() + (i + 1) * nd : y.data();
-    float* mk = checkpoint ? nullptr : masks.data() + i * nd;
+    std::uint8_t* mk = checkpoint ? nullptr : masks.data() + i * nd;
     for (std::int64_t k = 0; k < nd; ++k) {
       bool pos = z.data()[k] > 0;
       out[k] = pos ? z.data()[k] : 0.0f;
-      if (mk) mk[k] = pos ? 1.0f : 0.0f;
+      if (mk) mk[k] = pos ? 1 : 0;
     }
   }
   Buf dW(L * dd), g(nd);
@@ -188,8 +191,9 @@ Buf ref_relu_chain(const std::vector<float>& W, const std::vector<float>& y0, st
       for (std::int64_t k = 0; k < nd; ++k)
         if (!(z.data()[k] > 0)) g.data()[k] = 0.0f;
     } else {
-      const float* mk = masks.data() + i * nd;
-      for (std::int64_t k = 0; k < nd; ++k) g.data()[k] *= mk[k];
+      const std::uint8_t* mk = masks.data() + i * nd;
+      for (std::int64_t k = 0; k < nd; ++k)
+        if (!mk[k]) g.data()[k] = 0.0f;
     }
     gemm(true, false, d, d, N, yi, d, g.data(), d, 0.0f, dW.data() + i * dd, d);
     if (i > 0) {
@@ -220,8 +224,10 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
     double err = rel_err(gx.data<float>(), gr.data(), gr.size());
     // flops: forward 1 GEMM, backward 2 GEMMs (+1 recompute with checkpoint) per layer.
     double flops = double(L) * gemm_flops * (ckpt ? 4.0 : 3.0);
-    // ideal bytes: stored layer inputs (+ masks as bytes without checkpoint) + the gradient.
-    double ideal = double(L) * nd * 4.0 + (ckpt ? 0.0 : double(L) * nd) + double(L) * double(d) * double(d) * 4.0;
+    // ideal bytes: stored layer inputs (+ masks as bytes without checkpoint) + the gradient + one
+    // layer's backward working set (the cotangent and the next one, N x d each).
+    double ideal = double(L) * nd * 4.0 + (ckpt ? 0.0 : double(L) * nd) + double(L) * double(d) * double(d) * 4.0 +
+                   2.0 * nd * 4.0;
     std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N);
     add_rows(rows, name, ckpt ? "scan(checkpoint)" : "scan", m, flops, ideal, sizes + " err=" + fmt("%.1e", err));
   }
@@ -236,7 +242,14 @@ std::pair<xj::Array, xj::None> mlp_layer(const xj::Array& y, const Weights& w) {
   return {y + xj::matmul(h, w.second), xj::None{}};
 }
 
-enum class Store { hidden, nothing, preact };  // what the reference keeps besides each layer's input
+/// What the reference keeps for the backward pass besides each layer's input: what xjax keeps
+/// under the variant (JAX's rules: relu's derivative reads its input's sign, a bool mask).
+enum class Store {
+  hidden_and_mask,   // no checkpoint: h = relu(z) and the mask z > 0 (one byte each)
+  nothing,           // nothing_saveable: recompute z = y W1 (a GEMM), then h and the mask
+  preact,            // dots_saveable: z; h and the mask are recomputed from it
+  hidden_recompute,  // save_only_these_names(hidden): h; the mask needs z, recomputed (a GEMM)
+};
 
 struct MlpGrads {
   Buf dW1, dW2;
@@ -245,52 +258,53 @@ struct MlpGrads {
 MlpGrads ref_mlp(const std::vector<float>& W1, const std::vector<float>& W2, const std::vector<float>& y0,
                  std::int64_t L, std::int64_t d, std::int64_t N, Store store) {
   const std::int64_t H = 4 * d, nd = N * d, nh = N * H, dh = d * H;
-  Buf ys(L * nd);                                   // layer inputs
-  Buf acts = store == Store::nothing ? Buf() : Buf(L * nh);  // h (hidden) or z (pre-activation)
-  Buf y(nd);
-  Buf zt = store == Store::nothing || store == Store::preact ? Buf(nh) : Buf();
+  const bool keep_h = store == Store::hidden_and_mask || store == Store::hidden_recompute;
+  Buf ys(L * nd);                                                        // layer inputs
+  Buf acts = store == Store::nothing ? Buf() : Buf(L * nh);             // h, or z under preact
+  MaskBuf masks = store == Store::hidden_and_mask ? MaskBuf(L * nh) : MaskBuf();
+  Buf y(nd), zt(nh);
   std::memcpy(ys.data(), y0.data(), static_cast<std::size_t>(nd) * 4);
   for (std::int64_t i = 0; i < L; ++i) {
     const float* yi = ys.data() + i * nd;
     float* out = i + 1 < L ? ys.data() + (i + 1) * nd : y.data();
-    float* z = store == Store::nothing ? zt.data() : acts.data() + i * nh;
+    float* z = store == Store::preact ? acts.data() + i * nh : zt.data();
+    float* h = keep_h ? acts.data() + i * nh : zt.data();
     gemm(false, false, N, H, d, yi, d, W1.data() + i * dh, H, 0.0f, z, H);
-    float* h = z;
-    if (store == Store::preact) {
-      h = zt.data();
-      for (std::int64_t k = 0; k < nh; ++k) h[k] = z[k] > 0 ? z[k] : 0.0f;
-    } else {
-      for (std::int64_t k = 0; k < nh; ++k) h[k] = h[k] > 0 ? h[k] : 0.0f;
+    std::uint8_t* mk = store == Store::hidden_and_mask ? masks.data() + i * nh : nullptr;
+    for (std::int64_t k = 0; k < nh; ++k) {
+      const bool pos = z[k] > 0;
+      h[k] = pos ? z[k] : 0.0f;
+      if (mk) mk[k] = pos ? 1 : 0;
     }
     std::memcpy(out, yi, static_cast<std::size_t>(nd) * 4);
     gemm(false, false, N, d, H, h, H, W2.data() + i * dh, d, 1.0f, out, d);
   }
+  zt = Buf();
   MlpGrads gr{Buf(L * dh), Buf(L * dh)};
   Buf g(nd), dz(nh);
-  Buf ht = store == Store::hidden ? Buf() : Buf(nh);
+  Buf ht = keep_h ? Buf() : Buf(nh);                                    // recomputed h
+  Buf zr = store == Store::nothing || store == Store::hidden_recompute ? Buf(nh) : Buf();  // recomputed z
   for (std::int64_t k = 0; k < nd; ++k) g.data()[k] = 2.0f * y.data()[k];
   for (std::int64_t i = L - 1; i >= 0; --i) {
     const float* yi = ys.data() + i * nd;
     const float* w1 = W1.data() + i * dh;
     const float* w2 = W2.data() + i * dh;
-    const float* h;
-    if (store == Store::hidden) {
-      h = acts.data() + i * nh;
-    } else {
-      const float* z;
-      if (store == Store::nothing) {
-        gemm(false, false, N, H, d, yi, d, w1, H, 0.0f, ht.data(), H);  // recompute the pre-activation
-        z = ht.data();
-      } else {
-        z = acts.data() + i * nh;
-      }
+    const float* z = store == Store::preact ? acts.data() + i * nh : zr.data();
+    if (store == Store::nothing || store == Store::hidden_recompute)
+      gemm(false, false, N, H, d, yi, d, w1, H, 0.0f, zr.data(), H);  // recompute the pre-activation
+    const float* h = keep_h ? acts.data() + i * nh : ht.data();
+    if (!keep_h)
       for (std::int64_t k = 0; k < nh; ++k) ht.data()[k] = z[k] > 0 ? z[k] : 0.0f;
-      h = ht.data();
-    }
     gemm(true, false, H, d, N, h, H, g.data(), d, 0.0f, gr.dW2.data() + i * dh, d);
     gemm(false, true, N, H, d, g.data(), d, w2, d, 0.0f, dz.data(), H);
-    for (std::int64_t k = 0; k < nh; ++k)
-      if (!(h[k] > 0)) dz.data()[k] = 0.0f;
+    if (store == Store::hidden_and_mask) {
+      const std::uint8_t* mk = masks.data() + i * nh;
+      for (std::int64_t k = 0; k < nh; ++k)
+        if (!mk[k]) dz.data()[k] = 0.0f;
+    } else {
+      for (std::int64_t k = 0; k < nh; ++k)
+        if (!(z[k] > 0)) dz.data()[k] = 0.0f;
+    }
     gemm(true, false, d, H, N, yi, d, dz.data(), H, 0.0f, gr.dW1.data() + i * dh, H);
     if (i > 0) gemm(false, true, N, d, H, dz.data(), H, w1, H, 1.0f, g.data(), d);
   }
@@ -313,10 +327,10 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
     Store store;
   };
   std::vector<Variant> variants = {
-      {"no checkpoint", std::nullopt, false, Store::hidden},
+      {"no checkpoint", std::nullopt, false, Store::hidden_and_mask},
       {"nothing_saveable", cp::nothing_saveable, true, Store::nothing},
       {"dots_saveable", cp::dots_saveable, true, Store::preact},
-      {"save_only_these_names(hidden)", cp::save_only_these_names({"hidden"}), true, Store::hidden},
+      {"save_only_these_names(hidden)", cp::save_only_these_names({"hidden"}), true, Store::hidden_recompute},
   };
   const double gemm_flops = 2.0 * double(N) * double(d) * double(H);
   for (const auto& v : variants) {
@@ -334,11 +348,18 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
                          [&] { gr = {}; gr = ref_mlp(W1v, W2v, yv, L, d, N, v.store); });
     double err = std::max(rel_err(std::get<0>(gx).data<float>(), gr.dW1.data(), gr.dW1.size()),
                           rel_err(std::get<1>(gx).data<float>(), gr.dW2.data(), gr.dW2.size()));
-    // flops per layer: forward 2 GEMMs, backward 4, + 1 recompute (y @ W1) under nothing_saveable.
-    double flops = double(L) * gemm_flops * (v.store == Store::nothing ? 7.0 : 6.0);
-    double residuals = double(L) * double(N) * double(d) * 4.0 +
-                       (v.store == Store::nothing ? 0.0 : double(L) * double(N) * double(H) * 4.0);
-    double ideal = residuals + 2.0 * double(L) * double(d) * double(H) * 4.0;
+    // flops per layer: forward 2 GEMMs, backward 4, + 1 recompute (y @ W1) when z is not kept.
+    const bool recompute = v.store == Store::nothing || v.store == Store::hidden_recompute;
+    double flops = double(L) * gemm_flops * (recompute ? 7.0 : 6.0);
+    // ideal bytes: the residuals the variant keeps (layer inputs; h or z, N x 4d floats; masks,
+    // one byte each), the gradients, and one layer's backward working set: the cotangent of h
+    // (N x 4d), the recomputed h or z unless both h and the mask are stored (N x 4d), and two
+    // N x d (the cotangent carry and the next one).
+    const double Ld = double(L), nd = double(N) * double(d), nh = double(N) * double(H);
+    double residuals = Ld * nd * 4.0 + (v.store == Store::nothing ? 0.0 : Ld * nh * 4.0) +
+                       (v.store == Store::hidden_and_mask ? Ld * nh : 0.0);
+    double working = ((v.store == Store::hidden_and_mask ? 1.0 : 2.0) * nh + 2.0 * nd) * 4.0;
+    double ideal = residuals + 2.0 * Ld * double(d) * double(H) * 4.0 + working;
     std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N);
     add_rows(rows, "P3", v.name, m, flops, ideal, sizes + " err=" + fmt("%.1e", err));
   }
