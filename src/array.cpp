@@ -55,7 +55,7 @@ const void* Array::raw_data() const {
                       " (created at " + where(im.tracer->created_at) +
                       "); inside a transform, values are abstract: use xj::cond / xj::where "
                       "instead of C++ branching on array values");
-  return im.buffer ? im.buffer->data : nullptr;
+  return im.buffer ? static_cast<char*>(im.buffer->data) + im.offset : nullptr;
 }
 
 const void* Array::typed_data(DType expected) const {
@@ -100,7 +100,16 @@ Array alloc_array(const ShapedArray& aval) {
   return Array(std::move(impl));
 }
 
-void* mutable_data(const Array& a) { return a.impl()->buffer->data; }
+void* mutable_data(const Array& a) { return static_cast<char*>(a.impl()->buffer->data) + a.impl()->offset; }
+
+Array buffer_view(const Array& x, std::size_t byte_offset, const ShapedArray& aval) {
+  (void)x.raw_data();  // rejects tracers
+  const ArrayImpl& im = *x.impl();
+  if (im.offset + byte_offset + aval.nbytes() > im.buffer->nbytes)
+    throw Error("buffer_view: " + aval.str() + " at byte " + std::to_string(byte_offset) +
+                " does not fit in " + im.aval.str());
+  return Array(std::make_shared<const ArrayImpl>(ArrayImpl{aval, im.buffer, nullptr, im.offset + byte_offset}));
+}
 
 Array array_from_bytes(const void* data, const ShapedArray& aval) {
   Array out = alloc_array(aval);

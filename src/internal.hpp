@@ -38,7 +38,12 @@ struct ArrayImpl {
   ShapedArray aval;
   std::shared_ptr<Buffer> buffer;        // concrete arrays
   std::shared_ptr<const Tracer> tracer;  // tracers
+  std::size_t offset = 0;                // where the elements start in the buffer (bytes)
 };
+
+/// An array of aval `aval` whose elements are x's bytes from `byte_offset` on, sharing x's buffer
+/// (no copy). It keeps the whole buffer alive.
+Array buffer_view(const Array& x, std::size_t byte_offset, const ShapedArray& aval);
 
 /// Applies a primitive: runs its kernel when all inputs are concrete and no trace is active,
 /// otherwise records an equation into the innermost active trace.

@@ -43,7 +43,7 @@ class Arena {
       if (it != free_.end() && !it->second.empty()) {
         void* p = it->second.back();
         it->second.pop_back();
-        cached_ -= static_cast<std::int64_t>(size);
+        cached_.fetch_sub(static_cast<std::int64_t>(size), std::memory_order_relaxed);
         return p;
       }
     }
@@ -55,9 +55,9 @@ class Arena {
   void give(void* p, std::size_t size) {
     {
       std::lock_guard lock(mutex_);
-      if (cached_ + static_cast<std::int64_t>(size) <= cap_) {
+      if (cached_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(size) <= cap_) {
         free_[size].push_back(p);
-        cached_ += static_cast<std::int64_t>(size);
+        cached_.fetch_add(static_cast<std::int64_t>(size), std::memory_order_relaxed);
         return;
       }
     }
@@ -68,12 +68,9 @@ class Arena {
     for (auto& [size, blocks] : free_)
       for (void* p : blocks) std::free(p);
     free_.clear();
-    cached_ = 0;
+    cached_.store(0);
   }
-  std::int64_t cached() {
-    std::lock_guard lock(mutex_);
-    return cached_;
-  }
+  std::int64_t cached() const { return cached_.load(std::memory_order_relaxed); }
 
  private:
   static std::int64_t cap_from_env() {
@@ -82,7 +79,7 @@ class Arena {
   }
   std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
-  std::int64_t cached_ = 0;
+  std::atomic<std::int64_t> cached_{0};
   const std::int64_t cap_ = cap_from_env();
 };
 

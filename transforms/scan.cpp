@@ -101,7 +101,7 @@ std::vector<ShapedArray> scan_abstract_eval(std::span<const ShapedArray> in, con
 namespace {
 Array leading_slice(const Array& x, std::int64_t i) {
   ShapedArray a = unstacked(x.aval());
-  return array_from_bytes(static_cast<const char*>(x.raw_data()) + static_cast<std::size_t>(i) * a.nbytes(), a);
+  return buffer_view(x, static_cast<std::size_t>(i) * a.nbytes(), a);  // no copy
 }
 }  // namespace
 
@@ -162,6 +162,11 @@ std::vector<Array> scan_impl(std::span<const Array> in, const Params& ps) {
       }
     step += k_steps;
   }
+  // A carry that is an x slice (the body returned it unchanged) views the whole stacked xs:
+  // copy it so that it does not keep xs alive.
+  for (auto& c : carry)
+    for (const auto& x : xs)
+      if (c.impl()->buffer == x.impl()->buffer) c = array_from_bytes(c.raw_data(), c.aval());
   return cat(carry, ys);
 }
 

@@ -17,6 +17,25 @@ using namespace simd;
 
 constexpr std::size_t kBlock = 512;  // elements per block: rows of 2-4 KiB stay in L1
 
+// The plain loops below are vectorized by GCC when asked (-O2 does not vectorize them).
+#if defined(__GNUC__) && !defined(__clang__)
+#define XJAX_VECTORIZE __attribute__((optimize("tree-vectorize")))
+#else
+#define XJAX_VECTORIZE
+#endif
+
+template <class T> XJAX_VECTORIZE void fill_row(T* dst, std::size_t n, T value) {
+  for (std::size_t k = 0; k < n; ++k) dst[k] = value;
+}
+// bool (0/1 bytes) to 0/1 in T
+template <class T> XJAX_VECTORIZE void widen(const std::uint8_t* src, T* dst, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(src[k] & 1);
+}
+// 0/1 in T to bool bytes
+template <class T> XJAX_VECTORIZE void narrow(const T* src, std::uint8_t* dst, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<std::uint8_t>(src[k] != T{0});
+}
+
 template <class T> T scalar_value(const Array& a, bool is_bool) {
   if (is_bool) return in_ptr<std::uint8_t>(a)[0] != 0 ? T{1} : T{0};
   return in_ptr<T>(a)[0];
@@ -83,11 +102,13 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
 
   const auto nv = static_cast<std::size_t>(prog.num_values);
   thread_local std::vector<T> scratch;  // one kBlock row per value; reused across calls
+  thread_local std::vector<T*> v;       // each value's row in the current block
   if (scratch.size() < nv * kBlock) scratch.resize(nv * kBlock);
+  v.resize(nv);
   auto row = [&](std::size_t value) { return scratch.data() + value * kBlock; };
-  std::vector<T*> v(nv);
   for (std::size_t i = 0; i < prog.inputs.size(); ++i)
-    if (prog.inputs[i].is_scalar) std::fill_n(row(i), kBlock, scalar_value<T>(in[i], prog.inputs[i].is_bool));
+    if (prog.inputs[i].is_scalar)
+      fill_row(row(i), std::min(kBlock, total), scalar_value<T>(in[i], prog.inputs[i].is_bool));
   for (std::size_t i = prog.inputs.size(); i < nv; ++i) v[i] = row(i);
 
   for (std::size_t start = 0; start < total; start += kBlock) {
@@ -97,10 +118,8 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
       if (input.is_scalar) {
         v[i] = row(i);
       } else if (input.is_bool) {
-        const std::uint8_t* src = in_ptr<std::uint8_t>(in[i]) + start;
-        T* dst = row(i);
-        for (std::size_t k = 0; k < n; ++k) dst[k] = src[k] ? T{1} : T{0};
-        v[i] = dst;
+        widen(in_ptr<std::uint8_t>(in[i]) + start, row(i), n);
+        v[i] = row(i);
       } else {
         v[i] = const_cast<T*>(in_ptr<T>(in[i]) + start);  // inputs are only read
       }
@@ -109,8 +128,7 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
     for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
       const T* src = v[static_cast<std::size_t>(prog.outputs[k].value)];
       if (prog.outputs[k].is_bool) {
-        std::uint8_t* dst = out_ptr<std::uint8_t>(outs[k]) + start;
-        for (std::size_t e = 0; e < n; ++e) dst[e] = src[e] != T{0} ? 1 : 0;
+        narrow(src, out_ptr<std::uint8_t>(outs[k]) + start, n);
       } else {
         std::memcpy(out_ptr<T>(outs[k]) + start, src, n * sizeof(T));
       }
