@@ -131,6 +131,18 @@ bool any_tracer(std::span<const Array> xs) {
 
 }  // namespace
 
+void prepare(const ClosedJaxpr& cj) {
+  const Jaxpr& j = *cj.jaxpr;
+  (void)j.plan.get(j);
+  for (const Eqn& e : j.eqns)
+    for (const auto& [name, p] : e.params) {
+      if (const auto* sub = std::get_if<ClosedJaxprPtr>(&p); sub && *sub) prepare(**sub);
+      if (const auto* subs = std::get_if<std::vector<ClosedJaxprPtr>>(&p))
+        for (const auto& s : *subs)
+          if (s) prepare(*s);
+    }
+}
+
 std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) {
   const Jaxpr& j = *cj.jaxpr;
   check_args(j, args, cj.consts.size());

@@ -152,3 +152,30 @@ TEST_CASE("plan: matrix-product gradients need no transpose equation") {
   CHECK_NOTHROW(xj::check_grads(bmm, std::tuple{w, x}, {.order = 1}));
   CHECK_NOTHROW(xj::check_grads(loss2d, std::tuple{w[0], x[0]}, {.order = 1}));
 }
+
+TEST_CASE("plan: prepare builds the plans ahead; results are unchanged") {
+  auto layer = [](const xj::Array& h, const xj::Array& w) { return std::pair{xj::tanh(xj::matmul(h, w)), xj::None{}}; };
+  auto loss = [&](const xj::Array& w, const xj::Array& h) { return xj::sum(xj::scan(xj::checkpoint(layer), h, w).first); };
+  xj::Array w = xj::random::normal(xj::random::key(4), {3, 5, 5}, xj::f64) * 0.5;
+  xj::Array h = xj::random::normal(xj::random::key(5), {2, 5}, xj::f64);
+  xj::ClosedJaxpr j = xj::make_jaxpr(xj::grad(loss))(w, h);
+  xj::prepare(j);
+  xj::prepare(j);  // idempotent
+  std::vector<xj::Array> args{w, h};
+  check_identical(xj::eval_jaxpr(j, args).at(0), xj::grad(loss)(w, h));
+}
+
+TEST_CASE("plan: a scan carry that is an x slice does not keep the stacked xs alive") {
+  const std::int64_t before = xj::memory_stats().live_bytes;
+  xj::Array last;
+  {
+    xj::Array xs = xj::zeros({1000, 100});  // 400 kB
+    auto swap = [](const xj::Array& c, const xj::Array& x) { return std::pair{x, c}; };
+    auto [carry, ys] = xj::scan(swap, xj::ones({100}), xs);
+    last = carry;
+    CHECK(last.to_vector<float>() == std::vector<float>(100, 0.0f));
+    CHECK(ys.to_vector<float>()[0] == 1.0f);
+  }
+  // Only the carry (400 bytes) outlives the scope.
+  CHECK(xj::memory_stats().live_bytes - before == 400);
+}

@@ -123,6 +123,11 @@ std::ostream& operator<<(std::ostream& os, const ClosedJaxpr& j);
 /// its last use); inside a trace it records the equations into that trace.
 std::vector<Array> eval_jaxpr(const ClosedJaxpr& j, std::span<const Array> args);
 
+/// Builds the execution plans of j and of every jaxpr in its equations' params (scan and
+/// checkpoint bodies, branches...), so that the first evaluation does not pay for them. Optional:
+/// evaluation builds each plan on first use. Thread-safe; a plan is built once per jaxpr.
+void prepare(const ClosedJaxpr& j);
+
 /// Checks that every variable is defined before use with matching types and that every equation's
 /// outputs are what its shape rule says. Throws xj::TypeError naming the equation.
 void typecheck(const Jaxpr& j);
