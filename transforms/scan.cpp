@@ -8,6 +8,7 @@
 // carry), DCE (fixpoint on used carries), and the flat entry the API calls.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -128,6 +129,28 @@ ClosedJaxpr unrolled_body(const ScanParams& sp, std::int64_t u) {
   };
   return trace_flat(f, avals);
 }
+
+// unrolled_body, built once per (body, u) and kept while the body lives, so the unrolled body is
+// traced and planned once, not on every evaluation of the scan.
+ClosedJaxprPtr cached_unrolled_body(const ScanParams& sp, std::int64_t u) {
+  struct Entry {
+    std::weak_ptr<const ClosedJaxpr> body;
+    std::int64_t u;
+    ClosedJaxprPtr unrolled;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> cache;
+  {
+    std::lock_guard lock(mutex);
+    std::erase_if(cache, [](const Entry& e) { return e.body.expired(); });
+    for (const auto& e : cache)
+      if (e.u == u && e.body.lock() == sp.body) return e.unrolled;
+  }
+  auto built = std::make_shared<const ClosedJaxpr>(unrolled_body(sp, u));  // traced outside the lock
+  std::lock_guard lock(mutex);
+  cache.push_back({sp.body, u, built});
+  return built;
+}
 }  // namespace
 
 // carry = init; for i: carry, y[i] = body(consts, carry, x[i]); `unroll` iterations per step
@@ -140,11 +163,11 @@ std::vector<Array> scan_impl(std::span<const Array> in, const Params& ps) {
   std::vector<Array> ys;
   for (std::size_t k = sp.ncarry; k < out_avals.size(); ++k) ys.push_back(alloc_array(out_avals[k]));
   std::int64_t u = std::max<std::int64_t>(1, std::min(sp.unroll, sp.length));
-  ClosedJaxpr unrolled = u > 1 ? unrolled_body(sp, u) : *sp.body;
+  ClosedJaxprPtr unrolled = u > 1 ? cached_unrolled_body(sp, u) : sp.body;
   std::vector<Array> args;
   for (std::int64_t step = 0; step < sp.length;) {
     std::int64_t k_steps = sp.length - step >= u ? u : 1;  // the remainder runs the plain body
-    const ClosedJaxpr& body = k_steps == u ? unrolled : *sp.body;
+    const ClosedJaxpr& body = k_steps == u ? *unrolled : *sp.body;
     args = cat(consts, carry);
     std::vector<std::int64_t> idx;
     for (std::int64_t k = 0; k < k_steps; ++k) {
