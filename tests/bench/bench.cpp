@@ -348,6 +348,17 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
                          [&] { gr = {}; gr = ref_mlp(W1v, W2v, yv, L, d, N, v.store); });
     double err = std::max(rel_err(std::get<0>(gx).data<float>(), gr.dW1.data(), gr.dW1.size()),
                           rel_err(std::get<1>(gx).data<float>(), gr.dW2.data(), gr.dW2.size()));
+    std::string arbiter;
+    if (&v == &variants.front()) {  // once: both float32 gradients against a float64 computation
+      auto g64 = g(xj::astype(W1, xj::f64), xj::astype(W2, xj::f64), xj::astype(y0, xj::f64));
+      auto as_f32 = [](const xj::Array& a) { return xj::astype(a, xj::f32); };
+      xj::Array e1 = as_f32(std::get<0>(g64)), e2 = as_f32(std::get<1>(g64));
+      double x64 = std::max(rel_err(std::get<0>(gx).data<float>(), e1.data<float>(), e1.size()),
+                            rel_err(std::get<1>(gx).data<float>(), e2.data<float>(), e2.size()));
+      double r64 = std::max(rel_err(gr.dW1.data(), e1.data<float>(), e1.size()),
+                            rel_err(gr.dW2.data(), e2.data<float>(), e2.size()));
+      arbiter = " vs f64: xjax " + fmt("%.1e", x64) + " reference " + fmt("%.1e", r64);
+    }
     // flops per layer: forward 2 GEMMs, backward 4, + 1 recompute (y @ W1) when z is not kept.
     const bool recompute = v.store == Store::nothing || v.store == Store::hidden_recompute;
     double flops = double(L) * gemm_flops * (recompute ? 7.0 : 6.0);
@@ -361,7 +372,7 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
     double working = ((v.store == Store::hidden_and_mask ? 1.0 : 2.0) * nh + 2.0 * nd) * 4.0;
     double ideal = residuals + 2.0 * Ld * double(d) * double(H) * 4.0 + working;
     std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N);
-    add_rows(rows, "P3", v.name, m, flops, ideal, sizes + " err=" + fmt("%.1e", err));
+    add_rows(rows, "P3", v.name, m, flops, ideal, sizes + " err=" + fmt("%.1e", err) + arbiter);
   }
 }
 
