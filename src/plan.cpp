@@ -15,6 +15,7 @@ namespace {
 
 using kernels::FusedProgram;
 using LastUse = std::unordered_map<std::uint64_t, std::size_t>;
+using kernels::Ints;
 
 // The index of the last equation reading each variable; j.eqns.size() for the jaxpr's outputs.
 LastUse last_uses(const Jaxpr& j) {
@@ -179,10 +180,73 @@ EvalPlan::Step fuse(const Jaxpr& j, std::size_t first, std::size_t last, const F
   return st;
 }
 
+// ---- transpose folding --------------------------------------------------------------------------
+
+Ints free_dims_of(std::int64_t rank, const Ints& contracting, const Ints& batch) {
+  Ints out;
+  for (std::int64_t d = 0; d < rank; ++d)
+    if (std::find(contracting.begin(), contracting.end(), d) == contracting.end() &&
+        std::find(batch.begin(), batch.end(), d) == batch.end())
+      out.push_back(d);
+  return out;
+}
+
+Ints mapped(const Ints& dims, const Ints& perm) {
+  Ints out;
+  for (auto d : dims) out.push_back(perm[static_cast<std::size_t>(d)]);
+  return out;
+}
+
+/// The equations with every `t = transpose[perm] x` that feeds a dot_general operand folded into
+/// that dot: the dot reads x with its contracting and batch dims mapped through perm, which the
+/// dot kernel turns into GEMM transpose flags. Only when the operand's free dims keep their order
+/// (the dot's output layout is unchanged). A transpose left without readers is dropped.
+std::vector<Eqn> fold_transposes(const Jaxpr& j) {
+  std::unordered_map<std::uint64_t, const Eqn*> transpose_of;  // t -> its transpose equation
+  std::unordered_map<std::uint64_t, std::size_t> readers;
+  for (const auto& e : j.eqns) {
+    if (e.prim == Primitive::transpose) transpose_of[e.outputs[0].id()] = &e;
+    for (const auto& in : e.inputs)
+      if (auto* v = std::get_if<Var>(&in)) ++readers[v->id()];
+  }
+  for (const auto& o : j.outvars)
+    if (auto* v = std::get_if<Var>(&o)) ++readers[v->id()];
+  std::vector<Eqn> eqns(j.eqns);
+  if (transpose_of.empty()) return eqns;
+  for (auto& e : eqns) {
+    if (e.prim != Primitive::dot_general) continue;
+    for (int side = 0; side < 2; ++side) {
+      auto* v = std::get_if<Var>(&e.inputs[static_cast<std::size_t>(side)]);
+      if (!v) continue;
+      auto it = transpose_of.find(v->id());
+      if (it == transpose_of.end()) continue;
+      const Eqn& t = *it->second;
+      const Ints& perm = param_ints(t.params, "permutation");
+      const std::string c = side == 0 ? "lhs_contracting" : "rhs_contracting";
+      const std::string b = side == 0 ? "lhs_batch" : "rhs_batch";
+      const Ints &contracting = param_ints(e.params, c), &batch = param_ints(e.params, b);
+      Ints free = mapped(free_dims_of(static_cast<std::int64_t>(perm.size()), contracting, batch), perm);
+      if (!std::is_sorted(free.begin(), free.end())) continue;
+      e.params[c] = mapped(contracting, perm);
+      e.params[b] = mapped(batch, perm);
+      --readers[v->id()];
+      e.inputs[static_cast<std::size_t>(side)] = t.inputs[0];  // (v pointed into it)
+    }
+  }
+  std::erase_if(eqns, [&](const Eqn& e) { return e.prim == Primitive::transpose && readers[e.outputs[0].id()] == 0; });
+  return eqns;
+}
+
 }  // namespace
 
-std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& j) {
+std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   auto plan = std::make_shared<EvalPlan>();
+  plan->eqns = fold_transposes(source);
+  Jaxpr j;  // the jaxpr the steps run: source's variables, the folded equations (moved back below)
+  j.constvars = source.constvars;
+  j.invars = source.invars;
+  j.outvars = source.outvars;
+  j.eqns = std::move(plan->eqns);
   const LastUse last_use = last_uses(j);
   std::unordered_map<std::uint64_t, std::size_t> slot;
   auto define = [&](const Var& v) {
@@ -247,7 +311,8 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& j) {
     plan->steps.push_back(std::move(st));
     i = end;
   }
-  for (const auto& o : j.outvars) plan->outs.push_back(operand(o));
+  for (const auto& o : source.outvars) plan->outs.push_back(operand(o));  // literals: source's
+  plan->eqns = std::move(j.eqns);  // vector move: the steps' pointers into it stay valid
   return plan;
 }
 

@@ -34,6 +34,9 @@ struct EvalPlan {
     std::vector<std::size_t> outs;        // npos: output never read
     std::vector<std::size_t> free_after;  // slots to drop after this step
   };
+  /// The equations the steps run: the jaxpr's, after transposes feeding a dot_general were folded
+  /// into it (fold_transposes in plan.cpp). Steps point into it.
+  std::vector<Eqn> eqns;
   std::size_t num_slots = 0;
   std::vector<std::size_t> const_slots, in_slots;  // npos: never read
   std::vector<Step> steps;
@@ -41,7 +44,7 @@ struct EvalPlan {
   std::size_t fused_equations = 0;  // equations run inside fused steps
 };
 
-/// Builds j's plan. Pure function of the jaxpr: the plan points into j's equations and literals,
+/// Builds j's plan. Pure function of the jaxpr: the plan points into j's literals and variables,
 /// so it must not outlive j (Jaxpr::plan owns it).
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& j);
 

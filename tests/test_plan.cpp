@@ -179,3 +179,50 @@ TEST_CASE("plan: a scan carry that is an x slice does not keep the stacked xs al
   // Only the carry (400 bytes) outlives the scope.
   CHECK(xj::memory_stats().live_bytes - before == 400);
 }
+
+namespace {
+// Close to eager evaluation (a GEMM with a transpose flag may round differently from a GEMM of a
+// transposed copy).
+void check_close(const xj::Array& got, const xj::Array& want, double tol) {
+  REQUIRE(got.aval() == want.aval());
+  auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(w[i]).epsilon(tol));
+}
+}  // namespace
+
+TEST_CASE("plan: transposes feeding a dot_general are folded into it") {
+  using Ax = xj::Axes;
+  xj::Array x = xj::random::normal(xj::random::key(6), {5, 4}, xj::f64);
+  xj::Array w = xj::random::normal(xj::random::key(7), {5, 3}, xj::f64);
+  xj::Array v = xj::random::normal(xj::random::key(8), {3, 4}, xj::f64);
+  xj::Array b3 = xj::random::normal(xj::random::key(9), {3, 2, 4}, xj::f64);
+  xj::Array m = xj::random::normal(xj::random::key(10), {4, 6}, xj::f64);
+  xj::Array n = xj::random::normal(xj::random::key(11), {5, 2}, xj::f64);
+  struct Case {
+    const char* name;
+    std::function<xj::Array()> f;
+    std::int64_t transposes_run;  // by the jitted version
+  };
+  std::vector<Case> cases = {
+      {"x^T w", [&] { return xj::matmul(xj::transpose(x), w); }, 0},
+      {"x v^T", [&] { return xj::matmul(x, xj::transpose(v)); }, 0},
+      {"x^T w, x^T also added", [&] { return xj::matmul(xj::transpose(x), w) + xj::sum(xj::transpose(x)); }, 1},
+      // free dims (0, 1) of the transposed operand would come out swapped: not folded
+      {"3-d, free dims reordered", [&] { return xj::dot_general(xj::transpose(b3, {1, 0, 2}), m, Ax{2}, Ax{0}); }, 1},
+      // free dims keep their order: folded
+      {"3-d, contracting dim moved", [&] { return xj::dot_general(xj::transpose(b3, {0, 2, 1}), n, Ax{2}, Ax{1}); }, 0},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(std::string(c.name));
+    xj::Array want = c.f();
+    auto jitted = xj::jit([&](const xj::Array& dummy) { return c.f() + dummy; });
+    xj::Array zero = xj::zeros(want.shape(), xj::f64);
+    (void)jitted(zero);
+    xj::reset_eval_counts();
+    xj::Array got = jitted(zero);
+    auto counts = xj::eval_counts();
+    CHECK(counts["transpose"] == c.transposes_run);
+    CHECK(counts["dot_general"] == 1);
+    check_close(got, want, 1e-12);
+  }
+}
