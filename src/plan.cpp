@@ -75,6 +75,19 @@ bool operands_fit(const Eqn& e, std::size_t first, const Shape& shape, DType dty
   return true;
 }
 
+/// True when e broadcasts its operand along leading dims only: the operand's dims are the output's
+/// trailing ones (a bias row over a batch), so the output is the operand repeated.
+bool is_row_broadcast(const Eqn& e) {
+  const ShapedArray& in = atom_aval(e.inputs[0]);
+  const Shape& out = e.outputs[0].aval().shape;
+  const Ints& dims = param_ints(e.params, "broadcast_dimensions");
+  const auto k = static_cast<std::size_t>(in.ndim()), r = out.size();
+  if (k == 0 || k > r || dims.size() != k) return false;
+  for (std::size_t i = 0; i < k; ++i)
+    if (dims[i] != static_cast<std::int64_t>(r - k + i) || in.shape[i] != out[r - k + i]) return false;
+  return true;
+}
+
 /// The loop e can join, if e is an elementwise equation the fused executor supports: float
 /// arithmetic, comparisons of floats, two-case select_n on a bool, float<->bool conversion, and
 /// broadcasts of a float scalar (which become a scalar operand instead of an array).
@@ -101,11 +114,13 @@ std::optional<FusionKey> fusion_key(const Eqn& e) {
     return std::nullopt;
   }
   if (p == Primitive::broadcast_in_dim)
-    return in0.ndim() == 0 && is_float(in0.dtype) ? std::optional(FusionKey{s, in0.dtype}) : std::nullopt;
+    return is_float(in0.dtype) && (in0.ndim() == 0 || is_row_broadcast(e)) ? std::optional(FusionKey{s, in0.dtype})
+                                                                           : std::nullopt;
   return std::nullopt;
 }
 
-// True when e only renames its operand's value inside a fused loop (no op is emitted).
+// True when e only renames its operand's value inside a fused loop (no op is emitted; a
+// broadcast's operand is a scalar or row-broadcast input, or has the output's shape already).
 bool is_alias(const Eqn& e) {
   switch (e.prim) {
     case Primitive::broadcast_in_dim:
@@ -131,7 +146,7 @@ EvalPlan::Step fuse(const Jaxpr& j, std::size_t first, std::size_t last, const F
   st.kind = EvalPlan::Kind::fused;
   std::unordered_map<std::uint64_t, std::int32_t> value_of;        // var id -> value number
   std::unordered_map<const Literal*, std::int32_t> literal_value;  // each literal operand once
-  auto value = [&](const Atom& a) -> std::int32_t {
+  auto value = [&](const Atom& a, std::int64_t period = 0) -> std::int32_t {
     auto* v = std::get_if<Var>(&a);
     auto* l = std::get_if<Literal>(&a);
     if (v)
@@ -140,16 +155,22 @@ EvalPlan::Step fuse(const Jaxpr& j, std::size_t first, std::size_t last, const F
       if (auto it = literal_value.find(l); it != literal_value.end()) return it->second;
     auto n = static_cast<std::int32_t>(prog->inputs.size());
     const ShapedArray& av = atom_aval(a);
-    prog->inputs.push_back({av.dtype == DType::bool_, av.ndim() == 0});
+    prog->inputs.push_back({av.dtype == DType::bool_, av.ndim() == 0, period});
     st.ins.push_back(operand(a));
     if (v) value_of[v->id()] = n;
     else literal_value[l] = n;
     return n;
   };
   // Inputs get numbers as they are met; ops are numbered after all inputs, so collect first.
+  // A row-broadcast operand (rank > 0 but not the shape) is read periodically.
+  auto period_of = [&](const Eqn& e) -> std::int64_t {
+    if (e.prim != Primitive::broadcast_in_dim) return 0;
+    const ShapedArray& in = atom_aval(e.inputs[0]);
+    return in.ndim() > 0 && in.shape != key.shape ? in.size() : 0;
+  };
   for (std::size_t i = first; i < last; ++i) {
     const Eqn& e = j.eqns[i];
-    for (const auto& in : e.inputs) (void)value(in);
+    for (const auto& in : e.inputs) (void)value(in, period_of(e));
     value_of[e.outputs[0].id()] = -1;  // defined inside: not an input
   }
   auto next = static_cast<std::int32_t>(prog->inputs.size());

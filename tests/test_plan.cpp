@@ -226,3 +226,29 @@ TEST_CASE("plan: transposes feeding a dot_general are folded into it") {
     check_close(got, want, 1e-12);
   }
 }
+
+TEST_CASE("plan: a row broadcast (bias) is fused into its consumers") {
+  auto f = [](const xj::Array& x, const xj::Array& b, const xj::Array& c) {
+    return xj::tanh(x + b) * 2.0 - xj::relu(x * c);
+  };
+  for (xj::DType dtype : {xj::f32, xj::f64}) {
+    const std::string dtype_str = xj::dtype_name(dtype);
+    CAPTURE(dtype_str);
+    // period 7 does not divide the 512-element block; c is (5, 7) under a (60, 5, 7) shape
+    xj::Array x = xj::reshape(sample(60 * 35, dtype, 5), {60, 5, 7});
+    xj::Array b = sample(7, dtype, 6);
+    xj::Array c = xj::reshape(sample(35, dtype, 7), {5, 7});
+    check_identical(xj::jit(f)(x, b, c), f(x, b, c));
+  }
+  constexpr std::int64_t rows = 1000, cols = 1000;
+  xj::Array x = xj::reshape(sample(rows * cols, xj::f32, 8), {rows, cols});
+  xj::Array b = sample(cols, xj::f32, 9), c = sample(cols, xj::f32, 10);
+  auto jitted = xj::jit(f);
+  (void)jitted(x, b, c);
+  const std::int64_t live = xj::memory_stats().live_bytes;
+  xj::reset_peak_memory();
+  xj::Array y = jitted(x, b, c);
+  const auto extra = static_cast<double>(xj::memory_stats().peak_bytes - live) / (rows * cols * 4.0);
+  CHECK(extra < 1.01);  // the output only: the broadcast rows are never materialized
+  check_identical(y, f(x, b, c));
+}

@@ -2,7 +2,7 @@
 //
 // The output shape is cut into blocks of kBlock elements. For each block every value gets a
 // pointer: dense float inputs point into their array, bool inputs are widened into a scratch row,
-// scalars point at a row filled once, and each op writes its own scratch row. The ops run in
+// row-broadcast inputs are copied into one, scalars point at a row filled once, and each op writes its own scratch row. The ops run in
 // order over the block with the vectorized loops of simd.hpp, then the outputs are copied out
 // (narrowed to uint8 for bools). Intermediates only ever occupy one block-sized row.
 #include <cstring>
@@ -34,6 +34,17 @@ template <class T> XJAX_VECTORIZE void widen(const std::uint8_t* src, T* dst, st
 // 0/1 in T to bool bytes
 template <class T> XJAX_VECTORIZE void narrow(const T* src, std::uint8_t* dst, std::size_t n) {
   for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<std::uint8_t>(src[k] != T{0});
+}
+
+// dst[k] = src[(start + k) % period] for k < n: the block's part of a row-broadcast input.
+template <class T> void periodic_row(const T* src, std::size_t period, std::size_t start, T* dst, std::size_t n) {
+  std::size_t offset = start % period;
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t len = std::min(n - done, period - offset);
+    std::memcpy(dst + done, src + offset, len * sizeof(T));
+    done += len;
+    offset = 0;
+  }
 }
 
 template <class T> T scalar_value(const Array& a, bool is_bool) {
@@ -116,6 +127,9 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
     for (std::size_t i = 0; i < prog.inputs.size(); ++i) {
       const auto& input = prog.inputs[i];
       if (input.is_scalar) {
+        v[i] = row(i);
+      } else if (input.period > 0) {
+        periodic_row(in_ptr<T>(in[i]), static_cast<std::size_t>(input.period), start, row(i), n);
         v[i] = row(i);
       } else if (input.is_bool) {
         widen(in_ptr<std::uint8_t>(in[i]) + start, row(i), n);

@@ -112,6 +112,9 @@ struct FusedProgram {
   struct Input {
     bool is_bool = false;    // stored as bool (uint8) instead of `compute`
     bool is_scalar = false;  // rank 0: broadcast over the shape
+    /// > 0: a float array of `period` elements broadcast along the leading dims (its dims are the
+    /// shape's trailing ones), so element i of the shape reads element i % period.
+    std::int64_t period = 0;
   };
   struct Op {
     Primitive prim;  // unary, integer_pow, binary, comparison, select_n (2 cases), convert
