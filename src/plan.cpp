@@ -203,15 +203,6 @@ EvalPlan::Step fuse(const Jaxpr& j, std::size_t first, std::size_t last, const F
 
 // ---- transpose folding --------------------------------------------------------------------------
 
-Ints free_dims_of(std::int64_t rank, const Ints& contracting, const Ints& batch) {
-  Ints out;
-  for (std::int64_t d = 0; d < rank; ++d)
-    if (std::find(contracting.begin(), contracting.end(), d) == contracting.end() &&
-        std::find(batch.begin(), batch.end(), d) == batch.end())
-      out.push_back(d);
-  return out;
-}
-
 Ints mapped(const Ints& dims, const Ints& perm) {
   Ints out;
   for (auto d : dims) out.push_back(perm[static_cast<std::size_t>(d)]);
@@ -246,7 +237,7 @@ std::vector<Eqn> fold_transposes(const Jaxpr& j) {
       const std::string c = side == 0 ? "lhs_contracting" : "rhs_contracting";
       const std::string b = side == 0 ? "lhs_batch" : "rhs_batch";
       const Ints &contracting = param_ints(e.params, c), &batch = param_ints(e.params, b);
-      Ints free = mapped(free_dims_of(static_cast<std::int64_t>(perm.size()), contracting, batch), perm);
+      Ints free = mapped(kernels::free_dims(static_cast<std::int64_t>(perm.size()), contracting, batch), perm);
       if (!std::is_sorted(free.begin(), free.end())) continue;
       e.params[c] = mapped(contracting, perm);
       e.params[b] = mapped(batch, perm);

@@ -22,16 +22,6 @@ struct GemmOperand {
   bool transposed = false;
 };
 
-// The dims of a rank-`rank` operand that are neither contracting nor batch, in order.
-Ints free_dims(std::int64_t rank, const Ints& contracting, const Ints& batch) {
-  Ints dims;
-  for (std::int64_t d = 0; d < rank; ++d)
-    if (std::find(contracting.begin(), contracting.end(), d) == contracting.end() &&
-        std::find(batch.begin(), batch.end(), d) == batch.end())
-      dims.push_back(d);
-  return dims;
-}
-
 Ints concat(const Ints& a, const Ints& b, const Ints& c) {
   Ints out(a);
   out.insert(out.end(), b.begin(), b.end());

@@ -7,6 +7,7 @@
 // rule instead); their cases throw. The shared helpers declared in kernels.hpp follow.
 #include "kernels/kernels.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace xjax::detail {
@@ -119,6 +120,15 @@ namespace kernels {
 void unsupported_dtype(Primitive p, DType d) {
   throw Error("kernel of " + std::string(primitive_name(p)) + " does not support dtype " +
               dtype_name(d));
+}
+
+Ints free_dims(std::int64_t rank, const Ints& contracting, const Ints& batch) {
+  Ints dims;
+  for (std::int64_t d = 0; d < rank; ++d)
+    if (std::find(contracting.begin(), contracting.end(), d) == contracting.end() &&
+        std::find(batch.begin(), batch.end(), d) == batch.end())
+      dims.push_back(d);
+  return dims;
 }
 
 Ints row_major_strides(const Shape& shape) {

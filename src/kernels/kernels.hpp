@@ -26,6 +26,9 @@ using Ints = std::vector<std::int64_t>;
 /// Throws xj::Error: dtype `d` reached the kernel of `p`, which does not support it.
 [[noreturn]] void unsupported_dtype(Primitive p, DType d);
 
+/// The dims of a rank-`rank` dot_general operand that are neither contracting nor batch, in order.
+Ints free_dims(std::int64_t rank, const Ints& contracting, const Ints& batch);
+
 /// Row-major strides of `shape`, in elements.
 Ints row_major_strides(const Shape& shape);
 
