@@ -20,41 +20,16 @@
 
 #include <xjax/xjax.hpp>
 
+#include "test_util.hpp"
+
 namespace xj = xjax;
+using namespace test_util;
 
 namespace {
 
 struct Params {
   BOOST_HANA_DEFINE_STRUCT(Params, (xj::Array, w), (xj::Array, b));
 };
-
-std::string str(const xj::ClosedJaxpr& j) {
-  std::ostringstream os;
-  os << j;
-  return os.str();
-}
-
-std::vector<double> vec(const xj::Array& x) { return x.to_vector<double>(); }
-
-xj::Array f64v(std::vector<double> v, xj::Shape shape) { return xj::array<double>(v, std::move(shape)); }
-xj::Array f64v(std::vector<double> v) {
-  auto n = static_cast<std::int64_t>(v.size());
-  return xj::array<double>(v, {n});
-}
-
-void check_values(const xj::Array& got, const std::vector<double>& want, double tol = 1e-9) {
-  auto g = vec(got);
-  REQUIRE(g.size() == want.size());
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i);
-    CHECK(g[i] == doctest::Approx(want[i]).epsilon(tol).scale(1.0));
-  }
-}
-
-void check_close(const xj::Array& got, const xj::Array& want, double tol = 1e-9) {
-  REQUIRE(got.aval() == want.aval());
-  check_values(got, vec(want), tol);
-}
 
 /// Central finite differences of a scalar function of plain doubles.
 std::vector<double> fd_grad(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,

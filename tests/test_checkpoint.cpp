@@ -23,45 +23,15 @@
 
 #include <xjax/xjax.hpp>
 
+#include "test_util.hpp"
+
 namespace xj = xjax;
+using namespace test_util;
 namespace pol = xjax::checkpoint_policies;
 
 namespace {
 
-std::string str(const xj::ClosedJaxpr& j) {
-  std::ostringstream os;
-  os << j;
-  return os.str();
-}
-
-/// Occurrences of `sub` in `s` (JAX's RematTest counts " sin " in the printed jaxpr).
-int count(const std::string& s, const std::string& sub) {
-  int n = 0;
-  for (std::size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + 1)) ++n;
-  return n;
-}
-
-std::vector<double> vec(const xj::Array& x) { return x.to_vector<double>(); }
-
 xj::Array f64(double v) { return xj::scalar(v, xj::f64); }
-
-void check_close(const xj::Array& got, const xj::Array& want, double tol = 1e-12) {
-  REQUIRE(got.aval() == want.aval());
-  auto g = vec(got), w = vec(want);
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i);
-    CHECK(g[i] == doctest::Approx(w[i]).epsilon(tol).scale(1.0));
-  }
-}
-
-/// Normally distributed values (fixed seed), as an array of `dtype`.
-xj::Array randn(const xj::Shape& shape, unsigned seed, xj::DType dtype = xj::f64, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::vector<double> v(static_cast<std::size_t>(xj::shape_size(shape)));
-  for (auto& e : v) e = scale * normal(rng);
-  return xj::astype(xj::array<double>(v, shape), dtype);
-}
 
 /// The residuals that are not the function's own arguments.
 std::vector<xj::Residual> computed(const std::vector<xj::Residual>& rs) {
@@ -150,8 +120,8 @@ TEST_CASE("checkpoint: policies on sin(square(checkpoint_name(sin x))) decide wh
     INFO(text);
     CHECK((count(text, " sin ") > 0) == c.has_sin);
     CHECK((count(text, " cos ") > 0) == c.has_cos);
-    check_close(y, y_ref);
-    check_close(f_lin(f64(2.0)), t_ref);
+    check_close(y, y_ref, 1e-12);
+    check_close(f_lin(f64(2.0)), t_ref, 1e-12);
     CHECK_NOTHROW(xj::check_grads(f, std::tuple{f64(3.0)}, {.order = 2}));
   }
 }

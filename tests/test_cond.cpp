@@ -14,37 +14,12 @@
 
 #include <xjax/xjax.hpp>
 
+#include "test_util.hpp"
+
 namespace xj = xjax;
+using namespace test_util;
 
 namespace {
-
-std::string str(const xj::ClosedJaxpr& j) {
-  std::ostringstream os;
-  os << j;
-  return os.str();
-}
-
-std::size_t count(const std::string& s, const std::string& what) {
-  std::size_t n = 0;
-  for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
-
-std::vector<double> vec(const xj::Array& x) { return x.to_vector<double>(); }
-
-xj::Array f64v(std::vector<double> v) {
-  auto n = static_cast<std::int64_t>(v.size());
-  return xj::array<double>(v, {n});
-}
-
-void check_values(const xj::Array& got, const std::vector<double>& want, double tol = 1e-9) {
-  auto g = vec(got);
-  REQUIRE(g.size() == want.size());
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i);
-    CHECK(g[i] == doctest::Approx(want[i]).epsilon(tol).scale(1.0));
-  }
-}
 
 /// Central finite differences of a scalar function of an f64 vector, evaluated concretely.
 std::vector<double> fd_grad(const std::function<double(const xj::Array&)>& f, const std::vector<double>& x,

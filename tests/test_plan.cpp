@@ -13,7 +13,10 @@
 
 #include <xjax/xjax.hpp>
 
+#include "test_util.hpp"
+
 namespace xj = xjax;
+using namespace test_util;
 
 namespace {
 
@@ -132,11 +135,6 @@ TEST_CASE("plan: the arena serves a repeated gradient without system allocations
 }
 
 TEST_CASE("plan: matrix-product gradients need no transpose equation") {
-  auto count = [](const std::string& text, const std::string& what) {
-    std::size_t n = 0;
-    for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-    return n;
-  };
   auto loss2d = [](const xj::Array& w, const xj::Array& x) { return xj::sum(xj::tanh(xj::matmul(x, w))); };
   auto bmm = [](const xj::Array& w, const xj::Array& x) { return xj::sum(xj::tanh(xj::einsum("bij,bjk->bik", x, w))); };
   auto both = [](auto f) { return xj::grad(f, xj::argnums<0, 1>); };
@@ -180,16 +178,6 @@ TEST_CASE("plan: a scan carry that is an x slice does not keep the stacked xs al
   CHECK(xj::memory_stats().live_bytes - before == 400);
 }
 
-namespace {
-// Close to eager evaluation (a GEMM with a transpose flag may round differently from a GEMM of a
-// transposed copy).
-void check_close(const xj::Array& got, const xj::Array& want, double tol) {
-  REQUIRE(got.aval() == want.aval());
-  auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(w[i]).epsilon(tol));
-}
-}  // namespace
-
 TEST_CASE("plan: transposes feeding a dot_general are folded into it") {
   using Ax = xj::Axes;
   xj::Array x = xj::random::normal(xj::random::key(6), {5, 4}, xj::f64);
@@ -223,7 +211,7 @@ TEST_CASE("plan: transposes feeding a dot_general are folded into it") {
     auto counts = xj::eval_counts();
     CHECK(counts["transpose"] == c.transposes_run);
     CHECK(counts["dot_general"] == 1);
-    check_close(got, want, 1e-12);
+    check_close(got, want, 1e-12);  // a GEMM with a transpose flag may round differently
   }
 }
 

@@ -10,21 +10,12 @@
 
 #include <xjax/xjax.hpp>
 
+#include "test_util.hpp"
+
 namespace xj = xjax;
+using namespace test_util;
 
 namespace {
-
-std::string str(const xj::ClosedJaxpr& j) {
-  std::ostringstream os;
-  os << j;
-  return os.str();
-}
-
-std::string str(const xj::Jaxpr& j) {
-  std::ostringstream os;
-  os << j;
-  return os.str();
-}
 
 xj::ClosedJaxprPtr ptr(xj::ClosedJaxpr j) { return std::make_shared<const xj::ClosedJaxpr>(std::move(j)); }
 

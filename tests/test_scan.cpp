@@ -19,42 +19,12 @@
 
 #include <xjax/xjax.hpp>
 
+#include "test_util.hpp"
+
 namespace xj = xjax;
+using namespace test_util;
 
 namespace {
-
-std::string str(const xj::ClosedJaxpr& j) {
-  std::ostringstream os;
-  os << j;
-  return os.str();
-}
-
-std::vector<double> vec(const xj::Array& x) { return x.to_vector<double>(); }
-
-xj::Array f64v(std::vector<double> v, xj::Shape shape) { return xj::array<double>(v, std::move(shape)); }
-
-void check_values(const xj::Array& got, const std::vector<double>& want, double tol = 1e-9) {
-  auto g = vec(got);
-  REQUIRE(g.size() == want.size());
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i);
-    CHECK(g[i] == doctest::Approx(want[i]).epsilon(tol).scale(1.0));
-  }
-}
-
-void check_close(const xj::Array& got, const xj::Array& want, double tol = 1e-9) {
-  REQUIRE(got.aval() == want.aval());
-  check_values(got, vec(want), tol);
-}
-
-/// Normally distributed values (fixed seed), as an array of `dtype`.
-xj::Array randn(const xj::Shape& shape, unsigned seed, xj::DType dtype = xj::f64, double scale = 1.0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::vector<double> v(static_cast<std::size_t>(xj::shape_size(shape)));
-  for (auto& e : v) e = scale * normal(rng);
-  return xj::astype(f64v(v, shape), dtype);
-}
 
 /// The top-level equations of a jaxpr that apply `prim`.
 std::vector<const xj::Eqn*> eqns_of(const xj::ClosedJaxpr& j, xj::Primitive prim) {

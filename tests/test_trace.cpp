@@ -15,27 +15,12 @@
 
 #include <xjax/xjax.hpp>
 
+#include "test_util.hpp"
+
 namespace xj = xjax;
+using namespace test_util;
 
 namespace {
-
-std::string str(const xj::ClosedJaxpr& j) {
-  std::ostringstream os;
-  os << j;
-  return os.str();
-}
-
-std::size_t count_of(const std::string& s, const std::string& what) {
-  std::size_t n = 0;
-  for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
-
-void check_close(const xj::Array& got, const xj::Array& want, double tol = 1e-6) {
-  REQUIRE(got.aval() == want.aval());
-  auto g = got.to_vector<double>(), w = want.to_vector<double>();
-  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(w[i]).epsilon(tol));
-}
 
 xj::Array eval1(const xj::ClosedJaxpr& j, std::vector<xj::Array> args) {
   auto outs = xj::eval_jaxpr(j, args);
@@ -245,9 +230,9 @@ TEST_CASE("trace: eval_jaxpr with integer, bool and shape ops") {
   std::vector<xj::Array> args{x, i};
   auto outs = xj::eval_jaxpr(j, args);
   REQUIRE(outs.size() == 3);
-  check_close(outs[0], std::get<0>(eager));
-  check_close(outs[1], std::get<1>(eager));
-  check_close(outs[2], std::get<2>(eager));
+  check_close(outs[0], std::get<0>(eager), 1e-6);
+  check_close(outs[1], std::get<1>(eager), 1e-6);
+  check_close(outs[2], std::get<2>(eager), 1e-6);
   CHECK(outs[0].to_vector<float>() == std::vector<float>{1, 0, 3});  // x.T.ravel() = 1 4 5 3 2 0
   CHECK(outs[2].to_vector<int>() == std::vector<int>{1, 0});
 }
@@ -280,8 +265,8 @@ TEST_CASE("trace: eval_jaxpr inside a trace inlines the equations") {
     return xj::eval_jaxpr(inner, once).at(0);
   })(xj::zeros({3}));
   std::string s = str(outer);
-  CHECK(count_of(s, "= sin") == 2);
-  CHECK(count_of(s, "= exp") == 2);
+  CHECK(count(s, "= sin") == 2);
+  CHECK(count(s, "= exp") == 2);
   CHECK(outer->eqns.size() == 4);
 }
 

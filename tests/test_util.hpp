@@ -1,0 +1,69 @@
+// test_util.hpp: helpers shared by the test files (printing jaxprs, building and comparing arrays).
+#pragma once
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+namespace test_util {
+
+namespace xj = xjax;
+
+inline std::string str(const xj::ClosedJaxpr& j) {
+  std::ostringstream os;
+  os << j;
+  return os.str();
+}
+
+inline std::string str(const xj::Jaxpr& j) {
+  std::ostringstream os;
+  os << j;
+  return os.str();
+}
+
+/// Occurrences of `what` in `s` (JAX's RematTest counts " sin " in the printed jaxpr).
+inline std::size_t count(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+inline std::vector<double> vec(const xj::Array& x) { return x.to_vector<double>(); }
+
+inline xj::Array f64v(std::vector<double> v, xj::Shape shape) { return xj::array<double>(v, std::move(shape)); }
+inline xj::Array f64v(std::vector<double> v) {
+  auto n = static_cast<std::int64_t>(v.size());
+  return xj::array<double>(v, {n});
+}
+
+/// Element i of `got` within tol (relative, and absolute near 0) of want[i].
+inline void check_values(const xj::Array& got, const std::vector<double>& want, double tol = 1e-9) {
+  auto g = vec(got);
+  REQUIRE(g.size() == want.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i);
+    CHECK(g[i] == doctest::Approx(want[i]).epsilon(tol).scale(1.0));
+  }
+}
+
+/// Same aval, and every element within tol (check_values).
+inline void check_close(const xj::Array& got, const xj::Array& want, double tol = 1e-9) {
+  REQUIRE(got.aval() == want.aval());
+  check_values(got, vec(want), tol);
+}
+
+/// Normally distributed values (fixed seed), as an array of `dtype`.
+inline xj::Array randn(const xj::Shape& shape, unsigned seed, xj::DType dtype = xj::f64, double scale = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  std::vector<double> v(static_cast<std::size_t>(xj::shape_size(shape)));
+  for (auto& e : v) e = scale * normal(rng);
+  return xj::astype(f64v(v, shape), dtype);
+}
+
+}  // namespace test_util
