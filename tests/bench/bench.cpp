@@ -470,31 +470,28 @@ void print_table(const std::vector<Row>& rows, bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
+  std::string only;  // run one workload (P1..P4); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
     } else if (a == "--json") {
       json = true;
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4]\n");
       return 2;
     }
   }
+  auto run = [&](const char* workload) { return only.empty() || only == workload; };
   std::vector<Row> rows;
   try {
-    const int reps = quick ? 5 : 3;
-    if (quick) {
-      bench_relu_chain(rows, "P1", 8, 128, 64, reps);
-      bench_relu_chain(rows, "P2", 100, 32, 16, reps);
-      bench_mlp(rows, 4, 64, 256, reps);
-      bench_trace(rows, 64, 256, reps);
-    } else {
-      bench_relu_chain(rows, "P1", 64, 512, 512, reps);
-      bench_relu_chain(rows, "P2", 1000, 32, 16, reps);
-      bench_mlp(rows, 16, 256, 2048, reps);
-      bench_trace(rows, 256, 2048, reps);
-    }
+    const int reps = 5;  // after one untimed warm-up each
+    if (run("P1")) bench_relu_chain(rows, "P1", quick ? 8 : 64, quick ? 128 : 512, quick ? 64 : 512, reps);
+    if (run("P2")) bench_relu_chain(rows, "P2", quick ? 100 : 1000, 32, 16, quick ? reps : 4 * reps);
+    if (run("P3")) bench_mlp(rows, quick ? 4 : 16, quick ? 64 : 256, quick ? 256 : 2048, reps);
+    if (run("P4")) bench_trace(rows, quick ? 64 : 256, quick ? 256 : 2048, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());
     return 1;
