@@ -2,8 +2,9 @@
 //
 // Read in order: liveness (the last equation reading each variable), fusibility (which equations
 // can join a fused elementwise chain and under which compute dtype and shape), the construction
-// of a FusedProgram from a run of consecutive fusible equations, and make_plan, which walks the
-// equations once, grouping fusible runs and resolving every other equation's kernel or impl rule.
+// of a FusedProgram from a run of consecutive fusible equations, transpose folding (a transpose
+// feeding a dot_general becomes GEMM flags), and make_plan, which folds the transposes, then walks
+// the equations once, grouping fusible runs and resolving every other equation's kernel or impl.
 #include "plan.hpp"
 
 #include <algorithm>
