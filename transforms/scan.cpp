@@ -261,34 +261,33 @@ namespace {
 
 enum class ResKind { const_fwd, xs_fwd, invariant, stacked };
 
-}  // namespace
-
-PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable) {
-  ScanParams sp = ScanParams::read(e.params);
-  const Jaxpr& b = *sp.body->jaxpr;
-  std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
-  std::vector<bool> uk = in_unknown;
-  PartialEval pe;
+// partial_eval of the body with the unknown carries grown to a fixpoint (a carry is unknown if
+// its initial value is or the body makes it so); `uk` (which outer inputs are unknown) is updated.
+PartialEval body_partial_eval(const ScanParams& sp, std::vector<bool>& uk, const Saveable& saveable) {
+  const std::size_t nc = sp.nconsts, ncar = sp.ncarry;
   while (true) {
-    std::vector<bool> inst(ncar + ny, false);
+    std::vector<bool> inst(ncar + sp.nys(), false);
     for (std::size_t k = 0; k < ncar; ++k) inst[k] = uk[nc + k];
-    pe = partial_eval(*sp.body, uk, inst, saveable);
+    PartialEval pe = partial_eval(*sp.body, uk, inst, saveable);
     bool grew = false;
     for (std::size_t k = 0; k < ncar; ++k)
       if (pe.out_unknown[k] && !uk[nc + k]) uk[nc + k] = grew = true;
-    if (!grew) break;
+    if (!grew) return pe;
   }
-  const Jaxpr& kb = *pe.known.jaxpr;
+}
 
-  // Where each known-body invar comes from in the outer equation.
-  std::unordered_map<std::uint64_t, std::size_t> outer_index;
-  for (std::size_t i = 0; i < b.invars.size(); ++i) outer_index[b.invars[i].id()] = i;
-
-  // Loop-invariant values of the known body: computed from known consts alone.
-  std::unordered_set<std::uint64_t> invariant;
+// How each residual of the known body reaches the staged scan: a known const or an xs slice is
+// forwarded as is, a value computed from known consts alone is hoisted before the loop
+// (invariant), anything else is stacked by the known scan.
+// `invariant` receives the ids of the known body's values computed from known consts alone.
+std::vector<ResKind> classify_residuals(const ScanParams& sp, const PartialEval& pe, const std::vector<bool>& uk,
+                                        const std::unordered_map<std::uint64_t, std::size_t>& outer_index,
+                                        std::unordered_set<std::uint64_t>& invariant) {
+  const Jaxpr& b = *sp.body->jaxpr;
+  const std::size_t nc = sp.nconsts, ncar = sp.ncarry;
   for (std::size_t i = 0; i < nc; ++i)
     if (!uk[i]) invariant.insert(b.invars[i].id());
-  for (const Eqn& q : kb.eqns) {
+  for (const Eqn& q : pe.known.jaxpr->eqns) {
     bool inv = std::all_of(q.inputs.begin(), q.inputs.end(), [&](const Atom& x) {
       auto* v = std::get_if<Var>(&x);
       return !v || invariant.count(v->id());
@@ -304,103 +303,122 @@ PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, con
     else if (invariant.count(r.id())) kind.push_back(ResKind::invariant);
     else kind.push_back(ResKind::stacked);
   }
+  return kind;
+}
+
+// Inlines into `known` the computation of the invariant residuals from the known consts; returns
+// the atom holding each (by residual var id).
+std::unordered_map<std::uint64_t, Atom> hoist_invariants(const Eqn& e, const ScanParams& sp, const PartialEval& pe,
+                                                         const std::vector<bool>& uk,
+                                                         const std::vector<ResKind>& kind,
+                                                         const std::unordered_set<std::uint64_t>& invariant,
+                                                         std::vector<Eqn>& known) {
+  const Jaxpr& b = *sp.body->jaxpr;
+  std::vector<Atom> known_const_atoms;
+  auto hj = std::make_shared<Jaxpr>();
+  for (std::size_t i = 0; i < sp.nconsts; ++i)
+    if (!uk[i]) { known_const_atoms.push_back(e.inputs[i]); hj->invars.push_back(b.invars[i]); }
+  std::vector<Var> inv_res;
+  for (std::size_t r = 0; r < kind.size(); ++r)
+    if (kind[r] == ResKind::invariant) inv_res.push_back(pe.residual_vars[r]);
+  std::unordered_map<std::uint64_t, Atom> hoisted;
+  if (inv_res.empty()) return hoisted;
+  for (const Eqn& q : pe.known.jaxpr->eqns)  // the invariant equations (all outputs invariant)
+    if (std::all_of(q.outputs.begin(), q.outputs.end(), [&](const Var& v) { return invariant.count(v.id()) > 0; }))
+      hj->eqns.push_back(q);
+  hj->outvars.assign(inv_res.begin(), inv_res.end());
+  ClosedJaxpr h = dce(ClosedJaxpr{hj, {}}, std::vector<bool>(hj->outvars.size(), true));
+  auto atoms = inline_jaxpr(*h.jaxpr, known_const_atoms, known);
+  for (std::size_t r = 0; r < inv_res.size(); ++r) hoisted.emplace(inv_res[r].id(), atoms[r]);
+  return hoisted;
+}
+
+}  // namespace
+
+PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable) {
+  ScanParams sp = ScanParams::read(e.params);
+  const Jaxpr& b = *sp.body->jaxpr;
+  std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
+  std::vector<bool> uk = in_unknown;
+  PartialEval pe = body_partial_eval(sp, uk, saveable);
+
+  // Where each body invar comes from in the outer equation.
+  std::unordered_map<std::uint64_t, std::size_t> outer_index;
+  for (std::size_t i = 0; i < b.invars.size(); ++i) outer_index[b.invars[i].id()] = i;
+  std::unordered_set<std::uint64_t> invariant;
+  const std::vector<ResKind> kind = classify_residuals(sp, pe, uk, outer_index, invariant);
 
   PeSplit split;
-  // Hoist the invariant residuals: inline their computation before the known scan.
-  std::vector<Atom> known_const_atoms;
-  std::vector<Var> known_const_vars;
-  for (std::size_t i = 0; i < nc; ++i)
-    if (!uk[i]) { known_const_atoms.push_back(e.inputs[i]); known_const_vars.push_back(b.invars[i]); }
-  std::unordered_map<std::uint64_t, Atom> hoisted;
-  {
-    auto hj = std::make_shared<Jaxpr>();
-    hj->invars = known_const_vars;
-    for (const Eqn& q : kb.eqns)
-      if (std::all_of(q.outputs.begin(), q.outputs.end(), [&](const Var& v) { return invariant.count(v.id()) > 0; }))
-        hj->eqns.push_back(q);
-    std::vector<Var> inv_res;
-    for (std::size_t r = 0; r < kind.size(); ++r)
-      if (kind[r] == ResKind::invariant) { hj->outvars.push_back(pe.residual_vars[r]); inv_res.push_back(pe.residual_vars[r]); }
-    if (!inv_res.empty()) {
-      ClosedJaxpr h = dce(ClosedJaxpr{hj, {}}, std::vector<bool>(hj->outvars.size(), true));
-      auto atoms = inline_jaxpr(*h.jaxpr, known_const_atoms, split.known);
-      for (std::size_t r = 0; r < inv_res.size(); ++r) hoisted.emplace(inv_res[r].id(), atoms[r]);
-    }
-  }
+  const auto hoisted = hoist_invariants(e, sp, pe, uk, kind, invariant, split.known);
 
   // The known scan: known inputs -> known carry, known ys, stacked residuals.
   std::size_t n_known_out = 0;
   for (bool u : pe.out_unknown) n_known_out += u ? 0 : 1;
-  {
-    auto kj = std::make_shared<Jaxpr>(kb);
-    kj->outvars.resize(n_known_out);
-    for (std::size_t r = 0; r < kind.size(); ++r)
-      if (kind[r] == ResKind::stacked) kj->outvars.push_back(pe.residual_vars[r]);
-    ClosedJaxpr known_body = dce(ClosedJaxpr{kj, pe.known.consts}, std::vector<bool>(kj->outvars.size(), true));
-    if (!known_body.consts.empty()) known_body = consts_as_inputs(known_body);  // never expected
-    Eqn ke{Primitive::scan, {}, {}, {}, e.loc};
-    std::size_t knc = 0, kncar = 0;
-    for (std::size_t i = 0; i < e.inputs.size(); ++i)
-      if (!uk[i]) {
-        ke.inputs.push_back(e.inputs[i]);
-        if (i < nc) ++knc;
-        else if (i < nc + ncar) ++kncar;
-      }
-    for (std::size_t k = 0; k < ncar + ny; ++k)
-      if (!pe.out_unknown[k]) ke.outputs.push_back(e.outputs[k]);
-    ke.params = sp.with(known_body, knc, kncar, sp.reverse);
-    std::size_t s = 0;
-    std::vector<Var> stacked_vars;
-    for (std::size_t r = 0; r < kind.size(); ++r)
-      if (kind[r] == ResKind::stacked) {
-        stacked_vars.emplace_back(stacked(pe.residual_vars[r].aval(), sp.length));
-        ke.outputs.push_back(stacked_vars.back());
-        ++s;
-      }
-    split.known.push_back(std::move(ke));
+  auto kj = std::make_shared<Jaxpr>(*pe.known.jaxpr);
+  kj->outvars.resize(n_known_out);
+  for (std::size_t r = 0; r < kind.size(); ++r)
+    if (kind[r] == ResKind::stacked) kj->outvars.push_back(pe.residual_vars[r]);
+  ClosedJaxpr known_body = dce(ClosedJaxpr{kj, pe.known.consts}, std::vector<bool>(kj->outvars.size(), true));
+  if (!known_body.consts.empty()) known_body = consts_as_inputs(known_body);  // never expected
+  Eqn ke{Primitive::scan, {}, {}, {}, e.loc};
+  std::size_t knc = 0, kncar = 0;
+  for (std::size_t i = 0; i < e.inputs.size(); ++i)
+    if (!uk[i]) {
+      ke.inputs.push_back(e.inputs[i]);
+      if (i < nc) ++knc;
+      else if (i < nc + ncar) ++kncar;
+    }
+  for (std::size_t k = 0; k < ncar + ny; ++k)
+    if (!pe.out_unknown[k]) ke.outputs.push_back(e.outputs[k]);
+  ke.params = sp.with(known_body, knc, kncar, sp.reverse);
+  std::vector<Var> stacked_vars;
+  for (std::size_t r = 0; r < kind.size(); ++r)
+    if (kind[r] == ResKind::stacked) {
+      stacked_vars.emplace_back(stacked(pe.residual_vars[r].aval(), sp.length));
+      ke.outputs.push_back(stacked_vars.back());
+    }
+  split.known.push_back(std::move(ke));
 
-    // The staged scan: consts = (forwarded consts, hoisted, unknown consts), carry = unknown
-    // carry, xs = (stacked residuals, forwarded xs, unknown xs).
-    const Jaxpr& sb = *pe.staged.jaxpr;  // invars: residuals..., unknown inputs...
-    std::size_t nres = kind.size();
-    std::vector<std::size_t> order;
-    Eqn se{Primitive::scan, {}, {}, {}, e.loc};
-    auto add_res = [&](ResKind k) {
-      std::size_t stacked_i = 0;
-      for (std::size_t r = 0; r < nres; ++r) {
-        if (kind[r] == ResKind::stacked && k == ResKind::stacked) {
-          order.push_back(r);
-          se.inputs.push_back(stacked_vars[stacked_i]);
-        } else if (kind[r] == k) {
-          order.push_back(r);
-          if (k == ResKind::invariant) se.inputs.push_back(hoisted.at(pe.residual_vars[r].id()));
-          else se.inputs.push_back(e.inputs[outer_index.at(pe.residual_vars[r].id())]);
-        }
-        if (kind[r] == ResKind::stacked) ++stacked_i;
+  // The staged scan: consts = (forwarded consts, hoisted, unknown consts), carry = unknown
+  // carry, xs = (stacked residuals, forwarded xs, unknown xs). The staged body's invars are
+  // (residuals..., unknown inputs...); `order` lists them in the staged scan's operand order.
+  const std::size_t nres = kind.size();
+  std::vector<std::size_t> order;
+  Eqn se{Primitive::scan, {}, {}, {}, e.loc};
+  auto add_res = [&](ResKind k) {
+    std::size_t stacked_i = 0;
+    for (std::size_t r = 0; r < nres; ++r) {
+      if (kind[r] == ResKind::stacked && k == ResKind::stacked) {
+        order.push_back(r);
+        se.inputs.push_back(stacked_vars[stacked_i]);
+      } else if (kind[r] == k) {
+        order.push_back(r);
+        if (k == ResKind::invariant) se.inputs.push_back(hoisted.at(pe.residual_vars[r].id()));
+        else se.inputs.push_back(e.inputs[outer_index.at(pe.residual_vars[r].id())]);
       }
-    };
-    auto add_unknown = [&](std::size_t first, std::size_t n) {
-      std::size_t pos = nres;
-      for (std::size_t i = 0; i < first; ++i) pos += uk[i] ? 1 : 0;
-      std::size_t count = 0;
-      for (std::size_t i = first; i < first + n; ++i)
-        if (uk[i]) { order.push_back(pos++); se.inputs.push_back(e.inputs[i]); ++count; }
-      return count;
-    };
-    add_res(ResKind::const_fwd);
-    add_res(ResKind::invariant);
-    std::size_t snc = order.size() + add_unknown(0, nc);
-    std::size_t sncar = add_unknown(nc, ncar);
-    add_res(ResKind::stacked);
-    add_res(ResKind::xs_fwd);
-    add_unknown(nc + ncar, nx);
-    (void)sb;
-    ClosedJaxpr staged_body = permute_invars(pe.staged, order);
-    se.params = sp.with(staged_body, snc, sncar, sp.reverse);
-    for (std::size_t k = 0; k < ncar + ny; ++k)
-      if (pe.out_unknown[k]) se.outputs.push_back(e.outputs[k]);
-    split.staged.push_back(std::move(se));
-  }
+      if (kind[r] == ResKind::stacked) ++stacked_i;
+    }
+  };
+  auto add_unknown = [&](std::size_t first, std::size_t n) {
+    std::size_t pos = nres;
+    for (std::size_t i = 0; i < first; ++i) pos += uk[i] ? 1 : 0;
+    std::size_t count = 0;
+    for (std::size_t i = first; i < first + n; ++i)
+      if (uk[i]) { order.push_back(pos++); se.inputs.push_back(e.inputs[i]); ++count; }
+    return count;
+  };
+  add_res(ResKind::const_fwd);
+  add_res(ResKind::invariant);
+  std::size_t snc = order.size() + add_unknown(0, nc);
+  std::size_t sncar = add_unknown(nc, ncar);
+  add_res(ResKind::stacked);
+  add_res(ResKind::xs_fwd);
+  add_unknown(nc + ncar, nx);
+  se.params = sp.with(permute_invars(pe.staged, order), snc, sncar, sp.reverse);
+  for (std::size_t k = 0; k < ncar + ny; ++k)
+    if (pe.out_unknown[k]) se.outputs.push_back(e.outputs[k]);
+  split.staged.push_back(std::move(se));
+
   split.out_unknown = pe.out_unknown;
   for (std::size_t k = 0; k < ncar; ++k) split.out_unknown[k] = uk[nc + k];
   return split;
