@@ -228,8 +228,8 @@ ClosedJaxpr jit_prepare(const ClosedJaxpr& j);
 }  // namespace detail
 
 /// jit(f): traces f once per abstract signature (shapes, dtypes, pytree structure), optimizes the
-/// jaxpr (DCE, CSE) and reuses it on every later call. Today the optimized jaxpr runs on the
-/// interpreter; compiled execution plans (fusion, arena buffers) are future work (docs/status.md).
+/// jaxpr (DCE, CSE), builds its execution plan (kernels resolved once, elementwise chains fused,
+/// transposes folded into GEMMs, buffers from the arena) and reuses both on every later call.
 /// Like grad's cache, concrete arrays f captures are baked in at the first trace.
 template <class F> auto jit(F f) {
   auto cache = detail::new_trace_cache();
@@ -241,6 +241,7 @@ template <class F> auto jit(F f) {
       auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &t.out_def);
       auto avals = fa.avals();
       t.jaxpr = detail::jit_prepare(detail::trace_flat(flat, avals));
+      prepare(t.jaxpr);  // plan now, once, rather than on the first call's evaluation
       return t;
     });
     return tree_unflatten<R>(traced->out_def, eval_jaxpr(traced->jaxpr, fa.leaves));
