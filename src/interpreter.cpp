@@ -60,8 +60,19 @@ void check_args(const Jaxpr& j, std::span<const Array> args, std::size_t nconsts
 namespace detail {
 
 const EvalPlan& PlanCache::get(const Jaxpr& j) const {
-  std::call_once(once_, [&] { plan_ = make_plan(j); });
+  std::lock_guard lock(mutex_);
+  if (!plan_) plan_ = make_plan(j);
   return *plan_;
+}
+
+ClosedJaxprPtr PlanCache::derived(const DerivedKey& key, const std::function<ClosedJaxprPtr()>& build) const {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = derived_.find(key); it != derived_.end()) return it->second;
+  }
+  ClosedJaxprPtr built = build();  // may trace: not under the lock
+  std::lock_guard lock(mutex_);
+  return derived_.emplace(key, std::move(built)).first->second;  // a racing build may have won
 }
 
 }  // namespace detail

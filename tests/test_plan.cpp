@@ -247,3 +247,37 @@ TEST_CASE("plan: a row broadcast (bias) is fused into its consumers") {
   CHECK(extra < 1.01);  // the output only: the broadcast rows are never materialized
   check_identical(y, f(x, b, c));
 }
+
+TEST_CASE("plan: assigning a Jaxpr drops its plan") {
+  xj::Array x = xj::array<float>({1.0f}, {1});
+  auto jf = xj::make_jaxpr([](const xj::Array& a) { return a * 2.0; })(x);
+  auto jg = xj::make_jaxpr([](const xj::Array& a) { return a + 10.0; })(x);
+  auto p = std::make_shared<xj::Jaxpr>(*jf.jaxpr);
+  std::vector<xj::Array> args{x};
+  CHECK(xj::eval_jaxpr(xj::ClosedJaxpr{p, jf.consts}, args).at(0).item<float>() == 2.0f);
+  *p = *jg.jaxpr;  // the plan of a * 2 must not survive
+  CHECK(xj::eval_jaxpr(xj::ClosedJaxpr{p, jg.consts}, args).at(0).item<float>() == 11.0f);
+}
+
+TEST_CASE("plan: an unrolled scan keeps nothing alive after its body is gone") {
+  const std::int64_t before = xj::memory_stats().live_bytes;
+  {
+    xj::Array xs = xj::ones({7, 10});
+    auto body = [](const xj::Array& c, const xj::Array& x) { return std::pair{c * 0.5 + x, c}; };
+    auto [c1, ys1] = xj::scan(body, xj::ones({10}), xs, {.unroll = 3});
+    auto [c2, ys2] = xj::scan(body, xj::ones({10}), xs);
+    check_identical(c1, c2);
+    check_identical(ys1, ys2);
+  }
+  CHECK(xj::memory_stats().live_bytes == before);
+}
+
+TEST_CASE("plan: a fused output that renames an input shares its buffer") {
+  auto f = [](const xj::Array& x) { return std::pair{xj::stop_gradient(x), xj::exp(x) * 2.0}; };
+  xj::Array x = sample(1000, xj::f32, 11);
+  auto jitted = xj::jit(f);
+  auto [a, b] = jitted(x);
+  CHECK(a.raw_data() == x.raw_data());  // no copy, as eager stop_gradient
+  check_identical(a, f(x).first);
+  check_identical(b, f(x).second);
+}

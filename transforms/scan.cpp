@@ -8,7 +8,6 @@
 // carry), DCE (fixpoint on used carries), and the flat entry the API calls.
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -130,26 +129,14 @@ ClosedJaxpr unrolled_body(const ScanParams& sp, std::int64_t u) {
   return trace_flat(f, avals);
 }
 
-// unrolled_body, built once per (body, u) and kept while the body lives, so the unrolled body is
-// traced and planned once, not on every evaluation of the scan.
+// unrolled_body, built once per (body jaxpr, u, split) and kept with the body's jaxpr, so the
+// unrolled body is traced and planned once, not on every evaluation of the scan. (Bodies carry
+// no consts after consts_as_inputs; one that does is unrolled afresh each time.)
 ClosedJaxprPtr cached_unrolled_body(const ScanParams& sp, std::int64_t u) {
-  struct Entry {
-    std::weak_ptr<const ClosedJaxpr> body;
-    std::int64_t u;
-    ClosedJaxprPtr unrolled;
-  };
-  static std::mutex mutex;
-  static std::vector<Entry> cache;
-  {
-    std::lock_guard lock(mutex);
-    std::erase_if(cache, [](const Entry& e) { return e.body.expired(); });
-    for (const auto& e : cache)
-      if (e.u == u && e.body.lock() == sp.body) return e.unrolled;
-  }
-  auto built = std::make_shared<const ClosedJaxpr>(unrolled_body(sp, u));  // traced outside the lock
-  std::lock_guard lock(mutex);
-  cache.push_back({sp.body, u, built});
-  return built;
+  auto build = [&] { return std::make_shared<const ClosedJaxpr>(unrolled_body(sp, u)); };
+  if (!sp.body->consts.empty()) return build();
+  const Jaxpr& b = *sp.body->jaxpr;
+  return b.plan.derived({u, static_cast<std::int64_t>(sp.nconsts), static_cast<std::int64_t>(sp.ncarry)}, build);
 }
 }  // namespace
 

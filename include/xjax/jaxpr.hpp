@@ -77,18 +77,28 @@ struct Eqn {
 struct Jaxpr;
 namespace detail {
 struct EvalPlan;
-/// The interpreter's plan of a jaxpr (slots, liveness), built on first evaluation. Copying a
-/// Jaxpr gives an empty cache, so a copy may be edited before it is first evaluated.
+/// What is derived from a jaxpr and kept with it: its execution plan (built on first evaluation)
+/// and jaxprs built from it (scan's unrolled bodies). Copying or assigning a Jaxpr gives an
+/// empty cache, so a copy may be edited before it is first evaluated. Thread-safe.
 class PlanCache {
  public:
   PlanCache() = default;
   PlanCache(const PlanCache&) {}
-  PlanCache& operator=(const PlanCache&) { return *this; }
+  PlanCache& operator=(const PlanCache&) {
+    std::lock_guard lock(mutex_);
+    plan_.reset();
+    derived_.clear();
+    return *this;
+  }
   const EvalPlan& get(const Jaxpr& j) const;
+  /// The jaxpr stored under `key`, built by `build` (outside the lock) the first time.
+  using DerivedKey = std::vector<std::int64_t>;
+  ClosedJaxprPtr derived(const DerivedKey& key, const std::function<ClosedJaxprPtr()>& build) const;
 
  private:
-  mutable std::once_flag once_;
+  mutable std::mutex mutex_;
   mutable std::shared_ptr<const EvalPlan> plan_;
+  mutable std::map<DerivedKey, ClosedJaxprPtr> derived_;
 };
 }  // namespace detail
 

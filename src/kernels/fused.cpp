@@ -107,7 +107,19 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
   const ShapedArray float_aval{prog.shape, prog.compute};
   const ShapedArray bool_aval{prog.shape, DType::bool_};
   std::vector<Array> outs;
-  for (const auto& o : prog.outputs) outs.push_back(alloc_array(o.is_bool ? bool_aval : float_aval));
+  // An output that only renames a whole input (name, stop_gradient of a value from outside the
+  // run) shares the input's buffer, as the unfused kernel does; the others are computed.
+  std::vector<bool> shares(prog.outputs.size(), false);
+  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+    const auto& o = prog.outputs[k];
+    const auto value = static_cast<std::size_t>(o.value);
+    if (value < prog.inputs.size()) {
+      const auto& input = prog.inputs[value];
+      shares[k] = !input.is_scalar && input.period == 0 && input.is_bool == o.is_bool;
+    }
+    outs.push_back(shares[k] ? share_buffer(in[value], o.is_bool ? bool_aval : float_aval)
+                             : alloc_array(o.is_bool ? bool_aval : float_aval));
+  }
   const auto total = static_cast<std::size_t>(float_aval.size());
   if (total == 0) return outs;
 
@@ -140,6 +152,7 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
     }
     for (const auto& op : prog.ops) run_op<T>(op, v, n);
     for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+      if (shares[k]) continue;
       const T* src = v[static_cast<std::size_t>(prog.outputs[k].value)];
       if (prog.outputs[k].is_bool) {
         narrow(src, out_ptr<std::uint8_t>(outs[k]) + start, n);
