@@ -281,3 +281,29 @@ TEST_CASE("plan: a fused output that renames an input shares its buffer") {
   check_identical(a, f(x).first);
   check_identical(b, f(x).second);
 }
+
+TEST_CASE("jit: static arguments are part of the cache key and reach f as values") {
+  int traces = 0;
+  auto f = [&traces](const xj::Array& x, int n, const std::string& op, double scale) {
+    ++traces;
+    xj::Array y = x;
+    for (int i = 0; i < n; ++i) y = op == "sin" ? xj::sin(y) : xj::cos(y);
+    return y * scale;
+  };
+  auto jitted = xj::jit(f);
+  xj::Array x = xj::array<double>({0.3, -1.2}, {2});
+  check_identical(jitted(x, 2, std::string("sin"), 0.5), f(x, 2, "sin", 0.5));
+  check_identical(jitted(x, 3, std::string("sin"), 0.5), f(x, 3, "sin", 0.5));
+  check_identical(jitted(x, 2, std::string("cos"), 0.5), f(x, 2, "cos", 0.5));
+  check_identical(jitted(x, 2, std::string("cos"), 0.25), f(x, 2, "cos", 0.25));
+  traces = 0;
+  (void)jitted(x, 3, std::string("sin"), 0.5);  // seen before: no new trace
+  (void)jitted(xj::array<double>({1.0, 2.0}, {2}), 2, std::string("cos"), 0.25);
+  CHECK(traces == 0);
+  (void)jitted(x, 4, std::string("sin"), 0.5);  // a new value: traced again
+  CHECK(traces == 1);
+
+  auto g = [](const xj::Array& a, const xj::Array& b) { return a + b; };
+  CHECK_THROWS_AS(xj::jit(g, {.static_argnums = {1}})(x, x), xj::TransformError);
+  CHECK_THROWS_AS(xj::jit(g, {.static_argnums = {2}})(x, x), xj::TransformError);
+}

@@ -56,6 +56,17 @@ std::vector<bool> argnum_mask(const FlatArgs& fa, std::initializer_list<int> arg
   return mask;
 }
 
+void jit_static_array(std::size_t index) {
+  throw TransformError("xj::jit: static_argnums lists argument " + std::to_string(index) +
+                       ", an array pytree; arrays are traced, not static (as in JAX, a static "
+                       "argument must be a hashable value: pass an int, double, string, ...)");
+}
+
+void jit_static_out_of_range(int index, std::size_t num_args) {
+  throw TransformError("xj::jit: static_argnums lists argument " + std::to_string(index) + " of a call with " +
+                       std::to_string(num_args) + " arguments");
+}
+
 void aux_mismatch(bool returns_pair) {
   throw Error(returns_pair ? "grad: the function returns a std::pair; if its second element is auxiliary data, "
                              "pass {.has_aux = true}"

@@ -61,10 +61,6 @@ Array name_flat(const Array& x, const std::string& name, std::source_location lo
 std::vector<Residual> saved_residuals_flat(const ClosedJaxpr& j, const FlatArgs& fa);
 void print_residuals(std::ostream& os, const std::vector<Residual>& rs);
 
-template <class T> concept Tree = requires(const T& t, std::vector<Array>& leaves, TreeDef& def) {
-  PyTree<T>::flatten(t, leaves, def);
-};
-
 template <class... Args, std::size_t... I>
 auto checkpoint_call(const auto& f, const CheckpointOptions& opts, const std::tuple<const Args&...>& args,
                      std::index_sequence<I...>) {

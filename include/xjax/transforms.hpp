@@ -1,11 +1,13 @@
 // transforms.hpp: the function transforms: make_jaxpr, grad, value_and_grad, vjp, jvp,
-// linearize, jacfwd, jacrev, hessian. Each is a thin template that flattens pytrees and calls a
+// linearize, jacfwd, jacrev, hessian, jit. Each is a thin template that flattens pytrees and calls a
 // flat function compiled once in transforms/ (see transforms/api.cpp).
 #pragma once
 #include <memory>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 #include "xjax/detail/flat.hpp"
@@ -227,24 +229,77 @@ namespace detail {
 ClosedJaxpr jit_prepare(const ClosedJaxpr& j);
 }  // namespace detail
 
-/// jit(f): traces f once per abstract signature (shapes, dtypes, pytree structure), optimizes the
-/// jaxpr (DCE, CSE), builds its execution plan (kernels resolved once, elementwise chains fused,
-/// transposes folded into GEMMs, buffers from the arena) and reuses both on every later call.
-/// Like grad's cache, concrete arrays f captures are baked in at the first trace.
-template <class F> auto jit(F f) {
+struct JitOptions {
+  /// Arguments that are compile-time values: part of the cache key by value, passed to f as they
+  /// are (f may branch on them). Arguments that are not pytrees (int, double, bool, std::string,
+  /// ...) are always static; they must be printable with operator<< (that is their key).
+  std::vector<int> static_argnums{};
+};
+
+namespace detail {
+[[noreturn]] void jit_static_array(std::size_t index);
+[[noreturn]] void jit_static_out_of_range(int index, std::size_t num_args);
+
+/// A static argument's part of jit's cache key: its type and printed value.
+template <class A> std::string static_key(const A& a) {
+  static_assert(requires(std::ostream& os) { os << a; },
+                "xj::jit: a static argument must be printable with operator<< (it is part of the cache key)");
+  std::ostringstream os;
+  os.precision(17);
+  os << typeid(A).name() << '=' << a;
+  return os.str();
+}
+
+template <class F, class... Args, std::size_t... I>
+auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::tuple<const Args&...>& args,
+              std::index_sequence<I...>) {
+  using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+  constexpr bool trees[] = {true, Tree<std::decay_t<Args>>...};  // [0]: keeps the array non-empty
+  for (int s : opts.static_argnums) {
+    if (s < 0 || static_cast<std::size_t>(s) >= sizeof...(Args)) jit_static_out_of_range(s, sizeof...(Args));
+    if (trees[static_cast<std::size_t>(s) + 1]) jit_static_array(static_cast<std::size_t>(s));
+  }
+  FlatArgs fa;
+  fa.offsets.push_back(0);
+  std::string statics;
+  auto flatten_one = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+    using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
+    fa.defs.emplace_back();
+    if constexpr (Tree<A>) PyTree<A>::flatten(std::get<K>(args), fa.leaves, fa.defs.back());
+    else statics += "|" + std::to_string(K) + ":" + static_key(std::get<K>(args));
+    fa.offsets.push_back(fa.leaves.size());
+  };
+  (flatten_one(std::integral_constant<std::size_t, I>{}), ...);
+  auto traced = cached(cache, signature_key(fa, std::vector<bool>(fa.leaves.size(), false)) + statics, [&] {
+    Traced t;
+    FlatFn flat = [&](std::span<const Array> xs) {
+      auto rebuild = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
+        using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
+        if constexpr (Tree<A>) return tree_unflatten<A>(fa.defs[K], xs.subspan(fa.offsets[K], fa.offsets[K + 1] - fa.offsets[K]));
+        else return std::get<K>(args);
+      };
+      R out = f(rebuild(std::integral_constant<std::size_t, I>{})...);
+      std::vector<Array> outs;
+      PyTree<R>::flatten(out, outs, t.out_def);
+      return outs;
+    };
+    t.jaxpr = jit_prepare(trace_flat(flat, fa.avals()));
+    prepare(t.jaxpr);  // plan now, once, rather than on the first call's evaluation
+    return t;
+  });
+  return tree_unflatten<R>(traced->out_def, eval_jaxpr(traced->jaxpr, fa.leaves));
+}
+}  // namespace detail
+
+/// jit(f, {.static_argnums}): traces f once per abstract signature (shapes, dtypes, pytree
+/// structure, and the values of static arguments), optimizes the jaxpr (DCE, CSE), builds its
+/// execution plan (kernels resolved once, elementwise chains fused, transposes folded into GEMMs,
+/// buffers from the arena) and reuses both on every later call. Like grad's cache, concrete
+/// arrays f captures are baked in at the first trace.
+template <class F> auto jit(F f, JitOptions opts = {}) {
   auto cache = detail::new_trace_cache();
-  return [f, cache]<class... Args>(const Args&... args) {
-    using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
-    detail::FlatArgs fa = detail::flatten_args(args...);
-    auto traced = detail::cached(*cache, detail::signature_key(fa, std::vector<bool>(fa.leaves.size(), false)), [&] {
-      detail::Traced t;
-      auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &t.out_def);
-      auto avals = fa.avals();
-      t.jaxpr = detail::jit_prepare(detail::trace_flat(flat, avals));
-      prepare(t.jaxpr);  // plan now, once, rather than on the first call's evaluation
-      return t;
-    });
-    return tree_unflatten<R>(traced->out_def, eval_jaxpr(traced->jaxpr, fa.leaves));
+  return [f, cache, opts]<class... Args>(const Args&... args) {
+    return detail::jit_call(f, *cache, opts, std::tuple<const Args&...>(args...), std::index_sequence_for<Args...>{});
   };
 }
 

@@ -29,6 +29,11 @@ struct FlatArgs {
   }
 };
 
+/// T is a pytree (arrays in containers); other argument types (int, double, ...) are static values.
+template <class T> concept Tree = requires(const T& t, std::vector<Array>& leaves, TreeDef& def) {
+  PyTree<T>::flatten(t, leaves, def);
+};
+
 template <class... Args> FlatArgs flatten_args(const Args&... args) {
   FlatArgs fa;
   fa.offsets.push_back(0);
