@@ -60,8 +60,10 @@ void check_args(const Jaxpr& j, std::span<const Array> args, std::size_t nconsts
 namespace detail {
 
 const EvalPlan& PlanCache::get(const Jaxpr& j) const {
+  if (const EvalPlan* p = ready_.load(std::memory_order_acquire)) return *p;  // the hot path
   std::lock_guard lock(mutex_);
   if (!plan_) plan_ = make_plan(j);
+  ready_.store(plan_.get(), std::memory_order_release);
   return *plan_;
 }
 

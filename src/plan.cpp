@@ -17,6 +17,8 @@ namespace {
 using kernels::FusedProgram;
 using LastUse = std::unordered_map<std::uint64_t, std::size_t>;
 using kernels::Ints;
+using kernels::is_comparison;
+using kernels::is_float_binary;
 
 // The index of the last equation reading each variable; j.eqns.size() for the jaxpr's outputs.
 LastUse last_uses(const Jaxpr& j) {
@@ -51,21 +53,6 @@ bool is_unary_float(Primitive p) {
     default: return false;
   }
 }
-bool is_binary_float(Primitive p) {
-  switch (p) {
-    case Primitive::add: case Primitive::sub: case Primitive::mul: case Primitive::div:
-    case Primitive::max: case Primitive::min: case Primitive::pow: return true;
-    default: return false;
-  }
-}
-bool is_comparison(Primitive p) {
-  switch (p) {
-    case Primitive::eq: case Primitive::ne: case Primitive::lt: case Primitive::le:
-    case Primitive::gt: case Primitive::ge: return true;
-    default: return false;
-  }
-}
-
 // True when every operand is `dtype` (or bool when bool_ok) with the output's shape or rank 0.
 bool operands_fit(const Eqn& e, std::size_t first, const Shape& shape, DType dtype, bool bool_ok = false) {
   for (std::size_t i = first; i < e.inputs.size(); ++i) {
@@ -99,7 +86,7 @@ std::optional<FusionKey> fusion_key(const Eqn& e) {
   const Shape& s = out.shape;
   const Primitive p = e.prim;
   const ShapedArray& in0 = atom_aval(e.inputs[0]);
-  if (is_unary_float(p) || is_binary_float(p))
+  if (is_unary_float(p) || is_float_binary(p))
     return is_float(out.dtype) && operands_fit(e, 0, s, out.dtype) ? std::optional(FusionKey{s, out.dtype}) : std::nullopt;
   if (is_comparison(p))
     return is_float(in0.dtype) && operands_fit(e, 0, s, in0.dtype) ? std::optional(FusionKey{s, in0.dtype}) : std::nullopt;

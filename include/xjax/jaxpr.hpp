@@ -86,6 +86,7 @@ class PlanCache {
   PlanCache(const PlanCache&) {}
   PlanCache& operator=(const PlanCache&) {
     std::lock_guard lock(mutex_);
+    ready_.store(nullptr);
     plan_.reset();
     derived_.clear();
     return *this;
@@ -98,6 +99,7 @@ class PlanCache {
  private:
   mutable std::mutex mutex_;
   mutable std::shared_ptr<const EvalPlan> plan_;
+  mutable std::atomic<const EvalPlan*> ready_{nullptr};  // plan_ once built: get() without the lock
   mutable std::map<DerivedKey, ClosedJaxprPtr> derived_;
 };
 }  // namespace detail

@@ -74,21 +74,10 @@ template <class T> void run_op(const FusedProgram::Op& op, std::vector<T*>& v, s
   const T* b = v[static_cast<std::size_t>(op.src[1])];
   const T* c = v[static_cast<std::size_t>(op.src[2])];
   T* o = v[static_cast<std::size_t>(op.dst)];
+  if (is_float_binary(op.prim)) return float_binary(op.prim, a, b, o, n);
+  if (is_comparison(op.prim)) return compare_block(op.prim, a, b, o, n);
   switch (op.prim) {
     case Primitive::integer_pow: return float_integer_pow(a, o, n, op.y);
-    case Primitive::add:
-    case Primitive::sub:
-    case Primitive::mul:
-    case Primitive::div:
-    case Primitive::max:
-    case Primitive::min:
-    case Primitive::pow: return float_binary(op.prim, a, b, o, n);
-    case Primitive::eq:
-    case Primitive::ne:
-    case Primitive::lt:
-    case Primitive::le:
-    case Primitive::gt:
-    case Primitive::ge: return compare_block(op.prim, a, b, o, n);
     case Primitive::select_n:  // which ? case1 : case0
       return map3(a, b, c, o, n, [](B which, B case0, B case1) {
         return xsimd::select(which != B(T{0}), case1, case0);
@@ -165,6 +154,22 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
 }
 
 }  // namespace
+
+bool is_float_binary(Primitive p) {
+  switch (p) {
+    case Primitive::add: case Primitive::sub: case Primitive::mul: case Primitive::div:
+    case Primitive::max: case Primitive::min: case Primitive::pow: return true;
+    default: return false;
+  }
+}
+
+bool is_comparison(Primitive p) {
+  switch (p) {
+    case Primitive::eq: case Primitive::ne: case Primitive::lt: case Primitive::le:
+    case Primitive::gt: case Primitive::ge: return true;
+    default: return false;
+  }
+}
 
 std::vector<Array> run_fused(const FusedProgram& prog, std::span<const Array> in) {
   if (in.size() != prog.inputs.size())

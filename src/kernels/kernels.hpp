@@ -138,6 +138,11 @@ struct FusedProgram {
   std::int32_t num_values = 0;
 };
 
+/// add sub mul div max min pow: the binary primitives of float_binary (simd.hpp).
+bool is_float_binary(Primitive p);
+/// eq ne lt le gt ge.
+bool is_comparison(Primitive p);
+
 /// Runs the program on its inputs (one array per FusedProgram::Input) into fresh output arrays.
 std::vector<Array> run_fused(const FusedProgram& prog, std::span<const Array> in);
 
