@@ -50,6 +50,7 @@ bool Array::is_tracer() const { return valid() && impl_->tracer != nullptr; }
 
 const void* Array::raw_data() const {
   const auto& im = impl_of(*this);
+  if (im.tracer && !detail::tracer_in_active_trace(*im.tracer)) detail::tracer_escaped(*this);
   if (im.tracer)
     throw TracerError("a concrete value was required of a traced " + im.aval.str() +
                       " (created at " + where(im.tracer->created_at) +

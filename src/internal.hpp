@@ -90,6 +90,10 @@ class LocationScope {
 
 /// True while some trace is recording on this thread.
 bool tracing_active();
+/// True when t's trace is recording on this thread (t is not a leaked tracer).
+bool tracer_in_active_trace(const Tracer& t);
+/// Throws the TracerError for a tracer used after its trace ended, naming where it was created.
+[[noreturn]] void tracer_escaped(const Array& a);
 
 /// Counts one execution of p (eval_counts()).
 void count_eval(Primitive p);

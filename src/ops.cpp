@@ -460,51 +460,53 @@ Array iota(DType dtype, const Shape& shape, std::int64_t dimension, std::source_
   return detail::bind1(P::iota, std::span<const Array>{}, {{"dtype", dtype}, {"shape", shape}, {"dimension", dimension}}, loc);
 }
 
-Array Array::operator[](std::int64_t i) const {
-  std::int64_t n = dim(0);
-  if (i < -n || i >= n) throw ShapeError("index " + std::to_string(i) + " out of range for " + aval().str());
+Array Array::operator[](detail::Located<std::int64_t> index) const {
+  std::int64_t i = index.value, n = dim(0);
+  if (i < -n || i >= n)
+    throw ShapeError("index " + std::to_string(i) + " out of range for " + aval().str() + " (at " + where(index.loc) + ")");
   if (i < 0) i += n;
-  return squeeze(slice_in_dim(*this, i, i + 1, 0), {0});
+  return squeeze(slice_in_dim(*this, i, i + 1, 0, index.loc), {0}, index.loc);
 }
 
-Array Array::operator[](const Array& i) const {
+Array Array::operator[](detail::Located<Array> index) const {
+  const Array& i = index.value;
   std::vector<Array> starts{i};
   for (std::int64_t d = 1; d < ndim(); ++d) starts.push_back(scalar(0, i.dtype()));
   Shape sizes = shape();
   sizes[0] = 1;
-  return squeeze(dynamic_slice(*this, starts, sizes), {0});
+  return squeeze(dynamic_slice(*this, starts, sizes, index.loc), {0}, index.loc);
 }
 
-// ---- operators --------------------------------------------------------------------------------
+// ---- operators: each is the named op at the operand's recorded location ----------------------
 
-Array operator-(const Array& x) { return neg(x); }
-Array operator+(const Array& a, const Array& b) { return add(a, b); }
-Array operator-(const Array& a, const Array& b) { return sub(a, b); }
-Array operator*(const Array& a, const Array& b) { return mul(a, b); }
-Array operator/(const Array& a, const Array& b) { return div(a, b); }
-Array operator+(const Array& a, double b) { return add(a, scalar_like(b, a)); }
-Array operator-(const Array& a, double b) { return sub(a, scalar_like(b, a)); }
-Array operator*(const Array& a, double b) { return mul(a, scalar_like(b, a)); }
-Array operator/(const Array& a, double b) { return div(a, scalar_like(b, a)); }
-Array operator+(double a, const Array& b) { return add(scalar_like(a, b), b); }
-Array operator-(double a, const Array& b) { return sub(scalar_like(a, b), b); }
-Array operator*(double a, const Array& b) { return mul(scalar_like(a, b), b); }
-Array operator/(double a, const Array& b) { return div(scalar_like(a, b), b); }
-Array operator==(const Array& a, const Array& b) { return eq(a, b); }
-Array operator!=(const Array& a, const Array& b) { return ne(a, b); }
-Array operator<(const Array& a, const Array& b) { return lt(a, b); }
-Array operator<=(const Array& a, const Array& b) { return le(a, b); }
-Array operator>(const Array& a, const Array& b) { return gt(a, b); }
-Array operator>=(const Array& a, const Array& b) { return ge(a, b); }
-Array operator==(const Array& a, double b) { return eq(a, scalar_like(b, a)); }
-Array operator!=(const Array& a, double b) { return ne(a, scalar_like(b, a)); }
-Array operator<(const Array& a, double b) { return lt(a, scalar_like(b, a)); }
-Array operator<=(const Array& a, double b) { return le(a, scalar_like(b, a)); }
-Array operator>(const Array& a, double b) { return gt(a, scalar_like(b, a)); }
-Array operator>=(const Array& a, double b) { return ge(a, scalar_like(b, a)); }
-Array& operator+=(Array& a, const Array& b) { return a = add(a, b); }
-Array& operator-=(Array& a, const Array& b) { return a = sub(a, b); }
-Array& operator*=(Array& a, const Array& b) { return a = mul(a, b); }
+Array operator-(ArrayOperand x) { return neg(x.value, x.loc); }
+Array operator+(ArrayOperand a, ArrayOperand b) { return add(a.value, b.value, a.loc); }
+Array operator-(ArrayOperand a, ArrayOperand b) { return sub(a.value, b.value, a.loc); }
+Array operator*(ArrayOperand a, ArrayOperand b) { return mul(a.value, b.value, a.loc); }
+Array operator/(ArrayOperand a, ArrayOperand b) { return div(a.value, b.value, a.loc); }
+Array operator+(ArrayOperand a, double b) { return add(a.value, scalar_like(b, a.value), a.loc); }
+Array operator-(ArrayOperand a, double b) { return sub(a.value, scalar_like(b, a.value), a.loc); }
+Array operator*(ArrayOperand a, double b) { return mul(a.value, scalar_like(b, a.value), a.loc); }
+Array operator/(ArrayOperand a, double b) { return div(a.value, scalar_like(b, a.value), a.loc); }
+Array operator+(double a, ArrayOperand b) { return add(scalar_like(a, b.value), b.value, b.loc); }
+Array operator-(double a, ArrayOperand b) { return sub(scalar_like(a, b.value), b.value, b.loc); }
+Array operator*(double a, ArrayOperand b) { return mul(scalar_like(a, b.value), b.value, b.loc); }
+Array operator/(double a, ArrayOperand b) { return div(scalar_like(a, b.value), b.value, b.loc); }
+Array operator==(ArrayOperand a, ArrayOperand b) { return eq(a.value, b.value, a.loc); }
+Array operator!=(ArrayOperand a, ArrayOperand b) { return ne(a.value, b.value, a.loc); }
+Array operator<(ArrayOperand a, ArrayOperand b) { return lt(a.value, b.value, a.loc); }
+Array operator<=(ArrayOperand a, ArrayOperand b) { return le(a.value, b.value, a.loc); }
+Array operator>(ArrayOperand a, ArrayOperand b) { return gt(a.value, b.value, a.loc); }
+Array operator>=(ArrayOperand a, ArrayOperand b) { return ge(a.value, b.value, a.loc); }
+Array operator==(ArrayOperand a, double b) { return eq(a.value, scalar_like(b, a.value), a.loc); }
+Array operator!=(ArrayOperand a, double b) { return ne(a.value, scalar_like(b, a.value), a.loc); }
+Array operator<(ArrayOperand a, double b) { return lt(a.value, scalar_like(b, a.value), a.loc); }
+Array operator<=(ArrayOperand a, double b) { return le(a.value, scalar_like(b, a.value), a.loc); }
+Array operator>(ArrayOperand a, double b) { return gt(a.value, scalar_like(b, a.value), a.loc); }
+Array operator>=(ArrayOperand a, double b) { return ge(a.value, scalar_like(b, a.value), a.loc); }
+Array& operator+=(Array& a, ArrayOperand b) { return a = add(a, b.value, b.loc); }
+Array& operator-=(Array& a, ArrayOperand b) { return a = sub(a, b.value, b.loc); }
+Array& operator*=(Array& a, ArrayOperand b) { return a = mul(a, b.value, b.loc); }
 
 std::ostream& operator<<(std::ostream& os, const Array& x) {
   if (!x.valid()) return os << "Array(empty)";

@@ -69,14 +69,6 @@ bool on_stack(const Builder* b) {
   return false;
 }
 
-[[noreturn]] void escaped(const Array& a) {
-  throw TracerError("a tracer of " + a.aval().str() + " created at " +
-                    where(a.impl()->tracer->created_at) +
-                    " was used outside the trace that created it (it escaped the traced "
-                    "function, e.g. stored outside it or used by a closure called after its "
-                    "transform returned); return it from the function instead");
-}
-
 Atom to_atom(Builder& b, const Array& a) {
   if (!a.valid()) throw Error("an empty xj::Array (default-constructed) was passed to an operation");
   const auto& im = *a.impl();
@@ -86,7 +78,7 @@ Atom to_atom(Builder& b, const Array& a) {
   }
   auto owner = im.tracer->builder.lock();
   if (owner.get() == &b) return im.tracer->var;
-  if (!owner || !on_stack(owner.get())) escaped(a);
+  if (!owner || !on_stack(owner.get())) tracer_escaped(a);
   return b.add_const(a);  // a tracer of an enclosing trace: closure conversion
 }
 
@@ -97,6 +89,19 @@ template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_lo
 }  // namespace
 
 bool tracing_active() { return !t_stack.empty(); }
+
+bool tracer_in_active_trace(const Tracer& t) {
+  auto owner = t.builder.lock();
+  return owner && on_stack(owner.get());
+}
+
+void tracer_escaped(const Array& a) {
+  throw TracerError("a tracer of " + a.aval().str() + " created at " + where(a.impl()->tracer->created_at) +
+                    " escaped the transform that created it: its trace has ended, so it has no value "
+                    "(it was stored outside the traced function, or captured by a closure called after "
+                    "its transform returned). Return it from the function instead: as an output, or "
+                    "as aux data with {.has_aux = true}");
+}
 
 LocationScope::LocationScope(const std::source_location* loc) : saved_(t_loc_override) { t_loc_override = loc; }
 LocationScope::~LocationScope() { t_loc_override = saved_; }
@@ -123,7 +128,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
 
   if (t_stack.empty()) {
     for (const auto& x : inputs)
-      if (x.is_tracer()) escaped(x);
+      if (x.is_tracer()) tracer_escaped(x);
     ImplRule impl = impl_rule(p);
     auto outs = impl ? impl(inputs, params) : run_kernel(p, inputs, params, out_avals);
     count_eval(p);

@@ -235,15 +235,18 @@ TEST_CASE("autodiff: make_jaxpr(grad(f)) for f(x) = sum(sin(x) * x) is lean (gol
   check_values(out.at(0), want, 1e-6);
 }
 
-// ---- acceptance 5: the trace cache ------------------------------------------------------------
+// ---- the trace cache: jit's (grad traces on every call, as JAX's) -----------------------------
 
-TEST_CASE("autodiff: grad traces once per abstract signature") {
+TEST_CASE("autodiff: grad traces on every call; jit(grad) traces once per abstract signature") {
   std::atomic<int> traces{0};
   auto f = [&traces](const xj::Array& x) {
     ++traces;
     return xj::sum(x * x * x);
   };
-  auto g = xj::grad(f);
+  for (int i = 0; i < 3; ++i) check_values(xj::grad(f)(f64v({1.0})), {3.0});
+  CHECK(traces == 3);
+  traces = 0;
+  auto g = xj::jit(xj::grad(f));
   xj::Array x = f64v({1.0, 2.0, -3.0});
   for (int i = 0; i < 100; ++i) {
     xj::Array r = g(x);
@@ -264,19 +267,19 @@ TEST_CASE("autodiff: grad traces once per abstract signature") {
   g(x);
   g(y);
   CHECK(traces == 3);
-  // value_and_grad has its own cache, also traced once.
-  auto vg = xj::value_and_grad(f);
+  // jit(value_and_grad) has its own cache, also traced once.
+  auto vg = xj::jit(xj::value_and_grad(f));
   for (int i = 0; i < 20; ++i) vg(x);
   CHECK(traces == 4);
 }
 
-TEST_CASE("autodiff: the grad cache is safe across threads") {
+TEST_CASE("autodiff: jit(grad)'s cache is safe across threads") {
   std::atomic<int> traces{0};
   auto f = [&traces](const xj::Array& x, const xj::Array& y) {
     ++traces;
     return xj::sum(xj::sin(x) * y);
   };
-  auto g = xj::grad(f, xj::argnums<0, 1>);
+  auto g = xj::jit(xj::grad(f, xj::argnums<0, 1>));
   constexpr int kThreads = 4, kCalls = 40;
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
@@ -433,7 +436,7 @@ TEST_CASE("autodiff: integer arguments get zero cotangents of their own dtype (x
 
   // Under grad with argnums covering the integer argument too.
   auto g = xj::grad([](const xj::Array& x, const xj::Array& n) { return xj::sum(x * xj::astype(n, xj::f64)); },
-                    xj::argnums<0, 1>)(x, n);
+                    xj::argnums<0, 1>, {.allow_int = true})(x, n);
   check_values(std::get<0>(g), {3.0, -4.0});
   CHECK(std::get<1>(g).aval() == xj::ShapedArray{{2}, xj::i32});
   CHECK(std::get<1>(g).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0});
@@ -800,7 +803,7 @@ TEST_CASE("autodiff: vjp and linearize on pytree arguments") {
   check_values(f_lin(tp, xj::scalar(0.5, xj::f64)), {1.0 * -1.0 * 3.0 + 1.0 * -1.0 * 0.5, 2.0 * 1.0 * 3.0 + 2.0 * 0.5 * 0.5});
 }
 
-TEST_CASE("autodiff: the grad cache keys on the pytree structure") {
+TEST_CASE("autodiff: jit(grad)'s cache keys on the pytree structure") {
   std::atomic<int> traces{0};
   auto f = [&traces](const std::vector<xj::Array>& v) {
     ++traces;
@@ -808,7 +811,7 @@ TEST_CASE("autodiff: the grad cache keys on the pytree structure") {
     for (const auto& e : v) s = s + xj::sum(e * e);
     return s;
   };
-  auto g = xj::grad(f);
+  auto g = xj::jit(xj::grad(f));
   xj::Array a = f64v({1.0, 2.0});
   auto g2 = g(std::vector<xj::Array>{a, a});
   CHECK(traces == 1);
@@ -829,7 +832,7 @@ TEST_CASE("autodiff: the grad cache keys on the pytree structure") {
     for (const auto& [k, e] : p) s = s + xj::sum(xj::sin(e));
     return s;
   };
-  auto gm = xj::grad(m);
+  auto gm = xj::jit(xj::grad(m));
   auto r1 = gm(std::map<std::string, xj::Array>{{"u", a}, {"v", a}});
   auto r2 = gm(std::map<std::string, xj::Array>{{"u", a}, {"w", a}});
   CHECK(mtraces == 2);

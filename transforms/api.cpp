@@ -73,6 +73,18 @@ void aux_mismatch(bool returns_pair) {
                            : "grad: has_aux is set but the function does not return std::pair{value, aux}");
 }
 
+void check_grad_inputs(const FlatArgs& fa, const std::vector<bool>& diff, bool allow_int) {
+  if (allow_int) return;
+  for (std::size_t arg = 0; arg + 1 < fa.offsets.size(); ++arg)
+    for (std::size_t k = fa.offsets[arg]; k < fa.offsets[arg + 1]; ++k)
+      if (diff[k] && !is_floating(fa.leaves[k].dtype()))
+        throw TypeError("grad requires float inputs for the arguments it differentiates; argument " +
+                        std::to_string(arg) + (fa.offsets[arg + 1] - fa.offsets[arg] > 1 ? " has a leaf " : " is ") +
+                        fa.leaves[k].aval().str() +
+                        ". Pass {.allow_int = true} to accept integer arguments (their gradient is zeros), "
+                        "or leave the argument out of argnums");
+}
+
 ClosedJaxpr jit_prepare(const ClosedJaxpr& j) { return simplify(j); }
 
 // ---- grad ------------------------------------------------------------------------------------

@@ -2,7 +2,11 @@
 // cse : Jaxpr -> Jaxpr. Two equations with the same primitive, parameters and operands compute
 // the same values (every primitive is pure), so the later one is dropped and its outputs renamed
 // to the earlier one's. Equations carrying prevent_cse=True (a checkpoint's recompute) are never
-// merged.
+// merged. Keys are exact: a literal is its dtype and bit pattern, a double parameter its bit
+// pattern (so 0.0 and -0.0 are different keys, and two NaNs are one key only when their bits agree:
+// both choices keep CSE from ever changing a result).
+#include <bit>
+#include <cstring>
 #include <sstream>
 #include <unordered_map>
 
@@ -24,12 +28,27 @@ std::string param_key(const Param& p) {
           os << v.get();
         } else if constexpr (std::is_same_v<T, DType>) {
           os << dtype_name(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          os << "f" << std::bit_cast<std::uint64_t>(v);
         } else {
           os << v;
         }
         return os.str();
       },
       p);
+}
+
+/// A rank-0 literal's identity: its dtype and the bytes of its value, in hex.
+std::string literal_key(const Array& x) {
+  const auto* bytes = static_cast<const unsigned char*>(x.raw_data());
+  std::size_t n = x.aval().nbytes();
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string key = x.aval().str() + ":";
+  for (std::size_t i = 0; i < n; ++i) {
+    key += hex[bytes[i] >> 4];
+    key += hex[bytes[i] & 15];
+  }
+  return key;
 }
 
 bool prevents_cse(const Eqn& e) {
@@ -51,8 +70,7 @@ ClosedJaxpr cse(const ClosedJaxpr& cj) {
   };
   auto key_of_atom = [](const Atom& a) -> std::string {
     if (auto* v = std::get_if<Var>(&a)) return "v" + std::to_string(v->id());
-    const Array& x = std::get<Literal>(a).value;
-    return "l" + x.aval().str() + ":" + std::to_string(x.item<double>());
+    return "l" + literal_key(std::get<Literal>(a).value);
   };
   std::unordered_map<std::string, std::size_t> seen;  // key -> index in out->eqns
   auto out = std::make_shared<Jaxpr>();

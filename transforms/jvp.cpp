@@ -223,13 +223,46 @@ JvpOut reduce_chooser_jvp(const JvpArgs& a) {
 }
 JvpOut reduce_max_jvp(const JvpArgs& a) { return reduce_chooser_jvp(a); }
 JvpOut reduce_min_jvp(const JvpArgs& a) { return reduce_chooser_jvp(a); }
-// d prod x = sum(dx * prod x / x)   (assumes no zero entries, as a limitation)
+// Rows of x (n, m) moved by k toward the end (toward_end) or the start, ones filling the gap.
+Array shift_rows(const Array& x, std::int64_t k, bool toward_end) {
+  std::int64_t n = x.dim(0), m = x.dim(1);
+  Array fill = broadcast_to(scalar_like(1.0, x), {k, m});
+  if (toward_end) return concatenate({fill, slice(x, {0, 0}, {n - k, m})}, 0);
+  return concatenate({slice(x, {k, 0}, {n, m}), fill}, 0);
+}
+
+// Exclusive running products down the rows of x (n, m): out[i] = prod_{j<i} x[j] (toward_end)
+// or prod_{j>i} x[j], by doubling (log2 n multiplications, no division).
+Array exclusive_cumprod(const Array& x, bool toward_end) {
+  std::int64_t n = x.dim(0);
+  Array acc = shift_rows(x, 1, toward_end);
+  for (std::int64_t k = 1; k < n; k *= 2) acc = mul(acc, shift_rows(acc, k, toward_end));
+  return acc;
+}
+
+// The product of all the other reduced elements at each position of x: prod_{j != i} x_j,
+// computed as (products before i) * (products after i), exact where x has zeros.
+Array products_of_others(const Array& x, const Ints& axes) {
+  Ints perm(axes.begin(), axes.end()), inverse(static_cast<std::size_t>(x.ndim()));
+  std::int64_t n = 1;
+  for (auto ax : axes) n *= x.dim(ax);
+  for (std::int64_t i = 0; i < x.ndim(); ++i)
+    if (std::find(axes.begin(), axes.end(), i) == axes.end()) perm.push_back(i);
+  for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
+  Array moved = transpose(x, perm);
+  if (n <= 1) return broadcast_to(scalar_like(1.0, x), x.shape());
+  Array rows = reshape(moved, {n, x.size() / n});
+  Array others = mul(exclusive_cumprod(rows, true), exclusive_cumprod(rows, false));
+  return transpose(reshape(others, moved.shape()), inverse);
+}
+
+// d prod x = sum(dx_i * prod_{j != i} x_j)
 JvpOut reduce_prod_jvp(const JvpArgs& a) {
   Array y = primal1(a);
   const Array& x = a.x[0];
   const Ints& axes = param_ints(a.params, "axes");
-  Array others = div(unreduce(y, x, axes), x);
   return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) {
+            Array others = products_of_others(x, axes);
             return bind1(P::reduce_sum, {mul(t, others)}, {{"axes", axes}});
           })}};
 }

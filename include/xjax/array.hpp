@@ -21,6 +21,25 @@ namespace detail {
 struct ArrayImpl;
 }
 
+class Array;
+
+namespace detail {
+/// A value with the source location of the expression that passed it, for operators and for
+/// functions whose trailing parameter pack leaves no room for a defaulted std::source_location:
+/// the implicit conversion at the call site records the caller's line. Never named by users.
+template <class T> struct Located {
+  T value;
+  std::source_location loc;
+  Located(const T& v, std::source_location l = std::source_location::current()) : value(v), loc(l) {}  // NOLINT
+};
+/// An Array operand: refers to the caller's handle (no copy); valid for the duration of the call.
+template <> struct Located<Array> {
+  const Array& value;
+  std::source_location loc;
+  Located(const Array& v, std::source_location l = std::source_location::current()) : value(v), loc(l) {}  // NOLINT
+};
+}  // namespace detail
+
 class Array {
  public:
   /// An empty handle (no value). Most operations reject it.
@@ -50,9 +69,9 @@ class Array {
   const std::shared_ptr<const detail::ArrayImpl>& impl() const { return impl_; }
 
   /// x[i]: index the leading axis (negative i counts from the end).
-  Array operator[](std::int64_t i) const;
+  Array operator[](detail::Located<std::int64_t> i) const;
   /// x[i] with a traced integer index (dynamic_slice).
-  Array operator[](const Array& i) const;
+  Array operator[](detail::Located<Array> i) const;
 
  private:
   const void* typed_data(DType expected) const;

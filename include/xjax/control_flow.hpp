@@ -1,6 +1,7 @@
 // control_flow.hpp: structured control flow as primitives carrying jaxprs: scan, cond,
 // switch_, while_loop, fori_loop.
 #pragma once
+#include <algorithm>
 #include <concepts>
 #include <optional>
 #include <source_location>
@@ -10,13 +11,31 @@
 
 namespace xjax {
 
+/// scan's `unroll` option, as in JAX: an iteration count per loop step, or a bool (true unrolls
+/// the whole loop into one step, false is 1). `{.unroll = 4}` and `{.unroll = true}` both work.
+class ScanUnroll {
+ public:
+  template <std::integral T>
+  constexpr ScanUnroll(T n)  // NOLINT: implicit on purpose, so `.unroll = 4` reads as in JAX
+      : full_(std::same_as<T, bool> && n != 0), count_(std::same_as<T, bool> ? 1 : static_cast<std::int64_t>(n)) {}
+  /// true when given as `true` (fully unrolled).
+  constexpr bool full() const { return full_; }
+  /// The iterations per step for a loop of `length` iterations.
+  constexpr std::int64_t count(std::int64_t length) const { return full_ ? std::max<std::int64_t>(length, 1) : count_; }
+
+ private:
+  bool full_;
+  std::int64_t count_;
+};
+
 struct ScanOptions {
   /// Number of iterations; required when xs is xj::None{}, else checked against xs' leading axis.
   std::optional<std::int64_t> length{};
   /// Iterate from the last slice to the first (ys still line up with xs).
   bool reverse = false;
-  /// Iterations per loop step: the evaluator runs the body composed `unroll` times per step.
-  std::int64_t unroll = 1;
+  /// Iterations per loop step: the evaluator runs the body composed `unroll` times per step;
+  /// `true` unrolls fully (JAX's `unroll=True`), `false` means 1.
+  ScanUnroll unroll = 1;
 };
 
 namespace detail {
@@ -42,10 +61,11 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     detail::scan_body_not_pair(loc);
   } else {
     using Y = std::decay_t<typename Out::second_type>;
-    if (opts.unroll < 1) throw Error("scan: unroll must be at least 1, got " + std::to_string(opts.unroll) + " (at " + where(loc) + ")");
     auto [init_leaves, init_def] = tree_flatten(init);
     auto [xs_leaves, xs_def] = tree_flatten(xs);
     std::int64_t length = detail::scan_length(xs_leaves, opts.length, loc);
+    std::int64_t unroll = opts.unroll.count(length);
+    if (unroll < 1) throw Error("scan: unroll must be at least 1, got " + std::to_string(unroll) + " (at " + where(loc) + ")");
     std::vector<ShapedArray> avals;
     for (const auto& c : init_leaves) avals.push_back(c.aval());
     for (const auto& a : detail::slice_avals(xs_leaves)) avals.push_back(a);
@@ -63,7 +83,7 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     auto out_avals = j.out_avals();
     detail::check_carry(init_def, out_def.children.at(0), std::span(avals).subspan(0, ncarry),
                         std::span(out_avals).subspan(0, std::min(out_avals.size(), out_def.children.at(0).num_leaves())), loc);
-    auto outs = detail::scan_flat(j, init_leaves, xs_leaves, length, opts.reverse, opts.unroll, loc);
+    auto outs = detail::scan_flat(j, init_leaves, xs_leaves, length, opts.reverse, unroll, loc);
     std::span<const Array> all(outs);
     return std::pair<Carry, Y>{tree_unflatten<Carry>(init_def, all.subspan(0, ncarry)),
                                tree_unflatten<Y>(out_def.children.at(1), all.subspan(ncarry))};
@@ -73,13 +93,6 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
 // ---- cond, switch_ ---------------------------------------------------------------------------
 
 namespace detail {
-/// A value with the source location of the call that passed it (for functions whose trailing
-/// parameter pack leaves no room for a defaulted std::source_location).
-template <class T> struct Located {
-  T value;
-  std::source_location loc;
-  Located(const T& v, std::source_location l = std::source_location::current()) : value(v), loc(l) {}  // NOLINT
-};
 /// pred (bool, or a number compared with 0) as the i32 index 0 (false) / 1 (true).
 Array cond_index(const Array& pred, std::source_location loc);
 /// An integer index as i32, clamped to [0, n).

@@ -31,6 +31,9 @@ template <int... I> inline constexpr Argnums<I...> argnums{};
 struct GradOptions {
   /// f returns std::pair{scalar, aux}; aux is returned beside the gradient, not differentiated.
   bool has_aux = false;
+  /// Accept integer (and bool) leaves among the differentiated arguments: their gradient is a
+  /// zero array of their own dtype (xjax's float0). Without it they are a TypeError, as in JAX.
+  bool allow_int = false;
 };
 
 namespace detail {
@@ -91,10 +94,15 @@ T unflatten_arg(const FlatArgs& fa, const std::vector<Array>& full, int i) {
   return tree_unflatten<T>(fa.defs[static_cast<std::size_t>(i)], part);
 }
 
-/// The callable returned by grad / value_and_grad.
+/// TypeError when a differentiated leaf is not a float array and allow_int is not set.
+void check_grad_inputs(const FlatArgs& fa, const std::vector<bool>& diff, bool allow_int);
+
+/// The callable returned by grad / value_and_grad. Traces f on every call, as JAX's grad does:
+/// f may read state that changes between calls (an array captured by reference), and a cached
+/// jaxpr would silently keep the old value. Wrap it in xj::jit to trace once per signature.
 template <class F, bool WithValue, int... I> class GradFn {
  public:
-  GradFn(F f, GradOptions opts) : f_(std::move(f)), opts_(opts), cache_(new_trace_cache()) {}
+  GradFn(F f, GradOptions opts) : f_(std::move(f)), opts_(opts) {}
 
   template <class... Args> auto operator()(const Args&... args) const {
     static_assert(sizeof...(I) > 0, "argnums needs at least one argument index");
@@ -103,15 +111,13 @@ template <class F, bool WithValue, int... I> class GradFn {
     if (is_pair<R>::value != opts_.has_aux) aux_mismatch(is_pair<R>::value);
     FlatArgs fa = flatten_args(args...);
     std::vector<bool> diff = argnum_mask(fa, {I...});
-    auto traced = cached(*cache_, signature_key(fa, diff), [&] {
-      Traced t;
-      auto flat = flat_fn<F, Args...>(f_, fa.defs, &t.out_def);
-      auto avals = fa.avals();
-      t.jaxpr = grad_jaxpr(trace_flat(flat, avals), diff, opts_.has_aux, WithValue);
-      return t;
-    });
-    std::vector<Array> outs = eval_jaxpr(traced->jaxpr, fa.leaves);
-    std::size_t nout = traced->out_def.num_leaves() - (WithValue ? 0 : 1);
+    check_grad_inputs(fa, diff, opts_.allow_int);
+    Traced traced;
+    auto flat = flat_fn<F, Args...>(f_, fa.defs, &traced.out_def);
+    auto avals = fa.avals();
+    traced.jaxpr = grad_jaxpr(trace_flat(flat, avals), diff, opts_.has_aux, WithValue);
+    std::vector<Array> outs = eval_jaxpr(traced.jaxpr, fa.leaves);
+    std::size_t nout = traced.out_def.num_leaves() - (WithValue ? 0 : 1);
     std::vector<Array> full(fa.leaves.size());
     for (std::size_t k = 0, g = nout; k < full.size(); ++k)
       if (diff[k]) full[k] = outs[g++];
@@ -122,11 +128,11 @@ template <class F, bool WithValue, int... I> class GradFn {
     }();
     std::vector<Array> kept(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(nout));
     if constexpr (WithValue) {
-      R value = tree_unflatten<R>(traced->out_def, kept);
+      R value = tree_unflatten<R>(traced.out_def, kept);
       return std::pair<R, decltype(grads)>{std::move(value), std::move(grads)};
     } else if constexpr (is_pair<R>::value) {
       using Aux = typename R::second_type;
-      return std::pair<decltype(grads), Aux>{std::move(grads), tree_unflatten<Aux>(traced->out_def.children.at(1), kept)};
+      return std::pair<decltype(grads), Aux>{std::move(grads), tree_unflatten<Aux>(traced.out_def.children.at(1), kept)};
     } else {
       return grads;
     }
@@ -135,13 +141,12 @@ template <class F, bool WithValue, int... I> class GradFn {
  private:
   F f_;
   GradOptions opts_;
-  std::shared_ptr<TraceCache> cache_;
 };
 
 }  // namespace detail
 
 /// grad(f)(args...): the gradient of scalar-valued f with respect to argument 0, in its structure.
-/// Traces and transforms once per abstract signature; later calls reuse the jaxpr.
+/// Traces and transforms f on every call (as JAX's grad); `jit(grad(f))` traces once per signature.
 template <class F> auto grad(F f, GradOptions opts = {}) { return detail::GradFn<F, false, 0>(std::move(f), opts); }
 /// grad(f, argnums<0, 2>): a std::tuple of gradients (a single one when one index is given).
 template <class F, int... I> auto grad(F f, Argnums<I...>, GradOptions opts = {}) {
@@ -294,8 +299,10 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
 /// jit(f, {.static_argnums}): traces f once per abstract signature (shapes, dtypes, pytree
 /// structure, and the values of static arguments), optimizes the jaxpr (DCE, CSE), builds its
 /// execution plan (kernels resolved once, elementwise chains fused, transposes folded into GEMMs,
-/// buffers from the arena) and reuses both on every later call. Like grad's cache, concrete
-/// arrays f captures are baked in at the first trace.
+/// buffers from the arena) and reuses both on every later call. The caching rule (JAX's): what f
+/// reads besides its arguments is baked in at the first trace of a signature. An array captured
+/// by reference and reassigned later is NOT seen by later calls; pass it as an argument instead
+/// (or make a new jit). grad, vjp, jvp, linearize and the Jacobians trace on every call.
 template <class F> auto jit(F f, JitOptions opts = {}) {
   auto cache = detail::new_trace_cache();
   return [f, cache, opts]<class... Args>(const Args&... args) {

@@ -5,7 +5,8 @@ The ```c++ blocks of one file, in order, form one translation unit (the docs are
 way: later blocks use what earlier ones define). A block that defines main() is kept as is;
 otherwise an empty main is appended. The program is compiled, linked against libxjax and run.
 
-usage: check_code_blocks.py DOC.md OUTDIR -- COMPILER ARGS...
+usage: check_code_blocks.py DOC.md OUTDIR -- COMPILER... -- ARGS...
+(COMPILER may be several words, e.g. `ccache c++`.)
 """
 import pathlib
 import re
@@ -16,7 +17,11 @@ import sys
 def main() -> int:
     sep = sys.argv.index("--")
     doc, outdir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-    compiler = sys.argv[sep + 1:]
+    rest = sys.argv[sep + 1:]
+    if "--" not in rest:
+        print("usage: check_code_blocks.py DOC.md OUTDIR -- COMPILER... -- ARGS...")
+        return 2
+    compiler, args = rest[:rest.index("--")], rest[rest.index("--") + 1:]
     text = doc.read_text(encoding="utf-8")
     blocks = re.findall(r"^```c\+\+\n(.*?)^```", text, flags=re.S | re.M)
     if not blocks:
@@ -29,7 +34,7 @@ def main() -> int:
     cpp = outdir / (doc.stem + "_blocks.cpp")
     exe = outdir / (doc.stem + "_blocks")
     cpp.write_text(source, encoding="utf-8")
-    cmd = compiler[:1] + [str(cpp), "-o", str(exe)] + compiler[1:]
+    cmd = compiler + [str(cpp), "-o", str(exe)] + args
     print(" ".join(cmd))
     if subprocess.call(cmd) != 0:
         print(f"{doc}: the code blocks ({len(blocks)}) do not compile; see {cpp}")

@@ -89,6 +89,16 @@ Gen uniform2_gen(const Shape& a, const Shape& b, double lo, double hi) {
 Gen away_gen(const Shape& s, double lo = 0.3, double hi = 2.0) {
   return [s, lo, hi](DType d, Rng& r) { return Arrays{away_from_zero(s, d, r, lo, hi)}; };
 }
+// Like away_gen, with exact zeros at the given flat positions (reduce_prod's derivative there).
+Gen zeros_at_gen(const Shape& s, std::vector<std::size_t> zero_at) {
+  return [s, zero_at](DType d, Rng& r) {
+    auto v = uniform_values(shape_size(s), 0.5, 1.5, r);
+    std::bernoulli_distribution coin;
+    for (auto& e : v) e = coin(r) ? e : -e;
+    for (auto i : zero_at) v[i] = 0.0;
+    return Arrays{make(v, s, d)};
+  };
+}
 Gen spread_gen(const Shape& s) {
   return [s](DType d, Rng& r) { return Arrays{spread(s, d, r)}; };
 }
@@ -276,6 +286,13 @@ std::vector<Row> build() {
                   spread_gen(s)));
   t.push_back(row("reduce_prod", {P::reduce_prod}, [](const Arrays& x) { return prod(x[0], {1}); }, away_gen(s, 0.5, 1.5)));
   t.push_back(row("reduce_prod_all", {P::reduce_prod}, [](const Arrays& x) { return prod(x[0]); }, away_gen({2, 3}, 0.5, 1.5)));
+  // Exact zeros: one zero in a reduced row, two zeros in one row, and zeros in a full reduction.
+  t.push_back(row("reduce_prod_one_zero", {P::reduce_prod}, [](const Arrays& x) { return prod(x[0], {1}); },
+                  zeros_at_gen({3, 5}, {2, 6})));
+  t.push_back(row("reduce_prod_two_zeros", {P::reduce_prod}, [](const Arrays& x) { return prod(x[0], {1}); },
+                  zeros_at_gen({3, 5}, {0, 4, 7})));
+  t.push_back(row("reduce_prod_all_zeros", {P::reduce_prod}, [](const Arrays& x) { return prod(x[0], {0, 2}); },
+                  zeros_at_gen({3, 2, 4}, {5, 17})));
   t.push_back(row("argmax", {P::argmax, P::convert_element_type},
                   [](const Arrays& x) { return astype(argmax(x[0], 1), x[0].dtype()); }, spread_gen(s), Kind::zero_gradient));
   t.push_back(row("logsumexp", {P::reduce_max, P::stop_gradient, P::exp, P::reduce_sum, P::log},
