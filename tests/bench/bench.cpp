@@ -216,7 +216,7 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
       xj::Array out = ckpt ? xj::scan(xj::checkpoint(relu_layer), y, w).first : xj::scan(relu_layer, y, w).first;
       return xj::sum(out * out);
     };
-    auto g = xj::grad(loss, xj::argnums<0>);
+    auto g = xj::jit(xj::grad(loss, xj::argnums<0>));  // traced once; grad alone traces per call
     xj::Array gx;
     Buf gr;
     Measured m = measure(reps, [&] { gx = xj::Array(); gx = g(W, y0); },
@@ -230,6 +230,11 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
                    2.0 * nd * 4.0;
     std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N);
     add_rows(rows, name, ckpt ? "scan(checkpoint)" : "scan", m, flops, ideal, sizes + " err=" + fmt("%.1e", err));
+    // The cost of tracing on every call: grad without jit (trace + transform + plan each call).
+    auto g_traced = xj::grad(loss, xj::argnums<0>);
+    Measured t = measure(reps, [&] { gx = xj::Array(); gx = g_traced(W, y0); }, [&] { gx = xj::Array(); gx = g(W, y0); });
+    rows.push_back({name, std::string(ckpt ? "scan(checkpoint)" : "scan") + ", grad without jit", "xjax", t.xj_s,
+                    t.xj_s / m.ref_s, flops / t.xj_s * 1e-9, 0, 0, fmt("%.2f", t.xj_s / t.ref_s) + "x jit(grad)"});
   }
 }
 
