@@ -325,3 +325,9 @@ TEST_CASE("printer: ShapedArray and DType print like JAX") {
   CHECK(os.str() == "f32[3,4] bool[] i64[0,2] f64");
   CHECK(xj::zeros({2, 2}).aval().str() == "f32[2,2]");
 }
+
+TEST_CASE("printer: a Primitive streams as its jaxpr name") {
+  std::ostringstream os;
+  os << xj::Primitive::dot_general << " " << xj::Primitive::while_;
+  CHECK(os.str() == "dot_general while");
+}

@@ -2,6 +2,7 @@
 // `default:`, so a primitive that lacks a rule is a compile error (-Werror=switch).
 #pragma once
 #include <cstdint>
+#include <iosfwd>
 #include <string_view>
 
 // X(name): elementwise unary float ops first, then binary, comparisons, structural ops, and last
@@ -40,5 +41,7 @@ inline constexpr int num_primitives = 0
 
 /// The primitive's name as jaxprs print it (`while_` prints as `while`).
 std::string_view primitive_name(Primitive p);
+/// Writes primitive_name(p).
+std::ostream& operator<<(std::ostream& os, Primitive p);
 
 }  // namespace xjax
