@@ -353,6 +353,58 @@ TEST_CASE("cond: while_loop jvp (Newton's sqrt: d sqrt(a) = da / (2 sqrt a)), li
   check_values(xj::jacfwd([&](const xj::Array& v) { return f(x, v); })(w), {32.0, 0.0, 0.0, 216.0});
 }
 
+namespace {
+// sin applied 6 times: an outer while_loop of 3 steps around an inner while_loop of 2 steps.
+xj::Array sin6_nested(const xj::Array& x0) {
+  using Carry = std::pair<xj::Array, xj::Array>;  // (counter, x)
+  auto inner = [](const xj::Array& x) {
+    return xj::while_loop([](const Carry& c) { return c.first < 2; },
+                          [](const Carry& c) { return Carry{c.first + 1, xj::sin(c.second)}; }, Carry{xj::scalar(0, xj::i32), x})
+        .second;
+  };
+  return xj::while_loop([](const Carry& c) { return c.first < 3; },
+                        [inner](const Carry& c) { return Carry{c.first + 1, inner(c.second)}; },
+                        Carry{xj::scalar(0, xj::i32), x0})
+      .second;
+}
+
+// d/dx sin^6(x) = prod_k cos(sin^k(x)), k = 0..5, as a plain loop.
+double sin6_derivative(double x) {
+  double d = 1.0;
+  for (int k = 0; k < 6; ++k) {
+    d *= std::cos(x);
+    x = std::sin(x);
+  }
+  return d;
+}
+}  // namespace
+
+// Issue 11, finding 3: linearize of a while_loop nested in a while_loop threw std::out_of_range
+// (the known outer loop's body read the tangent the partial evaluation had pruned).
+TEST_CASE("cond: jvp and linearize of a while_loop nested in a while_loop (sin applied 6 times)") {
+  const double x = 0.7, want = 0.319758618178172;
+  CHECK(sin6_derivative(x) == doctest::Approx(want).epsilon(1e-14));
+  auto f64s = [](double v) { return xj::scalar(v, xj::f64); };
+  double y = sin6_nested(f64s(x)).item<double>();
+  double fx = x;
+  for (int k = 0; k < 6; ++k) fx = std::sin(fx);
+  CHECK(y == doctest::Approx(fx).epsilon(1e-15));
+  const double h = 1e-6;
+  double fd = (sin6_nested(f64s(x + h)).item<double>() - sin6_nested(f64s(x - h)).item<double>()) / (2 * h);
+  CHECK(fd == doctest::Approx(want).epsilon(1e-8));
+
+  auto [jy, jt] = xj::jvp(sin6_nested, std::tuple{f64s(x)}, std::tuple{f64s(1.0)});
+  CHECK(jy.item<double>() == doctest::Approx(fx).epsilon(1e-15));
+  CHECK(jt.item<double>() == doctest::Approx(want).epsilon(1e-13));
+  auto [ly, f_lin] = xj::linearize(sin6_nested, f64s(x));
+  CHECK(ly.item<double>() == doctest::Approx(fx).epsilon(1e-15));
+  CHECK(f_lin(f64s(1.0)).item<double>() == doctest::Approx(want).epsilon(1e-13));
+  CHECK(f_lin(f64s(-2.0)).item<double>() == doctest::Approx(-2.0 * want).epsilon(1e-13));
+  CHECK(xj::jacfwd(sin6_nested)(f64s(x)).item<double>() == doctest::Approx(want).epsilon(1e-13));
+  // Reverse mode stays the documented TransformError (not an internal error).
+  CHECK_THROWS_AS(xj::grad(sin6_nested)(f64s(x)), xj::TransformError);
+}
+
 TEST_CASE("cond: reverse mode of while_loop is a TransformError pointing to fori_loop and scan") {
   auto msg = error_of([] { xj::grad(newton_sqrt)(xj::scalar(2.0, xj::f64)); });
   CHECK(msg.find("reverse-mode differentiation of while_loop is not supported") != std::string::npos);
