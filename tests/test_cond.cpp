@@ -14,6 +14,7 @@
 
 #include <xjax/xjax.hpp>
 
+#include "../transforms/ad.hpp"
 #include "test_util.hpp"
 
 namespace xj = xjax;
@@ -403,6 +404,56 @@ TEST_CASE("cond: jvp and linearize of a while_loop nested in a while_loop (sin a
   CHECK(xj::jacfwd(sin6_nested)(f64s(x)).item<double>() == doctest::Approx(want).epsilon(1e-13));
   // Reverse mode stays the documented TransformError (not an internal error).
   CHECK_THROWS_AS(xj::grad(sin6_nested)(f64s(x)), xj::TransformError);
+}
+
+namespace {
+// carry (i, a, b, d): i counts to 4 (the cond reads it), a *= 1.5, b += a (reads a), d *= 2.
+std::vector<xj::Array> four_carries(const xj::Array& x) {
+  using C = std::vector<xj::Array>;
+  return xj::while_loop([](const C& c) { return c[0] < 4; },
+                        [](const C& c) { return C{c[0] + 1, c[1] * 1.5, c[2] + c[1], c[3] * 2.0}; },
+                        C{xj::scalar(0, xj::i32), x, x, x});
+}
+}  // namespace
+
+TEST_CASE("cond: DCE of while_loop keeps the carries the used ones, and the cond, depend on") {
+  xj::Array x = xj::scalar(0.5, xj::f64);
+  xj::ClosedJaxpr j = xj::make_jaxpr(four_carries)(x);
+  REQUIRE(j->outvars.size() == 4);
+  std::vector<double> plain(4);  // the loop in plain C++
+  {
+    double a = 0.5, b = 0.5, d = 0.5;
+    for (int i = 0; i < 4; ++i) {
+      b += a;
+      a *= 1.5;
+      d *= 2.0;
+    }
+    plain = {4.0, a, b, d};
+  }
+  struct Case {
+    int used;                    // the output kept
+    std::size_t carries, reads;  // carries of the pruned loop; whether it still reads x as 1 or 2 carries
+  };
+  for (Case c : {Case{1, 2, 1}, Case{2, 3, 2}, Case{3, 2, 1}, Case{0, 1, 0}}) {
+    CAPTURE(c.used);
+    std::vector<bool> used(4, false);
+    used[static_cast<std::size_t>(c.used)] = true;
+    std::vector<bool> used_in;
+    xj::ClosedJaxpr d = xj::detail::dce(j, used, &used_in);
+    INFO(str(d));
+    CHECK(used_in == std::vector<bool>{c.reads > 0});
+    std::size_t loops = 0;
+    for (const xj::Eqn& e : d->eqns)
+      if (e.prim == xj::Primitive::while_) {
+        ++loops;
+        CHECK(e.outputs.size() == c.carries);
+      }
+    CHECK(loops == 1);
+    xj::typecheck(*d.jaxpr);
+    auto out = xj::eval_jaxpr(d, std::vector<xj::Array>{x});
+    REQUIRE(out.size() == 1);
+    CHECK(xj::astype(out[0], xj::f64).item<double>() == doctest::Approx(plain[static_cast<std::size_t>(c.used)]).epsilon(1e-15));
+  }
 }
 
 TEST_CASE("cond: reverse mode of while_loop is a TransformError pointing to fori_loop and scan") {
