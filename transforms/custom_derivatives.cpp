@@ -94,10 +94,11 @@ std::vector<Tangent> custom_jvp_call_transpose(const TransposeArgs& a) {
 // ---- custom_vjp_call -------------------------------------------------------------------------
 
 namespace {
-// `at`: " (at file:line)" of the call, or empty.
-[[noreturn]] void no_forward_mode(const std::string& at) {
+// (No source location: a custom_vjp_call equation records the line of custom_vjp_call_flat, not
+// the user's.)
+[[noreturn]] void no_forward_mode() {
   throw TransformError("forward-mode differentiation (jvp, linearize, jacfwd) of a custom_vjp function is not "
-                       "supported" + at + "; use grad / vjp / jacrev, or define the function with custom_jvp");
+                       "supported; use grad / vjp / jacrev, or define the function with custom_jvp");
 }
 }  // namespace
 
@@ -126,7 +127,7 @@ std::vector<Array> custom_vjp_call_impl(std::span<const Array> in, const Params&
 
 // (out, res) = fwd(x);  d out = custom_lin(res, dx), whose transpose is bwd(res, .)
 JvpOut custom_vjp_call_jvp(const JvpArgs& a) {
-  if (ad_mode() == AdMode::forward) no_forward_mode(" (at " + where(a.loc) + ")");
+  if (ad_mode() == AdMode::forward) no_forward_mode();
   auto nc = static_cast<std::size_t>(param_int(a.params, "num_consts"));
   const auto& obj = object<BwdObject>(a.params, "bwd");
   std::vector<Array> all = eval_jaxpr(*param<ClosedJaxprPtr>(a.params, "fwd_jaxpr"), a.x);
@@ -151,9 +152,9 @@ std::vector<ShapedArray> custom_lin_abstract_eval(std::span<const ShapedArray>, 
 
 // Only transposed: evaluating or differentiating it would be forward mode of the custom_vjp function.
 std::vector<Array> custom_lin_impl(std::span<const Array>, const Params&) {
-  no_forward_mode("");
+  no_forward_mode();
 }
-JvpOut custom_lin_jvp(const JvpArgs& a) { no_forward_mode(" (at " + where(a.loc) + ")"); }
+JvpOut custom_lin_jvp(const JvpArgs&) { no_forward_mode(); }
 
 // custom_lin(res, .)^T ct = bwd(res, ct)
 std::vector<Tangent> custom_lin_transpose(const TransposeArgs& a) {
