@@ -104,4 +104,26 @@ std::string var_name(std::size_t index);
 /// Message prefix naming a primitive application: "mul(f32[3], f32[4])".
 std::string describe_application(Primitive p, std::span<const ShapedArray> in);
 
+// ---- internal errors ---------------------------------------------------------------------------
+// Each pass and evaluation entry is a function-try-block whose handler calls rethrow_internal:
+//   ClosedJaxpr dce(...) try { ... } catch (...) { rethrow_internal("dce"); }
+// (free when nothing throws). User code that a pass calls (a custom_jvp rule, a custom_vjp bwd, a
+// checkpoint policy) runs through call_user, so its own exceptions pass through unchanged.
+
+/// Rethrows the exception being handled: an xj::Error, std::bad_alloc, anything thrown by user
+/// code (call_user) or not derived from std::exception unchanged; any other std::exception (a
+/// broken invariant: std::out_of_range, std::bad_variant_access, ...) as InternalError naming `pass`.
+[[noreturn]] void rethrow_internal(const char* pass);
+/// Marks the exception being handled as the user's (see call_user).
+void mark_user_exception();
+/// f(), whose exceptions are the user's: pass guards let them through unchanged.
+template <class F> decltype(auto) call_user(F&& f) {
+  try {
+    return f();
+  } catch (...) {
+    mark_user_exception();
+    throw;
+  }
+}
+
 }  // namespace xjax::detail

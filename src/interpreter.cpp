@@ -156,12 +156,14 @@ void prepare(const ClosedJaxpr& cj) {
     }
 }
 
-std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) {
+std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) try {
   const Jaxpr& j = *cj.jaxpr;
   check_args(j, args, cj.consts.size());
   detail::LocationScope own_locations(nullptr);
   if (detail::tracing_active() || any_tracer(args) || any_tracer(cj.consts)) return eval_by_binding(cj, args);
   return run_plan(j.plan.get(j), cj, args);
+} catch (...) {
+  detail::rethrow_internal("eval_jaxpr");
 }
 
 }  // namespace xjax

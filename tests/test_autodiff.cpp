@@ -863,6 +863,67 @@ TEST_CASE("autodiff: nested grads on several threads") {
   CHECK(failures == 0);
 }
 
+// ---- custom_vjp under forward mode -------------------------------------------------------------
+
+namespace {
+// sin with a reverse rule: fwd saves cos(x), bwd scales the cotangent by it.
+auto vjp_sin = xj::custom_vjp([](const xj::Array& x) { return xj::sin(x); },
+                              [](const xj::Array& x) { return std::pair{xj::sin(x), xj::cos(x)}; },
+                              [](const xj::Array& c, const xj::Array& ct) { return std::tuple{c * ct}; });
+// The custom_vjp value is the output (live), unused (dead), or read only by a comparison (its
+// tangent is dead).
+xj::Array vjp_live(const xj::Array& x) { return vjp_sin(x) * x; }
+xj::Array vjp_dead(const xj::Array& x) {
+  xj::Array unused = vjp_sin(x);
+  (void)unused;
+  return x * 2.0;
+}
+xj::Array vjp_compared(const xj::Array& x) { return xj::where(vjp_sin(x) > 0.0, x * 3.0, x); }
+
+bool is_forward_mode_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const xj::TransformError& e) {
+    return contains(e.what(), "forward-mode differentiation (jvp, linearize, jacfwd) of a custom_vjp function");
+  }
+  return false;
+}
+}  // namespace
+
+// Issue 11, finding 5: jvp returned a tangent where linearize raised, depending on whether the
+// custom_vjp value was dead. Forward mode of a custom_vjp function is now always a TransformError
+// (JAX's rule), while reverse mode uses the user's bwd.
+TEST_CASE("autodiff: forward mode of a custom_vjp function is a TransformError whether or not its value is used") {
+  xj::Array x = xj::scalar(0.4, xj::f64), one = xj::scalar(1.0, xj::f64);
+  for (auto f : {&vjp_live, &vjp_dead, &vjp_compared}) {
+    CHECK(is_forward_mode_error([&] { xj::jvp(f, std::tuple{x}, std::tuple{one}); }));
+    CHECK(is_forward_mode_error([&] { xj::linearize(f, x); }));
+    CHECK(is_forward_mode_error([&] { xj::jacfwd(f)(x); }));
+    CHECK(is_forward_mode_error([&] { xj::check_grads(f, std::tuple{x}, {.order = 1, .modes = {xj::fwd}}); }));
+    // jvp inside a function that grad differentiates is forward mode too.
+    auto jvp_inside = [f](const xj::Array& v) { return xj::jvp(f, std::tuple{v}, std::tuple{xj::scalar(1.0, xj::f64)}).second; };
+    CHECK(is_forward_mode_error([&] { xj::grad(jvp_inside)(x); }));
+  }
+  // Reverse mode works on all three (closed forms).
+  CHECK(xj::grad(vjp_live)(x).item<double>() == doctest::Approx(std::cos(0.4) * 0.4 + std::sin(0.4)).epsilon(1e-14));
+  CHECK(xj::grad(vjp_dead)(x).item<double>() == doctest::Approx(2.0).epsilon(1e-14));
+  CHECK(xj::grad(vjp_compared)(x).item<double>() == doctest::Approx(3.0).epsilon(1e-14));
+  auto [y, f_vjp] = xj::vjp(vjp_live, x);
+  CHECK(y.item<double>() == doctest::Approx(std::sin(0.4) * 0.4).epsilon(1e-14));
+  CHECK(std::get<0>(f_vjp(xj::scalar(2.0, xj::f64))).item<double>() == doctest::Approx(2.0 * (std::cos(0.4) * 0.4 + std::sin(0.4))).epsilon(1e-14));
+  CHECK(xj::jacrev(vjp_live)(x).item<double>() == doctest::Approx(std::cos(0.4) * 0.4 + std::sin(0.4)).epsilon(1e-14));
+  CHECK_NOTHROW(xj::check_grads(vjp_live, std::tuple{x}, {.order = 2, .modes = {xj::rev}}));
+  // Forward over reverse differentiates fwd and bwd (ordinary functions): d/dx (cos x x + sin x).
+  CHECK(xj::hessian(vjp_live)(x).item<double>() == doctest::Approx(-std::sin(0.4) * 0.4 + 2.0 * std::cos(0.4)).epsilon(1e-13));
+  // grad inside a jvp'd function (its custom_vjp is differentiated in reverse mode first).
+  auto g = [](const xj::Array& v) { return xj::grad(vjp_live)(v); };
+  CHECK(xj::jvp(g, std::tuple{x}, std::tuple{one}).second.item<double>() ==
+        doctest::Approx(-std::sin(0.4) * 0.4 + 2.0 * std::cos(0.4)).epsilon(1e-13));
+  // A custom_vjp function whose input carries no tangent is not differentiated: no error.
+  auto const_input = [](const xj::Array& v) { return vjp_sin(xj::scalar(0.3, xj::f64)) * v; };
+  CHECK(xj::jvp(const_input, std::tuple{x}, std::tuple{one}).second.item<double>() == doctest::Approx(std::sin(0.3)).epsilon(1e-14));
+}
+
 // ---- errors -----------------------------------------------------------------------------------
 
 TEST_CASE("autodiff: errors") {

@@ -14,6 +14,7 @@
 
 #include <xjax/xjax.hpp>
 
+#include "../transforms/ad.hpp"
 #include "test_util.hpp"
 
 namespace xj = xjax;
@@ -351,6 +352,108 @@ TEST_CASE("cond: while_loop jvp (Newton's sqrt: d sqrt(a) = da / (2 sqrt a)), li
   CHECK_NOTHROW(xj::check_grads([&](const xj::Array& v) { return f(v, w); }, std::tuple{f64v({1.1, 2.1})},
                                 {.order = 1, .modes = {xj::fwd}}));
   check_values(xj::jacfwd([&](const xj::Array& v) { return f(x, v); })(w), {32.0, 0.0, 0.0, 216.0});
+}
+
+namespace {
+// sin applied 6 times: an outer while_loop of 3 steps around an inner while_loop of 2 steps.
+xj::Array sin6_nested(const xj::Array& x0) {
+  using Carry = std::pair<xj::Array, xj::Array>;  // (counter, x)
+  auto inner = [](const xj::Array& x) {
+    return xj::while_loop([](const Carry& c) { return c.first < 2; },
+                          [](const Carry& c) { return Carry{c.first + 1, xj::sin(c.second)}; }, Carry{xj::scalar(0, xj::i32), x})
+        .second;
+  };
+  return xj::while_loop([](const Carry& c) { return c.first < 3; },
+                        [inner](const Carry& c) { return Carry{c.first + 1, inner(c.second)}; },
+                        Carry{xj::scalar(0, xj::i32), x0})
+      .second;
+}
+
+// d/dx sin^6(x) = prod_k cos(sin^k(x)), k = 0..5, as a plain loop.
+double sin6_derivative(double x) {
+  double d = 1.0;
+  for (int k = 0; k < 6; ++k) {
+    d *= std::cos(x);
+    x = std::sin(x);
+  }
+  return d;
+}
+}  // namespace
+
+// Issue 11, finding 3: linearize of a while_loop nested in a while_loop threw std::out_of_range
+// (the known outer loop's body read the tangent the partial evaluation had pruned).
+TEST_CASE("cond: jvp and linearize of a while_loop nested in a while_loop (sin applied 6 times)") {
+  const double x = 0.7, want = 0.319758618178172;
+  CHECK(sin6_derivative(x) == doctest::Approx(want).epsilon(1e-14));
+  auto f64s = [](double v) { return xj::scalar(v, xj::f64); };
+  double y = sin6_nested(f64s(x)).item<double>();
+  double fx = x;
+  for (int k = 0; k < 6; ++k) fx = std::sin(fx);
+  CHECK(y == doctest::Approx(fx).epsilon(1e-15));
+  const double h = 1e-6;
+  double fd = (sin6_nested(f64s(x + h)).item<double>() - sin6_nested(f64s(x - h)).item<double>()) / (2 * h);
+  CHECK(fd == doctest::Approx(want).epsilon(1e-8));
+
+  auto [jy, jt] = xj::jvp(sin6_nested, std::tuple{f64s(x)}, std::tuple{f64s(1.0)});
+  CHECK(jy.item<double>() == doctest::Approx(fx).epsilon(1e-15));
+  CHECK(jt.item<double>() == doctest::Approx(want).epsilon(1e-13));
+  auto [ly, f_lin] = xj::linearize(sin6_nested, f64s(x));
+  CHECK(ly.item<double>() == doctest::Approx(fx).epsilon(1e-15));
+  CHECK(f_lin(f64s(1.0)).item<double>() == doctest::Approx(want).epsilon(1e-13));
+  CHECK(f_lin(f64s(-2.0)).item<double>() == doctest::Approx(-2.0 * want).epsilon(1e-13));
+  CHECK(xj::jacfwd(sin6_nested)(f64s(x)).item<double>() == doctest::Approx(want).epsilon(1e-13));
+  // Reverse mode stays the documented TransformError (not an internal error).
+  CHECK_THROWS_AS(xj::grad(sin6_nested)(f64s(x)), xj::TransformError);
+}
+
+namespace {
+// carry (i, a, b, d): i counts to 4 (the cond reads it), a *= 1.5, b += a (reads a), d *= 2.
+std::vector<xj::Array> four_carries(const xj::Array& x) {
+  using C = std::vector<xj::Array>;
+  return xj::while_loop([](const C& c) { return c[0] < 4; },
+                        [](const C& c) { return C{c[0] + 1, c[1] * 1.5, c[2] + c[1], c[3] * 2.0}; },
+                        C{xj::scalar(0, xj::i32), x, x, x});
+}
+}  // namespace
+
+TEST_CASE("cond: DCE of while_loop keeps the carries the used ones, and the cond, depend on") {
+  xj::Array x = xj::scalar(0.5, xj::f64);
+  xj::ClosedJaxpr j = xj::make_jaxpr(four_carries)(x);
+  REQUIRE(j->outvars.size() == 4);
+  std::vector<double> plain(4);  // the loop in plain C++
+  {
+    double a = 0.5, b = 0.5, d = 0.5;
+    for (int i = 0; i < 4; ++i) {
+      b += a;
+      a *= 1.5;
+      d *= 2.0;
+    }
+    plain = {4.0, a, b, d};
+  }
+  struct Case {
+    int used;                    // the output kept
+    std::size_t carries, reads;  // carries of the pruned loop; whether it still reads x as 1 or 2 carries
+  };
+  for (Case c : {Case{1, 2, 1}, Case{2, 3, 2}, Case{3, 2, 1}, Case{0, 1, 0}}) {
+    CAPTURE(c.used);
+    std::vector<bool> used(4, false);
+    used[static_cast<std::size_t>(c.used)] = true;
+    std::vector<bool> used_in;
+    xj::ClosedJaxpr d = xj::detail::dce(j, used, &used_in);
+    INFO(str(d));
+    CHECK(used_in == std::vector<bool>{c.reads > 0});
+    std::size_t loops = 0;
+    for (const xj::Eqn& e : d->eqns)
+      if (e.prim == xj::Primitive::while_) {
+        ++loops;
+        CHECK(e.outputs.size() == c.carries);
+      }
+    CHECK(loops == 1);
+    xj::typecheck(*d.jaxpr);
+    auto out = xj::eval_jaxpr(d, std::vector<xj::Array>{x});
+    REQUIRE(out.size() == 1);
+    CHECK(xj::astype(out[0], xj::f64).item<double>() == doctest::Approx(plain[static_cast<std::size_t>(c.used)]).epsilon(1e-15));
+  }
 }
 
 TEST_CASE("cond: reverse mode of while_loop is a TransformError pointing to fori_loop and scan") {

@@ -120,6 +120,22 @@ ClosedJaxpr dce(const ClosedJaxpr& j, const std::vector<bool>& used_outputs,
 ClosedJaxpr cse(const ClosedJaxpr& j);
 
 // ---- linearize / vjp -------------------------------------------------------------------------
+/// Why jvp runs: forward mode the user asked for (jvp, linearize, jacfwd; the default) or the
+/// linearization inside reverse mode (vjp, grad, jacrev, saved_residuals). A custom_vjp function
+/// can be differentiated only in reverse mode. The mode is per thread, set while a scope lives.
+enum class AdMode { forward, reverse };
+AdMode ad_mode();
+class AdModeScope {
+ public:
+  explicit AdModeScope(AdMode mode);
+  ~AdModeScope();
+  AdModeScope(const AdModeScope&) = delete;
+  AdModeScope& operator=(const AdModeScope&) = delete;
+
+ private:
+  AdMode saved_;
+};
+
 struct Linearized {
   PartialEval pe;                 // known: primals -> (outs, res); staged: (res, tangents) -> t_outs
   std::vector<bool> diff_in;      // which primal inputs have tangents

@@ -116,7 +116,8 @@ struct VjpState {
   std::vector<ShapedArray> out_avals;
 };
 
-std::shared_ptr<const VjpState> vjp_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs) {
+std::shared_ptr<const VjpState> vjp_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs) try {
+  AdModeScope reverse(AdMode::reverse);
   std::vector<bool> all(j->invars.size(), true);
   Linearized lin = linearize_jaxpr(j, all);
   auto s = std::make_shared<VjpState>();
@@ -132,9 +133,11 @@ std::shared_ptr<const VjpState> vjp_forward(const ClosedJaxpr& j, std::span<cons
   s->in_avals = j.in_avals();
   s->out_avals = j.out_avals();
   return s;
+} catch (...) {
+  rethrow_internal("vjp");
 }
 
-std::vector<Array> vjp_backward(const VjpState& s, std::span<const Array> cts) {
+std::vector<Array> vjp_backward(const VjpState& s, std::span<const Array> cts) try {
   if (cts.size() != s.out_avals.size())
     throw TypeError("vjp: " + std::to_string(cts.size()) + " cotangent leaves for " + std::to_string(s.out_avals.size()) + " outputs");
   std::vector<Array> in = s.residuals;
@@ -149,12 +152,15 @@ std::vector<Array> vjp_backward(const VjpState& s, std::span<const Array> cts) {
   for (std::size_t i = 0; i < s.in_avals.size(); ++i)
     out.push_back(s.nonzero[i] ? got[g++] : zeros(s.in_avals[i].shape, s.in_avals[i].dtype));
   return out;
+} catch (...) {
+  rethrow_internal("vjp");
 }
 
 // ---- jvp / linearize -------------------------------------------------------------------------
 
 std::pair<std::vector<Array>, std::vector<Array>> jvp_flat(const ClosedJaxpr& j, std::span<const Array> primals,
-                                                           std::span<const Array> tangents) {
+                                                           std::span<const Array> tangents) try {
+  AdModeScope forward(AdMode::forward);
   if (tangents.size() != primals.size()) throw TypeError("jvp: primals and tangents differ in structure");
   std::vector<bool> nonzero;
   std::vector<Array> args(primals.begin(), primals.end());
@@ -170,6 +176,8 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp_flat(const ClosedJaxpr& j,
   std::size_t nout = j->outvars.size();
   return {std::vector<Array>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nout)),
           std::vector<Array>(all.begin() + static_cast<std::ptrdiff_t>(nout), all.end())};
+} catch (...) {
+  rethrow_internal("jvp");
 }
 
 struct LinearState {
@@ -178,7 +186,8 @@ struct LinearState {
   std::vector<bool> nonzero;
 };
 
-std::shared_ptr<const LinearState> linearize_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs) {
+std::shared_ptr<const LinearState> linearize_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs) try {
+  AdModeScope forward(AdMode::forward);
   std::vector<bool> all(j->invars.size(), true);
   Linearized lin = linearize_jaxpr(j, all);
   auto s = std::make_shared<LinearState>();
@@ -189,14 +198,18 @@ std::shared_ptr<const LinearState> linearize_forward(const ClosedJaxpr& j, std::
   s->residuals.assign(known.begin() + static_cast<std::ptrdiff_t>(nout), known.end());
   s->nonzero = lin.diff_in;
   return s;
+} catch (...) {
+  rethrow_internal("linearize");
 }
 
-std::vector<Array> linearize_apply(const LinearState& s, std::span<const Array> tangents) {
+std::vector<Array> linearize_apply(const LinearState& s, std::span<const Array> tangents) try {
   std::vector<Array> in = s.residuals;
   if (tangents.size() != s.nonzero.size()) throw TypeError("linearize: wrong number of tangent leaves");
   for (std::size_t i = 0; i < tangents.size(); ++i)
     if (s.nonzero[i]) in.push_back(tangents[i]);
   return eval_jaxpr(s.staged, in);
+} catch (...) {
+  rethrow_internal("linearize");
 }
 
 // ---- Jacobians -------------------------------------------------------------------------------
@@ -215,7 +228,8 @@ Array one_hot(const ShapedArray& aval, std::int64_t i) {
 }
 }  // namespace
 
-Array jacfwd_flat(const ClosedJaxpr& j, const Array& x) {
+Array jacfwd_flat(const ClosedJaxpr& j, const Array& x) try {
+  AdModeScope forward(AdMode::forward);
   expect_unary(j, "jacfwd");
   ClosedJaxpr jj = simplify(jvp_jaxpr(j, {true}, true));
   ShapedArray out = j.out_avals()[0];
@@ -228,9 +242,11 @@ Array jacfwd_flat(const ClosedJaxpr& j, const Array& x) {
   shape.insert(shape.end(), x.shape().begin(), x.shape().end());
   if (cols.empty()) return zeros(shape, out.dtype);
   return reshape(stack(cols, 1), shape);
+} catch (...) {
+  rethrow_internal("jacfwd");
 }
 
-Array jacrev_flat(const ClosedJaxpr& j, const Array& x) {
+Array jacrev_flat(const ClosedJaxpr& j, const Array& x) try {
   expect_unary(j, "jacrev");
   ShapedArray out = j.out_avals()[0];
   ClosedJaxpr vj = vjp_jaxpr(j, {true}, std::nullopt);  // (x, ct) -> (out, ct_x)
@@ -243,6 +259,8 @@ Array jacrev_flat(const ClosedJaxpr& j, const Array& x) {
   shape.insert(shape.end(), x.shape().begin(), x.shape().end());
   if (rows.empty()) return zeros(shape, x.dtype());
   return reshape(stack(rows, 0), shape);
+} catch (...) {
+  rethrow_internal("jacrev");
 }
 
 }  // namespace xjax::detail

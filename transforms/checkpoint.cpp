@@ -77,7 +77,7 @@ Saveable policy_saveable(const Params& ps) {
   return [pol](const Eqn& e) {
     std::vector<ShapedArray> in;
     for (const auto& a : e.inputs) in.push_back(atom_aval(a));
-    return pol(e.prim, in, e.params);
+    return call_user([&] { return pol(e.prim, in, e.params); });
   };
 }
 
@@ -234,7 +234,8 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
 
 }  // namespace
 
-std::vector<Residual> saved_residuals_flat(const ClosedJaxpr& j, const FlatArgs& fa) {
+std::vector<Residual> saved_residuals_flat(const ClosedJaxpr& j, const FlatArgs& fa) try {
+  AdModeScope reverse(AdMode::reverse);
   std::vector<bool> all(j->invars.size(), true);
   Linearized lin = linearize_jaxpr(j, all);
   const Jaxpr& known = *lin.pe.known.jaxpr;
@@ -246,6 +247,8 @@ std::vector<Residual> saved_residuals_flat(const ClosedJaxpr& j, const FlatArgs&
   std::vector<Residual> out;
   for (const Var& r : lin.pe.residual_vars) out.push_back({r.aval(), describe(known, r, args)});
   return out;
+} catch (...) {
+  rethrow_internal("saved_residuals");
 }
 
 void print_residuals(std::ostream& os, const std::vector<Residual>& rs) {

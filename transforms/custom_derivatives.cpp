@@ -4,7 +4,9 @@
 //   custom_lin[bwd] res... tangents...    the linear map whose transpose is the user's bwd
 // Under jvp, custom_vjp_call runs fwd (primal outputs and residuals) and emits custom_lin on the
 // tangents; partial evaluation stages custom_lin with the residuals as known inputs; transposing
-// custom_lin calls bwd. So grad uses the user's bwd, and jvp of a custom_vjp function is an error.
+// custom_lin calls bwd. So grad uses the user's bwd. Forward mode the user asked for (jvp,
+// linearize, jacfwd: AdMode::forward) of a custom_vjp function is an error as soon as its jvp rule
+// runs, whether or not the result is used (JAX's rule), so the outcome never depends on DCE.
 #include "higher_order.hpp"
 #include "xjax/custom_derivatives.hpp"
 #include "xjax/ops.hpp"
@@ -70,7 +72,8 @@ JvpOut custom_jvp_call_jvp(const JvpArgs& a) {
   auto nc = static_cast<std::size_t>(param_int(a.params, "num_consts"));
   std::vector<Array> tangents;
   for (std::size_t i = nc; i < a.t.size(); ++i) tangents.push_back(a.t[i].instantiate());
-  auto [outs, touts] = object<JvpRuleObject>(a.params, "jvp").rule(a.x.subspan(nc), tangents);
+  const auto& rule = object<JvpRuleObject>(a.params, "jvp").rule;
+  auto [outs, touts] = call_user([&] { return rule(a.x.subspan(nc), tangents); });
   JvpOut r{outs, {}};
   auto avals = call_jaxpr(a.params).out_avals();
   if (outs.size() != avals.size() || touts.size() != avals.size())
@@ -89,6 +92,15 @@ std::vector<Tangent> custom_jvp_call_transpose(const TransposeArgs& a) {
 }
 
 // ---- custom_vjp_call -------------------------------------------------------------------------
+
+namespace {
+// (No source location: a custom_vjp_call equation records the line of custom_vjp_call_flat, not
+// the user's.)
+[[noreturn]] void no_forward_mode() {
+  throw TransformError("forward-mode differentiation (jvp, linearize, jacfwd) of a custom_vjp function is not "
+                       "supported; use grad / vjp / jacrev, or define the function with custom_jvp");
+}
+}  // namespace
 
 std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_out, BwdFlat bwd, std::span<const Array> args) {
   ClosedJaxpr fwd_in = consts_as_inputs(fwd);
@@ -115,6 +127,7 @@ std::vector<Array> custom_vjp_call_impl(std::span<const Array> in, const Params&
 
 // (out, res) = fwd(x);  d out = custom_lin(res, dx), whose transpose is bwd(res, .)
 JvpOut custom_vjp_call_jvp(const JvpArgs& a) {
+  if (ad_mode() == AdMode::forward) no_forward_mode();
   auto nc = static_cast<std::size_t>(param_int(a.params, "num_consts"));
   const auto& obj = object<BwdObject>(a.params, "bwd");
   std::vector<Array> all = eval_jaxpr(*param<ClosedJaxprPtr>(a.params, "fwd_jaxpr"), a.x);
@@ -137,12 +150,10 @@ std::vector<ShapedArray> custom_lin_abstract_eval(std::span<const ShapedArray>, 
   return object<BwdObject>(ps, "bwd").out_avals;
 }
 
-[[noreturn]] static void no_forward_mode() {
-  throw TransformError("forward-mode differentiation (jvp, jacfwd) of a custom_vjp function is not supported; "
-                       "use grad / vjp / jacrev, or define the function with custom_jvp");
+// Only transposed: evaluating or differentiating it would be forward mode of the custom_vjp function.
+std::vector<Array> custom_lin_impl(std::span<const Array>, const Params&) {
+  no_forward_mode();
 }
-
-std::vector<Array> custom_lin_impl(std::span<const Array>, const Params&) { no_forward_mode(); }
 JvpOut custom_lin_jvp(const JvpArgs&) { no_forward_mode(); }
 
 // custom_lin(res, .)^T ct = bwd(res, ct)
@@ -154,7 +165,7 @@ std::vector<Tangent> custom_lin_transpose(const TransposeArgs& a) {
     res.push_back(a.in[i].value);
   }
   for (const auto& c : a.ct) cts.push_back(c.instantiate());
-  std::vector<Array> got = obj.bwd(res, cts);
+  std::vector<Array> got = call_user([&] { return obj.bwd(res, cts); });
   if (got.size() != obj.in_avals.size())
     throw TypeError("custom_vjp: bwd returned " + std::to_string(got.size()) + " cotangent leaves for " +
                     std::to_string(obj.in_avals.size()) + " argument leaves");

@@ -20,12 +20,12 @@ DceRule dce_rule(Primitive p) {
     case Primitive::scan: return scan_dce;
     case Primitive::cond: return cond_dce;
     case Primitive::checkpoint: return checkpoint_dce;
-    case Primitive::while_: return nullptr;
+    case Primitive::while_: return while__dce;
   }
   return nullptr;
 }
 
-ClosedJaxpr dce(const ClosedJaxpr& cj, const std::vector<bool>& used_outputs, std::vector<bool>* used_inputs) {
+ClosedJaxpr dce(const ClosedJaxpr& cj, const std::vector<bool>& used_outputs, std::vector<bool>* used_inputs) try {
   const Jaxpr& j = *cj.jaxpr;
   std::unordered_set<std::uint64_t> needed;
   auto out = std::make_shared<Jaxpr>();
@@ -64,6 +64,8 @@ ClosedJaxpr dce(const ClosedJaxpr& cj, const std::vector<bool>& used_outputs, st
     for (const auto& v : j.invars) used_inputs->push_back(needed.count(v.id()) > 0);
   }
   return ClosedJaxpr{out, std::move(consts)};
+} catch (...) {
+  rethrow_internal("dce");
 }
 
 }  // namespace xjax::detail

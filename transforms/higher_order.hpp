@@ -37,11 +37,12 @@ PeSplit while__partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, c
 PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
+Eqn while__dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 
 /// j with its invars reordered: new invars[i] = old invars[order[i]] (same for outvars).
 ClosedJaxpr permute_invars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);
 ClosedJaxpr permute_outvars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);
-/// j keeping only the invars with keep set (the others must be unused).
+/// j keeping only the invars with keep set (the others must be unused: InternalError otherwise).
 ClosedJaxpr prune_invars(const ClosedJaxpr& j, const std::vector<bool>& keep);
 /// Copies j's equations into `out` with fresh variables, its invars bound to `inputs`; returns
 /// the atoms of its outputs. (j must have no constvars.)

@@ -1,6 +1,7 @@
 // jaxpr_util.cpp: small structural edits of jaxprs shared by the higher-order primitives' rules
 // (reordering and pruning inputs, inlining with fresh variables).
 #include <unordered_map>
+#include <unordered_set>
 
 #include "higher_order.hpp"
 
@@ -23,8 +24,20 @@ ClosedJaxpr permute_outvars(const ClosedJaxpr& j, const std::vector<std::size_t>
 ClosedJaxpr prune_invars(const ClosedJaxpr& j, const std::vector<bool>& keep) {
   auto out = std::make_shared<Jaxpr>(*j.jaxpr);
   out->invars.clear();
-  for (std::size_t i = 0; i < keep.size(); ++i)
+  std::unordered_set<std::uint64_t> dropped;
+  for (std::size_t i = 0; i < keep.size(); ++i) {
     if (keep[i]) out->invars.push_back(j->invars[i]);
+    else dropped.insert(j->invars[i].id());
+  }
+  auto check = [&](const Atom& a) {
+    if (auto* v = std::get_if<Var>(&a); v && dropped.count(v->id()))
+      throw InternalError("prune_invars", "an input of type " + v->aval().str() + " is dropped but still read");
+  };
+  if (!dropped.empty()) {
+    for (const Eqn& e : j->eqns)
+      for (const auto& in : e.inputs) check(in);
+    for (const auto& o : j->outvars) check(o);
+  }
   return ClosedJaxpr{out, j.consts};
 }
 

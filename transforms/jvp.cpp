@@ -365,7 +365,7 @@ ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in,
 }
 
 ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in, const std::vector<bool>& instantiate,
-                      std::vector<bool>* nonzero_out) {
+                      std::vector<bool>* nonzero_out) try {
   std::vector<ShapedArray> avals = j.in_avals();
   std::size_t n = avals.size();
   for (std::size_t i = 0; i < n; ++i)
@@ -389,6 +389,8 @@ ClosedJaxpr jvp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& nonzero_in,
   ClosedJaxpr out = trace_flat(body, avals);
   if (nonzero_out) *nonzero_out = present;
   return out;
+} catch (...) {
+  rethrow_internal("jvp");
 }
 
 }  // namespace xjax::detail

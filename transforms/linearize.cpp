@@ -9,16 +9,26 @@
 
 namespace xjax::detail {
 
-ClosedJaxpr simplify(const ClosedJaxpr& j) {
+namespace {
+thread_local AdMode current_ad_mode = AdMode::forward;
+}  // namespace
+
+AdMode ad_mode() { return current_ad_mode; }
+AdModeScope::AdModeScope(AdMode mode) : saved_(current_ad_mode) { current_ad_mode = mode; }
+AdModeScope::~AdModeScope() { current_ad_mode = saved_; }
+
+ClosedJaxpr simplify(const ClosedJaxpr& j) try {
   std::vector<bool> all(j->outvars.size(), true);
   ClosedJaxpr out = dce(cse(dce(j, all)), all);
 #if XJAX_CHECKS
   typecheck(*out.jaxpr);
 #endif
   return out;
+} catch (...) {
+  rethrow_internal("simplify");
 }
 
-Linearized linearize_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff_in) {
+Linearized linearize_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff_in) try {
   std::size_t n = j->invars.size(), nout = j->outvars.size();
   std::vector<bool> nonzero(n);
   for (std::size_t i = 0; i < n; ++i) nonzero[i] = diff_in[i] && differentiable(j->invars[i].aval());
@@ -28,11 +38,17 @@ Linearized linearize_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff_i
     if (nonzero[i]) in_unknown.push_back(true);
   std::vector<bool> instantiate(nout, false);
   instantiate.resize(2 * nout, true);
-  return Linearized{partial_eval(jj, in_unknown, instantiate), nonzero};
+  PartialEval pe = partial_eval(jj, in_unknown, instantiate);
+  for (std::size_t k = 0; k < nout; ++k)
+    if (pe.out_unknown[k]) throw InternalError("linearize", "primal output " + std::to_string(k) + " was staged");
+  return Linearized{std::move(pe), nonzero};
+} catch (...) {
+  rethrow_internal("linearize");
 }
 
 ClosedJaxpr vjp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff_in,
-                      const std::optional<std::vector<bool>>& seed) {
+                      const std::optional<std::vector<bool>>& seed) try {
+  AdModeScope reverse(AdMode::reverse);
   Linearized lin = linearize_jaxpr(j, diff_in);
   std::size_t n = j->invars.size(), nout = j->outvars.size(), nres = lin.pe.num_res;
   std::vector<bool> linear_in(nres, false);
@@ -66,6 +82,8 @@ ClosedJaxpr vjp_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff_in,
     return out;
   };
   return simplify(trace_flat(body, avals));
+} catch (...) {
+  rethrow_internal("vjp");
 }
 
 }  // namespace xjax::detail

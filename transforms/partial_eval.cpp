@@ -20,7 +20,7 @@ const Var* as_var(const Atom& a) { return std::get_if<Var>(&a); }
 }  // namespace
 
 PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unknown,
-                         const std::vector<bool>& instantiate, const Saveable& saveable) {
+                         const std::vector<bool>& instantiate, const Saveable& saveable) try {
   const Jaxpr& j = *cj.jaxpr;
   std::unordered_set<std::uint64_t> unknown;
   for (std::size_t i = 0; i < j.invars.size(); ++i)
@@ -133,6 +133,8 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   typecheck(*pe.staged.jaxpr);
 #endif
   return pe;
+} catch (...) {
+  rethrow_internal("partial_eval");
 }
 
 }  // namespace xjax::detail

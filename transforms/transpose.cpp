@@ -332,7 +332,7 @@ TransposeRule transpose_rule(Primitive p) {
 // ---- the pass --------------------------------------------------------------------------------
 
 std::vector<Tangent> backward_pass(const ClosedJaxpr& cj, const std::vector<bool>& linear_in,
-                                   std::span<const Array> nonlinear_args, std::span<const Tangent> cts) {
+                                   std::span<const Array> nonlinear_args, std::span<const Tangent> cts) try {
   const Jaxpr& j = *cj.jaxpr;
   std::unordered_map<std::uint64_t, Array> value;  // non-linear values
   std::unordered_set<std::uint64_t> linear;
@@ -403,9 +403,11 @@ std::vector<Tangent> backward_pass(const ClosedJaxpr& cj, const std::vector<bool
     result.push_back(f == ct_env.end() ? Tangent::zero(j.invars[i].aval()) : f->second);
   }
   return result;
+} catch (...) {
+  rethrow_internal("transpose");
 }
 
-ClosedJaxpr transpose_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& linear_in) {
+ClosedJaxpr transpose_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& linear_in) try {
   std::vector<ShapedArray> avals;
   for (std::size_t i = 0; i < linear_in.size(); ++i)
     if (!linear_in[i]) avals.push_back(j->invars[i].aval());
@@ -419,6 +421,8 @@ ClosedJaxpr transpose_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& linea
     return out;
   };
   return trace_flat(body, avals);
+} catch (...) {
+  rethrow_internal("transpose");
 }
 
 }  // namespace xjax::detail

@@ -4,9 +4,9 @@
 // carry.... Both are const-free (closed-over values are the leading operands). Read in order:
 // shape rule, evaluation, jvp (fixpoint on which carries have tangents; the cond ignores them),
 // partial evaluation (a known loop over the known carries; the staged loop recomputes them),
-// transpose (an error: the trip count is only known at run time), and the flat entry the API
-// (xj::while_loop, xj::fori_loop with Array bounds in control_flow.hpp) calls. DCE keeps the
-// whole loop (the default).
+// transpose (an error: the trip count is only known at run time), DCE (dropping the carries that
+// nothing live reads) and the flat entry the API (xj::while_loop, xj::fori_loop with Array bounds
+// in control_flow.hpp) calls.
 #include <algorithm>
 
 #include "higher_order.hpp"
@@ -181,6 +181,11 @@ PeSplit while__partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, c
   std::vector<bool> known_carry(ncar);
   for (std::size_t k = 0; k < ncar; ++k) known_carry[k] = !carry_uk[k];
   ClosedJaxpr body = dce(*w.body, known_carry, &body_used);
+  // The known loop can only read known inputs. The fixpoint above makes the known carries
+  // independent of the unknown ones; DCE must see that too (a nested loop's DCE rule prunes the
+  // carries its kept part does not read), else stage everything rather than read an unknown.
+  for (std::size_t i = 0; i < body_uk.size(); ++i)
+    if (body_uk[i] && body_used[i]) return stage_all();
   std::vector<bool> cond_keep(cond_uk.size()), body_keep(body_uk.size());
   for (std::size_t i = 0; i < cond_uk.size(); ++i) cond_keep[i] = !cond_uk[i];
   for (std::size_t i = 0; i < body_uk.size(); ++i) body_keep[i] = !body_uk[i];
@@ -219,6 +224,52 @@ std::vector<Tangent> while__transpose(const TransposeArgs& a) {
       "reverse-mode differentiation of while_loop is not supported (its number of iterations is only known at run "
       "time, so the values of each iteration cannot be saved for the backward pass); use xj::fori_loop with static "
       "integer bounds (it lowers to scan) or xj::scan instead (at " + where(a.loc) + ")");
+}
+
+// ---- dce -------------------------------------------------------------------------------------
+
+// Carry k is live if its output is used, the cond reads it, or the body computes a live carry
+// from it (a fixpoint, as JAX's rule); the loop keeps the live carries and the consts they read.
+Eqn while__dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
+  WhileParams w = WhileParams::read(e.params);
+  std::size_t cn = w.cn, bn = w.bn, ncar = e.outputs.size();
+  std::vector<bool> cond_used, body_used;
+  ClosedJaxpr cond = dce(*w.cond, {true}, &cond_used);
+  std::vector<bool> live = used_out;
+  for (std::size_t k = 0; k < ncar; ++k)
+    if (cond_used[cn + k]) live[k] = true;
+  ClosedJaxpr body;
+  while (true) {
+    body = dce(*w.body, live, &body_used);
+    bool grew = false;
+    for (std::size_t k = 0; k < ncar; ++k)
+      if (body_used[bn + k] && !live[k]) live[k] = grew = true;
+    if (!grew) break;
+  }
+  std::vector<bool> cond_keep(cond_used.begin(), cond_used.begin() + static_cast<std::ptrdiff_t>(cn));
+  std::vector<bool> body_keep(body_used.begin(), body_used.begin() + static_cast<std::ptrdiff_t>(bn));
+  cond_keep.insert(cond_keep.end(), live.begin(), live.end());
+  body_keep.insert(body_keep.end(), live.begin(), live.end());
+  cond = prune_invars(cond, cond_keep);
+  body = prune_invars(body, body_keep);
+  Eqn out{Primitive::while_, {}, {}, {}, e.loc};
+  used_in.assign(e.inputs.size(), false);
+  std::size_t kcn = 0, kbn = 0;
+  for (std::size_t i = 0; i < e.inputs.size(); ++i) {
+    bool keep = i < cn ? cond_keep[i] : i < cn + bn ? body_keep[i - cn] : live[i - cn - bn];
+    if (!keep) continue;
+    used_in[i] = true;
+    out.inputs.push_back(e.inputs[i]);
+    if (i < cn) ++kcn;
+    else if (i < cn + bn) ++kbn;
+  }
+  for (std::size_t k = 0; k < ncar; ++k)
+    if (live[k]) out.outputs.push_back(e.outputs[k]);
+  out.params = Params{{"cond_jaxpr", std::make_shared<const ClosedJaxpr>(cond)},
+                      {"body_jaxpr", std::make_shared<const ClosedJaxpr>(body)},
+                      {"cond_nconsts", static_cast<std::int64_t>(kcn)},
+                      {"body_nconsts", static_cast<std::int64_t>(kbn)}};
+  return out;
 }
 
 // ---- the flat entry --------------------------------------------------------------------------

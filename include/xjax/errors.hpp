@@ -20,6 +20,13 @@ struct TracerError : Error { using Error::Error; };
 struct GradCheckError : Error { using Error::Error; };
 /// A transform applied to something it cannot handle (e.g. reverse mode of while_loop).
 struct TransformError : Error { using Error::Error; };
+/// A failure inside xjax that no user input should cause (a broken invariant of a pass). The
+/// transforms and eval_jaxpr raise it instead of letting a standard library exception (such as
+/// std::out_of_range) escape; `what()` names the pass.
+struct InternalError : Error {
+  InternalError(const std::string& pass, const std::string& what)
+      : Error("internal error in xjax (this is a bug in xjax, please report it): " + pass + ": " + what) {}
+};
 
 /// "file:line" of a source location.
 std::string where(const std::source_location& loc);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../../transforms/ad.hpp"  // detail::linearize_jaxpr, to find custom_lin
 #include "internal.hpp"  // detail::bind1, for primitives without a user op (pad, copy, scatter_add)
 
 // Rows for the custom-derivative primitives, once the library has them.
@@ -524,16 +525,13 @@ std::vector<Primitive> traced_primitives(const Row& row) {
   bool all = std::all_of(row.covers.begin(), row.covers.end(),
                          [&](Primitive p) { return std::find(ps.begin(), ps.end(), p) != ps.end(); });
   if (all) return ps;
-  // Primitives that AD emits (custom_lin) appear in the linearized function only: trace
-  // x -> f_lin(x) of linearize(f, x) too.
-  Fn fn = row.fn;
-  detail::FlatFn lin = [fn](std::span<const Array> xs) {
-    std::vector<Array> args(xs.begin(), xs.end());
-    auto [out, f_lin] = linearize([fn](const std::vector<Array>& a) { return fn(a); }, args);
-    return std::vector<Array>{f_lin(args)};
-  };
-  ClosedJaxpr jl = detail::trace_flat(lin, avals);
-  for (const auto& e : jl->eqns) ps.push_back(e.prim);
+  // Primitives that AD emits (custom_lin) or that sit inside a checkpoint appear in the
+  // linearization: its known and linear parts, as reverse mode builds them (forward mode the user
+  // asks for, such as linearize, rejects custom_vjp functions).
+  detail::AdModeScope reverse(detail::AdMode::reverse);
+  detail::Linearized lin = detail::linearize_jaxpr(j, std::vector<bool>(j->invars.size(), true));
+  for (const auto* part : {&lin.pe.known, &lin.pe.staged})
+    for (const auto& e : (*part)->eqns) ps.push_back(e.prim);
   return ps;
 }
 
