@@ -29,7 +29,10 @@ def main() -> int:
     cpp = outdir / (doc.stem + "_blocks.cpp")
     exe = outdir / (doc.stem + "_blocks")
     cpp.write_text(source, encoding="utf-8")
-    cmd = compiler[:1] + [str(cpp), "-o", str(exe)] + compiler[1:]
+    # The compiler may be several words (meson gives "ccache c++"): the source goes after them,
+    # before the flags, so that the libraries after it are linked.
+    words = next((i for i, a in enumerate(compiler) if a.startswith("-")), len(compiler))
+    cmd = compiler[:words] + [str(cpp), "-o", str(exe)] + compiler[words:]
     print(" ".join(cmd))
     if subprocess.call(cmd) != 0:
         print(f"{doc}: the code blocks ({len(blocks)}) do not compile; see {cpp}")
