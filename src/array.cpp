@@ -1,7 +1,9 @@
 // array.cpp: Array accessors and the creation functions (always concrete).
+#include <cstdint>
 #include <cstring>
 
 #include "internal.hpp"
+#include "xjax/detail/external.hpp"
 
 namespace xjax {
 namespace {
@@ -110,6 +112,20 @@ Array buffer_view(const Array& x, std::size_t byte_offset, const ShapedArray& av
     throw Error("buffer_view: " + aval.str() + " at byte " + std::to_string(byte_offset) +
                 " does not fit in " + im.aval.str());
   return Array(std::make_shared<const ArrayImpl>(ArrayImpl{aval, im.buffer, nullptr, im.offset + byte_offset}));
+}
+
+Array external_array(const void* data, const ShapedArray& aval, std::shared_ptr<const void> keep_alive) {
+  for (auto d : aval.shape)
+    if (d < 0) throw ShapeError("external_array: negative dimension in shape " + shape_str(aval.shape));
+  if (!data && aval.nbytes())
+    throw Error("external_array: null data for " + aval.str());
+  if (reinterpret_cast<std::uintptr_t>(data) % itemsize(aval.dtype) != 0)
+    throw Error("external_array: data at " + std::to_string(reinterpret_cast<std::uintptr_t>(data)) +
+                " is not aligned for " + dtype_name(aval.dtype) + " elements");
+  auto impl = std::make_shared<ArrayImpl>();
+  impl->aval = aval;
+  impl->buffer = std::make_shared<Buffer>(data, aval.nbytes(), std::move(keep_alive));
+  return Array(std::move(impl));
 }
 
 Array array_from_bytes(const void* data, const ShapedArray& aval) {

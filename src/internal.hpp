@@ -14,14 +14,21 @@
 
 namespace xjax::detail {
 
-/// A counted, 64-byte aligned allocation. Immutable once its array is shared.
+/// The memory of concrete arrays. Immutable once its array is shared. Either a counted, 64-byte
+/// aligned allocation from the arena (the usual case), or external: memory xjax does not own
+/// (detail::external_array, xj::adapt), only aligned for its element type, never written, never
+/// freed or returned to the arena, and not counted in memory_stats(); `keep_alive` (may be null)
+/// is released when the buffer dies.
 struct Buffer {
   explicit Buffer(std::size_t nbytes);
+  Buffer(const void* external, std::size_t nbytes, std::shared_ptr<const void> keep_alive);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   void* data = nullptr;
   std::size_t nbytes = 0;
+  bool external = false;
+  std::shared_ptr<const void> keep_alive;  // external buffers: what keeps `data` valid
 };
 
 struct Builder;

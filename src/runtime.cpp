@@ -102,7 +102,12 @@ Buffer::Buffer(std::size_t n) : nbytes(n) {
   raise(g_reserved_peak, live + arena().cached());
 }
 
+// External memory is the caller's: no arena block, no counters (it is not xjax's allocation).
+Buffer::Buffer(const void* external_data, std::size_t n, std::shared_ptr<const void> owner)
+    : data(const_cast<void*>(external_data)), nbytes(n), external(true), keep_alive(std::move(owner)) {}
+
 Buffer::~Buffer() {
+  if (external) return;
   if (data) arena().give(data, rounded(nbytes));
   g_live.fetch_sub(static_cast<std::int64_t>(nbytes));
 }

@@ -8,7 +8,7 @@
 namespace xjax {
 
 struct MemoryStats {
-  std::int64_t live_bytes = 0;   // bytes of array buffers alive now
+  std::int64_t live_bytes = 0;   // bytes of array buffers alive now (not xj::adapt-ed memory)
   std::int64_t peak_bytes = 0;   // most live bytes since the last reset_peak_memory()
   std::int64_t allocations = 0;  // buffers created since the process started
   /// Of those, the ones whose memory came from the system rather than the arena (freed buffers

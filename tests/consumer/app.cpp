@@ -1,7 +1,9 @@
 // A tiny program built against an *installed* xjax, once with pkg-config and once with CMake's
 // find_package(xjax) (see run.sh). It proves that the installed headers, library and the flags
-// carried by xjax.pc / xjaxConfig.cmake are enough for a consumer.
+// carried by xjax.pc / xjaxConfig.cmake are enough for a consumer, including one that uses the
+// xtensor interop header (xtensor's and xsimd's headers, XTENSOR_USE_XSIMD).
 #include <xjax/xjax.hpp>
+#include <xjax/xtensor.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -33,6 +35,14 @@ int main() {
   os << jaxpr;
   if (os.str().find("sin") == std::string::npos) {
     std::fprintf(stderr, "consumer: unexpected jaxpr: %s\n", os.str().c_str());
+    return 1;
+  }
+  // xtensor interop: a zero-copy array on an xarray, and a zero-copy view of the result.
+  xt::xarray<float> xs = {1.f, 2.f, 3.f};
+  xj::Array xa = xj::adapt(xs);
+  auto doubled = xj::as_xtensor<float>(xa * 2.0f);
+  if (xa.raw_data() != static_cast<const void*>(xs.data()) || doubled(2) != 6.f) {
+    std::fprintf(stderr, "consumer: xtensor interop failed\n");
     return 1;
   }
   std::printf("consumer ok: sin([1, 2]) = [%g, %g]; jaxpr %s\n", v[0], v[1], os.str().c_str());
