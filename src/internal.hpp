@@ -99,8 +99,9 @@ class LocationScope {
 bool tracing_active();
 /// True when t's trace is recording on this thread (t is not a leaked tracer).
 bool tracer_in_active_trace(const Tracer& t);
-/// Throws the TracerError for a tracer used after its trace ended, naming where it was created.
-[[noreturn]] void tracer_escaped(const Array& a);
+/// Throws the TracerError for a tracer used after its trace ended, naming where it was created
+/// and, when known, where it was used.
+[[noreturn]] void tracer_escaped(const Array& a, const std::source_location* used_at = nullptr);
 
 /// Counts one execution of p (eval_counts()).
 void count_eval(Primitive p);

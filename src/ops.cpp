@@ -504,9 +504,20 @@ Array operator<(ArrayOperand a, double b) { return lt(a.value, scalar_like(b, a.
 Array operator<=(ArrayOperand a, double b) { return le(a.value, scalar_like(b, a.value), a.loc); }
 Array operator>(ArrayOperand a, double b) { return gt(a.value, scalar_like(b, a.value), a.loc); }
 Array operator>=(ArrayOperand a, double b) { return ge(a.value, scalar_like(b, a.value), a.loc); }
+Array operator==(double a, ArrayOperand b) { return eq(scalar_like(a, b.value), b.value, b.loc); }
+Array operator!=(double a, ArrayOperand b) { return ne(scalar_like(a, b.value), b.value, b.loc); }
+Array operator<(double a, ArrayOperand b) { return lt(scalar_like(a, b.value), b.value, b.loc); }
+Array operator<=(double a, ArrayOperand b) { return le(scalar_like(a, b.value), b.value, b.loc); }
+Array operator>(double a, ArrayOperand b) { return gt(scalar_like(a, b.value), b.value, b.loc); }
+Array operator>=(double a, ArrayOperand b) { return ge(scalar_like(a, b.value), b.value, b.loc); }
 Array& operator+=(Array& a, ArrayOperand b) { return a = add(a, b.value, b.loc); }
 Array& operator-=(Array& a, ArrayOperand b) { return a = sub(a, b.value, b.loc); }
 Array& operator*=(Array& a, ArrayOperand b) { return a = mul(a, b.value, b.loc); }
+Array& operator/=(Array& a, ArrayOperand b) { return a = div(a, b.value, b.loc); }
+Array& operator+=(Array& a, detail::Located<double> b) { return a = add(a, scalar_like(b.value, a), b.loc); }
+Array& operator-=(Array& a, detail::Located<double> b) { return a = sub(a, scalar_like(b.value, a), b.loc); }
+Array& operator*=(Array& a, detail::Located<double> b) { return a = mul(a, scalar_like(b.value, a), b.loc); }
+Array& operator/=(Array& a, detail::Located<double> b) { return a = div(a, scalar_like(b.value, a), b.loc); }
 
 std::ostream& operator<<(std::ostream& os, const Array& x) {
   if (!x.valid()) return os << "Array(empty)";

@@ -69,7 +69,7 @@ bool on_stack(const Builder* b) {
   return false;
 }
 
-Atom to_atom(Builder& b, const Array& a) {
+Atom to_atom(Builder& b, const Array& a, const std::source_location* used_at = nullptr) {
   if (!a.valid()) throw Error("an empty xj::Array (default-constructed) was passed to an operation");
   const auto& im = *a.impl();
   if (!im.tracer) {
@@ -78,7 +78,7 @@ Atom to_atom(Builder& b, const Array& a) {
   }
   auto owner = im.tracer->builder.lock();
   if (owner.get() == &b) return im.tracer->var;
-  if (!owner || !on_stack(owner.get())) tracer_escaped(a);
+  if (!owner || !on_stack(owner.get())) tracer_escaped(a, used_at);
   return b.add_const(a);  // a tracer of an enclosing trace: closure conversion
 }
 
@@ -95,9 +95,9 @@ bool tracer_in_active_trace(const Tracer& t) {
   return owner && on_stack(owner.get());
 }
 
-void tracer_escaped(const Array& a) {
+void tracer_escaped(const Array& a, const std::source_location* used_at) {
   throw TracerError("a tracer of " + a.aval().str() + " created at " + where(a.impl()->tracer->created_at) +
-                    " escaped the transform that created it: its trace has ended, so it has no value "
+                    (used_at ? " and used at " + where(*used_at) : std::string()) + " escaped the transform that created it: its trace has ended, so it has no value "
                     "(it was stored outside the traced function, or captured by a closure called after "
                     "its transform returned). Return it from the function instead: as an output, or "
                     "as aux data with {.has_aux = true}");
@@ -128,7 +128,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
 
   if (t_stack.empty()) {
     for (const auto& x : inputs)
-      if (x.is_tracer()) tracer_escaped(x);
+      if (x.is_tracer()) tracer_escaped(x, &loc);
     ImplRule impl = impl_rule(p);
     auto outs = impl ? impl(inputs, params) : run_kernel(p, inputs, params, out_avals);
     count_eval(p);
@@ -138,7 +138,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   Builder& b = *t_stack.back();
   Eqn eqn{p, {}, {}, std::move(params), loc};
   eqn.inputs.reserve(inputs.size());
-  for (const auto& x : inputs) eqn.inputs.push_back(to_atom(b, x));
+  for (const auto& x : inputs) eqn.inputs.push_back(to_atom(b, x, &loc));
   std::vector<Array> outs;
   outs.reserve(out_avals.size());
   for (const auto& aval : out_avals) {

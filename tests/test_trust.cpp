@@ -4,6 +4,7 @@
 // Each case is the exact reproduction from the issue, checked against an independent value.
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "test_util.hpp"
 
@@ -149,6 +150,20 @@ TEST_CASE("trust: jit's documented rule: a captured array is baked in at the fir
   CHECK(f(xj::ones({1}, xj::f64)).to_vector<double>()[0] == 5.0);     // new signature: traced again
 }
 
+TEST_CASE("trust: jit's static arguments are keyed exactly (long double, -0.0, '|' in strings)") {
+  auto f = [](const xj::Array& x, long double c) { return x * static_cast<double>((c - 1.0L) * 1e18L); };
+  auto jf = xj::jit(f);
+  xj::Array x = xj::scalar(1.0, xj::f64);
+  CHECK(jf(x, 1.0L).item<double>() == 0.0);
+  CHECK(jf(x, 1.0L + 1e-18L).item<double>() == doctest::Approx(1.0).epsilon(0.01));
+  auto g = xj::jit([](const xj::Array& y, double c) { return y / c; });
+  CHECK(g(x, 0.0).item<double>() == INFINITY);
+  CHECK(g(x, -0.0).item<double>() == -INFINITY);
+  auto h = xj::jit([](const xj::Array& y, std::string a, std::string b) { return y * double(a.size() + 10 * b.size()); });
+  CHECK(h(x, std::string("a|"), std::string("b")).item<double>() == 12.0);
+  CHECK(h(x, std::string("a"), std::string("|b")).item<double>() == 21.0);
+}
+
 // ---- 4. scan's unroll accepts JAX's bool ------------------------------------------------------
 
 TEST_CASE("trust: scan {.unroll = true} unrolls fully; false means 1") {
@@ -224,6 +239,40 @@ TEST_CASE("trust: saved_residuals of operators name the user's line") {
     found = found || (contains(r.description, "output of mul") && contains(r.description, "test_trust.cpp:" + std::to_string(line)));
   CHECK(found);
   for (const auto& r : res) CHECK_FALSE(contains(r.description, "ops.cpp"));
+}
+
+TEST_CASE("trust: a leaked tracer used in an operator names the line of the use") {
+  xj::Array leaked;
+  (void)xj::make_jaxpr([&](const xj::Array& x) {
+    leaked = xj::sin(x);
+    return leaked;
+  })(xj::ones({3}));
+  int line = __LINE__ + 1;
+  std::string m = message_of<xj::TracerError>([&] { (void)(leaked * 2.0); });
+  CHECK(contains(m, "used at"));
+  CHECK(contains(m, "test_trust.cpp:" + std::to_string(line)));
+}
+
+TEST_CASE("trust: operators accept what converts to an Array, scalars on either side, compound forms") {
+  xj::Array x = f64v({1.0, 2.0});
+  std::reference_wrapper<const xj::Array> r = std::cref(x);
+  check_values(r * 2.0, {2.0, 4.0});
+  check_values(r + x, {2.0, 4.0});
+  check_values(x - r, {0.0, 0.0});
+  CHECK(vec(xj::astype(2.0 == x, xj::f64)) == std::vector<double>{0.0, 1.0});
+  CHECK(vec(xj::astype(1.5 < x, xj::f64)) == std::vector<double>{0.0, 1.0});
+  CHECK(vec(xj::astype(1.5 >= x, xj::f64)) == std::vector<double>{1.0, 0.0});
+  xj::Array v = x;
+  v *= 3.0;
+  v /= x;
+  v += 1;
+  v -= r;
+  check_values(v, {3.0, 2.0});
+  CHECK(x[std::size_t{1}].item<double>() == 2.0);
+  CHECK(x[xj::scalar(1, xj::i32)].item<double>() == 2.0);
+  int line = __LINE__ + 1;
+  std::string m = message_of<xj::ShapeError>([&] { v /= xj::ones({3}, xj::f64); });
+  CHECK(contains(m, "test_trust.cpp:" + std::to_string(line)));
 }
 
 // ---- 7. leaked tracer advice ------------------------------------------------------------------
@@ -312,4 +361,26 @@ TEST_CASE("trust: the derivative of prod is exact where elements are 0") {
   xj::Array h = xj::hessian(f)(f64v({2.0, 0.0, 3.0}));
   check_values(h, {0, 3, 0, 3, 0, 2, 0, 2, 0}, 1e-15);
   CHECK_NOTHROW(xj::check_grads(f, std::tuple{f64v({2.0, 0.0, 3.0, 0.0})}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+}
+
+// ---- found by the fuzzer ------------------------------------------------------------------------
+
+TEST_CASE("trust: vjp through a custom_vjp whose input tangent is a custom_jvp's zero (fuzzer seed 1140)") {
+  // The custom_jvp rule's tangent does not depend on the input tangent (it is zeros_like), so the
+  // custom_vjp's custom_lin had only known inputs and was evaluated: "forward mode" error.
+  auto cj = xj::custom_jvp([](const xj::Array& x) { return xj::sin(x); },
+                           [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                             return std::pair{xj::sin(std::get<0>(p)), xj::zeros_like(std::get<0>(t))};
+                           });
+  auto cv = xj::custom_vjp([](const xj::Array& x) { return x * x; },
+                           [](const xj::Array& x) { return std::pair{x * x, x}; },
+                           [](const xj::Array& x, const xj::Array& ct) { return std::tuple{2.0 * x * ct}; });
+  auto f = [&](const xj::Array& x) { return xj::sum(cv(cj(x)) + x * 3.0); };
+  xj::Array x = f64v({0.5, -1.0, 2.0});
+  // d/dx = 2 cj(x) * (custom derivative of cj = 0) + 3 = 3
+  auto [out, f_vjp] = xj::vjp(f, x);
+  check_values(std::get<0>(f_vjp(xj::scalar(1.0, xj::f64))), {3.0, 3.0, 3.0}, 1e-15);
+  check_values(xj::grad(f)(x), {3.0, 3.0, 3.0}, 1e-15);
+  check_values(xj::jit(xj::grad(f))(x), {3.0, 3.0, 3.0}, 1e-15);
+  check_values(xj::jacrev([&](const xj::Array& y) { return cv(cj(y)); })(x), {0, 0, 0, 0, 0, 0, 0, 0, 0}, 1e-15);
 }

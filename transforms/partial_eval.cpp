@@ -17,6 +17,14 @@ namespace {
 
 const Var* as_var(const Atom& a) { return std::get_if<Var>(&a); }
 
+/// `out = broadcast_in_dim(0)`: an equation defining `out` as zeros of its aval.
+Eqn zeros_eqn(const Var& out, const std::source_location& loc) {
+  const ShapedArray& a = out.aval();
+  Params ps{{"shape", std::vector<std::int64_t>(a.shape.begin(), a.shape.end())},
+            {"broadcast_dimensions", std::vector<std::int64_t>{}}};
+  return Eqn{Primitive::broadcast_in_dim, {Literal{scalar(0.0, a.dtype)}}, {out}, std::move(ps), loc};
+}
+
 }  // namespace
 
 PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unknown,
@@ -40,6 +48,16 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     Eqn e = e0;
     for (auto& in : e.inputs) in = rename(in);
     bool any_unknown = std::any_of(e.inputs.begin(), e.inputs.end(), is_unknown);
+    if (!any_unknown && e.prim == Primitive::custom_lin) {
+      // custom_lin is linear in its tangents; tangents that do not depend on the unknown inputs
+      // are zero (e.g. a custom_jvp rule that returned zeros_like), so its outputs are zeros.
+      // It must never be evaluated: that would be forward mode of the custom_vjp function.
+      for (const Var& o : e.outputs) {
+        known_eqns.push_back(zeros_eqn(o, e.loc));
+        staged_eqns.push_back(known_eqns.back());  // rebuilt where read, not saved (as literals)
+      }
+      continue;
+    }
     if (!any_unknown) {
       known_eqns.push_back(e);
       // Recomputed on the staged side: what the policy does not save, and values built from

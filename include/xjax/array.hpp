@@ -31,12 +31,12 @@ template <class T> struct Located {
   T value;
   std::source_location loc;
   Located(const T& v, std::source_location l = std::source_location::current()) : value(v), loc(l) {}  // NOLINT
-};
-/// An Array operand: refers to the caller's handle (no copy); valid for the duration of the call.
-template <> struct Located<Array> {
-  const Array& value;
-  std::source_location loc;
-  Located(const Array& v, std::source_location l = std::source_location::current()) : value(v), loc(l) {}  // NOLINT
+  /// From anything that converts to T (e.g. std::reference_wrapper<const Array>): the conversion
+  /// happens inside, so the call still needs only one user-defined conversion.
+  template <class U>
+    requires(!std::is_same_v<std::remove_cvref_t<U>, T> && std::is_convertible_v<const U&, T>)
+  Located(const U& v, std::source_location l = std::source_location::current())  // NOLINT
+      : value(static_cast<T>(v)), loc(l) {}
 };
 }  // namespace detail
 

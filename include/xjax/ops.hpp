@@ -143,9 +143,20 @@ Array operator<(ArrayOperand a, double b);
 Array operator<=(ArrayOperand a, double b);
 Array operator>(ArrayOperand a, double b);
 Array operator>=(ArrayOperand a, double b);
+Array operator==(double a, ArrayOperand b);
+Array operator!=(double a, ArrayOperand b);
+Array operator<(double a, ArrayOperand b);
+Array operator<=(double a, ArrayOperand b);
+Array operator>(double a, ArrayOperand b);
+Array operator>=(double a, ArrayOperand b);
 Array& operator+=(Array& a, ArrayOperand b);
 Array& operator-=(Array& a, ArrayOperand b);
 Array& operator*=(Array& a, ArrayOperand b);
+Array& operator/=(Array& a, ArrayOperand b);
+Array& operator+=(Array& a, detail::Located<double> b);
+Array& operator-=(Array& a, detail::Located<double> b);
+Array& operator*=(Array& a, detail::Located<double> b);
+Array& operator/=(Array& a, detail::Located<double> b);
 
 std::ostream& operator<<(std::ostream& os, const Array& x);
 

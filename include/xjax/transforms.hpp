@@ -2,6 +2,8 @@
 // linearize, jacfwd, jacrev, hessian, jit. Each is a thin template that flattens pytrees and calls a
 // flat function compiled once in transforms/ (see transforms/api.cpp).
 #pragma once
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -250,9 +252,24 @@ template <class A> std::string static_key(const A& a) {
   static_assert(requires(std::ostream& os) { os << a; },
                 "xj::jit: a static argument must be printable with operator<< (it is part of the cache key)");
   std::ostringstream os;
-  os.precision(17);
-  os << typeid(A).name() << '=' << a;
-  return os.str();
+  os << typeid(A).name() << '=';
+  if constexpr (std::is_floating_point_v<A>) {
+    // Floating-point values are keyed by their bits: no two values share a key (text would
+    // merge long doubles that differ past 17 digits); 0.0 and -0.0 are different keys.
+    // x87's 80-bit long double (64 mantissa digits) holds 10 value bytes; the rest is padding.
+    constexpr std::size_t n = std::numeric_limits<A>::digits == 64 ? 10 : sizeof(A);
+    unsigned char bytes[sizeof(A)] = {};
+    std::memcpy(bytes, &a, n);
+    os << std::hex;
+    for (std::size_t i = 0; i < n; ++i) os << int(bytes[i]) << '.';
+  } else {
+    os << a;
+  }
+  // Key parts are joined with '|': escape it so that two different values never join alike.
+  std::string key = os.str();
+  std::string escaped;
+  for (char c : key) escaped += (c == '|' || c == '\\') ? std::string{'\\', c} : std::string{c};
+  return escaped;
 }
 
 template <class F, class... Args, std::size_t... I>
