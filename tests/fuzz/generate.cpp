@@ -19,7 +19,7 @@ namespace {
 constexpr double kMaxMag = 16;
 constexpr double kCarryMag = 3;  // loop carries are squashed into [-3, 3] each iteration
 constexpr int kMaxDepth = 3;     // wrapper nesting depth
-constexpr int kMaxWrappers = 5;  // per program
+constexpr int kMaxWrappers = 6;  // per program
 
 struct Val {
   Shape shape;
@@ -178,13 +178,13 @@ class Gen {
     for (int attempt = 0; attempt < 20; ++attempt) {
       int cat = uniform(0, 99);
       bool ok = false;
-      if (cat < 30) ok = unary(s, b);
-      else if (cat < 52) ok = binary(s, b);
-      else if (cat < 60) ok = reduction(s, b);
-      else if (cat < 67) ok = linalg(s, b);
-      else if (cat < 80) ok = shape_op(s, b);
-      else if (cat < 83) ok = leaf(s, b);
-      else if (cat < 86 && s.in_checkpoint) ok = name(s, b);
+      if (cat < 26) ok = unary(s, b);
+      else if (cat < 46) ok = binary(s, b);
+      else if (cat < 53) ok = reduction(s, b);
+      else if (cat < 59) ok = linalg(s, b);
+      else if (cat < 70) ok = shape_op(s, b);
+      else if (cat < 73) ok = leaf(s, b);
+      else if (cat < 77 && s.in_checkpoint) ok = name(s, b);
       else ok = wrapper(s, b);
       if (ok) return;
     }
