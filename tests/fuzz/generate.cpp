@@ -273,11 +273,15 @@ class Gen {
   bool binary(Scope& s, Block& b) {
     int i = pick_any(s);
     const Val a = at(s, i);
-    int j = pick(s, [&](const Val& v) { return broadcast(a.shape, v.shape).has_value(); });
-    const Val c = at(s, j);
     static constexpr Op ops[] = {Op::Add, Op::Sub, Op::Mul, Op::DivSafe, Op::PowSafe,
                                  Op::Maximum, Op::Minimum, Op::SelectGt};
-    Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))], .args = {i, j}};
+    Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
+    bool kink = op == Op::Maximum || op == Op::Minimum || op == Op::SelectGt;
+    // A kink of an operand against itself is an exact tie: no finite differences for the program.
+    int j = pick(s, [&](const Val& v) { return broadcast(a.shape, v.shape).has_value() && (!kink || &v != &at(s, i)); });
+    if (j < 0) return false;
+    const Val c = at(s, j);
+    Node n{.op = op, .args = {i, j}};
     n.outs = {*broadcast(a.shape, c.shape)};
     n.variant = uniform(0, 1);  // operator or named function
     double out = 0;

@@ -121,6 +121,10 @@ Arrays Runner::run(const Block& b, const Arrays& inputs, const Arrays& parent) c
 namespace {
 
 /// Records the smallest nonzero |d| of a concrete d (a distance to a kink or a switching point).
+/// Exact ties do not count: they come from one value reaching a kink by two paths (max of a
+/// broadcast, relu(x - x)), whose derivatives agree. stop_gradient, the one op that gives equal
+/// values different derivatives, also shifts its value (see Op::StopGradient) so that it does not
+/// tie with its input.
 void note(Monitor* m, const Array& d) {
   if (!m || !d.is_concrete()) return;
   for (double e : d.to_vector<double>())
@@ -211,13 +215,13 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       }
     }
     case Op::CastRoundTrip: return {xj::astype(xj::astype(a, xj::f64), dtype)};
-    case Op::StopGradient:
-      if (mode == Mode::Full) return {xj::stop_gradient(a)};
+    case Op::StopGradient:  // stop_gradient(x) / 2 + 1/4: not equal to x, so no exact tie with it
+      if (mode == Mode::Full) return {xj::stop_gradient(a) * 0.5 + 0.25};
       if (tape->recording) {
         tape->entries.emplace_back(a);
-        return {a};
+        return {a * 0.5 + 0.25};
       }
-      return {std::get<Array>(tape->entries.at(tape->pos++))};
+      return {std::get<Array>(tape->entries.at(tape->pos++)) * 0.5 + 0.25};
     case Op::Name: return {xj::checkpoint_name(a, n.text)};
     case Op::Abs: note(m, a); return {xj::abs(a)};
     case Op::Relu: note(m, a); return {xj::relu(a)};
