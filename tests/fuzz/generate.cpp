@@ -47,6 +47,7 @@ namespace {
 struct Restrict {
   bool no_while = false;       // inside a custom_vjp whose bwd runs vjp of the block
   bool no_custom_vjp = false;  // inside a custom_jvp whose rule runs jvp of the block
+  bool pure = false;           // inside an inner grad: no decisions (cond, while, kinks, stop_gradient)
 };
 
 struct Scope {
@@ -231,6 +232,7 @@ class Gen {
                                  Op::IntPow, Op::TanBounded, Op::PowScalar, Op::Squash, Op::ScaleShift,
                                  Op::CastRoundTrip, Op::StopGradient, Op::Abs, Op::Relu, Op::Sign};
     Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))], .args = {i}, .outs = {v.shape}};
+    if (s.r.pure && (n.op == Op::Abs || n.op == Op::Relu || n.op == Op::Sign || n.op == Op::StopGradient)) return false;
     double out = m;
     switch (n.op) {
       case Op::Sin: case Op::Cos: case Op::Tanh: case Op::Logistic: case Op::RsqrtOnePlusSq:
@@ -277,6 +279,7 @@ class Gen {
                                  Op::Maximum, Op::Minimum, Op::SelectGt};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
     bool kink = op == Op::Maximum || op == Op::Minimum || op == Op::SelectGt;
+    if (kink && s.r.pure) return false;
     // A kink of an operand against itself is an exact tie: no finite differences for the program.
     int j = pick(s, [&](const Val& v) { return broadcast(a.shape, v.shape).has_value() && (!kink || &v != &at(s, i)); });
     if (j < 0) return false;
@@ -310,6 +313,7 @@ class Gen {
   bool reduction(Scope& s, Block& b) {
     static constexpr Op ops[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::ProdPos, Op::LogSumExp, Op::Softmax, Op::LogSoftmax};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
+    if (s.r.pure && (op == Op::Max || op == Op::Min)) return false;
     int i = pick(s, [&](const Val& v) { return op == Op::Sum || size_of(v.shape) > 0; });
     if (i < 0) return false;
     const Val v = at(s, i);
@@ -651,9 +655,10 @@ class Gen {
   bool wrapper(Scope& s, Block& b) {
     if (s.depth >= kMaxDepth || wrappers_ >= kMaxWrappers) return false;
     static constexpr Op ops[] = {Op::Checkpoint, Op::Scan, Op::ForiLoop, Op::While, Op::Cond,
-                                 Op::Switch, Op::Jit, Op::CustomJvp, Op::CustomVjp};
+                                 Op::Switch, Op::Jit, Op::CustomJvp, Op::CustomVjp, Op::InnerGrad};
     Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))]};
     if (n.op == Op::While && s.r.no_while) return false;
+    if (s.r.pure && (n.op == Op::While || n.op == Op::Cond || n.op == Op::Switch)) return false;
     if (n.op == Op::CustomVjp && s.r.no_custom_vjp) return false;
     ++wrappers_;
     int d = s.depth + 1;
@@ -727,7 +732,7 @@ class Gen {
           n.ints = {uniform(-1, 2), uniform(-1, 4)};  // lo, hi
           n.flag = coin(0.25);  // Array bounds: lowers to while_loop
           if (n.flag) {
-            if (s.r.no_while) n.flag = false;
+            if (s.r.no_while || s.r.pure) n.flag = false;
             else count("fori_loop_dynamic");
           }
         } else {
@@ -762,6 +767,15 @@ class Gen {
         }
         for (int k = 0; k < branches; ++k)
           n.subs.push_back(block(shapes_of(s, ops), mags_of(s, ops), s, n.outs, mags, d, s.r, sub_nodes(), true, s.in_while));
+        break;
+      }
+      case Op::InnerGrad: {  // the gradient of sum(block(args)) with respect to args[0], squashed
+        n.args = operands(s, 1, 2);
+        n.outs = {at(s, n.args[0]).shape};
+        mags = {4};
+        Restrict r = s.r;
+        r.pure = true;
+        n.subs.push_back(block(shapes_of(s, n.args), mags_of(s, n.args), s, {random_shape(1)}, {kMaxMag}, d, r, sub_nodes(), true, s.in_while));
         break;
       }
       case Op::Jit: {
@@ -898,7 +912,7 @@ const char* op_name(Op op) {
     XFUZZ_NAME(Squeeze) XFUZZ_NAME(Concat) XFUZZ_NAME(Stack) XFUZZ_NAME(Slice) XFUZZ_NAME(DynSlice)
     XFUZZ_NAME(DynUpdateSlice) XFUZZ_NAME(Take) XFUZZ_NAME(Index) XFUZZ_NAME(Fit) XFUZZ_NAME(Checkpoint)
     XFUZZ_NAME(Scan) XFUZZ_NAME(ForiLoop) XFUZZ_NAME(While) XFUZZ_NAME(Cond) XFUZZ_NAME(Switch)
-    XFUZZ_NAME(Jit) XFUZZ_NAME(CustomJvp) XFUZZ_NAME(CustomVjp) XFUZZ_NAME(Count_)
+    XFUZZ_NAME(Jit) XFUZZ_NAME(CustomJvp) XFUZZ_NAME(CustomVjp) XFUZZ_NAME(InnerGrad) XFUZZ_NAME(Count_)
 #undef XFUZZ_NAME
   }
   return "?";

@@ -165,6 +165,13 @@ Arrays scan_full(const Runner& r, const Block* blk, const Arrays& env, const Arr
   return out;
 }
 
+/// 4 tanh(g / 4) of the gradient g of sum(block(args)) with respect to args[0].
+Arrays inner_grad(const std::function<Arrays(const Arrays&)>& block, const Arrays& args) {
+  auto loss = [block](const Arrays& xs) { return xj::sum(block(xs).at(0)); };
+  Array g = xj::grad(loss)(args).at(0);
+  return {4.0 * xj::tanh(g / 4.0)};
+}
+
 }  // namespace
 
 Arrays Runner::node(const Node& n, const Arrays& env) const {
@@ -278,7 +285,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::Index: return {n.flag ? a[xj::scalar(static_cast<double>(n.ints[0]), xj::i32)] : a[n.ints[0]]};
     case Op::Fit: return {fit(a, out)};
     case Op::Checkpoint: case Op::Scan: case Op::ForiLoop: case Op::While: case Op::Cond: case Op::Switch:
-    case Op::Jit: case Op::CustomJvp: case Op::CustomVjp: case Op::Count_: break;
+    case Op::Jit: case Op::CustomJvp: case Op::CustomVjp: case Op::InnerGrad: case Op::Count_: break;
   }
   throw std::logic_error("fuzz: no interpretation of " + std::string(op_name(n.op)));
 }
@@ -360,6 +367,7 @@ Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) con
       return xj::switch_(index, branches, ops);
     }
     case Op::Jit: return xj::jit(fn)(args);
+    case Op::InnerGrad: return inner_grad(fn, args);
     case Op::CustomJvp: {
       if (n.variant == 0) {
         int k = static_cast<int>(n.ints[0]);
@@ -468,6 +476,10 @@ Arrays Runner::plain_wrapper(const Node& n, const Arrays& args, const Arrays& en
         return std::min<std::int64_t>(best - v.begin(), nb - 1);
       });
       return run(n.subs[static_cast<std::size_t>(index)], ops, env);
+    }
+    case Op::InnerGrad: {  // the same, on the Plain block
+      const Runner r = *this;
+      return inner_grad([r, blk, env](const Arrays& xs) { return r.run(*blk, xs, env); }, args);
     }
     case Op::CustomJvp: case Op::CustomVjp:
       if (n.variant == 0) return {formula_f(static_cast<int>(n.ints[0]), args)};

@@ -62,6 +62,7 @@ enum class Op {
   DynUpdateSlice, Take, Index, Fit,
   // wrappers (own sub-blocks)
   Checkpoint, Scan, ForiLoop, While, Cond, Switch, Jit, CustomJvp, CustomVjp,
+  InnerGrad,  // xj::grad of a sub-block inside the program (nested differentiation)
   Count_
 };
 const char* op_name(Op op);
