@@ -343,7 +343,12 @@ class Gen {
     n.outs = {out};
     double mag = v.mag;
     if (op == Op::Sum) mag = v.mag * count;
-    if (op == Op::ProdPos) mag = std::pow(2.5, count);
+    if (op == Op::ProdPos) {
+      // Known bug (kReduceProdZeroBugFixed): prod's derivative divides by x, wrong at an exact 0
+      // (relu, constants and iota make exact zeros); until fixed, prod only sees 1.5 + tanh x.
+      n.variant = kReduceProdZeroBugFixed && coin(0.5) && std::pow(v.mag, count) <= kMaxMag ? 1 : 0;
+      mag = n.variant == 1 ? std::pow(v.mag, count) : std::pow(2.5, count);
+    }
     if (op == Op::LogSumExp) mag = v.mag + std::log(count);
     if (mag > kMaxMag) return false;
     push(s, b, n, {mag});

@@ -247,7 +247,8 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::Mean: return {xj::mean(a, n.ints, n.flag)};
     case Op::Max: if (m) note(m, a - xj::max(a, n.ints, true)); return {xj::max(a, n.ints, n.flag)};
     case Op::Min: if (m) note(m, a - xj::min(a, n.ints, true)); return {xj::min(a, n.ints, n.flag)};
-    case Op::ProdPos: return {xj::prod(1.5 + xj::tanh(a), n.ints, n.flag)};
+    case Op::ProdPos:  // variant 1 (only once kReduceProdZeroBugFixed): prod of x itself
+      return {xj::prod(n.variant == 1 ? a : 1.5 + xj::tanh(a), n.ints, n.flag)};
     case Op::LogSumExp: return {xj::logsumexp(a, n.ints, n.flag)};
     case Op::Softmax: return {xj::softmax(a, n.ints[0])};
     case Op::LogSoftmax: return {xj::log_softmax(a, n.ints[0])};

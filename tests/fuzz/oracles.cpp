@@ -239,13 +239,32 @@ class Checker {
         return compare({lin(ts_)}, {*tangent}, same);
       });
 
-    // Second order: jvp of grad against finite differences of grad (every other program).
-    if (fd && gradient && p_.seed % 2 == 0)
-      check("jvp(grad) vs finite differences of grad", both, [&] {
-        auto [g, hvp] = xj::jvp(xj::grad(LF), std::tuple{xs_}, std::tuple{ts_});
-        auto [d2, err] = finite_diff([&](const Arrays& x) { return xj::grad(LP)(x); });
-        return compare(hvp, d2, kFiniteDiff, err);
+    // Jacobians of one-input programs: forward against reverse mode.
+    if (xs_.size() == 1 && comparable && !nested_while_bug)
+      check("jacfwd vs jacrev", both, [&] {
+        auto F1 = [F](const Array& x) { return F(Arrays{x}); };
+        return compare({xj::jacfwd(F1)(xs_[0])}, {xj::jacrev(F1)(xs_[0])}, same);
       });
+
+    // Second order: jvp of grad against finite differences of grad (every other program), and
+    // for one-input programs the Hessian (jacfwd of jacrev) applied to t against the same.
+    if (fd && gradient && p_.seed % 2 == 0) {
+      std::optional<Arrays> hvp;
+      check("jvp(grad) vs finite differences of grad", both, [&] {
+        auto [g, h] = xj::jvp(xj::grad(LF), std::tuple{xs_}, std::tuple{ts_});
+        hvp = h;
+        auto [d2, err] = finite_diff([&](const Arrays& x) { return xj::grad(LP)(x); });
+        return compare(h, d2, kFiniteDiff, err);
+      });
+      if (hvp && xs_.size() == 1)
+        check("hessian . t vs jvp(grad)", both, [&] {
+          auto L1 = [LF](const Array& x) { return LF(Arrays{x}); };
+          Array h = xj::hessian(L1)(xs_[0]);  // shape x.shape + x.shape
+          auto n = xs_[0].size();
+          Array ht = xj::reshape(xj::matmul(xj::reshape(h, {n, n}), xj::reshape(ts_[0], {n})), xs_[0].shape());
+          return compare({ht}, *hvp, same);
+        });
+    }
   }
 
   /// Pairs the f32 run with the f64 run of the same program.
