@@ -18,8 +18,8 @@ namespace {
 
 constexpr double kMaxMag = 16;
 constexpr double kCarryMag = 3;  // loop carries are squashed into [-3, 3] each iteration
-constexpr int kMaxDepth = 3;     // wrapper nesting depth
-constexpr int kMaxWrappers = 6;  // per program
+// Every 8th seed makes a big program: more nodes and wrappers, deeper nesting, longer loops, and
+// sometimes a dimension of 8-24 (elementwise chains longer than one fusion block).
 
 struct Val {
   Shape shape;
@@ -60,7 +60,10 @@ struct Scope {
 
 class Gen {
  public:
-  explicit Gen(std::uint64_t seed) : rng_(seed) {}
+  explicit Gen(std::uint64_t seed) : rng_(seed), big_(seed % 8 == 0) {
+    max_depth_ = big_ ? 4 : 3;
+    max_wrappers_ = big_ ? 10 : 6;
+  }
 
   Program program(std::uint64_t seed) {
     Program p;
@@ -74,12 +77,14 @@ class Gen {
       mags.push_back(1.5);
     }
     Scope s;
-    p.main = block(in, mags, s, {}, {}, 0, {}, uniform(3, 9), false, false);
+    p.main = block(in, mags, s, {}, {}, 0, {}, big_ ? uniform(8, 16) : uniform(3, 9), false, false);
     return p;
   }
 
  private:
   std::mt19937_64 rng_;
+  bool big_;
+  int max_depth_, max_wrappers_;
   Features* feat_ = nullptr;
   int wrappers_ = 0;
 
@@ -92,7 +97,7 @@ class Gen {
   }
   Shape random_shape(int max_rank) {
     Shape s(static_cast<std::size_t>(uniform(0, max_rank)));
-    for (auto& d : s) d = uniform(1, 3);
+    for (auto& d : s) d = big_ && coin(0.1) ? uniform(8, 24) : uniform(1, 3);
     return s;
   }
   void count(const std::string& what) { ++feat_->counts[what]; }
@@ -655,10 +660,10 @@ class Gen {
       out.push_back(coin(0.6) ? at(s, args[static_cast<std::size_t>(uniform(0, static_cast<int>(args.size()) - 1))]).shape : random_shape(2));
     return out;
   }
-  int sub_nodes() { return uniform(1, 4); }
+  int sub_nodes() { return big_ ? uniform(2, 6) : uniform(1, 4); }
 
   bool wrapper(Scope& s, Block& b) {
-    if (s.depth >= kMaxDepth || wrappers_ >= kMaxWrappers) return false;
+    if (s.depth >= max_depth_ || wrappers_ >= max_wrappers_) return false;
     static constexpr Op ops[] = {Op::Checkpoint, Op::Scan, Op::ForiLoop, Op::While, Op::Cond,
                                  Op::Switch, Op::Jit, Op::CustomJvp, Op::CustomVjp, Op::InnerGrad};
     Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))]};
@@ -685,7 +690,7 @@ class Gen {
         std::vector<int> carry = operands(s, 1, 2);
         int x0 = coin(0.7) ? pick(s, [](const Val& v) { return !v.shape.empty(); }) : -1;
         std::vector<int> xs;
-        std::int64_t length = uniform(0, 4);
+        std::int64_t length = big_ ? uniform(0, 12) : uniform(0, 4);
         if (x0 >= 0) {
           xs.push_back(x0);
           length = at(s, x0).shape[0];
