@@ -185,13 +185,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
   switch (n.op) {
     case Op::Const: return {xj::full(out, n.c, dtype)};
     case Op::Iota: return {xj::iota(dtype, out, n.ints[0])};
-    case Op::RandNormal: {
-      // Known bug (kCseLiteralBugFixed): f64 draws use the literals 2^-32 and 2^-52, which CSE
-      // merges; until it is fixed, draw in f32 and convert (the f32 and f64 runs then also agree).
-      Array key = xj::random::key(static_cast<std::uint64_t>(n.ints[0]));
-      if (kCseLiteralBugFixed) return {xj::random::normal(key, out, dtype)};
-      return {xj::astype(xj::random::normal(key, out, xj::f32), dtype)};
-    }
+    case Op::RandNormal: return {xj::random::normal(xj::random::key(static_cast<std::uint64_t>(n.ints[0])), out, dtype)};
     case Op::Neg: return {-a};
     case Op::Sin: return {xj::sin(a)};
     case Op::Cos: return {xj::cos(a)};

@@ -24,7 +24,8 @@ using Arrays = std::vector<Array>;
 
 // ---- known bugs: generation avoids these patterns until the fixes land --------------------------
 // Known bug, reenable when fixed: CSE (transforms/cse.cpp) merges literals equal to 6 decimals.
-// Until then every constant is a multiple of 1/8, so no two distinct literals are that close.
+// Until then every constant is a multiple of 1/8, so no two distinct literals are that close, and
+// no program draws random numbers (random::normal's literals 2^-23 and 2^-52 merge with 0).
 inline constexpr bool kCseLiteralBugFixed = false;
 // Known bug, reenable when fixed: linearize of a while_loop nested in a while_loop throws
 // std::out_of_range. Until then the linearize oracle skips programs with nested whiles.
