@@ -174,6 +174,9 @@ class Checker {
       });
       check("eval_jaxpr(make_jaxpr(f)) vs f", Expect::Success, [&] {
         xj::ClosedJaxpr j = xj::make_jaxpr(F)(xs_);
+        xj::typecheck(*j.jaxpr);
+        std::ostringstream printed;
+        printed << j;
         std::vector<Array> leaves = xs_;
         return compare({xj::eval_jaxpr(j, leaves).at(0)}, {*value}, same);
       });
@@ -206,6 +209,22 @@ class Checker {
         return d.empty() ? compare(std::get<0>(pull(c)), *gradient, same) : d;
       });
       check("jit(grad) vs grad", Expect::Success, [&] { return compare(xj::jit(xj::grad(LF))(xs_), *gradient, same); });
+      check("value_and_grad, has_aux vs grad", Expect::Success, [&] {
+        auto [v, g] = xj::value_and_grad(LF)(xs_);
+        auto [g2, aux] = xj::grad([F, c](const Arrays& x) {
+          Array y = F(x);
+          return std::pair<Array, Array>{xj::sum(y * c), y};
+        }, {.has_aux = true})(xs_);
+        std::string d = compare({v}, {xj::sum(*value * c)}, same);
+        if (d.empty()) d = compare(g, *gradient, same);
+        if (d.empty()) d = compare(g2, *gradient, same);
+        return d.empty() ? compare({aux}, {*value}, same) : d;
+      });
+      check("typecheck(make_jaxpr(grad))", Expect::Success, [&] {
+        xj::ClosedJaxpr j = xj::make_jaxpr(xj::grad(LF))(xs_);
+        xj::typecheck(*j.jaxpr);
+        return compare(xj::eval_jaxpr(j, xs_), *gradient, same);
+      });
     }
     if (fd && plain_grad)
       check("grad vs finite differences", Expect::Success, [&] {
