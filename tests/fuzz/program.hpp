@@ -35,9 +35,9 @@ inline constexpr bool kNestedWhileLinearizeBugFixed = false;
 inline constexpr bool kCustomVjpLinearizeBugFixed = false;
 // Known bug, reenable when fixed (found by this fuzzer, seed 1140): xj::vjp of a function that
 // feeds a custom_jvp output into a custom_vjp raises "forward-mode differentiation of a custom_vjp
-// function" when the custom_jvp's value is computed inside it without its inputs (grad works).
-// Until then the vjp oracle accepts a TransformError on programs with both custom_jvp and
-// custom_vjp.
+// function" when the custom_jvp rule's output tangent does not depend on the input tangents
+// (e.g. the rule returns zeros_like(x)); grad of the same function works. Until then the vjp
+// oracle accepts a TransformError on programs with both custom_jvp and custom_vjp.
 inline constexpr bool kVjpCustomJvpIntoCustomVjpBugFixed = false;
 // Known bug, reenable when fixed: reduce_prod's derivative divides by the input (wrong at an
 // exact 0). Until then prod only sees 1.5 + tanh(x), which is never 0.
