@@ -133,7 +133,7 @@ class Gen {
     s.depth = depth;
     s.r = r;
     s.in_while = in_while;
-    s.in_checkpoint = in_checkpoint;
+    s.in_checkpoint = in_checkpoint || outer.in_checkpoint;  // names reach nested bodies too
     for (std::size_t i = 0; i < in.size(); ++i) s.env.push_back({in[i], in_mag[i]});
     if (may_capture && !outer.env.empty()) {
       int nc = uniform(0, 2);
