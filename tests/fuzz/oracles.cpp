@@ -220,6 +220,12 @@ class Checker {
         if (d.empty()) d = compare(g2, *gradient, same);
         return d.empty() ? compare({aux}, {*value}, same) : d;
       });
+      check("saved_residuals", Expect::Success, [&] {
+        // Introspection must work wherever grad does; each residual has a type and a description.
+        for (const auto& r : xj::saved_residuals(F, xs_))
+          if (r.description.empty()) return std::string("a residual without a description: ") + r.aval.str();
+        return std::string();
+      });
       check("typecheck(make_jaxpr(grad))", Expect::Success, [&] {
         xj::ClosedJaxpr j = xj::make_jaxpr(xj::grad(LF))(xs_);
         xj::typecheck(*j.jaxpr);
