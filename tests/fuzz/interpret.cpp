@@ -1,0 +1,487 @@
+// interpret.cpp: a Program as an xj::Array computation. Full mode calls the real wrappers
+// (xj::checkpoint, xj::scan, ...); Plain mode gives each wrapper its meaning in C++: the function
+// itself, an unrolled loop, the branch chosen from the concrete predicate (recorded on a Tape).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "program.hpp"
+
+namespace fuzz {
+
+namespace {
+
+using V = Arrays;
+
+Arrays pick(const Arrays& env, const std::vector<int>& idx, std::size_t from = 0, std::size_t to = SIZE_MAX) {
+  Arrays out;
+  for (std::size_t k = from; k < std::min(to, idx.size()); ++k) out.push_back(env.at(static_cast<std::size_t>(idx[k])));
+  return out;
+}
+
+/// v reshaped, broadcast or averaged into `target` (the generator's glue between shapes).
+Array fit(const Array& v, const Shape& target) {
+  if (v.shape() == target) return v;
+  if (broadcast(v.shape(), target) == target) return xj::broadcast_to(v, target);
+  if (v.size() == size_of(target) && v.size() > 0) return xj::reshape(v, target);
+  Array s = v.size() == 0 ? xj::sum(v) : xj::mean(v);
+  return xj::broadcast_to(s, target);
+}
+
+xj::Policy policy(const Node& n) {
+  namespace cp = xj::checkpoint_policies;
+  std::set<std::string> names;
+  for (auto k : n.ints) names.insert("n" + std::to_string(k));
+  switch (n.variant) {
+    case 1: return cp::everything_saveable;
+    case 2: return cp::nothing_saveable;
+    case 3: return cp::dots_saveable;
+    case 4: return cp::dots_with_no_batch_dims_saveable;
+    case 5: return cp::save_only_these_names(names);
+    case 6: return cp::save_any_names_but_these(names);
+    case 7: return cp::save_anything_except_these_names(names);
+    case 8: return cp::save_from_both_policies(cp::dots_saveable, cp::save_only_these_names(names));
+    default:  // a user predicate: save what sin, exp and tanh produce
+      return [](const xj::Primitive& p, std::span<const xj::ShapedArray>, const xj::Params&) {
+        return p == xj::Primitive::sin || p == xj::Primitive::exp || p == xj::Primitive::tanh;
+      };
+  }
+}
+
+std::vector<Array> i32_scalars(const std::vector<std::int64_t>& v) {
+  std::vector<Array> out;
+  for (auto x : v) out.push_back(xj::scalar(static_cast<double>(x), xj::i32));
+  return out;
+}
+
+}  // namespace
+
+// ---- formulas for custom rules (elementwise; arguments of one shape) ----------------------------
+
+int formula_count() { return 5; }
+int formula_arity(int k) { return k >= 3 ? 2 : 1; }
+const char* formula_name(int k) {
+  static const char* names[] = {"softsign", "logcosh", "gauss", "sinmul", "hypot1"};
+  return names[k];
+}
+
+Array formula_f(int k, const Arrays& x) {
+  switch (k) {
+    case 0: return x[0] * xj::rsqrt(1.0 + xj::square(x[0]));                          // x / sqrt(1 + x^2)
+    case 1: return xj::softplus(2.0 * x[0]) - x[0] - std::log(2.0);                  // log cosh x
+    case 2: return xj::exp(-xj::square(x[0]));                                      // exp(-x^2)
+    case 3: return xj::sin(x[0]) * x[1];                                            // sin(x) y
+    default: return xj::sqrt(1.0 + xj::square(x[0]) + xj::square(x[1]));            // sqrt(1 + x^2 + y^2)
+  }
+}
+
+Array formula_jvp(int k, const Arrays& x, const Arrays& t) {
+  switch (k) {
+    case 0: return t[0] * xj::integer_pow(xj::rsqrt(1.0 + x[0] * x[0]), 3);         // d = (1 + x^2)^(-3/2)
+    case 1: return t[0] * xj::tanh(x[0]);                                           // d log cosh = tanh
+    case 2: return t[0] * (-2.0 * x[0]) * xj::exp(-(x[0] * x[0]));                  // d = -2x exp(-x^2)
+    case 3: return t[0] * xj::cos(x[0]) * x[1] + t[1] * xj::sin(x[0]);              // d = cos(x) y dx + sin(x) dy
+    default: return (x[0] * t[0] + x[1] * t[1]) / formula_f(k, x);                  // d = (x dx + y dy) / f
+  }
+}
+
+Arrays formula_vjp(int k, const Arrays& x, const Array& ct) {
+  switch (k) {
+    case 0: return {ct / ((1.0 + x[0] * x[0]) * xj::sqrt(1.0 + x[0] * x[0]))};     // ct (1 + x^2)^(-3/2)
+    case 1: return {ct * xj::tanh(x[0])};
+    case 2: return {ct * -2.0 * x[0] * formula_f(k, x)};
+    case 3: return {ct * x[1] * xj::cos(x[0]), ct * xj::sin(x[0])};
+    default: {
+      Array f = formula_f(k, x);
+      return {ct * x[0] / f, ct * x[1] / f};
+    }
+  }
+}
+
+// ---- the interpreter ----------------------------------------------------------------------------
+
+Array Runner::operator()(const Program& p, const Arrays& inputs) const {
+  if (tape && !tape->recording) tape->pos = 0;  // every Plain call replays the tape from its start
+  Array out = run(p.main, inputs, {}).at(0);
+  if (tape && !tape->recording && tape->pos != tape->entries.size())
+    throw std::logic_error("fuzz: the Plain run did not replay its whole tape");
+  return out;
+}
+
+Arrays Runner::run(const Block& b, const Arrays& inputs, const Arrays& parent) const {
+  Arrays env = inputs;
+  for (int c : b.captures) env.push_back(parent.at(static_cast<std::size_t>(c)));
+  for (const auto& n : b.nodes) {
+    Arrays outs = node(n, env);
+    env.insert(env.end(), outs.begin(), outs.end());
+  }
+  return pick(env, b.outs);
+}
+
+namespace {
+
+/// Records the smallest nonzero |d| of a concrete d (a distance to a kink or a switching point).
+/// Exact ties do not count: they come from one value reaching a kink by two paths (max of a
+/// broadcast, relu(x - x)), whose derivatives agree. stop_gradient, the one op that gives equal
+/// values different derivatives, also shifts its value (see Op::StopGradient) so that it does not
+/// tie with its input.
+void note(Monitor* m, const Array& d) {
+  if (!m || !d.is_concrete()) return;
+  for (double e : d.to_vector<double>())
+    if (e != 0) m->note(std::abs(e));
+}
+
+/// The next decision: computed (and recorded) by a recording run, replayed otherwise.
+std::int64_t decision(Tape& t, const std::function<std::int64_t()>& compute) {
+  if (t.recording) {
+    std::int64_t v = compute();
+    t.entries.emplace_back(v);
+    return v;
+  }
+  return std::get<std::int64_t>(t.entries.at(t.pos++));
+}
+
+template <bool XsNone, bool YsNone>
+Arrays scan_full(const Runner& r, const Block* blk, const Arrays& env, const Arrays& init, const Arrays& xs,
+                 std::size_t nc, xj::ScanOptions opts) {
+  auto body = [r, blk, env, nc](const Arrays& c, const auto& x) {
+    Arrays in = c;
+    if constexpr (!XsNone) in.insert(in.end(), x.begin(), x.end());
+    Arrays o = r.run(*blk, in, env);
+    Arrays carry(o.begin(), o.begin() + static_cast<std::ptrdiff_t>(nc));
+    if constexpr (YsNone) return std::pair<Arrays, xj::None>{carry, {}};
+    else return std::pair<Arrays, Arrays>{carry, Arrays(o.begin() + static_cast<std::ptrdiff_t>(nc), o.end())};
+  };
+  Arrays out;
+  if constexpr (XsNone) {
+    auto [c, ys] = xj::scan(body, init, xj::None{}, opts);
+    out = c;
+    if constexpr (!YsNone) out.insert(out.end(), ys.begin(), ys.end());
+  } else {
+    auto [c, ys] = xj::scan(body, init, xs, opts);
+    out = c;
+    if constexpr (!YsNone) out.insert(out.end(), ys.begin(), ys.end());
+  }
+  return out;
+}
+
+/// 4 tanh(g / 4) of the gradient g of sum(block(args)) with respect to args[0].
+Arrays inner_grad(const std::function<Arrays(const Arrays&)>& block, const Arrays& args) {
+  auto loss = [block](const Arrays& xs) { return xj::sum(block(xs).at(0)); };
+  Array g = xj::grad(loss)(args).at(0);
+  return {4.0 * xj::tanh(g / 4.0)};
+}
+
+}  // namespace
+
+Arrays Runner::node(const Node& n, const Arrays& env) const {
+  Arrays args = pick(env, n.args);
+  if (is_wrapper(n.op)) return mode == Mode::Full ? wrapper(n, args, env) : plain_wrapper(n, args, env);
+  const Array& a = args.empty() ? Array() : args[0];
+  const Array& b = args.size() > 1 ? args[1] : a;
+  const Shape& out = n.outs.at(0);
+  bool op_form = n.variant == 0;  // operator spelling vs named function
+  Monitor* m = mode == Mode::Plain ? monitor : nullptr;
+  switch (n.op) {
+    case Op::Const: return {xj::full(out, n.c, dtype)};
+    case Op::Iota: return {xj::iota(dtype, out, n.ints[0])};
+    case Op::RandNormal: return {xj::random::normal(xj::random::key(static_cast<std::uint64_t>(n.ints[0])), out, dtype)};
+    case Op::Neg: return {-a};
+    case Op::Sin: return {xj::sin(a)};
+    case Op::Cos: return {xj::cos(a)};
+    case Op::Tanh: return {xj::tanh(a)};
+    case Op::Logistic: return {xj::logistic(a)};
+    case Op::Softplus: return {xj::softplus(a)};
+    case Op::Gelu: return {xj::gelu(a)};
+    case Op::Exp: return {xj::exp(a)};
+    case Op::Expm1: return {xj::expm1(a)};
+    case Op::Log1pSq: return {xj::log1p(xj::square(a))};
+    case Op::LogOnePlusSq: return {xj::log(1.0 + a * a)};
+    case Op::Rational: return {a / (1.0 + xj::square(a))};
+    case Op::SqrtOnePlusSq: return {xj::sqrt(1.0 + xj::square(a))};
+    case Op::RsqrtOnePlusSq: return {xj::rsqrt(1.0 + xj::square(a))};
+    case Op::RecipOnePlusSq: return {xj::reciprocal(1.0 + xj::square(a))};
+    case Op::Square: return {xj::square(a)};
+    case Op::IntPow: return {xj::integer_pow(a, n.ints[0])};
+    case Op::TanBounded: return {xj::tan(xj::tanh(a))};
+    case Op::PowScalar: return {xj::pow(1.0 + xj::square(a), n.c)};
+    case Op::Squash: return {n.c * xj::tanh(a / n.c)};
+    case Op::ScaleShift: {
+      double f = static_cast<double>(n.ints[0]) / 2;
+      switch (n.variant) {
+        case 0: return {a * f + n.c};
+        case 1: return {n.c + f * a};
+        case 2: return {xj::add(xj::mul(a, xj::scalar_like(f, a)), xj::scalar_like(n.c, a))};
+        default: return {a / (1.0 / f) + n.c};
+      }
+    }
+    case Op::CastRoundTrip: return {xj::astype(xj::astype(a, xj::f64), dtype)};
+    case Op::StopGradient:  // stop_gradient(x) / 2 + 1/4: not equal to x, so no exact tie with it
+      if (mode == Mode::Full) return {xj::stop_gradient(a) * 0.5 + 0.25};
+      if (tape->recording) {
+        tape->entries.emplace_back(a);
+        return {a * 0.5 + 0.25};
+      }
+      return {std::get<Array>(tape->entries.at(tape->pos++)) * 0.5 + 0.25};
+    case Op::Name: return {xj::checkpoint_name(a, n.text)};
+    case Op::Abs: note(m, a); return {xj::abs(a)};
+    case Op::Relu: note(m, a); return {xj::relu(a)};
+    case Op::Sign: note(m, a); return {xj::sign(a)};
+    case Op::Add: return {op_form ? a + b : xj::add(a, b)};
+    case Op::Sub: return {op_form ? a - b : xj::sub(a, b)};
+    case Op::Mul: return {op_form ? a * b : xj::mul(a, b)};
+    case Op::DivSafe: return {op_form ? a / (1.5 + xj::tanh(b)) : xj::div(a, xj::add(xj::tanh(b), xj::scalar_like(1.5, b)))};
+    case Op::PowSafe: return {xj::pow(1.0 + xj::square(a), xj::tanh(b))};
+    case Op::Maximum: if (m) note(m, a - b); return {xj::maximum(a, b)};
+    case Op::Minimum: if (m) note(m, a - b); return {xj::minimum(a, b)};
+    case Op::SelectGt:
+      if (m) note(m, a - b);
+      return {op_form ? xj::where(a > b, a * 2.0, b) : xj::select(xj::gt(a, b), xj::mul(a, xj::scalar_like(2, a)), b)};
+    case Op::Sum: return {xj::sum(a, n.ints, n.flag)};
+    case Op::Mean: return {xj::mean(a, n.ints, n.flag)};
+    case Op::Max: if (m) note(m, a - xj::max(a, n.ints, true)); return {xj::max(a, n.ints, n.flag)};
+    case Op::Min: if (m) note(m, a - xj::min(a, n.ints, true)); return {xj::min(a, n.ints, n.flag)};
+    case Op::ProdPos:  // variant 1 (only once kReduceProdZeroBugFixed): prod of x itself
+      return {xj::prod(n.variant == 1 ? a : 1.5 + xj::tanh(a), n.ints, n.flag)};
+    case Op::LogSumExp: return {xj::logsumexp(a, n.ints, n.flag)};
+    case Op::Softmax: return {xj::softmax(a, n.ints[0])};
+    case Op::LogSoftmax: return {xj::log_softmax(a, n.ints[0])};
+    case Op::Matmul: return {xj::matmul(a, b)};
+    case Op::Dot: return {xj::dot(a, b)};
+    case Op::Einsum: return {args.size() > 1 ? xj::einsum(n.text, a, b) : xj::einsum(n.text, a)};
+    case Op::DotGeneral: {
+      xj::Axes lb, rb;
+      if (!n.ints2.empty()) lb = {n.ints2[0]}, rb = {n.ints2[1]};
+      return {xj::dot_general(a, b, {n.ints[0]}, {n.ints[1]}, lb, rb)};
+    }
+    case Op::Reshape: return {xj::reshape(a, n.ints)};
+    case Op::Transpose: return {n.flag ? xj::transpose(a) : xj::transpose(a, n.ints)};
+    case Op::BroadcastTo: return {xj::broadcast_to(a, n.ints)};
+    case Op::ExpandDims: return {xj::expand_dims(a, n.ints[0])};
+    case Op::Squeeze: return {xj::squeeze(a, n.ints)};
+    case Op::Concat: return {xj::concatenate(args, n.ints[0])};
+    case Op::Stack: return {xj::stack(args, n.ints[0])};
+    case Op::Slice: {
+      xj::Axes start, limit, strides;
+      for (std::size_t k = 0; k < n.ints.size(); k += 3) {
+        start.push_back(n.ints[k]);
+        limit.push_back(n.ints[k + 1]);
+        strides.push_back(n.ints[k + 2]);
+      }
+      if (!n.flag && start.size() == 1) return {xj::slice_in_dim(a, start[0], limit[0], 0)};
+      return {n.flag ? xj::slice(a, start, limit, strides) : xj::slice(a, start, limit)};
+    }
+    case Op::DynSlice: return {xj::dynamic_slice(a, i32_scalars(n.ints), n.ints2)};
+    case Op::DynUpdateSlice: return {xj::dynamic_update_slice(a, b, i32_scalars(n.ints))};
+    case Op::Take: {
+      std::vector<std::int32_t> idx(n.ints2.begin(), n.ints2.end());
+      return {xj::take(a, xj::array<std::int32_t>(idx, {static_cast<std::int64_t>(idx.size())}), n.ints[0])};
+    }
+    case Op::Index: return {n.flag ? a[xj::scalar(static_cast<double>(n.ints[0]), xj::i32)] : a[n.ints[0]]};
+    case Op::Fit: return {fit(a, out)};
+    case Op::Checkpoint: case Op::Scan: case Op::ForiLoop: case Op::While: case Op::Cond: case Op::Switch:
+    case Op::Jit: case Op::CustomJvp: case Op::CustomVjp: case Op::InnerGrad: case Op::Count_: break;
+  }
+  throw std::logic_error("fuzz: no interpretation of " + std::string(op_name(n.op)));
+}
+
+/// The real xjax wrappers.
+Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) const {
+  const Runner r = *this;
+  const Block* blk = n.subs.empty() ? nullptr : &n.subs[0];
+  auto fn = [r, blk, env](const Arrays& xs) { return r.run(*blk, xs, env); };
+  xj::DType dt = dtype;
+  switch (n.op) {
+    case Op::Checkpoint: {
+      xj::CheckpointOptions o;
+      if (n.variant) o.policy = policy(n);
+      o.prevent_cse = n.flag;
+      return xj::checkpoint(fn, o)(args);
+    }
+    case Op::Scan: {
+      auto nc = static_cast<std::size_t>(n.ints[0]);
+      Arrays init(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(nc));
+      Arrays xs(args.begin() + static_cast<std::ptrdiff_t>(nc), args.end());
+      xj::ScanOptions o{.length = n.ints[2], .reverse = n.flag, .unroll = n.ints[3]};
+      switch (n.variant) {
+        case 0: return scan_full<false, false>(r, blk, env, init, xs, nc, o);
+        case 1: return scan_full<true, false>(r, blk, env, init, xs, nc, o);
+        case 2: return scan_full<false, true>(r, blk, env, init, xs, nc, o);
+        default: return scan_full<true, true>(r, blk, env, init, xs, nc, o);
+      }
+    }
+    case Op::ForiLoop: {
+      auto body = [r, blk, env, dt](const Array& i, const Arrays& c) {
+        Arrays in = c;
+        in.push_back(xj::astype(i, dt));
+        return r.run(*blk, in, env);
+      };
+      int lo = static_cast<int>(n.ints[0]), hi = static_cast<int>(n.ints[1]);
+      if (n.flag) return xj::fori_loop(lo, xj::scalar(hi, xj::i32), body, args);
+      return xj::fori_loop(lo, hi, body, args);
+    }
+    case Op::While: {
+      using C = std::pair<Array, Arrays>;
+      std::int64_t trip = n.ints[0];
+      bool data = n.variant == 1;
+      double c = n.c;
+      auto cond = [trip, data, c](const C& ic) {
+        Array go = xj::lt(ic.first, xj::scalar(static_cast<double>(trip), xj::i32));
+        if (!data) return go;
+        return xj::where(xj::sum(ic.second[0]) > c, xj::scalar(0, xj::bool_), go);
+      };
+      auto body = [r, blk, env, dt](const C& ic) {
+        Arrays in = ic.second;
+        in.push_back(xj::astype(ic.first, dt));
+        return C{ic.first + 1.0, r.run(*blk, in, env)};
+      };
+      return xj::while_loop(cond, body, C{xj::scalar(0, xj::i32), args}).second;
+    }
+    case Op::Cond: {
+      Array p = args[0];
+      Arrays ops(args.begin() + 1, args.end());
+      Array pred = n.variant == 0 ? xj::scalar(n.c, xj::bool_)
+                   : n.variant == 1 ? xj::sum(p) > n.c
+                                    : xj::sum(p) - n.c;
+      const Block* fb = &n.subs[0];
+      const Block* tb = &n.subs[1];
+      auto f_false = [r, fb, env](const Arrays& xs) { return r.run(*fb, xs, env); };
+      auto f_true = [r, tb, env](const Arrays& xs) { return r.run(*tb, xs, env); };
+      return xj::cond(pred, f_true, f_false, ops);
+    }
+    case Op::Switch: {
+      Array p = args[0];
+      Arrays ops(args.begin() + 1, args.end());
+      Array index = n.variant == 0 ? xj::scalar(static_cast<double>(n.ints[0]), xj::i32)
+                                   : xj::argmax(xj::reshape(p, {-1}), 0);
+      std::vector<std::function<Arrays(const Arrays&)>> branches;
+      for (const auto& sb : n.subs) {
+        const Block* bp = &sb;
+        branches.emplace_back([r, bp, env](const Arrays& xs) { return r.run(*bp, xs, env); });
+      }
+      return xj::switch_(index, branches, ops);
+    }
+    case Op::Jit: return xj::jit(fn)(args);
+    case Op::InnerGrad: return inner_grad(fn, args);
+    case Op::CustomJvp: {
+      if (n.variant == 0) {
+        int k = static_cast<int>(n.ints[0]);
+        auto f = [k](const Arrays& x) { return formula_f(k, x); };
+        auto rule = [k](const std::tuple<Arrays>& p, const std::tuple<Arrays>& t) {
+          const Arrays& x = std::get<0>(p);
+          return std::pair<Array, Array>{formula_f(k, x), formula_jvp(k, x, std::get<0>(t))};
+        };
+        return {xj::custom_jvp(f, rule)(args)};
+      }
+      auto g = [r, blk](const Arrays& x) { return r.run(*blk, x, {}).at(0); };
+      auto rule = [g](const std::tuple<Arrays>& p, const std::tuple<Arrays>& t) { return xj::jvp(g, p, t); };
+      return {xj::custom_jvp(g, rule)(args)};
+    }
+    case Op::CustomVjp: {
+      if (n.variant == 0) {
+        int k = static_cast<int>(n.ints[0]);
+        auto f = [k](const Arrays& x) { return formula_f(k, x); };
+        auto fwd = [k](const Arrays& x) { return std::pair<Array, Arrays>{formula_f(k, x), x}; };
+        auto bwd = [k](const Arrays& res, const Array& ct) { return std::tuple<Arrays>{formula_vjp(k, res, ct)}; };
+        return {xj::custom_vjp(f, fwd, bwd)(args)};
+      }
+      auto g = [r, blk](const Arrays& x) { return r.run(*blk, x, {}).at(0); };
+      auto fwd = [g](const Arrays& x) { return std::pair<Array, Arrays>{g(x), x}; };
+      auto bwd = [g](const Arrays& res, const Array& ct) {
+        auto [out, pull] = xj::vjp(g, res);
+        return pull(ct);
+      };
+      return {xj::custom_vjp(g, fwd, bwd)(args)};
+    }
+    default: break;
+  }
+  throw std::logic_error("fuzz: not a wrapper");
+}
+
+/// Each wrapper's meaning written in C++.
+Arrays Runner::plain_wrapper(const Node& n, const Arrays& args, const Arrays& env) const {
+  const Block* blk = n.subs.empty() ? nullptr : &n.subs[0];
+  Monitor* m = monitor;
+  switch (n.op) {
+    case Op::Checkpoint: case Op::Jit: return run(*blk, args, env);
+    case Op::Scan: {
+      auto nc = static_cast<std::size_t>(n.ints[0]);
+      std::int64_t length = n.ints[2];
+      Arrays carry(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(nc));
+      Arrays xs(args.begin() + static_cast<std::ptrdiff_t>(nc), args.end());
+      std::size_t ny = n.outs.size() - nc;
+      std::vector<Arrays> ys(ny, Arrays(static_cast<std::size_t>(length)));
+      for (std::int64_t step = 0; step < length; ++step) {
+        std::int64_t i = n.flag ? length - 1 - step : step;
+        Arrays in = carry;
+        for (const auto& x : xs) in.push_back(x[i]);
+        Arrays o = run(*blk, in, env);
+        carry.assign(o.begin(), o.begin() + static_cast<std::ptrdiff_t>(nc));
+        for (std::size_t k = 0; k < ny; ++k) ys[k][static_cast<std::size_t>(i)] = o[nc + k];
+      }
+      Arrays out = carry;
+      for (std::size_t k = 0; k < ny; ++k)
+        out.push_back(length == 0 ? xj::zeros(n.outs[nc + k], dtype) : xj::stack(ys[k], 0));
+      return out;
+    }
+    case Op::ForiLoop: {
+      Arrays carry = args;
+      for (std::int64_t i = n.ints[0]; i < n.ints[1]; ++i) {
+        Arrays in = carry;
+        in.push_back(xj::scalar(static_cast<double>(i), dtype));
+        carry = run(*blk, in, env);
+      }
+      return carry;
+    }
+    case Op::While: {
+      Arrays carry = args;
+      for (std::int64_t i = 0;; ++i) {
+        bool go = decision(*tape, [&]() -> std::int64_t {
+          if (i >= n.ints[0]) return 0;
+          if (n.variant == 0) return 1;
+          Array s = xj::sum(carry[0]);
+          note(m, s - n.c);
+          return s.item<double>() > n.c ? 0 : 1;
+        });
+        if (!go) break;
+        Arrays in = carry;
+        in.push_back(xj::scalar(static_cast<double>(i), dtype));
+        carry = run(*blk, in, env);
+      }
+      return carry;
+    }
+    case Op::Cond: {
+      Arrays ops(args.begin() + 1, args.end());
+      std::int64_t branch = decision(*tape, [&]() -> std::int64_t {
+        if (n.variant == 0) return n.c != 0;
+        Array s = xj::sum(args[0]) - n.c;
+        note(m, s);
+        return s.item<double>() != 0 && (n.variant == 2 || s.item<double>() > 0);
+      });
+      return run(n.subs[static_cast<std::size_t>(branch)], ops, env);
+    }
+    case Op::Switch: {
+      Arrays ops(args.begin() + 1, args.end());
+      auto nb = static_cast<std::int64_t>(n.subs.size());
+      std::int64_t index = decision(*tape, [&]() -> std::int64_t {
+        if (n.variant == 0) return std::clamp<std::int64_t>(n.ints[0], 0, nb - 1);
+        auto v = args[0].to_vector<double>();
+        auto best = std::max_element(v.begin(), v.end());
+        note(m, xj::reshape(args[0], {-1}) - *best);
+        return std::min<std::int64_t>(best - v.begin(), nb - 1);
+      });
+      return run(n.subs[static_cast<std::size_t>(index)], ops, env);
+    }
+    case Op::InnerGrad: {  // the same, on the Plain block
+      const Runner r = *this;
+      return inner_grad([r, blk, env](const Arrays& xs) { return r.run(*blk, xs, env); }, args);
+    }
+    case Op::CustomJvp: case Op::CustomVjp:
+      if (n.variant == 0) return {formula_f(static_cast<int>(n.ints[0]), args)};
+      return run(*blk, args, {});
+    default: break;
+  }
+  throw std::logic_error("fuzz: not a wrapper");
+}
+
+}  // namespace fuzz

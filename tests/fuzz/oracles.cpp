@@ -1,0 +1,404 @@
+// oracles.cpp: the checks run on each random program. Every reference is computed by a different
+// code path than the value it checks (finite differences of the Plain program, the Plain program
+// itself, eager evaluation, the other mode of differentiation, the f64 run), so one shared bug
+// cannot make both sides agree. See docs/testing.md for the oracles and their tolerances.
+#include "oracles.hpp"
+
+#include <cxxabi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <typeinfo>
+
+#include "program.hpp"
+
+namespace fuzz {
+
+namespace {
+
+char g_activity[256] = "starting";
+
+struct Tol {
+  double rtol, atol;
+};
+// Same computation by two code paths: only rounding differs.
+constexpr Tol kSameF64{1e-8, 1e-11};
+constexpr Tol kSameF32{2e-4, 2e-6};
+// A derivative against central differences (plus twice the differences' own error estimate).
+constexpr Tol kFiniteDiff{1e-5, 1e-6};
+// The f32 run against the f64 run of the same program.
+constexpr Tol kF32VsF64{3e-3, 3e-4};
+constexpr double kStep = 1e-5;          // finite-difference step (f64)
+constexpr double kFdMargin = 1e-3;      // a kink / branch point closer than this: no finite differences
+constexpr double kSameMarginF64 = 1e-9; // ... closer than this: rounding may switch sides
+constexpr double kSameMarginF32 = 1e-3;
+
+std::string demangle(const char* name) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> s(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
+  return status == 0 && s ? s.get() : name;
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os.precision(6);
+  os << v;
+  return os.str();
+}
+
+std::string show(const Arrays& xs) {
+  std::ostringstream os;
+  os.precision(10);
+  for (const auto& x : xs) os << "    " << x << "\n";
+  return os.str();
+}
+
+/// "" when got and want agree (norm-wise: |got - want| <= atol sqrt(n) + rtol max(|got|, |want|)
+/// + extra), else what differs.
+std::string compare(const Arrays& got, const Arrays& want, Tol tol, double extra = 0) {
+  if (got.size() != want.size()) return "different number of arrays: " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+  double err2 = 0, g2 = 0, w2 = 0;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!(got[i].aval() == want[i].aval()))
+      return "array " + std::to_string(i) + " is " + got[i].aval().str() + ", expected " + want[i].aval().str();
+    auto g = got[i].to_vector<double>(), w = want[i].to_vector<double>();
+    for (std::size_t k = 0; k < g.size(); ++k) {
+      if (!std::isfinite(g[k]) || !std::isfinite(w[k])) return "not finite:\n  got\n" + show(got) + "  want\n" + show(want);
+      err2 += (g[k] - w[k]) * (g[k] - w[k]);
+      g2 += g[k] * g[k];
+      w2 += w[k] * w[k];
+    }
+    n += g.size();
+  }
+  double err = std::sqrt(err2), bound = tol.atol * std::sqrt(static_cast<double>(std::max<std::size_t>(n, 1))) +
+                                        tol.rtol * std::max(std::sqrt(g2), std::sqrt(w2)) + extra;
+  if (err <= bound) return "";
+  return "|got - want| = " + num(err) + " > " + num(bound) + "\n  got\n" + show(got) + "  want\n" + show(want);
+}
+
+double dot(const Arrays& a, const Arrays& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
+    for (std::size_t k = 0; k < x.size(); ++k) s += x[k] * y[k];
+  }
+  return s;
+}
+
+double norm_diff(const Arrays& a, const Arrays& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto x = a[i].to_vector<double>(), y = b[i].to_vector<double>();
+    for (std::size_t k = 0; k < x.size(); ++k) s += (x[k] - y[k]) * (x[k] - y[k]);
+  }
+  return std::sqrt(s);
+}
+
+Arrays random_arrays(std::mt19937_64& rng, const std::vector<Shape>& shapes, double lo, double hi, xj::DType dt) {
+  Arrays out;
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (const auto& s : shapes) {
+    std::vector<double> v(static_cast<std::size_t>(size_of(s)));
+    for (auto& e : v) e = u(rng);
+    out.push_back(xj::astype(xj::array<double>(v, s), dt));
+  }
+  return out;
+}
+
+enum class Expect { Success, MayRaiseTransformError };
+
+/// The oracles on one program in one dtype.
+class Checker {
+ public:
+  Checker(const Program& p, xj::DType dt, Stats& st, std::ostream& out, bool& header_printed)
+      : p_(p), dt_(dt), st_(st), out_(out), header_printed_(header_printed) {
+    full_ = Runner{Mode::Full, dt, nullptr, nullptr};
+    plain_ = Runner{Mode::Plain, dt, &tape_, nullptr};
+    std::mt19937_64 rng(p.seed * 0x9E3779B97F4A7C15ull + 17);
+    xs_ = random_arrays(rng, p.main.in, -1.5, 1.5, dt);
+    ts_ = random_arrays(rng, p.main.in, -1, 1, dt);
+    rng_ = rng;
+  }
+
+  std::optional<Array> value;
+  std::optional<Arrays> gradient;
+  double margin = std::numeric_limits<double>::infinity();
+  bool ok = true;
+
+  void run() {
+    bool f64 = dt_ == xj::f64;
+    const Features& ft = p_.features;
+    Expect rev = ft.has_while ? Expect::MayRaiseTransformError : Expect::Success;
+    Expect fwd = ft.has_custom_vjp ? Expect::MayRaiseTransformError : Expect::Success;
+    Expect both = ft.has_while || ft.has_custom_vjp ? Expect::MayRaiseTransformError : Expect::Success;
+    Tol same = f64 ? kSameF64 : kSameF32;
+    auto F = [this](const Arrays& x) { return full_(p_, x); };
+    auto P = [this](const Arrays& x) { return plain_(p_, x); };
+
+    // Values: the program runs, and Plain (recording its decisions) agrees with it.
+    check("value", Expect::Success, [&] {
+      value = F(xs_);
+      return std::string();
+    });
+    if (!value) return;
+    c_ = random_arrays(rng_, {value->shape()}, -1, 1, dt_)[0];
+    std::optional<Array> plain_value;
+    check("plain value", Expect::Success, [&] {
+      Monitor mon;
+      tape_.recording = true;
+      plain_.monitor = &mon;
+      plain_value = plain_(p_, xs_);
+      tape_.recording = false;
+      plain_.monitor = nullptr;
+      margin = mon.margin;
+      return std::string();
+    });
+    if (!plain_value) return;
+    bool comparable = margin >= (f64 ? kSameMarginF64 : kSameMarginF32);
+    bool fd = f64 && margin >= kFdMargin;
+    if (!fd && f64) ++st_.fd_skipped;
+    if (comparable) {
+      check("wrappers vs plain: value", Expect::Success, [&] { return compare({*value}, {*plain_value}, same); });
+      check("plain replay", Expect::Success, [&] { return compare({P(xs_)}, {*plain_value}, same); });
+      check("jit vs eager", Expect::Success, [&] {
+        auto jf = xj::jit(F);
+        std::string d = compare({jf(xs_)}, {*value}, same);
+        return d.empty() ? compare({jf(xs_)}, {*value}, same) : d;  // the second call reuses the plan
+      });
+      check("eval_jaxpr(make_jaxpr(f)) vs f", Expect::Success, [&] {
+        xj::ClosedJaxpr j = xj::make_jaxpr(F)(xs_);
+        xj::typecheck(*j.jaxpr);
+        std::ostringstream printed;
+        printed << j;
+        std::vector<Array> leaves = xs_;
+        return compare({xj::eval_jaxpr(j, leaves).at(0)}, {*value}, same);
+      });
+    }
+
+    // First order.
+    Array c = c_;
+    auto LF = [F, c](const Arrays& x) { return xj::sum(F(x) * c); };
+    auto LP = [P, c](const Arrays& x) { return xj::sum(P(x) * c); };
+    // Known bug (kNestedWhileLinearizeBugFixed): reverse mode of a while nested in a while throws
+    // std::out_of_range instead of the TransformError; skipped until fixed.
+    bool nested_while_bug = !kNestedWhileLinearizeBugFixed && ft.has_nested_while;
+    if (!nested_while_bug)
+      check("grad", rev, [&] {
+        gradient = xj::grad(LF)(xs_);
+        return std::string();
+      });
+    std::optional<Arrays> plain_grad;
+    check("grad of plain", Expect::Success, [&] {
+      plain_grad = xj::grad(LP)(xs_);
+      return std::string();
+    });
+    if (gradient && plain_grad && comparable)
+      check("wrappers vs plain: grad", Expect::Success, [&] { return compare(*gradient, *plain_grad, same); });
+    if (gradient && comparable) {
+      bool vjp_bug = !kVjpCustomJvpIntoCustomVjpBugFixed && ft.has_custom_vjp && ft.counts.count("CustomJvp");
+      check("vjp vs grad", vjp_bug ? Expect::MayRaiseTransformError : rev, [&] {
+        auto [y, pull] = xj::vjp(F, xs_);
+        std::string d = compare({y}, {*value}, same);
+        return d.empty() ? compare(std::get<0>(pull(c)), *gradient, same) : d;
+      });
+      check("jit(grad) vs grad", Expect::Success, [&] { return compare(xj::jit(xj::grad(LF))(xs_), *gradient, same); });
+      check("value_and_grad, has_aux vs grad", Expect::Success, [&] {
+        auto [v, g] = xj::value_and_grad(LF)(xs_);
+        auto [g2, aux] = xj::grad([F, c](const Arrays& x) {
+          Array y = F(x);
+          return std::pair<Array, Array>{xj::sum(y * c), y};
+        }, {.has_aux = true})(xs_);
+        std::string d = compare({v}, {xj::sum(*value * c)}, same);
+        if (d.empty()) d = compare(g, *gradient, same);
+        if (d.empty()) d = compare(g2, *gradient, same);
+        return d.empty() ? compare({aux}, {*value}, same) : d;
+      });
+      check("saved_residuals", Expect::Success, [&] {
+        // Introspection must work wherever grad does; each residual has a type and a description.
+        for (const auto& r : xj::saved_residuals(F, xs_))
+          if (r.description.empty()) return std::string("a residual without a description: ") + r.aval.str();
+        return std::string();
+      });
+      check("typecheck(make_jaxpr(grad))", Expect::Success, [&] {
+        xj::ClosedJaxpr j = xj::make_jaxpr(xj::grad(LF))(xs_);
+        xj::typecheck(*j.jaxpr);
+        return compare(xj::eval_jaxpr(j, xs_), *gradient, same);
+      });
+    }
+    if (fd && plain_grad)
+      check("grad vs finite differences", Expect::Success, [&] {
+        auto L = [&](const Arrays& x) { return Arrays{LP(x)}; };
+        auto [d1, err] = finite_diff(L);
+        return compare({xj::scalar(dot(*plain_grad, ts_), xj::f64)}, d1, kFiniteDiff, err);
+      });
+    std::optional<Array> tangent;
+    check("jvp", fwd, [&] {
+      auto [y, t] = xj::jvp(F, std::tuple{xs_}, std::tuple{ts_});
+      tangent = t;
+      return comparable ? compare({y}, {*value}, same) : std::string();
+    });
+    if (tangent && fd)
+      check("jvp vs finite differences", Expect::Success, [&] {
+        auto [d1, err] = finite_diff([&](const Arrays& x) { return Arrays{P(x)}; });
+        return compare({*tangent}, d1, kFiniteDiff, err);
+      });
+    if (tangent && gradient && comparable)
+      check("<J t, c> == <t, J^T c>", Expect::Success, [&] {
+        double lhs = dot({*tangent}, {c}), rhs = dot(*gradient, ts_);
+        return compare({xj::scalar(lhs, xj::f64)}, {xj::scalar(rhs, xj::f64)}, f64 ? Tol{1e-8, 1e-10} : Tol{1e-3, 1e-4});
+      });
+    bool lin_ok = !nested_while_bug &&
+                  (kCustomVjpLinearizeBugFixed || !p_.features.has_custom_vjp);
+    if (lin_ok && comparable)
+      check("linearize vs jvp", both, [&] {
+        auto [y, lin] = xj::linearize(F, xs_);
+        std::string d = compare({y}, {*value}, same);
+        if (!d.empty() || !tangent) return d;
+        return compare({lin(ts_)}, {*tangent}, same);
+      });
+
+    // Transform caches: a jit / grad called first at x, then at a nearby point, gives what a fresh
+    // one gives there (only where no kink is near, so that x and the new point agree on branches).
+    if (fd && gradient)
+      check("jit and grad reused at a new point", Expect::Success, [&] {
+        Arrays x2 = shifted(1e-4);
+        auto jf = xj::jit(F);
+        auto gf = xj::grad(LF);
+        (void)jf(xs_);
+        (void)gf(xs_);
+        std::string d = compare({jf(x2)}, {F(x2)}, same);
+        return d.empty() ? compare(gf(x2), xj::grad(LF)(x2), same) : d;
+      });
+
+    // Jacobians of one-input programs: forward against reverse mode.
+    if (xs_.size() == 1 && xs_[0].size() <= 32 && comparable && !nested_while_bug)
+      check("jacfwd vs jacrev", both, [&] {
+        auto F1 = [F](const Array& x) { return F(Arrays{x}); };
+        return compare({xj::jacfwd(F1)(xs_[0])}, {xj::jacrev(F1)(xs_[0])}, same);
+      });
+
+    // Second order: jvp of grad against finite differences of grad (every other program), and
+    // for one-input programs the Hessian (jacfwd of jacrev) applied to t against the same.
+    if (fd && gradient && p_.seed % 2 == 0) {
+      std::optional<Arrays> hvp;
+      check("jvp(grad) vs finite differences of grad", both, [&] {
+        auto [g, h] = xj::jvp(xj::grad(LF), std::tuple{xs_}, std::tuple{ts_});
+        hvp = h;
+        auto [d2, err] = finite_diff([&](const Arrays& x) { return xj::grad(LP)(x); });
+        return compare(h, d2, kFiniteDiff, err);
+      });
+      if (hvp && xs_.size() == 1 && xs_[0].size() <= 32)
+        check("hessian . t vs jvp(grad)", both, [&] {
+          auto L1 = [LF](const Array& x) { return LF(Arrays{x}); };
+          Array h = xj::hessian(L1)(xs_[0]);  // shape x.shape + x.shape
+          auto n = xs_[0].size();
+          Array ht = xj::reshape(xj::matmul(xj::reshape(h, {n, n}), xj::reshape(ts_[0], {n})), xs_[0].shape());
+          return compare({ht}, *hvp, same);
+        });
+    }
+  }
+
+  /// Pairs the f32 run with the f64 run of the same program.
+  void compare_with_f64(const Checker& f64) {
+    if (p_.features.counts.count("RandNormal")) return;  // draws differ between dtypes
+    if (margin < kSameMarginF32 || f64.margin < kSameMarginF32) return;
+    if (value && f64.value)
+      check("f32 vs f64: value", Expect::Success, [&] { return compare({xj::astype(*value, xj::f64)}, {*f64.value}, kF32VsF64); });
+    if (gradient && f64.gradient)
+      check("f32 vs f64: grad", Expect::Success, [&] {
+        Arrays g;
+        for (const auto& x : *gradient) g.push_back(xj::astype(x, xj::f64));
+        return compare(g, *f64.gradient, kF32VsF64);
+      });
+  }
+
+ private:
+  const Program& p_;
+  xj::DType dt_;
+  Stats& st_;
+  std::ostream& out_;
+  bool& header_printed_;
+  Tape tape_;
+  Runner full_, plain_;
+  Arrays xs_, ts_;
+  Array c_;
+  std::mt19937_64 rng_;
+
+  Arrays shifted(double h) const {
+    Arrays out;
+    for (std::size_t i = 0; i < xs_.size(); ++i) out.push_back(xs_[i] + ts_[i] * h);
+    return out;
+  }
+
+  /// The central difference of g along ts_ at xs_ with step kStep, and an estimate of its error
+  /// (twice its distance to the difference with step 2 kStep).
+  std::pair<Arrays, double> finite_diff(const std::function<Arrays(const Arrays&)>& g) const {
+    auto central = [&](double h) {
+      Arrays plus = g(shifted(h)), minus = g(shifted(-h)), d;
+      for (std::size_t i = 0; i < plus.size(); ++i) d.push_back((plus[i] - minus[i]) / (2 * h));
+      return d;
+    };
+    Arrays d1 = central(kStep), d2 = central(2 * kStep);
+    return {d1, 2 * norm_diff(d1, d2)};
+  }
+
+  void check(const char* oracle, Expect expect, const std::function<std::string()>& fn) {
+    std::snprintf(g_activity, sizeof g_activity, "seed %llu (%s), oracle '%s'",
+                  static_cast<unsigned long long>(p_.seed), dt_ == xj::f64 ? "f64" : "f32", oracle);
+    ++st_.checks;
+    ++st_.oracles[oracle];
+    try {
+      std::string d = fn();
+      if (!d.empty()) fail(oracle, d);
+    } catch (const xj::TransformError& e) {
+      if (expect == Expect::MayRaiseTransformError) ++st_.expected_errors;
+      else fail(oracle, "unexpected xj::TransformError: " + std::string(e.what()));
+    } catch (const std::exception& e) {
+      fail(oracle, "unexpected " + demangle(typeid(e).name()) + ": " + e.what());
+    }
+  }
+
+  void fail(const char* oracle, const std::string& what) {
+    ok = false;
+    ++st_.failures;
+    if (!header_printed_) {
+      header_printed_ = true;
+      out_ << "==== FAILURE: seed " << p_.seed << " (reproduce: xjax-fuzz --seed " << p_.seed << ")\n" << print(p_);
+      out_ << "inputs (" << (dt_ == xj::f64 ? "f64" : "f32") << "):\n" << show(xs_) << "tangents:\n" << show(ts_);
+      try {
+        Runner full{Mode::Full, dt_, nullptr, nullptr};
+        out_ << "jaxpr:\n" << xj::make_jaxpr([&](const Arrays& x) { return full(p_, x); })(xs_) << "\n";
+      } catch (const std::exception& e) {
+        out_ << "jaxpr: make_jaxpr raised " << demangle(typeid(e).name()) << ": " << e.what() << "\n";
+      }
+    }
+    out_ << "FAIL seed " << p_.seed << " " << (dt_ == xj::f64 ? "f64" : "f32") << " [" << oracle << "]: " << what << "\n";
+  }
+};
+
+}  // namespace
+
+const char* current_activity() { return g_activity; }
+
+bool check_program(std::uint64_t seed, Stats& stats, const Options& opts, std::ostream& out) {
+  Program p = generate(seed);
+  ++stats.programs;
+  for (const auto& [what, n] : p.features.counts) stats.coverage[what] += n > 0;
+  if (opts.verbose) out << print(p);
+  bool header = false;
+  Checker f64(p, xj::f64, stats, out, header);
+  f64.run();
+  Checker f32(p, xj::f32, stats, out, header);
+  f32.run();
+  f32.compare_with_f64(f64);
+  return f64.ok && f32.ok;
+}
+
+}  // namespace fuzz
