@@ -26,22 +26,22 @@ using Arrays = std::vector<Array>;
 // Known bug, reenable when fixed: CSE (transforms/cse.cpp) merges literals equal to 6 decimals.
 // Until then every constant is a multiple of 1/8, so no two distinct literals are that close, and
 // no program draws random numbers (random::normal's literals 2^-23 and 2^-52 merge with 0).
-inline constexpr bool kCseLiteralBugFixed = false;
+inline constexpr bool kCseLiteralBugFixed = true;
 // Known bug, reenable when fixed: linearize of a while_loop nested in a while_loop throws
 // std::out_of_range. Until then the linearize oracle skips programs with nested whiles.
-inline constexpr bool kNestedWhileLinearizeBugFixed = false;
+inline constexpr bool kNestedWhileLinearizeBugFixed = true;
 // Known bug, reenable when fixed: jvp and linearize of a custom_vjp function disagree (one raises
 // TransformError, the other does not). Until then linearize is not run on custom_vjp programs.
-inline constexpr bool kCustomVjpLinearizeBugFixed = false;
+inline constexpr bool kCustomVjpLinearizeBugFixed = true;
 // Known bug, reenable when fixed (found by this fuzzer, seed 1140): xj::vjp of a function that
 // feeds a custom_jvp output into a custom_vjp raises "forward-mode differentiation of a custom_vjp
 // function" when the custom_jvp rule's output tangent does not depend on the input tangents
 // (e.g. the rule returns zeros_like(x)); grad of the same function works. Until then the vjp
 // oracle accepts a TransformError on programs with both custom_jvp and custom_vjp.
-inline constexpr bool kVjpCustomJvpIntoCustomVjpBugFixed = false;
+inline constexpr bool kVjpCustomJvpIntoCustomVjpBugFixed = true;
 // Known bug, reenable when fixed: reduce_prod's derivative divides by the input (wrong at an
 // exact 0). Until then prod only sees 1.5 + tanh(x), which is never 0.
-inline constexpr bool kReduceProdZeroBugFixed = false;
+inline constexpr bool kReduceProdZeroBugFixed = true;
 
 enum class Op {
   // leaves (constants)
