@@ -64,8 +64,6 @@ std::vector<double> fd_jacobian(const std::function<xj::Array(const xj::Array&)>
   return jac;
 }
 
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
-
 template <class Fn> std::string error_message(Fn&& fn) {
   try {
     fn();

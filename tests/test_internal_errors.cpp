@@ -46,8 +46,6 @@ template <class F> std::string internal_error_of(F&& f) {
   return "(no error)";
 }
 
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
-
 }  // namespace
 
 TEST_CASE("internal errors: a pass reading an undefined variable raises InternalError naming the pass") {

@@ -528,27 +528,6 @@ TEST_CASE("scan: loop-invariant residuals are hoisted, not stacked") {
 
 // ---- 6. errors --------------------------------------------------------------------------------
 
-namespace {
-
-/// The message of the error of type E that f throws (a test failure if it throws something else
-/// or nothing).
-template <class E, class F> std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw the wrong type: " << e.what());
-    return {};
-  }
-  FAIL("did not throw");
-  return {};
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-}  // namespace
-
 TEST_CASE("scan: error messages") {
   xj::Array xs = xj::ones({5, 2});
   xj::Array c0 = xj::zeros({2});

@@ -13,18 +13,6 @@ using namespace test_util;
 
 namespace {
 
-template <class E, class F> std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("no exception of the expected type was thrown");
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
-
 // The exact bits of every element, so that "equal" means bit-identical.
 template <class T> std::vector<T> bits_of(const xj::Array& a) {
   std::vector<T> v(static_cast<std::size_t>(a.size()));
@@ -71,6 +59,19 @@ TEST_CASE("trust: jitted random::uniform f64 matches eager (2^-52 and 2^-32 are 
   xj::Array eager = u(key);
   CHECK(eager.to_vector<double>()[0] == doctest::Approx(0.20424).epsilon(1e-4));
   CHECK(bits_of<double>(xj::jit(u)(key)) == bits_of<double>(eager));
+}
+
+TEST_CASE("trust: random::normal under jit and jvp equals eager (2^-23, 2^-32, 2^-52 and 0 literals)") {
+  for (xj::DType dt : {xj::f32, xj::f64}) {
+    INFO(xj::dtype_name(dt));
+    auto n = [dt](const xj::Array& key, const xj::Array& x) { return xj::random::normal(key, {5}, dt) * x; };
+    xj::Array key = xj::random::key(89), x = xj::ones({5}, dt);
+    xj::Array eager = n(key, x);
+    CHECK(vec(xj::jit(n)(key, x)) == vec(eager));
+    auto [y, t] = xj::jvp([&](const xj::Array& v) { return n(key, v); }, std::tuple{x}, std::tuple{xj::ones({5}, dt)});
+    CHECK(vec(y) == vec(eager));
+    CHECK(vec(t) == vec(eager));  // d(normal * x)/dx along ones = normal
+  }
 }
 
 TEST_CASE("trust: f32 dropout keeps the same units under jit as eagerly") {

@@ -57,6 +57,24 @@ inline void check_close(const xj::Array& got, const xj::Array& want, double tol 
   check_values(got, vec(want), tol);
 }
 
+/// Whether `what` occurs in `s` (error messages).
+inline bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+/// The message of the error of type E that f throws (a test failure if it throws something else
+/// or nothing).
+template <class E, class F> std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL("threw the wrong type: " << e.what());
+    return {};
+  }
+  FAIL("did not throw");
+  return {};
+}
+
 /// Normally distributed values (fixed seed), as an array of `dtype`.
 inline xj::Array randn(const xj::Shape& shape, unsigned seed, xj::DType dtype = xj::f64, double scale = 1.0) {
   std::mt19937 rng(seed);
