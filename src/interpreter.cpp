@@ -27,18 +27,6 @@ ImplRule impl_rule(Primitive p) {
 }
 }  // namespace detail
 
-std::vector<ShapedArray> Jaxpr::in_avals() const {
-  std::vector<ShapedArray> out;
-  for (const auto& v : invars) out.push_back(v.aval());
-  return out;
-}
-
-std::vector<ShapedArray> Jaxpr::out_avals() const {
-  std::vector<ShapedArray> out;
-  for (const auto& a : outvars) out.push_back(atom_aval(a));
-  return out;
-}
-
 namespace {
 
 void check_args(const Jaxpr& j, std::span<const Array> args, std::size_t nconsts) {

@@ -11,21 +11,6 @@
 
 namespace xjax {
 
-Var::Var(ShapedArray aval) {
-  static std::atomic<std::uint64_t> next_id{1};
-  p_ = std::make_shared<const Impl>(Impl{std::move(aval), next_id.fetch_add(1)});
-}
-
-const ShapedArray& atom_aval(const Atom& a) {
-  if (auto* v = std::get_if<Var>(&a)) return v->aval();
-  return std::get<Literal>(a).value.aval();
-}
-
-std::int64_t param_int(const Params& ps, std::string_view name) { return param<std::int64_t>(ps, name); }
-const std::vector<std::int64_t>& param_ints(const Params& ps, std::string_view name) {
-  return param<std::vector<std::int64_t>>(ps, name);
-}
-
 namespace detail {
 
 struct Builder : std::enable_shared_from_this<Builder> {
