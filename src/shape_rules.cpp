@@ -79,7 +79,7 @@ std::vector<ShapedArray> reduce(Primitive p, Avals in, const Params& ps, Kinds k
   return {ShapedArray{remove_axes(in[0].shape, axes), in[0].dtype}};
 }
 
-std::vector<ShapedArray> argmax_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> argmax_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::argmax;
   expect_arity(p, in, 1);
   const Ints& axes = param_ints(ps, "axes");
@@ -91,7 +91,7 @@ std::vector<ShapedArray> argmax_rule(Avals in, const Params& ps) {
   return {ShapedArray{remove_axes(in[0].shape, axes), idx}};
 }
 
-std::vector<ShapedArray> select_n_rule(Avals in) {
+std::vector<ShapedArray> select_n_shape_rule(Avals in) {
   const Primitive p = Primitive::select_n;
   if (in.size() < 2) shape_fail(p, in, "needs a predicate and at least one case");
   const ShapedArray& which = in[0];
@@ -105,7 +105,7 @@ std::vector<ShapedArray> select_n_rule(Avals in) {
   return {in[1]};
 }
 
-std::vector<ShapedArray> dot_general_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> dot_general_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::dot_general;
   expect_arity(p, in, 2);
   const auto &lhs = in[0], &rhs = in[1];
@@ -137,7 +137,7 @@ std::vector<ShapedArray> dot_general_rule(Avals in, const Params& ps) {
   return {ShapedArray{out, lhs.dtype}};
 }
 
-std::vector<ShapedArray> broadcast_in_dim_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> broadcast_in_dim_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::broadcast_in_dim;
   expect_arity(p, in, 1);
   const Ints& shape = param_ints(ps, "shape");
@@ -156,7 +156,7 @@ std::vector<ShapedArray> broadcast_in_dim_rule(Avals in, const Params& ps) {
   return {ShapedArray{shape, in[0].dtype}};
 }
 
-std::vector<ShapedArray> reshape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> reshape_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::reshape;
   expect_arity(p, in, 1);
   const Ints& sizes = param_ints(ps, "new_sizes");
@@ -167,7 +167,7 @@ std::vector<ShapedArray> reshape_rule(Avals in, const Params& ps) {
   return {ShapedArray{sizes, in[0].dtype}};
 }
 
-std::vector<ShapedArray> transpose_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> transpose_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::transpose;
   expect_arity(p, in, 1);
   const Ints& perm = param_ints(ps, "permutation");
@@ -178,7 +178,7 @@ std::vector<ShapedArray> transpose_rule(Avals in, const Params& ps) {
   return {ShapedArray{out, in[0].dtype}};
 }
 
-std::vector<ShapedArray> squeeze_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> squeeze_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::squeeze;
   expect_arity(p, in, 1);
   const Ints& dims = param_ints(ps, "dimensions");
@@ -189,7 +189,7 @@ std::vector<ShapedArray> squeeze_rule(Avals in, const Params& ps) {
   return {ShapedArray{remove_axes(in[0].shape, dims), in[0].dtype}};
 }
 
-std::vector<ShapedArray> expand_dims_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> expand_dims_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::expand_dims;
   expect_arity(p, in, 1);
   const Ints& dims = param_ints(ps, "dimensions");
@@ -202,7 +202,7 @@ std::vector<ShapedArray> expand_dims_rule(Avals in, const Params& ps) {
   return {ShapedArray{out, in[0].dtype}};
 }
 
-std::vector<ShapedArray> slice_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> slice_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::slice;
   expect_arity(p, in, 1);
   const Ints &start = param_ints(ps, "start_indices"), &limit = param_ints(ps, "limit_indices");
@@ -223,7 +223,7 @@ std::vector<ShapedArray> slice_rule(Avals in, const Params& ps) {
   return {ShapedArray{out, in[0].dtype}};
 }
 
-std::vector<ShapedArray> pad_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> pad_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::pad;
   expect_arity(p, in, 2);
   if (in[1].ndim() != 0 || in[1].dtype != in[0].dtype)
@@ -251,7 +251,7 @@ void expect_scalar_indices(Primitive p, Avals in, std::size_t first, std::size_t
       type_fail(p, in, "start indices must be integer scalars");
 }
 
-std::vector<ShapedArray> dynamic_slice_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> dynamic_slice_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::dynamic_slice;
   if (in.empty()) shape_fail(p, in, "needs an operand");
   expect_scalar_indices(p, in, 1, static_cast<std::size_t>(in[0].ndim()));
@@ -262,7 +262,7 @@ std::vector<ShapedArray> dynamic_slice_rule(Avals in, const Params& ps) {
   return {ShapedArray{sizes, in[0].dtype}};
 }
 
-std::vector<ShapedArray> dynamic_update_slice_rule(Avals in) {
+std::vector<ShapedArray> dynamic_update_slice_shape_rule(Avals in) {
   const Primitive p = Primitive::dynamic_update_slice;
   if (in.size() < 2) shape_fail(p, in, "needs an operand and an update");
   if (in[1].dtype != in[0].dtype) type_fail(p, in, "the update must have the operand's dtype");
@@ -273,7 +273,7 @@ std::vector<ShapedArray> dynamic_update_slice_rule(Avals in) {
   return {in[0]};
 }
 
-std::vector<ShapedArray> concatenate_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> concatenate_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::concatenate;
   if (in.empty()) shape_fail(p, in, "needs at least one operand");
   std::int64_t dim = norm_axis(p, in, param_int(ps, "dimension"), in[0].ndim());
@@ -298,12 +298,12 @@ Shape gather_shape(Primitive p, Avals in, std::int64_t axis) {
   return out;
 }
 
-std::vector<ShapedArray> gather_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> gather_shape_rule(Avals in, const Params& ps) {
   expect_arity(Primitive::gather, in, 2);
   return {ShapedArray{gather_shape(Primitive::gather, in, param_int(ps, "axis")), in[0].dtype}};
 }
 
-std::vector<ShapedArray> scatter_add_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> scatter_add_shape_rule(Avals in, const Params& ps) {
   const Primitive p = Primitive::scatter_add;
   expect_arity(p, in, 3);
   ShapedArray upd{gather_shape(p, in, param_int(ps, "axis")), in[0].dtype};
@@ -312,7 +312,7 @@ std::vector<ShapedArray> scatter_add_rule(Avals in, const Params& ps) {
   return {in[0]};
 }
 
-std::vector<ShapedArray> iota_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> iota_shape_rule(Avals in, const Params& ps) {
   expect_arity(Primitive::iota, in, 0);
   const Ints& shape = param_ints(ps, "shape");
   norm_axis(Primitive::iota, in, param_int(ps, "dimension"), static_cast<std::int64_t>(shape.size()));
@@ -320,7 +320,7 @@ std::vector<ShapedArray> iota_rule(Avals in, const Params& ps) {
 }
 
 // threefry2x32(key: u32[2], counters: u32[..., 2]) -> u32[..., 2]
-std::vector<ShapedArray> threefry2x32_rule(Avals in) {
+std::vector<ShapedArray> threefry2x32_shape_rule(Avals in) {
   const Primitive p = Primitive::threefry2x32;
   expect_arity(p, in, 2);
   if (in[0].dtype != u32 || in[1].dtype != u32) type_fail(p, in, "key and counters must be u32");
@@ -329,7 +329,7 @@ std::vector<ShapedArray> threefry2x32_rule(Avals in) {
   return {in[1]};
 }
 
-std::vector<ShapedArray> integer_pow_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> integer_pow_shape_rule(Avals in, const Params& ps) {
   auto out = elementwise(Primitive::integer_pow, in, 1, Kinds::numeric);
   if (param_int(ps, "y") < 0 && !is_floating(in[0].dtype))
     type_fail(Primitive::integer_pow, in, "a negative power needs a floating-point operand");
@@ -346,35 +346,35 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
       return elementwise(p, in, 1, Kinds::floats);
     case P::neg: case P::abs: case P::sign:
       return elementwise(p, in, 1, Kinds::numeric);
-    case P::integer_pow: return integer_pow_rule(in, ps);
+    case P::integer_pow: return integer_pow_shape_rule(in, ps);
     case P::add: case P::sub: case P::mul: case P::div:
       return elementwise(p, in, 2, Kinds::numeric);
     case P::max: case P::min: return elementwise(p, in, 2, Kinds::any);
     case P::pow: return elementwise(p, in, 2, Kinds::floats);
     case P::eq: case P::ne: case P::lt: case P::le: case P::gt: case P::ge:
       return elementwise(p, in, 2, Kinds::any, bool_, false);
-    case P::select_n: return select_n_rule(in);
+    case P::select_n: return select_n_shape_rule(in);
     case P::convert_element_type:
       expect_arity(p, in, 1);
       return {ShapedArray{in[0].shape, param<DType>(ps, "new_dtype")}};
     case P::stop_gradient: case P::copy: return elementwise(p, in, 1, Kinds::any);
-    case P::dot_general: return dot_general_rule(in, ps);
+    case P::dot_general: return dot_general_shape_rule(in, ps);
     case P::reduce_sum: case P::reduce_prod: return reduce(p, in, ps, Kinds::numeric);
     case P::reduce_max: case P::reduce_min: return reduce(p, in, ps, Kinds::any);
-    case P::argmax: return argmax_rule(in, ps);
-    case P::broadcast_in_dim: return broadcast_in_dim_rule(in, ps);
-    case P::reshape: return reshape_rule(in, ps);
-    case P::transpose: return transpose_rule(in, ps);
-    case P::squeeze: return squeeze_rule(in, ps);
-    case P::expand_dims: return expand_dims_rule(in, ps);
-    case P::slice: return slice_rule(in, ps);
-    case P::pad: return pad_rule(in, ps);
-    case P::dynamic_slice: return dynamic_slice_rule(in, ps);
-    case P::dynamic_update_slice: return dynamic_update_slice_rule(in);
-    case P::concatenate: return concatenate_rule(in, ps);
-    case P::gather: return gather_rule(in, ps);
-    case P::scatter_add: return scatter_add_rule(in, ps);
-    case P::iota: return iota_rule(in, ps);
+    case P::argmax: return argmax_shape_rule(in, ps);
+    case P::broadcast_in_dim: return broadcast_in_dim_shape_rule(in, ps);
+    case P::reshape: return reshape_shape_rule(in, ps);
+    case P::transpose: return transpose_shape_rule(in, ps);
+    case P::squeeze: return squeeze_shape_rule(in, ps);
+    case P::expand_dims: return expand_dims_shape_rule(in, ps);
+    case P::slice: return slice_shape_rule(in, ps);
+    case P::pad: return pad_shape_rule(in, ps);
+    case P::dynamic_slice: return dynamic_slice_shape_rule(in, ps);
+    case P::dynamic_update_slice: return dynamic_update_slice_shape_rule(in);
+    case P::concatenate: return concatenate_shape_rule(in, ps);
+    case P::gather: return gather_shape_rule(in, ps);
+    case P::scatter_add: return scatter_add_shape_rule(in, ps);
+    case P::iota: return iota_shape_rule(in, ps);
     case P::custom_jvp_call: return custom_jvp_call_abstract_eval(in, ps);
     case P::custom_vjp_call: return custom_vjp_call_abstract_eval(in, ps);
     case P::custom_lin: return custom_lin_abstract_eval(in, ps);
@@ -383,7 +383,7 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::while_: return while__abstract_eval(in, ps);
     case P::checkpoint: return checkpoint_abstract_eval(in, ps);
     case P::name: return elementwise(p, in, 1, Kinds::any);
-    case P::threefry2x32: return threefry2x32_rule(in);
+    case P::threefry2x32: return threefry2x32_shape_rule(in);
   }
   throw Error("abstract_eval: unknown primitive");
 }
