@@ -461,6 +461,8 @@ Array iota(DType dtype, const Shape& shape, std::int64_t dimension, std::source_
 }
 
 Array Array::operator[](detail::Located<std::int64_t> index) const {
+  if (valid() && ndim() == 0)
+    throw ShapeError("x[i] indexes the leading axis; " + aval().str() + " has none (at " + where(index.loc) + ")");
   std::int64_t i = index.value, n = dim(0);
   if (i < -n || i >= n)
     throw ShapeError("index " + std::to_string(i) + " out of range for " + aval().str() + " (at " + where(index.loc) + ")");
@@ -479,41 +481,50 @@ Array Array::operator[](detail::Located<Array> index) const {
 
 // ---- operators: each is the named op at the operand's recorded location ----------------------
 
-Array operator-(ArrayOperand x) { return neg(x.value, x.loc); }
-Array operator+(ArrayOperand a, ArrayOperand b) { return add(a.value, b.value, a.loc); }
-Array operator-(ArrayOperand a, ArrayOperand b) { return sub(a.value, b.value, a.loc); }
-Array operator*(ArrayOperand a, ArrayOperand b) { return mul(a.value, b.value, a.loc); }
-Array operator/(ArrayOperand a, ArrayOperand b) { return div(a.value, b.value, a.loc); }
-Array operator+(ArrayOperand a, double b) { return add(a.value, scalar_like(b, a.value), a.loc); }
-Array operator-(ArrayOperand a, double b) { return sub(a.value, scalar_like(b, a.value), a.loc); }
-Array operator*(ArrayOperand a, double b) { return mul(a.value, scalar_like(b, a.value), a.loc); }
-Array operator/(ArrayOperand a, double b) { return div(a.value, scalar_like(b, a.value), a.loc); }
-Array operator+(double a, ArrayOperand b) { return add(scalar_like(a, b.value), b.value, b.loc); }
-Array operator-(double a, ArrayOperand b) { return sub(scalar_like(a, b.value), b.value, b.loc); }
-Array operator*(double a, ArrayOperand b) { return mul(scalar_like(a, b.value), b.value, b.loc); }
-Array operator/(double a, ArrayOperand b) { return div(scalar_like(a, b.value), b.value, b.loc); }
-Array operator==(ArrayOperand a, ArrayOperand b) { return eq(a.value, b.value, a.loc); }
-Array operator!=(ArrayOperand a, ArrayOperand b) { return ne(a.value, b.value, a.loc); }
-Array operator<(ArrayOperand a, ArrayOperand b) { return lt(a.value, b.value, a.loc); }
-Array operator<=(ArrayOperand a, ArrayOperand b) { return le(a.value, b.value, a.loc); }
-Array operator>(ArrayOperand a, ArrayOperand b) { return gt(a.value, b.value, a.loc); }
-Array operator>=(ArrayOperand a, ArrayOperand b) { return ge(a.value, b.value, a.loc); }
-Array operator==(ArrayOperand a, double b) { return eq(a.value, scalar_like(b, a.value), a.loc); }
-Array operator!=(ArrayOperand a, double b) { return ne(a.value, scalar_like(b, a.value), a.loc); }
-Array operator<(ArrayOperand a, double b) { return lt(a.value, scalar_like(b, a.value), a.loc); }
-Array operator<=(ArrayOperand a, double b) { return le(a.value, scalar_like(b, a.value), a.loc); }
-Array operator>(ArrayOperand a, double b) { return gt(a.value, scalar_like(b, a.value), a.loc); }
-Array operator>=(ArrayOperand a, double b) { return ge(a.value, scalar_like(b, a.value), a.loc); }
-Array operator==(double a, ArrayOperand b) { return eq(scalar_like(a, b.value), b.value, b.loc); }
-Array operator!=(double a, ArrayOperand b) { return ne(scalar_like(a, b.value), b.value, b.loc); }
-Array operator<(double a, ArrayOperand b) { return lt(scalar_like(a, b.value), b.value, b.loc); }
-Array operator<=(double a, ArrayOperand b) { return le(scalar_like(a, b.value), b.value, b.loc); }
-Array operator>(double a, ArrayOperand b) { return gt(scalar_like(a, b.value), b.value, b.loc); }
-Array operator>=(double a, ArrayOperand b) { return ge(scalar_like(a, b.value), b.value, b.loc); }
-Array& operator+=(Array& a, ArrayOperand b) { return a = add(a, b.value, b.loc); }
-Array& operator-=(Array& a, ArrayOperand b) { return a = sub(a, b.value, b.loc); }
-Array& operator*=(Array& a, ArrayOperand b) { return a = mul(a, b.value, b.loc); }
-Array& operator/=(Array& a, ArrayOperand b) { return a = div(a, b.value, b.loc); }
+namespace {
+/// The operand's array; an empty handle is an error naming the operator's line.
+const Array& checked(const ArrayOperand& x) {
+  if (!x.value.valid())
+    throw Error("an operand of an operator is an empty xj::Array (default-constructed, no value) (at " + where(x.loc) + ")");
+  return x.value;
+}
+}  // namespace
+
+Array operator-(ArrayOperand x) { return neg(checked(x), x.loc); }
+Array operator+(ArrayOperand a, ArrayOperand b) { return add(checked(a), checked(b), a.loc); }
+Array operator-(ArrayOperand a, ArrayOperand b) { return sub(checked(a), checked(b), a.loc); }
+Array operator*(ArrayOperand a, ArrayOperand b) { return mul(checked(a), checked(b), a.loc); }
+Array operator/(ArrayOperand a, ArrayOperand b) { return div(checked(a), checked(b), a.loc); }
+Array operator+(ArrayOperand a, double b) { return add(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator-(ArrayOperand a, double b) { return sub(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator*(ArrayOperand a, double b) { return mul(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator/(ArrayOperand a, double b) { return div(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator+(double a, ArrayOperand b) { return add(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator-(double a, ArrayOperand b) { return sub(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator*(double a, ArrayOperand b) { return mul(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator/(double a, ArrayOperand b) { return div(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator==(ArrayOperand a, ArrayOperand b) { return eq(checked(a), checked(b), a.loc); }
+Array operator!=(ArrayOperand a, ArrayOperand b) { return ne(checked(a), checked(b), a.loc); }
+Array operator<(ArrayOperand a, ArrayOperand b) { return lt(checked(a), checked(b), a.loc); }
+Array operator<=(ArrayOperand a, ArrayOperand b) { return le(checked(a), checked(b), a.loc); }
+Array operator>(ArrayOperand a, ArrayOperand b) { return gt(checked(a), checked(b), a.loc); }
+Array operator>=(ArrayOperand a, ArrayOperand b) { return ge(checked(a), checked(b), a.loc); }
+Array operator==(ArrayOperand a, double b) { return eq(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator!=(ArrayOperand a, double b) { return ne(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator<(ArrayOperand a, double b) { return lt(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator<=(ArrayOperand a, double b) { return le(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator>(ArrayOperand a, double b) { return gt(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator>=(ArrayOperand a, double b) { return ge(checked(a), scalar_like(b, checked(a)), a.loc); }
+Array operator==(double a, ArrayOperand b) { return eq(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator!=(double a, ArrayOperand b) { return ne(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator<(double a, ArrayOperand b) { return lt(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator<=(double a, ArrayOperand b) { return le(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator>(double a, ArrayOperand b) { return gt(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator>=(double a, ArrayOperand b) { return ge(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array& operator+=(Array& a, ArrayOperand b) { return a = add(a, checked(b), b.loc); }
+Array& operator-=(Array& a, ArrayOperand b) { return a = sub(a, checked(b), b.loc); }
+Array& operator*=(Array& a, ArrayOperand b) { return a = mul(a, checked(b), b.loc); }
+Array& operator/=(Array& a, ArrayOperand b) { return a = div(a, checked(b), b.loc); }
 Array& operator+=(Array& a, detail::Located<double> b) { return a = add(a, scalar_like(b.value, a), b.loc); }
 Array& operator-=(Array& a, detail::Located<double> b) { return a = sub(a, scalar_like(b.value, a), b.loc); }
 Array& operator*=(Array& a, detail::Located<double> b) { return a = mul(a, scalar_like(b.value, a), b.loc); }

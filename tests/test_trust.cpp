@@ -220,6 +220,21 @@ TEST_CASE("trust: errors from operators name the user's line, not src/ops.cpp") 
   CHECK(contains(m, "test_trust.cpp:" + std::to_string(line)));
 }
 
+TEST_CASE("trust: an empty operand or indexing a scalar names the operator's line") {
+  xj::Array empty, x = xj::ones({3});
+  int line = __LINE__ + 1;
+  std::string m = message_of<xj::Error>([&] { (void)(empty * 2.0); });
+  CHECK(contains(m, "empty"));
+  CHECK(contains(m, "test_trust.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  m = message_of<xj::Error>([&] { (void)(x + empty); });
+  CHECK(contains(m, "test_trust.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  m = message_of<xj::ShapeError>([&] { (void)xj::scalar(1.0)[0]; });
+  CHECK(contains(m, "f32[]"));
+  CHECK(contains(m, "test_trust.cpp:" + std::to_string(line)));
+}
+
 TEST_CASE("trust: a leaked tracer made by an operator names the user's line") {
   xj::Array leaked;
   int line = __LINE__ + 2;
