@@ -10,10 +10,13 @@
 #include <xjax/xjax.hpp>
 
 #include "internal.hpp"
+#include "test_util.hpp"
 
 namespace xj = xjax;
 using xj::Primitive;
 using xj::ShapedArray;
+using test_util::contains;
+using test_util::message_of;
 
 namespace {
 
@@ -29,22 +32,6 @@ ShapedArray eval1(Primitive p, std::vector<ShapedArray> in, const xj::Params& ps
   REQUIRE(out.size() == 1);
   return out[0];
 }
-
-// The message of the exception E thrown by f; fails the test when f throws nothing or another type.
-template <class E, class F> std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("threw another exception type: " << e.what());
-    return {};
-  }
-  FAIL("did not throw");
-  return {};
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // The error of a user-level op names the primitive (or op), the operand types and this file.
 template <class E, class F>
