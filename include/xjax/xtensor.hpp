@@ -139,26 +139,26 @@ Array adapt(const xt::xtensor_container<EC, N, L, Tag>& c) {
   return detail::external_array(c.data(), {detail::to_xjax_shape(c.shape()), detail::xtensor_dtype_v<T>}, nullptr);
 }
 
+namespace detail {
+/// adapt's owning form for any row-major container type C (copied when not row-major).
+template <class C> Array adopt_container(C&& c) {
+  if (!is_row_major_contiguous(c)) return from_xtensor(c);
+  auto owned = std::make_shared<const C>(std::move(c));
+  return external_array(owned->data(), {to_xjax_shape(owned->shape()), xtensor_dtype_v<typename C::value_type>},
+                        owned);
+}
+}  // namespace detail
+
 /// The recommended form: the array takes ownership of the container (moved, so its buffer and
 /// data pointer are kept: no copy when row-major) and frees it when the last array using the
 /// buffer is gone. Nothing else can modify it, so there is no aliasing to worry about.
 template <class EC, xt::layout_type L, class SC, class Tag>
 Array adapt(xt::xarray_container<EC, L, SC, Tag>&& c) {
-  using C = xt::xarray_container<EC, L, SC, Tag>;
-  if (!detail::is_row_major_contiguous(c)) return from_xtensor(c);
-  auto owned = std::make_shared<const C>(std::move(c));
-  return detail::external_array(owned->data(),
-                                {detail::to_xjax_shape(owned->shape()), detail::xtensor_dtype_v<typename C::value_type>},
-                                owned);
+  return detail::adopt_container(std::move(c));
 }
 template <class EC, std::size_t N, xt::layout_type L, class Tag>
 Array adapt(xt::xtensor_container<EC, N, L, Tag>&& c) {
-  using C = xt::xtensor_container<EC, N, L, Tag>;
-  if (!detail::is_row_major_contiguous(c)) return from_xtensor(c);
-  auto owned = std::make_shared<const C>(std::move(c));
-  return detail::external_array(owned->data(),
-                                {detail::to_xjax_shape(owned->shape()), detail::xtensor_dtype_v<typename C::value_type>},
-                                owned);
+  return detail::adopt_container(std::move(c));
 }
 
 /// A read-only, row-major xtensor view of concrete array `a`'s elements, no copy:

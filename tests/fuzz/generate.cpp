@@ -707,6 +707,7 @@ class Gen {
         n.ints = {static_cast<std::int64_t>(carry.size()), static_cast<std::int64_t>(xs.size()), length,
                   std::array<std::int64_t, 4>{1, 1, 2, 3}[static_cast<std::size_t>(uniform(0, 3))]};  // ncarry, nxs, length, unroll
         if (coin(0.15)) n.ints[3] = length + 1;
+        if (coin(0.1)) n.ints[3] = 0;  // 0: {.unroll = true}, JAX's full unroll
         n.flag = coin(0.5);  // reverse
         int ny = uniform(0, 1);
         n.variant = (xs.empty() && coin(0.5) ? 1 : 0) | (ny == 0 && coin(0.5) ? 2 : 0);  // xs None, ys None
@@ -728,7 +729,7 @@ class Gen {
           n.outs.push_back(y);
           mags.push_back(8);
         }
-        count(std::string("scan") + (n.flag ? "_reverse" : "") + (length == 0 ? "_empty" : "") + (n.ints[3] > 1 ? "_unrolled" : ""));
+        count(std::string("scan") + (n.flag ? "_reverse" : "") + (length == 0 ? "_empty" : "") + (n.ints[3] > 1 ? "_unrolled" : "") + (n.ints[3] == 0 ? "_fully_unrolled" : ""));
         n.subs.push_back(block(in, in_mag, s, body_out, out_mag, d, s.r, sub_nodes(), true, s.in_while));
         break;
       }

@@ -302,7 +302,9 @@ Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) con
       auto nc = static_cast<std::size_t>(n.ints[0]);
       Arrays init(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(nc));
       Arrays xs(args.begin() + static_cast<std::ptrdiff_t>(nc), args.end());
-      xj::ScanOptions o{.length = n.ints[2], .reverse = n.flag, .unroll = n.ints[3]};
+      // ints[3] == 0 stands for {.unroll = true} (unroll the whole loop).
+      xj::ScanOptions o{.length = n.ints[2], .reverse = n.flag,
+                        .unroll = n.ints[3] == 0 ? xj::ScanUnroll(true) : xj::ScanUnroll(n.ints[3])};
       switch (n.variant) {
         case 0: return scan_full<false, false>(r, blk, env, init, xs, nc, o);
         case 1: return scan_full<true, false>(r, blk, env, init, xs, nc, o);
