@@ -55,7 +55,7 @@ const void* Array::raw_data() const {
   if (im.tracer && !detail::tracer_in_active_trace(*im.tracer)) detail::tracer_escaped(*this);
   if (im.tracer)
     throw TracerError("a concrete value was required of a traced " + im.aval.str() +
-                      " (created at " + where(im.tracer->created_at) +
+                      " (created at " + format_location(im.tracer->created_at) +
                       "); inside a transform, values are abstract: use xj::cond / xj::where "
                       "instead of C++ branching on array values");
   return im.buffer ? static_cast<char*>(im.buffer->data) + im.offset : nullptr;

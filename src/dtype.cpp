@@ -55,7 +55,7 @@ std::string ShapedArray::str() const { return std::string(dtype_name(dtype)) + s
 
 std::ostream& operator<<(std::ostream& os, const ShapedArray& a) { return os << a.str(); }
 
-std::string where(const std::source_location& loc) {
+std::string format_location(const std::source_location& loc) {
   std::string file = loc.file_name();
   if (file.empty()) return "<unknown>";
   return file + ":" + std::to_string(loc.line());

@@ -18,9 +18,12 @@ ImplRule impl_rule(Primitive p) {
     XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_KERNEL_PRIMITIVE)
 #undef XJAX_KERNEL_PRIMITIVE
     return nullptr;
-#define XJAX_IMPL_CASE(name) \
-  case Primitive::name: return name##_impl;
-    XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(XJAX_IMPL_CASE)
+#define XJAX_IMPL_CASE(prim, stem)                                          \
+  case Primitive::prim:                                                    \
+    return [](std::span<const Array> in, const Params& ps) {               \
+      return stem##_impl(in, ps.get<params_of_t<Primitive::prim>>());      \
+    };
+    XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_IMPL_CASE)
 #undef XJAX_IMPL_CASE
   }
   return nullptr;
@@ -45,27 +48,6 @@ void check_args(const Jaxpr& j, std::span<const Array> args, std::size_t nconsts
 
 }  // namespace
 
-namespace detail {
-
-const EvalPlan& PlanCache::get(const Jaxpr& j) const {
-  if (const EvalPlan* p = ready_.load(std::memory_order_acquire)) return *p;  // the hot path
-  std::lock_guard lock(mutex_);
-  if (!plan_) plan_ = make_plan(j);
-  ready_.store(plan_.get(), std::memory_order_release);
-  return *plan_;
-}
-
-ClosedJaxprPtr PlanCache::derived(const DerivedKey& key, const std::function<ClosedJaxprPtr()>& build) const {
-  {
-    std::lock_guard lock(mutex_);
-    if (auto it = derived_.find(key); it != derived_.end()) return it->second;
-  }
-  ClosedJaxprPtr built = build();  // may trace: not under the lock
-  std::lock_guard lock(mutex_);
-  return derived_.emplace(key, std::move(built)).first->second;  // a racing build may have won
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -133,15 +115,10 @@ bool any_tracer(std::span<const Array> xs) {
 }  // namespace
 
 void prepare(const ClosedJaxpr& cj) {
-  const Jaxpr& j = *cj.jaxpr;
-  (void)j.plan.get(j);
-  for (const Eqn& e : j.eqns)
-    for (const auto& [name, p] : e.params) {
-      if (const auto* sub = std::get_if<ClosedJaxprPtr>(&p); sub && *sub) prepare(**sub);
-      if (const auto* subs = std::get_if<std::vector<ClosedJaxprPtr>>(&p))
-        for (const auto& s : *subs)
-          if (s) prepare(*s);
-    }
+  (void)detail::plan_of(cj.jaxpr);
+  for (const Eqn& e : cj.jaxpr->eqns)
+    for (const auto& sub : sub_jaxprs(e.params))
+      if (sub) prepare(*sub);
 }
 
 std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) try {
@@ -149,7 +126,7 @@ std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args
   check_args(j, args, cj.consts.size());
   detail::LocationScope own_locations(nullptr);
   if (detail::tracing_active() || any_tracer(args) || any_tracer(cj.consts)) return eval_by_binding(cj, args);
-  return run_plan(j.plan.get(j), cj, args);
+  return run_plan(*detail::plan_of(cj.jaxpr), cj, args);
 } catch (...) {
   detail::rethrow_internal("eval_jaxpr");
 }

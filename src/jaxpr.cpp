@@ -1,6 +1,6 @@
-// jaxpr.cpp: what jaxpr.hpp declares about the IR's values: variables, atoms, parameter access
-// and a jaxpr's input/output types. (Printing is in printer.cpp, typecheck in typecheck.cpp,
-// evaluation and the plan cache in interpreter.cpp.)
+// jaxpr.cpp: what jaxpr.hpp declares about the IR's values: variables, atoms and a jaxpr's
+// input/output types. (Parameters are in params.cpp, printing in printer.cpp, typecheck in
+// typecheck.cpp, evaluation in interpreter.cpp, the plan side table in plan_cache.cpp.)
 #include <atomic>
 
 #include "xjax/jaxpr.hpp"
@@ -17,10 +17,6 @@ const ShapedArray& atom_aval(const Atom& a) {
   return std::get<Literal>(a).value.aval();
 }
 
-std::int64_t param_int(const Params& ps, std::string_view name) { return param<std::int64_t>(ps, name); }
-const std::vector<std::int64_t>& param_ints(const Params& ps, std::string_view name) {
-  return param<std::vector<std::int64_t>>(ps, name);
-}
 
 std::vector<ShapedArray> Jaxpr::in_avals() const {
   std::vector<ShapedArray> out;

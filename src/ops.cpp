@@ -18,7 +18,7 @@ using detail::bind1;
 
 // Axis errors name the operation, the operand's type and the caller's line.
 [[noreturn]] void axis_fail(const char* op, const Array& x, const std::string& why, const std::source_location& loc) {
-  throw ShapeError(std::string(op) + "(" + x.aval().str() + "): " + why + " (at " + where(loc) + ")");
+  throw ShapeError(std::string(op) + "(" + x.aval().str() + "): " + why + " (at " + format_location(loc) + ")");
 }
 
 std::int64_t norm_axis(std::int64_t axis, std::int64_t rank, const char* op, const Array& x,
@@ -53,7 +53,7 @@ Shape broadcast_operands(P p, std::initializer_list<const Shape*> shapes, std::i
   } catch (const ShapeError& e) {
     std::vector<ShapedArray> avals;
     for (const Array* x : xs) avals.push_back(x->aval());
-    throw ShapeError(detail::describe_application(p, avals) + ": " + e.what() + " (at " + where(loc) + ")");
+    throw ShapeError(detail::describe_application(p, avals) + ": " + e.what() + " (at " + format_location(loc) + ")");
   }
   return s;
 }
@@ -73,7 +73,7 @@ Array binary(P p, const Array& a, const Array& b, const std::source_location& lo
 Array reduce(P p, const Array& x, const Axes& axes, bool keepdims, const std::source_location& loc) {
   Axes ax = norm_axes(axes, x.ndim(), std::string(primitive_name(p)).c_str(), x, loc);
   if (ax.empty()) return x;  // rank 0: nothing to reduce
-  Array r = bind1(p, {x}, {{"axes", ax}}, loc);
+  Array r = bind1(p, {x}, params::Reduce{.axes = ax}, loc);
   if (!keepdims) return r;
   Shape kept = x.shape();
   for (auto a : ax) kept[static_cast<std::size_t>(a)] = 1;
@@ -127,12 +127,12 @@ Array square(const Array& x, std::source_location loc) { return integer_pow(x, 2
 Array reciprocal(const Array& x, std::source_location loc) { return integer_pow(x, -1, loc); }
 
 Array integer_pow(const Array& x, std::int64_t n, std::source_location loc) {
-  return bind1(P::integer_pow, {x}, {{"y", n}}, loc);
+  return bind1(P::integer_pow, {x}, params::IntegerPow{.y = n}, loc);
 }
 
 Array astype(const Array& x, DType dtype, std::source_location loc) {
   if (x.dtype() == dtype) return x;
-  return bind1(P::convert_element_type, {x}, {{"new_dtype", dtype}}, loc);
+  return bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = dtype}, loc);
 }
 
 Array relu(const Array& x, std::source_location loc) {
@@ -173,7 +173,7 @@ Array ge(const Array& a, const Array& b, std::source_location loc) { return bina
 
 Array where(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
   if (pred.dtype() != bool_)
-    throw TypeError("where: the predicate must be bool, got " + pred.aval().str() + " (at " + where(loc) + ")");
+    throw TypeError("where: the predicate must be bool, got " + pred.aval().str() + " (at " + format_location(loc) + ")");
   Shape s = broadcast_operands(P::select_n, {&pred.shape(), &a.shape(), &b.shape()}, {&pred, &b, &a}, loc);
   auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
   return bind1(P::select_n, {fit(pred), fit(b), fit(a)}, {}, loc);
@@ -193,11 +193,11 @@ Array select(const Array& pred, const Array& a, const Array& b, std::source_loca
 Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc, const Axes& lb,
                   const Axes& rb, std::source_location loc) {
   return bind1(P::dot_general, {a, b},
-               {{"lhs_contracting", lc}, {"rhs_contracting", rc}, {"lhs_batch", lb}, {"rhs_batch", rb}}, loc);
+               params::DotGeneral{.lhs_contracting = lc, .rhs_contracting = rc, .lhs_batch = lb, .rhs_batch = rb}, loc);
 }
 
 Array matmul(const Array& a, const Array& b, std::source_location loc) {
-  if (a.ndim() == 0 || b.ndim() == 0) throw ShapeError("matmul: operands must have rank >= 1 (at " + where(loc) + ")");
+  if (a.ndim() == 0 || b.ndim() == 0) throw ShapeError("matmul: operands must have rank >= 1 (at " + format_location(loc) + ")");
   if (b.ndim() == 1) return dot_general(a, b, {a.ndim() - 1}, {0}, {}, {}, loc);
   if (a.ndim() == 1) return dot_general(a, b, {0}, {b.ndim() - 2}, {}, {}, loc);
   // Broadcast the batch dimensions, then one dot_general with them as batch dims.
@@ -331,7 +331,7 @@ Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location
   return div(s, scalar_like(n, s), loc);
 }
 Array argmax(const Array& x, std::int64_t axis, DType index_dtype, std::source_location loc) {
-  return bind1(P::argmax, {x}, {{"axes", Axes{norm_axis(axis, x.ndim(), "argmax", x, loc)}}, {"index_dtype", index_dtype}}, loc);
+  return bind1(P::argmax, {x}, params::Argmax{.axes = Axes{norm_axis(axis, x.ndim(), "argmax", x, loc)}, .index_dtype = index_dtype}, loc);
 }
 
 // logsumexp(x) = m + log(sum(exp(x - m))), m = max(x) held constant (it cancels in the derivative)
@@ -357,17 +357,17 @@ Array log_softmax(const Array& x, std::int64_t axis, std::source_location loc) {
 
 Array reshape(const Array& x, Shape shape, std::source_location loc) {
   auto inferred = std::count(shape.begin(), shape.end(), -1);
-  if (inferred > 1) throw ShapeError("reshape: at most one dimension may be -1 (at " + where(loc) + ")");
+  if (inferred > 1) throw ShapeError("reshape: at most one dimension may be -1 (at " + format_location(loc) + ")");
   if (inferred == 1) {
     std::int64_t known = 1;
     for (auto d : shape)
       if (d != -1) known *= d;
     if (known == 0 || x.size() % known != 0)
-      throw ShapeError("reshape: cannot reshape " + x.aval().str() + " into " + shape_str(shape) + " (at " + where(loc) + ")");
+      throw ShapeError("reshape: cannot reshape " + x.aval().str() + " into " + shape_str(shape) + " (at " + format_location(loc) + ")");
     *std::find(shape.begin(), shape.end(), -1) = x.size() / known;
   }
   if (shape == x.shape()) return x;
-  return bind1(P::reshape, {x}, {{"new_sizes", shape}}, loc);
+  return bind1(P::reshape, {x}, params::Reshape{.new_sizes = shape}, loc);
 }
 
 Array transpose(const Array& x, const Axes& perm, std::source_location loc) {
@@ -376,12 +376,12 @@ Array transpose(const Array& x, const Axes& perm, std::source_location loc) {
     for (std::int64_t i = x.ndim() - 1; i >= 0; --i) p.push_back(i);
   else
     for (auto& a : p) a = norm_axis(a, x.ndim(), "transpose", x, loc);
-  return bind1(P::transpose, {x}, {{"permutation", p}}, loc);
+  return bind1(P::transpose, {x}, params::Transpose{.permutation = p}, loc);
 }
 
 Array broadcast_in_dim(const Array& x, const Shape& shape, const Axes& bd, std::source_location loc) {
   if (x.shape() == shape) return x;  // bd is then the identity (checked by the shape rule otherwise)
-  return bind1(P::broadcast_in_dim, {x}, {{"shape", shape}, {"broadcast_dimensions", bd}}, loc);
+  return bind1(P::broadcast_in_dim, {x}, params::BroadcastInDim{.shape = shape, .broadcast_dimensions = bd}, loc);
 }
 
 Array broadcast_to(const Array& x, const Shape& shape, std::source_location loc) {
@@ -392,14 +392,14 @@ Array broadcast_to(const Array& x, const Shape& shape, std::source_location loc)
     ok = d == 1 || d == shape[shape.size() - 1 - i];
   }
   if (!ok)
-    throw ShapeError("broadcast_to: cannot broadcast " + x.aval().str() + " to " + shape_str(shape) + " (at " + where(loc) + ")");
+    throw ShapeError("broadcast_to: cannot broadcast " + x.aval().str() + " to " + shape_str(shape) + " (at " + format_location(loc) + ")");
   Axes bd;
   for (std::int64_t i = 0; i < x.ndim(); ++i) bd.push_back(static_cast<std::int64_t>(shape.size()) - x.ndim() + i);
   return broadcast_in_dim(x, shape, bd, loc);
 }
 
 Array expand_dims(const Array& x, std::int64_t axis, std::source_location loc) {
-  return bind1(P::expand_dims, {x}, {{"dimensions", Axes{norm_axis(axis, x.ndim() + 1, "expand_dims", x, loc)}}}, loc);
+  return bind1(P::expand_dims, {x}, params::ExpandDims{.dimensions = Axes{norm_axis(axis, x.ndim() + 1, "expand_dims", x, loc)}}, loc);
 }
 
 Array squeeze(const Array& x, const Axes& axes, std::source_location loc) {
@@ -411,16 +411,16 @@ Array squeeze(const Array& x, const Axes& axes, std::source_location loc) {
     ax = norm_axes(axes, x.ndim(), "squeeze", x, loc);
   }
   if (ax.empty()) return x;
-  return bind1(P::squeeze, {x}, {{"dimensions", ax}}, loc);
+  return bind1(P::squeeze, {x}, params::Squeeze{.dimensions = ax}, loc);
 }
 
 Array concatenate(const std::vector<Array>& xs, std::int64_t axis, std::source_location loc) {
-  if (xs.empty()) throw ShapeError("concatenate: needs at least one array (at " + where(loc) + ")");
-  return bind1(P::concatenate, xs, {{"dimension", norm_axis(axis, xs[0].ndim(), "concatenate", xs[0], loc)}}, loc);
+  if (xs.empty()) throw ShapeError("concatenate: needs at least one array (at " + format_location(loc) + ")");
+  return bind1(P::concatenate, xs, params::Concatenate{.dimension = norm_axis(axis, xs[0].ndim(), "concatenate", xs[0], loc)}, loc);
 }
 
 Array stack(const std::vector<Array>& xs, std::int64_t axis, std::source_location loc) {
-  if (xs.empty()) throw ShapeError("stack: needs at least one array (at " + where(loc) + ")");
+  if (xs.empty()) throw ShapeError("stack: needs at least one array (at " + format_location(loc) + ")");
   std::int64_t ax = norm_axis(axis, xs[0].ndim() + 1, "stack", xs[0], loc);
   std::vector<Array> parts;
   for (const auto& x : xs) parts.push_back(expand_dims(x, ax, loc));
@@ -428,7 +428,7 @@ Array stack(const std::vector<Array>& xs, std::int64_t axis, std::source_locatio
 }
 
 Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& strides, std::source_location loc) {
-  return bind1(P::slice, {x}, {{"start_indices", start}, {"limit_indices", limit}, {"strides", strides}}, loc);
+  return bind1(P::slice, {x}, params::Slice{.start_indices = start, .limit_indices = limit, .strides = strides}, loc);
 }
 
 Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t axis, std::source_location loc) {
@@ -442,7 +442,7 @@ Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::
 Array dynamic_slice(const Array& x, const std::vector<Array>& starts, const Shape& sizes, std::source_location loc) {
   std::vector<Array> ins{x};
   ins.insert(ins.end(), starts.begin(), starts.end());
-  return bind1(P::dynamic_slice, ins, {{"slice_sizes", sizes}}, loc);
+  return bind1(P::dynamic_slice, ins, params::DynamicSlice{.slice_sizes = sizes}, loc);
 }
 
 Array dynamic_update_slice(const Array& x, const Array& update, const std::vector<Array>& starts, std::source_location loc) {
@@ -453,19 +453,19 @@ Array dynamic_update_slice(const Array& x, const Array& update, const std::vecto
 
 Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
   axis = norm_axis(axis, x.ndim(), "take", x, loc);
-  return bind1(P::gather, {x, indices}, {{"axis", axis}}, loc);
+  return bind1(P::gather, {x, indices}, params::Gather{.axis = axis}, loc);
 }
 
 Array iota(DType dtype, const Shape& shape, std::int64_t dimension, std::source_location loc) {
-  return detail::bind1(P::iota, std::span<const Array>{}, {{"dtype", dtype}, {"shape", shape}, {"dimension", dimension}}, loc);
+  return detail::bind1(P::iota, std::span<const Array>{}, params::Iota{.dtype = dtype, .shape = shape, .dimension = dimension}, loc);
 }
 
 Array Array::operator[](detail::Located<std::int64_t> index) const {
   if (valid() && ndim() == 0)
-    throw ShapeError("x[i] indexes the leading axis; " + aval().str() + " has none (at " + where(index.loc) + ")");
+    throw ShapeError("x[i] indexes the leading axis; " + aval().str() + " has none (at " + format_location(index.loc) + ")");
   std::int64_t i = index.value, n = dim(0);
   if (i < -n || i >= n)
-    throw ShapeError("index " + std::to_string(i) + " out of range for " + aval().str() + " (at " + where(index.loc) + ")");
+    throw ShapeError("index " + std::to_string(i) + " out of range for " + aval().str() + " (at " + format_location(index.loc) + ")");
   if (i < 0) i += n;
   return squeeze(slice_in_dim(*this, i, i + 1, 0, index.loc), {0}, index.loc);
 }
@@ -485,7 +485,7 @@ namespace {
 /// The operand's array; an empty handle is an error naming the operator's line.
 const Array& checked(const ArrayOperand& x) {
   if (!x.value.valid())
-    throw Error("an operand of an operator is an empty xj::Array (default-constructed, no value) (at " + where(x.loc) + ")");
+    throw Error("an operand of an operator is an empty xj::Array (default-constructed, no value) (at " + format_location(x.loc) + ")");
   return x.value;
 }
 }  // namespace

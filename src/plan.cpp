@@ -20,14 +20,17 @@ using kernels::Ints;
 using kernels::is_comparison;
 using kernels::is_float_binary;
 
-// The index of the last equation reading each variable; j.eqns.size() for the jaxpr's outputs.
-LastUse last_uses(const Jaxpr& j) {
+/// The equations a plan runs, in order: the source jaxpr's, or the plan's folded copies.
+using EqnList = std::vector<const Eqn*>;
+
+// The index of the last equation reading each variable; eqns.size() for the jaxpr's outputs.
+LastUse last_uses(const EqnList& eqns, const std::vector<Atom>& outvars) {
   LastUse last;
-  for (std::size_t i = 0; i < j.eqns.size(); ++i)
-    for (const auto& in : j.eqns[i].inputs)
+  for (std::size_t i = 0; i < eqns.size(); ++i)
+    for (const auto& in : eqns[i]->inputs)
       if (auto* v = std::get_if<Var>(&in)) last[v->id()] = i;
-  for (const auto& o : j.outvars)
-    if (auto* v = std::get_if<Var>(&o)) last[v->id()] = j.eqns.size();
+  for (const auto& o : outvars)
+    if (auto* v = std::get_if<Var>(&o)) last[v->id()] = eqns.size();
   return last;
 }
 
@@ -68,7 +71,7 @@ bool operands_fit(const Eqn& e, std::size_t first, const Shape& shape, DType dty
 bool is_row_broadcast(const Eqn& e) {
   const ShapedArray& in = atom_aval(e.inputs[0]);
   const Shape& out = e.outputs[0].aval().shape;
-  const Ints& dims = param_ints(e.params, "broadcast_dimensions");
+  const Ints& dims = e.params.get<params::BroadcastInDim>().broadcast_dimensions;
   const auto k = static_cast<std::size_t>(in.ndim()), r = out.size();
   if (k == 0 || k > r || dims.size() != k) return false;
   for (std::size_t i = 0; i < k; ++i)
@@ -125,7 +128,7 @@ bool is_alias(const Eqn& e) {
 /// operands become program inputs, each non-alias equation an op, and the values read after the
 /// run (last use >= last) the outputs. `operand` maps an atom to a plan operand.
 template <class OperandOf>
-EvalPlan::Step fuse(const Jaxpr& j, std::size_t first, std::size_t last, const FusionKey& key,
+EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, const FusionKey& key,
                     const LastUse& last_use, OperandOf operand) {
   auto prog = std::make_shared<FusedProgram>();
   prog->compute = key.compute;
@@ -157,13 +160,13 @@ EvalPlan::Step fuse(const Jaxpr& j, std::size_t first, std::size_t last, const F
     return in.ndim() > 0 && in.shape != key.shape ? in.size() : 0;
   };
   for (std::size_t i = first; i < last; ++i) {
-    const Eqn& e = j.eqns[i];
+    const Eqn& e = *eqns[i];
     for (const auto& in : e.inputs) (void)value(in, period_of(e));
     value_of[e.outputs[0].id()] = -1;  // defined inside: not an input
   }
   auto next = static_cast<std::int32_t>(prog->inputs.size());
   for (std::size_t i = first; i < last; ++i) {
-    const Eqn& e = j.eqns[i];
+    const Eqn& e = *eqns[i];
     st.counted.push_back(e.prim);
     std::int32_t src[3] = {0, 0, 0};
     for (std::size_t k = 0; k < e.inputs.size() && k < 3; ++k) src[k] = value(e.inputs[k]);
@@ -172,14 +175,14 @@ EvalPlan::Step fuse(const Jaxpr& j, std::size_t first, std::size_t last, const F
       continue;
     }
     FusedProgram::Op op{e.prim, next++, {src[0], src[1], src[2]}, 0, false};
-    if (e.prim == Primitive::integer_pow) op.y = param_int(e.params, "y");
+    if (e.prim == Primitive::integer_pow) op.y = e.params.get<params::IntegerPow>().y;
     if (e.prim == Primitive::convert_element_type) op.to_bool = true;
     prog->ops.push_back(op);
     value_of[e.outputs[0].id()] = op.dst;
   }
   prog->num_values = next;
   for (std::size_t i = first; i < last; ++i) {
-    const Var& out = j.eqns[i].outputs[0];
+    const Var& out = eqns[i]->outputs[0];
     auto it = last_use.find(out.id());
     if (it == last_use.end() || it->second < last) continue;  // consumed inside the run, or dead
     prog->outputs.push_back({value_of.at(out.id()), out.aval().dtype == DType::bool_});
@@ -200,8 +203,9 @@ Ints mapped(const Ints& dims, const Ints& perm) {
 /// The equations with every `t = transpose[perm] x` that feeds a dot_general operand folded into
 /// that dot: the dot reads x with its contracting and batch dims mapped through perm, which the
 /// dot kernel turns into GEMM transpose flags. Only when the operand's free dims keep their order
-/// (the dot's output layout is unchanged). A transpose left without readers is dropped.
-std::vector<Eqn> fold_transposes(const Jaxpr& j) {
+/// (the dot's output layout is unchanged). A transpose left without readers is dropped. The
+/// folded dots are copies kept in `folded`; the other equations are j's own.
+EqnList fold_transposes(const Jaxpr& j, std::vector<Eqn>& folded) {
   std::unordered_map<std::uint64_t, const Eqn*> transpose_of;  // t -> its transpose equation
   std::unordered_map<std::uint64_t, std::size_t> readers;
   for (const auto& e : j.eqns) {
@@ -211,29 +215,40 @@ std::vector<Eqn> fold_transposes(const Jaxpr& j) {
   }
   for (const auto& o : j.outvars)
     if (auto* v = std::get_if<Var>(&o)) ++readers[v->id()];
-  std::vector<Eqn> eqns(j.eqns);
+  EqnList eqns;
+  for (const auto& e : j.eqns) eqns.push_back(&e);
   if (transpose_of.empty()) return eqns;
-  for (auto& e : eqns) {
-    if (e.prim != Primitive::dot_general) continue;
+  std::size_t num_dots = 0;
+  for (const auto& e : j.eqns) num_dots += e.prim == Primitive::dot_general;
+  folded.reserve(num_dots);  // no reallocation below: eqns points into it
+  for (auto& ep : eqns) {
+    if (ep->prim != Primitive::dot_general) continue;
+    Eqn e = *ep;
+    bool changed = false;
     for (int side = 0; side < 2; ++side) {
       auto* v = std::get_if<Var>(&e.inputs[static_cast<std::size_t>(side)]);
       if (!v) continue;
       auto it = transpose_of.find(v->id());
       if (it == transpose_of.end()) continue;
       const Eqn& t = *it->second;
-      const Ints& perm = param_ints(t.params, "permutation");
-      const std::string c = side == 0 ? "lhs_contracting" : "rhs_contracting";
-      const std::string b = side == 0 ? "lhs_batch" : "rhs_batch";
-      const Ints &contracting = param_ints(e.params, c), &batch = param_ints(e.params, b);
+      const Ints& perm = t.params.get<params::Transpose>().permutation;
+      auto& dn = e.params.get<params::DotGeneral>();
+      Ints& contracting = side == 0 ? dn.lhs_contracting : dn.rhs_contracting;
+      Ints& batch = side == 0 ? dn.lhs_batch : dn.rhs_batch;
       Ints free = mapped(kernels::free_dims(static_cast<std::int64_t>(perm.size()), contracting, batch), perm);
       if (!std::is_sorted(free.begin(), free.end())) continue;
-      e.params[c] = mapped(contracting, perm);
-      e.params[b] = mapped(batch, perm);
+      contracting = mapped(contracting, perm);
+      batch = mapped(batch, perm);
       --readers[v->id()];
       e.inputs[static_cast<std::size_t>(side)] = t.inputs[0];  // (v pointed into it)
+      changed = true;
+    }
+    if (changed) {
+      folded.push_back(std::move(e));
+      ep = &folded.back();
     }
   }
-  std::erase_if(eqns, [&](const Eqn& e) { return e.prim == Primitive::transpose && readers[e.outputs[0].id()] == 0; });
+  std::erase_if(eqns, [&](const Eqn* e) { return e->prim == Primitive::transpose && readers[e->outputs[0].id()] == 0; });
   return eqns;
 }
 
@@ -241,13 +256,8 @@ std::vector<Eqn> fold_transposes(const Jaxpr& j) {
 
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   auto plan = std::make_shared<EvalPlan>();
-  plan->eqns = fold_transposes(source);
-  Jaxpr j;  // the jaxpr the steps run: source's variables, the folded equations (moved back below)
-  j.constvars = source.constvars;
-  j.invars = source.invars;
-  j.outvars = source.outvars;
-  j.eqns = std::move(plan->eqns);
-  const LastUse last_use = last_uses(j);
+  const EqnList eqns = fold_transposes(source, plan->folded_dots);
+  const LastUse last_use = last_uses(eqns, source.outvars);
   std::unordered_map<std::uint64_t, std::size_t> slot;
   auto define = [&](const Var& v) {
     if (!last_use.count(v.id())) return EvalPlan::npos;
@@ -263,7 +273,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   auto dying = [&](std::size_t first, std::size_t last) {
     std::vector<std::size_t> out;
     for (std::size_t i = first; i < last; ++i)
-      for (const auto& in : j.eqns[i].inputs)
+      for (const auto& in : eqns[i]->inputs)
         if (auto* v = std::get_if<Var>(&in); v && last_use.at(v->id()) == i) {
           auto it = slot.find(v->id());  // absent: an intermediate of a fused run
           if (it != slot.end() && std::find(out.begin(), out.end(), it->second) == out.end())
@@ -271,19 +281,19 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
         }
     return out;
   };
-  for (const auto& v : j.constvars) plan->const_slots.push_back(define(v));
-  for (const auto& v : j.invars) plan->in_slots.push_back(define(v));
-  for (std::size_t i = 0; i < j.eqns.size();) {
-    const Eqn& e = j.eqns[i];
+  for (const auto& v : source.constvars) plan->const_slots.push_back(define(v));
+  for (const auto& v : source.invars) plan->in_slots.push_back(define(v));
+  for (std::size_t i = 0; i < eqns.size();) {
+    const Eqn& e = *eqns[i];
     std::optional<FusionKey> key = fusion_key(e);
     std::size_t end = i + 1;
     if (key)
-      while (end < j.eqns.size() && fusion_key(j.eqns[end]) == key) ++end;
+      while (end < eqns.size() && fusion_key(*eqns[end]) == key) ++end;
     if (key && end - i >= 2) {
-      EvalPlan::Step st = fuse(j, i, end, *key, last_use, operand);
+      EvalPlan::Step st = fuse(eqns, i, end, *key, last_use, operand);
       std::size_t k = 0;
       for (std::size_t q = i; q < end; ++q) {
-        const Var& out = j.eqns[q].outputs[0];
+        const Var& out = eqns[q]->outputs[0];
         auto it = last_use.find(out.id());
         if (it != last_use.end() && it->second >= end) st.outs[k++] = define(out);
       }
@@ -311,8 +321,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     plan->steps.push_back(std::move(st));
     i = end;
   }
-  for (const auto& o : source.outvars) plan->outs.push_back(operand(o));  // literals: source's
-  plan->eqns = std::move(j.eqns);  // vector move: the steps' pointers into it stay valid
+  for (const auto& o : source.outvars) plan->outs.push_back(operand(o));
   return plan;
 }
 

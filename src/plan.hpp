@@ -1,6 +1,7 @@
 // plan.hpp: the execution plan of a jaxpr (not installed). Built once per jaxpr, on its first
-// evaluation outside a trace (Jaxpr::plan caches it), and run by eval_jaxpr on every later one.
+// evaluation outside a trace (plan_of caches it in a side table, src/plan_cache.cpp), and run by eval_jaxpr on every later one.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -34,9 +35,10 @@ struct EvalPlan {
     std::vector<std::size_t> outs;        // npos: output never read
     std::vector<std::size_t> free_after;  // slots to drop after this step
   };
-  /// The equations the steps run: the jaxpr's, after transposes feeding a dot_general were folded
-  /// into it (fold_transposes in plan.cpp). Steps point into it.
-  std::vector<Eqn> eqns;
+  /// The dot_generals that read a transpose's operand directly (fold_transposes in plan.cpp): the
+  /// steps point into these copies, and into the jaxpr's own equations and literals for the rest.
+  /// So a plan holds no array or sub-jaxpr of its jaxpr, and runs only while the jaxpr lives.
+  std::vector<Eqn> folded_dots;
   std::size_t num_slots = 0;
   std::vector<std::size_t> const_slots, in_slots;  // npos: never read
   std::vector<Step> steps;
@@ -44,8 +46,18 @@ struct EvalPlan {
   std::size_t fused_equations = 0;  // equations run inside fused steps
 };
 
-/// Builds j's plan. Pure function of the jaxpr: the plan points into j's literals and variables,
-/// so it must not outlive j (Jaxpr::plan owns it).
+/// Builds j's plan. Pure function of the jaxpr: the plan points into j's equations and literals,
+/// so it must not be run after j is gone.
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& j);
+
+/// j's plan, built on first use and kept in the side table (plan_cache.cpp). Thread-safe.
+std::shared_ptr<const EvalPlan> plan_of(const std::shared_ptr<const Jaxpr>& j);
+/// The jaxpr derived from j under `key` (scan's unrolled bodies), built by `build` (outside any
+/// lock) the first time and kept as long as j lives.
+using DerivedKey = std::vector<std::int64_t>;
+ClosedJaxprPtr derived_jaxpr(const std::shared_ptr<const Jaxpr>& j, const DerivedKey& key,
+                             const std::function<ClosedJaxprPtr()>& build);
+/// Entries in the side table, live or not yet swept (for tests).
+std::size_t plan_table_size();
 
 }  // namespace xjax::detail

@@ -4,13 +4,16 @@
 //     in (outvars) }
 // Variables are named a, b, ..., z, ba, bb, ... in order of definition; one naming context is
 // shared by nested jaxprs. A jaxpr without nested jaxprs that fits in 80 columns prints on one line.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <ostream>
 #include <sstream>
 #include <unordered_map>
 
 #include "internal.hpp"
+#include "param_reflect.hpp"
 
 namespace xjax {
 
@@ -122,41 +125,43 @@ class Printer {
   }
 
  private:
-  std::string param(const Param& p, int indent, bool& nested) {
-    return std::visit(
-        [&](const auto& v) -> std::string {
-          using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, bool>) return v ? "True" : "False";
-          else if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(v);
-          else if constexpr (std::is_same_v<T, double>) return format_number(v, f64);
-          else if constexpr (std::is_same_v<T, std::string>) return v;
-          else if constexpr (std::is_same_v<T, DType>) return numpy_dtype_name(v);
-          else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
-            std::string s = "(";
-            for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-            return s + (v.size() == 1 ? ",)" : ")");
-          } else if constexpr (std::is_same_v<T, ClosedJaxprPtr>) {
-            nested = true;
-            return jaxpr(*v->jaxpr, indent + 2);
-          } else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) {
-            nested = true;
-            std::string s = "(\n";
-            for (const auto& b : v)
-              s += std::string(static_cast<std::size_t>(indent + 4), ' ') + jaxpr(*b->jaxpr, indent + 4) + "\n";
-            return s + std::string(static_cast<std::size_t>(indent + 2), ' ') + ")";
-          } else {
-            return v ? v->repr() : "None";
-          }
-        },
-        p);
+  template <class T> std::string param(const T& v, int indent, bool& nested) {
+    if constexpr (std::is_same_v<T, bool>) return v ? "True" : "False";
+    else if constexpr (std::is_same_v<T, std::int64_t>) return std::to_string(v);
+    else if constexpr (std::is_same_v<T, std::string>) return v;
+    else if constexpr (std::is_same_v<T, DType>) return numpy_dtype_name(v);
+    else if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
+      std::string s = "(";
+      for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + (v.size() == 1 ? ",)" : ")");
+    } else if constexpr (std::is_same_v<T, ClosedJaxprPtr>) {
+      nested = true;
+      return jaxpr(*v->jaxpr, indent + 2);
+    } else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) {
+      nested = true;
+      std::string s = "(\n";
+      for (const auto& b : v)
+        s += std::string(static_cast<std::size_t>(indent + 4), ' ') + jaxpr(*b->jaxpr, indent + 4) + "\n";
+      return s + std::string(static_cast<std::size_t>(indent + 2), ' ') + ")";
+    } else {
+      static_assert(std::is_same_v<T, params::Object>, "a parameter type the printer does not know");
+      return v ? v->repr() : "None";
+    }
   }
 
   std::string eqn(const Eqn& e, int indent, bool& nested) {
     std::string lhs;
     for (std::size_t i = 0; i < e.outputs.size(); ++i) lhs += (i ? " " : "") + typed(e.outputs[i]);
     bool eqn_nested = false;
+    // Sorted by name, as JAX prints them; formatted in that order, since nested jaxprs share the
+    // variable names.
+    std::vector<std::pair<std::string_view, std::function<std::string()>>> named;
+    detail::for_each_param(e.params, [&](std::string_view k, const auto& v) {
+      named.emplace_back(k, [&, value = &v] { return param(*value, indent, eqn_nested); });
+    });
+    std::sort(named.begin(), named.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
     std::vector<std::string> ps;
-    for (const auto& [k, v] : e.params) ps.push_back(k + "=" + param(v, indent, eqn_nested));
+    for (const auto& [k, format] : named) ps.push_back(std::string(k) + "=" + format());
     // JAX prints an equation without outputs as just its right-hand side.
     std::string s = (lhs.empty() ? std::string() : lhs + " = ") + std::string(primitive_name(e.prim));
     if (!ps.empty()) {

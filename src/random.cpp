@@ -15,7 +15,7 @@ namespace {
 constexpr std::int64_t kMaxCount = 0xffffffffLL;  // counters are u32
 
 std::string at(const char* fn, const std::source_location& loc) {
-  return std::string("xj::random::") + fn + " (at " + where(loc) + ")";
+  return std::string("xj::random::") + fn + " (at " + format_location(loc) + ")";
 }
 
 void check_key(const Array& key, const char* fn, const std::source_location& loc) {

@@ -71,22 +71,22 @@ Shape remove_axes(const Shape& s, const Ints& axes) {
   return out;
 }
 
-std::vector<ShapedArray> reduce(Primitive p, Avals in, const Params& ps, Kinds k) {
+std::vector<ShapedArray> reduce(Primitive p, Avals in, const params::Reduce& ps, Kinds k) {
   expect_arity(p, in, 1);
   expect_kind(p, in, in[0], k);
-  const Ints& axes = param_ints(ps, "axes");
+  const Ints& axes = ps.axes;
   check_unique_axes(p, in, axes, in[0].ndim());
   return {ShapedArray{remove_axes(in[0].shape, axes), in[0].dtype}};
 }
 
-std::vector<ShapedArray> argmax_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> argmax_shape_rule(Avals in, const params::Argmax& ps) {
   const Primitive p = Primitive::argmax;
   expect_arity(p, in, 1);
-  const Ints& axes = param_ints(ps, "axes");
+  const Ints& axes = ps.axes;
   if (axes.size() != 1) shape_fail(p, in, "argmax takes exactly one axis");
   check_unique_axes(p, in, axes, in[0].ndim());
   if (in[0].shape[static_cast<std::size_t>(axes[0])] == 0) shape_fail(p, in, "argmax of an empty axis");
-  DType idx = param<DType>(ps, "index_dtype");
+  DType idx = ps.index_dtype;
   if (idx != i32 && idx != i64) type_fail(p, in, "index_dtype must be i32 or i64");
   return {ShapedArray{remove_axes(in[0].shape, axes), idx}};
 }
@@ -105,14 +105,14 @@ std::vector<ShapedArray> select_n_shape_rule(Avals in) {
   return {in[1]};
 }
 
-std::vector<ShapedArray> dot_general_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> dot_general_shape_rule(Avals in, const params::DotGeneral& ps) {
   const Primitive p = Primitive::dot_general;
   expect_arity(p, in, 2);
   const auto &lhs = in[0], &rhs = in[1];
   if (lhs.dtype != rhs.dtype) type_fail(p, in, "operands must have the same dtype");
   expect_kind(p, in, lhs, Kinds::numeric);
-  const Ints &lc = param_ints(ps, "lhs_contracting"), &rc = param_ints(ps, "rhs_contracting");
-  const Ints &lb = param_ints(ps, "lhs_batch"), &rb = param_ints(ps, "rhs_batch");
+  const Ints &lc = ps.lhs_contracting, &rc = ps.rhs_contracting;
+  const Ints &lb = ps.lhs_batch, &rb = ps.rhs_batch;
   if (lc.size() != rc.size()) shape_fail(p, in, "contracting dimension lists differ in length");
   if (lb.size() != rb.size()) shape_fail(p, in, "batch dimension lists differ in length");
   Ints lall = lb, rall = rb;
@@ -137,11 +137,11 @@ std::vector<ShapedArray> dot_general_shape_rule(Avals in, const Params& ps) {
   return {ShapedArray{out, lhs.dtype}};
 }
 
-std::vector<ShapedArray> broadcast_in_dim_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> broadcast_in_dim_shape_rule(Avals in, const params::BroadcastInDim& ps) {
   const Primitive p = Primitive::broadcast_in_dim;
   expect_arity(p, in, 1);
-  const Ints& shape = param_ints(ps, "shape");
-  const Ints& bd = param_ints(ps, "broadcast_dimensions");
+  const Ints& shape = ps.shape;
+  const Ints& bd = ps.broadcast_dimensions;
   if (static_cast<std::int64_t>(bd.size()) != in[0].ndim())
     shape_fail(p, in, "broadcast_dimensions needs one entry per operand dimension");
   for (std::size_t i = 0; i < bd.size(); ++i) {
@@ -156,10 +156,10 @@ std::vector<ShapedArray> broadcast_in_dim_shape_rule(Avals in, const Params& ps)
   return {ShapedArray{shape, in[0].dtype}};
 }
 
-std::vector<ShapedArray> reshape_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> reshape_shape_rule(Avals in, const params::Reshape& ps) {
   const Primitive p = Primitive::reshape;
   expect_arity(p, in, 1);
-  const Ints& sizes = param_ints(ps, "new_sizes");
+  const Ints& sizes = ps.new_sizes;
   for (auto d : sizes)
     if (d < 0) shape_fail(p, in, "negative dimension in " + shape_str(sizes));
   if (shape_size(sizes) != in[0].size())
@@ -167,10 +167,10 @@ std::vector<ShapedArray> reshape_shape_rule(Avals in, const Params& ps) {
   return {ShapedArray{sizes, in[0].dtype}};
 }
 
-std::vector<ShapedArray> transpose_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> transpose_shape_rule(Avals in, const params::Transpose& ps) {
   const Primitive p = Primitive::transpose;
   expect_arity(p, in, 1);
-  const Ints& perm = param_ints(ps, "permutation");
+  const Ints& perm = ps.permutation;
   if (static_cast<std::int64_t>(perm.size()) != in[0].ndim()) shape_fail(p, in, "permutation has the wrong length");
   check_unique_axes(p, in, perm, in[0].ndim());
   Shape out;
@@ -178,10 +178,10 @@ std::vector<ShapedArray> transpose_shape_rule(Avals in, const Params& ps) {
   return {ShapedArray{out, in[0].dtype}};
 }
 
-std::vector<ShapedArray> squeeze_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> squeeze_shape_rule(Avals in, const params::Squeeze& ps) {
   const Primitive p = Primitive::squeeze;
   expect_arity(p, in, 1);
-  const Ints& dims = param_ints(ps, "dimensions");
+  const Ints& dims = ps.dimensions;
   check_unique_axes(p, in, dims, in[0].ndim());
   for (auto d : dims)
     if (in[0].shape[static_cast<std::size_t>(d)] != 1)
@@ -189,10 +189,10 @@ std::vector<ShapedArray> squeeze_shape_rule(Avals in, const Params& ps) {
   return {ShapedArray{remove_axes(in[0].shape, dims), in[0].dtype}};
 }
 
-std::vector<ShapedArray> expand_dims_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> expand_dims_shape_rule(Avals in, const params::ExpandDims& ps) {
   const Primitive p = Primitive::expand_dims;
   expect_arity(p, in, 1);
-  const Ints& dims = param_ints(ps, "dimensions");
+  const Ints& dims = ps.dimensions;
   std::int64_t rank = in[0].ndim() + static_cast<std::int64_t>(dims.size());
   check_unique_axes(p, in, dims, rank);
   Shape out;
@@ -202,11 +202,11 @@ std::vector<ShapedArray> expand_dims_shape_rule(Avals in, const Params& ps) {
   return {ShapedArray{out, in[0].dtype}};
 }
 
-std::vector<ShapedArray> slice_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> slice_shape_rule(Avals in, const params::Slice& ps) {
   const Primitive p = Primitive::slice;
   expect_arity(p, in, 1);
-  const Ints &start = param_ints(ps, "start_indices"), &limit = param_ints(ps, "limit_indices");
-  const Ints& strides = param_ints(ps, "strides");
+  const Ints &start = ps.start_indices, &limit = ps.limit_indices;
+  const Ints& strides = ps.strides;
   auto r = static_cast<std::size_t>(in[0].ndim());
   if (start.size() != r || limit.size() != r || (!strides.empty() && strides.size() != r))
     shape_fail(p, in, "start_indices, limit_indices and strides need one entry per dimension");
@@ -223,12 +223,12 @@ std::vector<ShapedArray> slice_shape_rule(Avals in, const Params& ps) {
   return {ShapedArray{out, in[0].dtype}};
 }
 
-std::vector<ShapedArray> pad_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> pad_shape_rule(Avals in, const params::Pad& ps) {
   const Primitive p = Primitive::pad;
   expect_arity(p, in, 2);
   if (in[1].ndim() != 0 || in[1].dtype != in[0].dtype)
     type_fail(p, in, "the padding value must be a scalar of the operand's dtype");
-  const Ints &lo = param_ints(ps, "lo"), &hi = param_ints(ps, "hi"), &interior = param_ints(ps, "interior");
+  const Ints &lo = ps.lo, &hi = ps.hi, &interior = ps.interior;
   auto r = static_cast<std::size_t>(in[0].ndim());
   if (lo.size() != r || hi.size() != r || interior.size() != r)
     shape_fail(p, in, "lo, hi and interior need one entry per dimension");
@@ -251,11 +251,11 @@ void expect_scalar_indices(Primitive p, Avals in, std::size_t first, std::size_t
       type_fail(p, in, "start indices must be integer scalars");
 }
 
-std::vector<ShapedArray> dynamic_slice_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> dynamic_slice_shape_rule(Avals in, const params::DynamicSlice& ps) {
   const Primitive p = Primitive::dynamic_slice;
   if (in.empty()) shape_fail(p, in, "needs an operand");
   expect_scalar_indices(p, in, 1, static_cast<std::size_t>(in[0].ndim()));
-  const Ints& sizes = param_ints(ps, "slice_sizes");
+  const Ints& sizes = ps.slice_sizes;
   if (sizes.size() != static_cast<std::size_t>(in[0].ndim())) shape_fail(p, in, "slice_sizes needs one entry per dimension");
   for (std::size_t i = 0; i < sizes.size(); ++i)
     if (sizes[i] < 0 || sizes[i] > in[0].shape[i]) shape_fail(p, in, "slice size exceeds the dimension");
@@ -273,10 +273,10 @@ std::vector<ShapedArray> dynamic_update_slice_shape_rule(Avals in) {
   return {in[0]};
 }
 
-std::vector<ShapedArray> concatenate_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> concatenate_shape_rule(Avals in, const params::Concatenate& ps) {
   const Primitive p = Primitive::concatenate;
   if (in.empty()) shape_fail(p, in, "needs at least one operand");
-  std::int64_t dim = norm_axis(p, in, param_int(ps, "dimension"), in[0].ndim());
+  std::int64_t dim = norm_axis(p, in, ps.dimension, in[0].ndim());
   Shape out = in[0].shape;
   for (std::size_t i = 1; i < in.size(); ++i) {
     if (in[i].dtype != in[0].dtype) type_fail(p, in, "operands must have the same dtype");
@@ -298,25 +298,25 @@ Shape gather_shape(Primitive p, Avals in, std::int64_t axis) {
   return out;
 }
 
-std::vector<ShapedArray> gather_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> gather_shape_rule(Avals in, const params::Gather& ps) {
   expect_arity(Primitive::gather, in, 2);
-  return {ShapedArray{gather_shape(Primitive::gather, in, param_int(ps, "axis")), in[0].dtype}};
+  return {ShapedArray{gather_shape(Primitive::gather, in, ps.axis), in[0].dtype}};
 }
 
-std::vector<ShapedArray> scatter_add_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> scatter_add_shape_rule(Avals in, const params::ScatterAdd& ps) {
   const Primitive p = Primitive::scatter_add;
   expect_arity(p, in, 3);
-  ShapedArray upd{gather_shape(p, in, param_int(ps, "axis")), in[0].dtype};
+  ShapedArray upd{gather_shape(p, in, ps.axis), in[0].dtype};
   if (in[2] != upd) shape_fail(p, in, "updates must be " + upd.str());
   expect_kind(p, in, in[0], Kinds::numeric);
   return {in[0]};
 }
 
-std::vector<ShapedArray> iota_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> iota_shape_rule(Avals in, const params::Iota& ps) {
   expect_arity(Primitive::iota, in, 0);
-  const Ints& shape = param_ints(ps, "shape");
-  norm_axis(Primitive::iota, in, param_int(ps, "dimension"), static_cast<std::int64_t>(shape.size()));
-  return {ShapedArray{shape, param<DType>(ps, "dtype")}};
+  const Ints& shape = ps.shape;
+  norm_axis(Primitive::iota, in, ps.dimension, static_cast<std::int64_t>(shape.size()));
+  return {ShapedArray{shape, ps.dtype}};
 }
 
 // threefry2x32(key: u32[2], counters: u32[..., 2]) -> u32[..., 2]
@@ -329,9 +329,9 @@ std::vector<ShapedArray> threefry2x32_shape_rule(Avals in) {
   return {in[1]};
 }
 
-std::vector<ShapedArray> integer_pow_shape_rule(Avals in, const Params& ps) {
+std::vector<ShapedArray> integer_pow_shape_rule(Avals in, const params::IntegerPow& ps) {
   auto out = elementwise(Primitive::integer_pow, in, 1, Kinds::numeric);
-  if (param_int(ps, "y") < 0 && !is_floating(in[0].dtype))
+  if (ps.y < 0 && !is_floating(in[0].dtype))
     type_fail(Primitive::integer_pow, in, "a negative power needs a floating-point operand");
   return out;
 }
@@ -346,7 +346,7 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
       return elementwise(p, in, 1, Kinds::floats);
     case P::neg: case P::abs: case P::sign:
       return elementwise(p, in, 1, Kinds::numeric);
-    case P::integer_pow: return integer_pow_shape_rule(in, ps);
+    case P::integer_pow: return integer_pow_shape_rule(in, ps.get<params::IntegerPow>());
     case P::add: case P::sub: case P::mul: case P::div:
       return elementwise(p, in, 2, Kinds::numeric);
     case P::max: case P::min: return elementwise(p, in, 2, Kinds::any);
@@ -356,32 +356,32 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::select_n: return select_n_shape_rule(in);
     case P::convert_element_type:
       expect_arity(p, in, 1);
-      return {ShapedArray{in[0].shape, param<DType>(ps, "new_dtype")}};
+      return {ShapedArray{in[0].shape, ps.get<params::ConvertElementType>().new_dtype}};
     case P::stop_gradient: case P::copy: return elementwise(p, in, 1, Kinds::any);
-    case P::dot_general: return dot_general_shape_rule(in, ps);
-    case P::reduce_sum: case P::reduce_prod: return reduce(p, in, ps, Kinds::numeric);
-    case P::reduce_max: case P::reduce_min: return reduce(p, in, ps, Kinds::any);
-    case P::argmax: return argmax_shape_rule(in, ps);
-    case P::broadcast_in_dim: return broadcast_in_dim_shape_rule(in, ps);
-    case P::reshape: return reshape_shape_rule(in, ps);
-    case P::transpose: return transpose_shape_rule(in, ps);
-    case P::squeeze: return squeeze_shape_rule(in, ps);
-    case P::expand_dims: return expand_dims_shape_rule(in, ps);
-    case P::slice: return slice_shape_rule(in, ps);
-    case P::pad: return pad_shape_rule(in, ps);
-    case P::dynamic_slice: return dynamic_slice_shape_rule(in, ps);
+    case P::dot_general: return dot_general_shape_rule(in, ps.get<params::DotGeneral>());
+    case P::reduce_sum: case P::reduce_prod: return reduce(p, in, ps.get<params::Reduce>(), Kinds::numeric);
+    case P::reduce_max: case P::reduce_min: return reduce(p, in, ps.get<params::Reduce>(), Kinds::any);
+    case P::argmax: return argmax_shape_rule(in, ps.get<params::Argmax>());
+    case P::broadcast_in_dim: return broadcast_in_dim_shape_rule(in, ps.get<params::BroadcastInDim>());
+    case P::reshape: return reshape_shape_rule(in, ps.get<params::Reshape>());
+    case P::transpose: return transpose_shape_rule(in, ps.get<params::Transpose>());
+    case P::squeeze: return squeeze_shape_rule(in, ps.get<params::Squeeze>());
+    case P::expand_dims: return expand_dims_shape_rule(in, ps.get<params::ExpandDims>());
+    case P::slice: return slice_shape_rule(in, ps.get<params::Slice>());
+    case P::pad: return pad_shape_rule(in, ps.get<params::Pad>());
+    case P::dynamic_slice: return dynamic_slice_shape_rule(in, ps.get<params::DynamicSlice>());
     case P::dynamic_update_slice: return dynamic_update_slice_shape_rule(in);
-    case P::concatenate: return concatenate_shape_rule(in, ps);
-    case P::gather: return gather_shape_rule(in, ps);
-    case P::scatter_add: return scatter_add_shape_rule(in, ps);
-    case P::iota: return iota_shape_rule(in, ps);
-    case P::custom_jvp_call: return custom_jvp_call_abstract_eval(in, ps);
-    case P::custom_vjp_call: return custom_vjp_call_abstract_eval(in, ps);
-    case P::custom_lin: return custom_lin_abstract_eval(in, ps);
-    case P::scan: return scan_abstract_eval(in, ps);
-    case P::cond: return cond_abstract_eval(in, ps);
-    case P::while_: return while__abstract_eval(in, ps);
-    case P::checkpoint: return checkpoint_abstract_eval(in, ps);
+    case P::concatenate: return concatenate_shape_rule(in, ps.get<params::Concatenate>());
+    case P::gather: return gather_shape_rule(in, ps.get<params::Gather>());
+    case P::scatter_add: return scatter_add_shape_rule(in, ps.get<params::ScatterAdd>());
+    case P::iota: return iota_shape_rule(in, ps.get<params::Iota>());
+    case P::custom_jvp_call: return custom_jvp_call_abstract_eval(in, ps.get<params::CustomJvpCall>());
+    case P::custom_vjp_call: return custom_vjp_call_abstract_eval(in, ps.get<params::CustomVjpCall>());
+    case P::custom_lin: return custom_lin_abstract_eval(in, ps.get<params::CustomLin>());
+    case P::scan: return scan_abstract_eval(in, ps.get<params::Scan>());
+    case P::cond: return cond_abstract_eval(in, ps.get<params::Cond>());
+    case P::while_: return while_loop_abstract_eval(in, ps.get<params::While>());
+    case P::checkpoint: return checkpoint_abstract_eval(in, ps.get<params::Checkpoint>());
     case P::name: return elementwise(p, in, 1, Kinds::any);
     case P::threefry2x32: return threefry2x32_shape_rule(in);
   }

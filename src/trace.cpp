@@ -68,7 +68,7 @@ Atom to_atom(Builder& b, const Array& a, const std::source_location* used_at = n
 }
 
 template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_location& loc) {
-  throw E(std::string(e.what()) + " (at " + where(loc) + ")");
+  throw E(std::string(e.what()) + " (at " + format_location(loc) + ")");
 }
 
 }  // namespace
@@ -81,8 +81,9 @@ bool tracer_in_active_trace(const Tracer& t) {
 }
 
 void tracer_escaped(const Array& a, const std::source_location* used_at) {
-  throw TracerError("a tracer of " + a.aval().str() + " created at " + where(a.impl()->tracer->created_at) +
-                    (used_at ? " and used at " + where(*used_at) : std::string()) + " escaped the transform that created it: its trace has ended, so it has no value "
+  throw TracerError("a tracer of " + a.aval().str() + " created at " + format_location(a.impl()->tracer->created_at) +
+                    (used_at ? " and used at " + format_location(*used_at) : std::string()) +
+                    " escaped the transform that created it: its trace has ended, so it has no value "
                     "(it was stored outside the traced function, or captured by a closure called after "
                     "its transform returned). Return it from the function instead: as an output, or "
                     "as aux data with {.has_aux = true}");
@@ -94,12 +95,15 @@ LocationScope::~LocationScope() { t_loc_override = saved_; }
 std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params params,
                         std::source_location loc) {
   if (t_loc_override) loc = *t_loc_override;
+  if (!params_match(p, params))
+    throw InternalError("bind", std::string(primitive_name(p)) + " bound with params::" +
+                                    params_struct_name(params.variant().index()));
   std::vector<ShapedArray> in_avals;
   in_avals.reserve(inputs.size());
   for (const auto& x : inputs) {
     if (!x.valid())
       throw Error(std::string(primitive_name(p)) + ": an operand is an empty xj::Array (at " +
-                  where(loc) + ")");
+                  format_location(loc) + ")");
     in_avals.push_back(x.aval());
   }
   std::vector<ShapedArray> out_avals;

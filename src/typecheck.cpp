@@ -10,17 +10,17 @@ namespace {
 
 [[noreturn]] void fail(const Eqn* e, const std::string& why) {
   std::string where_s = e ? std::string(" in equation ") + std::string(primitive_name(e->prim)) +
-                                " (at " + where(e->loc) + ")"
+                                " (at " + format_location(e->loc) + ")"
                           : std::string();
   throw TypeError("typecheck failed" + where_s + ": " + why);
 }
 
-void check_params(const Params& ps) {
-  for (const auto& [k, v] : ps) {
-    if (auto* j = std::get_if<ClosedJaxprPtr>(&v)) typecheck(*(*j)->jaxpr);
-    if (auto* js = std::get_if<std::vector<ClosedJaxprPtr>>(&v))
-      for (const auto& b : *js) typecheck(*b->jaxpr);
-  }
+void check_params(const Eqn& e) {
+  if (!params_match(e.prim, e.params))
+    fail(&e, std::string("its parameters are params::") + detail::params_struct_name(e.params.variant().index()) +
+                 ", not the struct of " + std::string(primitive_name(e.prim)));
+  for (const auto& sub : sub_jaxprs(e.params))
+    if (sub) typecheck(*sub->jaxpr);
 }
 
 }  // namespace
@@ -47,7 +47,7 @@ void typecheck(const Jaxpr& j) {
       use(a, &e);
       in.push_back(atom_aval(a));
     }
-    check_params(e.params);
+    check_params(e);
     auto expect = detail::abstract_eval(e.prim, in, e.params);
     if (expect.size() != e.outputs.size()) fail(&e, "wrong number of outputs");
     for (std::size_t i = 0; i < expect.size(); ++i)

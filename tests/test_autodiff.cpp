@@ -31,38 +31,6 @@ struct Params {
   BOOST_HANA_DEFINE_STRUCT(Params, (xj::Array, w), (xj::Array, b));
 };
 
-/// Central finite differences of a scalar function of plain doubles.
-std::vector<double> fd_grad(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
-                            double eps = 1e-5) {
-  std::vector<double> g(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    double x0 = x[i];
-    x[i] = x0 + eps;
-    double fp = f(x);
-    x[i] = x0 - eps;
-    double fm = f(x);
-    x[i] = x0;
-    g[i] = (fp - fm) / (2 * eps);
-  }
-  return g;
-}
-
-/// Central finite-difference Jacobian (row-major, out x in) of an xjax function evaluated
-/// concretely (no transform involved) on a f64 vector.
-std::vector<double> fd_jacobian(const std::function<xj::Array(const xj::Array&)>& f, const std::vector<double>& x,
-                                double eps = 1e-6) {
-  std::size_t n = x.size();
-  std::size_t m = static_cast<std::size_t>(f(f64v(x)).size());
-  std::vector<double> jac(m * n);
-  for (std::size_t i = 0; i < n; ++i) {
-    auto xp = x, xm = x;
-    xp[i] += eps;
-    xm[i] -= eps;
-    auto fp = vec(f(f64v(xp))), fm = vec(f(f64v(xm)));
-    for (std::size_t k = 0; k < m; ++k) jac[k * n + i] = (fp[k] - fm[k]) / (2 * eps);
-  }
-  return jac;
-}
 
 template <class Fn> std::string error_message(Fn&& fn) {
   try {
@@ -328,6 +296,14 @@ TEST_CASE("autodiff: grad with argnums<0, 2> returns a tuple") {
   auto gy = xj::grad(f, xj::argnums<1>)(x, y, z);
   static_assert(std::is_same_v<decltype(gy), xj::Array>);
   check_values(gy, {1.0 * std::exp(0.5), 2.0 * std::exp(-0.25)});
+  // argnums_tuple<1> asks for a tuple of one, as JAX's argnums=(1,).
+  auto gy_tuple = xj::grad(f, xj::argnums_tuple<1>)(x, y, z);
+  static_assert(std::is_same_v<decltype(gy_tuple), std::tuple<xj::Array>>);
+  check_values(std::get<0>(gy_tuple), {1.0 * std::exp(0.5), 2.0 * std::exp(-0.25)});
+  auto [value, grads] = xj::value_and_grad(f, xj::argnums_tuple<0>)(x, y, z);
+  static_assert(std::is_same_v<decltype(grads), std::tuple<xj::Array>>);
+  CHECK(value.item<double>() == doctest::Approx(3.0 * std::exp(0.5) - 2.0 * std::exp(-0.25)));
+  check_values(std::get<0>(grads), {3.0 * std::exp(0.5), -1.0 * std::exp(-0.25)});
   // Order follows the argnums list.
   auto [gz2, gx2] = xj::grad(f, xj::argnums<2, 0>)(x, y, z);
   check_close(gz2, gz);

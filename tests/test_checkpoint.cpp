@@ -55,7 +55,7 @@ std::vector<const xj::Eqn*> eqns_of(const xj::Jaxpr& j, xj::Primitive prim) {
   return out;
 }
 
-const xj::ClosedJaxpr& body_of(const xj::Eqn& e) { return *xj::param<xj::ClosedJaxprPtr>(e.params, "jaxpr"); }
+const xj::ClosedJaxpr& body_of(const xj::Eqn& e) { return *e.params.get<xj::params::Checkpoint>().jaxpr; }
 
 xj::Array sin_sin(const xj::Array& x) { return xj::sin(xj::sin(x)); }
 
@@ -527,7 +527,7 @@ TEST_CASE("checkpoint: prevent_cse: the backward recompute stays in its checkpoi
   auto cps = eqns_of(*j.jaxpr, xj::Primitive::checkpoint);
   REQUIRE(cps.size() == 1);
   const xj::Eqn& cp = *cps[0];
-  CHECK(xj::param<bool>(cp.params, "prevent_cse"));
+  CHECK(cp.params.get<xj::params::Checkpoint>().prevent_cse);
   CHECK(eqns_of(*body_of(cp).jaxpr, xj::Primitive::sin).size() == 1);
   // ... and it is not handed the forward's sin outputs instead (no merge).
   for (const xj::Eqn* s : fwd_sins)

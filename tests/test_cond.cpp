@@ -252,6 +252,8 @@ TEST_CASE("cond: switch_ with 3 branches (tuple and vector of std::function), in
     auto idx = xj::scalar(i, xj::i32);
     CHECK(xj::switch_(idx, std::tuple{b0, b1, b2}, f64v(x)).item<double>() == doctest::Approx(ref[k](x)));
     CHECK(xj::switch_(idx, fns, f64v(x)).item<double>() == doctest::Approx(ref[k](x)));
+    // A braced list of different lambdas, as lax.switch(i, [b0, b1, b2], x).
+    CHECK(xj::switch_(idx, {b0, b1, b2}, f64v(x)).item<double>() == doctest::Approx(ref[k](x)));
     auto f = [&](const xj::Array& v) { return xj::switch_(idx, std::tuple{b0, b1, b2}, v); };
     auto want = fd_grad([&](const xj::Array& v) { return f(v).item<double>(); }, x);
     check_values(xj::grad(f)(f64v(x)), want, 1e-6);

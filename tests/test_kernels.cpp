@@ -192,7 +192,7 @@ TEST_CASE("kernel: integer neg, abs, sign") {
 
 template <class T> void check_integer_pow(std::int64_t y, const Shape& shape, double lo, double hi) {
   std::vector<T> x = sample<T>(size_of(shape), lo, hi, std::is_integral_v<T> ? 1 : 0.37);
-  Params ps{{"y", y}};
+  Params ps = xjax::params::IntegerPow{.y = y};
   std::vector<T> got = values_of<T>(
       run(Primitive::integer_pow, {make(x, shape)}, {shape, xjax::dtype_of_v<T>}, ps));
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -220,7 +220,7 @@ TEST_CASE("kernel: integer_pow") {
     check_integer_pow<float>(y, {9}, 0.5, 3);
     check_integer_pow<double>(y, {2, 3}, -3, -0.5);
   }
-  Params ps{{"y", std::int64_t{-1}}};
+  Params ps = xjax::params::IntegerPow{.y = std::int64_t{-1}};
   CHECK_THROWS_AS(run(Primitive::integer_pow, {make<std::int32_t>({2}, {1})}, {{1}, DType::i32}, ps),
                   xjax::Error);
 }
@@ -372,7 +372,7 @@ TEST_CASE("kernel: select_n with bool and i32 which") {
 
 TEST_CASE("kernel: convert_element_type") {
   auto convert = [](const Array& x, DType to) {
-    return run(Primitive::convert_element_type, {x}, {x.shape(), to}, {{"new_dtype", to}});
+    return run(Primitive::convert_element_type, {x}, {x.shape(), to}, xjax::params::ConvertElementType{.new_dtype = to});
   };
   const float nan = std::nanf("");
   Array f = make<float>({-2.7f, 2.7f, 0.f, 1e20f, -1e20f, nan}, {6});
@@ -461,7 +461,7 @@ template <class T> void check_reduce(Primitive p, const Shape& shape, const Ints
   for (std::size_t d = 0; d < shape.size(); ++d)
     if (std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) == axes.end())
       out_shape.push_back(shape[d]);
-  Array out = run(p, {make(x, shape)}, {out_shape, xjax::dtype_of_v<T>}, {{"axes", axes}});
+  Array out = run(p, {make(x, shape)}, {out_shape, xjax::dtype_of_v<T>}, xjax::params::Reduce{.axes = axes});
   std::vector<T> got = values_of<T>(out);
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -500,25 +500,25 @@ TEST_CASE("kernel: reductions over every set of axes") {
 
 TEST_CASE("kernel: reductions of empty and special inputs") {
   Array empty = make<float>({}, {3, 0});
-  CHECK(values_of<float>(run(Primitive::reduce_sum, {empty}, {{3}, DType::f32}, {{"axes", Ints{1}}})) ==
+  CHECK(values_of<float>(run(Primitive::reduce_sum, {empty}, {{3}, DType::f32}, xjax::params::Reduce{.axes = Ints{1}})) ==
         std::vector<float>{0, 0, 0});
   std::vector<float> mx =
-      values_of<float>(run(Primitive::reduce_max, {empty}, {{3}, DType::f32}, {{"axes", Ints{1}}}));
+      values_of<float>(run(Primitive::reduce_max, {empty}, {{3}, DType::f32}, xjax::params::Reduce{.axes = Ints{1}}));
   CHECK(mx[0] == -std::numeric_limits<float>::infinity());
   CHECK(values_of<std::int32_t>(run(Primitive::reduce_min, {make<std::int32_t>({}, {0})}, {{}, DType::i32},
-                                    {{"axes", Ints{0}}}))[0] == std::numeric_limits<std::int32_t>::max());
+                                    xjax::params::Reduce{.axes = Ints{0}}))[0] == std::numeric_limits<std::int32_t>::max());
   std::vector<float> x(37, 1.f);
   x[20] = std::nanf("");
   CHECK(std::isnan(values_of<float>(run(Primitive::reduce_max, {make<float>(x, {37})}, {{}, DType::f32},
-                                        {{"axes", Ints{0}}}))[0]));
+                                        xjax::params::Reduce{.axes = Ints{0}}))[0]));
   Array b = make_bool({0, 1, 1, 1, 0, 0}, {2, 3});
-  CHECK(values_of<U8>(run(Primitive::reduce_max, {b}, {{2}, DType::bool_}, {{"axes", Ints{1}}})) ==
+  CHECK(values_of<U8>(run(Primitive::reduce_max, {b}, {{2}, DType::bool_}, xjax::params::Reduce{.axes = Ints{1}})) ==
         std::vector<U8>{1, 1});
-  CHECK(values_of<U8>(run(Primitive::reduce_min, {b}, {{3}, DType::bool_}, {{"axes", Ints{0}}})) ==
+  CHECK(values_of<U8>(run(Primitive::reduce_min, {b}, {{3}, DType::bool_}, xjax::params::Reduce{.axes = Ints{0}})) ==
         std::vector<U8>{0, 0, 0});
   CHECK(values_of<U8>(run(Primitive::reduce_min, {make_bool({}, {0})}, {{}, DType::bool_},
-                          {{"axes", Ints{0}}})) == std::vector<U8>{1});
-  CHECK_THROWS_AS(run(Primitive::reduce_sum, {b}, {{2}, DType::bool_}, {{"axes", Ints{1}}}), xjax::Error);
+                          xjax::params::Reduce{.axes = Ints{0}})) == std::vector<U8>{1});
+  CHECK_THROWS_AS(run(Primitive::reduce_sum, {b}, {{2}, DType::bool_}, xjax::params::Reduce{.axes = Ints{1}}), xjax::Error);
 }
 
 // ---- argmax ------------------------------------------------------------------------------------
@@ -530,7 +530,7 @@ template <class T, class I> void check_argmax(const Shape& shape, std::int64_t a
   out_shape.erase(out_shape.begin() + axis);
   const DType index_dtype = xjax::dtype_of_v<I>;
   Array out = run(Primitive::argmax, {make(x, shape)}, {out_shape, index_dtype},
-                  {{"axes", Ints{axis}}, {"index_dtype", index_dtype}});
+                  xjax::params::Argmax{.axes = Ints{axis}, .index_dtype = index_dtype});
   std::vector<I> got = values_of<I>(out);
   for (std::int64_t o = 0; o < size_of(out_shape); ++o) {
     Ints idx = unravel(o, out_shape);
@@ -559,7 +559,7 @@ TEST_CASE("kernel: argmax along every axis picks the first maximum") {
   check_argmax<float, std::int32_t>({0, 3}, 1);
   const float nan = std::nanf("");
   Array x = make<float>({1, nan, 5, nan}, {4});
-  Params ps{{"axes", Ints{0}}, {"index_dtype", DType::i32}};
+  Params ps = xjax::params::Argmax{.axes = Ints{0}, .index_dtype = DType::i32};
   CHECK(values_of<std::int32_t>(run(Primitive::argmax, {x}, {{}, DType::i32}, ps))[0] == 1);
   Array b = make_bool({0, 0, 1, 1}, {4});
   CHECK(values_of<std::int32_t>(run(Primitive::argmax, {b}, {{}, DType::i32}, ps))[0] == 2);
@@ -617,7 +617,7 @@ template <class T> void check_dot(const DotCase& c) {
   std::vector<T> a = sample<T>(size_of(c.lhs), std::is_unsigned_v<T> ? 0 : -3, 3, std::is_integral_v<T> ? 1 : 0.37);
   std::vector<T> b = sample<T>(size_of(c.rhs), std::is_unsigned_v<T> ? 0 : -2, 4, std::is_integral_v<T> ? 1 : 0.29);
   auto [out_shape, want] = dot_reference(c, a, b);
-  Params ps{{"lhs_contracting", c.lc}, {"rhs_contracting", c.rc}, {"lhs_batch", c.lb}, {"rhs_batch", c.rb}};
+  Params ps = xjax::params::DotGeneral{.lhs_contracting = c.lc, .rhs_contracting = c.rc, .lhs_batch = c.lb, .rhs_batch = c.rb};
   Array out = run(Primitive::dot_general, {make(a, c.lhs), make(b, c.rhs)},
                   {out_shape, xjax::dtype_of_v<T>}, ps);
   std::vector<T> got = values_of<T>(out);
@@ -679,30 +679,30 @@ template <class T> std::vector<T> iota_values(std::int64_t n) {
 TEST_CASE("kernel: broadcast_in_dim") {
   Array x = make<float>({1, 2, 3}, {3, 1});
   Array out = run(Primitive::broadcast_in_dim, {x}, {{2, 3, 4}, DType::f32},
-                  {{"shape", Ints{2, 3, 4}}, {"broadcast_dimensions", Ints{1, 2}}});
+                  xjax::params::BroadcastInDim{.shape = Ints{2, 3, 4}, .broadcast_dimensions = Ints{1, 2}});
   std::vector<float> got = values_of<float>(out);
   for (std::int64_t i = 0; i < 24; ++i)
     CHECK(got[static_cast<std::size_t>(i)] == static_cast<float>(unravel(i, {2, 3, 4})[1] + 1));
   Array s = make<std::int64_t>({7}, {});
   CHECK(values_of<std::int64_t>(run(Primitive::broadcast_in_dim, {s}, {{2, 2}, DType::i64},
-                                    {{"shape", Ints{2, 2}}, {"broadcast_dimensions", Ints{}}})) ==
+                                    xjax::params::BroadcastInDim{.shape = Ints{2, 2}, .broadcast_dimensions = Ints{}})) ==
         std::vector<std::int64_t>(4, 7));
   Array row = make_bool({1, 0}, {2});
   CHECK(values_of<U8>(run(Primitive::broadcast_in_dim, {row}, {{2, 2}, DType::bool_},
-                          {{"shape", Ints{2, 2}}, {"broadcast_dimensions", Ints{0}}})) ==
+                          xjax::params::BroadcastInDim{.shape = Ints{2, 2}, .broadcast_dimensions = Ints{0}})) ==
         std::vector<U8>{1, 1, 0, 0});
   CHECK(run(Primitive::broadcast_in_dim, {row}, {{2, 0}, DType::bool_},
-            {{"shape", Ints{2, 0}}, {"broadcast_dimensions", Ints{0}}}).size() == 0);
+            xjax::params::BroadcastInDim{.shape = Ints{2, 0}, .broadcast_dimensions = Ints{0}}).size() == 0);
 }
 
 TEST_CASE("kernel: reshape, squeeze and expand_dims share the buffer") {
   Array x = make<double>(iota_values<double>(6), {2, 3});
-  Array r = run(Primitive::reshape, {x}, {{3, 2}, DType::f64}, {{"new_sizes", Ints{3, 2}}});
+  Array r = run(Primitive::reshape, {x}, {{3, 2}, DType::f64}, xjax::params::Reshape{.new_sizes = Ints{3, 2}});
   CHECK(values_of<double>(r) == iota_values<double>(6));
   CHECK(r.raw_data() == x.raw_data());
-  Array e = run(Primitive::expand_dims, {x}, {{2, 1, 3}, DType::f64}, {{"dimensions", Ints{1}}});
+  Array e = run(Primitive::expand_dims, {x}, {{2, 1, 3}, DType::f64}, xjax::params::ExpandDims{.dimensions = Ints{1}});
   CHECK(values_of<double>(e) == iota_values<double>(6));
-  Array q = run(Primitive::squeeze, {e}, {{2, 3}, DType::f64}, {{"dimensions", Ints{1}}});
+  Array q = run(Primitive::squeeze, {e}, {{2, 3}, DType::f64}, xjax::params::Squeeze{.dimensions = Ints{1}});
   CHECK(values_of<double>(q) == iota_values<double>(6));
   CHECK(q.shape() == Shape{2, 3});
   CHECK(x.shape() == Shape{2, 3});  // the input is untouched
@@ -713,7 +713,7 @@ template <class T> void check_transpose(const Shape& shape, const Ints& perm) {
   Shape out_shape;
   for (auto d : perm) out_shape.push_back(shape[static_cast<std::size_t>(d)]);
   std::vector<T> got = values_of<T>(run(Primitive::transpose, {make(x, shape)},
-                                        {out_shape, xjax::dtype_of_v<T>}, {{"permutation", perm}}));
+                                        {out_shape, xjax::dtype_of_v<T>}, xjax::params::Transpose{.permutation = perm}));
   for (std::int64_t o = 0; o < size_of(out_shape); ++o) {
     const Ints oi = unravel(o, out_shape);
     Ints xi(shape.size());
@@ -735,22 +735,22 @@ TEST_CASE("kernel: transpose") {
   check_transpose<std::int32_t>({9, 40, 2}, {1, 0, 2});
   check_transpose<std::uint32_t>({33, 4, 65}, {2, 1, 0});
   Array b = make_bool({1, 0, 0, 1, 1, 0}, {2, 3});
-  CHECK(values_of<U8>(run(Primitive::transpose, {b}, {{3, 2}, DType::bool_}, {{"permutation", Ints{1, 0}}})) ==
+  CHECK(values_of<U8>(run(Primitive::transpose, {b}, {{3, 2}, DType::bool_}, xjax::params::Transpose{.permutation = Ints{1, 0}})) ==
         std::vector<U8>{1, 1, 0, 1, 0, 0});
 }
 
 TEST_CASE("kernel: slice with and without strides") {
   Array x = make<std::int32_t>(iota_values<std::int32_t>(30), {5, 6});
-  Params ps{{"start_indices", Ints{1, 2}}, {"limit_indices", Ints{4, 6}}, {"strides", Ints{}}};
+  Params ps = xjax::params::Slice{.start_indices = Ints{1, 2}, .limit_indices = Ints{4, 6}, .strides = Ints{}};
   std::vector<std::int32_t> got = values_of<std::int32_t>(run(Primitive::slice, {x}, {{3, 4}, DType::i32}, ps));
   CHECK(got == std::vector<std::int32_t>{8, 9, 10, 11, 14, 15, 16, 17, 20, 21, 22, 23});
-  ps = {{"start_indices", Ints{0, 1}}, {"limit_indices", Ints{5, 6}}, {"strides", Ints{2, 3}}};
+  ps = xjax::params::Slice{.start_indices = Ints{0, 1}, .limit_indices = Ints{5, 6}, .strides = Ints{2, 3}};
   got = values_of<std::int32_t>(run(Primitive::slice, {x}, {{3, 2}, DType::i32}, ps));
   CHECK(got == std::vector<std::int32_t>{1, 4, 13, 16, 25, 28});
-  ps = {{"start_indices", Ints{2, 6}}, {"limit_indices", Ints{4, 6}}, {"strides", Ints{}}};
+  ps = xjax::params::Slice{.start_indices = Ints{2, 6}, .limit_indices = Ints{4, 6}, .strides = Ints{}};
   CHECK(run(Primitive::slice, {x}, {{2, 0}, DType::i32}, ps).size() == 0);
   Array b = make_bool({1, 0, 1, 1}, {4});
-  ps = {{"start_indices", Ints{1}}, {"limit_indices", Ints{4}}, {"strides", Ints{2}}};
+  ps = xjax::params::Slice{.start_indices = Ints{1}, .limit_indices = Ints{4}, .strides = Ints{2}};
   CHECK(values_of<U8>(run(Primitive::slice, {b}, {{2}, DType::bool_}, ps)) == std::vector<U8>{0, 1});
 }
 
@@ -784,14 +784,14 @@ TEST_CASE("kernel: pad with negative, positive and interior padding") {
     Shape out_shape;
     std::vector<double> want = pad_reference(x, shape, -1.5, c.lo, c.hi, c.interior, out_shape);
     Array out = run(Primitive::pad, {make(x, shape), make<double>({-1.5}, {})}, {out_shape, DType::f64},
-                    {{"lo", c.lo}, {"hi", c.hi}, {"interior", c.interior}});
+                    xjax::params::Pad{.lo = c.lo, .hi = c.hi, .interior = c.interior});
     CHECK(values_of<double>(out) == want);
   }
   Array b = run(Primitive::pad, {make_bool({1, 1}, {2}), make_bool({0}, {})}, {{5}, DType::bool_},
-                {{"lo", Ints{1}}, {"hi", Ints{1}}, {"interior", Ints{1}}});
+                xjax::params::Pad{.lo = Ints{1}, .hi = Ints{1}, .interior = Ints{1}});
   CHECK(values_of<U8>(b) == std::vector<U8>{0, 1, 0, 1, 0});
   Array e = run(Primitive::pad, {make<float>({}, {0}), make<float>({7}, {})}, {{3}, DType::f32},
-                {{"lo", Ints{1}}, {"hi", Ints{2}}, {"interior", Ints{4}}});
+                xjax::params::Pad{.lo = Ints{1}, .hi = Ints{2}, .interior = Ints{4}});
   CHECK(values_of<float>(e) == std::vector<float>{7, 7, 7});
 }
 
@@ -799,7 +799,7 @@ TEST_CASE("kernel: dynamic_slice clamps its starts") {
   Array x = make<float>(iota_values<float>(20), {4, 5});
   auto slice_at = [&](Array s0, Array s1) {
     return values_of<float>(run(Primitive::dynamic_slice, {x, s0, s1}, {{2, 3}, DType::f32},
-                                {{"slice_sizes", Ints{2, 3}}}));
+                                xjax::params::DynamicSlice{.slice_sizes = Ints{2, 3}}));
   };
   CHECK(slice_at(make<std::int32_t>({1}, {}), make<std::int32_t>({1}, {})) ==
         std::vector<float>{6, 7, 8, 11, 12, 13});
@@ -809,7 +809,7 @@ TEST_CASE("kernel: dynamic_slice clamps its starts") {
         std::vector<float>{2, 3, 4, 7, 8, 9});
   Array b = make_bool({0, 1, 1}, {3});
   CHECK(values_of<U8>(run(Primitive::dynamic_slice, {b, make<std::int32_t>({1}, {})}, {{2}, DType::bool_},
-                          {{"slice_sizes", Ints{2}}})) == std::vector<U8>{1, 1});
+                          xjax::params::DynamicSlice{.slice_sizes = Ints{2}})) == std::vector<U8>{1, 1});
 }
 
 TEST_CASE("kernel: dynamic_update_slice clamps its starts") {
@@ -834,18 +834,18 @@ TEST_CASE("kernel: concatenate along each dimension") {
   Array a = make<float>({1, 2, 3, 4}, {2, 2});
   Array b = make<float>({5, 6}, {2, 1});
   Array e = make<float>({}, {2, 0});
-  CHECK(values_of<float>(run(Primitive::concatenate, {a, b, e}, {{2, 3}, DType::f32}, {{"dimension", std::int64_t{1}}})) ==
+  CHECK(values_of<float>(run(Primitive::concatenate, {a, b, e}, {{2, 3}, DType::f32}, xjax::params::Concatenate{.dimension = std::int64_t{1}})) ==
         std::vector<float>{1, 2, 5, 3, 4, 6});
   Array c = make<float>({7, 8}, {1, 2});
-  CHECK(values_of<float>(run(Primitive::concatenate, {a, c}, {{3, 2}, DType::f32}, {{"dimension", std::int64_t{0}}})) ==
+  CHECK(values_of<float>(run(Primitive::concatenate, {a, c}, {{3, 2}, DType::f32}, xjax::params::Concatenate{.dimension = std::int64_t{0}})) ==
         std::vector<float>{1, 2, 3, 4, 7, 8});
   Array i = make<std::int32_t>(iota_values<std::int32_t>(12), {2, 3, 2});
   Array j = make<std::int32_t>({-1, -2, -3, -4}, {2, 1, 2});
   CHECK(values_of<std::int32_t>(run(Primitive::concatenate, {j, i}, {{2, 4, 2}, DType::i32},
-                                    {{"dimension", std::int64_t{1}}})) ==
+                                    xjax::params::Concatenate{.dimension = std::int64_t{1}})) ==
         std::vector<std::int32_t>{-1, -2, 0, 1, 2, 3, 4, 5, -3, -4, 6, 7, 8, 9, 10, 11});
   Array p = make_bool({1}, {1}), q = make_bool({0, 1}, {2});
-  CHECK(values_of<U8>(run(Primitive::concatenate, {p, q}, {{3}, DType::bool_}, {{"dimension", std::int64_t{0}}})) ==
+  CHECK(values_of<U8>(run(Primitive::concatenate, {p, q}, {{3}, DType::bool_}, xjax::params::Concatenate{.dimension = std::int64_t{0}})) ==
         std::vector<U8>{1, 0, 1});
 }
 
@@ -853,22 +853,22 @@ TEST_CASE("kernel: gather takes clamped, wrapped indices along an axis") {
   Array x = make<double>(iota_values<double>(12), {3, 4});
   Array idx = make<std::int32_t>({3, -1, 0, 7, -9, 1}, {2, 3});
   std::vector<double> got = values_of<double>(run(Primitive::gather, {x, idx}, {{3, 2, 3}, DType::f64},
-                                                  {{"axis", std::int64_t{1}}}));
+                                                  xjax::params::Gather{.axis = std::int64_t{1}}));
   const std::vector<std::int64_t> taken = {3, 3, 0, 3, 0, 1};  // -1 -> 3, 7 -> 3, -9 -> 0
   for (std::int64_t r = 0; r < 3; ++r)
     for (std::size_t j = 0; j < 6; ++j)
       CHECK(got[static_cast<std::size_t>(r) * 6 + j] == static_cast<double>(r * 4 + taken[j]));
   Array rows = run(Primitive::gather, {x, make<std::int64_t>({2, 0}, {2})}, {{2, 4}, DType::f64},
-                   {{"axis", std::int64_t{0}}});
+                   xjax::params::Gather{.axis = std::int64_t{0}});
   CHECK(values_of<double>(rows) == std::vector<double>{8, 9, 10, 11, 0, 1, 2, 3});
   Array scalar_index = run(Primitive::gather, {x, make<std::int32_t>({1}, {})}, {{4}, DType::f64},
-                           {{"axis", std::int64_t{0}}});
+                           xjax::params::Gather{.axis = std::int64_t{0}});
   CHECK(values_of<double>(scalar_index) == std::vector<double>{4, 5, 6, 7});
   Array b = make_bool({1, 0, 0}, {3});
   CHECK(values_of<U8>(run(Primitive::gather, {b, make<std::int32_t>({0, 0, 2}, {3})}, {{3}, DType::bool_},
-                          {{"axis", std::int64_t{0}}})) == std::vector<U8>{1, 1, 0});
+                          xjax::params::Gather{.axis = std::int64_t{0}})) == std::vector<U8>{1, 1, 0});
   CHECK(run(Primitive::gather, {x, make<std::int32_t>({}, {0})}, {{3, 0}, DType::f64},
-            {{"axis", std::int64_t{1}}}).size() == 0);
+            xjax::params::Gather{.axis = std::int64_t{1}}).size() == 0);
 }
 
 template <class T> void check_scatter_add() {
@@ -876,7 +876,7 @@ template <class T> void check_scatter_add() {
   Array idx = make<std::int32_t>({2, 0, 2, -1}, {4});
   Array upd = make<T>({1, 2, 3, 4, 10, 20, 30, 40}, {2, 4});
   std::vector<T> got = values_of<T>(run(Primitive::scatter_add, {x, idx, upd}, {{2, 3}, xjax::dtype_of_v<T>},
-                                        {{"axis", std::int64_t{1}}}));
+                                        xjax::params::ScatterAdd{.axis = std::int64_t{1}}));
   // row 0: [0,1,2] + col2 += 1+3+4, col0 += 2; row 1: [3,4,5] + col2 += 10+30+40, col0 += 20
   CHECK(got == std::vector<T>{2, 1, 10, 23, 4, 85});
 }
@@ -889,7 +889,7 @@ TEST_CASE("kernel: scatter_add accumulates repeated indices") {
   check_scatter_add<std::uint32_t>();
   Array x = make<float>({0, 0, 0}, {3});
   Array got = run(Primitive::scatter_add, {x, make<std::int64_t>({5, 1}, {2}), make<float>({1, 2}, {2})},
-                  {{3}, DType::f32}, {{"axis", std::int64_t{0}}});
+                  {{3}, DType::f32}, xjax::params::ScatterAdd{.axis = std::int64_t{0}});
   CHECK(values_of<float>(got) == std::vector<float>{0, 2, 1});
   CHECK(values_of<float>(x) == std::vector<float>{0, 0, 0});
 }
@@ -897,7 +897,7 @@ TEST_CASE("kernel: scatter_add accumulates repeated indices") {
 template <class T> void check_iota(const Shape& shape, std::int64_t dimension) {
   const DType dtype = xjax::dtype_of_v<T>;
   std::vector<T> got = values_of<T>(run(Primitive::iota, {}, {shape, dtype},
-                                        {{"dtype", dtype}, {"shape", shape}, {"dimension", dimension}}));
+                                        xjax::params::Iota{.dtype = dtype, .shape = shape, .dimension = dimension}));
   REQUIRE(static_cast<std::int64_t>(got.size()) == size_of(shape));
   for (std::int64_t i = 0; i < size_of(shape); ++i)
     CHECK(got[static_cast<std::size_t>(i)] == static_cast<T>(unravel(i, shape)[static_cast<std::size_t>(dimension)]));

@@ -4,12 +4,14 @@
 // emits no transpose for matrix-product gradients.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <xjax/xjax.hpp>
@@ -261,15 +263,76 @@ TEST_CASE("plan: assigning a Jaxpr drops its plan") {
 
 TEST_CASE("plan: an unrolled scan keeps nothing alive after its body is gone") {
   const std::int64_t before = xj::memory_stats().live_bytes;
+  const std::int64_t n = 10000;
   {
-    xj::Array xs = xj::ones({7, 10});
+    xj::Array xs = xj::ones({7, n});
     auto body = [](const xj::Array& c, const xj::Array& x) { return std::pair{c * 0.5 + x, c}; };
-    auto [c1, ys1] = xj::scan(body, xj::ones({10}), xs, {.unroll = 3});
-    auto [c2, ys2] = xj::scan(body, xj::ones({10}), xs);
+    auto [c1, ys1] = xj::scan(body, xj::ones({n}), xs, {.unroll = 3});
+    auto [c2, ys2] = xj::scan(body, xj::ones({n}), xs);
     check_identical(c1, c2);
     check_identical(ys1, ys2);
   }
+  // The plan side table may still hold the plans and unrolled body of the gone body jaxpr until
+  // its next sweep (a few literals), never the stacked xs or ys (7 * n floats each)...
+  CHECK(xj::memory_stats().live_bytes - before < n * 4);
+  // ...and clear_caches drops even those.
+  xj::clear_caches();
   CHECK(xj::memory_stats().live_bytes == before);
+}
+
+TEST_CASE("plan: a jaxpr at the address of one that is gone gets its own plan") {
+  xj::Array x = xj::array<float>({1.0f, 2.0f}, {2});
+  std::vector<xj::Array> args{x};
+  for (int k = 1; k <= 50; ++k) {
+    auto j = xj::make_jaxpr([k](const xj::Array& a) { return a * static_cast<double>(k) + 1.0; })(x);
+    std::vector<float> got = xj::eval_jaxpr(j, args).at(0).to_vector<float>();
+    REQUIRE(got == std::vector<float>{static_cast<float>(k) + 1.0f, 2.0f * static_cast<float>(k) + 1.0f});
+  }
+}
+
+TEST_CASE("plan: 8 threads evaluate, copy and re-assign jaxprs that share plans") {
+  // A scan with unroll (an unrolled body derived from its body), a fused chain, a cond.
+  auto f = [](const xj::Array& x) {
+    auto body = [](const xj::Array& c, const xj::Array& r) { return std::pair{xj::tanh(c * 0.9 + r), c * 2.0}; };
+    auto [c, ys] = xj::scan(body, x, xj::stack({x, x * 2.0, x * 3.0, x - 1.0, x + 1.0}), {.unroll = 2});
+    return c + xj::sum(ys, {0});
+  };
+  auto g = [](const xj::Array& x) {
+    return xj::cond(xj::sum(x) > 0.0, [](const xj::Array& a) { return xj::exp(a) * 2.0 - a; },
+                    [](const xj::Array& a) { return -a; }, x);
+  };
+  xj::Array x = xj::array<double>({0.25, -0.5, 1.5}, {3});
+  std::vector<xj::Array> args{x};
+  const xj::ClosedJaxpr jf = xj::make_jaxpr(f)(x), jg = xj::make_jaxpr(g)(x);
+  const std::vector<double> want_f = f(x).to_vector<double>(), want_g = g(x).to_vector<double>();
+  std::atomic<int> wrong{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < 60; ++i) {
+          bool use_f = (i + t) % 2 == 0;
+          xj::ClosedJaxpr shared = use_f ? jf : jg;  // a copy sharing the Jaxpr object and its plan
+          if (xj::eval_jaxpr(shared, args).at(0).to_vector<double>() != (use_f ? want_f : want_g)) ++wrong;
+          // A Jaxpr of this thread's own, evaluated, then assigned the other jaxpr's contents.
+          auto own = std::make_shared<xj::Jaxpr>(*(use_f ? jf : jg).jaxpr);
+          const xj::ClosedJaxpr &mine = use_f ? jf : jg, &other = use_f ? jg : jf;
+          if (xj::eval_jaxpr(xj::ClosedJaxpr{own, mine.consts}, args).at(0).to_vector<double>() !=
+              (use_f ? want_f : want_g))
+            ++wrong;
+          *own = *other.jaxpr;
+          if (xj::eval_jaxpr(xj::ClosedJaxpr{own, other.consts}, args).at(0).to_vector<double>() !=
+              (use_f ? want_g : want_f))
+            ++wrong;
+          if (t == 0 && i % 20 == 19) xj::clear_caches();
+        }
+      } catch (...) {
+        ++errors;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong == 0);
+  CHECK(errors == 0);
 }
 
 TEST_CASE("plan: a fused output that renames an input shares its buffer") {

@@ -208,17 +208,27 @@ xj::Jaxpr outer_with(xj::Params params) {
 
 }  // namespace
 
-TEST_CASE("printer: a nested one-line sub-jaxpr, params sorted") {
+namespace {
+// The params of a checkpoint around `body` (printed on `copy`: the printer does not validate).
+xj::params::Checkpoint checkpoint_of(const xj::ClosedJaxpr& body) {
+  return {.jaxpr = ptr(body), .policy = nullptr, .prevent_cse = true, .differentiated = false};
+}
+}  // namespace
+
+TEST_CASE("printer: a nested one-line sub-jaxpr, params sorted by name") {
   auto inner = xj::make_jaxpr([](const xj::Array& x) { return xj::sin(x); })(xj::zeros({3}));
-  xj::Params ps;
-  ps["name"] = std::string("f");
-  ps["jaxpr"] = ptr(inner);
-  auto j = outer_with(ps);
+  // Declared jaxpr, length, reverse, unroll, num_consts, num_carry; printed sorted.
+  auto j = outer_with(xj::params::Scan{
+      .jaxpr = ptr(inner), .length = 3, .reverse = false, .unroll = 1, .num_consts = 0, .num_carry = 0});
   CHECK(str(j) ==
         "{ lambda ; a:f32[3]. let\n"
         "    b:f32[3] = copy[\n"
         "      jaxpr={ lambda ; c:f32[3]. let d:f32[3] = sin c in (d,) }\n"
-        "      name=f\n"
+        "      length=3\n"
+        "      num_carry=0\n"
+        "      num_consts=0\n"
+        "      reverse=False\n"
+        "      unroll=1\n"
         "    ] a\n"
         "  in (b,) }");
   // The inner jaxpr printed alone names its variables from 'a'.
@@ -227,17 +237,16 @@ TEST_CASE("printer: a nested one-line sub-jaxpr, params sorted") {
 
 TEST_CASE("printer: a nested multi-line sub-jaxpr is indented under its parameter") {
   auto inner = xj::make_jaxpr([](const xj::Array& x) { return xj::cos(xj::sin(x)); })(xj::zeros({3}));
-  xj::Params ps;
-  ps["jaxpr"] = ptr(inner);
-  ps["prevent_cse"] = true;
-  auto j = outer_with(ps);
+  auto j = outer_with(checkpoint_of(inner));
   CHECK(str(j) ==
         "{ lambda ; a:f32[3]. let\n"
         "    b:f32[3] = copy[\n"
+        "      differentiated=False\n"
         "      jaxpr={ lambda ; c:f32[3]. let\n"
         "          d:f32[3] = sin c\n"
         "          e:f32[3] = cos d\n"
         "        in (e,) }\n"
+        "      policy=None\n"
         "      prevent_cse=True\n"
         "    ] a\n"
         "  in (b,) }");
@@ -246,13 +255,14 @@ TEST_CASE("printer: a nested multi-line sub-jaxpr is indented under its paramete
 TEST_CASE("printer: a nested sub-jaxpr with constvars") {
   xj::Array w = xj::ones({3});
   auto inner = xj::make_jaxpr([w](const xj::Array& x) { return x * w; })(xj::zeros({3}));
-  xj::Params ps;
-  ps["jaxpr"] = ptr(inner);
-  auto j = outer_with(ps);
+  auto j = outer_with(checkpoint_of(inner));
   CHECK(str(j) ==
         "{ lambda ; a:f32[3]. let\n"
         "    b:f32[3] = copy[\n"
+        "      differentiated=False\n"
         "      jaxpr={ lambda c:f32[3]; d:f32[3]. let e:f32[3] = mul d c in (e,) }\n"
+        "      policy=None\n"
+        "      prevent_cse=True\n"
         "    ] a\n"
         "  in (b,) }");
 }
@@ -260,9 +270,7 @@ TEST_CASE("printer: a nested sub-jaxpr with constvars") {
 TEST_CASE("printer: a list of sub-jaxprs (branches) like JAX's cond") {
   auto b0 = xj::make_jaxpr([](const xj::Array& x) { return xj::sin(x); })(xj::zeros({3}));
   auto b1 = xj::make_jaxpr([](const xj::Array& x) { return xj::cos(x); })(xj::zeros({3}));
-  xj::Params ps;
-  ps["branches"] = std::vector<xj::ClosedJaxprPtr>{ptr(b0), ptr(b1)};
-  auto j = outer_with(ps);
+  auto j = outer_with(xj::params::Cond{.branches = {ptr(b0), ptr(b1)}});
   CHECK(str(j) ==
         "{ lambda ; a:f32[3]. let\n"
         "    b:f32[3] = copy[\n"
@@ -276,35 +284,36 @@ TEST_CASE("printer: a list of sub-jaxprs (branches) like JAX's cond") {
 
 TEST_CASE("printer: two levels of nesting") {
   auto leaf = xj::make_jaxpr([](const xj::Array& x) { return xj::sin(x); })(xj::zeros({3}));
-  xj::Params inner_ps;
-  inner_ps["jaxpr"] = ptr(leaf);
-  xj::Jaxpr mid = outer_with(inner_ps);
-  xj::Params ps;
-  ps["jaxpr"] = ptr(xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(mid), {}});
-  auto j = outer_with(ps);
+  xj::Jaxpr mid = outer_with(xj::params::Cond{.branches = {ptr(leaf)}});
+  auto j = outer_with(xj::params::Cond{.branches = {ptr(xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(mid), {}})}});
   CHECK(str(j) ==
         "{ lambda ; a:f32[3]. let\n"
         "    b:f32[3] = copy[\n"
-        "      jaxpr={ lambda ; c:f32[3]. let\n"
-        "          d:f32[3] = copy[\n"
-        "            jaxpr={ lambda ; e:f32[3]. let f:f32[3] = sin e in (f,) }\n"
-        "          ] c\n"
-        "        in (d,) }\n"
+        "      branches=(\n"
+        "        { lambda ; c:f32[3]. let\n"
+        "            d:f32[3] = copy[\n"
+        "              branches=(\n"
+        "                { lambda ; e:f32[3]. let f:f32[3] = sin e in (f,) }\n"
+        "              )\n"
+        "            ] c\n"
+        "          in (d,) }\n"
+        "      )\n"
         "    ] a\n"
         "  in (b,) }");
 }
 
-TEST_CASE("printer: other parameter kinds (double, bool, string, object)") {
-  xj::Params ps;
-  ps["alpha"] = 0.25;
-  ps["flag"] = false;
-  ps["name"] = std::string("layer1");
-  ps["policy"] = std::shared_ptr<const xj::ParamObject>(std::make_shared<Policy>());
-  ps["dims"] = std::vector<std::int64_t>{};
-  auto j = outer_with(ps);
-  CHECK(str(j) ==
+TEST_CASE("printer: string, object, dtype and empty-list parameters") {
+  CHECK(str(outer_with(xj::params::Name{.name = "layer1"})) ==
+        "{ lambda ; a:f32[3]. let b:f32[3] = copy[name=layer1] a in (b,) }");
+  CHECK(str(outer_with(xj::params::CustomLin{.bwd = std::make_shared<Policy>()})) ==
+        "{ lambda ; a:f32[3]. let b:f32[3] = copy[bwd=<policy dots_saveable>] a in (b,) }");
+  CHECK(str(outer_with(xj::params::Iota{.dtype = xj::i32, .shape = {3}, .dimension = 0})) ==
         "{ lambda ; a:f32[3]. let\n"
-        "    b:f32[3] = copy[alpha=0.25 dims=() flag=False name=layer1 policy=<policy dots_saveable>] a\n"
+        "    b:f32[3] = copy[dimension=0 dtype=int32 shape=(3,)] a\n"
+        "  in (b,) }");
+  CHECK(str(outer_with(xj::params::Slice{.start_indices = {}, .limit_indices = {}, .strides = {}})) ==
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = copy[limit_indices=() start_indices=() strides=()] a\n"
         "  in (b,) }");
 }
 

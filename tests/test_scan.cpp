@@ -151,7 +151,7 @@ TEST_CASE("scan: cumulative sum, reverse, length without xs, unroll") {
     auto scans = eqns_of(j, xj::Primitive::scan);
     REQUIRE(scans.size() == 1);
     CHECK(scans[0]->outputs.size() == 1);  // the carry only
-    CHECK(xj::param_int(scans[0]->params, "length") == 20);
+    CHECK(scans[0]->params.get<xj::params::Scan>().length == 20);
   }
   SUBCASE("length zero returns the initial carry and empty ys") {
     auto [c, ys] = xj::scan(cumsum, xj::scalar(7, xj::f32), xj::zeros({0}, xj::f32));
@@ -172,7 +172,7 @@ TEST_CASE("scan: cumulative sum, reverse, length without xs, unroll") {
     auto j = xj::make_jaxpr([&](const xj::Array& x) { return xj::scan(cumsum, init, x, {.unroll = 2}).second; })(xs);
     auto scans = eqns_of(j, xj::Primitive::scan);
     REQUIRE(scans.size() == 1);
-    CHECK(xj::param_int(scans[0]->params, "unroll") == 2);
+    CHECK(scans[0]->params.get<xj::params::Scan>().unroll == 2);
     CHECK(str(j).find("unroll=2") != std::string::npos);
     // A nonlinear body gives the same values with every unroll too (the grad path included).
     xj::Array c0 = randn({4}, 3), as = randn({5, 3}, 4);
@@ -201,11 +201,11 @@ TEST_CASE("scan: the primitive's params and consts") {
   REQUIRE(scans.size() == 1);
   const auto& ps = scans[0]->params;
   INFO(str(j));
-  CHECK(xj::param_int(ps, "num_consts") == 2);  // k (a concrete closure) and s (a tracer)
-  CHECK(xj::param_int(ps, "num_carry") == 1);
-  CHECK(xj::param_int(ps, "length") == 4);
-  CHECK(xj::param<bool>(ps, "reverse") == true);
-  CHECK(xj::param_int(ps, "unroll") == 1);
+  CHECK(ps.get<xj::params::Scan>().num_consts == 2);  // k (a concrete closure) and s (a tracer)
+  CHECK(ps.get<xj::params::Scan>().num_carry == 1);
+  CHECK(ps.get<xj::params::Scan>().length == 4);
+  CHECK(ps.get<xj::params::Scan>().reverse == true);
+  CHECK(ps.get<xj::params::Scan>().unroll == 1);
   CHECK(scans[0]->inputs.size() == 4);
   std::string s = str(j);
   for (const char* p : {"jaxpr={", "length=4", "num_consts=2", "num_carry=1", "reverse=True", "unroll=1"}) {
@@ -386,13 +386,13 @@ TEST_CASE("scan: the jaxpr of grad has exactly one forward and one backward scan
     INFO(str(j));
     auto scans = eqns_of(j, xj::Primitive::scan);
     REQUIRE(scans.size() == 2);
-    CHECK(xj::param<bool>(scans[0]->params, "reverse") == reverse);
-    CHECK(xj::param<bool>(scans[1]->params, "reverse") == !reverse);
-    CHECK(xj::param_int(scans[0]->params, "length") == 8);
-    CHECK(xj::param_int(scans[1]->params, "length") == 8);
+    CHECK(scans[0]->params.get<xj::params::Scan>().reverse == reverse);
+    CHECK(scans[1]->params.get<xj::params::Scan>().reverse == !reverse);
+    CHECK(scans[0]->params.get<xj::params::Scan>().length == 8);
+    CHECK(scans[1]->params.get<xj::params::Scan>().length == 8);
     // Neither body holds another scan.
     for (const auto* e : scans) {
-      const auto& body = *xj::param<xj::ClosedJaxprPtr>(e->params, "jaxpr");
+      const auto& body = *e->params.get<xj::params::Scan>().jaxpr;
       CHECK(eqns_of(body, xj::Primitive::scan).empty());
     }
     // The jaxpr evaluates to the gradient.
@@ -405,8 +405,8 @@ TEST_CASE("scan: the jaxpr of grad has exactly one forward and one backward scan
   INFO(str(j));
   auto scans = eqns_of(j, xj::Primitive::scan);
   REQUIRE(scans.size() == 2);
-  CHECK(xj::param<bool>(scans[0]->params, "reverse") == false);
-  CHECK(xj::param<bool>(scans[1]->params, "reverse") == true);
+  CHECK(scans[0]->params.get<xj::params::Scan>().reverse == false);
+  CHECK(scans[1]->params.get<xj::params::Scan>().reverse == true);
 }
 
 // ---- 5. what the forward scan saves -----------------------------------------------------------
@@ -449,8 +449,8 @@ TEST_CASE("scan: reverse mode keeps the stacked layer inputs and masks, nothing 
   auto j = xj::make_jaxpr(xj::grad(deep_loss))(W, x);
   INFO(str(j));
   ForwardScan f = forward_scan(j);
-  CHECK(xj::param<bool>(f.eqn->params, "reverse") == false);
-  REQUIRE(xj::param_int(f.eqn->params, "num_carry") == 1);
+  CHECK(f.eqn->params.get<xj::params::Scan>().reverse == false);
+  REQUIRE(f.eqn->params.get<xj::params::Scan>().num_carry == 1);
   REQUIRE(f.outs.size() == 3);
   CHECK(f.outs[0] == xj::ShapedArray{{N, d}, xj::f32});  // the final carry
   std::vector<xj::ShapedArray> stacked(f.outs.begin() + 1, f.outs.end());
@@ -809,10 +809,10 @@ TEST_CASE("scan: carries that get a tangent only inside the loop, and dead carri
   auto scans = eqns_of(j, xj::Primitive::scan);
   REQUIRE(scans.size() == 2);
   for (const auto* e : scans) {
-    const auto& body = *xj::param<xj::ClosedJaxprPtr>(e->params, "jaxpr");
+    const auto& body = *e->params.get<xj::params::Scan>().jaxpr;
     CHECK(eqns_of(body, xj::Primitive::exp).empty());  // z's update is gone
   }
-  CHECK(xj::param_int(scans[0]->params, "num_carry") == 2);  // a and b
+  CHECK(scans[0]->params.get<xj::params::Scan>().num_carry == 2);  // a and b
 }
 
 TEST_CASE("scan: unroll that does not divide the length agrees with unroll 1, forward and reverse") {

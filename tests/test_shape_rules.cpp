@@ -84,12 +84,12 @@ TEST_CASE("shape rules: neg, abs, sign accept signed and unsigned ints, not bool
 }
 
 TEST_CASE("shape rules: integer_pow") {
-  CHECK(eval1(Primitive::integer_pow, {f32({3})}, {{"y", std::int64_t{3}}}) == f32({3}));
-  CHECK(eval1(Primitive::integer_pow, {f32({3})}, {{"y", std::int64_t{-2}}}) == f32({3}));
-  CHECK(eval1(Primitive::integer_pow, {i32({3})}, {{"y", std::int64_t{2}}}) == i32({3}));
-  check_rule_error<xj::TypeError>(Primitive::integer_pow, {i32({3})}, {{"y", std::int64_t{-1}}},
+  CHECK(eval1(Primitive::integer_pow, {f32({3})}, xj::params::IntegerPow{.y = std::int64_t{3}}) == f32({3}));
+  CHECK(eval1(Primitive::integer_pow, {f32({3})}, xj::params::IntegerPow{.y = std::int64_t{-2}}) == f32({3}));
+  CHECK(eval1(Primitive::integer_pow, {i32({3})}, xj::params::IntegerPow{.y = std::int64_t{2}}) == i32({3}));
+  check_rule_error<xj::TypeError>(Primitive::integer_pow, {i32({3})}, xj::params::IntegerPow{.y = std::int64_t{-1}},
                                   {"i32[3]", "negative"});
-  check_rule_error<xj::TypeError>(Primitive::integer_pow, {bool_({3})}, {{"y", std::int64_t{2}}}, {"bool[3]"});
+  check_rule_error<xj::TypeError>(Primitive::integer_pow, {bool_({3})}, xj::params::IntegerPow{.y = std::int64_t{2}}, {"bool[3]"});
   CHECK_THROWS_AS(xj::detail::abstract_eval(Primitive::integer_pow, std::vector{f32({3})}, {}), xj::Error);
 }
 
@@ -136,8 +136,8 @@ TEST_CASE("shape rules: select_n") {
 }
 
 TEST_CASE("shape rules: convert_element_type, stop_gradient, copy") {
-  CHECK(eval1(Primitive::convert_element_type, {f32({2, 2})}, {{"new_dtype", xj::i64}}) == i64({2, 2}));
-  CHECK(eval1(Primitive::convert_element_type, {bool_({})}, {{"new_dtype", xj::f64}}) == f64({}));
+  CHECK(eval1(Primitive::convert_element_type, {f32({2, 2})}, xj::params::ConvertElementType{.new_dtype = xj::i64}) == i64({2, 2}));
+  CHECK(eval1(Primitive::convert_element_type, {bool_({})}, xj::params::ConvertElementType{.new_dtype = xj::f64}) == f64({}));
   CHECK_THROWS_AS(xj::detail::abstract_eval(Primitive::convert_element_type, std::vector{f32({2})}, {}), xj::Error);
   for (Primitive p : {Primitive::stop_gradient, Primitive::copy}) {
     CHECK(eval1(p, {u32({7})}) == u32({7}));
@@ -149,7 +149,7 @@ TEST_CASE("shape rules: convert_element_type, stop_gradient, copy") {
 
 namespace {
 xj::Params dims(Ints lc, Ints rc, Ints lb = {}, Ints rb = {}) {
-  return {{"lhs_contracting", lc}, {"rhs_contracting", rc}, {"lhs_batch", lb}, {"rhs_batch", rb}};
+  return xj::params::DotGeneral{.lhs_contracting = lc, .rhs_contracting = rc, .lhs_batch = lb, .rhs_batch = rb};
 }
 }  // namespace
 
@@ -198,26 +198,26 @@ TEST_CASE("shape rules: user-level matmul, dot and einsum errors name the op, ty
 TEST_CASE("shape rules: reductions") {
   for (Primitive p : {Primitive::reduce_sum, Primitive::reduce_max, Primitive::reduce_min, Primitive::reduce_prod}) {
     INFO(xj::primitive_name(p));
-    CHECK(eval1(p, {f32({2, 3, 4})}, {{"axes", Ints{1}}}) == f32({2, 4}));
-    CHECK(eval1(p, {f32({2, 3, 4})}, {{"axes", Ints{0, 2}}}) == f32({3}));
-    CHECK(eval1(p, {i32({2, 3})}, {{"axes", Ints{0, 1}}}) == i32({}));
-    CHECK(eval1(p, {f32({2, 3})}, {{"axes", Ints{}}}) == f32({2, 3}));
-    CHECK(eval1(p, {f32({0, 3})}, {{"axes", Ints{0}}}) == f32({3}));
-    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, {{"axes", Ints{2}}}, {"f32[2,3]", "axis 2"});
-    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, {{"axes", Ints{1, 1}}}, {"repeated"});
-    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, {{"axes", Ints{-1}}}, {"axis -1"});
+    CHECK(eval1(p, {f32({2, 3, 4})}, xj::params::Reduce{.axes = Ints{1}}) == f32({2, 4}));
+    CHECK(eval1(p, {f32({2, 3, 4})}, xj::params::Reduce{.axes = Ints{0, 2}}) == f32({3}));
+    CHECK(eval1(p, {i32({2, 3})}, xj::params::Reduce{.axes = Ints{0, 1}}) == i32({}));
+    CHECK(eval1(p, {f32({2, 3})}, xj::params::Reduce{.axes = Ints{}}) == f32({2, 3}));
+    CHECK(eval1(p, {f32({0, 3})}, xj::params::Reduce{.axes = Ints{0}}) == f32({3}));
+    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, xj::params::Reduce{.axes = Ints{2}}, {"f32[2,3]", "axis 2"});
+    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, xj::params::Reduce{.axes = Ints{1, 1}}, {"repeated"});
+    check_rule_error<xj::ShapeError>(p, {f32({2, 3})}, xj::params::Reduce{.axes = Ints{-1}}, {"axis -1"});
   }
-  check_rule_error<xj::TypeError>(Primitive::reduce_sum, {bool_({3})}, {{"axes", Ints{0}}}, {"bool[3]"});
-  check_rule_error<xj::TypeError>(Primitive::reduce_prod, {bool_({3})}, {{"axes", Ints{0}}}, {"bool[3]"});
-  CHECK(eval1(Primitive::reduce_max, {bool_({3})}, {{"axes", Ints{0}}}) == bool_({}));
+  check_rule_error<xj::TypeError>(Primitive::reduce_sum, {bool_({3})}, xj::params::Reduce{.axes = Ints{0}}, {"bool[3]"});
+  check_rule_error<xj::TypeError>(Primitive::reduce_prod, {bool_({3})}, xj::params::Reduce{.axes = Ints{0}}, {"bool[3]"});
+  CHECK(eval1(Primitive::reduce_max, {bool_({3})}, xj::params::Reduce{.axes = Ints{0}}) == bool_({}));
 
-  CHECK(eval1(Primitive::argmax, {f32({2, 3})}, {{"axes", Ints{1}}, {"index_dtype", xj::i32}}) == i32({2}));
-  CHECK(eval1(Primitive::argmax, {f32({2, 3})}, {{"axes", Ints{0}}, {"index_dtype", xj::i64}}) == i64({3}));
-  check_rule_error<xj::ShapeError>(Primitive::argmax, {f32({2, 3})}, {{"axes", Ints{0, 1}}, {"index_dtype", xj::i32}},
+  CHECK(eval1(Primitive::argmax, {f32({2, 3})}, xj::params::Argmax{.axes = Ints{1}, .index_dtype = xj::i32}) == i32({2}));
+  CHECK(eval1(Primitive::argmax, {f32({2, 3})}, xj::params::Argmax{.axes = Ints{0}, .index_dtype = xj::i64}) == i64({3}));
+  check_rule_error<xj::ShapeError>(Primitive::argmax, {f32({2, 3})}, xj::params::Argmax{.axes = Ints{0, 1}, .index_dtype = xj::i32},
                                    {"one axis"});
-  check_rule_error<xj::ShapeError>(Primitive::argmax, {f32({2, 0})}, {{"axes", Ints{1}}, {"index_dtype", xj::i32}},
+  check_rule_error<xj::ShapeError>(Primitive::argmax, {f32({2, 0})}, xj::params::Argmax{.axes = Ints{1}, .index_dtype = xj::i32},
                                    {"f32[2,0]", "empty"});
-  check_rule_error<xj::TypeError>(Primitive::argmax, {f32({2, 3})}, {{"axes", Ints{1}}, {"index_dtype", xj::f32}},
+  check_rule_error<xj::TypeError>(Primitive::argmax, {f32({2, 3})}, xj::params::Argmax{.axes = Ints{1}, .index_dtype = xj::f32},
                                   {"index_dtype"});
 }
 
@@ -238,7 +238,7 @@ TEST_CASE("shape rules: user-level reductions") {
 // ---- structural -------------------------------------------------------------------------------
 
 TEST_CASE("shape rules: broadcast_in_dim") {
-  auto bid = [](Ints shape, Ints bd) { return xj::Params{{"shape", shape}, {"broadcast_dimensions", bd}}; };
+  auto bid = [](Ints shape, Ints bd) { return xj::params::BroadcastInDim{.shape = shape, .broadcast_dimensions = bd}; };
   CHECK(eval1(Primitive::broadcast_in_dim, {f32({3})}, bid({2, 3}, {1})) == f32({2, 3}));
   CHECK(eval1(Primitive::broadcast_in_dim, {f32({3})}, bid({3, 2}, {0})) == f32({3, 2}));
   CHECK(eval1(Primitive::broadcast_in_dim, {i32({})}, bid({4, 5}, {})) == i32({4, 5}));
@@ -279,37 +279,37 @@ TEST_CASE("shape rules: dtype mistakes in user ops raise TypeError naming op, ty
 }
 
 TEST_CASE("shape rules: reshape") {
-  CHECK(eval1(Primitive::reshape, {f32({2, 3})}, {{"new_sizes", Ints{3, 2}}}) == f32({3, 2}));
-  CHECK(eval1(Primitive::reshape, {f32({1})}, {{"new_sizes", Ints{}}}) == f32({}));
-  CHECK(eval1(Primitive::reshape, {f32({0, 3})}, {{"new_sizes", Ints{3, 0, 5}}}) == f32({3, 0, 5}));
-  check_rule_error<xj::ShapeError>(Primitive::reshape, {f32({6})}, {{"new_sizes", Ints{4}}},
+  CHECK(eval1(Primitive::reshape, {f32({2, 3})}, xj::params::Reshape{.new_sizes = Ints{3, 2}}) == f32({3, 2}));
+  CHECK(eval1(Primitive::reshape, {f32({1})}, xj::params::Reshape{.new_sizes = Ints{}}) == f32({}));
+  CHECK(eval1(Primitive::reshape, {f32({0, 3})}, xj::params::Reshape{.new_sizes = Ints{3, 0, 5}}) == f32({3, 0, 5}));
+  check_rule_error<xj::ShapeError>(Primitive::reshape, {f32({6})}, xj::params::Reshape{.new_sizes = Ints{4}},
                                    {"f32[6]", "cannot reshape 6 elements into [4]"});
-  check_rule_error<xj::ShapeError>(Primitive::reshape, {f32({6})}, {{"new_sizes", Ints{-2, -3}}}, {"negative"});
+  check_rule_error<xj::ShapeError>(Primitive::reshape, {f32({6})}, xj::params::Reshape{.new_sizes = Ints{-2, -3}}, {"negative"});
   check_user_error<xj::ShapeError>([] { (void)xj::reshape(xj::zeros({6}), {4}); }, {"reshape", "f32[6]", "[4]"});
   check_user_error<xj::ShapeError>([] { (void)xj::reshape(xj::zeros({6}), {4, -1}); }, {"reshape", "f32[6]"});
   check_user_error<xj::ShapeError>([] { (void)xj::reshape(xj::zeros({6}), {-1, -1}); }, {"reshape"});
 }
 
 TEST_CASE("shape rules: transpose") {
-  CHECK(eval1(Primitive::transpose, {f32({2, 3, 4})}, {{"permutation", Ints{2, 0, 1}}}) == f32({4, 2, 3}));
-  CHECK(eval1(Primitive::transpose, {f32({})}, {{"permutation", Ints{}}}) == f32({}));
-  check_rule_error<xj::ShapeError>(Primitive::transpose, {f32({2, 3})}, {{"permutation", Ints{0}}}, {"f32[2,3]", "length"});
-  check_rule_error<xj::ShapeError>(Primitive::transpose, {f32({2, 3})}, {{"permutation", Ints{1, 1}}}, {"repeated"});
+  CHECK(eval1(Primitive::transpose, {f32({2, 3, 4})}, xj::params::Transpose{.permutation = Ints{2, 0, 1}}) == f32({4, 2, 3}));
+  CHECK(eval1(Primitive::transpose, {f32({})}, xj::params::Transpose{.permutation = Ints{}}) == f32({}));
+  check_rule_error<xj::ShapeError>(Primitive::transpose, {f32({2, 3})}, xj::params::Transpose{.permutation = Ints{0}}, {"f32[2,3]", "length"});
+  check_rule_error<xj::ShapeError>(Primitive::transpose, {f32({2, 3})}, xj::params::Transpose{.permutation = Ints{1, 1}}, {"repeated"});
   check_user_error<xj::ShapeError>([] { (void)xj::transpose(xj::zeros({2, 3}), {0, 0}); }, {"transpose", "f32[2,3]"});
   check_user_error<xj::ShapeError>([] { (void)xj::transpose(xj::zeros({2, 3}), {0, 2}); }, {"transpose", "axis 2"});
 }
 
 TEST_CASE("shape rules: squeeze and expand_dims") {
-  CHECK(eval1(Primitive::squeeze, {f32({1, 3, 1})}, {{"dimensions", Ints{0, 2}}}) == f32({3}));
-  CHECK(eval1(Primitive::squeeze, {f32({1})}, {{"dimensions", Ints{0}}}) == f32({}));
-  check_rule_error<xj::ShapeError>(Primitive::squeeze, {f32({2, 3})}, {{"dimensions", Ints{1}}}, {"f32[2,3]", "not 1"});
+  CHECK(eval1(Primitive::squeeze, {f32({1, 3, 1})}, xj::params::Squeeze{.dimensions = Ints{0, 2}}) == f32({3}));
+  CHECK(eval1(Primitive::squeeze, {f32({1})}, xj::params::Squeeze{.dimensions = Ints{0}}) == f32({}));
+  check_rule_error<xj::ShapeError>(Primitive::squeeze, {f32({2, 3})}, xj::params::Squeeze{.dimensions = Ints{1}}, {"f32[2,3]", "not 1"});
   check_user_error<xj::ShapeError>([] { (void)xj::squeeze(xj::zeros({2, 3}), {0}); }, {"squeeze", "f32[2,3]"});
 
-  CHECK(eval1(Primitive::expand_dims, {f32({3})}, {{"dimensions", Ints{0}}}) == f32({1, 3}));
-  CHECK(eval1(Primitive::expand_dims, {f32({3})}, {{"dimensions", Ints{1}}}) == f32({3, 1}));
-  CHECK(eval1(Primitive::expand_dims, {f32({2, 3})}, {{"dimensions", Ints{0, 3}}}) == f32({1, 2, 3, 1}));
-  CHECK(eval1(Primitive::expand_dims, {f32({})}, {{"dimensions", Ints{0}}}) == f32({1}));
-  check_rule_error<xj::ShapeError>(Primitive::expand_dims, {f32({3})}, {{"dimensions", Ints{2}}}, {"f32[3]", "axis 2"});
+  CHECK(eval1(Primitive::expand_dims, {f32({3})}, xj::params::ExpandDims{.dimensions = Ints{0}}) == f32({1, 3}));
+  CHECK(eval1(Primitive::expand_dims, {f32({3})}, xj::params::ExpandDims{.dimensions = Ints{1}}) == f32({3, 1}));
+  CHECK(eval1(Primitive::expand_dims, {f32({2, 3})}, xj::params::ExpandDims{.dimensions = Ints{0, 3}}) == f32({1, 2, 3, 1}));
+  CHECK(eval1(Primitive::expand_dims, {f32({})}, xj::params::ExpandDims{.dimensions = Ints{0}}) == f32({1}));
+  check_rule_error<xj::ShapeError>(Primitive::expand_dims, {f32({3})}, xj::params::ExpandDims{.dimensions = Ints{2}}, {"f32[3]", "axis 2"});
   check_user_error<xj::ShapeError>([] { (void)xj::expand_dims(xj::zeros({3}), 3); }, {"expand_dims", "f32[3]", "axis 3"});
   check_user_error<xj::ShapeError>([] { (void)xj::squeeze(xj::zeros({1, 3}), {2}); }, {"squeeze", "f32[1,3]", "axis 2"});
   auto j = xj::make_jaxpr([](const xj::Array& x) { return xj::expand_dims(x, -1); })(xj::zeros({3}));
@@ -318,7 +318,7 @@ TEST_CASE("shape rules: squeeze and expand_dims") {
 
 TEST_CASE("shape rules: slice") {
   auto sl = [](Ints s, Ints l, Ints st = {}) {
-    return xj::Params{{"start_indices", s}, {"limit_indices", l}, {"strides", st}};
+    return xj::params::Slice{.start_indices = s, .limit_indices = l, .strides = st};
   };
   CHECK(eval1(Primitive::slice, {f32({5, 4})}, sl({1, 0}, {4, 4})) == f32({3, 4}));
   CHECK(eval1(Primitive::slice, {f32({5})}, sl({0}, {5}, {2})) == f32({3}));
@@ -335,7 +335,7 @@ TEST_CASE("shape rules: slice") {
 }
 
 TEST_CASE("shape rules: pad") {
-  auto pad = [](Ints lo, Ints hi, Ints in) { return xj::Params{{"lo", lo}, {"hi", hi}, {"interior", in}}; };
+  auto pad = [](Ints lo, Ints hi, Ints in) { return xj::params::Pad{.lo = lo, .hi = hi, .interior = in}; };
   CHECK(eval1(Primitive::pad, {f32({3}), f32({})}, pad({1}, {2}, {0})) == f32({6}));
   CHECK(eval1(Primitive::pad, {f32({3}), f32({})}, pad({0}, {0}, {1})) == f32({5}));
   CHECK(eval1(Primitive::pad, {f32({3, 2}), f32({})}, pad({-1, 0}, {0, 1}, {0, 2})) == f32({2, 5}));
@@ -348,14 +348,14 @@ TEST_CASE("shape rules: pad") {
 }
 
 TEST_CASE("shape rules: dynamic_slice and dynamic_update_slice") {
-  xj::Params sizes{{"slice_sizes", Ints{2, 3}}};
+  xj::Params sizes = xj::params::DynamicSlice{.slice_sizes = Ints{2, 3}};
   CHECK(eval1(Primitive::dynamic_slice, {f32({4, 5}), i32({}), i64({})}, sizes) == f32({2, 3}));
   check_rule_error<xj::TypeError>(Primitive::dynamic_slice, {f32({4, 5}), f32({}), i32({})}, sizes,
                                   {"f32[4,5], f32[], i32[]", "integer"});
   check_rule_error<xj::TypeError>(Primitive::dynamic_slice, {f32({4, 5}), i32({1}), i32({})}, sizes, {"integer scalars"});
   check_rule_error<xj::ShapeError>(Primitive::dynamic_slice, {f32({4, 5}), i32({})}, sizes, {"one start index"});
   check_rule_error<xj::ShapeError>(Primitive::dynamic_slice, {f32({4, 5}), i32({}), i32({})},
-                                   {{"slice_sizes", Ints{5, 1}}}, {"exceeds"});
+                                   xj::params::DynamicSlice{.slice_sizes = Ints{5, 1}}, {"exceeds"});
   check_user_error<xj::TypeError>(
       [] { (void)xj::dynamic_slice(xj::zeros({4}), {xj::scalar(1.0)}, {2}); }, {"dynamic_slice", "f32[4], f32[]"});
 
@@ -371,7 +371,7 @@ TEST_CASE("shape rules: dynamic_slice and dynamic_update_slice") {
 }
 
 TEST_CASE("shape rules: concatenate") {
-  xj::Params d0{{"dimension", std::int64_t{0}}}, d1{{"dimension", std::int64_t{1}}};
+  xj::Params d0 = xj::params::Concatenate{.dimension = std::int64_t{0}}, d1 = xj::params::Concatenate{.dimension = std::int64_t{1}};
   CHECK(eval1(Primitive::concatenate, {f32({2, 3}), f32({4, 3})}, d0) == f32({6, 3}));
   CHECK(eval1(Primitive::concatenate, {f32({2, 3}), f32({2, 1}), f32({2, 0})}, d1) == f32({2, 4}));
   CHECK(eval1(Primitive::concatenate, {i32({2})}, d0) == i32({2}));
@@ -391,7 +391,8 @@ TEST_CASE("shape rules: concatenate") {
 }
 
 TEST_CASE("shape rules: gather and scatter_add") {
-  xj::Params a0{{"axis", std::int64_t{0}}}, a1{{"axis", std::int64_t{1}}};
+  xj::Params a0 = xj::params::Gather{.axis = 0}, a1 = xj::params::Gather{.axis = 1};
+  xj::Params s0 = xj::params::ScatterAdd{.axis = 0};
   CHECK(eval1(Primitive::gather, {f32({5, 3}), i32({2, 4})}, a0) == f32({2, 4, 3}));
   CHECK(eval1(Primitive::gather, {f32({5, 3}), i64({})}, a1) == f32({5}));
   CHECK(eval1(Primitive::gather, {f64({5, 3, 2}), i32({7})}, a1) == f64({5, 7, 2}));
@@ -401,16 +402,16 @@ TEST_CASE("shape rules: gather and scatter_add") {
   check_user_error<xj::TypeError>([] { (void)xj::take(xj::zeros({5}), xj::zeros({2})); }, {"gather", "f32[5], f32[2]"});
   check_user_error<xj::ShapeError>([] { (void)xj::take(xj::zeros({5}), xj::zeros({2}, xj::i32), 1); }, {"take", "f32[5]"});
 
-  CHECK(eval1(Primitive::scatter_add, {f32({5, 3}), i32({2}), f32({2, 3})}, a0) == f32({5, 3}));
-  check_rule_error<xj::ShapeError>(Primitive::scatter_add, {f32({5, 3}), i32({2}), f32({3, 3})}, a0,
+  CHECK(eval1(Primitive::scatter_add, {f32({5, 3}), i32({2}), f32({2, 3})}, s0) == f32({5, 3}));
+  check_rule_error<xj::ShapeError>(Primitive::scatter_add, {f32({5, 3}), i32({2}), f32({3, 3})}, s0,
                                    {"f32[5,3], i32[2], f32[3,3]", "f32[2,3]"});
-  check_rule_error<xj::TypeError>(Primitive::scatter_add, {bool_({5}), i32({2}), bool_({2})}, a0, {"bool[5]"});
+  check_rule_error<xj::TypeError>(Primitive::scatter_add, {bool_({5}), i32({2}), bool_({2})}, s0, {"bool[5]"});
 }
 
 TEST_CASE("shape rules: iota") {
-  xj::Params ps{{"dtype", xj::i32}, {"shape", Ints{2, 3}}, {"dimension", std::int64_t{1}}};
+  xj::Params ps = xj::params::Iota{.dtype = xj::i32, .shape = Ints{2, 3}, .dimension = std::int64_t{1}};
   CHECK(eval1(Primitive::iota, {}, ps) == i32({2, 3}));
-  check_rule_error<xj::ShapeError>(Primitive::iota, {}, {{"dtype", xj::f32}, {"shape", Ints{2}}, {"dimension", std::int64_t{1}}},
+  check_rule_error<xj::ShapeError>(Primitive::iota, {}, xj::params::Iota{.dtype = xj::f32, .shape = Ints{2}, .dimension = std::int64_t{1}},
                                    {"axis 1"});
   check_rule_error<xj::ShapeError>(Primitive::iota, {f32({})}, ps, {"f32[]"});
   auto j = xj::make_jaxpr([](const xj::Array& x) { return xj::iota(xj::f32, {3}) + x; })(xj::zeros({3}));

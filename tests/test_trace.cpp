@@ -332,15 +332,24 @@ TEST_CASE("trace: typecheck rejects a hand-corrupted jaxpr with TypeError") {
     xj::Jaxpr outer;
     xj::Var a(xj::ShapedArray{{3}, xj::f32}), b(xj::ShapedArray{{3}, xj::f32});
     outer.invars = {a};
-    xj::Params ps;
-    ps["jaxpr"] = std::make_shared<const xj::ClosedJaxpr>(
-        xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(bad_inner), {}});
-    outer.eqns.push_back(xj::Eqn{xj::Primitive::copy, {a}, {b}, ps, std::source_location::current()});
+    xj::params::Checkpoint ps{.jaxpr = std::make_shared<const xj::ClosedJaxpr>(
+                                  xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(bad_inner), {}}),
+                              .policy = nullptr,
+                              .prevent_cse = true,
+                              .differentiated = false};
+    outer.eqns.push_back(xj::Eqn{xj::Primitive::checkpoint, {a}, {b}, ps, std::source_location::current()});
     outer.outvars = {b};
     CHECK_THROWS_AS(xj::typecheck(outer), xj::TypeError);
-    ps["jaxpr"] = std::make_shared<const xj::ClosedJaxpr>(j);
+    ps.jaxpr = std::make_shared<const xj::ClosedJaxpr>(j);
     outer.eqns[0].params = ps;
     CHECK_NOTHROW(xj::typecheck(outer));
+  }
+  SUBCASE("parameters of another primitive's struct") {
+    xj::Jaxpr bad = *j.jaxpr;
+    bad.eqns[0].params = xj::params::Reduce{.axes = {0}};
+    std::string msg = message_of<xj::TypeError>([&] { xj::typecheck(bad); });
+    CHECK(contains(msg, "params::Reduce"));
+    CHECK(contains(msg, "test_trace.cpp"));
   }
 }
 

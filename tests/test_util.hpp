@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -82,6 +83,39 @@ inline xj::Array randn(const xj::Shape& shape, unsigned seed, xj::DType dtype = 
   std::vector<double> v(static_cast<std::size_t>(xj::shape_size(shape)));
   for (auto& e : v) e = scale * normal(rng);
   return xj::astype(f64v(v, shape), dtype);
+}
+
+/// Central finite differences of a scalar function of plain doubles.
+inline std::vector<double> fd_grad(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x,
+                            double eps = 1e-5) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double x0 = x[i];
+    x[i] = x0 + eps;
+    double fp = f(x);
+    x[i] = x0 - eps;
+    double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * eps);
+  }
+  return g;
+}
+
+/// Central finite-difference Jacobian (row-major, out x in) of an xjax function evaluated
+/// concretely (no transform involved) on a f64 vector.
+inline std::vector<double> fd_jacobian(const std::function<xj::Array(const xj::Array&)>& f, const std::vector<double>& x,
+                                double eps = 1e-6) {
+  std::size_t n = x.size();
+  std::size_t m = static_cast<std::size_t>(f(f64v(x)).size());
+  std::vector<double> jac(m * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto xp = x, xm = x;
+    xp[i] += eps;
+    xm[i] -= eps;
+    auto fp = vec(f(f64v(xp))), fm = vec(f(f64v(xm)));
+    for (std::size_t k = 0; k < m; ++k) jac[k * n + i] = (fp[k] - fm[k]) / (2 * eps);
+  }
+  return jac;
 }
 
 }  // namespace test_util

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "ad.hpp"
+#include "batching.hpp"
 #include "xjax/ops.hpp"
 #include "xjax/transforms.hpp"
 
@@ -221,44 +222,47 @@ void expect_unary(const ClosedJaxpr& j, const char* who) {
   if (!differentiable(j->invars[0].aval())) throw TypeError(std::string(who) + ": the input must be f32 or f64");
 }
 
-Array one_hot(const ShapedArray& aval, std::int64_t i) {
-  Array e = zeros({aval.size()}, aval.dtype);
-  Array v = dynamic_update_slice(e, full({1}, 1.0, aval.dtype), {scalar(static_cast<double>(i), i64)});
-  return reshape(v, aval.shape);
+/// The basis of aval's space: [aval.size(), aval.shape...], member i one at element i.
+Array basis(const ShapedArray& aval) {
+  std::int64_t n = aval.size();
+  Array eye = astype(eq(iota(i32, {n, n}, 0), iota(i32, {n, n}, 1)), aval.dtype);
+  Shape shape{n};
+  shape.insert(shape.end(), aval.shape.begin(), aval.shape.end());
+  return reshape(eye, shape);
 }
 }  // namespace
 
+// The Jacobian's columns are the jvp's tangent outputs over the basis of the input space: one
+// batched evaluation (vmap over the tangent), the batch axis put last.
 Array jacfwd_flat(const ClosedJaxpr& j, const Array& x) try {
   AdModeScope forward(AdMode::forward);
   expect_unary(j, "jacfwd");
-  ClosedJaxpr jj = simplify(jvp_jaxpr(j, {true}, true));
   ShapedArray out = j.out_avals()[0];
-  std::vector<Array> cols;
-  for (std::int64_t i = 0; i < x.size(); ++i) {
-    std::vector<Array> args{x, one_hot(x.aval(), i)};
-    cols.push_back(reshape(eval_jaxpr(jj, args)[1], {out.size()}));
-  }
   Shape shape = out.shape;
   shape.insert(shape.end(), x.shape().begin(), x.shape().end());
-  if (cols.empty()) return zeros(shape, out.dtype);
-  return reshape(stack(cols, 1), shape);
+  if (x.size() == 0 || out.size() == 0) return zeros(shape, out.dtype);
+  ClosedJaxpr jj = simplify(jvp_jaxpr(j, {true}, true));  // (x, t) -> (y, t_out)
+  std::vector<std::int64_t> in_dims{not_batched, 0}, out_dims{not_batched, out.ndim()};
+  ClosedJaxpr batched = simplify(batch_jaxpr(jj, in_dims, x.size(), out_dims));
+  std::vector<Array> args{x, basis(x.aval())};
+  return reshape(eval_jaxpr(batched, args)[1], shape);
 } catch (...) {
   rethrow_internal("jacfwd");
 }
 
+// The Jacobian's rows are the vjp's input cotangents over the basis of the output space: one
+// batched evaluation (vmap over the cotangent).
 Array jacrev_flat(const ClosedJaxpr& j, const Array& x) try {
   expect_unary(j, "jacrev");
   ShapedArray out = j.out_avals()[0];
-  ClosedJaxpr vj = vjp_jaxpr(j, {true}, std::nullopt);  // (x, ct) -> (out, ct_x)
-  std::vector<Array> rows;
-  for (std::int64_t i = 0; i < out.size(); ++i) {
-    std::vector<Array> args{x, one_hot(out, i)};
-    rows.push_back(reshape(eval_jaxpr(vj, args)[1], {x.size()}));
-  }
   Shape shape = out.shape;
   shape.insert(shape.end(), x.shape().begin(), x.shape().end());
-  if (rows.empty()) return zeros(shape, x.dtype());
-  return reshape(stack(rows, 0), shape);
+  if (x.size() == 0 || out.size() == 0) return zeros(shape, x.dtype());
+  ClosedJaxpr vj = vjp_jaxpr(j, {true}, std::nullopt);  // (x, ct) -> (out, ct_x)
+  std::vector<std::int64_t> in_dims{not_batched, 0}, out_dims{not_batched, 0};
+  ClosedJaxpr batched = simplify(batch_jaxpr(vj, in_dims, out.size(), out_dims));
+  std::vector<Array> args{x, basis(out)};
+  return reshape(eval_jaxpr(batched, args)[1], shape);
 } catch (...) {
   rethrow_internal("jacrev");
 }

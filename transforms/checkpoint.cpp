@@ -22,7 +22,7 @@ namespace checkpoint_policies {
 namespace {
 const std::string* name_of(const Primitive& p, const Params& ps) {
   if (p != Primitive::name) return nullptr;
-  return &param<std::string>(ps, "name");
+  return &ps.get<params::Name>().name;
 }
 }  // namespace
 
@@ -33,7 +33,7 @@ const Policy dots_saveable = [](const Primitive& p, std::span<const ShapedArray>
 };
 const Policy checkpoint_dots = dots_saveable;
 const Policy dots_with_no_batch_dims_saveable = [](const Primitive& p, std::span<const ShapedArray>, const Params& ps) {
-  return p == Primitive::dot_general && param_ints(ps, "lhs_batch").empty();
+  return p == Primitive::dot_general && ps.get<params::DotGeneral>().lhs_batch.empty();
 };
 Policy save_only_these_names(std::set<std::string> names) {
   return [names = std::move(names)](const Primitive& p, std::span<const ShapedArray>, const Params& ps) {
@@ -68,10 +68,10 @@ struct PolicyObject : ParamObject {
   std::string repr() const override { return policy ? "<policy>" : "None"; }
 };
 
-const ClosedJaxpr& body_of(const Params& ps) { return *param<ClosedJaxprPtr>(ps, "jaxpr"); }
+const ClosedJaxpr& body_of(const Params& ps) { return *ps.get<params::Checkpoint>().jaxpr; }
 
 Saveable policy_saveable(const Params& ps) {
-  const auto& obj = static_cast<const PolicyObject&>(*param<std::shared_ptr<const ParamObject>>(ps, "policy"));
+  const auto& obj = static_cast<const PolicyObject&>(*ps.get<params::Checkpoint>().policy);
   if (!obj.policy) return [](const Eqn&) { return false; };
   Policy pol = *obj.policy;
   return [pol](const Eqn& e) {
@@ -82,9 +82,9 @@ Saveable policy_saveable(const Params& ps) {
 }
 
 Params with_body(const Params& ps, ClosedJaxpr body, bool differentiated) {
-  Params out = ps;
-  out["jaxpr"] = std::make_shared<const ClosedJaxpr>(consts_as_inputs(body));
-  out["differentiated"] = differentiated;
+  params::Checkpoint out = ps.get<params::Checkpoint>();
+  out.jaxpr = std::make_shared<const ClosedJaxpr>(consts_as_inputs(body));
+  out.differentiated = differentiated;
   return out;
 }
 
@@ -101,23 +101,24 @@ std::vector<Array> bind_checkpoint(const Params& ps, const ClosedJaxpr& body, st
 std::vector<Array> checkpoint_flat(const ClosedJaxpr& body, std::span<const Array> args, const CheckpointOptions& opts) {
   auto pol = std::make_shared<PolicyObject>();
   pol->policy = opts.policy;
-  Params ps{{"policy", std::shared_ptr<const ParamObject>(pol)},
-            {"prevent_cse", opts.prevent_cse}};
+  Params ps = params::Checkpoint{.jaxpr = nullptr, .policy = pol, .prevent_cse = opts.prevent_cse, .differentiated = false};
   return bind_checkpoint(ps, body, std::vector<Array>(args.begin(), args.end()), false, std::source_location::current());
 }
 
 Array name_flat(const Array& x, const std::string& name, std::source_location loc) {
-  return bind1(Primitive::name, {x}, {{"name", name}}, loc);
+  return bind1(Primitive::name, {x}, params::Name{.name = name}, loc);
 }
 
 // ---- rules -----------------------------------------------------------------------------------
 
-std::vector<ShapedArray> checkpoint_abstract_eval(std::span<const ShapedArray>, const Params& ps) {
-  return body_of(ps).out_avals();
+std::vector<ShapedArray> checkpoint_abstract_eval(std::span<const ShapedArray>, const params::Checkpoint& ps) {
+  return ps.jaxpr->out_avals();
 }
 
 // checkpoint(f)(x) = f(x)
-std::vector<Array> checkpoint_impl(std::span<const Array> in, const Params& ps) { return eval_jaxpr(body_of(ps), in); }
+std::vector<Array> checkpoint_impl(std::span<const Array> in, const params::Checkpoint& ps) {
+  return eval_jaxpr(*ps.jaxpr, in);
+}
 
 // d checkpoint(f)(x) = checkpoint(jvp f)(x, dx)
 JvpOut checkpoint_jvp(const JvpArgs& a) {
@@ -130,7 +131,7 @@ JvpOut checkpoint_jvp(const JvpArgs& a) {
   }
   std::vector<bool> present;
   ClosedJaxpr jb = jvp_jaxpr(body, nz, std::vector<bool>(body->outvars.size(), false), &present);
-  auto outs = bind_checkpoint(a.params, jb, ops, param<bool>(a.params, "differentiated"), a.loc);
+  auto outs = bind_checkpoint(a.params, jb, ops, a.params.get<params::Checkpoint>().differentiated, a.loc);
   std::size_t n = body->outvars.size();
   JvpOut r{std::vector<Array>(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(n)), {}};
   std::size_t o = n;
@@ -196,12 +197,24 @@ std::vector<Tangent> checkpoint_transpose(const TransposeArgs& a) {
 Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
   ClosedJaxpr body = dce(body_of(e.params), used_out, &used_in);
   Eqn out{Primitive::checkpoint, {}, {}, e.params, e.loc};
-  out.params["jaxpr"] = std::make_shared<const ClosedJaxpr>(prune_invars(body, used_in));
+  out.params.get<params::Checkpoint>().jaxpr = std::make_shared<const ClosedJaxpr>(prune_invars(body, used_in));
   for (std::size_t i = 0; i < e.inputs.size(); ++i)
     if (used_in[i]) out.inputs.push_back(e.inputs[i]);
   for (std::size_t k = 0; k < e.outputs.size(); ++k)
     if (used_out[k]) out.outputs.push_back(e.outputs[k]);
   return out;
+}
+
+// checkpoint(f)[b] = checkpoint(vmap f): the block stays a checkpoint with the same policy, so
+// the batched function still recomputes it; names inside keep tagging their (batched) values.
+BatchOut checkpoint_batch(const BatchArgs& a) {
+  const ClosedJaxpr& body = body_of(a.params);
+  std::vector<bool> in_b = batched_mask(a.dims), out_b;
+  ClosedJaxpr jb = batch_jaxpr_leading(body, in_b, a.size, std::vector<bool>(body->outvars.size(), false), &out_b);
+  auto outs = bind_checkpoint(a.params, jb, batch_to_front(a), a.params.get<params::Checkpoint>().differentiated, a.loc);
+  BatchDims dims;
+  for (bool b : out_b) dims.push_back(b ? 0 : not_batched);
+  return {outs, dims};
 }
 
 // ---- saved residuals -------------------------------------------------------------------------
@@ -216,7 +229,7 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
   for (const Eqn& e : j.eqns)
     for (std::size_t k = 0; k < e.outputs.size(); ++k) {
       if (!(e.outputs[k] == v)) continue;
-      if (e.prim == Primitive::name) return "named '" + param<std::string>(e.params, "name") + "' from " + where(e.loc);
+      if (e.prim == Primitive::name) return "named '" + e.params.get<params::Name>().name + "' from " + format_location(e.loc);
       if (e.prim == Primitive::checkpoint) {
         const Jaxpr& b = *body_of(e.params).jaxpr;
         std::vector<std::string> sub;
@@ -227,7 +240,7 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
         if (auto* ov = std::get_if<Var>(&b.outvars[k])) return describe(b, *ov, sub);
         return "a literal";
       }
-      return "output of " + std::string(primitive_name(e.prim)) + " from " + where(e.loc);
+      return "output of " + std::string(primitive_name(e.prim)) + " from " + format_location(e.loc);
     }
   return "a constant";
 }

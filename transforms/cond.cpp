@@ -18,11 +18,9 @@
 namespace xjax::detail {
 namespace {
 
-const std::vector<ClosedJaxprPtr>& branches_of(const Params& ps) {
-  return param<std::vector<ClosedJaxprPtr>>(ps, "branches");
-}
+const std::vector<ClosedJaxprPtr>& branches_of(const Params& ps) { return ps.get<params::Cond>().branches; }
 
-Params cond_params(std::vector<ClosedJaxprPtr> bs) { return Params{{"branches", std::move(bs)}}; }
+Params cond_params(std::vector<ClosedJaxprPtr> bs) { return params::Cond{.branches = std::move(bs)}; }
 
 ClosedJaxprPtr share(ClosedJaxpr j) { return std::make_shared<const ClosedJaxpr>(std::move(j)); }
 
@@ -69,8 +67,8 @@ std::size_t clamp_index(const Array& index, std::size_t n) {
 
 // ---- shape rule and evaluation ---------------------------------------------------------------
 
-std::vector<ShapedArray> cond_abstract_eval(std::span<const ShapedArray> in, const Params& ps) {
-  const auto& bs = branches_of(ps);
+std::vector<ShapedArray> cond_abstract_eval(std::span<const ShapedArray> in, const params::Cond& ps) {
+  const auto& bs = ps.branches;
   if (bs.empty()) throw TypeError("cond: no branches");
   if (in.empty() || in[0] != ShapedArray{{}, i32})
     throw TypeError("cond: the index must be an i32 scalar, got " + (in.empty() ? std::string("nothing") : in[0].str()));
@@ -97,8 +95,8 @@ std::vector<ShapedArray> cond_abstract_eval(std::span<const ShapedArray> in, con
 }
 
 // outs = branches[clamp(index)](ops)
-std::vector<Array> cond_impl(std::span<const Array> in, const Params& ps) {
-  const auto& bs = branches_of(ps);
+std::vector<Array> cond_impl(std::span<const Array> in, const params::Cond& ps) {
+  const auto& bs = ps.branches;
   return eval_jaxpr(*bs[clamp_index(in[0], bs.size())], in.subspan(1));
 }
 
@@ -129,6 +127,47 @@ JvpOut cond_jvp(const JvpArgs& a) {
   for (std::size_t k = 0; k < nout; ++k)
     r.tangents.push_back(out_nz[k] ? Tangent(outs[t++]) : Tangent::zero(r.primals[k].aval()));
   return r;
+}
+
+// ---- batching --------------------------------------------------------------------------------
+
+// cond(i, branches)[b]: an unbatched index keeps one cond over batched branches (an output
+// batched in any branch is batched in all); a batched index (members take different branches)
+// evaluates every branch and selects per member, as JAX does.
+BatchOut cond_batch(const BatchArgs& a) {
+  const auto& bs = branches_of(a.params);
+  std::size_t nout = bs[0]->jaxpr->outvars.size();
+  std::vector<Array> ops(a.x.begin() + 1, a.x.end());
+  std::span<const std::int64_t> op_dims = a.dims.subspan(1);
+  if (a.dims[0] == not_batched) {
+    std::vector<bool> in_b = batched_mask(op_dims), out_b(nout, false), got;
+    for (const auto& b : bs) {
+      batch_jaxpr_leading(*b, in_b, a.size, std::vector<bool>(nout, false), &got);
+      for (std::size_t k = 0; k < nout; ++k) out_b[k] = out_b[k] || got[k];
+    }
+    std::vector<ClosedJaxpr> batched;
+    for (const auto& b : bs) batched.push_back(batch_jaxpr_leading(*b, in_b, a.size, out_b, nullptr));
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      if (in_b[i]) ops[i] = move_batch_dim(ops[i], op_dims[i], 0, a.size);
+    auto outs = bind_cond(a.x[0], batched, ops, a.loc);
+    BatchDims dims;
+    for (std::size_t k = 0; k < nout; ++k) dims.push_back(out_b[k] ? 0 : not_batched);
+    return {outs, dims};
+  }
+  Array index = move_batch_dim(a.x[0], a.dims[0], 0, a.size);  // i32[size], already clamped
+  std::vector<std::vector<Array>> per_branch;
+  for (const auto& b : bs) {
+    BatchOut r = batch_eval(*b, ops, op_dims, a.size);
+    for (std::size_t k = 0; k < nout; ++k) r.outs[k] = move_batch_dim(r.outs[k], r.dims[k], 0, a.size);
+    per_branch.push_back(std::move(r.outs));
+  }
+  std::vector<Array> outs;
+  for (std::size_t k = 0; k < nout; ++k) {
+    std::vector<Array> cases{broadcast_in_dim(index, per_branch[0][k].shape(), {0})};
+    for (const auto& r : per_branch) cases.push_back(r[k]);
+    outs.push_back(bind1(Primitive::select_n, cases, {}, a.loc));
+  }
+  return {outs, BatchDims(nout, 0)};
 }
 
 // ---- partial evaluation ----------------------------------------------------------------------
@@ -241,7 +280,7 @@ PeSplit cond_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, con
 // are; outputs whose cotangent is zero are dropped from the branches before transposing.
 std::vector<Tangent> cond_transpose(const TransposeArgs& a) {
   if (a.in[0].is_linear())
-    throw TransformError("transpose: the index of cond is linear, so cond cannot be transposed (at " + where(a.loc) + ")");
+    throw TransformError("transpose: the index of cond is linear, so cond cannot be transposed (at " + format_location(a.loc) + ")");
   const auto& bs = branches_of(a.params);
   std::size_t nops = a.in.size() - 1;
   std::vector<bool> lin(nops), used_ct;
@@ -292,14 +331,14 @@ Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>&
 Array cond_index(const Array& pred, std::source_location loc) {
   if (pred.ndim() != 0)
     throw TypeError("cond: pred must be a scalar (a boolean or a number), got " + pred.aval().str() + " (at " +
-                    where(loc) + ")");
+                    format_location(loc) + ")");
   Array p = pred.dtype() == bool_ ? pred : ne(pred, scalar(0.0, pred.dtype()), loc);
   return astype(p, i32, loc);
 }
 
 Array switch_index(const Array& index, std::size_t n, std::source_location loc) {
   if (index.ndim() != 0 || is_floating(index.dtype()) || index.dtype() == bool_)
-    throw TypeError("switch_: the index must be an integer scalar, got " + index.aval().str() + " (at " + where(loc) +
+    throw TypeError("switch_: the index must be an integer scalar, got " + index.aval().str() + " (at " + format_location(loc) +
                     ")");
   Array i = index.dtype() == i32 ? index : astype(index, i32, loc);
   i = maximum(i, scalar(0.0, i32), loc);
@@ -316,13 +355,13 @@ void check_branches(const char* what, std::span<const std::string> names, std::s
     if (!(out_defs[k] == out_defs[0]))
       throw TypeError(std::string(what) + ": " + name(k) + " returns a tree of structure " + out_defs[k].str() +
                       " but " + name(0) + " returns " + out_defs[0].str() +
-                      "; every branch must return the same structure, shapes and dtypes (at " + where(loc) + ")");
+                      "; every branch must return the same structure, shapes and dtypes (at " + format_location(loc) + ")");
     auto o = branches[k].out_avals();
     for (std::size_t i = 0; i < o.size(); ++i)
       if (o[i] != ref[i])
         throw TypeError(std::string(what) + ": " + name(k) + " returns " + o[i].str() + " as output leaf " +
                         std::to_string(i) + " but " + name(0) + " returns " + ref[i].str() +
-                        "; every branch must return the same structure, shapes and dtypes (at " + where(loc) + ")");
+                        "; every branch must return the same structure, shapes and dtypes (at " + format_location(loc) + ")");
   }
 }
 

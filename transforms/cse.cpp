@@ -2,40 +2,37 @@
 // cse : Jaxpr -> Jaxpr. Two equations with the same primitive, parameters and operands compute
 // the same values (every primitive is pure), so the later one is dropped and its outputs renamed
 // to the earlier one's. Equations carrying prevent_cse=True (a checkpoint's recompute) are never
-// merged. Keys are exact: a literal is its dtype and bit pattern, a double parameter its bit
-// pattern (so 0.0 and -0.0 are different keys, and two NaNs are one key only when their bits agree:
-// both choices keep CSE from ever changing a result).
+// merged. Keys are exact: a literal is its dtype and bit pattern (so 0.0 and -0.0 are different
+// keys, and two NaNs are one key only when their bits agree: CSE never changes a result). No
+// parameter is a floating-point number; param_key's static_assert makes whoever adds one decide
+// its key.
 #include <bit>
 #include <cstring>
 #include <sstream>
 #include <unordered_map>
 
 #include "ad.hpp"
+#include "param_reflect.hpp"
 
 namespace xjax::detail {
 namespace {
 
-std::string param_key(const Param& p) {
-  return std::visit(
-      [](const auto& v) -> std::string {
-        using T = std::decay_t<decltype(v)>;
-        std::ostringstream os;
-        if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) {
-          for (auto x : v) os << x << ",";
-        } else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) {
-          for (const auto& x : v) os << x.get() << ",";
-        } else if constexpr (std::is_same_v<T, ClosedJaxprPtr> || std::is_same_v<T, std::shared_ptr<const ParamObject>>) {
-          os << v.get();
-        } else if constexpr (std::is_same_v<T, DType>) {
-          os << dtype_name(v);
-        } else if constexpr (std::is_same_v<T, double>) {
-          os << "f" << std::bit_cast<std::uint64_t>(v);
-        } else {
-          os << v;
-        }
-        return os.str();
-      },
-      p);
+/// One parameter's identity: jaxprs and objects by address, numbers exactly.
+template <class T> std::string param_key(const T& v) {
+  std::ostringstream os;
+  if constexpr (std::is_same_v<T, params::Ints>) {
+    for (auto x : v) os << x << ",";
+  } else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) {
+    for (const auto& x : v) os << x.get() << ",";
+  } else if constexpr (std::is_same_v<T, ClosedJaxprPtr> || std::is_same_v<T, params::Object>) {
+    os << v.get();
+  } else if constexpr (std::is_same_v<T, DType>) {
+    os << dtype_name(v);
+  } else {
+    static_assert(std::is_same_v<T, bool> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::string>);
+    os << v;
+  }
+  return os.str();
 }
 
 /// A rank-0 literal's identity: its dtype and the bytes of its value, in hex.
@@ -52,8 +49,8 @@ std::string literal_key(const Array& x) {
 }
 
 bool prevents_cse(const Eqn& e) {
-  auto it = e.params.find("prevent_cse");
-  return it != e.params.end() && std::holds_alternative<bool>(it->second) && std::get<bool>(it->second);
+  const auto* c = e.params.get_if<params::Checkpoint>();
+  return c && c->prevent_cse;
 }
 
 }  // namespace
@@ -82,7 +79,11 @@ ClosedJaxpr cse(const ClosedJaxpr& cj) {
     for (auto& in : e.inputs) in = atom(in);
     if (!prevents_cse(e)) {
       std::string key(primitive_name(e.prim));
-      for (const auto& [k, v] : e.params) key += "|" + k + "=" + param_key(v);
+      for_each_param(e.params, [&](std::string_view k, const auto& v) {
+        key += "|";
+        key += k;
+        key += "=" + param_key(v);
+      });
       for (const auto& in : e.inputs) key += " " + key_of_atom(in);
       auto [it, inserted] = seen.emplace(key, out->eqns.size());
       if (!inserted) {

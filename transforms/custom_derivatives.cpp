@@ -27,11 +27,8 @@ struct BwdObject : ParamObject {
   std::string repr() const override { return "<custom vjp bwd>"; }
 };
 
-template <class T> const T& object(const Params& ps, std::string_view name) {
-  return static_cast<const T&>(*param<std::shared_ptr<const ParamObject>>(ps, name));
-}
-
-const ClosedJaxpr& call_jaxpr(const Params& ps) { return *param<ClosedJaxprPtr>(ps, "call_jaxpr"); }
+/// The rule object a parameter holds (the parameter was made from a T).
+template <class T> const T& object(const params::Object& o) { return static_cast<const T&>(*o); }
 
 std::vector<Array> with_consts(const ClosedJaxpr& j, std::span<const Array> args) {
   std::vector<Array> in = j.consts;
@@ -54,28 +51,31 @@ ClosedJaxpr consts_as_inputs(const ClosedJaxpr& j) {
 std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args) {
   auto obj = std::make_shared<JvpRuleObject>();
   obj->rule = std::move(rule);
-  Params ps{{"call_jaxpr", std::make_shared<const ClosedJaxpr>(consts_as_inputs(f))},
-            {"jvp", std::shared_ptr<const ParamObject>(obj)},
-            {"num_consts", static_cast<std::int64_t>(f.consts.size())}};
+  params::CustomJvpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(consts_as_inputs(f)),
+                           .jvp = obj,
+                           .num_consts = static_cast<std::int64_t>(f.consts.size())};
   return bind(Primitive::custom_jvp_call, with_consts(f, args), std::move(ps));
 }
 
-std::vector<ShapedArray> custom_jvp_call_abstract_eval(std::span<const ShapedArray>, const Params& ps) {
-  return call_jaxpr(ps).out_avals();
+std::vector<ShapedArray> custom_jvp_call_abstract_eval(std::span<const ShapedArray>, const params::CustomJvpCall& ps) {
+  return ps.call_jaxpr->out_avals();
 }
 
 // f itself, evaluated
-std::vector<Array> custom_jvp_call_impl(std::span<const Array> in, const Params& ps) { return eval_jaxpr(call_jaxpr(ps), in); }
+std::vector<Array> custom_jvp_call_impl(std::span<const Array> in, const params::CustomJvpCall& ps) {
+  return eval_jaxpr(*ps.call_jaxpr, in);
+}
 
 // d f(x) = rule(x, dx): the user's rule (its own operations are differentiated normally later)
 JvpOut custom_jvp_call_jvp(const JvpArgs& a) {
-  auto nc = static_cast<std::size_t>(param_int(a.params, "num_consts"));
+  const auto& ps = a.params.get<params::CustomJvpCall>();
+  auto nc = static_cast<std::size_t>(ps.num_consts);
   std::vector<Array> tangents;
   for (std::size_t i = nc; i < a.t.size(); ++i) tangents.push_back(a.t[i].instantiate());
-  const auto& rule = object<JvpRuleObject>(a.params, "jvp").rule;
+  const auto& rule = object<JvpRuleObject>(ps.jvp).rule;
   auto [outs, touts] = call_user([&] { return rule(a.x.subspan(nc), tangents); });
   JvpOut r{outs, {}};
-  auto avals = call_jaxpr(a.params).out_avals();
+  auto avals = ps.call_jaxpr->out_avals();
   if (outs.size() != avals.size() || touts.size() != avals.size())
     throw TypeError("custom_jvp: the rule returned a different number of outputs than the function");
   for (std::size_t k = 0; k < touts.size(); ++k) {
@@ -88,7 +88,7 @@ JvpOut custom_jvp_call_jvp(const JvpArgs& a) {
 }
 
 std::vector<Tangent> custom_jvp_call_transpose(const TransposeArgs& a) {
-  throw TransformError("custom_jvp_call is not linear (at " + where(a.loc) + ")");
+  throw TransformError("custom_jvp_call is not linear (at " + format_location(a.loc) + ")");
 }
 
 // ---- custom_vjp_call -------------------------------------------------------------------------
@@ -112,53 +112,55 @@ std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_
   obj->out_avals.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(num_out));
   for (const auto& x : args) obj->in_avals.push_back(x.aval());
   obj->num_res = outs.size() - num_out;
-  Params ps{{"call_jaxpr", std::make_shared<const ClosedJaxpr>(dce(fwd_in, keep))},
-            {"fwd_jaxpr", std::make_shared<const ClosedJaxpr>(fwd_in)},
-            {"bwd", std::shared_ptr<const ParamObject>(obj)},
-            {"num_consts", static_cast<std::int64_t>(fwd.consts.size())}};
+  params::CustomVjpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(dce(fwd_in, keep)),
+                           .fwd_jaxpr = std::make_shared<const ClosedJaxpr>(fwd_in),
+                           .bwd = obj,
+                           .num_consts = static_cast<std::int64_t>(fwd.consts.size())};
   return bind(Primitive::custom_vjp_call, with_consts(fwd, args), std::move(ps));
 }
 
-std::vector<ShapedArray> custom_vjp_call_abstract_eval(std::span<const ShapedArray>, const Params& ps) {
-  return call_jaxpr(ps).out_avals();
+std::vector<ShapedArray> custom_vjp_call_abstract_eval(std::span<const ShapedArray>, const params::CustomVjpCall& ps) {
+  return ps.call_jaxpr->out_avals();
 }
 
-std::vector<Array> custom_vjp_call_impl(std::span<const Array> in, const Params& ps) { return eval_jaxpr(call_jaxpr(ps), in); }
+std::vector<Array> custom_vjp_call_impl(std::span<const Array> in, const params::CustomVjpCall& ps) {
+  return eval_jaxpr(*ps.call_jaxpr, in);
+}
 
 // (out, res) = fwd(x);  d out = custom_lin(res, dx), whose transpose is bwd(res, .)
 JvpOut custom_vjp_call_jvp(const JvpArgs& a) {
   if (ad_mode() == AdMode::forward) no_forward_mode();
-  auto nc = static_cast<std::size_t>(param_int(a.params, "num_consts"));
-  const auto& obj = object<BwdObject>(a.params, "bwd");
-  std::vector<Array> all = eval_jaxpr(*param<ClosedJaxprPtr>(a.params, "fwd_jaxpr"), a.x);
+  const auto& ps = a.params.get<params::CustomVjpCall>();
+  auto nc = static_cast<std::size_t>(ps.num_consts);
+  const auto& obj = object<BwdObject>(ps.bwd);
+  std::vector<Array> all = eval_jaxpr(*ps.fwd_jaxpr, a.x);
   std::size_t nout = obj.out_avals.size();
   JvpOut r{std::vector<Array>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nout)), {}};
   std::vector<Array> lin_in(all.begin() + static_cast<std::ptrdiff_t>(nout), all.end());
   for (std::size_t i = nc; i < a.t.size(); ++i) lin_in.push_back(a.t[i].instantiate());
-  Params ps{{"bwd", param<std::shared_ptr<const ParamObject>>(a.params, "bwd")}};
-  for (auto& t : bind(Primitive::custom_lin, lin_in, std::move(ps), a.loc)) r.tangents.push_back(t);
+  for (auto& t : bind(Primitive::custom_lin, lin_in, params::CustomLin{.bwd = ps.bwd}, a.loc)) r.tangents.push_back(t);
   return r;
 }
 
 std::vector<Tangent> custom_vjp_call_transpose(const TransposeArgs& a) {
-  throw TransformError("custom_vjp_call is not linear (at " + where(a.loc) + ")");
+  throw TransformError("custom_vjp_call is not linear (at " + format_location(a.loc) + ")");
 }
 
 // ---- custom_lin ------------------------------------------------------------------------------
 
-std::vector<ShapedArray> custom_lin_abstract_eval(std::span<const ShapedArray>, const Params& ps) {
-  return object<BwdObject>(ps, "bwd").out_avals;
+std::vector<ShapedArray> custom_lin_abstract_eval(std::span<const ShapedArray>, const params::CustomLin& ps) {
+  return object<BwdObject>(ps.bwd).out_avals;
 }
 
 // Only transposed: evaluating or differentiating it would be forward mode of the custom_vjp function.
-std::vector<Array> custom_lin_impl(std::span<const Array>, const Params&) {
+std::vector<Array> custom_lin_impl(std::span<const Array>, const params::CustomLin&) {
   no_forward_mode();
 }
 JvpOut custom_lin_jvp(const JvpArgs&) { no_forward_mode(); }
 
 // custom_lin(res, .)^T ct = bwd(res, ct)
 std::vector<Tangent> custom_lin_transpose(const TransposeArgs& a) {
-  const auto& obj = object<BwdObject>(a.params, "bwd");
+  const auto& obj = object<BwdObject>(a.params.get<params::CustomLin>().bwd);
   std::vector<Array> res, cts;
   for (std::size_t i = 0; i < obj.num_res; ++i) {
     if (a.in[i].is_linear()) throw TransformError("custom_vjp: a residual depends on the tangents");
@@ -178,6 +180,124 @@ std::vector<Tangent> custom_lin_transpose(const TransposeArgs& a) {
     out.push_back(got[k]);
   }
   return out;
+}
+
+// ---- batching --------------------------------------------------------------------------------
+// The custom rules are batched too: the user's jvp rule and bwd are traced at one member's types
+// and the trace batched, so grad(vmap(f)) and vmap(grad(f)) still use them. Every operand is
+// batched at 0 (unbatched ones broadcast), which keeps the batched rules' signatures simple.
+
+namespace {
+
+std::vector<Array> all_batched_front(const BatchArgs& a) {
+  std::vector<Array> out;
+  for (std::size_t i = 0; i < a.x.size(); ++i) out.push_back(move_batch_dim(a.x[i], a.dims[i], 0, a.size));
+  return out;
+}
+
+ShapedArray member_aval(ShapedArray batched) {
+  batched.shape.erase(batched.shape.begin());
+  return batched;
+}
+
+/// fn (a function of flat arrays, at one member's avals `member`) applied to arrays batched at 0.
+std::vector<Array> call_batched(const std::function<std::vector<Array>(std::span<const Array>)>& fn,
+                                const std::vector<ShapedArray>& member, std::span<const Array> batched,
+                                std::int64_t size) {
+  ClosedJaxpr traced = trace_flat([&](std::span<const Array> args) { return call_user([&] { return fn(args); }); },
+                                  member);
+  std::vector<bool> all(member.size(), true), force(traced->outvars.size(), true);
+  return eval_jaxpr(batch_jaxpr_leading(traced, all, size, force, nullptr), batched);
+}
+
+/// obj's bwd batched: residuals and cotangents batched at 0 in, argument cotangents batched out.
+std::shared_ptr<BwdObject> batched_bwd(const BwdObject& obj, std::vector<ShapedArray> res_member, std::int64_t size) {
+  auto out = std::make_shared<BwdObject>();
+  out->num_res = obj.num_res;
+  auto batched_avals = [size](const std::vector<ShapedArray>& v) {
+    std::vector<ShapedArray> r;
+    for (auto a : v) {
+      a.shape.insert(a.shape.begin(), size);
+      r.push_back(a);
+    }
+    return r;
+  };
+  out->out_avals = batched_avals(obj.out_avals);
+  out->in_avals = batched_avals(obj.in_avals);
+  std::vector<ShapedArray> member = res_member;
+  member.insert(member.end(), obj.out_avals.begin(), obj.out_avals.end());
+  out->bwd = [bwd = obj.bwd, member, nres = obj.num_res, size](std::span<const Array> res, std::span<const Array> cts) {
+    std::vector<Array> in(res.begin(), res.end());
+    in.insert(in.end(), cts.begin(), cts.end());
+    auto fn = [&](std::span<const Array> args) { return bwd(args.subspan(0, nres), args.subspan(nres)); };
+    return call_batched(fn, member, in, size);
+  };
+  return out;
+}
+
+}  // namespace
+
+// custom_jvp_call(f, rule)[b] = custom_jvp_call(vmap f, vmap rule)
+BatchOut custom_jvp_call_batch(const BatchArgs& a) {
+  const auto& ps = a.params.get<params::CustomJvpCall>();
+  std::vector<Array> ops = all_batched_front(a);
+  std::vector<bool> all(ops.size(), true);
+  auto nout = ps.call_jaxpr->jaxpr->outvars.size();
+  ClosedJaxpr call = batch_jaxpr_leading(*ps.call_jaxpr, all, a.size, std::vector<bool>(nout, true), nullptr);
+  auto nc = static_cast<std::size_t>(ps.num_consts);
+  std::vector<ShapedArray> member;
+  for (std::size_t i = nc; i < a.x.size(); ++i) member.push_back(member_aval(ops[i].aval()));
+  std::vector<ShapedArray> member_pt = member;
+  member_pt.insert(member_pt.end(), member.begin(), member.end());
+  auto obj = std::make_shared<JvpRuleObject>();
+  obj->rule = [rule = object<JvpRuleObject>(ps.jvp).rule, member_pt, size = a.size](std::span<const Array> p,
+                                                                                    std::span<const Array> t) {
+    std::size_t n = p.size();
+    std::size_t m = 0;
+    auto fn = [&](std::span<const Array> args) {
+      auto [outs, touts] = rule(args.subspan(0, n), args.subspan(n));
+      m = outs.size();
+      outs.insert(outs.end(), touts.begin(), touts.end());
+      return outs;
+    };
+    std::vector<Array> in(p.begin(), p.end());
+    in.insert(in.end(), t.begin(), t.end());
+    std::vector<Array> all_out = call_batched(fn, member_pt, in, size);
+    return std::pair{std::vector<Array>(all_out.begin(), all_out.begin() + static_cast<std::ptrdiff_t>(m)),
+                     std::vector<Array>(all_out.begin() + static_cast<std::ptrdiff_t>(m), all_out.end())};
+  };
+  params::CustomJvpCall bps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(std::move(call)), .jvp = obj,
+                            .num_consts = ps.num_consts};
+  auto outs = bind(a.prim, ops, bps, a.loc);
+  return {outs, BatchDims(outs.size(), 0)};
+}
+
+// custom_vjp_call(f, fwd, bwd)[b] = custom_vjp_call(vmap f, vmap fwd, vmap bwd)
+BatchOut custom_vjp_call_batch(const BatchArgs& a) {
+  const auto& ps = a.params.get<params::CustomVjpCall>();
+  const auto& obj = object<BwdObject>(ps.bwd);
+  std::vector<Array> ops = all_batched_front(a);
+  std::vector<bool> all(ops.size(), true);
+  auto batched = [&](const ClosedJaxpr& j) {
+    return std::make_shared<const ClosedJaxpr>(
+        batch_jaxpr_leading(j, all, a.size, std::vector<bool>(j->outvars.size(), true), nullptr));
+  };
+  auto fwd_outs = ps.fwd_jaxpr->out_avals();
+  std::vector<ShapedArray> res_member(fwd_outs.begin() + static_cast<std::ptrdiff_t>(obj.out_avals.size()), fwd_outs.end());
+  params::CustomVjpCall bps{.call_jaxpr = batched(*ps.call_jaxpr), .fwd_jaxpr = batched(*ps.fwd_jaxpr),
+                            .bwd = batched_bwd(obj, res_member, a.size), .num_consts = ps.num_consts};
+  auto outs = bind(a.prim, ops, bps, a.loc);
+  return {outs, BatchDims(outs.size(), 0)};
+}
+
+// custom_lin(res, t)[b] = custom_lin with vmap bwd
+BatchOut custom_lin_batch(const BatchArgs& a) {
+  const auto& obj = object<BwdObject>(a.params.get<params::CustomLin>().bwd);
+  std::vector<Array> ops = all_batched_front(a);
+  std::vector<ShapedArray> res_member;
+  for (std::size_t i = 0; i < obj.num_res; ++i) res_member.push_back(member_aval(ops[i].aval()));
+  auto outs = bind(a.prim, ops, params::CustomLin{.bwd = batched_bwd(obj, res_member, a.size)}, a.loc);
+  return {outs, BatchDims(outs.size(), 0)};
 }
 
 }  // namespace xjax::detail

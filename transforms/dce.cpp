@@ -20,7 +20,7 @@ DceRule dce_rule(Primitive p) {
     case Primitive::scan: return scan_dce;
     case Primitive::cond: return cond_dce;
     case Primitive::checkpoint: return checkpoint_dce;
-    case Primitive::while_: return while__dce;
+    case Primitive::while_: return while_loop_dce;
   }
   return nullptr;
 }

@@ -3,6 +3,7 @@
 // one file: custom_derivatives.cpp for custom_jvp_call, custom_vjp_call and custom_lin.
 #pragma once
 #include "ad.hpp"
+#include "batching.hpp"
 
 namespace xjax::detail {
 
@@ -10,18 +11,22 @@ using ImplRule = std::vector<Array> (*)(std::span<const Array> in, const Params&
 /// Evaluation rule of a higher-order primitive (nullptr: the primitive runs a kernel).
 ImplRule impl_rule(Primitive p);
 
-#define XJAX_DECLARE_HIGHER_ORDER_RULES(name)                                                   \
-  std::vector<ShapedArray> name##_abstract_eval(std::span<const ShapedArray> in, const Params& ps); \
-  std::vector<Array> name##_impl(std::span<const Array> in, const Params& ps);                  \
-  JvpOut name##_jvp(const JvpArgs& a);                                                          \
-  std::vector<Tangent> name##_transpose(const TransposeArgs& a);
-XJAX_DECLARE_HIGHER_ORDER_RULES(custom_jvp_call)
-XJAX_DECLARE_HIGHER_ORDER_RULES(custom_vjp_call)
-XJAX_DECLARE_HIGHER_ORDER_RULES(custom_lin)
-XJAX_DECLARE_HIGHER_ORDER_RULES(scan)
-XJAX_DECLARE_HIGHER_ORDER_RULES(cond)
-XJAX_DECLARE_HIGHER_ORDER_RULES(while_)
-XJAX_DECLARE_HIGHER_ORDER_RULES(checkpoint)
+// X(primitive, stem): each higher-order primitive with the stem of its rule functions (while_'s
+// rules are while_loop_jvp, ...: an identifier with a double underscore is reserved).
+#define XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(X)                                                  \
+  X(custom_jvp_call, custom_jvp_call) X(custom_vjp_call, custom_vjp_call) X(custom_lin, custom_lin) \
+  X(scan, scan) X(cond, cond) X(while_, while_loop) X(checkpoint, checkpoint)
+
+// The shape and evaluation rules receive the primitive's parameter struct; the tables that
+// dispatch to them unwrap it (Params::get).
+#define XJAX_DECLARE_HIGHER_ORDER_RULES(prim, stem)                                                 \
+  std::vector<ShapedArray> stem##_abstract_eval(std::span<const ShapedArray> in,                    \
+                                                const params_of_t<Primitive::prim>& ps);           \
+  std::vector<Array> stem##_impl(std::span<const Array> in, const params_of_t<Primitive::prim>& ps); \
+  JvpOut stem##_jvp(const JvpArgs& a);                                                              \
+  std::vector<Tangent> stem##_transpose(const TransposeArgs& a);                                    \
+  BatchOut stem##_batch(const BatchArgs& a);
+XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_DECLARE_HIGHER_ORDER_RULES)
 #undef XJAX_DECLARE_HIGHER_ORDER_RULES
 
 /// DCE rule: the equation with unused outputs (and what only they need) removed; used_in says
@@ -33,11 +38,11 @@ Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>&
 struct PeSplit;
 PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 PeSplit cond_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
-PeSplit while__partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
+PeSplit while_loop_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
-Eqn while__dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
+Eqn while_loop_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 
 /// j with its invars reordered: new invars[i] = old invars[order[i]] (same for outvars).
 ClosedJaxpr permute_invars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);

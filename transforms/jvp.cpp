@@ -121,7 +121,7 @@ JvpOut abs_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Arra
 JvpOut sign_jvp(const JvpArgs& a) { return zero_jvp(a); }
 // d x^n = n x^(n-1) dx
 JvpOut integer_pow_jvp(const JvpArgs& a) {
-  std::int64_t n = param_int(a.params, "y");
+  std::int64_t n = a.params.get<params::IntegerPow>().y;
   if (n == 0) return zero_jvp(a);
   return unary(a, [n](const Array& x, const Array&) {
     return n == 1 ? broadcast_to(c(1, x), x.shape()) : mul(c(static_cast<double>(n), x), n == 2 ? x : integer_pow(x, n - 1));
@@ -214,11 +214,11 @@ Array unreduce(const Array& y, const Array& x, const Ints& axes) {
 JvpOut reduce_chooser_jvp(const JvpArgs& a) {
   Array y = primal1(a);
   const Array& x = a.x[0];
-  const Ints& axes = param_ints(a.params, "axes");
+  const Ints& axes = a.params.get<params::Reduce>().axes;
   Array at_max = astype(eq(x, unreduce(y, x, axes)), x.dtype());
-  Array count = bind1(P::reduce_sum, {at_max}, {{"axes", axes}});
+  Array count = bind1(P::reduce_sum, {at_max}, params::Reduce{.axes = axes});
   return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) {
-            return div(bind1(P::reduce_sum, {mul(t, at_max)}, {{"axes", axes}}), count);
+            return div(bind1(P::reduce_sum, {mul(t, at_max)}, params::Reduce{.axes = axes}), count);
           })}};
 }
 JvpOut reduce_max_jvp(const JvpArgs& a) { return reduce_chooser_jvp(a); }
@@ -260,10 +260,10 @@ Array products_of_others(const Array& x, const Ints& axes) {
 JvpOut reduce_prod_jvp(const JvpArgs& a) {
   Array y = primal1(a);
   const Array& x = a.x[0];
-  const Ints& axes = param_ints(a.params, "axes");
+  const Ints& axes = a.params.get<params::Reduce>().axes;
   return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) {
             Array others = products_of_others(x, axes);
-            return bind1(P::reduce_sum, {mul(t, others)}, {{"axes", axes}});
+            return bind1(P::reduce_sum, {mul(t, others)}, params::Reduce{.axes = axes});
           })}};
 }
 JvpOut argmax_jvp(const JvpArgs& a) { return zero_jvp(a); }
@@ -297,8 +297,12 @@ JvpRule jvp_rule(Primitive p) {
   switch (p) {
 #define XJAX_JVP_CASE(name) \
   case P::name: return name##_jvp;
-    XJAX_FOR_EACH_PRIMITIVE(XJAX_JVP_CASE)
+    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_JVP_CASE)
 #undef XJAX_JVP_CASE
+#define XJAX_HIGHER_ORDER_JVP_CASE(prim, stem) \
+  case P::prim: return stem##_jvp;
+    XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_HIGHER_ORDER_JVP_CASE)
+#undef XJAX_HIGHER_ORDER_JVP_CASE
   }
   return nullptr;
 }

@@ -20,8 +20,7 @@ const Var* as_var(const Atom& a) { return std::get_if<Var>(&a); }
 /// `out = broadcast_in_dim(0)`: an equation defining `out` as zeros of its aval.
 Eqn zeros_eqn(const Var& out, const std::source_location& loc) {
   const ShapedArray& a = out.aval();
-  Params ps{{"shape", std::vector<std::int64_t>(a.shape.begin(), a.shape.end())},
-            {"broadcast_dimensions", std::vector<std::int64_t>{}}};
+  params::BroadcastInDim ps{.shape = a.shape, .broadcast_dimensions = {}};
   return Eqn{Primitive::broadcast_in_dim, {Literal{scalar(0.0, a.dtype)}}, {out}, std::move(ps), loc};
 }
 
@@ -169,7 +168,7 @@ PeRule pe_rule(Primitive p) {
     case Primitive::scan: return scan_partial_eval;
     case Primitive::cond: return cond_partial_eval;
     case Primitive::checkpoint: return checkpoint_partial_eval;
-    case Primitive::while_: return while__partial_eval;
+    case Primitive::while_: return while_loop_partial_eval;
   }
   return nullptr;
 }

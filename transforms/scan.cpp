@@ -14,12 +14,14 @@
 
 #include "higher_order.hpp"
 #include "pe_rules.hpp"
+#include "plan.hpp"
 #include "xjax/control_flow.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::detail {
 namespace {
 
+/// params::Scan with the counts as sizes.
 struct ScanParams {
   ClosedJaxprPtr body;
   std::int64_t length = 0;
@@ -30,23 +32,18 @@ struct ScanParams {
   std::size_t nxs() const { return body->jaxpr->invars.size() - nconsts - ncarry; }
   std::size_t nys() const { return body->jaxpr->outvars.size() - ncarry; }
 
-  static ScanParams read(const Params& ps) {
-    ScanParams s;
-    s.body = param<ClosedJaxprPtr>(ps, "jaxpr");
-    s.length = param_int(ps, "length");
-    s.reverse = param<bool>(ps, "reverse");
-    s.unroll = param_int(ps, "unroll");
-    s.nconsts = static_cast<std::size_t>(param_int(ps, "num_consts"));
-    s.ncarry = static_cast<std::size_t>(param_int(ps, "num_carry"));
-    return s;
+  static ScanParams read(const params::Scan& p) {
+    return {p.jaxpr, p.length, p.reverse, p.unroll, static_cast<std::size_t>(p.num_consts),
+            static_cast<std::size_t>(p.num_carry)};
   }
-  Params with(ClosedJaxpr b, std::size_t nc, std::size_t ncar, bool rev) const {
-    return Params{{"jaxpr", std::make_shared<const ClosedJaxpr>(std::move(b))},
-                  {"length", length},
-                  {"reverse", rev},
-                  {"unroll", unroll},
-                  {"num_consts", static_cast<std::int64_t>(nc)},
-                  {"num_carry", static_cast<std::int64_t>(ncar)}};
+  static ScanParams read(const Params& ps) { return read(ps.get<params::Scan>()); }
+  params::Scan with(ClosedJaxpr b, std::size_t nc, std::size_t ncar, bool rev) const {
+    return {.jaxpr = std::make_shared<const ClosedJaxpr>(std::move(b)),
+            .length = length,
+            .reverse = rev,
+            .unroll = unroll,
+            .num_consts = static_cast<std::int64_t>(nc),
+            .num_carry = static_cast<std::int64_t>(ncar)};
   }
 };
 
@@ -84,7 +81,7 @@ std::vector<Array> bind_scan(const ScanParams& sp, ClosedJaxpr body, std::size_t
 
 // ---- shape rule and evaluation ---------------------------------------------------------------
 
-std::vector<ShapedArray> scan_abstract_eval(std::span<const ShapedArray> in, const Params& ps) {
+std::vector<ShapedArray> scan_abstract_eval(std::span<const ShapedArray> in, const params::Scan& ps) {
   ScanParams sp = ScanParams::read(ps);
   const Jaxpr& b = *sp.body->jaxpr;
   if (in.size() != b.invars.size()) throw TypeError("scan: operand count differs from the body's inputs");
@@ -129,19 +126,18 @@ ClosedJaxpr unrolled_body(const ScanParams& sp, std::int64_t u) {
   return trace_flat(f, avals);
 }
 
-// unrolled_body, built once per (body jaxpr, u, split) and kept with the body's jaxpr, so the
+// unrolled_body, built once per (body jaxpr, u, split) and kept with the body's jaxpr in the plan side table, so the
 // unrolled body is traced and planned once, not on every evaluation of the scan. (Bodies carry
 // no consts after consts_as_inputs; one that does is unrolled afresh each time.)
 ClosedJaxprPtr cached_unrolled_body(const ScanParams& sp, std::int64_t u) {
   auto build = [&] { return std::make_shared<const ClosedJaxpr>(unrolled_body(sp, u)); };
   if (!sp.body->consts.empty()) return build();
-  const Jaxpr& b = *sp.body->jaxpr;
-  return b.plan.derived({u, static_cast<std::int64_t>(sp.nconsts), static_cast<std::int64_t>(sp.ncarry)}, build);
+  return derived_jaxpr(sp.body->jaxpr, {u, static_cast<std::int64_t>(sp.nconsts), static_cast<std::int64_t>(sp.ncarry)}, build);
 }
 }  // namespace
 
 // carry = init; for i: carry, y[i] = body(consts, carry, x[i]); `unroll` iterations per step
-std::vector<Array> scan_impl(std::span<const Array> in, const Params& ps) {
+std::vector<Array> scan_impl(std::span<const Array> in, const params::Scan& ps) {
   ScanParams sp = ScanParams::read(ps);
   std::vector<Array> consts = part(in, 0, sp.nconsts);
   std::vector<Array> carry = part(in, sp.nconsts, sp.ncarry);
@@ -240,6 +236,37 @@ JvpOut scan_jvp(const JvpArgs& a) {
     r.tangents.push_back(ys_present[k] ? Tangent(outs[o++]) : Tangent::zero(ys[k].aval()));
   }
   return r;
+}
+
+// ---- batching --------------------------------------------------------------------------------
+
+// scan(body)[b] = scan(vmap body): batched consts and carries carry the batch at 0, batched xs at
+// 1 (so that each step's slice has it at 0), batched ys come out at 1. A carry the body makes
+// batched is batched from the start (a fixpoint, as JAX does).
+BatchOut scan_batch(const BatchArgs& a) {
+  ScanParams sp = ScanParams::read(a.params);
+  std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
+  std::vector<bool> b = batched_mask(a.dims);
+  ClosedJaxpr body;
+  std::vector<bool> out_b;
+  while (true) {
+    std::vector<bool> force(ncar + ny, false);
+    for (std::size_t k = 0; k < ncar; ++k) force[k] = b[nc + k];
+    body = batch_jaxpr_leading(*sp.body, b, a.size, force, &out_b);
+    bool grew = false;
+    for (std::size_t k = 0; k < ncar; ++k)
+      if (out_b[k] && !b[nc + k]) b[nc + k] = grew = true;
+    if (!grew) break;
+  }
+  std::vector<Array> ops;
+  for (std::size_t i = 0; i < nc + ncar + nx; ++i) {
+    std::int64_t to = i < nc + ncar ? 0 : 1;
+    ops.push_back(b[i] ? move_batch_dim(a.x[i], a.dims[i], to, a.size) : a.x[i]);
+  }
+  auto outs = bind_scan(sp, body, nc, ncar, sp.reverse, ops, a.loc);
+  BatchDims dims;
+  for (std::size_t k = 0; k < ncar + ny; ++k) dims.push_back(out_b[k] ? (k < ncar ? 0 : 1) : not_batched);
+  return {outs, dims};
 }
 
 // ---- partial evaluation ----------------------------------------------------------------------

@@ -9,15 +9,15 @@ std::int64_t scan_length(std::span<const Array> xs, const std::optional<std::int
   for (std::size_t i = 0; i < xs.size(); ++i) {
     if (xs[i].ndim() == 0)
       throw ShapeError("scan: xs leaf " + std::to_string(i) + " is a scalar " + xs[i].aval().str() +
-                       "; every xs leaf needs a leading axis to scan over (at " + where(loc) + ")");
+                       "; every xs leaf needs a leading axis to scan over (at " + format_location(loc) + ")");
     std::int64_t d = xs[i].shape()[0];
     if (n && *n != d)
       throw ShapeError("scan: xs leaf " + std::to_string(i) + " has leading axis " + std::to_string(d) + " but " +
-                       (length ? "length is " : "an earlier leaf has ") + std::to_string(*n) + " (at " + where(loc) + ")");
+                       (length ? "length is " : "an earlier leaf has ") + std::to_string(*n) + " (at " + format_location(loc) + ")");
     n = d;
   }
-  if (!n) throw ShapeError("scan: xs is empty (xj::None), so .length must be given (at " + where(loc) + ")");
-  if (*n < 0) throw ShapeError("scan: negative length " + std::to_string(*n) + " (at " + where(loc) + ")");
+  if (!n) throw ShapeError("scan: xs is empty (xj::None), so .length must be given (at " + format_location(loc) + ")");
+  if (*n < 0) throw ShapeError("scan: negative length " + std::to_string(*n) + " (at " + format_location(loc) + ")");
   return *n;
 }
 
@@ -25,16 +25,16 @@ void check_carry(const TreeDef& in_def, const TreeDef& out_def, std::span<const 
                  std::span<const ShapedArray> out, std::source_location loc) {
   if (!(in_def == out_def))
     throw TypeError("scan: the body's carry output has structure " + out_def.str() + " but the carry input has " +
-                    in_def.str() + " (at " + where(loc) + ")");
+                    in_def.str() + " (at " + format_location(loc) + ")");
   for (std::size_t i = 0; i < in.size(); ++i)
     if (in[i] != out[i])
       throw TypeError("scan: carry leaf " + std::to_string(i) + " enters the body as " + in[i].str() +
                       " but the body returns " + out[i].str() + "; the carry's shapes and dtypes must not change (at " +
-                      where(loc) + ")");
+                      format_location(loc) + ")");
 }
 
 void scan_body_not_pair(std::source_location loc) {
-  throw TypeError("scan: the body must return std::pair{new_carry, y} (use xj::None{} for no y) (at " + where(loc) + ")");
+  throw TypeError("scan: the body must return std::pair{new_carry, y} (use xj::None{} for no y) (at " + format_location(loc) + ")");
 }
 
 std::vector<ShapedArray> slice_avals(std::span<const Array> xs) {

@@ -30,7 +30,7 @@ Cts zeros_for(const TransposeArgs& a) {
 
 [[noreturn]] Cts not_linear(const TransposeArgs& a) {
   throw TransformError("transpose: " + std::string(primitive_name(a.prim)) +
-                       " is not linear in its operands, so it cannot be transposed (at " + where(a.loc) + ")");
+                       " is not linear in its operands, so it cannot be transposed (at " + format_location(a.loc) + ")");
 }
 
 Array ct0(const TransposeArgs& a) { return a.ct[0].instantiate(); }
@@ -187,8 +187,8 @@ Cts copy_transpose(const TransposeArgs& a) { return unary_linear(a, [](const Arr
 // (x . w)^T ct = (ct . w^T, x^T . ct), dims put back in each operand's order
 Cts dot_general_transpose(const TransposeArgs& a) {
   if (a.in[0].is_linear() && a.in[1].is_linear()) return not_linear(a);
-  const Ints &lc = param_ints(a.params, "lhs_contracting"), &rc = param_ints(a.params, "rhs_contracting");
-  const Ints &lb = param_ints(a.params, "lhs_batch"), &rb = param_ints(a.params, "rhs_batch");
+  const auto& dn = a.params.get<params::DotGeneral>();
+  const Ints &lc = dn.lhs_contracting, &rc = dn.rhs_contracting, &lb = dn.lhs_batch, &rb = dn.rhs_batch;
   Cts out = zeros_for(a);
   if (a.in[0].is_linear())
     out[0] = dot_transpose_operand(ct0(a), a.in[0].aval, a.in[1].value, lc, rc, lb, rb, true);
@@ -200,7 +200,7 @@ Cts dot_general_transpose(const TransposeArgs& a) {
 Cts reduce_sum_transpose(const TransposeArgs& a) {
   const ShapedArray& x = a.in[0].aval;
   return unary_linear(a, [&](const Array& c) {
-    return broadcast_in_dim(c, x.shape, complement(param_ints(a.params, "axes"), x.ndim()));
+    return broadcast_in_dim(c, x.shape, complement(a.params.get<params::Reduce>().axes, x.ndim()));
   });
 }
 Cts reduce_max_transpose(const TransposeArgs& a) { return not_linear(a); }
@@ -210,14 +210,14 @@ Cts argmax_transpose(const TransposeArgs& a) { return not_linear(a); }
 // broadcast^T ct = sum ct over the broadcast dims, reshaped to the operand
 Cts broadcast_in_dim_transpose(const TransposeArgs& a) {
   const ShapedArray& x = a.in[0].aval;
-  const Ints& bd = param_ints(a.params, "broadcast_dimensions");
-  const Ints& shape = param_ints(a.params, "shape");
+  const Ints& bd = a.params.get<params::BroadcastInDim>().broadcast_dimensions;
+  const Ints& shape = a.params.get<params::BroadcastInDim>().shape;
   return unary_linear(a, [&](const Array& c) {
     Ints axes = complement(bd, static_cast<std::int64_t>(shape.size()));
     for (std::size_t i = 0; i < bd.size(); ++i)
       if (x.shape[i] == 1 && shape[static_cast<std::size_t>(bd[i])] != 1) axes.push_back(bd[i]);
     std::sort(axes.begin(), axes.end());
-    Array s = axes.empty() ? c : bind1(P::reduce_sum, {c}, {{"axes", axes}}, a.loc);
+    Array s = axes.empty() ? c : bind1(P::reduce_sum, {c}, params::Reduce{.axes = axes}, a.loc);
     return reshape(s, x.shape);
   });
 }
@@ -227,7 +227,7 @@ Cts reshape_transpose(const TransposeArgs& a) {
 }
 // transpose(perm)^T ct = transpose(ct, perm^-1)
 Cts transpose_transpose(const TransposeArgs& a) {
-  const Ints& perm = param_ints(a.params, "permutation");
+  const Ints& perm = a.params.get<params::Transpose>().permutation;
   Ints inv(perm.size());
   for (std::size_t i = 0; i < perm.size(); ++i) inv[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
   return unary_linear(a, [&](const Array& c) { return transpose(c, inv); });
@@ -237,7 +237,7 @@ Cts expand_dims_transpose(const TransposeArgs& a) { return reshape_transpose(a);
 // slice^T ct = ct padded with zeros back to the operand's shape (strides as interior padding)
 Cts slice_transpose(const TransposeArgs& a) {
   const ShapedArray& x = a.in[0].aval;
-  const Ints &start = param_ints(a.params, "start_indices"), &strides = param_ints(a.params, "strides");
+  const Ints &start = a.params.get<params::Slice>().start_indices, &strides = a.params.get<params::Slice>().strides;
   return unary_linear(a, [&](const Array& c) {
     Ints lo, hi, interior;
     for (std::size_t i = 0; i < start.size(); ++i) {
@@ -248,13 +248,13 @@ Cts slice_transpose(const TransposeArgs& a) {
       hi.push_back(x.shape[i] - end);
       interior.push_back(n > 0 ? s - 1 : 0);
     }
-    return bind1(P::pad, {c, scalar(0.0, c.dtype())}, {{"lo", lo}, {"hi", hi}, {"interior", interior}}, a.loc);
+    return bind1(P::pad, {c, scalar(0.0, c.dtype())}, params::Pad{.lo = lo, .hi = hi, .interior = interior}, a.loc);
   });
 }
 // pad^T ct = (ct with the padding cut away, sum(ct) - sum(that))
 Cts pad_transpose(const TransposeArgs& a) {
-  const Ints &lo = param_ints(a.params, "lo"), &hi = param_ints(a.params, "hi");
-  const Ints& interior = param_ints(a.params, "interior");
+  const auto& pad = a.params.get<params::Pad>();
+  const Ints &lo = pad.lo, &hi = pad.hi, &interior = pad.interior;
   Array c = ct0(a);
   Ints nlo, nhi, zero(lo.size(), 0), strides;
   for (std::size_t i = 0; i < lo.size(); ++i) {
@@ -262,7 +262,7 @@ Cts pad_transpose(const TransposeArgs& a) {
     nhi.push_back(-hi[i]);
     strides.push_back(interior[i] + 1);
   }
-  Array unpadded = bind1(P::pad, {c, scalar(0.0, c.dtype())}, {{"lo", nlo}, {"hi", nhi}, {"interior", zero}}, a.loc);
+  Array unpadded = bind1(P::pad, {c, scalar(0.0, c.dtype())}, params::Pad{.lo = nlo, .hi = nhi, .interior = zero}, a.loc);
   Array t_op = slice(unpadded, Ints(lo.size(), 0), unpadded.shape(), strides);
   Cts out = zeros_for(a);
   if (a.in[0].is_linear()) out[0] = t_op;
@@ -285,7 +285,7 @@ Cts dynamic_update_slice_transpose(const TransposeArgs& a) {
 }
 // concatenate^T ct = the slices of ct
 Cts concatenate_transpose(const TransposeArgs& a) {
-  std::int64_t dim = param_int(a.params, "dimension");
+  std::int64_t dim = a.params.get<params::Concatenate>().dimension;
   Array c = ct0(a);
   Cts out = zeros_for(a);
   std::int64_t offset = 0;
@@ -300,7 +300,8 @@ Cts concatenate_transpose(const TransposeArgs& a) {
 Cts gather_transpose(const TransposeArgs& a) {
   if (a.in[1].is_linear()) return not_linear(a);
   return unary_linear(a, [&](const Array& c) {
-    return bind1(P::scatter_add, {zeros_of(a.in[0].aval), a.in[1].value, c}, a.params, a.loc);
+    return bind1(P::scatter_add, {zeros_of(a.in[0].aval), a.in[1].value, c},
+                 params::ScatterAdd{.axis = a.params.get<params::Gather>().axis}, a.loc);
   });
 }
 // scatter_add(x, i, u)^T ct = (ct, take(ct, i))
@@ -309,7 +310,7 @@ Cts scatter_add_transpose(const TransposeArgs& a) {
   Array c = ct0(a);
   Cts out = zeros_for(a);
   if (a.in[0].is_linear()) out[0] = c;
-  if (a.in[2].is_linear()) out[2] = bind1(P::gather, {c, a.in[1].value}, a.params, a.loc);
+  if (a.in[2].is_linear()) out[2] = bind1(P::gather, {c, a.in[1].value}, params::Gather{.axis = a.params.get<params::ScatterAdd>().axis}, a.loc);
   return out;
 }
 Cts iota_transpose(const TransposeArgs& a) { return not_linear(a); }
@@ -323,8 +324,12 @@ TransposeRule transpose_rule(Primitive p) {
   switch (p) {
 #define XJAX_T_CASE(name) \
   case P::name: return name##_transpose;
-    XJAX_FOR_EACH_PRIMITIVE(XJAX_T_CASE)
+    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_T_CASE)
 #undef XJAX_T_CASE
+#define XJAX_HIGHER_ORDER_T_CASE(prim, stem) \
+  case P::prim: return stem##_transpose;
+    XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_HIGHER_ORDER_T_CASE)
+#undef XJAX_HIGHER_ORDER_T_CASE
   }
   return nullptr;
 }

@@ -17,19 +17,23 @@
 namespace xjax::detail {
 namespace {
 
+/// params::While with the const counts as sizes.
 struct WhileParams {
   ClosedJaxprPtr cond, body;
   std::size_t cn = 0, bn = 0;
 
-  static WhileParams read(const Params& ps) {
-    WhileParams w;
-    w.cond = param<ClosedJaxprPtr>(ps, "cond_jaxpr");
-    w.body = param<ClosedJaxprPtr>(ps, "body_jaxpr");
-    w.cn = static_cast<std::size_t>(param_int(ps, "cond_nconsts"));
-    w.bn = static_cast<std::size_t>(param_int(ps, "body_nconsts"));
-    return w;
+  static WhileParams read(const params::While& p) {
+    return {p.cond_jaxpr, p.body_jaxpr, static_cast<std::size_t>(p.cond_nconsts), static_cast<std::size_t>(p.body_nconsts)};
   }
+  static WhileParams read(const Params& ps) { return read(ps.get<params::While>()); }
 };
+
+params::While while_params(ClosedJaxpr cond, ClosedJaxpr body, std::size_t cn, std::size_t bn) {
+  return {.cond_jaxpr = std::make_shared<const ClosedJaxpr>(std::move(cond)),
+          .body_jaxpr = std::make_shared<const ClosedJaxpr>(std::move(body)),
+          .cond_nconsts = static_cast<std::int64_t>(cn),
+          .body_nconsts = static_cast<std::int64_t>(bn)};
+}
 
 // Binds a while whose cond and body may close over values (traced jaxprs): their consts become
 // leading cond / body consts.
@@ -40,18 +44,17 @@ std::vector<Array> bind_while(const ClosedJaxpr& cond, const ClosedJaxpr& body, 
   ops.insert(ops.end(), body.consts.begin(), body.consts.end());
   ops.insert(ops.end(), bconsts.begin(), bconsts.end());
   ops.insert(ops.end(), init.begin(), init.end());
-  Params ps{{"cond_jaxpr", std::make_shared<const ClosedJaxpr>(consts_as_inputs(cond))},
-            {"body_jaxpr", std::make_shared<const ClosedJaxpr>(consts_as_inputs(body))},
-            {"cond_nconsts", static_cast<std::int64_t>(cond.consts.size() + cconsts.size())},
-            {"body_nconsts", static_cast<std::int64_t>(body.consts.size() + bconsts.size())}};
-  return bind(Primitive::while_, ops, std::move(ps), loc);
+  return bind(Primitive::while_, ops,
+              while_params(consts_as_inputs(cond), consts_as_inputs(body), cond.consts.size() + cconsts.size(),
+                           body.consts.size() + bconsts.size()),
+              loc);
 }
 
 }  // namespace
 
 // ---- shape rule and evaluation ---------------------------------------------------------------
 
-std::vector<ShapedArray> while__abstract_eval(std::span<const ShapedArray> in, const Params& ps) {
+std::vector<ShapedArray> while_loop_abstract_eval(std::span<const ShapedArray> in, const params::While& ps) {
   WhileParams w = WhileParams::read(ps);
   if (in.size() < w.cn + w.bn) throw TypeError("while: fewer operands than cond and body consts");
   std::vector<ShapedArray> carry(in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn), in.end());
@@ -77,7 +80,7 @@ std::vector<ShapedArray> while__abstract_eval(std::span<const ShapedArray> in, c
 }
 
 // carry = init; while cond(cconsts, carry): carry = body(bconsts, carry)
-std::vector<Array> while__impl(std::span<const Array> in, const Params& ps) {
+std::vector<Array> while_loop_impl(std::span<const Array> in, const params::While& ps) {
   WhileParams w = WhileParams::read(ps);
   std::vector<Array> cargs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(w.cn));
   std::vector<Array> bargs(in.begin() + static_cast<std::ptrdiff_t>(w.cn), in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn));
@@ -97,7 +100,7 @@ std::vector<Array> while__impl(std::span<const Array> in, const Params& ps) {
 
 // d while(cond, body) = while(cond', jvp(body)) over (bconsts, dbconsts), (carry, dcarry), where
 // cond' ignores the tangents and the carries with tangents grow to a fixpoint.
-JvpOut while__jvp(const JvpArgs& a) {
+JvpOut while_loop_jvp(const JvpArgs& a) {
   WhileParams w = WhileParams::read(a.params);
   std::size_t cn = w.cn, bn = w.bn, ncar = a.x.size() - cn - bn;
   std::vector<bool> nz(bn + ncar);  // body inputs with tangents: bconsts, carry
@@ -145,13 +148,93 @@ JvpOut while__jvp(const JvpArgs& a) {
   return r;
 }
 
+// ---- batching --------------------------------------------------------------------------------
+
+// while(cond, body)[b]: a carry the body makes batched is batched from the start (fixpoint). An
+// unbatched predicate keeps one loop over the batched body. A batched predicate (members stop at
+// different times) loops while any member's predicate holds, and a member whose predicate is
+// false keeps its carry: carry = where(pred, body(carry), carry), every carry batched.
+BatchOut while_loop_batch(const BatchArgs& a) {
+  WhileParams w = WhileParams::read(a.params);
+  std::size_t cn = w.cn, bn = w.bn, ncar = a.x.size() - cn - bn;
+  std::vector<bool> b = batched_mask(a.dims);
+  std::vector<bool> cb(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(cn));
+  std::vector<bool> bb(b.begin() + static_cast<std::ptrdiff_t>(cn), b.end());  // bconsts, carry
+  auto carry_batched = [&] { return std::vector<bool>(bb.begin() + static_cast<std::ptrdiff_t>(bn), bb.end()); };
+  auto grow = [&] {  // the body's fixpoint on batched carries
+    std::vector<bool> out_b;
+    while (true) {
+      batch_jaxpr_leading(*w.body, bb, a.size, carry_batched(), &out_b);
+      bool grew = false;
+      for (std::size_t k = 0; k < ncar; ++k)
+        if (out_b[k] && !bb[bn + k]) bb[bn + k] = grew = true;
+      if (!grew) break;
+    }
+  };
+  grow();
+  auto cond_in = [&] {
+    std::vector<bool> in = cb;
+    auto c = carry_batched();
+    in.insert(in.end(), c.begin(), c.end());
+    return in;
+  };
+  std::vector<bool> pred_b;
+  batch_jaxpr_leading(*w.cond, cond_in(), a.size, {false}, &pred_b);
+  if (pred_b[0])
+    for (std::size_t k = 0; k < ncar; ++k) bb[bn + k] = true;
+  std::vector<bool> carry_b = carry_batched();
+  ClosedJaxpr cond = batch_jaxpr_leading(*w.cond, cond_in(), a.size, {pred_b[0]}, nullptr);
+  ClosedJaxpr body = batch_jaxpr_leading(*w.body, bb, a.size, carry_b, nullptr);
+  std::vector<Array> ops;
+  for (std::size_t i = 0; i < a.x.size(); ++i) {
+    bool batched = i < cn ? cb[i] : bb[i - cn];
+    ops.push_back(batched ? move_batch_dim(a.x[i], a.dims[i], 0, a.size) : a.x[i]);
+  }
+  std::span<const Array> all(ops);
+  std::vector<Array> cconsts(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(cn));
+  std::vector<Array> bconsts(all.begin() + static_cast<std::ptrdiff_t>(cn), all.begin() + static_cast<std::ptrdiff_t>(cn + bn));
+  std::vector<Array> init(all.begin() + static_cast<std::ptrdiff_t>(cn + bn), all.end());
+  BatchDims dims;
+  for (std::size_t k = 0; k < ncar; ++k) dims.push_back(carry_b[k] ? 0 : not_batched);
+  if (!pred_b[0]) return {bind_while(cond, body, cconsts, bconsts, init, a.loc), dims};
+  // Batched predicate: cond' = any(pred); body' over (cconsts, bconsts, carry) keeps finished
+  // members' carries.
+  std::vector<ShapedArray> cond_avals, body_avals;
+  for (const auto& x : cconsts) cond_avals.push_back(x.aval());
+  for (const auto& x : init) cond_avals.push_back(x.aval());
+  for (const auto& x : cconsts) body_avals.push_back(x.aval());
+  for (const auto& x : bconsts) body_avals.push_back(x.aval());
+  for (const auto& x : init) body_avals.push_back(x.aval());
+  ClosedJaxpr any_cond = trace_flat(
+      [&](std::span<const Array> args) {
+        Array pred = eval_jaxpr(cond, args)[0];
+        return std::vector<Array>{bind1(Primitive::reduce_max, {pred}, params::Reduce{.axes = {0}}, a.loc)};
+      },
+      cond_avals);
+  ClosedJaxpr masked_body = trace_flat(
+      [&](std::span<const Array> args) {
+        std::vector<Array> c_in(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(cn));
+        std::vector<Array> carry(args.begin() + static_cast<std::ptrdiff_t>(cn + bn), args.end());
+        c_in.insert(c_in.end(), carry.begin(), carry.end());
+        Array pred = eval_jaxpr(cond, c_in)[0];
+        std::vector<Array> next = eval_jaxpr(body, args.subspan(cn));
+        for (std::size_t k = 0; k < ncar; ++k)
+          next[k] = where(broadcast_in_dim(pred, next[k].shape(), {0}), next[k], carry[k]);
+        return next;
+      },
+      body_avals);
+  std::vector<Array> both_consts = cconsts;
+  both_consts.insert(both_consts.end(), bconsts.begin(), bconsts.end());
+  return {bind_while(any_cond, masked_body, cconsts, both_consts, init, a.loc), dims};
+}
+
 // ---- partial evaluation ----------------------------------------------------------------------
 
 // JAX's _while_partial_eval: the carries that stay known (fixpoint over the body) are computed by
 // a known loop over the known part of the body, provided the cond reads only known values; the
 // staged loop is the whole loop again (recomputing the known carries, like a checkpoint), so the
 // loop keeps no per-iteration residuals. Otherwise everything is staged.
-PeSplit while__partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable&) {
+PeSplit while_loop_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable&) {
   WhileParams w = WhileParams::read(e.params);
   std::size_t cn = w.cn, bn = w.bn, ncar = e.outputs.size();
   PeSplit split;
@@ -202,10 +285,7 @@ PeSplit while__partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, c
   }
   for (std::size_t k = 0; k < ncar; ++k)
     if (!carry_uk[k]) ke.outputs.push_back(e.outputs[k]);
-  ke.params = Params{{"cond_jaxpr", std::make_shared<const ClosedJaxpr>(cond)},
-                     {"body_jaxpr", std::make_shared<const ClosedJaxpr>(body)},
-                     {"cond_nconsts", static_cast<std::int64_t>(kcn)},
-                     {"body_nconsts", static_cast<std::int64_t>(kbn)}};
+  ke.params = while_params(cond, body, kcn, kbn);
   split.known.push_back(std::move(ke));
   Eqn se = e;  // the whole loop; its known outputs get fresh names (the known loop defines them)
   for (std::size_t k = 0; k < ncar; ++k)
@@ -219,18 +299,18 @@ PeSplit while__partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, c
 
 // A while loop's trip count is only known when it runs, so its linearization cannot be
 // transposed (JAX's error); fori_loop with static bounds lowers to scan, which can.
-std::vector<Tangent> while__transpose(const TransposeArgs& a) {
+std::vector<Tangent> while_loop_transpose(const TransposeArgs& a) {
   throw TransformError(
       "reverse-mode differentiation of while_loop is not supported (its number of iterations is only known at run "
       "time, so the values of each iteration cannot be saved for the backward pass); use xj::fori_loop with static "
-      "integer bounds (it lowers to scan) or xj::scan instead (at " + where(a.loc) + ")");
+      "integer bounds (it lowers to scan) or xj::scan instead (at " + format_location(a.loc) + ")");
 }
 
 // ---- dce -------------------------------------------------------------------------------------
 
 // Carry k is live if its output is used, the cond reads it, or the body computes a live carry
 // from it (a fixpoint, as JAX's rule); the loop keeps the live carries and the consts they read.
-Eqn while__dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
+Eqn while_loop_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
   WhileParams w = WhileParams::read(e.params);
   std::size_t cn = w.cn, bn = w.bn, ncar = e.outputs.size();
   std::vector<bool> cond_used, body_used;
@@ -265,10 +345,7 @@ Eqn while__dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool
   }
   for (std::size_t k = 0; k < ncar; ++k)
     if (live[k]) out.outputs.push_back(e.outputs[k]);
-  out.params = Params{{"cond_jaxpr", std::make_shared<const ClosedJaxpr>(cond)},
-                      {"body_jaxpr", std::make_shared<const ClosedJaxpr>(body)},
-                      {"cond_nconsts", static_cast<std::int64_t>(kcn)},
-                      {"body_nconsts", static_cast<std::int64_t>(kbn)}};
+  out.params = while_params(cond, body, kcn, kbn);
   return out;
 }
 
@@ -281,7 +358,7 @@ std::vector<Array> while_flat(const ClosedJaxpr& cond, const ClosedJaxpr& body, 
 
 Array fori_bound(const Array& b, std::source_location loc) {
   if (b.ndim() != 0 || is_floating(b.dtype()) || b.dtype() == bool_)
-    throw TypeError("fori_loop: a bound must be an integer scalar, got " + b.aval().str() + " (at " + where(loc) + ")");
+    throw TypeError("fori_loop: a bound must be an integer scalar, got " + b.aval().str() + " (at " + format_location(loc) + ")");
   return b.dtype() == i32 ? b : astype(b, i32, loc);
 }
 
@@ -289,17 +366,17 @@ void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const 
                  std::span<const ShapedArray> out, std::span<const ShapedArray> pred, std::source_location loc) {
   if (pred.size() != 1 || pred[0].ndim() != 0 || pred[0].dtype != bool_) {
     std::string got = pred.size() == 1 ? pred[0].str() : std::to_string(pred.size()) + " values";
-    throw TypeError("while_loop: cond_fn must return a boolean scalar (bool[]), got " + got + " (at " + where(loc) +
+    throw TypeError("while_loop: cond_fn must return a boolean scalar (bool[]), got " + got + " (at " + format_location(loc) +
                     ")");
   }
   if (!(in_def == out_def))
     throw TypeError("while_loop: body_fn returns a carry of structure " + out_def.str() + " but the carry has " +
-                    in_def.str() + " (at " + where(loc) + ")");
+                    in_def.str() + " (at " + format_location(loc) + ")");
   for (std::size_t i = 0; i < in.size(); ++i)
     if (in[i] != out[i])
       throw TypeError("while_loop: carry leaf " + std::to_string(i) + " enters body_fn as " + in[i].str() +
                       " but body_fn returns " + out[i].str() + "; the carry's shapes and dtypes must not change (at " +
-                      where(loc) + ")");
+                      format_location(loc) + ")");
 }
 
 }  // namespace xjax::detail

@@ -3,8 +3,12 @@
 #pragma once
 #include <algorithm>
 #include <concepts>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <source_location>
+#include <type_traits>
+#include <vector>
 
 #include "xjax/ops.hpp"
 #include "xjax/transforms.hpp"
@@ -65,7 +69,7 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     auto [xs_leaves, xs_def] = tree_flatten(xs);
     std::int64_t length = detail::scan_length(xs_leaves, opts.length, loc);
     std::int64_t unroll = opts.unroll.count(length);
-    if (unroll < 1) throw Error("scan: unroll must be at least 1, got " + std::to_string(unroll) + " (at " + where(loc) + ")");
+    if (unroll < 1) throw Error("scan: unroll must be at least 1, got " + std::to_string(unroll) + " (at " + format_location(loc) + ")");
     std::vector<ShapedArray> avals;
     for (const auto& c : init_leaves) avals.push_back(c.aval());
     for (const auto& a : detail::slice_avals(xs_leaves)) avals.push_back(a);
@@ -170,10 +174,21 @@ auto switch_(detail::Located<Array> index, const Branches& branches, const Ops&.
                   "xj::switch_: every branch must return the same type");
     ++n;
   });
-  if (n == 0) throw TypeError("switch_: no branches (at " + where(index.loc) + ")");
+  if (n == 0) throw TypeError("switch_: no branches (at " + format_location(index.loc) + ")");
   Array i = detail::switch_index(index.value, n, index.loc);
   if (n == 1) return Out(std::invoke(detail::first_branch(branches), operands...));  // as lax.switch
   return detail::switch_impl<Out>("switch_", i, branches, {}, index.loc, operands...);
+}
+
+/// switch_(index, {f0, f1, f2}, operands...): the branches as a braced list, as JAX's
+/// lax.switch(index, [f0, f1, f2], x). Each branch becomes a std::function returning `Out`
+/// (default xj::Array; name another type for pytree results: `xj::switch_<MyTree>(i, {...}, x)`).
+template <class Out = Array, class... Ops>
+auto switch_(detail::Located<Array> index,
+             std::initializer_list<std::function<std::type_identity_t<Out>(const std::type_identity_t<Ops>&...)>> branches,
+             const Ops&... operands) {
+  using Branch = std::function<Out(const Ops&...)>;
+  return switch_(std::move(index), std::vector<Branch>(branches.begin(), branches.end()), operands...);
 }
 
 // ---- while_loop, fori_loop -------------------------------------------------------------------

@@ -29,6 +29,6 @@ struct InternalError : Error {
 };
 
 /// "file:line" of a source location.
-std::string where(const std::source_location& loc);
+std::string format_location(const std::source_location& loc);
 
 }  // namespace xjax

@@ -1,18 +1,15 @@
 // jaxpr.hpp: the IR. A Jaxpr is a typed SSA list of primitive equations; it is immutable after
 // construction and may be shared between threads. Printing writes JAX's text form.
 #pragma once
-#include <atomic>
-#include <functional>
 #include <iosfwd>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <source_location>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "xjax/array.hpp"
+#include "xjax/params.hpp"
 #include "xjax/primitives.hpp"
 
 namespace xjax {
@@ -45,26 +42,6 @@ struct Literal {
 using Atom = std::variant<Var, Literal>;
 const ShapedArray& atom_aval(const Atom& a);
 
-struct ClosedJaxpr;
-using ClosedJaxprPtr = std::shared_ptr<const ClosedJaxpr>;
-
-/// Extension point for parameters that are objects (e.g. a checkpoint policy).
-struct ParamObject {
-  virtual ~ParamObject() = default;
-  virtual std::string repr() const = 0;
-};
-
-using Param = std::variant<bool, std::int64_t, double, std::string, std::vector<std::int64_t>, DType,
-                           ClosedJaxprPtr, std::vector<ClosedJaxprPtr>,
-                           std::shared_ptr<const ParamObject>>;
-/// Parameters of an equation, printed sorted by name.
-using Params = std::map<std::string, Param, std::less<>>;
-
-/// Typed access to a parameter; throws xj::Error naming the parameter when absent or mistyped.
-template <class T> const T& param(const Params& ps, std::string_view name);
-std::int64_t param_int(const Params& ps, std::string_view name);
-const std::vector<std::int64_t>& param_ints(const Params& ps, std::string_view name);
-
 /// One equation `outs = prim[params] inputs`, with the user's source location.
 struct Eqn {
   Primitive prim;
@@ -74,38 +51,10 @@ struct Eqn {
   std::source_location loc;
 };
 
-struct Jaxpr;
-namespace detail {
-struct EvalPlan;
-/// What is derived from a jaxpr and kept with it: its execution plan (built on first evaluation)
-/// and jaxprs built from it (scan's unrolled bodies). Copying or assigning a Jaxpr gives an
-/// empty cache, so a copy may be edited before it is first evaluated. Thread-safe.
-class PlanCache {
- public:
-  PlanCache() = default;
-  PlanCache(const PlanCache&) {}
-  PlanCache& operator=(const PlanCache&) {
-    std::lock_guard lock(mutex_);
-    ready_.store(nullptr);
-    plan_.reset();
-    derived_.clear();
-    return *this;
-  }
-  const EvalPlan& get(const Jaxpr& j) const;
-  /// The jaxpr stored under `key`, built by `build` (outside the lock) the first time.
-  using DerivedKey = std::vector<std::int64_t>;
-  ClosedJaxprPtr derived(const DerivedKey& key, const std::function<ClosedJaxprPtr()>& build) const;
-
- private:
-  mutable std::mutex mutex_;
-  mutable std::shared_ptr<const EvalPlan> plan_;
-  mutable std::atomic<const EvalPlan*> ready_{nullptr};  // plan_ once built: get() without the lock
-  mutable std::map<DerivedKey, ClosedJaxprPtr> derived_;
-};
-}  // namespace detail
-
+/// A plain value. Its execution plan is not part of it: eval_jaxpr keeps plans in a side table
+/// keyed by the shared jaxpr object (src/plan_cache.cpp), so copying, assigning or destroying a
+/// Jaxpr never touches a plan another thread is running.
 struct Jaxpr {
-  detail::PlanCache plan;  // not part of the value; see PlanCache
   std::vector<Var> constvars;
   std::vector<Var> invars;
   std::vector<Eqn> eqns;
@@ -140,16 +89,14 @@ std::vector<Array> eval_jaxpr(const ClosedJaxpr& j, std::span<const Array> args)
 /// evaluation builds each plan on first use. Thread-safe; a plan is built once per jaxpr.
 void prepare(const ClosedJaxpr& j);
 
+/// Drops every cached execution plan and derived jaxpr (scan's unrolled bodies), like JAX's
+/// jax.clear_caches. They are rebuilt on next use. Plans of jaxprs that are gone are also dropped
+/// automatically, in batches, as new plans are built. (A jit object's traces belong to it and are
+/// not touched.) Thread-safe: a plan being run stays alive until its run ends.
+void clear_caches();
+
 /// Checks that every variable is defined before use with matching types and that every equation's
 /// outputs are what its shape rule says. Throws xj::TypeError naming the equation.
 void typecheck(const Jaxpr& j);
-
-template <class T> const T& param(const Params& ps, std::string_view name) {
-  auto it = ps.find(name);
-  if (it == ps.end()) throw Error("missing parameter '" + std::string(name) + "'");
-  const T* v = std::get_if<T>(&it->second);
-  if (!v) throw Error("parameter '" + std::string(name) + "' has the wrong type");
-  return *v;
-}
 
 }  // namespace xjax

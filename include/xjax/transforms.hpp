@@ -26,9 +26,12 @@ template <class F> auto make_jaxpr(F f, std::source_location loc = std::source_l
   };
 }
 
-/// Which arguments grad differentiates: `xj::argnums<0, 2>`.
-template <int... I> struct Argnums {};
-template <int... I> inline constexpr Argnums<I...> argnums{};
+/// Which arguments grad differentiates: `xj::argnums<0, 2>` gives a std::tuple of gradients, and
+/// one index (`argnums<1>`) the gradient itself, as JAX's argnums=1. `xj::argnums_tuple<1>` gives
+/// a std::tuple even for one index, as JAX's argnums=(1,).
+template <bool AsTuple, int... I> struct Argnums {};
+template <int... I> inline constexpr Argnums<false, I...> argnums{};
+template <int... I> inline constexpr Argnums<true, I...> argnums_tuple{};
 
 struct GradOptions {
   /// f returns std::pair{scalar, aux}; aux is returned beside the gradient, not differentiated.
@@ -79,14 +82,14 @@ template <class T> struct is_pair : std::false_type {};
 template <class A, class B> struct is_pair<std::pair<A, B>> : std::true_type {};
 [[noreturn]] void aux_mismatch(bool returns_pair);
 
-// The gradient type: the argument's own type for one index, a std::tuple for several.
-template <class Tuple, int... I> struct grads_type_impl {
+// The gradient type: the argument's own type for one index (unless AsTuple), a std::tuple else.
+template <class Tuple, bool AsTuple, int... I> struct grads_type_impl {
   using type = std::tuple<std::decay_t<std::tuple_element_t<I, Tuple>>...>;
 };
-template <class Tuple, int I> struct grads_type_impl<Tuple, I> {
+template <class Tuple, int I> struct grads_type_impl<Tuple, false, I> {
   using type = std::decay_t<std::tuple_element_t<I, Tuple>>;
 };
-template <class Tuple, int... I> using grads_type = typename grads_type_impl<Tuple, I...>::type;
+template <class Tuple, bool AsTuple, int... I> using grads_type = typename grads_type_impl<Tuple, AsTuple, I...>::type;
 
 template <class T>
 T unflatten_arg(const FlatArgs& fa, const std::vector<Array>& full, int i) {
@@ -102,7 +105,7 @@ void check_grad_inputs(const FlatArgs& fa, const std::vector<bool>& diff, bool a
 /// The callable returned by grad / value_and_grad. Traces f on every call, as JAX's grad does:
 /// f may read state that changes between calls (an array captured by reference), and a cached
 /// jaxpr would silently keep the old value. Wrap it in xj::jit to trace once per signature.
-template <class F, bool WithValue, int... I> class GradFn {
+template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
  public:
   GradFn(F f, GradOptions opts) : f_(std::move(f)), opts_(opts) {}
 
@@ -124,9 +127,10 @@ template <class F, bool WithValue, int... I> class GradFn {
     for (std::size_t k = 0, g = nout; k < full.size(); ++k)
       if (diff[k]) full[k] = outs[g++];
     using Tuple = std::tuple<Args...>;
-    grads_type<Tuple, I...> grads = [&] {
-      if constexpr (sizeof...(I) == 1) return unflatten_arg<grads_type<Tuple, I...>>(fa, full, (I + ... + 0));
-      else return grads_type<Tuple, I...>{unflatten_arg<std::decay_t<std::tuple_element_t<I, Tuple>>>(fa, full, I)...};
+    using Grads = grads_type<Tuple, AsTuple, I...>;
+    Grads grads = [&] {
+      if constexpr (sizeof...(I) == 1 && !AsTuple) return unflatten_arg<Grads>(fa, full, (I + ... + 0));
+      else return Grads{unflatten_arg<std::decay_t<std::tuple_element_t<I, Tuple>>>(fa, full, I)...};
     }();
     std::vector<Array> kept(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(nout));
     if constexpr (WithValue) {
@@ -149,17 +153,18 @@ template <class F, bool WithValue, int... I> class GradFn {
 
 /// grad(f)(args...): the gradient of scalar-valued f with respect to argument 0, in its structure.
 /// Traces and transforms f on every call (as JAX's grad); `jit(grad(f))` traces once per signature.
-template <class F> auto grad(F f, GradOptions opts = {}) { return detail::GradFn<F, false, 0>(std::move(f), opts); }
-/// grad(f, argnums<0, 2>): a std::tuple of gradients (a single one when one index is given).
-template <class F, int... I> auto grad(F f, Argnums<I...>, GradOptions opts = {}) {
-  return detail::GradFn<F, false, I...>(std::move(f), opts);
+template <class F> auto grad(F f, GradOptions opts = {}) { return detail::GradFn<F, false, false, 0>(std::move(f), opts); }
+/// grad(f, argnums<0, 2>): a std::tuple of gradients (a single one when one index is given;
+/// argnums_tuple<1> for a std::tuple of one).
+template <class F, bool T, int... I> auto grad(F f, Argnums<T, I...>, GradOptions opts = {}) {
+  return detail::GradFn<F, false, T, I...>(std::move(f), opts);
 }
 /// value_and_grad(f)(args...) -> std::pair{value, grads}; with has_aux the value is {value, aux}.
 template <class F> auto value_and_grad(F f, GradOptions opts = {}) {
-  return detail::GradFn<F, true, 0>(std::move(f), opts);
+  return detail::GradFn<F, true, false, 0>(std::move(f), opts);
 }
-template <class F, int... I> auto value_and_grad(F f, Argnums<I...>, GradOptions opts = {}) {
-  return detail::GradFn<F, true, I...>(std::move(f), opts);
+template <class F, bool T, int... I> auto value_and_grad(F f, Argnums<T, I...>, GradOptions opts = {}) {
+  return detail::GradFn<F, true, T, I...>(std::move(f), opts);
 }
 
 namespace detail {

@@ -14,3 +14,4 @@
 #include "xjax/runtime.hpp"
 #include "xjax/testing.hpp"
 #include "xjax/transforms.hpp"
+#include "xjax/vmap.hpp"

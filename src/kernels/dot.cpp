@@ -104,12 +104,10 @@ void gemm_loops(const GemmOperand& a, const GemmOperand& b, const GemmShape& s, 
 
 }  // namespace
 
-Array dot_general_kernel(const Array& lhs, const Array& rhs, const Params& params,
+Array dot_general_kernel(const Array& lhs, const Array& rhs, const params::DotGeneral& dn,
                          const ShapedArray& out) {
-  const Ints& lc = param_ints(params, "lhs_contracting");
-  const Ints& rc = param_ints(params, "rhs_contracting");
-  const Ints& lb = param_ints(params, "lhs_batch");
-  const Ints& rb = param_ints(params, "rhs_batch");
+  const Ints &lc = dn.lhs_contracting, &rc = dn.rhs_contracting;
+  const Ints &lb = dn.lhs_batch, &rb = dn.rhs_batch;
   const Ints lf = free_dims(lhs.ndim(), lc, lb);
   const Ints rf = free_dims(rhs.ndim(), rc, rb);
   const GemmShape s{product_of_dims(lhs.shape(), lb), product_of_dims(lhs.shape(), lf),

@@ -33,7 +33,7 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::abs:
     case Primitive::sign: return [p, out](In in) { return unary_kernel(p, in[0], out); };
     case Primitive::integer_pow:
-      return [y = param_int(ps, "y"), out](In in) { return integer_pow_kernel(in[0], y, out); };
+      return [y = ps.get<params::IntegerPow>().y, out](In in) { return integer_pow_kernel(in[0], y, out); };
     case Primitive::add:
     case Primitive::sub:
     case Primitive::mul:
@@ -52,16 +52,16 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
       return [out](In in) { return convert_element_type_kernel(in[0], out); };
     case Primitive::copy: return [out](In in) { return copy_kernel(in[0], out); };
     case Primitive::dot_general:
-      return [ps, out](In in) { return dot_general_kernel(in[0], in[1], ps, out); };
+      return [dn = ps.get<params::DotGeneral>(), out](In in) { return dot_general_kernel(in[0], in[1], dn, out); };
     case Primitive::reduce_sum:
     case Primitive::reduce_max:
     case Primitive::reduce_min:
     case Primitive::reduce_prod:
-      return [p, axes = param_ints(ps, "axes"), out](In in) { return reduce_kernel(p, in[0], axes, out); };
+      return [p, axes = ps.get<params::Reduce>().axes, out](In in) { return reduce_kernel(p, in[0], axes, out); };
     case Primitive::argmax:
-      return [axis = param_ints(ps, "axes").at(0), out](In in) { return argmax_kernel(in[0], axis, out); };
+      return [axis = ps.get<params::Argmax>().axes.at(0), out](In in) { return argmax_kernel(in[0], axis, out); };
     case Primitive::broadcast_in_dim:
-      return [dims = param_ints(ps, "broadcast_dimensions"), out](In in) {
+      return [dims = ps.get<params::BroadcastInDim>().broadcast_dimensions, out](In in) {
         return broadcast_in_dim_kernel(in[0], dims, out);
       };
     case Primitive::stop_gradient:
@@ -70,27 +70,27 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::expand_dims:
     case Primitive::name: return [out](In in) { return share_buffer(in[0], out); };
     case Primitive::transpose:
-      return [perm = param_ints(ps, "permutation")](In in) { return transpose_kernel(in[0], perm); };
+      return [perm = ps.get<params::Transpose>().permutation](In in) { return transpose_kernel(in[0], perm); };
     case Primitive::slice:
-      return [start = param_ints(ps, "start_indices"), strides = param_ints(ps, "strides"), out](In in) {
+      return [start = ps.get<params::Slice>().start_indices, strides = ps.get<params::Slice>().strides, out](In in) {
         return slice_kernel(in[0], start, strides, out);
       };
     case Primitive::pad:
-      return [lo = param_ints(ps, "lo"), interior = param_ints(ps, "interior"), out](In in) {
+      return [lo = ps.get<params::Pad>().lo, interior = ps.get<params::Pad>().interior, out](In in) {
         return pad_kernel(in[0], in[1], lo, interior, out);
       };
     case Primitive::dynamic_slice: return [out](In in) { return dynamic_slice_kernel(in, out); };
     case Primitive::dynamic_update_slice: return [out](In in) { return dynamic_update_slice_kernel(in, out); };
     case Primitive::concatenate:
-      return [dim = param_int(ps, "dimension"), out](In in) { return concatenate_kernel(in, dim, out); };
+      return [dim = ps.get<params::Concatenate>().dimension, out](In in) { return concatenate_kernel(in, dim, out); };
     case Primitive::gather:
-      return [axis = param_int(ps, "axis"), out](In in) { return gather_kernel(in[0], in[1], axis, out); };
+      return [axis = ps.get<params::Gather>().axis, out](In in) { return gather_kernel(in[0], in[1], axis, out); };
     case Primitive::scatter_add:
-      return [axis = param_int(ps, "axis"), out](In in) {
+      return [axis = ps.get<params::ScatterAdd>().axis, out](In in) {
         return scatter_add_kernel(in[0], in[1], in[2], axis, out);
       };
     case Primitive::iota:
-      return [dim = param_int(ps, "dimension"), out](In) { return iota_kernel(dim, out); };
+      return [dim = ps.get<params::Iota>().dimension, out](In) { return iota_kernel(dim, out); };
     case Primitive::threefry2x32: return [out](In in) { return threefry2x32_kernel(in[0], in[1], out); };
 #define XJAX_NO_KERNEL(name) case Primitive::name:
       XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(XJAX_NO_KERNEL)

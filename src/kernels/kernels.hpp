@@ -156,7 +156,7 @@ Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
 // ---- dot.cpp -----------------------------------------------------------------------------------
 
 /// dot_general with params lhs_contracting, rhs_contracting, lhs_batch, rhs_batch.
-Array dot_general_kernel(const Array& lhs, const Array& rhs, const Params& params,
+Array dot_general_kernel(const Array& lhs, const Array& rhs, const params::DotGeneral& dn,
                          const ShapedArray& out);
 
 // ---- shape.cpp ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -386,14 +387,8 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
 std::int64_t count_eqns(const xj::Jaxpr& j) {
   std::int64_t n = static_cast<std::int64_t>(j.eqns.size());
   for (const auto& e : j.eqns)
-    for (const auto& [key, p] : e.params) {
-      if (const auto* c = std::get_if<xj::ClosedJaxprPtr>(&p)) {
-        if (*c) n += count_eqns(*(*c)->jaxpr);
-      } else if (const auto* cs = std::get_if<std::vector<xj::ClosedJaxprPtr>>(&p)) {
-        for (const auto& c2 : *cs)
-          if (c2) n += count_eqns(*c2->jaxpr);
-      }
-    }
+    for (const auto& sub : xj::sub_jaxprs(e.params))
+      if (sub) n += count_eqns(*sub->jaxpr);
   return n;
 }
 
@@ -429,6 +424,100 @@ void bench_trace(std::vector<Row>& rows, std::int64_t d, std::int64_t N, int rep
                 fmt("%.2g", median(plan_ts) * 1e3) + " ms"};
     rows.push_back(row);
   }
+}
+
+// ---- V1 / V2: vmap ------------------------------------------------------------------------------
+
+struct Mlp3 {
+  BOOST_HANA_DEFINE_STRUCT(Mlp3, (xj::Array, w1), (xj::Array, w2), (xj::Array, w3));
+};
+
+// One example's loss: x [d] through two tanh layers to a scalar.
+xj::Array mlp3_loss(const Mlp3& p, const xj::Array& x, const xj::Array& y) {
+  xj::Array h = xj::tanh(xj::matmul(xj::tanh(xj::matmul(x, p.w1)), p.w2));
+  return xj::sum(xj::square(xj::matmul(h, p.w3) - y));
+}
+
+xj::Array from(const std::vector<float>& v, const xj::Shape& s) { return xj::array<float>(v, s); }
+
+/// V1: per-example gradients of a 3-layer MLP. jit(vmap(grad)) against (a) a loop of jit(grad)
+/// over the examples and (b) one jit(grad) of the summed loss (no per-example results: the
+/// floor for any batched computation).
+void bench_per_example(std::vector<Row>& rows, std::int64_t d, std::int64_t B, int reps) {
+  const double sc = 1.0 / std::sqrt(static_cast<double>(d));
+  Mlp3 p{from(randn(d * d, 1, sc), {d, d}), from(randn(d * d, 2, sc), {d, d}), from(randn(d, 3, sc), {d, 1})};
+  xj::Array x = from(randn(B * d, 4, 1.0), {B, d}), y = from(randn(B, 5, 1.0), {B, 1});
+  auto batched = xj::jit(xj::vmap(xj::grad(mlp3_loss), std::tuple{xj::None{}, 0, 0}));
+  auto one = xj::jit(xj::grad(mlp3_loss));
+  std::vector<xj::Array> xs, ys;
+  for (std::int64_t i = 0; i < B; ++i) {
+    xs.push_back(xj::squeeze(xj::slice_in_dim(x, i, i + 1), {0}));
+    ys.push_back(xj::squeeze(xj::slice_in_dim(y, i, i + 1), {0}));
+  }
+  auto summed = [](const Mlp3& q, const xj::Array& xb, const xj::Array& yb) {
+    xj::Array h = xj::tanh(xj::matmul(xj::tanh(xj::matmul(xb, q.w1)), q.w2));
+    return xj::sum(xj::square(xj::matmul(h, q.w3) - yb));
+  };
+  auto whole = xj::jit(xj::grad(summed));
+  Mlp3 g_vmap, g_whole;
+  std::vector<Mlp3> g_loop(static_cast<std::size_t>(B));
+  double flops = 3.0 * 2.0 * static_cast<double>(B) * static_cast<double>(2 * d * d + d);
+  std::string sizes = "d=" + std::to_string(d) + " B=" + std::to_string(B);
+  Measured m = measure(reps, [&] { g_vmap = batched(p, x, y); },
+                       [&] {
+                         for (std::int64_t i = 0; i < B; ++i) g_loop[static_cast<std::size_t>(i)] = one(p, xs[i], ys[i]);
+                       });
+  // Agreement: member 0 and the last member against the loop's.
+  double err = 0;
+  for (std::int64_t i : {std::int64_t{0}, B - 1}) {
+    xj::Array row = xj::squeeze(xj::slice_in_dim(g_vmap.w1, i, i + 1), {0});
+    auto a = row.to_vector<float>(), b = g_loop[static_cast<std::size_t>(i)].w1.to_vector<float>();
+    err = std::max(err, rel_err(a.data(), b.data(), static_cast<std::int64_t>(a.size())));
+  }
+  add_rows(rows, "V1", "vmap(grad) vs loop of grad", m, flops, 1.0, sizes + " err=" + fmt("%.1e", err));
+  Measured m2 = measure(reps, [&] { g_vmap = batched(p, x, y); }, [&] { g_whole = whole(p, x, y); });
+  add_rows(rows, "V1", "vmap(grad) vs grad of the summed loss", m2, flops, 1.0, sizes);
+}
+
+/// V2: jacrev of f : R^d -> R^d, f(x) = W2 tanh(W1 x). xjax's jit(jacrev) (one batched vjp)
+/// against (a) the loop over basis vectors jacrev used before vmap and (b) a hand-written batched
+/// Jacobian, J = W2 diag(1 - tanh^2(W1 x)) W1 (one GEMM).
+void bench_jacrev(std::vector<Row>& rows, std::int64_t d, int reps) {
+  const double sc = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<float> w1 = randn(d * d, 11, sc), w2 = randn(d * d, 12, sc), xv = randn(d, 13, 1.0);
+  xj::Array W1 = from(w1, {d, d}), W2 = from(w2, {d, d}), x = from(xv, {d});
+  auto f = [W1, W2](const xj::Array& v) { return xj::matmul(W2, xj::tanh(xj::matmul(W1, v))); };
+  auto jac = xj::jit([f](const xj::Array& v) { return xj::jacrev(f)(v); });
+  // The old way: one vjp per output basis vector (jitted pullback of a cotangent).
+  auto pullback = xj::jit([f](const xj::Array& v, const xj::Array& ct) { return std::get<0>(xj::vjp(f, v).second(ct)); });
+  std::vector<xj::Array> basis;
+  for (std::int64_t i = 0; i < d; ++i) {
+    std::vector<float> e(static_cast<std::size_t>(d), 0.0f);
+    e[static_cast<std::size_t>(i)] = 1.0f;
+    basis.push_back(from(e, {d}));
+  }
+  xj::Array J;
+  std::vector<xj::Array> rows_loop(static_cast<std::size_t>(d));
+  Buf Jref(d * d), z(d), scaled(d * d);
+  auto hand = [&] {
+    gemm(false, false, d, 1, d, w1.data(), d, xv.data(), 1, 0.0f, z.data(), 1);
+    for (std::int64_t i = 0; i < d; ++i) {
+      float t = std::tanh(z.data()[i]), s = 1.0f - t * t;
+      for (std::int64_t k = 0; k < d; ++k) scaled.data()[i * d + k] = s * w1[static_cast<std::size_t>(i * d + k)];
+    }
+    gemm(false, false, d, d, d, w2.data(), d, scaled.data(), d, 0.0f, Jref.data(), d);
+  };
+  double flops = 2.0 * static_cast<double>(d * d * d);
+  std::string sizes = "d=" + std::to_string(d);
+  Measured loop = measure(reps, [&] { J = jac(x); },
+                          [&] {
+                            for (std::int64_t i = 0; i < d; ++i) rows_loop[static_cast<std::size_t>(i)] = pullback(x, basis[i]);
+                          });
+  add_rows(rows, "V2", "jacrev vs loop over basis vectors", loop, flops, 1.0, sizes);
+  Measured m = measure(reps, [&] { J = jac(x); }, hand);
+  std::vector<float> ref(Jref.data(), Jref.data() + d * d);
+  add_rows(rows, "V2", "jacrev vs hand-written batched", m, flops, 1.0,
+           sizes + " err=" + fmt("%.1e", rel_err(J.to_vector<float>().data(), ref.data(), d * d)));
 }
 
 // ---- output ------------------------------------------------------------------------------------
@@ -475,7 +564,7 @@ void print_table(const std::vector<Row>& rows, bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -485,7 +574,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2]\n");
       return 2;
     }
   }
@@ -497,6 +586,8 @@ int main(int argc, char** argv) {
     if (run("P2")) bench_relu_chain(rows, "P2", quick ? 100 : 1000, 32, 16, quick ? reps : 4 * reps);
     if (run("P3")) bench_mlp(rows, quick ? 4 : 16, quick ? 64 : 256, quick ? 256 : 2048, reps);
     if (run("P4")) bench_trace(rows, quick ? 64 : 256, quick ? 256 : 2048, reps);
+    if (run("V1")) bench_per_example(rows, quick ? 64 : 256, quick ? 64 : 256, reps);
+    if (run("V2")) bench_jacrev(rows, quick ? 64 : 256, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());
     return 1;

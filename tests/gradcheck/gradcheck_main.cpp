@@ -9,6 +9,7 @@
 // test |got - expected| <= atol + rtol |expected|. Each (row, dtype) is also run through
 // xj::check_grads itself; should it throw where the measured lines pass, a FAIL line says so.
 // Rows of non-differentiable ops print a `zero` line: the largest |jvp| / |vjp| (must be 0).
+// Every row prints two `vmap` lines: the batching oracle (gc::batching_check) at two seeds.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -211,6 +212,23 @@ int main(int argc, char** argv) {
         failures += !pass;
         ++rows;
         line(r.name, d, "1", "zero", m, 0, pass, note);
+      }
+      // The batching oracle: vmap against a loop over members, with random in_axes.
+      for (unsigned seed : {1u, 2u}) {
+        gc::BatchingCheck b;
+        std::string note;
+        bool pass;
+        try {
+          b = gc::batching_check(r, d, seed);
+          pass = b.value_error <= gc::batching_tolerance(d) && b.grad_error <= gc::batching_tolerance(d);
+          note = "in_axes " + b.in_axes + (b.grad_checked ? " (values, vmap(grad))" : " (values)");
+        } catch (const std::exception& e) {
+          pass = false;
+          note = e.what();
+        }
+        failures += !pass;
+        ++rows;
+        line(r.name, d, "-", "vmap", std::max(b.value_error, b.grad_error), gc::batching_tolerance(d), pass, note);
       }
     }
   }

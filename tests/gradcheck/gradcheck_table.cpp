@@ -7,7 +7,11 @@
 #include "gradcheck_table.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <optional>
+#include <tuple>
 
 #include "../../transforms/ad.hpp"  // detail::linearize_jaxpr, to find custom_lin
 #include "internal.hpp"  // detail::bind1, for primitives without a user op (pad, copy, scatter_add)
@@ -223,7 +227,7 @@ std::vector<Row> build() {
                     // f32 -> f64 -> f32 (exact); for f64 inputs an f64 -> f64 conversion bound directly
                     // (the user op elides it), since an f64 -> f32 round trip is not f64-accurate.
                     if (x[0].dtype() == f32) return astype(sin(astype(x[0], f64)) * astype(x[0], f64), f32);
-                    Array y = detail::bind1(P::convert_element_type, {x[0]}, {{"new_dtype", f64}});
+                    Array y = detail::bind1(P::convert_element_type, {x[0]}, params::ConvertElementType{.new_dtype = f64});
                     return sin(y) * y;
                   },
                   uniform_gen(s, -2, 2)));
@@ -336,12 +340,12 @@ std::vector<Row> build() {
                   uniform_gen(s, -2, 2)));
   t.push_back(row("pad", {P::pad},
                   squared([](const Arrays& x) {
-                    return detail::bind1(P::pad, {x[0], x[1]}, {{"lo", Ints{1, 0}}, {"hi", Ints{2, 1}}, {"interior", Ints{1, 0}}});
+                    return detail::bind1(P::pad, {x[0], x[1]}, params::Pad{.lo = Ints{1, 0}, .hi = Ints{2, 1}, .interior = Ints{1, 0}});
                   }),
                   uniform2_gen(s, {}, -2, 2)));
   t.push_back(row("pad_negative", {P::pad},
                   squared([](const Arrays& x) {
-                    return detail::bind1(P::pad, {x[0], x[1]}, {{"lo", Ints{-1, 2}}, {"hi", Ints{0, -2}}, {"interior", Ints{0, 2}}});
+                    return detail::bind1(P::pad, {x[0], x[1]}, params::Pad{.lo = Ints{-1, 2}, .hi = Ints{0, -2}, .interior = Ints{0, 2}});
                   }),
                   uniform2_gen(s, {}, -2, 2)));
   t.push_back(row("dynamic_slice", {P::dynamic_slice},
@@ -369,12 +373,12 @@ std::vector<Row> build() {
                   [](DType d, Rng& r) { return Arrays{uniform({3, 5}, d, r, -2, 2), i32s({4, 0, 4, 7}, {2, 2})}; }));
   t.push_back(row("scatter_add", {P::scatter_add},
                   squared([](const Arrays& x) {
-                    return detail::bind1(P::scatter_add, {x[0], i32s({1, 4, 1, 0}, {4}), x[1]}, {{"axis", std::int64_t{0}}});
+                    return detail::bind1(P::scatter_add, {x[0], i32s({1, 4, 1, 0}, {4}), x[1]}, params::ScatterAdd{.axis = std::int64_t{0}});
                   }),
                   uniform2_gen({5, 3}, {4, 3}, -2, 2)));
   t.push_back(row("scatter_add_axis1", {P::scatter_add},
                   squared([](const Arrays& x) {
-                    return detail::bind1(P::scatter_add, {x[0], i32s({2, 0, 2}, {3}), x[1]}, {{"axis", std::int64_t{1}}});
+                    return detail::bind1(P::scatter_add, {x[0], i32s({2, 0, 2}, {3}), x[1]}, params::ScatterAdd{.axis = std::int64_t{1}});
                   }),
                   uniform2_gen({2, 4}, {2, 3}, -2, 2)));
 
@@ -533,6 +537,77 @@ std::vector<Primitive> traced_primitives(const Row& row) {
   for (const auto* part : {&lin.pe.known, &lin.pe.staged})
     for (const auto& e : (*part)->eqns) ps.push_back(e.prim);
   return ps;
+}
+
+namespace {
+double max_error(const Array& got, const Array& want) {
+  if (got.shape() != want.shape()) return std::numeric_limits<double>::infinity();
+  auto g = got.to_vector<double>(), w = want.to_vector<double>();
+  double e = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(g[i]) && std::isnan(w[i])) continue;
+    e = std::max(e, std::abs(g[i] - w[i]) / (1.0 + std::abs(w[i])));
+    if (std::isnan(g[i]) != std::isnan(w[i])) e = std::numeric_limits<double>::infinity();
+  }
+  return e;
+}
+}  // namespace
+
+double batching_tolerance(DType dtype) { return dtype == f32 ? 1e-5 : 1e-12; }
+
+BatchingCheck batching_check(const Row& row, DType dtype, unsigned seed, std::int64_t batch_size) {
+  std::mt19937 pick(fnv1a(row.name) ^ (seed * 2654435761u));
+  std::vector<std::vector<Array>> members;
+  for (std::int64_t b = 0; b < batch_size; ++b) {
+    std::mt19937 rng(fnv1a(row.name) + static_cast<std::uint32_t>(7919 * b) + seed);
+    members.push_back(row.gen(dtype, rng));
+  }
+  const std::size_t n = members[0].size();
+  std::vector<std::optional<std::int64_t>> axes(n);
+  bool any = false;
+  for (std::size_t k = 0; k < n; ++k)
+    if (std::uniform_real_distribution<double>(0, 1)(pick) < 0.7) {
+      axes[k] = std::uniform_int_distribution<std::int64_t>(0, members[0][k].ndim())(pick);
+      any = true;
+    }
+  if (!any) axes[pick() % n] = 0;
+  BatchingCheck out;
+  out.in_axes = "(";
+  for (std::size_t k = 0; k < n; ++k)
+    out.in_axes += (k ? ", " : "") + (axes[k] ? std::to_string(*axes[k]) : std::string("None"));
+  out.in_axes += n == 1 ? ",)" : ")";
+  std::vector<Array> stacked;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!axes[k]) {
+      for (auto& m : members) m[k] = members[0][k];  // one value shared by every member
+      stacked.push_back(members[0][k]);
+      continue;
+    }
+    std::vector<Array> parts;
+    for (const auto& m : members) parts.push_back(m[k]);
+    stacked.push_back(stack(parts, *axes[k]));
+  }
+  Fn fn = row.fn;
+  auto f = [fn](const std::vector<Array>& xs) { return fn(xs); };
+  std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
+  std::vector<Array> want;
+  for (const auto& m : members) want.push_back(fn(m));
+  out.value_error = max_error(vmap(f, in_axes)(stacked), stack(want));
+  bool reverse = std::find(row.modes.begin(), row.modes.end(), rev) != row.modes.end();
+  if (row.kind == Kind::differentiable && reverse) {
+    out.grad_checked = true;
+    auto g = grad([fn](const std::vector<Array>& xs) { return sum(fn(xs)); }, {.allow_int = true});
+    std::vector<Array> got = vmap(g, in_axes)(stacked);
+    std::vector<std::vector<Array>> per_member;
+    for (const auto& m : members) per_member.push_back(g(m));
+    for (std::size_t k = 0; k < n; ++k) {
+      if (!is_floating(stacked[k].dtype())) continue;
+      std::vector<Array> parts;
+      for (const auto& pm : per_member) parts.push_back(pm[k]);
+      out.grad_error = std::max(out.grad_error, max_error(got[k], stack(parts)));
+    }
+  }
+  return out;
 }
 
 }  // namespace xjax::gradcheck

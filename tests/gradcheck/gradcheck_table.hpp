@@ -69,4 +69,18 @@ double max_abs_derivative(const Row& row, DType dtype);
 /// The primitives in the row's jaxpr (traced at its f32 inputs), for the coverage test.
 std::vector<Primitive> traced_primitives(const Row& row);
 
+/// The batching oracle: vmap of the row's function over `batch_size` members, each input batched
+/// along a random axis or not at all (at least one batched; drawn from `seed`), against the
+/// function applied to each member and stacked; and, for rows differentiable in reverse mode,
+/// vmap(grad(sum of f)) against each member's gradient. Errors are max |got - want| / (1 + |want|).
+struct BatchingCheck {
+  std::string in_axes;  // e.g. "(0, None, 2)"
+  double value_error = 0;
+  double grad_error = 0;  // 0 when not checked
+  bool grad_checked = false;
+};
+BatchingCheck batching_check(const Row& row, DType dtype, unsigned seed, std::int64_t batch_size = 3);
+/// The largest error batching_check may report for a dtype (rounding of batched kernels only).
+double batching_tolerance(DType dtype);
+
 }  // namespace xjax::gradcheck

@@ -68,3 +68,14 @@ TEST_CASE("gradcheck: a wrong derivative is caught") {
   auto x32 = xj::array<float>({0.5f, 1.5f, -2.0f}, {3});
   CHECK_THROWS_AS(xj::check_grads(f, std::tuple{x32}, gc::options(xj::f32, 1, {xj::fwd})), xj::GradCheckError);
 }
+
+TEST_CASE("gradcheck: the batching oracle for every row (vmap against a loop, random in_axes)") {
+  for (const auto& r : gc::table())
+    for (xj::DType d : gc::dtypes)
+      for (unsigned seed : {1u, 2u, 3u}) {
+        gc::BatchingCheck b = gc::batching_check(r, d, seed);
+        INFO("row ", r.name, " dtype ", std::string(xj::dtype_name(d)), " in_axes ", b.in_axes);
+        CHECK(b.value_error <= gc::batching_tolerance(d));
+        CHECK(b.grad_error <= gc::batching_tolerance(d));
+      }
+}

@@ -1,0 +1,219 @@
+// params.hpp: the parameters of every primitive, one struct each, declared next to the primitive
+// list. Each struct is reflected with Boost.Hana, so that printing (JAX's text form), equality
+// and CSE keys are written once, generically (src/params.cpp, src/param_reflect.hpp), and a
+// rule reads `ps.get<params::Pad>().lo`: a wrong name or type does not compile.
+//
+// Adding a parameter to a primitive is one line in its struct. Adding a primitive with
+// parameters: a struct here, a line in XJAX_FOR_EACH_PARAMS and its params_of specialization.
+#pragma once
+#include <boost/hana/define_struct.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "xjax/dtype.hpp"
+#include "xjax/primitives.hpp"
+
+namespace xjax {
+
+struct ClosedJaxpr;
+using ClosedJaxprPtr = std::shared_ptr<const ClosedJaxpr>;
+
+/// Extension point for parameters that are objects (a checkpoint policy, a custom rule). Compared
+/// by identity; printed by repr().
+struct ParamObject {
+  virtual ~ParamObject() = default;
+  virtual std::string repr() const = 0;
+};
+
+namespace params {
+using Ints = std::vector<std::int64_t>;
+using Object = std::shared_ptr<const ParamObject>;
+
+/// Primitives without parameters (elementwise ops, select_n, copy, threefry2x32, ...).
+struct None {
+  BOOST_HANA_DEFINE_STRUCT(None);
+};
+struct IntegerPow {
+  BOOST_HANA_DEFINE_STRUCT(IntegerPow, (std::int64_t, y));
+};
+struct ConvertElementType {
+  BOOST_HANA_DEFINE_STRUCT(ConvertElementType, (DType, new_dtype));
+};
+/// out[batch, lhs free, rhs free] = sum over contracting dims of lhs * rhs.
+struct DotGeneral {
+  BOOST_HANA_DEFINE_STRUCT(DotGeneral, (Ints, lhs_contracting), (Ints, rhs_contracting), (Ints, lhs_batch),
+                           (Ints, rhs_batch));
+};
+/// reduce_sum, reduce_max, reduce_min, reduce_prod.
+struct Reduce {
+  BOOST_HANA_DEFINE_STRUCT(Reduce, (Ints, axes));
+};
+struct Argmax {
+  BOOST_HANA_DEFINE_STRUCT(Argmax, (Ints, axes), (DType, index_dtype));
+};
+struct BroadcastInDim {
+  BOOST_HANA_DEFINE_STRUCT(BroadcastInDim, (Ints, shape), (Ints, broadcast_dimensions));
+};
+struct Reshape {
+  BOOST_HANA_DEFINE_STRUCT(Reshape, (Ints, new_sizes));
+};
+struct Transpose {
+  BOOST_HANA_DEFINE_STRUCT(Transpose, (Ints, permutation));
+};
+struct Squeeze {
+  BOOST_HANA_DEFINE_STRUCT(Squeeze, (Ints, dimensions));
+};
+struct ExpandDims {
+  BOOST_HANA_DEFINE_STRUCT(ExpandDims, (Ints, dimensions));
+};
+/// Empty strides mean 1 in every dimension.
+struct Slice {
+  BOOST_HANA_DEFINE_STRUCT(Slice, (Ints, start_indices), (Ints, limit_indices), (Ints, strides));
+};
+struct Pad {
+  BOOST_HANA_DEFINE_STRUCT(Pad, (Ints, lo), (Ints, hi), (Ints, interior));
+};
+struct DynamicSlice {
+  BOOST_HANA_DEFINE_STRUCT(DynamicSlice, (Ints, slice_sizes));
+};
+struct Concatenate {
+  BOOST_HANA_DEFINE_STRUCT(Concatenate, (std::int64_t, dimension));
+};
+struct Gather {
+  BOOST_HANA_DEFINE_STRUCT(Gather, (std::int64_t, axis));
+};
+struct ScatterAdd {
+  BOOST_HANA_DEFINE_STRUCT(ScatterAdd, (std::int64_t, axis));
+};
+struct Iota {
+  BOOST_HANA_DEFINE_STRUCT(Iota, (DType, dtype), (Ints, shape), (std::int64_t, dimension));
+};
+/// checkpoint_name's tag.
+struct Name {
+  BOOST_HANA_DEFINE_STRUCT(Name, (std::string, name));
+};
+struct CustomJvpCall {
+  BOOST_HANA_DEFINE_STRUCT(CustomJvpCall, (ClosedJaxprPtr, call_jaxpr), (Object, jvp), (std::int64_t, num_consts));
+};
+struct CustomVjpCall {
+  BOOST_HANA_DEFINE_STRUCT(CustomVjpCall, (ClosedJaxprPtr, call_jaxpr), (ClosedJaxprPtr, fwd_jaxpr), (Object, bwd),
+                           (std::int64_t, num_consts));
+};
+struct CustomLin {
+  BOOST_HANA_DEFINE_STRUCT(CustomLin, (Object, bwd));
+};
+struct Scan {
+  BOOST_HANA_DEFINE_STRUCT(Scan, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse),
+                           (std::int64_t, unroll), (std::int64_t, num_consts), (std::int64_t, num_carry));
+};
+struct Cond {
+  BOOST_HANA_DEFINE_STRUCT(Cond, (std::vector<ClosedJaxprPtr>, branches));
+};
+struct While {
+  BOOST_HANA_DEFINE_STRUCT(While, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, body_jaxpr),
+                           (std::int64_t, cond_nconsts), (std::int64_t, body_nconsts));
+};
+struct Checkpoint {
+  BOOST_HANA_DEFINE_STRUCT(Checkpoint, (ClosedJaxprPtr, jaxpr), (Object, policy), (bool, prevent_cse),
+                           (bool, differentiated));
+};
+}  // namespace params
+
+// X(struct): every parameter struct but params::None (which is alternative 0 of the variant).
+#define XJAX_FOR_EACH_PARAMS(X)                                                                       \
+  X(IntegerPow) X(ConvertElementType) X(DotGeneral) X(Reduce) X(Argmax) X(BroadcastInDim)   \
+  X(Reshape) X(Transpose) X(Squeeze) X(ExpandDims) X(Slice) X(Pad) X(DynamicSlice) X(Concatenate)     \
+  X(Gather) X(ScatterAdd) X(Iota) X(Name) X(CustomJvpCall) X(CustomVjpCall) X(CustomLin) X(Scan)       \
+  X(Cond) X(While) X(Checkpoint)
+
+/// The parameter struct of primitive P (params::None unless specialized below).
+template <Primitive P> struct params_of {
+  using type = params::None;
+};
+template <Primitive P> using params_of_t = typename params_of<P>::type;
+#define XJAX_PARAMS_OF(prim, Struct) \
+  template <> struct params_of<Primitive::prim> { using type = params::Struct; };
+XJAX_PARAMS_OF(integer_pow, IntegerPow)
+XJAX_PARAMS_OF(convert_element_type, ConvertElementType)
+XJAX_PARAMS_OF(dot_general, DotGeneral)
+XJAX_PARAMS_OF(reduce_sum, Reduce)
+XJAX_PARAMS_OF(reduce_max, Reduce)
+XJAX_PARAMS_OF(reduce_min, Reduce)
+XJAX_PARAMS_OF(reduce_prod, Reduce)
+XJAX_PARAMS_OF(argmax, Argmax)
+XJAX_PARAMS_OF(broadcast_in_dim, BroadcastInDim)
+XJAX_PARAMS_OF(reshape, Reshape)
+XJAX_PARAMS_OF(transpose, Transpose)
+XJAX_PARAMS_OF(squeeze, Squeeze)
+XJAX_PARAMS_OF(expand_dims, ExpandDims)
+XJAX_PARAMS_OF(slice, Slice)
+XJAX_PARAMS_OF(pad, Pad)
+XJAX_PARAMS_OF(dynamic_slice, DynamicSlice)
+XJAX_PARAMS_OF(concatenate, Concatenate)
+XJAX_PARAMS_OF(gather, Gather)
+XJAX_PARAMS_OF(scatter_add, ScatterAdd)
+XJAX_PARAMS_OF(iota, Iota)
+XJAX_PARAMS_OF(name, Name)
+XJAX_PARAMS_OF(custom_jvp_call, CustomJvpCall)
+XJAX_PARAMS_OF(custom_vjp_call, CustomVjpCall)
+XJAX_PARAMS_OF(custom_lin, CustomLin)
+XJAX_PARAMS_OF(scan, Scan)
+XJAX_PARAMS_OF(cond, Cond)
+XJAX_PARAMS_OF(while_, While)
+XJAX_PARAMS_OF(checkpoint, Checkpoint)
+#undef XJAX_PARAMS_OF
+
+namespace detail {
+#define XJAX_PARAMS_ALTERNATIVE(S) , params::S
+using ParamsVariant = std::variant<params::None XJAX_FOR_EACH_PARAMS(XJAX_PARAMS_ALTERNATIVE)>;
+#undef XJAX_PARAMS_ALTERNATIVE
+template <class T, class V> struct is_alternative;
+template <class T, class... Ts> struct is_alternative<T, std::variant<Ts...>> {
+  static constexpr bool value = (std::is_same_v<T, Ts> || ...);
+};
+/// The name of parameter struct number `index` ("DotGeneral").
+const char* params_struct_name(std::size_t index);
+[[noreturn]] void throw_wrong_params(std::size_t held, std::size_t wanted);
+}  // namespace detail
+
+/// The parameters of one equation: one of the params:: structs, the one params_of gives for the
+/// equation's primitive (bind and typecheck check this). Printed sorted by name, as JAX does.
+class Params {
+ public:
+  Params() = default;
+  template <class T>
+    requires detail::is_alternative<T, detail::ParamsVariant>::value
+  Params(T p) : v_(std::move(p)) {}  // NOLINT: implicit on purpose, `bind(prim, in, params::Pad{...})`
+
+  /// The struct; xj::InternalError (a bug in xjax) when the equation holds another.
+  template <class T> const T& get() const {
+    if (const T* p = std::get_if<T>(&v_)) return *p;
+    detail::throw_wrong_params(v_.index(), detail::ParamsVariant(std::in_place_type<T>).index());
+  }
+  template <class T> T& get() {
+    if (T* p = std::get_if<T>(&v_)) return *p;
+    detail::throw_wrong_params(v_.index(), detail::ParamsVariant(std::in_place_type<T>).index());
+  }
+  /// The struct, or nullptr when the equation holds another (e.g. in a user's policy).
+  template <class T> const T* get_if() const { return std::get_if<T>(&v_); }
+  const detail::ParamsVariant& variant() const { return v_; }
+  /// No parameters (params::None).
+  bool empty() const { return v_.index() == 0; }
+
+  /// Same struct, members equal; jaxprs and objects by identity, doubles by bit pattern.
+  friend bool operator==(const Params& a, const Params& b);
+
+ private:
+  detail::ParamsVariant v_;
+};
+
+/// Whether p's type is params_of_t<prim> (checked by bind and typecheck).
+bool params_match(Primitive prim, const Params& p);
+
+/// The jaxprs ps holds (a scan's body, a cond's branches, ...), in declaration order.
+std::vector<ClosedJaxprPtr> sub_jaxprs(const Params& ps);
+
+}  // namespace xjax

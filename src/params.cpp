@@ -1,0 +1,63 @@
+// params.cpp: what params.hpp declares: equality of parameters (generic over the reflected
+// structs), which struct each primitive takes, and the error for reading the wrong one.
+#include "param_reflect.hpp"
+#include "xjax/errors.hpp"
+
+namespace xjax {
+
+namespace detail {
+
+const char* params_struct_name(std::size_t index) {
+  static constexpr const char* names[] = {
+      "None",
+#define XJAX_PARAMS_NAME(S) #S,
+      XJAX_FOR_EACH_PARAMS(XJAX_PARAMS_NAME)
+#undef XJAX_PARAMS_NAME
+  };
+  return index < std::size(names) ? names[index] : "?";
+}
+
+void throw_wrong_params(std::size_t held, std::size_t wanted) {
+  throw InternalError("parameters", std::string("the equation holds params::") + params_struct_name(held) +
+                                        ", a rule read params::" + params_struct_name(wanted));
+}
+
+}  // namespace detail
+
+bool operator==(const Params& a, const Params& b) {
+  if (a.variant().index() != b.variant().index()) return false;
+  return std::visit(
+      [&](const auto& sa) {
+        using S = std::decay_t<decltype(sa)>;
+        const S& sb = std::get<S>(b.variant());
+        bool equal = true;
+        // shared_ptr and vectors of them compare by identity, the rest by value.
+        boost::hana::for_each(boost::hana::accessors<S>(), [&](auto pair) {
+          equal = equal && boost::hana::second(pair)(sa) == boost::hana::second(pair)(sb);
+        });
+        return equal;
+      },
+      a.variant());
+}
+
+std::vector<ClosedJaxprPtr> sub_jaxprs(const Params& ps) {
+  std::vector<ClosedJaxprPtr> out;
+  detail::for_each_param(ps, [&](std::string_view, const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, ClosedJaxprPtr>) out.push_back(v);
+    else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) out.insert(out.end(), v.begin(), v.end());
+  });
+  return out;
+}
+
+bool params_match(Primitive prim, const Params& p) {
+  switch (prim) {
+#define XJAX_PARAMS_MATCH(name) \
+  case Primitive::name: return p.get_if<params_of_t<Primitive::name>>() != nullptr;
+    XJAX_FOR_EACH_PRIMITIVE(XJAX_PARAMS_MATCH)
+#undef XJAX_PARAMS_MATCH
+  }
+  return false;
+}
+
+}  // namespace xjax

@@ -1,0 +1,339 @@
+// test_vmap.cpp: vmap (issue 13). Every batched result is checked against a plain loop over the
+// batch members (f applied to each slice, stacked), never against vmap itself.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+#include "test_util.hpp"
+
+namespace xj = xjax;
+using namespace test_util;
+
+namespace {
+
+/// Slice i of x along `axis`.
+xj::Array member(const xj::Array& x, std::int64_t i, std::int64_t axis = 0) {
+  return xj::squeeze(xj::slice_in_dim(x, i, i + 1, axis), {axis});
+}
+
+/// Bit-identical arrays (same aval and values).
+void check_equal(const xj::Array& got, const xj::Array& want) {
+  REQUIRE(got.aval() == want.aval());
+  CHECK(vec(got) == vec(want));
+}
+
+/// f applied to each member (slices along axis 0) and stacked along out_axis: the reference.
+xj::Array loop(const std::function<xj::Array(const xj::Array&)>& f, const xj::Array& xs, std::int64_t axis = 0,
+               std::int64_t out_axis = 0) {
+  std::vector<xj::Array> ys;
+  for (std::int64_t i = 0; i < xs.dim(axis); ++i) ys.push_back(f(member(xs, i, axis)));
+  return xj::stack(ys, out_axis);
+}
+
+struct Mlp {
+  BOOST_HANA_DEFINE_STRUCT(Mlp, (xj::Array, w1), (xj::Array, b1), (xj::Array, w2));
+};
+
+xj::Array mlp_loss(const Mlp& p, const xj::Array& x, const xj::Array& y) {
+  xj::Array h = xj::tanh(xj::matmul(x, p.w1) + p.b1);
+  return xj::sum(xj::square(xj::matmul(h, p.w2) - y));
+}
+
+}  // namespace
+
+TEST_CASE("vmap: elementwise, matmul by unbatched weights, reductions and shape ops equal a loop") {
+  xj::Array xs = randn({5, 3, 4}, 1);
+  xj::Array w = randn({4, 2}, 2);
+  auto f = [&](const xj::Array& x) {
+    xj::Array h = xj::tanh(xj::matmul(x, w)) * 2.0 + xj::sin(x)[0][0];   // dot, broadcast, gather-free index
+    xj::Array t = xj::transpose(h, {1, 0});                              // [2, 3]
+    xj::Array r = xj::reshape(t, {6});
+    return xj::concatenate({r, xj::sum(x, {1}), xj::max(x, {0})}) + xj::mean(x);
+  };
+  check_close(xj::vmap(f)(xs), loop(f, xs), 1e-12);
+  // Batch axis 1 and 2 of the input, and output axis 1.
+  check_close(xj::vmap(f, 1)(xj::transpose(xs, {1, 0, 2})), loop(f, xs), 1e-12);
+  check_close(xj::vmap(f, -1)(xj::transpose(xs, {1, 2, 0})), loop(f, xs), 1e-12);
+  check_close(xj::vmap(f, 0, 1)(xs), loop(f, xs, 0, 1), 1e-12);
+}
+
+TEST_CASE("vmap: the batch dim stays where it is through a chain of elementwise ops and a matmul") {
+  // No transpose is needed when the batch is a free dim of the matmul's lhs.
+  xj::Array w = randn({4, 4}, 3);
+  auto f = [&](const xj::Array& x) { return xj::tanh(xj::matmul(xj::exp(x) + 1.0, w)); };
+  auto j = xj::make_jaxpr(xj::vmap(f))(randn({8, 4}, 4));
+  std::string s = str(j);
+  INFO(s);
+  CHECK(count(s, "transpose[") == 0);
+  check_close(xj::vmap(f)(randn({8, 4}, 4)), loop(f, randn({8, 4}, 4)), 1e-12);
+}
+
+TEST_CASE("vmap: in_axes per argument (None, negative, pytrees) and axis_size") {
+  xj::Array xs = randn({4, 3}, 5), y = randn({3}, 6), zs = randn({3, 4}, 7);
+  auto f = [](const xj::Array& x, const xj::Array& y, const xj::Array& z) { return x * y + xj::exp(z); };
+  std::vector<xj::Array> rows;
+  for (std::int64_t i = 0; i < 4; ++i) rows.push_back(f(member(xs, i), y, member(zs, i, 1)));
+  xj::Array want = xj::stack(rows);
+  check_close(xj::vmap(f, std::tuple{0, xj::None{}, 1})(xs, y, zs), want, 1e-12);
+  check_close(xj::vmap(f, std::tuple{0, xj::None{}, -1})(xs, y, zs), want, 1e-12);
+
+  // A Hana struct argument covered by one int, a std::tuple argument with a per-element spec.
+  Mlp p{randn({3, 5}, 8), randn({5}, 9), randn({5, 2}, 10)};
+  xj::Array x = randn({6, 3}, 11), yy = randn({6, 2}, 12);
+  auto per = xj::vmap(mlp_loss, std::tuple{xj::None{}, 0, 0})(p, x, yy);
+  std::vector<double> loop_loss;
+  for (std::int64_t i = 0; i < 6; ++i)
+    loop_loss.push_back(mlp_loss(p, member(x, i), member(yy, i)).item<double>());
+  check_values(per, loop_loss, 1e-12);
+  auto g = [](const std::tuple<xj::Array, xj::Array>& t) { return std::get<0>(t) * std::get<1>(t); };
+  xj::Array a = randn({4, 2}, 13), b = randn({2}, 14);
+  // (std::make_tuple: `std::tuple{std::tuple{...}}` would copy the inner tuple, not nest it.)
+  check_close(xj::vmap(g, std::make_tuple(std::tuple{0, xj::None{}}))(std::tuple{a, b}),
+              loop([&](const xj::Array& r) { return r * b; }, a), 1e-12);
+
+  // Nothing batched: axis_size says how many copies.
+  xj::Array c = xj::vmap([](const xj::Array& v) { return v * 2.0; }, xj::None{}, 0, {.axis_size = 3})(y);
+  check_equal(c, xj::stack({y * 2.0, y * 2.0, y * 2.0}));
+}
+
+TEST_CASE("vmap: errors name the arguments and sizes") {
+  auto f = [](const xj::Array& x, const xj::Array& y) { return x + y; };
+  std::string msg = message_of<xj::ShapeError>([&] { (void)xj::vmap(f)(xj::zeros({3, 2}), xj::zeros({4, 2})); });
+  CHECK(contains(msg, "argument 0"));
+  CHECK(contains(msg, "argument 1"));
+  CHECK(contains(msg, "3"));
+  CHECK(contains(msg, "4"));
+  msg = message_of<xj::ShapeError>([&] { (void)xj::vmap(f, 2)(xj::zeros({3, 2}), xj::zeros({3, 2})); });
+  CHECK(contains(msg, "argument 0"));
+  CHECK(contains(msg, "out of range"));
+  msg = message_of<xj::TypeError>([&] { (void)xj::vmap(f, std::tuple{0, 0, 0})(xj::zeros({3}), xj::zeros({3})); });
+  CHECK(contains(msg, "3 entries for 2 arguments"));
+  auto g = [](const std::tuple<xj::Array, xj::Array>& t) { return std::get<0>(t); };
+  msg = message_of<xj::TypeError>(
+      [&] { (void)xj::vmap(g, std::make_tuple(std::tuple{0, 0, 0}))(std::tuple{xj::zeros({3}), xj::zeros({3})}); });
+  CHECK(contains(msg, "does not match"));
+  msg = message_of<xj::ShapeError>([&] { (void)xj::vmap(f, xj::None{})(xj::zeros({3}), xj::zeros({3})); });
+  CHECK(contains(msg, "axis_size"));
+  msg = message_of<xj::TransformError>([&] { (void)xj::vmap(f, 0, xj::None{})(xj::zeros({3}), xj::zeros({3})); });
+  CHECK(contains(msg, "out_axes"));
+}
+
+TEST_CASE("vmap(grad(f)): per-example gradients equal a loop of grad") {
+  Mlp p{randn({3, 5}, 20), randn({5}, 21), randn({5, 2}, 22)};
+  xj::Array x = randn({7, 1, 3}, 23), y = randn({7, 1, 2}, 24);
+  auto per_example = xj::vmap(xj::grad(mlp_loss), std::tuple{xj::None{}, 0, 0})(p, x, y);
+  for (std::int64_t i = 0; i < 7; ++i) {
+    Mlp gi = xj::grad(mlp_loss)(p, member(x, i), member(y, i));
+    check_close(member(per_example.w1, i), gi.w1, 1e-12);
+    check_close(member(per_example.b1, i), gi.b1, 1e-12);
+    check_close(member(per_example.w2, i), gi.w2, 1e-12);
+  }
+  // jit(vmap(grad)) gives the same.
+  auto jitted = xj::jit(xj::vmap(xj::grad(mlp_loss), std::tuple{xj::None{}, 0, 0}));
+  Mlp again = jitted(p, x, y);
+  check_close(again.w1, per_example.w1, 1e-12);
+}
+
+TEST_CASE("grad of a function that uses vmap equals finite differences") {
+  xj::Array w = randn({3, 3}, 30);
+  auto f = [&](const xj::Array& v) {
+    auto row = [&](const xj::Array& r) { return xj::sum(xj::sin(xj::matmul(r, v))) * xj::sum(r * r); };
+    return xj::sum(xj::vmap(row)(w));
+  };
+  xj::Array v = randn({3, 2}, 31);
+  auto want = fd_grad([&](const std::vector<double>& vv) { return f(f64v(vv, {3, 2})).item<double>(); }, vec(v));
+  check_values(xj::grad(f)(v), want, 1e-6);
+  CHECK_NOTHROW(xj::check_grads(f, std::tuple{v}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
+}
+
+TEST_CASE("vmap(vmap(f)) and vmap(jvp) equal loops") {
+  xj::Array xs = randn({3, 4, 2}, 40);
+  auto f = [](const xj::Array& x) { return xj::sum(xj::exp(x) * x); };
+  xj::Array both = xj::vmap(xj::vmap(f))(xs);
+  for (std::int64_t i = 0; i < 3; ++i)
+    for (std::int64_t k = 0; k < 4; ++k)
+      CHECK(member(member(both, i), k).item<double>() == doctest::Approx(f(member(member(xs, i), k)).item<double>()).epsilon(1e-12));
+  // The inner vmap over axis 1 of each member.
+  xj::Array inner1 = xj::vmap(xj::vmap(f, 1))(xs);  // member [4, 2] batched on its axis 1 -> [3, 2]
+  for (std::int64_t i = 0; i < 3; ++i) check_close(member(inner1, i), loop(f, member(xs, i), 1), 1e-12);
+
+  auto tangent_of = [&](const xj::Array& x, const xj::Array& t) { return xj::jvp(f, std::tuple{x}, std::tuple{t}).second; };
+  xj::Array ts = randn({3, 4, 2}, 41);
+  xj::Array batched = xj::vmap(tangent_of)(xs, ts);
+  for (std::int64_t i = 0; i < 3; ++i)
+    check_close(member(batched, i), tangent_of(member(xs, i), member(ts, i)), 1e-12);
+}
+
+TEST_CASE("vmap: scan with batched xs, a carry made batched by the body (fixpoint), and grad") {
+  xj::Array xs = randn({4, 6, 3}, 50);  // batch 4, scan length 6
+  xj::Array c0 = randn({3}, 51);        // unbatched init: batched after one step
+  auto f = [&](const xj::Array& x) {
+    auto body = [](const xj::Array& c, const xj::Array& r) { return std::pair{xj::tanh(c * 0.9 + r), c * r}; };
+    auto [c, ys] = xj::scan(body, c0, x);
+    return xj::sum(c) + xj::sum(ys);
+  };
+  check_close(xj::vmap(f)(xs), loop(f, xs), 1e-12);
+  auto gf = xj::grad(f);
+  check_close(xj::vmap(gf)(xs), loop(gf, xs), 1e-12);
+}
+
+TEST_CASE("vmap: scan(checkpoint(layer, policy)) keeps its residuals (batched) and still recomputes") {
+  namespace policies = xj::checkpoint_policies;
+  auto layer = [](const xj::Array& h, const xj::Array& w) {
+    xj::Array z = xj::checkpoint_name(xj::matmul(h, w), "pre");
+    return std::pair{xj::tanh(z), xj::None{}};
+  };
+  auto stack = [&](const xj::Array& h, const xj::Array& ws) {
+    auto block = xj::checkpoint(layer, {.policy = policies::save_only_these_names({"pre"})});
+    return xj::sum(xj::scan(block, h, ws).first);
+  };
+  xj::Array ws = randn({3, 4, 4}, 60), hs = randn({5, 2, 4}, 61);
+  auto batched = xj::vmap(stack, std::tuple{0, xj::None{}});  // h per member, the weights shared
+  auto loss = [&](const xj::Array& w, const xj::Array& h) { return xj::sum(batched(h, w)); };
+  auto loss_one = [&](const xj::Array& w, const xj::Array& h) { return stack(h, w); };
+  auto res_b = xj::saved_residuals(loss, ws, hs);
+  auto res_1 = xj::saved_residuals(loss_one, ws, member(hs, 0));
+  REQUIRE(res_b.size() == res_1.size());
+  for (std::size_t k = 0; k < res_1.size(); ++k) {
+    // The same residuals: each either shared by the members (the weights) or with a batch dim of 5.
+    INFO(res_b[k].description << " " << res_b[k].aval.str() << " vs " << res_1[k].description << " " << res_1[k].aval.str());
+    bool same = res_b[k].aval == res_1[k].aval;
+    bool batched = res_b[k].aval.size() == 5 * res_1[k].aval.size() && res_b[k].aval.ndim() == res_1[k].aval.ndim() + 1;
+    CHECK((same || batched));
+  }
+  // Per step, the layer input and the saved 'pre' (stacked by the scan: [3 steps, 2, 4]) gain the
+  // batch dim after the step axis; the shared weights stay as they are.
+  auto avals = [](const std::vector<xj::Residual>& rs) {
+    std::vector<std::string> out;
+    for (const auto& r : rs) out.push_back(r.aval.str());
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  CHECK(avals(res_1) == std::vector<std::string>{"f64[3,2,4]", "f64[3,2,4]", "f64[3,4,4]"});
+  CHECK(avals(res_b) == std::vector<std::string>{"f64[3,4,4]", "f64[3,5,2,4]", "f64[3,5,2,4]"});
+  // The recompute runs: tanh is evaluated in the forward pass and again in the backward pass.
+  xj::reset_eval_counts();
+  auto g = xj::grad(loss)(ws, hs);
+  CHECK(xj::eval_counts()["tanh"] >= 2 * 3);
+  // And the values equal a loop of per-member gradients.
+  xj::Array want = xj::zeros_like(ws);
+  for (std::int64_t i = 0; i < 5; ++i) want = want + xj::grad(loss_one)(ws, member(hs, i));
+  check_close(g, want, 1e-10);
+}
+
+TEST_CASE("vmap: cond with an unbatched and with a batched predicate; switch_") {
+  xj::Array xs = randn({6, 3}, 70);
+  auto f = [](const xj::Array& x) {
+    return xj::cond(xj::sum(x) > 0.0, [](const xj::Array& a) { return xj::exp(a); }, [](const xj::Array& a) { return -a * 2.0; }, x);
+  };
+  check_close(xj::vmap(f)(xs), loop(f, xs), 1e-12);  // the predicate depends on the member
+  xj::Array flag = xj::scalar(1.0, xj::f64);
+  auto g = [&](const xj::Array& x) {
+    return xj::cond(flag > 0.0, [](const xj::Array& a) { return xj::sin(a); }, [](const xj::Array& a) { return a; }, x);
+  };
+  check_close(xj::vmap(g)(xs), loop(g, xs), 1e-12);
+  std::string s = str(xj::make_jaxpr(xj::vmap(g))(xs));
+  CHECK(count(s, "cond[") == 1);  // an unbatched predicate stays a cond
+  auto h = [](const xj::Array& x) {
+    return xj::switch_(xj::astype(x[0] > 0.0, xj::i32) + xj::astype(x[1] > 0.0, xj::i32),
+                       {[](const xj::Array& a) { return a; }, [](const xj::Array& a) { return a * a; },
+                        [](const xj::Array& a) { return xj::cos(a); }},
+                       x);
+  };
+  check_close(xj::vmap(h)(xs), loop(h, xs), 1e-12);
+  check_close(xj::vmap(xj::grad([&](const xj::Array& x) { return xj::sum(f(x)); }))(xs),
+              loop(xj::grad([&](const xj::Array& x) { return xj::sum(f(x)); }), xs), 1e-12);
+}
+
+TEST_CASE("vmap: while_loop whose members stop after different numbers of steps") {
+  xj::Array xs = f64v({0.5, 3.0, 10.0, 40.0});
+  auto f = [](const xj::Array& x) {
+    auto state = xj::while_loop([](const std::pair<xj::Array, xj::Array>& s) { return s.first < 100.0; },
+                                [](const std::pair<xj::Array, xj::Array>& s) {
+                                  return std::pair{s.first * 2.0 + 1.0, s.second + 1.0};
+                                },
+                                std::pair{x, xj::scalar(0.0, xj::f64)});
+    return state.first + state.second * 1000.0;
+  };
+  check_equal(xj::vmap(f)(xs), loop(f, xs));
+  // fori_loop with array bounds (a while_loop) and an unbatched predicate.
+  auto g = [](const xj::Array& x) {
+    return xj::fori_loop(xj::scalar(0, xj::i32), xj::scalar(5, xj::i32),
+                         [](const xj::Array&, const xj::Array& c) { return xj::sin(c) + 1.0; }, x);
+  };
+  check_close(xj::vmap(g)(xs), loop(g, xs), 1e-12);
+}
+
+TEST_CASE("vmap: custom_jvp and custom_vjp keep their rules under vmap and grad") {
+  // Deliberately "wrong" rules, so a result that used the automatic derivative would differ.
+  auto cj = xj::custom_jvp([](const xj::Array& x) { return xj::sin(x); },
+                           [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                             return std::pair{xj::sin(std::get<0>(p)), std::get<0>(t) * 3.0};
+                           });
+  auto cv = xj::custom_vjp([](const xj::Array& x) { return xj::sin(x); },
+                           [](const xj::Array& x) { return std::pair{xj::sin(x), x}; },
+                           [](const xj::Array& x, const xj::Array& ct) { return std::tuple{ct * x * 5.0}; });
+  xj::Array xs = randn({4, 3}, 80);
+  auto fj = [&](const xj::Array& x) { return xj::sum(cj(x)); };
+  auto fv = [&](const xj::Array& x) { return xj::sum(cv(x)); };
+  check_close(xj::vmap(cj)(xs), xj::sin(xs), 1e-12);
+  check_close(xj::vmap(cv)(xs), xj::sin(xs), 1e-12);
+  // vmap(grad): the rules' derivatives, 3 and 5 * x.
+  xj::Array threes = xj::ones(xs.shape(), xj::f64) * 3.0;
+  check_close(xj::vmap(xj::grad(fj))(xs), threes, 1e-12);
+  check_close(xj::vmap(xj::grad(fv))(xs), xs * 5.0, 1e-12);
+  // grad(vmap): the batched rules.
+  auto sum_j = [&](const xj::Array& x) { return xj::sum(xj::vmap(fj)(x)); };
+  auto sum_v = [&](const xj::Array& x) { return xj::sum(xj::vmap(fv)(x)); };
+  check_close(xj::grad(sum_j)(xs), threes, 1e-12);
+  check_close(xj::grad(sum_v)(xs), xs * 5.0, 1e-12);
+}
+
+TEST_CASE("vmap: member-by-member fallbacks (batched dynamic_slice start, take with batched operand and indices, keys)") {
+  xj::Array xs = randn({4, 6}, 90);
+  xj::Array starts = xj::array<std::int32_t>({0, 2, 5, 1}, {4});
+  auto f = [](const xj::Array& x, const xj::Array& s) { return xj::dynamic_slice(x, {s}, {3}); };
+  std::vector<xj::Array> rows;
+  for (std::int64_t i = 0; i < 4; ++i) rows.push_back(f(member(xs, i), member(starts, i)));
+  check_equal(xj::vmap(f)(xs, starts), xj::stack(rows));
+  xj::Array idx = xj::array<std::int32_t>({0, 5, 1, 2, 2, 3, 4, 0}, {4, 2});
+  auto g = [](const xj::Array& x, const xj::Array& i) { return xj::take(x, i); };
+  rows.clear();
+  for (std::int64_t i = 0; i < 4; ++i) rows.push_back(g(member(xs, i), member(idx, i)));
+  check_equal(xj::vmap(g)(xs, idx), xj::stack(rows));
+  // Random numbers from a batch of keys: each member draws from its own key.
+  xj::Array keys = xj::random::split(xj::random::key(7), 3);
+  auto draw = [](const xj::Array& k) { return xj::random::uniform(k, {5}); };
+  rows.clear();
+  for (std::int64_t i = 0; i < 3; ++i) rows.push_back(draw(member(keys, i)));
+  check_equal(xj::vmap(draw)(keys), xj::stack(rows));
+}
+
+TEST_CASE("jacfwd, jacrev and hessian equal their definitions (one batched evaluation each)") {
+  auto f = [](const xj::Array& x) { return xj::tanh(xj::matmul(xj::reshape(x, {2, 3}), xj::ones({3, 2}, xj::f64)) * x[0]); };
+  xj::Array x = randn({6}, 100);
+  xj::Array jf = xj::jacfwd(f)(x), jr = xj::jacrev(f)(x);
+  CHECK(jf.shape() == xj::Shape{2, 2, 6});
+  auto want = fd_jacobian(f, vec(x));
+  check_values(jf, want, 1e-6);
+  check_values(jr, want, 1e-6);
+  auto s = [](const xj::Array& x) { return xj::sum(xj::exp(x)) * xj::sum(x * x); };
+  xj::Array h = xj::hessian(s)(x);
+  std::vector<double> v = vec(x), hw(36);
+  double e = 0, q = 0;
+  for (double a : v) { e += std::exp(a); q += a * a; }
+  for (std::size_t i = 0; i < 6; ++i)
+    for (std::size_t k = 0; k < 6; ++k)
+      hw[i * 6 + k] = (i == k ? std::exp(v[i]) * q + 2 * e : 0) + 2 * v[k] * std::exp(v[i]) + 2 * v[i] * std::exp(v[k]);
+  check_values(h, hw, 1e-9);
+  // jacfwd(jacrev(f)) is the hessian too.
+  check_close(xj::jacfwd(xj::jacrev(s))(x), h, 1e-9);
+}

@@ -1,0 +1,506 @@
+// vmap.cpp: batching.
+// vmap : (a -> b) -> ([n]a -> [n]b)
+// The pass re-traces the jaxpr, running each equation's batching rule on batched values (the
+// operands with a batch axis, and where it is: BatchArgs::dims). An equation none of whose
+// operands is batched is copied as is: its outputs do not depend on the batch member. A rule
+// leaves the batch axis where the primitive puts it and moves it only when the primitive needs
+// it elsewhere (JAX's batch_dim), so a chain of elementwise ops or a matmul by unbatched weights
+// adds no transpose.
+// Read: the helpers, the rules in the order of XJAX_FOR_EACH_PRIMITIVE (higher-order primitives'
+// rules live with their other rules), the rule table, then the pass and batch_by_loop.
+#include <algorithm>
+
+#include "batching.hpp"
+#include "higher_order.hpp"
+#include "xjax/control_flow.hpp"
+#include "xjax/ops.hpp"
+
+namespace xjax::detail {
+
+namespace {
+
+using P = Primitive;
+using Ints = std::vector<std::int64_t>;
+
+std::int64_t first_batched(std::span<const std::int64_t> dims) {
+  for (auto d : dims)
+    if (d != not_batched) return d;
+  throw InternalError("vmap", "a batching rule ran without a batched operand");
+}
+
+/// Axis `a` of an unbatched operand, as an axis of the operand batched at d.
+std::int64_t shifted(std::int64_t a, std::int64_t d) { return a >= d ? a + 1 : a; }
+Ints shifted(const Ints& axes, std::int64_t d) {
+  Ints out;
+  for (auto a : axes) out.push_back(shifted(a, d));
+  return out;
+}
+/// How many of `axes` (of the unbatched operand) come before batch dim d.
+std::int64_t count_below(const Ints& axes, std::int64_t d) {
+  return static_cast<std::int64_t>(std::count_if(axes.begin(), axes.end(), [d](std::int64_t a) { return a < d; }));
+}
+Ints inserted(Ints v, std::int64_t at, std::int64_t value) {
+  v.insert(v.begin() + at, value);
+  return v;
+}
+
+BatchOut one(Array y, std::int64_t d) { return {{std::move(y)}, {d}}; }
+
+// ---- rule families ---------------------------------------------------------------------------
+
+// f(x...)[b] = f(x[b]...) for operands of one shape: every operand gets the first batched
+// operand's batch dim (unbatched ones broadcast along it).
+BatchOut elementwise_batch(const BatchArgs& a) {
+  std::int64_t d = first_batched(a.dims);
+  std::vector<Array> xs;
+  for (std::size_t i = 0; i < a.x.size(); ++i) xs.push_back(move_batch_dim(a.x[i], a.dims[i], d, a.size));
+  auto ys = bind(a.prim, xs, a.params, a.loc);
+  return {ys, BatchDims(ys.size(), d)};
+}
+
+// reduce(x, axes)[b] = reduce(x[b], axes): the axes shift past the batch dim.
+template <class S> BatchOut reduction_batch(const BatchArgs& a) {
+  std::int64_t d = a.dims[0];
+  S ps = a.params.get<S>();
+  Ints axes = ps.axes;
+  ps.axes = shifted(axes, d);
+  return one(bind1(a.prim, a.x, ps, a.loc), d - count_below(axes, d));
+}
+
+// ---- rules, in the order of XJAX_FOR_EACH_PRIMITIVE ------------------------------------------
+
+#define XJAX_ELEMENTWISE_BATCH(name) \
+  BatchOut name##_batch(const BatchArgs& a) { return elementwise_batch(a); }
+XJAX_ELEMENTWISE_BATCH(neg)
+XJAX_ELEMENTWISE_BATCH(exp)
+XJAX_ELEMENTWISE_BATCH(log)
+XJAX_ELEMENTWISE_BATCH(log1p)
+XJAX_ELEMENTWISE_BATCH(expm1)
+XJAX_ELEMENTWISE_BATCH(sin)
+XJAX_ELEMENTWISE_BATCH(cos)
+XJAX_ELEMENTWISE_BATCH(tan)
+XJAX_ELEMENTWISE_BATCH(tanh)
+XJAX_ELEMENTWISE_BATCH(logistic)
+XJAX_ELEMENTWISE_BATCH(sqrt)
+XJAX_ELEMENTWISE_BATCH(rsqrt)
+XJAX_ELEMENTWISE_BATCH(abs)
+XJAX_ELEMENTWISE_BATCH(sign)
+XJAX_ELEMENTWISE_BATCH(integer_pow)
+XJAX_ELEMENTWISE_BATCH(add)
+XJAX_ELEMENTWISE_BATCH(sub)
+XJAX_ELEMENTWISE_BATCH(mul)
+XJAX_ELEMENTWISE_BATCH(div)
+XJAX_ELEMENTWISE_BATCH(max)
+XJAX_ELEMENTWISE_BATCH(min)
+XJAX_ELEMENTWISE_BATCH(pow)
+XJAX_ELEMENTWISE_BATCH(eq)
+XJAX_ELEMENTWISE_BATCH(ne)
+XJAX_ELEMENTWISE_BATCH(lt)
+XJAX_ELEMENTWISE_BATCH(le)
+XJAX_ELEMENTWISE_BATCH(gt)
+XJAX_ELEMENTWISE_BATCH(ge)
+#undef XJAX_ELEMENTWISE_BATCH
+
+// select_n(p, c...)[b] = select_n(p[b], c[b]...): the cases share a batch dim; a scalar
+// predicate stays scalar when unbatched and is broadcast over the cases when batched.
+BatchOut select_n_batch(const BatchArgs& a) {
+  std::span<const std::int64_t> case_dims = a.dims.subspan(1);
+  bool cases_batched = std::any_of(case_dims.begin(), case_dims.end(), [](auto d) { return d != not_batched; });
+  std::int64_t d = cases_batched ? first_batched(case_dims) : 0;
+  std::vector<Array> xs{Array()};
+  for (std::size_t i = 1; i < a.x.size(); ++i) xs.push_back(move_batch_dim(a.x[i], a.dims[i], d, a.size));
+  const Array& pred = a.x[0];
+  std::int64_t pred_rank = pred.ndim() - (a.dims[0] == not_batched ? 0 : 1);
+  if (pred_rank == 0 && a.dims[0] == not_batched) {
+    xs[0] = pred;
+  } else if (pred_rank == 0) {  // a batched scalar: one predicate per member, over its whole case
+    xs[0] = broadcast_in_dim(pred, xs[1].shape(), {d});
+  } else {
+    xs[0] = move_batch_dim(pred, a.dims[0], d, a.size);
+  }
+  return one(bind1(a.prim, xs, a.params, a.loc), d);
+}
+
+BatchOut convert_element_type_batch(const BatchArgs& a) { return elementwise_batch(a); }
+BatchOut stop_gradient_batch(const BatchArgs& a) { return elementwise_batch(a); }
+BatchOut copy_batch(const BatchArgs& a) { return elementwise_batch(a); }
+
+// dot_general(l, r)[b]: both batched -> the batch becomes a dot batch dimension (output dim 0);
+// one batched -> the batch axis is a free dimension of that operand, so the matmul by unbatched
+// weights is one larger GEMM. No operand is transposed.
+BatchOut dot_general_batch(const BatchArgs& a) {
+  params::DotGeneral dn = a.params.get<params::DotGeneral>();
+  std::int64_t dl = a.dims[0], dr = a.dims[1];
+  const Ints lc = dn.lhs_contracting, rc = dn.rhs_contracting, lb = dn.lhs_batch, rb = dn.rhs_batch;
+  auto nb = static_cast<std::int64_t>(lb.size());
+  if (dl != not_batched && dr != not_batched) {
+    dn = {shifted(lc, dl), shifted(rc, dr), inserted(shifted(lb, dl), 0, dl), inserted(shifted(rb, dr), 0, dr)};
+    return one(bind1(a.prim, a.x, dn, a.loc), 0);
+  }
+  // The free dims of the batched operand, in order: where its batch dim lands in the output.
+  auto free_position = [](const Ints& contracting, const Ints& batch, std::int64_t d) {
+    std::int64_t pos = 0;
+    for (std::int64_t i = 0; i < d; ++i)
+      if (std::find(contracting.begin(), contracting.end(), i) == contracting.end() &&
+          std::find(batch.begin(), batch.end(), i) == batch.end())
+        ++pos;
+    return pos;
+  };
+  if (dl != not_batched) {
+    dn.lhs_contracting = shifted(lc, dl);
+    dn.lhs_batch = shifted(lb, dl);
+    std::int64_t pos = free_position(dn.lhs_contracting, dn.lhs_batch, dl);
+    return one(bind1(a.prim, a.x, dn, a.loc), nb + pos);
+  }
+  dn.rhs_contracting = shifted(rc, dr);
+  dn.rhs_batch = shifted(rb, dr);
+  std::int64_t lhs_free = a.x[0].ndim() - static_cast<std::int64_t>(lc.size() + lb.size());
+  std::int64_t pos = free_position(dn.rhs_contracting, dn.rhs_batch, dr);
+  return one(bind1(a.prim, a.x, dn, a.loc), nb + lhs_free + pos);
+}
+
+BatchOut reduce_sum_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
+BatchOut reduce_max_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
+BatchOut reduce_min_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
+BatchOut reduce_prod_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
+BatchOut argmax_batch(const BatchArgs& a) { return reduction_batch<params::Argmax>(a); }
+
+// broadcast_in_dim(x)[b]: the batch axis goes into the output just before the axis operand dim d
+// maps to, so broadcast_dimensions stay increasing.
+BatchOut broadcast_in_dim_batch(const BatchArgs& a) {
+  const auto& ps = a.params.get<params::BroadcastInDim>();
+  std::int64_t d = a.dims[0];
+  const Ints& bd = ps.broadcast_dimensions;
+  std::int64_t p = d < static_cast<std::int64_t>(bd.size()) ? bd[static_cast<std::size_t>(d)]
+                                                            : static_cast<std::int64_t>(ps.shape.size());
+  Ints shape = inserted(ps.shape, p, a.size);
+  Ints dims;
+  for (std::size_t i = 0; i < bd.size(); ++i) {
+    if (static_cast<std::int64_t>(i) == d) dims.push_back(p);
+    dims.push_back(bd[i] >= p ? bd[i] + 1 : bd[i]);
+  }
+  if (d == static_cast<std::int64_t>(bd.size())) dims.push_back(p);
+  return one(bind1(a.prim, a.x, params::BroadcastInDim{.shape = shape, .broadcast_dimensions = dims}, a.loc), p);
+}
+
+// reshape(x)[b]: the batch axis first, then the member's new shape.
+BatchOut reshape_batch(const BatchArgs& a) {
+  Array x = move_batch_dim(a.x[0], a.dims[0], 0, a.size);
+  Ints sizes = inserted(a.params.get<params::Reshape>().new_sizes, 0, a.size);
+  return one(bind1(a.prim, {x}, params::Reshape{.new_sizes = sizes}, a.loc), 0);
+}
+
+// transpose(x, perm)[b]: one transpose that also brings the batch axis to the front.
+BatchOut transpose_batch(const BatchArgs& a) {
+  std::int64_t d = a.dims[0];
+  Ints perm{d};
+  for (auto p : a.params.get<params::Transpose>().permutation) perm.push_back(shifted(p, d));
+  return one(bind1(a.prim, a.x, params::Transpose{.permutation = perm}, a.loc), 0);
+}
+
+// squeeze(x, dims)[b]: the squeezed dims shift past the batch dim.
+BatchOut squeeze_batch(const BatchArgs& a) {
+  std::int64_t d = a.dims[0];
+  const Ints& dims = a.params.get<params::Squeeze>().dimensions;
+  return one(bind1(a.prim, a.x, params::Squeeze{.dimensions = shifted(dims, d)}, a.loc), d - count_below(dims, d));
+}
+
+// expand_dims(x, dims)[b]: the batch axis first; the new dims (output positions) shift by one.
+BatchOut expand_dims_batch(const BatchArgs& a) {
+  Array x = move_batch_dim(a.x[0], a.dims[0], 0, a.size);
+  Ints dims;
+  for (auto p : a.params.get<params::ExpandDims>().dimensions) dims.push_back(p + 1);
+  return one(bind1(a.prim, {x}, params::ExpandDims{.dimensions = dims}, a.loc), 0);
+}
+
+// slice(x)[b]: the whole batch axis is kept.
+BatchOut slice_batch(const BatchArgs& a) {
+  std::int64_t d = a.dims[0];
+  params::Slice ps = a.params.get<params::Slice>();
+  ps.start_indices = inserted(ps.start_indices, d, 0);
+  ps.limit_indices = inserted(ps.limit_indices, d, a.size);
+  if (!ps.strides.empty()) ps.strides = inserted(ps.strides, d, 1);
+  return one(bind1(a.prim, a.x, ps, a.loc), d);
+}
+
+// pad(x, v)[b]: no padding along the batch axis; a batched padding value goes member by member.
+BatchOut pad_batch(const BatchArgs& a) {
+  if (a.dims[1] != not_batched) return batch_by_loop(a);
+  std::int64_t d = a.dims[0];
+  params::Pad ps = a.params.get<params::Pad>();
+  ps.lo = inserted(ps.lo, d, 0);
+  ps.hi = inserted(ps.hi, d, 0);
+  ps.interior = inserted(ps.interior, d, 0);
+  return one(bind1(a.prim, a.x, ps, a.loc), d);
+}
+
+bool indices_batched(const BatchArgs& a, std::size_t first) {
+  return std::any_of(a.dims.begin() + static_cast<std::ptrdiff_t>(first), a.dims.end(),
+                     [](std::int64_t d) { return d != not_batched; });
+}
+// The index operands with a zero start for the batch axis inserted at d.
+std::vector<Array> with_batch_start(const BatchArgs& a, std::size_t first, std::int64_t d) {
+  std::vector<Array> idx(a.x.begin() + static_cast<std::ptrdiff_t>(first), a.x.end());
+  DType t = idx.empty() ? i32 : idx[0].dtype();
+  idx.insert(idx.begin() + d, scalar(0.0, t));
+  return idx;
+}
+
+// dynamic_slice(x, i...)[b] with unbatched starts: start 0 and full size along the batch axis.
+// Batched starts (a different window per member) go member by member.
+BatchOut dynamic_slice_batch(const BatchArgs& a) {
+  if (indices_batched(a, 1)) return batch_by_loop(a);
+  std::int64_t d = a.dims[0];
+  std::vector<Array> ops{a.x[0]};
+  for (auto& i : with_batch_start(a, 1, d)) ops.push_back(i);
+  Ints sizes = inserted(a.params.get<params::DynamicSlice>().slice_sizes, d, a.size);
+  return one(bind1(a.prim, ops, params::DynamicSlice{.slice_sizes = sizes}, a.loc), d);
+}
+
+// dynamic_update_slice(x, u, i...)[b] with unbatched starts: operand and update share a batch
+// dim, start 0 along it. Batched starts go member by member.
+BatchOut dynamic_update_slice_batch(const BatchArgs& a) {
+  if (indices_batched(a, 2)) return batch_by_loop(a);
+  std::int64_t d = first_batched(a.dims.subspan(0, 2));
+  std::vector<Array> ops{move_batch_dim(a.x[0], a.dims[0], d, a.size), move_batch_dim(a.x[1], a.dims[1], d, a.size)};
+  for (auto& i : with_batch_start(a, 2, d)) ops.push_back(i);
+  return one(bind1(a.prim, ops, a.params, a.loc), d);
+}
+
+// concatenate(x...)[b]: the operands share a batch dim; the concatenated dim shifts past it.
+BatchOut concatenate_batch(const BatchArgs& a) {
+  std::int64_t d = first_batched(a.dims);
+  std::vector<Array> xs;
+  for (std::size_t i = 0; i < a.x.size(); ++i) xs.push_back(move_batch_dim(a.x[i], a.dims[i], d, a.size));
+  std::int64_t dim = shifted(a.params.get<params::Concatenate>().dimension, d);
+  return one(bind1(a.prim, xs, params::Concatenate{.dimension = dim}, a.loc), d);
+}
+
+// take(x, i, axis)[b]: out = x[:axis] + i.shape + x[axis+1:]. A batched x keeps its batch dim
+// (past the index dims when after axis); batched indices put theirs among the index dims. Both
+// batched: member by member.
+BatchOut gather_batch(const BatchArgs& a) {
+  std::int64_t axis = a.params.get<params::Gather>().axis;
+  std::int64_t dx = a.dims[0], di = a.dims[1];
+  if (dx != not_batched && di != not_batched) return batch_by_loop(a);
+  if (dx != not_batched) {
+    std::int64_t ax = shifted(axis, dx);
+    std::int64_t out = dx < ax ? dx : dx + a.x[1].ndim() - 1;
+    return one(bind1(a.prim, a.x, params::Gather{.axis = ax}, a.loc), out);
+  }
+  return one(bind1(a.prim, a.x, a.params, a.loc), axis + di);
+}
+
+// scatter_add(x, i, u, axis)[b] with unbatched indices: x and u batched at 0, the axis shifts.
+// Batched indices: member by member.
+BatchOut scatter_add_batch(const BatchArgs& a) {
+  if (a.dims[1] != not_batched) return batch_by_loop(a);
+  std::int64_t axis = a.params.get<params::ScatterAdd>().axis;
+  std::vector<Array> ops{move_batch_dim(a.x[0], a.dims[0], 0, a.size), a.x[1], move_batch_dim(a.x[2], a.dims[2], 0, a.size)};
+  return one(bind1(a.prim, ops, params::ScatterAdd{.axis = axis + 1}, a.loc), 0);
+}
+
+// iota has no operands, so it is never batched; the rule exists for the table.
+BatchOut iota_batch(const BatchArgs& a) { return batch_by_loop(a); }
+BatchOut name_batch(const BatchArgs& a) { return elementwise_batch(a); }
+
+// threefry2x32(key, counters)[b]: batched counters keep their batch dim (not as the trailing
+// pair axis); a batched key (one stream per member) goes member by member.
+BatchOut threefry2x32_batch(const BatchArgs& a) {
+  if (a.dims[0] != not_batched) return batch_by_loop(a);
+  std::int64_t d = a.dims[1];
+  if (d == a.x[1].ndim() - 1) d = 0;
+  Array c = move_batch_dim(a.x[1], a.dims[1], d, a.size);
+  return one(bind1(a.prim, {a.x[0], c}, a.params, a.loc), d);
+}
+
+}  // namespace
+
+BatchRule batch_rule(Primitive p) {
+  switch (p) {
+#define XJAX_BATCH_CASE(name) \
+  case P::name: return name##_batch;
+    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_BATCH_CASE)
+#undef XJAX_BATCH_CASE
+#define XJAX_HIGHER_ORDER_BATCH_CASE(prim, stem) \
+  case P::prim: return stem##_batch;
+    XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_HIGHER_ORDER_BATCH_CASE)
+#undef XJAX_HIGHER_ORDER_BATCH_CASE
+  }
+  return nullptr;
+}
+
+// ---- helpers shared with the higher-order rules ----------------------------------------------
+
+Array move_batch_dim(const Array& x, std::int64_t from, std::int64_t to, std::int64_t size) {
+  if (from == not_batched) {
+    Shape shape = x.shape();
+    shape.insert(shape.begin() + to, size);
+    Ints dims;
+    for (std::int64_t i = 0; i <= x.ndim(); ++i)
+      if (i != to) dims.push_back(i);
+    return broadcast_in_dim(x, shape, dims);
+  }
+  if (from == to) return x;
+  Ints perm;
+  for (std::int64_t i = 0; i < x.ndim(); ++i)
+    if (i != from) perm.push_back(i);
+  perm.insert(perm.begin() + to, from);
+  return transpose(x, perm);
+}
+
+std::vector<bool> batched_mask(std::span<const std::int64_t> dims) {
+  std::vector<bool> out;
+  for (auto d : dims) out.push_back(d != not_batched);
+  return out;
+}
+
+std::vector<Array> batch_to_front(const BatchArgs& a) {
+  std::vector<Array> out;
+  for (std::size_t i = 0; i < a.x.size(); ++i)
+    out.push_back(a.dims[i] == not_batched ? a.x[i] : move_batch_dim(a.x[i], a.dims[i], 0, a.size));
+  return out;
+}
+
+// ---- the pass --------------------------------------------------------------------------------
+
+BatchOut batch_eval(const ClosedJaxpr& cj, std::span<const Array> args, std::span<const std::int64_t> dims,
+                    std::int64_t size) {
+  const Jaxpr& j = *cj.jaxpr;
+  std::unordered_map<std::uint64_t, Array> val;
+  std::unordered_map<std::uint64_t, std::int64_t> dim;
+  for (std::size_t i = 0; i < j.constvars.size(); ++i) {
+    val[j.constvars[i].id()] = cj.consts[i];
+    dim[j.constvars[i].id()] = not_batched;
+  }
+  for (std::size_t i = 0; i < j.invars.size(); ++i) {
+    val[j.invars[i].id()] = args[i];
+    dim[j.invars[i].id()] = dims[i];
+  }
+  auto value = [&](const Atom& a) -> Array {
+    if (auto* l = std::get_if<Literal>(&a)) return l->value;
+    return val.at(std::get<Var>(a).id());
+  };
+  auto dim_of = [&](const Atom& a) -> std::int64_t {
+    if (std::holds_alternative<Literal>(a)) return not_batched;
+    return dim.at(std::get<Var>(a).id());
+  };
+  std::vector<Array> xs;
+  BatchDims ds;
+  for (const Eqn& e : j.eqns) {
+    xs.clear();
+    ds.clear();
+    for (const auto& in : e.inputs) {
+      xs.push_back(value(in));
+      ds.push_back(dim_of(in));
+    }
+    BatchOut out;
+    if (std::all_of(ds.begin(), ds.end(), [](auto d) { return d == not_batched; })) {
+      out.outs = bind(e.prim, xs, e.params, e.loc);
+      out.dims.assign(out.outs.size(), not_batched);
+    } else {
+      LocationScope at(&e.loc);
+      out = batch_rule(e.prim)(BatchArgs{e.prim, xs, ds, size, e.params, e.loc});
+    }
+    for (std::size_t k = 0; k < e.outputs.size(); ++k) {
+      val[e.outputs[k].id()] = out.outs[k];
+      dim[e.outputs[k].id()] = out.dims[k];
+    }
+  }
+  BatchOut result;
+  for (const auto& o : j.outvars) {
+    result.outs.push_back(value(o));
+    result.dims.push_back(dim_of(o));
+  }
+  return result;
+}
+
+namespace {
+ShapedArray with_batch_axis(ShapedArray a, std::int64_t d, std::int64_t size) {
+  if (d != not_batched) a.shape.insert(a.shape.begin() + d, size);
+  return a;
+}
+}  // namespace
+
+ClosedJaxpr batch_jaxpr(const ClosedJaxpr& j, std::span<const std::int64_t> in_dims, std::int64_t size,
+                        std::span<const std::int64_t> out_dims) try {
+  std::vector<ShapedArray> avals;
+  auto in = j.in_avals();
+  for (std::size_t i = 0; i < in.size(); ++i) avals.push_back(with_batch_axis(in[i], in_dims[i], size));
+  std::vector<std::int64_t> dims(in_dims.begin(), in_dims.end());
+  std::vector<std::int64_t> wanted(out_dims.begin(), out_dims.end());
+  auto body = [&](std::span<const Array> args) {
+    BatchOut out = batch_eval(j, args, dims, size);
+    std::vector<Array> res;
+    for (std::size_t k = 0; k < out.outs.size(); ++k) {
+      if (wanted[k] == not_batched) {
+        if (out.dims[k] != not_batched)
+          throw TransformError("vmap: output " + std::to_string(k) + " depends on the batch member, but its out_axes "
+                               "entry is None (not batched)");
+        res.push_back(out.outs[k]);
+      } else {
+        res.push_back(move_batch_dim(out.outs[k], out.dims[k], wanted[k], size));
+      }
+    }
+    return res;
+  };
+  return trace_flat(body, avals);
+} catch (...) {
+  rethrow_internal("vmap");
+}
+
+ClosedJaxpr batch_jaxpr_leading(const ClosedJaxpr& j, const std::vector<bool>& in_batched, std::int64_t size,
+                                const std::vector<bool>& force_out, std::vector<bool>* out_batched) try {
+  std::vector<ShapedArray> avals;
+  auto in = j.in_avals();
+  BatchDims dims;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    dims.push_back(in_batched[i] ? 0 : not_batched);
+    avals.push_back(with_batch_axis(in[i], dims.back(), size));
+  }
+  std::vector<bool> batched;
+  auto body = [&](std::span<const Array> args) {
+    BatchOut out = batch_eval(j, args, dims, size);
+    std::vector<Array> res;
+    batched.clear();
+    for (std::size_t k = 0; k < out.outs.size(); ++k) {
+      bool b = out.dims[k] != not_batched || force_out[k];
+      batched.push_back(b);
+      res.push_back(b ? move_batch_dim(out.outs[k], out.dims[k], 0, size) : out.outs[k]);
+    }
+    return res;
+  };
+  ClosedJaxpr out = trace_flat(body, avals);
+  if (out_batched) *out_batched = batched;
+  return out;
+} catch (...) {
+  rethrow_internal("vmap");
+}
+
+// ---- member by member ------------------------------------------------------------------------
+
+BatchOut batch_by_loop(const BatchArgs& a) {
+  // A scan over the batch axis: the batched operands (batch axis moved to 0) are its xs; the
+  // unbatched ones are captured by the body and become the scan's consts.
+  std::vector<std::size_t> batched_pos;
+  std::vector<Array> xs;
+  std::vector<ShapedArray> slice_avals;
+  for (std::size_t i = 0; i < a.x.size(); ++i) {
+    if (a.dims[i] == not_batched) continue;
+    batched_pos.push_back(i);
+    xs.push_back(move_batch_dim(a.x[i], a.dims[i], 0, a.size));
+    ShapedArray s = xs.back().aval();
+    s.shape.erase(s.shape.begin());
+    slice_avals.push_back(s);
+  }
+  auto step = [&](std::span<const Array> slices) {  // one member's slices -> its outputs
+    std::vector<Array> ops(a.x.begin(), a.x.end());
+    for (std::size_t k = 0; k < batched_pos.size(); ++k) ops[batched_pos[k]] = slices[k];
+    return bind(a.prim, ops, a.params, a.loc);
+  };
+  ClosedJaxpr body = trace_flat(step, slice_avals);
+  auto ys = scan_flat(body, {}, xs, a.size, false, 1, a.loc);
+  return {ys, BatchDims(ys.size(), 0)};
+}
+
+}  // namespace xjax::detail
