@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   meson ninja-build g++ cmake pkg-config python3
   xtensor-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev libboost-dev doctest-dev
-  libbenchmark-dev doxygen
+  libbenchmark-dev doxygen libopenmpi-dev openmpi-bin
 )
 
 missing=()

@@ -74,8 +74,10 @@ std::vector<Array> eval_by_binding(const ClosedJaxpr& cj, std::span<const Array>
   return result;
 }
 
+}  // namespace
+
 // Outside any trace: run the jaxpr's cached execution plan.
-std::vector<Array> run_plan(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args) {
+std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args) {
   using detail::EvalPlan;
   std::vector<Array> slots(plan.num_slots);
   auto put = [&](std::size_t s, Array a) {
@@ -108,6 +110,8 @@ std::vector<Array> run_plan(const detail::EvalPlan& plan, const ClosedJaxpr& cj,
   return result;
 }
 
+namespace {
+
 bool any_tracer(std::span<const Array> xs) {
   return std::any_of(xs.begin(), xs.end(), [](const Array& x) { return x.is_tracer(); });
 }
@@ -126,7 +130,7 @@ std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args
   check_args(j, args, cj.consts.size());
   detail::LocationScope own_locations(nullptr);
   if (detail::tracing_active() || any_tracer(args) || any_tracer(cj.consts)) return eval_by_binding(cj, args);
-  return run_plan(*detail::plan_of(cj.jaxpr), cj, args);
+  return detail::run_plan(*detail::plan_of(cj.jaxpr), cj, args);
 } catch (...) {
   detail::rethrow_internal("eval_jaxpr");
 }

@@ -57,6 +57,9 @@ std::shared_ptr<const EvalPlan> plan_of(const std::shared_ptr<const Jaxpr>& j);
 using DerivedKey = std::vector<std::int64_t>;
 ClosedJaxprPtr derived_jaxpr(const std::shared_ptr<const Jaxpr>& j, const DerivedKey& key,
                              const std::function<ClosedJaxprPtr()>& build);
+/// Runs a plan of cj's jaxpr on concrete arguments (eval_jaxpr outside a trace; scan runs its
+/// body's plan this way once per iteration, after one lookup).
+std::vector<Array> run_plan(const EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args);
 /// Entries in the side table, live or not yet swept (for tests).
 std::size_t plan_table_size();
 

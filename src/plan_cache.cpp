@@ -5,10 +5,8 @@
 // An entry is keyed by the jaxpr's address and remembers its owner (a weak_ptr) and a fingerprint
 // of its contents. A lookup finds the entry only if the owner is the same live object, so a
 // jaxpr freed and another allocated at the same address never sees the old plan; and only if the
-// fingerprint agrees, so a Jaxpr assigned another jaxpr's contents in place (through a non-const
-// alias) gets a new plan. (The fingerprint is O(1): the equation count and storage and the
-// identities of the first and last variables. An edit inside one equation of a jaxpr already
-// evaluated is not detected; a jaxpr is immutable once shared, as jaxpr.hpp says.) Entries whose
+// fingerprint agrees, so a Jaxpr changed in place (assigned other contents, or one equation
+// edited, through a non-const alias) gets a new plan. Entries whose
 // jaxpr is gone are swept when the table has doubled since the last sweep. A plan is built once
 // per contents (a racing builder's result is dropped) and handed out as a shared_ptr, so
 // replacing an entry never frees a plan another thread is running.
@@ -18,34 +16,75 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "param_reflect.hpp"
 #include "plan.hpp"
 
 namespace xjax::detail {
 namespace {
 
-/// What a Jaxpr's contents look like, cheaply: changes when other contents are assigned to it.
-struct Fingerprint {
-  const void* eqns_data = nullptr;
-  std::size_t num_eqns = 0, num_invars = 0, num_outvars = 0;
-  std::uint64_t first_invar = 0, first_output = 0, last_output = 0;
-  friend bool operator==(const Fingerprint&, const Fingerprint&) = default;
+/// A hash of everything a plan depends on: the variables' identities, every equation's primitive,
+/// operands (variables by identity, literals by value), outputs and parameters (numbers and
+/// strings by value, jaxprs and objects by identity). Computed on every lookup (one pass over the
+/// equations), so a Jaxpr changed in place after it was evaluated gets a new plan.
+class Hasher {
+ public:
+  void add(std::uint64_t v) { h_ = (h_ ^ v) * 1099511628211ull; }
+  void add_bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) add(b[i]);
+  }
+  void add(const Atom& a) {
+    if (const auto* v = std::get_if<Var>(&a)) {
+      add(v->id());
+    } else {
+      const Array& x = std::get<Literal>(a).value;
+      add(0x4c4954ull);  // "LIT"
+      add(static_cast<std::uint64_t>(x.dtype()));
+      add_bytes(x.raw_data(), x.aval().nbytes());
+    }
+  }
+  template <class T> void add_param(const T& v) {
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::int64_t>) add(static_cast<std::uint64_t>(v));
+    else if constexpr (std::is_same_v<T, DType>) add(static_cast<std::uint64_t>(v));
+    else if constexpr (std::is_same_v<T, std::string>) add_bytes(v.data(), v.size());
+    else if constexpr (std::is_same_v<T, params::Ints>) {
+      add(v.size());
+      for (auto x : v) add(static_cast<std::uint64_t>(x));
+    } else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) {
+      for (const auto& x : v) add(reinterpret_cast<std::uintptr_t>(x.get()));
+    } else {
+      static_assert(std::is_same_v<T, ClosedJaxprPtr> || std::is_same_v<T, params::Object>);
+      add(reinterpret_cast<std::uintptr_t>(v.get()));
+    }
+  }
+  std::uint64_t value() const { return h_; }
+
+ private:
+  std::uint64_t h_ = 1469598103934665603ull;
 };
 
-std::uint64_t first_output_id(const Eqn& e) { return e.outputs.empty() ? 0 : e.outputs[0].id(); }
-
-Fingerprint fingerprint(const Jaxpr& j) {
-  Fingerprint f{j.eqns.data(), j.eqns.size(), j.invars.size(), j.outvars.size(), 0, 0, 0};
-  if (!j.invars.empty()) f.first_invar = j.invars[0].id();
-  if (!j.eqns.empty()) {
-    f.first_output = first_output_id(j.eqns.front());
-    f.last_output = first_output_id(j.eqns.back());
+std::uint64_t fingerprint(const Jaxpr& j) {
+  Hasher h;
+  for (const auto& v : j.constvars) h.add(v.id());
+  h.add(0xc0ull);
+  for (const auto& v : j.invars) h.add(v.id());
+  h.add(0xe0ull);
+  for (const Eqn& e : j.eqns) {
+    h.add(static_cast<std::uint64_t>(e.prim));
+    for (const auto& in : e.inputs) h.add(in);
+    h.add(0x0full);
+    for (const auto& out : e.outputs) h.add(out.id());
+    h.add(e.params.variant().index());
+    for_each_param(e.params, [&](std::string_view, const auto& v) { h.add_param(v); });
   }
-  return f;
+  h.add(0x0eull);
+  for (const auto& o : j.outvars) h.add(o);
+  return h.value();
 }
 
 struct Entry {
   std::weak_ptr<const Jaxpr> owner;
-  Fingerprint contents;
+  std::uint64_t contents = 0;
   std::shared_ptr<const EvalPlan> plan;
   std::map<DerivedKey, ClosedJaxprPtr> derived;
 };
@@ -55,8 +94,8 @@ bool same_owner(const std::weak_ptr<const Jaxpr>& w, const std::shared_ptr<const
 }
 
 /// Whether e describes j as it is now.
-bool current(const Entry& e, const std::shared_ptr<const Jaxpr>& j) {
-  return same_owner(e.owner, j) && e.contents == fingerprint(*j);
+bool current(const Entry& e, const std::shared_ptr<const Jaxpr>& j, std::uint64_t contents) {
+  return same_owner(e.owner, j) && e.contents == contents;
 }
 
 class PlanTable {
@@ -67,31 +106,33 @@ class PlanTable {
   }
 
   std::shared_ptr<const EvalPlan> plan(const std::shared_ptr<const Jaxpr>& j) {
+    const std::uint64_t contents = fingerprint(*j);
     {
       std::shared_lock lock(mutex_);
       auto it = entries_.find(j.get());
-      if (it != entries_.end() && current(it->second, j) && it->second.plan) return it->second.plan;
+      if (it != entries_.end() && current(it->second, j, contents) && it->second.plan) return it->second.plan;
     }
     std::shared_ptr<const EvalPlan> built = make_plan(*j);  // not under the lock
     std::unique_lock lock(mutex_);
-    Entry& e = entry(j);
+    Entry& e = entry(j, contents);
     if (!e.plan) e.plan = std::move(built);  // else a racing build won
     return e.plan;
   }
 
   ClosedJaxprPtr derived(const std::shared_ptr<const Jaxpr>& j, const DerivedKey& key,
                          const std::function<ClosedJaxprPtr()>& build) {
+    const std::uint64_t contents = fingerprint(*j);
     {
       std::shared_lock lock(mutex_);
       auto it = entries_.find(j.get());
-      if (it != entries_.end() && current(it->second, j)) {
+      if (it != entries_.end() && current(it->second, j, contents)) {
         auto d = it->second.derived.find(key);
         if (d != it->second.derived.end()) return d->second;
       }
     }
     ClosedJaxprPtr built = build();  // may trace: not under the lock
     std::unique_lock lock(mutex_);
-    return entry(j).derived.emplace(key, std::move(built)).first->second;
+    return entry(j, contents).derived.emplace(key, std::move(built)).first->second;
   }
 
   std::size_t size() {
@@ -108,10 +149,10 @@ class PlanTable {
  private:
   // j's entry, created (or reset, if it describes a jaxpr now gone or other contents) under the
   // unique lock.
-  Entry& entry(const std::shared_ptr<const Jaxpr>& j) {
+  Entry& entry(const std::shared_ptr<const Jaxpr>& j, std::uint64_t contents) {
     auto [it, inserted] = entries_.try_emplace(j.get());
-    if (!inserted && !current(it->second, j)) it->second = Entry{};
-    if (it->second.owner.expired()) it->second = Entry{j, fingerprint(*j), nullptr, {}};  // new, or reset above
+    if (!inserted && !current(it->second, j, contents)) it->second = Entry{};
+    if (it->second.owner.expired()) it->second = Entry{j, contents, nullptr, {}};  // new, or reset above
     if (inserted && entries_.size() >= sweep_at_) sweep(j.get());
     return it->second;  // erasing other entries leaves `it` valid
   }

@@ -329,6 +329,32 @@ std::vector<ShapedArray> threefry2x32_shape_rule(Avals in) {
   return {in[1]};
 }
 
+std::vector<ShapedArray> all_gather_shape_rule(Avals in, const params::AllGather& ps) {
+  const Primitive p = Primitive::all_gather;
+  expect_arity(p, in, 1);
+  norm_axis(p, in, ps.axis, in[0].ndim() + 1);
+  Shape shape = in[0].shape;
+  shape.insert(shape.begin() + ps.axis, ps.axis_size);
+  return {ShapedArray{shape, in[0].dtype}};
+}
+
+std::vector<ShapedArray> psum_scatter_shape_rule(Avals in, const params::PsumScatter& ps) {
+  const Primitive p = Primitive::psum_scatter;
+  expect_arity(p, in, 1);
+  expect_kind(p, in, in[0], Kinds::numeric);
+  norm_axis(p, in, ps.axis, in[0].ndim());
+  if (in[0].shape[static_cast<std::size_t>(ps.axis)] != ps.axis_size)
+    shape_fail(p, in, "axis " + std::to_string(ps.axis) + " must have one entry per process (" +
+                          std::to_string(ps.axis_size) + ")");
+  return {ShapedArray{remove_axes(in[0].shape, {ps.axis}), in[0].dtype}};
+}
+
+std::vector<ShapedArray> ppermute_shape_rule(Avals in, const params::Ppermute& ps) {
+  const Primitive p = Primitive::ppermute;
+  if (ps.perm.size() % 2 != 0) shape_fail(p, in, "perm must hold (source, destination) pairs");
+  return elementwise(p, in, 1, Kinds::any);
+}
+
 std::vector<ShapedArray> integer_pow_shape_rule(Avals in, const params::IntegerPow& ps) {
   auto out = elementwise(Primitive::integer_pow, in, 1, Kinds::numeric);
   if (ps.y < 0 && !is_floating(in[0].dtype))
@@ -384,6 +410,11 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::checkpoint: return checkpoint_abstract_eval(in, ps.get<params::Checkpoint>());
     case P::name: return elementwise(p, in, 1, Kinds::any);
     case P::threefry2x32: return threefry2x32_shape_rule(in);
+    case P::psum: return elementwise(p, in, 1, Kinds::numeric);
+    case P::pmax: return elementwise(p, in, 1, Kinds::numeric);
+    case P::all_gather: return all_gather_shape_rule(in, ps.get<params::AllGather>());
+    case P::psum_scatter: return psum_scatter_shape_rule(in, ps.get<params::PsumScatter>());
+    case P::ppermute: return ppermute_shape_rule(in, ps.get<params::Ppermute>());
   }
   throw Error("abstract_eval: unknown primitive");
 }

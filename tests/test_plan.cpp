@@ -261,6 +261,46 @@ TEST_CASE("plan: assigning a Jaxpr drops its plan") {
   CHECK(xj::eval_jaxpr(xj::ClosedJaxpr{p, jg.consts}, args).at(0).item<float>() == 11.0f);
 }
 
+TEST_CASE("plan: a Jaxpr changed in place after evaluation gets a new plan (review finding)") {
+  xj::Array x = xj::array<double>({1.0, 2.0}, {2}), s = xj::scalar(5.0, xj::f64);
+  std::vector<xj::Array> args{x, s};
+  auto cj = xj::make_jaxpr([](const xj::Array& a, const xj::Array& b) {
+    return xj::sin(a) * 2.0 + xj::broadcast_to(b, {2});
+  })(x, s);
+  auto p = std::make_shared<xj::Jaxpr>(*cj.jaxpr);
+  xj::ClosedJaxpr cp{p, cj.consts};
+  auto fresh = [&](const xj::Jaxpr& j) {  // the same contents in a new object: a plan of its own
+    return xj::eval_jaxpr(xj::ClosedJaxpr{std::make_shared<xj::Jaxpr>(j), cj.consts}, args)[0];
+  };
+  (void)xj::eval_jaxpr(cp, args);  // builds p's plan
+  // An edited copy assigned back: same size, same variables, one primitive changed.
+  xj::Jaxpr q = *p;
+  for (auto& e : q.eqns)
+    if (e.prim == xj::Primitive::sin) e.prim = xj::Primitive::cos;
+  *p = q;
+  check_identical(xj::eval_jaxpr(cp, args)[0], fresh(q));
+  // A literal operand replaced by a variable (the old plan would read the variable as a literal).
+  xj::Jaxpr r = *p;
+  for (auto& e : r.eqns)
+    if (e.prim == xj::Primitive::broadcast_in_dim && std::holds_alternative<xj::Literal>(e.inputs[0])) {
+      e.inputs[0] = r.invars[1];
+      break;
+    }
+  xj::typecheck(r);
+  *p = r;
+  check_identical(xj::eval_jaxpr(cp, args)[0], fresh(r));
+  // Inputs swapped in place.
+  auto three = xj::make_jaxpr([](const xj::Array& a, const xj::Array& b, const xj::Array& c) {
+    return a + b * 10.0 + c * 100.0;
+  })(s, s, s);
+  auto t = std::make_shared<xj::Jaxpr>(*three.jaxpr);
+  xj::ClosedJaxpr ct{t, three.consts};
+  std::vector<xj::Array> abc{xj::scalar(1.0, xj::f64), xj::scalar(2.0, xj::f64), xj::scalar(3.0, xj::f64)};
+  CHECK(xj::eval_jaxpr(ct, abc)[0].item<double>() == 321.0);
+  std::swap(t->invars[1], t->invars[2]);
+  CHECK(xj::eval_jaxpr(ct, abc)[0].item<double>() == 231.0);
+}
+
 TEST_CASE("plan: an unrolled scan keeps nothing alive after its body is gone") {
   const std::int64_t before = xj::memory_stats().live_bytes;
   const std::int64_t n = 10000;

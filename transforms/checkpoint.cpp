@@ -53,6 +53,10 @@ Policy save_anything_except_these_names(std::set<std::string> names) {
     return !n || names.count(*n) == 0;
   };
 }
+const Policy save_collectives = [](const Primitive& p, std::span<const ShapedArray>, const Params&) {
+  return p == Primitive::psum || p == Primitive::pmax || p == Primitive::all_gather || p == Primitive::psum_scatter ||
+         p == Primitive::ppermute;
+};
 Policy save_from_both_policies(Policy a, Policy b) {
   return [a = std::move(a), b = std::move(b)](const Primitive& p, std::span<const ShapedArray> in, const Params& ps) {
     return a(p, in, ps) || b(p, in, ps);

@@ -290,6 +290,21 @@ JvpOut iota_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut name_jvp(const JvpArgs& a) { return {{primal1(a)}, {a.t[0]}}; }
 // random bits are piecewise constant in the key: zero tangent
 JvpOut threefry2x32_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// The collectives are linear in their operand: d psum(x) = psum(dx), and so on.
+JvpOut psum_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
+// d pmax(x) = psum(dx where x attains the max) / (number of processes attaining it)
+JvpOut pmax_jvp(const JvpArgs& a) {
+  Array y = primal1(a);
+  const Array& x = a.x[0];
+  Array at_max = astype(eq(x, y), x.dtype());
+  Array count = bind1(P::psum, {at_max}, {}, a.loc);
+  return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& t) {
+            return div(bind1(P::psum, {mul(t, at_max)}, {}, a.loc), count);
+          })}};
+}
+JvpOut all_gather_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
+JvpOut psum_scatter_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
+JvpOut ppermute_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
 
 }  // namespace
 

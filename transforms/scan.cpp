@@ -147,6 +147,8 @@ std::vector<Array> scan_impl(std::span<const Array> in, const params::Scan& ps) 
   for (std::size_t k = sp.ncarry; k < out_avals.size(); ++k) ys.push_back(alloc_array(out_avals[k]));
   std::int64_t u = std::max<std::int64_t>(1, std::min(sp.unroll, sp.length));
   ClosedJaxprPtr unrolled = u > 1 ? cached_unrolled_body(sp, u) : sp.body;
+  // The plans are looked up once (each lookup hashes the jaxpr), then run every iteration.
+  std::shared_ptr<const EvalPlan> body_plan = plan_of(sp.body->jaxpr), unrolled_plan = plan_of(unrolled->jaxpr);
   std::vector<Array> args;
   for (std::int64_t step = 0; step < sp.length;) {
     std::int64_t k_steps = sp.length - step >= u ? u : 1;  // the remainder runs the plain body
@@ -157,7 +159,7 @@ std::vector<Array> scan_impl(std::span<const Array> in, const params::Scan& ps) 
       idx.push_back(sp.reverse ? sp.length - 1 - (step + k) : step + k);
       for (const auto& x : xs) args.push_back(leading_slice(x, idx.back()));
     }
-    std::vector<Array> outs = eval_jaxpr(body, args);
+    std::vector<Array> outs = run_plan(k_steps == u ? *unrolled_plan : *body_plan, body, args);
     args.clear();
     carry.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sp.ncarry));
     for (std::int64_t k = 0; k < k_steps; ++k)

@@ -317,6 +317,34 @@ Cts iota_transpose(const TransposeArgs& a) { return not_linear(a); }
 // name^T ct = ct (never reached with a name on a linear value, kept for completeness)
 Cts name_transpose(const TransposeArgs& a) { return unary_linear(a, [](const Array& c) { return c; }); }
 Cts threefry2x32_transpose(const TransposeArgs& a) { return not_linear(a); }
+// The collectives' transposes, for the global objective (the sum over processes of each
+// process's output): psum^T = psum; all_gather^T = psum_scatter and back; ppermute^T = ppermute
+// along the inverted pairs.
+Cts psum_transpose(const TransposeArgs& a) {
+  return unary_linear(a, [&](const Array& c) { return bind1(P::psum, {c}, {}, a.loc); });
+}
+Cts pmax_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts all_gather_transpose(const TransposeArgs& a) {
+  const auto& ps = a.params.get<params::AllGather>();
+  return unary_linear(a, [&](const Array& c) {
+    return bind1(P::psum_scatter, {c}, params::PsumScatter{.axis = ps.axis, .axis_size = ps.axis_size}, a.loc);
+  });
+}
+Cts psum_scatter_transpose(const TransposeArgs& a) {
+  const auto& ps = a.params.get<params::PsumScatter>();
+  return unary_linear(a, [&](const Array& c) {
+    return bind1(P::all_gather, {c}, params::AllGather{.axis = ps.axis, .axis_size = ps.axis_size}, a.loc);
+  });
+}
+Cts ppermute_transpose(const TransposeArgs& a) {
+  Ints inverse;
+  const Ints& perm = a.params.get<params::Ppermute>().perm;
+  for (std::size_t i = 0; i + 1 < perm.size(); i += 2) {
+    inverse.push_back(perm[i + 1]);
+    inverse.push_back(perm[i]);
+  }
+  return unary_linear(a, [&](const Array& c) { return bind1(P::ppermute, {c}, params::Ppermute{.perm = inverse}, a.loc); });
+}
 
 }  // namespace
 

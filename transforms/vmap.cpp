@@ -314,6 +314,22 @@ BatchOut threefry2x32_batch(const BatchArgs& a) {
   return one(bind1(a.prim, {a.x[0], c}, a.params, a.loc), d);
 }
 
+// The collectives act elementwise across processes: psum / pmax / ppermute keep the batch dim;
+// all_gather and psum_scatter put it first and shift their axis past it.
+BatchOut psum_batch(const BatchArgs& a) { return elementwise_batch(a); }
+BatchOut pmax_batch(const BatchArgs& a) { return elementwise_batch(a); }
+BatchOut ppermute_batch(const BatchArgs& a) { return elementwise_batch(a); }
+BatchOut all_gather_batch(const BatchArgs& a) {
+  params::AllGather ps = a.params.get<params::AllGather>();
+  ++ps.axis;
+  return one(bind1(a.prim, {move_batch_dim(a.x[0], a.dims[0], 0, a.size)}, ps, a.loc), 0);
+}
+BatchOut psum_scatter_batch(const BatchArgs& a) {
+  params::PsumScatter ps = a.params.get<params::PsumScatter>();
+  ++ps.axis;
+  return one(bind1(a.prim, {move_batch_dim(a.x[0], a.dims[0], 0, a.size)}, ps, a.loc), 0);
+}
+
 }  // namespace
 
 BatchRule batch_rule(Primitive p) {

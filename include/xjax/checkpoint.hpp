@@ -36,6 +36,9 @@ Policy save_any_names_but_these(std::set<std::string> names);
 Policy save_anything_except_these_names(std::set<std::string> names);
 /// Saves what either policy saves.
 Policy save_from_both_policies(Policy a, Policy b);
+/// Saves the results of collectives (psum, all_gather, ppermute, ...: distributed.hpp), so that
+/// a recompute never communicates again; combine with another policy by save_from_both_policies.
+extern const Policy save_collectives;
 }  // namespace checkpoint_policies
 
 struct CheckpointOptions {

@@ -95,6 +95,18 @@ struct Iota {
 struct Name {
   BOOST_HANA_DEFINE_STRUCT(Name, (std::string, name));
 };
+/// all_gather: the new axis, of size axis_size (the process count when traced).
+struct AllGather {
+  BOOST_HANA_DEFINE_STRUCT(AllGather, (std::int64_t, axis), (std::int64_t, axis_size));
+};
+/// psum_scatter: the axis of size axis_size (the process count) that is summed and scattered.
+struct PsumScatter {
+  BOOST_HANA_DEFINE_STRUCT(PsumScatter, (std::int64_t, axis), (std::int64_t, axis_size));
+};
+/// ppermute: (source, destination) process pairs, flattened: (s0, d0, s1, d1, ...).
+struct Ppermute {
+  BOOST_HANA_DEFINE_STRUCT(Ppermute, (Ints, perm));
+};
 struct CustomJvpCall {
   BOOST_HANA_DEFINE_STRUCT(CustomJvpCall, (ClosedJaxprPtr, call_jaxpr), (Object, jvp), (std::int64_t, num_consts));
 };
@@ -126,8 +138,8 @@ struct Checkpoint {
 #define XJAX_FOR_EACH_PARAMS(X)                                                                       \
   X(IntegerPow) X(ConvertElementType) X(DotGeneral) X(Reduce) X(Argmax) X(BroadcastInDim)   \
   X(Reshape) X(Transpose) X(Squeeze) X(ExpandDims) X(Slice) X(Pad) X(DynamicSlice) X(Concatenate)     \
-  X(Gather) X(ScatterAdd) X(Iota) X(Name) X(CustomJvpCall) X(CustomVjpCall) X(CustomLin) X(Scan)       \
-  X(Cond) X(While) X(Checkpoint)
+  X(Gather) X(ScatterAdd) X(Iota) X(Name) X(AllGather) X(PsumScatter) X(Ppermute) X(CustomJvpCall)  \
+  X(CustomVjpCall) X(CustomLin) X(Scan) X(Cond) X(While) X(Checkpoint)
 
 /// The parameter struct of primitive P (params::None unless specialized below).
 template <Primitive P> struct params_of {
@@ -157,6 +169,9 @@ XJAX_PARAMS_OF(gather, Gather)
 XJAX_PARAMS_OF(scatter_add, ScatterAdd)
 XJAX_PARAMS_OF(iota, Iota)
 XJAX_PARAMS_OF(name, Name)
+XJAX_PARAMS_OF(all_gather, AllGather)
+XJAX_PARAMS_OF(psum_scatter, PsumScatter)
+XJAX_PARAMS_OF(ppermute, Ppermute)
 XJAX_PARAMS_OF(custom_jvp_call, CustomJvpCall)
 XJAX_PARAMS_OF(custom_vjp_call, CustomVjpCall)
 XJAX_PARAMS_OF(custom_lin, CustomLin)

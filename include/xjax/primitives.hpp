@@ -5,8 +5,9 @@
 #include <iosfwd>
 #include <string_view>
 
-// X(name): elementwise unary float ops first, then binary, comparisons, structural ops, and last
-// the higher-order primitives (their rules live together in one file of transforms/ each).
+// X(name): elementwise unary float ops first, then binary, comparisons, structural ops, the
+// collectives (over the processes of an MPI run: distributed.hpp), and last the higher-order
+// primitives (their rules live together in one file of transforms/ each).
 #define XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(X)                                                          \
   X(neg) X(exp) X(log) X(log1p) X(expm1) X(sin) X(cos) X(tan) X(tanh) X(logistic) X(sqrt)        \
   X(rsqrt) X(abs) X(sign) X(integer_pow)                                                         \
@@ -17,7 +18,8 @@
   X(reduce_sum) X(reduce_max) X(reduce_min) X(reduce_prod) X(argmax)                             \
   X(broadcast_in_dim) X(reshape) X(transpose) X(squeeze) X(expand_dims)                          \
   X(slice) X(pad) X(dynamic_slice) X(dynamic_update_slice) X(concatenate)                        \
-  X(gather) X(scatter_add) X(iota) X(name) X(threefry2x32)
+  X(gather) X(scatter_add) X(iota) X(name) X(threefry2x32)                                      \
+  X(psum) X(pmax) X(all_gather) X(psum_scatter) X(ppermute)
 
 // Primitives that carry jaxprs or functions in their params; rules in transforms/<family>.cpp.
 #define XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X) X(custom_jvp_call) X(custom_vjp_call) X(custom_lin) X(scan) \

@@ -4,6 +4,7 @@
 #include "xjax/checkpoint.hpp"
 #include "xjax/control_flow.hpp"
 #include "xjax/custom_derivatives.hpp"
+#include "xjax/distributed.hpp"
 #include "xjax/dtype.hpp"
 #include "xjax/errors.hpp"
 #include "xjax/jaxpr.hpp"

@@ -92,6 +92,14 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::iota:
       return [dim = ps.get<params::Iota>().dimension, out](In) { return iota_kernel(dim, out); };
     case Primitive::threefry2x32: return [out](In in) { return threefry2x32_kernel(in[0], in[1], out); };
+    case Primitive::psum:
+    case Primitive::pmax: return [p, out](In in) { return allreduce_kernel(p, in[0], out); };
+    case Primitive::all_gather:
+      return [axis = ps.get<params::AllGather>().axis, out](In in) { return all_gather_kernel(in[0], axis, out); };
+    case Primitive::psum_scatter:
+      return [axis = ps.get<params::PsumScatter>().axis, out](In in) { return psum_scatter_kernel(in[0], axis, out); };
+    case Primitive::ppermute:
+      return [perm = ps.get<params::Ppermute>().perm, out](In in) { return ppermute_kernel(in[0], perm, out); };
 #define XJAX_NO_KERNEL(name) case Primitive::name:
       XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(XJAX_NO_KERNEL)
 #undef XJAX_NO_KERNEL

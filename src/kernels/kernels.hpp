@@ -176,4 +176,12 @@ Array scatter_add_kernel(const Array& x, const Array& indices, const Array& upda
                          std::int64_t axis, const ShapedArray& out);
 Array iota_kernel(std::int64_t dimension, const ShapedArray& out);
 
+// ---- collectives.cpp (communication: src/comm.hpp) ---------------------------------------------
+
+/// psum (op sum) and pmax (op max) over the processes.
+Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out);
+Array all_gather_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
+Array psum_scatter_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
+Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out);
+
 }  // namespace xjax::detail::kernels

@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <tuple>
 #include <typeinfo>
 
 #include "program.hpp"
@@ -277,6 +278,36 @@ class Checker {
         return d.empty() ? compare(gf(x2), xj::grad(LF)(x2), same) : d;
       });
 
+    // Batching: vmap over three members (xs_ and two nearby points, so that every member takes
+    // the branches xs_ takes), each input batched along a random axis or shared, against the
+    // program applied to each member and stacked; and vmap(grad) against each member's grad.
+    if (fd)
+      check("vmap vs loop", Expect::Success, [&] {
+        std::vector<Arrays> members{xs_, shifted(1e-4), shifted(-2e-4)};
+        auto [axes, stacked] = batch_inputs(members);
+        Arrays per;
+        for (const auto& m : members) per.push_back(F(m));
+        std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
+        std::string d = compare({xj::vmap(F, in_axes)(stacked)}, {xj::stack(per)}, same);
+        return d.empty() ? compare({xj::jit(xj::vmap(F, in_axes))(stacked)}, {xj::stack(per)}, same) : d;
+      });
+    if (fd && gradient)
+      check("vmap(grad) vs loop of grad", rev, [&] {
+        std::vector<Arrays> members{xs_, shifted(1e-4), shifted(-2e-4)};
+        auto [axes, stacked] = batch_inputs(members);
+        std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
+        Arrays got = xj::vmap(xj::grad(LF), in_axes)(stacked);
+        std::vector<Arrays> per;
+        for (const auto& m : members) per.push_back(xj::grad(LF)(m));
+        Arrays want;
+        for (std::size_t k = 0; k < got.size(); ++k) {
+          Arrays parts;
+          for (const auto& g : per) parts.push_back(g[k]);
+          want.push_back(xj::stack(parts));
+        }
+        return compare(got, want, same);
+      });
+
     // Jacobians of one-input programs: forward against reverse mode.
     if (xs_.size() == 1 && xs_[0].size() <= 32 && comparable && !nested_while_bug)
       check("jacfwd vs jacrev", both, [&] {
@@ -330,6 +361,32 @@ class Checker {
   Arrays xs_, ts_;
   Array c_;
   std::mt19937_64 rng_;
+
+  /// Members' inputs stacked along a random axis each (or shared, from member 0: every member
+  /// then uses member 0's value), and the axes (None: shared). At least one input is batched.
+  std::pair<std::vector<std::optional<std::int64_t>>, Arrays> batch_inputs(std::vector<Arrays>& members) {
+    std::size_t n = members[0].size();
+    std::vector<std::optional<std::int64_t>> axes(n);
+    bool any = false;
+    for (std::size_t k = 0; k < n; ++k)
+      if (std::uniform_int_distribution<int>(0, 3)(rng_) > 0) {
+        axes[k] = std::uniform_int_distribution<std::int64_t>(0, members[0][k].ndim())(rng_);
+        any = true;
+      }
+    if (!any) axes[0] = 0;
+    Arrays stacked;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (!axes[k]) {
+        for (auto& m : members) m[k] = members[0][k];
+        stacked.push_back(members[0][k]);
+        continue;
+      }
+      Arrays parts;
+      for (const auto& m : members) parts.push_back(m[k]);
+      stacked.push_back(xj::stack(parts, *axes[k]));
+    }
+    return {axes, stacked};
+  }
 
   Arrays shifted(double h) const {
     Arrays out;

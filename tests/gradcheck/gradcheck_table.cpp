@@ -422,6 +422,21 @@ std::vector<Row> build() {
     Array keep = random::bernoulli(random::key(3), 0.7, x[0].shape());
     return where(keep, x[0] * x[0], 0.0);
   }, uniform_gen(s, -2, 2)));
+  // The collectives, in a single-process run (xj::distributed::initialize without mpirun), where
+  // each reduces to the identity or to a new axis of size 1; their multi-process values and
+  // derivatives are tested under mpirun (tests/test_distributed.cpp).
+  distributed::initialize();
+  t.push_back(row("psum", {P::psum}, [](const Arrays& x) { return psum(sin(x[0])) * x[0]; }, uniform_gen(s, -2, 2)));
+  t.push_back(row("pmean_pmax", {P::pmax, P::psum}, [](const Arrays& x) { return pmax(x[0] * x[0]) + pmean(x[0]) * x[0]; },
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("all_gather", {P::all_gather}, [](const Arrays& x) { Array g = all_gather(x[0], 1); return g * g; },
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("psum_scatter", {P::psum_scatter}, [](const Arrays& x) {
+    Array r = psum_scatter(x[0], 1);
+    return r * r;
+  }, uniform_gen({3, 1, 4}, -2, 2)));
+  t.push_back(row("ppermute", {P::ppermute}, [](const Arrays& x) { Array y = ppermute(x[0], {{0, 0}}); return y * sin(y); },
+                  uniform_gen(s, -2, 2)));
   // scan: a carried nonlinear recurrence over the rows of x, with stacked outputs.
   t.push_back(row("scan", {P::scan}, [](const Arrays& x) {
     auto body = [](const Array& c, const Array& r) { Array n = sin(c * r) + r; return std::pair{n, n * c}; };

@@ -1,0 +1,82 @@
+// distributed.hpp: beyond one machine. A program started by `mpirun -np N` runs as N processes
+// (SPMD: every process runs the same program on its own data). Collectives are primitives like
+// any other, with JAX's multi-process semantics and derivatives, so they work inside jit, grad,
+// vmap, scan and checkpoint. Without mpirun (or in a build without MPI) the same program runs as
+// one process, where every collective is the identity it reduces to. See docs/distributed.md.
+#pragma once
+#include <cstdint>
+#include <source_location>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "xjax/array.hpp"
+#include "xjax/pytree.hpp"
+
+namespace xjax {
+
+namespace distributed {
+/// Starts the processes' communication: MPI when the program was started by mpirun (and xjax was
+/// built with MPI), a single process otherwise. Call once, before any collective; idempotent.
+void initialize(int& argc, char**& argv);
+void initialize();
+/// Ends it (MPI_Finalize). Collectives afterwards are an xj::Error until initialize again.
+void finalize();
+bool is_initialized();
+/// This process's index in [0, process_count()), and the number of processes (1 before
+/// initialize).
+int process_index();
+int process_count();
+/// Ends every process of the run at once, with `code` (MPI_Abort), after printing `message` to
+/// stderr: what a process that cannot continue must do so that the others do not wait forever.
+[[noreturn]] void abort(const char* message, int code = 1);
+
+/// initialize() for the scope; finalize() when it ends. If the scope ends by an exception, the
+/// whole run is aborted with its message (the other processes would otherwise wait in their
+/// next collective).
+class Session {
+ public:
+  Session(int& argc, char**& argv);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+ private:
+  int exceptions_at_start_;
+};
+}  // namespace distributed
+
+/// The sum of x over all processes; every process gets the same (bitwise) result.
+/// d psum(x) = psum(dx); its transpose is psum (the derivative of the sum over processes of each
+/// process's output).
+Array psum(const Array& x, std::source_location loc = std::source_location::current());
+/// psum(x) / process_count().
+Array pmean(const Array& x, std::source_location loc = std::source_location::current());
+/// The elementwise maximum of x over all processes.
+Array pmax(const Array& x, std::source_location loc = std::source_location::current());
+/// Every process's x, stacked along a new axis `axis` in process order (shape: x's with
+/// process_count() inserted at axis). Its transpose is psum_scatter.
+Array all_gather(const Array& x, std::int64_t axis = 0, std::source_location loc = std::source_location::current());
+/// x's axis `axis` must have size process_count(): process p gets slice p of the sum over
+/// processes (that axis removed). Its transpose is all_gather.
+Array psum_scatter(const Array& x, std::int64_t axis = 0, std::source_location loc = std::source_location::current());
+/// Sends x along each (source, destination) pair: process d gets source s's x; a process no pair
+/// sends to gets zeros. Sources and destinations must each be distinct and in range. Its
+/// transpose is ppermute along the inverted pairs.
+Array ppermute(const Array& x, const std::vector<std::pair<int, int>>& perm,
+               std::source_location loc = std::source_location::current());
+
+/// psum / pmean / pmax of every leaf of a pytree (e.g. a gradient struct in data-parallel
+/// training).
+template <class T>
+  requires(!std::is_same_v<T, Array>)
+T psum(const T& tree) {
+  return tree_map([](const Array& x) { return psum(x); }, tree);
+}
+template <class T>
+  requires(!std::is_same_v<T, Array>)
+T pmean(const T& tree) {
+  return tree_map([](const Array& x) { return pmean(x); }, tree);
+}
+
+}  // namespace xjax

@@ -1,0 +1,34 @@
+// comm.hpp: the communication layer under the collective primitives (not installed): MPI when
+// the run has several processes, plain copies for one. Implemented in src/distributed.cpp, the
+// only file that includes mpi.h. Every function is called by all processes in the same order
+// (SPMD), from one thread at a time.
+#pragma once
+#include <cstdint>
+
+#include "xjax/dtype.hpp"
+#include "xjax/primitives.hpp"
+
+namespace xjax::detail::comm {
+
+enum class ReduceOp { sum, max };
+
+/// xj::Error unless distributed::initialize ran (names the collective).
+void require_initialized(Primitive p);
+int rank();
+int size();
+
+/// Raises xj::ShapeError on every process unless all processes pass the same aval: a mismatch
+/// would otherwise hang or corrupt memory inside MPI.
+void check_same_aval(Primitive p, const ShapedArray& aval);
+
+/// out = op over processes of in (count elements of dtype each).
+void allreduce(const void* in, void* out, std::int64_t count, DType dtype, ReduceOp op);
+/// out = the processes' `bytes` bytes each, in process order.
+void allgather(const void* in, void* out, std::int64_t bytes);
+/// in holds size() chunks of `count` elements; out = the sum over processes of chunk rank().
+void reduce_scatter_sum(const void* in, void* out, std::int64_t count, DType dtype);
+/// Sends `bytes` bytes of in to process `to` and receives into out from process `from` (either may
+/// be -1: none).
+void sendrecv(const void* in, int to, void* out, int from, std::int64_t bytes);
+
+}  // namespace xjax::detail::comm

@@ -1,0 +1,293 @@
+// distributed.cpp: xj::distributed (starting and ending a multi-process run), the communication
+// layer of comm.hpp, and the user-level collective ops. The only file that includes mpi.h; built
+// without MPI (meson feature `mpi` disabled or MPI absent), every run is a single process.
+//
+// A run has several processes when it was started by mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or
+// PMIX_RANK in the environment) and xjax was built with MPI; then initialize calls
+// MPI_Init_thread. Otherwise it is one process and no MPI call is ever made.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <string>
+
+#include "comm.hpp"
+#include "internal.hpp"
+#include "xjax/distributed.hpp"
+#include "xjax/ops.hpp"
+
+#if defined(XJAX_HAVE_MPI)
+#define OMPI_SKIP_MPICXX 1  // the C API only (the deprecated C++ bindings do not build warning-free)
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace xjax {
+
+namespace {
+
+struct State {
+  bool initialized = false;
+  bool mpi = false;         // this run communicates through MPI
+  bool we_started_mpi = false;
+  int rank = 0;
+  int size = 1;
+};
+State& state() {
+  static State s;
+  return s;
+}
+std::mutex& comm_mutex() {  // one collective at a time per process
+  static std::mutex m;
+  return m;
+}
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+}
+
+#if defined(XJAX_HAVE_MPI)
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u32: return MPI_UINT32_T;
+    case DType::bool_: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw Error(std::string("MPI error in ") + what);
+}
+#endif
+
+void start(int* argc, char*** argv) {
+  State& s = state();
+  if (s.initialized) return;
+#if defined(XJAX_HAVE_MPI)
+  if (launched_by_mpirun()) {
+    int already = 0;
+    MPI_Initialized(&already);
+    if (!already) {
+      int provided = 0;
+      check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      s.we_started_mpi = true;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &s.size);
+    s.mpi = true;
+  }
+#else
+  (void)argc;
+  (void)argv;
+  if (launched_by_mpirun() && std::getenv("OMPI_COMM_WORLD_SIZE") && std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) > 1)
+    throw Error("xj::distributed::initialize: started by mpirun with several processes, but this xjax was built "
+                "without MPI (meson feature `mpi`); install libopenmpi-dev and rebuild");
+#endif
+  s.initialized = true;
+}
+
+}  // namespace
+
+namespace distributed {
+
+void initialize(int& argc, char**& argv) { start(&argc, &argv); }
+void initialize() { start(nullptr, nullptr); }
+
+void finalize() {
+  State& s = state();
+  if (!s.initialized) return;
+#if defined(XJAX_HAVE_MPI)
+  if (s.we_started_mpi) MPI_Finalize();
+#endif
+  s = State{};
+}
+
+bool is_initialized() { return state().initialized; }
+int process_index() { return state().rank; }
+int process_count() { return state().size; }
+
+void abort(const char* message, int code) {
+  std::fprintf(stderr, "xjax process %d: %s\n", state().rank, message);
+  std::fflush(stderr);
+#if defined(XJAX_HAVE_MPI)
+  if (state().mpi) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::_Exit(code);
+}
+
+Session::Session(int& argc, char**& argv) : exceptions_at_start_(std::uncaught_exceptions()) { initialize(argc, argv); }
+
+Session::~Session() {
+  if (std::uncaught_exceptions() > exceptions_at_start_) {
+    std::string what = "aborting the run: an exception ended the distributed session";
+    if (auto e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        what += std::string(": ") + ex.what();
+      } catch (...) {
+      }
+    }
+    abort(what.c_str(), 1);
+  }
+  finalize();
+}
+
+}  // namespace distributed
+
+// ---- the communication layer -----------------------------------------------------------------
+
+namespace detail::comm {
+
+void require_initialized(Primitive p) {
+  if (!state().initialized)
+    throw Error(std::string(primitive_name(p)) + ": collectives need xj::distributed::initialize(argc, argv) first "
+                "(or an xj::distributed::Session); a program not started by mpirun then runs as one process");
+}
+int rank() { return state().rank; }
+int size() { return state().size; }
+
+void check_same_aval(Primitive p, const ShapedArray& aval) {
+  if (!state().mpi || state().size == 1) return;
+#if defined(XJAX_HAVE_MPI)
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(static_cast<std::uint64_t>(aval.dtype));
+  mix(aval.shape.size());
+  for (auto d : aval.shape) mix(static_cast<std::uint64_t>(d));
+  std::uint64_t mine[2] = {h, ~h}, all[2] = {0, 0};
+  {
+    std::lock_guard lock(comm_mutex());
+    check(MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+  if (all[0] != ~all[1])  // max(h) != min(h): the processes disagree
+    throw ShapeError(std::string(primitive_name(p)) + ": the processes pass operands of different shapes or dtypes "
+                     "(this process: " + aval.str() + "); every process must run the same collectives on the same "
+                     "types");
+#else
+  (void)p;
+  (void)aval;
+#endif
+}
+
+void allreduce(const void* in, void* out, std::int64_t count, DType dtype, ReduceOp op) {
+  if (!state().mpi) {
+    std::memcpy(out, in, static_cast<std::size_t>(count) * itemsize(dtype));
+    return;
+  }
+#if defined(XJAX_HAVE_MPI)
+  std::lock_guard lock(comm_mutex());
+  check(MPI_Allreduce(in, out, static_cast<int>(count), mpi_type(dtype), op == ReduceOp::sum ? MPI_SUM : MPI_MAX,
+                      MPI_COMM_WORLD),
+        "MPI_Allreduce");
+#endif
+}
+
+void allgather(const void* in, void* out, std::int64_t bytes) {
+  if (!state().mpi) {
+    std::memcpy(out, in, static_cast<std::size_t>(bytes));
+    return;
+  }
+#if defined(XJAX_HAVE_MPI)
+  std::lock_guard lock(comm_mutex());
+  check(MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
+        "MPI_Allgather");
+#endif
+}
+
+void reduce_scatter_sum(const void* in, void* out, std::int64_t count, DType dtype) {
+  if (!state().mpi) {
+    std::memcpy(out, in, static_cast<std::size_t>(count) * itemsize(dtype));
+    return;
+  }
+#if defined(XJAX_HAVE_MPI)
+  std::lock_guard lock(comm_mutex());
+  check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dtype), MPI_SUM, MPI_COMM_WORLD),
+        "MPI_Reduce_scatter_block");
+#endif
+}
+
+void sendrecv(const void* in, int to, void* out, int from, std::int64_t bytes) {
+  if (!state().mpi) {
+    if (from == 0 && to == 0) std::memcpy(out, in, static_cast<std::size_t>(bytes));
+    return;
+  }
+#if defined(XJAX_HAVE_MPI)
+  std::lock_guard lock(comm_mutex());
+  check(MPI_Sendrecv(in, static_cast<int>(bytes), MPI_BYTE, to < 0 ? MPI_PROC_NULL : to, 0, out,
+                     static_cast<int>(bytes), MPI_BYTE, from < 0 ? MPI_PROC_NULL : from, 0, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE),
+        "MPI_Sendrecv");
+#endif
+}
+
+}  // namespace detail::comm
+
+// ---- user ops ---------------------------------------------------------------------------------
+
+namespace {
+using detail::bind1;
+using P = Primitive;
+
+std::int64_t process_count_for(P p) {
+  detail::comm::require_initialized(p);
+  return distributed::process_count();
+}
+}  // namespace
+
+Array psum(const Array& x, std::source_location loc) {
+  detail::comm::require_initialized(P::psum);
+  return bind1(P::psum, {x}, {}, loc);
+}
+
+Array pmean(const Array& x, std::source_location loc) {
+  Array s = psum(x, loc);
+  return div(s, scalar_like(static_cast<double>(distributed::process_count()), s), loc);
+}
+
+Array pmax(const Array& x, std::source_location loc) {
+  detail::comm::require_initialized(P::pmax);
+  return bind1(P::pmax, {x}, {}, loc);
+}
+
+Array all_gather(const Array& x, std::int64_t axis, std::source_location loc) {
+  std::int64_t n = process_count_for(P::all_gather);
+  std::int64_t a = axis < 0 ? axis + x.ndim() + 1 : axis;
+  if (a < 0 || a > x.ndim())
+    throw ShapeError("all_gather: axis " + std::to_string(axis) + " out of range for " + x.aval().str() + " (at " +
+                     format_location(loc) + ")");
+  return bind1(P::all_gather, {x}, params::AllGather{.axis = a, .axis_size = n}, loc);
+}
+
+Array psum_scatter(const Array& x, std::int64_t axis, std::source_location loc) {
+  std::int64_t n = process_count_for(P::psum_scatter);
+  std::int64_t a = axis < 0 ? axis + x.ndim() : axis;
+  if (a < 0 || a >= x.ndim())
+    throw ShapeError("psum_scatter: axis " + std::to_string(axis) + " out of range for " + x.aval().str() + " (at " +
+                     format_location(loc) + ")");
+  return bind1(P::psum_scatter, {x}, params::PsumScatter{.axis = a, .axis_size = n}, loc);
+}
+
+Array ppermute(const Array& x, const std::vector<std::pair<int, int>>& perm, std::source_location loc) {
+  std::int64_t n = process_count_for(P::ppermute);
+  std::vector<bool> src_seen(static_cast<std::size_t>(n), false), dst_seen(static_cast<std::size_t>(n), false);
+  params::Ints flat;
+  for (auto [s, d] : perm) {
+    if (s < 0 || s >= n || d < 0 || d >= n)
+      throw Error("ppermute: the pair (" + std::to_string(s) + ", " + std::to_string(d) + ") names a process outside [0, " +
+                  std::to_string(n) + ") (at " + format_location(loc) + ")");
+    if (src_seen[static_cast<std::size_t>(s)] || dst_seen[static_cast<std::size_t>(d)])
+      throw Error("ppermute: each process may appear at most once as a source and once as a destination (at " +
+                  format_location(loc) + ")");
+    src_seen[static_cast<std::size_t>(s)] = dst_seen[static_cast<std::size_t>(d)] = true;
+    flat.push_back(s);
+    flat.push_back(d);
+  }
+  return bind1(P::ppermute, {x}, params::Ppermute{.perm = flat}, loc);
+}
+
+}  // namespace xjax

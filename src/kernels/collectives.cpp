@@ -1,0 +1,74 @@
+// collectives.cpp: the kernels of the collective primitives, on top of src/comm.hpp. Each checks
+// first that every process passes the same type (a mismatch is a ShapeError, not a hang).
+#include <cstring>
+#include <numeric>
+
+#include "comm.hpp"
+#include "kernels/kernels.hpp"
+
+namespace xjax::detail::kernels {
+
+namespace {
+/// x's elements, contiguous in row-major order (every array's buffer is).
+const void* bytes_of(const Array& x) { return x.raw_data(); }
+}  // namespace
+
+Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
+  comm::require_initialized(p);
+  comm::check_same_aval(p, x.aval());
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  comm::allreduce(bytes_of(x), mutable_data(result), out.size(), out.dtype,
+                  p == Primitive::psum ? comm::ReduceOp::sum : comm::ReduceOp::max);
+  return result;
+}
+
+// The processes' x in process order as [n, x.shape...], then the new axis moved into place.
+Array all_gather_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
+  comm::require_initialized(Primitive::all_gather);
+  comm::check_same_aval(Primitive::all_gather, x.aval());
+  ShapedArray stacked{x.shape(), x.dtype()};
+  stacked.shape.insert(stacked.shape.begin(), out.shape[static_cast<std::size_t>(axis)]);
+  Array gathered = alloc_array(stacked);
+  if (stacked.size() > 0) comm::allgather(bytes_of(x), mutable_data(gathered), static_cast<std::int64_t>(x.aval().nbytes()));
+  if (axis == 0) return gathered;
+  Ints perm;
+  for (std::int64_t i = 1; i <= axis; ++i) perm.push_back(i);
+  perm.push_back(0);
+  for (std::int64_t i = axis + 1; i < stacked.ndim(); ++i) perm.push_back(i);
+  return transpose_kernel(gathered, perm);
+}
+
+// The scattered axis moved to the front (contiguous chunks, one per process), then a
+// reduce-scatter of the chunks.
+Array psum_scatter_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
+  comm::require_initialized(Primitive::psum_scatter);
+  comm::check_same_aval(Primitive::psum_scatter, x.aval());
+  Array front = x;
+  if (axis != 0) {
+    Ints perm{axis};
+    for (std::int64_t i = 0; i < x.ndim(); ++i)
+      if (i != axis) perm.push_back(i);
+    front = transpose_kernel(x, perm);
+  }
+  Array result = alloc_array(out);
+  if (out.size() > 0) comm::reduce_scatter_sum(bytes_of(front), mutable_data(result), out.size(), out.dtype);
+  return result;
+}
+
+Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out) {
+  comm::require_initialized(Primitive::ppermute);
+  comm::check_same_aval(Primitive::ppermute, x.aval());
+  int me = comm::rank(), to = -1, from = -1;
+  for (std::size_t i = 0; i + 1 < perm.size(); i += 2) {
+    if (perm[i] == me) to = static_cast<int>(perm[i + 1]);
+    if (perm[i + 1] == me) from = static_cast<int>(perm[i]);
+  }
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  if (from < 0) std::memset(mutable_data(result), 0, out.nbytes());  // no one sends here: zeros
+  comm::sendrecv(bytes_of(x), to, mutable_data(result), from, static_cast<std::int64_t>(out.nbytes()));
+  return result;
+}
+
+}  // namespace xjax::detail::kernels

@@ -1,0 +1,177 @@
+// test_distributed.cpp: the collectives on several processes (issue 16). Run as
+// `mpirun -np 2 xjax-distributed-tests` (meson does, under the `distributed` suite). Every process
+// runs every test; values are checked against what each process can compute from the others'
+// inputs (which are known functions of their index), derivatives against central finite
+// differences of the global objective (the sum over processes of each process's scalar loss).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+#include "test_util.hpp"
+
+namespace xj = xjax;
+using namespace test_util;
+
+namespace {
+
+int n() { return xj::distributed::process_count(); }
+int me() { return xj::distributed::process_index(); }
+
+/// Process p's input: values that differ between processes.
+xj::Array input_of(int p, const xj::Shape& shape = {2, 3}) {
+  std::vector<double> v(static_cast<std::size_t>(xj::shape_size(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(1.0 + 0.7 * static_cast<double>(i) + 1.3 * p);
+  return f64v(v, shape);
+}
+
+/// The scalar every process agrees on: the sum over processes of each one's value.
+double global(const xj::Array& local) { return xj::psum(local).item<double>(); }
+
+using Fn = std::function<xj::Array(const xj::Array&)>;
+
+/// Checks grad and jvp of the global objective G(x) = sum_p sum(c_p * f(x_p)) along a direction v
+/// (one piece per process) against central differences of G.
+void check_derivatives(const Fn& f, const xj::Array& x) {
+  xj::Array c = randn(f(x).shape(), 100 + static_cast<unsigned>(me()));
+  xj::Array v = randn(x.shape(), 200 + static_cast<unsigned>(me()));
+  auto local = [&](const xj::Array& y) { return xj::sum(f(y) * c); };
+  const double eps = 1e-5;
+  double fd = (global(local(x + v * eps)) - global(local(x - v * eps))) / (2 * eps);
+  double by_grad = global(xj::sum(xj::grad(local)(x) * v));
+  double by_jvp = global(xj::sum(xj::jvp(f, std::tuple{x}, std::tuple{v}).second * c));
+  CHECK(by_grad == doctest::Approx(fd).epsilon(1e-6));
+  CHECK(by_jvp == doctest::Approx(fd).epsilon(1e-6));
+}
+
+}  // namespace
+
+TEST_CASE("distributed: the run has several processes") {
+  REQUIRE(xj::distributed::is_initialized());
+  CHECK(n() >= 2);
+  CHECK(me() >= 0);
+  CHECK(me() < n());
+}
+
+TEST_CASE("distributed: psum, pmean, pmax, all_gather, psum_scatter and ppermute values") {
+  xj::Array x = input_of(me());
+  xj::Array want_sum = xj::zeros({2, 3}, xj::f64), want_max = input_of(0);
+  std::vector<xj::Array> all;
+  for (int p = 0; p < n(); ++p) {
+    want_sum = want_sum + input_of(p);
+    want_max = xj::maximum(want_max, input_of(p));
+    all.push_back(input_of(p));
+  }
+  check_close(xj::psum(x), want_sum, 1e-14);
+  check_close(xj::pmean(x), want_sum / static_cast<double>(n()), 1e-14);
+  check_close(xj::pmax(x), want_max, 1e-15);
+  check_close(xj::all_gather(x), xj::stack(all, 0), 1e-15);
+  check_close(xj::all_gather(x, 1), xj::stack(all, 1), 1e-15);
+  check_close(xj::all_gather(x, -1), xj::stack(all, 2), 1e-15);
+  // psum_scatter: every process holds n slices; process p gets the sum of everyone's slice p.
+  xj::Array blocks = xj::stack(std::vector<xj::Array>(static_cast<std::size_t>(n()), x * static_cast<double>(me() + 1)), 1);
+  xj::Array scattered = xj::psum_scatter(blocks, 1);
+  xj::Array want_scatter = xj::zeros({2, 3}, xj::f64);
+  for (int p = 0; p < n(); ++p) want_scatter = want_scatter + input_of(p) * static_cast<double>(p + 1);
+  check_close(scattered, want_scatter, 1e-14);
+  // A ring: process p sends to p + 1; a partial permutation leaves the others with zeros.
+  std::vector<std::pair<int, int>> ring;
+  for (int p = 0; p < n(); ++p) ring.push_back({p, (p + 1) % n()});
+  check_close(xj::ppermute(x, ring), input_of((me() + n() - 1) % n()), 1e-15);
+  xj::Array partial = xj::ppermute(x, {{0, 1}});
+  check_close(partial, me() == 1 ? input_of(0) : xj::zeros({2, 3}, xj::f64), 1e-15);
+  // Integer operands.
+  xj::Array k = xj::array<std::int32_t>({me() + 1, 10 * (me() + 1)}, {2});
+  std::int32_t s = n() * (n() + 1) / 2;
+  CHECK(xj::psum(k).to_vector<std::int32_t>() == std::vector<std::int32_t>{s, 10 * s});
+}
+
+TEST_CASE("distributed: psum gives every process the same bits") {
+  xj::Array x = randn({1000}, 7 + static_cast<unsigned>(me()), xj::f32);
+  xj::Array s = xj::psum(x * 1.1f);
+  xj::Array everyone = xj::all_gather(s);  // [n, 1000]
+  for (int p = 1; p < n(); ++p)
+    CHECK(xj::squeeze(xj::slice_in_dim(everyone, p, p + 1), {0}).to_vector<float>() == s.to_vector<float>());
+}
+
+TEST_CASE("distributed: derivatives of each collective against finite differences of the global objective") {
+  xj::Array x = input_of(me());
+  check_derivatives([](const xj::Array& y) { return xj::psum(xj::sin(y)) * y; }, x);
+  check_derivatives([](const xj::Array& y) { return xj::pmean(y * y); }, x);
+  check_derivatives([](const xj::Array& y) { return xj::pmax(y * 3.0); }, x);
+  check_derivatives([](const xj::Array& y) { xj::Array g = xj::all_gather(y, 1); return g * g; }, x);
+  check_derivatives([](const xj::Array& y) {
+    xj::Array blocks = xj::stack(std::vector<xj::Array>(static_cast<std::size_t>(n()), xj::sin(y)), 0);
+    return xj::psum_scatter(blocks * blocks, 0);
+  }, x);
+  check_derivatives([](const xj::Array& y) {
+    std::vector<std::pair<int, int>> ring;
+    for (int p = 0; p < n(); ++p) ring.push_back({p, (p + 1) % n()});
+    return xj::ppermute(y * y, ring) * y;
+  }, x);
+}
+
+TEST_CASE("distributed: collectives inside jit, scan, vmap and checkpoint") {
+  xj::Array x = input_of(me());
+  auto f = [](const xj::Array& y) {
+    auto body = [](const xj::Array& c, const xj::Array& r) { return std::pair{xj::tanh(xj::psum(c * r)), c}; };
+    return xj::sum(xj::scan(body, y[0], y).first);
+  };
+  auto local = [&](const xj::Array& y) { return f(y); };
+  CHECK(xj::jit(local)(x).item<double>() == doctest::Approx(f(x).item<double>()).epsilon(1e-14));
+  check_derivatives([&](const xj::Array& y) { return xj::reshape(f(y), {1}); }, x);
+  // vmap over a batch axis of each process's operand: one psum of the whole batch.
+  xj::Array xs = xj::stack({x, x * 2.0, x * 3.0});
+  xj::Array batched = xj::vmap([](const xj::Array& y) { return xj::psum(y); })(xs);
+  for (int b = 0; b < 3; ++b)
+    check_close(xj::squeeze(xj::slice_in_dim(batched, b, b + 1), {0}), xj::psum(x * static_cast<double>(b + 1)), 1e-14);
+
+  // checkpoint: without a policy the recompute communicates again; save_collectives saves the
+  // psum result, so the backward pass runs only the transposed psum.
+  namespace policies = xj::checkpoint_policies;
+  auto block = [](const xj::Array& y) { return xj::sin(xj::psum(y * y)); };
+  auto loss_with = [&](std::optional<xj::Policy> policy) {
+    return [block, policy](const xj::Array& y) { return xj::sum(xj::checkpoint(block, {.policy = policy})(y) * y); };
+  };
+  auto psums = [&](std::optional<xj::Policy> policy) {
+    auto g = xj::jit(xj::grad(loss_with(policy)));
+    (void)g(x);
+    xj::reset_eval_counts();
+    (void)g(x);
+    return xj::eval_counts()["psum"];
+  };
+  std::int64_t recompute = psums(std::nullopt), saved = psums(policies::save_collectives);
+  CHECK(saved == 2);      // the forward psum, and its transpose (a psum) in the backward pass
+  CHECK(recompute == 3);  // the same, plus the psum recomputed in the backward pass
+  check_close(xj::grad(loss_with(policies::save_collectives))(x), xj::grad(loss_with(std::nullopt))(x), 1e-14);
+  check_derivatives([&](const xj::Array& y) { return xj::reshape(loss_with(policies::save_collectives)(y), {1}); }, x);
+}
+
+TEST_CASE("distributed: misuse is a clear error on every process, not a hang") {
+  xj::Array x = input_of(me());
+  CHECK_THROWS_AS(xj::ppermute(x, {{0, n()}}), xj::Error);
+  CHECK_THROWS_AS(xj::ppermute(x, {{0, 1}, {1, 1}}), xj::Error);
+  CHECK_THROWS_AS(xj::psum_scatter(xj::zeros({n() + 1, 2}, xj::f64), 0), xj::ShapeError);  // not one entry per process
+  // Different shapes on different processes: detected before communicating.
+  xj::Array mine = xj::zeros({static_cast<std::int64_t>(3 + me())}, xj::f64);
+  std::string msg = message_of<xj::ShapeError>([&] { (void)xj::psum(mine); });
+  CHECK(contains(msg, "different shapes"));
+  // The processes are still in step afterwards.
+  CHECK(xj::psum(xj::scalar(1.0, xj::f64)).item<double>() == static_cast<double>(n()));
+}
+
+int main(int argc, char** argv) {
+  xj::distributed::Session session(argc, argv);
+  doctest::Context context(argc, argv);
+  int failed = context.run() != 0 ? 1 : 0;
+  // Every process exits with the same status: failed if any process failed.
+  int any = static_cast<int>(xj::psum(xj::scalar(failed, xj::i32)).item<std::int32_t>());
+  return any != 0 ? 1 : 0;
+}
