@@ -4,6 +4,7 @@
 // (SPMD), from one thread at a time.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "xjax/dtype.hpp"
 #include "xjax/primitives.hpp"
@@ -17,9 +18,10 @@ void require_initialized(Primitive p);
 int rank();
 int size();
 
-/// Raises xj::ShapeError on every process unless all processes pass the same aval: a mismatch
-/// would otherwise hang or corrupt memory inside MPI.
-void check_same_aval(Primitive p, const ShapedArray& aval);
+/// Raises xj::ShapeError on every process unless all processes are at the same collective: the
+/// same primitive, parameters (`params`: axis, pairs, ...) and operand type. A mismatch would
+/// otherwise hang or corrupt memory inside MPI.
+void check_same_call(Primitive p, const ShapedArray& aval, std::span<const std::int64_t> params = {});
 
 /// out = op over processes of in (count elements of dtype each).
 void allreduce(const void* in, void* out, std::int64_t count, DType dtype, ReduceOp op);

@@ -42,6 +42,15 @@ std::mutex& comm_mutex() {  // one collective at a time per process
   static std::mutex m;
   return m;
 }
+distributed::CommunicationStats& stats() {  // guarded by comm_mutex
+  static distributed::CommunicationStats s;
+  return s;
+}
+void count(std::int64_t bytes) {
+  std::lock_guard lock(comm_mutex());
+  ++stats().collectives;
+  stats().bytes += bytes;
+}
 
 bool launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
@@ -107,6 +116,15 @@ void finalize() {
 }
 
 bool is_initialized() { return state().initialized; }
+
+CommunicationStats communication_stats() {
+  std::lock_guard lock(comm_mutex());
+  return stats();
+}
+void reset_communication_stats() {
+  std::lock_guard lock(comm_mutex());
+  stats() = {};
+}
 int process_index() { return state().rank; }
 int process_count() { return state().size; }
 
@@ -151,11 +169,13 @@ void require_initialized(Primitive p) {
 int rank() { return state().rank; }
 int size() { return state().size; }
 
-void check_same_aval(Primitive p, const ShapedArray& aval) {
+void check_same_call(Primitive p, const ShapedArray& aval, std::span<const std::int64_t> params) {
   if (!state().mpi || state().size == 1) return;
 #if defined(XJAX_HAVE_MPI)
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(static_cast<std::uint64_t>(p));
+  for (auto v : params) mix(static_cast<std::uint64_t>(v));
   mix(static_cast<std::uint64_t>(aval.dtype));
   mix(aval.shape.size());
   for (auto d : aval.shape) mix(static_cast<std::uint64_t>(d));
@@ -165,16 +185,19 @@ void check_same_aval(Primitive p, const ShapedArray& aval) {
     check(MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
   }
   if (all[0] != ~all[1])  // max(h) != min(h): the processes disagree
-    throw ShapeError(std::string(primitive_name(p)) + ": the processes pass operands of different shapes or dtypes "
-                     "(this process: " + aval.str() + "); every process must run the same collectives on the same "
-                     "types");
+    throw ShapeError(std::string(primitive_name(p)) + ": the processes are not at the same collective (this process: " +
+                     std::string(primitive_name(p)) + " of " + aval.str() + "): they pass operands of different shapes "
+                     "or dtypes, or run different collectives. Every process must run the same program: branch on "
+                     "the process index with arrays (xj::where), not with C++ if (docs/distributed.md)");
 #else
   (void)p;
   (void)aval;
+  (void)params;
 #endif
 }
 
 void allreduce(const void* in, void* out, std::int64_t count, DType dtype, ReduceOp op) {
+  xjax::count(count * static_cast<std::int64_t>(itemsize(dtype)));
   if (!state().mpi) {
     std::memcpy(out, in, static_cast<std::size_t>(count) * itemsize(dtype));
     return;
@@ -188,6 +211,7 @@ void allreduce(const void* in, void* out, std::int64_t count, DType dtype, Reduc
 }
 
 void allgather(const void* in, void* out, std::int64_t bytes) {
+  xjax::count(bytes);
   if (!state().mpi) {
     std::memcpy(out, in, static_cast<std::size_t>(bytes));
     return;
@@ -200,6 +224,7 @@ void allgather(const void* in, void* out, std::int64_t bytes) {
 }
 
 void reduce_scatter_sum(const void* in, void* out, std::int64_t count, DType dtype) {
+  xjax::count(count * static_cast<std::int64_t>(itemsize(dtype)) * state().size);
   if (!state().mpi) {
     std::memcpy(out, in, static_cast<std::size_t>(count) * itemsize(dtype));
     return;
@@ -212,6 +237,7 @@ void reduce_scatter_sum(const void* in, void* out, std::int64_t count, DType dty
 }
 
 void sendrecv(const void* in, int to, void* out, int from, std::int64_t bytes) {
+  xjax::count(to >= 0 ? bytes : 0);
   if (!state().mpi) {
     if (from == 0 && to == 0) std::memcpy(out, in, static_cast<std::size_t>(bytes));
     return;

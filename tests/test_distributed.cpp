@@ -163,6 +163,10 @@ TEST_CASE("distributed: misuse is a clear error on every process, not a hang") {
   xj::Array mine = xj::zeros({static_cast<std::int64_t>(3 + me())}, xj::f64);
   std::string msg = message_of<xj::ShapeError>([&] { (void)xj::psum(mine); });
   CHECK(contains(msg, "different shapes"));
+  // Different collectives on different processes (a C++ branch on the process index): an error
+  // on both, not a hang.
+  msg = message_of<xj::ShapeError>([&] { (void)(me() == 0 ? xj::psum(x) : xj::pmax(x)); });
+  CHECK(contains(msg, "not at the same collective"));
   // The processes are still in step afterwards.
   CHECK(xj::psum(xj::scalar(1.0, xj::f64)).item<double>() == static_cast<double>(n()));
 }

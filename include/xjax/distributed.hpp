@@ -27,6 +27,15 @@ bool is_initialized();
 /// initialize).
 int process_index();
 int process_count();
+/// What this process has communicated since the last reset: collectives run and the bytes of
+/// their operands (an allreduce of a 1 MiB gradient counts 1 MiB). The type checks collectives
+/// make first (docs/distributed.md) are not counted.
+struct CommunicationStats {
+  std::int64_t collectives = 0;
+  std::int64_t bytes = 0;
+};
+CommunicationStats communication_stats();
+void reset_communication_stats();
 /// Ends every process of the run at once, with `code` (MPI_Abort), after printing `message` to
 /// stderr: what a process that cannot continue must do so that the others do not wait forever.
 [[noreturn]] void abort(const char* message, int code = 1);

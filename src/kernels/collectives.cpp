@@ -1,5 +1,6 @@
 // collectives.cpp: the kernels of the collective primitives, on top of src/comm.hpp. Each checks
 // first that every process passes the same type (a mismatch is a ShapeError, not a hang).
+#include <array>
 #include <cstring>
 #include <numeric>
 
@@ -15,7 +16,7 @@ const void* bytes_of(const Array& x) { return x.raw_data(); }
 
 Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
   comm::require_initialized(p);
-  comm::check_same_aval(p, x.aval());
+  comm::check_same_call(p, x.aval());
   Array result = alloc_array(out);
   if (out.size() == 0) return result;
   comm::allreduce(bytes_of(x), mutable_data(result), out.size(), out.dtype,
@@ -26,7 +27,7 @@ Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
 // The processes' x in process order as [n, x.shape...], then the new axis moved into place.
 Array all_gather_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
   comm::require_initialized(Primitive::all_gather);
-  comm::check_same_aval(Primitive::all_gather, x.aval());
+  comm::check_same_call(Primitive::all_gather, x.aval(), std::array{axis});
   ShapedArray stacked{x.shape(), x.dtype()};
   stacked.shape.insert(stacked.shape.begin(), out.shape[static_cast<std::size_t>(axis)]);
   Array gathered = alloc_array(stacked);
@@ -43,7 +44,7 @@ Array all_gather_kernel(const Array& x, std::int64_t axis, const ShapedArray& ou
 // reduce-scatter of the chunks.
 Array psum_scatter_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
   comm::require_initialized(Primitive::psum_scatter);
-  comm::check_same_aval(Primitive::psum_scatter, x.aval());
+  comm::check_same_call(Primitive::psum_scatter, x.aval(), std::array{axis});
   Array front = x;
   if (axis != 0) {
     Ints perm{axis};
@@ -58,7 +59,7 @@ Array psum_scatter_kernel(const Array& x, std::int64_t axis, const ShapedArray& 
 
 Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out) {
   comm::require_initialized(Primitive::ppermute);
-  comm::check_same_aval(Primitive::ppermute, x.aval());
+  comm::check_same_call(Primitive::ppermute, x.aval(), perm);
   int me = comm::rank(), to = -1, from = -1;
   for (std::size_t i = 0; i + 1 < perm.size(); i += 2) {
     if (perm[i] == me) to = static_cast<int>(perm[i + 1]);
