@@ -52,6 +52,22 @@ void count(std::int64_t bytes) {
   stats().bytes += bytes;
 }
 
+// An exception nobody catches (escaping main or a thread) ends the whole run with its message,
+// so the other processes do not wait forever in their next collective.
+void abort_run_on_terminate() {
+  std::string what = "terminate called";
+  if (auto e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = std::string("uncaught exception: ") + ex.what();
+    } catch (...) {
+      what = "uncaught exception";
+    }
+  }
+  distributed::abort(what.c_str(), 1);
+}
+
 bool launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
@@ -88,6 +104,7 @@ void start(int* argc, char*** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &s.size);
     s.mpi = true;
+    std::set_terminate(abort_run_on_terminate);
   }
 #else
   (void)argc;
