@@ -30,6 +30,9 @@ TEST_CASE("collectives: an error before initialize; in one process, the identiti
   check_close(xj::ppermute(x, {}), xj::zeros({2, 3}, xj::f64), 1e-15);  // nobody sends here
   CHECK_THROWS_AS(xj::ppermute(x, {{0, 1}}), xj::Error);                 // process 1 does not exist
   CHECK_THROWS_AS(xj::psum_scatter(x, 0), xj::ShapeError);               // axis 0 is not of size 1
+  CHECK_THROWS_AS(xj::all_gather(x, 3), xj::ShapeError);                 // new axis beyond rank + 1
+  CHECK_THROWS_AS(xj::psum(xj::zeros({2}, xj::bool_)), xj::TypeError);   // a sum needs numbers
+  check_close(xj::all_gather(x, -1), xj::expand_dims(x, 2), 1e-15);      // negative: from the end
   // Derivatives: d sum(psum(x) * x) = 2x here; jvp and grad agree, and so does jit.
   auto f = [](const xj::Array& y) { return xj::sum(xj::psum(y) * y); };
   check_close(xj::grad(f)(x), x * 2.0, 1e-14);
