@@ -91,7 +91,7 @@ std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJa
   std::vector<Array> ins, outs;
   for (const auto& st : plan.steps) {
     ins.clear();
-    for (const auto& op : st.ins) ins.push_back(read(op));
+    for (const auto& op : st.ins) ins.push_back(op.last_use ? std::move(slots[op.slot]) : read(op));
     switch (st.kind) {
       case EvalPlan::Kind::kernel:
         outs.clear();

@@ -317,6 +317,13 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     }
     for (const auto& in : e.inputs) st.ins.push_back(operand(in));
     st.free_after = dying(i, i + 1);
+    // A value read for the last time is handed over (moved), so a higher-order step owns it and
+    // may reuse its buffer (revolve_bwd's snapshots).
+    for (auto& op : st.ins) {
+      auto reads = std::count_if(st.ins.begin(), st.ins.end(), [&](const EvalPlan::Operand& o) { return !o.literal && o.slot == op.slot; });
+      op.last_use = !op.literal && reads == 1 &&
+                    std::find(st.free_after.begin(), st.free_after.end(), op.slot) != st.free_after.end();
+    }
     for (const auto& o : e.outputs) st.outs.push_back(define(o));
     plan->steps.push_back(std::move(st));
     i = end;

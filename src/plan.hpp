@@ -22,6 +22,7 @@ struct EvalPlan {
   struct Operand {
     std::size_t slot = 0;
     const Literal* literal = nullptr;
+    bool last_use = false;  // the step is the slot's last reader (and reads it once): moved out
   };
   enum class Kind { kernel, impl, fused };
   struct Step {

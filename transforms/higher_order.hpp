@@ -4,6 +4,7 @@
 #pragma once
 #include "ad.hpp"
 #include "batching.hpp"
+#include "pe_rules.hpp"
 
 namespace xjax::detail {
 
@@ -15,7 +16,8 @@ ImplRule impl_rule(Primitive p);
 // rules are while_loop_jvp, ...: an identifier with a double underscore is reserved).
 #define XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(X)                                                  \
   X(custom_jvp_call, custom_jvp_call) X(custom_vjp_call, custom_vjp_call) X(custom_lin, custom_lin) \
-  X(scan, scan) X(cond, cond) X(while_, while_loop) X(checkpoint, checkpoint)
+  X(scan, scan) X(cond, cond) X(while_, while_loop) X(checkpoint, checkpoint) \
+  X(revolve_fwd, revolve_fwd) X(revolve_lin, revolve_lin) X(revolve_bwd, revolve_bwd)
 
 // The shape and evaluation rules receive the primitive's parameter struct; the tables that
 // dispatch to them unwrap it (Params::get).
@@ -43,6 +45,21 @@ PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknow
 Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn while_loop_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
+
+/// The transpose of a scan body (consts, carry, xs) -> (carry, ys) that is linear in its carries
+/// and in the consts and xs with lin_in set (lin_in's carry entries are ignored):
+///   jaxpr : (consts c_nl; ct acc of c_lin, ct carry; xs x_nl, ct ys) -> (ct acc', ct carry'; ct x_lin)
+/// where the acc inputs accumulate the cotangents of the linear consts across steps.
+struct TransposedBody {
+  ClosedJaxpr jaxpr;
+  std::vector<std::size_t> c_nl, c_lin, x_nl, x_lin;  // positions among the body's invars
+};
+TransposedBody transpose_scan_body(const ClosedJaxpr& body, std::size_t nc, std::size_t ncar, const std::vector<bool>& lin_in);
+
+/// scan's partial evaluation under a binomial schedule (snapshots > 0): the known scan becomes
+/// revolve_fwd and the staged one revolve_lin (revolve.cpp). `uk` and `pe` are the body's split
+/// after the unknown-carry fixpoint. nullopt when the schedule does not apply (no known carry).
+std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool>& uk, const PartialEval& pe);
 
 /// j with its invars reordered: new invars[i] = old invars[order[i]] (same for outvars).
 ClosedJaxpr permute_invars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);

@@ -28,13 +28,14 @@ struct ScanParams {
   bool reverse = false;
   std::int64_t unroll = 1;
   std::size_t nconsts = 0, ncarry = 0;
+  std::int64_t snapshots = 0;  // 0: every step; s > 0: the binomial schedule
 
   std::size_t nxs() const { return body->jaxpr->invars.size() - nconsts - ncarry; }
   std::size_t nys() const { return body->jaxpr->outvars.size() - ncarry; }
 
   static ScanParams read(const params::Scan& p) {
     return {p.jaxpr, p.length, p.reverse, p.unroll, static_cast<std::size_t>(p.num_consts),
-            static_cast<std::size_t>(p.num_carry)};
+            static_cast<std::size_t>(p.num_carry), p.snapshots};
   }
   static ScanParams read(const Params& ps) { return read(ps.get<params::Scan>()); }
   params::Scan with(ClosedJaxpr b, std::size_t nc, std::size_t ncar, bool rev) const {
@@ -43,7 +44,8 @@ struct ScanParams {
             .reverse = rev,
             .unroll = unroll,
             .num_consts = static_cast<std::int64_t>(nc),
-            .num_carry = static_cast<std::int64_t>(ncar)};
+            .num_carry = static_cast<std::int64_t>(ncar),
+            .snapshots = snapshots};
   }
 };
 
@@ -357,6 +359,8 @@ PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, con
   std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
   std::vector<bool> uk = in_unknown;
   PartialEval pe = body_partial_eval(sp, uk, saveable);
+  if (sp.snapshots > 0)
+    if (auto split = revolve_partial_eval(e, uk, pe)) return *split;
 
   // Where each body invar comes from in the outer equation.
   std::unordered_map<std::uint64_t, std::size_t> outer_index;
@@ -442,67 +446,69 @@ PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, con
 
 // ---- transpose -------------------------------------------------------------------------------
 
+TransposedBody transpose_scan_body(const ClosedJaxpr& body, std::size_t nc, std::size_t ncar, const std::vector<bool>& lin_in) {
+  const Jaxpr& b = *body.jaxpr;
+  const std::size_t nx = b.invars.size() - nc - ncar, ny = b.outvars.size() - ncar;
+  std::vector<bool> lin = lin_in;
+  for (std::size_t k = 0; k < ncar; ++k) lin[nc + k] = true;
+  TransposedBody tb;
+  for (std::size_t i = 0; i < nc; ++i) (lin[i] ? tb.c_lin : tb.c_nl).push_back(i);
+  for (std::size_t i = nc + ncar; i < nc + ncar + nx; ++i) (lin[i] ? tb.x_lin : tb.x_nl).push_back(i);
+  std::vector<ShapedArray> avals;
+  for (auto i : tb.c_nl) avals.push_back(b.invars[i].aval());
+  for (auto i : tb.c_lin) avals.push_back(b.invars[i].aval());
+  for (std::size_t k = 0; k < ncar; ++k) avals.push_back(b.invars[nc + k].aval());
+  for (auto i : tb.x_nl) avals.push_back(b.invars[i].aval());
+  for (std::size_t k = 0; k < ny; ++k) avals.push_back(atom_aval(b.outvars[ncar + k]));
+  auto body_t = [&](std::span<const Array> args) {
+    std::size_t p = 0;
+    std::vector<Array> nonlin(b.invars.size());
+    for (auto i : tb.c_nl) nonlin[i] = args[p++];
+    std::vector<Array> acc(args.begin() + static_cast<std::ptrdiff_t>(p), args.begin() + static_cast<std::ptrdiff_t>(p + tb.c_lin.size()));
+    p += tb.c_lin.size();
+    std::vector<Tangent> cts;
+    for (std::size_t k = 0; k < ncar; ++k) cts.push_back(args[p++]);
+    for (auto i : tb.x_nl) nonlin[i] = args[p++];
+    for (std::size_t k = 0; k < ny; ++k) cts.push_back(args[p++]);
+    std::vector<Array> nl_args;
+    for (std::size_t i = 0; i < b.invars.size(); ++i)
+      if (!lin[i]) nl_args.push_back(nonlin[i]);
+    auto got = backward_pass(body, lin, nl_args, cts);  // cts of linear invars, in order
+    std::vector<Array> out;
+    std::size_t g = 0;
+    for (std::size_t c = 0; c < tb.c_lin.size(); ++c) out.push_back(add(acc[c], got[g++].instantiate()));
+    for (std::size_t k = 0; k < ncar; ++k) out.push_back(got[g++].instantiate());
+    for (std::size_t k = 0; k < tb.x_lin.size(); ++k) out.push_back(got[g++].instantiate());
+    return out;
+  };
+  tb.jaxpr = trace_flat(body_t, avals);
+  return tb;
+}
+
 // scan(body)^T runs body^T the other way: carry (ct of linear consts, ct of carry),
 // xs (non-linear xs, ct of ys) -> ys (ct of linear xs).
 std::vector<Tangent> scan_transpose(const TransposeArgs& a) {
   ScanParams sp = ScanParams::read(a.params);
-  std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
-  const Jaxpr& b = *sp.body->jaxpr;
+  std::size_t nc = sp.nconsts, ncar = sp.ncarry, ny = sp.nys();
   std::vector<bool> lin(a.in.size());
   for (std::size_t i = 0; i < a.in.size(); ++i) lin[i] = a.in[i].is_linear();
   // The body is linear in every carry. An initial carry that is not linear is a known value that
   // only a linear computation reads (e.g. an instantiated zero tangent): it gets no cotangent.
-  std::vector<bool> init_lin(lin.begin() + static_cast<std::ptrdiff_t>(nc), lin.begin() + static_cast<std::ptrdiff_t>(nc + ncar));
-  for (std::size_t k = 0; k < ncar; ++k) lin[nc + k] = true;
-  std::vector<std::size_t> c_nl, c_lin, x_nl, x_lin;
-  for (std::size_t i = 0; i < nc; ++i) (lin[i] ? c_lin : c_nl).push_back(i);
-  for (std::size_t i = nc + ncar; i < nc + ncar + nx; ++i) (lin[i] ? x_lin : x_nl).push_back(i);
-
-  // body^T : (consts_nl; ct_consts_acc, ct_carry; xs_nl, ct_y) -> (ct_consts_acc', ct_carry'; ct_x)
-  std::vector<ShapedArray> avals;
-  for (auto i : c_nl) avals.push_back(b.invars[i].aval());
-  for (auto i : c_lin) avals.push_back(b.invars[i].aval());
-  for (std::size_t k = 0; k < ncar; ++k) avals.push_back(b.invars[nc + k].aval());
-  for (auto i : x_nl) avals.push_back(b.invars[i].aval());
-  for (std::size_t k = 0; k < ny; ++k) avals.push_back(atom_aval(b.outvars[ncar + k]));
-  std::vector<bool> body_lin = lin;
-  auto body_t = [&](std::span<const Array> args) {
-    std::size_t p = 0;
-    std::vector<Array> nonlin(b.invars.size());
-    for (auto i : c_nl) nonlin[i] = args[p++];
-    std::vector<Array> acc(args.begin() + static_cast<std::ptrdiff_t>(p), args.begin() + static_cast<std::ptrdiff_t>(p + c_lin.size()));
-    p += c_lin.size();
-    std::vector<Tangent> cts;
-    for (std::size_t k = 0; k < ncar; ++k) cts.push_back(args[p++]);
-    for (auto i : x_nl) nonlin[i] = args[p++];
-    for (std::size_t k = 0; k < ny; ++k) cts.push_back(args[p++]);
-    std::vector<Array> nl_args;
-    for (std::size_t i = 0; i < b.invars.size(); ++i)
-      if (!body_lin[i]) nl_args.push_back(nonlin[i]);
-    auto got = backward_pass(*sp.body, body_lin, nl_args, cts);  // cts of linear invars, in order
-    std::vector<Array> out;
-    std::size_t g = 0;
-    for (std::size_t c = 0; c < c_lin.size(); ++c) out.push_back(add(acc[c], got[g++].instantiate()));
-    std::vector<Array> ct_carry, ct_x;
-    for (std::size_t k = 0; k < ncar; ++k) out.push_back(got[g++].instantiate());
-    for (std::size_t k = 0; k < x_lin.size(); ++k) out.push_back(got[g++].instantiate());
-    return out;
-  };
-  ClosedJaxpr bt = trace_flat(body_t, avals);
+  TransposedBody tb = transpose_scan_body(*sp.body, nc, ncar, lin);
   std::vector<Array> operands;
-  for (auto i : c_nl) operands.push_back(a.in[i].value);
-  for (auto i : c_lin) operands.push_back(broadcast_to(scalar(0.0, a.in[i].aval.dtype), a.in[i].aval.shape));
+  for (auto i : tb.c_nl) operands.push_back(a.in[i].value);
+  for (auto i : tb.c_lin) operands.push_back(broadcast_to(scalar(0.0, a.in[i].aval.dtype), a.in[i].aval.shape));
   for (std::size_t k = 0; k < ncar; ++k) operands.push_back(a.ct[k].instantiate());
-  for (auto i : x_nl) operands.push_back(a.in[i].value);
+  for (auto i : tb.x_nl) operands.push_back(a.in[i].value);
   for (std::size_t k = 0; k < ny; ++k) operands.push_back(a.ct[ncar + k].instantiate());
-  auto outs = bind_scan(sp, bt, c_nl.size(), c_lin.size() + ncar, !sp.reverse, operands, a.loc);
+  auto outs = bind_scan(sp, tb.jaxpr, tb.c_nl.size(), tb.c_lin.size() + ncar, !sp.reverse, operands, a.loc);
   std::vector<Tangent> res;
   for (const auto& in : a.in) res.push_back(Tangent::zero(in.aval));
   std::size_t o = 0;
-  for (auto i : c_lin) res[i] = outs[o++];
+  for (auto i : tb.c_lin) res[i] = outs[o++];
   for (std::size_t k = 0; k < ncar; ++k, ++o)
-    if (init_lin[k]) res[nc + k] = outs[o];
-  for (auto i : x_lin) res[i] = outs[o++];
+    if (lin[nc + k]) res[nc + k] = outs[o];
+  for (auto i : tb.x_lin) res[i] = outs[o++];
   return res;
 }
 
@@ -545,7 +551,8 @@ Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>&
 // ---- the flat entry --------------------------------------------------------------------------
 
 std::vector<Array> scan_flat(const ClosedJaxpr& body, std::span<const Array> init, std::span<const Array> xs,
-                             std::int64_t length, bool reverse, std::int64_t unroll, std::source_location loc) {
+                             std::int64_t length, bool reverse, std::int64_t unroll, std::source_location loc,
+                             std::int64_t snapshots) {
   ClosedJaxpr closed = consts_as_inputs(body);
   std::vector<Array> operands = body.consts;
   operands.insert(operands.end(), init.begin(), init.end());
@@ -553,6 +560,7 @@ std::vector<Array> scan_flat(const ClosedJaxpr& body, std::span<const Array> ini
   ScanParams sp;
   sp.length = length;
   sp.unroll = unroll;
+  sp.snapshots = snapshots;
   return bind(Primitive::scan, operands, sp.with(closed, body.consts.size(), init.size(), reverse), loc);
 }
 

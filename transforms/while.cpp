@@ -21,24 +21,28 @@ namespace {
 struct WhileParams {
   ClosedJaxprPtr cond, body;
   std::size_t cn = 0, bn = 0;
+  std::int64_t snapshots = 0;  // reverse mode: 0 none, s > 0 online(s)
 
   static WhileParams read(const params::While& p) {
-    return {p.cond_jaxpr, p.body_jaxpr, static_cast<std::size_t>(p.cond_nconsts), static_cast<std::size_t>(p.body_nconsts)};
+    return {p.cond_jaxpr, p.body_jaxpr, static_cast<std::size_t>(p.cond_nconsts), static_cast<std::size_t>(p.body_nconsts),
+            p.snapshots};
   }
   static WhileParams read(const Params& ps) { return read(ps.get<params::While>()); }
 };
 
-params::While while_params(ClosedJaxpr cond, ClosedJaxpr body, std::size_t cn, std::size_t bn) {
+params::While while_params(ClosedJaxpr cond, ClosedJaxpr body, std::size_t cn, std::size_t bn, std::int64_t snapshots) {
   return {.cond_jaxpr = std::make_shared<const ClosedJaxpr>(std::move(cond)),
           .body_jaxpr = std::make_shared<const ClosedJaxpr>(std::move(body)),
           .cond_nconsts = static_cast<std::int64_t>(cn),
-          .body_nconsts = static_cast<std::int64_t>(bn)};
+          .body_nconsts = static_cast<std::int64_t>(bn),
+          .snapshots = snapshots};
 }
 
 // Binds a while whose cond and body may close over values (traced jaxprs): their consts become
 // leading cond / body consts.
 std::vector<Array> bind_while(const ClosedJaxpr& cond, const ClosedJaxpr& body, std::span<const Array> cconsts,
-                              std::span<const Array> bconsts, std::span<const Array> init, std::source_location loc) {
+                              std::span<const Array> bconsts, std::span<const Array> init, std::source_location loc,
+                              std::int64_t snapshots) {
   std::vector<Array> ops = cond.consts;
   ops.insert(ops.end(), cconsts.begin(), cconsts.end());
   ops.insert(ops.end(), body.consts.begin(), body.consts.end());
@@ -46,7 +50,7 @@ std::vector<Array> bind_while(const ClosedJaxpr& cond, const ClosedJaxpr& body, 
   ops.insert(ops.end(), init.begin(), init.end());
   return bind(Primitive::while_, ops,
               while_params(consts_as_inputs(cond), consts_as_inputs(body), cond.consts.size() + cconsts.size(),
-                           body.consts.size() + bconsts.size()),
+                           body.consts.size() + bconsts.size(), snapshots),
               loc);
 }
 
@@ -139,7 +143,7 @@ JvpOut while_loop_jvp(const JvpArgs& a) {
   std::vector<Array> init(a.x.begin() + static_cast<std::ptrdiff_t>(cn + bn), a.x.end());
   for (std::size_t k = 0; k < ncar; ++k)
     if (nz[bn + k]) init.push_back(a.t[cn + bn + k].instantiate());
-  auto outs = bind_while(cond, body, cconsts, bconsts, init, a.loc);
+  auto outs = bind_while(cond, body, cconsts, bconsts, init, a.loc, w.snapshots);
   JvpOut r;
   r.primals.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(ncar));
   std::size_t t = ncar;
@@ -196,7 +200,7 @@ BatchOut while_loop_batch(const BatchArgs& a) {
   std::vector<Array> init(all.begin() + static_cast<std::ptrdiff_t>(cn + bn), all.end());
   BatchDims dims;
   for (std::size_t k = 0; k < ncar; ++k) dims.push_back(carry_b[k] ? 0 : not_batched);
-  if (!pred_b[0]) return {bind_while(cond, body, cconsts, bconsts, init, a.loc), dims};
+  if (!pred_b[0]) return {bind_while(cond, body, cconsts, bconsts, init, a.loc, w.snapshots), dims};
   // Batched predicate: cond' = any(pred); body' over (cconsts, bconsts, carry) keeps finished
   // members' carries.
   std::vector<ShapedArray> cond_avals, body_avals;
@@ -225,7 +229,7 @@ BatchOut while_loop_batch(const BatchArgs& a) {
       body_avals);
   std::vector<Array> both_consts = cconsts;
   both_consts.insert(both_consts.end(), bconsts.begin(), bconsts.end());
-  return {bind_while(any_cond, masked_body, cconsts, both_consts, init, a.loc), dims};
+  return {bind_while(any_cond, masked_body, cconsts, both_consts, init, a.loc, w.snapshots), dims};
 }
 
 // ---- partial evaluation ----------------------------------------------------------------------
@@ -285,7 +289,7 @@ PeSplit while_loop_partial_eval(const Eqn& e, const std::vector<bool>& in_unknow
   }
   for (std::size_t k = 0; k < ncar; ++k)
     if (!carry_uk[k]) ke.outputs.push_back(e.outputs[k]);
-  ke.params = while_params(cond, body, kcn, kbn);
+  ke.params = while_params(cond, body, kcn, kbn, w.snapshots);
   split.known.push_back(std::move(ke));
   Eqn se = e;  // the whole loop; its known outputs get fresh names (the known loop defines them)
   for (std::size_t k = 0; k < ncar; ++k)
@@ -345,15 +349,15 @@ Eqn while_loop_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<
   }
   for (std::size_t k = 0; k < ncar; ++k)
     if (live[k]) out.outputs.push_back(e.outputs[k]);
-  out.params = while_params(cond, body, kcn, kbn);
+  out.params = while_params(cond, body, kcn, kbn, w.snapshots);
   return out;
 }
 
 // ---- the flat entry --------------------------------------------------------------------------
 
 std::vector<Array> while_flat(const ClosedJaxpr& cond, const ClosedJaxpr& body, std::span<const Array> init,
-                              std::source_location loc) {
-  return bind_while(cond, body, {}, {}, init, loc);
+                              std::source_location loc, std::int64_t snapshots) {
+  return bind_while(cond, body, {}, {}, init, loc, snapshots);
 }
 
 Array fori_bound(const Array& b, std::source_location loc) {

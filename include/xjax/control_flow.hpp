@@ -15,6 +15,7 @@
 
 namespace xjax {
 
+struct ScanCheckpointsFactory;
 /// scan's `unroll` option, as in JAX: an iteration count per loop step, or a bool (true unrolls
 /// the whole loop into one step, false is 1). `{.unroll = 4}` and `{.unroll = true}` both work.
 class ScanUnroll {
@@ -32,6 +33,51 @@ class ScanUnroll {
   std::int64_t count_;
 };
 
+/// How reverse mode through a scan or while_loop keeps the loop's carries (ScanOptions and
+/// WhileOptions `.checkpoints`; docs/checkpointing.md, "Schedules"). Make one with
+/// scan_checkpoints::all(), binomial(s) or online(s).
+class ScanCheckpoints {
+ public:
+  enum class Kind { all, binomial, online };
+  constexpr Kind kind() const { return kind_; }
+  /// The most carries the schedule stores (0 for all()).
+  constexpr std::int64_t snapshots() const { return snapshots_; }
+
+ private:
+  constexpr ScanCheckpoints(Kind k, std::int64_t s) : kind_(k), snapshots_(s) {}
+  friend struct ScanCheckpointsFactory;
+  Kind kind_ = Kind::all;
+  std::int64_t snapshots_ = 0;
+};
+
+namespace scan_checkpoints {
+/// Reverse mode keeps what every step needs (its residuals, or its input carry when the body is a
+/// checkpoint): the default, fastest, memory linear in the length.
+ScanCheckpoints all();
+/// Griewank and Walther's binomial schedule (revolve) for scan: at most s stored carries, the
+/// minimal number of recomputed steps for them (scan_schedule_stats). s >= 1.
+ScanCheckpoints binomial(std::int64_t s);
+/// For while_loop, whose trip count is unknown until it ends: at most s stored carries, placed
+/// while the loop runs (docs/checkpointing.md gives the bound on recomputation). s >= 1.
+ScanCheckpoints online(std::int64_t s);
+}  // namespace scan_checkpoints
+
+/// What a schedule costs for a loop of `length` steps: the body's forward runs `advances` times
+/// without keeping residuals (the first sweep and recomputation) and `taped_steps` times keeping
+/// them for the step's backward (once per step); forward_steps is their sum.
+struct ScanScheduleStats {
+  std::int64_t advances = 0;
+  std::int64_t taped_steps = 0;
+  std::int64_t forward_steps = 0;
+  /// The most carries stored at once (the initial carry included).
+  std::int64_t peak_snapshots = 0;
+};
+/// The cost of reversing a scan of `length` steps under `checkpoints`: for binomial(s), Griewank
+/// and Walther's minimum, advances = t(l, s) = r l - C(s + r, s + 1) where r is the least integer
+/// with C(s + r, s) >= l; for online(s), the cost when the loop turns out to run `length` steps;
+/// for all(), one forward pass with every step kept (advances 0, peak_snapshots = length).
+ScanScheduleStats scan_schedule_stats(std::int64_t length, ScanCheckpoints checkpoints);
+
 struct ScanOptions {
   /// Number of iterations; required when xs is xj::None{}, else checked against xs' leading axis.
   std::optional<std::int64_t> length{};
@@ -40,11 +86,16 @@ struct ScanOptions {
   /// Iterations per loop step: the evaluator runs the body composed `unroll` times per step;
   /// `true` unrolls fully (JAX's `unroll=True`), `false` means 1.
   ScanUnroll unroll = 1;
+  /// What reverse mode stores: every step (default) or scan_checkpoints::binomial(s).
+  ScanCheckpoints checkpoints = scan_checkpoints::all();
 };
 
 namespace detail {
 std::vector<Array> scan_flat(const ClosedJaxpr& body, std::span<const Array> init, std::span<const Array> xs,
-                             std::int64_t length, bool reverse, std::int64_t unroll, std::source_location loc);
+                             std::int64_t length, bool reverse, std::int64_t unroll, std::source_location loc,
+                             std::int64_t snapshots = 0);
+/// The snapshots parameter of a scan (Error for online(s), which is while_loop's).
+std::int64_t scan_snapshots(const ScanCheckpoints& c, std::source_location loc);
 /// The number of iterations from the xs leaves and the length option (ShapeError on mismatch).
 std::int64_t scan_length(std::span<const Array> xs, const std::optional<std::int64_t>& length, std::source_location loc);
 /// Checks that the body's carry output matches the carry input (TypeError naming the leaf).
@@ -87,7 +138,8 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     auto out_avals = j.out_avals();
     detail::check_carry(init_def, out_def.children.at(0), std::span(avals).subspan(0, ncarry),
                         std::span(out_avals).subspan(0, std::min(out_avals.size(), out_def.children.at(0).num_leaves())), loc);
-    auto outs = detail::scan_flat(j, init_leaves, xs_leaves, length, opts.reverse, unroll, loc);
+    auto outs = detail::scan_flat(j, init_leaves, xs_leaves, length, opts.reverse, unroll, loc,
+                                  detail::scan_snapshots(opts.checkpoints, loc));
     std::span<const Array> all(outs);
     return std::pair<Carry, Y>{tree_unflatten<Carry>(init_def, all.subspan(0, ncarry)),
                                tree_unflatten<Y>(out_def.children.at(1), all.subspan(ncarry))};
@@ -193,9 +245,17 @@ auto switch_(detail::Located<Array> index,
 
 // ---- while_loop, fori_loop -------------------------------------------------------------------
 
+struct WhileOptions {
+  /// Reverse mode: none (default, as in JAX: grad raises TransformError) or
+  /// scan_checkpoints::online(s), which stores at most s carries.
+  ScanCheckpoints checkpoints = scan_checkpoints::all();
+};
+
 namespace detail {
 std::vector<Array> while_flat(const ClosedJaxpr& cond, const ClosedJaxpr& body, std::span<const Array> init,
-                              std::source_location loc);
+                              std::source_location loc, std::int64_t snapshots = 0);
+/// The snapshots parameter of a while_loop (Error for binomial(s), which needs a known length).
+std::int64_t while_snapshots(const ScanCheckpoints& c, std::source_location loc);
 /// TypeError unless cond_fn returns bool[] and body_fn returns the carry's structure and types.
 void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
                  std::span<const ShapedArray> out, std::span<const ShapedArray> pred, std::source_location loc);
@@ -207,9 +267,9 @@ inline Array fori_bound(std::integral auto b, std::source_location) { return sca
 /// while_loop(cond_fn, body_fn, init): carry = init; while (cond_fn(carry)) carry = body_fn(carry);
 /// as lax.while_loop. cond_fn returns a bool scalar Array; body_fn returns the carry with the same
 /// structure, shapes and dtypes. Evaluation and forward mode (jvp) work; reverse mode (grad, vjp)
-/// raises xj::TransformError: use fori_loop with static bounds or scan for that.
+/// needs {.checkpoints = scan_checkpoints::online(s)} and raises xj::TransformError without it.
 template <class CondFn, class BodyFn, class Carry>
-Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init,
+Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init, WhileOptions opts = {},
                  std::source_location loc = std::source_location::current()) {
   detail::FlatArgs fa = detail::flatten_args(init);
   auto avals = fa.avals();
@@ -221,7 +281,7 @@ Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init,
   auto pred = cj.out_avals();
   auto outs = bj.out_avals();
   detail::check_while(fa.defs[0], out_def, avals, outs, pred, loc);
-  auto res = detail::while_flat(cj, bj, fa.leaves, loc);
+  auto res = detail::while_flat(cj, bj, fa.leaves, loc, detail::while_snapshots(opts.checkpoints, loc));
   return tree_unflatten<Carry>(fa.defs[0], res);
 }
 
@@ -245,7 +305,7 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
     Array upper = detail::fori_bound(hi, loc);
     auto c = [upper](const IC& ic) { return lt(ic.first, upper); };
     auto b = [&body](const IC& ic) { return IC{ic.first + 1.0, Carry(body(ic.first, ic.second))}; };
-    return while_loop(c, b, IC{detail::fori_bound(lo, loc), init}, loc).second;
+    return while_loop(c, b, IC{detail::fori_bound(lo, loc), init}, {}, loc).second;
   }
 }
 

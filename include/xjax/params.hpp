@@ -117,16 +117,38 @@ struct CustomVjpCall {
 struct CustomLin {
   BOOST_HANA_DEFINE_STRUCT(CustomLin, (Object, bwd));
 };
+/// snapshots: 0 stores every step for reverse mode (scan_checkpoints::all); s > 0 is the
+/// binomial schedule with at most s stored carries (scan_checkpoints::binomial(s)).
 struct Scan {
   BOOST_HANA_DEFINE_STRUCT(Scan, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse),
-                           (std::int64_t, unroll), (std::int64_t, num_consts), (std::int64_t, num_carry));
+                           (std::int64_t, unroll), (std::int64_t, num_consts), (std::int64_t, num_carry),
+                           (std::int64_t, snapshots));
 };
 struct Cond {
   BOOST_HANA_DEFINE_STRUCT(Cond, (std::vector<ClosedJaxprPtr>, branches));
 };
+/// snapshots: 0 has no reverse mode (as JAX); s > 0 reverses with at most s stored carries
+/// placed online (scan_checkpoints::online(s)).
 struct While {
   BOOST_HANA_DEFINE_STRUCT(While, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, body_jaxpr),
-                           (std::int64_t, cond_nconsts), (std::int64_t, body_nconsts));
+                           (std::int64_t, cond_nconsts), (std::int64_t, body_nconsts), (std::int64_t, snapshots));
+};
+/// The loops reverse mode emits for a checkpointed scan or while_loop (transforms/revolve.cpp).
+/// jaxpr K: (consts, carry, x) -> (carry, y, residuals), the known part of one step.
+/// revolve_fwd runs K's sweep and stores snapshots; revolve_lin is the linear part of the loop
+/// (linear_jaxpr: (lin consts, lin carry, residuals, lin x) -> (lin carry, lin y)); revolve_bwd
+/// is its transpose (linear_jaxpr: (consts, ct carry, residuals, x, ct y) -> (ct carry, ct x)).
+/// length < 0: a while_loop's trip count, known at run time (operands after the snapshots).
+struct RevolveFwd {
+  BOOST_HANA_DEFINE_STRUCT(RevolveFwd, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse),
+                           (std::int64_t, snapshots), (std::int64_t, num_consts), (std::int64_t, num_carry),
+                           (std::int64_t, num_res));
+};
+struct Revolve {
+  BOOST_HANA_DEFINE_STRUCT(Revolve, (ClosedJaxprPtr, jaxpr), (ClosedJaxprPtr, linear_jaxpr), (std::int64_t, length),
+                           (bool, reverse), (std::int64_t, snapshots), (std::int64_t, num_consts),
+                           (std::int64_t, num_carry), (std::int64_t, num_res), (std::int64_t, num_linear_consts),
+                           (std::int64_t, num_linear_carry));
 };
 struct Checkpoint {
   BOOST_HANA_DEFINE_STRUCT(Checkpoint, (ClosedJaxprPtr, jaxpr), (Object, policy), (bool, prevent_cse),
@@ -139,7 +161,7 @@ struct Checkpoint {
   X(IntegerPow) X(ConvertElementType) X(DotGeneral) X(Reduce) X(Argmax) X(BroadcastInDim)   \
   X(Reshape) X(Transpose) X(Squeeze) X(ExpandDims) X(Slice) X(Pad) X(DynamicSlice) X(Concatenate)     \
   X(Gather) X(ScatterAdd) X(Iota) X(Name) X(AllGather) X(PsumScatter) X(Ppermute) X(CustomJvpCall)  \
-  X(CustomVjpCall) X(CustomLin) X(Scan) X(Cond) X(While) X(Checkpoint)
+  X(CustomVjpCall) X(CustomLin) X(Scan) X(Cond) X(While) X(Checkpoint) X(RevolveFwd) X(Revolve)
 
 /// The parameter struct of primitive P (params::None unless specialized below).
 template <Primitive P> struct params_of {
@@ -179,6 +201,9 @@ XJAX_PARAMS_OF(scan, Scan)
 XJAX_PARAMS_OF(cond, Cond)
 XJAX_PARAMS_OF(while_, While)
 XJAX_PARAMS_OF(checkpoint, Checkpoint)
+XJAX_PARAMS_OF(revolve_fwd, RevolveFwd)
+XJAX_PARAMS_OF(revolve_lin, Revolve)
+XJAX_PARAMS_OF(revolve_bwd, Revolve)
 #undef XJAX_PARAMS_OF
 
 namespace detail {

@@ -1,0 +1,227 @@
+// revolve_schedule.cpp: the checkpoint schedules of revolve.hpp, and the public pieces of
+// control_flow.hpp that describe them (scan_checkpoints, scan_schedule_stats).
+#include <algorithm>
+#include <string>
+
+#include "higher_order.hpp"
+#include "revolve.hpp"
+#include "xjax/control_flow.hpp"
+
+namespace xjax {
+
+struct ScanCheckpointsFactory {
+  static ScanCheckpoints make(ScanCheckpoints::Kind k, std::int64_t s) { return ScanCheckpoints(k, s); }
+};
+
+namespace {
+ScanCheckpoints checked(ScanCheckpoints::Kind k, std::int64_t s, const char* name) {
+  if (s < 1) throw Error(std::string("scan_checkpoints::") + name + "(" + std::to_string(s) + "): at least 1 snapshot is needed");
+  return ScanCheckpointsFactory::make(k, s);
+}
+}  // namespace
+
+namespace scan_checkpoints {
+ScanCheckpoints all() { return ScanCheckpointsFactory::make(ScanCheckpoints::Kind::all, 0); }
+ScanCheckpoints binomial(std::int64_t s) { return checked(ScanCheckpoints::Kind::binomial, s, "binomial"); }
+ScanCheckpoints online(std::int64_t s) { return checked(ScanCheckpoints::Kind::online, s, "online"); }
+}  // namespace scan_checkpoints
+
+namespace detail {
+
+// ---- the binomial schedule ---------------------------------------------------------------------
+
+std::int64_t binomial_advances(std::int64_t l, std::int64_t c) {
+  if (l <= 1) return 0;
+  const std::int64_t s = c + 1;
+  std::int64_t r = 0, beta = 1;  // beta = C(s + r, r)
+  while (beta < l) {
+    ++r;
+    beta = beta * (s + r) / r;
+  }
+  std::int64_t b = 1;  // C(s + 1 + k, k) for k = 0 .. r - 1
+  for (std::int64_t k = 1; k <= r - 1; ++k) b = b * (s + 1 + k) / k;
+  return r * l - b;
+}
+
+namespace {
+// The cost of reversing [0, l) with c free slots when the first advance goes to m:
+// m advances, then [m, l) with c - 1 slots, then [0, m) with c again.
+std::int64_t split_cost(std::int64_t l, std::int64_t c, std::int64_t m) {
+  return m + binomial_advances(l - m, c - 1) + binomial_advances(m, c);
+}
+
+// The best first advance for l >= 2 steps and c >= 1 free slots. split_cost is convex in m (a
+// sum of convex piecewise-linear functions), so the minimum is where its slope turns >= 0.
+std::int64_t best_split(std::int64_t l, std::int64_t c) {
+  std::int64_t lo = 1, hi = l - 1;
+  while (lo < hi) {
+    std::int64_t mid = lo + (hi - lo) / 2;
+    if (split_cost(l, c, mid + 1) >= split_cost(l, c, mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+}  // namespace
+
+void reverse_segment(std::int64_t start, std::int64_t end, std::int64_t start_slot, std::vector<std::int64_t>& free,
+                     std::vector<RevolveAction>& out) {
+  using K = RevolveAction::Kind;
+  if (end - start == 1) {
+    out.push_back({K::reverse, start});
+    return;
+  }
+  if (free.empty()) {  // from the held carry every time: l (l - 1) / 2 advances
+    for (std::int64_t e = end; e > start; --e) {
+      if (e != end) out.push_back({K::restore, start_slot});
+      if (e - 1 > start) out.push_back({K::advance, e - 1 - start});
+      out.push_back({K::reverse, e - 1});
+    }
+    return;
+  }
+  const std::int64_t m = start + best_split(end - start, static_cast<std::int64_t>(free.size()));
+  out.push_back({K::advance, m - start});
+  const std::int64_t slot = free.back();
+  free.pop_back();
+  out.push_back({K::store, slot});
+  reverse_segment(m, end, slot, free, out);
+  out.push_back({K::release, slot});
+  free.push_back(slot);
+  out.push_back({K::restore, start_slot});
+  reverse_segment(start, m, start_slot, free, out);
+}
+
+std::vector<RevolveAction> binomial_schedule(std::int64_t l, std::int64_t s) {
+  if (l < 1 || s < 1) throw InternalError("binomial_schedule", "needs l >= 1 and s >= 1");
+  std::vector<RevolveAction> out{{RevolveAction::Kind::store, 0}};
+  std::vector<std::int64_t> free;
+  for (std::int64_t k = s - 1; k >= 1; --k) free.push_back(k);
+  reverse_segment(0, l, 0, free, out);
+  return out;
+}
+
+// ---- the online placement ----------------------------------------------------------------------
+
+OnlinePlacement::OnlinePlacement(std::int64_t s) : s_(s), capacity_((s + 1) / 2), slot_of_(static_cast<std::size_t>((s + 1) / 2), -1) {}
+
+std::int64_t OnlinePlacement::visit(std::int64_t pos) {
+  released_.clear();
+  auto free_slot = [&]() -> std::int64_t {
+    for (std::size_t k = 0; k < slot_of_.size(); ++k)
+      if (slot_of_[k] < 0) return static_cast<std::int64_t>(k);
+    return -1;
+  };
+  if (pos == 0) {
+    slot_of_[0] = 0;
+    return 0;
+  }
+  if (capacity_ < 2 || pos % stride_ != 0) return -1;
+  if (free_slot() < 0) {  // full: keep the multiples of twice the stride
+    stride_ *= 2;
+    for (std::size_t k = 0; k < slot_of_.size(); ++k)
+      if (slot_of_[k] > 0 && slot_of_[k] % stride_ != 0) {
+        slot_of_[k] = -1;
+        released_.push_back(static_cast<std::int64_t>(k));
+      }
+    if (pos % stride_ != 0) return -1;
+  }
+  std::int64_t k = free_slot();
+  slot_of_[static_cast<std::size_t>(k)] = pos;
+  return k;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> OnlinePlacement::stored() const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (std::size_t k = 0; k < slot_of_.size(); ++k)
+    if (slot_of_[k] >= 0) out.emplace_back(slot_of_[k], static_cast<std::int64_t>(k));
+  std::sort(out.begin(), out.end());
+  (void)s_;
+  return out;
+}
+
+std::vector<RevolveAction> segments_schedule(std::int64_t l, std::int64_t s,
+                                             const std::vector<std::pair<std::int64_t, std::int64_t>>& stored) {
+  using K = RevolveAction::Kind;
+  std::vector<RevolveAction> out;
+  std::vector<bool> used(static_cast<std::size_t>(s), false);
+  for (const auto& [pos, slot] : stored) used[static_cast<std::size_t>(slot)] = true;
+  std::vector<std::int64_t> free;
+  for (std::int64_t k = s - 1; k >= 0; --k)
+    if (!used[static_cast<std::size_t>(k)]) free.push_back(k);
+  for (std::size_t j = stored.size(); j-- > 0;) {
+    const auto [start, slot] = stored[j];
+    const std::int64_t end = j + 1 < stored.size() ? stored[j + 1].first : l;
+    if (start >= end) continue;
+    out.push_back({K::restore, slot});
+    reverse_segment(start, end, slot, free, out);
+    out.push_back({K::release, slot});
+    free.push_back(slot);
+  }
+  return out;
+}
+
+// ---- options -----------------------------------------------------------------------------------
+
+std::int64_t scan_snapshots(const ScanCheckpoints& c, std::source_location loc) {
+  if (c.kind() == ScanCheckpoints::Kind::online)
+    throw Error("scan: scan_checkpoints::online is for while_loop, whose length is unknown; a scan's length is known, "
+                "so use scan_checkpoints::binomial(" + std::to_string(c.snapshots()) + ") (at " + format_location(loc) + ")");
+  return c.snapshots();
+}
+
+std::int64_t while_snapshots(const ScanCheckpoints& c, std::source_location loc) {
+  if (c.kind() == ScanCheckpoints::Kind::binomial)
+    throw Error("while_loop: scan_checkpoints::binomial needs the trip count in advance; use scan_checkpoints::online(" +
+                std::to_string(c.snapshots()) + ") (at " + format_location(loc) + ")");
+  return c.snapshots();
+}
+
+}  // namespace detail
+
+// ---- statistics --------------------------------------------------------------------------------
+
+namespace {
+// Counts a schedule's advances and its peak of occupied slots (`held` occupied at the start).
+void tally(const std::vector<detail::RevolveAction>& actions, std::int64_t held, ScanScheduleStats& st) {
+  using K = detail::RevolveAction::Kind;
+  std::int64_t live = held;
+  st.peak_snapshots = std::max(st.peak_snapshots, live);
+  for (const auto& a : actions) {
+    if (a.kind == K::advance) st.advances += a.n;
+    if (a.kind == K::reverse) ++st.taped_steps;
+    if (a.kind == K::store) st.peak_snapshots = std::max(st.peak_snapshots, ++live);
+    if (a.kind == K::release) --live;
+  }
+}
+}  // namespace
+
+ScanScheduleStats scan_schedule_stats(std::int64_t length, ScanCheckpoints checkpoints) {
+  if (length < 0) throw Error("scan_schedule_stats: negative length " + std::to_string(length));
+  ScanScheduleStats st;
+  const std::int64_t s = checkpoints.snapshots();
+  switch (checkpoints.kind()) {
+    case ScanCheckpoints::Kind::all:
+      st.taped_steps = length;
+      st.peak_snapshots = length;
+      break;
+    case ScanCheckpoints::Kind::binomial:
+      if (length > 0) tally(detail::binomial_schedule(length, std::min(s, length)), 0, st);
+      break;
+    case ScanCheckpoints::Kind::online: {
+      // The forward sweep runs every step once (advances); the stored carries are then reversed.
+      detail::OnlinePlacement place(s);
+      std::int64_t live = 0;
+      for (std::int64_t p = 0; p < length; ++p) {
+        if (place.visit(p) >= 0) ++live;
+        live -= static_cast<std::int64_t>(place.released().size());
+        st.peak_snapshots = std::max(st.peak_snapshots, live);
+      }
+      st.advances = length;
+      if (length > 0) tally(detail::segments_schedule(length, s, place.stored()), live, st);
+      break;
+    }
+  }
+  st.forward_steps = st.advances + st.taped_steps;
+  return st;
+}
+
+}  // namespace xjax
