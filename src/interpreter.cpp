@@ -97,7 +97,9 @@ std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJa
         outs.clear();
         outs.push_back(st.kernel(ins));
         break;
-      case EvalPlan::Kind::impl: outs = st.impl(ins, st.eqn->params); break;
+      case EvalPlan::Kind::impl:
+        outs = st.owning_impl ? st.owning_impl(std::move(ins), st.eqn->params) : st.impl(ins, st.eqn->params);
+        break;
       case EvalPlan::Kind::fused: outs = detail::kernels::run_fused(*st.fused, ins); break;
     }
     for (Primitive p : st.counted) detail::count_eval(p);

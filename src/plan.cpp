@@ -309,6 +309,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     st.impl = impl_rule(e.prim);
     if (st.impl) {
       st.kind = EvalPlan::Kind::impl;
+      st.owning_impl = owning_impl_rule(e.prim);
     } else {
       if (e.outputs.size() != 1)
         throw Error("make_plan: " + std::string(primitive_name(e.prim)) + " has " +

@@ -30,6 +30,7 @@ struct EvalPlan {
     const Eqn* eqn = nullptr;                        // kernel, impl: the equation
     KernelFn kernel;                                 // kernel
     ImplRule impl = nullptr;                         // impl
+    OwningImplRule owning_impl = nullptr;            // impl: preferred when set (takes `ins` over)
     std::shared_ptr<const kernels::FusedProgram> fused;  // fused
     std::vector<Primitive> counted;                  // primitives counted per execution (eval_counts)
     std::vector<Operand> ins;

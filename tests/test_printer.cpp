@@ -217,9 +217,14 @@ xj::params::Checkpoint checkpoint_of(const xj::ClosedJaxpr& body) {
 
 TEST_CASE("printer: a nested one-line sub-jaxpr, params sorted by name") {
   auto inner = xj::make_jaxpr([](const xj::Array& x) { return xj::sin(x); })(xj::zeros({3}));
-  // Declared jaxpr, length, reverse, unroll, num_consts, num_carry; printed sorted.
-  auto j = outer_with(xj::params::Scan{
-      .jaxpr = ptr(inner), .length = 3, .reverse = false, .unroll = 1, .num_consts = 0, .num_carry = 0});
+  // Declared jaxpr, length, reverse, unroll, num_consts, num_carry, snapshots; printed sorted.
+  auto j = outer_with(xj::params::Scan{.jaxpr = ptr(inner),
+                                       .length = 3,
+                                       .reverse = false,
+                                       .unroll = 1,
+                                       .num_consts = 0,
+                                       .num_carry = 0,
+                                       .snapshots = 0});
   CHECK(str(j) ==
         "{ lambda ; a:f32[3]. let\n"
         "    b:f32[3] = copy[\n"
@@ -228,6 +233,7 @@ TEST_CASE("printer: a nested one-line sub-jaxpr, params sorted by name") {
         "      num_carry=0\n"
         "      num_consts=0\n"
         "      reverse=False\n"
+        "      snapshots=0\n"
         "      unroll=1\n"
         "    ] a\n"
         "  in (b,) }");

@@ -11,6 +11,10 @@ namespace xjax::detail {
 using ImplRule = std::vector<Array> (*)(std::span<const Array> in, const Params& params);
 /// Evaluation rule of a higher-order primitive (nullptr: the primitive runs a kernel).
 ImplRule impl_rule(Primitive p);
+/// An evaluation rule that takes its operands over (an execution plan's values at their last
+/// use), so it can free them early or reuse their buffers; nullptr for most primitives.
+using OwningImplRule = std::vector<Array> (*)(std::vector<Array>&& in, const Params& params);
+OwningImplRule owning_impl_rule(Primitive p);
 
 // X(primitive, stem): each higher-order primitive with the stem of its rule functions (while_'s
 // rules are while_loop_jvp, ...: an identifier with a double underscore is reserved).

@@ -461,24 +461,32 @@ std::vector<ShapedArray> revolve_bwd_abstract_eval(std::span<const ShapedArray> 
 namespace {
 // The snapshots as arrays the backward sweep may overwrite: the operand itself when nothing else
 // holds it (an execution plan hands over a value at its last use), else a copy.
-Array writable(const Array& x) {
+Array writable(Array& x) {
   const auto& im = *x.impl();
-  if (x.impl().use_count() == 1 && im.buffer.use_count() == 1 && !im.buffer->external && im.offset == 0) return x;
+  if (x.impl().use_count() == 1 && im.buffer.use_count() == 1 && !im.buffer->external && im.offset == 0) return std::move(x);
   return array_from_bytes(x.raw_data(), x.aval());
 }
 }  // namespace
 
+namespace {
 // The rest of the schedule after the forward sweep: reverse the last step with the residuals the
 // forward kept, then restore, advance, store and reverse as the actions say. A reverse step runs
-// K on the working carry for that step's residuals, then B.
-std::vector<Array> revolve_bwd_impl(std::span<const Array> in, const params::Revolve& ps) {
+// K on the working carry for that step's residuals, then B. The operands are taken over: the
+// snapshots are overwritten in place when nothing else holds them, and the last step's residuals
+// and the initial ct state are freed once read.
+std::vector<Array> revolve_bwd_run(std::vector<Array>&& in, const params::Revolve& ps) {
   const StepShape sh = shape_of(ps);
   const LinLayout l = LinLayout::of(sh, ps);
   const auto nlc = static_cast<std::size_t>(ps.num_linear_consts), ncs = static_cast<std::size_t>(ps.num_linear_carry);
   const std::vector<Array> consts = part(in, 0, sh.nc), xs = part(in, l.xs, sh.nx), lin_consts = part(in, l.lin_consts, nlc);
   const std::vector<Array> per_step = part(in, l.per_step, in.size() - l.per_step);
-  std::vector<Array> snaps, state = part(in, l.lin_carry, ncs), carry;
-  for (std::size_t c = 0; c < sh.ncar; ++c) snaps.push_back(writable(in[l.snaps + c]));
+  std::vector<Array> snaps, state, carry, res;
+  for (std::size_t i = 0; i < ncs; ++i) state.push_back(std::move(in[l.lin_carry + i]));
+  for (std::size_t i = 0; i < sh.nres; ++i) res.push_back(std::move(in[l.res + i]));
+  for (std::size_t c = 0; c < sh.ncar; ++c) {
+    Array s = std::move(in[l.snaps + c]);
+    snaps.push_back(writable(s));
+  }
   const auto out_avals = linear_outputs(ps);
   std::vector<Array> ct_xs;
   for (std::size_t i = ncs; i < out_avals.size(); ++i) ct_xs.push_back(alloc_array(out_avals[i]));
@@ -500,7 +508,8 @@ std::vector<Array> revolve_bwd_impl(std::span<const Array> in, const params::Rev
 
   const Schedule sc(sh);
   std::vector<std::int64_t> pos_of = forward_positions(sc, sh.slots);
-  step_back(sh.length - 1, part(in, l.res, sh.nres));
+  step_back(sh.length - 1, res);
+  res.clear();
   std::int64_t pos = -1;
   for (std::size_t i = sc.first_reverse + 1; i < sc.actions.size(); ++i) {
     const auto& a = sc.actions[i];
@@ -533,6 +542,16 @@ std::vector<Array> revolve_bwd_impl(std::span<const Array> in, const params::Rev
   std::vector<Array> out = state;
   out.insert(out.end(), ct_xs.begin(), ct_xs.end());
   return out;
+}
+}  // namespace
+
+std::vector<Array> revolve_bwd_impl(std::span<const Array> in, const params::Revolve& ps) {
+  return revolve_bwd_run(std::vector<Array>(in.begin(), in.end()), ps);
+}
+
+OwningImplRule owning_impl_rule(Primitive p) {
+  if (p != Primitive::revolve_bwd) return nullptr;
+  return [](std::vector<Array>&& in, const Params& ps) { return revolve_bwd_run(std::move(in), ps.get<params::Revolve>()); };
 }
 
 namespace {

@@ -1,0 +1,258 @@
+// test_revolve.cpp: checkpoint schedules for reverse mode through loops: scan's binomial schedule
+// (scan_checkpoints::binomial, Griewank and Walther's revolve) and while_loop's online one. The
+// schedule's cost is checked against revolve's closed form and an independent dynamic program;
+// gradients against the unscheduled scan (a different code path) and finite differences; body
+// executions with eval_counts; memory with memory_stats.
+#include <cmath>
+#include <map>
+
+#include "test_util.hpp"
+
+namespace {
+using namespace test_util;
+
+// beta(s, r) = C(s + r, s), with beta(s, -1) = 0.
+std::int64_t beta(std::int64_t s, std::int64_t r) {
+  if (r < 0) return 0;
+  double b = 1;
+  for (std::int64_t k = 1; k <= r; ++k) b = b * static_cast<double>(s + k) / static_cast<double>(k);
+  return static_cast<std::int64_t>(std::llround(b));
+}
+
+// The statement of revolve's minimum: r with beta(s, r - 1) < l <= beta(s, r), then
+// t(l, s) = r l - beta(s + 1, r - 1).
+std::int64_t revolve_t(std::int64_t l, std::int64_t s) {
+  std::int64_t r = 0;
+  while (!(beta(s, r - 1) < l && l <= beta(s, r))) ++r;
+  return r * l - beta(s + 1, r - 1);
+}
+
+// The optimum by dynamic programming over the first advance m: reversing l steps from a held
+// carry with c more slots costs min over m of m + cost(l - m, c - 1) + cost(m, c).
+std::int64_t dp_optimum(std::int64_t l, std::int64_t c, std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t>& memo) {
+  if (l <= 1) return 0;
+  if (c == 0) return l * (l - 1) / 2;
+  auto key = std::pair{l, c};
+  if (auto it = memo.find(key); it != memo.end()) return it->second;
+  std::int64_t best = l * l;
+  for (std::int64_t m = 1; m < l; ++m) best = std::min(best, m + dp_optimum(l - m, c - 1, memo) + dp_optimum(m, c, memo));
+  return memo[key] = best;
+}
+
+double max_rel(const xj::Array& a, const xj::Array& b) {
+  auto x = vec(a), y = vec(b);
+  REQUIRE(x.size() == y.size());
+  double scale = 0, err = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    scale = std::max(scale, std::abs(y[i]));
+    err = std::max(err, std::abs(x[i] - y[i]));
+  }
+  return err / std::max(scale, 1e-300);
+}
+
+xj::Array randn(std::uint32_t seed, xj::Shape shape, xj::DType d, double scale = 1.0) {
+  return xj::astype(xj::random::normal(xj::random::key(seed), std::move(shape)) * scale, d);
+}
+
+// A scan whose body holds exactly one sin: c' = sin(c * w).
+xj::Array sin_chain(const xj::Array& w, const xj::Array& c0, std::int64_t l, xj::ScanCheckpoints cp) {
+  auto body = [&w](const xj::Array& c, const xj::None&) { return std::pair{xj::sin(c * w), xj::None{}}; };
+  return xj::sum(xj::scan(body, c0, xj::None{}, {.length = l, .checkpoints = cp}).first);
+}
+
+}  // namespace
+
+TEST_CASE("revolve: the binomial schedule's advances are revolve's t(l, s) and the dynamic-programming optimum") {
+  CHECK(revolve_t(1000, 10) == 3636);
+  CHECK(xj::scan_schedule_stats(1000, xj::scan_checkpoints::binomial(10)).advances == 3636);
+  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> memo;
+  for (std::int64_t l = 1; l <= 70; ++l)
+    for (std::int64_t s = 1; s <= 7; ++s) {
+      INFO("l = ", l, ", s = ", s);
+      auto st = xj::scan_schedule_stats(l, xj::scan_checkpoints::binomial(s));
+      CHECK(st.advances == revolve_t(l, s));
+      CHECK(st.advances == dp_optimum(l, s - 1, memo));  // s counts the held initial carry
+      CHECK(st.taped_steps == l);
+      CHECK(st.forward_steps == st.advances + l);
+      CHECK(st.peak_snapshots <= s);
+    }
+  for (std::int64_t s : {5, 10, 32, 100}) {
+    auto st = xj::scan_schedule_stats(1000, xj::scan_checkpoints::binomial(s));
+    CHECK(st.advances == revolve_t(1000, s));
+    CHECK(st.peak_snapshots == s);
+  }
+  auto all = xj::scan_schedule_stats(1000, xj::scan_checkpoints::all());
+  CHECK(all.advances == 0);
+  CHECK(all.peak_snapshots == 1000);
+}
+
+TEST_CASE("revolve: options are checked") {
+  CHECK_THROWS_AS(xj::scan_checkpoints::binomial(0), xj::Error);
+  CHECK_THROWS_AS(xj::scan_checkpoints::online(-1), xj::Error);
+  xj::Array c = xj::zeros({2});
+  CHECK_THROWS_WITH_AS(sin_chain(c, c, 3, xj::scan_checkpoints::online(2)), doctest::Contains("binomial"), xj::Error);
+  auto cond = [](const xj::Array& x) { return xj::sum(x) < 1.0; };
+  auto body = [](const xj::Array& x) { return x + 1.0; };
+  CHECK_THROWS_WITH_AS(xj::while_loop(cond, body, c, {.checkpoints = xj::scan_checkpoints::binomial(2)}),
+                       doctest::Contains("online"), xj::Error);
+}
+
+TEST_CASE("revolve: grad through binomial(s) runs the body's forward at most t(l, s) + l times, with the unscheduled gradient") {
+  xj::Array w = xj::array<double>({0.9, 1.1, -0.7}, {3});
+  xj::Array c0 = xj::array<double>({0.3, -0.5, 0.8}, {3});
+  for (std::int64_t l : {1, 2, 7, 64, 1000}) {
+    auto want = xj::grad([l](const xj::Array& w, const xj::Array& c) { return sin_chain(w, c, l, xj::scan_checkpoints::all()); },
+                         xj::argnums_tuple<0, 1>)(w, c0);
+    for (std::int64_t s : {std::int64_t{1}, std::int64_t{2}, std::int64_t{5}, std::int64_t{10}, l}) {
+      INFO("l = ", l, ", s = ", s);
+      auto cp = xj::scan_checkpoints::binomial(s);
+      auto g = xj::grad([&](const xj::Array& w, const xj::Array& c) { return sin_chain(w, c, l, cp); }, xj::argnums_tuple<0, 1>);
+      xj::reset_eval_counts();
+      auto [gw, gc] = g(w, c0);
+      std::int64_t sins = xj::eval_counts()["sin"];
+      // Counted: every execution of the body's sin, forward and backward; t(l, s) advances plus
+      // one taped run per step.
+      CHECK(sins <= revolve_t(l, s) + l);
+      CHECK(sins == xj::scan_schedule_stats(l, cp).forward_steps);
+      CHECK(max_rel(gw, std::get<0>(want)) < 1e-12);
+      CHECK(max_rel(gc, std::get<1>(want)) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("revolve: gradients equal the unscheduled scan's on a relu stack, in f32 and f64") {
+  for (xj::DType d : {xj::f32, xj::f64}) {
+    const std::int64_t L = 37, N = 5, D = 6;
+    xj::Array ws = randn(1, {L, D, D}, d, 0.5), bs = randn(2, {L, D}, d, 0.1), x = randn(3, {N, D}, d);
+    auto loss = [&](xj::ScanCheckpoints cp) {
+      return [cp](const xj::Array& ws, const xj::Array& bs, const xj::Array& x) {
+        auto layer = [](const xj::Array& h, const std::pair<xj::Array, xj::Array>& wb) {
+          return std::pair{xj::relu(xj::matmul(h, wb.first) + wb.second), xj::None{}};
+        };
+        auto [h, ys] = xj::scan(layer, x, std::pair{ws, bs}, {.checkpoints = cp});
+        return xj::sum(h * h);
+      };
+    };
+    auto want = xj::grad(loss(xj::scan_checkpoints::all()), xj::argnums_tuple<0, 1, 2>)(ws, bs, x);
+    for (std::int64_t s : {1, 3, 8, 100}) {
+      INFO("dtype ", xj::dtype_name(d), " s = ", s);
+      auto got = xj::grad(loss(xj::scan_checkpoints::binomial(s)), xj::argnums_tuple<0, 1, 2>)(ws, bs, x);
+      double tol = d == xj::f64 ? 1e-12 : 1e-6;
+      CHECK(max_rel(std::get<0>(got), std::get<0>(want)) < tol);
+      CHECK(max_rel(std::get<1>(got), std::get<1>(want)) < tol);
+      CHECK(max_rel(std::get<2>(got), std::get<2>(want)) < tol);
+    }
+  }
+}
+
+TEST_CASE("revolve: a checkpointed residual MLP body with save_only_these_names, reversed scan, ys and a loop-invariant const") {
+  const std::int64_t L = 12, N = 4, D = 5;
+  xj::Array ws = randn(4, {L, D, D}, xj::f64, 0.4), w_shared = randn(5, {D, D}, xj::f64, 0.3), x = randn(6, {N, D}, xj::f64);
+  for (bool reverse : {false, true}) {
+    auto loss = [&](xj::ScanCheckpoints cp) {
+      return [cp, reverse](const xj::Array& ws, const xj::Array& w_shared, const xj::Array& x) {
+        auto block = xj::checkpoint(
+            [w_shared](const xj::Array& h, const xj::Array& w) {
+              xj::Array a = xj::checkpoint_name(xj::tanh(xj::matmul(h, w)), "a");
+              return h + xj::matmul(a, w_shared);
+            },
+            {.policy = xj::checkpoint_policies::save_only_these_names({"a"})});
+        auto layer = [&](const xj::Array& h, const xj::Array& w) {
+          xj::Array h2 = block(h, w);
+          return std::pair{h2, xj::sum(xj::sin(h2), {1})};  // a y output per step
+        };
+        auto [h, ys] = xj::scan(layer, x, ws, {.reverse = reverse, .checkpoints = cp});
+        return xj::sum(h * h) + xj::sum(ys * ys);
+      };
+    };
+    auto want = xj::grad(loss(xj::scan_checkpoints::all()), xj::argnums_tuple<0, 1, 2>)(ws, w_shared, x);
+    for (std::int64_t s : {1, 2, 4}) {
+      INFO("reverse ", reverse, " s = ", s);
+      auto got = xj::grad(loss(xj::scan_checkpoints::binomial(s)), xj::argnums_tuple<0, 1, 2>)(ws, w_shared, x);
+      CHECK(max_rel(std::get<0>(got), std::get<0>(want)) < 1e-12);
+      CHECK(max_rel(std::get<1>(got), std::get<1>(want)) < 1e-12);
+      CHECK(max_rel(std::get<2>(got), std::get<2>(want)) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("revolve: check_grads at orders 1 and 2 through a binomial scan") {
+  xj::Array ws = randn(7, {7, 3}, xj::f64, 0.5), c0 = randn(8, {3}, xj::f64);
+  auto f = [](const xj::Array& ws, const xj::Array& c0) {
+    auto body = [](const xj::Array& c, const xj::Array& w) { return std::pair{xj::sin(c * w) + 0.5 * c, xj::cos(c)}; };
+    auto [c, ys] = xj::scan(body, c0, ws, {.checkpoints = xj::scan_checkpoints::binomial(2)});
+    return xj::sum(c * c) + xj::sum(ys);
+  };
+  CHECK_NOTHROW(xj::check_grads(f, std::tuple{ws, c0}, {.order = 1}));
+  CHECK_NOTHROW(xj::check_grads(f, std::tuple{ws, c0}, {.order = 2}));
+}
+
+TEST_CASE("revolve: jit, vmap, grad of grad and a checkpoint around the whole scan agree with the unscheduled scan") {
+  xj::Array ws = randn(9, {9, 3}, xj::f64, 0.5), c0 = randn(10, {3}, xj::f64);
+  auto make = [](xj::ScanCheckpoints cp) {
+    return [cp](const xj::Array& ws, const xj::Array& c0) {
+      auto body = [](const xj::Array& c, const xj::Array& w) { return std::pair{xj::tanh(c * w + 0.1), xj::None{}}; };
+      return xj::sum(xj::sin(xj::scan(body, c0, ws, {.checkpoints = cp}).first));
+    };
+  };
+  auto plain = make(xj::scan_checkpoints::all()), sched = make(xj::scan_checkpoints::binomial(3));
+  auto want = xj::grad(plain, xj::argnums_tuple<0, 1>)(ws, c0);
+  auto got_jit = xj::jit(xj::grad(sched, xj::argnums_tuple<0, 1>))(ws, c0);
+  CHECK(max_rel(std::get<0>(got_jit), std::get<0>(want)) < 1e-12);
+  CHECK(max_rel(std::get<1>(got_jit), std::get<1>(want)) < 1e-12);
+  auto got_ckpt = xj::grad(xj::checkpoint(sched), xj::argnums_tuple<0, 1>)(ws, c0);
+  CHECK(max_rel(std::get<0>(got_ckpt), std::get<0>(want)) < 1e-12);
+  // grad of grad: the gradient of the sum of the first gradient.
+  auto gg = [](auto f) {
+    return xj::grad([f](const xj::Array& ws, const xj::Array& c0) { return xj::sum(xj::grad(f)(ws, c0)); },
+                    xj::argnums_tuple<0, 1>);
+  };
+  auto hw = gg(plain)(ws, c0), hs = gg(sched)(ws, c0);
+  CHECK(max_rel(std::get<0>(hs), std::get<0>(hw)) < 1e-10);
+  CHECK(max_rel(std::get<1>(hs), std::get<1>(hw)) < 1e-10);
+  // vmap of the scheduled gradient over a batch of initial carries, against a loop.
+  xj::Array cs = randn(11, {4, 3}, xj::f64);
+  auto g1 = [&](const xj::Array& c) { return xj::grad(sched, xj::argnums_tuple<0>)(ws, c); };
+  xj::Array batched = xj::vmap([&](const xj::Array& c) { return std::get<0>(g1(c)); })(cs);
+  for (std::int64_t i = 0; i < 4; ++i) CHECK(max_rel(batched[i], std::get<0>(xj::grad(plain, xj::argnums_tuple<0>)(ws, cs[i]))) < 1e-12);
+  // grad of a vmapped scheduled scan.
+  auto vloss = [&](xj::ScanCheckpoints cp) {
+    return [cp, make](const xj::Array& ws, const xj::Array& cs) {
+      auto f = make(cp);
+      return xj::sum(xj::vmap([&](const xj::Array& c) { return f(ws, c); })(cs));
+    };
+  };
+  auto vw = xj::grad(vloss(xj::scan_checkpoints::all()), xj::argnums_tuple<0>)(ws, cs);
+  auto vs = xj::grad(vloss(xj::scan_checkpoints::binomial(2)), xj::argnums_tuple<0>)(ws, cs);
+  CHECK(max_rel(std::get<0>(vs), std::get<0>(vw)) < 1e-12);
+}
+
+TEST_CASE("revolve: the gradient of a 1000-step scan with binomial(10) holds at most s + 4 carries beyond one step's needs") {
+  const std::int64_t N = 128, D = 64, L = 1000;
+  xj::Array w = randn(12, {D, D}, xj::f32, 0.1), h0 = randn(13, {N, D}, xj::f32);
+  const std::int64_t carry_bytes = N * D * 4;
+  auto loss = [](std::int64_t l, bool ckpt_body, xj::ScanCheckpoints cp) {
+    return [=](const xj::Array& w, const xj::Array& h0) {
+      auto layer = [&w](const xj::Array& h) { return xj::tanh(xj::matmul(h, w)); };
+      std::function<xj::Array(const xj::Array&)> f = layer;
+      if (ckpt_body) f = xj::checkpoint(layer);
+      auto body = [&f](const xj::Array& h, const xj::None&) { return std::pair{f(h), xj::None{}}; };
+      return xj::sum(xj::scan(body, h0, xj::None{}, {.length = l, .checkpoints = cp}).first);
+    };
+  };
+  auto peak_of = [&](auto f) {
+    auto g = xj::grad(f, xj::argnums_tuple<0, 1>);
+    (void)g(w, h0);  // warm up
+    xj::reset_peak_memory();
+    std::int64_t before = xj::memory_stats().live_bytes;
+    auto r = g(w, h0);
+    return xj::memory_stats().peak_bytes - before;
+  };
+  // One step's working set plus the gradients: the same gradient for a scan of one step.
+  std::int64_t one_step = peak_of(loss(1, false, xj::scan_checkpoints::all()));
+  std::int64_t binomial = peak_of(loss(L, false, xj::scan_checkpoints::binomial(10)));
+  std::int64_t per_step = peak_of(loss(L, true, xj::scan_checkpoints::all()));
+  MESSAGE("carry ", carry_bytes, " B; one step ", one_step, " B; binomial(10) ", binomial, " B; scan(checkpoint) ", per_step, " B");
+  CHECK(binomial <= (10 + 4) * carry_bytes + one_step);
+  CHECK((per_step - one_step) >= 50 * (binomial - one_step));
+}
