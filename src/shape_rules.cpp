@@ -409,6 +409,7 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::while_: return while_loop_abstract_eval(in, ps.get<params::While>());
     case P::checkpoint: return checkpoint_abstract_eval(in, ps.get<params::Checkpoint>());
     case P::revolve_fwd: return revolve_fwd_abstract_eval(in, ps.get<params::RevolveFwd>());
+    case P::online_fwd: return online_fwd_abstract_eval(in, ps.get<params::OnlineFwd>());
     case P::revolve_lin: return revolve_lin_abstract_eval(in, ps.get<params::Revolve>());
     case P::revolve_bwd: return revolve_bwd_abstract_eval(in, ps.get<params::Revolve>());
     case P::name: return elementwise(p, in, 1, Kinds::any);

@@ -256,3 +256,78 @@ TEST_CASE("revolve: the gradient of a 1000-step scan with binomial(10) holds at 
   CHECK(binomial <= (10 + 4) * carry_bytes + one_step);
   CHECK((per_step - one_step) >= 50 * (binomial - one_step));
 }
+
+namespace {
+// The bound docs/checkpointing.md states for online(s) on a loop that ran n steps: the body's
+// forward runs at most (r + 2) n times, r the least integer with C(floor(s/2) + 1 + r, r) >= D,
+// D = n when s <= 2, else ceil(2 n / ceil(s/2)) (the longest segment between stored carries).
+std::int64_t online_bound(std::int64_t n, std::int64_t s) {
+  const std::int64_t cf = (s + 1) / 2, free = s / 2;
+  const std::int64_t d = cf < 2 ? n : (2 * n + cf - 1) / cf;
+  std::int64_t r = 0;
+  while (beta(free + 1, r) < d) ++r;
+  return (r + 2) * n;
+}
+
+// x <- 0.99 x + 0.005 sin(a x) while |x|^2 > threshold (|x| shrinks by 0.9965 per step at least).
+struct Decay {
+  double threshold;
+  xj::Array operator()(const xj::Array& a, const xj::Array& x0, xj::ScanCheckpoints cp) const {
+    double thr = threshold;
+    auto cond = [thr](const xj::Array& x) { return xj::sum(x * x) > thr; };
+    auto body = [&a](const xj::Array& x) { return 0.99 * x + 0.005 * xj::sin(a * x); };
+    return xj::sum(xj::while_loop(cond, body, x0, {.checkpoints = cp}));
+  }
+  std::int64_t trips(const xj::Array& a, const xj::Array& x0) const {
+    double thr = threshold;
+    using C = std::pair<xj::Array, xj::Array>;
+    auto cond = [thr](const C& c) { return xj::where(c.first < 10000.0, xj::sum(c.second * c.second), 0.0) > thr; };
+    auto body = [&a](const C& c) { return C{c.first + 1.0, 0.99 * c.second + 0.005 * xj::sin(a * c.second)}; };
+    return static_cast<std::int64_t>(xj::while_loop(cond, body, C{xj::scalar(0.0, xj::f64), x0}).first.item<double>());
+  }
+  xj::Array as_scan(const xj::Array& a, const xj::Array& x0, std::int64_t n) const {
+    auto body = [&a](const xj::Array& x, const xj::None&) { return std::pair{0.99 * x + 0.005 * xj::sin(a * x), xj::None{}}; };
+    return xj::sum(xj::scan(body, x0, xj::None{}, {.length = n}).first);
+  }
+};
+}  // namespace
+
+TEST_CASE("revolve: grad of while_loop with online(s) equals grad of the scan of its true trip count") {
+  xj::Array a = xj::array<double>({1.3, -0.4, 0.9}, {3});
+  xj::Array x0 = xj::array<double>({0.6, -0.5, 0.55}, {3});
+  for (double thr : {1.0, 0.91, 0.9, 0.85, 0.5, 1e-2, 1e-5, 1e-15}) {
+    Decay f{thr};
+    const std::int64_t n = f.trips(a, x0);
+    auto want = xj::grad([&](const xj::Array& a, const xj::Array& x0) { return f.as_scan(a, x0, n); }, xj::argnums_tuple<0, 1>)(a, x0);
+    for (std::int64_t s : {1, 2, 5, 10}) {
+      if (s == 1 && n > 300) continue;  // quadratic: every step recomputed from the start
+      INFO("threshold ", thr, " trips ", n, " s = ", s);
+      auto cp = xj::scan_checkpoints::online(s);
+      auto g = xj::grad([&](const xj::Array& a, const xj::Array& x0) { return f(a, x0, cp); }, xj::argnums_tuple<0, 1>);
+      xj::reset_eval_counts();
+      auto got = g(a, x0);
+      auto st = xj::scan_schedule_stats(n, cp);
+      CHECK(xj::eval_counts()["sin"] == st.forward_steps);
+      CHECK(st.forward_steps <= online_bound(n, s));
+      CHECK(st.peak_snapshots <= s);
+      CHECK(max_rel(std::get<0>(got), std::get<0>(want)) < 1e-12);
+      CHECK(max_rel(std::get<1>(got), std::get<1>(want)) < 1e-12);
+    }
+    MESSAGE("trips ", n, ": online(10) runs the body ", xj::scan_schedule_stats(n, xj::scan_checkpoints::online(10)).forward_steps,
+            " times; binomial(10) with the length known ", xj::scan_schedule_stats(n, xj::scan_checkpoints::binomial(10)).forward_steps);
+  }
+}
+
+TEST_CASE("revolve: a while_loop's online reverse mode under jit; without the option grad stays an error") {
+  xj::Array a = xj::array<double>({1.3, -0.4, 0.9}, {3});
+  xj::Array x0 = xj::array<double>({0.6, -0.5, 0.55}, {3});
+  Decay f{1e-3};
+  const std::int64_t n = f.trips(a, x0);
+  auto want = xj::grad([&](const xj::Array& a) { return f.as_scan(a, x0, n); })(a);
+  auto got = xj::jit(xj::grad([&](const xj::Array& a) { return f(a, x0, xj::scan_checkpoints::online(4)); }))(a);
+  CHECK(max_rel(got, want) < 1e-12);
+  CHECK_THROWS_AS(xj::grad([&](const xj::Array& a) { return f(a, x0, xj::scan_checkpoints::all()); })(a), xj::TransformError);
+  // Differentiating the online reverse mode again is a clear error, not a wrong number.
+  auto gg = [&](const xj::Array& a) { return xj::sum(xj::grad([&](const xj::Array& b) { return f(b, x0, xj::scan_checkpoints::online(4)); })(a)); };
+  CHECK_THROWS_AS(xj::grad(gg)(a), xj::TransformError);
+}

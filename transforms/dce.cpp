@@ -15,7 +15,7 @@ DceRule dce_rule(Primitive p) {
 #define XJAX_DEFAULT_DCE(name) case Primitive::name:
     XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_DEFAULT_DCE)
     case Primitive::custom_jvp_call: case Primitive::custom_vjp_call: case Primitive::custom_lin:
-    case Primitive::revolve_fwd: case Primitive::revolve_lin: case Primitive::revolve_bwd:
+    case Primitive::revolve_fwd: case Primitive::online_fwd: case Primitive::revolve_lin: case Primitive::revolve_bwd:
 #undef XJAX_DEFAULT_DCE
       return nullptr;
     case Primitive::scan: return scan_dce;

@@ -21,7 +21,7 @@ OwningImplRule owning_impl_rule(Primitive p);
 #define XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(X)                                                  \
   X(custom_jvp_call, custom_jvp_call) X(custom_vjp_call, custom_vjp_call) X(custom_lin, custom_lin) \
   X(scan, scan) X(cond, cond) X(while_, while_loop) X(checkpoint, checkpoint) \
-  X(revolve_fwd, revolve_fwd) X(revolve_lin, revolve_lin) X(revolve_bwd, revolve_bwd)
+  X(revolve_fwd, revolve_fwd) X(online_fwd, online_fwd) X(revolve_lin, revolve_lin) X(revolve_bwd, revolve_bwd)
 
 // The shape and evaluation rules receive the primitive's parameter struct; the tables that
 // dispatch to them unwrap it (Params::get).
@@ -64,6 +64,12 @@ TransposedBody transpose_scan_body(const ClosedJaxpr& body, std::size_t nc, std:
 /// revolve_fwd and the staged one revolve_lin (revolve.cpp). `uk` and `pe` are the body's split
 /// after the unknown-carry fixpoint. nullopt when the schedule does not apply (no known carry).
 std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool>& uk, const PartialEval& pe);
+/// while_loop's partial evaluation under online(s): the known loop becomes online_fwd and the
+/// staged one revolve_lin with the trip count known at run time. `cond` is the cond on the known
+/// inputs (known cond consts, known carries), `body_uk` which body inputs are unknown, `carry_uk`
+/// which carries. nullopt when the schedule does not apply.
+std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond, const std::vector<bool>& cond_known,
+                                           const std::vector<bool>& body_uk, const std::vector<bool>& carry_uk);
 
 /// j with its invars reordered: new invars[i] = old invars[order[i]] (same for outvars).
 ClosedJaxpr permute_invars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);

@@ -164,7 +164,7 @@ PeRule pe_rule(Primitive p) {
     XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_NO_PE_RULE)
 #undef XJAX_NO_PE_RULE
     case Primitive::custom_jvp_call: case Primitive::custom_vjp_call: case Primitive::custom_lin:
-    case Primitive::revolve_fwd: case Primitive::revolve_lin: case Primitive::revolve_bwd:
+    case Primitive::revolve_fwd: case Primitive::online_fwd: case Primitive::revolve_lin: case Primitive::revolve_bwd:
       return nullptr;
     case Primitive::scan: return scan_partial_eval;
     case Primitive::cond: return cond_partial_eval;

@@ -73,7 +73,7 @@ struct StepShape {
   static StepShape of(const ClosedJaxpr& k, std::int64_t nc, std::int64_t ncar, std::int64_t nres, std::int64_t length,
                       std::int64_t snapshots, bool reverse) {
     StepShape s{static_cast<std::size_t>(nc), static_cast<std::size_t>(ncar), 0, 0, static_cast<std::size_t>(nres),
-                length, std::min(snapshots, std::max<std::int64_t>(length, 1)), reverse};
+                length, length < 0 ? snapshots : std::min(snapshots, std::max<std::int64_t>(length, 1)), reverse};
     s.nx = k->invars.size() - s.nc - s.ncar;
     s.ny = k->outvars.size() - s.ncar - s.nres;
     return s;
@@ -328,14 +328,18 @@ std::vector<Tangent> revolve_fwd_transpose(const TransposeArgs&) {
 namespace {
 /// Operand positions of revolve_lin and revolve_bwd: consts, snapshots, xs, res, then the
 /// linear part's consts, carry, and per-step operands.
+/// A while_loop's (length < 0) has no xs and no last-step residuals, and after the snapshots the
+/// slots' positions (i64[s]) and the trip count (i64[]).
 struct LinLayout {
-  std::size_t snaps, xs, res, lin_consts, lin_carry, per_step;
+  std::size_t snaps, positions, xs, res, lin_consts, lin_carry, per_step;
   static LinLayout of(const StepShape& sh, const params::Revolve& ps) {
+    const bool dynamic = ps.length < 0;
     LinLayout l{};
     l.snaps = sh.nc;
-    l.xs = l.snaps + sh.ncar;
+    l.positions = l.snaps + sh.ncar;
+    l.xs = l.positions + (dynamic ? 2 : 0);
     l.res = l.xs + sh.nx;
-    l.lin_consts = l.res + sh.nres;
+    l.lin_consts = l.res + (dynamic ? 0 : sh.nres);
     l.lin_carry = l.lin_consts + static_cast<std::size_t>(ps.num_linear_consts);
     l.per_step = l.lin_carry + static_cast<std::size_t>(ps.num_linear_carry);
     return l;
@@ -345,6 +349,8 @@ struct LinLayout {
 // The outputs of revolve_lin and revolve_bwd: the linear jaxpr's carry, then its per-step
 // outputs stacked.
 std::vector<ShapedArray> linear_outputs(const params::Revolve& ps) {
+  if (ps.length < 0 && ps.linear_jaxpr->jaxpr->outvars.size() != static_cast<std::size_t>(ps.num_linear_carry))
+    throw TypeError("revolve: a loop of unknown length has no per-step outputs");
   std::vector<ShapedArray> out = ps.linear_jaxpr->out_avals();
   for (std::size_t i = static_cast<std::size_t>(ps.num_linear_carry); i < out.size(); ++i) out[i] = stacked(out[i], ps.length);
   return out;
@@ -369,7 +375,8 @@ namespace {
 // revolve_lin as one plain scan of K followed by S, from the first snapshot.
 FlatFn lin_expansion(const params::Revolve& ps, std::source_location loc) {
   return [ps, loc](std::span<const Array> in) {
-    const StepShape sh = shape_of(ps);
+    StepShape sh = shape_of(ps);
+    if (ps.length < 0) sh.length = in[LinLayout::of(sh, ps).positions + 1].item<std::int64_t>();  // concrete operands only
     const LinLayout l = LinLayout::of(sh, ps);
     const auto nlc = static_cast<std::size_t>(ps.num_linear_consts), nlcar = static_cast<std::size_t>(ps.num_linear_carry);
     const std::size_t nlx = in.size() - l.per_step;
@@ -407,8 +414,21 @@ FlatFn lin_expansion(const params::Revolve& ps, std::source_location loc) {
 std::vector<Array> revolve_lin_impl(std::span<const Array> in, const params::Revolve& ps) {
   return lin_expansion(ps, std::source_location::current())(in);
 }
-JvpOut revolve_lin_jvp(const JvpArgs& a) { return jvp_by_expansion(a, lin_expansion(a.params.get<params::Revolve>(), a.loc)); }
+
+namespace {
+[[noreturn]] void online_unsupported(const char* what, std::source_location loc) {
+  throw TransformError(std::string(what) + " of the reverse mode of a while_loop with scan_checkpoints::online is not "
+                       "supported (its trip count is only known at run time); write the loop as a scan with "
+                       "scan_checkpoints::binomial for that (at " + format_location(loc) + ")");
+}
+}  // namespace
+
+JvpOut revolve_lin_jvp(const JvpArgs& a) {
+  if (a.params.get<params::Revolve>().length < 0) online_unsupported("forward-mode differentiation", a.loc);
+  return jvp_by_expansion(a, lin_expansion(a.params.get<params::Revolve>(), a.loc));
+}
 BatchOut revolve_lin_batch(const BatchArgs& a) {
+  if (a.params.get<params::Revolve>().length < 0) online_unsupported("vmap", a.loc);
   return batch_by_expansion(a, lin_expansion(a.params.get<params::Revolve>(), a.loc));
 }
 
@@ -482,7 +502,8 @@ std::vector<Array> revolve_bwd_run(std::vector<Array>&& in, const params::Revolv
   const std::vector<Array> per_step = part(in, l.per_step, in.size() - l.per_step);
   std::vector<Array> snaps, state, carry, res;
   for (std::size_t i = 0; i < ncs; ++i) state.push_back(std::move(in[l.lin_carry + i]));
-  for (std::size_t i = 0; i < sh.nres; ++i) res.push_back(std::move(in[l.res + i]));
+  if (ps.length >= 0)  // a scan's forward kept its last step's residuals
+    for (std::size_t i = 0; i < sh.nres; ++i) res.push_back(std::move(in[l.res + i]));
   for (std::size_t c = 0; c < sh.ncar; ++c) {
     Array s = std::move(in[l.snaps + c]);
     snaps.push_back(writable(s));
@@ -506,13 +527,28 @@ std::vector<Array> revolve_bwd_run(std::vector<Array>&& in, const params::Revolv
     return args;
   };
 
-  const Schedule sc(sh);
-  std::vector<std::int64_t> pos_of = forward_positions(sc, sh.slots);
-  step_back(sh.length - 1, res);
-  res.clear();
+  // The actions after the forward sweep: for a scan, the binomial schedule after its first
+  // reverse step, which is run here with the forward's residuals; for a while_loop, the reversal
+  // of the segments between the carries its forward stored.
+  std::vector<RevolveAction> actions;
+  std::vector<std::int64_t> pos_of;
+  if (ps.length >= 0) {
+    Schedule sc(sh);
+    pos_of = forward_positions(sc, sh.slots);
+    actions.assign(sc.actions.begin() + static_cast<std::ptrdiff_t>(sc.first_reverse + 1), sc.actions.end());
+    step_back(sh.length - 1, res);
+    res.clear();
+  } else {
+    pos_of = in[l.positions].to_vector<std::int64_t>();
+    const auto trips = in[l.positions + 1].item<std::int64_t>();
+    std::vector<std::pair<std::int64_t, std::int64_t>> stored;
+    for (std::size_t k = 0; k < pos_of.size(); ++k)
+      if (pos_of[k] >= 0) stored.emplace_back(pos_of[k], static_cast<std::int64_t>(k));
+    std::sort(stored.begin(), stored.end());
+    actions = segments_schedule(trips, sh.slots, stored);
+  }
   std::int64_t pos = -1;
-  for (std::size_t i = sc.first_reverse + 1; i < sc.actions.size(); ++i) {
-    const auto& a = sc.actions[i];
+  for (const auto& a : actions) {
     const auto slot = static_cast<std::size_t>(a.n);
     switch (a.kind) {
       case RevolveAction::Kind::store:
@@ -598,12 +634,140 @@ FlatFn bwd_expansion(const params::Revolve& ps, std::source_location loc) {
 }
 }  // namespace
 
-JvpOut revolve_bwd_jvp(const JvpArgs& a) { return jvp_by_expansion(a, bwd_expansion(a.params.get<params::Revolve>(), a.loc)); }
+JvpOut revolve_bwd_jvp(const JvpArgs& a) {
+  if (a.params.get<params::Revolve>().length < 0) online_unsupported("differentiation", a.loc);
+  return jvp_by_expansion(a, bwd_expansion(a.params.get<params::Revolve>(), a.loc));
+}
 BatchOut revolve_bwd_batch(const BatchArgs& a) {
+  if (a.params.get<params::Revolve>().length < 0) online_unsupported("vmap", a.loc);
   return batch_by_expansion(a, bwd_expansion(a.params.get<params::Revolve>(), a.loc));
 }
 std::vector<Tangent> revolve_bwd_transpose(const TransposeArgs&) {
   throw InternalError("transpose", "revolve_bwd is transposed only through its jvp's expansion");
+}
+
+// ---- while_loop: online_fwd and partial evaluation -------------------------------------------
+
+std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond, const std::vector<bool>& cond_known,
+                                           const std::vector<bool>& body_uk, const std::vector<bool>& carry_uk) {
+  const auto& ps = e.params.get<params::While>();
+  const auto cn = static_cast<std::size_t>(ps.cond_nconsts), bn = static_cast<std::size_t>(ps.body_nconsts);
+  const std::size_t ncar = carry_uk.size();
+  PartialEval pe = partial_eval(*ps.body_jaxpr, body_uk, carry_uk);
+  std::size_t kbn = 0, kncar = 0, nlc = 0, nlcar = 0, kcn = 0;
+  for (std::size_t i = 0; i < bn; ++i) (body_uk[i] ? nlc : kbn) += 1;
+  for (std::size_t k = 0; k < ncar; ++k) (carry_uk[k] ? nlcar : kncar) += 1;
+  for (std::size_t i = 0; i < cn; ++i) kcn += cond_known[i] ? 1 : 0;
+  if (kncar == 0 || nlcar == 0 || !pe.known.consts.empty() || !pe.staged.consts.empty() || !cond.consts.empty())
+    return std::nullopt;
+  const std::size_t nres = pe.residual_vars.size();
+  auto k = std::make_shared<const ClosedJaxpr>(pe.known);
+
+  PeSplit split;
+  split.out_unknown = carry_uk;
+  Eqn fwd{Primitive::online_fwd, {}, {}, {}, e.loc};
+  for (std::size_t i = 0; i < cn; ++i)
+    if (cond_known[i]) fwd.inputs.push_back(e.inputs[i]);
+  for (std::size_t i = 0; i < bn; ++i)
+    if (!body_uk[i]) fwd.inputs.push_back(e.inputs[cn + i]);
+  for (std::size_t c = 0; c < ncar; ++c)
+    if (!carry_uk[c]) fwd.inputs.push_back(e.inputs[cn + bn + c]);
+  for (std::size_t c = 0; c < ncar; ++c)
+    if (!carry_uk[c]) fwd.outputs.push_back(e.outputs[c]);
+  std::vector<Var> snaps;
+  for (std::size_t c = 0; c < ncar; ++c)
+    if (!carry_uk[c]) snaps.emplace_back(stacked(e.outputs[c].aval(), ps.snapshots));
+  Var positions(ShapedArray{{ps.snapshots}, DType::i64}), trips(ShapedArray{{}, DType::i64});
+  fwd.outputs.insert(fwd.outputs.end(), snaps.begin(), snaps.end());
+  fwd.outputs.push_back(positions);
+  fwd.outputs.push_back(trips);
+  fwd.params = params::OnlineFwd{.cond_jaxpr = std::make_shared<const ClosedJaxpr>(cond),
+                                 .jaxpr = k,
+                                 .snapshots = ps.snapshots,
+                                 .cond_nconsts = static_cast<std::int64_t>(kcn),
+                                 .num_consts = static_cast<std::int64_t>(kbn),
+                                 .num_carry = static_cast<std::int64_t>(kncar)};
+  split.known.push_back(std::move(fwd));
+
+  // S: (res, unknown bconsts, unknown carry) reordered to (unknown bconsts, unknown carry, res).
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < nlc + nlcar; ++i) order.push_back(nres + i);
+  for (std::size_t i = 0; i < nres; ++i) order.push_back(i);
+  Eqn lin{Primitive::revolve_lin, {}, {}, {}, e.loc};
+  for (std::size_t i = 0; i < bn; ++i)
+    if (!body_uk[i]) lin.inputs.push_back(e.inputs[cn + i]);
+  lin.inputs.insert(lin.inputs.end(), snaps.begin(), snaps.end());
+  lin.inputs.push_back(positions);
+  lin.inputs.push_back(trips);
+  for (std::size_t i = 0; i < bn; ++i)
+    if (body_uk[i]) lin.inputs.push_back(e.inputs[cn + i]);
+  for (std::size_t c = 0; c < ncar; ++c)
+    if (carry_uk[c]) lin.inputs.push_back(e.inputs[cn + bn + c]);
+  for (std::size_t c = 0; c < ncar; ++c)
+    if (carry_uk[c]) lin.outputs.push_back(e.outputs[c]);
+  lin.params = params::Revolve{.jaxpr = k,
+                               .linear_jaxpr = std::make_shared<const ClosedJaxpr>(permute_invars(pe.staged, order)),
+                               .length = -1,
+                               .reverse = false,
+                               .snapshots = ps.snapshots,
+                               .num_consts = static_cast<std::int64_t>(kbn),
+                               .num_carry = static_cast<std::int64_t>(kncar),
+                               .num_res = static_cast<std::int64_t>(nres),
+                               .num_linear_consts = static_cast<std::int64_t>(nlc),
+                               .num_linear_carry = static_cast<std::int64_t>(nlcar)};
+  split.staged.push_back(std::move(lin));
+  return split;
+}
+
+std::vector<ShapedArray> online_fwd_abstract_eval(std::span<const ShapedArray> in, const params::OnlineFwd& ps) {
+  const Jaxpr& k = *ps.jaxpr->jaxpr;
+  const auto cn = static_cast<std::size_t>(ps.cond_nconsts), nc = static_cast<std::size_t>(ps.num_consts),
+             ncar = static_cast<std::size_t>(ps.num_carry);
+  if (in.size() != cn + nc + ncar || k.invars.size() != nc + ncar)
+    throw TypeError("online_fwd: operand count differs from the cond's and step's inputs");
+  std::vector<ShapedArray> out;
+  for (std::size_t c = 0; c < ncar; ++c) out.push_back(in[cn + nc + c]);
+  for (std::size_t c = 0; c < ncar; ++c) out.push_back(stacked(in[cn + nc + c], ps.snapshots));
+  out.push_back(ShapedArray{{ps.snapshots}, DType::i64});
+  out.push_back(ShapedArray{{}, DType::i64});
+  return out;
+}
+
+// while cond(carry): store the carry where the online placement says, carry = K(carry).
+std::vector<Array> online_fwd_impl(std::span<const Array> in, const params::OnlineFwd& ps) {
+  const auto cn = static_cast<std::size_t>(ps.cond_nconsts), nc = static_cast<std::size_t>(ps.num_consts),
+             ncar = static_cast<std::size_t>(ps.num_carry);
+  const std::vector<Array> cconsts = part(in, 0, cn), consts = part(in, cn, nc);
+  std::vector<Array> carry = part(in, cn + nc, ncar), snaps;
+  for (std::size_t c = 0; c < ncar; ++c) snaps.push_back(alloc_array(stacked(carry[c].aval(), ps.snapshots)));
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(ps.snapshots), -1);
+  const Runner cond(ps.cond_jaxpr), advance(known_prefix(ps.jaxpr, ncar));
+  OnlinePlacement place(ps.snapshots);
+  std::int64_t pos = 0;
+  for (;; ++pos) {
+    if (!cond(cat(cconsts, carry))[0].item<bool>()) break;
+    std::int64_t slot = place.visit(pos);
+    for (auto r : place.released()) positions[static_cast<std::size_t>(r)] = -1;
+    if (slot >= 0) {
+      for (std::size_t c = 0; c < ncar; ++c) write_row(snaps[c], slot, carry[c]);
+      positions[static_cast<std::size_t>(slot)] = pos;
+    }
+    std::vector<Array> outs = advance(cat(consts, carry));
+    carry.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(ncar));
+  }
+  std::vector<Array> out = carry;
+  out.insert(out.end(), snaps.begin(), snaps.end());
+  out.push_back(array<std::int64_t>(positions, {ps.snapshots}));
+  out.push_back(scalar(static_cast<double>(pos), DType::i64));
+  return out;
+}
+
+JvpOut online_fwd_jvp(const JvpArgs& a) {
+  online_unsupported("differentiation", a.loc);
+}
+BatchOut online_fwd_batch(const BatchArgs& a) { online_unsupported("vmap", a.loc); }
+std::vector<Tangent> online_fwd_transpose(const TransposeArgs&) {
+  throw InternalError("transpose", "online_fwd is not linear: reverse mode transposes revolve_lin instead");
 }
 
 }  // namespace xjax::detail

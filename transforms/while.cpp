@@ -277,6 +277,8 @@ PeSplit while_loop_partial_eval(const Eqn& e, const std::vector<bool>& in_unknow
   for (std::size_t i = 0; i < cond_uk.size(); ++i) cond_keep[i] = !cond_uk[i];
   for (std::size_t i = 0; i < body_uk.size(); ++i) body_keep[i] = !body_uk[i];
   cond = prune_invars(cond, cond_keep);
+  if (w.snapshots > 0)
+    if (auto s = online_partial_eval(e, cond, cond_keep, body_uk, carry_uk)) return *s;
   body = prune_invars(body, body_keep);
   Eqn ke{Primitive::while_, {}, {}, {}, e.loc};
   std::size_t kcn = 0, kbn = 0;

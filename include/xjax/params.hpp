@@ -144,6 +144,13 @@ struct RevolveFwd {
                            (std::int64_t, snapshots), (std::int64_t, num_consts), (std::int64_t, num_carry),
                            (std::int64_t, num_res));
 };
+/// online_fwd: a while_loop's known part run forward (cond_jaxpr on (cond consts, carry); jaxpr
+/// K on (consts, carry) -> (carry, res)), storing carries online in `snapshots` slots; it outputs
+/// the final carry, the stored carries, each slot's position (i64, -1 when empty) and the trip count.
+struct OnlineFwd {
+  BOOST_HANA_DEFINE_STRUCT(OnlineFwd, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, jaxpr), (std::int64_t, snapshots),
+                           (std::int64_t, cond_nconsts), (std::int64_t, num_consts), (std::int64_t, num_carry));
+};
 struct Revolve {
   BOOST_HANA_DEFINE_STRUCT(Revolve, (ClosedJaxprPtr, jaxpr), (ClosedJaxprPtr, linear_jaxpr), (std::int64_t, length),
                            (bool, reverse), (std::int64_t, snapshots), (std::int64_t, num_consts),
@@ -161,7 +168,7 @@ struct Checkpoint {
   X(IntegerPow) X(ConvertElementType) X(DotGeneral) X(Reduce) X(Argmax) X(BroadcastInDim)   \
   X(Reshape) X(Transpose) X(Squeeze) X(ExpandDims) X(Slice) X(Pad) X(DynamicSlice) X(Concatenate)     \
   X(Gather) X(ScatterAdd) X(Iota) X(Name) X(AllGather) X(PsumScatter) X(Ppermute) X(CustomJvpCall)  \
-  X(CustomVjpCall) X(CustomLin) X(Scan) X(Cond) X(While) X(Checkpoint) X(RevolveFwd) X(Revolve)
+  X(CustomVjpCall) X(CustomLin) X(Scan) X(Cond) X(While) X(Checkpoint) X(RevolveFwd) X(OnlineFwd) X(Revolve)
 
 /// The parameter struct of primitive P (params::None unless specialized below).
 template <Primitive P> struct params_of {
@@ -202,6 +209,7 @@ XJAX_PARAMS_OF(cond, Cond)
 XJAX_PARAMS_OF(while_, While)
 XJAX_PARAMS_OF(checkpoint, Checkpoint)
 XJAX_PARAMS_OF(revolve_fwd, RevolveFwd)
+XJAX_PARAMS_OF(online_fwd, OnlineFwd)
 XJAX_PARAMS_OF(revolve_lin, Revolve)
 XJAX_PARAMS_OF(revolve_bwd, Revolve)
 #undef XJAX_PARAMS_OF

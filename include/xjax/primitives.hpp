@@ -23,7 +23,8 @@
 
 // Primitives that carry jaxprs or functions in their params; rules in transforms/<family>.cpp.
 #define XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X) X(custom_jvp_call) X(custom_vjp_call) X(custom_lin) X(scan) \
-  X(cond) X(while_) X(checkpoint) X(revolve_fwd) X(revolve_lin) X(revolve_bwd)
+  X(cond) X(while_) X(checkpoint) X(revolve_fwd) X(online_fwd) X(revolve_lin) \
+  X(revolve_bwd)
 
 #define XJAX_FOR_EACH_PRIMITIVE(X) XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(X) XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(X)
 
