@@ -38,6 +38,11 @@ struct Row {
   Kind kind = Kind::differentiable;
   /// The modes this row is checked in (custom_vjp functions have no forward mode, as in JAX).
   std::vector<Mode> modes = {fwd, rev};
+  /// The highest order checked (a while_loop's online reverse mode differentiates once).
+  int max_order = 2;
+  /// Whether the batching oracle also checks vmap(grad) (not for a while_loop's online reverse
+  /// mode, whose vmap is a TransformError).
+  bool batch_grad = true;
 
   /// The row's inputs for `dtype`, from an RNG seeded by the row's name (deterministic).
   std::vector<Array> inputs(DType dtype) const;
