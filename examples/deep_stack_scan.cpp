@@ -18,7 +18,10 @@
 //
 //   deep_stack_scan [--layers L] [--width d] [--batch N] [--hidden H] [--strategy S]
 //                   [--repeats R] [--plot FILE.svg] [--depths 8,16,32,64] [--skip-part1]
-//   S: none | checkpoint | dots_saveable | names | all (default)
+//   S: none | checkpoint | dots_saveable | names | binomial:K | all (default; binomial:8 among them)
+//   binomial:K keeps the plain layer but reverses the scan with the binomial schedule
+//   (xj::scan_checkpoints::binomial(K)): at most K stored carries for the whole stack, whatever its
+//   depth, for about log(L) recomputations per layer.
 //
 // --plot FILE.svg also runs every selected strategy at each depth in --depths and writes an SVG
 // chart of peak memory and time against depth (one line per strategy).
@@ -189,19 +192,36 @@ std::pair<xj::Array, xj::None> mlp_layer(const xj::Array& y, const Weights& w) {
   return {y + xj::matmul(h, w.second), xj::None{}};
 }
 
-const std::vector<std::string> all_strategies = {"none", "checkpoint", "dots_saveable", "names"};
+const std::vector<std::string> all_strategies = {"none", "checkpoint", "dots_saveable", "names", "binomial:8"};
+
+// binomial:K -> K (0 for the other strategies).
+std::int64_t binomial_snapshots(const std::string& s) {
+  if (s.rfind("binomial:", 0) != 0) return 0;
+  try {
+    std::size_t used = 0;
+    long long k = std::stoll(s.substr(9), &used);
+    if (used == s.size() - 9 && k > 0) return k;
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument("strategy '" + s + "': binomial:K needs a positive number of snapshots K");
+}
 
 // The scan body for a strategy: the plain layer, or the layer wrapped in checkpoint with a policy.
 LayerFn body_for(const std::string& s) {
-  if (s == "none") return mlp_layer;
+  if (s == "none" || binomial_snapshots(s) > 0) return mlp_layer;
   if (s == "checkpoint") return xj::checkpoint(mlp_layer);  // save only the layer's inputs
   if (s == "dots_saveable") return xj::checkpoint(mlp_layer, {.policy = policies::dots_saveable});
   if (s == "names") return xj::checkpoint(mlp_layer, {.policy = policies::save_only_these_names({"hidden"})});
   throw std::invalid_argument("unknown strategy '" + s + "'");
 }
 
-xj::Array mlp_loss(const LayerFn& body, const Weights& w, const xj::Array& x) {
-  xj::Array y = xj::scan(body, x, w).first;
+xj::ScanCheckpoints checkpoints_for(const std::string& s) {
+  std::int64_t k = binomial_snapshots(s);
+  return k > 0 ? xj::scan_checkpoints::binomial(k) : xj::scan_checkpoints::all();
+}
+
+xj::Array mlp_loss(const LayerFn& body, const xj::ScanCheckpoints& cp, const Weights& w, const xj::Array& x) {
+  xj::Array y = xj::scan(body, x, w, {.checkpoints = cp}).first;
   return xj::sum(y * y) / static_cast<double>(y.size());
 }
 
@@ -234,7 +254,8 @@ Result measure(const std::string& strategy, const Config& c, std::int64_t layers
   xj::Array x = xj::random::normal(k[2], {N, d});
 
   LayerFn body = body_for(strategy);
-  auto g = xj::grad([body](const Weights& ws, const xj::Array& xs) { return mlp_loss(body, ws, xs); });
+  xj::ScanCheckpoints cp = checkpoints_for(strategy);
+  auto g = xj::grad([body, cp](const Weights& ws, const xj::Array& xs) { return mlp_loss(body, cp, ws, xs); });
 
   Result r;
   r.strategy = strategy;
@@ -285,11 +306,17 @@ void print_table(const std::vector<Result>& rs, const Config& c) {
         ++n;
         bytes += static_cast<std::int64_t>(res.aval.nbytes());
       }
+    if (std::int64_t k = binomial_snapshots(r.strategy); k > 0) {
+      std::printf("%-14s %9.4f %10.2f %11lld %8lld   none kept per layer: at most %lld carries for the stack\n",
+                  r.strategy.c_str(), r.seconds, r.peak_mib, (long long)r.executions, (long long)r.matmuls, (long long)k);
+      continue;
+    }
     std::printf("%-14s %9.4f %10.2f %11lld %8lld   %lld computed, %.3f MiB\n", r.strategy.c_str(), r.seconds, r.peak_mib,
                 (long long)r.executions, (long long)r.matmuls, (long long)n, mib(static_cast<double>(bytes)));
   }
   std::printf("\nThe residuals of one layer (print_saved_residuals; argument 0 = y, argument 1 = (W1, W2)):\n");
   for (const auto& r : rs) {
+    if (binomial_snapshots(r.strategy) > 0) continue;  // its layer is none's; the schedule keeps carries, not residuals
     std::printf("  %s:\n", r.strategy.c_str());
     std::ostringstream os;
     xj::detail::print_residuals(os, r.residuals);
@@ -408,7 +435,7 @@ void write_svg(const std::string& path, const Config& c, const std::vector<Resul
                "deep_stack_scan: %s\n"
                "usage: deep_stack_scan [--layers L] [--width d] [--batch N] [--hidden H] [--strategy S]\n"
                "                       [--repeats R] [--plot FILE.svg] [--depths 8,16,32,64] [--skip-part1]\n"
-               "  S: none | checkpoint | dots_saveable | names | all\n",
+               "  S: none | checkpoint | dots_saveable | names | binomial:K | all\n",
                msg.c_str());
   std::exit(2);
 }
@@ -452,12 +479,17 @@ Config parse(int argc, char** argv) {
     } else usage_error("unknown argument '" + a + "'");
   }
   if (c.hidden == 0) c.hidden = 4 * c.width;
-  if (strategy.rfind("binomial", 0) == 0)
-    usage_error("strategy '" + strategy + "': binomial checkpointing of scan (a treeverse schedule) is not implemented in "
-                "xjax yet; use none, checkpoint, dots_saveable, names or all");
   if (strategy == "all") c.strategies = all_strategies;
   else if (std::find(all_strategies.begin(), all_strategies.end(), strategy) != all_strategies.end())
     c.strategies = {strategy};
+  else if (strategy.rfind("binomial:", 0) == 0) {
+    try {
+      (void)binomial_snapshots(strategy);
+    } catch (const std::invalid_argument& e) {
+      usage_error(e.what());
+    }
+    c.strategies = {strategy};
+  }
   else usage_error("unknown strategy '" + strategy + "'");
   return c;
 }

@@ -520,6 +520,58 @@ void bench_jacrev(std::vector<Row>& rows, std::int64_t d, int reps) {
            sizes + " err=" + fmt("%.1e", rel_err(J.to_vector<float>().data(), ref.data(), d * d)));
 }
 
+// ---- S1: a binomial checkpoint schedule against scan(checkpoint) ------------------------------------
+
+/// S1: the relu stack's gradient reversed with scan_checkpoints::binomial(s) (plain layer) against
+/// scan(checkpoint(layer)) (one carry stored per layer). Both are xjax; the "reference" row is
+/// scan(checkpoint). The schedule should cost time in proportion to the body executions it makes
+/// (forward steps: t(L, s) + L against 2 L), and its memory should not grow with L.
+void bench_schedule(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int64_t N, std::int64_t s, int reps) {
+  xj::Array W = from(randn(L * d * d, 21, 1.0 / std::sqrt(static_cast<double>(d))), {L, d, d});
+  xj::Array y0 = from(randn(N * d, 22, 1.0), {N, d});
+  auto loss = [](xj::ScanCheckpoints cp, bool ckpt) {
+    return [cp, ckpt](const xj::Array& w, const xj::Array& y) {
+      std::function<std::pair<xj::Array, xj::None>(const xj::Array&, const xj::Array&)> layer = relu_layer;
+      if (ckpt) layer = xj::checkpoint(relu_layer);
+      xj::Array out = xj::scan(layer, y, w, {.checkpoints = cp}).first;
+      return xj::sum(out * out);
+    };
+  };
+  auto binomial = xj::jit(xj::grad(loss(xj::scan_checkpoints::binomial(s), false)));
+  auto per_layer = xj::jit(xj::grad(loss(xj::scan_checkpoints::all(), true)));
+  xj::Array g_bin, g_ckpt;
+  std::vector<double> tb, tc;
+  std::int64_t pb = 0, pc = 0;
+  for (int r = -1; r < reps; ++r) {
+    for (int which = 0; which < 2; ++which) {
+      std::int64_t before = xj::memory_stats().live_bytes;
+      xj::reset_peak_memory();
+      double t0 = now();
+      if (which == 0) g_bin = binomial(W, y0);
+      else g_ckpt = per_layer(W, y0);
+      double t = now() - t0;
+      std::int64_t peak = xj::memory_stats().peak_bytes - before;
+      if (r < 0) continue;
+      (which == 0 ? tb : tc).push_back(t);
+      (which == 0 ? pb : pc) = std::max(which == 0 ? pb : pc, peak);
+    }
+  }
+  const auto st = xj::scan_schedule_stats(L, xj::scan_checkpoints::binomial(s));
+  const double steps_ratio = static_cast<double>(st.forward_steps) / static_cast<double>(2 * L);
+  const double time_ratio = median(tb) / median(tc);
+  auto a = g_bin.to_vector<float>(), b = g_ckpt.to_vector<float>();
+  const double flops = 3.0 * 2.0 * static_cast<double>(L * N * d * d);
+  const double mib = 1024.0 * 1024.0;
+  std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N) + " s=" + std::to_string(s);
+  rows.push_back({"S1", "binomial(s) vs scan(checkpoint)", "xjax", median(tb), time_ratio, flops / median(tb) * 1e-9,
+                  double(pb) / mib, 0,
+                  sizes + " steps " + std::to_string(st.forward_steps) + " vs " + std::to_string(2 * L) + " (ratio " +
+                      fmt("%.3f", steps_ratio) + "); time ratio / steps ratio " + fmt("%.3f", time_ratio / steps_ratio) +
+                      " err=" + fmt("%.1e", rel_err(a.data(), b.data(), static_cast<std::int64_t>(a.size())))});
+  rows.push_back({"S1", "binomial(s) vs scan(checkpoint)", "reference", median(tc), 1.0, flops / median(tc) * 1e-9,
+                  double(pc) / mib, 0, "scan(checkpoint(layer))"});
+}
+
 // ---- output ------------------------------------------------------------------------------------
 
 std::string json_str(const std::string& s) {
@@ -564,7 +616,7 @@ void print_table(const std::vector<Row>& rows, bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -574,7 +626,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1]\n");
       return 2;
     }
   }
@@ -588,6 +640,7 @@ int main(int argc, char** argv) {
     if (run("P4")) bench_trace(rows, quick ? 64 : 256, quick ? 256 : 2048, reps);
     if (run("V1")) bench_per_example(rows, quick ? 64 : 256, quick ? 64 : 256, reps);
     if (run("V2")) bench_jacrev(rows, quick ? 64 : 256, reps);
+    if (run("S1")) bench_schedule(rows, quick ? 1000 : 10000, 64, 64, quick ? 10 : 100, quick ? 1 : 3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());
     return 1;
