@@ -50,6 +50,10 @@ Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>&
 Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn while_loop_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 
+/// a with a leading axis of size n added (a loop's stacked values), and removed.
+ShapedArray stacked(const ShapedArray& a, std::int64_t n);
+ShapedArray unstacked(const ShapedArray& a);
+
 /// The transpose of a scan body (consts, carry, xs) -> (carry, ys) that is linear in its carries
 /// and in the consts and xs with lin_in set (lin_in's carry entries are ignored):
 ///   jaxpr : (consts c_nl; ct acc of c_lin, ct carry; xs x_nl, ct ys) -> (ct acc', ct carry'; ct x_lin)

@@ -31,18 +31,6 @@
 namespace xjax::detail {
 namespace {
 
-ShapedArray stacked(const ShapedArray& a, std::int64_t n) {
-  ShapedArray s = a;
-  s.shape.insert(s.shape.begin(), n);
-  return s;
-}
-
-ShapedArray unstack_aval(const ShapedArray& a) {
-  ShapedArray s = a;
-  s.shape.erase(s.shape.begin());
-  return s;
-}
-
 std::vector<Array> part(std::span<const Array> v, std::size_t first, std::size_t n) {
   return std::vector<Array>(v.begin() + static_cast<std::ptrdiff_t>(first), v.begin() + static_cast<std::ptrdiff_t>(first + n));
 }
@@ -151,6 +139,27 @@ ClosedJaxpr step_body(const std::vector<ShapedArray>& avals, const std::function
   return trace_flat(f, avals);
 }
 
+// revolve_lin's params: K, and S reordered from partial_eval's (res, unknown consts, unknown
+// carry, unknown xs) to (unknown consts, unknown carry, res, unknown xs).
+params::Revolve linear_params(const ClosedJaxprPtr& k, const PartialEval& pe, std::int64_t length, bool reverse,
+                              std::int64_t snapshots, std::size_t knc, std::size_t kncar, std::size_t nlc, std::size_t nlcar) {
+  const std::size_t nres = pe.residual_vars.size(), nstaged = pe.staged->invars.size();
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < nlc + nlcar; ++i) order.push_back(nres + i);
+  for (std::size_t i = 0; i < nres; ++i) order.push_back(i);
+  for (std::size_t i = nres + nlc + nlcar; i < nstaged; ++i) order.push_back(i);
+  return params::Revolve{.jaxpr = k,
+                         .linear_jaxpr = std::make_shared<const ClosedJaxpr>(permute_invars(pe.staged, order)),
+                         .length = length,
+                         .reverse = reverse,
+                         .snapshots = snapshots,
+                         .num_consts = static_cast<std::int64_t>(knc),
+                         .num_carry = static_cast<std::int64_t>(kncar),
+                         .num_res = static_cast<std::int64_t>(nres),
+                         .num_linear_consts = static_cast<std::int64_t>(nlc),
+                         .num_linear_carry = static_cast<std::int64_t>(nlcar)};
+}
+
 std::vector<ShapedArray> avals_of(const std::vector<Var>& vs, std::size_t first, std::size_t n) {
   std::vector<ShapedArray> out;
   for (std::size_t i = first; i < first + n; ++i) out.push_back(vs[i].aval());
@@ -196,13 +205,6 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
                                   .num_res = static_cast<std::int64_t>(nres)};
   split.known.push_back(std::move(fwd));
 
-  // S: the staged body (res, unknown consts, unknown carry, unknown xs) reordered to
-  // (unknown consts, unknown carry, res, unknown xs).
-  const std::size_t nstaged = pe.staged->invars.size();
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < nlc + nlcar; ++i) order.push_back(nres + i);
-  for (std::size_t i = 0; i < nres; ++i) order.push_back(i);
-  for (std::size_t i = nres + nlc + nlcar; i < nstaged; ++i) order.push_back(i);
   Eqn lin{Primitive::revolve_lin, {}, {}, {}, e.loc};
   for (std::size_t i = 0; i < nc; ++i)
     if (!uk[i]) lin.inputs.push_back(e.inputs[i]);
@@ -214,16 +216,7 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
     if (uk[i]) lin.inputs.push_back(e.inputs[i]);
   for (std::size_t o = 0; o < nout; ++o)
     if (pe.out_unknown[o]) lin.outputs.push_back(e.outputs[o]);
-  lin.params = params::Revolve{.jaxpr = k,
-                               .linear_jaxpr = std::make_shared<const ClosedJaxpr>(permute_invars(pe.staged, order)),
-                               .length = ps.length,
-                               .reverse = ps.reverse,
-                               .snapshots = ps.snapshots,
-                               .num_consts = static_cast<std::int64_t>(knc),
-                               .num_carry = static_cast<std::int64_t>(kncar),
-                               .num_res = static_cast<std::int64_t>(nres),
-                               .num_linear_consts = static_cast<std::int64_t>(nlc),
-                               .num_linear_carry = static_cast<std::int64_t>(nlcar)};
+  lin.params = linear_params(k, pe, ps.length, ps.reverse, ps.snapshots, knc, kncar, nlc, nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }
@@ -384,7 +377,7 @@ FlatFn lin_expansion(const params::Revolve& ps, std::source_location loc) {
     std::vector<ShapedArray> avals = avals_of(ps.jaxpr->jaxpr->invars, sh.nc, sh.ncar);
     for (std::size_t i = 0; i < nlcar; ++i) avals.push_back(in[l.lin_carry + i].aval());
     for (const auto& a : avals_of(ps.jaxpr->jaxpr->invars, sh.nc + sh.ncar, sh.nx)) avals.push_back(a);
-    for (std::size_t i = 0; i < nlx; ++i) avals.push_back(unstack_aval(in[l.per_step + i].aval()));
+    for (std::size_t i = 0; i < nlx; ++i) avals.push_back(unstacked(in[l.per_step + i].aval()));
     // (carry, lin carry, x, lin x) -> (carry', lin carry', lin y)
     ClosedJaxpr body = step_body(avals, [&](std::span<const Array> args) {
       std::vector<Array> kin = consts;
@@ -615,7 +608,7 @@ FlatFn bwd_expansion(const params::Revolve& ps, std::source_location loc) {
     std::vector<ShapedArray> avals;
     for (std::size_t i = 0; i < ncs; ++i) avals.push_back(in[l.lin_carry + i].aval());
     for (const auto& a : avals_of(k.invars, sh.nc, sh.ncar + sh.nx)) avals.push_back(a);
-    for (std::size_t i = 0; i < nps; ++i) avals.push_back(unstack_aval(in[l.per_step + i].aval()));
+    for (std::size_t i = 0; i < nps; ++i) avals.push_back(unstacked(in[l.per_step + i].aval()));
     ClosedJaxpr bwd = step_body(avals, [&](std::span<const Array> args) {
       std::vector<Array> kin = consts;
       kin.insert(kin.end(), args.begin() + static_cast<std::ptrdiff_t>(ncs), args.begin() + static_cast<std::ptrdiff_t>(ncs + sh.ncar + sh.nx));
@@ -660,7 +653,6 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
   for (std::size_t i = 0; i < cn; ++i) kcn += cond_known[i] ? 1 : 0;
   if (kncar == 0 || nlcar == 0 || !pe.known.consts.empty() || !pe.staged.consts.empty() || !cond.consts.empty())
     return std::nullopt;
-  const std::size_t nres = pe.residual_vars.size();
   auto k = std::make_shared<const ClosedJaxpr>(pe.known);
 
   PeSplit split;
@@ -689,10 +681,6 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
                                  .num_carry = static_cast<std::int64_t>(kncar)};
   split.known.push_back(std::move(fwd));
 
-  // S: (res, unknown bconsts, unknown carry) reordered to (unknown bconsts, unknown carry, res).
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < nlc + nlcar; ++i) order.push_back(nres + i);
-  for (std::size_t i = 0; i < nres; ++i) order.push_back(i);
   Eqn lin{Primitive::revolve_lin, {}, {}, {}, e.loc};
   for (std::size_t i = 0; i < bn; ++i)
     if (!body_uk[i]) lin.inputs.push_back(e.inputs[cn + i]);
@@ -705,16 +693,7 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
     if (carry_uk[c]) lin.inputs.push_back(e.inputs[cn + bn + c]);
   for (std::size_t c = 0; c < ncar; ++c)
     if (carry_uk[c]) lin.outputs.push_back(e.outputs[c]);
-  lin.params = params::Revolve{.jaxpr = k,
-                               .linear_jaxpr = std::make_shared<const ClosedJaxpr>(permute_invars(pe.staged, order)),
-                               .length = -1,
-                               .reverse = false,
-                               .snapshots = ps.snapshots,
-                               .num_consts = static_cast<std::int64_t>(kbn),
-                               .num_carry = static_cast<std::int64_t>(kncar),
-                               .num_res = static_cast<std::int64_t>(nres),
-                               .num_linear_consts = static_cast<std::int64_t>(nlc),
-                               .num_linear_carry = static_cast<std::int64_t>(nlcar)};
+  lin.params = linear_params(k, pe, -1, false, ps.snapshots, kbn, kncar, nlc, nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }

@@ -49,17 +49,6 @@ struct ScanParams {
   }
 };
 
-ShapedArray stacked(const ShapedArray& a, std::int64_t length) {
-  ShapedArray s = a;
-  s.shape.insert(s.shape.begin(), length);
-  return s;
-}
-
-ShapedArray unstacked(const ShapedArray& a) {
-  ShapedArray s = a;
-  s.shape.erase(s.shape.begin());
-  return s;
-}
 
 template <class T> std::vector<T> cat(std::vector<T> a, const std::vector<T>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -80,6 +69,18 @@ std::vector<Array> bind_scan(const ScanParams& sp, ClosedJaxpr body, std::size_t
 }
 
 }  // namespace
+
+ShapedArray stacked(const ShapedArray& a, std::int64_t length) {
+  ShapedArray s = a;
+  s.shape.insert(s.shape.begin(), length);
+  return s;
+}
+
+ShapedArray unstacked(const ShapedArray& a) {
+  ShapedArray s = a;
+  s.shape.erase(s.shape.begin());
+  return s;
+}
 
 // ---- shape rule and evaluation ---------------------------------------------------------------
 
