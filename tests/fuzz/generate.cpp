@@ -709,6 +709,7 @@ class Gen {
         if (coin(0.15)) n.ints[3] = length + 1;
         if (coin(0.1)) n.ints[3] = 0;  // 0: {.unroll = true}, JAX's full unroll
         n.flag = coin(0.5);  // reverse
+        n.ints.push_back(coin(0.3) ? uniform(1, 3) : 0);  // ints[4]: binomial(k) snapshots, 0: all()
         int ny = uniform(0, 1);
         n.variant = (xs.empty() && coin(0.5) ? 1 : 0) | (ny == 0 && coin(0.5) ? 2 : 0);  // xs None, ys None
         std::vector<Shape> in = shapes_of(s, carry), body_out = in;
@@ -729,7 +730,7 @@ class Gen {
           n.outs.push_back(y);
           mags.push_back(8);
         }
-        count(std::string("scan") + (n.flag ? "_reverse" : "") + (length == 0 ? "_empty" : "") + (n.ints[3] > 1 ? "_unrolled" : "") + (n.ints[3] == 0 ? "_fully_unrolled" : ""));
+        count(std::string("scan") + (n.flag ? "_reverse" : "") + (length == 0 ? "_empty" : "") + (n.ints[3] > 1 ? "_unrolled" : "") + (n.ints[3] == 0 ? "_fully_unrolled" : "") + (n.ints[4] > 0 ? "_binomial" : ""));
         n.subs.push_back(block(in, in_mag, s, body_out, out_mag, d, s.r, sub_nodes(), true, s.in_while));
         break;
       }
@@ -750,11 +751,12 @@ class Gen {
             else count("fori_loop_dynamic");
           }
         } else {
-          n.ints = {uniform(0, 4)};  // trip count
+          n.ints = {uniform(0, 4), coin(0.5) ? uniform(1, 3) : 0};  // trip count, online(k) snapshots (0: none)
           n.variant = uniform(0, 1);  // 1: also stop once sum(carry[0]) > c
           n.c = constant(-2, 2);
         }
         bool is_while = n.op == Op::While || n.flag;
+        if (n.op == Op::While && n.ints[1] > 0) count("while_online");
         if (is_while) {
           feat_->has_while = true;
           if (s.in_while) feat_->has_nested_while = true;

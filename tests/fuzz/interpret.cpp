@@ -303,8 +303,10 @@ Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) con
       Arrays init(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(nc));
       Arrays xs(args.begin() + static_cast<std::ptrdiff_t>(nc), args.end());
       // ints[3] == 0 stands for {.unroll = true} (unroll the whole loop).
+      // ints[4] > 0: reverse mode with the binomial schedule of that many snapshots.
       xj::ScanOptions o{.length = n.ints[2], .reverse = n.flag,
-                        .unroll = n.ints[3] == 0 ? xj::ScanUnroll(true) : xj::ScanUnroll(n.ints[3])};
+                        .unroll = n.ints[3] == 0 ? xj::ScanUnroll(true) : xj::ScanUnroll(n.ints[3]),
+                        .checkpoints = n.ints[4] > 0 ? xj::scan_checkpoints::binomial(n.ints[4]) : xj::scan_checkpoints::all()};
       switch (n.variant) {
         case 0: return scan_full<false, false>(r, blk, env, init, xs, nc, o);
         case 1: return scan_full<true, false>(r, blk, env, init, xs, nc, o);
@@ -337,7 +339,9 @@ Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) con
         in.push_back(xj::astype(ic.first, dt));
         return C{ic.first + 1.0, r.run(*blk, in, env)};
       };
-      return xj::while_loop(cond, body, C{xj::scalar(0, xj::i32), args}).second;
+      // ints[1] > 0: reverse mode with the online schedule of that many snapshots.
+      xj::WhileOptions wo{.checkpoints = n.ints[1] > 0 ? xj::scan_checkpoints::online(n.ints[1]) : xj::scan_checkpoints::all()};
+      return xj::while_loop(cond, body, C{xj::scalar(0, xj::i32), args}, wo).second;
     }
     case Op::Cond: {
       Array p = args[0];
