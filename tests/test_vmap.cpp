@@ -337,3 +337,29 @@ TEST_CASE("jacfwd, jacrev and hessian equal their definitions (one batched evalu
   // jacfwd(jacrev(f)) is the hessian too.
   check_close(xj::jacfwd(xj::jacrev(s))(x), h, 1e-9);
 }
+
+TEST_CASE("jacfwd and jacrev skip the product with the identity basis (one matmul fewer), same values") {
+  const std::int64_t d = 5;
+  xj::Array w1 = xj::random::normal(xj::random::key(1), {d, d}, xj::f64), w2 = xj::random::normal(xj::random::key(2), {d, d}, xj::f64);
+  xj::Array x = xj::random::normal(xj::random::key(3), {d}, xj::f64);
+  auto f = [&](const xj::Array& v) { return xj::matmul(w2, xj::tanh(xj::matmul(w1, v))); };
+  // J = W2 diag(1 - tanh^2(W1 x)) W1, written out.
+  auto a = vec(w1), b = vec(w2), xv = vec(x);
+  std::vector<double> s(d), want(d * d, 0.0);
+  for (std::int64_t i = 0; i < d; ++i) {
+    double z = 0;
+    for (std::int64_t k = 0; k < d; ++k) z += a[i * d + k] * xv[k];
+    s[i] = 1 - std::tanh(z) * std::tanh(z);
+  }
+  for (std::int64_t r = 0; r < d; ++r)
+    for (std::int64_t c = 0; c < d; ++c)
+      for (std::int64_t i = 0; i < d; ++i) want[r * d + c] += b[r * d + i] * s[i] * a[i * d + c];
+  for (bool rev : {false, true}) {
+    INFO("jacrev: ", rev);
+    xj::reset_eval_counts();
+    xj::Array j = rev ? xj::jacrev(f)(x) : xj::jacfwd(f)(x);
+    check_values(j, want, 1e-12);
+    // Two matmuls for the value, one batched for the Jacobian (the other is by the identity).
+    CHECK(xj::eval_counts()["dot_general"] == 3);
+  }
+}

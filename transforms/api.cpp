@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "ad.hpp"
 #include "batching.hpp"
@@ -230,6 +231,60 @@ Array basis(const ShapedArray& aval) {
   shape.insert(shape.end(), aval.shape.begin(), aval.shape.end());
   return reshape(eye, shape);
 }
+// A dot_general with the identity matrix I as one operand is the other operand X, its contracted
+// dim moved to where I's free dim goes: I . X contracting I's dim c with X's dim k gives
+// out[i, r] = X[k = i, r]; X . I gives out[r, i] = X[r, k = i].
+// `identity` is the id of j's invar holding I (the basis, when it is 2-D): the batched Jacobian
+// then skips the GEMM by the basis (one n^2 d GEMM fewer; JAX performs it).
+ClosedJaxpr fold_identity_dots(const ClosedJaxpr& j, std::uint64_t identity) {
+  auto out = std::make_shared<Jaxpr>(*j.jaxpr);
+  out->eqns.clear();
+  std::unordered_map<std::uint64_t, Atom> renamed;
+  auto sub = [&](const Atom& a) -> Atom {
+    if (auto* v = std::get_if<Var>(&a))
+      if (auto it = renamed.find(v->id()); it != renamed.end()) return it->second;
+    return a;
+  };
+  auto is_identity = [&](const Atom& a) { auto* v = std::get_if<Var>(&a); return v && v->id() == identity; };
+  for (const Eqn& e0 : j->eqns) {
+    Eqn e = e0;
+    for (auto& in : e.inputs) in = sub(in);
+    if (e.prim == Primitive::dot_general && is_identity(e.inputs[0]) != is_identity(e.inputs[1])) {
+      const auto& dn = e.params.get<params::DotGeneral>();
+      const bool lhs_is_i = is_identity(e.inputs[0]);
+      const Atom& x = e.inputs[lhs_is_i ? 1 : 0];
+      const ShapedArray& xa = atom_aval(x);
+      const auto& kx = lhs_is_i ? dn.rhs_contracting : dn.lhs_contracting;
+      if (dn.lhs_batch.empty() && kx.size() == 1 && xa.dtype == e.outputs[0].aval().dtype) {
+        std::int64_t k = kx[0];
+        params::Ints perm;
+        if (lhs_is_i) perm.push_back(k);
+        for (std::int64_t d = 0; d < xa.ndim(); ++d)
+          if (d != k) perm.push_back(d);
+        if (!lhs_is_i) perm.push_back(k);
+        bool moved = false;
+        for (std::size_t d = 0; d < perm.size(); ++d) moved = moved || perm[d] != static_cast<std::int64_t>(d);
+        if (!moved) {
+          renamed.emplace(e.outputs[0].id(), x);
+          continue;
+        }
+        out->eqns.push_back(Eqn{Primitive::transpose, {x}, e.outputs, params::Transpose{.permutation = perm}, e.loc});
+        continue;
+      }
+    }
+    out->eqns.push_back(std::move(e));
+  }
+  for (auto& o : out->outvars) o = sub(o);
+  return simplify(ClosedJaxpr{out, j.consts});
+}
+
+/// The batched Jacobian evaluation: `batched` takes (x, basis); with a 2-D basis (the identity),
+/// its dots by the basis are folded away first.
+Array eval_over_basis(const ClosedJaxpr& batched, const Array& x, const ShapedArray& space) {
+  Array b = basis(space);
+  if (b.ndim() != 2) return eval_jaxpr(batched, std::vector<Array>{x, b})[1];
+  return eval_jaxpr(fold_identity_dots(batched, batched->invars[1].id()), std::vector<Array>{x, b})[1];
+}
 }  // namespace
 
 // The Jacobian's columns are the jvp's tangent outputs over the basis of the input space: one
@@ -244,8 +299,7 @@ Array jacfwd_flat(const ClosedJaxpr& j, const Array& x) try {
   ClosedJaxpr jj = simplify(jvp_jaxpr(j, {true}, true));  // (x, t) -> (y, t_out)
   std::vector<std::int64_t> in_dims{not_batched, 0}, out_dims{not_batched, out.ndim()};
   ClosedJaxpr batched = simplify(batch_jaxpr(jj, in_dims, x.size(), out_dims));
-  std::vector<Array> args{x, basis(x.aval())};
-  return reshape(eval_jaxpr(batched, args)[1], shape);
+  return reshape(eval_over_basis(batched, x, x.aval()), shape);
 } catch (...) {
   rethrow_internal("jacfwd");
 }
@@ -261,8 +315,7 @@ Array jacrev_flat(const ClosedJaxpr& j, const Array& x) try {
   ClosedJaxpr vj = vjp_jaxpr(j, {true}, std::nullopt);  // (x, ct) -> (out, ct_x)
   std::vector<std::int64_t> in_dims{not_batched, 0}, out_dims{not_batched, 0};
   ClosedJaxpr batched = simplify(batch_jaxpr(vj, in_dims, out.size(), out_dims));
-  std::vector<Array> args{x, basis(out)};
-  return reshape(eval_jaxpr(batched, args)[1], shape);
+  return reshape(eval_over_basis(batched, x, out), shape);
 } catch (...) {
   rethrow_internal("jacrev");
 }
