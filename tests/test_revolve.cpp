@@ -331,3 +331,36 @@ TEST_CASE("revolve: a while_loop's online reverse mode under jit; without the op
   auto gg = [&](const xj::Array& a) { return xj::sum(xj::grad([&](const xj::Array& b) { return f(b, x0, xj::scan_checkpoints::online(4)); })(a)); };
   CHECK_THROWS_AS(xj::grad(gg)(a), xj::TransformError);
 }
+
+TEST_CASE("revolve: schedules of any length and snapshot count are generated without deep recursion or O(l) memory") {
+  // A regression: the recursive builder overflowed the stack for s and l around 60000.
+  auto st = xj::scan_schedule_stats(100000, xj::scan_checkpoints::binomial(100000));
+  CHECK(st.advances == 99999);
+  CHECK(st.peak_snapshots <= 100000);
+  CHECK(xj::scan_schedule_stats(1000000, xj::scan_checkpoints::binomial(10)).advances == revolve_t(1000000, 10));
+  // Online placement is O(1) per step but for its doublings.
+  auto on = xj::scan_schedule_stats(200000, xj::scan_checkpoints::online(100000));
+  CHECK(on.peak_snapshots <= 100000);
+  CHECK(on.forward_steps <= online_bound(200000, 100000));
+}
+
+TEST_CASE("revolve: a short while_loop with a large online(s) allocates about s / 2 carries, not s") {
+  const std::int64_t n = 32768;  // a 128 KiB carry
+  xj::Array x0 = xj::ones({n}), a = xj::full({n}, 0.5);
+  const std::int64_t carry = n * 4;
+  auto f = [&](const xj::Array& a) {
+    auto cond = [](const xj::Array& x) { return xj::sum(x) > 0.25 * 32768; };  // two trips
+    auto body = [&a](const xj::Array& x) { return x * a; };
+    return xj::sum(xj::while_loop(cond, body, x0, {.checkpoints = xj::scan_checkpoints::online(64)}));
+  };
+  auto g = xj::grad(f);
+  (void)g(a);
+  xj::reset_peak_memory();
+  std::int64_t before = xj::memory_stats().live_bytes;
+  xj::Array got = g(a);
+  std::int64_t peak = xj::memory_stats().peak_bytes - before;
+  MESSAGE("peak ", peak / carry, " carries");
+  CHECK(peak <= (32 + 10) * carry);
+  // d/da sum(x0 * a * a) = 2 a x0.
+  CHECK(max_rel(got, 2.0 * a * x0) < 1e-6);
+}

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "higher_order.hpp"
 #include "pe_rules.hpp"
@@ -95,27 +96,20 @@ struct Runner {
   std::vector<Array> operator()(std::span<const Array> args) const { return run_plan(*plan, *j, args); }
 };
 
-// The actions of the schedule, and where its first reverse step is (the last loop step: the
-// forward sweep runs everything before it and tapes it).
-struct Schedule {
-  std::vector<RevolveAction> actions;
-  std::size_t first_reverse = 0;
-  explicit Schedule(const StepShape& sh) : actions(binomial_schedule(sh.length, sh.slots)) {
-    while (actions[first_reverse].kind != RevolveAction::Kind::reverse) ++first_reverse;
-  }
-};
-
-// The slot of each carry the forward sweep stores, by slot: its position (-1: unused).
-std::vector<std::int64_t> forward_positions(const Schedule& sc, std::int64_t slots) {
+// The binomial schedule's first sweep, which revolve_fwd runs: its actions up to its first reverse
+// step (the last loop step, which the forward tapes). Leaves `sc` after that reverse step and
+// returns the position of the carry each slot holds then (-1: unused).
+std::vector<std::int64_t> first_sweep(RevolveSchedule& sc, std::int64_t slots, std::vector<RevolveAction>* actions = nullptr) {
   std::vector<std::int64_t> pos_of(static_cast<std::size_t>(slots), -1);
   std::int64_t pos = 0;
-  for (std::size_t i = 0; i < sc.first_reverse; ++i) {
-    const auto& a = sc.actions[i];
+  for (RevolveAction a{}; sc.next(a);) {
+    if (a.kind == RevolveAction::Kind::reverse) return pos_of;
     if (a.kind == RevolveAction::Kind::advance) pos += a.n;
     else if (a.kind == RevolveAction::Kind::store) pos_of[static_cast<std::size_t>(a.n)] = pos;
     else throw InternalError("revolve", "the forward sweep of a binomial schedule only advances and stores");
+    if (actions) actions->push_back(a);
   }
-  return pos_of;
+  throw InternalError("revolve", "a binomial schedule without a reverse step");
 }
 
 JvpOut jvp_by_expansion(const JvpArgs& a, const FlatFn& expansion) {
@@ -248,7 +242,9 @@ std::vector<Array> revolve_fwd_impl(std::span<const Array> in, const params::Rev
   for (std::size_t i = 0; i < sh.ny; ++i) ys.push_back(alloc_array(out_avals[sh.ncar + i]));
   for (std::size_t i = 0; i < sh.ncar; ++i) snaps.push_back(alloc_array(out_avals[sh.ncar + sh.ny + i]));
   const Runner step(ps.jaxpr), advance(known_prefix(ps.jaxpr, sh.ncar + sh.ny));
-  const Schedule sc(sh);
+  RevolveSchedule sc = RevolveSchedule::binomial(sh.length, sh.slots);
+  std::vector<RevolveAction> sweep;  // at most 2 s actions
+  (void)first_sweep(sc, sh.slots, &sweep);
   std::int64_t pos = 0;
   auto run = [&](const Runner& r) {
     std::vector<Array> args = cat(consts, carry);
@@ -259,8 +255,7 @@ std::vector<Array> revolve_fwd_impl(std::span<const Array> in, const params::Rev
     ++pos;
     return outs;
   };
-  for (std::size_t i = 0; i < sc.first_reverse; ++i) {
-    const auto& a = sc.actions[i];
+  for (const auto& a : sweep) {
     if (a.kind == RevolveAction::Kind::store)
       for (std::size_t c = 0; c < sh.ncar; ++c) write_row(snaps[c], a.n, carry[c]);
     else
@@ -295,7 +290,8 @@ FlatFn fwd_expansion(const params::RevolveFwd& ps, std::source_location loc) {
     });
     auto outs = scan_flat(body, part(in, sh.nc, sh.ncar), part(in, sh.nc + sh.ncar, sh.nx), sh.length, sh.reverse, 1, loc);
     std::vector<Array> r(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny));
-    const auto pos_of = forward_positions(Schedule(sh), sh.slots);
+    RevolveSchedule sc = RevolveSchedule::binomial(sh.length, sh.slots);
+    const auto pos_of = first_sweep(sc, sh.slots);
     for (std::size_t c = 0; c < sh.ncar; ++c) {
       const Array& carries = outs[sh.ncar + sh.ny + c];
       std::vector<Array> rows;
@@ -494,6 +490,9 @@ std::vector<Array> revolve_bwd_run(std::vector<Array>&& in, const params::Revolv
   const std::vector<Array> consts = part(in, 0, sh.nc), xs = part(in, l.xs, sh.nx), lin_consts = part(in, l.lin_consts, nlc);
   const std::vector<Array> per_step = part(in, l.per_step, in.size() - l.per_step);
   std::vector<Array> snaps, state, carry, res;
+  // Slots past the snapshot rows (a while_loop's forward stores in fewer slots than the backward
+  // may use) are arrays of their own, allocated when first stored.
+  std::vector<std::vector<Array>> extra;
   for (std::size_t i = 0; i < ncs; ++i) state.push_back(std::move(in[l.lin_carry + i]));
   if (ps.length >= 0)  // a scan's forward kept its last step's residuals
     for (std::size_t i = 0; i < sh.nres; ++i) res.push_back(std::move(in[l.res + i]));
@@ -523,34 +522,44 @@ std::vector<Array> revolve_bwd_run(std::vector<Array>&& in, const params::Revolv
   // The actions after the forward sweep: for a scan, the binomial schedule after its first
   // reverse step, which is run here with the forward's residuals; for a while_loop, the reversal
   // of the segments between the carries its forward stored.
-  std::vector<RevolveAction> actions;
+  const std::int64_t rows = sh.ncar ? snaps[0].shape()[0] : 0;
   std::vector<std::int64_t> pos_of;
+  std::optional<RevolveSchedule> sc;
   if (ps.length >= 0) {
-    Schedule sc(sh);
-    pos_of = forward_positions(sc, sh.slots);
-    actions.assign(sc.actions.begin() + static_cast<std::ptrdiff_t>(sc.first_reverse + 1), sc.actions.end());
+    sc = RevolveSchedule::binomial(sh.length, sh.slots);
+    pos_of = first_sweep(*sc, sh.slots);
     step_back(sh.length - 1, res);
     res.clear();
   } else {
     pos_of = in[l.positions].to_vector<std::int64_t>();
+    pos_of.resize(static_cast<std::size_t>(sh.slots), -1);
     const auto trips = in[l.positions + 1].item<std::int64_t>();
     std::vector<std::pair<std::int64_t, std::int64_t>> stored;
     for (std::size_t k = 0; k < pos_of.size(); ++k)
       if (pos_of[k] >= 0) stored.emplace_back(pos_of[k], static_cast<std::int64_t>(k));
     std::sort(stored.begin(), stored.end());
-    actions = segments_schedule(trips, sh.slots, stored);
+    sc = RevolveSchedule::segments(trips, sh.slots, stored);
   }
   std::int64_t pos = -1;
-  for (const auto& a : actions) {
+  for (RevolveAction a{}; sc->next(a);) {
     const auto slot = static_cast<std::size_t>(a.n);
     switch (a.kind) {
       case RevolveAction::Kind::store:
-        for (std::size_t c = 0; c < sh.ncar; ++c) write_row(snaps[c], a.n, carry[c]);
+        if (a.n < rows) {
+          for (std::size_t c = 0; c < sh.ncar; ++c) write_row(snaps[c], a.n, carry[c]);
+        } else {
+          if (extra.size() <= static_cast<std::size_t>(a.n - rows)) extra.resize(static_cast<std::size_t>(a.n - rows) + 1);
+          auto& held = extra[static_cast<std::size_t>(a.n - rows)];
+          if (held.empty())
+            for (std::size_t c = 0; c < sh.ncar; ++c) held.push_back(alloc_array(carry[c].aval()));
+          for (std::size_t c = 0; c < sh.ncar; ++c) write_row(held[c], 0, carry[c]);
+        }
         pos_of[slot] = pos;
         break;
       case RevolveAction::Kind::restore:
         carry.clear();
-        for (std::size_t c = 0; c < sh.ncar; ++c) carry.push_back(row(snaps[c], a.n));
+        for (std::size_t c = 0; c < sh.ncar; ++c)
+          carry.push_back(a.n < rows ? row(snaps[c], a.n) : extra[static_cast<std::size_t>(a.n - rows)][c]);
         pos = pos_of[slot];
         break;
       case RevolveAction::Kind::release: break;
@@ -666,10 +675,11 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
     if (!carry_uk[c]) fwd.inputs.push_back(e.inputs[cn + bn + c]);
   for (std::size_t c = 0; c < ncar; ++c)
     if (!carry_uk[c]) fwd.outputs.push_back(e.outputs[c]);
+  const std::int64_t rows = OnlinePlacement(ps.snapshots).capacity();
   std::vector<Var> snaps;
   for (std::size_t c = 0; c < ncar; ++c)
-    if (!carry_uk[c]) snaps.emplace_back(stacked(e.outputs[c].aval(), ps.snapshots));
-  Var positions(ShapedArray{{ps.snapshots}, DType::i64}), trips(ShapedArray{{}, DType::i64});
+    if (!carry_uk[c]) snaps.emplace_back(stacked(e.outputs[c].aval(), rows));
+  Var positions(ShapedArray{{rows}, DType::i64}), trips(ShapedArray{{}, DType::i64});
   fwd.outputs.insert(fwd.outputs.end(), snaps.begin(), snaps.end());
   fwd.outputs.push_back(positions);
   fwd.outputs.push_back(trips);
@@ -704,10 +714,11 @@ std::vector<ShapedArray> online_fwd_abstract_eval(std::span<const ShapedArray> i
              ncar = static_cast<std::size_t>(ps.num_carry);
   if (in.size() != cn + nc + ncar || k.invars.size() != nc + ncar)
     throw TypeError("online_fwd: operand count differs from the cond's and step's inputs");
+  const std::int64_t rows = OnlinePlacement(ps.snapshots).capacity();
   std::vector<ShapedArray> out;
   for (std::size_t c = 0; c < ncar; ++c) out.push_back(in[cn + nc + c]);
-  for (std::size_t c = 0; c < ncar; ++c) out.push_back(stacked(in[cn + nc + c], ps.snapshots));
-  out.push_back(ShapedArray{{ps.snapshots}, DType::i64});
+  for (std::size_t c = 0; c < ncar; ++c) out.push_back(stacked(in[cn + nc + c], rows));
+  out.push_back(ShapedArray{{rows}, DType::i64});
   out.push_back(ShapedArray{{}, DType::i64});
   return out;
 }
@@ -717,11 +728,11 @@ std::vector<Array> online_fwd_impl(std::span<const Array> in, const params::Onli
   const auto cn = static_cast<std::size_t>(ps.cond_nconsts), nc = static_cast<std::size_t>(ps.num_consts),
              ncar = static_cast<std::size_t>(ps.num_carry);
   const std::vector<Array> cconsts = part(in, 0, cn), consts = part(in, cn, nc);
-  std::vector<Array> carry = part(in, cn + nc, ncar), snaps;
-  for (std::size_t c = 0; c < ncar; ++c) snaps.push_back(alloc_array(stacked(carry[c].aval(), ps.snapshots)));
-  std::vector<std::int64_t> positions(static_cast<std::size_t>(ps.snapshots), -1);
-  const Runner cond(ps.cond_jaxpr), advance(known_prefix(ps.jaxpr, ncar));
   OnlinePlacement place(ps.snapshots);
+  std::vector<Array> carry = part(in, cn + nc, ncar), snaps;
+  for (std::size_t c = 0; c < ncar; ++c) snaps.push_back(alloc_array(stacked(carry[c].aval(), place.capacity())));
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(place.capacity()), -1);
+  const Runner cond(ps.cond_jaxpr), advance(known_prefix(ps.jaxpr, ncar));
   std::int64_t pos = 0;
   for (;; ++pos) {
     if (!cond(cat(cconsts, carry))[0].item<bool>()) break;
@@ -736,7 +747,7 @@ std::vector<Array> online_fwd_impl(std::span<const Array> in, const params::Onli
   }
   std::vector<Array> out = carry;
   out.insert(out.end(), snaps.begin(), snaps.end());
-  out.push_back(array<std::int64_t>(positions, {ps.snapshots}));
+  out.push_back(array<std::int64_t>(positions, {place.capacity()}));
   out.push_back(scalar(static_cast<double>(pos), DType::i64));
   return out;
 }

@@ -3,6 +3,7 @@
 // the loop primitives of revolve.cpp execute. Not installed.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace xjax::detail {
@@ -26,21 +27,41 @@ struct RevolveAction {
 /// C(c + 1 + r, r) >= l (Griewank and Walther; 0 for l <= 1, l (l - 1) / 2 for c = 0).
 std::int64_t binomial_advances(std::int64_t l, std::int64_t c);
 
-/// Appends the actions reversing steps [start, end), entered with the working carry at `start`
-/// and held in slot start_slot, using the slots in `free` (returned to it when done).
-void reverse_segment(std::int64_t start, std::int64_t end, std::int64_t start_slot, std::vector<std::int64_t>& free,
-                     std::vector<RevolveAction>& out);
+/// A schedule's actions, generated one at a time: memory O(s) whatever the length (an explicit
+/// stack of pending work instead of recursion, so no depth limit either).
+class RevolveSchedule {
+ public:
+  /// Griewank and Walther's binomial schedule of l >= 1 steps with s >= 1 slots: store(0), then
+  /// the reversal of [0, l). Its advances are binomial_advances(l, s - 1).
+  static RevolveSchedule binomial(std::int64_t l, std::int64_t s);
+  /// The backward sweep of a loop of l steps whose forward stored the carries `stored` (position,
+  /// slot, by position; position 0 among them when l > 0), with s slots in all: the segments
+  /// between stored carries, the last first, each reversed binomially with the free slots.
+  static RevolveSchedule segments(std::int64_t l, std::int64_t s, const std::vector<std::pair<std::int64_t, std::int64_t>>& stored);
+  /// The next action into `a`; false when the schedule is done.
+  bool next(RevolveAction& a);
 
-/// The whole binomial schedule of l >= 1 steps with s >= 1 slots: store(0), then the reversal of
-/// [0, l). Its advances are binomial_advances(l, s - 1).
-std::vector<RevolveAction> binomial_schedule(std::int64_t l, std::int64_t s);
+ private:
+  struct Item {
+    enum class Kind : std::uint8_t { segment, fixed, release, from_held } kind;
+    std::int64_t start = 0, end = 0, slot = 0;  // segment [start, end) entered at start (held in slot)
+    std::int64_t e = 0;                         // from_held: the end of what is left
+    RevolveAction action{};                     // fixed
+  };
+  void expand(const Item& it);
+  std::vector<Item> work_;              // last pushed, first done
+  std::vector<std::int64_t> free_;      // free slots
+  std::vector<RevolveAction> pending_;  // actions of the last expanded item, last first
+};
 
-/// Where while_loop's forward sweep stores carries with online(s): at most (s + 1) / 2 slots, at
-/// the multiples of a stride that doubles (dropping every other stored carry) when they are full,
-/// so the other slots stay free for the backward sweep.
+/// Where while_loop's forward sweep stores carries with online(s): in its capacity() = (s + 1) / 2
+/// slots (numbered 0 ..), at the multiples of a stride that doubles (dropping every other stored
+/// carry) when they are full, so the other slots stay free for the backward sweep. O(1) per step
+/// but for the doublings (O(s) each, log(l) of them).
 class OnlinePlacement {
  public:
   explicit OnlinePlacement(std::int64_t s);
+  std::int64_t capacity() const { return capacity_; }
   /// Called with the carry entering step `pos` (pos = 0, 1, ...): the slot to store it in, or -1.
   /// Slots whose carries were dropped are reported through released().
   std::int64_t visit(std::int64_t pos);
@@ -49,15 +70,10 @@ class OnlinePlacement {
   std::vector<std::pair<std::int64_t, std::int64_t>> stored() const;
 
  private:
-  std::int64_t s_, capacity_, stride_ = 1;
+  std::int64_t capacity_, stride_ = 1;
   std::vector<std::int64_t> slot_of_;  // slot -> position, -1 when free
+  std::vector<std::int64_t> free_;     // free slots
   std::vector<std::int64_t> released_;
 };
-
-/// The backward sweep of a loop of l steps whose forward stored the carries `stored` (position,
-/// slot; position 0 among them), with s slots in all: the segments between stored carries, the
-/// last first, each reversed binomially with the slots free at that point.
-std::vector<RevolveAction> segments_schedule(std::int64_t l, std::int64_t s,
-                                             const std::vector<std::pair<std::int64_t, std::int64_t>>& stored);
 
 }  // namespace xjax::detail

@@ -63,68 +63,113 @@ std::int64_t best_split(std::int64_t l, std::int64_t c) {
 }
 }  // namespace
 
-void reverse_segment(std::int64_t start, std::int64_t end, std::int64_t start_slot, std::vector<std::int64_t>& free,
-                     std::vector<RevolveAction>& out) {
-  using K = RevolveAction::Kind;
-  if (end - start == 1) {
-    out.push_back({K::reverse, start});
-    return;
-  }
-  if (free.empty()) {  // from the held carry every time: l (l - 1) / 2 advances
-    for (std::int64_t e = end; e > start; --e) {
-      if (e != end) out.push_back({K::restore, start_slot});
-      if (e - 1 > start) out.push_back({K::advance, e - 1 - start});
-      out.push_back({K::reverse, e - 1});
-    }
-    return;
-  }
-  const std::int64_t m = start + best_split(end - start, static_cast<std::int64_t>(free.size()));
-  out.push_back({K::advance, m - start});
-  const std::int64_t slot = free.back();
-  free.pop_back();
-  out.push_back({K::store, slot});
-  reverse_segment(m, end, slot, free, out);
-  out.push_back({K::release, slot});
-  free.push_back(slot);
-  out.push_back({K::restore, start_slot});
-  reverse_segment(start, m, start_slot, free, out);
+RevolveSchedule RevolveSchedule::binomial(std::int64_t l, std::int64_t s) {
+  if (l < 1 || s < 1) throw InternalError("binomial schedule", "needs l >= 1 and s >= 1");
+  RevolveSchedule sc;
+  for (std::int64_t k = s - 1; k >= 1; --k) sc.free_.push_back(k);
+  sc.work_.push_back({.kind = Item::Kind::segment, .start = 0, .end = l, .slot = 0});
+  sc.pending_.push_back({RevolveAction::Kind::store, 0});
+  return sc;
 }
 
-std::vector<RevolveAction> binomial_schedule(std::int64_t l, std::int64_t s) {
-  if (l < 1 || s < 1) throw InternalError("binomial_schedule", "needs l >= 1 and s >= 1");
-  std::vector<RevolveAction> out{{RevolveAction::Kind::store, 0}};
-  std::vector<std::int64_t> free;
-  for (std::int64_t k = s - 1; k >= 1; --k) free.push_back(k);
-  reverse_segment(0, l, 0, free, out);
-  return out;
+RevolveSchedule RevolveSchedule::segments(std::int64_t l, std::int64_t s,
+                                          const std::vector<std::pair<std::int64_t, std::int64_t>>& stored) {
+  using K = RevolveAction::Kind;
+  RevolveSchedule sc;
+  std::vector<bool> used(static_cast<std::size_t>(s), false);
+  for (const auto& [pos, slot] : stored) used[static_cast<std::size_t>(slot)] = true;
+  for (std::int64_t k = s - 1; k >= 0; --k)
+    if (!used[static_cast<std::size_t>(k)]) sc.free_.push_back(k);
+  // Each segment: restore its start, reverse it, free its slot; the first segment is done last.
+  for (std::size_t j = 0; j < stored.size(); ++j) {
+    const auto [start, slot] = stored[j];
+    const std::int64_t end = j + 1 < stored.size() ? stored[j + 1].first : l;
+    if (start >= end) continue;
+    sc.work_.push_back({.kind = Item::Kind::release, .slot = slot});
+    sc.work_.push_back({.kind = Item::Kind::segment, .start = start, .end = end, .slot = slot});
+    sc.work_.push_back({.kind = Item::Kind::fixed, .action = {K::restore, slot}});
+  }
+  return sc;
+}
+
+bool RevolveSchedule::next(RevolveAction& a) {
+  while (pending_.empty()) {
+    if (work_.empty()) return false;
+    Item it = work_.back();
+    work_.pop_back();
+    expand(it);
+  }
+  a = pending_.back();
+  pending_.pop_back();
+  return true;
+}
+
+// Reversing [start, end) from the carry held at start: one step is reversed at once; without free
+// slots, each step e - 1 (the last first) is reached by advancing from start; otherwise advance to
+// the best split m and store it, reverse [m, end) with one slot fewer, free m's slot, restore
+// start and reverse [start, m).
+void RevolveSchedule::expand(const Item& it) {
+  using K = RevolveAction::Kind;
+  std::vector<RevolveAction> acts;  // in order
+  switch (it.kind) {
+    case Item::Kind::fixed: acts.push_back(it.action); break;
+    case Item::Kind::release:
+      free_.push_back(it.slot);
+      acts.push_back({K::release, it.slot});
+      break;
+    case Item::Kind::segment:
+      if (it.end - it.start == 1) {
+        acts.push_back({K::reverse, it.start});
+      } else if (free_.empty()) {
+        work_.push_back({.kind = Item::Kind::from_held, .start = it.start, .end = it.end, .slot = it.slot, .e = it.end});
+      } else {
+        const std::int64_t m = it.start + best_split(it.end - it.start, static_cast<std::int64_t>(free_.size()));
+        const std::int64_t slot = free_.back();
+        free_.pop_back();
+        acts.push_back({K::advance, m - it.start});
+        acts.push_back({K::store, slot});
+        work_.push_back({.kind = Item::Kind::segment, .start = it.start, .end = m, .slot = it.slot});
+        work_.push_back({.kind = Item::Kind::fixed, .action = {K::restore, it.slot}});
+        work_.push_back({.kind = Item::Kind::release, .slot = slot});
+        work_.push_back({.kind = Item::Kind::segment, .start = m, .end = it.end, .slot = slot});
+      }
+      break;
+    case Item::Kind::from_held:
+      if (it.e != it.end) acts.push_back({K::restore, it.slot});
+      if (it.e - 1 > it.start) acts.push_back({K::advance, it.e - 1 - it.start});
+      acts.push_back({K::reverse, it.e - 1});
+      if (it.e - 1 > it.start) {
+        Item rest = it;
+        rest.e = it.e - 1;
+        work_.push_back(rest);
+      }
+      break;
+  }
+  pending_.assign(acts.rbegin(), acts.rend());
 }
 
 // ---- the online placement ----------------------------------------------------------------------
 
-OnlinePlacement::OnlinePlacement(std::int64_t s) : s_(s), capacity_((s + 1) / 2), slot_of_(static_cast<std::size_t>((s + 1) / 2), -1) {}
+OnlinePlacement::OnlinePlacement(std::int64_t s)
+    : capacity_((s + 1) / 2), slot_of_(static_cast<std::size_t>((s + 1) / 2), -1) {
+  for (std::int64_t k = capacity_ - 1; k >= 0; --k) free_.push_back(k);
+}
 
 std::int64_t OnlinePlacement::visit(std::int64_t pos) {
   released_.clear();
-  auto free_slot = [&]() -> std::int64_t {
-    for (std::size_t k = 0; k < slot_of_.size(); ++k)
-      if (slot_of_[k] < 0) return static_cast<std::int64_t>(k);
-    return -1;
-  };
-  if (pos == 0) {
-    slot_of_[0] = 0;
-    return 0;
-  }
-  if (capacity_ < 2 || pos % stride_ != 0) return -1;
-  if (free_slot() < 0) {  // full: keep the multiples of twice the stride
+  if (pos != 0 && (capacity_ < 2 || pos % stride_ != 0)) return -1;
+  if (free_.empty()) {  // full: keep the multiples of twice the stride
     stride_ *= 2;
     for (std::size_t k = 0; k < slot_of_.size(); ++k)
       if (slot_of_[k] > 0 && slot_of_[k] % stride_ != 0) {
         slot_of_[k] = -1;
+        free_.push_back(static_cast<std::int64_t>(k));
         released_.push_back(static_cast<std::int64_t>(k));
       }
     if (pos % stride_ != 0) return -1;
   }
-  std::int64_t k = free_slot();
+  const std::int64_t k = free_.back();
+  free_.pop_back();
   slot_of_[static_cast<std::size_t>(k)] = pos;
   return k;
 }
@@ -134,28 +179,6 @@ std::vector<std::pair<std::int64_t, std::int64_t>> OnlinePlacement::stored() con
   for (std::size_t k = 0; k < slot_of_.size(); ++k)
     if (slot_of_[k] >= 0) out.emplace_back(slot_of_[k], static_cast<std::int64_t>(k));
   std::sort(out.begin(), out.end());
-  (void)s_;
-  return out;
-}
-
-std::vector<RevolveAction> segments_schedule(std::int64_t l, std::int64_t s,
-                                             const std::vector<std::pair<std::int64_t, std::int64_t>>& stored) {
-  using K = RevolveAction::Kind;
-  std::vector<RevolveAction> out;
-  std::vector<bool> used(static_cast<std::size_t>(s), false);
-  for (const auto& [pos, slot] : stored) used[static_cast<std::size_t>(slot)] = true;
-  std::vector<std::int64_t> free;
-  for (std::int64_t k = s - 1; k >= 0; --k)
-    if (!used[static_cast<std::size_t>(k)]) free.push_back(k);
-  for (std::size_t j = stored.size(); j-- > 0;) {
-    const auto [start, slot] = stored[j];
-    const std::int64_t end = j + 1 < stored.size() ? stored[j + 1].first : l;
-    if (start >= end) continue;
-    out.push_back({K::restore, slot});
-    reverse_segment(start, end, slot, free, out);
-    out.push_back({K::release, slot});
-    free.push_back(slot);
-  }
   return out;
 }
 
@@ -181,11 +204,11 @@ std::int64_t while_snapshots(const ScanCheckpoints& c, std::source_location loc)
 
 namespace {
 // Counts a schedule's advances and its peak of occupied slots (`held` occupied at the start).
-void tally(const std::vector<detail::RevolveAction>& actions, std::int64_t held, ScanScheduleStats& st) {
+void tally(detail::RevolveSchedule sc, std::int64_t held, ScanScheduleStats& st) {
   using K = detail::RevolveAction::Kind;
   std::int64_t live = held;
   st.peak_snapshots = std::max(st.peak_snapshots, live);
-  for (const auto& a : actions) {
+  for (detail::RevolveAction a{}; sc.next(a);) {
     if (a.kind == K::advance) st.advances += a.n;
     if (a.kind == K::reverse) ++st.taped_steps;
     if (a.kind == K::store) st.peak_snapshots = std::max(st.peak_snapshots, ++live);
@@ -204,7 +227,7 @@ ScanScheduleStats scan_schedule_stats(std::int64_t length, ScanCheckpoints check
       st.peak_snapshots = length;
       break;
     case ScanCheckpoints::Kind::binomial:
-      if (length > 0) tally(detail::binomial_schedule(length, std::min(s, length)), 0, st);
+      if (length > 0) tally(detail::RevolveSchedule::binomial(length, std::min(s, length)), 0, st);
       break;
     case ScanCheckpoints::Kind::online: {
       // The forward sweep runs every step once (advances); the stored carries are then reversed.
@@ -216,7 +239,7 @@ ScanScheduleStats scan_schedule_stats(std::int64_t length, ScanCheckpoints check
         st.peak_snapshots = std::max(st.peak_snapshots, live);
       }
       st.advances = length;
-      if (length > 0) tally(detail::segments_schedule(length, s, place.stored()), live, st);
+      if (length > 0) tally(detail::RevolveSchedule::segments(length, s, place.stored()), live, st);
       break;
     }
   }
