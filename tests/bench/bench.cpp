@@ -162,47 +162,62 @@ std::pair<xj::Array, xj::None> relu_layer(const xj::Array& y, const xj::Array& w
   return {xj::relu(xj::matmul(y, w)), xj::None{}};
 }
 
-/// Reference gradient of the relu chain. checkpoint: store layer inputs only and recompute each
-/// layer's matmul + relu mask in the backward pass; otherwise store the masks too.
-Buf ref_relu_chain(const std::vector<float>& W, const std::vector<float>& y0, std::int64_t L, std::int64_t d,
-                   std::int64_t N, bool checkpoint) {
+/// The buffers of the relu chain's reference, allocated once before timing: the reference is
+/// lean (no allocation per call), as a hand-written training loop keeps its buffers.
+struct ReluChainWork {
+  Buf ys, y, z, dW, g;  // layer inputs, output, scratch, gradient, cotangent
+  MaskBuf masks;        // relu masks (1 or 0) without checkpoint
+  ReluChainWork(std::int64_t L, std::int64_t d, std::int64_t N, bool checkpoint)
+      : ys(L * N * d), y(N * d), z(N * d), dW(L * d * d), g(N * d), masks(checkpoint ? MaskBuf() : MaskBuf(L * N * d)) {}
+};
+
+/// Reference gradient of the relu chain into w.dW. checkpoint: store layer inputs only and
+/// recompute each layer's matmul + relu mask in the backward pass; otherwise store the masks too.
+void ref_relu_chain(ReluChainWork& w, const std::vector<float>& W, const std::vector<float>& y0, std::int64_t L,
+                    std::int64_t d, std::int64_t N, bool checkpoint) {
   const std::int64_t nd = N * d, dd = d * d;
-  Buf ys(L * nd);                                  // layer inputs
-  MaskBuf masks = checkpoint ? MaskBuf() : MaskBuf(L * nd);  // relu masks (1 or 0) without checkpoint
-  Buf y(nd), z(nd);
+  Buf &ys = w.ys, &y = w.y, &dW = w.dW;
+  float* z = w.z.data();
+  float* g = w.g.data();
   std::memcpy(ys.data(), y0.data(), static_cast<std::size_t>(nd) * 4);
   for (std::int64_t i = 0; i < L; ++i) {
     const float* yi = ys.data() + i * nd;
-    gemm(false, false, N, d, d, yi, d, W.data() + i * dd, d, 0.0f, z.data(), d);
+    gemm(false, false, N, d, d, yi, d, W.data() + i * dd, d, 0.0f, z, d);
     float* out = i + 1 < L ? ys.data() + (i + 1) * nd : y.data();
-    std::uint8_t* mk = checkpoint ? nullptr : masks.data() + i * nd;
+    std::uint8_t* mk = checkpoint ? nullptr : w.masks.data() + i * nd;
     for (std::int64_t k = 0; k < nd; ++k) {
-      bool pos = z.data()[k] > 0;
-      out[k] = pos ? z.data()[k] : 0.0f;
+      bool pos = z[k] > 0;
+      out[k] = pos ? z[k] : 0.0f;
       if (mk) mk[k] = pos ? 1 : 0;
     }
   }
-  Buf dW(L * dd), g(nd);
-  for (std::int64_t k = 0; k < nd; ++k) g.data()[k] = 2.0f * y.data()[k];
+  for (std::int64_t k = 0; k < nd; ++k) g[k] = 2.0f * y.data()[k];
   for (std::int64_t i = L - 1; i >= 0; --i) {
     const float* yi = ys.data() + i * nd;
     const float* wi = W.data() + i * dd;
     if (checkpoint) {
-      gemm(false, false, N, d, d, yi, d, wi, d, 0.0f, z.data(), d);
+      gemm(false, false, N, d, d, yi, d, wi, d, 0.0f, z, d);
       for (std::int64_t k = 0; k < nd; ++k)
-        if (!(z.data()[k] > 0)) g.data()[k] = 0.0f;
+        if (!(z[k] > 0)) g[k] = 0.0f;
     } else {
-      const std::uint8_t* mk = masks.data() + i * nd;
+      const std::uint8_t* mk = w.masks.data() + i * nd;
       for (std::int64_t k = 0; k < nd; ++k)
-        if (!mk[k]) g.data()[k] = 0.0f;
+        if (!mk[k]) g[k] = 0.0f;
     }
-    gemm(true, false, d, d, N, yi, d, g.data(), d, 0.0f, dW.data() + i * dd, d);
+    gemm(true, false, d, d, N, yi, d, g, d, 0.0f, dW.data() + i * dd, d);
     if (i > 0) {
-      gemm(false, true, N, d, d, g.data(), d, wi, d, 0.0f, z.data(), d);
+      gemm(false, true, N, d, d, g, d, wi, d, 0.0f, z, d);
       std::swap(g, z);
     }
   }
-  return dW;
+}
+
+/// Allocates a reference's buffers once and reports their bytes (the reference's memory: it
+/// allocates nothing while it runs).
+template <class Work, class... A> std::pair<std::unique_ptr<Work>, std::int64_t> preallocate(A... args) {
+  std::int64_t before = g_mem.live;
+  auto w = std::make_unique<Work>(args...);
+  return {std::move(w), g_mem.live - before};
 }
 
 void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int64_t L, std::int64_t d, std::int64_t N,
@@ -219,10 +234,11 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
     };
     auto g = xj::jit(xj::grad(loss, xj::argnums<0>));  // traced once; grad alone traces per call
     xj::Array gx;
-    Buf gr;
+    auto [work, work_bytes] = preallocate<ReluChainWork>(L, d, N, ckpt);
     Measured m = measure(reps, [&] { gx = xj::Array(); gx = g(W, y0); },
-                         [&] { gr = Buf(); gr = ref_relu_chain(Wv, yv, L, d, N, ckpt); });
-    double err = rel_err(gx.data<float>(), gr.data(), gr.size());
+                         [&] { ref_relu_chain(*work, Wv, yv, L, d, N, ckpt); });
+    m.ref_peak = work_bytes;
+    double err = rel_err(gx.data<float>(), work->dW.data(), work->dW.size());
     // flops: forward 1 GEMM, backward 2 GEMMs (+1 recompute with checkpoint) per layer.
     double flops = double(L) * gemm_flops * (ckpt ? 4.0 : 3.0);
     // ideal bytes: stored layer inputs (+ masks as bytes without checkpoint) + the gradient + one
@@ -257,26 +273,41 @@ enum class Store {
   hidden_recompute,  // save_only_these_names(hidden): h; the mask needs z, recomputed (a GEMM)
 };
 
-struct MlpGrads {
-  Buf dW1, dW2;
+/// The buffers of the residual MLP's reference, allocated once before timing (lean: no
+/// allocation per call); what it stores depends on the variant, as xjax's residuals do.
+struct MlpWork {
+  Buf ys, acts, y, zt, dW1, dW2, g, dz, ht, zr;
+  MaskBuf masks;
+  MlpWork(std::int64_t L, std::int64_t d, std::int64_t N, Store store) {
+    const std::int64_t H = 4 * d, nd = N * d, nh = N * H, dh = d * H;
+    const bool keep_h = store == Store::hidden_and_mask || store == Store::hidden_recompute;
+    ys = Buf(L * nd);                                            // layer inputs
+    if (store != Store::nothing) acts = Buf(L * nh);              // h, or z under preact
+    if (store == Store::hidden_and_mask) masks = MaskBuf(L * nh);
+    y = Buf(nd);
+    zt = Buf(nh);
+    dW1 = Buf(L * dh);
+    dW2 = Buf(L * dh);
+    g = Buf(nd);
+    dz = Buf(nh);
+    if (!keep_h) ht = Buf(nh);                                                        // recomputed h
+    if (store == Store::nothing || store == Store::hidden_recompute) zr = Buf(nh);  // recomputed z
+  }
 };
 
-MlpGrads ref_mlp(const std::vector<float>& W1, const std::vector<float>& W2, const std::vector<float>& y0,
-                 std::int64_t L, std::int64_t d, std::int64_t N, Store store) {
+/// Reference gradients of the residual MLP into w.dW1, w.dW2.
+void ref_mlp(MlpWork& w, const std::vector<float>& W1, const std::vector<float>& W2, const std::vector<float>& y0,
+             std::int64_t L, std::int64_t d, std::int64_t N, Store store) {
   const std::int64_t H = 4 * d, nd = N * d, nh = N * H, dh = d * H;
   const bool keep_h = store == Store::hidden_and_mask || store == Store::hidden_recompute;
-  Buf ys(L * nd);                                                        // layer inputs
-  Buf acts = store == Store::nothing ? Buf() : Buf(L * nh);             // h, or z under preact
-  MaskBuf masks = store == Store::hidden_and_mask ? MaskBuf(L * nh) : MaskBuf();
-  Buf y(nd), zt(nh);
-  std::memcpy(ys.data(), y0.data(), static_cast<std::size_t>(nd) * 4);
+  std::memcpy(w.ys.data(), y0.data(), static_cast<std::size_t>(nd) * 4);
   for (std::int64_t i = 0; i < L; ++i) {
-    const float* yi = ys.data() + i * nd;
-    float* out = i + 1 < L ? ys.data() + (i + 1) * nd : y.data();
-    float* z = store == Store::preact ? acts.data() + i * nh : zt.data();
-    float* h = keep_h ? acts.data() + i * nh : zt.data();
+    const float* yi = w.ys.data() + i * nd;
+    float* out = i + 1 < L ? w.ys.data() + (i + 1) * nd : w.y.data();
+    float* z = store == Store::preact ? w.acts.data() + i * nh : w.zt.data();
+    float* h = keep_h ? w.acts.data() + i * nh : w.zt.data();
     gemm(false, false, N, H, d, yi, d, W1.data() + i * dh, H, 0.0f, z, H);
-    std::uint8_t* mk = store == Store::hidden_and_mask ? masks.data() + i * nh : nullptr;
+    std::uint8_t* mk = store == Store::hidden_and_mask ? w.masks.data() + i * nh : nullptr;
     for (std::int64_t k = 0; k < nh; ++k) {
       const bool pos = z[k] > 0;
       h[k] = pos ? z[k] : 0.0f;
@@ -285,36 +316,31 @@ MlpGrads ref_mlp(const std::vector<float>& W1, const std::vector<float>& W2, con
     std::memcpy(out, yi, static_cast<std::size_t>(nd) * 4);
     gemm(false, false, N, d, H, h, H, W2.data() + i * dh, d, 1.0f, out, d);
   }
-  zt = Buf();
-  MlpGrads gr{Buf(L * dh), Buf(L * dh)};
-  Buf g(nd), dz(nh);
-  Buf ht = keep_h ? Buf() : Buf(nh);                                    // recomputed h
-  Buf zr = store == Store::nothing || store == Store::hidden_recompute ? Buf(nh) : Buf();  // recomputed z
-  for (std::int64_t k = 0; k < nd; ++k) g.data()[k] = 2.0f * y.data()[k];
+  float* g = w.g.data();
+  for (std::int64_t k = 0; k < nd; ++k) g[k] = 2.0f * w.y.data()[k];
   for (std::int64_t i = L - 1; i >= 0; --i) {
-    const float* yi = ys.data() + i * nd;
+    const float* yi = w.ys.data() + i * nd;
     const float* w1 = W1.data() + i * dh;
     const float* w2 = W2.data() + i * dh;
-    const float* z = store == Store::preact ? acts.data() + i * nh : zr.data();
+    const float* z = store == Store::preact ? w.acts.data() + i * nh : w.zr.data();
     if (store == Store::nothing || store == Store::hidden_recompute)
-      gemm(false, false, N, H, d, yi, d, w1, H, 0.0f, zr.data(), H);  // recompute the pre-activation
-    const float* h = keep_h ? acts.data() + i * nh : ht.data();
+      gemm(false, false, N, H, d, yi, d, w1, H, 0.0f, w.zr.data(), H);  // recompute the pre-activation
+    const float* h = keep_h ? w.acts.data() + i * nh : w.ht.data();
     if (!keep_h)
-      for (std::int64_t k = 0; k < nh; ++k) ht.data()[k] = z[k] > 0 ? z[k] : 0.0f;
-    gemm(true, false, H, d, N, h, H, g.data(), d, 0.0f, gr.dW2.data() + i * dh, d);
-    gemm(false, true, N, H, d, g.data(), d, w2, d, 0.0f, dz.data(), H);
+      for (std::int64_t k = 0; k < nh; ++k) w.ht.data()[k] = z[k] > 0 ? z[k] : 0.0f;
+    gemm(true, false, H, d, N, h, H, g, d, 0.0f, w.dW2.data() + i * dh, d);
+    gemm(false, true, N, H, d, g, d, w2, d, 0.0f, w.dz.data(), H);
     if (store == Store::hidden_and_mask) {
-      const std::uint8_t* mk = masks.data() + i * nh;
+      const std::uint8_t* mk = w.masks.data() + i * nh;
       for (std::int64_t k = 0; k < nh; ++k)
-        if (!mk[k]) dz.data()[k] = 0.0f;
+        if (!mk[k]) w.dz.data()[k] = 0.0f;
     } else {
       for (std::int64_t k = 0; k < nh; ++k)
-        if (!(z[k] > 0)) dz.data()[k] = 0.0f;
+        if (!(z[k] > 0)) w.dz.data()[k] = 0.0f;
     }
-    gemm(true, false, d, H, N, yi, d, dz.data(), H, 0.0f, gr.dW1.data() + i * dh, H);
-    if (i > 0) gemm(false, true, N, d, H, dz.data(), H, w1, H, 1.0f, g.data(), d);
+    gemm(true, false, d, H, N, yi, d, w.dz.data(), H, 0.0f, w.dW1.data() + i * dh, H);
+    if (i > 0) gemm(false, true, N, d, H, w.dz.data(), H, w1, H, 1.0f, g, d);
   }
-  return gr;
 }
 
 void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int64_t N, int reps) {
@@ -349,9 +375,10 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
     };
     auto g = xj::grad(loss, xj::argnums<0, 1>);
     std::tuple<xj::Array, xj::Array> gx;
-    MlpGrads gr;
-    Measured m = measure(reps, [&] { gx = {}; gx = g(W1, W2, y0); },
-                         [&] { gr = {}; gr = ref_mlp(W1v, W2v, yv, L, d, N, v.store); });
+    auto [work, work_bytes] = preallocate<MlpWork>(L, d, N, v.store);
+    MlpWork& gr = *work;
+    Measured m = measure(reps, [&] { gx = {}; gx = g(W1, W2, y0); }, [&] { ref_mlp(gr, W1v, W2v, yv, L, d, N, v.store); });
+    m.ref_peak = work_bytes;
     double err = std::max(rel_err(std::get<0>(gx).data<float>(), gr.dW1.data(), gr.dW1.size()),
                           rel_err(std::get<1>(gx).data<float>(), gr.dW2.data(), gr.dW2.size()));
     std::string arbiter;
@@ -572,6 +599,69 @@ void bench_schedule(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std:
                   double(pc) / mib, 0, "scan(checkpoint(layer))"});
 }
 
+// ---- E1: per-op cost of eager mode -------------------------------------------------------------
+
+/// E1: 10,000 small ops (add, mul, matmul of 32x32 floats) run eagerly (each op a separate
+/// xjax call outside any trace, as a user debugging code writes them), against the same ops
+/// under jit (chains of 100 ops in one jitted function) and a lean C++ reference (loops, one
+/// cblas_sgemm per matmul, buffers preallocated). The ratio is eager / reference; the note gives
+/// the time per op of each. (libtorch's eager rows of issue 15 are not built yet.)
+void bench_eager(std::vector<Row>& rows, std::int64_t n_ops, int reps) {
+  const std::int64_t d = 32, chain = 100;
+  std::vector<float> av = randn(d * d, 31, 1.0);
+  xj::Array a = from(av, {d, d});
+  Buf ra(d * d), rb(d * d), rc(d * d);
+  std::memcpy(ra.data(), av.data(), av.size() * 4);
+  for (int op = 0; op < 3; ++op) {
+    const char* name = op == 0 ? "add" : op == 1 ? "mul" : "matmul";
+    // b keeps 10,000 repeated applications in range (no overflow, no denormals): small for add,
+    // near 1 for mul, near the identity for matmul.
+    std::vector<float> bv = randn(d * d, 32, op == 0 ? 0.1 : 1e-3);
+    for (std::int64_t k = 0; k < d * d; ++k)
+      if (op == 1 || (op == 2 && k % (d + 1) == 0)) bv[static_cast<std::size_t>(k)] += 1.0f;
+    xj::Array b = from(bv, {d, d});
+    std::memcpy(rb.data(), bv.data(), bv.size() * 4);
+    auto apply = [op](const xj::Array& x, const xj::Array& y) {
+      return op == 0 ? x + y : op == 1 ? x * y : xj::matmul(x, y);
+    };
+    auto chained = xj::jit([apply, chain](const xj::Array& x, const xj::Array& y) {
+      xj::Array c = x;
+      for (std::int64_t i = 0; i < chain; ++i) c = apply(c, y);
+      return c;
+    });
+    xj::Array c;
+    Measured eager = measure(reps,
+                             [&] {
+                               c = a;
+                               for (std::int64_t i = 0; i < n_ops; ++i) c = apply(c, b);
+                             },
+                             [&] {
+                               float* x = ra.data();
+                               float* out = rc.data();
+                               const float* y = rb.data();
+                               for (std::int64_t i = 0; i < n_ops; ++i) {
+                                 if (op == 2) gemm(false, false, d, d, d, x, d, y, d, 0.0f, out, d);
+                                 else if (op == 1)
+                                   for (std::int64_t k = 0; k < d * d; ++k) out[k] = x[k] * y[k];
+                                 else
+                                   for (std::int64_t k = 0; k < d * d; ++k) out[k] = x[k] + y[k];
+                                 std::swap(x, out);
+                               }
+                             });
+    Measured jitted = measure(reps,
+                              [&] {
+                                c = a;
+                                for (std::int64_t i = 0; i < n_ops / chain; ++i) c = chained(c, b);
+                              },
+                              [] {});
+    const double us = 1e6 / static_cast<double>(n_ops);
+    rows.push_back({"E1", std::string(name) + " 32x32 eager", "xjax", eager.xj_s, eager.xj_s / eager.ref_s, 0, 0, 0,
+                    fmt("%.2f", eager.xj_s * us) + " us/op eager, " + fmt("%.2f", jitted.xj_s * us) + " us/op jit, " +
+                        fmt("%.3f", eager.ref_s * us) + " us/op reference; " + std::to_string(n_ops) + " ops"});
+    rows.push_back({"E1", std::string(name) + " 32x32 eager", "reference", eager.ref_s, 1.0, 0, 0, 0, ""});
+  }
+}
+
 // ---- output ------------------------------------------------------------------------------------
 
 std::string json_str(const std::string& s) {
@@ -616,7 +706,7 @@ void print_table(const std::vector<Row>& rows, bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2, S1); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -626,7 +716,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1]\n");
       return 2;
     }
   }
@@ -640,6 +730,7 @@ int main(int argc, char** argv) {
     if (run("P4")) bench_trace(rows, quick ? 64 : 256, quick ? 256 : 2048, reps);
     if (run("V1")) bench_per_example(rows, quick ? 64 : 256, quick ? 64 : 256, reps);
     if (run("V2")) bench_jacrev(rows, quick ? 64 : 256, reps);
+    if (run("E1")) bench_eager(rows, 10000, reps);
     if (run("S1")) bench_schedule(rows, quick ? 1000 : 10000, 64, 64, quick ? 10 : 100, quick ? 1 : 3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());
