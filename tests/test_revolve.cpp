@@ -6,6 +6,8 @@
 #include <cmath>
 #include <map>
 
+#include "../transforms/ad.hpp"  // detail::linearize_jaxpr: to reach the revolve equations
+#include "internal.hpp"          // detail::abstract_eval
 #include "test_util.hpp"
 
 namespace {
@@ -363,4 +365,44 @@ TEST_CASE("revolve: a short while_loop with a large online(s) allocates about s 
   CHECK(peak <= (32 + 10) * carry);
   // d/da sum(x0 * a * a) = 2 a x0.
   CHECK(max_rel(got, 2.0 * a * x0) < 1e-6);
+}
+
+
+TEST_CASE("revolve: the shape rules of revolve_fwd, online_fwd and revolve_lin reject wrong operands") {
+  using xj::Primitive;
+  auto lin_of = [](const xj::ClosedJaxpr& j) {
+    xj::detail::AdModeScope reverse(xj::detail::AdMode::reverse);
+    return xj::detail::linearize_jaxpr(j, std::vector<bool>(j->invars.size(), true));
+  };
+  auto find = [](const xj::ClosedJaxpr& j, Primitive p) -> const xj::Eqn& {
+    for (const auto& e : j->eqns)
+      if (e.prim == p) return e;
+    FAIL("no equation of ", xj::primitive_name(p));
+    return j->eqns.front();
+  };
+  auto check = [](const xj::Eqn& e) {
+    std::vector<xj::ShapedArray> in;
+    for (const auto& a : e.inputs) in.push_back(xj::atom_aval(a));
+    auto out = xj::detail::abstract_eval(e.prim, in, e.params);  // the recorded operands pass
+    REQUIRE(out.size() == e.outputs.size());
+    for (std::size_t k = 0; k < out.size(); ++k) CHECK(out[k] == e.outputs[k].aval());
+    in.pop_back();
+    CHECK_THROWS_AS(xj::detail::abstract_eval(e.prim, in, e.params), xj::TypeError);
+  };
+  auto scan_f = [](const xj::Array& w, const xj::Array& c0) {
+    auto body = [](const xj::Array& c, const xj::Array& x) { return std::pair{xj::sin(c * x), xj::cos(c)}; };
+    auto [c, ys] = xj::scan(body, c0, w, {.checkpoints = xj::scan_checkpoints::binomial(2)});
+    return xj::sum(c) + xj::sum(ys);
+  };
+  auto ls = lin_of(xj::make_jaxpr(scan_f)(xj::zeros({5, 3}), xj::zeros({3})));
+  check(find(ls.pe.known, Primitive::revolve_fwd));
+  check(find(ls.pe.staged, Primitive::revolve_lin));
+  auto while_f = [](const xj::Array& x0) {
+    auto cond = [](const xj::Array& x) { return xj::sum(x) > 1.0; };
+    auto body = [](const xj::Array& x) { return 0.5 * xj::sin(x); };
+    return xj::sum(xj::while_loop(cond, body, x0, {.checkpoints = xj::scan_checkpoints::online(3)}));
+  };
+  auto lw = lin_of(xj::make_jaxpr(while_f)(xj::zeros({3})));
+  check(find(lw.pe.known, Primitive::online_fwd));
+  check(find(lw.pe.staged, Primitive::revolve_lin));
 }
