@@ -403,3 +403,33 @@ TEST_CASE("trust: vjp through a custom_vjp whose input tangent is a custom_jvp's
   check_values(xj::jit(xj::grad(f))(x), {3.0, 3.0, 3.0}, 1e-15);
   check_values(xj::jacrev([&](const xj::Array& y) { return cv(cj(y)); })(x), {0, 0, 0, 0, 0, 0, 0, 0, 0}, 1e-15);
 }
+
+TEST_CASE("trust: the same inside a checkpoint, a scan and a cond (fuzzer seed 414449)") {
+  // The custom_lin with known (zero) tangents sat inside a higher-order equation whose inputs were
+  // all known, so partial evaluation kept the whole equation on the known side, custom_lin
+  // included, and vjp's forward pass evaluated it: "forward mode" error.
+  auto cj = xj::custom_jvp([](const xj::Array& x) { return xj::sin(x); },
+                           [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                             return std::pair{xj::sin(std::get<0>(p)), xj::zeros_like(std::get<0>(t))};
+                           });
+  auto cv = xj::custom_vjp([](const xj::Array& x) { return x * x; },
+                           [](const xj::Array& x) { return std::pair{x * x, x}; },
+                           [](const xj::Array& x, const xj::Array& ct) { return std::tuple{2.0 * x * ct}; });
+  auto in_checkpoint = [&](const xj::Array& x) { return xj::sum(xj::checkpoint([&](const xj::Array& y) { return cv(y); })(cj(x)) + x * 3.0); };
+  auto in_scan = [&](const xj::Array& x) {
+    auto body = [&](const xj::Array& c, const xj::None&) { return std::pair{cv(c), xj::None{}}; };
+    return xj::sum(xj::scan(body, cj(x), xj::None{}, {.length = 2}).first + x * 3.0);
+  };
+  auto in_cond = [&](const xj::Array& x) {
+    return xj::sum(xj::cond(xj::scalar(true, xj::bool_), [&](const xj::Array& y) { return cv(y); }, [](const xj::Array& y) { return y; }, cj(x)) +
+                   x * 3.0);
+  };
+  xj::Array x = f64v({0.5, -1.0, 2.0});
+  for (const auto& f : std::vector<std::function<xj::Array(const xj::Array&)>>{in_checkpoint, in_scan, in_cond}) {
+    auto [out, f_vjp] = xj::vjp(f, x);
+    check_values(std::get<0>(f_vjp(xj::scalar(1.0, xj::f64))), {3.0, 3.0, 3.0}, 1e-15);
+    check_values(xj::grad(f)(x), {3.0, 3.0, 3.0}, 1e-15);
+  }
+  // Forward mode of a custom_vjp function stays an error (its tangents are not zero).
+  CHECK_THROWS_AS(xj::jvp(cv, std::tuple{x}, std::tuple{xj::ones_like(x)}), xj::TransformError);
+}

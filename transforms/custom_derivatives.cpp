@@ -152,9 +152,25 @@ std::vector<ShapedArray> custom_lin_abstract_eval(std::span<const ShapedArray>, 
   return object<BwdObject>(ps.bwd).out_avals;
 }
 
-// Only transposed: evaluating or differentiating it would be forward mode of the custom_vjp function.
-std::vector<Array> custom_lin_impl(std::span<const Array>, const params::CustomLin&) {
-  no_forward_mode();
+namespace {
+bool all_zero(const Array& t) {
+  for (double v : t.to_vector<double>())
+    if (v != 0.0) return false;
+  return true;
+}
+}  // namespace
+
+// custom_lin(res, 0) = 0, whatever the map: that is all it may evaluate. Its tangents are known
+// (concrete) only when they do not depend on the differentiated inputs (a custom_jvp rule that
+// returned zeros_like), as partial evaluation keeps a higher-order equation with only known
+// inputs whole on the known side; other tangents would be forward mode of the custom_vjp function.
+std::vector<Array> custom_lin_impl(std::span<const Array> in, const params::CustomLin& ps) {
+  const auto& obj = object<BwdObject>(ps.bwd);
+  for (std::size_t i = obj.num_res; i < in.size(); ++i)
+    if (!is_floating(in[i].dtype()) || !all_zero(in[i])) no_forward_mode();
+  std::vector<Array> out;
+  for (const auto& a : obj.out_avals) out.push_back(zeros(a.shape, a.dtype));
+  return out;
 }
 JvpOut custom_lin_jvp(const JvpArgs&) { no_forward_mode(); }
 
