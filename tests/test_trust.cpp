@@ -384,16 +384,26 @@ TEST_CASE("trust: the derivative of prod is exact where elements are 0") {
 
 // ---- found by the fuzzer ------------------------------------------------------------------------
 
+namespace {
+// A custom_jvp whose rule's tangent does not depend on the input tangent (zeros_like), and a
+// custom_vjp (x * x with its hand-written backward): the pair of fuzzer seeds 1140 and 414449.
+auto zero_tangent_custom_jvp() {
+  return xj::custom_jvp([](const xj::Array& x) { return xj::sin(x); },
+                        [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                          return std::pair{xj::sin(std::get<0>(p)), xj::zeros_like(std::get<0>(t))};
+                        });
+}
+auto square_custom_vjp() {
+  return xj::custom_vjp([](const xj::Array& x) { return x * x; }, [](const xj::Array& x) { return std::pair{x * x, x}; },
+                        [](const xj::Array& x, const xj::Array& ct) { return std::tuple{2.0 * x * ct}; });
+}
+}  // namespace
+
 TEST_CASE("trust: vjp through a custom_vjp whose input tangent is a custom_jvp's zero (fuzzer seed 1140)") {
   // The custom_jvp rule's tangent does not depend on the input tangent (it is zeros_like), so the
   // custom_vjp's custom_lin had only known inputs and was evaluated: "forward mode" error.
-  auto cj = xj::custom_jvp([](const xj::Array& x) { return xj::sin(x); },
-                           [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
-                             return std::pair{xj::sin(std::get<0>(p)), xj::zeros_like(std::get<0>(t))};
-                           });
-  auto cv = xj::custom_vjp([](const xj::Array& x) { return x * x; },
-                           [](const xj::Array& x) { return std::pair{x * x, x}; },
-                           [](const xj::Array& x, const xj::Array& ct) { return std::tuple{2.0 * x * ct}; });
+  auto cj = zero_tangent_custom_jvp();
+  auto cv = square_custom_vjp();
   auto f = [&](const xj::Array& x) { return xj::sum(cv(cj(x)) + x * 3.0); };
   xj::Array x = f64v({0.5, -1.0, 2.0});
   // d/dx = 2 cj(x) * (custom derivative of cj = 0) + 3 = 3
@@ -408,13 +418,8 @@ TEST_CASE("trust: the same inside a checkpoint, a scan and a cond (fuzzer seed 4
   // The custom_lin with known (zero) tangents sat inside a higher-order equation whose inputs were
   // all known, so partial evaluation kept the whole equation on the known side, custom_lin
   // included, and vjp's forward pass evaluated it: "forward mode" error.
-  auto cj = xj::custom_jvp([](const xj::Array& x) { return xj::sin(x); },
-                           [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
-                             return std::pair{xj::sin(std::get<0>(p)), xj::zeros_like(std::get<0>(t))};
-                           });
-  auto cv = xj::custom_vjp([](const xj::Array& x) { return x * x; },
-                           [](const xj::Array& x) { return std::pair{x * x, x}; },
-                           [](const xj::Array& x, const xj::Array& ct) { return std::tuple{2.0 * x * ct}; });
+  auto cj = zero_tangent_custom_jvp();
+  auto cv = square_custom_vjp();
   auto in_checkpoint = [&](const xj::Array& x) { return xj::sum(xj::checkpoint([&](const xj::Array& y) { return cv(y); })(cj(x)) + x * 3.0); };
   auto in_scan = [&](const xj::Array& x) {
     auto body = [&](const xj::Array& c, const xj::None&) { return std::pair{cv(c), xj::None{}}; };
