@@ -128,11 +128,6 @@ BatchOut batch_by_expansion(const BatchArgs& a, const FlatFn& expansion) {
   return batch_eval(trace_flat(expansion, avals), a.x, a.dims, a.size);
 }
 
-// A traced step body: f evaluated on (captured leading operands, the body's own inputs).
-ClosedJaxpr step_body(const std::vector<ShapedArray>& avals, const std::function<std::vector<Array>(std::span<const Array>)>& f) {
-  return trace_flat(f, avals);
-}
-
 // revolve_lin's params: K, and S reordered from partial_eval's (res, unknown consts, unknown
 // carry, unknown xs) to (unknown consts, unknown carry, res, unknown xs).
 params::Revolve linear_params(const ClosedJaxprPtr& k, const PartialEval& pe, std::int64_t length, bool reverse,
@@ -281,13 +276,13 @@ FlatFn fwd_expansion(const params::RevolveFwd& ps, std::source_location loc) {
     const std::vector<Array> consts = part(in, 0, sh.nc);
     const Jaxpr& k = *ps.jaxpr->jaxpr;
     // (carry, x) -> (carry', y, carry, res)
-    ClosedJaxpr body = step_body(avals_of(k.invars, sh.nc, sh.ncar + sh.nx), [&](std::span<const Array> args) {
+    ClosedJaxpr body = trace_flat([&](std::span<const Array> args) {
       std::vector<Array> outs = eval_jaxpr(*ps.jaxpr, cat(consts, args));
       std::vector<Array> r(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny));
       r.insert(r.end(), args.begin(), args.begin() + static_cast<std::ptrdiff_t>(sh.ncar));
       r.insert(r.end(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny), outs.end());
       return r;
-    });
+    }, avals_of(k.invars, sh.nc, sh.ncar + sh.nx));
     auto outs = scan_flat(body, part(in, sh.nc, sh.ncar), part(in, sh.nc + sh.ncar, sh.nx), sh.length, sh.reverse, 1, loc);
     std::vector<Array> r(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny));
     RevolveSchedule sc = RevolveSchedule::binomial(sh.length, sh.slots);
@@ -375,7 +370,7 @@ FlatFn lin_expansion(const params::Revolve& ps, std::source_location loc) {
     for (const auto& a : avals_of(ps.jaxpr->jaxpr->invars, sh.nc + sh.ncar, sh.nx)) avals.push_back(a);
     for (std::size_t i = 0; i < nlx; ++i) avals.push_back(unstacked(in[l.per_step + i].aval()));
     // (carry, lin carry, x, lin x) -> (carry', lin carry', lin y)
-    ClosedJaxpr body = step_body(avals, [&](std::span<const Array> args) {
+    ClosedJaxpr body = trace_flat([&](std::span<const Array> args) {
       std::vector<Array> kin = consts;
       for (std::size_t i = 0; i < sh.ncar; ++i) kin.push_back(args[i]);
       for (std::size_t i = 0; i < sh.nx; ++i) kin.push_back(args[sh.ncar + nlcar + i]);
@@ -388,7 +383,7 @@ FlatFn lin_expansion(const params::Revolve& ps, std::source_location loc) {
       std::vector<Array> r(kout.begin(), kout.begin() + static_cast<std::ptrdiff_t>(sh.ncar));
       r.insert(r.end(), sout.begin(), sout.end());
       return r;
-    });
+    }, avals);
     std::vector<Array> init, xs = part(in, l.xs, sh.nx);
     for (std::size_t c = 0; c < sh.ncar; ++c) init.push_back(in[l.snaps + c][0]);
     for (std::size_t i = 0; i < nlcar; ++i) init.push_back(in[l.lin_carry + i]);
@@ -604,12 +599,12 @@ FlatFn bwd_expansion(const params::Revolve& ps, std::source_location loc) {
     const std::vector<Array> consts = part(in, 0, sh.nc), lin_consts = part(in, l.lin_consts, nlc);
     const Jaxpr& k = *ps.jaxpr->jaxpr;
     // (carry, x) -> (carry', carry)
-    ClosedJaxpr fwd = step_body(avals_of(k.invars, sh.nc, sh.ncar + sh.nx), [&](std::span<const Array> args) {
+    ClosedJaxpr fwd = trace_flat([&](std::span<const Array> args) {
       std::vector<Array> outs = eval_jaxpr(*ps.jaxpr, cat(consts, args));
       std::vector<Array> r(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar));
       r.insert(r.end(), args.begin(), args.begin() + static_cast<std::ptrdiff_t>(sh.ncar));
       return r;
-    });
+    }, avals_of(k.invars, sh.nc, sh.ncar + sh.nx));
     std::vector<Array> init;
     for (std::size_t c = 0; c < sh.ncar; ++c) init.push_back(in[l.snaps + c][0]);
     auto f = scan_flat(fwd, init, part(in, l.xs, sh.nx), sh.length, sh.reverse, 1, loc);
@@ -618,7 +613,7 @@ FlatFn bwd_expansion(const params::Revolve& ps, std::source_location loc) {
     for (std::size_t i = 0; i < ncs; ++i) avals.push_back(in[l.lin_carry + i].aval());
     for (const auto& a : avals_of(k.invars, sh.nc, sh.ncar + sh.nx)) avals.push_back(a);
     for (std::size_t i = 0; i < nps; ++i) avals.push_back(unstacked(in[l.per_step + i].aval()));
-    ClosedJaxpr bwd = step_body(avals, [&](std::span<const Array> args) {
+    ClosedJaxpr bwd = trace_flat([&](std::span<const Array> args) {
       std::vector<Array> kin = consts;
       kin.insert(kin.end(), args.begin() + static_cast<std::ptrdiff_t>(ncs), args.begin() + static_cast<std::ptrdiff_t>(ncs + sh.ncar + sh.nx));
       std::vector<Array> kout = eval_jaxpr(*ps.jaxpr, kin);
@@ -627,7 +622,7 @@ FlatFn bwd_expansion(const params::Revolve& ps, std::source_location loc) {
       bin.insert(bin.end(), kout.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny), kout.end());
       bin.insert(bin.end(), args.begin() + static_cast<std::ptrdiff_t>(ncs + sh.ncar + sh.nx), args.end());
       return eval_jaxpr(*ps.linear_jaxpr, bin);
-    });
+    }, avals);
     std::vector<Array> xs(f.begin() + static_cast<std::ptrdiff_t>(sh.ncar), f.end());
     for (std::size_t i = 0; i < sh.nx; ++i) xs.push_back(in[l.xs + i]);
     for (std::size_t i = 0; i < nps; ++i) xs.push_back(in[l.per_step + i]);
