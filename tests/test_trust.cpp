@@ -438,3 +438,20 @@ TEST_CASE("trust: the same inside a checkpoint, a scan and a cond (fuzzer seed 4
   // Forward mode of a custom_vjp function stays an error (its tangents are not zero).
   CHECK_THROWS_AS(xj::jvp(cv, std::tuple{x}, std::tuple{xj::ones_like(x)}), xj::TransformError);
 }
+
+TEST_CASE("trust: the same with an integer argument to the custom_vjp (its tangent is an integer zero)") {
+  auto cj = zero_tangent_custom_jvp();
+  auto scaled = xj::custom_vjp([](const xj::Array& x, const xj::Array& k) { return x * xj::astype(k, xj::f64); },
+                               [](const xj::Array& x, const xj::Array& k) { return std::pair{x * xj::astype(k, xj::f64), k}; },
+                               [](const xj::Array& k, const xj::Array& ct) {
+                                 return std::tuple{ct * xj::astype(k, xj::f64), xj::zeros_like(k)};
+                               });
+  xj::Array k = xj::scalar(3, xj::i32);
+  auto f = [&](const xj::Array& x) {
+    return xj::sum(xj::checkpoint([&](const xj::Array& y) { return scaled(y, k); })(cj(x)) + x * 3.0);
+  };
+  xj::Array x = f64v({0.5, -1.0, 2.0});
+  auto [out, f_vjp] = xj::vjp(f, x);
+  check_values(std::get<0>(f_vjp(xj::scalar(1.0, xj::f64))), {3.0, 3.0, 3.0}, 1e-15);
+  check_values(xj::grad(f)(x), {3.0, 3.0, 3.0}, 1e-15);
+}
