@@ -368,7 +368,7 @@ TEST_CASE("revolve: a short while_loop with a large online(s) allocates about s 
 }
 
 
-TEST_CASE("revolve: the shape rules of revolve_fwd, online_fwd and revolve_lin reject wrong operands") {
+TEST_CASE("revolve: the shape rules of revolve_fwd, online_fwd, revolve_lin and revolve_bwd reject wrong operands") {
   using xj::Primitive;
   auto lin_of = [](const xj::ClosedJaxpr& j) {
     xj::detail::AdModeScope reverse(xj::detail::AdMode::reverse);
@@ -397,6 +397,10 @@ TEST_CASE("revolve: the shape rules of revolve_fwd, online_fwd and revolve_lin r
   auto ls = lin_of(xj::make_jaxpr(scan_f)(xj::zeros({5, 3}), xj::zeros({3})));
   check(find(ls.pe.known, Primitive::revolve_fwd));
   check(find(ls.pe.staged, Primitive::revolve_lin));
+  std::vector<bool> linear_in(ls.pe.num_res, false);
+  linear_in.resize(ls.pe.staged->invars.size(), true);
+  xj::ClosedJaxpr transposed = xj::detail::transpose_jaxpr(ls.pe.staged, linear_in);
+  check(find(transposed, Primitive::revolve_bwd));
   auto while_f = [](const xj::Array& x0) {
     auto cond = [](const xj::Array& x) { return xj::sum(x) > 1.0; };
     auto body = [](const xj::Array& x) { return 0.5 * xj::sin(x); };

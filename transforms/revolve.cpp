@@ -407,14 +407,20 @@ namespace {
 }
 }  // namespace
 
+namespace {
+// The params of a revolve_lin / revolve_bwd whose expansion a jvp or batching rule transforms:
+// only a scan's (its length known when traced).
+template <class Args> const params::Revolve& expandable(const Args& a, const char* what) {
+  const auto& ps = a.params.template get<params::Revolve>();
+  if (ps.length < 0) online_unsupported(what, a.loc);
+  return ps;
+}
+}  // namespace
+
 JvpOut revolve_lin_jvp(const JvpArgs& a) {
-  if (a.params.get<params::Revolve>().length < 0) online_unsupported("forward-mode differentiation", a.loc);
-  return jvp_by_expansion(a, lin_expansion(a.params.get<params::Revolve>(), a.loc));
+  return jvp_by_expansion(a, lin_expansion(expandable(a, "forward-mode differentiation"), a.loc));
 }
-BatchOut revolve_lin_batch(const BatchArgs& a) {
-  if (a.params.get<params::Revolve>().length < 0) online_unsupported("vmap", a.loc);
-  return batch_by_expansion(a, lin_expansion(a.params.get<params::Revolve>(), a.loc));
-}
+BatchOut revolve_lin_batch(const BatchArgs& a) { return batch_by_expansion(a, lin_expansion(expandable(a, "vmap"), a.loc)); }
 
 // revolve_lin^T = revolve_bwd with S's transposed step (transpose_scan_body, as scan's
 // transpose): the ct state carries the cotangents of S's carry and its linear consts.
@@ -631,14 +637,8 @@ FlatFn bwd_expansion(const params::Revolve& ps, std::source_location loc) {
 }
 }  // namespace
 
-JvpOut revolve_bwd_jvp(const JvpArgs& a) {
-  if (a.params.get<params::Revolve>().length < 0) online_unsupported("differentiation", a.loc);
-  return jvp_by_expansion(a, bwd_expansion(a.params.get<params::Revolve>(), a.loc));
-}
-BatchOut revolve_bwd_batch(const BatchArgs& a) {
-  if (a.params.get<params::Revolve>().length < 0) online_unsupported("vmap", a.loc);
-  return batch_by_expansion(a, bwd_expansion(a.params.get<params::Revolve>(), a.loc));
-}
+JvpOut revolve_bwd_jvp(const JvpArgs& a) { return jvp_by_expansion(a, bwd_expansion(expandable(a, "differentiation"), a.loc)); }
+BatchOut revolve_bwd_batch(const BatchArgs& a) { return batch_by_expansion(a, bwd_expansion(expandable(a, "vmap"), a.loc)); }
 std::vector<Tangent> revolve_bwd_transpose(const TransposeArgs&) {
   throw InternalError("transpose", "revolve_bwd is transposed only through its jvp's expansion");
 }
