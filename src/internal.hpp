@@ -69,8 +69,9 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
 
 /// A kernel with its params unpacked: computes one output of a fixed aval from concrete inputs.
 using KernelFn = std::function<Array(std::span<const Array>)>;
-/// p's kernel for these params and output aval (execution plans resolve each equation once).
-KernelFn resolve_kernel(Primitive p, const Params& params, const ShapedArray& out);
+/// p's kernel for these params, operand avals and output aval (execution plans resolve each
+/// equation once; kernels that depend on the operands' shapes work out their layout here).
+KernelFn resolve_kernel(Primitive p, const Params& params, std::span<const ShapedArray> in, const ShapedArray& out);
 
 /// Kernel: computes p's outputs on concrete inputs (out_avals from abstract_eval).
 std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Params& params,

@@ -76,10 +76,52 @@ std::vector<Array> eval_by_binding(const ClosedJaxpr& cj, std::span<const Array>
 
 }  // namespace
 
+namespace {
+
+/// The working vectors of one run_plan call. Kept per thread and reused (a scan body's plan runs
+/// once per iteration), so a run allocates no vectors; nested runs (a scan inside a scan) take
+/// their own frame. A frame is emptied before it goes back, so it holds no array between runs.
+struct PlanFrame {
+  std::vector<Array> slots, ins, outs;
+};
+
+class FrameLease {
+ public:
+  FrameLease() {
+    if (free_frames().empty()) frame_ = std::make_unique<PlanFrame>();
+    else {
+      frame_ = std::move(free_frames().back());
+      free_frames().pop_back();
+    }
+  }
+  ~FrameLease() {
+    frame_->slots.clear();
+    frame_->ins.clear();
+    frame_->outs.clear();
+    free_frames().push_back(std::move(frame_));
+  }
+  FrameLease(const FrameLease&) = delete;
+  FrameLease& operator=(const FrameLease&) = delete;
+  PlanFrame& operator*() { return *frame_; }
+
+ private:
+  static std::vector<std::unique_ptr<PlanFrame>>& free_frames() {
+    thread_local std::vector<std::unique_ptr<PlanFrame>> frames;
+    return frames;
+  }
+  std::unique_ptr<PlanFrame> frame_;
+};
+
+}  // namespace
+
 // Outside any trace: run the jaxpr's cached execution plan.
-std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args) {
+void detail::run_plan_into(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args,
+                           std::vector<Array>& result) {
   using detail::EvalPlan;
-  std::vector<Array> slots(plan.num_slots);
+  FrameLease lease;
+  PlanFrame& frame = *lease;
+  std::vector<Array>& slots = frame.slots;
+  slots.resize(plan.num_slots);
   auto put = [&](std::size_t s, Array a) {
     if (s != EvalPlan::npos) slots[s] = std::move(a);
   };
@@ -88,7 +130,8 @@ std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJa
   };
   for (std::size_t i = 0; i < cj.consts.size(); ++i) put(plan.const_slots[i], cj.consts[i]);
   for (std::size_t i = 0; i < args.size(); ++i) put(plan.in_slots[i], args[i]);
-  std::vector<Array> ins, outs;
+  std::vector<Array>& ins = frame.ins;
+  std::vector<Array>& outs = frame.outs;
   for (const auto& st : plan.steps) {
     ins.clear();
     for (const auto& op : st.ins) ins.push_back(op.last_use ? std::move(slots[op.slot]) : read(op));
@@ -107,8 +150,13 @@ std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJa
     for (auto s : st.free_after) slots[s] = Array();
     for (std::size_t k = 0; k < outs.size(); ++k) put(st.outs[k], std::move(outs[k]));
   }
-  std::vector<Array> result;
+  result.clear();
   for (const auto& op : plan.outs) result.push_back(read(op));
+}
+
+std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args) {
+  std::vector<Array> result;
+  run_plan_into(plan, cj, args, result);
   return result;
 }
 

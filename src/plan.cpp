@@ -314,7 +314,9 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
       if (e.outputs.size() != 1)
         throw Error("make_plan: " + std::string(primitive_name(e.prim)) + " has " +
                     std::to_string(e.outputs.size()) + " outputs; kernels produce one");
-      st.kernel = resolve_kernel(e.prim, e.params, e.outputs[0].aval());
+      std::vector<ShapedArray> in_avals;
+      for (const auto& in : e.inputs) in_avals.push_back(atom_aval(in));
+      st.kernel = resolve_kernel(e.prim, e.params, in_avals, e.outputs[0].aval());
     }
     for (const auto& in : e.inputs) st.ins.push_back(operand(in));
     st.free_after = dying(i, i + 1);

@@ -62,6 +62,8 @@ ClosedJaxprPtr derived_jaxpr(const std::shared_ptr<const Jaxpr>& j, const Derive
 /// Runs a plan of cj's jaxpr on concrete arguments (eval_jaxpr outside a trace; scan runs its
 /// body's plan this way once per iteration, after one lookup).
 std::vector<Array> run_plan(const EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args);
+/// run_plan writing the outputs into `result` (cleared first), so a loop can reuse one vector.
+void run_plan_into(const EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args, std::vector<Array>& result);
 /// Entries in the side table, live or not yet swept (for tests).
 std::size_t plan_table_size();
 

@@ -99,13 +99,6 @@ std::vector<ShapedArray> scan_abstract_eval(std::span<const ShapedArray> in, con
 }
 
 namespace {
-Array leading_slice(const Array& x, std::int64_t i) {
-  ShapedArray a = unstacked(x.aval());
-  return buffer_view(x, static_cast<std::size_t>(i) * a.nbytes(), a);  // no copy
-}
-}  // namespace
-
-namespace {
 // The body applied u times in a row: (consts, carry, x slices of u steps in visiting order) ->
 // (carry, y slices of u steps). scan_impl runs it once per u iterations (the `unroll` param).
 ClosedJaxpr unrolled_body(const ScanParams& sp, std::int64_t u) {
@@ -152,25 +145,33 @@ std::vector<Array> scan_impl(std::span<const Array> in, const params::Scan& ps) 
   ClosedJaxprPtr unrolled = u > 1 ? cached_unrolled_body(sp, u) : sp.body;
   // The plans are looked up once (each lookup hashes the jaxpr), then run every iteration.
   std::shared_ptr<const EvalPlan> body_plan = plan_of(sp.body->jaxpr), unrolled_plan = plan_of(unrolled->jaxpr);
-  std::vector<Array> args;
+  // Per iteration only the slices and the carry change: the vectors and slice avals are made once.
+  std::vector<ShapedArray> slice_avals;
+  for (const auto& x : xs) slice_avals.push_back(unstacked(x.aval()));
+  std::vector<Array> args, outs;
+  std::vector<std::int64_t> idx;
   for (std::int64_t step = 0; step < sp.length;) {
     std::int64_t k_steps = sp.length - step >= u ? u : 1;  // the remainder runs the plain body
     const ClosedJaxpr& body = k_steps == u ? *unrolled : *sp.body;
-    args = cat(consts, carry);
-    std::vector<std::int64_t> idx;
+    args.clear();
+    args.insert(args.end(), consts.begin(), consts.end());
+    for (auto& c : carry) args.push_back(std::move(c));
+    idx.clear();
     for (std::int64_t k = 0; k < k_steps; ++k) {
       idx.push_back(sp.reverse ? sp.length - 1 - (step + k) : step + k);
-      for (const auto& x : xs) args.push_back(leading_slice(x, idx.back()));
+      for (std::size_t x = 0; x < xs.size(); ++x)
+        args.push_back(buffer_view(xs[x], static_cast<std::size_t>(idx.back()) * slice_avals[x].nbytes(), slice_avals[x]));
     }
-    std::vector<Array> outs = run_plan(k_steps == u ? *unrolled_plan : *body_plan, body, args);
+    run_plan_into(k_steps == u ? *unrolled_plan : *body_plan, body, args, outs);
     args.clear();
-    carry.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sp.ncarry));
+    for (std::size_t c = 0; c < sp.ncarry; ++c) carry[c] = std::move(outs[c]);
     for (std::int64_t k = 0; k < k_steps; ++k)
       for (std::size_t y = 0; y < ys.size(); ++y) {
         const Array& out = outs[sp.ncarry + static_cast<std::size_t>(k) * ys.size() + y];
         std::size_t n = out.aval().nbytes();
         if (n) std::memcpy(static_cast<char*>(mutable_data(ys[y])) + static_cast<std::size_t>(idx[static_cast<std::size_t>(k)]) * n, out.raw_data(), n);
       }
+    outs.clear();
     step += k_steps;
   }
   // A carry that is an x slice (the body returned it unchanged) views the whole stacked xs:

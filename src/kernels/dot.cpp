@@ -46,12 +46,29 @@ bool is_free_permutation(const Shape& shape, const Ints& perm) {
   return true;
 }
 
-// `x` as a stack of matrices in the order `plain` (batch, row dims, col dims) or, when x already
-// is laid out so, `swapped` (batch, col dims, row dims). Otherwise x is transposed into `plain`.
-GemmOperand operand_as_matrix(const Array& x, const Ints& plain, const Ints& swapped) {
-  if (is_free_permutation(x.shape(), plain)) return {x, false};
-  if (is_free_permutation(x.shape(), swapped)) return {x, true};
-  return {transpose_kernel(x, plain), false};
+/// How a dot_general operand is read as a stack of matrices: as it is, as it is but transposed
+/// (the GEMM's transpose flag), or through a copy transposed by `perm` into the plain order.
+struct OperandLayout {
+  enum class Mode { plain, swapped, copy } mode = Mode::plain;
+  Ints perm;  // copy: the permutation into (batch, row dims, col dims)
+};
+
+// The layout of an operand of shape `shape` read in the order `plain` (batch, row dims, col dims),
+// or `swapped` (batch, col dims, row dims) when it is stored so; otherwise a copy into `plain`.
+OperandLayout operand_layout(const Shape& shape, const Ints& plain, const Ints& swapped) {
+  if (is_free_permutation(shape, plain)) return {OperandLayout::Mode::plain, {}};
+  if (is_free_permutation(shape, swapped)) return {OperandLayout::Mode::swapped, {}};
+  return {OperandLayout::Mode::copy, plain};
+}
+
+// `x` as a GEMM operand under `layout`.
+GemmOperand operand_as_matrix(const Array& x, const OperandLayout& layout) {
+  switch (layout.mode) {
+    case OperandLayout::Mode::plain: return {x, false};
+    case OperandLayout::Mode::swapped: return {x, true};
+    case OperandLayout::Mode::copy: break;
+  }
+  return {transpose_kernel(x, layout.perm), false};
 }
 
 struct GemmShape {
@@ -102,35 +119,56 @@ void gemm_loops(const GemmOperand& a, const GemmOperand& b, const GemmShape& s, 
   }
 }
 
+/// dot_general resolved for fixed operand shapes: the GEMM sizes and each operand's layout.
+struct DotLayout {
+  GemmShape s;
+  OperandLayout lhs, rhs;
+};
+
+DotLayout dot_layout(const Shape& lhs, const Shape& rhs, const params::DotGeneral& dn) {
+  const Ints &lc = dn.lhs_contracting, &rc = dn.rhs_contracting;
+  const Ints &lb = dn.lhs_batch, &rb = dn.rhs_batch;
+  const auto lrank = static_cast<std::int64_t>(lhs.size()), rrank = static_cast<std::int64_t>(rhs.size());
+  const Ints lf = free_dims(lrank, lc, lb);
+  const Ints rf = free_dims(rrank, rc, rb);
+  return {GemmShape{product_of_dims(lhs, lb), product_of_dims(lhs, lf), product_of_dims(rhs, rf), product_of_dims(lhs, lc)},
+          operand_layout(lhs, concat(lb, lf, lc), concat(lb, lc, lf)),
+          operand_layout(rhs, concat(rb, rc, rf), concat(rb, rf, rc))};
+}
+
+Array run_dot(const DotLayout& l, const Array& lhs, const Array& rhs, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  if (l.s.k == 0) {  // empty sums
+    std::memset(mutable_data(result), 0, out.nbytes());
+    return result;
+  }
+  const GemmOperand a = operand_as_matrix(lhs, l.lhs);
+  const GemmOperand b = operand_as_matrix(rhs, l.rhs);
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>)
+      gemm_blas<T>(a, b, l.s, out_ptr<T>(result));
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      unsupported_dtype(Primitive::dot_general, DType::bool_);
+    else
+      gemm_loops<T>(a, b, l.s, out_ptr<T>(result));
+  });
+  return result;
+}
+
 }  // namespace
 
 Array dot_general_kernel(const Array& lhs, const Array& rhs, const params::DotGeneral& dn,
                          const ShapedArray& out) {
-  const Ints &lc = dn.lhs_contracting, &rc = dn.rhs_contracting;
-  const Ints &lb = dn.lhs_batch, &rb = dn.rhs_batch;
-  const Ints lf = free_dims(lhs.ndim(), lc, lb);
-  const Ints rf = free_dims(rhs.ndim(), rc, rb);
-  const GemmShape s{product_of_dims(lhs.shape(), lb), product_of_dims(lhs.shape(), lf),
-                    product_of_dims(rhs.shape(), rf), product_of_dims(lhs.shape(), lc)};
+  return run_dot(dot_layout(lhs.shape(), rhs.shape(), dn), lhs, rhs, out);
+}
 
-  Array result = alloc_array(out);
-  if (out.size() == 0) return result;
-  if (s.k == 0) {  // empty sums
-    std::memset(mutable_data(result), 0, out.nbytes());
-    return result;
-  }
-  const GemmOperand a = operand_as_matrix(lhs, concat(lb, lf, lc), concat(lb, lc, lf));
-  const GemmOperand b = operand_as_matrix(rhs, concat(rb, rc, rf), concat(rb, rf, rc));
-  visit_dtype(out.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_floating_point_v<T>)
-      gemm_blas<T>(a, b, s, out_ptr<T>(result));
-    else if constexpr (std::is_same_v<T, std::uint8_t>)
-      unsupported_dtype(Primitive::dot_general, DType::bool_);
-    else
-      gemm_loops<T>(a, b, s, out_ptr<T>(result));
-  });
-  return result;
+KernelFn resolved_dot_general(const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs,
+                              const ShapedArray& out) {
+  return [layout = dot_layout(lhs.shape, rhs.shape, dn), out](std::span<const Array> in) {
+    return run_dot(layout, in[0], in[1], out);
+  };
 }
 
 }  // namespace xjax::detail::kernels

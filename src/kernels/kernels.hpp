@@ -158,6 +158,9 @@ Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
 /// dot_general with params lhs_contracting, rhs_contracting, lhs_batch, rhs_batch.
 Array dot_general_kernel(const Array& lhs, const Array& rhs, const params::DotGeneral& dn,
                          const ShapedArray& out);
+/// dot_general for operands of avals lhs and rhs, its GEMM layout worked out once (plans).
+KernelFn resolved_dot_general(const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs,
+                              const ShapedArray& out);
 
 // ---- shape.cpp ---------------------------------------------------------------------------------
 
