@@ -2,6 +2,7 @@
 // per-primitive execution counters.
 #include "xjax/runtime.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -20,6 +21,7 @@ std::atomic<std::int64_t> g_peak{0};
 std::atomic<std::int64_t> g_allocs{0};
 std::atomic<std::int64_t> g_fresh{0};
 std::atomic<std::int64_t> g_reserved_peak{0};
+std::atomic<std::int64_t> g_system_bytes{0};  // held from the system: live buffers + the arena
 std::array<std::atomic<std::int64_t>, num_primitives> g_evals{};
 
 void raise(std::atomic<std::int64_t>& peak_counter, std::int64_t value) {
@@ -31,27 +33,28 @@ void raise(std::atomic<std::int64_t>& peak_counter, std::int64_t value) {
 constexpr std::size_t kAlign = 64;
 std::size_t rounded(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-/// The buffer arena: freed blocks kept by rounded size and handed to the next buffer of that size,
-/// so a plan that runs again (a scan body, a jitted step) allocates nothing from the system. It
-/// keeps at most `cap` bytes (XJAX_ARENA_BYTES, default 512 MiB); release_arena_memory() empties it.
+/// The shared arena: freed blocks kept by rounded size and handed to the next buffer of that
+/// size, so a plan that runs again (a scan body, a jitted step) allocates nothing from the system.
+/// It keeps at most `cap` bytes (XJAX_ARENA_BYTES, default 512 MiB); release_arena_memory()
+/// empties it. Each thread keeps a small cache of its own in front of it (ThreadCache below).
 class Arena {
  public:
+  /// A block of `size` bytes: a cached one, or one from the system.
   void* take(std::size_t size) {
-    {
-      std::lock_guard lock(mutex_);
-      auto it = free_.find(size);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        cached_.fetch_sub(static_cast<std::int64_t>(size), std::memory_order_relaxed);
-        return p;
-      }
-    }
-    g_fresh.fetch_add(1, std::memory_order_relaxed);
-    void* p = std::aligned_alloc(kAlign, size);
-    if (!p) throw std::bad_alloc();
+    if (void* p = reuse(size)) return p;
+    return system_alloc(size);
+  }
+  /// A cached block of `size` bytes, or nullptr.
+  void* reuse(std::size_t size) {
+    std::lock_guard lock(mutex_);
+    auto it = free_.find(size);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_.fetch_sub(static_cast<std::int64_t>(size), std::memory_order_relaxed);
     return p;
   }
+  /// Keeps p for reuse when the cap allows, else returns it to the system.
   void give(void* p, std::size_t size) {
     {
       std::lock_guard lock(mutex_);
@@ -61,16 +64,29 @@ class Arena {
         return;
       }
     }
-    std::free(p);
+    system_free(p, size);
   }
   void release() {
     std::lock_guard lock(mutex_);
     for (auto& [size, blocks] : free_)
-      for (void* p : blocks) std::free(p);
+      for (void* p : blocks) system_free(p, size);
     free_.clear();
     cached_.store(0);
   }
   std::int64_t cached() const { return cached_.load(std::memory_order_relaxed); }
+  std::int64_t cap() const { return cap_; }
+
+  static void* system_alloc(std::size_t size) {
+    g_fresh.fetch_add(1, std::memory_order_relaxed);
+    void* p = std::aligned_alloc(kAlign, size);
+    if (!p) throw std::bad_alloc();
+    raise(g_reserved_peak, g_system_bytes.fetch_add(static_cast<std::int64_t>(size)) + static_cast<std::int64_t>(size));
+    return p;
+  }
+  static void system_free(void* p, std::size_t size) {
+    std::free(p);
+    g_system_bytes.fetch_sub(static_cast<std::int64_t>(size));
+  }
 
  private:
   static std::int64_t cap_from_env() {
@@ -89,17 +105,145 @@ Arena& arena() {
   return *a;
 }
 
+/// A thread's own cache of freed blocks in front of the shared arena: a buffer freed and
+/// allocated again on one thread (a plan's steady state) takes no lock and no atomic
+/// read-modify-write. It holds at most min(cap, 16 MiB) (XJAX_ARENA_BYTES = 0 turns it off too)
+/// and a few blocks per size; the rest goes to the shared arena. Its bytes count in arena_bytes.
+/// release_arena_memory() returns the calling thread's cached blocks to the system and asks the
+/// other threads' caches to do so at their next allocation or free; a thread's cache goes to the
+/// shared arena when the thread ends.
+class ThreadCache {
+ public:
+  ThreadCache() : cap_(std::min<std::int64_t>(arena().cap(), std::int64_t{16} << 20)) {
+    std::lock_guard lock(registry_mutex());
+    registry().push_back(this);
+  }
+  ~ThreadCache() {
+    flush();
+    std::lock_guard lock(registry_mutex());
+    std::erase(registry(), this);
+  }
+  ThreadCache(const ThreadCache&) = delete;
+  ThreadCache& operator=(const ThreadCache&) = delete;
+
+  void* take(std::size_t size) {
+    if (flush_requested_.load(std::memory_order_relaxed)) release();
+    for (auto& bin : bins_)
+      if (bin.size == size && !bin.blocks.empty()) {
+        void* p = bin.blocks.back();
+        bin.blocks.pop_back();
+        set_bytes(bytes_ - static_cast<std::int64_t>(size));
+        return p;
+      }
+    return arena().take(size);
+  }
+  void give(void* p, std::size_t size) {
+    if (flush_requested_.load(std::memory_order_relaxed)) release();
+    if (bytes_ + static_cast<std::int64_t>(size) <= cap_) {
+      Bin* bin = nullptr;
+      for (auto& b : bins_)
+        if (b.size == size) bin = &b;
+      if (!bin && bins_.size() < kMaxBins) bin = &bins_.emplace_back(Bin{size, {}});
+      if (bin && bin->blocks.size() < kMaxBlocksPerSize) {
+        bin->blocks.push_back(p);
+        set_bytes(bytes_ + static_cast<std::int64_t>(size));
+        return;
+      }
+    }
+    arena().give(p, size);
+  }
+  /// Returns every block to the system.
+  void release() {
+    flush_requested_.store(false, std::memory_order_relaxed);
+    for (auto& bin : bins_)
+      for (void* p : bin.blocks) Arena::system_free(p, bin.size);
+    bins_.clear();
+    set_bytes(0);
+  }
+
+  /// The calling thread's cache; nullptr while the thread is ending (its cache is gone, and a
+  /// static array freed after it goes to the shared arena directly).
+  static ThreadCache* mine();
+  /// Bytes held by every thread's cache.
+  static std::int64_t cached_everywhere() {
+    std::lock_guard lock(registry_mutex());
+    std::int64_t n = 0;
+    for (const ThreadCache* c : registry()) n += c->published_.load(std::memory_order_relaxed);
+    return n;
+  }
+  /// Releases the calling thread's cache; the others release theirs at their next use.
+  static void release_everywhere() {
+    ThreadCache* own = mine();
+    std::lock_guard lock(registry_mutex());
+    for (ThreadCache* c : registry())
+      if (c != own) c->flush_requested_.store(true, std::memory_order_relaxed);
+    if (own) own->release();
+  }
+
+ private:
+  static constexpr std::size_t kMaxBins = 32, kMaxBlocksPerSize = 8;
+  struct Bin {
+    std::size_t size;
+    std::vector<void*> blocks;
+  };
+  void flush() {
+    flush_requested_.store(false, std::memory_order_relaxed);
+    for (auto& bin : bins_)
+      for (void* p : bin.blocks) arena().give(p, bin.size);
+    bins_.clear();
+    set_bytes(0);
+  }
+  void set_bytes(std::int64_t n) {
+    bytes_ = n;
+    published_.store(n, std::memory_order_relaxed);  // a plain store: read by memory_stats()
+  }
+  static std::vector<ThreadCache*>& registry() {
+    static auto* r = new std::vector<ThreadCache*>;
+    return *r;
+  }
+  static std::mutex& registry_mutex() {
+    static auto* m = new std::mutex;
+    return *m;
+  }
+  std::vector<Bin> bins_;
+  std::int64_t bytes_ = 0;
+  std::atomic<std::int64_t> published_{0};
+  std::atomic<bool> flush_requested_{false};
+  const std::int64_t cap_;
+};
+
+/// A thread's cache, marking itself gone when it is destroyed.
+struct ThreadCacheOwner {
+  explicit ThreadCacheOwner(bool& ended) : ended(ended) {}
+  ~ThreadCacheOwner() { ended = true; }
+  ThreadCacheOwner(const ThreadCacheOwner&) = delete;
+  ThreadCacheOwner& operator=(const ThreadCacheOwner&) = delete;
+  bool& ended;
+  ThreadCache cache;
+};
+
+ThreadCache* ThreadCache::mine() {
+  thread_local bool ended = false;  // constant-initialized: readable after the cache's destruction
+  if (ended) return nullptr;
+  thread_local ThreadCacheOwner owner(ended);
+  return &owner.cache;
+}
+
+std::int64_t arena_bytes() { return arena().cached() + ThreadCache::cached_everywhere(); }
+
 }  // namespace
 
 namespace detail {
 
 Buffer::Buffer(std::size_t n) : nbytes(n) {
   const std::size_t size = rounded(n);
-  data = size ? arena().take(size) : nullptr;
+  if (size) {
+    ThreadCache* cache = ThreadCache::mine();
+    data = cache ? cache->take(size) : arena().take(size);
+  }
   std::int64_t live = g_live.fetch_add(static_cast<std::int64_t>(n)) + static_cast<std::int64_t>(n);
   g_allocs.fetch_add(1, std::memory_order_relaxed);
   raise(g_peak, live);
-  raise(g_reserved_peak, live + arena().cached());
 }
 
 // External memory is the caller's: no arena block, no counters (it is not xjax's allocation).
@@ -108,7 +252,11 @@ Buffer::Buffer(const void* external_data, std::size_t n, std::shared_ptr<const v
 
 Buffer::~Buffer() {
   if (external) return;
-  if (data) arena().give(data, rounded(nbytes));
+  if (data) {
+    ThreadCache* cache = ThreadCache::mine();
+    if (cache) cache->give(data, rounded(nbytes));
+    else arena().give(data, rounded(nbytes));
+  }
   g_live.fetch_sub(static_cast<std::int64_t>(nbytes));
 }
 
@@ -119,15 +267,18 @@ void count_eval(Primitive p) {
 }  // namespace detail
 
 MemoryStats memory_stats() {
-  return {g_live.load(), g_peak.load(), g_allocs.load(), g_fresh.load(), arena().cached(), g_reserved_peak.load()};
+  return {g_live.load(), g_peak.load(), g_allocs.load(), g_fresh.load(), arena_bytes(), g_reserved_peak.load()};
 }
 
 void reset_peak_memory() {
   g_peak.store(g_live.load());
-  g_reserved_peak.store(g_live.load() + arena().cached());
+  g_reserved_peak.store(g_system_bytes.load());
 }
 
-void release_arena_memory() { arena().release(); }
+void release_arena_memory() {
+  ThreadCache::release_everywhere();
+  arena().release();
+}
 
 std::map<std::string, std::int64_t> eval_counts() {
   std::map<std::string, std::int64_t> out;

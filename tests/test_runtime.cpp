@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -254,4 +255,54 @@ TEST_CASE("runtime: eval_jaxpr of one jaxpr on two threads at once") {
   auto c = xj::eval_counts();
   CHECK(c["dot_general"] == 2 * iters);
   CHECK(c["tanh"] == 2 * iters);
+}
+
+// Each thread keeps a cache of its freed blocks in front of the shared arena (runtime.cpp).
+TEST_CASE("runtime: a thread's cached blocks are counted, reused, and released") {
+  const char* cap = std::getenv("XJAX_ARENA_BYTES");
+  const bool arena_off = cap && std::string(cap) == "0";
+  xj::release_arena_memory();
+  REQUIRE(xj::memory_stats().arena_bytes == 0);
+  constexpr std::int64_t n = 1 << 14;  // 64 KiB of f32
+  // Freed on a worker: held by its cache while it runs, and by the shared arena once it ended.
+  std::atomic<std::int64_t> seen_by_worker{-1};
+  std::thread worker([&] {
+    { xj::Array a = xj::zeros({n}); }
+    seen_by_worker = xj::memory_stats().arena_bytes;
+  });
+  worker.join();
+  if (arena_off) {
+    CHECK(seen_by_worker.load() == 0);
+    CHECK(xj::memory_stats().arena_bytes == 0);
+    return;
+  }
+  CHECK(seen_by_worker.load() >= n * 4);
+  CHECK(xj::memory_stats().arena_bytes >= n * 4);
+  // The block is reused by this thread without asking the system.
+  const auto fresh = xj::memory_stats().system_allocations;
+  { xj::Array b = xj::zeros({n}); }
+  CHECK(xj::memory_stats().system_allocations == fresh);
+  CHECK(xj::memory_stats().peak_reserved_bytes >= xj::memory_stats().peak_bytes);
+  xj::release_arena_memory();
+  CHECK(xj::memory_stats().arena_bytes == 0);
+  // A worker that holds cached blocks while another thread releases the arena empties its cache
+  // at its next allocation.
+  std::atomic<int> phase{0};
+  std::atomic<std::int64_t> after_release{-1};
+  std::thread holder([&] {
+    { xj::Array a = xj::zeros({n}); }  // now in the holder's cache
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::yield();
+    xj::Array tiny = xj::zeros({1});  // next allocation: the cache releases its blocks first
+    after_release = xj::memory_stats().arena_bytes;
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  CHECK(xj::memory_stats().arena_bytes >= n * 4);  // the holder's cache, counted from here
+  xj::release_arena_memory();
+  phase = 2;
+  holder.join();
+  CHECK(after_release.load() == 0);  // the holder's 64 KiB block went back to the system
+  CHECK(xj::memory_stats().arena_bytes < n * 4);  // only `tiny`, freed as the holder ended
+  xj::release_arena_memory();
+  CHECK(xj::memory_stats().arena_bytes == 0);
 }

@@ -14,15 +14,20 @@ struct MemoryStats {
   /// Of those, the ones whose memory came from the system rather than the arena (freed buffers
   /// are kept in an arena by size and reused: in steady state a repeated computation adds none).
   std::int64_t system_allocations = 0;
-  std::int64_t arena_bytes = 0;          // freed memory the arena holds for reuse now
-  std::int64_t peak_reserved_bytes = 0;  // most live + arena bytes since reset_peak_memory()
+  /// Freed memory the arena (the shared one and each thread's cache) holds for reuse now.
+  std::int64_t arena_bytes = 0;
+  /// Most bytes held from the system (live buffers + arena, in 64-byte blocks) since
+  /// reset_peak_memory().
+  std::int64_t peak_reserved_bytes = 0;
 };
 
 MemoryStats memory_stats();
-/// Sets the peaks to the current live (and live + arena) bytes.
+/// Sets the peaks to the current live (and reserved) bytes.
 void reset_peak_memory();
-/// Returns the arena's freed blocks to the system (it keeps at most XJAX_ARENA_BYTES bytes,
-/// default 512 MiB; set it to 0 to disable reuse).
+/// Returns the arena's freed blocks to the system: the shared arena's and the calling thread's at
+/// once, other threads' cached blocks at their next allocation or free. The shared arena keeps at
+/// most XJAX_ARENA_BYTES bytes (default 512 MiB), each thread's cache at most min(that, 16 MiB);
+/// set it to 0 to disable reuse.
 void release_arena_memory();
 
 /// Executions per primitive name since the last reset_eval_counts() (primitives never run are absent).
