@@ -11,18 +11,25 @@
 #include <unordered_map>
 #include <vector>
 
+#include "counters.hpp"
 #include "internal.hpp"
 
 namespace xjax {
 namespace {
 
-std::atomic<std::int64_t> g_live{0};
+using detail::counters::Slot;
+using detail::counters::Table;
 std::atomic<std::int64_t> g_peak{0};
-std::atomic<std::int64_t> g_allocs{0};
 std::atomic<std::int64_t> g_fresh{0};
 std::atomic<std::int64_t> g_reserved_peak{0};
 std::atomic<std::int64_t> g_system_bytes{0};  // held from the system: live buffers + the arena
-std::array<std::atomic<std::int64_t>, num_primitives> g_evals{};
+
+std::int64_t live_bytes() {
+  return Table::get().total([](const Slot& s) { return s.live.load(std::memory_order_relaxed); });
+}
+std::int64_t buffers_created() {
+  return Table::get().total([](const Slot& s) { return s.allocs.load(std::memory_order_relaxed); });
+}
 
 void raise(std::atomic<std::int64_t>& peak_counter, std::int64_t value) {
   std::int64_t peak = peak_counter.load(std::memory_order_relaxed);
@@ -241,9 +248,10 @@ Buffer::Buffer(std::size_t n) : nbytes(n) {
     ThreadCache* cache = ThreadCache::mine();
     data = cache ? cache->take(size) : arena().take(size);
   }
-  std::int64_t live = g_live.fetch_add(static_cast<std::int64_t>(n)) + static_cast<std::int64_t>(n);
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  raise(g_peak, live);
+  const Table::Mine counters = Table::mine();
+  Table::add(counters, &Slot::live, static_cast<std::int64_t>(n));
+  Table::add(counters, &Slot::allocs, 1);
+  raise(g_peak, live_bytes());
 }
 
 // External memory is the caller's: no arena block, no counters (it is not xjax's allocation).
@@ -257,21 +265,21 @@ Buffer::~Buffer() {
     if (cache) cache->give(data, rounded(nbytes));
     else arena().give(data, rounded(nbytes));
   }
-  g_live.fetch_sub(static_cast<std::int64_t>(nbytes));
+  Table::add(&Slot::live, -static_cast<std::int64_t>(nbytes));
 }
 
 void count_eval(Primitive p) {
-  g_evals[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_relaxed);
+  Table::count_eval(static_cast<std::size_t>(p));
 }
 
 }  // namespace detail
 
 MemoryStats memory_stats() {
-  return {g_live.load(), g_peak.load(), g_allocs.load(), g_fresh.load(), arena_bytes(), g_reserved_peak.load()};
+  return {live_bytes(), g_peak.load(), buffers_created(), g_fresh.load(), arena_bytes(), g_reserved_peak.load()};
 }
 
 void reset_peak_memory() {
-  g_peak.store(g_live.load());
+  g_peak.store(live_bytes());
   g_reserved_peak.store(g_system_bytes.load());
 }
 
@@ -283,14 +291,15 @@ void release_arena_memory() {
 std::map<std::string, std::int64_t> eval_counts() {
   std::map<std::string, std::int64_t> out;
   for (int i = 0; i < num_primitives; ++i) {
-    auto n = g_evals[static_cast<std::size_t>(i)].load(std::memory_order_relaxed);
+    const auto k = static_cast<std::size_t>(i);
+    auto n = Table::get().total([k](const Slot& s) { return s.evals[k].load(std::memory_order_relaxed); });
     if (n) out[std::string(primitive_name(static_cast<Primitive>(i)))] = n;
   }
   return out;
 }
 
 void reset_eval_counts() {
-  for (auto& c : g_evals) c.store(0);
+  Table::get().reset_evals();
 }
 
 }  // namespace xjax

@@ -410,3 +410,28 @@ TEST_CASE("jit: static arguments are part of the cache key and reach f as values
   CHECK_THROWS_AS(xj::jit(g, {.static_argnums = {1}})(x, x), xj::TransformError);
   CHECK_THROWS_AS(xj::jit(g, {.static_argnums = {2}})(x, x), xj::TransformError);
 }
+
+// A bool input that only chooses select_n's cases is read as bytes; one also read otherwise is
+// widened. Float outputs are written straight into their arrays, also when a later op of the
+// chain reads them or the same value is returned twice.
+TEST_CASE("plan: fused chains with bool inputs read as bytes and outputs written in place") {
+  auto f = [](const xj::Array& x, const xj::Array& y, const xj::Array& only_select, const xj::Array& mixed) {
+    xj::Array a = xj::where(only_select, x * 2.0, y - 1.0);  // predicate only: bytes
+    xj::Array b = xj::exp(a) * 0.5 + xj::astype(mixed, x.dtype());  // mixed: widened
+    xj::Array c = xj::where(mixed, b, a) - xj::where(only_select, a, b);
+    return std::tuple{a, b, c, c};
+  };
+  auto jitted = xj::jit(f);
+  for (xj::DType dtype : {xj::f32, xj::f64})
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{513}, std::int64_t{3001}}) {
+      CAPTURE(n);
+      xj::Array x = sample(n, dtype, 4), y = sample(n, dtype, 5);
+      xj::Array p = sample(n, dtype, 6) > 0.0, q = sample(n, dtype, 7) > 0.3;
+      auto [a0, b0, c0, d0] = f(x, y, p, q);
+      auto [a1, b1, c1, d1] = jitted(x, y, p, q);
+      check_identical(a0, a1);
+      check_identical(b0, b1);
+      check_identical(c0, c1);
+      check_identical(d0, d1);
+    }
+}

@@ -1,10 +1,12 @@
 // fused.cpp: run_fused, the executor of fused elementwise chains (FusedProgram, kernels.hpp).
 //
 // The output shape is cut into blocks of kBlock elements. For each block every value gets a
-// pointer: dense float inputs point into their array, bool inputs are widened into a scratch row,
-// row-broadcast inputs are copied into one, scalars point at a row filled once, and each op writes its own scratch row. The ops run in
-// order over the block with the vectorized loops of simd.hpp, then the outputs are copied out
-// (narrowed to uint8 for bools). Intermediates only ever occupy one block-sized row.
+// pointer: dense float inputs point into their array, bool inputs are widened into a scratch row
+// (or read as bytes when they only choose a select_n's case), row-broadcast inputs are copied into
+// one, scalars point at a row filled once, and each op writes its own scratch row, or straight
+// into the output array when its value is a float output. The ops run in order over the block
+// with the vectorized loops of simd.hpp, then the other outputs are copied out (narrowed to uint8
+// for bools). Intermediates only ever occupy one block-sized row.
 #include <cstring>
 
 #include "kernels/kernels.hpp"
@@ -34,6 +36,12 @@ template <class T> XJAX_VECTORIZE void widen(const std::uint8_t* src, T* dst, st
 // 0/1 in T to bool bytes
 template <class T> XJAX_VECTORIZE void narrow(const T* src, std::uint8_t* dst, std::size_t n) {
   for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<std::uint8_t>(src[k] != T{0});
+}
+
+// o[k] = which[k] ? case1[k] : case0[k], reading the bool bytes directly (no widened row).
+template <class T>
+XJAX_VECTORIZE void select_bytes(const std::uint8_t* which, const T* case0, const T* case1, T* o, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k) o[k] = (which[k] & 1) ? case1[k] : case0[k];
 }
 
 // dst[k] = src[(start + k) % period] for k < n: the block's part of a row-broadcast input.
@@ -67,9 +75,15 @@ template <class T> void compare_block(Primitive p, const T* x, const T* y, T* o,
   }
 }
 
-// One op over n elements of the block; v[i] is value i's row.
-template <class T> void run_op(const FusedProgram::Op& op, std::vector<T*>& v, std::size_t n) {
+// One op over n elements of the block; v[i] is value i's row, bytes[i] the block of a bool
+// input read as bytes (nullptr otherwise).
+template <class T>
+void run_op(const FusedProgram::Op& op, std::vector<T*>& v, const std::vector<const std::uint8_t*>& bytes, std::size_t n) {
   using B = Batch<T>;
+  if (op.prim == Primitive::select_n && static_cast<std::size_t>(op.src[0]) < bytes.size() &&
+      bytes[static_cast<std::size_t>(op.src[0])])
+    return select_bytes(bytes[static_cast<std::size_t>(op.src[0])], v[static_cast<std::size_t>(op.src[1])],
+                        v[static_cast<std::size_t>(op.src[2])], v[static_cast<std::size_t>(op.dst)], n);
   const T* a = v[static_cast<std::size_t>(op.src[0])];
   const T* b = v[static_cast<std::size_t>(op.src[1])];
   const T* c = v[static_cast<std::size_t>(op.src[2])];
@@ -113,25 +127,51 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
   if (total == 0) return outs;
 
   const auto nv = static_cast<std::size_t>(prog.num_values);
+  const std::size_t ni = prog.inputs.size();
   thread_local std::vector<T> scratch;  // one kBlock row per value; reused across calls
   thread_local std::vector<T*> v;       // each value's row in the current block
+  thread_local std::vector<const std::uint8_t*> bytes;  // bool inputs read as bytes: their block
+  thread_local std::vector<char> as_bytes;              // input i is read as bytes
+  thread_local std::vector<std::int64_t> direct;        // value -> the output it is written into, or -1
   if (scratch.size() < nv * kBlock) scratch.resize(nv * kBlock);
   v.resize(nv);
   auto row = [&](std::size_t value) { return scratch.data() + value * kBlock; };
-  for (std::size_t i = 0; i < prog.inputs.size(); ++i)
+  // A bool array input read only as select_n's predicate is read as bytes, not widened.
+  auto read_as_bytes = [&](std::size_t i) {
+    const auto& input = prog.inputs[i];
+    if (!input.is_bool || input.is_scalar || input.period > 0) return false;
+    for (const auto& op : prog.ops)
+      for (int k = 0; k < 3; ++k)
+        if (static_cast<std::size_t>(op.src[k]) == i && !(op.prim == Primitive::select_n && k == 0)) return false;
+    for (const auto& o : prog.outputs)
+      if (static_cast<std::size_t>(o.value) == i) return false;
+    return true;
+  };
+  bytes.assign(ni, nullptr);
+  as_bytes.assign(ni, 0);
+  for (std::size_t i = 0; i < ni; ++i) as_bytes[i] = read_as_bytes(i);
+  // A float output computed by an op is written straight into the output array (no copy out).
+  direct.assign(nv, -1);
+  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+    const auto value = static_cast<std::size_t>(prog.outputs[k].value);
+    if (value >= ni && !prog.outputs[k].is_bool && direct[value] < 0) direct[value] = static_cast<std::int64_t>(k);
+  }
+  for (std::size_t i = 0; i < ni; ++i)
     if (prog.inputs[i].is_scalar)
       fill_row(row(i), std::min(kBlock, total), scalar_value<T>(in[i], prog.inputs[i].is_bool));
-  for (std::size_t i = prog.inputs.size(); i < nv; ++i) v[i] = row(i);
+  for (std::size_t i = ni; i < nv; ++i) v[i] = row(i);
 
   for (std::size_t start = 0; start < total; start += kBlock) {
     const std::size_t n = std::min(kBlock, total - start);
-    for (std::size_t i = 0; i < prog.inputs.size(); ++i) {
+    for (std::size_t i = 0; i < ni; ++i) {
       const auto& input = prog.inputs[i];
       if (input.is_scalar) {
         v[i] = row(i);
       } else if (input.period > 0) {
         periodic_row(in_ptr<T>(in[i]), static_cast<std::size_t>(input.period), start, row(i), n);
         v[i] = row(i);
+      } else if (as_bytes[i]) {
+        bytes[i] = in_ptr<std::uint8_t>(in[i]) + start;
       } else if (input.is_bool) {
         widen(in_ptr<std::uint8_t>(in[i]) + start, row(i), n);
         v[i] = row(i);
@@ -139,10 +179,13 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
         v[i] = const_cast<T*>(in_ptr<T>(in[i]) + start);  // inputs are only read
       }
     }
-    for (const auto& op : prog.ops) run_op<T>(op, v, n);
+    for (std::size_t value = ni; value < nv; ++value)
+      if (direct[value] >= 0) v[value] = out_ptr<T>(outs[static_cast<std::size_t>(direct[value])]) + start;
+    for (const auto& op : prog.ops) run_op<T>(op, v, bytes, n);
     for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
-      if (shares[k]) continue;
-      const T* src = v[static_cast<std::size_t>(prog.outputs[k].value)];
+      const auto value = static_cast<std::size_t>(prog.outputs[k].value);
+      if (shares[k] || direct[value] == static_cast<std::int64_t>(k)) continue;
+      const T* src = v[value];
       if (prog.outputs[k].is_bool) {
         narrow(src, out_ptr<std::uint8_t>(outs[k]) + start, n);
       } else {
