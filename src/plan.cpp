@@ -122,6 +122,55 @@ bool is_alias(const Eqn& e) {
   }
 }
 
+// ---- scheduling -------------------------------------------------------------------------------
+
+/// The equations reordered so that fusible equations of one FusionKey run consecutively where the
+/// dependences allow: a list schedule that takes, among the equations whose inputs are all
+/// computed, one continuing the current fusion run if there is one, else the first in the
+/// original order. Equations that cannot fuse keep their relative order (so do collectives), and
+/// an equation only moves ahead of others when it is fusible.
+EqnList schedule_for_fusion(const EqnList& eqns) {
+  const std::size_t n = eqns.size();
+  std::vector<std::optional<FusionKey>> key(n);
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) any = (key[i] = fusion_key(*eqns[i])).has_value() || any;
+  if (!any) return eqns;
+  std::unordered_map<std::uint64_t, std::size_t> producer;
+  for (std::size_t i = 0; i < n; ++i)
+    for (const auto& o : eqns[i]->outputs) producer[o.id()] = i;
+  std::vector<std::size_t> waiting(n, 0);           // inputs not computed yet
+  std::vector<std::vector<std::size_t>> readers(n);  // equations reading i's outputs
+  for (std::size_t i = 0; i < n; ++i)
+    for (const auto& in : eqns[i]->inputs)
+      if (auto* v = std::get_if<Var>(&in))
+        if (auto it = producer.find(v->id()); it != producer.end()) {
+          ++waiting[i];
+          readers[it->second].push_back(i);
+        }
+  std::vector<std::size_t> ready;  // sorted by original position
+  for (std::size_t i = 0; i < n; ++i)
+    if (!waiting[i]) ready.push_back(i);
+  EqnList order;
+  order.reserve(n);
+  std::optional<FusionKey> current;
+  while (!ready.empty()) {
+    auto pick = ready.begin();
+    if (current)
+      for (auto it = ready.begin(); it != ready.end(); ++it)
+        if (key[*it] == current) {
+          pick = it;
+          break;
+        }
+    const std::size_t i = *pick;
+    ready.erase(pick);
+    order.push_back(eqns[i]);
+    current = key[i];
+    for (std::size_t r : readers[i])
+      if (--waiting[r] == 0) ready.insert(std::lower_bound(ready.begin(), ready.end(), r), r);
+  }
+  return order;
+}
+
 // ---- fused programs ----------------------------------------------------------------------------
 
 /// Builds the fused step of equations [first, last) (all with the same FusionKey): external
@@ -256,7 +305,7 @@ EqnList fold_transposes(const Jaxpr& j, std::vector<Eqn>& folded) {
 
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   auto plan = std::make_shared<EvalPlan>();
-  const EqnList eqns = fold_transposes(source, plan->folded_dots);
+  const EqnList eqns = schedule_for_fusion(fold_transposes(source, plan->folded_dots));
   const LastUse last_use = last_uses(eqns, source.outvars);
   std::unordered_map<std::uint64_t, std::size_t> slot;
   auto define = [&](const Var& v) {

@@ -16,6 +16,7 @@
 
 #include <xjax/xjax.hpp>
 
+#include "plan.hpp"
 #include "test_util.hpp"
 
 namespace xj = xjax;
@@ -434,4 +435,28 @@ TEST_CASE("plan: fused chains with bool inputs read as bytes and outputs written
       check_identical(c0, c1);
       check_identical(d0, d1);
     }
+}
+
+// make_plan reorders independent equations so that elementwise runs of one shape fuse, keeping
+// the order of everything else.
+TEST_CASE("plan: interleaved elementwise chains are scheduled together and fused") {
+  auto f = [](const xj::Array& x, const xj::Array& w) {
+    xj::Array a = xj::sin(x);
+    xj::Array m = xj::matmul(w, w);  // another shape between the chain's equations
+    xj::Array b = xj::exp(a) * 2.0;
+    xj::Array m2 = xj::tanh(m);
+    xj::Array c = b - a;
+    return std::pair{c + 1.0, m2 * 3.0};
+  };
+  xj::Array x = sample(64, xj::f32, 8), w = xj::reshape(sample(9, xj::f32, 9), {3, 3});
+  auto j = xj::make_jaxpr(f)(x, w);
+  auto plan = xjax::detail::make_plan(*j.jaxpr);
+  // x's chain (sin, exp, mul, sub, add: the literals' broadcasts fold in) is one fused step; so is
+  // tanh, mul of m; the matmul stays a kernel step.
+  CHECK(plan->steps.size() == 3);
+  CHECK(plan->fused_equations + 1 == j.jaxpr->eqns.size());
+  auto [c0, m0] = f(x, w);
+  auto [c1, m1] = xj::jit(f)(x, w);
+  check_identical(c0, c1);
+  check_identical(m0, m1);
 }
