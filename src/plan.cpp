@@ -330,6 +330,15 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
         }
     return out;
   };
+  // A value read for the last time is handed over (moved), so the step owns it and may reuse its
+  // buffer: revolve_bwd's snapshots, a fused chain writing an output in place.
+  auto hand_over = [](EvalPlan::Step& st) {
+    for (auto& op : st.ins) {
+      auto reads = std::count_if(st.ins.begin(), st.ins.end(), [&](const EvalPlan::Operand& o) { return !o.literal && o.slot == op.slot; });
+      op.last_use = !op.literal && reads == 1 &&
+                    std::find(st.free_after.begin(), st.free_after.end(), op.slot) != st.free_after.end();
+    }
+  };
   for (const auto& v : source.constvars) plan->const_slots.push_back(define(v));
   for (const auto& v : source.invars) plan->in_slots.push_back(define(v));
   for (std::size_t i = 0; i < eqns.size();) {
@@ -347,6 +356,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
         if (it != last_use.end() && it->second >= end) st.outs[k++] = define(out);
       }
       st.free_after = dying(i, end);
+      hand_over(st);
       plan->fused_equations += end - i;
       plan->steps.push_back(std::move(st));
       i = end;
@@ -369,13 +379,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     }
     for (const auto& in : e.inputs) st.ins.push_back(operand(in));
     st.free_after = dying(i, i + 1);
-    // A value read for the last time is handed over (moved), so a higher-order step owns it and
-    // may reuse its buffer (revolve_bwd's snapshots).
-    for (auto& op : st.ins) {
-      auto reads = std::count_if(st.ins.begin(), st.ins.end(), [&](const EvalPlan::Operand& o) { return !o.literal && o.slot == op.slot; });
-      op.last_use = !op.literal && reads == 1 &&
-                    std::find(st.free_after.begin(), st.free_after.end(), op.slot) != st.free_after.end();
-    }
+    hand_over(st);
     for (const auto& o : e.outputs) st.outs.push_back(define(o));
     plan->steps.push_back(std::move(st));
     i = end;

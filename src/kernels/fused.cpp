@@ -100,39 +100,87 @@ void run_op(const FusedProgram::Op& op, std::vector<T*>& v, const std::vector<co
       if (op.to_bool)
         // x != 0, with NaN -> true as in C++: not (x == 0)
         return map1(a, o, n, [](B x) { return xsimd::select(x == B(T{0}), B(T{0}), B(T{1})); });
-      std::memcpy(o, a, n * sizeof(T));
+      if (o != a) std::memcpy(o, a, n * sizeof(T));  // o == a: an output written in place
       return;
     default: return float_unary(op.prim, a, o, n);
   }
 }
 
+// True when x's buffer has no other owner than x's one handle (the plan moved it in at its last
+// use): its memory may be overwritten.
+bool uniquely_owned(const Array& x) {
+  const auto& impl = x.impl();
+  return impl && impl.use_count() == 1 && impl->buffer && impl->buffer.use_count() == 1 && !impl->buffer->external &&
+         impl->offset == 0;
+}
+
+// True when no op after op `p` reads value `value`.
+bool unread_after(const FusedProgram& prog, std::size_t p, std::int32_t value) {
+  for (std::size_t q = p + 1; q < prog.ops.size(); ++q)
+    for (std::int32_t src : prog.ops[q].src)
+      if (src == value) return false;
+  return true;
+}
+
 template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::span<const Array> in) {
   const ShapedArray float_aval{prog.shape, prog.compute};
   const ShapedArray bool_aval{prog.shape, DType::bool_};
-  std::vector<Array> outs;
+  const auto nv = static_cast<std::size_t>(prog.num_values);
+  const std::size_t ni = prog.inputs.size();
+  thread_local std::vector<std::int64_t> direct;  // value -> the output it is written into, or -1
+  thread_local std::vector<char> donated;         // input i's buffer holds an output now
   // An output that only renames a whole input (name, stop_gradient of a value from outside the
   // run) shares the input's buffer, as the unfused kernel does; the others are computed.
   std::vector<bool> shares(prog.outputs.size(), false);
   for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
     const auto& o = prog.outputs[k];
     const auto value = static_cast<std::size_t>(o.value);
-    if (value < prog.inputs.size()) {
+    if (value < ni) {
       const auto& input = prog.inputs[value];
       shares[k] = !input.is_scalar && input.period == 0 && input.is_bool == o.is_bool;
     }
-    outs.push_back(shares[k] ? share_buffer(in[value], o.is_bool ? bool_aval : float_aval)
-                             : alloc_array(o.is_bool ? bool_aval : float_aval));
+  }
+  // A float output computed by an op is written straight into its output array (no copy out).
+  // That array is a float input's own buffer when the plan handed the input over (its last use,
+  // no other owner) and no later op reads the input: the chain then works in place, as an
+  // epilogue of the step that made the input (a GEMM's output becomes its relu's).
+  direct.assign(nv, -1);
+  donated.assign(ni, 0);
+  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+    const auto value = static_cast<std::size_t>(prog.outputs[k].value);
+    if (value >= ni && !prog.outputs[k].is_bool && direct[value] < 0) direct[value] = static_cast<std::int64_t>(k);
+  }
+  std::vector<Array> outs(prog.outputs.size());
+  for (std::size_t p = 0; p < prog.ops.size(); ++p) {
+    const auto value = static_cast<std::size_t>(prog.ops[p].dst);
+    if (direct[value] < 0) continue;
+    for (std::size_t i = 0; i < ni; ++i) {
+      const auto& input = prog.inputs[i];
+      const auto iv = static_cast<std::int32_t>(i);
+      if (donated[i] || input.is_bool || input.is_scalar || input.period > 0 || in[i].aval() != float_aval ||
+          !uniquely_owned(in[i]) || !unread_after(prog, p, iv))
+        continue;
+      bool shared_out = false;
+      for (std::size_t k = 0; k < prog.outputs.size(); ++k) shared_out = shared_out || (shares[k] && prog.outputs[k].value == iv);
+      if (shared_out) continue;
+      donated[i] = 1;
+      outs[static_cast<std::size_t>(direct[value])] = in[i];
+      break;
+    }
+  }
+  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+    const auto& o = prog.outputs[k];
+    if (outs[k].valid()) continue;
+    outs[k] = shares[k] ? share_buffer(in[static_cast<std::size_t>(o.value)], o.is_bool ? bool_aval : float_aval)
+                        : alloc_array(o.is_bool ? bool_aval : float_aval);
   }
   const auto total = static_cast<std::size_t>(float_aval.size());
   if (total == 0) return outs;
 
-  const auto nv = static_cast<std::size_t>(prog.num_values);
-  const std::size_t ni = prog.inputs.size();
   thread_local std::vector<T> scratch;  // one kBlock row per value; reused across calls
   thread_local std::vector<T*> v;       // each value's row in the current block
   thread_local std::vector<const std::uint8_t*> bytes;  // bool inputs read as bytes: their block
   thread_local std::vector<char> as_bytes;              // input i is read as bytes
-  thread_local std::vector<std::int64_t> direct;        // value -> the output it is written into, or -1
   if (scratch.size() < nv * kBlock) scratch.resize(nv * kBlock);
   v.resize(nv);
   auto row = [&](std::size_t value) { return scratch.data() + value * kBlock; };
@@ -150,12 +198,6 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
   bytes.assign(ni, nullptr);
   as_bytes.assign(ni, 0);
   for (std::size_t i = 0; i < ni; ++i) as_bytes[i] = read_as_bytes(i);
-  // A float output computed by an op is written straight into the output array (no copy out).
-  direct.assign(nv, -1);
-  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
-    const auto value = static_cast<std::size_t>(prog.outputs[k].value);
-    if (value >= ni && !prog.outputs[k].is_bool && direct[value] < 0) direct[value] = static_cast<std::int64_t>(k);
-  }
   for (std::size_t i = 0; i < ni; ++i)
     if (prog.inputs[i].is_scalar)
       fill_row(row(i), std::min(kBlock, total), scalar_value<T>(in[i], prog.inputs[i].is_bool));
@@ -176,7 +218,7 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
         widen(in_ptr<std::uint8_t>(in[i]) + start, row(i), n);
         v[i] = row(i);
       } else {
-        v[i] = const_cast<T*>(in_ptr<T>(in[i]) + start);  // inputs are only read
+        v[i] = const_cast<T*>(in_ptr<T>(in[i]) + start);  // written only when donated (above)
       }
     }
     for (std::size_t value = ni; value < nv; ++value)
