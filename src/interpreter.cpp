@@ -143,7 +143,7 @@ void detail::run_plan_into(const detail::EvalPlan& plan, const ClosedJaxpr& cj, 
       case EvalPlan::Kind::impl:
         outs = st.owning_impl ? st.owning_impl(std::move(ins), st.eqn->params) : st.impl(ins, st.eqn->params);
         break;
-      case EvalPlan::Kind::fused: outs = detail::kernels::run_fused(*st.fused, ins); break;
+      case EvalPlan::Kind::fused: detail::kernels::run_fused(*st.fused, ins, outs); break;
     }
     for (Primitive p : st.counted) detail::count_eval(p);
     ins.clear();

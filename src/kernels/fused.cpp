@@ -41,7 +41,10 @@ template <class T> XJAX_VECTORIZE void narrow(const T* src, std::uint8_t* dst, s
 // o[k] = which[k] ? case1[k] : case0[k], reading the bool bytes directly (no widened row).
 template <class T>
 XJAX_VECTORIZE void select_bytes(const std::uint8_t* which, const T* case0, const T* case1, T* o, std::size_t n) {
-  for (std::size_t k = 0; k < n; ++k) o[k] = (which[k] & 1) ? case1[k] : case0[k];
+  for (std::size_t k = 0; k < n; ++k) {
+    const T a = case0[k], b = case1[k];  // both read: the loop becomes a vector blend
+    o[k] = (which[k] & 1) ? b : a;
+  }
 }
 
 // dst[k] = src[(start + k) % period] for k < n: the block's part of a row-broadcast input.
@@ -122,16 +125,31 @@ bool unread_after(const FusedProgram& prog, std::size_t p, std::int32_t value) {
   return true;
 }
 
-template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::span<const Array> in) {
+/// The working rows and tables of run_typed, kept per thread (one thread-local lookup per call).
+template <class T> struct Scratch {
+  std::vector<T> rows;                       // one kBlock row per value
+  std::vector<T*> v;                         // each value's row in the current block
+  std::vector<const std::uint8_t*> bytes;    // bool inputs read as bytes: their block
+  std::vector<char> as_bytes;                // input i is read as bytes
+  std::vector<std::int64_t> direct;          // value -> the output it is written into, or -1
+  std::vector<char> donated;                 // input i's buffer holds an output now
+  std::vector<char> shares;                  // output k shares its input's buffer
+  static Scratch& mine() {
+    thread_local Scratch s;
+    return s;
+  }
+};
+
+template <class T> void run_typed(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {
   const ShapedArray float_aval{prog.shape, prog.compute};
   const ShapedArray bool_aval{prog.shape, DType::bool_};
   const auto nv = static_cast<std::size_t>(prog.num_values);
   const std::size_t ni = prog.inputs.size();
-  thread_local std::vector<std::int64_t> direct;  // value -> the output it is written into, or -1
-  thread_local std::vector<char> donated;         // input i's buffer holds an output now
+  Scratch<T>& scratch = Scratch<T>::mine();
+  auto& [rows, v, bytes, as_bytes, direct, donated, shares] = scratch;
   // An output that only renames a whole input (name, stop_gradient of a value from outside the
   // run) shares the input's buffer, as the unfused kernel does; the others are computed.
-  std::vector<bool> shares(prog.outputs.size(), false);
+  shares.assign(prog.outputs.size(), 0);
   for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
     const auto& o = prog.outputs[k];
     const auto value = static_cast<std::size_t>(o.value);
@@ -150,7 +168,8 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
     const auto value = static_cast<std::size_t>(prog.outputs[k].value);
     if (value >= ni && !prog.outputs[k].is_bool && direct[value] < 0) direct[value] = static_cast<std::int64_t>(k);
   }
-  std::vector<Array> outs(prog.outputs.size());
+  outs.clear();
+  outs.resize(prog.outputs.size());
   for (std::size_t p = 0; p < prog.ops.size(); ++p) {
     const auto value = static_cast<std::size_t>(prog.ops[p].dst);
     if (direct[value] < 0) continue;
@@ -175,15 +194,11 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
                         : alloc_array(o.is_bool ? bool_aval : float_aval);
   }
   const auto total = static_cast<std::size_t>(float_aval.size());
-  if (total == 0) return outs;
+  if (total == 0) return;
 
-  thread_local std::vector<T> scratch;  // one kBlock row per value; reused across calls
-  thread_local std::vector<T*> v;       // each value's row in the current block
-  thread_local std::vector<const std::uint8_t*> bytes;  // bool inputs read as bytes: their block
-  thread_local std::vector<char> as_bytes;              // input i is read as bytes
-  if (scratch.size() < nv * kBlock) scratch.resize(nv * kBlock);
+  if (rows.size() < nv * kBlock) rows.resize(nv * kBlock);
   v.resize(nv);
-  auto row = [&](std::size_t value) { return scratch.data() + value * kBlock; };
+  auto row = [&](std::size_t value) { return rows.data() + value * kBlock; };
   // A bool array input read only as select_n's predicate is read as bytes, not widened.
   auto read_as_bytes = [&](std::size_t i) {
     const auto& input = prog.inputs[i];
@@ -235,7 +250,6 @@ template <class T> std::vector<Array> run_typed(const FusedProgram& prog, std::s
       }
     }
   }
-  return outs;
 }
 
 }  // namespace
@@ -256,12 +270,12 @@ bool is_comparison(Primitive p) {
   }
 }
 
-std::vector<Array> run_fused(const FusedProgram& prog, std::span<const Array> in) {
+void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {
   if (in.size() != prog.inputs.size())
     throw Error("run_fused: " + std::to_string(in.size()) + " inputs for a program of " +
                 std::to_string(prog.inputs.size()));
-  if (prog.compute == DType::f32) return run_typed<float>(prog, in);
-  if (prog.compute == DType::f64) return run_typed<double>(prog, in);
+  if (prog.compute == DType::f32) return run_typed<float>(prog, in, outs);
+  if (prog.compute == DType::f64) return run_typed<double>(prog, in, outs);
   throw Error(std::string("run_fused: compute dtype must be f32 or f64, got ") + dtype_name(prog.compute));
 }
 

@@ -143,8 +143,9 @@ bool is_float_binary(Primitive p);
 /// eq ne lt le gt ge.
 bool is_comparison(Primitive p);
 
-/// Runs the program on its inputs (one array per FusedProgram::Input) into fresh output arrays.
-std::vector<Array> run_fused(const FusedProgram& prog, std::span<const Array> in);
+/// Runs the program on its inputs (one array per FusedProgram::Input); `outs` (cleared first)
+/// receives the outputs: fresh arrays, or inputs' buffers (shared or handed over).
+void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs);
 
 // ---- reduce.cpp --------------------------------------------------------------------------------
 
