@@ -126,9 +126,11 @@ bool is_alias(const Eqn& e) {
 
 /// The equations reordered so that fusible equations of one FusionKey run consecutively where the
 /// dependences allow: a list schedule that takes, among the equations whose inputs are all
-/// computed, one continuing the current fusion run if there is one, else the first in the
-/// original order. Equations that cannot fuse keep their relative order (so do collectives), and
-/// an equation only moves ahead of others when it is fusible.
+/// computed, one continuing the current fusion run if there is one (same key, reading a value of
+/// the run), else the first in the original order. An equation reading no variable (a broadcast
+/// literal) is placed right before its first reader, so it joins that reader's run instead of
+/// being materialized early. Other equations that cannot fuse keep their relative order (so do
+/// collectives), and an equation only moves ahead of others when it is fusible.
 EqnList schedule_for_fusion(const EqnList& eqns) {
   const std::size_t n = eqns.size();
   std::vector<std::optional<FusionKey>> key(n);
@@ -138,36 +140,64 @@ EqnList schedule_for_fusion(const EqnList& eqns) {
   std::unordered_map<std::uint64_t, std::size_t> producer;
   for (std::size_t i = 0; i < n; ++i)
     for (const auto& o : eqns[i]->outputs) producer[o.id()] = i;
-  std::vector<std::size_t> waiting(n, 0);           // inputs not computed yet
+  std::vector<bool> sinks(n);  // reads no variable: placed before its first reader
+  for (std::size_t i = 0; i < n; ++i)
+    sinks[i] = std::none_of(eqns[i]->inputs.begin(), eqns[i]->inputs.end(),
+                            [](const Atom& a) { return std::holds_alternative<Var>(a); });
+  std::vector<std::size_t> waiting(n, 0);           // inputs from scheduled equations not computed yet
   std::vector<std::vector<std::size_t>> readers(n);  // equations reading i's outputs
   for (std::size_t i = 0; i < n; ++i)
     for (const auto& in : eqns[i]->inputs)
       if (auto* v = std::get_if<Var>(&in))
-        if (auto it = producer.find(v->id()); it != producer.end()) {
+        if (auto it = producer.find(v->id()); it != producer.end() && !sinks[it->second]) {
           ++waiting[i];
           readers[it->second].push_back(i);
         }
   std::vector<std::size_t> ready;  // sorted by original position
   for (std::size_t i = 0; i < n; ++i)
-    if (!waiting[i]) ready.push_back(i);
+    if (!sinks[i] && !waiting[i]) ready.push_back(i);
   EqnList order;
   order.reserve(n);
+  std::vector<bool> emitted(n, false);
+  std::vector<std::size_t> run_of(n, 0);  // the run (1, 2, ...) that scheduled equation i
+  std::size_t run = 0;
   std::optional<FusionKey> current;
+  auto emit = [&](std::size_t i) {
+    if (!current || key[i] != current) ++run;
+    current = key[i];
+    run_of[i] = run;
+    emitted[i] = true;
+    order.push_back(eqns[i]);
+  };
+  // Reads a value of the current run. Pulling ahead an equation that reads only older values
+  // would allocate its output early and keep it alive longer, for no fusion of data.
+  auto continues_run = [&](std::size_t i) {
+    for (const auto& in : eqns[i]->inputs)
+      if (auto* v = std::get_if<Var>(&in))
+        if (auto it = producer.find(v->id()); it != producer.end() && !sinks[it->second] && run_of[it->second] == run)
+          return true;
+    return false;
+  };
   while (!ready.empty()) {
     auto pick = ready.begin();
     if (current)
       for (auto it = ready.begin(); it != ready.end(); ++it)
-        if (key[*it] == current) {
+        if (key[*it] == current && continues_run(*it)) {
           pick = it;
           break;
         }
     const std::size_t i = *pick;
     ready.erase(pick);
-    order.push_back(eqns[i]);
-    current = key[i];
+    for (const auto& in : eqns[i]->inputs)  // its literal-only producers first
+      if (auto* v = std::get_if<Var>(&in))
+        if (auto it = producer.find(v->id()); it != producer.end() && sinks[it->second] && !emitted[it->second])
+          emit(it->second);
+    emit(i);
     for (std::size_t r : readers[i])
       if (--waiting[r] == 0) ready.insert(std::lower_bound(ready.begin(), ready.end(), r), r);
   }
+  for (std::size_t i = 0; i < n; ++i)  // unread (an output of the jaxpr, or dead)
+    if (!emitted[i]) emit(i);
   return order;
 }
 

@@ -488,3 +488,24 @@ TEST_CASE("plan: a fused epilogue writes into the buffer of the product it consu
   check_identical(r, xj::exp(x * 1.0) * 2.0 - 1.0);
   check_identical(x, before);
 }
+
+// The schedule must not pull a broadcast literal into an earlier run of its shape: it would be
+// materialized there and live across the product (found by xjax-bench P3: +15 MiB).
+TEST_CASE("plan: a broadcast literal joins its reader's run, not an earlier one") {
+  constexpr std::int64_t d = 256;
+  auto f = [](const xj::Array& x, const xj::Array& w) {
+    xj::Array h = xj::tanh(x) * 0.5;         // a run of shape [d, d]
+    xj::Array z = xj::matmul(h, w);          // then a product of the same shape
+    return xj::where(z > 0.0, z, 0.0);       // its 0.0 reads no variable
+  };
+  auto jitted = xj::jit(f);
+  xj::Array x = xj::reshape(sample(d * d, xj::f32, 15), {d, d}), w = xj::reshape(sample(d * d, xj::f32, 16), {d, d});
+  (void)jitted(x, w);
+  const std::int64_t live = xj::memory_stats().live_bytes;
+  xj::reset_peak_memory();
+  xj::Array y = jitted(x, w);
+  const auto extra = static_cast<double>(xj::memory_stats().peak_bytes - live) / (d * d * 4.0);
+  MESSAGE("peak above the inputs: " << extra << " buffers of [d, d]");
+  CHECK(extra < 2.01);  // h and z (the where works in z's buffer); a materialized 0.0 makes 3
+  check_identical(y, f(x, w));
+}
