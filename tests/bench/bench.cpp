@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -163,7 +164,15 @@ void add_rows(std::vector<Row>& rows, const std::string& workload, const std::st
 }
 
 #if XJAX_BENCH_TORCH
-int g_torch_threads = 0;  // libtorch's intra-op threads, set in main to OpenBLAS's thread count
+int g_torch_threads = 0;  // libtorch's intra-op threads, set in main (torch_threads())
+
+/// libtorch's intra-op threads: 1, as xjax (one thread outside OpenBLAS); libtorch's GEMMs still
+/// use OpenBLAS's threads. XJAX_BENCH_TORCH_THREADS overrides: with 2 OpenMP threads next to 2
+/// OpenBLAS threads on 2 cores, libgomp's spinning workers slow libtorch down about 3x.
+int torch_threads() {
+  const char* env = std::getenv("XJAX_BENCH_TORCH_THREADS");
+  return env && std::atoi(env) > 0 ? std::atoi(env) : 1;
+}
 
 /// "xjax 3.1x faster" (or "libtorch 1.2x faster") from the two medians.
 std::string speedup(double xj_s, double torch_s) {
@@ -716,7 +725,7 @@ std::string json_str(const std::string& s) {
 std::string torch_line() {
 #if XJAX_BENCH_TORCH
   return std::string("libtorch ") + bench_torch::version() + ", intra-op threads: " +
-         std::to_string(g_torch_threads) + " (torch::set_num_threads, set to OpenBLAS's thread count)";
+         std::to_string(g_torch_threads) + " (torch::set_num_threads; its GEMMs use OpenBLAS's threads)";
 #else
   return "libtorch rows skipped: built without libtorch (libtorch-dev not installed, or -Dtorch=disabled)";
 #endif
@@ -773,7 +782,7 @@ int main(int argc, char** argv) {
   auto run = [&](const char* workload) { return only.empty() || only == workload; };
   std::vector<Row> rows;
 #if XJAX_BENCH_TORCH
-  g_torch_threads = bench_torch::set_threads(openblas_get_num_threads());
+  g_torch_threads = bench_torch::set_threads(torch_threads());
 #endif
   try {
     const int reps = 5;  // after one untimed warm-up each
