@@ -2,13 +2,26 @@
 # Installs the Debian packages xjax needs to build, test, benchmark and document itself.
 # Idempotent: when every package is already installed it does nothing (no apt-get update).
 # Runs as root (or through sudo) without questions: DEBIAN_FRONTEND=noninteractive.
+#   ./bootstrap.sh --with-torch   (or XJAX_WITH_TORCH=1) also installs libtorch-dev, for the
+#                                 libtorch rows of xjax-bench (about 510 MB; CI uses it)
 set -euo pipefail
+
+with_torch="${XJAX_WITH_TORCH:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) with_torch=1 ;;
+    *) echo "usage: ./bootstrap.sh [--with-torch]" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   meson ninja-build g++ cmake pkg-config python3
   xtensor-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev libboost-dev doctest-dev
   libbenchmark-dev doxygen libopenmpi-dev openmpi-bin
 )
+if [[ "$with_torch" == 1 ]]; then
+  packages+=(libtorch-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,7 +1,8 @@
 // xjax-bench: xjax against hand-written C++ references (cblas_sgemm + loops) on the workloads of
 // issue 6. Each workload runs xjax and its reference in the same process, alternating, several
 // repetitions; the table reports medians. `--quick` uses small sizes, `--json` prints JSON rows.
-// See docs/performance.md.
+// With libtorch (meson option `torch`, XJAX_BENCH_TORCH), P1, P2 and E1 get libtorch rows
+// (bench_torch.cpp). See docs/performance.md.
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -19,6 +21,10 @@
 #include <vector>
 
 #include "xjax/xjax.hpp"
+
+#if XJAX_BENCH_TORCH
+#include "bench_torch.hpp"
+#endif
 
 namespace xj = xjax;
 
@@ -112,6 +118,7 @@ struct Row {
   double peak_mib = 0;    // bytes allocated beyond the inputs, peak
   double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
   std::string note;
+  bool has_mem() const { return workload != "P4" && impl != "libtorch"; }  // peak columns measured
 };
 
 std::string fmt(const char* f, double v) {
@@ -155,6 +162,24 @@ void add_rows(std::vector<Row>& rows, const std::string& workload, const std::st
   rows.push_back({workload, variant, "reference", m.ref_s, 1.0, flops / m.ref_s * 1e-9, double(m.ref_peak) / mib,
                   double(m.ref_peak) / ideal_bytes, ""});
 }
+
+#if XJAX_BENCH_TORCH
+int g_torch_threads = 0;  // libtorch's intra-op threads, set in main (torch_threads())
+
+/// libtorch's intra-op threads: 1, as xjax (one thread outside OpenBLAS); libtorch's GEMMs still
+/// use OpenBLAS's threads. XJAX_BENCH_TORCH_THREADS overrides: with 2 OpenMP threads next to 2
+/// OpenBLAS threads on 2 cores, libgomp's spinning workers slow libtorch down about 3x.
+int torch_threads() {
+  const char* env = std::getenv("XJAX_BENCH_TORCH_THREADS");
+  return env && std::atoi(env) > 0 ? std::atoi(env) : 1;
+}
+
+/// "xjax 3.1x faster" (or "libtorch 1.2x faster") from the two medians.
+std::string speedup(double xj_s, double torch_s) {
+  return xj_s <= torch_s ? "xjax " + fmt("%.2f", torch_s / xj_s) + "x faster"
+                         : "libtorch " + fmt("%.2f", xj_s / torch_s) + "x faster";
+}
+#endif
 
 // ---- P1 / P2: y = relu(y @ W[i]), loss = sum(final^2), gradient w.r.t. W ---------------------
 
@@ -235,8 +260,8 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
     auto g = xj::jit(xj::grad(loss, xj::argnums<0>));  // traced once; grad alone traces per call
     xj::Array gx;
     auto [work, work_bytes] = preallocate<ReluChainWork>(L, d, N, ckpt);
-    Measured m = measure(reps, [&] { gx = xj::Array(); gx = g(W, y0); },
-                         [&] { ref_relu_chain(*work, Wv, yv, L, d, N, ckpt); });
+    auto run_ref = [&] { ref_relu_chain(*work, Wv, yv, L, d, N, ckpt); };
+    Measured m = measure(reps, [&] { gx = xj::Array(); gx = g(W, y0); }, run_ref);
     m.ref_peak = work_bytes;
     double err = rel_err(gx.data<float>(), work->dW.data(), work->dW.size());
     // flops: forward 1 GEMM, backward 2 GEMMs (+1 recompute with checkpoint) per layer.
@@ -252,6 +277,17 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
     Measured t = measure(reps, [&] { gx = xj::Array(); gx = g_traced(W, y0); }, [&] { gx = xj::Array(); gx = g(W, y0); });
     rows.push_back({name, std::string(ckpt ? "scan(checkpoint)" : "scan") + ", grad without jit", "xjax", t.xj_s,
                     t.xj_s / m.ref_s, flops / t.xj_s * 1e-9, 0, 0, fmt("%.2f", t.xj_s / t.ref_s) + "x jit(grad)"});
+#if XJAX_BENCH_TORCH
+    // libtorch doing the same arithmetic (plain autograd, or a hand-written per-layer recompute
+    // for checkpoint), timed alternately with the same lean reference; its gradient against xjax's.
+    bench_torch::ReluChain torch_chain(Wv, yv, L, d, N, ckpt);
+    Measured tt = measure(reps, [&] { torch_chain.run(); }, run_ref);
+    std::vector<float> tg = torch_chain.grad();
+    rows.push_back({name, ckpt ? "per-layer recompute" : "plain autograd", "libtorch", tt.xj_s, tt.xj_s / tt.ref_s,
+                    flops / tt.xj_s * 1e-9, 0, 0,
+                    sizes + " err=" + fmt("%.1e", rel_err(tg.data(), gx.data<float>(), L * d * d)) + " vs xjax; " +
+                        speedup(m.xj_s, tt.xj_s) + "; intra-op threads " + std::to_string(g_torch_threads)});
+#endif
   }
 }
 
@@ -605,7 +641,8 @@ void bench_schedule(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std:
 /// xjax call outside any trace, as a user debugging code writes them), against the same ops
 /// under jit (chains of 100 ops in one jitted function) and a lean C++ reference (loops, one
 /// cblas_sgemm per matmul, buffers preallocated). The ratio is eager / reference; the note gives
-/// the time per op of each. (libtorch's eager rows of issue 15 are not built yet.)
+/// the time per op of each. With libtorch, a third row times the same ops in libtorch eager mode
+/// (under NoGradGuard), alternately with the same reference.
 void bench_eager(std::vector<Row>& rows, std::int64_t n_ops, int reps) {
   const std::int64_t d = 32, chain = 100;
   std::vector<float> av = randn(d * d, 31, 1.0);
@@ -630,24 +667,25 @@ void bench_eager(std::vector<Row>& rows, std::int64_t n_ops, int reps) {
       return c;
     });
     xj::Array c;
+    auto run_ref = [&] {
+      float* x = ra.data();
+      float* out = rc.data();
+      const float* y = rb.data();
+      for (std::int64_t i = 0; i < n_ops; ++i) {
+        if (op == 2) gemm(false, false, d, d, d, x, d, y, d, 0.0f, out, d);
+        else if (op == 1)
+          for (std::int64_t k = 0; k < d * d; ++k) out[k] = x[k] * y[k];
+        else
+          for (std::int64_t k = 0; k < d * d; ++k) out[k] = x[k] + y[k];
+        std::swap(x, out);
+      }
+    };
     Measured eager = measure(reps,
                              [&] {
                                c = a;
                                for (std::int64_t i = 0; i < n_ops; ++i) c = apply(c, b);
                              },
-                             [&] {
-                               float* x = ra.data();
-                               float* out = rc.data();
-                               const float* y = rb.data();
-                               for (std::int64_t i = 0; i < n_ops; ++i) {
-                                 if (op == 2) gemm(false, false, d, d, d, x, d, y, d, 0.0f, out, d);
-                                 else if (op == 1)
-                                   for (std::int64_t k = 0; k < d * d; ++k) out[k] = x[k] * y[k];
-                                 else
-                                   for (std::int64_t k = 0; k < d * d; ++k) out[k] = x[k] + y[k];
-                                 std::swap(x, out);
-                               }
-                             });
+                             run_ref);
     Measured jitted = measure(reps,
                               [&] {
                                 c = a;
@@ -659,6 +697,16 @@ void bench_eager(std::vector<Row>& rows, std::int64_t n_ops, int reps) {
                     fmt("%.2f", eager.xj_s * us) + " us/op eager, " + fmt("%.2f", jitted.xj_s * us) + " us/op jit, " +
                         fmt("%.3f", eager.ref_s * us) + " us/op reference; " + std::to_string(n_ops) + " ops"});
     rows.push_back({"E1", std::string(name) + " 32x32 eager", "reference", eager.ref_s, 1.0, 0, 0, 0, ""});
+#if XJAX_BENCH_TORCH
+    bench_torch::Eager torch_ops(av, bv, d, op);
+    Measured tt = measure(reps, [&] { torch_ops.run(n_ops); }, run_ref);
+    std::vector<float> tc = torch_ops.result();
+    rows.push_back({"E1", std::string(name) + " 32x32 eager", "libtorch", tt.xj_s, tt.xj_s / tt.ref_s, 0, 0, 0,
+                    fmt("%.2f", tt.xj_s * us) + " us/op libtorch (NoGradGuard), " + fmt("%.2f", eager.xj_s * us) +
+                        " us/op xjax eager: " + speedup(eager.xj_s, tt.xj_s) + "; err=" +
+                        fmt("%.1e", rel_err(tc.data(), c.data<float>(), d * d)) + " vs xjax; " +
+                        "intra-op threads " + std::to_string(g_torch_threads)});
+#endif
   }
 }
 
@@ -673,32 +721,43 @@ std::string json_str(const std::string& s) {
   return o + "\"";
 }
 
+/// The libtorch line of the table's header: version and threads, or why there are no rows.
+std::string torch_line() {
+#if XJAX_BENCH_TORCH
+  return std::string("libtorch ") + bench_torch::version() + ", intra-op threads: " +
+         std::to_string(g_torch_threads) + " (torch::set_num_threads; its GEMMs use OpenBLAS's threads)";
+#else
+  return "libtorch rows skipped: built without libtorch (libtorch-dev not installed, or -Dtorch=disabled)";
+#endif
+}
+
 void print_json(const std::vector<Row>& rows, bool quick) {
-  std::printf("{\"quick\": %s, \"blas_threads\": %d, \"rows\": [\n", quick ? "true" : "false", openblas_get_num_threads());
+  std::printf("{\"quick\": %s, \"blas_threads\": %d, \"libtorch\": %s, \"rows\": [\n", quick ? "true" : "false",
+              openblas_get_num_threads(), json_str(torch_line()).c_str());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    bool p4 = r.workload == "P4";
+    bool p4 = r.workload == "P4", mem = r.has_mem();
     std::printf("  {\"workload\": %s, \"variant\": %s, \"impl\": %s, \"median_s\": %.6g, \"ratio\": %s, "
                 "\"gflops\": %s, \"peak_mib\": %s, \"ideal_bytes_ratio\": %s, \"note\": %s}%s\n",
                 json_str(r.workload).c_str(), json_str(r.variant).c_str(), json_str(r.impl).c_str(), r.median_s,
                 p4 ? "null" : fmt("%.4g", r.ratio).c_str(), p4 ? "null" : fmt("%.4g", r.gflops).c_str(),
-                p4 ? "null" : fmt("%.4g", r.peak_mib).c_str(), p4 ? "null" : fmt("%.4g", r.ideal_ratio).c_str(),
+                mem ? fmt("%.4g", r.peak_mib).c_str() : "null", mem ? fmt("%.4g", r.ideal_ratio).c_str() : "null",
                 json_str(r.note).c_str(), i + 1 < rows.size() ? "," : "");
   }
   std::printf("]}\n");
 }
 
 void print_table(const std::vector<Row>& rows, bool quick) {
-  std::printf("xjax-bench (%s sizes, float32, OpenBLAS threads: %d)\n\n", quick ? "quick" : "full",
-              openblas_get_num_threads());
+  std::printf("xjax-bench (%s sizes, float32, OpenBLAS threads: %d)\n%s\n\n", quick ? "quick" : "full",
+              openblas_get_num_threads(), torch_line().c_str());
   std::printf("| workload | variant | impl | median s | ratio | GFLOP/s | peak MiB | / ideal bytes | note |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---|\n");
   for (const Row& r : rows) {
-    bool p4 = r.workload == "P4";
+    bool p4 = r.workload == "P4", mem = r.has_mem();
     std::printf("| %s | %s | %s | %.4g | %s | %s | %s | %s | %s |\n", r.workload.c_str(), r.variant.c_str(),
                 r.impl.c_str(), r.median_s, p4 ? "-" : fmt("%.2f", r.ratio).c_str(),
-                p4 ? "-" : fmt("%.2f", r.gflops).c_str(), p4 ? "-" : fmt("%.1f", r.peak_mib).c_str(),
-                p4 ? "-" : fmt("%.2f", r.ideal_ratio).c_str(), r.note.c_str());
+                p4 ? "-" : fmt("%.2f", r.gflops).c_str(), mem ? fmt("%.1f", r.peak_mib).c_str() : "-",
+                mem ? fmt("%.2f", r.ideal_ratio).c_str() : "-", r.note.c_str());
   }
 }
 
@@ -722,6 +781,9 @@ int main(int argc, char** argv) {
   }
   auto run = [&](const char* workload) { return only.empty() || only == workload; };
   std::vector<Row> rows;
+#if XJAX_BENCH_TORCH
+  g_torch_threads = bench_torch::set_threads(torch_threads());
+#endif
   try {
     const int reps = 5;  // after one untimed warm-up each
     if (run("P1")) bench_relu_chain(rows, "P1", quick ? 8 : 64, quick ? 128 : 512, quick ? 64 : 512, reps);

@@ -1,0 +1,59 @@
+// The libtorch side of xjax-bench (issue 15), implemented in bench_torch.cpp, the only file that
+// includes libtorch's headers (they take long to compile). This header uses std types only, so
+// bench.cpp includes it without them. Built when meson finds libtorch (option `torch`), which
+// then defines XJAX_BENCH_TORCH=1 for bench.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace bench_torch {
+
+/// libtorch's version, e.g. "1.13.0".
+const char* version();
+
+/// Sets libtorch's intra-op thread count (torch::set_num_threads); returns the count in effect.
+int set_threads(int n);
+
+/// The relu chain of P1/P2 in libtorch: y = relu(y @ W[i]) for i < L, loss = sum(y^2), the
+/// gradient w.r.t. every W[i]. W (L*d*d floats) and y0 (N*d) are copied into tensors once.
+/// recompute = false: plain autograd over L leaf weights. recompute = true: a hand-written
+/// per-layer recompute (libtorch's C++ API has no checkpoint): the forward runs without grad and
+/// keeps the layer inputs; the backward re-runs each layer under autograd and differentiates it.
+class ReluChain {
+ public:
+  ReluChain(const std::vector<float>& W, const std::vector<float>& y0, std::int64_t L, std::int64_t d,
+            std::int64_t N, bool recompute);
+  ~ReluChain();
+  ReluChain(const ReluChain&) = delete;
+  ReluChain& operator=(const ReluChain&) = delete;
+  /// One gradient evaluation; the gradient stays in the object.
+  void run();
+  /// The gradient of the last run, L*d*d floats in W's layout.
+  std::vector<float> grad() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// E1 in libtorch eager mode: c = a, then n_ops times c = c op b (op 0: +, 1: *, 2: matmul) on
+/// d x d float tensors under torch::NoGradGuard, each op a separate libtorch call.
+class Eager {
+ public:
+  Eager(const std::vector<float>& a, const std::vector<float>& b, std::int64_t d, int op);
+  ~Eager();
+  Eager(const Eager&) = delete;
+  Eager& operator=(const Eager&) = delete;
+  /// n_ops ops from c = a.
+  void run(std::int64_t n_ops);
+  /// c after the last run, d*d floats.
+  std::vector<float> result() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bench_torch
