@@ -200,6 +200,7 @@ Array matmul(const Array& a, const Array& b, std::source_location loc) {
   if (a.ndim() == 0 || b.ndim() == 0) throw ShapeError("matmul: operands must have rank >= 1 (at " + format_location(loc) + ")");
   if (b.ndim() == 1) return dot_general(a, b, {a.ndim() - 1}, {0}, {}, {}, loc);
   if (a.ndim() == 1) return dot_general(a, b, {0}, {b.ndim() - 2}, {}, {}, loc);
+  if (a.ndim() == 2 && b.ndim() == 2) return dot_general(a, b, {1}, {0}, {}, {}, loc);  // no batch dims
   // Broadcast the batch dimensions, then one dot_general with them as batch dims.
   Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
   Shape batch = broadcast_operands(P::dot_general, {&ab, &bb}, {&a, &b}, loc);

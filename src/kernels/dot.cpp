@@ -128,6 +128,15 @@ struct DotLayout {
 DotLayout dot_layout(const Shape& lhs, const Shape& rhs, const params::DotGeneral& dn) {
   const Ints &lc = dn.lhs_contracting, &rc = dn.rhs_contracting;
   const Ints &lb = dn.lhs_batch, &rb = dn.rhs_batch;
+  // A product of two matrices (the common eager case), without building dim lists: the lhs is
+  // read as stored when it contracts its dim 1, transposed when dim 0; the rhs when it contracts
+  // its dim 0, transposed when dim 1.
+  if (lhs.size() == 2 && rhs.size() == 2 && lb.empty() && rb.empty() && lc.size() == 1 && rc.size() == 1) {
+    const auto cl = static_cast<std::size_t>(lc[0]), cr = static_cast<std::size_t>(rc[0]);
+    using Mode = OperandLayout::Mode;
+    return {GemmShape{1, lhs[1 - cl], rhs[1 - cr], lhs[cl]}, {cl == 1 ? Mode::plain : Mode::swapped, {}},
+            {cr == 0 ? Mode::plain : Mode::swapped, {}}};
+  }
   const auto lrank = static_cast<std::int64_t>(lhs.size()), rrank = static_cast<std::int64_t>(rhs.size());
   const Ints lf = free_dims(lrank, lc, lb);
   const Ints rf = free_dims(rrank, rc, rb);

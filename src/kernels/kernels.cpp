@@ -116,6 +116,9 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
   if (out_avals.size() != 1)
     throw Error("run_kernel(" + std::string(primitive_name(p)) + "): expected one output aval, got " +
                 std::to_string(out_avals.size()));
+  // Eager dot_general is called directly: its closure would copy the four dim lists.
+  if (p == Primitive::dot_general && in.size() == 2)
+    return {dot_general_kernel(in[0], in[1], params.get<params::DotGeneral>(), out_avals[0])};
   return {resolve_kernel_impl(p, params, out_avals[0])(in)};
 }
 
