@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "internal.hpp"
+#include "small_blocks.hpp"
 #include "xjax/detail/external.hpp"
 
 namespace xjax {
@@ -97,9 +98,10 @@ std::int64_t Array::element_as_int(std::int64_t i) const {
 namespace detail {
 
 Array alloc_array(const ShapedArray& aval) {
-  auto impl = std::make_shared<ArrayImpl>();
+  // Both from the per-thread small-block cache: a plan makes one per step output.
+  auto impl = std::allocate_shared<ArrayImpl>(SmallBlockAllocator<ArrayImpl>{});
   impl->aval = aval;
-  impl->buffer = std::make_shared<Buffer>(aval.nbytes());
+  impl->buffer = std::allocate_shared<Buffer>(SmallBlockAllocator<Buffer>{}, aval.nbytes());
   return Array(std::move(impl));
 }
 
@@ -111,7 +113,8 @@ Array buffer_view(const Array& x, std::size_t byte_offset, const ShapedArray& av
   if (im.offset + byte_offset + aval.nbytes() > im.buffer->nbytes)
     throw Error("buffer_view: " + aval.str() + " at byte " + std::to_string(byte_offset) +
                 " does not fit in " + im.aval.str());
-  return Array(std::make_shared<const ArrayImpl>(ArrayImpl{aval, im.buffer, nullptr, im.offset + byte_offset}));
+  return Array(std::allocate_shared<const ArrayImpl>(SmallBlockAllocator<ArrayImpl>{},
+                                                     ArrayImpl{aval, im.buffer, nullptr, im.offset + byte_offset}));
 }
 
 Array external_array(const void* data, const ShapedArray& aval, std::shared_ptr<const void> keep_alive) {

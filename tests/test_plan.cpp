@@ -461,19 +461,26 @@ TEST_CASE("plan: interleaved elementwise chains are scheduled together and fused
   check_identical(m0, m1);
 }
 
+// The peak of jitted(a, b) above what was live before it (its inputs), in buffers of [d, d]
+// float32, measured on a second call (the first traces and plans); `out` receives the result.
+template <class F>
+double peak_in_square_buffers(const F& jitted, const xj::Array& a, const xj::Array& b, std::int64_t d, xj::Array& out) {
+  (void)jitted(a, b);
+  const std::int64_t live = xj::memory_stats().live_bytes;
+  xj::reset_peak_memory();
+  out = jitted(a, b);
+  return static_cast<double>(xj::memory_stats().peak_bytes - live) / (static_cast<double>(d * d) * 4.0);
+}
+
 // A fused chain whose input is handed over at its last use (nothing else owns it) writes its
 // output into that input's buffer: the epilogue of a GEMM works in the GEMM's output. Arrays
 // the caller still holds are never overwritten.
 TEST_CASE("plan: a fused epilogue writes into the buffer of the product it consumes") {
   constexpr std::int64_t d = 256;
   auto f = [](const xj::Array& a, const xj::Array& b) { return xj::tanh(xj::matmul(a, b)) * 2.0 + 1.0; };
-  auto jitted = xj::jit(f);
   xj::Array a = xj::reshape(sample(d * d, xj::f32, 12), {d, d}), b = xj::reshape(sample(d * d, xj::f32, 13), {d, d});
-  (void)jitted(a, b);
-  const std::int64_t live = xj::memory_stats().live_bytes;
-  xj::reset_peak_memory();
-  xj::Array y = jitted(a, b);
-  const auto extra = static_cast<double>(xj::memory_stats().peak_bytes - live) / (d * d * 4.0);
+  xj::Array y;
+  const double extra = peak_in_square_buffers(xj::jit(f), a, b, d, y);
   MESSAGE("peak above the inputs: " << extra << " buffers of the product's size");
   CHECK(extra < 1.01);  // the product's buffer, reused by the chain (otherwise 2)
   check_identical(y, f(a, b));
@@ -498,13 +505,9 @@ TEST_CASE("plan: a broadcast literal joins its reader's run, not an earlier one"
     xj::Array z = xj::matmul(h, w);          // then a product of the same shape
     return xj::where(z > 0.0, z, 0.0);       // its 0.0 reads no variable
   };
-  auto jitted = xj::jit(f);
   xj::Array x = xj::reshape(sample(d * d, xj::f32, 15), {d, d}), w = xj::reshape(sample(d * d, xj::f32, 16), {d, d});
-  (void)jitted(x, w);
-  const std::int64_t live = xj::memory_stats().live_bytes;
-  xj::reset_peak_memory();
-  xj::Array y = jitted(x, w);
-  const auto extra = static_cast<double>(xj::memory_stats().peak_bytes - live) / (d * d * 4.0);
+  xj::Array y;
+  const double extra = peak_in_square_buffers(xj::jit(f), x, w, d, y);
   MESSAGE("peak above the inputs: " << extra << " buffers of [d, d]");
   CHECK(extra < 2.01);  // h and z (the where works in z's buffer); a materialized 0.0 makes 3
   check_identical(y, f(x, w));
