@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "per_thread.hpp"
 #include "xjax/primitives.hpp"
 
 namespace xjax::detail::counters {
@@ -104,20 +105,14 @@ struct SlotLease {
   SlotLease() : slot(Table::get().claim()) {}
   ~SlotLease() {
     if (slot) Table::get().retire(slot);
-    ended = true;
   }
   SlotLease(const SlotLease&) = delete;
   SlotLease& operator=(const SlotLease&) = delete;
   Slot* slot;
-  static thread_local bool ended;  // constant-initialized: readable after the lease's destruction
 };
-inline thread_local bool SlotLease::ended = false;
 
 inline Table::Mine Table::mine() {
-  if (!SlotLease::ended) {
-    thread_local SlotLease lease;
-    if (lease.slot) return {lease.slot, false};
-  }
+  if (SlotLease* lease = PerThread<SlotLease>::get(); lease && lease->slot) return {lease->slot, false};
   return {&get().retired_, true};  // a thread ending, or beyond kMaxSlots
 }
 

@@ -7,6 +7,7 @@
 
 #include "higher_order.hpp"
 #include "internal.hpp"
+#include "per_thread.hpp"
 #include "plan.hpp"
 
 namespace xjax {
@@ -86,29 +87,28 @@ struct PlanFrame {
 };
 
 class FrameLease {
+  using Pool = std::vector<std::unique_ptr<PlanFrame>>;
+
  public:
   FrameLease() {
-    if (free_frames().empty()) frame_ = std::make_unique<PlanFrame>();
+    Pool* pool = detail::PerThread<Pool>::get();
+    if (!pool || pool->empty()) frame_ = std::make_unique<PlanFrame>();
     else {
-      frame_ = std::move(free_frames().back());
-      free_frames().pop_back();
+      frame_ = std::move(pool->back());
+      pool->pop_back();
     }
   }
   ~FrameLease() {
     frame_->slots.clear();
     frame_->ins.clear();
     frame_->outs.clear();
-    free_frames().push_back(std::move(frame_));
+    if (Pool* pool = detail::PerThread<Pool>::get()) pool->push_back(std::move(frame_));
   }
   FrameLease(const FrameLease&) = delete;
   FrameLease& operator=(const FrameLease&) = delete;
   PlanFrame& operator*() { return *frame_; }
 
  private:
-  static std::vector<std::unique_ptr<PlanFrame>>& free_frames() {
-    thread_local std::vector<std::unique_ptr<PlanFrame>> frames;
-    return frames;
-  }
   std::unique_ptr<PlanFrame> frame_;
 };
 
@@ -144,6 +144,7 @@ void detail::run_plan_into(const detail::EvalPlan& plan, const ClosedJaxpr& cj, 
         outs = st.owning_impl ? st.owning_impl(std::move(ins), st.eqn->params) : st.impl(ins, st.eqn->params);
         break;
       case EvalPlan::Kind::fused: detail::kernels::run_fused(*st.fused, ins, outs); break;
+      case EvalPlan::Kind::call: run_plan_into(*st.body_plan, *st.body, ins, outs); break;
     }
     for (Primitive p : st.counted) detail::count_eval(p);
     ins.clear();

@@ -396,7 +396,11 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     st.eqn = &e;
     st.counted = {e.prim};
     st.impl = impl_rule(e.prim);
-    if (st.impl) {
+    if (e.prim == Primitive::checkpoint) {
+      st.kind = EvalPlan::Kind::call;
+      st.body = e.params.get<params::Checkpoint>().jaxpr.get();
+      st.body_plan = plan_of(st.body->jaxpr);
+    } else if (st.impl) {
       st.kind = EvalPlan::Kind::impl;
       st.owning_impl = owning_impl_rule(e.prim);
     } else {

@@ -24,10 +24,14 @@ struct EvalPlan {
     const Literal* literal = nullptr;
     bool last_use = false;  // the step is the slot's last reader (and reads it once): moved out
   };
-  enum class Kind { kernel, impl, fused };
+  /// call: a checkpoint, whose evaluation is its body's: the body's plan runs directly (no impl
+  /// rule, no plan lookup per execution; the body belongs to the equation's params).
+  enum class Kind { kernel, impl, fused, call };
   struct Step {
     Kind kind = Kind::kernel;
-    const Eqn* eqn = nullptr;                        // kernel, impl: the equation
+    const Eqn* eqn = nullptr;                        // kernel, impl, call: the equation
+    const ClosedJaxpr* body = nullptr;               // call: the body
+    std::shared_ptr<const EvalPlan> body_plan;       // call: its plan
     KernelFn kernel;                                 // kernel
     ImplRule impl = nullptr;                         // impl
     OwningImplRule owning_impl = nullptr;            // impl: preferred when set (takes `ins` over)
@@ -48,8 +52,9 @@ struct EvalPlan {
   std::size_t fused_equations = 0;  // equations run inside fused steps
 };
 
-/// Builds j's plan. Pure function of the jaxpr: the plan points into j's equations and literals,
-/// so it must not be run after j is gone.
+/// Builds j's plan. A function of the jaxpr: the plan points into j's equations and literals,
+/// so it must not be run after j is gone; it also holds the plans of j's checkpoint bodies
+/// (looked up with plan_of while building).
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& j);
 
 /// j's plan, built on first use and kept in the side table (plan_cache.cpp). Thread-safe.

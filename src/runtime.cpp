@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "counters.hpp"
+#include "per_thread.hpp"
 #include "internal.hpp"
 
 namespace xjax {
@@ -219,22 +220,7 @@ class ThreadCache {
   const std::int64_t cap_;
 };
 
-/// A thread's cache, marking itself gone when it is destroyed.
-struct ThreadCacheOwner {
-  explicit ThreadCacheOwner(bool& ended) : ended(ended) {}
-  ~ThreadCacheOwner() { ended = true; }
-  ThreadCacheOwner(const ThreadCacheOwner&) = delete;
-  ThreadCacheOwner& operator=(const ThreadCacheOwner&) = delete;
-  bool& ended;
-  ThreadCache cache;
-};
-
-ThreadCache* ThreadCache::mine() {
-  thread_local bool ended = false;  // constant-initialized: readable after the cache's destruction
-  if (ended) return nullptr;
-  thread_local ThreadCacheOwner owner(ended);
-  return &owner.cache;
-}
+ThreadCache* ThreadCache::mine() { return detail::PerThread<ThreadCache>::get(); }
 
 std::int64_t arena_bytes() { return arena().cached() + ThreadCache::cached_everywhere(); }
 

@@ -6,6 +6,8 @@
 #include <new>
 #include <vector>
 
+#include "per_thread.hpp"
+
 namespace xjax::detail {
 namespace {
 
@@ -35,20 +37,7 @@ struct FreeLists {
 
 /// The calling thread's lists; nullptr once they are destroyed (a static array freed after the
 /// thread's end goes straight to operator delete).
-FreeLists* mine() {
-  thread_local bool ended = false;  // constant-initialized: readable after the lists' destruction
-  if (ended) return nullptr;
-  struct Owner {
-    FreeLists lists;
-    bool& ended;
-    explicit Owner(bool& e) : ended(e) {}
-    ~Owner() { ended = true; }
-    Owner(const Owner&) = delete;
-    Owner& operator=(const Owner&) = delete;
-  };
-  thread_local Owner owner(ended);
-  return &owner.lists;
-}
+FreeLists* mine() { return PerThread<FreeLists>::get(); }
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 // emits no transpose for matrix-product gradients.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -511,4 +512,26 @@ TEST_CASE("plan: a broadcast literal joins its reader's run, not an earlier one"
   MESSAGE("peak above the inputs: " << extra << " buffers of [d, d]");
   CHECK(extra < 2.01);  // h and z (the where works in z's buffer); a materialized 0.0 makes 3
   check_identical(y, f(x, w));
+}
+
+// A checkpoint evaluates as its body: its plan step runs the body's plan directly (no impl rule
+// and no side-table lookup per execution), and still counts one checkpoint execution.
+TEST_CASE("plan: a checkpoint step runs its body's plan directly") {
+  auto block = xj::checkpoint([](const xj::Array& x) { return xj::sin(xj::sin(x)) * 2.0; });
+  auto f = [&](const xj::Array& x) { return block(x) + 1.0; };
+  xj::Array x = sample(64, xj::f64, 17);
+  auto j = xj::make_jaxpr(f)(x);
+  auto plan = xjax::detail::make_plan(*j.jaxpr);
+  const auto call = std::find_if(plan->steps.begin(), plan->steps.end(),
+                                 [](const auto& st) { return st.kind == xjax::detail::EvalPlan::Kind::call; });
+  REQUIRE(call != plan->steps.end());
+  const auto& body = *call->eqn->params.get<xj::params::Checkpoint>().jaxpr;
+  CHECK(call->body == &body);
+  CHECK(call->body_plan == xjax::detail::plan_of(body.jaxpr));
+  xj::reset_eval_counts();
+  xj::Array y = xj::eval_jaxpr(j, std::vector<xj::Array>{x}).at(0);
+  auto counts = xj::eval_counts();
+  CHECK(counts["checkpoint"] == 1);
+  CHECK(counts["sin"] == 2);
+  check_identical(y, xj::sin(xj::sin(x)) * 2.0 + 1.0);
 }

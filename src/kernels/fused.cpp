@@ -11,6 +11,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/simd.hpp"
+#include "per_thread.hpp"
 
 namespace xjax::detail::kernels {
 namespace {
@@ -125,7 +126,7 @@ bool unread_after(const FusedProgram& prog, std::size_t p, std::int32_t value) {
   return true;
 }
 
-/// The working rows and tables of run_typed, kept per thread (one thread-local lookup per call).
+/// The working rows and tables of run_typed, kept per thread.
 template <class T> struct Scratch {
   std::vector<T> rows;                       // one kBlock row per value
   std::vector<T*> v;                         // each value's row in the current block
@@ -134,10 +135,6 @@ template <class T> struct Scratch {
   std::vector<std::int64_t> direct;          // value -> the output it is written into, or -1
   std::vector<char> donated;                 // input i's buffer holds an output now
   std::vector<char> shares;                  // output k shares its input's buffer
-  static Scratch& mine() {
-    thread_local Scratch s;
-    return s;
-  }
 };
 
 template <class T> void run_typed(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {
@@ -145,7 +142,9 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   const ShapedArray bool_aval{prog.shape, DType::bool_};
   const auto nv = static_cast<std::size_t>(prog.num_values);
   const std::size_t ni = prog.inputs.size();
-  Scratch<T>& scratch = Scratch<T>::mine();
+  Scratch<T> own;  // only while the thread is ending (its scratch is gone)
+  Scratch<T>* mine = PerThread<Scratch<T>>::get();
+  Scratch<T>& scratch = mine ? *mine : own;
   auto& [rows, v, bytes, as_bytes, direct, donated, shares] = scratch;
   // An output that only renames a whole input (name, stop_gradient of a value from outside the
   // run) shares the input's buffer, as the unfused kernel does; the others are computed.

@@ -1,0 +1,50 @@
+// per_thread.hpp: PerThread<T>, a thread's own T reached without a call to __tls_get_addr
+// (not installed).
+//
+// In a shared library every access to a thread_local calls __tls_get_addr (general-dynamic
+// model); the runtime's per-thread caches are reached once or twice per buffer, which showed as
+// 3-4% of an overhead-bound loop. PerThread keeps only a pointer and a flag in the initial TLS
+// block (initial-exec model: one instruction to read; a few bytes, well within what a library
+// loaded with dlopen may use) and builds the T itself on first use with an ordinary
+// thread_local.
+#pragma once
+
+#if defined(__GNUC__)
+#define XJAX_INITIAL_EXEC_TLS __attribute__((tls_model("initial-exec")))
+#else
+#define XJAX_INITIAL_EXEC_TLS
+#endif
+
+namespace xjax::detail {
+
+/// The calling thread's T (default-constructed on first use, destroyed when the thread ends), or
+/// nullptr once it is destroyed: code running after that during the thread's exit (a static
+/// array freed late) must take a path without it.
+template <class T> class PerThread {
+ public:
+  static T* get() {
+    if (T* p = ptr_) return p;
+    return make();
+  }
+
+ private:
+  struct Owner {
+    T value;
+    Owner() { ptr_ = &value; }
+    ~Owner() {
+      ptr_ = nullptr;
+      ended_ = true;  // value is destroyed next; get() from its destructor returns nullptr
+    }
+    Owner(const Owner&) = delete;
+    Owner& operator=(const Owner&) = delete;
+  };
+  static T* make() {
+    if (ended_) return nullptr;
+    thread_local Owner owner;
+    return ptr_;
+  }
+  static inline thread_local T* ptr_ XJAX_INITIAL_EXEC_TLS = nullptr;
+  static inline thread_local bool ended_ XJAX_INITIAL_EXEC_TLS = false;
+};
+
+}  // namespace xjax::detail
