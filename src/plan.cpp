@@ -127,8 +127,8 @@ bool is_alias(const Eqn& e) {
 /// The equations reordered so that fusible equations of one FusionKey run consecutively where the
 /// dependences allow: a list schedule that takes, among the equations whose inputs are all
 /// computed, one continuing the current fusion run if there is one (same key, reading a value of
-/// the run), else the first in the original order. An equation reading no variable (a broadcast
-/// literal) is placed right before its first reader, so it joins that reader's run instead of
+/// the run), else the first in the original order. A fusible equation reading no variable (a
+/// broadcast literal) is placed right before its first reader, so it joins that reader's run instead of
 /// being materialized early. Other equations that cannot fuse keep their relative order (so do
 /// collectives), and an equation only moves ahead of others when it is fusible.
 EqnList schedule_for_fusion(const EqnList& eqns) {
@@ -140,9 +140,9 @@ EqnList schedule_for_fusion(const EqnList& eqns) {
   std::unordered_map<std::uint64_t, std::size_t> producer;
   for (std::size_t i = 0; i < n; ++i)
     for (const auto& o : eqns[i]->outputs) producer[o.id()] = i;
-  std::vector<bool> sinks(n);  // reads no variable: placed before its first reader
+  std::vector<bool> sinks(n);  // fusible, reads no variable: placed before its first reader
   for (std::size_t i = 0; i < n; ++i)
-    sinks[i] = std::none_of(eqns[i]->inputs.begin(), eqns[i]->inputs.end(),
+    sinks[i] = key[i].has_value() && std::none_of(eqns[i]->inputs.begin(), eqns[i]->inputs.end(),
                             [](const Atom& a) { return std::holds_alternative<Var>(a); });
   std::vector<std::size_t> waiting(n, 0);           // inputs from scheduled equations not computed yet
   std::vector<std::vector<std::size_t>> readers(n);  // equations reading i's outputs

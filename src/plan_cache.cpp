@@ -24,7 +24,7 @@ namespace {
 
 /// A hash of everything a plan depends on: the variables' identities, every equation's primitive,
 /// operands (variables by identity, literals by value), outputs and parameters (numbers and
-/// strings by value, jaxprs and objects by identity). Computed on every lookup (one pass over the
+/// strings by value, jaxprs and objects by identity; a checkpoint's body also by contents). Computed on every lookup (one pass over the
 /// equations), so a Jaxpr changed in place after it was evaluated gets a new plan.
 class Hasher {
  public:
@@ -76,6 +76,13 @@ std::uint64_t fingerprint(const Jaxpr& j) {
     for (const auto& out : e.outputs) h.add(out.id());
     h.add(e.params.variant().index());
     for_each_param(e.params, [&](std::string_view, const auto& v) { h.add_param(v); });
+    // A checkpoint's plan step holds its body's plan (plan.hpp, Kind::call): the body's jaxpr
+    // and contents are part of what this plan depends on.
+    if (e.prim == Primitive::checkpoint) {
+      const ClosedJaxpr& body = *e.params.get<params::Checkpoint>().jaxpr;
+      h.add(reinterpret_cast<std::uintptr_t>(body.jaxpr.get()));
+      h.add(fingerprint(*body.jaxpr));
+    }
   }
   h.add(0x0eull);
   for (const auto& o : j.outvars) h.add(o);

@@ -535,3 +535,50 @@ TEST_CASE("plan: a checkpoint step runs its body's plan directly") {
   CHECK(counts["sin"] == 2);
   check_identical(y, xj::sin(xj::sin(x)) * 2.0 + 1.0);
 }
+
+// Review finding: the plan of a jaxpr holds its checkpoint bodies' plans (Kind::call), so a body
+// changed in place after an evaluation must give the outer jaxpr a new plan (moving the new
+// contents in frees the old equations the stale plan pointed into).
+TEST_CASE("plan: a checkpoint body changed in place gets the outer jaxpr a new plan") {
+  xj::Array x = xj::array<double>({1.0, 2.0}, {2});
+  std::vector<xj::Array> args{x};
+  auto block = xj::checkpoint([](const xj::Array& a) { return xj::sin(a) * 2.0; });
+  auto cj = xj::make_jaxpr([&](const xj::Array& a) { return block(a) + 1.0; })(x);
+  auto outer = std::make_shared<xj::Jaxpr>(*cj.jaxpr);
+  std::shared_ptr<xj::Jaxpr> body;
+  for (auto& e : outer->eqns)
+    if (e.prim == xj::Primitive::checkpoint) {
+      auto& ck = e.params.get<xj::params::Checkpoint>();
+      body = std::make_shared<xj::Jaxpr>(*ck.jaxpr->jaxpr);
+      ck.jaxpr = std::make_shared<xj::ClosedJaxpr>(xj::ClosedJaxpr{body, ck.jaxpr->consts});
+    }
+  REQUIRE(body);
+  xj::ClosedJaxpr cp{outer, cj.consts};
+  check_identical(xj::eval_jaxpr(cp, args).at(0), xj::sin(x) * 2.0 + 1.0);
+  xj::Jaxpr edited = *body;
+  for (auto& e : edited.eqns)
+    if (e.prim == xj::Primitive::sin) e.prim = xj::Primitive::cos;
+  *body = std::move(edited);
+  check_identical(xj::eval_jaxpr(cp, args).at(0), xj::cos(x) * 2.0 + 1.0);
+}
+
+// Review finding: only fusible equations reading no variable move to their first reader; the
+// others keep their order (collectives among them: the plan's order stays the program's). Here
+// an iota (not fusible, reads no variable) comes first and is read last.
+TEST_CASE("plan: the fusion schedule keeps unfusible equations in program order") {
+  auto f = [](const xj::Array& a) {
+    xj::Array i = xj::iota(xj::f32, {4});
+    xj::Array r = xj::max(a);
+    xj::Array s = xj::sum(xj::sin(a) * 2.0);
+    return s + r + xj::sum(i);
+  };
+  auto cj = xj::make_jaxpr(f)(xj::ones({4}));
+  auto unfusible = [](xj::Primitive p) { return p == xj::Primitive::iota || p == xj::Primitive::reduce_max || p == xj::Primitive::reduce_sum; };
+  std::vector<xj::Primitive> program, planned;
+  for (const auto& e : cj.jaxpr->eqns)
+    if (unfusible(e.prim)) program.push_back(e.prim);
+  for (const auto& st : xjax::detail::make_plan(*cj.jaxpr)->steps)
+    if (st.eqn && unfusible(st.eqn->prim)) planned.push_back(st.eqn->prim);
+  CHECK(program.size() == 4);
+  CHECK(planned == program);
+}
