@@ -577,7 +577,8 @@ TEST_CASE("plan: the fusion schedule keeps unfusible equations in program order"
   std::vector<xj::Primitive> program, planned;
   for (const auto& e : cj.jaxpr->eqns)
     if (unfusible(e.prim)) program.push_back(e.prim);
-  for (const auto& st : xjax::detail::make_plan(*cj.jaxpr)->steps)
+  const auto plan = xjax::detail::make_plan(*cj.jaxpr);  // held: the loop reads its steps
+  for (const auto& st : plan->steps)
     if (st.eqn && unfusible(st.eqn->prim)) planned.push_back(st.eqn->prim);
   CHECK(program.size() == 4);
   CHECK(planned == program);
