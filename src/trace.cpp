@@ -7,6 +7,7 @@
 
 #include "higher_order.hpp"
 #include "internal.hpp"
+#include "small_blocks.hpp"
 #include "xjax/runtime.hpp"
 
 namespace xjax {
@@ -21,12 +22,13 @@ struct Builder : std::enable_shared_from_this<Builder> {
   std::vector<Eqn> eqns;
 
   Array new_tracer(const ShapedArray& aval, const std::source_location& loc) {
-    auto tracer = std::make_shared<Tracer>();
+    // Both from the per-thread small-block cache (a trace makes one per equation output).
+    auto tracer = std::allocate_shared<Tracer>(SmallBlockAllocator<Tracer>{});
     tracer->builder = weak_from_this();
     tracer->owner = this;
     tracer->var = Var(aval);
     tracer->created_at = loc;
-    auto impl = std::make_shared<ArrayImpl>();
+    auto impl = std::allocate_shared<ArrayImpl>(SmallBlockAllocator<ArrayImpl>{});
     impl->aval = aval;
     impl->tracer = std::move(tracer);
     return Array(std::move(impl));
