@@ -267,6 +267,7 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
     prog->outputs.push_back({value_of.at(out.id()), out.aval().dtype == DType::bool_});
     st.outs.push_back(0);  // slot assigned by make_plan
   }
+  kernels::mark_byte_inputs(*prog);
   st.fused = std::move(prog);
   return st;
 }
@@ -395,12 +396,11 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     EvalPlan::Step st;
     st.eqn = &e;
     st.counted = {e.prim};
-    st.impl = impl_rule(e.prim);
     if (e.prim == Primitive::checkpoint) {
       st.kind = EvalPlan::Kind::call;
       st.body = e.params.get<params::Checkpoint>().jaxpr.get();
       st.body_plan = plan_of(st.body->jaxpr);
-    } else if (st.impl) {
+    } else if ((st.impl = impl_rule(e.prim))) {
       st.kind = EvalPlan::Kind::impl;
       st.owning_impl = owning_impl_rule(e.prim);
     } else {

@@ -131,7 +131,6 @@ template <class T> struct Scratch {
   std::vector<T> rows;                       // one kBlock row per value
   std::vector<T*> v;                         // each value's row in the current block
   std::vector<const std::uint8_t*> bytes;    // bool inputs read as bytes: their block
-  std::vector<char> as_bytes;                // input i is read as bytes
   std::vector<std::int64_t> direct;          // value -> the output it is written into, or -1
   std::vector<char> donated;                 // input i's buffer holds an output now
   std::vector<char> shares;                  // output k shares its input's buffer
@@ -145,7 +144,7 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   Scratch<T> own;  // only while the thread is ending (its scratch is gone)
   Scratch<T>* mine = PerThread<Scratch<T>>::get();
   Scratch<T>& scratch = mine ? *mine : own;
-  auto& [rows, v, bytes, as_bytes, direct, donated, shares] = scratch;
+  auto& [rows, v, bytes, direct, donated, shares] = scratch;
   // An output that only renames a whole input (name, stop_gradient of a value from outside the
   // run) shares the input's buffer, as the unfused kernel does; the others are computed.
   shares.assign(prog.outputs.size(), 0);
@@ -198,20 +197,7 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   if (rows.size() < nv * kBlock) rows.resize(nv * kBlock);
   v.resize(nv);
   auto row = [&](std::size_t value) { return rows.data() + value * kBlock; };
-  // A bool array input read only as select_n's predicate is read as bytes, not widened.
-  auto read_as_bytes = [&](std::size_t i) {
-    const auto& input = prog.inputs[i];
-    if (!input.is_bool || input.is_scalar || input.period > 0) return false;
-    for (const auto& op : prog.ops)
-      for (int k = 0; k < 3; ++k)
-        if (static_cast<std::size_t>(op.src[k]) == i && !(op.prim == Primitive::select_n && k == 0)) return false;
-    for (const auto& o : prog.outputs)
-      if (static_cast<std::size_t>(o.value) == i) return false;
-    return true;
-  };
   bytes.assign(ni, nullptr);
-  as_bytes.assign(ni, 0);
-  for (std::size_t i = 0; i < ni; ++i) as_bytes[i] = read_as_bytes(i);
   for (std::size_t i = 0; i < ni; ++i)
     if (prog.inputs[i].is_scalar)
       fill_row(row(i), std::min(kBlock, total), scalar_value<T>(in[i], prog.inputs[i].is_bool));
@@ -226,7 +212,7 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
       } else if (input.period > 0) {
         periodic_row(in_ptr<T>(in[i]), static_cast<std::size_t>(input.period), start, row(i), n);
         v[i] = row(i);
-      } else if (as_bytes[i]) {
+      } else if (input.read_as_bytes) {
         bytes[i] = in_ptr<std::uint8_t>(in[i]) + start;
       } else if (input.is_bool) {
         widen(in_ptr<std::uint8_t>(in[i]) + start, row(i), n);
@@ -252,6 +238,20 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
 }
 
 }  // namespace
+
+void mark_byte_inputs(FusedProgram& prog) {
+  for (std::size_t i = 0; i < prog.inputs.size(); ++i) {
+    auto& input = prog.inputs[i];
+    const auto value = static_cast<std::int32_t>(i);
+    bool only_predicate = input.is_bool && !input.is_scalar && input.period == 0;
+    for (const auto& op : prog.ops)
+      for (int k = 0; k < 3; ++k)
+        if (op.src[k] == value && !(op.prim == Primitive::select_n && k == 0)) only_predicate = false;
+    for (const auto& o : prog.outputs)
+      if (o.value == value) only_predicate = false;
+    input.read_as_bytes = only_predicate;
+  }
+}
 
 bool is_float_binary(Primitive p) {
   switch (p) {

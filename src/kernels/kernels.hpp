@@ -118,6 +118,9 @@ struct FusedProgram {
     /// > 0: a float array of `period` elements broadcast along the leading dims (its dims are the
     /// shape's trailing ones), so element i of the shape reads element i % period.
     std::int64_t period = 0;
+    /// A bool array read only as select_n's predicate: read as bytes, not widened (set by
+    /// mark_byte_inputs when the program is built).
+    bool read_as_bytes = false;
   };
   struct Op {
     Primitive prim;  // unary, integer_pow, binary, comparison, select_n (2 cases), convert
@@ -138,6 +141,8 @@ struct FusedProgram {
   std::int32_t num_values = 0;
 };
 
+/// Sets Input::read_as_bytes for the bool inputs that only choose a select_n's case.
+void mark_byte_inputs(FusedProgram& prog);
 /// add sub mul div max min pow: the binary primitives of float_binary (simd.hpp).
 bool is_float_binary(Primitive p);
 /// eq ne lt le gt ge.
