@@ -668,6 +668,22 @@ TEST_CASE("kernel: dot_general of a larger matrix through BLAS") {
   check_dot<float>({{5, 17, 33}, {33, 5, 19}, {2}, {0}, {0}, {1}});
 }
 
+TEST_CASE("kernel: dot_general outer products (a contraction of size 1) in every layout") {
+  // Written row by row without BLAS; sizes cover whole SIMD batches and tails.
+  const std::vector<DotCase> cases = {
+      {{7, 33}, {7, 18}, {}, {}, {0}, {0}},                // batched, no contracting dims
+      {{5, 19, 1}, {5, 1, 37}, {2}, {1}, {0}, {0}},        // contraction of size 1, as stored
+      {{5, 1, 19}, {5, 37, 1}, {1}, {2}, {0}, {0}},        // both stored transposed
+      {{19, 4}, {4, 40}, {}, {}, {1}, {0}},                // batch dims the lhs must move (a copy)
+      {{64}, {129}, {}, {}, {}, {}},                       // one large outer product
+  };
+  for (const DotCase& c : cases) {
+    check_dot<float>(c);
+    check_dot<double>(c);
+    check_dot<std::int32_t>(c);
+  }
+}
+
 // ---- shape ops ---------------------------------------------------------------------------------
 
 template <class T> std::vector<T> iota_values(std::int64_t n) {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kernels/kernels.hpp"
+#include "kernels/simd.hpp"
 
 namespace xjax::detail::kernels {
 namespace {
@@ -87,11 +88,24 @@ template <class T> void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, const 
                 static_cast<blasint>(ldb), 0.0, c, n);
 }
 
+// Outer products (a contraction of size 1): c[bi, i, :] = a[bi, i] * b[bi, :], each output row
+// written once. BLAS would first zero C (beta = 0) and then accumulate into it: two passes over an
+// output that, batched (per-example gradients of a dense layer), is far larger than the cache.
+// With k = 1 both layouts of an operand store its vector contiguously.
+template <class T> void outer_products(const T* a, const T* b, const GemmShape& s, T* c) {
+  for (std::int64_t bi = 0; bi < s.batch; ++bi, a += s.m, b += s.n)
+    for (std::int64_t i = 0; i < s.m; ++i, c += s.n) {
+      const T ai = a[i];
+      simd::map1(b, c, static_cast<std::size_t>(s.n), [ai](const simd::Batch<T>& x) { return x * ai; });
+    }
+}
+
 // Floats: one BLAS GEMM per batch entry, using the transpose flags instead of copies.
 template <class T>
 void gemm_blas(const GemmOperand& a, const GemmOperand& b, const GemmShape& s, T* c) {
   const T* pa = in_ptr<T>(a.storage);
   const T* pb = in_ptr<T>(b.storage);
+  if (s.k == 1) return outer_products(pa, pb, s, c);
   const std::int64_t lda = a.transposed ? s.m : s.k;
   const std::int64_t ldb = b.transposed ? s.k : s.n;
   const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
