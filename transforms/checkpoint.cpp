@@ -72,6 +72,23 @@ struct PolicyObject : ParamObject {
   std::string repr() const override { return policy ? "<policy>" : "None"; }
 };
 
+}  // namespace
+
+std::optional<std::uint64_t> policy_identity(const ParamObject& obj) {
+  const auto* p = dynamic_cast<const PolicyObject*>(&obj);
+  if (!p) return std::nullopt;
+  if (!p->policy) return 1;
+  // Captureless lambdas: a policy holding one of these types behaves as that one.
+  namespace cp = checkpoint_policies;
+  const Policy* known[] = {&cp::everything_saveable, &cp::nothing_saveable, &cp::dots_saveable,
+                           &cp::dots_with_no_batch_dims_saveable, &cp::save_collectives};
+  for (std::size_t i = 0; i < std::size(known); ++i)
+    if (p->policy->target_type() == known[i]->target_type()) return 2 + i;
+  return std::nullopt;
+}
+
+namespace {
+
 const ClosedJaxpr& body_of(const Params& ps) { return *ps.get<params::Checkpoint>().jaxpr; }
 
 Saveable policy_saveable(const Params& ps) {

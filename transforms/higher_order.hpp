@@ -87,5 +87,9 @@ std::vector<Atom> inline_jaxpr(const Jaxpr& j, std::span<const Atom> inputs, std
 /// A jaxpr whose constvars became its leading invars (closure conversion for a primitive that
 /// stores a jaxpr in its params: consts, perhaps tracers, are passed as operands instead).
 ClosedJaxpr consts_as_inputs(const ClosedJaxpr& j);
+/// A number standing for what a checkpoint policy object does, where that is known without
+/// calling it (no policy, or one of the captureless built-in policies); nullopt for anything
+/// else (a user's policy, save_only_these_names, ...) and for objects that are not policies.
+std::optional<std::uint64_t> policy_identity(const ParamObject& obj);
 
 }  // namespace xjax::detail

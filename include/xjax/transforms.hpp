@@ -58,6 +58,15 @@ std::vector<bool> argnum_mask(const FlatArgs& fa, std::initializer_list<int> arg
 /// (kept outputs..., one gradient per masked leaf) of a scalar function whose first output is
 /// the value and the rest aux. Kept: all outputs with_value, else only the aux outputs.
 ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux, bool with_value);
+/// A grad object's memo of transformed programs (transforms/grad_memo.cpp).
+struct GradMemo;
+std::shared_ptr<GradMemo> new_grad_memo();
+/// How many calls found their program in the memo.
+std::int64_t grad_memo_hits(const GradMemo& memo);
+/// grad_jaxpr(traced, ...) evaluated at args; the transformed program is taken from `memo` when a
+/// traced program of the same structure was transformed before (consts are passed as inputs).
+std::vector<Array> eval_grad(GradMemo& memo, const ClosedJaxpr& traced, std::span<const Array> args,
+                             const std::vector<bool>& diff, bool has_aux, bool with_value);
 
 struct VjpState;
 /// Runs the forward pass of f's jaxpr on args now; the state keeps the residuals.
@@ -104,7 +113,9 @@ void check_grad_inputs(const FlatArgs& fa, const std::vector<bool>& diff, bool a
 
 /// The callable returned by grad / value_and_grad. Traces f on every call, as JAX's grad does:
 /// f may read state that changes between calls (an array captured by reference), and a cached
-/// jaxpr would silently keep the old value. Wrap it in xj::jit to trace once per signature.
+/// jaxpr would silently keep the old value. The *transformed* program is remembered per traced
+/// structure (eval_grad: a captured array's values are inputs, never part of it), so a loop
+/// calling it pays for the trace, not for the transform. xj::jit traces once per signature.
 template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
  public:
   GradFn(F f, GradOptions opts) : f_(std::move(f)), opts_(opts) {}
@@ -117,12 +128,11 @@ template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
     FlatArgs fa = flatten_args(args...);
     std::vector<bool> diff = argnum_mask(fa, {I...});
     check_grad_inputs(fa, diff, opts_.allow_int);
-    Traced traced;
-    auto flat = flat_fn<F, Args...>(f_, fa.defs, &traced.out_def);
+    TreeDef out_def;
+    auto flat = flat_fn<F, Args...>(f_, fa.defs, &out_def);
     auto avals = fa.avals();
-    traced.jaxpr = grad_jaxpr(trace_flat(flat, avals), diff, opts_.has_aux, WithValue);
-    std::vector<Array> outs = eval_jaxpr(traced.jaxpr, fa.leaves);
-    std::size_t nout = traced.out_def.num_leaves() - (WithValue ? 0 : 1);
+    std::vector<Array> outs = eval_grad(*memo_, trace_flat(flat, avals), fa.leaves, diff, opts_.has_aux, WithValue);
+    std::size_t nout = out_def.num_leaves() - (WithValue ? 0 : 1);
     std::vector<Array> full(fa.leaves.size());
     for (std::size_t k = 0, g = nout; k < full.size(); ++k)
       if (diff[k]) full[k] = outs[g++];
@@ -134,11 +144,11 @@ template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
     }();
     std::vector<Array> kept(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(nout));
     if constexpr (WithValue) {
-      R value = tree_unflatten<R>(traced.out_def, kept);
+      R value = tree_unflatten<R>(out_def, kept);
       return std::pair<R, decltype(grads)>{std::move(value), std::move(grads)};
     } else if constexpr (is_pair<R>::value) {
       using Aux = typename R::second_type;
-      return std::pair<decltype(grads), Aux>{std::move(grads), tree_unflatten<Aux>(traced.out_def.children.at(1), kept)};
+      return std::pair<decltype(grads), Aux>{std::move(grads), tree_unflatten<Aux>(out_def.children.at(1), kept)};
     } else {
       return grads;
     }
@@ -147,6 +157,7 @@ template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
  private:
   F f_;
   GradOptions opts_;
+  std::shared_ptr<GradMemo> memo_ = new_grad_memo();  // shared by copies
 };
 
 }  // namespace detail

@@ -1,0 +1,140 @@
+// test_grad_memo.cpp: grad's memo of transformed programs (transforms/grad_memo.cpp). A grad
+// object traces on every call and reuses its transformed program when the traced structure is the
+// same; these tests check that reuse never shows an old value (captured arrays, literals, flags,
+// custom rules, policies, threads) and that the memo is in fact used. Gradients are checked
+// against derivatives written out with <cmath>.
+#include <cmath>
+#include <thread>
+
+#include "higher_order.hpp"
+#include "test_util.hpp"
+#include "xjax/transforms.hpp"
+
+namespace xj = xjax;
+namespace xd = xjax::detail;
+using namespace test_util;
+
+namespace {
+
+// cos(x) * w elementwise: the gradient of sum(sin(x) * w).
+std::vector<double> cos_times(const std::vector<double>& x, const std::vector<double>& w) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < x.size(); ++i) out.push_back(std::cos(x[i]) * w[i]);
+  return out;
+}
+
+// The memo's hit count after calling eval_grad on f traced afresh at x.
+std::int64_t hits_after(xd::GradMemo& memo, const std::function<xj::Array(const xj::Array&)>& f, const xj::Array& x) {
+  xj::ClosedJaxpr traced = xj::make_jaxpr(f)(x);
+  std::vector<xj::Array> args{x};
+  xd::eval_grad(memo, traced, args, {true}, false, false);
+  return xd::grad_memo_hits(memo);
+}
+
+}  // namespace
+
+TEST_CASE("grad memo: the same structure is transformed once; anything else is transformed again") {
+  namespace pol = xj::checkpoint_policies;
+  xj::Array x = f64v({0.5, -1.0, 2.0});
+  auto plain = [](const xj::Array& y) { return xj::sum(xj::sin(y) * 3.0); };
+  auto memo = xd::new_grad_memo();
+  CHECK(hits_after(*memo, plain, x) == 0);
+  CHECK(hits_after(*memo, plain, x) == 1);                    // traced again: same structure
+  CHECK(hits_after(*memo, plain, f64v({7.0, 8.0, 9.0})) == 2);  // other values, same types
+  CHECK(hits_after(*memo, [](const xj::Array& y) { return xj::sum(xj::sin(y) * 4.0); }, x) == 2);  // literal
+  CHECK(hits_after(*memo, plain, f64v({1.0, 2.0})) == 2);                                      // shape
+  CHECK(hits_after(*memo, plain, xj::astype(x, xj::f32)) == 2);                                // dtype
+
+  auto custom = xj::custom_vjp([](const xj::Array& y) { return y * y; },
+                               [](const xj::Array& y) { return std::pair{y * y, y}; },
+                               [](const xj::Array& y, const xj::Array& ct) { return std::tuple{2.0 * y * ct}; });
+  auto with_custom = [&](const xj::Array& y) { return xj::sum(custom(y)); };
+  auto memo2 = xd::new_grad_memo();
+  CHECK(hits_after(*memo2, with_custom, x) == 0);
+  CHECK(hits_after(*memo2, with_custom, x) == 0);  // a custom rule is compared by identity only
+
+  auto block = [](const xj::Array& y) { return xj::sin(xj::sin(y)); };
+  auto ckpt = [&](std::optional<xj::Policy> p) {
+    return [=](const xj::Array& y) { return xj::sum(xj::checkpoint(block, {.policy = p})(y)); };
+  };
+  auto memo3 = xd::new_grad_memo();
+  CHECK(hits_after(*memo3, ckpt(std::nullopt), x) == 0);
+  CHECK(hits_after(*memo3, ckpt(std::nullopt), x) == 1);        // no policy
+  CHECK(hits_after(*memo3, ckpt(pol::dots_saveable), x) == 1);  // another policy: another program
+  CHECK(hits_after(*memo3, ckpt(pol::dots_saveable), x) == 2);  // a built-in policy is known
+  CHECK(hits_after(*memo3, ckpt(pol::save_only_these_names({"a"})), x) == 2);
+  CHECK(hits_after(*memo3, ckpt(pol::save_only_these_names({"a"})), x) == 2);  // its names: identity only
+}
+
+TEST_CASE("grad memo: a captured array's new values are used (consts are inputs, not part of the program)") {
+  std::vector<double> wv = {2.0, -1.0, 0.5};
+  xj::Array w = f64v(wv);
+  auto g = xj::grad([&w](const xj::Array& x) { return xj::sum(xj::sin(x) * w); });
+  xj::Array x = f64v({0.3, 1.1, -2.0});
+  std::vector<double> xv = {0.3, 1.1, -2.0};
+  check_values(g(x), cos_times(xv, wv), 1e-15);
+  for (double scale : {3.0, -0.25, 0.0}) {
+    std::vector<double> w2 = {scale, 2 * scale, -scale};
+    w = f64v(w2);
+    check_values(g(x), cos_times(xv, w2), 1e-15);
+  }
+}
+
+TEST_CASE("grad memo: a captured flag or scalar that changes the program is seen") {
+  bool cube = false;
+  double s = 2.0;
+  auto f = [&](const xj::Array& x) { return xj::sum(cube ? x * x * x * s : x * x * s); };
+  auto g = xj::grad(f);
+  auto vg = xj::value_and_grad(f);
+  xj::Array x = f64v({1.5, -2.0});
+  check_values(g(x), {2 * 1.5 * 2.0, 2 * -2.0 * 2.0}, 1e-15);
+  cube = true;
+  check_values(g(x), {3 * 1.5 * 1.5 * 2.0, 3 * 4.0 * 2.0}, 1e-15);
+  s = -1.0;  // a literal in the program
+  check_values(g(x), {3 * 1.5 * 1.5 * -1.0, 3 * 4.0 * -1.0}, 1e-15);
+  auto [value, grads] = vg(x);
+  CHECK(value.item<double>() == -(1.5 * 1.5 * 1.5 - 8.0));
+  check_values(grads, {3 * 1.5 * 1.5 * -1.0, 3 * 4.0 * -1.0}, 1e-15);
+}
+
+TEST_CASE("grad memo: a custom_vjp rule reading changed state is called again") {
+  double slope = 2.0;
+  auto custom = xj::custom_vjp([](const xj::Array& y) { return y * y; },
+                               [](const xj::Array& y) { return std::pair{y * y, y}; },
+                               [&slope](const xj::Array& y, const xj::Array& ct) { return std::tuple{slope * y * ct}; });
+  auto g = xj::grad([&](const xj::Array& y) { return xj::sum(custom(y)); });
+  xj::Array x = f64v({1.0, -3.0});
+  check_values(g(x), {2.0, -6.0}, 1e-15);
+  slope = 5.0;
+  check_values(g(x), {5.0, -15.0}, 1e-15);
+}
+
+TEST_CASE("grad memo: one grad object called from several threads at once") {
+  std::vector<double> wv = {1.5, -0.5, 2.0, 0.25};
+  xj::Array w = f64v(wv);
+  auto g = xj::grad([w](const xj::Array& x) { return xj::sum(xj::sin(x) * w); });
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        std::vector<double> xv = {0.1 * t, 0.2 * i, -0.3 * t, 0.05 * (t + i)};
+        std::vector<double> want = cos_times(xv, wv);
+        std::vector<double> got = g(f64v(xv)).to_vector<double>();
+        for (std::size_t k = 0; k < got.size(); ++k)
+          if (std::abs(got[k] - want[k]) > 1e-15) ++bad[static_cast<std::size_t>(t)];
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int b : bad) CHECK(b == 0);
+}
+
+TEST_CASE("grad memo: more structures than it keeps, then the first again") {
+  auto g = xj::grad([](const xj::Array& x) { return xj::sum(xj::sin(x)); });
+  for (int round = 0; round < 2; ++round)
+    for (std::int64_t n = 1; n <= 12; ++n) {
+      std::vector<double> xv;
+      for (std::int64_t i = 0; i < n; ++i) xv.push_back(0.1 * static_cast<double>(i) - 0.4);
+      check_values(g(f64v(xv)), cos_times(xv, std::vector<double>(xv.size(), 1.0)), 1e-15);
+    }
+}

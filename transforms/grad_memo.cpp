@@ -1,0 +1,193 @@
+// grad_memo.cpp: grad's memo of transformed programs. grad (without jit) traces f on every call,
+// because f may read state that changes between calls; but a training loop traces the same program
+// each time, and transforming it again (linearize, partial eval, transpose, DCE, simplify) and
+// building its plan cost far more than the trace. The memo keys grad_jaxpr's result on the
+// *structure* of the traced program: every equation's primitive, parameters, operands (variables
+// by order of definition, literals by dtype, shape and bytes), outputs' types and source line,
+// nested jaxprs by the same rules. The traced program's consts are passed as leading inputs, so
+// their values are never part of a remembered program: a captured array with new values reuses
+// the entry and sees the new values. Whatever is compared only by identity (a custom rule, a
+// user's checkpoint policy, consts inside a nested jaxpr) makes a program unremembered: it is
+// transformed on every call, as before.
+//
+// A memo belongs to one grad / value_and_grad object (and its copies), holds its last kMaxEntries
+// programs, and is thread-safe.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "../src/param_reflect.hpp"
+#include "ad.hpp"
+#include "higher_order.hpp"
+#include "xjax/transforms.hpp"
+
+namespace xjax::detail {
+namespace {
+
+/// The structure of a jaxpr as a sequence of words: two programs with equal words are the same
+/// program up to the names of their variables and the values of their top-level consts.
+class StructureWords {
+ public:
+  /// False when `j` holds something compared only by identity (see the file comment).
+  bool encode(const Jaxpr& j) { return jaxpr(j); }
+  const std::vector<std::uint64_t>& words() const { return words_; }
+
+ private:
+  using Scope = std::unordered_map<std::uint64_t, std::uint64_t>;  // var id -> order of definition
+
+  void put(std::uint64_t w) { words_.push_back(w); }
+  void aval(const ShapedArray& a) {
+    put(static_cast<std::uint64_t>(a.dtype));
+    put(a.shape.size());
+    for (auto d : a.shape) put(static_cast<std::uint64_t>(d));
+  }
+  void define(Scope& scope, const Var& v) {
+    scope.emplace(v.id(), scope.size());
+    aval(v.aval());
+  }
+  bool use(const Scope& scope, const Atom& a) {
+    if (const auto* v = std::get_if<Var>(&a)) {
+      auto it = scope.find(v->id());
+      if (it == scope.end()) return false;  // not defined before its use: leave such a jaxpr alone
+      put(it->second);
+      return true;
+    }
+    const Array& x = std::get<Literal>(a).value;
+    put(0x4c4954ull);  // "LIT"
+    aval(x.aval());
+    const std::size_t n = x.aval().nbytes();
+    const auto* bytes = static_cast<const unsigned char*>(x.raw_data());
+    for (std::size_t i = 0; i < n; i += 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, bytes + i, std::min<std::size_t>(8, n - i));
+      put(w);
+    }
+    return true;
+  }
+  template <class T> bool param(const T& v) {
+    if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, DType>) {
+      put(static_cast<std::uint64_t>(v));
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      put(v.size());
+      for (unsigned char c : v) put(c);
+    } else if constexpr (std::is_same_v<T, params::Ints>) {
+      put(v.size());
+      for (auto x : v) put(static_cast<std::uint64_t>(x));
+    } else if constexpr (std::is_same_v<T, ClosedJaxprPtr>) {
+      return closed(v);
+    } else if constexpr (std::is_same_v<T, std::vector<ClosedJaxprPtr>>) {
+      put(v.size());
+      return std::all_of(v.begin(), v.end(), [&](const ClosedJaxprPtr& c) { return closed(c); });
+    } else {
+      static_assert(std::is_same_v<T, params::Object>);
+      std::optional<std::uint64_t> k = v ? policy_identity(*v) : std::optional<std::uint64_t>{0};
+      if (!k) return false;
+      put(*k);
+    }
+    return true;
+  }
+  bool closed(const ClosedJaxprPtr& c) {
+    if (!c) {
+      put(0);
+      return true;
+    }
+    put(1);
+    return c->consts.empty() && jaxpr(*c->jaxpr);
+  }
+  bool jaxpr(const Jaxpr& j) {
+    Scope scope;
+    put(j.constvars.size());
+    for (const auto& v : j.constvars) define(scope, v);
+    put(j.invars.size());
+    for (const auto& v : j.invars) define(scope, v);
+    put(j.eqns.size());
+    for (const Eqn& e : j.eqns) {
+      put(static_cast<std::uint64_t>(e.prim));
+      put(e.inputs.size());
+      for (const auto& in : e.inputs)
+        if (!use(scope, in)) return false;
+      put(e.outputs.size());
+      for (const auto& out : e.outputs) define(scope, out);
+      put(e.params.variant().index());
+      bool ok = true;
+      for_each_param(e.params, [&](std::string_view, const auto& v) { ok = ok && param(v); });
+      if (!ok) return false;
+      // The line an error or saved_residuals names.
+      put(reinterpret_cast<std::uintptr_t>(e.loc.file_name()));
+      put(e.loc.line());
+      put(e.loc.column());
+    }
+    put(j.outvars.size());
+    for (const auto& o : j.outvars)
+      if (!use(scope, o)) return false;
+    return true;
+  }
+
+  std::vector<std::uint64_t> words_;
+};
+
+std::uint64_t hash_words(const std::vector<std::uint64_t>& w) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (auto x : w) h = (h ^ x) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+struct GradMemo {
+  static constexpr std::size_t kMaxEntries = 8;
+  struct Entry {
+    std::uint64_t hash;
+    std::vector<std::uint64_t> words;
+    std::vector<bool> diff;
+    bool has_aux, with_value;
+    ClosedJaxpr grad;  // takes (consts..., args...)
+  };
+  std::mutex mutex;
+  std::vector<Entry> entries;  // most recently used first
+  std::int64_t hits = 0;
+};
+
+std::shared_ptr<GradMemo> new_grad_memo() { return std::make_shared<GradMemo>(); }
+
+std::int64_t grad_memo_hits(const GradMemo& memo) {
+  std::lock_guard lock(const_cast<GradMemo&>(memo).mutex);
+  return memo.hits;
+}
+
+std::vector<Array> eval_grad(GradMemo& memo, const ClosedJaxpr& traced, std::span<const Array> args,
+                             const std::vector<bool>& diff, bool has_aux, bool with_value) {
+  StructureWords s;
+  if (!s.encode(*traced.jaxpr)) return eval_jaxpr(grad_jaxpr(traced, diff, has_aux, with_value), args);
+  std::vector<Array> ins = traced.consts;
+  ins.insert(ins.end(), args.begin(), args.end());
+  const std::uint64_t h = hash_words(s.words());
+  auto matches = [&](const GradMemo::Entry& e) {
+    return e.hash == h && e.has_aux == has_aux && e.with_value == with_value && e.diff == diff && e.words == s.words();
+  };
+  ClosedJaxpr g;
+  {
+    std::lock_guard lock(memo.mutex);
+    auto it = std::find_if(memo.entries.begin(), memo.entries.end(), matches);
+    if (it != memo.entries.end()) {
+      std::rotate(memo.entries.begin(), it, it + 1);
+      g = memo.entries.front().grad;
+      ++memo.hits;
+    }
+  }
+  if (!g.jaxpr) {
+    std::vector<bool> lifted_diff(traced.consts.size(), false);
+    lifted_diff.insert(lifted_diff.end(), diff.begin(), diff.end());
+    g = grad_jaxpr(consts_as_inputs(traced), lifted_diff, has_aux, with_value);  // not under the lock
+    std::lock_guard lock(memo.mutex);
+    if (std::none_of(memo.entries.begin(), memo.entries.end(), matches)) {
+      memo.entries.insert(memo.entries.begin(), GradMemo::Entry{h, s.words(), diff, has_aux, with_value, g});
+      if (memo.entries.size() > GradMemo::kMaxEntries) memo.entries.pop_back();
+    }
+  }
+  return eval_jaxpr(g, ins);
+}
+
+}  // namespace xjax::detail
