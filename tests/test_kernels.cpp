@@ -684,6 +684,16 @@ TEST_CASE("kernel: dot_general outer products (a contraction of size 1) in every
   }
 }
 
+TEST_CASE("kernel: dot_general sums from +0: a -0 product gives +0 for every contraction size") {
+  for (std::int64_t k : {1, 2, 5}) {
+    // Every product is -0 * 1 = -0; their sum from +0 is +0.
+    std::vector<double> a(static_cast<std::size_t>(3 * k), -0.0), b(static_cast<std::size_t>(k * 4), 1.0);
+    Params ps = xjax::params::DotGeneral{.lhs_contracting = {1}, .rhs_contracting = {0}, .lhs_batch = {}, .rhs_batch = {}};
+    Array out = run(Primitive::dot_general, {make(a, {3, k}), make(b, {k, 4})}, {{3, 4}, xjax::f64}, ps);
+    for (double v : values_of<double>(out)) CHECK(!std::signbit(v));
+  }
+}
+
 // ---- shape ops ---------------------------------------------------------------------------------
 
 template <class T> std::vector<T> iota_values(std::int64_t n) {

@@ -278,44 +278,64 @@ ClosedJaxpr fold_identity_dots(const ClosedJaxpr& j, std::uint64_t identity) {
   return simplify(ClosedJaxpr{out, j.consts});
 }
 
-/// The batched Jacobian evaluation: `batched` takes (x, basis); with a 2-D basis (the identity),
-/// its dots by the basis are folded away first.
-Array eval_over_basis(const ClosedJaxpr& batched, const Array& x, const ShapedArray& space) {
+/// The batched Jacobian evaluation: `make(j, nconsts)` turns the traced j (whose first nconsts
+/// inputs are its former consts) into a program taking (those consts, x, basis); with a 2-D basis
+/// (the identity) its dots by the basis are folded away. The program comes through the memo.
+Array eval_over_basis(TransformMemo* memo, const ClosedJaxpr& j, std::uint64_t which, const Array& x,
+                      const ShapedArray& space, const std::function<ClosedJaxpr(const ClosedJaxpr&, std::size_t)>& make) {
   Array b = basis(space);
-  if (b.ndim() != 2) return eval_jaxpr(batched, std::vector<Array>{x, b})[1];
-  return eval_jaxpr(fold_identity_dots(batched, batched->invars[1].id()), std::vector<Array>{x, b})[1];
+  auto [program, ins] = memoized(memo, j, std::vector<Array>{x, b}, {which}, [&](const ClosedJaxpr& jl, std::size_t nc) {
+    ClosedJaxpr batched = make(jl, nc);
+    return b.ndim() == 2 ? fold_identity_dots(batched, batched->invars[nc + 1].id()) : batched;
+  });
+  return eval_jaxpr(program, ins)[1];
+}
+
+// in_dims of a Jacobian's batched program: the former consts and x unbatched, the basis at 0.
+std::vector<std::int64_t> over_basis_dims(std::size_t nconsts) {
+  std::vector<std::int64_t> dims(nconsts + 1, not_batched);
+  dims.push_back(0);
+  return dims;
 }
 }  // namespace
 
 // The Jacobian's columns are the jvp's tangent outputs over the basis of the input space: one
 // batched evaluation (vmap over the tangent), the batch axis put last.
-Array jacfwd_flat(const ClosedJaxpr& j, const Array& x) try {
+Array jacfwd_flat(TransformMemo* memo, const ClosedJaxpr& j, const Array& x) try {
   AdModeScope forward(AdMode::forward);
   expect_unary(j, "jacfwd");
   ShapedArray out = j.out_avals()[0];
   Shape shape = out.shape;
   shape.insert(shape.end(), x.shape().begin(), x.shape().end());
   if (x.size() == 0 || out.size() == 0) return zeros(shape, out.dtype);
-  ClosedJaxpr jj = simplify(jvp_jaxpr(j, {true}, true));  // (x, t) -> (y, t_out)
-  std::vector<std::int64_t> in_dims{not_batched, 0}, out_dims{not_batched, out.ndim()};
-  ClosedJaxpr batched = simplify(batch_jaxpr(jj, in_dims, x.size(), out_dims));
-  return reshape(eval_over_basis(batched, x, x.aval()), shape);
+  auto make = [&](const ClosedJaxpr& jl, std::size_t nc) {
+    std::vector<bool> tangent_in(nc, false);
+    tangent_in.push_back(true);
+    ClosedJaxpr jj = simplify(jvp_jaxpr(jl, tangent_in, true));  // (consts, x, t) -> (y, t_out)
+    std::vector<std::int64_t> out_dims{not_batched, out.ndim()};
+    return simplify(batch_jaxpr(jj, over_basis_dims(nc), x.size(), out_dims));
+  };
+  return reshape(eval_over_basis(memo, j, 0x6a6663ull /* "jfc" */, x, x.aval(), make), shape);
 } catch (...) {
   rethrow_internal("jacfwd");
 }
 
 // The Jacobian's rows are the vjp's input cotangents over the basis of the output space: one
 // batched evaluation (vmap over the cotangent).
-Array jacrev_flat(const ClosedJaxpr& j, const Array& x) try {
+Array jacrev_flat(TransformMemo* memo, const ClosedJaxpr& j, const Array& x) try {
   expect_unary(j, "jacrev");
   ShapedArray out = j.out_avals()[0];
   Shape shape = out.shape;
   shape.insert(shape.end(), x.shape().begin(), x.shape().end());
   if (x.size() == 0 || out.size() == 0) return zeros(shape, x.dtype());
-  ClosedJaxpr vj = vjp_jaxpr(j, {true}, std::nullopt);  // (x, ct) -> (out, ct_x)
-  std::vector<std::int64_t> in_dims{not_batched, 0}, out_dims{not_batched, 0};
-  ClosedJaxpr batched = simplify(batch_jaxpr(vj, in_dims, out.size(), out_dims));
-  return reshape(eval_over_basis(batched, x, out), shape);
+  auto make = [&](const ClosedJaxpr& jl, std::size_t nc) {
+    std::vector<bool> diff(nc, false);
+    diff.push_back(true);
+    ClosedJaxpr vj = vjp_jaxpr(jl, diff, std::nullopt);  // (consts, x, ct) -> (out, ct_x)
+    std::vector<std::int64_t> out_dims{not_batched, 0};
+    return simplify(batch_jaxpr(vj, over_basis_dims(nc), out.size(), out_dims));
+  };
+  return reshape(eval_over_basis(memo, j, 0x6a7276ull /* "jrv" */, x, out, make), shape);
 } catch (...) {
   rethrow_internal("jacrev");
 }

@@ -58,14 +58,23 @@ std::vector<bool> argnum_mask(const FlatArgs& fa, std::initializer_list<int> arg
 /// (kept outputs..., one gradient per masked leaf) of a scalar function whose first output is
 /// the value and the rest aux. Kept: all outputs with_value, else only the aux outputs.
 ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool has_aux, bool with_value);
-/// A grad object's memo of transformed programs (transforms/grad_memo.cpp).
-struct GradMemo;
-std::shared_ptr<GradMemo> new_grad_memo();
+/// A transformed function's memo of transformed programs (transforms/transform_memo.cpp).
+struct TransformMemo;
+std::shared_ptr<TransformMemo> new_transform_memo();
 /// How many calls found their program in the memo.
-std::int64_t grad_memo_hits(const GradMemo& memo);
-/// grad_jaxpr(traced, ...) evaluated at args; the transformed program is taken from `memo` when a
-/// traced program of the same structure was transformed before (consts are passed as inputs).
-std::vector<Array> eval_grad(GradMemo& memo, const ClosedJaxpr& traced, std::span<const Array> args,
+std::int64_t transform_memo_hits(TransformMemo& memo);
+/// A transform of a traced program whose first `nconsts` inputs are its former consts.
+using MemoTransform = std::function<ClosedJaxpr(const ClosedJaxpr& j, std::size_t nconsts)>;
+struct MemoizedProgram {
+  ClosedJaxpr program;
+  std::vector<Array> inputs;  // what to run it with: the trace's consts (when remembered), then args
+};
+/// transform(traced with its consts as leading inputs), remembered in `memo` under traced's
+/// structure and `tag`; or, when traced cannot be remembered (or memo is null), transform(traced, 0).
+MemoizedProgram memoized(TransformMemo* memo, const ClosedJaxpr& traced, std::span<const Array> args,
+                         std::vector<std::uint64_t> tag, const MemoTransform& transform);
+/// grad_jaxpr(traced, ...) evaluated at args, through the memo (may be null).
+std::vector<Array> eval_grad(TransformMemo* memo, const ClosedJaxpr& traced, std::span<const Array> args,
                              const std::vector<bool>& diff, bool has_aux, bool with_value);
 
 struct VjpState;
@@ -84,8 +93,9 @@ std::shared_ptr<const LinearState> linearize_forward(const ClosedJaxpr& j, std::
 std::vector<Array> linearize_apply(const LinearState& s, std::span<const Array> tangents);
 
 /// Jacobians of a one-input one-output jaxpr at x: shape out.shape + x.shape.
-Array jacfwd_flat(const ClosedJaxpr& j, const Array& x);
-Array jacrev_flat(const ClosedJaxpr& j, const Array& x);
+/// The Jacobian of traced j at x; the batched program through `memo` (may be null).
+Array jacfwd_flat(TransformMemo* memo, const ClosedJaxpr& j, const Array& x);
+Array jacrev_flat(TransformMemo* memo, const ClosedJaxpr& j, const Array& x);
 
 template <class T> struct is_pair : std::false_type {};
 template <class A, class B> struct is_pair<std::pair<A, B>> : std::true_type {};
@@ -131,7 +141,7 @@ template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
     TreeDef out_def;
     auto flat = flat_fn<F, Args...>(f_, fa.defs, &out_def);
     auto avals = fa.avals();
-    std::vector<Array> outs = eval_grad(*memo_, trace_flat(flat, avals), fa.leaves, diff, opts_.has_aux, WithValue);
+    std::vector<Array> outs = eval_grad(memo_.get(), trace_flat(flat, avals), fa.leaves, diff, opts_.has_aux, WithValue);
     std::size_t nout = out_def.num_leaves() - (WithValue ? 0 : 1);
     std::vector<Array> full(fa.leaves.size());
     for (std::size_t k = 0, g = nout; k < full.size(); ++k)
@@ -157,7 +167,7 @@ template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
  private:
   F f_;
   GradOptions opts_;
-  std::shared_ptr<GradMemo> memo_ = new_grad_memo();  // shared by copies
+  std::shared_ptr<TransformMemo> memo_ = new_transform_memo();  // shared by copies; null once moved from
 };
 
 }  // namespace detail
@@ -235,16 +245,16 @@ template <class F, class... Args> auto linearize(F f, const Args&... args) {
 
 /// Jacobian of f : Array -> Array by forward mode: shape f(x).shape + x.shape.
 template <class F> auto jacfwd(F f) {
-  return [f](const Array& x) {
+  return [f, memo = detail::new_transform_memo()](const Array& x) {
     ClosedJaxpr j = make_jaxpr(f)(x);
-    return detail::jacfwd_flat(j, x);
+    return detail::jacfwd_flat(memo.get(), j, x);
   };
 }
 /// Jacobian of f : Array -> Array by reverse mode: shape f(x).shape + x.shape.
 template <class F> auto jacrev(F f) {
-  return [f](const Array& x) {
+  return [f, memo = detail::new_transform_memo()](const Array& x) {
     ClosedJaxpr j = make_jaxpr(f)(x);
-    return detail::jacrev_flat(j, x);
+    return detail::jacrev_flat(memo.get(), j, x);
   };
 }
 namespace detail {

@@ -91,12 +91,13 @@ template <class T> void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, const 
 // Outer products (a contraction of size 1): c[bi, i, :] = a[bi, i] * b[bi, :], each output row
 // written once. BLAS would first zero C (beta = 0) and then accumulate into it: two passes over an
 // output that, batched (per-example gradients of a dense layer), is far larger than the cache.
-// With k = 1 both layouts of an operand store its vector contiguously.
+// With k = 1 both layouts of an operand store its vector contiguously. Each product is added to
+// +0, as a sum starting from zero (and BLAS, for every k) does: a -0 product gives +0.
 template <class T> void outer_products(const T* a, const T* b, const GemmShape& s, T* c) {
   for (std::int64_t bi = 0; bi < s.batch; ++bi, a += s.m, b += s.n)
     for (std::int64_t i = 0; i < s.m; ++i, c += s.n) {
       const T ai = a[i];
-      simd::map1(b, c, static_cast<std::size_t>(s.n), [ai](const simd::Batch<T>& x) { return x * ai; });
+      simd::map1(b, c, static_cast<std::size_t>(s.n), [ai](const simd::Batch<T>& x) { return x * ai + T(0); });
     }
 }
 

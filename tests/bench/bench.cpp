@@ -540,6 +540,13 @@ void bench_per_example(std::vector<Row>& rows, std::int64_t d, std::int64_t B, i
   add_rows(rows, "V1", "vmap(grad) vs loop of grad", m, flops, 1.0, sizes + " err=" + fmt("%.1e", err));
   Measured m2 = measure(reps, [&] { g_vmap = batched(p, x, y); }, [&] { g_whole = whole(p, x, y); });
   add_rows(rows, "V1", "vmap(grad) vs grad of the summed loss", m2, flops, 1.0, sizes);
+  // The floor of any per-example computation: writing its result once (a memset of a buffer of
+  // the per-example gradients' size, allocated before timing).
+  Buf out(B * (2 * d * d + d));
+  Measured m3 = measure(reps, [&] { g_vmap = batched(p, x, y); },
+                        [&] { std::memset(out.data(), 0, static_cast<std::size_t>(out.size()) * sizeof(float)); });
+  add_rows(rows, "V1", "vmap(grad) vs writing its result once", m3, flops, 1.0,
+           sizes + fmt(" (%.0f MiB)", double(out.size()) * 4.0 / 1048576.0));
 }
 
 /// V2: jacrev of f : R^d -> R^d, f(x) = W2 tanh(W1 x). xjax's jit(jacrev) (one batched vjp)

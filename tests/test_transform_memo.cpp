@@ -1,8 +1,8 @@
-// test_grad_memo.cpp: grad's memo of transformed programs (transforms/grad_memo.cpp). A grad
-// object traces on every call and reuses its transformed program when the traced structure is the
-// same; these tests check that reuse never shows an old value (captured arrays, literals, flags,
-// custom rules, policies, threads) and that the memo is in fact used. Gradients are checked
-// against derivatives written out with <cmath>.
+// test_transform_memo.cpp: the memo of transformed programs (transforms/transform_memo.cpp). A
+// grad or Jacobian object traces on every call and reuses its transformed program when the traced
+// structure is the same; these tests check that reuse never shows an old value (captured arrays,
+// literals, flags, custom rules, policies, threads) and that the memo is in fact used. Derivatives
+// are checked against ones written out with <cmath>.
 #include <cmath>
 #include <thread>
 
@@ -24,20 +24,20 @@ std::vector<double> cos_times(const std::vector<double>& x, const std::vector<do
 }
 
 // The memo's hit count after calling eval_grad on f traced afresh at x.
-std::int64_t hits_after(xd::GradMemo& memo, const std::function<xj::Array(const xj::Array&)>& f, const xj::Array& x) {
+std::int64_t hits_after(xd::TransformMemo& memo, const std::function<xj::Array(const xj::Array&)>& f, const xj::Array& x) {
   xj::ClosedJaxpr traced = xj::make_jaxpr(f)(x);
   std::vector<xj::Array> args{x};
-  xd::eval_grad(memo, traced, args, {true}, false, false);
-  return xd::grad_memo_hits(memo);
+  xd::eval_grad(&memo, traced, args, {true}, false, false);
+  return xd::transform_memo_hits(memo);
 }
 
 }  // namespace
 
-TEST_CASE("grad memo: the same structure is transformed once; anything else is transformed again") {
+TEST_CASE("memo: grad: the same structure is transformed once; anything else is transformed again") {
   namespace pol = xj::checkpoint_policies;
   xj::Array x = f64v({0.5, -1.0, 2.0});
   auto plain = [](const xj::Array& y) { return xj::sum(xj::sin(y) * 3.0); };
-  auto memo = xd::new_grad_memo();
+  auto memo = xd::new_transform_memo();
   CHECK(hits_after(*memo, plain, x) == 0);
   CHECK(hits_after(*memo, plain, x) == 1);                    // traced again: same structure
   CHECK(hits_after(*memo, plain, f64v({7.0, 8.0, 9.0})) == 2);  // other values, same types
@@ -49,7 +49,7 @@ TEST_CASE("grad memo: the same structure is transformed once; anything else is t
                                [](const xj::Array& y) { return std::pair{y * y, y}; },
                                [](const xj::Array& y, const xj::Array& ct) { return std::tuple{2.0 * y * ct}; });
   auto with_custom = [&](const xj::Array& y) { return xj::sum(custom(y)); };
-  auto memo2 = xd::new_grad_memo();
+  auto memo2 = xd::new_transform_memo();
   CHECK(hits_after(*memo2, with_custom, x) == 0);
   CHECK(hits_after(*memo2, with_custom, x) == 0);  // a custom rule is compared by identity only
 
@@ -57,7 +57,7 @@ TEST_CASE("grad memo: the same structure is transformed once; anything else is t
   auto ckpt = [&](std::optional<xj::Policy> p) {
     return [=](const xj::Array& y) { return xj::sum(xj::checkpoint(block, {.policy = p})(y)); };
   };
-  auto memo3 = xd::new_grad_memo();
+  auto memo3 = xd::new_transform_memo();
   CHECK(hits_after(*memo3, ckpt(std::nullopt), x) == 0);
   CHECK(hits_after(*memo3, ckpt(std::nullopt), x) == 1);        // no policy
   CHECK(hits_after(*memo3, ckpt(pol::dots_saveable), x) == 1);  // another policy: another program
@@ -66,7 +66,7 @@ TEST_CASE("grad memo: the same structure is transformed once; anything else is t
   CHECK(hits_after(*memo3, ckpt(pol::save_only_these_names({"a"})), x) == 2);  // its names: identity only
 }
 
-TEST_CASE("grad memo: a captured array's new values are used (consts are inputs, not part of the program)") {
+TEST_CASE("memo: grad: a captured array's new values are used (consts are inputs, not part of the program)") {
   std::vector<double> wv = {2.0, -1.0, 0.5};
   xj::Array w = f64v(wv);
   auto g = xj::grad([&w](const xj::Array& x) { return xj::sum(xj::sin(x) * w); });
@@ -80,7 +80,7 @@ TEST_CASE("grad memo: a captured array's new values are used (consts are inputs,
   }
 }
 
-TEST_CASE("grad memo: a captured flag or scalar that changes the program is seen") {
+TEST_CASE("memo: grad: a captured flag or scalar that changes the program is seen") {
   bool cube = false;
   double s = 2.0;
   auto f = [&](const xj::Array& x) { return xj::sum(cube ? x * x * x * s : x * x * s); };
@@ -97,7 +97,7 @@ TEST_CASE("grad memo: a captured flag or scalar that changes the program is seen
   check_values(grads, {3 * 1.5 * 1.5 * -1.0, 3 * 4.0 * -1.0}, 1e-15);
 }
 
-TEST_CASE("grad memo: a custom_vjp rule reading changed state is called again") {
+TEST_CASE("memo: grad: a custom_vjp rule reading changed state is called again") {
   double slope = 2.0;
   auto custom = xj::custom_vjp([](const xj::Array& y) { return y * y; },
                                [](const xj::Array& y) { return std::pair{y * y, y}; },
@@ -109,7 +109,7 @@ TEST_CASE("grad memo: a custom_vjp rule reading changed state is called again") 
   check_values(g(x), {5.0, -15.0}, 1e-15);
 }
 
-TEST_CASE("grad memo: one grad object called from several threads at once") {
+TEST_CASE("memo: grad: one grad object called from several threads at once") {
   std::vector<double> wv = {1.5, -0.5, 2.0, 0.25};
   xj::Array w = f64v(wv);
   auto g = xj::grad([w](const xj::Array& x) { return xj::sum(xj::sin(x) * w); });
@@ -129,7 +129,7 @@ TEST_CASE("grad memo: one grad object called from several threads at once") {
   for (int b : bad) CHECK(b == 0);
 }
 
-TEST_CASE("grad memo: more structures than it keeps, then the first again") {
+TEST_CASE("memo: grad: more structures than it keeps, then the first again") {
   auto g = xj::grad([](const xj::Array& x) { return xj::sum(xj::sin(x)); });
   for (int round = 0; round < 2; ++round)
     for (std::int64_t n = 1; n <= 12; ++n) {
@@ -137,4 +137,51 @@ TEST_CASE("grad memo: more structures than it keeps, then the first again") {
       for (std::int64_t i = 0; i < n; ++i) xv.push_back(0.1 * static_cast<double>(i) - 0.4);
       check_values(g(f64v(xv)), cos_times(xv, std::vector<double>(xv.size(), 1.0)), 1e-15);
     }
+}
+
+TEST_CASE("memo: jacrev, jacfwd and hessian see a captured array's new values; the program is reused") {
+  std::vector<double> wv = {2.0, -1.0, 0.5};
+  xj::Array w = f64v(wv);
+  auto f = [&w](const xj::Array& x) { return xj::sin(x) * w; };  // J = diag(cos(x) w)
+  auto jr = xj::jacrev(f);
+  auto jf = xj::jacfwd(f);
+  auto h = xj::hessian([&w](const xj::Array& x) { return xj::sum(xj::sin(x) * w); });  // diag(-sin(x) w)
+  std::vector<double> xv = {0.3, 1.1, -2.0};
+  xj::Array x = f64v(xv);
+  auto diag = [](const std::vector<double>& d) {
+    std::vector<double> m(d.size() * d.size(), 0.0);
+    for (std::size_t i = 0; i < d.size(); ++i) m[i * d.size() + i] = d[i];
+    return m;
+  };
+  auto minus_sin_times = [&](const std::vector<double>& ww) {
+    std::vector<double> out;
+    for (std::size_t i = 0; i < xv.size(); ++i) out.push_back(-std::sin(xv[i]) * ww[i]);
+    return out;
+  };
+  for (double scale : {1.0, -3.0, 0.0}) {
+    std::vector<double> w2 = {scale * wv[0], scale * wv[1], scale * wv[2]};
+    w = f64v(w2);
+    check_values(jr(x), diag(cos_times(xv, w2)), 1e-15);
+    check_values(jf(x), diag(cos_times(xv, w2)), 1e-15);
+    check_values(h(x), diag(minus_sin_times(w2)), 1e-14);
+  }
+  // The same program through a memo of our own: the second trace reuses the first's program.
+  auto memo = xd::new_transform_memo();
+  for (int k = 0; k < 2; ++k) {
+    check_values(xd::jacrev_flat(memo.get(), xj::make_jaxpr(f)(x), x), diag(cos_times(xv, {0, 0, 0})), 1e-15);
+    check_values(xd::jacfwd_flat(memo.get(), xj::make_jaxpr(f)(x), x), diag(cos_times(xv, {0, 0, 0})), 1e-15);
+  }
+  CHECK(xd::transform_memo_hits(*memo) == 2);  // jacrev and jacfwd each once: tags keep them apart
+}
+
+TEST_CASE("memo: a grad object moved from still works (without its memo)") {
+  auto g = xj::grad([](const xj::Array& x) { return xj::sum(xj::sin(x)); });
+  auto g2 = std::move(g);
+  std::vector<double> xv = {0.5, -1.5};
+  check_values(g2(f64v(xv)), cos_times(xv, {1.0, 1.0}), 1e-15);
+  check_values(g(f64v(xv)), cos_times(xv, {1.0, 1.0}), 1e-15);  // NOLINT(bugprone-use-after-move)
+  auto jr = xj::jacrev([](const xj::Array& x) { return xj::sin(x); });
+  auto jr2 = std::move(jr);
+  check_values(jr(f64v({0.5})), {std::cos(0.5)}, 1e-15);  // NOLINT(bugprone-use-after-move)
+  check_values(jr2(f64v({0.5})), {std::cos(0.5)}, 1e-15);
 }

@@ -1,16 +1,16 @@
-// grad_memo.cpp: grad's memo of transformed programs. grad (without jit) traces f on every call,
-// because f may read state that changes between calls; but a training loop traces the same program
-// each time, and transforming it again (linearize, partial eval, transpose, DCE, simplify) and
-// building its plan cost far more than the trace. The memo keys grad_jaxpr's result on the
-// *structure* of the traced program: every equation's primitive, parameters, operands (variables
-// by order of definition, literals by dtype, shape and bytes), outputs' types and source line,
-// nested jaxprs by the same rules. The traced program's consts are passed as leading inputs, so
-// their values are never part of a remembered program: a captured array with new values reuses
-// the entry and sees the new values. Whatever is compared only by identity (a custom rule, a
-// user's checkpoint policy, consts inside a nested jaxpr) makes a program unremembered: it is
-// transformed on every call, as before.
+// transform_memo.cpp: the memo of transformed programs kept by grad, value_and_grad, jacfwd,
+// jacrev and hessian. They trace f on every call, because f may read state that changes between
+// calls; but a loop traces the same program each time, and transforming it again (linearize,
+// partial eval, transpose, vmap, DCE, simplify) and building its plan cost far more than the
+// trace. The memo keys a transform's result on the *structure* of the traced program: every
+// equation's primitive, parameters, operands (variables by order of definition, literals by
+// dtype, shape and bytes), outputs' types and source line, nested jaxprs by the same rules. The
+// traced program's consts are passed as leading inputs, so their values are never part of a
+// remembered program: a captured array with new values reuses the entry and sees the new values.
+// Whatever is compared only by identity (a custom rule, a user's checkpoint policy, consts inside
+// a nested jaxpr) makes a program unremembered: it is transformed on every call, as before.
 //
-// A memo belongs to one grad / value_and_grad object (and its copies), holds its last kMaxEntries
+// A memo belongs to one transformed function object (and its copies), holds its last kMaxEntries
 // programs, and is thread-safe.
 #include <algorithm>
 #include <cstring>
@@ -30,6 +30,8 @@ namespace {
 /// program up to the names of their variables and the values of their top-level consts.
 class StructureWords {
  public:
+  /// Starts with `tag` (what the transform is, and its options).
+  explicit StructureWords(std::vector<std::uint64_t> tag) : words_(std::move(tag)) {}
   /// False when `j` holds something compared only by identity (see the file comment).
   bool encode(const Jaxpr& j) { return jaxpr(j); }
   const std::vector<std::uint64_t>& words() const { return words_; }
@@ -51,11 +53,12 @@ class StructureWords {
     if (const auto* v = std::get_if<Var>(&a)) {
       auto it = scope.find(v->id());
       if (it == scope.end()) return false;  // not defined before its use: leave such a jaxpr alone
+      put(0);
       put(it->second);
       return true;
     }
     const Array& x = std::get<Literal>(a).value;
-    put(0x4c4954ull);  // "LIT"
+    put(1);
     aval(x.aval());
     const std::size_t n = x.aval().nbytes();
     const auto* bytes = static_cast<const unsigned char*>(x.raw_data());
@@ -136,58 +139,63 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& w) {
 
 }  // namespace
 
-struct GradMemo {
+struct TransformMemo {
   static constexpr std::size_t kMaxEntries = 8;
   struct Entry {
     std::uint64_t hash;
-    std::vector<std::uint64_t> words;
-    std::vector<bool> diff;
-    bool has_aux, with_value;
-    ClosedJaxpr grad;  // takes (consts..., args...)
+    std::vector<std::uint64_t> words;  // the tag, then the structure
+    ClosedJaxpr program;               // takes (consts..., args...)
   };
   std::mutex mutex;
   std::vector<Entry> entries;  // most recently used first
   std::int64_t hits = 0;
 };
 
-std::shared_ptr<GradMemo> new_grad_memo() { return std::make_shared<GradMemo>(); }
+std::shared_ptr<TransformMemo> new_transform_memo() { return std::make_shared<TransformMemo>(); }
 
-std::int64_t grad_memo_hits(const GradMemo& memo) {
-  std::lock_guard lock(const_cast<GradMemo&>(memo).mutex);
+std::int64_t transform_memo_hits(TransformMemo& memo) {
+  std::lock_guard lock(memo.mutex);
   return memo.hits;
 }
 
-std::vector<Array> eval_grad(GradMemo& memo, const ClosedJaxpr& traced, std::span<const Array> args,
-                             const std::vector<bool>& diff, bool has_aux, bool with_value) {
-  StructureWords s;
-  if (!s.encode(*traced.jaxpr)) return eval_jaxpr(grad_jaxpr(traced, diff, has_aux, with_value), args);
+MemoizedProgram memoized(TransformMemo* memo, const ClosedJaxpr& traced, std::span<const Array> args,
+                         std::vector<std::uint64_t> tag, const MemoTransform& transform) {
+  StructureWords s(std::move(tag));
+  if (!memo || !s.encode(*traced.jaxpr)) {
+    return {transform(traced, 0), std::vector<Array>(args.begin(), args.end())};
+  }
   std::vector<Array> ins = traced.consts;
   ins.insert(ins.end(), args.begin(), args.end());
   const std::uint64_t h = hash_words(s.words());
-  auto matches = [&](const GradMemo::Entry& e) {
-    return e.hash == h && e.has_aux == has_aux && e.with_value == with_value && e.diff == diff && e.words == s.words();
-  };
-  ClosedJaxpr g;
+  auto matches = [&](const TransformMemo::Entry& e) { return e.hash == h && e.words == s.words(); };
   {
-    std::lock_guard lock(memo.mutex);
-    auto it = std::find_if(memo.entries.begin(), memo.entries.end(), matches);
-    if (it != memo.entries.end()) {
-      std::rotate(memo.entries.begin(), it, it + 1);
-      g = memo.entries.front().grad;
-      ++memo.hits;
+    std::lock_guard lock(memo->mutex);
+    auto it = std::find_if(memo->entries.begin(), memo->entries.end(), matches);
+    if (it != memo->entries.end()) {
+      std::rotate(memo->entries.begin(), it, it + 1);
+      ++memo->hits;
+      return {memo->entries.front().program, std::move(ins)};
     }
   }
-  if (!g.jaxpr) {
-    std::vector<bool> lifted_diff(traced.consts.size(), false);
+  ClosedJaxpr program = transform(consts_as_inputs(traced), traced.consts.size());  // not under the lock
+  std::lock_guard lock(memo->mutex);
+  if (std::none_of(memo->entries.begin(), memo->entries.end(), matches)) {
+    memo->entries.insert(memo->entries.begin(), TransformMemo::Entry{h, s.words(), program});
+    if (memo->entries.size() > TransformMemo::kMaxEntries) memo->entries.pop_back();
+  }
+  return {std::move(program), std::move(ins)};
+}
+
+std::vector<Array> eval_grad(TransformMemo* memo, const ClosedJaxpr& traced, std::span<const Array> args,
+                             const std::vector<bool>& diff, bool has_aux, bool with_value) {
+  std::vector<std::uint64_t> tag{0x67726164ull /* "grad" */, has_aux, with_value, diff.size()};
+  for (bool d : diff) tag.push_back(d);
+  auto [program, ins] = memoized(memo, traced, args, std::move(tag), [&](const ClosedJaxpr& j, std::size_t nconsts) {
+    std::vector<bool> lifted_diff(nconsts, false);
     lifted_diff.insert(lifted_diff.end(), diff.begin(), diff.end());
-    g = grad_jaxpr(consts_as_inputs(traced), lifted_diff, has_aux, with_value);  // not under the lock
-    std::lock_guard lock(memo.mutex);
-    if (std::none_of(memo.entries.begin(), memo.entries.end(), matches)) {
-      memo.entries.insert(memo.entries.begin(), GradMemo::Entry{h, s.words(), diff, has_aux, with_value, g});
-      if (memo.entries.size() > GradMemo::kMaxEntries) memo.entries.pop_back();
-    }
-  }
-  return eval_jaxpr(g, ins);
+    return grad_jaxpr(j, lifted_diff, has_aux, with_value);
+  });
+  return eval_jaxpr(program, ins);
 }
 
 }  // namespace xjax::detail
