@@ -282,7 +282,7 @@ ClosedJaxpr fold_identity_dots(const ClosedJaxpr& j, std::uint64_t identity) {
 /// inputs are its former consts) into a program taking (those consts, x, basis); with a 2-D basis
 /// (the identity) its dots by the basis are folded away. The program comes through the memo.
 Array eval_over_basis(TransformMemo* memo, const ClosedJaxpr& j, std::uint64_t which, const Array& x,
-                      const ShapedArray& space, const std::function<ClosedJaxpr(const ClosedJaxpr&, std::size_t)>& make) {
+                      const ShapedArray& space, const MemoTransform& make) {
   Array b = basis(space);
   auto [program, ins] = memoized(memo, j, std::vector<Array>{x, b}, {which}, [&](const ClosedJaxpr& jl, std::size_t nc) {
     ClosedJaxpr batched = make(jl, nc);
