@@ -13,6 +13,7 @@
 #include <string>
 
 #include "comm.hpp"
+#include "fnv_hash.hpp"
 #include "internal.hpp"
 #include "xjax/distributed.hpp"
 #include "xjax/ops.hpp"
@@ -189,13 +190,13 @@ int size() { return state().size; }
 void check_same_call(Primitive p, const ShapedArray& aval, std::span<const std::int64_t> params) {
   if (!state().mpi || state().size == 1) return;
 #if defined(XJAX_HAVE_MPI)
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  mix(static_cast<std::uint64_t>(p));
-  for (auto v : params) mix(static_cast<std::uint64_t>(v));
-  mix(static_cast<std::uint64_t>(aval.dtype));
-  mix(aval.shape.size());
-  for (auto d : aval.shape) mix(static_cast<std::uint64_t>(d));
+  Fnv1a fnv;
+  fnv.add(static_cast<std::uint64_t>(p));
+  for (auto v : params) fnv.add(static_cast<std::uint64_t>(v));
+  fnv.add(static_cast<std::uint64_t>(aval.dtype));
+  fnv.add(aval.shape.size());
+  for (auto d : aval.shape) fnv.add(static_cast<std::uint64_t>(d));
+  const std::uint64_t h = fnv.value();
   std::uint64_t mine[2] = {h, ~h}, all[2] = {0, 0};
   {
     std::lock_guard lock(comm_mutex());

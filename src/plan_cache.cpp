@@ -16,6 +16,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "fnv_hash.hpp"
 #include "param_reflect.hpp"
 #include "plan.hpp"
 
@@ -28,7 +29,7 @@ namespace {
 /// equations), so a Jaxpr changed in place after it was evaluated gets a new plan.
 class Hasher {
  public:
-  void add(std::uint64_t v) { h_ = (h_ ^ v) * 1099511628211ull; }
+  void add(std::uint64_t v) { fnv_.add(v); }
   void add_bytes(const void* p, std::size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
     for (std::size_t i = 0; i < n; ++i) add(b[i]);
@@ -57,10 +58,10 @@ class Hasher {
       add(reinterpret_cast<std::uintptr_t>(v.get()));
     }
   }
-  std::uint64_t value() const { return h_; }
+  std::uint64_t value() const { return fnv_.value(); }
 
  private:
-  std::uint64_t h_ = 1469598103934665603ull;
+  Fnv1a fnv_;
 };
 
 std::uint64_t fingerprint(const Jaxpr& j) {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "../src/fnv_hash.hpp"
 #include "../src/param_reflect.hpp"
 #include "ad.hpp"
 #include "higher_order.hpp"
@@ -132,9 +133,9 @@ class StructureWords {
 };
 
 std::uint64_t hash_words(const std::vector<std::uint64_t>& w) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (auto x : w) h = (h ^ x) * 1099511628211ull;
-  return h;
+  Fnv1a h;
+  for (auto x : w) h.add(x);
+  return h.value();
 }
 
 }  // namespace
