@@ -277,6 +277,29 @@ class Checker {
         std::string d = compare({jf(x2)}, {F(x2)}, same);
         return d.empty() ? compare(gf(x2), xj::grad(LF)(x2), same) : d;
       });
+    // The same for an array the function captures (a const of its trace) whose value changes
+    // between calls: the reused grad sees the new value, as a fresh one does.
+    if (gradient && comparable)
+      check("grad reused after a captured array changes", Expect::Success, [&] {
+        auto cell = std::make_shared<Array>(c);
+        auto gf = xj::grad([F, cell](const Arrays& x) { return xj::sum(F(x) * *cell); });
+        (void)gf(xs_);
+        Array c2 = c * 2.0 - 0.5;
+        *cell = c2;
+        auto fresh = xj::grad([F, c2](const Arrays& x) { return xj::sum(F(x) * c2); });
+        return compare(gf(xs_), fresh(xs_), same);
+      });
+    if (fd && gradient && xs_.size() == 1 && xs_[0].size() <= 32 && !nested_while_bug)
+      check("jacfwd and jacrev reused at a new point", both, [&] {
+        auto F1 = [F](const Array& x) { return F(Arrays{x}); };
+        Array x2 = shifted(1e-4)[0];
+        auto jf = xj::jacfwd(F1);
+        auto jr = xj::jacrev(F1);
+        (void)jf(xs_[0]);
+        (void)jr(xs_[0]);
+        std::string d = compare({jf(x2)}, {xj::jacfwd(F1)(x2)}, same);
+        return d.empty() ? compare({jr(x2)}, {xj::jacrev(F1)(x2)}, same) : d;
+      });
 
     // Batching: vmap over three members (xs_ and two nearby points, so that every member takes
     // the branches xs_ takes), each input batched along a random axis or shared, against the
