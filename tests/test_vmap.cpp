@@ -297,6 +297,86 @@ TEST_CASE("vmap: custom_jvp and custom_vjp keep their rules under vmap and grad"
   check_close(xj::grad(sum_v)(xs), xs * 5.0, 1e-12);
 }
 
+TEST_CASE("vmap: custom_jvp and custom_vjp batch only their batched operands (an unbatched weight stays unbatched)") {
+  // f(w, x) = tanh(x w) with rules that are its derivative scaled by 2 (so a result that used the
+  // automatic derivative would differ), and that record the shapes they are traced at.
+  std::vector<xj::Shape> seen;
+  auto rule_jvp = [&](const std::tuple<xj::Array, xj::Array>& p, const std::tuple<xj::Array, xj::Array>& t) {
+    const auto& [w, x] = p;
+    const auto& [dw, dx] = t;
+    seen.push_back(w.shape());
+    xj::Array y = xj::tanh(xj::matmul(x, w));
+    return std::pair{y, (1.0 - y * y) * (xj::matmul(dx, w) + xj::matmul(x, dw)) * 2.0};
+  };
+  auto cj = xj::custom_jvp([](const xj::Array& w, const xj::Array& x) { return xj::tanh(xj::matmul(x, w)); }, rule_jvp);
+  auto cv = xj::custom_vjp([](const xj::Array& w, const xj::Array& x) { return xj::tanh(xj::matmul(x, w)); },
+                           [&](const xj::Array& w, const xj::Array& x) {
+                             seen.push_back(w.shape());
+                             xj::Array y = xj::tanh(xj::matmul(x, w));
+                             return std::pair{y, std::tuple{w, x, y}};
+                           },
+                           [&](const std::tuple<xj::Array, xj::Array, xj::Array>& res, const xj::Array& ct) {
+                             const auto& [w, x, y] = res;
+                             seen.push_back(w.shape());
+                             xj::Array g = ct * (1.0 - y * y) * 2.0;
+                             return std::tuple{xj::matmul(xj::transpose(x), g), xj::matmul(g, xj::transpose(w))};
+                           });
+  xj::Array w = randn({3, 2}, 81), xs = randn({5, 4, 3}, 82);  // 5 members of x: [4, 3]
+  auto w_operand_shape = [](const xj::ClosedJaxpr& j, xj::Primitive p) {
+    for (const auto& e : j->eqns)
+      if (e.prim == p) return xj::atom_aval(e.inputs.at(0)).shape;
+    return xj::Shape{-1};
+  };
+  for (int which = 0; which < 2; ++which) {
+    CAPTURE(which);
+    auto f = [&](const xj::Array& w, const xj::Array& x) { return which == 0 ? cj(w, x) : cv(w, x); };
+    auto batched = xj::vmap(f, std::tuple{xj::None{}, 0});
+    xj::Primitive prim = which == 0 ? xj::Primitive::custom_jvp_call : xj::Primitive::custom_vjp_call;
+    // The call reads w itself, not w broadcast to the 5 members.
+    CHECK(w_operand_shape(xj::make_jaxpr(batched)(w, xs), prim) == xj::Shape{3, 2});
+    check_close(batched(w, xs), loop([&](const xj::Array& x) { return f(w, x); }, xs), 1e-12);
+    // grad(vmap): w's cotangent is the sum over the members of theirs; x's is per member.
+    auto total = [&](const xj::Array& w, const xj::Array& xs) { return xj::sum(batched(w, xs)); };
+    seen.clear();
+    auto [gw, gx] = xj::grad(total, xj::argnums<0, 1>)(w, xs);
+    for (const auto& s : seen) CHECK(s == xj::Shape{3, 2});  // the rules ran at one member's shapes
+    auto one = [&](const xj::Array& w, const xj::Array& x) { return xj::sum(f(w, x)); };
+    xj::Array gw_sum = xj::zeros_like(w);
+    std::vector<xj::Array> gxs;
+    for (std::int64_t i = 0; i < 5; ++i) {
+      auto [a, b] = xj::grad(one, xj::argnums<0, 1>)(w, member(xs, i));
+      gw_sum = gw_sum + a;
+      gxs.push_back(b);
+    }
+    check_close(gw, gw_sum, 1e-12);
+    check_close(gx, xj::stack(gxs), 1e-12);
+    // Independently: the rules' derivative is twice the true one, so twice finite differences.
+    std::vector<double> fd(6);
+    std::vector<double> wv = vec(w);
+    for (std::size_t k = 0; k < 6; ++k) {
+      auto at = [&](double h) {
+        std::vector<double> v = wv;
+        v[k] += h;
+        double s = 0;
+        for (std::int64_t i = 0; i < 5; ++i) s += xj::sum(xj::tanh(xj::matmul(member(xs, i), xj::array(v, {3, 2})))).item<double>();
+        return s;
+      };
+      fd[k] = 2.0 * (at(1e-6) - at(-1e-6)) / 2e-6;
+    }
+    check_values(gw, fd, 1e-6);
+    // vmap(grad): per-member gradients of w (batched out) with w itself unbatched in.
+    auto per = xj::vmap(xj::grad(one, xj::argnums<0>), std::tuple{xj::None{}, 0});
+    std::vector<xj::Array> gws;
+    for (std::int64_t i = 0; i < 5; ++i) gws.push_back(xj::grad(one, xj::argnums<0>)(w, member(xs, i)));
+    check_close(per(w, xs), xj::stack(gws), 1e-12);
+    // jit of the batched function, and a vmap inside a vmap (w unbatched in both).
+    check_close(xj::jit(batched)(w, xs), batched(w, xs), 1e-12);
+    xj::Array xss = randn({2, 5, 4, 3}, 83);
+    auto twice = xj::vmap(batched, std::tuple{xj::None{}, 0});
+    check_close(twice(w, xss), xj::stack({batched(w, member(xss, 0)), batched(w, member(xss, 1))}), 1e-12);
+  }
+}
+
 TEST_CASE("vmap: member-by-member fallbacks (batched dynamic_slice start, take with batched operand and indices, keys)") {
   xj::Array xs = randn({4, 6}, 90);
   xj::Array starts = xj::array<std::int32_t>({0, 2, 5, 1}, {4});

@@ -200,55 +200,68 @@ std::vector<Tangent> custom_lin_transpose(const TransposeArgs& a) {
 
 // ---- batching --------------------------------------------------------------------------------
 // The custom rules are batched too: the user's jvp rule and bwd are traced at one member's types
-// and the trace batched, so grad(vmap(f)) and vmap(grad(f)) still use them. Every operand is
-// batched at 0 (unbatched ones broadcast), which keeps the batched rules' signatures simple.
+// and the trace batched, so grad(vmap(f)) and vmap(grad(f)) still use them. As in JAX, only the
+// batched operands are batched (at axis 0); an unbatched one (a weight the members share) stays
+// as it is, in the call and in the rules. Outputs, residuals and cotangents of f's outputs are
+// always batched; a bwd's cotangent for an unbatched argument is summed over the members.
 
 namespace {
-
-std::vector<Array> all_batched_front(const BatchArgs& a) {
-  std::vector<Array> out;
-  for (std::size_t i = 0; i < a.x.size(); ++i) out.push_back(move_batch_dim(a.x[i], a.dims[i], 0, a.size));
-  return out;
-}
 
 ShapedArray member_aval(ShapedArray batched) {
   batched.shape.erase(batched.shape.begin());
   return batched;
 }
 
-/// fn (a function of flat arrays, at one member's avals `member`) applied to arrays batched at 0.
-std::vector<Array> call_batched(const std::function<std::vector<Array>(std::span<const Array>)>& fn,
-                                const std::vector<ShapedArray>& member, std::span<const Array> batched,
-                                std::int64_t size) {
-  ClosedJaxpr traced = trace_flat([&](std::span<const Array> args) { return call_user([&] { return fn(args); }); },
-                                  member);
-  std::vector<bool> all(member.size(), true), force(traced->outvars.size(), true);
-  return eval_jaxpr(batch_jaxpr_leading(traced, all, size, force, nullptr), batched);
+ShapedArray batched_aval(ShapedArray member, std::int64_t size) {
+  member.shape.insert(member.shape.begin(), size);
+  return member;
 }
 
-/// obj's bwd batched: residuals and cotangents batched at 0 in, argument cotangents batched out.
-std::shared_ptr<BwdObject> batched_bwd(const BwdObject& obj, std::vector<ShapedArray> res_member, std::int64_t size) {
+/// The avals of one member: a batched operand's without its leading axis, an unbatched one's own.
+std::vector<ShapedArray> member_avals(std::span<const Array> ops, const std::vector<bool>& batched) {
+  std::vector<ShapedArray> out;
+  for (std::size_t i = 0; i < ops.size(); ++i) out.push_back(batched[i] ? member_aval(ops[i].aval()) : ops[i].aval());
+  return out;
+}
+
+/// fn (a function of flat arrays, at one member's avals `member`) applied to arrays of which those
+/// with `batched` set carry the batch at axis 0; every output batched at 0.
+std::vector<Array> call_batched(const std::function<std::vector<Array>(std::span<const Array>)>& fn,
+                                const std::vector<ShapedArray>& member, const std::vector<bool>& batched,
+                                std::span<const Array> in, std::int64_t size) {
+  ClosedJaxpr traced = trace_flat([&](std::span<const Array> args) { return call_user([&] { return fn(args); }); },
+                                  member);
+  std::vector<bool> force(traced->outvars.size(), true);
+  return eval_jaxpr(batch_jaxpr_leading(traced, batched, size, force, nullptr), in);
+}
+
+/// obj's bwd batched: residuals and cotangents batched at 0 in; out, the cotangent of each argument
+/// batched at 0 where arg_batched says so, summed over the members where not (the argument is
+/// shared, so its cotangent is the sum of the members').
+std::shared_ptr<BwdObject> batched_bwd(const BwdObject& obj, std::vector<ShapedArray> res_member, std::int64_t size,
+                                       const std::vector<bool>& arg_batched) {
   auto out = std::make_shared<BwdObject>();
   out->num_res = obj.num_res;
-  auto batched_avals = [size](const std::vector<ShapedArray>& v) {
-    std::vector<ShapedArray> r;
-    for (auto a : v) {
-      a.shape.insert(a.shape.begin(), size);
-      r.push_back(a);
-    }
-    return r;
-  };
-  out->out_avals = batched_avals(obj.out_avals);
-  out->in_avals = batched_avals(obj.in_avals);
+  for (const auto& a : obj.out_avals) out->out_avals.push_back(batched_aval(a, size));
+  for (std::size_t k = 0; k < obj.in_avals.size(); ++k)
+    out->in_avals.push_back(arg_batched[k] ? batched_aval(obj.in_avals[k], size) : obj.in_avals[k]);
   std::vector<ShapedArray> member = res_member;
   member.insert(member.end(), obj.out_avals.begin(), obj.out_avals.end());
-  out->bwd = [bwd = obj.bwd, member, nres = obj.num_res, size](std::span<const Array> res, std::span<const Array> cts) {
+  out->bwd = [bwd = obj.bwd, member, nres = obj.num_res, size, arg_batched](std::span<const Array> res,
+                                                                           std::span<const Array> cts) {
     std::vector<Array> in(res.begin(), res.end());
     in.insert(in.end(), cts.begin(), cts.end());
     auto fn = [&](std::span<const Array> args) { return bwd(args.subspan(0, nres), args.subspan(nres)); };
-    return call_batched(fn, member, in, size);
+    std::vector<Array> got = call_batched(fn, member, std::vector<bool>(member.size(), true), in, size);
+    for (std::size_t k = 0; k < got.size() && k < arg_batched.size(); ++k)
+      if (!arg_batched[k]) got[k] = sum(got[k], {0});
+    return got;
   };
   return out;
+}
+
+std::vector<bool> tail(const std::vector<bool>& v, std::size_t from) {
+  return std::vector<bool>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
 }
 
 }  // namespace
@@ -256,18 +269,21 @@ std::shared_ptr<BwdObject> batched_bwd(const BwdObject& obj, std::vector<ShapedA
 // custom_jvp_call(f, rule)[b] = custom_jvp_call(vmap f, vmap rule)
 BatchOut custom_jvp_call_batch(const BatchArgs& a) {
   const auto& ps = a.params.get<params::CustomJvpCall>();
-  std::vector<Array> ops = all_batched_front(a);
-  std::vector<bool> all(ops.size(), true);
+  std::vector<Array> ops = batch_to_front(a);
+  std::vector<bool> batched = batched_mask(a.dims);
   auto nout = ps.call_jaxpr->jaxpr->outvars.size();
-  ClosedJaxpr call = batch_jaxpr_leading(*ps.call_jaxpr, all, a.size, std::vector<bool>(nout, true), nullptr);
+  ClosedJaxpr call = batch_jaxpr_leading(*ps.call_jaxpr, batched, a.size, std::vector<bool>(nout, true), nullptr);
   auto nc = static_cast<std::size_t>(ps.num_consts);
-  std::vector<ShapedArray> member;
-  for (std::size_t i = nc; i < a.x.size(); ++i) member.push_back(member_aval(ops[i].aval()));
+  // The rule takes (primals, tangents) of the arguments; a tangent is batched as its primal is.
+  std::vector<bool> args_batched = tail(batched, nc);
+  std::vector<ShapedArray> member = member_avals(std::span<const Array>(ops).subspan(nc), args_batched);
   std::vector<ShapedArray> member_pt = member;
   member_pt.insert(member_pt.end(), member.begin(), member.end());
+  std::vector<bool> batched_pt = args_batched;
+  batched_pt.insert(batched_pt.end(), args_batched.begin(), args_batched.end());
   auto obj = std::make_shared<JvpRuleObject>();
-  obj->rule = [rule = object<JvpRuleObject>(ps.jvp).rule, member_pt, size = a.size](std::span<const Array> p,
-                                                                                    std::span<const Array> t) {
+  obj->rule = [rule = object<JvpRuleObject>(ps.jvp).rule, member_pt, batched_pt,
+               size = a.size](std::span<const Array> p, std::span<const Array> t) {
     std::size_t n = p.size();
     std::size_t m = 0;
     auto fn = [&](std::span<const Array> args) {
@@ -278,7 +294,7 @@ BatchOut custom_jvp_call_batch(const BatchArgs& a) {
     };
     std::vector<Array> in(p.begin(), p.end());
     in.insert(in.end(), t.begin(), t.end());
-    std::vector<Array> all_out = call_batched(fn, member_pt, in, size);
+    std::vector<Array> all_out = call_batched(fn, member_pt, batched_pt, in, size);
     return std::pair{std::vector<Array>(all_out.begin(), all_out.begin() + static_cast<std::ptrdiff_t>(m)),
                      std::vector<Array>(all_out.begin() + static_cast<std::ptrdiff_t>(m), all_out.end())};
   };
@@ -292,16 +308,17 @@ BatchOut custom_jvp_call_batch(const BatchArgs& a) {
 BatchOut custom_vjp_call_batch(const BatchArgs& a) {
   const auto& ps = a.params.get<params::CustomVjpCall>();
   const auto& obj = object<BwdObject>(ps.bwd);
-  std::vector<Array> ops = all_batched_front(a);
-  std::vector<bool> all(ops.size(), true);
-  auto batched = [&](const ClosedJaxpr& j) {
+  std::vector<Array> ops = batch_to_front(a);
+  std::vector<bool> batched = batched_mask(a.dims);
+  auto batched_jaxpr = [&](const ClosedJaxpr& j) {
     return std::make_shared<const ClosedJaxpr>(
-        batch_jaxpr_leading(j, all, a.size, std::vector<bool>(j->outvars.size(), true), nullptr));
+        batch_jaxpr_leading(j, batched, a.size, std::vector<bool>(j->outvars.size(), true), nullptr));
   };
   auto fwd_outs = ps.fwd_jaxpr->out_avals();
   std::vector<ShapedArray> res_member(fwd_outs.begin() + static_cast<std::ptrdiff_t>(obj.out_avals.size()), fwd_outs.end());
-  params::CustomVjpCall bps{.call_jaxpr = batched(*ps.call_jaxpr), .fwd_jaxpr = batched(*ps.fwd_jaxpr),
-                            .bwd = batched_bwd(obj, res_member, a.size), .num_consts = ps.num_consts};
+  params::CustomVjpCall bps{.call_jaxpr = batched_jaxpr(*ps.call_jaxpr), .fwd_jaxpr = batched_jaxpr(*ps.fwd_jaxpr),
+                            .bwd = batched_bwd(obj, res_member, a.size, tail(batched, static_cast<std::size_t>(ps.num_consts))),
+                            .num_consts = ps.num_consts};
   auto outs = bind(a.prim, ops, bps, a.loc);
   return {outs, BatchDims(outs.size(), 0)};
 }
@@ -309,10 +326,15 @@ BatchOut custom_vjp_call_batch(const BatchArgs& a) {
 // custom_lin(res, t)[b] = custom_lin with vmap bwd
 BatchOut custom_lin_batch(const BatchArgs& a) {
   const auto& obj = object<BwdObject>(a.params.get<params::CustomLin>().bwd);
-  std::vector<Array> ops = all_batched_front(a);
+  // Residuals and tangents all batched (unbatched ones broadcast): a tangent's batching is not
+  // known when the bwd is called, and custom_lin is linear in them, so this costs one broadcast.
+  std::vector<Array> ops;
+  for (std::size_t i = 0; i < a.x.size(); ++i) ops.push_back(move_batch_dim(a.x[i], a.dims[i], 0, a.size));
   std::vector<ShapedArray> res_member;
   for (std::size_t i = 0; i < obj.num_res; ++i) res_member.push_back(member_aval(ops[i].aval()));
-  auto outs = bind(a.prim, ops, params::CustomLin{.bwd = batched_bwd(obj, res_member, a.size)}, a.loc);
+  auto outs = bind(a.prim, ops,
+                   params::CustomLin{.bwd = batched_bwd(obj, res_member, a.size, std::vector<bool>(obj.in_avals.size(), true))},
+                   a.loc);
   return {outs, BatchDims(outs.size(), 0)};
 }
 
