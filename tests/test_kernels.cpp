@@ -897,6 +897,32 @@ TEST_CASE("kernel: gather takes clamped, wrapped indices along an axis") {
             xjax::params::Gather{.axis = std::int64_t{1}}).size() == 0);
 }
 
+TEST_CASE("kernel: gather along the leading axis copies rows of every width (wrapped and clamped indices)") {
+  const std::vector<std::int64_t> idx = {4, -1, 0, 9, -7, 2, 2, 1};
+  auto wrapped = [](std::int64_t i, std::int64_t n) { return std::clamp<std::int64_t>(i < 0 ? i + n : i, 0, n - 1); };
+  for (std::int64_t width : {1, 2, 3, 5}) {
+    CAPTURE(width);
+    const std::int64_t n = 5;
+    Array xf = make<float>(iota_values<float>(n * width), {n, width});
+    Array xd = make<double>(iota_values<double>(n * width), {n, width});
+    Array xi = make<std::int32_t>(iota_values<std::int32_t>(n * width), {n, width});
+    Array ids = make<std::int64_t>(idx, {2, 4});
+    auto out = [&](DType t) { return ShapedArray{{2, 4, width}, t}; };
+    const xjax::params::Gather along0{.axis = std::int64_t{0}};
+    std::vector<float> gf = values_of<float>(run(Primitive::gather, {xf, ids}, out(DType::f32), along0));
+    std::vector<double> gd = values_of<double>(run(Primitive::gather, {xd, ids}, out(DType::f64), along0));
+    std::vector<std::int32_t> gi = values_of<std::int32_t>(run(Primitive::gather, {xi, ids}, out(DType::i32), along0));
+    for (std::size_t j = 0; j < idx.size(); ++j)
+      for (std::int64_t c = 0; c < width; ++c) {
+        const std::int64_t want = wrapped(idx[j], n) * width + c;
+        const std::size_t at = j * static_cast<std::size_t>(width) + static_cast<std::size_t>(c);
+        CHECK(gf[at] == static_cast<float>(want));
+        CHECK(gd[at] == static_cast<double>(want));
+        CHECK(gi[at] == want);
+      }
+  }
+}
+
 template <class T> void check_scatter_add() {
   Array x = make<T>(iota_values<T>(6), {2, 3});
   Array idx = make<std::int32_t>({2, 0, 2, -1}, {4});

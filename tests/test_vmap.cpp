@@ -397,6 +397,107 @@ TEST_CASE("vmap: member-by-member fallbacks (batched dynamic_slice start, take w
   check_equal(xj::vmap(draw)(keys), xj::stack(rows));
 }
 
+TEST_CASE("vmap: batched window starts and batched take indices run as one take, equal to the loop") {
+  // Starts out of range on both sides (clamped to [0, n - s]) and take indices negative and past
+  // the end (counted from the end, then clamped), as the kernels treat them.
+  xj::Array starts0 = xj::array<std::int32_t>({0, 3, -2, 9}, {4});
+  xj::Array starts1 = xj::array<std::int32_t>({1, 0, 7, 2}, {4});
+  xj::Array x = randn({5, 6}, 110);          // shared by the members
+  xj::Array xs = randn({4, 5, 6}, 111);      // one per member
+  xj::Array xs_axis1 = randn({5, 4, 6}, 112);  // one per member, batched along axis 1
+  auto window = [](const xj::Array& x, const xj::Array& i, const xj::Array& j) { return xj::dynamic_slice(x, {i, j}, {2, 3}); };
+  auto loop3 = [](auto f, auto x_of, const xj::Array& is, const xj::Array& js) {
+    std::vector<xj::Array> rows;
+    for (std::int64_t b = 0; b < is.dim(0); ++b) rows.push_back(f(x_of(b), member(is, b), member(js, b)));
+    return xj::stack(rows);
+  };
+  auto shared = [&](std::int64_t) { return x; };
+  auto own = [&](std::int64_t b) { return member(xs, b); };
+  auto own1 = [&](std::int64_t b) { return member(xs_axis1, b, 1); };
+  // dynamic_slice: x shared, x batched at 0 or 1; one start batched and the other not.
+  check_equal(xj::vmap(window, std::tuple{xj::None{}, 0, 0})(x, starts0, starts1), loop3(window, shared, starts0, starts1));
+  check_equal(xj::vmap(window, std::tuple{0, 0, 0})(xs, starts0, starts1), loop3(window, own, starts0, starts1));
+  check_equal(xj::vmap(window, std::tuple{1, 0, 0})(xs_axis1, starts0, starts1), loop3(window, own1, starts0, starts1));
+  xj::Array one_start = xj::scalar(4, xj::i32);
+  auto fixed_j = [&](const xj::Array& x, const xj::Array& i) { return window(x, i, one_start); };
+  std::vector<xj::Array> rows;
+  for (std::int64_t b = 0; b < 4; ++b) rows.push_back(fixed_j(member(xs, b), member(starts0, b)));
+  check_equal(xj::vmap(fixed_j)(xs, starts0), xj::stack(rows));
+  // Indexing a shared table by a batched index (x[i]: a dynamic_slice of one row).
+  auto row = [&](const xj::Array& i) { return x[i]; };
+  rows.clear();
+  for (std::int64_t b = 0; b < 4; ++b) rows.push_back(row(member(starts0, b)));
+  check_equal(xj::vmap(row)(starts0), xj::stack(rows));
+  // The batched form is one take, not a scan over the members.
+  std::string printed = str(xj::make_jaxpr(xj::vmap(window, std::tuple{0, 0, 0}))(xs, starts0, starts1));
+  CHECK(printed.find("scan") == std::string::npos);
+  CHECK(printed.find("gather") != std::string::npos);
+
+  // dynamic_update_slice: x and the update each shared or batched; integer and bool dtypes too.
+  xj::Array u = randn({2, 3}, 113), us = randn({4, 2, 3}, 114);
+  auto put = [](const xj::Array& x, const xj::Array& u, const xj::Array& i, const xj::Array& j) {
+    return xj::dynamic_update_slice(x, u, {i, j});
+  };
+  auto loop_put = [&](auto x_of, auto u_of) {
+    std::vector<xj::Array> out;
+    for (std::int64_t b = 0; b < 4; ++b) out.push_back(put(x_of(b), u_of(b), member(starts0, b), member(starts1, b)));
+    return xj::stack(out);
+  };
+  auto u_shared = [&](std::int64_t) { return u; };
+  auto u_own = [&](std::int64_t b) { return member(us, b); };
+  check_equal(xj::vmap(put, std::tuple{xj::None{}, xj::None{}, 0, 0})(x, u, starts0, starts1), loop_put(shared, u_shared));
+  check_equal(xj::vmap(put, std::tuple{0, 0, 0, 0})(xs, us, starts0, starts1), loop_put(own, u_own));
+  check_equal(xj::vmap(put, std::tuple{1, xj::None{}, 0, 0})(xs_axis1, u, starts0, starts1), loop_put(own1, u_shared));
+  xj::Array xi = xj::astype(x * 10.0, xj::i32), ui = xj::astype(u * 10.0, xj::i32);
+  xj::Array xbool = x > 0.0, ubool = u > 0.0;
+  for (const auto& [xx, uu] : {std::pair{xi, ui}, std::pair{xbool, ubool}}) {
+    std::vector<xj::Array> out;
+    for (std::int64_t b = 0; b < 4; ++b) out.push_back(put(xx, uu, member(starts0, b), member(starts1, b)));
+    check_equal(xj::vmap(put, std::tuple{xj::None{}, xj::None{}, 0, 0})(xx, uu, starts0, starts1), xj::stack(out));
+  }
+
+  // take with operand and indices both batched, along axes 0 and 1, indices of rank 2.
+  xj::Array idx = xj::array<std::int32_t>({0, -1, 7, 2, -9, 3, 1, 1, 4, 0, 5, -2, 2, 2, 2, 3, 0, 6, -6, 1, 1, 0, 0, 0}, {4, 2, 3});
+  for (std::int64_t axis : {0, 1}) {
+    CAPTURE(axis);
+    auto g = [axis](const xj::Array& x, const xj::Array& i) { return xj::take(x, i, axis); };
+    rows.clear();
+    for (std::int64_t b = 0; b < 4; ++b) rows.push_back(g(member(xs, b), member(idx, b)));
+    check_equal(xj::vmap(g)(xs, idx), xj::stack(rows));
+    rows.clear();
+    for (std::int64_t b = 0; b < 4; ++b) rows.push_back(g(member(xs_axis1, b, 1), member(idx, b)));
+    check_equal(xj::vmap(g, std::tuple{1, 0}, 2)(xs_axis1, idx), xj::stack(rows, 2));
+  }
+
+  // Gradients through the batched forms: vmap(grad) and grad(vmap) against loops of grad.
+  auto loss = [&](const xj::Array& x, const xj::Array& u, const xj::Array& i, const xj::Array& j) {
+    xj::Array y = put(x, u * u, j, i);  // the update's window at (j, i)
+    return xj::sum(xj::sin(window(y, i, j)) * xj::take(y, xj::astype(i, xj::i32) - 2, 1)[0]);
+  };
+  auto per = xj::vmap(xj::grad(loss, xj::argnums<0, 1>), std::tuple{0, 0, 0, 0})(xs, us, starts0, starts1);
+  std::vector<xj::Array> gx, gu;
+  for (std::int64_t b = 0; b < 4; ++b) {
+    auto [a, c] = xj::grad(loss, xj::argnums<0, 1>)(member(xs, b), member(us, b), member(starts0, b), member(starts1, b));
+    gx.push_back(a);
+    gu.push_back(c);
+  }
+  check_close(std::get<0>(per), xj::stack(gx), 1e-12);
+  check_close(std::get<1>(per), xj::stack(gu), 1e-12);
+  auto total = [&](const xj::Array& x, const xj::Array& u) {
+    return xj::sum(xj::vmap(loss, std::tuple{xj::None{}, 0, 0, 0})(x, u, starts0, starts1));
+  };
+  auto [tx, tu] = xj::grad(total, xj::argnums<0, 1>)(x, us);
+  xj::Array want_x = xj::zeros_like(x);
+  gu.clear();
+  for (std::int64_t b = 0; b < 4; ++b) {
+    auto [a, c] = xj::grad(loss, xj::argnums<0, 1>)(x, member(us, b), member(starts0, b), member(starts1, b));
+    want_x = want_x + a;
+    gu.push_back(c);
+  }
+  check_close(tx, want_x, 1e-12);
+  check_close(tu, xj::stack(gu), 1e-12);
+}
+
 TEST_CASE("jacfwd, jacrev and hessian equal their definitions (one batched evaluation each)") {
   auto f = [](const xj::Array& x) { return xj::tanh(xj::matmul(xj::reshape(x, {2, 3}), xj::ones({3, 2}, xj::f64)) * x[0]); };
   xj::Array x = randn({6}, 100);

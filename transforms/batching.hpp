@@ -57,6 +57,12 @@ Array move_batch_dim(const Array& x, std::int64_t from, std::int64_t to, std::in
 /// cases no closed form covers (e.g. batched indices of dynamic_slice). Outputs batched at 0.
 BatchOut batch_by_loop(const BatchArgs& a);
 
+/// Per-member windows and indices as takes of whole rows (vmap_gather.cpp): dynamic_slice with
+/// batched starts (output batched at 0, or unbatched when no window depends on the member), take
+/// with operand and indices both batched (output batched at 0).
+BatchOut dynamic_slice_as_take(const BatchArgs& a);
+BatchOut take_both_batched(const BatchArgs& a);
+
 /// Batched values' dims as bools (dims[i] != not_batched).
 std::vector<bool> batched_mask(std::span<const std::int64_t> dims);
 

@@ -247,9 +247,9 @@ std::vector<Array> with_batch_start(const BatchArgs& a, std::size_t first, std::
 }
 
 // dynamic_slice(x, i...)[b] with unbatched starts: start 0 and full size along the batch axis.
-// Batched starts (a different window per member) go member by member.
+// Batched starts (a different window per member): takes of rows (vmap_gather.cpp).
 BatchOut dynamic_slice_batch(const BatchArgs& a) {
-  if (indices_batched(a, 1)) return batch_by_loop(a);
+  if (indices_batched(a, 1)) return dynamic_slice_as_take(a);
   std::int64_t d = a.dims[0];
   std::vector<Array> ops{a.x[0]};
   for (auto& i : with_batch_start(a, 1, d)) ops.push_back(i);
@@ -258,7 +258,7 @@ BatchOut dynamic_slice_batch(const BatchArgs& a) {
 }
 
 // dynamic_update_slice(x, u, i...)[b] with unbatched starts: operand and update share a batch
-// dim, start 0 along it. Batched starts go member by member.
+// dim, start 0 along it. Batched starts go member by member (see vmap_gather.cpp).
 BatchOut dynamic_update_slice_batch(const BatchArgs& a) {
   if (indices_batched(a, 2)) return batch_by_loop(a);
   std::int64_t d = first_batched(a.dims.subspan(0, 2));
@@ -278,11 +278,11 @@ BatchOut concatenate_batch(const BatchArgs& a) {
 
 // take(x, i, axis)[b]: out = x[:axis] + i.shape + x[axis+1:]. A batched x keeps its batch dim
 // (past the index dims when after axis); batched indices put theirs among the index dims. Both
-// batched: member by member.
+// batched: a take of rows (vmap_gather.cpp).
 BatchOut gather_batch(const BatchArgs& a) {
   std::int64_t axis = a.params.get<params::Gather>().axis;
   std::int64_t dx = a.dims[0], di = a.dims[1];
-  if (dx != not_batched && di != not_batched) return batch_by_loop(a);
+  if (dx != not_batched && di != not_batched) return take_both_batched(a);
   if (dx != not_batched) {
     std::int64_t ax = shifted(axis, dx);
     std::int64_t out = dx < ax ? dx : dx + a.x[1].ndim() - 1;

@@ -326,6 +326,29 @@ Array concatenate_kernel(std::span<const Array> in, std::int64_t dimension, cons
 }
 
 // out[o, j, k] = x[o, idx[j], k] with x viewed as [outer, axis_size, inner].
+namespace {
+// dst row j = src row idx[j] (normalized), rows of `row` bytes; rows of one element copied as
+// such (a per-element memcpy call costs more than the copy).
+template <class Word> void gather_words(Byte* dst, const Byte* src, const std::vector<std::int64_t>& idx, std::int64_t rows) {
+  for (std::size_t j = 0; j < idx.size(); ++j) {
+    Word w;
+    std::memcpy(&w, src + normalize_index(idx[j], rows) * static_cast<std::int64_t>(sizeof(Word)), sizeof(Word));
+    std::memcpy(dst + j * sizeof(Word), &w, sizeof(Word));
+  }
+}
+void gather_rows(Byte* dst, const Byte* src, const std::vector<std::int64_t>& idx, std::int64_t rows, std::size_t row) {
+  switch (row) {
+    case 1: return gather_words<std::uint8_t>(dst, src, idx, rows);
+    case 2: return gather_words<std::uint16_t>(dst, src, idx, rows);
+    case 4: return gather_words<std::uint32_t>(dst, src, idx, rows);
+    case 8: return gather_words<std::uint64_t>(dst, src, idx, rows);
+    default:
+      for (std::size_t j = 0; j < idx.size(); ++j)
+        std::memcpy(dst + j * row, src + static_cast<std::size_t>(normalize_index(idx[j], rows)) * row, row);
+  }
+}
+}  // namespace
+
 Array gather_kernel(const Array& x, const Array& indices, std::int64_t axis, const ShapedArray& out) {
   Array result = alloc_array(out);
   if (out.size() == 0) return result;
@@ -338,6 +361,10 @@ Array gather_kernel(const Array& x, const Array& indices, std::int64_t axis, con
   std::vector<std::int64_t> idx = read_indices(indices, Primitive::gather);
   const auto n = static_cast<std::int64_t>(idx.size());
   const auto step = static_cast<std::int64_t>(item);
+  if (v.outer == 1) {  // along the leading axis: each index copies one contiguous row
+    gather_rows(bytes_of_new(result), bytes_of(x), idx, v.axis_size, static_cast<std::size_t>(v.inner) * item);
+    return result;
+  }
   for (std::int64_t j = 0; j < n; ++j) {
     const std::int64_t i = normalize_index(idx[static_cast<std::size_t>(j)], v.axis_size);
     copy_box(bytes_of_new(result) + j * v.inner * step, bytes_of(x) + i * v.inner * step,
