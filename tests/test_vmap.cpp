@@ -498,6 +498,41 @@ TEST_CASE("vmap: batched window starts and batched take indices run as one take,
   check_close(tu, xj::stack(gu), 1e-12);
 }
 
+TEST_CASE("vmap: per-example gradients of an embedding lookup scatter rows at once (scatter_add with batched indices)") {
+  // loss(table, tokens, c) = sum(take(table, tokens) * c): d/dtable adds c[j] to row tokens[j]
+  // (negative tokens count from the end, others clamp). Checked against plain C++ sums.
+  const std::int64_t rows = 6, width = 3, examples = 4, per = 5;
+  xj::Array table = randn({rows, width}, 120);
+  xj::Array tokens = xj::array<std::int32_t>({0, 5, 5, -1, 2, 1, 9, 0, 3, 3, -7, 4, 4, 4, 0, 2, 2, 1, 1, 5}, {examples, per});
+  xj::Array c = randn({examples, per, width}, 121);
+  auto loss = [](const xj::Array& table, const xj::Array& tok, const xj::Array& c) { return xj::sum(xj::take(table, tok) * c); };
+  auto per_example = xj::jit(xj::vmap(xj::grad(loss), std::tuple{xj::None{}, 0, 0}));
+  xj::Array got = per_example(table, tokens, c);
+  REQUIRE(got.shape() == xj::Shape{examples, rows, width});
+  std::vector<std::int32_t> tv = tokens.to_vector<std::int32_t>();
+  std::vector<double> cv = vec(c), want(static_cast<std::size_t>(examples * rows * width), 0.0);
+  for (std::int64_t b = 0; b < examples; ++b)
+    for (std::int64_t j = 0; j < per; ++j) {
+      std::int64_t r = tv[static_cast<std::size_t>(b * per + j)];
+      r = std::clamp<std::int64_t>(r < 0 ? r + rows : r, 0, rows - 1);
+      for (std::int64_t w = 0; w < width; ++w)
+        want[static_cast<std::size_t>((b * rows + r) * width + w)] += cv[static_cast<std::size_t>((b * per + j) * width + w)];
+    }
+  check_values(got, want, 1e-12);
+  std::string printed = str(xj::make_jaxpr(xj::vmap(xj::grad(loss), std::tuple{xj::None{}, 0, 0}))(table, tokens, c));
+  CHECK(printed.find("scatter_add") != std::string::npos);
+  CHECK(printed.find("scan") == std::string::npos);
+  // Along axis 1 with a batched operand: the gradient of take(x, tok, 1) for each member's own x.
+  xj::Array xs = randn({examples, width, rows}, 122);
+  auto loss1 = [](const xj::Array& x, const xj::Array& tok, const xj::Array& c) {
+    return xj::sum(xj::sin(xj::take(x, tok, 1)) * xj::transpose(c));
+  };
+  xj::Array got1 = xj::vmap(xj::grad(loss1))(xs, tokens, c);
+  std::vector<xj::Array> loop1;
+  for (std::int64_t b = 0; b < examples; ++b) loop1.push_back(xj::grad(loss1)(member(xs, b), member(tokens, b), member(c, b)));
+  check_close(got1, xj::stack(loop1), 1e-12);
+}
+
 TEST_CASE("jacfwd, jacrev and hessian equal their definitions (one batched evaluation each)") {
   auto f = [](const xj::Array& x) { return xj::tanh(xj::matmul(xj::reshape(x, {2, 3}), xj::ones({3, 2}, xj::f64)) * x[0]); };
   xj::Array x = randn({6}, 100);

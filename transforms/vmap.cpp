@@ -292,9 +292,9 @@ BatchOut gather_batch(const BatchArgs& a) {
 }
 
 // scatter_add(x, i, u, axis)[b] with unbatched indices: x and u batched at 0, the axis shifts.
-// Batched indices: member by member.
+// Batched indices: a scatter of rows (vmap_gather.cpp).
 BatchOut scatter_add_batch(const BatchArgs& a) {
-  if (a.dims[1] != not_batched) return batch_by_loop(a);
+  if (a.dims[1] != not_batched) return scatter_add_by_rows(a);
   std::int64_t axis = a.params.get<params::ScatterAdd>().axis;
   std::vector<Array> ops{move_batch_dim(a.x[0], a.dims[0], 0, a.size), a.x[1], move_batch_dim(a.x[2], a.dims[2], 0, a.size)};
   return one(bind1(a.prim, ops, params::ScatterAdd{.axis = axis + 1}, a.loc), 0);

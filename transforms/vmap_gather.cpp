@@ -2,6 +2,7 @@
 // takes of whole rows, instead of a loop over the members (batch_by_loop):
 //   dynamic_slice(x, starts)[b]             with batched starts
 //   take(x, i, axis)[b]                     with x and i both batched
+//   scatter_add(x, i, u, axis)[b]           with batched indices
 // (dynamic_update_slice with batched starts stays member by member: as a take of every element
 // of the result and a select it measured 50x slower than the loop, whose members are one copy
 // and one small window write each.)
@@ -38,12 +39,16 @@ Array clamped_start(const BatchArgs& a, std::size_t operand, std::int64_t n, std
   return clamp(astype(a.x[operand], i64, a.loc), 0, std::max<std::int64_t>(n - s, 0), i64);
 }
 
-/// y, batched at 0 ([B] + n), read along member axis k at positions `pos` (values in [0, n_k)):
-/// shape [B] + P when each member has its own, P when all share them. The result is
-/// [B] + n[:k] + P + n[k+1:], from one take along y's leading dims merged (row r of axis k at
-/// leading position l is row l n_k + r), so whole rows move and the index has one entry per row.
-Array take_rows(const Array& y, std::size_t k, const Array& pos, bool pos_batched, std::source_location loc) {
-  const Shape& shape = y.shape();
+/// Rows of a batched operand ([B] + n, batch at 0) with its leading dims [B] + n[:k] and axis k
+/// merged into one axis (row r of axis k at leading position l is row l n_k + r): the merged
+/// shape, and the merged rows that positions `pos` along axis k name (values in [0, n_k); shape
+/// [B] + P when each member has its own, P when all share them) at every leading position:
+/// shape [B] + n[:k] + P. So a take or scatter along the merged axis moves whole rows.
+struct MergedRows {
+  Shape merged;
+  Array index;
+};
+MergedRows merged_rows(const Shape& shape, std::size_t k, const Array& pos, bool pos_batched, std::source_location loc) {
   const Shape lead(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(k) + 1);  // [B] + n[:k]
   const std::int64_t rows = shape[k + 1], leading = product(lead);
   Shape merged{leading * rows};
@@ -56,7 +61,20 @@ Array take_rows(const Array& y, std::size_t k, const Array& pos, bool pos_batche
   Shape pos_shape(k + 1, 1);
   if (pos_batched) pos_shape[0] = shape[0];
   pos_shape.insert(pos_shape.end(), P.begin(), P.end());
-  return take(reshape(y, merged, loc), base + reshape(astype(pos, t, loc), pos_shape, loc), 0, loc);
+  return {merged, base + reshape(astype(pos, t, loc), pos_shape, loc)};
+}
+
+/// y ([B] + n) read along member axis k at `pos`: [B] + n[:k] + P + n[k+1:].
+Array take_rows(const Array& y, std::size_t k, const Array& pos, bool pos_batched, std::source_location loc) {
+  MergedRows m = merged_rows(y.shape(), k, pos, pos_batched, loc);
+  return take(reshape(y, m.merged, loc), m.index, 0, loc);
+}
+
+/// Indices as gather and scatter_add read them: negative ones count from the end, then clamped
+/// to [0, rows - 1]; in 64 bits, batch at 0.
+Array normalized_indices(const BatchArgs& a, std::size_t operand, std::int64_t rows) {
+  Array i = astype(move_batch_dim(a.x[operand], a.dims[operand], 0, a.size), i64, a.loc);
+  return clamp(where(i < 0.0, i + constant(rows, i64), i, a.loc), 0, rows - 1, i64);
 }
 
 BatchOut one_at_front(Array y) { return {{std::move(y)}, {0}}; }
@@ -98,9 +116,22 @@ BatchOut take_both_batched(const BatchArgs& a) {
   Array x = move_batch_dim(a.x[0], a.dims[0], 0, a.size);
   const std::int64_t rows = x.shape()[axis + 1];
   if (a.size == 0 || rows == 0) return batch_by_loop(a);
-  Array i = astype(move_batch_dim(a.x[1], a.dims[1], 0, a.size), i64, a.loc);
-  i = clamp(where(i < 0.0, i + constant(rows, i64), i, a.loc), 0, rows - 1, i64);
-  return one_at_front(take_rows(x, axis, i, true, a.loc));
+  return one_at_front(take_rows(x, axis, normalized_indices(a, 1, rows), true, a.loc));
+}
+
+// scatter_add(x, i, u, axis)[b] with batched indices: member b's updates added to the rows its
+// normalized indices name in its operand, one scatter along the merged rows (the transpose of
+// take_both_batched; e.g. per-example gradients of an embedding lookup). x and u are batched
+// (broadcast when shared: every member's result is its own).
+BatchOut scatter_add_by_rows(const BatchArgs& a) {
+  const auto axis = static_cast<std::size_t>(a.params.get<params::ScatterAdd>().axis);
+  Array x = move_batch_dim(a.x[0], a.dims[0], 0, a.size);
+  const std::int64_t rows = x.shape()[axis + 1];
+  if (a.size == 0 || rows == 0) return batch_by_loop(a);
+  Array u = move_batch_dim(a.x[2], a.dims[2], 0, a.size);
+  MergedRows m = merged_rows(x.shape(), axis, normalized_indices(a, 1, rows), true, a.loc);
+  Array sum = bind1(Primitive::scatter_add, {reshape(x, m.merged, a.loc), m.index, u}, params::ScatterAdd{.axis = 0}, a.loc);
+  return one_at_front(reshape(sum, x.shape(), a.loc));
 }
 
 }  // namespace xjax::detail
