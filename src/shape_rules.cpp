@@ -319,13 +319,17 @@ std::vector<ShapedArray> iota_shape_rule(Avals in, const params::Iota& ps) {
   return {ShapedArray{shape, ps.dtype}};
 }
 
-// threefry2x32(key: u32[2], counters: u32[..., 2]) -> u32[..., 2]
+// threefry2x32(key: u32[L..., 2], counters: u32[L..., M..., 2]) -> u32[L..., M..., 2]: one key
+// (L empty), or one per index of the counters' leading dims L (vmap over a batch of keys).
 std::vector<ShapedArray> threefry2x32_shape_rule(Avals in) {
   const Primitive p = Primitive::threefry2x32;
   expect_arity(p, in, 2);
   if (in[0].dtype != u32 || in[1].dtype != u32) type_fail(p, in, "key and counters must be u32");
-  if (in[0].shape != Shape{2}) shape_fail(p, in, "the key must be u32[2]");
+  if (in[0].ndim() == 0 || in[0].shape.back() != 2) shape_fail(p, in, "keys must have a trailing axis of size 2");
   if (in[1].ndim() == 0 || in[1].shape.back() != 2) shape_fail(p, in, "counters must have a trailing axis of size 2");
+  const std::size_t lead = in[0].shape.size() - 1;
+  if (in[1].shape.size() < lead + 1 || !std::equal(in[0].shape.begin(), in[0].shape.begin() + static_cast<std::ptrdiff_t>(lead), in[1].shape.begin()))
+    shape_fail(p, in, "the keys' leading dims must be the counters' leading dims");
   return {in[1]};
 }
 

@@ -100,6 +100,43 @@ TEST_CASE("random: threefry2x32 matches Random123's known answers (20 rounds)") 
   CHECK(words(threefry(key, xj::zeros({0, 2}, xj::u32))).empty());
 }
 
+
+TEST_CASE("random: threefry2x32 with one key per leading index of the counters (the form vmap over keys uses)") {
+  // Keys u32[3, 2] and counters u32[3, 2, 2]: row j of the counters is hashed with key j; the
+  // known answers of Random123 for two of the keys, the others against one-key calls.
+  U32 keys = {0x00000000u, 0x00000000u, 0x13198a2eu, 0x03707344u, 0xffffffffu, 0xffffffffu};
+  U32 ctr = {0u, 0u, 5u, 6u, 0x243f6a88u, 0x85a308d3u, 1u, 2u, 0xffffffffu, 0xffffffffu, 3u, 4u};
+  U32 got = words(threefry(u32v(keys, {3, 2}), u32v(ctr, {3, 2, 2})));
+  REQUIRE(got.size() == 12);
+  CHECK(got[0] == 0x6b200159u);
+  CHECK(got[1] == 0x99ba4efeu);
+  CHECK(got[4] == 0xc4923a9cu);
+  CHECK(got[5] == 0x483df7a0u);
+  CHECK(got[8] == 0x1cb996fcu);
+  CHECK(got[9] == 0xbb002be7u);
+  for (std::size_t j = 0; j < 3; ++j)
+    for (std::size_t i = 0; i < 2; ++i) {
+      std::size_t at = (j * 2 + i) * 2;
+      U32 one = words(threefry(u32v({keys[2 * j], keys[2 * j + 1]}, {2}), u32v({ctr[at], ctr[at + 1]}, {2})));
+      CHECK(got[at] == one[0]);
+      CHECK(got[at + 1] == one[1]);
+    }
+  // The keys' leading dims must be the counters' leading dims.
+  CHECK_THROWS_AS(threefry(u32v(keys, {3, 2}), u32v(ctr, {2, 3, 2})), xj::ShapeError);
+  CHECK_THROWS_AS(threefry(u32v(keys, {3, 2}), u32v({1u, 2u}, {2})), xj::ShapeError);
+  CHECK_THROWS_AS(threefry(u32v({1u, 2u, 3u}, {3}), u32v(ctr, {6, 2})), xj::ShapeError);
+
+  // vmap over counters with such keys shared: the counters' batch axis goes past the keys'
+  // leading dims wherever it was (axis 0, or the trailing pair axis), as in a loop.
+  xj::Array k3 = u32v(keys, {3, 2});
+  xj::Array cs = xj::astype(xj::reshape(xj::arange(4 * 3 * 2, xj::i32), {4, 3, 2}), xj::u32);  // 4 members of [3, 2]
+  std::vector<xj::Array> rows;
+  for (std::int64_t b = 0; b < 4; ++b) rows.push_back(threefry(k3, xj::squeeze(xj::slice_in_dim(cs, b, b + 1), {0})));
+  xj::Array want = xj::stack(rows);
+  auto hash = [&](const xj::Array& c) { return threefry(k3, c); };
+  CHECK(words(xj::vmap(hash)(cs)) == words(want));
+  CHECK(words(xj::vmap(hash, 2)(xj::transpose(cs, {1, 2, 0}))) == words(want));
+}
 TEST_CASE("random: key, split, fold_in, bits and uniform reproduce JAX's values") {
   CHECK(words(xj::random::key(0)) == U32{0u, 0u});
   CHECK(words(xj::random::key(42)) == U32{0u, 42u});

@@ -533,6 +533,42 @@ TEST_CASE("vmap: per-example gradients of an embedding lookup scatter rows at on
   check_close(got1, xj::stack(loop1), 1e-12);
 }
 
+TEST_CASE("vmap over a batch of keys hashes with one key per member (no loop), equal to the loop") {
+  xj::Array keys = xj::random::split(xj::random::key(11), 5);  // u32[5, 2]
+  auto draw = [](const xj::Array& k) { return xj::random::normal(k, {3, 2}, xj::f64); };
+  auto loop_keys = [&](const std::function<xj::Array(const xj::Array&)>& f, const xj::Array& ks) {
+    std::vector<xj::Array> out;
+    for (std::int64_t b = 0; b < ks.dim(0); ++b) out.push_back(f(member(ks, b)));
+    return xj::stack(out);
+  };
+  check_equal(xj::vmap(draw)(keys), loop_keys(draw, keys));
+  check_equal(xj::jit(xj::vmap(draw))(keys), loop_keys(draw, keys));
+  CHECK(str(xj::make_jaxpr(xj::vmap(draw))(keys)).find("scan") == std::string::npos);
+  // Keys along axis 1, and split / fold_in / uniform of each member's key.
+  check_equal(xj::vmap(draw, 1)(xj::transpose(keys)), loop_keys(draw, keys));
+  auto splits = [](const xj::Array& k) { return xj::random::split(k, 3); };
+  check_equal(xj::vmap(splits)(keys), loop_keys(splits, keys));
+  auto folded = [](const xj::Array& k) { return xj::random::uniform(xj::random::fold_in(k, 7u), {4}); };
+  check_equal(xj::vmap(folded)(keys), loop_keys(folded, keys));
+  // A batch of batches of keys (vmap of vmap).
+  xj::Array grid = xj::reshape(xj::random::split(xj::random::key(12), 6), {2, 3, 2});
+  std::vector<xj::Array> rows;
+  for (std::int64_t i = 0; i < 2; ++i) rows.push_back(loop_keys(draw, member(grid, i)));
+  check_equal(xj::vmap(xj::vmap(draw))(grid), xj::stack(rows));
+  // Shared keys with their own batch (inner vmap over keys) and counters batched by an outer vmap
+  // (fold_in of a batched value): each (value, key) pair hashes as in the loop.
+  xj::Array data = xj::array<std::uint32_t>({3u, 9u, 4u, 1u}, {4});
+  auto per_value = [&](const xj::Array& d) {
+    return xj::vmap([&](const xj::Array& k) { return xj::random::bits(xj::random::fold_in(k, d), {2}); })(keys);
+  };
+  rows.clear();
+  for (std::int64_t i = 0; i < 4; ++i) {
+    xj::Array d = member(data, i);
+    rows.push_back(loop_keys([&](const xj::Array& k) { return xj::random::bits(xj::random::fold_in(k, d), {2}); }, keys));
+  }
+  check_equal(xj::vmap(per_value)(data), xj::stack(rows));
+}
+
 TEST_CASE("jacfwd, jacrev and hessian equal their definitions (one batched evaluation each)") {
   auto f = [](const xj::Array& x) { return xj::tanh(xj::matmul(xj::reshape(x, {2, 3}), xj::ones({3, 2}, xj::f64)) * x[0]); };
   xj::Array x = randn({6}, 100);

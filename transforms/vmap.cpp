@@ -304,12 +304,18 @@ BatchOut scatter_add_batch(const BatchArgs& a) {
 BatchOut iota_batch(const BatchArgs& a) { return batch_by_loop(a); }
 BatchOut name_batch(const BatchArgs& a) { return elementwise_batch(a); }
 
-// threefry2x32(key, counters)[b]: batched counters keep their batch dim (not as the trailing
-// pair axis); a batched key (one stream per member) goes member by member.
+// threefry2x32(key, counters)[b]: with a shared key, batched counters keep their batch dim (if it
+// is past the key's leading dims and not the trailing pair axis). A batch of keys becomes the
+// keys' first leading dim, and the counters' (broadcast when shared): one key per member.
 BatchOut threefry2x32_batch(const BatchArgs& a) {
-  if (a.dims[0] != not_batched) return batch_by_loop(a);
+  if (a.dims[0] != not_batched) {
+    Array keys = move_batch_dim(a.x[0], a.dims[0], 0, a.size);
+    Array c = move_batch_dim(a.x[1], a.dims[1], 0, a.size);
+    return one(bind1(a.prim, {keys, c}, a.params, a.loc), 0);
+  }
+  const std::int64_t lead = a.x[0].ndim() - 1;  // the shared keys' leading dims
   std::int64_t d = a.dims[1];
-  if (d == a.x[1].ndim() - 1) d = 0;
+  if (d == a.x[1].ndim() - 1 || d < lead) d = lead;
   Array c = move_batch_dim(a.x[1], a.dims[1], d, a.size);
   return one(bind1(a.prim, {a.x[0], c}, a.params, a.loc), d);
 }

@@ -53,17 +53,22 @@ static_assert(threefry20(0x13198a2eu, 0x03707344u, 0x243f6a88u, 0x85a308d3u).a =
 
 }  // namespace
 
+// Key j (of key.size() / 2) hashes the j-th run of pairs / keys consecutive counter pairs.
 Array threefry2x32_kernel(const Array& key, const Array& counters, const ShapedArray& out) {
   Array result = alloc_array(out);
   const std::uint32_t* k = in_ptr<std::uint32_t>(key);
   const std::uint32_t* c = in_ptr<std::uint32_t>(counters);
   std::uint32_t* o = out_ptr<std::uint32_t>(result);
-  const std::uint32_t k0 = k[0], k1 = k[1];
-  const std::int64_t pairs = out.size() / 2;
-  for (std::int64_t i = 0; i < pairs; ++i) {
-    const Pair y = threefry20(k0, k1, c[2 * i], c[2 * i + 1]);
-    o[2 * i] = y.a;
-    o[2 * i + 1] = y.b;
+  const std::int64_t pairs = out.size() / 2, keys = key.size() / 2;
+  if (keys == 0) return result;
+  const std::int64_t per_key = pairs / keys;
+  for (std::int64_t j = 0; j < keys; ++j) {
+    const std::uint32_t k0 = k[2 * j], k1 = k[2 * j + 1];
+    for (std::int64_t i = j * per_key; i < (j + 1) * per_key; ++i) {
+      const Pair y = threefry20(k0, k1, c[2 * i], c[2 * i + 1]);
+      o[2 * i] = y.a;
+      o[2 * i + 1] = y.b;
+    }
   }
   return result;
 }
