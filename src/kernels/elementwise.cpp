@@ -94,16 +94,28 @@ template <class T> void compare(Primitive p, const T* x, const T* y, std::uint8_
 
 // ---- select_n ----------------------------------------------------------------------------------
 
-// Which case element i comes from: which[i] (or which[0] when which is rank 0), clamped.
-struct CaseChooser {
-  const Array& which;
-  std::int64_t num_cases;
+// Which case element i comes from: which[i] (or which[0] when which is rank 0), clamped. The
+// pointer and type are read once (not per element).
+class CaseChooser {
+ public:
+  CaseChooser(const Array& which, std::int64_t num_cases)
+      : bools_(which.dtype() == DType::bool_ ? in_ptr<std::uint8_t>(which) : nullptr),
+        ints_(which.dtype() == DType::bool_ ? nullptr : in_ptr<std::int32_t>(which)),
+        scalar_(which.ndim() == 0),
+        last_(num_cases - 1) {}
   std::int64_t at(std::size_t i) const {
-    std::size_t k = which.ndim() == 0 ? 0 : i;
-    std::int64_t c = which.dtype() == DType::bool_ ? in_ptr<std::uint8_t>(which)[k]
-                                                     : in_ptr<std::int32_t>(which)[k];
-    return std::clamp<std::int64_t>(c, 0, num_cases - 1);
+    const std::size_t k = scalar_ ? 0 : i;
+    const std::int64_t c = bools_ ? bools_[k] : ints_[k];
+    return std::clamp<std::int64_t>(c, 0, last_);
   }
+  /// which[i] for a bool `which` of the output's size (two cases), else null.
+  const std::uint8_t* per_element_bools() const { return scalar_ || last_ != 1 ? nullptr : bools_; }
+
+ private:
+  const std::uint8_t* bools_;
+  const std::int32_t* ints_;
+  bool scalar_;
+  std::int64_t last_;
 };
 
 // Elements are moved as opaque words of type E (1, 4 or 8 bytes).
@@ -112,6 +124,12 @@ void select_words(const CaseChooser& choose, std::span<const Array> cases, void*
   std::vector<const E*> sources;
   for (const Array& c : cases) sources.push_back(in_ptr<E>(c));
   E* o = static_cast<E*>(out);
+  if (const std::uint8_t* w = choose.per_element_bools()) {  // where(w, b, a): a loop the compiler vectorizes
+    const E* a = sources[0];
+    const E* b = sources[1];
+    for (std::size_t i = 0; i < n; ++i) o[i] = w[i] ? b[i] : a[i];
+    return;
+  }
   for (std::size_t i = 0; i < n; ++i) o[i] = sources[static_cast<std::size_t>(choose.at(i))][i];
 }
 
@@ -199,7 +217,7 @@ Array select_n_kernel(std::span<const Array> in, const ShapedArray& out) {
   std::span<const Array> cases = in.subspan(1);
   if (which.dtype() != DType::bool_ && which.dtype() != DType::i32)
     unsupported_dtype(Primitive::select_n, which.dtype());
-  CaseChooser choose{which, static_cast<std::int64_t>(cases.size())};
+  CaseChooser choose(which, static_cast<std::int64_t>(cases.size()));
   if (which.ndim() == 0 && out.size() > 0)
     return share_buffer(cases[static_cast<std::size_t>(choose.at(0))], out);
   Array result = alloc_array(out);
