@@ -8,7 +8,9 @@
 #include "plan.hpp"
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 
 namespace xjax::detail {
@@ -66,17 +68,31 @@ bool operands_fit(const Eqn& e, std::size_t first, const Shape& shape, DType dty
   return true;
 }
 
-/// True when e broadcasts its operand along leading dims only: the operand's dims are the output's
-/// trailing ones (a bias row over a batch), so the output is the operand repeated.
-bool is_row_broadcast(const Eqn& e) {
+/// How a broadcast_in_dim's operand covers its output when the operand's dims of size > 1 are a
+/// run [a, b) of the output's dims (in order): each operand element repeated over the
+/// `repeat` = size(out[b:]) elements after it, the whole operand `size(out[:a])` times. A bias
+/// row over a batch (b = rank), a column from a keepdims reduction (a = 0), or anything between.
+struct BroadcastLayout {
+  std::int64_t period = 0, repeat = 1;
+};
+std::optional<BroadcastLayout> broadcast_layout(const Eqn& e) {
   const ShapedArray& in = atom_aval(e.inputs[0]);
   const Shape& out = e.outputs[0].aval().shape;
   const Ints& dims = e.params.get<params::BroadcastInDim>().broadcast_dimensions;
-  const auto k = static_cast<std::size_t>(in.ndim()), r = out.size();
-  if (k == 0 || k > r || dims.size() != k) return false;
-  for (std::size_t i = 0; i < k; ++i)
-    if (dims[i] != static_cast<std::int64_t>(r - k + i) || in.shape[i] != out[r - k + i]) return false;
-  return true;
+  if (in.ndim() == 0 || dims.size() != in.shape.size()) return std::nullopt;
+  std::int64_t a = -1, b = -1;  // the run of output dims the operand's dims of size > 1 map to
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0 && dims[i] <= dims[i - 1]) return std::nullopt;
+    if (in.shape[i] == 1) continue;
+    if (in.shape[i] != out[static_cast<std::size_t>(dims[i])]) return std::nullopt;
+    if (a < 0) a = dims[i];
+    else if (dims[i] != b) return std::nullopt;  // a gap in the run
+    b = dims[i] + 1;
+  }
+  if (a < 0) return BroadcastLayout{1, 1};  // one element
+  std::int64_t repeat = 1;
+  for (std::size_t d = static_cast<std::size_t>(b); d < out.size(); ++d) repeat *= out[d];
+  return BroadcastLayout{in.size(), repeat};
 }
 
 /// The loop e can join, if e is an elementwise equation the fused executor supports: float
@@ -105,7 +121,7 @@ std::optional<FusionKey> fusion_key(const Eqn& e) {
     return std::nullopt;
   }
   if (p == Primitive::broadcast_in_dim)
-    return is_float(in0.dtype) && (in0.ndim() == 0 || is_row_broadcast(e)) ? std::optional(FusionKey{s, in0.dtype})
+    return is_float(in0.dtype) && (in0.ndim() == 0 || broadcast_layout(e)) ? std::optional(FusionKey{s, in0.dtype})
                                                                            : std::nullopt;
   return std::nullopt;
 }
@@ -216,31 +232,41 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
   st.kind = EvalPlan::Kind::fused;
   std::unordered_map<std::uint64_t, std::int32_t> value_of;        // var id -> value number
   std::unordered_map<const Literal*, std::int32_t> literal_value;  // each literal operand once
-  auto value = [&](const Atom& a, std::int64_t period = 0) -> std::int32_t {
+  // A broadcast operand is one input per layout (an array broadcast as a row and as a column in
+  // one run is read two ways): keyed by the atom (var id or literal address) and the layout.
+  std::map<std::tuple<std::uint64_t, std::int64_t, std::int64_t>, std::int32_t> broadcast_value;
+  auto value = [&](const Atom& a, BroadcastLayout layout = {}) -> std::int32_t {
     auto* v = std::get_if<Var>(&a);
     auto* l = std::get_if<Literal>(&a);
-    if (v)
+    const std::tuple<std::uint64_t, std::int64_t, std::int64_t> key{
+        v ? v->id() : static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(l)), layout.period, layout.repeat};
+    if (layout.period > 0) {
+      if (auto it = broadcast_value.find(key); it != broadcast_value.end()) return it->second;
+    } else if (v) {
       if (auto it = value_of.find(v->id()); it != value_of.end()) return it->second;
-    if (l)
-      if (auto it = literal_value.find(l); it != literal_value.end()) return it->second;
+    } else if (auto it = literal_value.find(l); it != literal_value.end()) {
+      return it->second;
+    }
     auto n = static_cast<std::int32_t>(prog->inputs.size());
     const ShapedArray& av = atom_aval(a);
-    prog->inputs.push_back({av.dtype == DType::bool_, av.ndim() == 0, period});
+    prog->inputs.push_back({av.dtype == DType::bool_, av.ndim() == 0, layout.period, layout.repeat});
     st.ins.push_back(operand(a));
-    if (v) value_of[v->id()] = n;
+    if (layout.period > 0) broadcast_value[key] = n;
+    else if (v) value_of[v->id()] = n;
     else literal_value[l] = n;
     return n;
   };
   // Inputs get numbers as they are met; ops are numbered after all inputs, so collect first.
-  // A row-broadcast operand (rank > 0 but not the shape) is read periodically.
-  auto period_of = [&](const Eqn& e) -> std::int64_t {
-    if (e.prim != Primitive::broadcast_in_dim) return 0;
+  // A broadcast operand of rank > 0 that is not the shape is read by its layout.
+  auto layout_of = [&](const Eqn& e) -> BroadcastLayout {
+    if (e.prim != Primitive::broadcast_in_dim) return {};
     const ShapedArray& in = atom_aval(e.inputs[0]);
-    return in.ndim() > 0 && in.shape != key.shape ? in.size() : 0;
+    if (in.ndim() == 0 || in.shape == key.shape) return {};
+    return *broadcast_layout(e);  // fusion_key admitted e
   };
   for (std::size_t i = first; i < last; ++i) {
     const Eqn& e = *eqns[i];
-    for (const auto& in : e.inputs) (void)value(in, period_of(e));
+    for (const auto& in : e.inputs) (void)value(in, layout_of(e));
     value_of[e.outputs[0].id()] = -1;  // defined inside: not an input
   }
   auto next = static_cast<std::int32_t>(prog->inputs.size());
@@ -248,7 +274,7 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
     const Eqn& e = *eqns[i];
     st.counted.push_back(e.prim);
     std::int32_t src[3] = {0, 0, 0};
-    for (std::size_t k = 0; k < e.inputs.size() && k < 3; ++k) src[k] = value(e.inputs[k]);
+    for (std::size_t k = 0; k < e.inputs.size() && k < 3; ++k) src[k] = value(e.inputs[k], layout_of(e));
     if (is_alias(e)) {
       value_of[e.outputs[0].id()] = src[0];
       continue;

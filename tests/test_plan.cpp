@@ -252,6 +252,51 @@ TEST_CASE("plan: a row broadcast (bias) is fused into its consumers") {
   check_identical(y, f(x, b, c));
 }
 
+TEST_CASE("plan: column and middle broadcasts (keepdims reductions) are fused, each operand read by its layout") {
+  // softmax-like: x - max(x, -1, keepdims) is a column broadcast; m (of shape [5]) under a
+  // (60, 5, 7) shape is a middle one (period 5, repeat 7, not dividing the 512-element block).
+  auto f = [](const xj::Array& x, const xj::Array& m) {
+    xj::Array col = xj::max(x, {2}, true);                      // [60, 5, 1]
+    xj::Array mid = xj::broadcast_in_dim(m, {60, 5, 7}, {1});    // [5] -> dims (1)
+    return xj::exp(x - col) * mid + xj::tanh(x * mid);
+  };
+  // One array broadcast as a row and as a column in one chain: two inputs, two layouts.
+  auto g = [](const xj::Array& x, const xj::Array& v) {
+    return x * xj::broadcast_in_dim(v, {7, 7}, {1}) + xj::broadcast_in_dim(v, {7, 7}, {0}) * 3.0;
+  };
+  for (xj::DType dtype : {xj::f32, xj::f64}) {
+    const std::string dtype_str = xj::dtype_name(dtype);
+    CAPTURE(dtype_str);
+    xj::Array x = xj::reshape(sample(60 * 35, dtype, 11), {60, 5, 7});
+    xj::Array m = sample(5, dtype, 12);
+    check_identical(xj::jit(f)(x, m), f(x, m));
+    xj::Array x7 = xj::reshape(sample(49, dtype, 13), {7, 7}), v = sample(7, dtype, 14);
+    check_identical(xj::jit(g)(x7, v), g(x7, v));
+    std::vector<double> xv = vec(x7), vv = vec(v), want(49);
+    for (std::size_t i = 0; i < 7; ++i)
+      for (std::size_t j = 0; j < 7; ++j) want[i * 7 + j] = xv[i * 7 + j] * vv[j] + vv[i] * 3.0;
+    std::vector<double> got = vec(xj::jit(g)(x7, v));  // sample() includes infinities and NaNs
+    for (std::size_t i = 0; i < 49; ++i) {
+      CAPTURE(i);
+      if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
+      else if (std::isinf(want[i])) CHECK(got[i] == want[i]);
+      else CHECK(got[i] == doctest::Approx(want[i]).epsilon(dtype == xj::f32 ? 1e-5 : 1e-12));
+    }
+  }
+  // The columns are never materialized: the jitted chain needs the output and the reduction only.
+  constexpr std::int64_t rows = 1000, cols = 1000;
+  xj::Array x = xj::reshape(sample(rows * cols, xj::f32, 15), {rows, cols});
+  auto h = [](const xj::Array& x) { return xj::exp(x - xj::max(x, {1}, true)) * 2.0; };
+  auto jitted = xj::jit(h);
+  (void)jitted(x);
+  const std::int64_t live = xj::memory_stats().live_bytes;
+  xj::reset_peak_memory();
+  xj::Array y = jitted(x);
+  const auto extra = static_cast<double>(xj::memory_stats().peak_bytes - live) / (rows * cols * 4.0);
+  CHECK(extra < 1.01);
+  check_identical(y, h(x));
+}
+
 TEST_CASE("plan: assigning a Jaxpr drops its plan") {
   xj::Array x = xj::array<float>({1.0f}, {1});
   auto jf = xj::make_jaxpr([](const xj::Array& a) { return a * 2.0; })(x);

@@ -59,6 +59,18 @@ template <class T> void periodic_row(const T* src, std::size_t period, std::size
   }
 }
 
+// dst[k] = src[((start + k) / repeat) % period] for k < n: the block's part of a broadcast input
+// whose every element covers `repeat` consecutive elements of the shape (a column).
+template <class T>
+void stretched_row(const T* src, std::size_t period, std::size_t repeat, std::size_t start, T* dst, std::size_t n) {
+  std::size_t j = start / repeat, offset = start % repeat;
+  for (std::size_t done = 0; done < n; offset = 0, ++j) {
+    const std::size_t len = std::min(n - done, repeat - offset);
+    fill_row(dst + done, len, src[j % period]);
+    done += len;
+  }
+}
+
 template <class T> T scalar_value(const Array& a, bool is_bool) {
   if (is_bool) return in_ptr<std::uint8_t>(a)[0] != 0 ? T{1} : T{0};
   return in_ptr<T>(a)[0];
@@ -210,7 +222,11 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
       if (input.is_scalar) {
         v[i] = row(i);
       } else if (input.period > 0) {
-        periodic_row(in_ptr<T>(in[i]), static_cast<std::size_t>(input.period), start, row(i), n);
+        if (input.repeat == 1)
+          periodic_row(in_ptr<T>(in[i]), static_cast<std::size_t>(input.period), start, row(i), n);
+        else
+          stretched_row(in_ptr<T>(in[i]), static_cast<std::size_t>(input.period), static_cast<std::size_t>(input.repeat),
+                        start, row(i), n);
         v[i] = row(i);
       } else if (input.read_as_bytes) {
         bytes[i] = in_ptr<std::uint8_t>(in[i]) + start;

@@ -115,9 +115,12 @@ struct FusedProgram {
   struct Input {
     bool is_bool = false;    // stored as bool (uint8) instead of `compute`
     bool is_scalar = false;  // rank 0: broadcast over the shape
-    /// > 0: a float array of `period` elements broadcast along the leading dims (its dims are the
-    /// shape's trailing ones), so element i of the shape reads element i % period.
+    /// > 0: a float array of `period` elements broadcast over the shape, its dims a run of the
+    /// shape's dims followed by `repeat` elements: element i of the shape reads element
+    /// (i / repeat) % period (a bias row: repeat 1; a column, one value per row: period = the
+    /// rows, repeat = the row length).
     std::int64_t period = 0;
+    std::int64_t repeat = 1;
     /// A bool array read only as select_n's predicate: read as bytes, not widened (set by
     /// mark_byte_inputs when the program is built).
     bool read_as_bytes = false;
