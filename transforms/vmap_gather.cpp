@@ -18,12 +18,6 @@
 namespace xjax::detail {
 namespace {
 
-std::int64_t product(std::span<const std::int64_t> v) {
-  std::int64_t p = 1;
-  for (auto x : v) p *= x;
-  return p;
-}
-
 /// The integer type of positions up to `count`.
 DType index_dtype(std::int64_t count) { return count < (std::int64_t{1} << 31) ? i32 : i64; }
 
@@ -50,7 +44,7 @@ struct MergedRows {
 };
 MergedRows merged_rows(const Shape& shape, std::size_t k, const Array& pos, bool pos_batched, std::source_location loc) {
   const Shape lead(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(k) + 1);  // [B] + n[:k]
-  const std::int64_t rows = shape[k + 1], leading = product(lead);
+  const std::int64_t rows = shape[k + 1], leading = shape_size(lead);
   Shape merged{leading * rows};
   merged.insert(merged.end(), shape.begin() + static_cast<std::ptrdiff_t>(k) + 2, shape.end());
   const Shape P(pos.shape().begin() + (pos_batched ? 1 : 0), pos.shape().end());
@@ -89,7 +83,7 @@ BatchOut dynamic_slice_as_take(const BatchArgs& a) {
   bool batched = a.dims[0] != not_batched;
   Array y = batched ? move_batch_dim(a.x[0], a.dims[0], 0, a.size) : a.x[0];
   const Shape n(y.shape().begin() + (batched ? 1 : 0), y.shape().end());
-  if (a.size == 0 || product(sizes) == 0) return batch_by_loop(a);
+  if (a.size == 0 || shape_size(sizes) == 0) return batch_by_loop(a);
   for (std::size_t k = 0; k < n.size(); ++k) {
     if (sizes[k] == n[k]) continue;  // the start clamps to 0
     const bool start_batched = a.dims[1 + k] != not_batched;

@@ -325,7 +325,6 @@ Array concatenate_kernel(std::span<const Array> in, std::int64_t dimension, cons
   return result;
 }
 
-// out[o, j, k] = x[o, idx[j], k] with x viewed as [outer, axis_size, inner].
 namespace {
 // dst row j = src row idx[j] (normalized), rows of `row` bytes; rows of one element copied as
 // such (a per-element memcpy call costs more than the copy).
@@ -349,6 +348,7 @@ void gather_rows(Byte* dst, const Byte* src, const std::vector<std::int64_t>& id
 }
 }  // namespace
 
+// out[o, j, k] = x[o, idx[j], k] with x viewed as [outer, axis_size, inner].
 Array gather_kernel(const Array& x, const Array& indices, std::int64_t axis, const ShapedArray& out) {
   Array result = alloc_array(out);
   if (out.size() == 0) return result;
