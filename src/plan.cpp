@@ -230,30 +230,23 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
   prog->shape = key.shape;
   EvalPlan::Step st;
   st.kind = EvalPlan::Kind::fused;
-  std::unordered_map<std::uint64_t, std::int32_t> value_of;        // var id -> value number
-  std::unordered_map<const Literal*, std::int32_t> literal_value;  // each literal operand once
-  // A broadcast operand is one input per layout (an array broadcast as a row and as a column in
-  // one run is read two ways): keyed by the atom (var id or literal address) and the layout.
-  std::map<std::tuple<std::uint64_t, std::int64_t, std::int64_t>, std::int32_t> broadcast_value;
+  std::unordered_map<std::uint64_t, std::int32_t> value_of;  // var id -> value defined in the run (-1 while collecting)
+  // The program's inputs, one per operand and layout (an array broadcast as a row and as a column
+  // in one run is read two ways): keyed by the atom (var id, or literal address) and the layout.
+  using InputKey = std::tuple<bool, std::uint64_t, std::int64_t, std::int64_t>;  // (is literal, id or address, layout)
+  std::map<InputKey, std::int32_t> input_value;
   auto value = [&](const Atom& a, BroadcastLayout layout = {}) -> std::int32_t {
     auto* v = std::get_if<Var>(&a);
-    auto* l = std::get_if<Literal>(&a);
-    const std::tuple<std::uint64_t, std::int64_t, std::int64_t> key{
-        v ? v->id() : static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(l)), layout.period, layout.repeat};
-    if (layout.period > 0) {
-      if (auto it = broadcast_value.find(key); it != broadcast_value.end()) return it->second;
-    } else if (v) {
+    if (v)
       if (auto it = value_of.find(v->id()); it != value_of.end()) return it->second;
-    } else if (auto it = literal_value.find(l); it != literal_value.end()) {
-      return it->second;
-    }
+    const InputKey key{!v, v ? v->id() : static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&std::get<Literal>(a))),
+                       layout.period, layout.repeat};
+    if (auto it = input_value.find(key); it != input_value.end()) return it->second;
     auto n = static_cast<std::int32_t>(prog->inputs.size());
     const ShapedArray& av = atom_aval(a);
     prog->inputs.push_back({av.dtype == DType::bool_, av.ndim() == 0, layout.period, layout.repeat});
     st.ins.push_back(operand(a));
-    if (layout.period > 0) broadcast_value[key] = n;
-    else if (v) value_of[v->id()] = n;
-    else literal_value[l] = n;
+    input_value[key] = n;
     return n;
   };
   // Inputs get numbers as they are met; ops are numbered after all inputs, so collect first.
