@@ -116,6 +116,16 @@ class Gen {
   }
   const Val& at(const Scope& s, int i) { return s.env[static_cast<std::size_t>(i)]; }
 
+  /// Sometimes (not inside an inner grad: a decision) the node's integer indices or random key
+  /// come from data: variant 1, with one more argument, the value they are computed from
+  /// (interpret.cpp: data_index). Under vmap they are batched whenever that value is.
+  void maybe_data_indices(Scope& s, Node& n) {
+    if (s.r.pure || !coin(0.35)) return;
+    n.variant = 1;
+    n.args.push_back(pick_any(s));
+    count(std::string(op_name(n.op)) + "_data");
+  }
+
   void push(Scope& s, Block& b, Node n, std::vector<double> mags) {
     count(op_name(n.op));
     for (std::size_t i = 0; i < n.outs.size(); ++i) s.env.push_back({n.outs[i], mags[i]});
@@ -225,6 +235,7 @@ class Gen {
       if (!kCseLiteralBugFixed) return false;
       n.ints = {uniform(0, 1000)};
       mag = 5;
+      if (!s.env.empty()) maybe_data_indices(s, n);
     }
     push(s, b, n, {mag});
     return true;
@@ -592,6 +603,7 @@ class Gen {
           out.push_back(uniform(1, static_cast<int>(d)));
         }
         n.ints2 = out;
+        maybe_data_indices(s, n);
         break;
       }
       case 9: {
@@ -605,6 +617,7 @@ class Gen {
         });
         n.args.push_back(j);
         for (int k = 0; k < r; ++k) n.ints.push_back(uniform(-1, static_cast<int>(sh[static_cast<std::size_t>(k)]) + 1));
+        maybe_data_indices(s, n);
         out = sh;
         n.outs = {out};
         push(s, b, n, {std::max(v.mag, at(s, j).mag)});
@@ -620,6 +633,7 @@ class Gen {
         for (int k = 0; k < cnt; ++k) n.ints2.push_back(uniform(-d, d - 1));
         out = sh;
         out[static_cast<std::size_t>(axis)] = cnt;
+        maybe_data_indices(s, n);
         break;
       }
       default: {
@@ -628,6 +642,7 @@ class Gen {
         auto d = static_cast<int>(sh[0]);
         n.flag = coin(0.3);  // traced index (an i32 Array)
         n.ints = {n.flag ? uniform(0, d - 1) : uniform(-d, d - 1)};
+        if (n.flag) maybe_data_indices(s, n);
         out = Shape(sh.begin() + 1, sh.end());
         break;
       }

@@ -54,6 +54,20 @@ std::vector<Array> i32_scalars(const std::vector<std::int64_t>& v) {
   return out;
 }
 
+/// The k-th integer index in [lo, hi] computed from data (a node's variant 1): lo plus the integer
+/// part of (hi - lo + 1) (1 + sin(3 sum(src) + k)) / 2, capped at hi; an i32 scalar whose
+/// derivative is zero. The Monitor records the distance to the integer part's next jump, so the
+/// finite-difference and rounding-sensitive oracles skip programs whose index is about to change.
+Array data_index(const Array& src, std::int64_t k, std::int64_t lo, std::int64_t hi, Monitor* m) {
+  Array v = static_cast<double>(hi - lo + 1) * 0.5 * (1.0 + xj::sin(3.0 * xj::sum(src) + static_cast<double>(k)));
+  if (m && v.is_concrete()) {
+    double e = v.to_vector<double>().at(0);
+    m->note(std::min(e - std::floor(e), std::ceil(e) - e));
+  }
+  Array i = xj::add(xj::astype(v, xj::i32), xj::scalar(static_cast<double>(lo), xj::i32));
+  return xj::minimum(i, xj::scalar(static_cast<double>(hi), xj::i32));
+}
+
 }  // namespace
 
 // ---- formulas for custom rules (elementwise; arguments of one shape) ----------------------------
@@ -185,7 +199,11 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
   switch (n.op) {
     case Op::Const: return {xj::full(out, n.c, dtype)};
     case Op::Iota: return {xj::iota(dtype, out, n.ints[0])};
-    case Op::RandNormal: return {xj::random::normal(xj::random::key(static_cast<std::uint64_t>(n.ints[0])), out, dtype)};
+    case Op::RandNormal: {
+      Array key = xj::random::key(static_cast<std::uint64_t>(n.ints[0]));
+      if (n.variant == 1) key = xj::random::fold_in(key, data_index(a, 0, 0, 1000, m));
+      return {xj::random::normal(key, out, dtype)};
+    }
     case Op::Neg: return {-a};
     case Op::Sin: return {xj::sin(a)};
     case Op::Cos: return {xj::cos(a)};
@@ -271,13 +289,29 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       if (!n.flag && start.size() == 1) return {xj::slice_in_dim(a, start[0], limit[0], 0)};
       return {n.flag ? xj::slice(a, start, limit, strides) : xj::slice(a, start, limit)};
     }
-    case Op::DynSlice: return {xj::dynamic_slice(a, i32_scalars(n.ints), n.ints2)};
-    case Op::DynUpdateSlice: return {xj::dynamic_update_slice(a, b, i32_scalars(n.ints))};
+    case Op::DynSlice: case Op::DynUpdateSlice: {
+      // variant 1: each start in [-1, d + 1] (clamped by the op) from the last argument
+      Arrays starts = i32_scalars(n.ints);
+      if (n.variant == 1)
+        for (std::size_t k = 0; k < starts.size(); ++k)
+          starts[k] = data_index(args.back(), static_cast<std::int64_t>(k), -1, a.shape()[k] + 1, m);
+      if (n.op == Op::DynSlice) return {xj::dynamic_slice(a, starts, n.ints2)};
+      return {xj::dynamic_update_slice(a, b, starts)};
+    }
     case Op::Take: {
+      if (n.variant == 1) {  // indices in [-d, d - 1] from the last argument
+        std::int64_t d = a.shape()[static_cast<std::size_t>(n.ints[0])];
+        Arrays idx;
+        for (std::size_t k = 0; k < n.ints2.size(); ++k) idx.push_back(data_index(args.back(), static_cast<std::int64_t>(k), -d, d - 1, m));
+        return {xj::take(a, xj::stack(idx), n.ints[0])};
+      }
       std::vector<std::int32_t> idx(n.ints2.begin(), n.ints2.end());
       return {xj::take(a, xj::array<std::int32_t>(idx, {static_cast<std::int64_t>(idx.size())}), n.ints[0])};
     }
-    case Op::Index: return {n.flag ? a[xj::scalar(static_cast<double>(n.ints[0]), xj::i32)] : a[n.ints[0]]};
+    case Op::Index:
+      if (!n.flag) return {a[n.ints[0]]};
+      if (n.variant == 1) return {a[data_index(b, 0, 0, a.shape()[0] - 1, m)]};
+      return {a[xj::scalar(static_cast<double>(n.ints[0]), xj::i32)]};
     case Op::Fit: return {fit(a, out)};
     case Op::Checkpoint: case Op::Scan: case Op::ForiLoop: case Op::While: case Op::Cond: case Op::Switch:
     case Op::Jit: case Op::CustomJvp: case Op::CustomVjp: case Op::InnerGrad: case Op::Count_: break;

@@ -331,6 +331,42 @@ class Checker {
         return compare(got, want, same);
       });
 
+    // Batching at distant points: two more members drawn independently of xs_ (each kept only if
+    // its own Plain run finds no kink or integer jump near it), so that indices, random keys and
+    // branch decisions computed from data differ between members.
+    if (comparable) {
+      double need = f64 ? kSameMarginF64 : kSameMarginF32;
+      std::vector<Arrays> members{xs_};
+      check("vmap vs loop at distant points", Expect::Success, [&] {
+        for (int k = 0; k < 2; ++k) {
+          Arrays x = random_arrays(rng_, p_.main.in, -1.5, 1.5, dt_);
+          if (margin_at(x) >= need) members.push_back(x);
+        }
+        if (members.size() == 1) return std::string();
+        auto [axes, stacked] = batch_inputs(members);
+        Arrays per;
+        for (const auto& m : members) per.push_back(F(m));
+        std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
+        std::string d = compare({xj::vmap(F, in_axes)(stacked)}, {xj::stack(per)}, same);
+        return d.empty() ? compare({xj::jit(xj::vmap(F, in_axes))(stacked)}, {xj::stack(per)}, same) : d;
+      });
+      if (gradient && members.size() > 1)
+        check("vmap(grad) vs loop of grad at distant points", rev, [&] {
+          auto [axes, stacked] = batch_inputs(members);
+          std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
+          Arrays got = xj::vmap(xj::grad(LF), in_axes)(stacked);
+          std::vector<Arrays> per;
+          for (const auto& m : members) per.push_back(xj::grad(LF)(m));
+          Arrays want;
+          for (std::size_t k = 0; k < got.size(); ++k) {
+            Arrays parts;
+            for (const auto& g : per) parts.push_back(g[k]);
+            want.push_back(xj::stack(parts));
+          }
+          return compare(got, want, same);
+        });
+    }
+
     // Jacobians of one-input programs: forward against reverse mode.
     if (xs_.size() == 1 && xs_[0].size() <= 32 && comparable && !nested_while_bug)
       check("jacfwd vs jacrev", both, [&] {
@@ -409,6 +445,15 @@ class Checker {
       stacked.push_back(xj::stack(parts, *axes[k]));
     }
     return {axes, stacked};
+  }
+
+  /// The smallest distance to a kink or jump that a Plain run at x sees (its own tape).
+  double margin_at(const Arrays& x) const {
+    Tape tape;
+    tape.recording = true;
+    Monitor mon;
+    Runner{Mode::Plain, dt_, &tape, &mon}(p_, x);
+    return mon.margin;
   }
 
   Arrays shifted(double h) const {
