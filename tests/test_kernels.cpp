@@ -557,12 +557,29 @@ TEST_CASE("kernel: argmax along every axis picks the first maximum") {
   }
   check_argmax<float, std::int32_t>({9}, 0);
   check_argmax<float, std::int32_t>({0, 3}, 1);
+  // rows longer than a SIMD batch along the last axis (the vectorized path)
+  check_argmax<float, std::int32_t>({4, 37}, 1);
+  check_argmax<double, std::int64_t>({3, 21}, 1);
+  check_argmax<std::int32_t, std::int32_t>({3, 40}, 1);
   const float nan = std::nanf("");
   Array x = make<float>({1, nan, 5, nan}, {4});
   Params ps = xjax::params::Argmax{.axes = Ints{0}, .index_dtype = DType::i32};
   CHECK(values_of<std::int32_t>(run(Primitive::argmax, {x}, {{}, DType::i32}, ps))[0] == 1);
   Array b = make_bool({0, 0, 1, 1}, {4});
   CHECK(values_of<std::int32_t>(run(Primitive::argmax, {b}, {{}, DType::i32}, ps))[0] == 2);
+  // long rows: the first NaN wins wherever it sits in the vector lanes; -0 and 0 tie (first
+  // wins); a row of -inf gives 0
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> row(19, -1.0f);
+  row[3] = 7, row[11] = nan, row[14] = nan, row[17] = 9;
+  std::vector<float> zeros(19, -inf);
+  zeros[6] = -0.0f, zeros[13] = 0.0f;
+  std::vector<float> rows = row;
+  rows.insert(rows.end(), zeros.begin(), zeros.end());
+  rows.insert(rows.end(), 19, -inf);
+  Params last = xjax::params::Argmax{.axes = Ints{1}, .index_dtype = DType::i32};
+  CHECK(values_of<std::int32_t>(run(Primitive::argmax, {make(rows, {3, 19})}, {{3}, DType::i32}, last)) ==
+        std::vector<std::int32_t>{11, 6, 0});
 }
 
 // ---- dot_general -------------------------------------------------------------------------------

@@ -181,9 +181,32 @@ template <class T> bool beats(T v, T best) {
   return v > best;
 }
 
+// The first k maximizing x[k] (k < n, n > 0): the maximum in one vectorized pass (NaN when the
+// row holds one), then the first element equal to it (the first NaN when it is NaN).
+template <class T> std::int64_t argmax_contiguous(const T* x, std::int64_t n) {
+  const T m = fold_contiguous<T, MaxOp<T>>(x, n);
+  std::int64_t k = 0;
+  if constexpr (std::is_floating_point_v<T>) {  // skip whole batches that cannot hold it
+    constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
+    const Batch<T> mb(m);
+    const bool nan = m != m;
+    for (; k + width <= n; k += width) {
+      const auto v = Batch<T>::load_unaligned(x + k);
+      if (xsimd::any(nan ? xsimd::isnan(v) : v == mb)) break;
+    }
+  }
+  for (; k < n; ++k)
+    if (x[k] == m || (m != m && x[k] != x[k])) return k;
+  return 0;
+}
+
 // x viewed as [outer, n, inner]; out[o, j] = first k maximizing x[o, k, j]. An empty axis gives 0.
 template <class T, class I>
 void argmax_typed(const T* x, I* out, std::int64_t outer, std::int64_t n, std::int64_t inner) {
+  if (inner == 1 && n > 0) {  // the last axis: no branch per element
+    for (std::int64_t o = 0; o < outer; ++o) out[o] = static_cast<I>(argmax_contiguous(x + o * n, n));
+    return;
+  }
   std::vector<T> best(static_cast<std::size_t>(inner));
   for (std::int64_t o = 0; o < outer; ++o) {
     const T* block = x + o * n * inner;
