@@ -12,6 +12,7 @@
 
 #include <xjax/xjax.hpp>
 
+#include "internal.hpp"  // detail::bind1 for pad (no user op)
 #include "test_util.hpp"
 
 namespace xj = xjax;
@@ -627,6 +628,34 @@ TEST_CASE("vmap: dynamic_update_slice of whole rows at batched positions equals 
   }
   check_close(tx, wx, 1e-12);
   check_close(tu, wu, 1e-12);
+}
+
+TEST_CASE("vmap: pad with a batched padding value (x batched or shared; negative and interior padding) equals the loop") {
+  const xj::params::Pad ps{.lo = {-1, 2}, .hi = {1, -2}, .interior = {1, 2}};
+  auto pad = [ps](const xj::Array& x, const xj::Array& v) { return xj::detail::bind1(xj::Primitive::pad, {x, v}, ps); };
+  xj::Array xs = randn({4, 3, 5}, 140), x = randn({3, 5}, 141), vs = randn({4}, 142);
+  std::vector<xj::Array> own, shared;
+  for (std::int64_t b = 0; b < 4; ++b) {
+    own.push_back(pad(member(xs, b), member(vs, b)));
+    shared.push_back(pad(x, member(vs, b)));
+  }
+  check_equal(xj::vmap(pad)(xs, vs), xj::stack(own));
+  check_equal(xj::vmap(pad, std::tuple{2, 0})(xj::transpose(xs, {1, 2, 0}), vs), xj::stack(own));
+  check_equal(xj::vmap(pad, std::tuple{xj::None{}, 0})(x, vs), xj::stack(shared));
+  check_equal(xj::jit(xj::vmap(pad, std::tuple{xj::None{}, 0}))(x, vs), xj::stack(shared));
+  // Integer elements, and per-member gradients (the padding value's is the sum of the cotangent
+  // where it was written).
+  xj::Array xi = xj::astype(xs * 100.0, xj::i32), vi = xj::astype(vs * 100.0, xj::i32);
+  std::vector<xj::Array> ints;
+  for (std::int64_t b = 0; b < 4; ++b) ints.push_back(pad(member(xi, b), member(vi, b)));
+  check_equal(xj::vmap(pad)(xi, vi), xj::stack(ints));
+  auto loss = [&](const xj::Array& x, const xj::Array& v) { return xj::sum(xj::sin(pad(x * x, v * 3.0))); };
+  auto [gx, gv] = xj::vmap(xj::grad(loss, xj::argnums<0, 1>))(xs, vs);
+  for (std::int64_t b = 0; b < 4; ++b) {
+    auto [wx, wv] = xj::grad(loss, xj::argnums<0, 1>)(member(xs, b), member(vs, b));
+    check_close(member(gx, b), wx, 1e-12);
+    check_close(member(gv, b), wv, 1e-12);
+  }
 }
 
 TEST_CASE("jacfwd, jacrev and hessian equal their definitions (one batched evaluation each)") {

@@ -223,9 +223,27 @@ BatchOut slice_batch(const BatchArgs& a) {
   return one(bind1(a.prim, a.x, ps, a.loc), d);
 }
 
-// pad(x, v)[b]: no padding along the batch axis; a batched padding value goes member by member.
+// pad(x, v)[b] with a batched padding value: x padded with 0 (its batch axis unpadded, a shared x
+// padded once), then v[b] wherever no element of x landed (where a padded mask of ones is 0).
+BatchOut pad_with_batched_value(const BatchArgs& a) {
+  const params::Pad& ps = a.params.get<params::Pad>();
+  const bool x_batched = a.dims[0] != not_batched;
+  Array x = x_batched ? move_batch_dim(a.x[0], a.dims[0], 0, a.size) : a.x[0];
+  const Shape member(x.shape().begin() + (x_batched ? 1 : 0), x.shape().end());
+  const Array zero = scalar(0.0, x.dtype());
+  params::Pad px = ps;
+  if (x_batched) px = {.lo = inserted(ps.lo, 0, 0), .hi = inserted(ps.hi, 0, 0), .interior = inserted(ps.interior, 0, 0)};
+  Array padded = bind1(Primitive::pad, {x, zero}, px, a.loc);
+  Array from_x = ne(bind1(Primitive::pad, {full(member, 1.0, x.dtype()), zero}, ps, a.loc), zero, a.loc);
+  Shape v_shape(member.size() + 1, 1);
+  v_shape[0] = a.size;
+  Array v = reshape(move_batch_dim(a.x[1], a.dims[1], 0, a.size), v_shape, a.loc);
+  return one(where(from_x, padded, v, a.loc), 0);
+}
+
+// pad(x, v)[b]: no padding along the batch axis.
 BatchOut pad_batch(const BatchArgs& a) {
-  if (a.dims[1] != not_batched) return batch_by_loop(a);
+  if (a.dims[1] != not_batched) return pad_with_batched_value(a);
   std::int64_t d = a.dims[0];
   params::Pad ps = a.params.get<params::Pad>();
   ps.lo = inserted(ps.lo, d, 0);
