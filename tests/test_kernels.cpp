@@ -679,6 +679,63 @@ TEST_CASE("kernel: dot_general with batch dims and contracting dims anywhere") {
   }
 }
 
+// Float products small enough for the register-blocked loops (src/kernels/small_gemm.cpp; BLAS
+// otherwise): every layout of both operands, row counts that leave remainders of the 8- and 4-row
+// blocks, column counts of one, two and three SIMD batches (and some that are not a multiple of
+// a batch: BLAS), batched products, and sizes just past the limits (BLAS again).
+TEST_CASE("kernel: dot_general of small float matrices in every layout equals the brute-force product") {
+  auto layouts = [](std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+    std::vector<DotCase> out;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        DotCase c;
+        c.lhs = ta ? Shape{k, m} : Shape{m, k};
+        c.rhs = tb ? Shape{n, k} : Shape{k, n};
+        c.lc = {ta ? 0 : 1};
+        c.rc = {tb ? 1 : 0};
+        if (batch > 0) {
+          c.lhs.insert(c.lhs.begin(), batch);
+          c.rhs.insert(c.rhs.begin(), batch);
+          c.lc[0] += 1;
+          c.rc[0] += 1;
+          c.lb = {0};
+          c.rb = {0};
+        }
+        out.push_back(c);
+      }
+    return out;
+  };
+  for (std::int64_t m : {1, 3, 4, 5, 8, 9, 12, 13, 16, 17})
+    for (std::int64_t n : {8, 16, 24, 32, 48})
+      for (std::int64_t k : {2, 7, 32})
+        for (const auto& c : layouts(m, n, k, 0)) {
+          check_dot<float>(c);
+          check_dot<double>(c);
+        }
+  for (const auto& c : layouts(9, 32, 16, 3)) {
+    check_dot<float>(c);
+    check_dot<double>(c);
+  }
+  for (const auto& c : layouts(4, 128, 64, 0)) check_dot<float>(c);   // B transposed too large to pack
+  for (const auto& c : layouts(136, 128, 128, 0)) check_dot<float>(c);  // past m n k = 128^3
+}
+
+TEST_CASE("kernel: small float products propagate NaN and infinity as a sum of products does") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  std::vector<float> a(9 * 8, 1.0f), b(8 * 32, 0.5f);
+  a[2 * 8 + 3] = nan;   // row 2: NaN everywhere
+  a[5 * 8 + 1] = inf;   // row 5: +inf where b is positive, NaN where b is 0
+  b[1 * 32 + 7] = 0.0f;
+  Params ps = xjax::params::DotGeneral{.lhs_contracting = {1}, .rhs_contracting = {0}, .lhs_batch = {}, .rhs_batch = {}};
+  std::vector<float> c = values_of<float>(run(Primitive::dot_general, {make(a, {9, 8}), make(b, {8, 32})}, {{9, 32}, DType::f32}, ps));
+  for (std::int64_t j = 0; j < 32; ++j) {
+    CHECK(std::isnan(c[static_cast<std::size_t>(2 * 32 + j)]));
+    if (j == 7) CHECK(std::isnan(c[static_cast<std::size_t>(5 * 32 + j)]));
+    else CHECK(c[static_cast<std::size_t>(5 * 32 + j)] == inf);
+    CHECK(c[static_cast<std::size_t>(4 * 32 + j)] == (j == 7 ? 3.5f : 4.0f));
+  }
+}
+
 TEST_CASE("kernel: dot_general of a larger matrix through BLAS") {
   check_dot<float>({{37, 65}, {65, 29}, {1}, {0}, {}, {}});
   check_dot<double>({{65, 37}, {29, 65}, {0}, {1}, {}, {}});

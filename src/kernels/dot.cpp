@@ -2,8 +2,9 @@
 //
 // Read in order: GemmOperand (an operand seen as a [batch, rows, cols] matrix stack, possibly
 // transposed), operand_as_matrix (which picks a layout the operand already has, or transposes it
-// into one), then the two back ends: BLAS for f32/f64 (cblas_sgemm/dgemm per batch entry) and a
-// plain loop for integers. Output dims are batch..., lhs free..., rhs free..., i.e. C is
+// into one), then the two back ends: for f32/f64 per batch entry the register-blocked loops of
+// small_gemm.cpp where the product is small, BLAS (cblas_sgemm/dgemm) otherwise; and a plain
+// loop for integers. Output dims are batch..., lhs free..., rhs free..., i.e. C is
 // [batch, M, N] row-major: exactly the output's layout.
 #include <cblas.h>
 
@@ -12,6 +13,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/simd.hpp"
+#include "kernels/small_gemm.hpp"
 
 namespace xjax::detail::kernels {
 namespace {
@@ -111,8 +113,12 @@ void gemm_blas(const GemmOperand& a, const GemmOperand& b, const GemmShape& s, T
   const std::int64_t ldb = b.transposed ? s.k : s.n;
   const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
   const auto tb = b.transposed ? CblasTrans : CblasNoTrans;
-  for (std::int64_t i = 0; i < s.batch; ++i)
-    blas_gemm<T>(ta, tb, s, pa + i * s.m * s.k, lda, pb + i * s.k * s.n, ldb, c + i * s.m * s.n);
+  const SmallGemm small{s.m, s.n, s.k, a.transposed, b.transposed};
+  for (std::int64_t i = 0; i < s.batch; ++i) {
+    const T *ai = pa + i * s.m * s.k, *bi = pb + i * s.k * s.n;
+    T* ci = c + i * s.m * s.n;
+    if (!small_gemm<T>(small, ai, bi, ci)) blas_gemm<T>(ta, tb, s, ai, lda, bi, ldb, ci);
+  }
 }
 
 // Integers: c[i, j] = sum_k a[i, k] * b[k, j] with wrap-around arithmetic, strided by layout.
