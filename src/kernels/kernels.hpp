@@ -39,8 +39,14 @@ Array share_buffer(const Array& x, const ShapedArray& aval);
 std::int64_t read_index_scalar(const Array& x);
 
 /// Typed access to element storage. bool elements are stored as std::uint8_t (0 or 1).
-template <class T> const T* in_ptr(const Array& a) { return static_cast<const T*>(a.raw_data()); }
-template <class T> T* out_ptr(const Array& a) { return static_cast<T*>(mutable_data(a)); }
+/// The elements of a concrete array, inline (kernels only ever see concrete arrays, so the
+/// tracer checks of Array::raw_data are not repeated for every operand of every step).
+inline char* elements_of(const Array& a) {
+  const ArrayImpl& im = *a.impl();
+  return im.buffer ? static_cast<char*>(im.buffer->data) + im.offset : nullptr;
+}
+template <class T> const T* in_ptr(const Array& a) { return reinterpret_cast<const T*>(elements_of(a)); }
+template <class T> T* out_ptr(const Array& a) { return reinterpret_cast<T*>(elements_of(a)); }
 
 /// Calls f(std::type_identity<T>{}) with T the storage type of `d`:
 /// float, double, int32_t, int64_t, uint32_t, or uint8_t for bool.
