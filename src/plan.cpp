@@ -303,22 +303,20 @@ Ints mapped(const Ints& dims, const Ints& perm) {
 /// that dot: the dot reads x with its contracting and batch dims mapped through perm, which the
 /// dot kernel turns into GEMM transpose flags. Only when the operand's free dims keep their order
 /// (the dot's output layout is unchanged). A transpose left without readers is dropped. The
-/// folded dots are copies kept in `folded`; the other equations are j's own.
-EqnList fold_transposes(const Jaxpr& j, std::vector<Eqn>& folded) {
+/// folded dots are copies kept in `folded`; the other equations are the list's own.
+EqnList fold_transposes(EqnList eqns, const std::vector<Atom>& outvars, std::vector<Eqn>& folded) {
   std::unordered_map<std::uint64_t, const Eqn*> transpose_of;  // t -> its transpose equation
   std::unordered_map<std::uint64_t, std::size_t> readers;
-  for (const auto& e : j.eqns) {
-    if (e.prim == Primitive::transpose) transpose_of[e.outputs[0].id()] = &e;
-    for (const auto& in : e.inputs)
+  for (const Eqn* e : eqns) {
+    if (e->prim == Primitive::transpose) transpose_of[e->outputs[0].id()] = e;
+    for (const auto& in : e->inputs)
       if (auto* v = std::get_if<Var>(&in)) ++readers[v->id()];
   }
-  for (const auto& o : j.outvars)
+  for (const auto& o : outvars)
     if (auto* v = std::get_if<Var>(&o)) ++readers[v->id()];
-  EqnList eqns;
-  for (const auto& e : j.eqns) eqns.push_back(&e);
   if (transpose_of.empty()) return eqns;
   std::size_t num_dots = 0;
-  for (const auto& e : j.eqns) num_dots += e.prim == Primitive::dot_general;
+  for (const Eqn* e : eqns) num_dots += e->prim == Primitive::dot_general;
   folded.reserve(num_dots);  // no reallocation below: eqns points into it
   for (auto& ep : eqns) {
     if (ep->prim != Primitive::dot_general) continue;
@@ -351,12 +349,78 @@ EqnList fold_transposes(const Jaxpr& j, std::vector<Eqn>& folded) {
   return eqns;
 }
 
+// ---- checkpoint inlining ------------------------------------------------------------------------
+
+bool inlinable(const Eqn& e) {
+  if (e.prim != Primitive::checkpoint) return false;
+  const ClosedJaxpr& body = *e.params.get<params::Checkpoint>().jaxpr;
+  return body.consts.empty() && !body.jaxpr->eqns.empty();
+}
+
+/// Appends to `out` the equations of j with their operands read through `subst` (variable id ->
+/// atom), each inlinable checkpoint replaced by its body's equations (recursively): the body's
+/// inputs read as the checkpoint's operands, every variable the body defines renamed to a fresh
+/// one (the same body may be inlined twice), and the checkpoint's results read as the body's
+/// outputs. The first equation of each inlined body also counts one checkpoint execution.
+/// Returns j's outputs through `subst`.
+std::vector<Atom> inline_into(const Jaxpr& j, std::unordered_map<std::uint64_t, Atom>& subst, EvalPlan::Inlined& out,
+                              bool fresh_outputs) {
+  auto read = [&](const Atom& a) -> Atom {
+    if (const auto* v = std::get_if<Var>(&a))
+      if (auto it = subst.find(v->id()); it != subst.end()) return it->second;
+    return a;
+  };
+  for (const Eqn& e : j.eqns) {
+    std::vector<Atom> ins;
+    for (const auto& in : e.inputs) ins.push_back(read(in));
+    if (inlinable(e)) {
+      const Jaxpr& body = *e.params.get<params::Checkpoint>().jaxpr->jaxpr;
+      std::unordered_map<std::uint64_t, Atom> inner;
+      for (std::size_t k = 0; k < body.invars.size(); ++k) inner[body.invars[k].id()] = ins[k];
+      const std::size_t first = out.eqns.size();
+      std::vector<Atom> results = inline_into(body, inner, out, true);
+      // (on an equation that stays a step: not a transpose, which may be folded into a dot)
+      std::size_t at = first;
+      while (at + 1 < out.eqns.size() && out.eqns[at].prim == Primitive::transpose) ++at;
+      out.extra_counts[&out.eqns[at]].push_back(Primitive::checkpoint);
+      for (std::size_t k = 0; k < e.outputs.size(); ++k) subst[e.outputs[k].id()] = results[k];
+      continue;
+    }
+    Eqn copy{e.prim, std::move(ins), e.outputs, e.params, e.loc};
+    if (fresh_outputs)
+      for (auto& o : copy.outputs) {
+        Var renamed(o.aval());
+        subst[o.id()] = renamed;
+        o = renamed;
+      }
+    out.eqns.push_back(std::move(copy));
+  }
+  std::vector<Atom> outs;
+  for (const auto& o : j.outvars) outs.push_back(read(o));
+  return outs;
+}
+
 }  // namespace
 
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   auto plan = std::make_shared<EvalPlan>();
-  const EqnList eqns = schedule_for_fusion(fold_transposes(source, plan->folded_dots));
-  const LastUse last_use = last_uses(eqns, source.outvars);
+  // The equations run: the source's own, or (when it holds a checkpoint to inline) the copies.
+  EqnList listed;
+  const std::vector<Atom>* outvars = &source.outvars;
+  if (std::any_of(source.eqns.begin(), source.eqns.end(), inlinable)) {
+    std::unordered_map<std::uint64_t, Atom> subst;
+    plan->inlined.outvars = inline_into(source, subst, plan->inlined, false);
+    for (const Eqn& e : plan->inlined.eqns) listed.push_back(&e);
+    outvars = &plan->inlined.outvars;
+  } else {
+    for (const Eqn& e : source.eqns) listed.push_back(&e);
+  }
+  const EqnList eqns = schedule_for_fusion(fold_transposes(std::move(listed), *outvars, plan->folded_dots));
+  const LastUse last_use = last_uses(eqns, *outvars);
+  auto extra_counts = [&](const Eqn* e, std::vector<Primitive>& counted) {
+    if (auto it = plan->inlined.extra_counts.find(e); it != plan->inlined.extra_counts.end())
+      counted.insert(counted.end(), it->second.begin(), it->second.end());
+  };
   std::unordered_map<std::uint64_t, std::size_t> slot;
   auto define = [&](const Var& v) {
     if (!last_use.count(v.id())) return EvalPlan::npos;
@@ -407,6 +471,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
       }
       st.free_after = dying(i, end);
       hand_over(st);
+      for (std::size_t q = i; q < end; ++q) extra_counts(eqns[q], st.counted);
       plan->fused_equations += end - i;
       plan->steps.push_back(std::move(st));
       i = end;
@@ -415,6 +480,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     EvalPlan::Step st;
     st.eqn = &e;
     st.counted = {e.prim};
+    extra_counts(&e, st.counted);
     if (e.prim == Primitive::checkpoint) {
       st.kind = EvalPlan::Kind::call;
       st.body = e.params.get<params::Checkpoint>().jaxpr.get();
@@ -437,7 +503,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     plan->steps.push_back(std::move(st));
     i = end;
   }
-  for (const auto& o : source.outvars) plan->outs.push_back(operand(o));
+  for (const auto& o : *outvars) plan->outs.push_back(operand(o));
   return plan;
 }
 

@@ -1,8 +1,10 @@
 // plan.hpp: the execution plan of a jaxpr (not installed). Built once per jaxpr, on its first
 // evaluation outside a trace (plan_of caches it in a side table, src/plan_cache.cpp), and run by eval_jaxpr on every later one.
 #pragma once
+#include <deque>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "higher_order.hpp"
@@ -43,8 +45,19 @@ struct EvalPlan {
   };
   /// The dot_generals that read a transpose's operand directly (fold_transposes in plan.cpp): the
   /// steps point into these copies, and into the jaxpr's own equations and literals for the rest.
-  /// So a plan holds no array or sub-jaxpr of its jaxpr, and runs only while the jaxpr lives.
+  /// So a plan holds no sub-jaxpr of its jaxpr, and runs only while the jaxpr lives; the only
+  /// arrays it holds are the literals of inlined checkpoint bodies (below), sharing the jaxpr's
+  /// buffers (a literal result must own its bytes: it may outlive the jaxpr).
   std::vector<Eqn> folded_dots;
+  /// The equations of a jaxpr holding checkpoints, with each checkpoint whose body has no consts
+  /// replaced by its body's equations (inline_into in plan.cpp): copies, with the outputs read
+  /// through the replacement and the primitives counted beyond each equation's own (the inlined
+  /// checkpoints). Empty when nothing was inlined (the steps point into the jaxpr itself).
+  struct Inlined {
+    std::deque<Eqn> eqns;  // stable addresses: steps point into it
+    std::vector<Atom> outvars;
+    std::unordered_map<const Eqn*, std::vector<Primitive>> extra_counts;
+  } inlined;
   std::size_t num_slots = 0;
   std::vector<std::size_t> const_slots, in_slots;  // npos: never read
   std::vector<Step> steps;

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <set>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -349,6 +350,7 @@ TEST_CASE("plan: a Jaxpr changed in place after evaluation gets a new plan (revi
 }
 
 TEST_CASE("plan: an unrolled scan keeps nothing alive after its body is gone") {
+  xj::clear_caches();  // plans of earlier tests' jaxprs may hold literals (inlined checkpoint bodies)
   const std::int64_t before = xj::memory_stats().live_bytes;
   const std::int64_t n = 10000;
   {
@@ -559,26 +561,108 @@ TEST_CASE("plan: a broadcast literal joins its reader's run, not an earlier one"
   check_identical(y, f(x, w));
 }
 
-// A checkpoint evaluates as its body: its plan step runs the body's plan directly (no impl rule
-// and no side-table lookup per execution), and still counts one checkpoint execution.
-TEST_CASE("plan: a checkpoint step runs its body's plan directly") {
+// A checkpoint evaluates as its body: a plan inlines the body's equations as its own steps (no
+// nested plan run per execution; fusion sees across the boundary), renamed per inlining, and
+// still counts one checkpoint execution. A body with consts runs as a call of its own plan.
+TEST_CASE("plan: a checkpoint's body runs inlined as steps of the outer plan") {
   auto block = xj::checkpoint([](const xj::Array& x) { return xj::sin(xj::sin(x)) * 2.0; });
-  auto f = [&](const xj::Array& x) { return block(x) + 1.0; };
+  auto nested = xj::checkpoint([&](const xj::Array& x) { return block(x) - 0.5; });
+  // The same body twice, and once inside another checkpoint.
+  auto f = [&](const xj::Array& x) { return block(x) + block(x * 3.0) * nested(x + 1.0) + 1.0; };
   xj::Array x = sample(64, xj::f64, 17);
   auto j = xj::make_jaxpr(f)(x);
   auto plan = xjax::detail::make_plan(*j.jaxpr);
-  const auto call = std::find_if(plan->steps.begin(), plan->steps.end(),
-                                 [](const auto& st) { return st.kind == xjax::detail::EvalPlan::Kind::call; });
-  REQUIRE(call != plan->steps.end());
-  const auto& body = *call->eqn->params.get<xj::params::Checkpoint>().jaxpr;
-  CHECK(call->body == &body);
-  CHECK(call->body_plan == xjax::detail::plan_of(body.jaxpr));
+  for (const auto& st : plan->steps) CHECK(st.kind != xjax::detail::EvalPlan::Kind::call);
+  CHECK(plan->inlined.eqns.size() >= 9);
+  std::set<std::uint64_t> defined;  // each inlining defines its own variables
+  for (const auto& e : plan->inlined.eqns)
+    for (const auto& o : e.outputs) CHECK(defined.insert(o.id()).second);
   xj::reset_eval_counts();
   xj::Array y = xj::eval_jaxpr(j, std::vector<xj::Array>{x}).at(0);
   auto counts = xj::eval_counts();
-  CHECK(counts["checkpoint"] == 1);
-  CHECK(counts["sin"] == 2);
-  check_identical(y, xj::sin(xj::sin(x)) * 2.0 + 1.0);
+  CHECK(counts["checkpoint"] == 4);
+  CHECK(counts["sin"] == 6);
+  auto plain = [](const xj::Array& x) { return xj::sin(xj::sin(x)) * 2.0; };
+  check_identical(y, plain(x) + plain(x * 3.0) * (plain(x + 1.0) - 0.5) + 1.0);
+  // Gradients through the checkpoints (the recompute runs inlined too) against finite differences
+  // (at finite points: sample gives NaN and infinities from 11 elements on).
+  auto loss = [&](const xj::Array& x) { return xj::sum(f(x)); };
+  x = sample(10, xj::f64, 18);
+  xj::Array g = xj::jit(xj::grad(loss))(x);
+  const double h = 1e-6;
+  xj::Array e = xj::zeros_like(x);
+  for (std::int64_t i = 0; i < 3; ++i) {
+    xj::Array ei = xj::dynamic_update_slice(e, xj::ones({1}, xj::f64), {xj::scalar(static_cast<double>(i), xj::i32)});
+    double fd = (loss(x + ei * h).item<double>() - loss(x - ei * h).item<double>()) / (2 * h);
+    CHECK(g[i].item<double>() == doctest::Approx(fd).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("plan: one checkpoint body read by two equations (an unrolled scan's) is inlined twice, renamed") {
+  xj::Array x = sample(8, xj::f64, 21);
+  auto body = std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& a) { return xj::sin(a) * 2.0; })(x));
+  const xj::params::Checkpoint ps{.jaxpr = body, .policy = {}, .prevent_cse = false, .differentiated = false};
+  xj::Jaxpr outer;
+  xj::Var in(x.aval()), mid(x.aval()), out(x.aval());
+  outer.invars = {in};
+  outer.eqns.push_back(xj::Eqn{xj::Primitive::checkpoint, {in}, {mid}, ps, {}});
+  outer.eqns.push_back(xj::Eqn{xj::Primitive::checkpoint, {mid}, {out}, ps, {}});
+  outer.outvars = {out};
+  auto plan = xjax::detail::make_plan(outer);
+  std::set<std::uint64_t> defined;
+  for (const auto& e : plan->inlined.eqns)
+    for (const auto& o : e.outputs) CHECK(defined.insert(o.id()).second);
+  xj::ClosedJaxpr cj{std::make_shared<const xj::Jaxpr>(outer), {}};
+  check_identical(xj::eval_jaxpr(cj, std::vector<xj::Array>{x}).at(0), xj::sin(xj::sin(x) * 2.0) * 2.0);
+}
+
+// Regression (found by the fuzzer, seed 33, while inlining was written): a result that is a
+// literal of an inlined body must own its bytes, not view the jaxpr's, which may be gone.
+TEST_CASE("plan: a literal result of an inlined checkpoint body outlives the jaxpr") {
+  xj::Array x = xj::array<double>({1.0, 2.0, 3.0}, {3});
+  xj::Array result;
+  {
+    xj::Var b_in(x.aval());
+    auto body = std::make_shared<xj::Jaxpr>();
+    body->invars = {b_in};
+    xj::Var twice(x.aval());
+    body->eqns.push_back(xj::Eqn{xj::Primitive::add, {b_in, b_in}, {twice}, {}, {}});
+    body->outvars = {twice, xj::Literal{xj::array<double>({7.0, 8.0, 9.0}, {3})}};
+    const xj::params::Checkpoint ps{.jaxpr = std::make_shared<const xj::ClosedJaxpr>(xj::ClosedJaxpr{body, {}}),
+                                    .policy = {}, .prevent_cse = false, .differentiated = false};
+    auto outer = std::make_shared<xj::Jaxpr>();
+    xj::Var in(x.aval()), a(x.aval()), c(x.aval());
+    outer->invars = {in};
+    outer->eqns.push_back(xj::Eqn{xj::Primitive::checkpoint, {in}, {a, c}, ps, {}});
+    outer->outvars = {c};
+    result = xj::eval_jaxpr(xj::ClosedJaxpr{outer, {}}, std::vector<xj::Array>{x}).at(0);
+  }
+  xj::clear_caches();
+  std::vector<xj::Array> reuse;  // take the freed memory back
+  for (int i = 0; i < 64; ++i) reuse.push_back(xj::full({3}, -1.0, xj::f64) * static_cast<double>(i));
+  CHECK(result.to_vector<double>() == std::vector<double>{7.0, 8.0, 9.0});
+}
+
+TEST_CASE("plan: a checkpoint body with consts runs as a call step") {
+  xj::Array x = sample(8, xj::f64, 19);
+  auto body = std::make_shared<xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& a) { return xj::sin(a) * 2.0; })(x));
+  // The body reads one const (moved from an input), so it cannot be inlined.
+  xj::Array c = sample(8, xj::f64, 20);
+  auto with_const = std::make_shared<xj::Jaxpr>(*body->jaxpr);
+  with_const->constvars.push_back(with_const->invars.at(0));
+  with_const->invars.clear();
+  xj::ClosedJaxpr closed_body{with_const, {c}};
+  xj::Jaxpr outer;
+  xj::Var in(x.aval()), out(x.aval());
+  outer.invars = {in};
+  outer.eqns.push_back(xj::Eqn{xj::Primitive::checkpoint, {}, {out},
+                               xj::params::Checkpoint{.jaxpr = std::make_shared<const xj::ClosedJaxpr>(closed_body), .policy = {}, .prevent_cse = false, .differentiated = false}, {}});
+  outer.outvars = {out};
+  auto plan = xjax::detail::make_plan(outer);
+  REQUIRE(plan->steps.size() == 1);
+  CHECK(plan->steps[0].kind == xjax::detail::EvalPlan::Kind::call);
+  xj::ClosedJaxpr cj{std::make_shared<const xj::Jaxpr>(outer), {}};
+  check_identical(xj::eval_jaxpr(cj, std::vector<xj::Array>{x}).at(0), xj::sin(c) * 2.0);
 }
 
 // Review finding: the plan of a jaxpr holds its checkpoint bodies' plans (Kind::call), so a body
