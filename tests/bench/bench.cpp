@@ -174,10 +174,13 @@ int torch_threads() {
   return env && std::atoi(env) > 0 ? std::atoi(env) : 1;
 }
 
-/// "xjax 3.1x faster" (or "libtorch 1.2x faster") from the two medians.
-std::string speedup(double xj_s, double torch_s) {
-  return xj_s <= torch_s ? "xjax " + fmt("%.2f", torch_s / xj_s) + "x faster"
-                         : "libtorch " + fmt("%.2f", xj_s / torch_s) + "x faster";
+/// "xjax 3.1x faster" (or "libtorch 1.2x faster"): libtorch's median over xjax's, each as a ratio
+/// to the lean reference measured alternately with it. The two are measured one after the other,
+/// and a shared machine's speed drifts between them (medians moved by 30% on a noisy VM); the
+/// reference, run in both, takes the drift out.
+std::string speedup(const Measured& xj, const Measured& torch) {
+  const double x = xj.xj_s / xj.ref_s, t = torch.xj_s / torch.ref_s;
+  return x <= t ? "xjax " + fmt("%.2f", t / x) + "x faster" : "libtorch " + fmt("%.2f", x / t) + "x faster";
 }
 #endif
 
@@ -286,7 +289,7 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
     rows.push_back({name, ckpt ? "per-layer recompute" : "plain autograd", "libtorch", tt.xj_s, tt.xj_s / tt.ref_s,
                     flops / tt.xj_s * 1e-9, 0, 0,
                     sizes + " err=" + fmt("%.1e", rel_err(tg.data(), gx.data<float>(), L * d * d)) + " vs xjax; " +
-                        speedup(m.xj_s, tt.xj_s) + "; intra-op threads " + std::to_string(g_torch_threads)});
+                        speedup(m, tt) + "; intra-op threads " + std::to_string(g_torch_threads)});
 #endif
   }
 }
@@ -710,7 +713,7 @@ void bench_eager(std::vector<Row>& rows, std::int64_t n_ops, int reps) {
     std::vector<float> tc = torch_ops.result();
     rows.push_back({"E1", std::string(name) + " 32x32 eager", "libtorch", tt.xj_s, tt.xj_s / tt.ref_s, 0, 0, 0,
                     fmt("%.2f", tt.xj_s * us) + " us/op libtorch (NoGradGuard), " + fmt("%.2f", eager.xj_s * us) +
-                        " us/op xjax eager: " + speedup(eager.xj_s, tt.xj_s) + "; err=" +
+                        " us/op xjax eager: " + speedup(eager, tt) + "; err=" +
                         fmt("%.1e", rel_err(tc.data(), c.data<float>(), d * d)) + " vs xjax; " +
                         "intra-op threads " + std::to_string(g_torch_threads)});
 #endif
