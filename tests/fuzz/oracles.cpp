@@ -305,31 +305,9 @@ class Checker {
     // the branches xs_ takes), each input batched along a random axis or shared, against the
     // program applied to each member and stacked; and vmap(grad) against each member's grad.
     if (fd)
-      check("vmap vs loop", Expect::Success, [&] {
-        std::vector<Arrays> members{xs_, shifted(1e-4), shifted(-2e-4)};
-        auto [axes, stacked] = batch_inputs(members);
-        Arrays per;
-        for (const auto& m : members) per.push_back(F(m));
-        std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
-        std::string d = compare({xj::vmap(F, in_axes)(stacked)}, {xj::stack(per)}, same);
-        return d.empty() ? compare({xj::jit(xj::vmap(F, in_axes))(stacked)}, {xj::stack(per)}, same) : d;
-      });
+      check("vmap vs loop", Expect::Success, [&] { return vmap_vs_loop(F, {xs_, shifted(1e-4), shifted(-2e-4)}); });
     if (fd && gradient)
-      check("vmap(grad) vs loop of grad", rev, [&] {
-        std::vector<Arrays> members{xs_, shifted(1e-4), shifted(-2e-4)};
-        auto [axes, stacked] = batch_inputs(members);
-        std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
-        Arrays got = xj::vmap(xj::grad(LF), in_axes)(stacked);
-        std::vector<Arrays> per;
-        for (const auto& m : members) per.push_back(xj::grad(LF)(m));
-        Arrays want;
-        for (std::size_t k = 0; k < got.size(); ++k) {
-          Arrays parts;
-          for (const auto& g : per) parts.push_back(g[k]);
-          want.push_back(xj::stack(parts));
-        }
-        return compare(got, want, same);
-      });
+      check("vmap(grad) vs loop of grad", rev, [&] { return vmap_vs_loop_of_grads(xj::grad(LF), {xs_, shifted(1e-4), shifted(-2e-4)}); });
 
     // Batching at distant points: two more members drawn independently of xs_ (each kept only if
     // its own Plain run finds no kink or integer jump near it), so that indices, random keys and
@@ -342,29 +320,10 @@ class Checker {
           Arrays x = random_arrays(rng_, p_.main.in, -1.5, 1.5, dt_);
           if (margin_at(x) >= need) members.push_back(x);
         }
-        if (members.size() == 1) return std::string();
-        auto [axes, stacked] = batch_inputs(members);
-        Arrays per;
-        for (const auto& m : members) per.push_back(F(m));
-        std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
-        std::string d = compare({xj::vmap(F, in_axes)(stacked)}, {xj::stack(per)}, same);
-        return d.empty() ? compare({xj::jit(xj::vmap(F, in_axes))(stacked)}, {xj::stack(per)}, same) : d;
+        return members.size() == 1 ? std::string() : vmap_vs_loop(F, members);
       });
       if (gradient && members.size() > 1)
-        check("vmap(grad) vs loop of grad at distant points", rev, [&] {
-          auto [axes, stacked] = batch_inputs(members);
-          std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
-          Arrays got = xj::vmap(xj::grad(LF), in_axes)(stacked);
-          std::vector<Arrays> per;
-          for (const auto& m : members) per.push_back(xj::grad(LF)(m));
-          Arrays want;
-          for (std::size_t k = 0; k < got.size(); ++k) {
-            Arrays parts;
-            for (const auto& g : per) parts.push_back(g[k]);
-            want.push_back(xj::stack(parts));
-          }
-          return compare(got, want, same);
-        });
+        check("vmap(grad) vs loop of grad at distant points", rev, [&] { return vmap_vs_loop_of_grads(xj::grad(LF), members); });
     }
 
     // Jacobians of one-input programs: forward against reverse mode.
@@ -445,6 +404,34 @@ class Checker {
       stacked.push_back(xj::stack(parts, *axes[k]));
     }
     return {axes, stacked};
+  }
+
+  /// vmap(f) and jit(vmap(f)) over the members (each input batched along a random axis or
+  /// shared) against f applied to each member and stacked.
+  std::string vmap_vs_loop(const std::function<Array(const Arrays&)>& f, std::vector<Arrays> members) {
+    auto [axes, stacked] = batch_inputs(members);
+    Arrays per;
+    for (const auto& m : members) per.push_back(f(m));
+    std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
+    Tol same = dt_ == xj::f64 ? kSameF64 : kSameF32;
+    std::string d = compare({xj::vmap(f, in_axes)(stacked)}, {xj::stack(per)}, same);
+    return d.empty() ? compare({xj::jit(xj::vmap(f, in_axes))(stacked)}, {xj::stack(per)}, same) : d;
+  }
+
+  /// vmap(g) over the members against g applied to each member, each gradient stacked.
+  std::string vmap_vs_loop_of_grads(const std::function<Arrays(const Arrays&)>& g, std::vector<Arrays> members) {
+    auto [axes, stacked] = batch_inputs(members);
+    std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
+    Arrays got = xj::vmap(g, in_axes)(stacked);
+    std::vector<Arrays> per;
+    for (const auto& m : members) per.push_back(g(m));
+    Arrays want;
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      Arrays parts;
+      for (const auto& p : per) parts.push_back(p[k]);
+      want.push_back(xj::stack(parts));
+    }
+    return compare(got, want, dt_ == xj::f64 ? kSameF64 : kSameF32);
   }
 
   /// The smallest distance to a kink or jump that a Plain run at x sees (its own tape).
