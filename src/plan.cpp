@@ -361,7 +361,7 @@ bool inlinable(const Eqn& e) {
 /// atom), each inlinable checkpoint replaced by its body's equations (recursively): the body's
 /// inputs read as the checkpoint's operands, every variable the body defines renamed to a fresh
 /// one (the same body may be inlined twice), and the checkpoint's results read as the body's
-/// outputs. The first equation of each inlined body also counts one checkpoint execution.
+/// outputs. Each inlined checkpoint is listed in out.counted (counted once per run of the plan).
 /// Returns j's outputs through `subst`.
 std::vector<Atom> inline_into(const Jaxpr& j, std::unordered_map<std::uint64_t, Atom>& subst, EvalPlan::Inlined& out,
                               bool fresh_outputs) {
@@ -377,12 +377,8 @@ std::vector<Atom> inline_into(const Jaxpr& j, std::unordered_map<std::uint64_t, 
       const Jaxpr& body = *e.params.get<params::Checkpoint>().jaxpr->jaxpr;
       std::unordered_map<std::uint64_t, Atom> inner;
       for (std::size_t k = 0; k < body.invars.size(); ++k) inner[body.invars[k].id()] = ins[k];
-      const std::size_t first = out.eqns.size();
       std::vector<Atom> results = inline_into(body, inner, out, true);
-      // (on an equation that stays a step: not a transpose, which may be folded into a dot)
-      std::size_t at = first;
-      while (at + 1 < out.eqns.size() && out.eqns[at].prim == Primitive::transpose) ++at;
-      out.extra_counts[&out.eqns[at]].push_back(Primitive::checkpoint);
+      out.counted.push_back(Primitive::checkpoint);
       for (std::size_t k = 0; k < e.outputs.size(); ++k) subst[e.outputs[k].id()] = results[k];
       continue;
     }
@@ -417,10 +413,6 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   }
   const EqnList eqns = schedule_for_fusion(fold_transposes(std::move(listed), *outvars, plan->folded_dots));
   const LastUse last_use = last_uses(eqns, *outvars);
-  auto extra_counts = [&](const Eqn* e, std::vector<Primitive>& counted) {
-    if (auto it = plan->inlined.extra_counts.find(e); it != plan->inlined.extra_counts.end())
-      counted.insert(counted.end(), it->second.begin(), it->second.end());
-  };
   std::unordered_map<std::uint64_t, std::size_t> slot;
   auto define = [&](const Var& v) {
     if (!last_use.count(v.id())) return EvalPlan::npos;
@@ -471,7 +463,6 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
       }
       st.free_after = dying(i, end);
       hand_over(st);
-      for (std::size_t q = i; q < end; ++q) extra_counts(eqns[q], st.counted);
       plan->fused_equations += end - i;
       plan->steps.push_back(std::move(st));
       i = end;
@@ -480,7 +471,6 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     EvalPlan::Step st;
     st.eqn = &e;
     st.counted = {e.prim};
-    extra_counts(&e, st.counted);
     if (e.prim == Primitive::checkpoint) {
       st.kind = EvalPlan::Kind::call;
       st.body = e.params.get<params::Checkpoint>().jaxpr.get();

@@ -4,7 +4,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "higher_order.hpp"
@@ -45,18 +44,21 @@ struct EvalPlan {
   };
   /// The dot_generals that read a transpose's operand directly (fold_transposes in plan.cpp): the
   /// steps point into these copies, and into the jaxpr's own equations and literals for the rest.
-  /// So a plan holds no sub-jaxpr of its jaxpr, and runs only while the jaxpr lives; the only
-  /// arrays it holds are the literals of inlined checkpoint bodies (below), sharing the jaxpr's
-  /// buffers (a literal result must own its bytes: it may outlive the jaxpr).
+  /// So a plan runs only while its jaxpr lives. A plan that inlined checkpoint bodies (below)
+  /// holds copies of their equations: their literals (sharing the jaxpr's buffers: a literal
+  /// result must own its bytes, as it may outlive the jaxpr) and params (sub-jaxprs shared), kept
+  /// until the side table sweeps the entry of a gone jaxpr (or clear_caches).
   std::vector<Eqn> folded_dots;
   /// The equations of a jaxpr holding checkpoints, with each checkpoint whose body has no consts
   /// replaced by its body's equations (inline_into in plan.cpp): copies, with the outputs read
-  /// through the replacement and the primitives counted beyond each equation's own (the inlined
-  /// checkpoints). Empty when nothing was inlined (the steps point into the jaxpr itself).
+  /// through the replacement, and the inlined checkpoints, counted once per run (every step of a
+  /// plan runs once per run, so they ran once each; counting them on one of their equations was
+  /// lost when fold_transposes replaced or dropped it). Empty when nothing was inlined (the
+  /// steps point into the jaxpr itself).
   struct Inlined {
     std::deque<Eqn> eqns;  // stable addresses: steps point into it
     std::vector<Atom> outvars;
-    std::unordered_map<const Eqn*, std::vector<Primitive>> extra_counts;
+    std::vector<Primitive> counted;
   } inlined;
   std::size_t num_slots = 0;
   std::vector<std::size_t> const_slots, in_slots;  // npos: never read

@@ -598,6 +598,22 @@ TEST_CASE("plan: a checkpoint's body runs inlined as steps of the outer plan") {
   }
 }
 
+// Review finding: the count of an inlined checkpoint hung on one of its body's equations, and was
+// lost when that equation was a transpose folded into a dot or a dot replaced by its folded copy.
+TEST_CASE("plan: inlined checkpoints whose bodies fold transposes into dots still count once each") {
+  xj::Array a = xj::reshape(xj::arange(12, xj::f32), {3, 4}) * 0.1f;
+  xj::Array b = xj::reshape(xj::arange(48, xj::f32), {3, 16}) * 0.01f;
+  auto product = xj::checkpoint([](const xj::Array& x, const xj::Array& y) { return xj::matmul(xj::transpose(x), y); });
+  auto transposed = xj::checkpoint([](const xj::Array& x) { return xj::transpose(x); });
+  auto f = [&](const xj::Array& x, const xj::Array& y) { return product(x, y) + xj::matmul(transposed(x), y); };
+  auto jf = xj::jit(f);
+  (void)jf(a, b);
+  xj::reset_eval_counts();
+  xj::Array got = jf(a, b);
+  CHECK(xj::eval_counts()["checkpoint"] == 2);
+  check_close(got, xj::matmul(xj::transpose(a), b) * 2.0f, 1e-5);
+}
+
 TEST_CASE("plan: one checkpoint body read by two equations (an unrolled scan's) is inlined twice, renamed") {
   xj::Array x = sample(8, xj::f64, 21);
   auto body = std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& a) { return xj::sin(a) * 2.0; })(x));
