@@ -28,8 +28,8 @@ template <class T> using Batch = xsimd::batch<T>;
 template <class T> constexpr std::int64_t kWidth = static_cast<std::int64_t>(Batch<T>::size);
 constexpr bool kWideSimd = sizeof(Batch<float>) >= 64;
 
-constexpr std::int64_t kMaxFlops = std::int64_t{128} * 128 * 128;  // m n k: beyond, BLAS's blocking wins
-constexpr std::size_t kMaxPackedBytes = 16384;                      // B transposed into a stack buffer
+constexpr std::int64_t kMaxMultiplyAdds = std::int64_t{128} * 128 * 128;  // m n k: beyond, BLAS's blocking wins
+constexpr std::size_t kMaxPackedBytes = 16384;  // B transposed into a stack buffer
 
 /// A as the kernel reads it: element (i, k) at a[i * row + k * col].
 template <class T> struct Lhs {
@@ -144,7 +144,7 @@ bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
   if constexpr (!kWideSimd) {
     return false;
   } else {
-    if (s.n % kWidth<T> != 0 || s.m * s.n * s.k > kMaxFlops) return false;
+    if (s.n % kWidth<T> != 0 || s.m * s.n * s.k > kMaxMultiplyAdds) return false;
     if (s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxPackedBytes) return false;
     const Lhs<T> lhs{a, s.a_transposed ? 1 : s.k, s.a_transposed ? s.m : 1};
     if (!s.b_transposed) {
