@@ -223,6 +223,11 @@ BatchOut slice_batch(const BatchArgs& a) {
   return one(bind1(a.prim, a.x, ps, a.loc), d);
 }
 
+// The padding of a member with an unpadded batch axis at d.
+params::Pad with_unpadded_axis(const params::Pad& ps, std::int64_t d) {
+  return {.lo = inserted(ps.lo, d, 0), .hi = inserted(ps.hi, d, 0), .interior = inserted(ps.interior, d, 0)};
+}
+
 // pad(x, v)[b] with a batched padding value: x padded with 0 (its batch axis unpadded, a shared x
 // padded once), then v[b] wherever no element of x landed (where a padded mask of ones is 0).
 BatchOut pad_with_batched_value(const BatchArgs& a) {
@@ -231,9 +236,7 @@ BatchOut pad_with_batched_value(const BatchArgs& a) {
   Array x = x_batched ? move_batch_dim(a.x[0], a.dims[0], 0, a.size) : a.x[0];
   const Shape member(x.shape().begin() + (x_batched ? 1 : 0), x.shape().end());
   const Array zero = scalar(0.0, x.dtype());
-  params::Pad px = ps;
-  if (x_batched) px = {.lo = inserted(ps.lo, 0, 0), .hi = inserted(ps.hi, 0, 0), .interior = inserted(ps.interior, 0, 0)};
-  Array padded = bind1(Primitive::pad, {x, zero}, px, a.loc);
+  Array padded = bind1(Primitive::pad, {x, zero}, x_batched ? with_unpadded_axis(ps, 0) : ps, a.loc);
   Array from_x = ne(bind1(Primitive::pad, {full(member, 1.0, x.dtype()), zero}, ps, a.loc), zero, a.loc);
   Shape v_shape(member.size() + 1, 1);
   v_shape[0] = a.size;
@@ -245,11 +248,7 @@ BatchOut pad_with_batched_value(const BatchArgs& a) {
 BatchOut pad_batch(const BatchArgs& a) {
   if (a.dims[1] != not_batched) return pad_with_batched_value(a);
   std::int64_t d = a.dims[0];
-  params::Pad ps = a.params.get<params::Pad>();
-  ps.lo = inserted(ps.lo, d, 0);
-  ps.hi = inserted(ps.hi, d, 0);
-  ps.interior = inserted(ps.interior, d, 0);
-  return one(bind1(a.prim, a.x, ps, a.loc), d);
+  return one(bind1(a.prim, a.x, with_unpadded_axis(a.params.get<params::Pad>(), d), a.loc), d);
 }
 
 bool indices_batched(const BatchArgs& a, std::size_t first) {

@@ -310,7 +310,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     }
     case Op::Index:
       if (!n.flag) return {a[n.ints[0]]};
-      if (n.variant == 1) return {a[data_index(b, 0, 0, a.shape()[0] - 1, m)]};
+      if (n.variant == 1) return {a[data_index(args.back(), 0, 0, a.shape()[0] - 1, m)]};
       return {a[xj::scalar(static_cast<double>(n.ints[0]), xj::i32)]};
     case Op::Fit: return {fit(a, out)};
     case Op::Checkpoint: case Op::Scan: case Op::ForiLoop: case Op::While: case Op::Cond: case Op::Switch:
