@@ -416,6 +416,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   std::unordered_map<std::uint64_t, std::size_t> slot;
   auto define = [&](const Var& v) {
     if (!last_use.count(v.id())) return EvalPlan::npos;
+    plan->slot_avals.push_back(v.aval());
     return slot[v.id()] = plan->num_slots++;
   };
   auto operand = [&](const Atom& a) {
@@ -485,6 +486,8 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
       std::vector<ShapedArray> in_avals;
       for (const auto& in : e.inputs) in_avals.push_back(atom_aval(in));
       st.kernel = resolve_kernel(e.prim, e.params, in_avals, e.outputs[0].aval());
+      if (e.prim == Primitive::dot_general)
+        st.into = kernels::dot_general_into(e.params.get<params::DotGeneral>(), in_avals[0], in_avals[1], e.outputs[0].aval());
     }
     for (const auto& in : e.inputs) st.ins.push_back(operand(in));
     st.free_after = dying(i, i + 1);
@@ -494,6 +497,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     i = end;
   }
   for (const auto& o : *outvars) plan->outs.push_back(operand(o));
+  plan->flat = make_flat_plan(*plan);
   return plan;
 }
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "flat_plan.hpp"
 #include "higher_order.hpp"
 #include "internal.hpp"
 #include "kernels/kernels.hpp"
@@ -34,6 +35,7 @@ struct EvalPlan {
     const ClosedJaxpr* body = nullptr;               // call: the body
     std::shared_ptr<const EvalPlan> body_plan;       // call: its plan
     KernelFn kernel;                                 // kernel
+    kernels::IntoKernel into;                        // kernel: into caller memory, where it has one
     ImplRule impl = nullptr;                         // impl
     OwningImplRule owning_impl = nullptr;            // impl: preferred when set (takes `ins` over)
     std::shared_ptr<const kernels::FusedProgram> fused;  // fused
@@ -61,10 +63,14 @@ struct EvalPlan {
     std::vector<Primitive> counted;
   } inlined;
   std::size_t num_slots = 0;
+  std::vector<ShapedArray> slot_avals;  // each slot's aval
   std::vector<std::size_t> const_slots, in_slots;  // npos: never read
   std::vector<Step> steps;
   std::vector<Operand> outs;
   std::size_t fused_equations = 0;  // equations run inside fused steps
+  /// The same plan on raw memory (flat_plan.hpp), for loops that run it many times (scan);
+  /// nullptr when a step runs sub-jaxprs.
+  std::shared_ptr<const FlatPlan> flat;
 };
 
 /// Builds j's plan. A function of the jaxpr: the plan points into j's equations and literals,

@@ -103,17 +103,16 @@ template <class T> void outer_products(const T* a, const T* b, const GemmShape& 
     }
 }
 
-// Floats: one BLAS GEMM per batch entry, using the transpose flags instead of copies.
+// Floats: one product per batch entry (small_gemm's loops, or BLAS), using the transpose flags
+// instead of copies. a_t / b_t: the operand is stored transposed.
 template <class T>
-void gemm_blas(const GemmOperand& a, const GemmOperand& b, const GemmShape& s, T* c) {
-  const T* pa = in_ptr<T>(a.storage);
-  const T* pb = in_ptr<T>(b.storage);
+void gemm_floats(const T* pa, bool a_t, const T* pb, bool b_t, const GemmShape& s, T* c) {
   if (s.k == 1) return outer_products(pa, pb, s, c);
-  const std::int64_t lda = a.transposed ? s.m : s.k;
-  const std::int64_t ldb = b.transposed ? s.k : s.n;
-  const auto ta = a.transposed ? CblasTrans : CblasNoTrans;
-  const auto tb = b.transposed ? CblasTrans : CblasNoTrans;
-  const SmallGemm small{s.m, s.n, s.k, a.transposed, b.transposed};
+  const std::int64_t lda = a_t ? s.m : s.k;
+  const std::int64_t ldb = b_t ? s.k : s.n;
+  const auto ta = a_t ? CblasTrans : CblasNoTrans;
+  const auto tb = b_t ? CblasTrans : CblasNoTrans;
+  const SmallGemm small{s.m, s.n, s.k, a_t, b_t};
   for (std::int64_t i = 0; i < s.batch; ++i) {
     const T *ai = pa + i * s.m * s.k, *bi = pb + i * s.k * s.n;
     T* ci = c + i * s.m * s.n;
@@ -178,13 +177,29 @@ Array run_dot(const DotLayout& l, const Array& lhs, const Array& rhs, const Shap
   visit_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T>)
-      gemm_blas<T>(a, b, l.s, out_ptr<T>(result));
+      gemm_floats<T>(in_ptr<T>(a.storage), a.transposed, in_ptr<T>(b.storage), b.transposed, l.s, out_ptr<T>(result));
     else if constexpr (std::is_same_v<T, std::uint8_t>)
       unsupported_dtype(Primitive::dot_general, DType::bool_);
     else
       gemm_loops<T>(a, b, l.s, out_ptr<T>(result));
   });
   return result;
+}
+
+// dot_general_into's kernel: the layout and the dtype it was resolved for.
+struct DotInto {
+  DotLayout layout;
+  DType dtype;
+};
+
+template <class T> void dot_into(const void* ctx, const void* const* ins, void* const* outs) {
+  const auto& d = *static_cast<const DotInto*>(ctx);
+  const GemmShape& s = d.layout.s;
+  T* c = static_cast<T*>(outs[0]);
+  if (s.batch * s.m * s.n == 0) return;
+  if (s.k == 0) return std::fill(c, c + s.batch * s.m * s.n, T{0});  // empty sums
+  gemm_floats<T>(static_cast<const T*>(ins[0]), d.layout.lhs.mode == OperandLayout::Mode::swapped,
+                 static_cast<const T*>(ins[1]), d.layout.rhs.mode == OperandLayout::Mode::swapped, s, c);
 }
 
 }  // namespace
@@ -199,6 +214,19 @@ KernelFn resolved_dot_general(const params::DotGeneral& dn, const ShapedArray& l
   return [layout = dot_layout(lhs.shape, rhs.shape, dn), out](std::span<const Array> in) {
     return run_dot(layout, in[0], in[1], out);
   };
+}
+
+
+IntoKernel dot_general_into(const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs,
+                            const ShapedArray& out) {
+  IntoKernel k;
+  auto ctx = std::make_shared<DotInto>(DotInto{dot_layout(lhs.shape, rhs.shape, dn), out.dtype});
+  if (ctx->layout.lhs.mode == OperandLayout::Mode::copy || ctx->layout.rhs.mode == OperandLayout::Mode::copy) return k;
+  if (out.dtype == DType::f32) k.fn = dot_into<float>;
+  else if (out.dtype == DType::f64) k.fn = dot_into<double>;
+  else return k;
+  k.ctx = std::move(ctx);
+  return k;
 }
 
 }  // namespace xjax::detail::kernels

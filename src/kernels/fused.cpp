@@ -19,6 +19,7 @@ namespace {
 using namespace simd;
 
 constexpr std::size_t kBlock = 512;  // elements per block: rows of 2-4 KiB stay in L1
+constexpr std::size_t kMaxPointers = 16;  // operand pointers kept on the stack (more: a vector)
 
 // The plain loops below are vectorized by GCC when asked (-O2 does not vectorize them).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -69,11 +70,6 @@ void stretched_row(const T* src, std::size_t period, std::size_t repeat, std::si
     fill_row(dst + done, len, src[j % period]);
     done += len;
   }
-}
-
-template <class T> T scalar_value(const Array& a, bool is_bool) {
-  if (is_bool) return in_ptr<std::uint8_t>(a)[0] != 0 ? T{1} : T{0};
-  return in_ptr<T>(a)[0];
 }
 
 template <class T> void compare_block(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
@@ -148,15 +144,88 @@ template <class T> struct Scratch {
   std::vector<char> shares;                  // output k shares its input's buffer
 };
 
+// Runs the program block by block on its inputs' elements (in_ptr[i]) into its outputs'
+// (out_ptr[k]). direct[value] >= 0: the value is a float output computed by an op, written
+// straight into that output's memory (which may be a donated input's: in place). shares[k]: output
+// k renames an input whose buffer it shares, so nothing is copied into it.
+template <class T>
+void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const* out_ptr, Scratch<T>& scratch) {
+  auto& [rows, v, bytes, direct, donated, shares] = scratch;
+  const auto nv = static_cast<std::size_t>(prog.num_values);
+  const std::size_t ni = prog.inputs.size();
+  const auto total = static_cast<std::size_t>(shape_size(prog.shape));
+  if (total == 0) return;
+  if (rows.size() < nv * kBlock) rows.resize(nv * kBlock);
+  v.resize(nv);
+  auto row = [&](std::size_t value) { return rows.data() + value * kBlock; };
+  auto input_elements = [&](std::size_t i) { return static_cast<const T*>(in_ptr[i]); };
+  auto input_bytes = [&](std::size_t i) { return static_cast<const std::uint8_t*>(in_ptr[i]); };
+  bytes.assign(ni, nullptr);
+  for (std::size_t i = 0; i < ni; ++i)
+    if (prog.inputs[i].is_scalar) {
+      const T value = prog.inputs[i].is_bool ? (input_bytes(i)[0] != 0 ? T{1} : T{0}) : input_elements(i)[0];
+      fill_row(row(i), std::min(kBlock, total), value);
+    }
+  for (std::size_t i = ni; i < nv; ++i) v[i] = row(i);
+
+  for (std::size_t start = 0; start < total; start += kBlock) {
+    const std::size_t n = std::min(kBlock, total - start);
+    for (std::size_t i = 0; i < ni; ++i) {
+      const auto& input = prog.inputs[i];
+      if (input.is_scalar) {
+        v[i] = row(i);
+      } else if (input.period > 0) {
+        if (input.repeat == 1)
+          periodic_row(input_elements(i), static_cast<std::size_t>(input.period), start, row(i), n);
+        else
+          stretched_row(input_elements(i), static_cast<std::size_t>(input.period), static_cast<std::size_t>(input.repeat),
+                        start, row(i), n);
+        v[i] = row(i);
+      } else if (input.read_as_bytes) {
+        bytes[i] = input_bytes(i) + start;
+      } else if (input.is_bool) {
+        widen(input_bytes(i) + start, row(i), n);
+        v[i] = row(i);
+      } else {
+        v[i] = const_cast<T*>(input_elements(i) + start);  // written only when donated
+      }
+    }
+    for (std::size_t value = ni; value < nv; ++value)
+      if (direct[value] >= 0) v[value] = static_cast<T*>(out_ptr[static_cast<std::size_t>(direct[value])]) + start;
+    for (const auto& op : prog.ops) run_op<T>(op, v, bytes, n);
+    for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+      const auto value = static_cast<std::size_t>(prog.outputs[k].value);
+      if (shares[k] || direct[value] == static_cast<std::int64_t>(k)) continue;
+      const T* src = v[value];
+      if (prog.outputs[k].is_bool) {
+        narrow(src, static_cast<std::uint8_t*>(out_ptr[k]) + start, n);
+      } else {
+        std::memcpy(static_cast<T*>(out_ptr[k]) + start, src, n * sizeof(T));
+      }
+    }
+  }
+}
+
+// direct (see run_blocks): each value's first float output, when an op computes it.
+void mark_direct_outputs(const FusedProgram& prog, std::vector<std::int64_t>& direct) {
+  direct.assign(static_cast<std::size_t>(prog.num_values), -1);
+  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+    const auto value = static_cast<std::size_t>(prog.outputs[k].value);
+    if (value >= prog.inputs.size() && !prog.outputs[k].is_bool && direct[value] < 0)
+      direct[value] = static_cast<std::int64_t>(k);
+  }
+}
+
 template <class T> void run_typed(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {
   const ShapedArray float_aval{prog.shape, prog.compute};
   const ShapedArray bool_aval{prog.shape, DType::bool_};
-  const auto nv = static_cast<std::size_t>(prog.num_values);
   const std::size_t ni = prog.inputs.size();
   Scratch<T> own;  // only while the thread is ending (its scratch is gone)
   Scratch<T>* mine = PerThread<Scratch<T>>::get();
   Scratch<T>& scratch = mine ? *mine : own;
-  auto& [rows, v, bytes, direct, donated, shares] = scratch;
+  auto& direct = scratch.direct;
+  auto& donated = scratch.donated;
+  auto& shares = scratch.shares;
   // An output that only renames a whole input (name, stop_gradient of a value from outside the
   // run) shares the input's buffer, as the unfused kernel does; the others are computed.
   shares.assign(prog.outputs.size(), 0);
@@ -172,12 +241,8 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   // That array is a float input's own buffer when the plan handed the input over (its last use,
   // no other owner) and no later op reads the input: the chain then works in place, as an
   // epilogue of the step that made the input (a GEMM's output becomes its relu's).
-  direct.assign(nv, -1);
+  mark_direct_outputs(prog, direct);
   donated.assign(ni, 0);
-  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
-    const auto value = static_cast<std::size_t>(prog.outputs[k].value);
-    if (value >= ni && !prog.outputs[k].is_bool && direct[value] < 0) direct[value] = static_cast<std::int64_t>(k);
-  }
   outs.clear();
   outs.resize(prog.outputs.size());
   for (std::size_t p = 0; p < prog.ops.size(); ++p) {
@@ -203,54 +268,28 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
     outs[k] = shares[k] ? share_buffer(in[static_cast<std::size_t>(o.value)], o.is_bool ? bool_aval : float_aval)
                         : alloc_array(o.is_bool ? bool_aval : float_aval);
   }
-  const auto total = static_cast<std::size_t>(float_aval.size());
-  if (total == 0) return;
+  const void* in_ptrs[kMaxPointers];
+  void* out_ptrs[kMaxPointers];
+  std::vector<const void*> many_in;
+  std::vector<void*> many_out;
+  const void** ip = in_ptrs;
+  void** op = out_ptrs;
+  if (ni > kMaxPointers) ip = (many_in.resize(ni), many_in.data());
+  if (outs.size() > kMaxPointers) op = (many_out.resize(outs.size()), many_out.data());
+  for (std::size_t i = 0; i < ni; ++i) ip[i] = elements_of(in[i]);
+  for (std::size_t k = 0; k < outs.size(); ++k) op[k] = elements_of(outs[k]);
+  run_blocks<T>(prog, ip, op, scratch);
+}
 
-  if (rows.size() < nv * kBlock) rows.resize(nv * kBlock);
-  v.resize(nv);
-  auto row = [&](std::size_t value) { return rows.data() + value * kBlock; };
-  bytes.assign(ni, nullptr);
-  for (std::size_t i = 0; i < ni; ++i)
-    if (prog.inputs[i].is_scalar)
-      fill_row(row(i), std::min(kBlock, total), scalar_value<T>(in[i], prog.inputs[i].is_bool));
-  for (std::size_t i = ni; i < nv; ++i) v[i] = row(i);
-
-  for (std::size_t start = 0; start < total; start += kBlock) {
-    const std::size_t n = std::min(kBlock, total - start);
-    for (std::size_t i = 0; i < ni; ++i) {
-      const auto& input = prog.inputs[i];
-      if (input.is_scalar) {
-        v[i] = row(i);
-      } else if (input.period > 0) {
-        if (input.repeat == 1)
-          periodic_row(in_ptr<T>(in[i]), static_cast<std::size_t>(input.period), start, row(i), n);
-        else
-          stretched_row(in_ptr<T>(in[i]), static_cast<std::size_t>(input.period), static_cast<std::size_t>(input.repeat),
-                        start, row(i), n);
-        v[i] = row(i);
-      } else if (input.read_as_bytes) {
-        bytes[i] = in_ptr<std::uint8_t>(in[i]) + start;
-      } else if (input.is_bool) {
-        widen(in_ptr<std::uint8_t>(in[i]) + start, row(i), n);
-        v[i] = row(i);
-      } else {
-        v[i] = const_cast<T*>(in_ptr<T>(in[i]) + start);  // written only when donated (above)
-      }
-    }
-    for (std::size_t value = ni; value < nv; ++value)
-      if (direct[value] >= 0) v[value] = out_ptr<T>(outs[static_cast<std::size_t>(direct[value])]) + start;
-    for (const auto& op : prog.ops) run_op<T>(op, v, bytes, n);
-    for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
-      const auto value = static_cast<std::size_t>(prog.outputs[k].value);
-      if (shares[k] || direct[value] == static_cast<std::int64_t>(k)) continue;
-      const T* src = v[value];
-      if (prog.outputs[k].is_bool) {
-        narrow(src, out_ptr<std::uint8_t>(outs[k]) + start, n);
-      } else {
-        std::memcpy(out_ptr<T>(outs[k]) + start, src, n * sizeof(T));
-      }
-    }
-  }
+// The program into caller memory: every output computed or copied (nothing shared or donated).
+template <class T> void run_into(const void* ctx, const void* const* in, void* const* out) {
+  const auto& prog = *static_cast<const FusedProgram*>(ctx);
+  Scratch<T> own;
+  Scratch<T>* mine = PerThread<Scratch<T>>::get();
+  Scratch<T>& scratch = mine ? *mine : own;
+  mark_direct_outputs(prog, scratch.direct);
+  scratch.shares.assign(prog.outputs.size(), 0);
+  run_blocks<T>(prog, in, out, scratch);
 }
 
 }  // namespace
@@ -292,6 +331,15 @@ void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<
   if (prog.compute == DType::f32) return run_typed<float>(prog, in, outs);
   if (prog.compute == DType::f64) return run_typed<double>(prog, in, outs);
   throw Error(std::string("run_fused: compute dtype must be f32 or f64, got ") + dtype_name(prog.compute));
+}
+
+IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog) {
+  IntoKernel k;
+  if (prog->compute == DType::f32) k.fn = run_into<float>;
+  else if (prog->compute == DType::f64) k.fn = run_into<double>;
+  else return k;
+  k.ctx = std::move(prog);
+  return k;
 }
 
 }  // namespace xjax::detail::kernels

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -61,6 +62,17 @@ template <class F> decltype(auto) visit_dtype(DType d, F&& f) {
   }
   throw Error("visit_dtype: invalid dtype");
 }
+
+/// A kernel writing into memory its caller provides (flat plans, flat_plan.hpp): it reads operand
+/// i's elements at ins[i] and writes output k's at outs[k], memory that overlaps no operand's.
+/// Resolved once for fixed operand and output avals; `ctx` holds what it was resolved with.
+struct IntoKernel {
+  using Fn = void (*)(const void* ctx, const void* const* ins, void* const* outs);
+  Fn fn = nullptr;
+  std::shared_ptr<const void> ctx;
+  explicit operator bool() const { return fn != nullptr; }
+  void operator()(const void* const* ins, void* const* outs) const { fn(ctx.get(), ins, outs); }
+};
 
 // ---- scalar arithmetic shared by the families --------------------------------------------------
 
@@ -160,6 +172,8 @@ bool is_comparison(Primitive p);
 /// Runs the program on its inputs (one array per FusedProgram::Input); `outs` (cleared first)
 /// receives the outputs: fresh arrays, or inputs' buffers (shared or handed over).
 void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs);
+/// The program as an IntoKernel (every output written, none shared with an input).
+IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog);
 
 // ---- reduce.cpp --------------------------------------------------------------------------------
 
@@ -176,6 +190,10 @@ Array dot_general_kernel(const Array& lhs, const Array& rhs, const params::DotGe
 /// dot_general for operands of avals lhs and rhs, its GEMM layout worked out once (plans).
 KernelFn resolved_dot_general(const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs,
                               const ShapedArray& out);
+/// dot_general as an IntoKernel, for f32/f64 operands that are read in place (as stored or
+/// transposed by a GEMM flag); empty for the rest (integers, operands that need a copy).
+IntoKernel dot_general_into(const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs,
+                            const ShapedArray& out);
 
 // ---- shape.cpp ---------------------------------------------------------------------------------
 

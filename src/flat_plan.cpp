@@ -1,0 +1,184 @@
+// flat_plan.cpp: make_flat_plan, which places every value of an EvalPlan (input, output or
+// workspace offset), and run_flat, which runs the steps on those places (flat_plan.hpp).
+#include "flat_plan.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "plan.hpp"
+#include "xjax/detail/external.hpp"
+
+namespace xjax::detail {
+namespace {
+
+thread_local bool t_flat_scans = true;
+
+constexpr std::size_t kAlign = 64;  // every workspace value starts on a cache line
+
+/// Offsets into one workspace for values taken and given back in plan order: take returns the
+/// lowest free range that fits (or grows the workspace), give frees a range again.
+class WorkspacePacker {
+ public:
+  std::size_t take(std::size_t bytes) {
+    bytes = rounded(bytes);
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= bytes) {
+        const std::size_t at = it->first, left = it->second - bytes;
+        free_.erase(it);
+        if (left) free_[at + bytes] = left;
+        return at;
+      }
+    std::size_t at = end_;
+    if (!free_.empty()) {  // a free range at the end grows into the new one
+      auto last = std::prev(free_.end());
+      if (last->first + last->second == end_) {
+        at = last->first;
+        free_.erase(last);
+      }
+    }
+    end_ = at + bytes;
+    return at;
+  }
+  void give(std::size_t at, std::size_t bytes) {
+    auto it = free_.emplace(at, rounded(bytes)).first;
+    if (auto next = std::next(it); next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin())
+      if (auto prev = std::prev(it); prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+  }
+  std::size_t size() const { return end_; }
+
+ private:
+  static std::size_t rounded(std::size_t n) { return std::max<std::size_t>(kAlign, (n + kAlign - 1) / kAlign * kAlign); }
+  std::map<std::size_t, std::size_t> free_;  // offset -> bytes
+  std::size_t end_ = 0;
+};
+
+// A step without an IntoKernel: its Array kernel on views of the operands' memory (dropped with
+// the result, which is copied into place, before the step ends).
+void run_on_views(const FlatPlan::Step& st, FlatScratch& scratch) {
+  std::vector<Array> views;
+  views.reserve(st.ins.size());
+  for (std::size_t i = 0; i < st.ins.size(); ++i) views.push_back(external_array(scratch.ins[i], st.in_avals[i], nullptr));
+  const Array result = st.kernel(views);
+  if (st.out_bytes) std::memcpy(scratch.outs[0], result.raw_data(), st.out_bytes);
+}
+
+}  // namespace
+
+std::shared_ptr<const FlatPlan> make_flat_plan(const EvalPlan& plan) {
+  using Place = FlatPlan::Place;
+  for (const auto& st : plan.steps)
+    if (st.kind != EvalPlan::Kind::kernel && st.kind != EvalPlan::Kind::fused) return nullptr;
+  auto fp = std::make_shared<FlatPlan>();
+  auto& values = fp->values;
+  values.resize(plan.num_slots);
+  std::vector<char> placed(plan.num_slots, 0);
+  for (std::size_t s : plan.const_slots) {
+    if (s != EvalPlan::npos) values[s] = {Place::input, fp->num_inputs, nullptr}, placed[s] = 1;
+    ++fp->num_inputs;
+  }
+  for (std::size_t s : plan.in_slots) {
+    if (s != EvalPlan::npos) values[s] = {Place::input, fp->num_inputs, nullptr}, placed[s] = 1;
+    ++fp->num_inputs;
+  }
+  std::map<const Literal*, std::size_t> literal_values;
+  auto value_of = [&](const EvalPlan::Operand& op) {
+    if (!op.literal) return op.slot;
+    auto [it, fresh] = literal_values.emplace(op.literal, values.size());
+    if (fresh) values.push_back({Place::literal, 0, op.literal->value.raw_data()});
+    return it->second;
+  };
+  auto aval_of = [&](const EvalPlan::Operand& op) -> const ShapedArray& {
+    return op.literal ? op.literal->value.aval() : plan.slot_avals[op.slot];
+  };
+  // A value computed by a step and output once is computed in its output's memory; the other
+  // outputs are copied after the steps.
+  std::vector<std::size_t> times_output(plan.num_slots, 0);
+  for (const auto& op : plan.outs)
+    if (!op.literal) ++times_output[op.slot];
+  fp->num_outputs = plan.outs.size();
+  for (std::size_t k = 0; k < plan.outs.size(); ++k) {
+    const auto& op = plan.outs[k];
+    if (!op.literal && !placed[op.slot] && times_output[op.slot] == 1) {
+      values[op.slot] = {Place::output, k, nullptr};
+      placed[op.slot] = 1;
+    } else {
+      fp->copies.push_back({value_of(op), k, aval_of(op).nbytes()});
+    }
+  }
+  WorkspacePacker workspace;
+  for (const auto& st : plan.steps) {
+    FlatPlan::Step& f = fp->steps.emplace_back();
+    for (const auto& op : st.ins) f.ins.push_back(value_of(op));
+    std::vector<std::pair<std::size_t, std::size_t>> unread;  // (offset, bytes) of outputs nothing reads
+    for (std::size_t k = 0; k < st.outs.size(); ++k) {
+      const std::size_t s = st.outs[k];
+      if (s == EvalPlan::npos) {  // kernel steps only (a fused step outputs only what is read)
+        const std::size_t bytes = st.eqn->outputs[k].aval().nbytes();
+        unread.emplace_back(workspace.take(bytes), bytes);
+        f.outs.push_back(values.size());
+        values.push_back({Place::workspace, unread.back().first, nullptr});
+        continue;
+      }
+      if (!placed[s]) values[s] = {Place::workspace, workspace.take(plan.slot_avals[s].nbytes()), nullptr};
+      placed[s] = 1;
+      f.outs.push_back(s);
+    }
+    if (st.kind == EvalPlan::Kind::fused) {
+      f.into = kernels::fused_into(st.fused);
+    } else if (!(f.into = st.into)) {
+      f.kernel = st.kernel;
+      for (const auto& op : st.ins) f.in_avals.push_back(aval_of(op));
+      f.out_bytes = st.eqn->outputs[0].aval().nbytes();
+    }
+    if (!f.into && !f.kernel) return nullptr;
+    for (auto [at, bytes] : unread) workspace.give(at, bytes);
+    for (std::size_t s : st.free_after)
+      if (values[s].place == Place::workspace) workspace.give(values[s].index, plan.slot_avals[s].nbytes());
+    fp->counted.insert(fp->counted.end(), st.counted.begin(), st.counted.end());
+  }
+  fp->counted.insert(fp->counted.end(), plan.inlined.counted.begin(), plan.inlined.counted.end());
+  fp->workspace_bytes = workspace.size();
+  return fp;
+}
+
+void run_flat(const FlatPlan& plan, const void* const* inputs, void* const* outputs, void* workspace,
+              FlatScratch& scratch) {
+  using Place = FlatPlan::Place;
+  auto& where = scratch.where;
+  where.resize(plan.values.size());
+  char* const base = static_cast<char*>(workspace);
+  for (std::size_t i = 0; i < plan.values.size(); ++i) {
+    const auto& v = plan.values[i];
+    switch (v.place) {
+      case Place::input: where[i] = inputs[v.index]; break;
+      case Place::output: where[i] = outputs[v.index]; break;
+      case Place::workspace: where[i] = base + v.index; break;
+      case Place::literal: where[i] = v.literal; break;
+    }
+  }
+  for (const auto& st : plan.steps) {
+    scratch.ins.clear();
+    for (std::size_t v : st.ins) scratch.ins.push_back(where[v]);
+    scratch.outs.clear();
+    for (std::size_t v : st.outs) scratch.outs.push_back(const_cast<void*>(where[v]));
+    if (st.into) st.into(scratch.ins.data(), scratch.outs.data());
+    else run_on_views(st, scratch);
+  }
+  for (const auto& c : plan.copies)
+    if (c.bytes) std::memcpy(outputs[c.output], where[c.value], c.bytes);
+  for (Primitive p : plan.counted) count_eval(p);
+}
+
+bool flat_scans_enabled() { return t_flat_scans; }
+FlatScansOff::FlatScansOff() : was_(t_flat_scans) { t_flat_scans = false; }
+FlatScansOff::~FlatScansOff() { t_flat_scans = was_; }
+
+}  // namespace xjax::detail

@@ -1,0 +1,85 @@
+// flat_plan.hpp: an execution plan run on raw memory (not installed).
+//
+// An EvalPlan makes an Array (two shared blocks, a shape vector) for every value of every run
+// and passes operands through vectors of handles; in a scan over small layers that bookkeeping
+// costs as much as the arithmetic. A FlatPlan is the same schedule with every value given a
+// place when the plan is built: an input (memory the caller passes), an output (memory the
+// caller passes: a scan's next carry or its y slice, written by the step that computes it), or
+// an offset into one workspace that values with disjoint lifetimes share. A run then only
+// computes pointers and calls kernels.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "internal.hpp"
+#include "kernels/kernels.hpp"
+
+namespace xjax::detail {
+
+struct EvalPlan;
+
+struct FlatPlan {
+  /// Where a value lives during a run: index is the input or output number or the workspace
+  /// offset; literal: at `literal` (a literal operand's elements). A step's output that nothing
+  /// reads gets workspace for the step's duration.
+  enum class Place : std::uint8_t { input, output, workspace, literal };
+  struct Value {
+    Place place = Place::workspace;
+    std::size_t index = 0;
+    const void* literal = nullptr;
+  };
+  /// One step: an IntoKernel, or (for a primitive without one) its Array kernel run on views of
+  /// the operands, the result copied into place.
+  struct Step {
+    kernels::IntoKernel into;
+    KernelFn kernel;
+    std::vector<ShapedArray> in_avals;  // kernel: the operands' avals (for the views)
+    std::size_t out_bytes = 0;          // kernel: the output's size
+    std::vector<std::size_t> ins, outs;  // values
+  };
+  /// An output not written by a step (an input or literal passed through, a value output twice).
+  struct Copy {
+    std::size_t value, output, bytes;
+  };
+  std::vector<Value> values;
+  std::vector<Step> steps;
+  std::vector<Copy> copies;
+  std::size_t num_inputs = 0, num_outputs = 0;
+  std::size_t workspace_bytes = 0;
+  std::vector<Primitive> counted;  // eval_counts per run
+};
+
+/// The plan's flat form, or nullptr when it has a step that runs sub-jaxprs (impl or call), which
+/// take Arrays.
+std::shared_ptr<const FlatPlan> make_flat_plan(const EvalPlan& plan);
+
+/// Working vectors of flat runs, reused by a loop (a scan) so that its runs allocate nothing.
+struct FlatScratch {
+  std::vector<const void*> where;  // each value's address in this run
+  std::vector<const void*> ins;
+  std::vector<void*> outs;
+};
+
+/// Runs the plan: inputs[i] holds input i (consts first, then the jaxpr's inputs), outputs[k]
+/// receives output k (none of them overlapping an input), workspace has workspace_bytes bytes
+/// (64-byte aligned).
+void run_flat(const FlatPlan& plan, const void* const* inputs, void* const* outputs, void* workspace,
+              FlatScratch& scratch);
+
+/// Whether scans run their bodies' flat plans (the default). A test turns them off for the
+/// calling thread with FlatScansOff, to compare with the Array executor.
+bool flat_scans_enabled();
+class FlatScansOff {
+ public:
+  FlatScansOff();
+  ~FlatScansOff();
+  FlatScansOff(const FlatScansOff&) = delete;
+  FlatScansOff& operator=(const FlatScansOff&) = delete;
+
+ private:
+  bool was_;
+};
+
+}  // namespace xjax::detail

@@ -1,0 +1,233 @@
+// test_flat_plan.cpp: flat plans (src/flat_plan.hpp), which scans run on raw memory. Each scan
+// gives the Array executor's results bit for bit (same kernels, different bookkeeping) and the
+// values of a plain C++ loop; values with disjoint lifetimes share workspace; a flat scan makes
+// no buffer per iteration; bodies that run sub-jaxprs keep the Array executor.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+#include "flat_plan.hpp"
+#include "plan.hpp"
+#include "test_util.hpp"
+
+namespace xj = xjax;
+using namespace test_util;
+
+namespace {
+
+void check_same_bytes(const xj::Array& a, const xj::Array& b) {
+  REQUIRE(a.aval() == b.aval());
+  CHECK(std::memcmp(a.raw_data(), b.raw_data(), static_cast<std::size_t>(a.aval().nbytes())) == 0);
+}
+
+// f's results with flat scans and with the Array executor, compared byte for byte.
+template <class F> std::vector<xj::Array> same_both_ways(F f) {
+  std::vector<xj::Array> flat = f();
+  std::vector<xj::Array> arrays;
+  {
+    xj::detail::FlatScansOff off;
+    arrays = f();
+  }
+  REQUIRE(flat.size() == arrays.size());
+  for (std::size_t i = 0; i < flat.size(); ++i) check_same_bytes(flat[i], arrays[i]);
+  return flat;
+}
+
+xj::Array ramp(xj::Shape shape, float scale, float shift = 0.0f) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>((i * 7) % 13) - shift;
+  return xj::array<float>(v, shape);
+}
+
+// The scan body of a layer stack: the carry as a residual y, a bool mask y, the carry twice (as
+// the next carry's input and as a y), a scalar literal y, an unread product and a closed-over
+// constant.
+const xj::Array kBias = ramp({4}, 0.01f, 0.02f);
+
+std::pair<std::pair<xj::Array, xj::Array>, std::tuple<xj::Array, xj::Array, xj::Array, xj::Array>> layer(
+    const std::pair<xj::Array, xj::Array>& carry, const xj::Array& w) {
+  const auto& [h, count] = carry;
+  xj::Array z = xj::matmul(h, w) + kBias;
+  xj::Array mask = z > 0.0f;
+  (void)xj::matmul(w, w);  // unread
+  xj::Array next = xj::where(mask, z, z * 0.1f);
+  return {{next, count + 1.0f}, {h, mask, count, xj::scalar(2.5)}};
+}
+
+}  // namespace
+
+TEST_CASE("flat scan: a layer stack gives the Array executor's bytes and a plain loop's values") {
+  const std::int64_t L = 7;
+  xj::Array ws = ramp({L, 4, 4}, 0.1f, 0.5f), h0 = ramp({3, 4}, 0.2f, 0.6f);
+  for (std::int64_t unroll : {1, 3, 7}) {
+    for (bool reverse : {false, true}) {
+      CAPTURE(unroll);
+      CAPTURE(reverse);
+      auto outs = same_both_ways([&] {
+        auto [carry, ys] = xj::scan(layer, std::pair{h0, xj::scalar(0.0)}, ws, {.reverse = reverse, .unroll = unroll});
+        auto [res, mask, count, lit] = ys;
+        return std::vector<xj::Array>{carry.first, carry.second, res, mask, count, lit};
+      });
+      // The plain loop.
+      std::vector<float> h = h0.to_vector<float>(), w = ws.to_vector<float>(), bias = kBias.to_vector<float>();
+      std::vector<float> res = outs[2].to_vector<float>(), count = outs[4].to_vector<float>(), lit = outs[5].to_vector<float>();
+      std::vector<std::uint8_t> mask(static_cast<std::size_t>(outs[3].aval().nbytes()));
+      std::memcpy(mask.data(), outs[3].raw_data(), mask.size());
+      for (std::int64_t s = 0; s < L; ++s) {
+        const auto l = static_cast<std::size_t>(reverse ? L - 1 - s : s);
+        CHECK(count[l] == static_cast<float>(s));
+        CHECK(lit[l] == 2.5f);
+        std::vector<float> next(12);
+        for (std::size_t i = 0; i < 3; ++i)
+          for (std::size_t j = 0; j < 4; ++j) {
+            CHECK(res[l * 12 + i * 4 + j] == doctest::Approx(h[i * 4 + j]).epsilon(1e-5));
+            float z = bias[j];
+            for (std::size_t k = 0; k < 4; ++k) z += h[i * 4 + k] * w[l * 16 + k * 4 + j];
+            CHECK(mask[l * 12 + i * 4 + j] == (z > 0.0f ? 1 : 0));
+            next[i * 4 + j] = z > 0.0f ? z : z * 0.1f;
+          }
+        h = next;
+      }
+      auto final_h = outs[0].to_vector<float>();
+      for (std::size_t i = 0; i < h.size(); ++i) CHECK(final_h[i] == doctest::Approx(h[i]).epsilon(1e-5));
+      CHECK(outs[1].item<float>() == static_cast<float>(L));
+    }
+  }
+}
+
+TEST_CASE("flat scan: gradients of a scan and of a checkpointed scan match the Array executor's bytes") {
+  xj::Array ws = ramp({9, 8, 8}, 0.05f, 0.3f), h0 = ramp({2, 8}, 0.3f, 1.0f);
+  for (bool ckpt : {false, true}) {
+    CAPTURE(ckpt);
+    auto loss = [ckpt](const xj::Array& w, const xj::Array& h) {
+      auto body = [](const xj::Array& c, const xj::Array& wl) { return std::pair{xj::tanh(xj::matmul(c, wl)), xj::None{}}; };
+      xj::Array out = ckpt ? xj::scan(xj::checkpoint(body), h, w).first : xj::scan(body, h, w).first;
+      return xj::sum(out * out);
+    };
+    auto g = same_both_ways([&] {
+      auto [gw, gh] = xj::grad(loss, xj::argnums<0, 1>)(ws, h0);
+      return std::vector<xj::Array>{gw, gh};
+    });
+    // Against finite differences, at a few entries of each.
+    auto fd = [&](int which, std::size_t at) {
+      auto bump = [&](const xj::Array& a, float d) {
+        auto v = a.to_vector<float>();
+        v[at] += d;
+        return xj::array<float>(v, a.shape());
+      };
+      const float e = 1e-2f;
+      xj::Array p = which == 0 ? loss(bump(ws, e), h0) : loss(ws, bump(h0, e));
+      xj::Array m = which == 0 ? loss(bump(ws, -e), h0) : loss(ws, bump(h0, -e));
+      return (p.item<float>() - m.item<float>()) / (2 * e);
+    };
+    for (std::size_t at : {0u, 77u, 300u, 575u}) CHECK(g[0].to_vector<float>()[at] == doctest::Approx(fd(0, at)).epsilon(2e-2));
+    for (std::size_t at : {0u, 9u, 15u}) CHECK(g[1].to_vector<float>()[at] == doctest::Approx(fd(1, at)).epsilon(2e-2));
+  }
+}
+
+TEST_CASE("flat scan: integer products, reductions and copied layouts run their Array kernels on views") {
+  std::vector<std::int32_t> iv(5 * 3 * 3);
+  for (std::size_t i = 0; i < iv.size(); ++i) iv[i] = static_cast<std::int32_t>(i % 5) - 2;
+  xj::Array ims = xj::array<std::int32_t>(iv, {5, 3, 3});
+  xj::Array fs = ramp({5, 3, 2, 4}, 0.1f, 0.4f);
+  auto body = [](const std::pair<xj::Array, xj::Array>& c, const std::pair<xj::Array, xj::Array>& x) {
+    xj::Array ic = xj::matmul(c.first, x.first);  // integer dot: no IntoKernel
+    // A batched product of operands stored with their batch dim in the middle: copied layouts.
+    xj::Array prod = xj::dot_general(x.second, x.second, {2}, {2}, {1}, {1});
+    xj::Array s = xj::sum(prod, {1, 2}) + c.second;  // reduce_sum: no IntoKernel
+    return std::pair{std::pair{ic, s}, prod};
+  };
+  std::vector<std::int32_t> eye{1, 0, 0, 0, 1, 0, 0, 0, 1};
+  auto outs = same_both_ways([&] {
+    auto [carry, ys] = xj::scan(body, std::pair{xj::array<std::int32_t>(eye, {3, 3}), xj::zeros({2}, xj::f32)}, std::pair{ims, fs},
+                                {.unroll = 2});
+    return std::vector<xj::Array>{carry.first, carry.second, ys};
+  });
+  // The integer carry is the product of the five matrices, in order.
+  std::vector<std::int64_t> p{1, 0, 0, 0, 1, 0, 0, 0, 1};
+  for (std::size_t l = 0; l < 5; ++l) {
+    std::vector<std::int64_t> q(9, 0);
+    for (std::size_t i = 0; i < 3; ++i)
+      for (std::size_t j = 0; j < 3; ++j)
+        for (std::size_t k = 0; k < 3; ++k) q[i * 3 + j] += p[i * 3 + k] * iv[l * 9 + k * 3 + j];
+    p = q;
+  }
+  auto got = outs[0].to_vector<std::int64_t>();
+  for (std::size_t i = 0; i < 9; ++i) CHECK(got[i] == p[i]);
+}
+
+TEST_CASE("flat plan: values whose lifetimes do not overlap share workspace") {
+  auto chain = [](const xj::Array& x, const xj::Array& w) {
+    xj::Array y = x;
+    for (int i = 0; i < 6; ++i) y = xj::matmul(y, w);
+    return y;
+  };
+  xj::Array x = ramp({16, 16}, 0.01f), w = ramp({16, 16}, 0.02f);
+  xj::ClosedJaxpr cj = xj::make_jaxpr(chain)(x, w);
+  auto plan = xj::detail::make_plan(*cj.jaxpr);
+  REQUIRE(plan->flat);
+  // Five 1 KiB intermediates, each read only by the next product: two places suffice.
+  CHECK(plan->flat->workspace_bytes == 2 * 1024);
+  CHECK(plan->flat->steps.size() == 6);
+}
+
+TEST_CASE("flat scan: no buffer is made per iteration") {
+  auto body = [](const xj::Array& h, const xj::Array& w) { return std::pair{xj::relu(xj::matmul(h, w)), h}; };
+  xj::Array h0 = ramp({4, 8}, 0.1f, 0.3f);
+  auto buffers_for = [&](std::int64_t length) {
+    xj::Array ws = ramp({length, 8, 8}, 0.05f, 0.2f);
+    auto run = [&] { return xj::scan(body, h0, ws); };
+    (void)run();  // plans built
+    const auto before = xj::memory_stats().allocations;
+    auto result = run();
+    return xj::memory_stats().allocations - before;
+  };
+  CHECK(buffers_for(100) == buffers_for(5));
+  xj::detail::FlatScansOff off;
+  CHECK(buffers_for(100) > buffers_for(5));  // the Array executor: buffers per iteration
+}
+
+TEST_CASE("flat scan: eval_counts count each primitive once per iteration, as the Array executor does") {
+  auto body = [](const xj::Array& h, const xj::Array& w) { return std::pair{xj::tanh(xj::matmul(h, w)) * 0.5f, xj::None{}}; };
+  xj::Array h0 = ramp({4, 8}, 0.1f), ws = ramp({6, 8, 8}, 0.05f);
+  auto counts = [&] {
+    xj::reset_eval_counts();
+    (void)xj::scan(body, h0, ws);
+    return xj::eval_counts();
+  };
+  auto flat = counts();
+  std::map<std::string, std::int64_t> arrays;
+  {
+    xj::detail::FlatScansOff off;
+    arrays = counts();
+  }
+  CHECK(flat == arrays);
+  CHECK(flat["dot_general"] == 6);
+}
+
+TEST_CASE("flat plan: a body that runs sub-jaxprs (a nested scan) keeps the Array executor and its values") {
+  auto inner = [](const xj::Array& c, const xj::Array& x) { return std::pair{c * x + 1.0f, xj::None{}}; };
+  auto outer = [&](const xj::Array& c, const xj::Array& xs) { return std::pair{xj::scan(inner, c, xs).first, c}; };
+  xj::Array xss = ramp({3, 4, 2}, 0.25f, 0.5f);
+  xj::ClosedJaxpr cj = xj::make_jaxpr([&](const xj::Array& c) { return outer(c, xss[0]).first; })(xj::zeros({2}, xj::f32));
+  CHECK_FALSE(xj::detail::make_plan(*cj.jaxpr)->flat);
+  auto outs = same_both_ways([&] {
+    auto [c, ys] = xj::scan(outer, xj::zeros({2}, xj::f32), xss);
+    return std::vector<xj::Array>{c, ys};
+  });
+  std::vector<float> x = xss.to_vector<float>(), c{0.0f, 0.0f};
+  for (std::size_t l = 0; l < 3; ++l)
+    for (std::size_t s = 0; s < 4; ++s)
+      for (std::size_t j = 0; j < 2; ++j) c[j] = c[j] * x[l * 8 + s * 2 + j] + 1.0f;
+  auto got = outs[0].to_vector<float>();
+  CHECK(got[0] == doctest::Approx(c[0]));
+  CHECK(got[1] == doctest::Approx(c[1]));
+}
