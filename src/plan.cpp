@@ -488,6 +488,8 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
       st.kernel = resolve_kernel(e.prim, e.params, in_avals, e.outputs[0].aval());
       if (e.prim == Primitive::dot_general)
         st.into = kernels::dot_general_into(e.params.get<params::DotGeneral>(), in_avals[0], in_avals[1], e.outputs[0].aval());
+      else
+        st.into = kernels::elementwise_into(e.prim, e.params, in_avals, e.outputs[0].aval());
     }
     for (const auto& in : e.inputs) st.ins.push_back(operand(in));
     st.free_after = dying(i, i + 1);
@@ -497,7 +499,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     i = end;
   }
   for (const auto& o : *outvars) plan->outs.push_back(operand(o));
-  plan->flat = make_flat_plan(*plan);
+  plan->raw = make_raw_plan(*plan);
   return plan;
 }
 

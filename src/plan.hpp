@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "flat_plan.hpp"
+#include "raw_plan.hpp"
 #include "higher_order.hpp"
 #include "internal.hpp"
 #include "kernels/kernels.hpp"
@@ -68,9 +68,9 @@ struct EvalPlan {
   std::vector<Step> steps;
   std::vector<Operand> outs;
   std::size_t fused_equations = 0;  // equations run inside fused steps
-  /// The same plan on raw memory (flat_plan.hpp), for loops that run it many times (scan);
+  /// The same plan on raw memory (raw_plan.hpp), for loops that run it many times (scan);
   /// nullptr when a step runs sub-jaxprs.
-  std::shared_ptr<const FlatPlan> flat;
+  std::shared_ptr<const RawPlan> raw;
 };
 
 /// Builds j's plan. A function of the jaxpr: the plan points into j's equations and literals,

@@ -134,27 +134,24 @@ ClosedJaxprPtr cached_unrolled_body(const ScanParams& sp, std::int64_t u) {
 
 namespace {
 
-/// The loop of scan_impl on the bodies' flat plans (flat_plan.hpp): each iteration reads the
-/// carry from one of two buffers and writes the next carry into the other, its y outputs
+/// The loop of scan_impl on the bodies' raw plans (raw_plan.hpp): each iteration reads the
+/// carry from one set of buffers and writes the next carry into the other, its y outputs
 /// straight into their slices of the stacked ys, and its intermediates into one workspace; no
-/// Array is made per iteration. `bodies[k]`: the flat plan run for k + 1 iterations at a time
-/// (the unrolled body, and the plain one for the remainder; null when not needed).
-std::vector<Array> scan_flat(const ScanParams& sp, std::int64_t u, const ClosedJaxpr& unrolled, const FlatPlan& unrolled_flat,
-                             const FlatPlan* body_flat, std::span<const Array> consts, std::span<const Array> init,
+/// Array is made per iteration. unrolled_raw runs u iterations at a time; body_raw, the plain
+/// body's, the remainder (null when there is none).
+std::vector<Array> scan_on_raw_plans(const ScanParams& sp, std::int64_t u, const ClosedJaxpr& unrolled, const RawPlan& unrolled_raw,
+                             const RawPlan* body_raw, std::span<const Array> consts, std::span<const Array> init,
                              std::span<const Array> xs, std::vector<Array> ys) {
-  std::size_t workspace_bytes = unrolled_flat.workspace_bytes;
-  if (body_flat) workspace_bytes = std::max(workspace_bytes, body_flat->workspace_bytes);
-  const Array workspace = alloc_array(ShapedArray{{static_cast<std::int64_t>(workspace_bytes)}, DType::bool_});
-  std::vector<Array> carry[2];
-  for (auto& buffers : carry)
-    for (const auto& c : init) buffers.push_back(alloc_array(c.aval()));
+  std::size_t workspace_bytes = unrolled_raw.workspace_bytes;
+  if (body_raw) workspace_bytes = std::max(workspace_bytes, body_raw->workspace_bytes);
+  const Array workspace = alloc_workspace(workspace_bytes);
+  RawCarry carry(init);
   std::vector<std::size_t> slice_bytes, y_bytes;
   for (const auto& x : xs) slice_bytes.push_back(unstacked(x.aval()).nbytes());
   for (const auto& y : ys) y_bytes.push_back(unstacked(y.aval()).nbytes());
   std::vector<const void*> inputs;
   std::vector<void*> outputs;
-  FlatScratch scratch;
-  int next = 0;  // the carry buffers written by this iteration
+  RawScratch scratch;
   for (std::int64_t step = 0; step < sp.length;) {
     const std::int64_t k_steps = sp.length - step >= u ? u : 1;
     const bool whole = k_steps == u;
@@ -162,23 +159,18 @@ std::vector<Array> scan_flat(const ScanParams& sp, std::int64_t u, const ClosedJ
     outputs.clear();
     for (const auto& c : (whole ? unrolled : *sp.body).consts) inputs.push_back(c.raw_data());
     for (const auto& c : consts) inputs.push_back(c.raw_data());
-    for (std::size_t c = 0; c < init.size(); ++c) inputs.push_back(step == 0 ? init[c].raw_data() : carry[1 - next][c].raw_data());
-    for (const auto& c : carry[next]) outputs.push_back(mutable_data(c));
+    carry.append_current(inputs);
+    carry.append_next(outputs);
     for (std::int64_t k = 0; k < k_steps; ++k) {
       const auto i = static_cast<std::size_t>(sp.reverse ? sp.length - 1 - (step + k) : step + k);
       for (std::size_t x = 0; x < xs.size(); ++x) inputs.push_back(static_cast<const char*>(xs[x].raw_data()) + i * slice_bytes[x]);
       for (std::size_t y = 0; y < ys.size(); ++y) outputs.push_back(static_cast<char*>(mutable_data(ys[y])) + i * y_bytes[y]);
     }
-    const FlatPlan& plan = whole ? unrolled_flat : *body_flat;
-    if (inputs.size() != plan.num_inputs || outputs.size() != plan.num_outputs)
-      throw Error("scan: the body's flat plan takes " + std::to_string(plan.num_inputs) + " inputs and " +
-                  std::to_string(plan.num_outputs) + " outputs, the loop has " + std::to_string(inputs.size()) + " and " +
-                  std::to_string(outputs.size()));
-    run_flat(plan, inputs.data(), outputs.data(), mutable_data(workspace), scratch);
-    next = 1 - next;
+    run_raw(whole ? unrolled_raw : *body_raw, inputs, outputs, mutable_data(workspace), scratch);
+    carry.advance();
     step += k_steps;
   }
-  return cat(carry[1 - next], ys);
+  return cat(carry.current(), ys);
 }
 
 }  // namespace
@@ -197,8 +189,8 @@ std::vector<Array> scan_impl(std::span<const Array> in, const params::Scan& ps) 
   // The plans are looked up once (each lookup hashes the jaxpr), then run every iteration.
   std::shared_ptr<const EvalPlan> body_plan = plan_of(sp.body->jaxpr), unrolled_plan = plan_of(unrolled->jaxpr);
   const bool remainder = sp.length % u != 0;
-  if (sp.length > 0 && flat_scans_enabled() && unrolled_plan->flat && (!remainder || body_plan->flat))
-    return scan_flat(sp, u, *unrolled, *unrolled_plan->flat, remainder ? body_plan->flat.get() : nullptr, consts, carry, xs,
+  if (raw_loops_enabled() && unrolled_plan->raw && (!remainder || body_plan->raw))
+    return scan_on_raw_plans(sp, u, *unrolled, *unrolled_plan->raw, remainder ? body_plan->raw.get() : nullptr, consts, carry, xs,
                      std::move(ys));
   // Per iteration only the slices and the carry change: the vectors and slice avals are made once.
   std::vector<ShapedArray> slice_avals;

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "higher_order.hpp"
+#include "plan.hpp"
 #include "pe_rules.hpp"
 #include "xjax/control_flow.hpp"
 #include "xjax/ops.hpp"
@@ -83,12 +84,51 @@ std::vector<ShapedArray> while_loop_abstract_eval(std::span<const ShapedArray> i
   return carry;
 }
 
+namespace {
+
+/// while_loop_impl on the cond's and body's raw plans (raw_plan.hpp): the carries alternate
+/// between two sets of buffers, the predicate is written into one byte; no Array per iteration.
+std::vector<Array> while_on_raw_plans(const WhileParams& w, const RawPlan& cond, const RawPlan& body,
+                                       std::span<const Array> cconsts, std::span<const Array> bconsts,
+                                       std::span<const Array> init) {
+  const Array workspace = alloc_workspace(std::max(cond.workspace_bytes, body.workspace_bytes));
+  const Array predicate = alloc_array(ShapedArray{{}, DType::bool_});
+  void* const predicate_out[] = {mutable_data(predicate)};
+  RawCarry carry(init);
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  RawScratch scratch;
+  auto with_consts = [&](const ClosedJaxpr& j, std::span<const Array> consts) {
+    inputs.clear();
+    for (const auto& c : j.consts) inputs.push_back(c.raw_data());
+    for (const auto& c : consts) inputs.push_back(c.raw_data());
+    carry.append_current(inputs);
+  };
+  while (true) {
+    with_consts(*w.cond, cconsts);
+    run_raw(cond, inputs, predicate_out, mutable_data(workspace), scratch);
+    if (!(*static_cast<const std::uint8_t*>(predicate.raw_data()) & 1)) break;
+    with_consts(*w.body, bconsts);
+    outputs.clear();
+    carry.append_next(outputs);
+    run_raw(body, inputs, outputs, mutable_data(workspace), scratch);
+    carry.advance();
+  }
+  return carry.current();
+}
+
+}  // namespace
+
 // carry = init; while cond(cconsts, carry): carry = body(bconsts, carry)
 std::vector<Array> while_loop_impl(std::span<const Array> in, const params::While& ps) {
   WhileParams w = WhileParams::read(ps);
   std::vector<Array> cargs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(w.cn));
   std::vector<Array> bargs(in.begin() + static_cast<std::ptrdiff_t>(w.cn), in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn));
   std::vector<Array> carry(in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn), in.end());
+  // The plans are looked up once (each lookup hashes the jaxpr).
+  const auto cond_plan = plan_of(w.cond->jaxpr), body_plan = plan_of(w.body->jaxpr);
+  if (raw_loops_enabled() && cond_plan->raw && body_plan->raw)
+    return while_on_raw_plans(w, *cond_plan->raw, *body_plan->raw, cargs, bargs, carry);
   while (true) {
     cargs.resize(w.cn);
     cargs.insert(cargs.end(), carry.begin(), carry.end());

@@ -162,58 +162,110 @@ template <class To, class From> void convert_loop(const From* x, To* o, std::siz
   for (std::size_t i = 0; i < n; ++i) o[i] = convert_value<To>(x[i]);
 }
 
+// ---- the elementwise loops on raw elements (the Array entry points and elementwise_into) ------
+
+void unary_elements(Primitive p, DType d, const void* x, void* o, std::size_t n) {
+  visit_dtype(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>)
+      float_unary(p, static_cast<const T*>(x), static_cast<T*>(o), n);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      unsupported_dtype(p, DType::bool_);
+    else
+      int_unary(p, static_cast<const T*>(x), static_cast<T*>(o), n);
+  });
+}
+
+void integer_pow_elements(DType d, const void* x, void* o, std::size_t n, std::int64_t y) {
+  visit_dtype(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>)
+      float_integer_pow(static_cast<const T*>(x), static_cast<T*>(o), n, y);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      unsupported_dtype(Primitive::integer_pow, DType::bool_);
+    else
+      int_integer_pow(static_cast<const T*>(x), static_cast<T*>(o), n, y);
+  });
+}
+
+void binary_elements(Primitive p, DType d, const void* x, const void* y, void* o, std::size_t n) {
+  visit_dtype(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *a = static_cast<const T*>(x), *b = static_cast<const T*>(y);
+    if constexpr (std::is_floating_point_v<T>)
+      float_binary(p, a, b, static_cast<T*>(o), n);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      bool_binary(p, a, b, static_cast<T*>(o), n);
+    else
+      int_binary(p, a, b, static_cast<T*>(o), n);
+  });
+}
+
+void compare_elements(Primitive p, DType d, const void* x, const void* y, void* o, std::size_t n) {
+  visit_dtype(d, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    compare(p, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<std::uint8_t*>(o), n);
+  });
+}
+
+void convert_elements(DType from, DType to, const void* x, void* o, std::size_t n) {
+  visit_dtype(from, [&](auto from_tag) {
+    using From = typename decltype(from_tag)::type;
+    visit_dtype(to, [&](auto to_tag) {
+      using To = typename decltype(to_tag)::type;
+      convert_loop(static_cast<const From*>(x), static_cast<To*>(o), n);
+    });
+  });
+}
+
+/// What elementwise_into resolved: the primitive, the operands' and the output's dtype, the
+/// element count and integer_pow's exponent.
+struct ElementwiseInto {
+  Primitive p;
+  DType in, out;
+  std::size_t n;
+  std::int64_t y;
+};
+
+void run_elementwise_into(const void* ctx, const void* const* ins, void* const* outs) {
+  const auto& c = *static_cast<const ElementwiseInto*>(ctx);
+  if (c.n == 0) return;
+  if (is_float_binary(c.p))
+    return binary_elements(c.p, c.in, ins[0], ins[1], outs[0], c.n);
+  if (is_comparison(c.p)) return compare_elements(c.p, c.in, ins[0], ins[1], outs[0], c.n);
+  switch (c.p) {
+    case Primitive::integer_pow: return integer_pow_elements(c.in, ins[0], outs[0], c.n, c.y);
+    case Primitive::convert_element_type: return convert_elements(c.in, c.out, ins[0], outs[0], c.n);
+    case Primitive::copy: return (void)std::memcpy(outs[0], ins[0], c.n * static_cast<std::size_t>(itemsize(c.out)));
+    default: return unary_elements(c.p, c.in, ins[0], outs[0], c.n);
+  }
+}
+
 }  // namespace
 
 // ---- entry points ------------------------------------------------------------------------------
 
 Array unary_kernel(Primitive p, const Array& x, const ShapedArray& out) {
   Array result = alloc_array(out);
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_floating_point_v<T>)
-      float_unary(p, in_ptr<T>(x), out_ptr<T>(result), count(out));
-    else if constexpr (std::is_same_v<T, std::uint8_t>)
-      unsupported_dtype(p, DType::bool_);
-    else
-      int_unary(p, in_ptr<T>(x), out_ptr<T>(result), count(out));
-  });
+  unary_elements(p, x.dtype(), elements_of(x), mutable_data(result), count(out));
   return result;
 }
 
 Array integer_pow_kernel(const Array& x, std::int64_t y, const ShapedArray& out) {
   Array result = alloc_array(out);
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_floating_point_v<T>)
-      float_integer_pow(in_ptr<T>(x), out_ptr<T>(result), count(out), y);
-    else if constexpr (std::is_same_v<T, std::uint8_t>)
-      unsupported_dtype(Primitive::integer_pow, DType::bool_);
-    else
-      int_integer_pow(in_ptr<T>(x), out_ptr<T>(result), count(out), y);
-  });
+  integer_pow_elements(x.dtype(), elements_of(x), mutable_data(result), count(out), y);
   return result;
 }
 
 Array binary_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out) {
   Array result = alloc_array(out);
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_floating_point_v<T>)
-      float_binary(p, in_ptr<T>(x), in_ptr<T>(y), out_ptr<T>(result), count(out));
-    else if constexpr (std::is_same_v<T, std::uint8_t>)
-      bool_binary(p, in_ptr<T>(x), in_ptr<T>(y), out_ptr<T>(result), count(out));
-    else
-      int_binary(p, in_ptr<T>(x), in_ptr<T>(y), out_ptr<T>(result), count(out));
-  });
+  binary_elements(p, x.dtype(), elements_of(x), elements_of(y), mutable_data(result), count(out));
   return result;
 }
 
 Array compare_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out) {
   Array result = alloc_array(out);
-  visit_dtype(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    compare(p, in_ptr<T>(x), in_ptr<T>(y), out_ptr<std::uint8_t>(result), count(out));
-  });
+  compare_elements(p, x.dtype(), elements_of(x), elements_of(y), mutable_data(result), count(out));
   return result;
 }
 
@@ -238,13 +290,7 @@ Array select_n_kernel(std::span<const Array> in, const ShapedArray& out) {
 
 Array convert_element_type_kernel(const Array& x, const ShapedArray& out) {
   Array result = alloc_array(out);
-  visit_dtype(x.dtype(), [&](auto from_tag) {
-    using From = typename decltype(from_tag)::type;
-    visit_dtype(out.dtype, [&](auto to_tag) {
-      using To = typename decltype(to_tag)::type;
-      convert_loop(in_ptr<From>(x), out_ptr<To>(result), count(out));
-    });
-  });
+  convert_elements(x.dtype(), out.dtype, elements_of(x), mutable_data(result), count(out));
   return result;
 }
 
@@ -252,6 +298,31 @@ Array copy_kernel(const Array& x, const ShapedArray& out) {
   Array result = alloc_array(out);
   if (out.nbytes() > 0) std::memcpy(mutable_data(result), x.raw_data(), out.nbytes());
   return result;
+}
+
+IntoKernel elementwise_into(Primitive p, const Params& params, std::span<const ShapedArray> in, const ShapedArray& out) {
+  IntoKernel k;
+  switch (p) {
+    case Primitive::neg: case Primitive::exp: case Primitive::log: case Primitive::log1p:
+    case Primitive::expm1: case Primitive::sin: case Primitive::cos: case Primitive::tan:
+    case Primitive::tanh: case Primitive::logistic: case Primitive::sqrt: case Primitive::rsqrt:
+    case Primitive::abs: case Primitive::sign: case Primitive::integer_pow:
+    case Primitive::convert_element_type: case Primitive::copy:
+      if (out.dtype == DType::bool_ && p != Primitive::convert_element_type && p != Primitive::copy) return k;
+      break;
+    case Primitive::add: case Primitive::sub: case Primitive::mul: case Primitive::div:
+    case Primitive::max: case Primitive::min: case Primitive::pow:
+    case Primitive::eq: case Primitive::ne: case Primitive::lt: case Primitive::le:
+    case Primitive::gt: case Primitive::ge:
+      break;
+    default: return k;
+  }
+  for (const auto& a : in)
+    if (a.shape != out.shape) return k;  // elementwise operands have the output's shape
+  const std::int64_t y = p == Primitive::integer_pow ? params.get<params::IntegerPow>().y : 0;
+  k.fn = run_elementwise_into;
+  k.ctx = std::make_shared<ElementwiseInto>(ElementwiseInto{p, in[0].dtype, out.dtype, count(out), y});
+  return k;
 }
 
 }  // namespace xjax::detail::kernels

@@ -123,6 +123,9 @@ Array select_n_kernel(std::span<const Array> in, const ShapedArray& out);
 Array convert_element_type_kernel(const Array& x, const ShapedArray& out);
 /// copy: the same elements in a new buffer.
 Array copy_kernel(const Array& x, const ShapedArray& out);
+/// The unary, integer_pow, binary, comparison, convert_element_type and copy kernels as an
+/// IntoKernel (operands of the output's shape); empty for other primitives.
+IntoKernel elementwise_into(Primitive p, const Params& params, std::span<const ShapedArray> in, const ShapedArray& out);
 
 // ---- fused.cpp ---------------------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
-// flat_plan.hpp: an execution plan run on raw memory (not installed).
+// raw_plan.hpp: an execution plan run on raw memory (not installed).
 //
 // An EvalPlan makes an Array (two shared blocks, a shape vector) for every value of every run
 // and passes operands through vectors of handles; in a scan over small layers that bookkeeping
-// costs as much as the arithmetic. A FlatPlan is the same schedule with every value given a
+// costs as much as the arithmetic. A RawPlan is the same schedule with every value given a
 // place when the plan is built: an input (memory the caller passes), an output (memory the
 // caller passes: a scan's next carry or its y slice, written by the step that computes it), or
 // an offset into one workspace that values with disjoint lifetimes share. A run then only
@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "internal.hpp"
@@ -20,7 +21,7 @@ namespace xjax::detail {
 
 struct EvalPlan;
 
-struct FlatPlan {
+struct RawPlan {
   /// Where a value lives during a run: index is the input or output number or the workspace
   /// offset; literal: at `literal` (a literal operand's elements). A step's output that nothing
   /// reads gets workspace for the step's duration.
@@ -51,32 +52,54 @@ struct FlatPlan {
   std::vector<Primitive> counted;  // eval_counts per run
 };
 
-/// The plan's flat form, or nullptr when it has a step that runs sub-jaxprs (impl or call), which
+/// The plan's raw form, or nullptr when it has a step that runs sub-jaxprs (impl or call), which
 /// take Arrays.
-std::shared_ptr<const FlatPlan> make_flat_plan(const EvalPlan& plan);
+std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan);
 
-/// Working vectors of flat runs, reused by a loop (a scan) so that its runs allocate nothing.
-struct FlatScratch {
+/// Working vectors of raw runs, reused by a loop (a scan) so that its runs allocate nothing.
+struct RawScratch {
   std::vector<const void*> where;  // each value's address in this run
   std::vector<const void*> ins;
   std::vector<void*> outs;
 };
 
 /// Runs the plan: inputs[i] holds input i (consts first, then the jaxpr's inputs), outputs[k]
-/// receives output k (none of them overlapping an input), workspace has workspace_bytes bytes
-/// (64-byte aligned).
-void run_flat(const FlatPlan& plan, const void* const* inputs, void* const* outputs, void* workspace,
-              FlatScratch& scratch);
+/// receives output k (none of them overlapping an input), workspace has at least
+/// workspace_bytes bytes (from alloc_workspace). Throws xj::Error for a wrong number of
+/// inputs or outputs.
+void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span<void* const> outputs, void* workspace,
+              RawScratch& scratch);
+/// A workspace of `bytes` bytes, 64-byte aligned (a buffer: memory_stats counts it).
+Array alloc_workspace(std::size_t bytes);
 
-/// Whether scans run their bodies' flat plans (the default). A test turns them off for the
-/// calling thread with FlatScansOff, to compare with the Array executor.
-bool flat_scans_enabled();
-class FlatScansOff {
+/// The carries of a loop run on raw plans (scan, while_loop): each iteration reads them from one
+/// set of buffers and writes the next ones into the other set.
+class RawCarry {
  public:
-  FlatScansOff();
-  ~FlatScansOff();
-  FlatScansOff(const FlatScansOff&) = delete;
-  FlatScansOff& operator=(const FlatScansOff&) = delete;
+  explicit RawCarry(std::span<const Array> init) : init_(init.begin(), init.end()) {}
+  /// Appends the current carries' addresses (the initial values' before the first iteration).
+  void append_current(std::vector<const void*>& inputs) const;
+  /// Appends the addresses the iteration writes the next carries to.
+  void append_next(std::vector<void*>& outputs);
+  /// After an iteration: its outputs become the current carries.
+  void advance();
+  /// The current carries: fresh buffers, or the initial values when no iteration ran.
+  std::vector<Array> current() const;
+
+ private:
+  std::vector<Array> init_, buffers_[2];
+  int written_ = -1;  // the set holding the current carries; -1: still the initial values
+};
+
+/// Whether scans and while loops run their bodies' raw plans (the default). A test turns them
+/// off for the calling thread with RawLoopsOff, to compare with the Array executor.
+bool raw_loops_enabled();
+class RawLoopsOff {
+ public:
+  RawLoopsOff();
+  ~RawLoopsOff();
+  RawLoopsOff(const RawLoopsOff&) = delete;
+  RawLoopsOff& operator=(const RawLoopsOff&) = delete;
 
  private:
   bool was_;

@@ -1,10 +1,11 @@
-// flat_plan.cpp: make_flat_plan, which places every value of an EvalPlan (input, output or
-// workspace offset), and run_flat, which runs the steps on those places (flat_plan.hpp).
-#include "flat_plan.hpp"
+// raw_plan.cpp: make_raw_plan, which places every value of an EvalPlan (input, output or
+// workspace offset), and run_raw, which runs the steps on those places (raw_plan.hpp).
+#include "raw_plan.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include "plan.hpp"
 #include "xjax/detail/external.hpp"
@@ -12,7 +13,7 @@
 namespace xjax::detail {
 namespace {
 
-thread_local bool t_flat_scans = true;
+thread_local bool t_raw_loops = true;
 
 constexpr std::size_t kAlign = 64;  // every workspace value starts on a cache line
 
@@ -62,7 +63,7 @@ class WorkspacePacker {
 
 // A step without an IntoKernel: its Array kernel on views of the operands' memory (dropped with
 // the result, which is copied into place, before the step ends).
-void run_on_views(const FlatPlan::Step& st, FlatScratch& scratch) {
+void run_on_views(const RawPlan::Step& st, RawScratch& scratch) {
   std::vector<Array> views;
   views.reserve(st.ins.size());
   for (std::size_t i = 0; i < st.ins.size(); ++i) views.push_back(external_array(scratch.ins[i], st.in_avals[i], nullptr));
@@ -72,11 +73,11 @@ void run_on_views(const FlatPlan::Step& st, FlatScratch& scratch) {
 
 }  // namespace
 
-std::shared_ptr<const FlatPlan> make_flat_plan(const EvalPlan& plan) {
-  using Place = FlatPlan::Place;
+std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
+  using Place = RawPlan::Place;
   for (const auto& st : plan.steps)
     if (st.kind != EvalPlan::Kind::kernel && st.kind != EvalPlan::Kind::fused) return nullptr;
-  auto fp = std::make_shared<FlatPlan>();
+  auto fp = std::make_shared<RawPlan>();
   auto& values = fp->values;
   values.resize(plan.num_slots);
   std::vector<char> placed(plan.num_slots, 0);
@@ -115,7 +116,7 @@ std::shared_ptr<const FlatPlan> make_flat_plan(const EvalPlan& plan) {
   }
   WorkspacePacker workspace;
   for (const auto& st : plan.steps) {
-    FlatPlan::Step& f = fp->steps.emplace_back();
+    RawPlan::Step& f = fp->steps.emplace_back();
     for (const auto& op : st.ins) f.ins.push_back(value_of(op));
     std::vector<std::pair<std::size_t, std::size_t>> unread;  // (offset, bytes) of outputs nothing reads
     for (std::size_t k = 0; k < st.outs.size(); ++k) {
@@ -149,9 +150,16 @@ std::shared_ptr<const FlatPlan> make_flat_plan(const EvalPlan& plan) {
   return fp;
 }
 
-void run_flat(const FlatPlan& plan, const void* const* inputs, void* const* outputs, void* workspace,
-              FlatScratch& scratch) {
-  using Place = FlatPlan::Place;
+Array alloc_workspace(std::size_t bytes) {
+  return alloc_array(ShapedArray{{static_cast<std::int64_t>(bytes)}, DType::bool_});
+}
+
+void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span<void* const> outputs, void* workspace,
+              RawScratch& scratch) {
+  using Place = RawPlan::Place;
+  if (inputs.size() != plan.num_inputs || outputs.size() != plan.num_outputs)
+    throw Error("run_raw: a plan of " + std::to_string(plan.num_inputs) + " inputs and " + std::to_string(plan.num_outputs) +
+                " outputs run with " + std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
   auto& where = scratch.where;
   where.resize(plan.values.size());
   char* const base = static_cast<char*>(workspace);
@@ -177,8 +185,23 @@ void run_flat(const FlatPlan& plan, const void* const* inputs, void* const* outp
   for (Primitive p : plan.counted) count_eval(p);
 }
 
-bool flat_scans_enabled() { return t_flat_scans; }
-FlatScansOff::FlatScansOff() : was_(t_flat_scans) { t_flat_scans = false; }
-FlatScansOff::~FlatScansOff() { t_flat_scans = was_; }
+void RawCarry::append_current(std::vector<const void*>& inputs) const {
+  for (const auto& c : written_ < 0 ? init_ : buffers_[written_]) inputs.push_back(c.raw_data());
+}
+
+void RawCarry::append_next(std::vector<void*>& outputs) {
+  auto& next = buffers_[written_ == 0 ? 1 : 0];
+  if (next.empty())
+    for (const auto& c : init_) next.push_back(alloc_array(c.aval()));
+  for (const auto& c : next) outputs.push_back(mutable_data(c));
+}
+
+void RawCarry::advance() { written_ = written_ == 0 ? 1 : 0; }
+
+std::vector<Array> RawCarry::current() const { return written_ < 0 ? init_ : buffers_[written_]; }
+
+bool raw_loops_enabled() { return t_raw_loops; }
+RawLoopsOff::RawLoopsOff() : was_(t_raw_loops) { t_raw_loops = false; }
+RawLoopsOff::~RawLoopsOff() { t_raw_loops = was_; }
 
 }  // namespace xjax::detail

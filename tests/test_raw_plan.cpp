@@ -1,6 +1,6 @@
-// test_flat_plan.cpp: flat plans (src/flat_plan.hpp), which scans run on raw memory. Each scan
+// test_raw_plan.cpp: raw plans (src/raw_plan.hpp), which scans run on raw memory. Each scan
 // gives the Array executor's results bit for bit (same kernels, different bookkeeping) and the
-// values of a plain C++ loop; values with disjoint lifetimes share workspace; a flat scan makes
+// values of a plain C++ loop; values with disjoint lifetimes share workspace; a raw scan makes
 // no buffer per iteration; bodies that run sub-jaxprs keep the Array executor.
 #include <doctest/doctest.h>
 
@@ -12,7 +12,7 @@
 
 #include <xjax/xjax.hpp>
 
-#include "flat_plan.hpp"
+#include "raw_plan.hpp"
 #include "plan.hpp"
 #include "test_util.hpp"
 
@@ -26,17 +26,17 @@ void check_same_bytes(const xj::Array& a, const xj::Array& b) {
   CHECK(std::memcmp(a.raw_data(), b.raw_data(), static_cast<std::size_t>(a.aval().nbytes())) == 0);
 }
 
-// f's results with flat scans and with the Array executor, compared byte for byte.
+// f's results with raw scans and with the Array executor, compared byte for byte.
 template <class F> std::vector<xj::Array> same_both_ways(F f) {
-  std::vector<xj::Array> flat = f();
+  std::vector<xj::Array> raw = f();
   std::vector<xj::Array> arrays;
   {
-    xj::detail::FlatScansOff off;
+    xj::detail::RawLoopsOff off;
     arrays = f();
   }
-  REQUIRE(flat.size() == arrays.size());
-  for (std::size_t i = 0; i < flat.size(); ++i) check_same_bytes(flat[i], arrays[i]);
-  return flat;
+  REQUIRE(raw.size() == arrays.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) check_same_bytes(raw[i], arrays[i]);
+  return raw;
 }
 
 xj::Array ramp(xj::Shape shape, float scale, float shift = 0.0f) {
@@ -64,7 +64,7 @@ std::pair<std::pair<xj::Array, xj::Array>, std::tuple<xj::Array, xj::Array, xj::
 
 }  // namespace
 
-TEST_CASE("flat scan: a layer stack gives the Array executor's bytes and a plain loop's values") {
+TEST_CASE("raw scan: a layer stack gives the Array executor's bytes and a plain loop's values") {
   const std::int64_t L = 7;
   xj::Array ws = ramp({L, 4, 4}, 0.1f, 0.5f), h0 = ramp({3, 4}, 0.2f, 0.6f);
   for (std::int64_t unroll : {1, 3, 7}) {
@@ -103,7 +103,7 @@ TEST_CASE("flat scan: a layer stack gives the Array executor's bytes and a plain
   }
 }
 
-TEST_CASE("flat scan: gradients of a scan and of a checkpointed scan match the Array executor's bytes") {
+TEST_CASE("raw scan: gradients of a scan and of a checkpointed scan match the Array executor's bytes") {
   xj::Array ws = ramp({9, 8, 8}, 0.05f, 0.3f), h0 = ramp({2, 8}, 0.3f, 1.0f);
   for (bool ckpt : {false, true}) {
     CAPTURE(ckpt);
@@ -133,7 +133,7 @@ TEST_CASE("flat scan: gradients of a scan and of a checkpointed scan match the A
   }
 }
 
-TEST_CASE("flat scan: integer products, reductions and copied layouts run their Array kernels on views") {
+TEST_CASE("raw scan: integer products, reductions and copied layouts run their Array kernels on views") {
   std::vector<std::int32_t> iv(5 * 3 * 3);
   for (std::size_t i = 0; i < iv.size(); ++i) iv[i] = static_cast<std::int32_t>(i % 5) - 2;
   xj::Array ims = xj::array<std::int32_t>(iv, {5, 3, 3});
@@ -164,7 +164,7 @@ TEST_CASE("flat scan: integer products, reductions and copied layouts run their 
   for (std::size_t i = 0; i < 9; ++i) CHECK(got[i] == p[i]);
 }
 
-TEST_CASE("flat plan: values whose lifetimes do not overlap share workspace") {
+TEST_CASE("raw plan: values whose lifetimes do not overlap share workspace") {
   auto chain = [](const xj::Array& x, const xj::Array& w) {
     xj::Array y = x;
     for (int i = 0; i < 6; ++i) y = xj::matmul(y, w);
@@ -173,13 +173,13 @@ TEST_CASE("flat plan: values whose lifetimes do not overlap share workspace") {
   xj::Array x = ramp({16, 16}, 0.01f), w = ramp({16, 16}, 0.02f);
   xj::ClosedJaxpr cj = xj::make_jaxpr(chain)(x, w);
   auto plan = xj::detail::make_plan(*cj.jaxpr);
-  REQUIRE(plan->flat);
+  REQUIRE(plan->raw);
   // Five 1 KiB intermediates, each read only by the next product: two places suffice.
-  CHECK(plan->flat->workspace_bytes == 2 * 1024);
-  CHECK(plan->flat->steps.size() == 6);
+  CHECK(plan->raw->workspace_bytes == 2 * 1024);
+  CHECK(plan->raw->steps.size() == 6);
 }
 
-TEST_CASE("flat scan: no buffer is made per iteration") {
+TEST_CASE("raw scan: no buffer is made per iteration") {
   auto body = [](const xj::Array& h, const xj::Array& w) { return std::pair{xj::relu(xj::matmul(h, w)), h}; };
   xj::Array h0 = ramp({4, 8}, 0.1f, 0.3f);
   auto buffers_for = [&](std::int64_t length) {
@@ -191,11 +191,11 @@ TEST_CASE("flat scan: no buffer is made per iteration") {
     return xj::memory_stats().allocations - before;
   };
   CHECK(buffers_for(100) == buffers_for(5));
-  xj::detail::FlatScansOff off;
+  xj::detail::RawLoopsOff off;
   CHECK(buffers_for(100) > buffers_for(5));  // the Array executor: buffers per iteration
 }
 
-TEST_CASE("flat scan: eval_counts count each primitive once per iteration, as the Array executor does") {
+TEST_CASE("raw scan: eval_counts count each primitive once per iteration, as the Array executor does") {
   auto body = [](const xj::Array& h, const xj::Array& w) { return std::pair{xj::tanh(xj::matmul(h, w)) * 0.5f, xj::None{}}; };
   xj::Array h0 = ramp({4, 8}, 0.1f), ws = ramp({6, 8, 8}, 0.05f);
   auto counts = [&] {
@@ -203,22 +203,22 @@ TEST_CASE("flat scan: eval_counts count each primitive once per iteration, as th
     (void)xj::scan(body, h0, ws);
     return xj::eval_counts();
   };
-  auto flat = counts();
+  auto raw = counts();
   std::map<std::string, std::int64_t> arrays;
   {
-    xj::detail::FlatScansOff off;
+    xj::detail::RawLoopsOff off;
     arrays = counts();
   }
-  CHECK(flat == arrays);
-  CHECK(flat["dot_general"] == 6);
+  CHECK(raw == arrays);
+  CHECK(raw["dot_general"] == 6);
 }
 
-TEST_CASE("flat plan: a body that runs sub-jaxprs (a nested scan) keeps the Array executor and its values") {
+TEST_CASE("raw plan: a body that runs sub-jaxprs (a nested scan) keeps the Array executor and its values") {
   auto inner = [](const xj::Array& c, const xj::Array& x) { return std::pair{c * x + 1.0f, xj::None{}}; };
   auto outer = [&](const xj::Array& c, const xj::Array& xs) { return std::pair{xj::scan(inner, c, xs).first, c}; };
   xj::Array xss = ramp({3, 4, 2}, 0.25f, 0.5f);
   xj::ClosedJaxpr cj = xj::make_jaxpr([&](const xj::Array& c) { return outer(c, xss[0]).first; })(xj::zeros({2}, xj::f32));
-  CHECK_FALSE(xj::detail::make_plan(*cj.jaxpr)->flat);
+  CHECK_FALSE(xj::detail::make_plan(*cj.jaxpr)->raw);
   auto outs = same_both_ways([&] {
     auto [c, ys] = xj::scan(outer, xj::zeros({2}, xj::f32), xss);
     return std::vector<xj::Array>{c, ys};
@@ -230,4 +230,45 @@ TEST_CASE("flat plan: a body that runs sub-jaxprs (a nested scan) keeps the Arra
   auto got = outs[0].to_vector<float>();
   CHECK(got[0] == doctest::Approx(c[0]));
   CHECK(got[1] == doctest::Approx(c[1]));
+}
+
+TEST_CASE("raw while loop: the Array executor's bytes and a plain loop's values, for 0 to 9 iterations") {
+  // Newton steps toward sqrt(a), elementwise, until the step count reaches the bound; the
+  // carry also passes a constant through unchanged.
+  xj::Array a = ramp({5}, 0.5f, -1.0f);
+  for (int bound : {0, 1, 9}) {
+    CAPTURE(bound);
+    using Carry = std::tuple<xj::Array, xj::Array, xj::Array>;
+    auto cond = [bound](const Carry& c) { return std::get<0>(c) < static_cast<double>(bound); };
+    auto body = [&a](const Carry& c) {
+      const auto& [i, x, same] = c;
+      return Carry{i + 1.0, (x + a / x) * 0.5, same};
+    };
+    auto outs = same_both_ways([&] {
+      auto [i, x, same] = xj::while_loop(cond, body, Carry{xj::scalar(0.0), xj::full({5}, 1.0), xj::full({2}, 7.0)});
+      return std::vector<xj::Array>{i, x, same};
+    });
+    std::vector<float> x(5, 1.0f), av = a.to_vector<float>();
+    for (int i = 0; i < bound; ++i)
+      for (std::size_t j = 0; j < 5; ++j) x[j] = (x[j] + av[j] / x[j]) * 0.5f;
+    CHECK(outs[0].item<float>() == static_cast<float>(bound));
+    auto got = outs[1].to_vector<float>();
+    for (std::size_t j = 0; j < 5; ++j) CHECK(got[j] == doctest::Approx(x[j]).epsilon(1e-6));
+    CHECK(outs[2].to_vector<float>() == std::vector<float>{7.0f, 7.0f});
+  }
+}
+
+TEST_CASE("raw while loop: no buffer is made per iteration") {
+  auto buffers_for = [](int n) {
+    auto run = [n] {
+      return xj::fori_loop(0, n, [](const xj::Array&, const xj::Array& x) { return xj::tanh(x) * 1.5 + 0.1; }, xj::full({8}, 0.5));
+    };
+    (void)run();  // plans built
+    const auto before = xj::memory_stats().allocations;
+    auto result = run();
+    return xj::memory_stats().allocations - before;
+  };
+  CHECK(buffers_for(100) == buffers_for(5));
+  xj::detail::RawLoopsOff off;
+  CHECK(buffers_for(100) > buffers_for(5));
 }
