@@ -143,9 +143,9 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     for (auto [at, bytes] : unread) workspace.give(at, bytes);
     for (std::size_t s : st.free_after)
       if (values[s].place == Place::workspace) workspace.give(values[s].index, plan.slot_avals[s].nbytes());
-    fp->counted.insert(fp->counted.end(), st.counted.begin(), st.counted.end());
+    f.counted = st.counted;
   }
-  fp->counted.insert(fp->counted.end(), plan.inlined.counted.begin(), plan.inlined.counted.end());
+  fp->counted = plan.inlined.counted;
   fp->workspace_bytes = workspace.size();
   return fp;
 }
@@ -179,6 +179,7 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
     for (std::size_t v : st.outs) scratch.outs.push_back(const_cast<void*>(where[v]));
     if (st.into) st.into(scratch.ins.data(), scratch.outs.data());
     else run_on_views(st, scratch);
+    for (Primitive p : st.counted) count_eval(p);
   }
   for (const auto& c : plan.copies)
     if (c.bytes) std::memcpy(outputs[c.output], where[c.value], c.bytes);

@@ -39,6 +39,7 @@ struct RawPlan {
     std::vector<ShapedArray> in_avals;  // kernel: the operands' avals (for the views)
     std::size_t out_bytes = 0;          // kernel: the output's size
     std::vector<std::size_t> ins, outs;  // values
+    std::vector<Primitive> counted;      // eval_counts after the step (as the Array executor)
   };
   /// An output not written by a step (an input or literal passed through, a value output twice).
   struct Copy {
@@ -49,7 +50,7 @@ struct RawPlan {
   std::vector<Copy> copies;
   std::size_t num_inputs = 0, num_outputs = 0;
   std::size_t workspace_bytes = 0;
-  std::vector<Primitive> counted;  // eval_counts per run
+  std::vector<Primitive> counted;  // eval_counts after the steps: the inlined checkpoints
 };
 
 /// The plan's raw form, or nullptr when it has a step that runs sub-jaxprs (impl or call), which

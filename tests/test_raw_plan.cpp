@@ -12,6 +12,7 @@
 
 #include <xjax/xjax.hpp>
 
+#include "internal.hpp"
 #include "raw_plan.hpp"
 #include "plan.hpp"
 #include "test_util.hpp"
@@ -271,4 +272,51 @@ TEST_CASE("raw while loop: no buffer is made per iteration") {
   CHECK(buffers_for(100) == buffers_for(5));
   xj::detail::RawLoopsOff off;
   CHECK(buffers_for(100) > buffers_for(5));
+}
+
+namespace {
+
+// A scan body the shape rules would reject: add c c, then integer_pow with a negative exponent on
+// i32, which the kernel rejects when it runs (review finding: the raw executor counted a failing
+// iteration's earlier steps differently, and skipped the check for zero elements).
+std::shared_ptr<const xj::ClosedJaxpr> failing_body(const xj::Shape& shape) {
+  auto j = std::make_shared<xj::Jaxpr>();
+  xj::ShapedArray aval{shape, xj::i32};
+  xj::Var c(aval), a(aval), b(aval);
+  j->invars = {c};
+  j->eqns.push_back({xj::Primitive::add, {c, c}, {a}, {}, {}});
+  j->eqns.push_back({xj::Primitive::integer_pow, {a}, {b}, xj::params::IntegerPow{.y = -1}, {}});
+  j->outvars = {b};
+  return std::make_shared<const xj::ClosedJaxpr>(xj::ClosedJaxpr{j, {}});
+}
+
+// What scanning the failing body 3 times over a carry of `shape` throws, and the counts after.
+std::pair<std::string, std::map<std::string, std::int64_t>> failing_scan(const xj::Shape& shape) {
+  xj::reset_eval_counts();
+  std::string what = "nothing thrown";
+  try {
+    (void)xj::detail::bind(xj::Primitive::scan, std::vector<xj::Array>{xj::zeros(shape, xj::i32)},
+                           xj::params::Scan{.jaxpr = failing_body(shape), .length = 3, .reverse = false, .unroll = 1,
+                                            .num_consts = 0, .num_carry = 1, .snapshots = 0});
+  } catch (const xj::Error& e) {
+    what = e.what();
+  }
+  return {what, xj::eval_counts()};
+}
+
+}  // namespace
+
+TEST_CASE("raw scan: a kernel that throws mid-iteration leaves the Array executor's error and counts") {
+  for (std::int64_t n : {3, 0}) {
+    CAPTURE(n);
+    auto raw = failing_scan({n});
+    decltype(raw) arrays;
+    {
+      xj::detail::RawLoopsOff off;
+      arrays = failing_scan({n});
+    }
+    CHECK(raw.first.find("negative exponent") != std::string::npos);
+    CHECK(raw.first == arrays.first);
+    CHECK(raw.second == arrays.second);
+  }
 }

@@ -229,14 +229,15 @@ struct ElementwiseInto {
 
 void run_elementwise_into(const void* ctx, const void* const* ins, void* const* outs) {
   const auto& c = *static_cast<const ElementwiseInto*>(ctx);
-  if (c.n == 0) return;
   if (is_float_binary(c.p))
     return binary_elements(c.p, c.in, ins[0], ins[1], outs[0], c.n);
   if (is_comparison(c.p)) return compare_elements(c.p, c.in, ins[0], ins[1], outs[0], c.n);
   switch (c.p) {
     case Primitive::integer_pow: return integer_pow_elements(c.in, ins[0], outs[0], c.n, c.y);
     case Primitive::convert_element_type: return convert_elements(c.in, c.out, ins[0], outs[0], c.n);
-    case Primitive::copy: return (void)std::memcpy(outs[0], ins[0], c.n * static_cast<std::size_t>(itemsize(c.out)));
+    case Primitive::copy:
+      if (c.n) std::memcpy(outs[0], ins[0], c.n * static_cast<std::size_t>(itemsize(c.out)));
+      return;
     default: return unary_elements(c.p, c.in, ins[0], outs[0], c.n);
   }
 }
