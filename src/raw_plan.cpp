@@ -71,6 +71,28 @@ void run_on_views(const RawPlan::Step& st, RawScratch& scratch) {
   if (st.out_bytes) std::memcpy(scratch.outs[0], result.raw_data(), st.out_bytes);
 }
 
+// A fused step's outputs that may take the place of an input dying at the step (a workspace
+// value of the program's aval, read once by the step and by nothing later): the chain then works
+// in place, as run_fused does on an input handed over (a GEMM's output becomes its relu's). An
+// output placed in the caller's memory stays there.
+void place_in_place_outputs(const EvalPlan& plan, const EvalPlan::Step& st, std::vector<RawPlan::Value>& values,
+                            std::vector<char>& placed, std::vector<std::size_t>& handed_on) {
+  const ShapedArray float_aval{st.fused->shape, st.fused->compute};
+  auto usable = [&](std::size_t i) {
+    const auto& op = st.ins[i];
+    if (op.literal || values[op.slot].place != RawPlan::Place::workspace || plan.slot_avals[op.slot] != float_aval) return false;
+    const auto reads = std::count_if(st.ins.begin(), st.ins.end(), [&](const auto& o) { return !o.literal && o.slot == op.slot; });
+    return reads == 1 && std::find(st.free_after.begin(), st.free_after.end(), op.slot) != st.free_after.end();
+  };
+  for (auto [i, k] : kernels::in_place_outputs(*st.fused, usable)) {
+    const std::size_t in = st.ins[i].slot, out = st.outs[k];
+    if (out == EvalPlan::npos || placed[out]) continue;
+    values[out] = values[in];
+    placed[out] = 1;
+    handed_on.push_back(in);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
@@ -119,6 +141,8 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     RawPlan::Step& f = fp->steps.emplace_back();
     for (const auto& op : st.ins) f.ins.push_back(value_of(op));
     std::vector<std::pair<std::size_t, std::size_t>> unread;  // (offset, bytes) of outputs nothing reads
+    std::vector<std::size_t> handed_on;  // dying inputs whose place an output took
+    if (st.kind == EvalPlan::Kind::fused) place_in_place_outputs(plan, st, values, placed, handed_on);
     for (std::size_t k = 0; k < st.outs.size(); ++k) {
       const std::size_t s = st.outs[k];
       if (s == EvalPlan::npos) {  // kernel steps only (a fused step outputs only what is read)
@@ -142,7 +166,8 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     if (!f.into && !f.kernel) return nullptr;
     for (auto [at, bytes] : unread) workspace.give(at, bytes);
     for (std::size_t s : st.free_after)
-      if (values[s].place == Place::workspace) workspace.give(values[s].index, plan.slot_avals[s].nbytes());
+      if (values[s].place == Place::workspace && std::find(handed_on.begin(), handed_on.end(), s) == handed_on.end())
+        workspace.give(values[s].index, plan.slot_avals[s].nbytes());
     f.counted = st.counted;
   }
   fp->counted = plan.inlined.counted;

@@ -180,6 +180,28 @@ TEST_CASE("raw plan: values whose lifetimes do not overlap share workspace") {
   CHECK(plan->raw->steps.size() == 6);
 }
 
+TEST_CASE("raw plan: a fused chain after a product works in the product's place") {
+  auto f = [](const xj::Array& h, const xj::Array& w) { return xj::matmul(xj::relu(xj::matmul(h, w)) * 2.0f, w); };
+  xj::Array h = ramp({8, 16}, 0.1f, 0.6f), w = ramp({16, 16}, 0.05f, 0.3f);
+  xj::ClosedJaxpr cj = xj::make_jaxpr(f)(h, w);
+  auto plan = xj::detail::make_plan(*cj.jaxpr);
+  REQUIRE(plan->raw);
+  const auto& raw = *plan->raw;
+  REQUIRE(raw.steps.size() == 3);  // product, fused relu and scale, product
+  const auto& product = raw.values[raw.steps[0].outs[0]];
+  const auto& scaled = raw.values[raw.steps[1].outs[0]];
+  CHECK(product.place == xj::detail::RawPlan::Place::workspace);
+  CHECK(scaled.place == xj::detail::RawPlan::Place::workspace);
+  CHECK(scaled.index == product.index);
+  CHECK(raw.workspace_bytes == 8 * 16 * 4);
+  // The same body in a scan: the Array executor's bytes.
+  xj::Array ws = ramp({5, 16, 16}, 0.05f, 0.3f);
+  same_both_ways([&] {
+    auto [c, ys] = xj::scan([&](const xj::Array& c, const xj::Array& wl) { return std::pair{f(c, wl), c}; }, h, ws);
+    return std::vector<xj::Array>{c, ys};
+  });
+}
+
 TEST_CASE("raw scan: no buffer is made per iteration") {
   auto body = [](const xj::Array& h, const xj::Array& w) { return std::pair{xj::relu(xj::matmul(h, w)), h}; };
   xj::Array h0 = ramp({4, 8}, 0.1f, 0.3f);

@@ -8,6 +8,7 @@
 // with the vectorized loops of simd.hpp, then the other outputs are copied out (narrowed to uint8
 // for bools). Intermediates only ever occupy one block-sized row.
 #include <cstring>
+#include <functional>
 
 #include "kernels/kernels.hpp"
 #include "kernels/simd.hpp"
@@ -216,6 +217,33 @@ void mark_direct_outputs(const FusedProgram& prog, std::vector<std::int64_t>& di
   }
 }
 
+// Calls take(i, k) for each input i whose elements output k may be written over: output k is
+// computed by an op straight into its memory (direct), input i is a float array of the shape
+// read in place (not bool, scalar or broadcast), no op after that one reads it, no output is the
+// input itself (it would be copied after the ops), and usable(i) (its memory may be overwritten).
+// Each input serves at most one output. `taken` is working memory.
+template <class Usable, class Take>
+void for_each_in_place_output(const FusedProgram& prog, const std::vector<std::int64_t>& direct, std::vector<char>& taken,
+                              Usable usable, Take take) {
+  const std::size_t ni = prog.inputs.size();
+  taken.assign(ni, 0);
+  for (std::size_t p = 0; p < prog.ops.size(); ++p) {
+    const auto value = static_cast<std::size_t>(prog.ops[p].dst);
+    if (direct[value] < 0) continue;
+    for (std::size_t i = 0; i < ni; ++i) {
+      const auto& input = prog.inputs[i];
+      const auto iv = static_cast<std::int32_t>(i);
+      if (taken[i] || input.is_bool || input.is_scalar || input.period > 0 || !unread_after(prog, p, iv)) continue;
+      bool is_output = false;
+      for (const auto& o : prog.outputs) is_output = is_output || o.value == iv;
+      if (is_output || !usable(i)) continue;
+      taken[i] = 1;
+      take(i, static_cast<std::size_t>(direct[value]));
+      break;
+    }
+  }
+}
+
 template <class T> void run_typed(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {
   const ShapedArray float_aval{prog.shape, prog.compute};
   const ShapedArray bool_aval{prog.shape, DType::bool_};
@@ -242,26 +270,10 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   // no other owner) and no later op reads the input: the chain then works in place, as an
   // epilogue of the step that made the input (a GEMM's output becomes its relu's).
   mark_direct_outputs(prog, direct);
-  donated.assign(ni, 0);
   outs.clear();
   outs.resize(prog.outputs.size());
-  for (std::size_t p = 0; p < prog.ops.size(); ++p) {
-    const auto value = static_cast<std::size_t>(prog.ops[p].dst);
-    if (direct[value] < 0) continue;
-    for (std::size_t i = 0; i < ni; ++i) {
-      const auto& input = prog.inputs[i];
-      const auto iv = static_cast<std::int32_t>(i);
-      if (donated[i] || input.is_bool || input.is_scalar || input.period > 0 || in[i].aval() != float_aval ||
-          !uniquely_owned(in[i]) || !unread_after(prog, p, iv))
-        continue;
-      bool shared_out = false;
-      for (std::size_t k = 0; k < prog.outputs.size(); ++k) shared_out = shared_out || (shares[k] && prog.outputs[k].value == iv);
-      if (shared_out) continue;
-      donated[i] = 1;
-      outs[static_cast<std::size_t>(direct[value])] = in[i];
-      break;
-    }
-  }
+  auto usable = [&](std::size_t i) { return in[i].aval() == float_aval && uniquely_owned(in[i]); };
+  for_each_in_place_output(prog, direct, donated, usable, [&](std::size_t i, std::size_t k) { outs[k] = in[i]; });
   for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
     const auto& o = prog.outputs[k];
     if (outs[k].valid()) continue;
@@ -281,7 +293,8 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   run_blocks<T>(prog, ip, op, scratch);
 }
 
-// The program into caller memory: every output computed or copied (nothing shared or donated).
+// The program into caller memory: every output computed or copied (none shares an input's
+// memory, though a raw plan may have placed an output on an input's: in_place_outputs).
 template <class T> void run_into(const void* ctx, const void* const* in, void* const* out) {
   const auto& prog = *static_cast<const FusedProgram*>(ctx);
   Scratch<T> own;
@@ -331,6 +344,16 @@ void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<
   if (prog.compute == DType::f32) return run_typed<float>(prog, in, outs);
   if (prog.compute == DType::f64) return run_typed<double>(prog, in, outs);
   throw Error(std::string("run_fused: compute dtype must be f32 or f64, got ") + dtype_name(prog.compute));
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> in_place_outputs(const FusedProgram& prog,
+                                                                  const std::function<bool(std::size_t)>& usable) {
+  std::vector<std::int64_t> direct;
+  std::vector<char> taken;
+  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+  mark_direct_outputs(prog, direct);
+  for_each_in_place_output(prog, direct, taken, usable, [&](std::size_t i, std::size_t k) { pairs.emplace_back(i, k); });
+  return pairs;
 }
 
 IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog) {

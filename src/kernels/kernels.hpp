@@ -8,9 +8,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "internal.hpp"
@@ -177,6 +179,11 @@ bool is_comparison(Primitive p);
 void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs);
 /// The program as an IntoKernel (every output written, none shared with an input).
 IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog);
+/// The (input, output) pairs whose output may be written over the input's elements when the
+/// input's memory may be overwritten (`usable`): the fused chain then works in place, as run_fused
+/// does with an input handed over at its last use. At most one output per input and input per output.
+std::vector<std::pair<std::size_t, std::size_t>> in_place_outputs(const FusedProgram& prog,
+                                                                  const std::function<bool(std::size_t)>& usable);
 
 // ---- reduce.cpp --------------------------------------------------------------------------------
 
