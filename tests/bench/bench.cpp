@@ -677,7 +677,11 @@ void bench_eager(std::vector<Row>& rows, std::int64_t n_ops, int reps) {
       return c;
     });
     xj::Array c;
+    // Each run starts from a again: the 10,000 ops of one run stay in range, but runs chained
+    // on the last one's result drifted into denormals (mul: b^(10,000 k) elementwise), which
+    // made the reference 2.4x slower in the libtorch phase ("libtorch 1.17x faster").
     auto run_ref = [&] {
+      std::memcpy(ra.data(), av.data(), av.size() * 4);
       float* x = ra.data();
       float* out = rc.data();
       const float* y = rb.data();
