@@ -157,6 +157,7 @@ void detail::run_plan_into(const detail::EvalPlan& plan, const ClosedJaxpr& cj, 
 }
 
 std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args) {
+  if (plan.raw && detail::raw_at_top_level(*plan.raw)) return detail::run_raw_to_arrays(*plan.raw, cj.consts, args);
   std::vector<Array> result;
   run_plan_into(plan, cj, args, result);
   return result;

@@ -13,7 +13,7 @@
 namespace xjax::detail {
 namespace {
 
-thread_local bool t_raw_loops = true;
+thread_local bool t_raw_plans = true;
 
 constexpr std::size_t kAlign = 64;  // every workspace value starts on a cache line
 
@@ -121,6 +121,16 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
   auto aval_of = [&](const EvalPlan::Operand& op) -> const ShapedArray& {
     return op.literal ? op.literal->value.aval() : plan.slot_avals[op.slot];
   };
+  // A fused output that only renames an input (kernels::renamed_input) holds the input's
+  // elements: a plan output of it is a copy of the input (which a top-level run shares).
+  std::vector<std::size_t> renamed_input(plan.num_slots, EvalPlan::npos);
+  for (std::size_t s = 0; s < plan.num_slots; ++s)
+    if (placed[s]) renamed_input[s] = s;
+  for (const auto& st : plan.steps)
+    if (st.kind == EvalPlan::Kind::fused)
+      for (std::size_t k = 0; k < st.outs.size(); ++k)
+        if (const std::int64_t i = kernels::renamed_input(*st.fused, k); i >= 0 && st.outs[k] != EvalPlan::npos)
+          if (const auto& op = st.ins[static_cast<std::size_t>(i)]; !op.literal) renamed_input[st.outs[k]] = renamed_input[op.slot];
   // A value computed by a step and output once is computed in its output's memory; the other
   // outputs are copied after the steps.
   std::vector<std::size_t> times_output(plan.num_slots, 0);
@@ -129,7 +139,11 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
   fp->num_outputs = plan.outs.size();
   for (std::size_t k = 0; k < plan.outs.size(); ++k) {
     const auto& op = plan.outs[k];
-    if (!op.literal && !placed[op.slot] && times_output[op.slot] == 1) {
+    fp->output_avals.push_back(aval_of(op));
+    fp->output_bytes += aval_of(op).nbytes();
+    if (!op.literal && renamed_input[op.slot] != EvalPlan::npos) {
+      fp->copies.push_back({renamed_input[op.slot], k, aval_of(op).nbytes()});
+    } else if (!op.literal && !placed[op.slot] && times_output[op.slot] == 1) {
       values[op.slot] = {Place::output, k, nullptr};
       placed[op.slot] = 1;
     } else {
@@ -207,8 +221,35 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
     for (Primitive p : st.counted) count_eval(p);
   }
   for (const auto& c : plan.copies)
-    if (c.bytes) std::memcpy(outputs[c.output], where[c.value], c.bytes);
+    if (c.bytes && outputs[c.output]) std::memcpy(outputs[c.output], where[c.value], c.bytes);
   for (Primitive p : plan.counted) count_eval(p);
+}
+
+std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array> consts, std::span<const Array> args) {
+  RawScratch scratch;
+  std::vector<const void*> inputs;
+  inputs.reserve(consts.size() + args.size());
+  for (const auto& c : consts) inputs.push_back(c.raw_data());
+  for (const auto& a : args) inputs.push_back(a.raw_data());
+  // An output that is an input passed through is that input's array, as the Array executor
+  // returns it (no copy: run_raw skips a copy into a null output).
+  std::vector<Array> result(plan.num_outputs);
+  std::vector<void*> outputs(plan.num_outputs, nullptr);
+  for (const auto& c : plan.copies)
+    if (const auto& v = plan.values[c.value]; v.place == RawPlan::Place::input)
+      result[c.output] = v.index < consts.size() ? consts[v.index] : args[v.index - consts.size()];
+  for (std::size_t k = 0; k < plan.num_outputs; ++k)
+    if (!result[k].impl()) {
+      result[k] = alloc_array(plan.output_avals[k]);
+      outputs[k] = mutable_data(result[k]);
+    }
+  const Array workspace = alloc_workspace(plan.workspace_bytes);
+  run_raw(plan, inputs, outputs, mutable_data(workspace), scratch);
+  return result;
+}
+
+bool raw_at_top_level(const RawPlan& plan) {
+  return t_raw_plans && plan.workspace_bytes + plan.output_bytes <= kRawBytesPerStep * std::max<std::size_t>(1, plan.steps.size());
 }
 
 void RawCarry::append_current(std::vector<const void*>& inputs) const {
@@ -226,8 +267,8 @@ void RawCarry::advance() { written_ = written_ == 0 ? 1 : 0; }
 
 std::vector<Array> RawCarry::current() const { return written_ < 0 ? init_ : buffers_[written_]; }
 
-bool raw_loops_enabled() { return t_raw_loops; }
-RawLoopsOff::RawLoopsOff() : was_(t_raw_loops) { t_raw_loops = false; }
-RawLoopsOff::~RawLoopsOff() { t_raw_loops = was_; }
+bool raw_plans_enabled() { return t_raw_plans; }
+RawPlansOff::RawPlansOff() : was_(t_raw_plans) { t_raw_plans = false; }
+RawPlansOff::~RawPlansOff() { t_raw_plans = was_; }
 
 }  // namespace xjax::detail

@@ -49,7 +49,8 @@ struct RawPlan {
   std::vector<Step> steps;
   std::vector<Copy> copies;
   std::size_t num_inputs = 0, num_outputs = 0;
-  std::size_t workspace_bytes = 0;
+  std::vector<ShapedArray> output_avals;
+  std::size_t workspace_bytes = 0, output_bytes = 0;
   std::vector<Primitive> counted;  // eval_counts after the steps: the inlined checkpoints
 };
 
@@ -65,11 +66,22 @@ struct RawScratch {
 };
 
 /// Runs the plan: inputs[i] holds input i (consts first, then the jaxpr's inputs), outputs[k]
-/// receives output k (none of them overlapping an input), workspace has at least
+/// receives output k (none of them overlapping an input; null only for an output that is
+/// copied from an input, which skips the copy), workspace has at least
 /// workspace_bytes bytes (from alloc_workspace). Throws xj::Error for a wrong number of
 /// inputs or outputs.
 void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span<void* const> outputs, void* workspace,
               RawScratch& scratch);
+/// Runs the plan once into fresh arrays (a top-level run: consts, then the jaxpr's arguments;
+/// one workspace for the call). An output that is an input passed through is that input's
+/// array, as the Array executor returns it.
+std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array> consts, std::span<const Array> args);
+/// Whether a top-level run takes the raw plan: its values are small (at most
+/// kRawBytesPerStep of workspace and outputs per step on average), so the Array executor's
+/// bookkeeping costs as much as the arithmetic; larger ones keep the Array executor, which
+/// frees each value when it dies and allocates each output only when it is computed.
+inline constexpr std::size_t kRawBytesPerStep = 64 * 1024;
+bool raw_at_top_level(const RawPlan& plan);
 /// A workspace of `bytes` bytes, 64-byte aligned (a buffer: memory_stats counts it).
 Array alloc_workspace(std::size_t bytes);
 
@@ -92,15 +104,16 @@ class RawCarry {
   int written_ = -1;  // the set holding the current carries; -1: still the initial values
 };
 
-/// Whether scans and while loops run their bodies' raw plans (the default). A test turns them
-/// off for the calling thread with RawLoopsOff, to compare with the Array executor.
-bool raw_loops_enabled();
-class RawLoopsOff {
+/// Whether plans run raw where they can (the default: loop bodies, and top-level plans that
+/// raw_at_top_level accepts). A test turns raw plans off for the calling thread with
+/// RawPlansOff, to compare with the Array executor.
+bool raw_plans_enabled();
+class RawPlansOff {
  public:
-  RawLoopsOff();
-  ~RawLoopsOff();
-  RawLoopsOff(const RawLoopsOff&) = delete;
-  RawLoopsOff& operator=(const RawLoopsOff&) = delete;
+  RawPlansOff();
+  ~RawPlansOff();
+  RawPlansOff(const RawPlansOff&) = delete;
+  RawPlansOff& operator=(const RawPlansOff&) = delete;
 
  private:
   bool was_;

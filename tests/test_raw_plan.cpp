@@ -1,10 +1,14 @@
 // test_raw_plan.cpp: raw plans (src/raw_plan.hpp), which scans run on raw memory. Each scan
 // gives the Array executor's results bit for bit (same kernels, different bookkeeping) and the
 // values of a plain C++ loop; values with disjoint lifetimes share workspace; a raw scan makes
-// no buffer per iteration; bodies that run sub-jaxprs keep the Array executor.
+// no buffer per iteration; bodies that run sub-jaxprs keep the Array executor. Top-level plans of
+// small values run raw too (an unrolled stack under jit), sharing passed-through inputs.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstring>
+#include <thread>
 #include <map>
 #include <string>
 #include <tuple>
@@ -32,7 +36,7 @@ template <class F> std::vector<xj::Array> same_both_ways(F f) {
   std::vector<xj::Array> raw = f();
   std::vector<xj::Array> arrays;
   {
-    xj::detail::RawLoopsOff off;
+    xj::detail::RawPlansOff off;
     arrays = f();
   }
   REQUIRE(raw.size() == arrays.size());
@@ -216,7 +220,7 @@ template <class Run> std::int64_t buffers_made(Run run) {
 // the Array executor makes buffers per iteration.
 template <class Loop> void check_no_buffer_per_iteration(Loop loop) {
   CHECK(buffers_made([&] { return loop(100); }) == buffers_made([&] { return loop(5); }));
-  xj::detail::RawLoopsOff off;
+  xj::detail::RawPlansOff off;
   CHECK(buffers_made([&] { return loop(100); }) > buffers_made([&] { return loop(5); }));
 }
 
@@ -239,7 +243,7 @@ TEST_CASE("raw scan: eval_counts count each primitive once per iteration, as the
   auto raw = counts();
   std::map<std::string, std::int64_t> arrays;
   {
-    xj::detail::RawLoopsOff off;
+    xj::detail::RawPlansOff off;
     arrays = counts();
   }
   CHECK(raw == arrays);
@@ -336,8 +340,155 @@ TEST_CASE("raw scan: a kernel that throws mid-iteration leaves the Array executo
     auto raw = failing_scan({n});
     decltype(raw) arrays;
     {
-      xj::detail::RawLoopsOff off;
+      xj::detail::RawPlansOff off;
       arrays = failing_scan({n});
+    }
+    CHECK(raw.first.find("negative exponent") != std::string::npos);
+    CHECK(raw.first == arrays.first);
+    CHECK(raw.second == arrays.second);
+  }
+}
+
+// ---- top-level plans ----------------------------------------------------------------------------
+
+namespace {
+
+// An unrolled stack of small relu layers (a jitted network written without scan).
+xj::Array unrolled_stack(const std::vector<xj::Array>& ws, const xj::Array& x) {
+  xj::Array y = x;
+  for (const auto& w : ws) y = xj::relu(xj::matmul(y, w) + 0.05f);
+  return xj::sum(y * y);
+}
+
+std::vector<xj::Array> stack_weights(int layers) {
+  std::vector<xj::Array> ws;
+  for (int i = 0; i < layers; ++i) ws.push_back(ramp({8, 8}, 0.04f, 0.2f + 0.01f * static_cast<float>(i)));
+  return ws;
+}
+
+}  // namespace
+
+TEST_CASE("raw top level: an unrolled stack's jit and gradient give the Array executor's bytes and finite differences") {
+  auto ws = stack_weights(6);
+  xj::Array x = ramp({4, 8}, 0.3f, 1.0f);
+  // The gradient's plan is small, so a top-level run takes the raw plan.
+  xj::ClosedJaxpr cj = xj::make_jaxpr(xj::grad(unrolled_stack, xj::argnums<0, 1>))(ws, x);
+  auto plan = xj::detail::plan_of(cj.jaxpr);
+  REQUIRE(plan->raw);
+  CHECK(xj::detail::raw_at_top_level(*plan->raw));
+  auto g = same_both_ways([&] {
+    auto [gw, gx] = xj::jit(xj::grad(unrolled_stack, xj::argnums<0, 1>))(ws, x);
+    gw.push_back(gx);
+    gw.push_back(xj::jit(unrolled_stack)(ws, x));
+    return gw;
+  });
+  // The value against a plain loop, the gradient against central differences.
+  std::vector<float> y = x.to_vector<float>();
+  for (const auto& w : ws) {
+    auto wv = w.to_vector<float>();
+    std::vector<float> next(y.size(), 0.0f);
+    for (std::size_t r = 0; r < 4; ++r)
+      for (std::size_t c = 0; c < 8; ++c) {
+        float acc = 0;
+        for (std::size_t k = 0; k < 8; ++k) acc += y[r * 8 + k] * wv[k * 8 + c];
+        next[r * 8 + c] = std::max(acc + 0.05f, 0.0f);
+      }
+    y = next;
+  }
+  float loss = 0;
+  for (float v : y) loss += v * v;
+  CHECK(g.back().item<float>() == doctest::Approx(loss).epsilon(1e-5));
+  auto fd = [&](std::size_t layer, std::size_t at) {
+    auto bumped = [&](float d) {
+      auto b = ws;
+      auto v = b[layer].to_vector<float>();
+      v[at] += d;
+      b[layer] = xj::array<float>(v, {8, 8});
+      return unrolled_stack(b, x).item<float>();
+    };
+    return (bumped(1e-2f) - bumped(-1e-2f)) / 2e-2f;
+  };
+  for (std::size_t layer : {0u, 3u, 5u})
+    for (std::size_t at : {0u, 27u, 63u}) {
+      CAPTURE(layer);
+      CAPTURE(at);
+      CHECK(g[layer].to_vector<float>()[at] == doctest::Approx(fd(layer, at)).epsilon(2e-2).scale(1e-2));
+    }
+}
+
+TEST_CASE("raw top level: a passed-through input is shared; a value output twice and a literal are arrays of their own") {
+  auto f = [](const xj::Array& x) {
+    xj::Array z = xj::exp(x) * 2.0f;
+    return std::tuple{x, z, z, xj::stop_gradient(x), xj::scalar(2.5)};
+  };
+  xj::Array x = ramp({3, 5}, 0.1f, 0.4f);
+  auto run = [&] {
+    auto [a, z1, z2, s, lit] = xj::jit(f)(x);
+    CHECK(a.raw_data() == x.raw_data());
+    CHECK(s.raw_data() == x.raw_data());
+    return std::vector<xj::Array>{a, z1, z2, s, lit};
+  };
+  auto outs = same_both_ways(run);
+  auto xv = x.to_vector<float>();
+  auto z1 = outs[1].to_vector<float>(), z2 = outs[2].to_vector<float>();
+  CHECK(outs[4].item<double>() == 2.5);
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    CHECK(z1[i] == doctest::Approx(2.0f * std::exp(xv[i])));
+    CHECK(z2[i] == z1[i]);
+
+  }
+}
+
+TEST_CASE("raw top level: plans of large values keep the Array executor") {
+  auto chain = [](const xj::Array& x) { return xj::sin(xj::matmul(x, x)) * 2.0f; };
+  for (std::int64_t n : {8, 512}) {
+    CAPTURE(n);
+    xj::ClosedJaxpr cj = xj::make_jaxpr(chain)(xj::ones({n, n}));
+    auto plan = xj::detail::plan_of(cj.jaxpr);
+    REQUIRE(plan->raw);
+    CHECK(xj::detail::raw_at_top_level(*plan->raw) == (n == 8));
+    xj::detail::RawPlansOff off;
+    CHECK_FALSE(xj::detail::raw_at_top_level(*plan->raw));
+  }
+}
+
+TEST_CASE("raw top level: concurrent calls of one jitted function each get their own workspace") {
+  auto ws = stack_weights(4);
+  xj::Array x = ramp({4, 8}, 0.3f, 1.0f);
+  auto g = xj::jit(xj::grad(unrolled_stack));
+  const std::vector<xj::Array> want = g(ws, x);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        std::vector<xj::Array> got = g(ws, x);
+        for (std::size_t k = 0; k < want.size(); ++k)
+          if (std::memcmp(got[k].raw_data(), want[k].raw_data(), want[k].aval().nbytes()) != 0) ++wrong;
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("raw top level: a kernel that throws leaves the Array executor's error and counts") {
+  for (std::int64_t n : {3, 0}) {
+    CAPTURE(n);
+    auto run = [&] {
+      xj::reset_eval_counts();
+      std::string what = "nothing thrown";
+      try {
+        (void)xj::eval_jaxpr(*failing_body({n}), std::vector<xj::Array>{xj::zeros({n}, xj::i32)});
+      } catch (const xj::Error& e) {
+        what = e.what();
+      }
+      return std::pair{what, xj::eval_counts()};
+    };
+    auto raw = run();
+    decltype(raw) arrays;
+    {
+      xj::detail::RawPlansOff off;
+      arrays = run();
     }
     CHECK(raw.first.find("negative exponent") != std::string::npos);
     CHECK(raw.first == arrays.first);

@@ -189,7 +189,7 @@ std::vector<Array> scan_impl(std::span<const Array> in, const params::Scan& ps) 
   // The plans are looked up once (each lookup hashes the jaxpr), then run every iteration.
   std::shared_ptr<const EvalPlan> body_plan = plan_of(sp.body->jaxpr), unrolled_plan = plan_of(unrolled->jaxpr);
   const bool remainder = sp.length % u != 0;
-  if (raw_loops_enabled() && unrolled_plan->raw && (!remainder || body_plan->raw))
+  if (raw_plans_enabled() && unrolled_plan->raw && (!remainder || body_plan->raw))
     return scan_on_raw_plans(sp, u, *unrolled, *unrolled_plan->raw, remainder ? body_plan->raw.get() : nullptr, consts, carry, xs,
                      std::move(ys));
   // Per iteration only the slices and the carry change: the vectors and slice avals are made once.

@@ -127,7 +127,7 @@ std::vector<Array> while_loop_impl(std::span<const Array> in, const params::Whil
   std::vector<Array> carry(in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn), in.end());
   // The plans are looked up once (each lookup hashes the jaxpr).
   const auto cond_plan = plan_of(w.cond->jaxpr), body_plan = plan_of(w.body->jaxpr);
-  if (raw_loops_enabled() && cond_plan->raw && body_plan->raw)
+  if (raw_plans_enabled() && cond_plan->raw && body_plan->raw)
     return while_on_raw_plans(w, *cond_plan->raw, *body_plan->raw, cargs, bargs, carry);
   while (true) {
     cargs.resize(w.cn);

@@ -207,6 +207,18 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
   }
 }
 
+}  // namespace
+
+std::int64_t renamed_input(const FusedProgram& prog, std::size_t k) {
+  const auto& o = prog.outputs[k];
+  const auto value = static_cast<std::size_t>(o.value);
+  if (value >= prog.inputs.size()) return -1;
+  const auto& input = prog.inputs[value];
+  return !input.is_scalar && input.period == 0 && input.is_bool == o.is_bool ? static_cast<std::int64_t>(value) : -1;
+}
+
+namespace {
+
 // direct (see run_blocks): each value's first float output, when an op computes it.
 void mark_direct_outputs(const FusedProgram& prog, std::vector<std::int64_t>& direct) {
   direct.assign(static_cast<std::size_t>(prog.num_values), -1);
@@ -254,17 +266,10 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   auto& direct = scratch.direct;
   auto& donated = scratch.donated;
   auto& shares = scratch.shares;
-  // An output that only renames a whole input (name, stop_gradient of a value from outside the
-  // run) shares the input's buffer, as the unfused kernel does; the others are computed.
+  // An output that only renames a whole input shares the input's buffer, as the unfused kernel
+  // does; the others are computed.
   shares.assign(prog.outputs.size(), 0);
-  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
-    const auto& o = prog.outputs[k];
-    const auto value = static_cast<std::size_t>(o.value);
-    if (value < ni) {
-      const auto& input = prog.inputs[value];
-      shares[k] = !input.is_scalar && input.period == 0 && input.is_bool == o.is_bool;
-    }
-  }
+  for (std::size_t k = 0; k < prog.outputs.size(); ++k) shares[k] = renamed_input(prog, k) >= 0;
   // A float output computed by an op is written straight into its output array (no copy out).
   // That array is a float input's own buffer when the plan handed the input over (its last use,
   // no other owner) and no later op reads the input: the chain then works in place, as an

@@ -179,6 +179,9 @@ bool is_comparison(Primitive p);
 void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs);
 /// The program as an IntoKernel (every output written, none shared with an input).
 IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog);
+/// The input whose buffer output k shares (an output that only renames a whole input: a name
+/// or stop_gradient of a value from outside the chain), or -1 when output k is computed.
+std::int64_t renamed_input(const FusedProgram& prog, std::size_t k);
 /// The (input, output) pairs whose output may be written over the input's elements when the
 /// input's memory may be overwritten (`usable`): the fused chain then works in place, as run_fused
 /// does with an input handed over at its last use. At most one output per input and input per output.
