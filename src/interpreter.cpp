@@ -33,10 +33,15 @@ ImplRule impl_rule(Primitive p) {
 
 namespace {
 
-void check_args(const Jaxpr& j, std::span<const Array> args, std::size_t nconsts) {
-  if (nconsts != j.constvars.size())
-    throw TypeError("eval_jaxpr: " + std::to_string(nconsts) + " consts for " +
+void check_args(const Jaxpr& j, std::span<const Array> args, std::span<const Array> consts) {
+  if (consts.size() != j.constvars.size())
+    throw TypeError("eval_jaxpr: " + std::to_string(consts.size()) + " consts for " +
                     std::to_string(j.constvars.size()) + " constvars");
+  for (std::size_t i = 0; i < consts.size(); ++i)
+    if (!consts[i].valid() || consts[i].aval() != j.constvars[i].aval())
+      throw TypeError("eval_jaxpr: const " + std::to_string(i) + " is " +
+                      (consts[i].valid() ? consts[i].aval().str() : std::string("empty")) +
+                      ", the jaxpr's constvar is " + j.constvars[i].aval().str());
   if (args.size() != j.invars.size())
     throw TypeError("eval_jaxpr: " + std::to_string(args.size()) + " arguments for a jaxpr of " +
                     std::to_string(j.invars.size()) + " inputs");
@@ -180,7 +185,7 @@ void prepare(const ClosedJaxpr& cj) {
 
 std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) try {
   const Jaxpr& j = *cj.jaxpr;
-  check_args(j, args, cj.consts.size());
+  check_args(j, args, cj.consts);
   detail::LocationScope own_locations(nullptr);
   if (detail::tracing_active() || any_tracer(args) || any_tracer(cj.consts)) return eval_by_binding(cj, args);
   return detail::run_plan(*detail::plan_of(cj.jaxpr), cj, args);

@@ -245,6 +245,10 @@ TEST_CASE("trace: eval_jaxpr checks its arguments") {
   xj::ClosedJaxpr missing_consts{
       xj::make_jaxpr([w = xj::ones({3})](const xj::Array& x) { return x * w; })(xj::zeros({3})).jaxpr, {}};
   CHECK_THROWS_AS(eval1(missing_consts, {xj::zeros({3})}), xj::TypeError);
+  // A const of the wrong shape: an error, not a kernel reading past its end (raw plans read
+  // operands by pointer).
+  xj::ClosedJaxpr wrong_const{missing_consts.jaxpr, {xj::ones({2})}};
+  CHECK_THROWS_AS(eval1(wrong_const, {xj::zeros({3})}), xj::TypeError);
 }
 
 TEST_CASE("trace: identity and pass-through outputs") {
