@@ -226,7 +226,20 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
 }
 
 std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array> consts, std::span<const Array> args) {
-  RawScratch scratch;
+  // The thread's scratch vectors, unless a run on this thread holds them already (a kernel
+  // never runs a plan, but nothing here depends on that).
+  thread_local RawScratch t_scratch;
+  thread_local bool t_scratch_busy = false;
+  RawScratch own;
+  RawScratch& scratch = t_scratch_busy ? own : t_scratch;
+  const bool took = !t_scratch_busy;
+  t_scratch_busy = true;
+  struct Release {
+    bool took;
+    ~Release() {
+      if (took) t_scratch_busy = false;
+    }
+  } release{took};
   std::vector<const void*> inputs;
   inputs.reserve(consts.size() + args.size());
   for (const auto& c : consts) inputs.push_back(c.raw_data());
@@ -243,8 +256,8 @@ std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array>
       result[k] = alloc_array(plan.output_avals[k]);
       outputs[k] = mutable_data(result[k]);
     }
-  const Array workspace = alloc_workspace(plan.workspace_bytes);
-  run_raw(plan, inputs, outputs, mutable_data(workspace), scratch);
+  const Array workspace = plan.workspace_bytes ? alloc_workspace(plan.workspace_bytes) : Array();
+  run_raw(plan, inputs, outputs, plan.workspace_bytes ? mutable_data(workspace) : nullptr, scratch);
   return result;
 }
 
