@@ -115,7 +115,10 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
   auto value_of = [&](const EvalPlan::Operand& op) {
     if (!op.literal) return op.slot;
     auto [it, fresh] = literal_values.emplace(op.literal, values.size());
-    if (fresh) values.push_back({Place::literal, 0, op.literal->value.raw_data()});
+    if (fresh) {
+      fp->literals.push_back(op.literal->value);
+      values.push_back({Place::literal, 0, fp->literals.back().raw_data()});
+    }
     return it->second;
   };
   auto aval_of = [&](const EvalPlan::Operand& op) -> const ShapedArray& {

@@ -46,6 +46,9 @@ struct RawPlan {
     std::size_t value, output, bytes;
   };
   std::vector<Value> values;
+  /// The literal operands' arrays, held so their bytes (Value::literal) live as long as the plan
+  /// (the jaxpr's literal may be replaced by an equal one, which keeps the plan).
+  std::vector<Array> literals;
   std::vector<Step> steps;
   std::vector<Copy> copies;
   std::size_t num_inputs = 0, num_outputs = 0;

@@ -495,3 +495,27 @@ TEST_CASE("raw top level: a kernel that throws leaves the Array executor's error
     CHECK(raw.second == arrays.second);
   }
 }
+
+TEST_CASE("raw plan: a literal replaced in place by an equal one keeps the plan and its bytes") {
+  // Review finding: the raw plan kept the literal's buffer address only; the plan table keeps a
+  // plan for a jaxpr whose literals are replaced by equal ones, and the old buffer was reused.
+  xj::Array x = xj::array<float>({1, 2, 3, 4}, {4});
+  std::shared_ptr<xj::Jaxpr> p;
+  {
+    auto cj = xj::make_jaxpr([](const xj::Array& a) { return a * 3.0 + 1.0; })(x);
+    p = std::make_shared<xj::Jaxpr>(*cj.jaxpr);
+  }
+  xj::ClosedJaxpr cp{p, {}};
+  std::vector<xj::Array> args{x};
+  CHECK(xj::eval_jaxpr(cp, args)[0].to_vector<float>() == std::vector<float>{4, 7, 10, 13});
+  for (auto& e : p->eqns)
+    for (auto& in : e.inputs)
+      if (auto* l = std::get_if<xj::Literal>(&in)) {
+        xj::Array old = l->value;
+        l->value = xj::detail::array_from_bytes(old.raw_data(), old.aval());
+      }
+  xj::release_arena_memory();   // the replaced literals' buffers, if nothing holds them, go back
+  std::vector<xj::Array> reuse;  // to the system (a use after free for the sanitizers) and are
+  for (int i = 0; i < 64; ++i) reuse.push_back(xj::full({}, 1000.0 + i));  // taken again here
+  CHECK(xj::eval_jaxpr(cp, args)[0].to_vector<float>() == std::vector<float>{4, 7, 10, 13});
+}
