@@ -9,6 +9,7 @@
 #include "internal.hpp"
 #include "per_thread.hpp"
 #include "plan.hpp"
+#include "xjax/transforms.hpp"
 
 namespace xjax {
 
@@ -183,14 +184,30 @@ void prepare(const ClosedJaxpr& cj) {
       if (sub) prepare(*sub);
 }
 
-std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) try {
-  const Jaxpr& j = *cj.jaxpr;
-  check_args(j, args, cj.consts);
+namespace {
+
+// eval_jaxpr: inside a trace (or on tracers) bind every equation, else run cj's plan (the one
+// given, or the plan table's).
+std::vector<Array> evaluate(const ClosedJaxpr& cj, const detail::EvalPlan* plan, std::span<const Array> args) try {
+  check_args(*cj.jaxpr, args, cj.consts);
   detail::LocationScope own_locations(nullptr);
   if (detail::tracing_active() || any_tracer(args) || any_tracer(cj.consts)) return eval_by_binding(cj, args);
-  return detail::run_plan(*detail::plan_of(cj.jaxpr), cj, args);
+  return detail::run_plan(plan ? *plan : *detail::plan_of(cj.jaxpr), cj, args);
 } catch (...) {
   detail::rethrow_internal("eval_jaxpr");
+}
+
+}  // namespace
+
+std::vector<Array> eval_jaxpr(const ClosedJaxpr& cj, std::span<const Array> args) { return evaluate(cj, nullptr, args); }
+
+std::shared_ptr<const detail::EvalPlan> detail::plan_for_jit(const ClosedJaxpr& j) {
+  prepare(j);
+  return plan_of(j.jaxpr);
+}
+
+std::vector<Array> detail::eval_jaxpr_with_plan(const ClosedJaxpr& j, const EvalPlan& plan, std::span<const Array> args) {
+  return evaluate(j, &plan, args);
 }
 
 }  // namespace xjax

@@ -286,7 +286,7 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
     prog->outputs.push_back({value_of.at(out.id()), out.aval().dtype == DType::bool_});
     st.outs.push_back(0);  // slot assigned by make_plan
   }
-  kernels::mark_byte_inputs(*prog);
+  kernels::finish_program(*prog);
   st.fused = std::move(prog);
   return st;
 }

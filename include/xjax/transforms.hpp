@@ -45,10 +45,18 @@ namespace detail {
 
 struct TraceCache;
 std::shared_ptr<TraceCache> new_trace_cache();
+struct EvalPlan;
 struct Traced {
   ClosedJaxpr jaxpr;
   TreeDef out_def;
+  /// jit: the jaxpr's execution plan, built once. The jaxpr has no owner outside this entry, so
+  /// it cannot change and a call need not look the plan up (which hashes every equation).
+  std::shared_ptr<const EvalPlan> plan;
 };
+/// Plans j and the jaxprs inside it (prepare) and returns j's plan.
+std::shared_ptr<const EvalPlan> plan_for_jit(const ClosedJaxpr& j);
+/// eval_jaxpr(j, args) running `plan`, j's plan, outside a trace.
+std::vector<Array> eval_jaxpr_with_plan(const ClosedJaxpr& j, const EvalPlan& plan, std::span<const Array> args);
 /// The cached result for `key`, or build() stored under it (only when its consts are concrete:
 /// a jaxpr closing over tracers of an enclosing trace is not reusable). Thread-safe.
 std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, const std::function<Traced()>& build);
@@ -332,10 +340,10 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
       return outs;
     };
     t.jaxpr = jit_prepare(trace_flat(flat, fa.avals()));
-    prepare(t.jaxpr);  // plan now, once, rather than on the first call's evaluation
+    t.plan = plan_for_jit(t.jaxpr);  // plan now, once, rather than on the first call's evaluation
     return t;
   });
-  return tree_unflatten<R>(traced->out_def, eval_jaxpr(traced->jaxpr, fa.leaves));
+  return tree_unflatten<R>(traced->out_def, eval_jaxpr_with_plan(traced->jaxpr, *traced->plan, fa.leaves));
 }
 }  // namespace detail
 

@@ -140,18 +140,18 @@ template <class T> struct Scratch {
   std::vector<T> rows;                       // one kBlock row per value
   std::vector<T*> v;                         // each value's row in the current block
   std::vector<const std::uint8_t*> bytes;    // bool inputs read as bytes: their block
-  std::vector<std::int64_t> direct;          // value -> the output it is written into, or -1
   std::vector<char> donated;                 // input i's buffer holds an output now
   std::vector<char> shares;                  // output k shares its input's buffer
 };
 
 // Runs the program block by block on its inputs' elements (in_ptr[i]) into its outputs'
-// (out_ptr[k]). direct[value] >= 0: the value is a float output computed by an op, written
+// (out_ptr[k]). prog.direct[value] >= 0: the value is a float output computed by an op, written
 // straight into that output's memory (which may be a donated input's: in place). shares[k]: output
 // k renames an input whose buffer it shares, so nothing is copied into it.
 template <class T>
 void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const* out_ptr, Scratch<T>& scratch) {
-  auto& [rows, v, bytes, direct, donated, shares] = scratch;
+  auto& [rows, v, bytes, donated, shares] = scratch;
+  const auto& direct = prog.direct;
   const auto nv = static_cast<std::size_t>(prog.num_values);
   const std::size_t ni = prog.inputs.size();
   const auto total = static_cast<std::size_t>(shape_size(prog.shape));
@@ -219,24 +219,14 @@ std::int64_t renamed_input(const FusedProgram& prog, std::size_t k) {
 
 namespace {
 
-// direct (see run_blocks): each value's first float output, when an op computes it.
-void mark_direct_outputs(const FusedProgram& prog, std::vector<std::int64_t>& direct) {
-  direct.assign(static_cast<std::size_t>(prog.num_values), -1);
-  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
-    const auto value = static_cast<std::size_t>(prog.outputs[k].value);
-    if (value >= prog.inputs.size() && !prog.outputs[k].is_bool && direct[value] < 0)
-      direct[value] = static_cast<std::int64_t>(k);
-  }
-}
-
 // Calls take(i, k) for each input i whose elements output k may be written over: output k is
 // computed by an op straight into its memory (direct), input i is a float array of the shape
 // read in place (not bool, scalar or broadcast), no op after that one reads it, no output is the
 // input itself (it would be copied after the ops), and usable(i) (its memory may be overwritten).
 // Each input serves at most one output. `taken` is working memory.
 template <class Usable, class Take>
-void for_each_in_place_output(const FusedProgram& prog, const std::vector<std::int64_t>& direct, std::vector<char>& taken,
-                              Usable usable, Take take) {
+void for_each_in_place_output(const FusedProgram& prog, std::vector<char>& taken, Usable usable, Take take) {
+  const auto& direct = prog.direct;
   const std::size_t ni = prog.inputs.size();
   taken.assign(ni, 0);
   for (std::size_t p = 0; p < prog.ops.size(); ++p) {
@@ -263,7 +253,6 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   Scratch<T> own;  // only while the thread is ending (its scratch is gone)
   Scratch<T>* mine = PerThread<Scratch<T>>::get();
   Scratch<T>& scratch = mine ? *mine : own;
-  auto& direct = scratch.direct;
   auto& donated = scratch.donated;
   auto& shares = scratch.shares;
   // An output that only renames a whole input shares the input's buffer, as the unfused kernel
@@ -274,11 +263,10 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
   // That array is a float input's own buffer when the plan handed the input over (its last use,
   // no other owner) and no later op reads the input: the chain then works in place, as an
   // epilogue of the step that made the input (a GEMM's output becomes its relu's).
-  mark_direct_outputs(prog, direct);
   outs.clear();
   outs.resize(prog.outputs.size());
   auto usable = [&](std::size_t i) { return in[i].aval() == float_aval && uniquely_owned(in[i]); };
-  for_each_in_place_output(prog, direct, donated, usable, [&](std::size_t i, std::size_t k) { outs[k] = in[i]; });
+  for_each_in_place_output(prog, donated, usable, [&](std::size_t i, std::size_t k) { outs[k] = in[i]; });
   for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
     const auto& o = prog.outputs[k];
     if (outs[k].valid()) continue;
@@ -305,14 +293,20 @@ template <class T> void run_into(const void* ctx, const void* const* in, void* c
   Scratch<T> own;
   Scratch<T>* mine = PerThread<Scratch<T>>::get();
   Scratch<T>& scratch = mine ? *mine : own;
-  mark_direct_outputs(prog, scratch.direct);
   scratch.shares.assign(prog.outputs.size(), 0);
   run_blocks<T>(prog, in, out, scratch);
 }
 
 }  // namespace
 
-void mark_byte_inputs(FusedProgram& prog) {
+void finish_program(FusedProgram& prog) {
+  // direct (see run_blocks): each value's first float output, when an op computes it.
+  prog.direct.assign(static_cast<std::size_t>(prog.num_values), -1);
+  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
+    const auto value = static_cast<std::size_t>(prog.outputs[k].value);
+    if (value >= prog.inputs.size() && !prog.outputs[k].is_bool && prog.direct[value] < 0)
+      prog.direct[value] = static_cast<std::int64_t>(k);
+  }
   for (std::size_t i = 0; i < prog.inputs.size(); ++i) {
     auto& input = prog.inputs[i];
     const auto value = static_cast<std::int32_t>(i);
@@ -353,11 +347,9 @@ void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<
 
 std::vector<std::pair<std::size_t, std::size_t>> in_place_outputs(const FusedProgram& prog,
                                                                   const std::function<bool(std::size_t)>& usable) {
-  std::vector<std::int64_t> direct;
   std::vector<char> taken;
   std::vector<std::pair<std::size_t, std::size_t>> pairs;
-  mark_direct_outputs(prog, direct);
-  for_each_in_place_output(prog, direct, taken, usable, [&](std::size_t i, std::size_t k) { pairs.emplace_back(i, k); });
+  for_each_in_place_output(prog, taken, usable, [&](std::size_t i, std::size_t k) { pairs.emplace_back(i, k); });
   return pairs;
 }
 

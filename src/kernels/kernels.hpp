@@ -165,10 +165,14 @@ struct FusedProgram {
   std::vector<Op> ops;
   std::vector<Output> outputs;
   std::int32_t num_values = 0;
+  /// Per value: the output an op computes it straight into (its first float output), or -1.
+  /// Set by finish_program.
+  std::vector<std::int64_t> direct;
 };
 
-/// Sets Input::read_as_bytes for the bool inputs that only choose a select_n's case.
-void mark_byte_inputs(FusedProgram& prog);
+/// Completes a built program: Input::read_as_bytes for the bool inputs that only choose a
+/// select_n's case, and `direct`.
+void finish_program(FusedProgram& prog);
 /// add sub mul div max min pow: the binary primitives of float_binary (simd.hpp).
 bool is_float_binary(Primitive p);
 /// eq ne lt le gt ge.

@@ -280,6 +280,25 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
     Measured t = measure(reps, [&] { gx = xj::Array(); gx = g_traced(W, y0); }, [&] { gx = xj::Array(); gx = g(W, y0); });
     rows.push_back({name, std::string(ckpt ? "scan(checkpoint)" : "scan") + ", grad without jit", "xjax", t.xj_s,
                     t.xj_s / m.ref_s, flops / t.xj_s * 1e-9, 0, 0, fmt("%.2f", t.xj_s / t.ref_s) + "x jit(grad)"});
+    if (!ckpt && d * N <= 4096) {
+      // The same stack written as a C++ loop of layers (no scan): a jaxpr of L layers whose
+      // top-level plan runs raw (small values), against the same reference.
+      std::vector<xj::Array> layers;
+      for (std::int64_t i = 0; i < L; ++i)
+        layers.push_back(xj::array<float>(std::vector<float>(Wv.begin() + i * d * d, Wv.begin() + (i + 1) * d * d), {d, d}));
+      auto unrolled = xj::jit(xj::grad([](const std::vector<xj::Array>& ws, const xj::Array& y) {
+        xj::Array out = y;
+        for (const auto& w : ws) out = xj::relu(xj::matmul(out, w));
+        return xj::sum(out * out);
+      }));
+      std::vector<xj::Array> gu;
+      Measured mu = measure(reps, [&] { gu.clear(); gu = unrolled(layers, y0); }, run_ref);
+      mu.ref_peak = work_bytes;
+      double worst = 0;  // the gradient of layer i against the reference's
+      for (std::int64_t i = 0; i < L; ++i)
+        worst = std::max(worst, rel_err(gu[static_cast<std::size_t>(i)].data<float>(), work->dW.data() + i * d * d, d * d));
+      add_rows(rows, name, "unrolled (no scan)", mu, flops, ideal, sizes + " err=" + fmt("%.1e", worst));
+    }
 #if XJAX_BENCH_TORCH
     // libtorch doing the same arithmetic (plain autograd, or a hand-written per-layer recompute
     // for checkpoint), timed alternately with the same lean reference; its gradient against xjax's.
