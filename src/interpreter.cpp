@@ -1,7 +1,8 @@
 // interpreter.cpp: eval_jaxpr. Outside a trace it runs the jaxpr's execution plan (plan.hpp: built
 // once, then reused; each value is dropped right after its last use, so a buffer is freed as soon
-// as nothing later needs it). Inside a trace it binds each equation, which re-records it into the
-// trace (inlining).
+// as nothing later needs it; a plan of small values runs raw instead, raw_plan.hpp, its values
+// packed into one workspace by lifetime). Inside a trace it binds each equation, which re-records
+// it into the trace (inlining).
 #include <algorithm>
 #include <unordered_map>
 
@@ -9,7 +10,6 @@
 #include "internal.hpp"
 #include "per_thread.hpp"
 #include "plan.hpp"
-#include "xjax/transforms.hpp"
 
 namespace xjax {
 

@@ -454,8 +454,8 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     std::size_t end = i + 1;
     if (key)
       while (end < eqns.size() && fusion_key(*eqns[end]) == key) ++end;
-    // A lone select_n (relu's derivative after a GEMM) runs as a one-equation fused loop: its
-    // kernel picks each element through a case index, the fused loop with a SIMD blend.
+    // A lone select_n (relu's derivative after a GEMM) runs as a one-equation fused loop: the
+    // select_n kernel picks each element through a case index; the fused loop blends with SIMD.
     const bool lone_select = end - i == 1 && e.prim == Primitive::select_n;
     if (key && (end - i >= 2 || lone_select)) {
       EvalPlan::Step st = fuse(eqns, i, end, *key, last_use, operand);

@@ -68,8 +68,8 @@ struct EvalPlan {
   std::vector<Step> steps;
   std::vector<Operand> outs;
   std::size_t fused_equations = 0;  // equations run inside fused steps
-  /// The same plan on raw memory (raw_plan.hpp), for loops that run it many times (scan);
-  /// nullptr when a step runs sub-jaxprs.
+  /// The same plan on raw memory (raw_plan.hpp): loop bodies run it (scan, while_loop), and
+  /// top-level runs of small values (raw_at_top_level); nullptr when a step runs sub-jaxprs.
   std::shared_ptr<const RawPlan> raw;
 };
 
@@ -85,10 +85,11 @@ std::shared_ptr<const EvalPlan> plan_of(const std::shared_ptr<const Jaxpr>& j);
 using DerivedKey = std::vector<std::int64_t>;
 ClosedJaxprPtr derived_jaxpr(const std::shared_ptr<const Jaxpr>& j, const DerivedKey& key,
                              const std::function<ClosedJaxprPtr()>& build);
-/// Runs a plan of cj's jaxpr on concrete arguments (eval_jaxpr outside a trace; scan runs its
-/// body's plan this way once per iteration, after one lookup).
+/// Runs a plan of cj's jaxpr on concrete arguments (eval_jaxpr outside a trace): its raw plan when
+/// raw_at_top_level accepts it, else run_plan_into.
 std::vector<Array> run_plan(const EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args);
-/// run_plan writing the outputs into `result` (cleared first), so a loop can reuse one vector.
+/// Runs the plan on the Array executor, writing the outputs into `result` (cleared first), so a
+/// loop can reuse one vector (a scan body without a raw plan runs this way once per iteration).
 void run_plan_into(const EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args, std::vector<Array>& result);
 /// Entries in the side table, live or not yet swept (for tests).
 std::size_t plan_table_size();

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "per_thread.hpp"
 #include "plan.hpp"
 #include "xjax/detail/external.hpp"
 
@@ -16,6 +17,12 @@ namespace {
 thread_local bool t_raw_plans = true;
 
 constexpr std::size_t kAlign = 64;  // every workspace value starts on a cache line
+
+/// A thread's scratch for top-level raw runs, and whether a run holds it.
+struct ThreadScratch {
+  RawScratch scratch;
+  bool busy = false;
+};
 
 /// Offsets into one workspace for values taken and given back in plan order: take returns the
 /// lowest free range that fits (or grows the workspace), give frees a range again.
@@ -124,16 +131,23 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
   auto aval_of = [&](const EvalPlan::Operand& op) -> const ShapedArray& {
     return op.literal ? op.literal->value.aval() : plan.slot_avals[op.slot];
   };
-  // A fused output that only renames an input (kernels::renamed_input) holds the input's
-  // elements: a plan output of it is a copy of the input (which a top-level run shares).
-  std::vector<std::size_t> renamed_input(plan.num_slots, EvalPlan::npos);
+  // The plan input each slot holds: an input's own slot, or a fused output that only renames an
+  // input (kernels::renamed_input). Such an output is the input's place (its readers read the
+  // input; the fused step writes nothing for it), and a plan output of it is a copy of the input
+  // (which a top-level run shares).
+  std::vector<std::size_t> input_held_by_slot(plan.num_slots, EvalPlan::npos);
   for (std::size_t s = 0; s < plan.num_slots; ++s)
-    if (placed[s]) renamed_input[s] = s;
+    if (placed[s]) input_held_by_slot[s] = s;
   for (const auto& st : plan.steps)
     if (st.kind == EvalPlan::Kind::fused)
       for (std::size_t k = 0; k < st.outs.size(); ++k)
         if (const std::int64_t i = kernels::renamed_input(*st.fused, k); i >= 0 && st.outs[k] != EvalPlan::npos)
-          if (const auto& op = st.ins[static_cast<std::size_t>(i)]; !op.literal) renamed_input[st.outs[k]] = renamed_input[op.slot];
+          if (const auto& op = st.ins[static_cast<std::size_t>(i)]; !op.literal) {
+            const std::size_t held = input_held_by_slot[op.slot];
+            input_held_by_slot[st.outs[k]] = held;
+            if (held != EvalPlan::npos) values[st.outs[k]] = values[held], placed[st.outs[k]] = 1;
+          }
+  std::size_t discard = EvalPlan::npos;  // the value of fused outputs nothing is written to
   // A value computed by a step and output once is computed in its output's memory; the other
   // outputs are copied after the steps.
   std::vector<std::size_t> times_output(plan.num_slots, 0);
@@ -144,8 +158,8 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     const auto& op = plan.outs[k];
     fp->output_avals.push_back(aval_of(op));
     fp->output_bytes += aval_of(op).nbytes();
-    if (!op.literal && renamed_input[op.slot] != EvalPlan::npos) {
-      fp->copies.push_back({renamed_input[op.slot], k, aval_of(op).nbytes()});
+    if (!op.literal && input_held_by_slot[op.slot] != EvalPlan::npos) {
+      fp->copies.push_back({input_held_by_slot[op.slot], k, aval_of(op).nbytes()});
     } else if (!op.literal && !placed[op.slot] && times_output[op.slot] == 1) {
       values[op.slot] = {Place::output, k, nullptr};
       placed[op.slot] = 1;
@@ -167,6 +181,11 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
         unread.emplace_back(workspace.take(bytes), bytes);
         f.outs.push_back(values.size());
         values.push_back({Place::workspace, unread.back().first, nullptr});
+        continue;
+      }
+      if (input_held_by_slot[s] != EvalPlan::npos) {  // a renamed input: the step skips a null output
+        if (discard == EvalPlan::npos) discard = values.size(), values.push_back({Place::discard, 0, nullptr});
+        f.outs.push_back(discard);
         continue;
       }
       if (!placed[s]) values[s] = {Place::workspace, workspace.take(plan.slot_avals[s].nbytes()), nullptr};
@@ -212,6 +231,7 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
       case Place::output: where[i] = outputs[v.index]; break;
       case Place::workspace: where[i] = base + v.index; break;
       case Place::literal: where[i] = v.literal; break;
+      case Place::discard: where[i] = nullptr; break;
     }
   }
   for (const auto& st : plan.steps) {
@@ -230,19 +250,18 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
 
 std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array> consts, std::span<const Array> args) {
   // The thread's scratch vectors, unless a run on this thread holds them already (a kernel
-  // never runs a plan, but nothing here depends on that).
-  thread_local RawScratch t_scratch;
-  thread_local bool t_scratch_busy = false;
+  // never runs a plan, but nothing here depends on that) or the thread is ending.
   RawScratch own;
-  RawScratch& scratch = t_scratch_busy ? own : t_scratch;
-  const bool took = !t_scratch_busy;
-  t_scratch_busy = true;
+  ThreadScratch* mine = PerThread<ThreadScratch>::get();
+  const bool take = mine && !mine->busy;
+  RawScratch& scratch = take ? mine->scratch : own;
   struct Release {
-    bool took;
+    ThreadScratch* held;
     ~Release() {
-      if (took) t_scratch_busy = false;
+      if (held) held->busy = false;
     }
-  } release{took};
+  } release{take ? mine : nullptr};
+  if (take) mine->busy = true;
   std::vector<const void*> inputs;
   inputs.reserve(consts.size() + args.size());
   for (const auto& c : consts) inputs.push_back(c.raw_data());
@@ -255,7 +274,7 @@ std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array>
     if (const auto& v = plan.values[c.value]; v.place == RawPlan::Place::input)
       result[c.output] = v.index < consts.size() ? consts[v.index] : args[v.index - consts.size()];
   for (std::size_t k = 0; k < plan.num_outputs; ++k)
-    if (!result[k].impl()) {
+    if (!result[k].valid()) {
       result[k] = alloc_array(plan.output_avals[k]);
       outputs[k] = mutable_data(result[k]);
     }

@@ -23,9 +23,10 @@ struct EvalPlan;
 
 struct RawPlan {
   /// Where a value lives during a run: index is the input or output number or the workspace
-  /// offset; literal: at `literal` (a literal operand's elements). A step's output that nothing
-  /// reads gets workspace for the step's duration.
-  enum class Place : std::uint8_t { input, output, workspace, literal };
+  /// offset; literal: at `literal` (a literal operand's elements); discard: nowhere (a null
+  /// pointer: a fused output that only renames an input, which the fused kernel then skips). A
+  /// step's output that nothing reads gets workspace for the step's duration.
+  enum class Place : std::uint8_t { input, output, workspace, literal, discard };
   struct Value {
     Place place = Place::workspace;
     std::size_t index = 0;
@@ -41,7 +42,8 @@ struct RawPlan {
     std::vector<std::size_t> ins, outs;  // values
     std::vector<Primitive> counted;      // eval_counts after the step (as the Array executor)
   };
-  /// An output not written by a step (an input or literal passed through, a value output twice).
+  /// An output not written by a step (an input or literal passed through, an input renamed by a
+  /// fused chain, a value output twice).
   struct Copy {
     std::size_t value, output, bytes;
   };

@@ -5,12 +5,13 @@
 // small values run raw too (an unrolled stack under jit), sharing passed-through inputs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <thread>
 #include <map>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -429,17 +430,46 @@ TEST_CASE("raw top level: a passed-through input is shared; a value output twice
     return std::vector<xj::Array>{a, z1, z2, s, lit};
   };
   auto outs = same_both_ways(run);
+  CHECK(outs[1].raw_data() != outs[2].raw_data());  // raw: each output its own array
   auto xv = x.to_vector<float>();
   auto z1 = outs[1].to_vector<float>(), z2 = outs[2].to_vector<float>();
   CHECK(outs[4].item<double>() == 2.5);
   for (std::size_t i = 0; i < xv.size(); ++i) {
     CHECK(z1[i] == doctest::Approx(2.0f * std::exp(xv[i])));
     CHECK(z2[i] == z1[i]);
-
   }
 }
 
-TEST_CASE("raw top level: plans of large values keep the Array executor") {
+TEST_CASE("raw scan: a carry renamed by a fused stop_gradient is read from the input and copied once") {
+  // The fused chain writes nothing for the rename (a discarded output); the next carry is copied
+  // from the current one, and a reader of the renamed value reads the current carry.
+  auto body = [](const xj::Array& c, const xj::Array& x) {
+    xj::Array kept = xj::stop_gradient(c);
+    return std::pair{kept, std::pair{xj::exp(c) * 2.0f + x, kept * 3.0f}};
+  };
+  xj::Array c0 = ramp({2, 3}, 0.1f, 0.2f), xs = ramp({4, 2, 3}, 0.05f);
+  {  // the body's raw plan has the discarded rename
+    xj::ClosedJaxpr cj = xj::make_jaxpr(body)(c0, ramp({2, 3}, 0.05f));
+    auto plan = xj::detail::plan_of(cj.jaxpr);
+    REQUIRE(plan->raw);
+    const auto& values = plan->raw->values;
+    CHECK(std::any_of(values.begin(), values.end(),
+                      [](const auto& v) { return v.place == xj::detail::RawPlan::Place::discard; }));
+  }
+  auto outs = same_both_ways([&] {
+    auto [c, ys] = xj::jit([&](const xj::Array& a, const xj::Array& b) { return xj::scan(body, a, b); })(c0, xs);
+    return std::vector<xj::Array>{c, ys.first, ys.second};
+  });
+  check_same_bytes(outs[0], c0);
+  auto cv = c0.to_vector<float>(), xv = xs.to_vector<float>();
+  auto y1 = outs[1].to_vector<float>(), y2 = outs[2].to_vector<float>();
+  for (std::size_t i = 0; i < xv.size(); ++i) {
+    CHECK(y1[i] == doctest::Approx(2.0f * std::exp(cv[i % 6]) + xv[i]));
+    CHECK(y2[i] == doctest::Approx(3.0f * cv[i % 6]));
+  }
+}
+
+TEST_CASE("raw top level: plans of large values are not taken raw") {
   auto chain = [](const xj::Array& x) { return xj::sin(xj::matmul(x, x)) * 2.0f; };
   for (std::int64_t n : {8, 512}) {
     CAPTURE(n);
@@ -474,11 +504,15 @@ TEST_CASE("raw top level: concurrent calls of one jitted function each get their
 TEST_CASE("raw top level: a kernel that throws leaves the Array executor's error and counts") {
   for (std::int64_t n : {3, 0}) {
     CAPTURE(n);
+    auto body = failing_body({n});
+    auto plan = xj::detail::plan_of(body->jaxpr);
+    REQUIRE(plan->raw);
+    REQUIRE(xj::detail::raw_at_top_level(*plan->raw));
     auto run = [&] {
       xj::reset_eval_counts();
       std::string what = "nothing thrown";
       try {
-        (void)xj::eval_jaxpr(*failing_body({n}), std::vector<xj::Array>{xj::zeros({n}, xj::i32)});
+        (void)xj::eval_jaxpr(*body, std::vector<xj::Array>{xj::zeros({n}, xj::i32)});
       } catch (const xj::Error& e) {
         what = e.what();
       }

@@ -80,9 +80,17 @@ struct ClosedJaxpr {
 std::ostream& operator<<(std::ostream& os, const Jaxpr& j);
 std::ostream& operator<<(std::ostream& os, const ClosedJaxpr& j);
 
-/// Evaluates a closed jaxpr. Outside any trace it runs the interpreter (freeing each buffer after
-/// its last use); inside a trace it records the equations into that trace.
+/// Evaluates a closed jaxpr. Outside any trace it runs the jaxpr's execution plan (docs/status.md:
+/// plans, raw plans); inside a trace it records the equations into that trace.
 std::vector<Array> eval_jaxpr(const ClosedJaxpr& j, std::span<const Array> args);
+
+namespace detail {
+struct EvalPlan;
+/// jit: plans j and the jaxprs inside it (prepare) and returns j's plan, which jit keeps beside j.
+std::shared_ptr<const EvalPlan> plan_for_jit(const ClosedJaxpr& j);
+/// eval_jaxpr(j, args), running `plan` (j's plan) when outside a trace instead of looking it up.
+std::vector<Array> eval_jaxpr_with_plan(const ClosedJaxpr& j, const EvalPlan& plan, std::span<const Array> args);
+}  // namespace detail
 
 /// Builds the execution plans of j and of every jaxpr in its equations' params (scan and
 /// checkpoint bodies, branches...), so that the first evaluation does not pay for them. Optional:
@@ -91,8 +99,8 @@ void prepare(const ClosedJaxpr& j);
 
 /// Drops every cached execution plan and derived jaxpr (scan's unrolled bodies), like JAX's
 /// jax.clear_caches. They are rebuilt on next use. Plans of jaxprs that are gone are also dropped
-/// automatically, in batches, as new plans are built. (A jit object's traces belong to it and are
-/// not touched.) Thread-safe: a plan being run stays alive until its run ends.
+/// automatically, in batches, as new plans are built. (A jit object's traces and their plans
+/// belong to it and are not touched.) Thread-safe: a plan being run stays alive until its run ends.
 void clear_caches();
 
 /// Checks that every variable is defined before use with matching types and that every equation's

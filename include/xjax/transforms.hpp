@@ -45,7 +45,6 @@ namespace detail {
 
 struct TraceCache;
 std::shared_ptr<TraceCache> new_trace_cache();
-struct EvalPlan;
 struct Traced {
   ClosedJaxpr jaxpr;
   TreeDef out_def;
@@ -53,10 +52,6 @@ struct Traced {
   /// it cannot change and a call need not look the plan up (which hashes every equation).
   std::shared_ptr<const EvalPlan> plan;
 };
-/// Plans j and the jaxprs inside it (prepare) and returns j's plan.
-std::shared_ptr<const EvalPlan> plan_for_jit(const ClosedJaxpr& j);
-/// eval_jaxpr(j, args) running `plan`, j's plan, outside a trace.
-std::vector<Array> eval_jaxpr_with_plan(const ClosedJaxpr& j, const EvalPlan& plan, std::span<const Array> args);
 /// The cached result for `key`, or build() stored under it (only when its consts are concrete:
 /// a jaxpr closing over tracers of an enclosing trace is not reusable). Thread-safe.
 std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, const std::function<Traced()>& build);

@@ -207,17 +207,6 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
   }
 }
 
-}  // namespace
-
-std::int64_t renamed_input(const FusedProgram& prog, std::size_t k) {
-  const auto& o = prog.outputs[k];
-  const auto value = static_cast<std::size_t>(o.value);
-  if (value >= prog.inputs.size()) return -1;
-  const auto& input = prog.inputs[value];
-  return !input.is_scalar && input.period == 0 && input.is_bool == o.is_bool ? static_cast<std::int64_t>(value) : -1;
-}
-
-namespace {
 
 // Calls take(i, k) for each input i whose elements output k may be written over: output k is
 // computed by an op straight into its memory (direct), input i is a float array of the shape
@@ -287,14 +276,40 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
 }
 
 // The program into caller memory: every output computed or copied (none shares an input's
-// memory, though a raw plan may have placed an output on an input's: in_place_outputs).
+// memory, though a raw plan may have placed an output on an input's: in_place_outputs), except
+// an output that only renames an input, given a null pointer.
 template <class T> void run_into(const void* ctx, const void* const* in, void* const* out) {
   const auto& prog = *static_cast<const FusedProgram*>(ctx);
   Scratch<T> own;
   Scratch<T>* mine = PerThread<Scratch<T>>::get();
   Scratch<T>& scratch = mine ? *mine : own;
+  if (shape_size(prog.shape) == 0) return;  // nothing to write (and empty outputs have no address)
+  // A null output only renames an input (a raw plan reads the input in its place): not written.
   scratch.shares.assign(prog.outputs.size(), 0);
+  for (std::size_t k = 0; k < prog.outputs.size(); ++k)
+    if (out[k] == nullptr) {
+      if (renamed_input(prog, k) < 0) throw Error("fused_into: a null pointer for computed output " + std::to_string(k));
+      scratch.shares[k] = 1;
+    }
   run_blocks<T>(prog, in, out, scratch);
+}
+
+}  // namespace
+
+std::int64_t renamed_input(const FusedProgram& prog, std::size_t k) {
+  const auto& o = prog.outputs[k];
+  const auto value = static_cast<std::size_t>(o.value);
+  if (value >= prog.inputs.size()) return -1;
+  const auto& input = prog.inputs[value];
+  return !input.is_scalar && input.period == 0 && input.is_bool == o.is_bool ? static_cast<std::int64_t>(value) : -1;
+}
+
+namespace {
+
+/// Throws xj::Error (naming `who`) unless finish_program completed prog.
+void check_finished(const FusedProgram& prog, const char* who) {
+  if (prog.direct.size() != static_cast<std::size_t>(prog.num_values))
+    throw Error(std::string(who) + ": a FusedProgram run before finish_program");
 }
 
 }  // namespace
@@ -340,6 +355,7 @@ void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<
   if (in.size() != prog.inputs.size())
     throw Error("run_fused: " + std::to_string(in.size()) + " inputs for a program of " +
                 std::to_string(prog.inputs.size()));
+  check_finished(prog, "run_fused");
   if (prog.compute == DType::f32) return run_typed<float>(prog, in, outs);
   if (prog.compute == DType::f64) return run_typed<double>(prog, in, outs);
   throw Error(std::string("run_fused: compute dtype must be f32 or f64, got ") + dtype_name(prog.compute));
@@ -354,6 +370,7 @@ std::vector<std::pair<std::size_t, std::size_t>> in_place_outputs(const FusedPro
 }
 
 IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog) {
+  check_finished(*prog, "fused_into");
   IntoKernel k;
   if (prog->compute == DType::f32) k.fn = run_into<float>;
   else if (prog->compute == DType::f64) k.fn = run_into<double>;

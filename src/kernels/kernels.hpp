@@ -145,7 +145,7 @@ struct FusedProgram {
     std::int64_t period = 0;
     std::int64_t repeat = 1;
     /// A bool array read only as select_n's predicate: read as bytes, not widened (set by
-    /// mark_byte_inputs when the program is built).
+    /// finish_program when the program is built).
     bool read_as_bytes = false;
   };
   struct Op {
@@ -181,7 +181,9 @@ bool is_comparison(Primitive p);
 /// Runs the program on its inputs (one array per FusedProgram::Input); `outs` (cleared first)
 /// receives the outputs: fresh arrays, or inputs' buffers (shared or handed over).
 void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs);
-/// The program as an IntoKernel (every output written, none shared with an input).
+/// The program as an IntoKernel: every output written, none shared with an input, except that
+/// an output that only renames an input (renamed_input) may be given a null pointer and is then
+/// skipped.
 IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog);
 /// The input whose buffer output k shares (an output that only renames a whole input: a name
 /// or stop_gradient of a value from outside the chain), or -1 when output k is computed.

@@ -214,7 +214,9 @@ class Checker {
       check("Array executor vs raw plans", Expect::Success, [&] {
         xj::detail::RawPlansOff off;  // the same kernels through the other executor
         std::string d = compare({F(xs_)}, {*value}, same);
-        return d.empty() ? compare(xj::grad(LF)(xs_), *gradient, same) : d;
+        if (d.empty()) d = compare({xj::jit(F)(xs_)}, {*value}, same);
+        if (d.empty()) d = compare(xj::grad(LF)(xs_), *gradient, same);
+        return d.empty() ? compare(xj::jit(xj::grad(LF))(xs_), *gradient, same) : d;
       });
       check("value_and_grad, has_aux vs grad", Expect::Success, [&] {
         auto [v, g] = xj::value_and_grad(LF)(xs_);
