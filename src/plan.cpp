@@ -47,16 +47,9 @@ struct FusionKey {
 
 bool is_float(DType d) { return d == DType::f32 || d == DType::f64; }
 
+// Unary arithmetic, or a rename (name, stop_gradient: the fused loop reads its operand).
 bool is_unary_float(Primitive p) {
-  switch (p) {
-    case Primitive::neg: case Primitive::exp: case Primitive::log: case Primitive::log1p:
-    case Primitive::expm1: case Primitive::sin: case Primitive::cos: case Primitive::tan:
-    case Primitive::tanh: case Primitive::logistic: case Primitive::sqrt: case Primitive::rsqrt:
-    case Primitive::abs: case Primitive::sign: case Primitive::integer_pow:
-    case Primitive::name: case Primitive::stop_gradient:
-      return true;
-    default: return false;
-  }
+  return kernels::is_unary_math(p) || p == Primitive::name || p == Primitive::stop_gradient;
 }
 // True when every operand is `dtype` (or bool when bool_ok) with the output's shape or rank 0.
 bool operands_fit(const Eqn& e, std::size_t first, const Shape& shape, DType dtype, bool bool_ok = false) {

@@ -6,10 +6,10 @@
 #include <memory>
 #include <vector>
 
-#include "raw_plan.hpp"
 #include "higher_order.hpp"
 #include "internal.hpp"
 #include "kernels/kernels.hpp"
+#include "raw_plan.hpp"
 
 namespace xjax::detail {
 

@@ -264,8 +264,8 @@ std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array>
   if (take) mine->busy = true;
   std::vector<const void*> inputs;
   inputs.reserve(consts.size() + args.size());
-  for (const auto& c : consts) inputs.push_back(c.raw_data());
-  for (const auto& a : args) inputs.push_back(a.raw_data());
+  append_addresses(inputs, consts);
+  append_addresses(inputs, args);
   // An output that is an input passed through is that input's array, as the Array executor
   // returns it (no copy: run_raw skips a copy into a null output).
   std::vector<Array> result(plan.num_outputs);
@@ -287,8 +287,12 @@ bool raw_at_top_level(const RawPlan& plan) {
   return t_raw_plans && plan.workspace_bytes + plan.output_bytes <= kRawBytesPerStep * std::max<std::size_t>(1, plan.steps.size());
 }
 
+void append_addresses(std::vector<const void*>& to, std::span<const Array> arrays) {
+  for (const auto& a : arrays) to.push_back(a.raw_data());
+}
+
 void RawCarry::append_current(std::vector<const void*>& inputs) const {
-  for (const auto& c : written_ < 0 ? init_ : buffers_[written_]) inputs.push_back(c.raw_data());
+  append_addresses(inputs, written_ < 0 ? init_ : buffers_[written_]);
 }
 
 void RawCarry::append_next(std::vector<void*>& outputs) {

@@ -87,6 +87,8 @@ std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array>
 /// frees each value when it dies and allocates each output only when it is computed.
 inline constexpr std::size_t kRawBytesPerStep = 64 * 1024;
 bool raw_at_top_level(const RawPlan& plan);
+/// Appends each array's elements' address (a raw run's inputs).
+void append_addresses(std::vector<const void*>& to, std::span<const Array> arrays);
 /// A workspace of `bytes` bytes, 64-byte aligned (a buffer: memory_stats counts it).
 Array alloc_workspace(std::size_t bytes);
 

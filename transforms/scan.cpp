@@ -157,8 +157,8 @@ std::vector<Array> scan_on_raw_plans(const ScanParams& sp, std::int64_t u, const
     const bool whole = k_steps == u;
     inputs.clear();
     outputs.clear();
-    for (const auto& c : (whole ? unrolled : *sp.body).consts) inputs.push_back(c.raw_data());
-    for (const auto& c : consts) inputs.push_back(c.raw_data());
+    append_addresses(inputs, (whole ? unrolled : *sp.body).consts);
+    append_addresses(inputs, consts);
     carry.append_current(inputs);
     carry.append_next(outputs);
     for (std::int64_t k = 0; k < k_steps; ++k) {

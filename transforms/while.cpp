@@ -100,8 +100,8 @@ std::vector<Array> while_on_raw_plans(const WhileParams& w, const RawPlan& cond,
   RawScratch scratch;
   auto with_consts = [&](const ClosedJaxpr& j, std::span<const Array> consts) {
     inputs.clear();
-    for (const auto& c : j.consts) inputs.push_back(c.raw_data());
-    for (const auto& c : consts) inputs.push_back(c.raw_data());
+    append_addresses(inputs, j.consts);
+    append_addresses(inputs, consts);
     carry.append_current(inputs);
   };
   while (true) {

@@ -186,10 +186,9 @@ Array run_dot(const DotLayout& l, const Array& lhs, const Array& rhs, const Shap
   return result;
 }
 
-// dot_general_into's kernel: the layout and the dtype it was resolved for.
+// dot_general_into's kernel: the layout it was resolved for (its dtype is dot_into's T).
 struct DotInto {
   DotLayout layout;
-  DType dtype;
 };
 
 template <class T> void dot_into(const void* ctx, const void* const* ins, void* const* outs) {
@@ -216,11 +215,10 @@ KernelFn resolved_dot_general(const params::DotGeneral& dn, const ShapedArray& l
   };
 }
 
-
 IntoKernel dot_general_into(const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs,
                             const ShapedArray& out) {
   IntoKernel k;
-  auto ctx = std::make_shared<DotInto>(DotInto{dot_layout(lhs.shape, rhs.shape, dn), out.dtype});
+  auto ctx = std::make_shared<DotInto>(DotInto{dot_layout(lhs.shape, rhs.shape, dn)});
   if (ctx->layout.lhs.mode == OperandLayout::Mode::copy || ctx->layout.rhs.mode == OperandLayout::Mode::copy) return k;
   if (out.dtype == DType::f32) k.fn = dot_into<float>;
   else if (out.dtype == DType::f64) k.fn = dot_into<double>;

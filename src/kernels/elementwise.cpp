@@ -303,20 +303,10 @@ Array copy_kernel(const Array& x, const ShapedArray& out) {
 
 IntoKernel elementwise_into(Primitive p, const Params& params, std::span<const ShapedArray> in, const ShapedArray& out) {
   IntoKernel k;
-  switch (p) {
-    case Primitive::neg: case Primitive::exp: case Primitive::log: case Primitive::log1p:
-    case Primitive::expm1: case Primitive::sin: case Primitive::cos: case Primitive::tan:
-    case Primitive::tanh: case Primitive::logistic: case Primitive::sqrt: case Primitive::rsqrt:
-    case Primitive::abs: case Primitive::sign: case Primitive::integer_pow:
-    case Primitive::convert_element_type: case Primitive::copy:
-      if (out.dtype == DType::bool_ && p != Primitive::convert_element_type && p != Primitive::copy) return k;
-      break;
-    case Primitive::add: case Primitive::sub: case Primitive::mul: case Primitive::div:
-    case Primitive::max: case Primitive::min: case Primitive::pow:
-    case Primitive::eq: case Primitive::ne: case Primitive::lt: case Primitive::le:
-    case Primitive::gt: case Primitive::ge:
-      break;
-    default: return k;
+  if (is_unary_math(p)) {
+    if (out.dtype == DType::bool_) return k;
+  } else if (!is_float_binary(p) && !is_comparison(p) && p != Primitive::convert_element_type && p != Primitive::copy) {
+    return k;
   }
   for (const auto& a : in)
     if (a.shape != out.shape) return k;  // elementwise operands have the output's shape

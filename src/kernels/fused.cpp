@@ -207,7 +207,6 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
   }
 }
 
-
 // Calls take(i, k) for each input i whose elements output k may be written over: output k is
 // computed by an op straight into its memory (direct), input i is a float array of the shape
 // read in place (not bool, scalar or broadcast), no op after that one reads it, no output is the
@@ -280,10 +279,10 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
 // an output that only renames an input, given a null pointer.
 template <class T> void run_into(const void* ctx, const void* const* in, void* const* out) {
   const auto& prog = *static_cast<const FusedProgram*>(ctx);
+  if (shape_size(prog.shape) == 0) return;  // nothing to write (and empty outputs have no address)
   Scratch<T> own;
   Scratch<T>* mine = PerThread<Scratch<T>>::get();
   Scratch<T>& scratch = mine ? *mine : own;
-  if (shape_size(prog.shape) == 0) return;  // nothing to write (and empty outputs have no address)
   // A null output only renames an input (a raw plan reads the input in its place): not written.
   scratch.shares.assign(prog.outputs.size(), 0);
   for (std::size_t k = 0; k < prog.outputs.size(); ++k)
@@ -332,6 +331,16 @@ void finish_program(FusedProgram& prog) {
     for (const auto& o : prog.outputs)
       if (o.value == value) only_predicate = false;
     input.read_as_bytes = only_predicate;
+  }
+}
+
+bool is_unary_math(Primitive p) {
+  switch (p) {
+    case Primitive::neg: case Primitive::exp: case Primitive::log: case Primitive::log1p:
+    case Primitive::expm1: case Primitive::sin: case Primitive::cos: case Primitive::tan:
+    case Primitive::tanh: case Primitive::logistic: case Primitive::sqrt: case Primitive::rsqrt:
+    case Primitive::abs: case Primitive::sign: case Primitive::integer_pow: return true;
+    default: return false;
   }
 }
 

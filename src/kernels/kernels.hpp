@@ -175,6 +175,9 @@ struct FusedProgram {
 void finish_program(FusedProgram& prog);
 /// add sub mul div max min pow: the binary primitives of float_binary (simd.hpp).
 bool is_float_binary(Primitive p);
+/// neg exp log log1p expm1 sin cos tan tanh logistic sqrt rsqrt abs sign integer_pow: the unary
+/// arithmetic primitives (each element computed from the operand's).
+bool is_unary_math(Primitive p);
 /// eq ne lt le gt ge.
 bool is_comparison(Primitive p);
 
