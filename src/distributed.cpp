@@ -298,22 +298,23 @@ Array pmax(const Array& x, std::source_location loc) {
   return bind1(P::pmax, {x}, {}, loc);
 }
 
-Array all_gather(const Array& x, std::int64_t axis, std::source_location loc) {
+Array all_gather(const Array& x, std::int64_t axis, CollectiveOptions opts, std::source_location loc) {
   std::int64_t n = process_count_for(P::all_gather);
-  std::int64_t a = axis < 0 ? axis + x.ndim() + 1 : axis;
-  if (a < 0 || a > x.ndim())
-    throw ShapeError("all_gather: axis " + std::to_string(axis) + " out of range for " + x.aval().str() + " (at " +
-                     format_location(loc) + ")");
-  return bind1(P::all_gather, {x}, params::AllGather{.axis = a, .axis_size = n}, loc);
+  const std::int64_t rank = x.ndim() + (opts.tiled ? 0 : 1);  // the output's
+  std::int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank)
+    throw ShapeError("all_gather: axis " + std::to_string(axis) + " out of range for " + x.aval().str() +
+                     (opts.tiled ? " (tiled)" : "") + " (at " + format_location(loc) + ")");
+  return bind1(P::all_gather, {x}, params::AllGather{.axis = a, .axis_size = n, .tiled = opts.tiled}, loc);
 }
 
-Array psum_scatter(const Array& x, std::int64_t axis, std::source_location loc) {
+Array psum_scatter(const Array& x, std::int64_t axis, CollectiveOptions opts, std::source_location loc) {
   std::int64_t n = process_count_for(P::psum_scatter);
   std::int64_t a = axis < 0 ? axis + x.ndim() : axis;
   if (a < 0 || a >= x.ndim())
     throw ShapeError("psum_scatter: axis " + std::to_string(axis) + " out of range for " + x.aval().str() + " (at " +
                      format_location(loc) + ")");
-  return bind1(P::psum_scatter, {x}, params::PsumScatter{.axis = a, .axis_size = n}, loc);
+  return bind1(P::psum_scatter, {x}, params::PsumScatter{.axis = a, .axis_size = n, .tiled = opts.tiled}, loc);
 }
 
 Array ppermute(const Array& x, const std::vector<std::pair<int, int>>& perm, std::source_location loc) {

@@ -1,10 +1,66 @@
 // pytree.cpp: the non-template parts of pytrees.
 #include "xjax/pytree.hpp"
 
+#include "xjax/detail/flat.hpp"
+
 namespace xjax {
 
 namespace detail {
 void tree_mismatch(const std::string& what) { throw Error(what); }
+
+std::string child_key(const TreeDef& def, std::size_t i) {
+  switch (def.keyed) {
+    case TreeDef::Keyed::position: break;
+    case TreeDef::Keyed::map_key: return "['" + def.keys.at(i) + "']";
+    case TreeDef::Keyed::member: return "." + def.keys.at(i);
+  }
+  return "[" + std::to_string(i) + "]";
+}
+
+namespace {
+std::string kind_str(const TreeDef& d) {
+  if (d.kind == TreeDef::Kind::leaf) return "a leaf";
+  if (d.kind == TreeDef::Kind::none) return "None";
+  switch (d.keyed) {
+    case TreeDef::Keyed::position: break;
+    case TreeDef::Keyed::map_key: return "a map " + d.str();
+    case TreeDef::Keyed::member: return "a struct " + d.str();
+  }
+  return "a sequence of " + std::to_string(d.children.size()) + " " + d.str();
+}
+
+std::string keys_str(const std::vector<std::string>& keys) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", " : "") + keys[i];
+  return s + "}";
+}
+}  // namespace
+
+std::string tree_difference(const TreeDef& a, const TreeDef& b, const std::string& prefix) {
+  const std::string at = "at " + (prefix.empty() ? std::string("the root") : prefix) + ": ";
+  if (a.kind != b.kind || a.keyed != b.keyed || a.children.size() != b.children.size())
+    return at + kind_str(a) + " against " + kind_str(b);
+  if (a.keys != b.keys) return at + "keys " + keys_str(a.keys) + " against " + keys_str(b.keys);
+  for (std::size_t i = 0; i < a.children.size(); ++i) {
+    std::string d = tree_difference(a.children[i], b.children[i], prefix + child_key(a, i));
+    if (!d.empty()) return d;
+  }
+  return "";
+}
+
+void check_same_tree(const std::string& what, const TreeDef& expected, const TreeDef& got) {
+  std::string d = tree_difference(expected, got);
+  if (!d.empty()) tree_mismatch(what + " " + d);
+}
+
+void check_same_args(const std::string& what, std::span<const TreeDef> expected, std::span<const TreeDef> got) {
+  if (expected.size() != got.size())
+    tree_mismatch(what + ": " + std::to_string(got.size()) + " arguments for " + std::to_string(expected.size()));
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    std::string d = tree_difference(expected[i], got[i], "[" + std::to_string(i) + "]");
+    if (!d.empty()) tree_mismatch(what + " differ from the arguments' structure " + d);
+  }
+}
 }  // namespace detail
 
 std::string TreeDef::str() const {

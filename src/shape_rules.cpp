@@ -336,9 +336,10 @@ std::vector<ShapedArray> threefry2x32_shape_rule(Avals in) {
 std::vector<ShapedArray> all_gather_shape_rule(Avals in, const params::AllGather& ps) {
   const Primitive p = Primitive::all_gather;
   expect_arity(p, in, 1);
-  norm_axis(p, in, ps.axis, in[0].ndim() + 1);
+  norm_axis(p, in, ps.axis, in[0].ndim() + (ps.tiled ? 0 : 1));
   Shape shape = in[0].shape;
-  shape.insert(shape.begin() + ps.axis, ps.axis_size);
+  if (ps.tiled) shape[static_cast<std::size_t>(ps.axis)] *= ps.axis_size;
+  else shape.insert(shape.begin() + ps.axis, ps.axis_size);
   return {ShapedArray{shape, in[0].dtype}};
 }
 
@@ -347,7 +348,16 @@ std::vector<ShapedArray> psum_scatter_shape_rule(Avals in, const params::PsumSca
   expect_arity(p, in, 1);
   expect_kind(p, in, in[0], Kinds::numeric);
   norm_axis(p, in, ps.axis, in[0].ndim());
-  if (in[0].shape[static_cast<std::size_t>(ps.axis)] != ps.axis_size)
+  const std::int64_t d = in[0].shape[static_cast<std::size_t>(ps.axis)];
+  if (ps.tiled) {
+    if (ps.axis_size <= 0 || d % ps.axis_size != 0)
+      shape_fail(p, in, "tiled: axis " + std::to_string(ps.axis) + " (size " + std::to_string(d) +
+                            ") must split into one chunk per process (" + std::to_string(ps.axis_size) + ")");
+    Shape shape = in[0].shape;
+    shape[static_cast<std::size_t>(ps.axis)] = d / ps.axis_size;
+    return {ShapedArray{shape, in[0].dtype}};
+  }
+  if (d != ps.axis_size)
     shape_fail(p, in, "axis " + std::to_string(ps.axis) + " must have one entry per process (" +
                           std::to_string(ps.axis_size) + ")");
   return {ShapedArray{remove_axes(in[0].shape, {ps.axis}), in[0].dtype}};

@@ -33,6 +33,12 @@ TEST_CASE("collectives: an error before initialize; in one process, the identiti
   CHECK_THROWS_AS(xj::all_gather(x, 3), xj::ShapeError);                 // new axis beyond rank + 1
   CHECK_THROWS_AS(xj::psum(xj::zeros({2}, xj::bool_)), xj::TypeError);   // a sum needs numbers
   check_close(xj::all_gather(x, -1), xj::expand_dims(x, 2), 1e-15);      // negative: from the end
+  // tiled: one process's concatenation is x itself; the checks see the tiled shape rules.
+  check_close(xj::all_gather(x, 1, {.tiled = true}), x, 1e-15);
+  check_close(xj::psum_scatter(x, 0, {.tiled = true}), x, 1e-15);
+  CHECK_THROWS_AS(xj::all_gather(x, 2, {.tiled = true}), xj::ShapeError);  // tiled: an existing axis
+  check_close(xj::grad([](const xj::Array& y) { return xj::sum(xj::sin(xj::all_gather(y, 0, {.tiled = true}))); })(x),
+              xj::cos(x), 1e-14);
   // Derivatives: d sum(psum(x) * x) = 2x here; jvp and grad agree, and so does jit.
   auto f = [](const xj::Array& y) { return xj::sum(xj::psum(y) * y); };
   check_close(xj::grad(f)(x), x * 2.0, 1e-14);
@@ -41,7 +47,7 @@ TEST_CASE("collectives: an error before initialize; in one process, the identiti
   std::string printed = str(xj::make_jaxpr([](const xj::Array& y) { return xj::all_gather(xj::psum(y), 0); })(x));
   INFO(printed);
   CHECK(contains(printed, "b:f64[2,3] = psum a"));
-  CHECK(contains(printed, "all_gather[axis=0 axis_size=1]"));
+  CHECK(contains(printed, "all_gather[axis=0 axis_size=1 tiled=False]"));
 
   xj::distributed::finalize();
   CHECK_FALSE(xj::distributed::is_initialized());

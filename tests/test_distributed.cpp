@@ -93,6 +93,62 @@ TEST_CASE("distributed: psum, pmean, pmax, all_gather, psum_scatter and ppermute
   CHECK(xj::psum(k).to_vector<std::int32_t>() == std::vector<std::int32_t>{s, 10 * s});
 }
 
+TEST_CASE("distributed: tiled all_gather concatenates and tiled psum_scatter hands out chunks (FSDP)") {
+  // Each process holds shard p (rows 2p, 2p + 1) of a weight of 2n rows; a tiled gather gives
+  // every process the whole weight in row order.
+  xj::Array shard = input_of(me(), {2, 3});
+  std::vector<xj::Array> shards;
+  for (int p = 0; p < n(); ++p) shards.push_back(input_of(p, {2, 3}));
+  xj::Array whole = xj::all_gather(shard, 0, {.tiled = true});
+  CHECK(whole.shape() == xj::Shape{2 * n(), 3});
+  check_close(whole, xj::concatenate(shards, 0), 1e-15);
+  check_close(xj::all_gather(shard, 1, {.tiled = true}), xj::concatenate(shards, 1), 1e-15);
+  check_close(xj::all_gather(shard, -1, {.tiled = true}), xj::concatenate(shards, 1), 1e-15);
+  // A tiled psum_scatter sums everyone's full-size gradient and gives process p rows of shard p.
+  xj::Array grad_whole = input_of(me(), {2 * n(), 3}) * 3.0;
+  xj::Array want = xj::zeros({2, 3}, xj::f64);
+  for (int p = 0; p < n(); ++p) want = want + xj::slice_in_dim(input_of(p, {2 * n(), 3}) * 3.0, 2 * me(), 2 * me() + 2);
+  check_close(xj::psum_scatter(grad_whole, 0, {.tiled = true}), want, 1e-14);
+  // Along axis 1: columns 3p .. 3p + 2 of the sum.
+  xj::Array wide = input_of(me(), {2, 3 * n()});
+  xj::Array want_cols = xj::zeros({2, 3}, xj::f64);
+  for (int p = 0; p < n(); ++p) want_cols = want_cols + xj::slice_in_dim(input_of(p, {2, 3 * n()}), 3 * me(), 3 * me() + 3, 1);
+  check_close(xj::psum_scatter(wide, 1, {.tiled = true}), want_cols, 1e-14);
+  // The axis must split into one chunk per process.
+  CHECK_THROWS_AS(xj::psum_scatter(xj::zeros({2 * n() + 1, 3}, xj::f64), 0, {.tiled = true}), xj::ShapeError);
+  // Derivatives (each is the other's transpose), and the FSDP step: gather, use, scatter back.
+  check_derivatives([](const xj::Array& y) { xj::Array g = xj::all_gather(y, 0, {.tiled = true}); return g * g; }, shard);
+  check_derivatives([](const xj::Array& y) { xj::Array g = xj::all_gather(y, 1, {.tiled = true}); return xj::sin(g); }, shard);
+  check_derivatives([](const xj::Array& y) {
+    xj::Array full = xj::concatenate(std::vector<xj::Array>(static_cast<std::size_t>(n()), xj::sin(y)), 0);
+    return xj::psum_scatter(full * full, 0, {.tiled = true});
+  }, shard);
+  // grad of the global loss sum_p sum((x_p @ W)^2) with W gathered from shards: the gradient of
+  // each shard is the tiled psum_scatter of the full gradient, computed here from all inputs.
+  xj::Array xin = input_of(me(), {4, 2 * n()});
+  auto loss = [&](const xj::Array& w_shard) {
+    xj::Array w = xj::all_gather(w_shard, 0, {.tiled = true});
+    xj::Array h = xj::matmul(xin, w);
+    return xj::sum(h * h);
+  };
+  xj::Array g_shard = xj::grad(loss)(shard);
+  xj::Array w_full = xj::concatenate(shards, 0);
+  xj::Array g_full = xj::zeros({2 * n(), 3}, xj::f64);
+  for (int p = 0; p < n(); ++p) {
+    xj::Array xp = input_of(p, {4, 2 * n()});
+    g_full = g_full + xj::matmul(xj::transpose(xp, {1, 0}), xj::matmul(xp, w_full)) * 2.0;
+  }
+  check_close(g_shard, xj::slice_in_dim(g_full, 2 * me(), 2 * me() + 2), 1e-12);
+  check_close(xj::jit(xj::grad(loss))(shard), g_shard, 1e-14);
+  // vmap over a batch of shards: one gather per member.
+  xj::Array batch = xj::stack({shard, shard * 2.0});
+  xj::Array gathered = xj::vmap([](const xj::Array& y) { return xj::all_gather(y, 0, {.tiled = true}); })(batch);
+  check_close(gathered, xj::stack({whole, whole * 2.0}), 1e-15);
+  xj::Array big = xj::stack({grad_whole, grad_whole * 2.0}, 1);  // batch along axis 1
+  xj::Array scattered = xj::vmap([](const xj::Array& y) { return xj::psum_scatter(y, 0, {.tiled = true}); }, 1)(big);
+  check_close(scattered, xj::stack({want, want * 2.0}), 1e-14);
+}
+
 TEST_CASE("distributed: psum gives every process the same bits") {
   xj::Array x = randn({1000}, 7 + static_cast<unsigned>(me()), xj::f32);
   xj::Array s = xj::psum(x * 1.1f);
@@ -150,6 +206,22 @@ TEST_CASE("distributed: collectives inside jit, scan, vmap and checkpoint") {
   std::int64_t recompute = psums(std::nullopt), saved = psums(policies::save_collectives);
   CHECK(saved == 2);      // the forward psum, and its transpose (a psum) in the backward pass
   CHECK(recompute == 3);  // the same, plus the psum recomputed in the backward pass
+  // docs/distributed.md's counts when nothing outside the block reads its value: under grad the
+  // forward psum is dead (only the block's residuals need it, and those are recomputed), so the
+  // recompute and the transpose run: twice; value_and_grad keeps the forward: three times.
+  auto only_block = [&](std::optional<xj::Policy> policy) {
+    return [block, policy](const xj::Array& y) { return xj::sum(xj::checkpoint(block, {.policy = policy})(y)); };
+  };
+  auto count = [&](auto&& g) {
+    (void)g(x);
+    xj::reset_eval_counts();
+    (void)g(x);
+    return xj::eval_counts()["psum"];
+  };
+  CHECK(count(xj::jit(xj::grad(only_block(std::nullopt)))) == 2);
+  CHECK(count(xj::jit(xj::value_and_grad(only_block(std::nullopt)))) == 3);
+  CHECK(count(xj::jit(xj::grad(only_block(policies::save_collectives)))) == 2);
+  CHECK(count(xj::jit(xj::value_and_grad(only_block(policies::save_collectives)))) == 2);
   check_close(xj::grad(loss_with(policies::save_collectives))(x), xj::grad(loss_with(std::nullopt))(x), 1e-14);
   check_derivatives([&](const xj::Array& y) { return xj::reshape(loss_with(policies::save_collectives)(y), {1}); }, x);
 }

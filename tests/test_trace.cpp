@@ -410,7 +410,10 @@ TEST_CASE("trace: hana structs and None are pytrees") {
   Model m{Layer{xj::ones({2, 3}), xj::zeros({3})}, {Layer{xj::ones({3, 1}), xj::zeros({1})}}, {}};
   auto [leaves, def] = xj::tree_flatten(m);
   CHECK(leaves.size() == 4);
-  CHECK(def.str() == "((*, *), ((*, *)), None)");
+  // Struct members are named in the structure (maps and structs are matched by key, issue 33).
+  CHECK(def.str() == "(first: (w: *, b: *), rest: ((w: *, b: *)), nothing: None)");
+  CHECK(xj::detail::child_key(def, 1) == ".rest");
+  CHECK(xj::detail::child_key(def.children[1], 0) == "[0]");
   Model back = xj::tree_unflatten<Model>(def, leaves);
   CHECK(back.first.w.impl() == m.first.w.impl());
   CHECK(back.rest.at(0).b.impl() == m.rest.at(0).b.impl());

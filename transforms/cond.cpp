@@ -354,7 +354,8 @@ void check_branches(const char* what, std::span<const std::string> names, std::s
   for (std::size_t k = 1; k < branches.size(); ++k) {
     if (!(out_defs[k] == out_defs[0]))
       throw TypeError(std::string(what) + ": " + name(k) + " returns a tree of structure " + out_defs[k].str() +
-                      " but " + name(0) + " returns " + out_defs[0].str() +
+                      " but " + name(0) + " returns " + out_defs[0].str() + ", " +
+                      tree_difference(out_defs[0], out_defs[k], "output") +
                       "; every branch must return the same structure, shapes and dtypes (at " + format_location(loc) + ")");
     auto o = branches[k].out_avals();
     for (std::size_t i = 0; i < o.size(); ++i)

@@ -175,6 +175,25 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   const std::size_t nres = pe.residual_vars.size();
   const std::int64_t slots = std::min(ps.snapshots, ps.length);
   auto k = std::make_shared<const ClosedJaxpr>(pe.known);
+  // A residual that is a known const of the body (a loop-invariant weight) is not an output of
+  // revolve_fwd: revolve_lin reads the outer operand itself, so it is kept once, by reference, as
+  // the plain scan keeps it (fwd_const[r]: that operand's index, or -1).
+  std::vector<std::ptrdiff_t> fwd_const(nres, -1);
+  for (std::size_t r = 0; r < nres; ++r)
+    for (std::size_t i = 0; i < nc; ++i)
+      if (!uk[i] && b.invars[i].id() == pe.residual_vars[r].id()) fwd_const[r] = static_cast<std::ptrdiff_t>(i);
+  ClosedJaxprPtr k_fwd = k;  // K without the forwarded residuals among its outputs
+  std::size_t nres_fwd = nres;
+  if (std::any_of(fwd_const.begin(), fwd_const.end(), [](std::ptrdiff_t i) { return i >= 0; })) {
+    auto j = std::make_shared<Jaxpr>(*pe.known.jaxpr);
+    const std::size_t first_res = j->outvars.size() - nres;
+    for (std::size_t r = nres; r-- > 0;)
+      if (fwd_const[r] >= 0) {
+        j->outvars.erase(j->outvars.begin() + static_cast<std::ptrdiff_t>(first_res + r));
+        --nres_fwd;
+      }
+    k_fwd = std::make_shared<const ClosedJaxpr>(ClosedJaxpr{std::move(j), pe.known.consts});
+  }
 
   PeSplit split;
   split.out_unknown = pe.out_unknown;
@@ -186,12 +205,20 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   std::vector<Var> snaps, res;
   for (std::size_t i = nc; i < nc + ncar; ++i)
     if (!uk[i]) snaps.emplace_back(stacked(b.invars[i].aval(), slots));
-  for (const Var& r : pe.residual_vars) res.emplace_back(r.aval());
+  std::vector<Atom> res_operands;  // revolve_lin's last-step residuals
+  for (std::size_t r = 0; r < nres; ++r) {
+    if (fwd_const[r] >= 0) {
+      res_operands.push_back(e.inputs[static_cast<std::size_t>(fwd_const[r])]);
+    } else {
+      res.emplace_back(pe.residual_vars[r].aval());
+      res_operands.push_back(res.back());
+    }
+  }
   fwd.outputs.insert(fwd.outputs.end(), snaps.begin(), snaps.end());
   fwd.outputs.insert(fwd.outputs.end(), res.begin(), res.end());
-  fwd.params = params::RevolveFwd{.jaxpr = k, .length = ps.length, .reverse = ps.reverse, .snapshots = ps.snapshots,
+  fwd.params = params::RevolveFwd{.jaxpr = k_fwd, .length = ps.length, .reverse = ps.reverse, .snapshots = ps.snapshots,
                                   .num_consts = static_cast<std::int64_t>(knc), .num_carry = static_cast<std::int64_t>(kncar),
-                                  .num_res = static_cast<std::int64_t>(nres)};
+                                  .num_res = static_cast<std::int64_t>(nres_fwd)};
   split.known.push_back(std::move(fwd));
 
   Eqn lin{Primitive::revolve_lin, {}, {}, {}, e.loc};
@@ -200,7 +227,7 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   lin.inputs.insert(lin.inputs.end(), snaps.begin(), snaps.end());
   for (std::size_t i = nc + ncar; i < nin; ++i)
     if (!uk[i]) lin.inputs.push_back(e.inputs[i]);
-  lin.inputs.insert(lin.inputs.end(), res.begin(), res.end());
+  lin.inputs.insert(lin.inputs.end(), res_operands.begin(), res_operands.end());
   for (std::size_t i = 0; i < nin; ++i)
     if (uk[i]) lin.inputs.push_back(e.inputs[i]);
   for (std::size_t o = 0; o < nout; ++o)
@@ -440,7 +467,11 @@ std::vector<Tangent> revolve_lin_transpose(const TransposeArgs& a) {
   std::vector<Array> ops;
   for (std::size_t i = 0; i < l.lin_consts; ++i) ops.push_back(a.in[i].value);
   for (auto i : tb.c_nl) ops.push_back(a.in[l.lin_consts + i].value);
-  for (auto i : tb.c_lin) ops.push_back(zeros(a.in[l.lin_consts + i].aval.shape, a.in[l.lin_consts + i].aval.dtype));
+  // The linear consts' cotangent accumulators start at a traced broadcast of 0 (as scan's): a
+  // concrete zeros array would be a const of the transposed jaxpr, held as long as it (a vjp's
+  // pullback kept a zero copy of every loop-invariant weight).
+  for (auto i : tb.c_lin)
+    ops.push_back(broadcast_to(scalar(0.0, a.in[l.lin_consts + i].aval.dtype), a.in[l.lin_consts + i].aval.shape));
   for (std::size_t k = 0; k < nlcar; ++k) ops.push_back(a.ct[k].instantiate());
   for (auto i : tb.x_nl)
     if (i >= nlc + nlcar + sh.nres) ops.push_back(a.in[l.per_step + (i - nlc - nlcar - sh.nres)].value);

@@ -25,7 +25,7 @@ void check_carry(const TreeDef& in_def, const TreeDef& out_def, std::span<const 
                  std::span<const ShapedArray> out, std::source_location loc) {
   if (!(in_def == out_def))
     throw TypeError("scan: the body's carry output has structure " + out_def.str() + " but the carry input has " +
-                    in_def.str() + " (at " + format_location(loc) + ")");
+                    in_def.str() + ", " + tree_difference(in_def, out_def, "carry") + " (at " + format_location(loc) + ")");
   for (std::size_t i = 0; i < in.size(); ++i)
     if (in[i] != out[i])
       throw TypeError("scan: carry leaf " + std::to_string(i) + " enters the body as " + in[i].str() +

@@ -327,13 +327,13 @@ Cts pmax_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts all_gather_transpose(const TransposeArgs& a) {
   const auto& ps = a.params.get<params::AllGather>();
   return unary_linear(a, [&](const Array& c) {
-    return bind1(P::psum_scatter, {c}, params::PsumScatter{.axis = ps.axis, .axis_size = ps.axis_size}, a.loc);
+    return bind1(P::psum_scatter, {c}, params::PsumScatter{.axis = ps.axis, .axis_size = ps.axis_size, .tiled = ps.tiled}, a.loc);
   });
 }
 Cts psum_scatter_transpose(const TransposeArgs& a) {
   const auto& ps = a.params.get<params::PsumScatter>();
   return unary_linear(a, [&](const Array& c) {
-    return bind1(P::all_gather, {c}, params::AllGather{.axis = ps.axis, .axis_size = ps.axis_size}, a.loc);
+    return bind1(P::all_gather, {c}, params::AllGather{.axis = ps.axis, .axis_size = ps.axis_size, .tiled = ps.tiled}, a.loc);
   });
 }
 Cts ppermute_transpose(const TransposeArgs& a) {

@@ -1,5 +1,6 @@
 // vmap_api.cpp: the flat entry points of vmap.hpp: in_axes / out_axes checked against the
 // arguments and outputs, the batch size, and the batched jaxpr's evaluation.
+#include <algorithm>
 #include <string>
 
 #include "batching.hpp"
@@ -11,23 +12,54 @@ namespace {
 std::string spec_str(const AxisSpec& s) {
   if (s.kind == AxisSpec::Kind::axis) return std::to_string(s.axis);
   if (s.kind == AxisSpec::Kind::none) return "None";
-  std::string out = "(";
-  for (std::size_t i = 0; i < s.children.size(); ++i) out += (i ? ", " : "") + spec_str(s.children[i]);
-  return out + (s.children.size() == 1 ? ",)" : ")");
+  const bool keyed = !s.keys.empty();
+  std::string out = keyed ? "{" : "(";
+  for (std::size_t i = 0; i < s.children.size(); ++i)
+    out += (i ? ", " : "") + (keyed ? "'" + s.keys[i] + "': " : std::string()) + spec_str(s.children[i]);
+  return out + (keyed ? "}" : s.children.size() == 1 ? ",)" : ")");
 }
 
-/// Appends the (unnormalized) axis of each leaf of `def` under spec `s`.
-void spread(const AxisSpec& s, const TreeDef& def, std::vector<std::optional<std::int64_t>>& out,
-            const std::string& what) {
+std::string key_list(const std::vector<std::string>& keys) {
+  std::string out;
+  for (std::size_t i = 0; i < keys.size(); ++i) out += (i ? ", " : "") + ("'" + keys[i] + "'");
+  return "{" + out + "}";
+}
+
+[[noreturn]] void not_a_prefix(const std::string& path, const AxisSpec& s, const TreeDef& def, const std::string& why) {
+  throw TypeError("vmap: " + path + " = " + spec_str(s) + " is not a tree prefix of the value there, " + def.str() +
+                  ": " + why + " (a container spec needs one entry per child, a map spec the map's keys or the "
+                  "struct's member names exactly; an int or None covers a whole subtree)");
+}
+
+/// Appends the (unnormalized) axis of each leaf of `def` under spec `s`, matching a map spec's
+/// entries by key and a positional spec's by position; `path` names s (keystr style).
+void spread(const AxisSpec& s, const TreeDef& def, std::vector<std::optional<std::int64_t>>& out, const std::string& path) {
   if (s.kind != AxisSpec::Kind::node) {
     for (std::size_t i = 0; i < def.num_leaves(); ++i)
       out.push_back(s.kind == AxisSpec::Kind::axis ? std::optional<std::int64_t>(s.axis) : std::nullopt);
     return;
   }
-  if (def.kind != TreeDef::Kind::node || def.children.size() != s.children.size())
-    throw TypeError("vmap: the " + what + " spec " + spec_str(s) + " does not match the structure " + def.str() +
-                    " (a container spec needs one entry per child; an int or None covers a whole subtree)");
-  for (std::size_t i = 0; i < s.children.size(); ++i) spread(s.children[i], def.children[i], out, what);
+  if (def.kind != TreeDef::Kind::node) not_a_prefix(path, s, def, "a container spec for a leaf or None");
+  if (!s.keys.empty()) {
+    if (def.keyed == TreeDef::Keyed::position)
+      not_a_prefix(path, s, def, "a map spec for a tuple, pair, vector or array");
+    std::vector<std::string> value_keys = def.keys;
+    std::sort(value_keys.begin(), value_keys.end());  // a map spec's keys are sorted (std::map)
+    if (s.keys != value_keys)
+      not_a_prefix(path, s, def, "the spec's keys " + key_list(s.keys) + " differ from the value's " + key_list(def.keys));
+    for (std::size_t i = 0; i < def.children.size(); ++i) {
+      auto at = std::lower_bound(s.keys.begin(), s.keys.end(), def.keys[i]);
+      spread(s.children[static_cast<std::size_t>(at - s.keys.begin())], def.children[i], out, path + child_key(def, i));
+    }
+    return;
+  } else {
+    if (def.keyed == TreeDef::Keyed::map_key)
+      not_a_prefix(path, s, def, "a positional spec for a map (give a map spec with its keys " + key_list(def.keys) + ")");
+    if (def.children.size() != s.children.size())
+      not_a_prefix(path, s, def, std::to_string(s.children.size()) + " entries for " + std::to_string(def.children.size()) +
+                                     " children");
+  }
+  for (std::size_t i = 0; i < s.children.size(); ++i) spread(s.children[i], def.children[i], out, path + child_key(def, i));
 }
 
 std::int64_t normalized(std::int64_t axis, std::int64_t rank, const std::string& what, const ShapedArray& aval) {
@@ -54,7 +86,10 @@ std::vector<std::int64_t> vmap_in_dims(const AxisSpec& in_axes, const FlatArgs& 
     if (in_axes.children.size() != nargs)
       throw TypeError("vmap: in_axes " + spec_str(in_axes) + " has " + std::to_string(in_axes.children.size()) +
                       " entries for " + std::to_string(nargs) + " arguments (one per argument)");
-    for (std::size_t i = 0; i < nargs; ++i) spread(in_axes.children[i], fa.defs[i], axes, "in_axes of argument " + std::to_string(i));
+    if (!in_axes.keys.empty())
+      throw TypeError("vmap: in_axes " + spec_str(in_axes) + " is a map; at the top level it needs one entry per argument "
+                      "(a std::tuple), or an int or None for all of them");
+    for (std::size_t i = 0; i < nargs; ++i) spread(in_axes.children[i], fa.defs[i], axes, "in_axes[" + std::to_string(i) + "]");
   } else {
     for (std::size_t i = 0; i < nargs; ++i) spread(in_axes, fa.defs[i], axes, "in_axes");
   }

@@ -29,11 +29,15 @@ template <class F, class Rule> auto custom_jvp(F f, Rule rule) {
     auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &out_def);
     auto avals = fa.avals();
     ClosedJaxpr j = detail::trace_flat(flat, avals);
-    detail::JvpFlatRule flat_rule = [rule, defs = fa.defs](std::span<const Array> p, std::span<const Array> t) {
+    detail::JvpFlatRule flat_rule = [rule, defs = fa.defs, out_def](std::span<const Array> p, std::span<const Array> t) {
       auto primals = detail::unflatten_args<Args...>(defs, p);
       auto tangents = detail::unflatten_args<Args...>(defs, t);
       auto [out, tout] = rule(primals, tangents);
-      return std::pair{detail::leaves_of(out), detail::leaves_of(tout)};
+      auto [out_leaves, rule_out_def] = tree_flatten(out);
+      auto [tout_leaves, tout_def] = tree_flatten(tout);
+      detail::check_same_tree("custom_jvp: the rule's primal output differs from f's output", out_def, rule_out_def);
+      detail::check_same_tree("custom_jvp: the rule's tangent output differs from f's output", out_def, tout_def);
+      return std::pair{std::move(out_leaves), std::move(tout_leaves)};
     };
     return tree_unflatten<R>(out_def, detail::custom_jvp_call_flat(j, flat_rule, fa.leaves));
   };
@@ -56,10 +60,14 @@ template <class F, class Fwd, class Bwd> auto custom_vjp(F f, Fwd fwd, Bwd bwd) 
     auto avals = fa.avals();
     ClosedJaxpr j = detail::trace_flat(flat, avals);
     TreeDef out_def = fwd_def.children.at(0), res_def = fwd_def.children.at(1);
-    detail::BwdFlat flat_bwd = [bwd, out_def, res_def](std::span<const Array> res, std::span<const Array> cts) {
+    TreeDef args_def{TreeDef::Kind::node, TreeDef::Keyed::position, fa.defs, {}};
+    detail::BwdFlat flat_bwd = [bwd, out_def, res_def, args_def](std::span<const Array> res, std::span<const Array> cts) {
       Res r = tree_unflatten<Res>(res_def, res);
       R ct = tree_unflatten<R>(out_def, cts);
-      return detail::leaves_of(bwd(r, ct));
+      auto [leaves, def] = tree_flatten(bwd(r, ct));
+      detail::check_same_tree("custom_vjp: bwd must return a std::tuple of one cotangent per argument, each of its "
+                              "argument's structure; it differs", args_def, def);
+      return leaves;
     };
     return tree_unflatten<R>(out_def, detail::custom_vjp_call_flat(j, out_def.num_leaves(), flat_bwd, fa.leaves));
   };

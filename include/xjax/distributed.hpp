@@ -63,12 +63,25 @@ Array psum(const Array& x, std::source_location loc = std::source_location::curr
 Array pmean(const Array& x, std::source_location loc = std::source_location::current());
 /// The elementwise maximum of x over all processes.
 Array pmax(const Array& x, std::source_location loc = std::source_location::current());
+/// Options of all_gather and psum_scatter.
+struct CollectiveOptions {
+  /// JAX's tiled: all_gather concatenates along `axis` instead of stacking along a new one, and
+  /// psum_scatter splits `axis` into process_count() chunks instead of removing it (FSDP / ZeRO:
+  /// gather a weight sharded along its leading axis, scatter its gradient back).
+  bool tiled = false;
+};
+
 /// Every process's x, stacked along a new axis `axis` in process order (shape: x's with
-/// process_count() inserted at axis). Its transpose is psum_scatter.
-Array all_gather(const Array& x, std::int64_t axis = 0, std::source_location loc = std::source_location::current());
+/// process_count() inserted at axis); with {.tiled = true} concatenated along x's axis `axis`
+/// (its size times process_count()). Its transpose is psum_scatter with the same options.
+Array all_gather(const Array& x, std::int64_t axis = 0, CollectiveOptions opts = {},
+                 std::source_location loc = std::source_location::current());
 /// x's axis `axis` must have size process_count(): process p gets slice p of the sum over
-/// processes (that axis removed). Its transpose is all_gather.
-Array psum_scatter(const Array& x, std::int64_t axis = 0, std::source_location loc = std::source_location::current());
+/// processes (that axis removed). With {.tiled = true} the axis must be a multiple of
+/// process_count() and process p gets chunk p of it (the axis kept, its size divided). Its
+/// transpose is all_gather with the same options.
+Array psum_scatter(const Array& x, std::int64_t axis = 0, CollectiveOptions opts = {},
+                   std::source_location loc = std::source_location::current());
 /// Sends x along each (source, destination) pair: process d gets source s's x; a process no pair
 /// sends to gets zeros. Sources and destinations must each be distinct and in range. Its
 /// transpose is ppermute along the inverted pairs.

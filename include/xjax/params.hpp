@@ -95,13 +95,15 @@ struct Iota {
 struct Name {
   BOOST_HANA_DEFINE_STRUCT(Name, (std::string, name));
 };
-/// all_gather: the new axis, of size axis_size (the process count when traced).
+/// all_gather: the new axis, of size axis_size (the process count when traced); tiled: the
+/// processes' values concatenated along the existing axis instead (its size times axis_size).
 struct AllGather {
-  BOOST_HANA_DEFINE_STRUCT(AllGather, (std::int64_t, axis), (std::int64_t, axis_size));
+  BOOST_HANA_DEFINE_STRUCT(AllGather, (std::int64_t, axis), (std::int64_t, axis_size), (bool, tiled));
 };
-/// psum_scatter: the axis of size axis_size (the process count) that is summed and scattered.
+/// psum_scatter: the axis of size axis_size (the process count) that is summed and scattered;
+/// tiled: the axis has axis_size chunks and is kept, each process getting one chunk.
 struct PsumScatter {
-  BOOST_HANA_DEFINE_STRUCT(PsumScatter, (std::int64_t, axis), (std::int64_t, axis_size));
+  BOOST_HANA_DEFINE_STRUCT(PsumScatter, (std::int64_t, axis), (std::int64_t, axis_size), (bool, tiled));
 };
 /// ppermute: (source, destination) process pairs, flattened: (s0, d0, s1, d1, ...).
 struct Ppermute {

@@ -9,8 +9,10 @@
 #include <boost/hana/concept/struct.hpp>
 #include <boost/hana/define_struct.hpp>
 #include <boost/hana/adapt_struct.hpp>
+#include <boost/hana/first.hpp>
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/second.hpp>
+#include <boost/hana/string.hpp>
 #include <map>
 #include <span>
 #include <string>
@@ -27,11 +29,15 @@ struct None {
   friend bool operator==(None, None) { return true; }
 };
 
-/// The structure of a pytree without its leaves; sizes of vectors and keys of maps included.
+/// The structure of a pytree without its leaves; sizes of vectors, keys of maps and member names
+/// of structs included.
 struct TreeDef {
   enum class Kind { leaf, none, node } kind = Kind::leaf;
+  /// How a node's children are named: by position (tuple, pair, vector, array), by map key, or by
+  /// struct member name (`keys` holds the keys or the names, in the children's order).
+  enum class Keyed : unsigned char { position, map_key, member } keyed = Keyed::position;
   std::vector<TreeDef> children;
-  std::vector<std::string> keys;  // map keys
+  std::vector<std::string> keys;  // map keys or member names
   std::size_t num_leaves() const {
     if (kind == Kind::leaf) return 1;
     std::size_t n = 0;
@@ -47,6 +53,12 @@ template <class T, class = void> struct PyTree;
 namespace detail {
 template <class T> struct is_pytree_leaf : std::is_same<T, Array> {};
 [[noreturn]] void tree_mismatch(const std::string& what);
+/// The key of child i of node `def` in JAX's keystr style: `[0]`, `['key']`, `.member`.
+std::string child_key(const TreeDef& def, std::size_t i);
+/// Where two structures first differ, as "at PATH: what" (PATH in keystr style, `prefix` first;
+/// "" when they are equal). Children are compared by key for maps and structs (key sets and
+/// member names must agree), by position otherwise.
+std::string tree_difference(const TreeDef& a, const TreeDef& b, const std::string& prefix = "");
 }  // namespace detail
 
 template <> struct PyTree<Array> {
@@ -125,6 +137,7 @@ template <class T, std::size_t N> struct PyTree<std::array<T, N>> {
 template <class T> struct PyTree<std::map<std::string, T>> {
   static void flatten(const std::map<std::string, T>& m, std::vector<Array>& leaves, TreeDef& def) {
     def.kind = TreeDef::Kind::node;
+    def.keyed = TreeDef::Keyed::map_key;
     for (const auto& [k, v] : m) {
       def.keys.push_back(k);
       def.children.emplace_back();
@@ -143,8 +156,10 @@ template <class T> struct PyTree<std::map<std::string, T>> {
 template <class T> struct PyTree<T, std::enable_if_t<boost::hana::Struct<T>::value>> {
   static void flatten(const T& s, std::vector<Array>& leaves, TreeDef& def) {
     def.kind = TreeDef::Kind::node;
+    def.keyed = TreeDef::Keyed::member;
     boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
       const auto& member = boost::hana::second(pair)(s);
+      def.keys.emplace_back(boost::hana::to<char const*>(boost::hana::first(pair)));
       def.children.emplace_back();
       PyTree<std::decay_t<decltype(member)>>::flatten(member, leaves, def.children.back());
     });
@@ -176,10 +191,26 @@ template <class T> T tree_unflatten(const TreeDef& def, std::span<const Array> l
   return PyTree<T>::unflatten(def, rest);
 }
 
-/// Applies f to every leaf, keeping the structure.
-template <class T, class F> T tree_map(F&& f, const T& tree) {
+/// tree_map(f, tree, rest...): f applied to every leaf of tree and the leaves at the same place in
+/// each of rest, keeping tree's structure (JAX's tree_map(f, tree, *rest)). Each of rest must have
+/// tree's structure, its maps matched by key and its structs by member: an xj::Error names the
+/// first key path where one differs.
+template <class T, class F, class... Rest> T tree_map(F&& f, const T& tree, const Rest&... rest) {
   auto [leaves, def] = tree_flatten(tree);
-  for (auto& x : leaves) x = f(x);
+  if constexpr (sizeof...(Rest) == 0) {
+    for (auto& x : leaves) x = f(x);
+  } else {
+    std::size_t k = 0;
+    auto flat_rest = [&](const auto& r) {
+      auto [other, other_def] = tree_flatten(r);
+      std::string diff = detail::tree_difference(def, other_def);
+      if (!diff.empty()) detail::tree_mismatch("tree_map: tree " + std::to_string(++k) + " of rest differs from the first " + diff);
+      return other;
+    };
+    std::array<std::vector<Array>, sizeof...(Rest)> others{flat_rest(rest)...};
+    for (std::size_t i = 0; i < leaves.size(); ++i)
+      leaves[i] = std::apply([&](const auto&... o) { return Array(f(leaves[i], o[i]...)); }, others);
+  }
   return tree_unflatten<T>(def, leaves);
 }
 

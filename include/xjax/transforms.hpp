@@ -212,7 +212,9 @@ template <class F, class... Args> auto vjp(F f, const Args&... args) {
   R out = tree_unflatten<R>(out_def, outs);
   auto f_vjp = [state, defs = fa.defs, out_def](const R& ct) {
     auto [leaves, def] = tree_flatten(ct);
-    if (!(def == out_def)) detail::tree_mismatch("vjp: the cotangent's structure " + def.str() + " differs from the output's " + out_def.str());
+    if (!(def == out_def))
+      detail::tree_mismatch("vjp: the cotangent's structure " + def.str() + " differs from the output's " + out_def.str() + " " +
+                            detail::tree_difference(out_def, def, "output"));
     auto cts = detail::vjp_backward(*state, leaves);
     return detail::unflatten_args<std::decay_t<Args>...>(defs, cts);
   };
@@ -226,6 +228,7 @@ auto jvp(F f, const std::tuple<Ps...>& primals, const std::tuple<Ts...>& tangent
   using R = std::decay_t<std::invoke_result_t<const F&, const Ps&...>>;
   detail::FlatArgs fa = std::apply([](const auto&... p) { return detail::flatten_args(p...); }, primals);
   detail::FlatArgs ft = std::apply([](const auto&... t) { return detail::flatten_args(t...); }, tangents);
+  detail::check_same_args("jvp: the tangents", fa.defs, ft.defs);
   auto [j, out_def] = detail::trace_tree<F, Ps...>(f, fa);
   auto [outs, touts] = detail::jvp_flat(j, fa.leaves, ft.leaves);
   return std::pair<R, R>{tree_unflatten<R>(out_def, outs), tree_unflatten<R>(out_def, touts)};
@@ -239,8 +242,9 @@ template <class F, class... Args> auto linearize(F f, const Args&... args) {
   std::vector<Array> outs;
   auto state = detail::linearize_forward(j, fa.leaves, &outs);
   R out = tree_unflatten<R>(out_def, outs);
-  auto f_lin = [state, out_def](const Args&... tangents) {
+  auto f_lin = [state, out_def, defs = fa.defs](const Args&... tangents) {
     detail::FlatArgs ft = detail::flatten_args(tangents...);
+    detail::check_same_args("linearize: the tangents", defs, ft.defs);
     return tree_unflatten<R>(out_def, detail::linearize_apply(*state, ft.leaves));
   };
   return std::pair<R, decltype(f_lin)>{std::move(out), std::move(f_lin)};

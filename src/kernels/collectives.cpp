@@ -24,12 +24,21 @@ Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
   return result;
 }
 
-// The processes' x in process order as [n, x.shape...], then the new axis moved into place.
-Array all_gather_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
+// The processes' x in process order as [n, x.shape...], then the new axis moved into place. Tiled,
+// the result is the untiled one's bytes: [..., n, d, ...] read as [..., n d, ...].
+Array all_gather_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out) {
   comm::require_initialized(Primitive::all_gather);
-  comm::check_same_call(Primitive::all_gather, x.aval(), std::array{axis});
+  comm::check_same_call(Primitive::all_gather, x.aval(), std::array{axis, std::int64_t{tiled}});
+  const std::int64_t n = tiled ? out.shape[static_cast<std::size_t>(axis)] / std::max<std::int64_t>(x.dim(axis), 1)
+                               : out.shape[static_cast<std::size_t>(axis)];
+  if (tiled) {
+    if (x.dim(axis) == 0) return alloc_array(out);
+    ShapedArray untiled = x.aval();
+    untiled.shape.insert(untiled.shape.begin() + axis, n);
+    return buffer_view(all_gather_kernel(x, axis, false, untiled), 0, out);
+  }
   ShapedArray stacked{x.shape(), x.dtype()};
-  stacked.shape.insert(stacked.shape.begin(), out.shape[static_cast<std::size_t>(axis)]);
+  stacked.shape.insert(stacked.shape.begin(), n);
   Array gathered = alloc_array(stacked);
   if (stacked.size() > 0) comm::allgather(bytes_of(x), mutable_data(gathered), static_cast<std::int64_t>(x.aval().nbytes()));
   if (axis == 0) return gathered;
@@ -41,10 +50,19 @@ Array all_gather_kernel(const Array& x, std::int64_t axis, const ShapedArray& ou
 }
 
 // The scattered axis moved to the front (contiguous chunks, one per process), then a
-// reduce-scatter of the chunks.
-Array psum_scatter_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
+// reduce-scatter of the chunks. Tiled, x is read as [..., n, d / n, ...] (the same bytes).
+Array psum_scatter_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out) {
   comm::require_initialized(Primitive::psum_scatter);
-  comm::check_same_call(Primitive::psum_scatter, x.aval(), std::array{axis});
+  comm::check_same_call(Primitive::psum_scatter, x.aval(), std::array{axis, std::int64_t{tiled}});
+  if (tiled) {
+    const std::int64_t chunk = out.shape[static_cast<std::size_t>(axis)];
+    if (chunk == 0) return alloc_array(out);
+    ShapedArray split = x.aval();
+    split.shape[static_cast<std::size_t>(axis)] = chunk;
+    split.shape.insert(split.shape.begin() + axis, x.dim(axis) / chunk);
+    ShapedArray untiled_out = out;  // [..., d / n, ...], the same as tiled
+    return psum_scatter_kernel(buffer_view(x, 0, split), axis, false, untiled_out);
+  }
   Array front = x;
   if (axis != 0) {
     Ints perm{axis};

@@ -95,9 +95,9 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::psum:
     case Primitive::pmax: return [p, out](In in) { return allreduce_kernel(p, in[0], out); };
     case Primitive::all_gather:
-      return [axis = ps.get<params::AllGather>().axis, out](In in) { return all_gather_kernel(in[0], axis, out); };
+      return [ps = ps.get<params::AllGather>(), out](In in) { return all_gather_kernel(in[0], ps.axis, ps.tiled, out); };
     case Primitive::psum_scatter:
-      return [axis = ps.get<params::PsumScatter>().axis, out](In in) { return psum_scatter_kernel(in[0], axis, out); };
+      return [ps = ps.get<params::PsumScatter>(), out](In in) { return psum_scatter_kernel(in[0], ps.axis, ps.tiled, out); };
     case Primitive::ppermute:
       return [perm = ps.get<params::Ppermute>().perm, out](In in) { return ppermute_kernel(in[0], perm, out); };
 #define XJAX_NO_KERNEL(name) case Primitive::name:

@@ -238,8 +238,11 @@ Array iota_kernel(std::int64_t dimension, const ShapedArray& out);
 
 /// psum (op sum) and pmax (op max) over the processes.
 Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out);
-Array all_gather_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
-Array psum_scatter_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
+/// tiled: concatenated along axis (the same bytes as stacked along a new axis at `axis`).
+Array all_gather_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out);
+/// tiled: axis split into out's size chunks (the same bytes as an axis of one entry per process
+/// followed by the chunk's).
+Array psum_scatter_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out);
 Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out);
 
 }  // namespace xjax::detail::kernels

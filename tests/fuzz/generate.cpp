@@ -136,7 +136,7 @@ class Gen {
   /// one output of the last value's shape) and squashed below `out_mag`.
   Block block(const std::vector<Shape>& in, const std::vector<double>& in_mag, const Scope& outer,
               std::vector<Shape> outs, std::vector<double> out_mag, int depth, Restrict r, int nodes,
-              bool may_capture, bool in_while, bool in_checkpoint = false) {
+              bool may_capture, bool in_while, bool in_checkpoint = false, int min_captures = 0) {
     Block b;
     b.in = in;
     Scope s;
@@ -146,7 +146,7 @@ class Gen {
     s.in_checkpoint = in_checkpoint || outer.in_checkpoint;  // names reach nested bodies too
     for (std::size_t i = 0; i < in.size(); ++i) s.env.push_back({in[i], in_mag[i]});
     if (may_capture && !outer.env.empty()) {
-      int nc = uniform(0, 2);
+      int nc = uniform(min_captures, 2);
       for (int k = 0; k < nc; ++k) {
         int i = pick_any(outer);
         b.captures.push_back(i);
@@ -724,7 +724,7 @@ class Gen {
         if (coin(0.15)) n.ints[3] = length + 1;
         if (coin(0.1)) n.ints[3] = 0;  // 0: {.unroll = true}, JAX's full unroll
         n.flag = coin(0.5);  // reverse
-        n.ints.push_back(coin(0.3) ? uniform(1, 3) : 0);  // ints[4]: binomial(k) snapshots, 0: all()
+        n.ints.push_back(coin(0.45) ? uniform(1, 3) : 0);  // ints[4]: binomial(k) snapshots, 0: all()
         int ny = uniform(0, 1);
         n.variant = (xs.empty() && coin(0.5) ? 1 : 0) | (ny == 0 && coin(0.5) ? 2 : 0);  // xs None, ys None
         std::vector<Shape> in = shapes_of(s, carry), body_out = in;
@@ -746,7 +746,8 @@ class Gen {
           mags.push_back(8);
         }
         count(std::string("scan") + (n.flag ? "_reverse" : "") + (length == 0 ? "_empty" : "") + (n.ints[3] > 1 ? "_unrolled" : "") + (n.ints[3] == 0 ? "_fully_unrolled" : "") + (n.ints[4] > 0 ? "_binomial" : ""));
-        n.subs.push_back(block(in, in_mag, s, body_out, out_mag, d, s.r, sub_nodes(), true, s.in_while));
+        n.subs.push_back(block(in, in_mag, s, body_out, out_mag, d, s.r, sub_nodes(), true, s.in_while, false,
+                               n.ints[4] > 0 ? 1 : 0));  // a scheduled scan reads a loop invariant
         break;
       }
       case Op::ForiLoop: case Op::While: {

@@ -344,7 +344,8 @@ Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) con
       // ints[4] > 0: reverse mode with the binomial schedule of that many snapshots.
       xj::ScanOptions o{.length = n.ints[2], .reverse = n.flag,
                         .unroll = n.ints[3] == 0 ? xj::ScanUnroll(true) : xj::ScanUnroll(n.ints[3]),
-                        .checkpoints = n.ints[4] > 0 ? xj::scan_checkpoints::binomial(n.ints[4]) : xj::scan_checkpoints::all()};
+                        .checkpoints = n.ints[4] > 0 && !schedules_off ? xj::scan_checkpoints::binomial(n.ints[4])
+                                                                       : xj::scan_checkpoints::all()};
       switch (n.variant) {
         case 0: return scan_full<false, false>(r, blk, env, init, xs, nc, o);
         case 1: return scan_full<true, false>(r, blk, env, init, xs, nc, o);

@@ -8,14 +8,18 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <functional>
 #include <iostream>
+#include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <tuple>
 #include <typeinfo>
+#include <variant>
 
 #include "program.hpp"
 #include "raw_plan.hpp"
@@ -235,6 +239,9 @@ class Checker {
           if (r.description.empty()) return std::string("a residual without a description: ") + r.aval.str();
         return std::string();
       });
+      if (const Node* scan = lone_scheduled_scan())
+        check("saved_residuals: binomial(s) keeps no more than the plain scan", Expect::Success,
+              [&] { return schedule_residuals(*scan); });
       check("typecheck(make_jaxpr(grad))", Expect::Success, [&] {
         xj::ClosedJaxpr j = xj::make_jaxpr(xj::grad(LF))(xs_);
         xj::typecheck(*j.jaxpr);
@@ -388,20 +395,26 @@ class Checker {
   Array c_;
   std::mt19937_64 rng_;
 
-  /// Members' inputs stacked along a random axis each (or shared, from member 0: every member
-  /// then uses member 0's value), and the axes (None: shared). At least one input is batched.
-  std::pair<std::vector<std::optional<std::int64_t>>, Arrays> batch_inputs(std::vector<Arrays>& members) {
-    std::size_t n = members[0].size();
-    std::vector<std::optional<std::int64_t>> axes(n);
+  using Axes = std::vector<std::optional<std::int64_t>>;
+
+  /// A random batch axis for each input (None: shared, from member 0), at least one batched.
+  Axes random_axes(const Arrays& m0) {
+    Axes axes(m0.size());
     bool any = false;
-    for (std::size_t k = 0; k < n; ++k)
+    for (std::size_t k = 0; k < m0.size(); ++k)
       if (std::uniform_int_distribution<int>(0, 3)(rng_) > 0) {
-        axes[k] = std::uniform_int_distribution<std::int64_t>(0, members[0][k].ndim())(rng_);
+        axes[k] = std::uniform_int_distribution<std::int64_t>(0, m0[k].ndim())(rng_);
         any = true;
       }
     if (!any) axes[0] = 0;
+    return axes;
+  }
+
+  /// Members' inputs stacked along their axes (a shared input: every member then uses member 0's
+  /// value).
+  Arrays stack_members(std::vector<Arrays>& members, const Axes& axes) {
     Arrays stacked;
-    for (std::size_t k = 0; k < n; ++k) {
+    for (std::size_t k = 0; k < axes.size(); ++k) {
       if (!axes[k]) {
         for (auto& m : members) m[k] = members[0][k];
         stacked.push_back(members[0][k]);
@@ -411,26 +424,95 @@ class Checker {
       for (const auto& m : members) parts.push_back(m[k]);
       stacked.push_back(xj::stack(parts, *axes[k]));
     }
-    return {axes, stacked};
+    return stacked;
+  }
+
+  /// The inputs as one dict-shaped argument {group: {key: input}} (keys sorted against the
+  /// inputs' order, so a positional match would pair the wrong leaves) with its in_axes: a map
+  /// spec per group, or one axis / None covering a whole group (a tree prefix). `axes` is made to
+  /// agree where a group is covered whole.
+  struct DictLayout {
+    std::vector<std::string> group, key;                       // per input
+    std::map<std::string, std::optional<std::optional<std::int64_t>>> whole;  // group -> its one spec
+  };
+  DictLayout dict_layout(Axes& axes, const Arrays& m0) {
+    DictLayout l;
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      l.group.push_back(std::uniform_int_distribution<int>(0, 1)(rng_) ? "p" : "q");
+      l.key.push_back(std::string(1, static_cast<char>('z' - static_cast<int>(k))));
+    }
+    for (const char* g : {"p", "q"}) {
+      if (std::uniform_int_distribution<int>(0, 1)(rng_)) continue;
+      // The whole group batched along axis 0 (valid for every rank) or shared.
+      std::optional<std::int64_t> one;
+      if (std::uniform_int_distribution<int>(0, 1)(rng_)) one = 0;
+      l.whole[g] = one;
+      for (std::size_t k = 0; k < axes.size(); ++k)
+        if (l.group[k] == g) axes[k] = one;
+    }
+    if (std::none_of(axes.begin(), axes.end(), [](const auto& a) { return a.has_value(); })) {
+      axes[0] = 0;
+      l.whole.erase(l.group[0]);
+    }
+    (void)m0;
+    return l;
+  }
+
+  /// vmap(f) over the stacked inputs, given either as a list with a positional in_axes or as a
+  /// dict-shaped argument with a map in_axes (then f reads its inputs back by key).
+  template <class Out>
+  Out vmapped(const std::function<Out(const Arrays&)>& f, const Arrays& stacked, const Axes& axes,
+              const std::optional<DictLayout>& dict, bool jitted) {
+    if (!dict) {
+      std::tuple<Axes> in_axes{axes};
+      return jitted ? xj::jit(xj::vmap(f, in_axes))(stacked) : xj::vmap(f, in_axes)(stacked);
+    }
+    using Group = std::map<std::string, Array>;
+    using Tree = std::map<std::string, Group>;
+    using Entry = std::variant<std::optional<std::int64_t>, std::map<std::string, std::optional<std::int64_t>>>;
+    Tree arg;
+    std::map<std::string, Entry> spec;
+    for (std::size_t k = 0; k < stacked.size(); ++k) {
+      arg[dict->group[k]][dict->key[k]] = stacked[k];
+      auto whole = dict->whole.find(dict->group[k]);
+      if (whole != dict->whole.end()) {
+        spec[dict->group[k]] = *whole->second;
+      } else {
+        auto [it, fresh] = spec.try_emplace(dict->group[k], std::map<std::string, std::optional<std::int64_t>>{});
+        std::get<1>(it->second)[dict->key[k]] = axes[k];
+      }
+    }
+    auto by_key = [f, l = *dict](const Tree& t) {
+      Arrays x;
+      for (std::size_t k = 0; k < l.key.size(); ++k) x.push_back(t.at(l.group[k]).at(l.key[k]));
+      return f(x);
+    };
+    auto in_axes = std::make_tuple(spec);
+    return jitted ? xj::jit(xj::vmap(by_key, in_axes))(arg) : xj::vmap(by_key, in_axes)(arg);
   }
 
   /// vmap(f) and jit(vmap(f)) over the members (each input batched along a random axis or
-  /// shared) against f applied to each member and stacked.
+  /// shared; in half the programs as a dict-shaped argument) against f applied to each member and
+  /// stacked.
   std::string vmap_vs_loop(const std::function<Array(const Arrays&)>& f, std::vector<Arrays> members) {
-    auto [axes, stacked] = batch_inputs(members);
+    Axes axes = random_axes(members[0]);
+    std::optional<DictLayout> dict;
+    if (std::uniform_int_distribution<int>(0, 1)(rng_)) dict = dict_layout(axes, members[0]);
+    Arrays stacked = stack_members(members, axes);
     Arrays per;
     for (const auto& m : members) per.push_back(f(m));
-    std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
     Tol same = dt_ == xj::f64 ? kSameF64 : kSameF32;
-    std::string d = compare({xj::vmap(f, in_axes)(stacked)}, {xj::stack(per)}, same);
-    return d.empty() ? compare({xj::jit(xj::vmap(f, in_axes))(stacked)}, {xj::stack(per)}, same) : d;
+    std::string d = compare({vmapped(f, stacked, axes, dict, false)}, {xj::stack(per)}, same);
+    return d.empty() ? compare({vmapped(f, stacked, axes, dict, true)}, {xj::stack(per)}, same) : d;
   }
 
   /// vmap(g) over the members against g applied to each member, each gradient stacked.
   std::string vmap_vs_loop_of_grads(const std::function<Arrays(const Arrays&)>& g, std::vector<Arrays> members) {
-    auto [axes, stacked] = batch_inputs(members);
-    std::tuple<std::vector<std::optional<std::int64_t>>> in_axes{axes};
-    Arrays got = xj::vmap(g, in_axes)(stacked);
+    Axes axes = random_axes(members[0]);
+    std::optional<DictLayout> dict;
+    if (std::uniform_int_distribution<int>(0, 1)(rng_)) dict = dict_layout(axes, members[0]);
+    Arrays stacked = stack_members(members, axes);
+    Arrays got = vmapped(g, stacked, axes, dict, false);
     std::vector<Arrays> per;
     for (const auto& m : members) per.push_back(g(m));
     Arrays want;
@@ -440,6 +522,98 @@ class Checker {
       want.push_back(xj::stack(parts));
     }
     return compare(got, want, dt_ == xj::f64 ? kSameF64 : kSameF32);
+  }
+
+  /// The program's one binomial(s) scan of length >= 1 when there is one and it is in the main
+  /// block (so it runs once per program run; other scans are the same in both runs), else nullptr.
+  const Node* lone_scheduled_scan() const {
+    int scans = 0;
+    std::function<void(const Block&)> count = [&](const Block& b) {
+      for (const Node& n : b.nodes) {
+        scans += n.op == Op::Scan && n.ints[4] > 0 && n.ints[2] >= 1;
+        for (const Block& s : n.subs) count(s);
+      }
+    };
+    count(p_.main);
+    if (scans != 1) return nullptr;
+    for (const Node& n : p_.main.nodes)
+      if (n.op == Op::Scan && n.ints[4] > 0 && n.ints[2] >= 1) return &n;
+    return nullptr;
+  }
+
+  /// saved_residuals under binomial(s) against the same program with the plain scan. Entries
+  /// equal in both (type and description) are the same values. Each of the schedule's other
+  /// "output of revolve_fwd" entries must be accounted for by one thing the plain scan keeps
+  /// instead or the schedule needs: a snapshot ([slots, carry...], one per carry leaf), a final
+  /// carry or ys array that later code reads (the plain scan's "output of scan" of that type), one
+  /// step of a stacked residual ("output of scan" [length, r...]: the last step's r), a hoisted
+  /// invariant ("output of" anything else), or one slice of an xs. A loop-invariant operand
+  /// copied into the residuals (issue 33) is accounted for by none of these. (A bipartite
+  /// matching: a stacked [length, ...] array may stand for ys or for a stacked residual.)
+  std::string schedule_residuals(const Node& scan) {
+    const auto ncar = static_cast<std::size_t>(scan.ints[0]);
+    const std::int64_t length = scan.ints[2], slots = std::min(scan.ints[4], length);
+    std::vector<Shape> env = p_.main.in;  // the main block's environment (it has no captures)
+    for (const Node& n : p_.main.nodes) env.insert(env.end(), n.outs.begin(), n.outs.end());
+    std::vector<std::vector<Shape>> grants;  // each covers one entry of any of its shapes
+    for (std::size_t k = 0; k < ncar; ++k) {
+      Shape snap = scan.outs[k];
+      snap.insert(snap.begin(), slots);
+      grants.push_back({snap});
+    }
+    for (std::size_t k = ncar; k < scan.args.size(); ++k) {
+      Shape x = env[static_cast<std::size_t>(scan.args[k])];
+      grants.push_back({Shape(x.begin() + 1, x.end())});
+    }
+    Runner plain_full{Mode::Full, dt_, nullptr, nullptr, true};
+    auto sched = xj::saved_residuals([this](const Arrays& x) { return full_(p_, x); }, xs_);
+    auto plain = xj::saved_residuals([&](const Arrays& x) { return plain_full(p_, x); }, xs_);
+    std::multiset<std::pair<std::string, std::string>> sched_keys;
+    for (const auto& r : sched) sched_keys.insert({r.aval.str(), r.description});
+    std::vector<xj::Residual> plain_left;
+    for (const auto& r : plain) {
+      auto it = sched_keys.find({r.aval.str(), r.description});
+      if (it != sched_keys.end()) sched_keys.erase(it);
+      else plain_left.push_back(r);
+    }
+    for (const auto& r : plain_left) {
+      const Shape& sh = r.aval.shape;
+      if (r.description.rfind("output of scan", 0) == 0 && !sh.empty() && sh[0] == length)
+        grants.push_back({sh, Shape(sh.begin() + 1, sh.end())});
+      else
+        grants.push_back({sh});
+    }
+    std::vector<Shape> need;
+    std::string listed;
+    for (const auto& [aval, what] : sched_keys) {
+      listed += "\n    " + aval + " " + what;
+      if (what.rfind("output of revolve_fwd", 0) != 0) continue;  // a scan operand revolve_lin reads
+      for (const auto& r : sched)
+        if (r.aval.str() == aval) {
+          need.push_back(r.aval.shape);
+          break;
+        }
+    }
+    // Kuhn's augmenting paths: entry i takes grant g if g covers its shape.
+    std::vector<int> owner(grants.size(), -1);
+    std::function<bool(std::size_t, std::vector<bool>&)> place = [&](std::size_t i, std::vector<bool>& seen) {
+      for (std::size_t g = 0; g < grants.size(); ++g) {
+        if (seen[g] || std::find(grants[g].begin(), grants[g].end(), need[i]) == grants[g].end()) continue;
+        seen[g] = true;
+        if (owner[g] < 0 || place(static_cast<std::size_t>(owner[g]), seen)) {
+          owner[g] = static_cast<int>(i);
+          return true;
+        }
+      }
+      return false;
+    };
+    for (std::size_t i = 0; i < need.size(); ++i) {
+      std::vector<bool> seen(grants.size(), false);
+      if (!place(i, seen))
+        return "a residual of the schedule (" + xj::ShapedArray{need[i], dt_}.str() +
+               ", output of revolve_fwd) that the plain scan does not keep in any form; only the schedule keeps:" + listed;
+    }
+    return std::string();
   }
 
   /// The smallest distance to a kink or jump that a Plain run at x sees (its own tape).

@@ -140,6 +140,7 @@ struct Runner {
   xj::DType dtype = xj::f64;
   Tape* tape = nullptr;       // Plain only
   Monitor* monitor = nullptr; // Plain recording run only
+  bool schedules_off = false; // Full: binomial(s) scans run unscheduled (the residual oracle's reference)
   /// The block's outputs for its inputs; `parent` is the enclosing block's environment.
   Arrays run(const Block& b, const Arrays& inputs, const Arrays& parent) const;
   /// The program as a function of its inputs (one output).

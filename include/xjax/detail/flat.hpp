@@ -29,6 +29,12 @@ struct FlatArgs {
   }
 };
 
+/// Throws an Error when the argument structures `got` differ from `expected` (one TreeDef per
+/// argument): "WHAT differ from the arguments at [i]['key']...: ...".
+/// Throws an Error "WHAT at PATH: ..." when `got` differs from `expected`.
+void check_same_tree(const std::string& what, const TreeDef& expected, const TreeDef& got);
+void check_same_args(const std::string& what, std::span<const TreeDef> expected, std::span<const TreeDef> got);
+
 /// T is a pytree (arrays in containers); other argument types (int, double, ...) are static values.
 template <class T> concept Tree = requires(const T& t, std::vector<Array>& leaves, TreeDef& def) {
   PyTree<T>::flatten(t, leaves, def);
