@@ -48,6 +48,17 @@ std::string tree_difference(const TreeDef& a, const TreeDef& b, const std::strin
   return "";
 }
 
+std::string tree_key(const TreeDef& def) {
+  if (def.kind == TreeDef::Kind::leaf) return "*";
+  if (def.kind == TreeDef::Kind::none) return "N";
+  std::string s = "(" + std::to_string(static_cast<int>(def.keyed)) + ":" + std::to_string(def.children.size());
+  for (std::size_t i = 0; i < def.children.size(); ++i) {
+    if (i < def.keys.size()) s += " " + std::to_string(def.keys[i].size()) + "#" + def.keys[i];
+    s += " " + tree_key(def.children[i]);
+  }
+  return s + ")";
+}
+
 void check_same_tree(const std::string& what, const TreeDef& expected, const TreeDef& got) {
   std::string d = tree_difference(expected, got);
   if (!d.empty()) tree_mismatch(what + " " + d);

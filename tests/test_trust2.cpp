@@ -244,3 +244,21 @@ TEST_CASE("trust2: forward over reverse of an online(s) while_loop: exact where 
   CHECK_THROWS_AS(xj::jvp(g_c, std::tuple{c0}, std::tuple{t}), xj::TransformError);
   CHECK_THROWS_AS(xj::hessian([&](const xj::Array& c) { return xj::sum(loop(c, w)); })(c0), xj::TransformError);
 }
+
+TEST_CASE("trust2: jit keys a map argument by its exact keys (a key holding ': *, ' is not two keys)") {
+  // The cache key printed the structure as text: {"x": a, "y: *, z": b} and {"x: *, y": a, "z": b}
+  // both read "(x: *, y: *, z: *)" with two f32[2] leaves, and shared a trace: the second call ran
+  // the first one's program.
+  int traces = 0;
+  auto f = xj::jit([&traces](const Dict& d) {
+    ++traces;
+    xj::Array s = xj::zeros({2});
+    double position = 1;
+    for (const auto& [k, v] : d) s = s + v * (static_cast<double>(k.size()) * position++);
+    return s;
+  });
+  xj::Array one = xj::ones({2});
+  check_close(f(Dict{{"x", one}, {"y: *, z", one}}), one * (1.0 * 1 + 7.0 * 2), 1e-15);
+  check_close(f(Dict{{"x: *, y", one}, {"z", one}}), one * (7.0 * 1 + 1.0 * 2), 1e-15);
+  CHECK(traces == 2);
+}

@@ -45,7 +45,7 @@ std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, 
 
 std::string signature_key(const FlatArgs& fa, const std::vector<bool>& mask) {
   std::ostringstream os;
-  for (const auto& d : fa.defs) os << d.str() << ";";
+  for (const auto& d : fa.defs) os << tree_key(d) << ";";
   for (std::size_t i = 0; i < fa.leaves.size(); ++i) os << fa.leaves[i].aval().str() << (mask[i] ? "*" : "") << ",";
   return os.str();
 }

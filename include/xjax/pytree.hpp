@@ -59,6 +59,9 @@ std::string child_key(const TreeDef& def, std::size_t i);
 /// "" when they are equal). Children are compared by key for maps and structs (key sets and
 /// member names must agree), by position otherwise.
 std::string tree_difference(const TreeDef& a, const TreeDef& b, const std::string& prefix = "");
+/// An unambiguous text of a structure (keys length-prefixed), for cache keys: two structures
+/// have the same key exactly when they are equal. (TreeDef::str is for people.)
+std::string tree_key(const TreeDef& def);
 }  // namespace detail
 
 template <> struct PyTree<Array> {
