@@ -16,10 +16,10 @@ namespace xjax {
 namespace detail {
 ImplRule impl_rule(Primitive p) {
   switch (p) {
-#define XJAX_KERNEL_PRIMITIVE(name) case Primitive::name:
+#define XJAX_KERNEL_PRIMITIVE(name) \
+  case Primitive::name: return nullptr;
     XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_KERNEL_PRIMITIVE)
 #undef XJAX_KERNEL_PRIMITIVE
-    return nullptr;
 #define XJAX_IMPL_CASE(prim, stem)                                          \
   case Primitive::prim:                                                    \
     return [](std::span<const Array> in, const Params& ps) {               \

@@ -8,13 +8,11 @@ namespace xjax {
 namespace detail {
 
 const char* params_struct_name(std::size_t index) {
-  static constexpr const char* names[] = {
-      "None",
-#define XJAX_PARAMS_NAME(S) #S,
-      XJAX_FOR_EACH_PARAMS(XJAX_PARAMS_NAME)
+#define XJAX_PARAMS_NAME(name, stem, S, family, kinds) \
+  if (ParamsVariant(std::in_place_type<params::S>).index() == index) return #S;
+  XJAX_PRIMITIVES(XJAX_PARAMS_NAME)
 #undef XJAX_PARAMS_NAME
-  };
-  return index < std::size(names) ? names[index] : "?";
+  return index == 0 ? "None" : "?";
 }
 
 void throw_wrong_params(std::size_t held, std::size_t wanted) {

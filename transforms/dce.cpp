@@ -10,18 +10,23 @@
 
 namespace xjax::detail {
 
+// Only control_flow primitives have a DCE rule (stem##_dce); the rest are kept or dropped whole.
+#define XJAX_DCE_float_unary(stem) nullptr
+#define XJAX_DCE_numeric_unary(stem) nullptr
+#define XJAX_DCE_power(stem) nullptr
+#define XJAX_DCE_binary(stem) nullptr
+#define XJAX_DCE_comparison(stem) nullptr
+#define XJAX_DCE_structural(stem) nullptr
+#define XJAX_DCE_collective(stem) nullptr
+#define XJAX_DCE_higher_order(stem) nullptr
+#define XJAX_DCE_control_flow(stem) stem##_dce
+
 DceRule dce_rule(Primitive p) {
   switch (p) {
-#define XJAX_DEFAULT_DCE(name) case Primitive::name:
-    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_DEFAULT_DCE)
-    case Primitive::custom_jvp_call: case Primitive::custom_vjp_call: case Primitive::custom_lin:
-    case Primitive::revolve_fwd: case Primitive::online_fwd: case Primitive::revolve_lin: case Primitive::revolve_bwd:
-#undef XJAX_DEFAULT_DCE
-      return nullptr;
-    case Primitive::scan: return scan_dce;
-    case Primitive::cond: return cond_dce;
-    case Primitive::checkpoint: return checkpoint_dce;
-    case Primitive::while_: return while_loop_dce;
+#define XJAX_DCE_CASE(name, stem, S, family, kinds) \
+  case Primitive::name: return XJAX_DCE_##family(stem);
+    XJAX_PRIMITIVES(XJAX_DCE_CASE)
+#undef XJAX_DCE_CASE
   }
   return nullptr;
 }

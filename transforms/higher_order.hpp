@@ -16,13 +16,8 @@ ImplRule impl_rule(Primitive p);
 using OwningImplRule = std::vector<Array> (*)(std::vector<Array>&& in, const Params& params);
 OwningImplRule owning_impl_rule(Primitive p);
 
-// X(primitive, stem): each higher-order primitive with the stem of its rule functions (while_'s
-// rules are while_loop_jvp, ...: an identifier with a double underscore is reserved).
-#define XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(X)                                                  \
-  X(custom_jvp_call, custom_jvp_call) X(custom_vjp_call, custom_vjp_call) X(custom_lin, custom_lin) \
-  X(scan, scan) X(cond, cond) X(while_, while_loop) X(checkpoint, checkpoint) \
-  X(revolve_fwd, revolve_fwd) X(online_fwd, online_fwd) X(revolve_lin, revolve_lin) X(revolve_bwd, revolve_bwd)
-
+// XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(X) (primitives.hpp): X(primitive, stem) for each
+// higher-order primitive, stem naming its rule functions.
 // The shape and evaluation rules receive the primitive's parameter struct; the tables that
 // dispatch to them unwrap it (Params::get).
 #define XJAX_DECLARE_HIGHER_ORDER_RULES(prim, stem)                                                 \

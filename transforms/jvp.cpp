@@ -308,16 +308,14 @@ JvpOut ppermute_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
 
 }  // namespace
 
+// Every primitive has its own jvp rule, stem##_jvp (no family default: each derivative is
+// particular to its primitive).
 JvpRule jvp_rule(Primitive p) {
   switch (p) {
-#define XJAX_JVP_CASE(name) \
-  case P::name: return name##_jvp;
-    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_JVP_CASE)
+#define XJAX_JVP_CASE(name, stem, S, family, kinds) \
+  case P::name: return stem##_jvp;
+    XJAX_PRIMITIVES(XJAX_JVP_CASE)
 #undef XJAX_JVP_CASE
-#define XJAX_HIGHER_ORDER_JVP_CASE(prim, stem) \
-  case P::prim: return stem##_jvp;
-    XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_HIGHER_ORDER_JVP_CASE)
-#undef XJAX_HIGHER_ORDER_JVP_CASE
   }
   return nullptr;
 }

@@ -158,18 +158,24 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
 
 namespace xjax::detail {
 
+// Only control_flow primitives split their bodies (stem##_partial_eval); the rest are staged
+// whole when any input is unknown.
+#define XJAX_PE_float_unary(stem) nullptr
+#define XJAX_PE_numeric_unary(stem) nullptr
+#define XJAX_PE_power(stem) nullptr
+#define XJAX_PE_binary(stem) nullptr
+#define XJAX_PE_comparison(stem) nullptr
+#define XJAX_PE_structural(stem) nullptr
+#define XJAX_PE_collective(stem) nullptr
+#define XJAX_PE_higher_order(stem) nullptr
+#define XJAX_PE_control_flow(stem) stem##_partial_eval
+
 PeRule pe_rule(Primitive p) {
   switch (p) {
-#define XJAX_NO_PE_RULE(name) case Primitive::name:
-    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_NO_PE_RULE)
-#undef XJAX_NO_PE_RULE
-    case Primitive::custom_jvp_call: case Primitive::custom_vjp_call: case Primitive::custom_lin:
-    case Primitive::revolve_fwd: case Primitive::online_fwd: case Primitive::revolve_lin: case Primitive::revolve_bwd:
-      return nullptr;
-    case Primitive::scan: return scan_partial_eval;
-    case Primitive::cond: return cond_partial_eval;
-    case Primitive::checkpoint: return checkpoint_partial_eval;
-    case Primitive::while_: return while_loop_partial_eval;
+#define XJAX_PE_CASE(name, stem, S, family, kinds) \
+  case Primitive::name: return XJAX_PE_##family(stem);
+    XJAX_PRIMITIVES(XJAX_PE_CASE)
+#undef XJAX_PE_CASE
   }
   return nullptr;
 }

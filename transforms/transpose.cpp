@@ -3,8 +3,9 @@
 // Equations that read no linear value are evaluated forward first; the linear ones are then
 // walked in reverse, each rule mapping the cotangents of an equation's outputs to cotangents of
 // its linear inputs. Cotangents are accumulated with add and stay symbolic zeros until the end.
-// Read: rule helpers, the rules in the order of XJAX_FOR_EACH_PRIMITIVE (non-linear primitives
-// have a rule that reports the misuse), the rule table, then the pass.
+// Read: rule helpers, the rules in the order of XJAX_PRIMITIVE_TABLE (a non-linear primitive's
+// rule reports the misuse; families that are never linear get that rule from the table), the
+// rule table, then the pass.
 #include <algorithm>
 #include <numeric>
 #include <unordered_map>
@@ -111,20 +112,8 @@ std::vector<Array> index_operands(const TransposeArgs& a, std::size_t first) {
 
 // (-)^T ct = -ct
 Cts neg_transpose(const TransposeArgs& a) { return unary_linear(a, [](const Array& c) { return neg(c); }); }
-Cts exp_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts log_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts log1p_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts expm1_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts sin_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts cos_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts tan_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts tanh_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts logistic_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts sqrt_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts rsqrt_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts abs_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts sign_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts integer_pow_transpose(const TransposeArgs& a) { return not_linear(a); }
 // (a + b)^T ct = (ct, ct)
 Cts add_transpose(const TransposeArgs& a) {
   Cts out = zeros_for(a);
@@ -157,12 +146,6 @@ Cts div_transpose(const TransposeArgs& a) {
 Cts max_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts min_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts pow_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts eq_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts ne_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts lt_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts le_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts gt_transpose(const TransposeArgs& a) { return not_linear(a); }
-Cts ge_transpose(const TransposeArgs& a) { return not_linear(a); }
 // select(p, c0, c1, ...)^T ct = (-, select(p, ct, 0, ...), select(p, 0, ct, ...), ...)
 Cts select_n_transpose(const TransposeArgs& a) {
   if (a.in[0].is_linear()) return not_linear(a);
@@ -348,16 +331,23 @@ Cts ppermute_transpose(const TransposeArgs& a) {
 
 }  // namespace
 
+// The family's transpose (float_unary, power, comparison: not linear) or the primitive's own.
+#define XJAX_TRANSPOSE_float_unary(stem) not_linear
+#define XJAX_TRANSPOSE_power(stem) not_linear
+#define XJAX_TRANSPOSE_comparison(stem) not_linear
+#define XJAX_TRANSPOSE_numeric_unary(stem) stem##_transpose
+#define XJAX_TRANSPOSE_binary(stem) stem##_transpose
+#define XJAX_TRANSPOSE_structural(stem) stem##_transpose
+#define XJAX_TRANSPOSE_collective(stem) stem##_transpose
+#define XJAX_TRANSPOSE_higher_order(stem) stem##_transpose
+#define XJAX_TRANSPOSE_control_flow(stem) stem##_transpose
+
 TransposeRule transpose_rule(Primitive p) {
   switch (p) {
-#define XJAX_T_CASE(name) \
-  case P::name: return name##_transpose;
-    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_T_CASE)
+#define XJAX_T_CASE(name, stem, S, family, kinds) \
+  case P::name: return XJAX_TRANSPOSE_##family(stem);
+    XJAX_PRIMITIVES(XJAX_T_CASE)
 #undef XJAX_T_CASE
-#define XJAX_HIGHER_ORDER_T_CASE(prim, stem) \
-  case P::prim: return stem##_transpose;
-    XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_HIGHER_ORDER_T_CASE)
-#undef XJAX_HIGHER_ORDER_T_CASE
   }
   return nullptr;
 }

@@ -67,39 +67,10 @@ template <class S> BatchOut reduction_batch(const BatchArgs& a) {
   return one(bind1(a.prim, a.x, ps, a.loc), d - count_below(axes, d));
 }
 
-// ---- rules, in the order of XJAX_FOR_EACH_PRIMITIVE ------------------------------------------
+// ---- rules, in the order of XJAX_PRIMITIVE_TABLE ----------------------------------------------
 
-#define XJAX_ELEMENTWISE_BATCH(name) \
-  BatchOut name##_batch(const BatchArgs& a) { return elementwise_batch(a); }
-XJAX_ELEMENTWISE_BATCH(neg)
-XJAX_ELEMENTWISE_BATCH(exp)
-XJAX_ELEMENTWISE_BATCH(log)
-XJAX_ELEMENTWISE_BATCH(log1p)
-XJAX_ELEMENTWISE_BATCH(expm1)
-XJAX_ELEMENTWISE_BATCH(sin)
-XJAX_ELEMENTWISE_BATCH(cos)
-XJAX_ELEMENTWISE_BATCH(tan)
-XJAX_ELEMENTWISE_BATCH(tanh)
-XJAX_ELEMENTWISE_BATCH(logistic)
-XJAX_ELEMENTWISE_BATCH(sqrt)
-XJAX_ELEMENTWISE_BATCH(rsqrt)
-XJAX_ELEMENTWISE_BATCH(abs)
-XJAX_ELEMENTWISE_BATCH(sign)
-XJAX_ELEMENTWISE_BATCH(integer_pow)
-XJAX_ELEMENTWISE_BATCH(add)
-XJAX_ELEMENTWISE_BATCH(sub)
-XJAX_ELEMENTWISE_BATCH(mul)
-XJAX_ELEMENTWISE_BATCH(div)
-XJAX_ELEMENTWISE_BATCH(max)
-XJAX_ELEMENTWISE_BATCH(min)
-XJAX_ELEMENTWISE_BATCH(pow)
-XJAX_ELEMENTWISE_BATCH(eq)
-XJAX_ELEMENTWISE_BATCH(ne)
-XJAX_ELEMENTWISE_BATCH(lt)
-XJAX_ELEMENTWISE_BATCH(le)
-XJAX_ELEMENTWISE_BATCH(gt)
-XJAX_ELEMENTWISE_BATCH(ge)
-#undef XJAX_ELEMENTWISE_BATCH
+// (The elementwise families, float_unary to comparison, are batched by elementwise_batch: the
+// table in batch_rule.)
 
 // select_n(p, c...)[b] = select_n(p[b], c[b]...): the cases share a batch dim; a scalar
 // predicate stays scalar when unbatched and is broadcast over the cases when batched.
@@ -355,16 +326,23 @@ BatchOut psum_scatter_batch(const BatchArgs& a) {
 
 }  // namespace
 
+// The family's batching rule (the elementwise families: elementwise_batch) or the primitive's own.
+#define XJAX_BATCH_float_unary(stem) elementwise_batch
+#define XJAX_BATCH_numeric_unary(stem) elementwise_batch
+#define XJAX_BATCH_power(stem) elementwise_batch
+#define XJAX_BATCH_binary(stem) elementwise_batch
+#define XJAX_BATCH_comparison(stem) elementwise_batch
+#define XJAX_BATCH_structural(stem) stem##_batch
+#define XJAX_BATCH_collective(stem) stem##_batch
+#define XJAX_BATCH_higher_order(stem) stem##_batch
+#define XJAX_BATCH_control_flow(stem) stem##_batch
+
 BatchRule batch_rule(Primitive p) {
   switch (p) {
-#define XJAX_BATCH_CASE(name) \
-  case P::name: return name##_batch;
-    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_BATCH_CASE)
+#define XJAX_BATCH_CASE(name, stem, S, family, kinds) \
+  case P::name: return XJAX_BATCH_##family(stem);
+    XJAX_PRIMITIVES(XJAX_BATCH_CASE)
 #undef XJAX_BATCH_CASE
-#define XJAX_HIGHER_ORDER_BATCH_CASE(prim, stem) \
-  case P::prim: return stem##_batch;
-    XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_HIGHER_ORDER_BATCH_CASE)
-#undef XJAX_HIGHER_ORDER_BATCH_CASE
   }
   return nullptr;
 }

@@ -4,12 +4,14 @@
 // rule reads `ps.get<params::Pad>().lo`: a wrong name or type does not compile.
 //
 // Adding a parameter to a primitive is one line in its struct. Adding a primitive with
-// parameters: a struct here, a line in XJAX_FOR_EACH_PARAMS and its params_of specialization.
+// parameters: a struct here, named in the primitive's row of XJAX_PRIMITIVE_TABLE (primitives.hpp),
+// from which params_of and the variant of all structs are generated.
 #pragma once
 #include <boost/hana/define_struct.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -165,60 +167,31 @@ struct Checkpoint {
 };
 }  // namespace params
 
-// X(struct): every parameter struct but params::None (which is alternative 0 of the variant).
-#define XJAX_FOR_EACH_PARAMS(X)                                                                       \
-  X(IntegerPow) X(ConvertElementType) X(DotGeneral) X(Reduce) X(Argmax) X(BroadcastInDim)   \
-  X(Reshape) X(Transpose) X(Squeeze) X(ExpandDims) X(Slice) X(Pad) X(DynamicSlice) X(Concatenate)     \
-  X(Gather) X(ScatterAdd) X(Iota) X(Name) X(AllGather) X(PsumScatter) X(Ppermute) X(CustomJvpCall)  \
-  X(CustomVjpCall) X(CustomLin) X(Scan) X(Cond) X(While) X(Checkpoint) X(RevolveFwd) X(OnlineFwd) X(Revolve)
-
-/// The parameter struct of primitive P (params::None unless specialized below).
-template <Primitive P> struct params_of {
-  using type = params::None;
-};
+/// The parameter struct of primitive P (from its row of XJAX_PRIMITIVE_TABLE).
+template <Primitive P> struct params_of;
 template <Primitive P> using params_of_t = typename params_of<P>::type;
-#define XJAX_PARAMS_OF(prim, Struct) \
-  template <> struct params_of<Primitive::prim> { using type = params::Struct; };
-XJAX_PARAMS_OF(integer_pow, IntegerPow)
-XJAX_PARAMS_OF(convert_element_type, ConvertElementType)
-XJAX_PARAMS_OF(dot_general, DotGeneral)
-XJAX_PARAMS_OF(reduce_sum, Reduce)
-XJAX_PARAMS_OF(reduce_max, Reduce)
-XJAX_PARAMS_OF(reduce_min, Reduce)
-XJAX_PARAMS_OF(reduce_prod, Reduce)
-XJAX_PARAMS_OF(argmax, Argmax)
-XJAX_PARAMS_OF(broadcast_in_dim, BroadcastInDim)
-XJAX_PARAMS_OF(reshape, Reshape)
-XJAX_PARAMS_OF(transpose, Transpose)
-XJAX_PARAMS_OF(squeeze, Squeeze)
-XJAX_PARAMS_OF(expand_dims, ExpandDims)
-XJAX_PARAMS_OF(slice, Slice)
-XJAX_PARAMS_OF(pad, Pad)
-XJAX_PARAMS_OF(dynamic_slice, DynamicSlice)
-XJAX_PARAMS_OF(concatenate, Concatenate)
-XJAX_PARAMS_OF(gather, Gather)
-XJAX_PARAMS_OF(scatter_add, ScatterAdd)
-XJAX_PARAMS_OF(iota, Iota)
-XJAX_PARAMS_OF(name, Name)
-XJAX_PARAMS_OF(all_gather, AllGather)
-XJAX_PARAMS_OF(psum_scatter, PsumScatter)
-XJAX_PARAMS_OF(ppermute, Ppermute)
-XJAX_PARAMS_OF(custom_jvp_call, CustomJvpCall)
-XJAX_PARAMS_OF(custom_vjp_call, CustomVjpCall)
-XJAX_PARAMS_OF(custom_lin, CustomLin)
-XJAX_PARAMS_OF(scan, Scan)
-XJAX_PARAMS_OF(cond, Cond)
-XJAX_PARAMS_OF(while_, While)
-XJAX_PARAMS_OF(checkpoint, Checkpoint)
-XJAX_PARAMS_OF(revolve_fwd, RevolveFwd)
-XJAX_PARAMS_OF(online_fwd, OnlineFwd)
-XJAX_PARAMS_OF(revolve_lin, Revolve)
-XJAX_PARAMS_OF(revolve_bwd, Revolve)
+#define XJAX_PARAMS_OF(name, stem, S, family, kinds) \
+  template <> struct params_of<Primitive::name> { using type = params::S; };
+XJAX_PRIMITIVES(XJAX_PARAMS_OF)
 #undef XJAX_PARAMS_OF
 
 namespace detail {
-#define XJAX_PARAMS_ALTERNATIVE(S) , params::S
-using ParamsVariant = std::variant<params::None XJAX_FOR_EACH_PARAMS(XJAX_PARAMS_ALTERNATIVE)>;
+// The variant of every struct the table names, each once, params::None first.
+template <class... Ts> struct TypeList {};
+template <class L, class... Ts> struct UniqueTypes {
+  using type = L;
+};
+template <class... Ls, class T, class... Ts> struct UniqueTypes<TypeList<Ls...>, T, Ts...> {
+  using type = typename UniqueTypes<std::conditional_t<(std::is_same_v<T, Ls> || ...), TypeList<Ls...>, TypeList<Ls..., T>>,
+                                    Ts...>::type;
+};
+template <class L> struct VariantOf;
+template <class... Ts> struct VariantOf<TypeList<Ts...>> {
+  using type = std::variant<Ts...>;
+};
+#define XJAX_PARAMS_ALTERNATIVE(name, stem, S, family, kinds) , params::S
+using ParamsVariant =
+    typename VariantOf<typename UniqueTypes<TypeList<>, params::None XJAX_PRIMITIVES(XJAX_PARAMS_ALTERNATIVE)>::type>::type;
 #undef XJAX_PARAMS_ALTERNATIVE
 template <class T, class V> struct is_alternative;
 template <class T, class... Ts> struct is_alternative<T, std::variant<Ts...>> {

@@ -1,10 +1,11 @@
 // kernels.cpp: run_kernel, the CPU kernel of every primitive.
 //
 // Read `resolve_kernel_impl` first: one `case` per primitive (no `default:`, so a new primitive
-// without a kernel does not compile under -Werror=switch), each unpacking the params once into a
-// closure that calls an entry point of one family (kernels.hpp). Execution plans keep the closure;
-// run_kernel (eager binds) builds and calls it at once. Higher-order primitives have no kernel (bind runs their impl
-// rule instead); their cases throw. The shared helpers declared in kernels.hpp follow.
+// without a kernel does not compile under -Werror=switch), the elementwise families' generated
+// from the table, each unpacking the params once into a closure that calls an entry point of one
+// family (kernels.hpp). Execution plans keep the closure; run_kernel (eager binds) builds and
+// calls it at once. Higher-order primitives have no kernel (bind runs their impl rule instead);
+// their cases throw. The shared helpers declared in kernels.hpp follow.
 #include "kernels/kernels.hpp"
 
 #include <algorithm>
@@ -15,38 +16,36 @@ namespace {
 
 using namespace kernels;
 
+// A family's kernel case, or nothing where the primitive has its own case (structural,
+// collective, power); higher_order and control_flow are labels of the throw after the table.
+#define XJAX_KERNEL_float_unary(name) \
+  case Primitive::name: return [out](In in) { return unary_kernel(Primitive::name, in[0], out); };
+#define XJAX_KERNEL_numeric_unary(name) XJAX_KERNEL_float_unary(name)
+#define XJAX_KERNEL_binary(name) \
+  case Primitive::name: return [out](In in) { return binary_kernel(Primitive::name, in[0], in[1], out); };
+#define XJAX_KERNEL_comparison(name) \
+  case Primitive::name: return [out](In in) { return compare_kernel(Primitive::name, in[0], in[1], out); };
+#define XJAX_KERNEL_power(name)
+#define XJAX_KERNEL_structural(name)
+#define XJAX_KERNEL_collective(name)
+#define XJAX_KERNEL_higher_order(name) \
+  case Primitive::name: no_kernel(Primitive::name);
+#define XJAX_KERNEL_control_flow(name) XJAX_KERNEL_higher_order(name)
+
+[[noreturn]] void no_kernel(Primitive p) {
+  throw Error("run_kernel: " + std::string(primitive_name(p)) + " is higher-order: it is evaluated by its impl rule, not a kernel");
+}
+
 KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& out) {
   using In = std::span<const Array>;
   switch (p) {
-    case Primitive::neg:
-    case Primitive::exp:
-    case Primitive::log:
-    case Primitive::log1p:
-    case Primitive::expm1:
-    case Primitive::sin:
-    case Primitive::cos:
-    case Primitive::tan:
-    case Primitive::tanh:
-    case Primitive::logistic:
-    case Primitive::sqrt:
-    case Primitive::rsqrt:
-    case Primitive::abs:
-    case Primitive::sign: return [p, out](In in) { return unary_kernel(p, in[0], out); };
+    // The elementwise families' kernels and the higher-order primitives' absence of one come from
+    // the table; each structural, collective and power primitive has its case below.
+#define XJAX_KERNEL_CASE(name, stem, S, family, kinds) XJAX_KERNEL_##family(name)
+    XJAX_PRIMITIVES(XJAX_KERNEL_CASE)
+#undef XJAX_KERNEL_CASE
     case Primitive::integer_pow:
       return [y = ps.get<params::IntegerPow>().y, out](In in) { return integer_pow_kernel(in[0], y, out); };
-    case Primitive::add:
-    case Primitive::sub:
-    case Primitive::mul:
-    case Primitive::div:
-    case Primitive::max:
-    case Primitive::min:
-    case Primitive::pow: return [p, out](In in) { return binary_kernel(p, in[0], in[1], out); };
-    case Primitive::eq:
-    case Primitive::ne:
-    case Primitive::lt:
-    case Primitive::le:
-    case Primitive::gt:
-    case Primitive::ge: return [p, out](In in) { return compare_kernel(p, in[0], in[1], out); };
     case Primitive::select_n: return [out](In in) { return select_n_kernel(in, out); };
     case Primitive::convert_element_type:
       return [out](In in) { return convert_element_type_kernel(in[0], out); };
@@ -100,11 +99,6 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
       return [ps = ps.get<params::PsumScatter>(), out](In in) { return psum_scatter_kernel(in[0], ps.axis, ps.tiled, out); };
     case Primitive::ppermute:
       return [perm = ps.get<params::Ppermute>().perm, out](In in) { return ppermute_kernel(in[0], perm, out); };
-#define XJAX_NO_KERNEL(name) case Primitive::name:
-      XJAX_FOR_EACH_HIGHER_ORDER_PRIMITIVE(XJAX_NO_KERNEL)
-#undef XJAX_NO_KERNEL
-      throw Error("run_kernel: " + std::string(primitive_name(p)) +
-                  " is higher-order: it is evaluated by its impl rule, not a kernel");
   }
   throw Error("run_kernel: invalid primitive");
 }

@@ -78,30 +78,52 @@ template <class V> V nan_min(const V& a, const V& b) {
   else return xsimd::select((a < b) || xsimd::isnan(a), a, b);
 }
 
+// The float arithmetic of the float_unary and numeric_unary families, one specialization per
+// primitive (on scalars and batches alike); float_unary below dispatches to it from the table, so
+// a unary primitive without its math does not compile.
+template <class V> inline constexpr bool dependent_false = false;
+template <Primitive P> struct UnaryMath {
+  template <class V> V operator()(const V&) const { static_assert(dependent_false<V>, "UnaryMath<P>: no float math"); }
+};
+template <> struct UnaryMath<Primitive::neg> { template <class V> V operator()(const V& v) const { return -v; } };
+template <> struct UnaryMath<Primitive::exp> { template <class V> V operator()(const V& v) const { return xsimd::exp(v); } };
+template <> struct UnaryMath<Primitive::log> { template <class V> V operator()(const V& v) const { return xsimd::log(v); } };
+template <> struct UnaryMath<Primitive::log1p> { template <class V> V operator()(const V& v) const { return xsimd::log1p(v); } };
+template <> struct UnaryMath<Primitive::expm1> { template <class V> V operator()(const V& v) const { return xsimd::expm1(v); } };
+template <> struct UnaryMath<Primitive::sin> { template <class V> V operator()(const V& v) const { return xsimd::sin(v); } };
+template <> struct UnaryMath<Primitive::cos> { template <class V> V operator()(const V& v) const { return xsimd::cos(v); } };
+template <> struct UnaryMath<Primitive::tan> { template <class V> V operator()(const V& v) const { return xsimd::tan(v); } };
+template <> struct UnaryMath<Primitive::tanh> { template <class V> V operator()(const V& v) const { return xsimd::tanh(v); } };
+template <> struct UnaryMath<Primitive::logistic> {
+  template <class V> V operator()(const V& v) const { return V(1) / (V(1) + xsimd::exp(-v)); }
+};
+template <> struct UnaryMath<Primitive::sqrt> { template <class V> V operator()(const V& v) const { return xsimd::sqrt(v); } };
+template <> struct UnaryMath<Primitive::rsqrt> {
+  template <class V> V operator()(const V& v) const { return V(1) / xsimd::sqrt(v); }
+};
+template <> struct UnaryMath<Primitive::abs> { template <class V> V operator()(const V& v) const { return xsimd::abs(v); } };
+template <> struct UnaryMath<Primitive::sign> {  // -1, +1, and x itself for ±0 and NaN
+  template <class V> V operator()(const V& v) const {
+    return xsimd::select(v > V(0), V(1), xsimd::select(v < V(0), V(-1), v));
+  }
+};
+
+/// Whether p's float kernel is UnaryMath<p> (the float_unary and numeric_unary families).
+constexpr bool has_unary_math(Primitive p) {
+  return family_of(p) == Family::float_unary || family_of(p) == Family::numeric_unary;
+}
+
 template <class T> inline void float_unary(Primitive p, const T* x, T* o, std::size_t n) {
   using B = Batch<T>;
-  const B one(T{1});
   switch (p) {
-    case Primitive::neg: return map1(x, o, n, [](B v) { return -v; });
-    case Primitive::exp: return map1(x, o, n, [](B v) { return xsimd::exp(v); });
-    case Primitive::log: return map1(x, o, n, [](B v) { return xsimd::log(v); });
-    case Primitive::log1p: return map1(x, o, n, [](B v) { return xsimd::log1p(v); });
-    case Primitive::expm1: return map1(x, o, n, [](B v) { return xsimd::expm1(v); });
-    case Primitive::sin: return map1(x, o, n, [](B v) { return xsimd::sin(v); });
-    case Primitive::cos: return map1(x, o, n, [](B v) { return xsimd::cos(v); });
-    case Primitive::tan: return map1(x, o, n, [](B v) { return xsimd::tan(v); });
-    case Primitive::tanh: return map1(x, o, n, [](B v) { return xsimd::tanh(v); });
-    case Primitive::logistic:
-      return map1(x, o, n, [one](B v) { return one / (one + xsimd::exp(-v)); });
-    case Primitive::sqrt: return map1(x, o, n, [](B v) { return xsimd::sqrt(v); });
-    case Primitive::rsqrt: return map1(x, o, n, [one](B v) { return one / xsimd::sqrt(v); });
-    case Primitive::abs: return map1(x, o, n, [](B v) { return xsimd::abs(v); });
-    case Primitive::sign:  // -1, +1, and x itself for ±0 and NaN
-      return map1(x, o, n, [one](B v) {
-        return xsimd::select(v > B(T{0}), one, xsimd::select(v < B(T{0}), -one, v));
-      });
-    default: unsupported_dtype(p, dtype_of_v<T>);
+#define XJAX_FLOAT_UNARY_CASE(name, stem, S, family, kinds)                                    \
+  case Primitive::name:                                                                       \
+    if constexpr (has_unary_math(Primitive::name)) return map1(x, o, n, [](B v) { return UnaryMath<Primitive::name>{}(v); }); \
+    break;
+    XJAX_PRIMITIVES(XJAX_FLOAT_UNARY_CASE)
+#undef XJAX_FLOAT_UNARY_CASE
   }
+  unsupported_dtype(p, dtype_of_v<T>);
 }
 
 // base^e by repeated squaring; `mul` multiplies two values (scalars or batches).
@@ -126,18 +148,30 @@ template <class T> void float_integer_pow(const T* x, T* o, std::size_t n, std::
   });
 }
 
+// The float arithmetic of the binary family, one specialization per primitive.
+template <Primitive P> struct BinaryMath {
+  template <class V> V operator()(const V&, const V&) const { static_assert(dependent_false<V>, "BinaryMath<P>: no float math"); }
+};
+template <> struct BinaryMath<Primitive::add> { template <class V> V operator()(const V& a, const V& b) const { return a + b; } };
+template <> struct BinaryMath<Primitive::sub> { template <class V> V operator()(const V& a, const V& b) const { return a - b; } };
+template <> struct BinaryMath<Primitive::mul> { template <class V> V operator()(const V& a, const V& b) const { return a * b; } };
+template <> struct BinaryMath<Primitive::div> { template <class V> V operator()(const V& a, const V& b) const { return a / b; } };
+template <> struct BinaryMath<Primitive::max> { template <class V> V operator()(const V& a, const V& b) const { return nan_max(a, b); } };
+template <> struct BinaryMath<Primitive::min> { template <class V> V operator()(const V& a, const V& b) const { return nan_min(a, b); } };
+template <> struct BinaryMath<Primitive::pow> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::pow(a, b); } };
+
 template <class T> void float_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
   using B = Batch<T>;
   switch (p) {
-    case Primitive::add: return map2(x, y, o, n, [](B a, B b) { return a + b; });
-    case Primitive::sub: return map2(x, y, o, n, [](B a, B b) { return a - b; });
-    case Primitive::mul: return map2(x, y, o, n, [](B a, B b) { return a * b; });
-    case Primitive::div: return map2(x, y, o, n, [](B a, B b) { return a / b; });
-    case Primitive::max: return map2(x, y, o, n, [](B a, B b) { return nan_max(a, b); });
-    case Primitive::min: return map2(x, y, o, n, [](B a, B b) { return nan_min(a, b); });
-    case Primitive::pow: return map2(x, y, o, n, [](B a, B b) { return xsimd::pow(a, b); });
-    default: unsupported_dtype(p, dtype_of_v<T>);
+#define XJAX_FLOAT_BINARY_CASE(name, stem, S, family, kinds)                                                 \
+  case Primitive::name:                                                                                     \
+    if constexpr (family_of(Primitive::name) == Family::binary)                                            \
+      return map2(x, y, o, n, [](B a, B b) { return BinaryMath<Primitive::name>{}(a, b); });                \
+    break;
+    XJAX_PRIMITIVES(XJAX_FLOAT_BINARY_CASE)
+#undef XJAX_FLOAT_BINARY_CASE
   }
+  unsupported_dtype(p, dtype_of_v<T>);
 }
 
 }  // namespace xjax::detail::kernels::simd
