@@ -122,13 +122,8 @@ std::optional<FusionKey> fusion_key(const Eqn& e) {
 // True when e only renames its operand's value inside a fused loop (no op is emitted; a
 // broadcast's operand is a scalar or row-broadcast input, or has the output's shape already).
 bool is_alias(const Eqn& e) {
-  switch (e.prim) {
-    case Primitive::broadcast_in_dim:
-    case Primitive::name:
-    case Primitive::stop_gradient: return true;
-    case Primitive::convert_element_type: return e.outputs[0].aval().dtype != DType::bool_;  // bool -> 0/1
-    default: return false;
-  }
+  if (e.prim == Primitive::convert_element_type) return e.outputs[0].aval().dtype != DType::bool_;  // bool -> 0/1
+  return e.prim == Primitive::broadcast_in_dim || e.prim == Primitive::name || e.prim == Primitive::stop_gradient;
 }
 
 // ---- scheduling -------------------------------------------------------------------------------

@@ -53,15 +53,14 @@ template <class T> void int_integer_pow(const T* x, T* o, std::size_t n, std::in
 // ---- binary ------------------------------------------------------------------------------------
 
 template <class T> void int_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
-  switch (p) {
-    case Primitive::add: return loop2(x, y, o, n, wrap_add<T>);
-    case Primitive::sub: return loop2(x, y, o, n, wrap_sub<T>);
-    case Primitive::mul: return loop2(x, y, o, n, wrap_mul<T>);
-    case Primitive::div: return loop2(x, y, o, n, safe_div<T>);
-    case Primitive::max: return loop2(x, y, o, n, [](T a, T b) { return std::max(a, b); });
-    case Primitive::min: return loop2(x, y, o, n, [](T a, T b) { return std::min(a, b); });
-    default: unsupported_dtype(p, dtype_of_v<T>);
-  }
+  // Integers wrap around (two's complement) and divide safely; pow has no integer kernel.
+  if (p == Primitive::add) return loop2(x, y, o, n, wrap_add<T>);
+  if (p == Primitive::sub) return loop2(x, y, o, n, wrap_sub<T>);
+  if (p == Primitive::mul) return loop2(x, y, o, n, wrap_mul<T>);
+  if (p == Primitive::div) return loop2(x, y, o, n, safe_div<T>);
+  if (p == Primitive::max) return loop2(x, y, o, n, [](T a, T b) { return std::max(a, b); });
+  if (p == Primitive::min) return loop2(x, y, o, n, [](T a, T b) { return std::min(a, b); });
+  unsupported_dtype(p, dtype_of_v<T>);
 }
 
 // bool (stored as uint8 0/1): max is logical or, min is logical and.
@@ -81,15 +80,7 @@ void compare_loop(const T* x, const T* y, std::uint8_t* o, std::size_t n, Cmp cm
 }
 
 template <class T> void compare(Primitive p, const T* x, const T* y, std::uint8_t* o, std::size_t n) {
-  switch (p) {
-    case Primitive::eq: return compare_loop(x, y, o, n, [](T a, T b) { return a == b; });
-    case Primitive::ne: return compare_loop(x, y, o, n, [](T a, T b) { return a != b; });
-    case Primitive::lt: return compare_loop(x, y, o, n, [](T a, T b) { return a < b; });
-    case Primitive::le: return compare_loop(x, y, o, n, [](T a, T b) { return a <= b; });
-    case Primitive::gt: return compare_loop(x, y, o, n, [](T a, T b) { return a > b; });
-    case Primitive::ge: return compare_loop(x, y, o, n, [](T a, T b) { return a >= b; });
-    default: throw Error("compare_kernel: not a comparison: " + std::string(primitive_name(p)));
-  }
+  with_comparison(p, "compare_kernel", [&](auto cmp) { compare_loop(x, y, o, n, cmp); });
 }
 
 // ---- select_n ----------------------------------------------------------------------------------
@@ -232,14 +223,13 @@ void run_elementwise_into(const void* ctx, const void* const* ins, void* const* 
   if (is_float_binary(c.p))
     return binary_elements(c.p, c.in, ins[0], ins[1], outs[0], c.n);
   if (is_comparison(c.p)) return compare_elements(c.p, c.in, ins[0], ins[1], outs[0], c.n);
-  switch (c.p) {
-    case Primitive::integer_pow: return integer_pow_elements(c.in, ins[0], outs[0], c.n, c.y);
-    case Primitive::convert_element_type: return convert_elements(c.in, c.out, ins[0], outs[0], c.n);
-    case Primitive::copy:
-      if (c.n) std::memcpy(outs[0], ins[0], c.n * static_cast<std::size_t>(itemsize(c.out)));
-      return;
-    default: return unary_elements(c.p, c.in, ins[0], outs[0], c.n);
+  if (c.p == Primitive::integer_pow) return integer_pow_elements(c.in, ins[0], outs[0], c.n, c.y);
+  if (c.p == Primitive::convert_element_type) return convert_elements(c.in, c.out, ins[0], outs[0], c.n);
+  if (c.p == Primitive::copy) {
+    if (c.n) std::memcpy(outs[0], ins[0], c.n * static_cast<std::size_t>(itemsize(c.out)));
+    return;
   }
+  unary_elements(c.p, c.in, ins[0], outs[0], c.n);  // the unary families (else: unsupported)
 }
 
 }  // namespace

@@ -76,16 +76,9 @@ void stretched_row(const T* src, std::size_t period, std::size_t repeat, std::si
 template <class T> void compare_block(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
   using B = Batch<T>;
   const B one(T{1}), zero(T{0});
-  switch (p) {
-    case Primitive::eq: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a == b, one, zero); });
-    // not (a == b): true for NaN operands, as in C++ (xsimd's != is an ordered comparison)
-    case Primitive::ne: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a == b, zero, one); });
-    case Primitive::lt: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a < b, one, zero); });
-    case Primitive::le: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a <= b, one, zero); });
-    case Primitive::gt: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a > b, one, zero); });
-    case Primitive::ge: return map2(x, y, o, n, [=](B a, B b) { return xsimd::select(a >= b, one, zero); });
-    default: throw Error("run_fused: not a comparison: " + std::string(primitive_name(p)));
-  }
+  with_comparison(p, "run_fused", [&](auto cmp) {
+    map2(x, y, o, n, [=](B a, B b) { return xsimd::select(cmp(a, b), one, zero); });
+  });
 }
 
 // One op over n elements of the block; v[i] is value i's row, bytes[i] the block of a bool
@@ -103,20 +96,17 @@ void run_op(const FusedProgram::Op& op, std::vector<T*>& v, const std::vector<co
   T* o = v[static_cast<std::size_t>(op.dst)];
   if (is_float_binary(op.prim)) return float_binary(op.prim, a, b, o, n);
   if (is_comparison(op.prim)) return compare_block(op.prim, a, b, o, n);
-  switch (op.prim) {
-    case Primitive::integer_pow: return float_integer_pow(a, o, n, op.y);
-    case Primitive::select_n:  // which ? case1 : case0
-      return map3(a, b, c, o, n, [](B which, B case0, B case1) {
-        return xsimd::select(which != B(T{0}), case1, case0);
-      });
-    case Primitive::convert_element_type:
-      if (op.to_bool)
-        // x != 0, with NaN -> true as in C++: not (x == 0)
-        return map1(a, o, n, [](B x) { return xsimd::select(x == B(T{0}), B(T{0}), B(T{1})); });
-      if (o != a) std::memcpy(o, a, n * sizeof(T));  // o == a: an output written in place
-      return;
-    default: return float_unary(op.prim, a, o, n);
+  if (op.prim == Primitive::integer_pow) return float_integer_pow(a, o, n, op.y);
+  if (op.prim == Primitive::select_n)  // which ? case1 : case0
+    return map3(a, b, c, o, n, [](B which, B case0, B case1) { return xsimd::select(which != B(T{0}), case1, case0); });
+  if (op.prim == Primitive::convert_element_type) {
+    if (op.to_bool)
+      // x != 0, with NaN -> true as in C++: not (x == 0)
+      return map1(a, o, n, [](B x) { return xsimd::select(x == B(T{0}), B(T{0}), B(T{1})); });
+    if (o != a) std::memcpy(o, a, n * sizeof(T));  // o == a: an output written in place
+    return;
   }
+  float_unary(op.prim, a, o, n);  // the unary families (anything else: an unsupported error)
 }
 
 // True when x's buffer has no other owner than x's one handle (the plan moved it in at its last
@@ -331,32 +321,6 @@ void finish_program(FusedProgram& prog) {
     for (const auto& o : prog.outputs)
       if (o.value == value) only_predicate = false;
     input.read_as_bytes = only_predicate;
-  }
-}
-
-bool is_unary_math(Primitive p) {
-  switch (p) {
-    case Primitive::neg: case Primitive::exp: case Primitive::log: case Primitive::log1p:
-    case Primitive::expm1: case Primitive::sin: case Primitive::cos: case Primitive::tan:
-    case Primitive::tanh: case Primitive::logistic: case Primitive::sqrt: case Primitive::rsqrt:
-    case Primitive::abs: case Primitive::sign: case Primitive::integer_pow: return true;
-    default: return false;
-  }
-}
-
-bool is_float_binary(Primitive p) {
-  switch (p) {
-    case Primitive::add: case Primitive::sub: case Primitive::mul: case Primitive::div:
-    case Primitive::max: case Primitive::min: case Primitive::pow: return true;
-    default: return false;
-  }
-}
-
-bool is_comparison(Primitive p) {
-  switch (p) {
-    case Primitive::eq: case Primitive::ne: case Primitive::lt: case Primitive::le:
-    case Primitive::gt: case Primitive::ge: return true;
-    default: return false;
   }
 }
 

@@ -174,12 +174,14 @@ struct FusedProgram {
 /// select_n's case, and `direct`.
 void finish_program(FusedProgram& prog);
 /// add sub mul div max min pow: the binary primitives of float_binary (simd.hpp).
-bool is_float_binary(Primitive p);
+constexpr bool is_float_binary(Primitive p) { return family_of(p) == Family::binary; }
 /// neg exp log log1p expm1 sin cos tan tanh logistic sqrt rsqrt abs sign integer_pow: the unary
 /// arithmetic primitives (each element computed from the operand's).
-bool is_unary_math(Primitive p);
-/// eq ne lt le gt ge.
-bool is_comparison(Primitive p);
+constexpr bool is_unary_math(Primitive p) {
+  return family_of(p) == Family::float_unary || family_of(p) == Family::numeric_unary || family_of(p) == Family::power;
+}
+/// The comparison family (eq ne lt le gt ge).
+constexpr bool is_comparison(Primitive p) { return family_of(p) == Family::comparison; }
 
 /// Runs the program on its inputs (one array per FusedProgram::Input); `outs` (cleared first)
 /// receives the outputs: fresh arrays, or inputs' buffers (shared or handed over).

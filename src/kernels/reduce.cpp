@@ -156,16 +156,14 @@ template <class T, class Op> void reduce_typed(const Array& x, const Ints& axes,
 template <class T> void reduce_dispatch(Primitive p, const Array& x, const Ints& axes,
                                         const Array& result) {
   constexpr bool is_bool = std::is_same_v<T, Bool>;
-  switch (p) {
-    case Primitive::reduce_max: return reduce_typed<T, MaxOp<T>>(x, axes, result);
-    case Primitive::reduce_min: return reduce_typed<T, MinOp<T>>(x, axes, result);
-    case Primitive::reduce_sum:
-      if constexpr (!is_bool) return reduce_typed<T, SumOp<T>>(x, axes, result);
-      break;
-    case Primitive::reduce_prod:
-      if constexpr (!is_bool) return reduce_typed<T, ProdOp<T>>(x, axes, result);
-      break;
-    default: throw Error("reduce_kernel: not a reduction: " + std::string(primitive_name(p)));
+  if (p == Primitive::reduce_max) return reduce_typed<T, MaxOp<T>>(x, axes, result);
+  if (p == Primitive::reduce_min) return reduce_typed<T, MinOp<T>>(x, axes, result);
+  if (p == Primitive::reduce_sum) {
+    if constexpr (!is_bool) return reduce_typed<T, SumOp<T>>(x, axes, result);
+  } else if (p == Primitive::reduce_prod) {
+    if constexpr (!is_bool) return reduce_typed<T, ProdOp<T>>(x, axes, result);
+  } else {
+    throw Error("reduce_kernel: not a reduction: " + std::string(primitive_name(p)));
   }
   unsupported_dtype(p, x.dtype());
 }

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "kernels/kernels.hpp"
 
@@ -146,6 +147,31 @@ template <class T> void float_integer_pow(const T* x, T* o, std::size_t n, std::
     B r = pow_by_squaring(v, e, one, times);
     return y < 0 ? one / r : r;
   });
+}
+
+// The comparison family: a bool on scalars, a mask on batches. ne is not (a == b): true for NaN
+// operands, as in C++ (xsimd's != is an ordered comparison).
+template <Primitive P> struct Compare {
+  template <class V> auto operator()(const V&, const V&) const { static_assert(dependent_false<V>, "Compare<P>: not a comparison"); }
+};
+template <> struct Compare<Primitive::eq> { template <class V> auto operator()(const V& a, const V& b) const { return a == b; } };
+template <> struct Compare<Primitive::ne> { template <class V> auto operator()(const V& a, const V& b) const { return !(a == b); } };
+template <> struct Compare<Primitive::lt> { template <class V> auto operator()(const V& a, const V& b) const { return a < b; } };
+template <> struct Compare<Primitive::le> { template <class V> auto operator()(const V& a, const V& b) const { return a <= b; } };
+template <> struct Compare<Primitive::gt> { template <class V> auto operator()(const V& a, const V& b) const { return a > b; } };
+template <> struct Compare<Primitive::ge> { template <class V> auto operator()(const V& a, const V& b) const { return a >= b; } };
+
+/// Calls f(Compare<p>{}) for a comparison p; otherwise throws naming `who`.
+template <class F> void with_comparison(Primitive p, const char* who, F f) {
+  switch (p) {
+#define XJAX_COMPARE_CASE(name, stem, S, family, kinds)                                                        \
+  case Primitive::name:                                                                                       \
+    if constexpr (family_of(Primitive::name) == Family::comparison) return f(Compare<Primitive::name>{});      \
+    break;
+    XJAX_PRIMITIVES(XJAX_COMPARE_CASE)
+#undef XJAX_COMPARE_CASE
+  }
+  throw Error(std::string(who) + ": not a comparison: " + std::string(primitive_name(p)));
 }
 
 // The float arithmetic of the binary family, one specialization per primitive.
