@@ -216,6 +216,33 @@ TEST_CASE("trust2: a binomial(s) scan keeps its loop-invariant weight once, as t
   check_close(std::get<1>(g), std::get<1>(g2), 1e-12);
 }
 
+TEST_CASE("trust2: a binomial(s) scan computes a value of loop invariants alone once, before the loop (as the plain scan)") {
+  // The body reads w * 0.5 (a value of the const alone): the plain scan hoists it before the
+  // loop; the schedule kept the last step's copy as an output of revolve_fwd besides (fuzzer
+  // seed 2002163: a custom_vjp's residual of a const; seeds 86, 292, 1322 with the fix disabled).
+  const std::int64_t d = 64, L = 8;
+  xj::Array w = randn({d, d}, 16, xj::f64) * (1.0 / 8.0), x0 = randn({2, d}, 17, xj::f64);
+  auto loss = [L](xj::ScanCheckpoints cp) {
+    return [cp, L](const xj::Array& w, const xj::Array& x0) {
+      auto body = [&w](const xj::Array& c, const xj::None&) { return std::pair{xj::tanh(xj::matmul(c, w * 0.5)), xj::None{}}; };
+      return xj::sum(xj::scan(body, x0, xj::None{}, {.length = L, .checkpoints = cp}).first);
+    };
+  };
+  auto sched = xj::saved_residuals(loss(xj::scan_checkpoints::binomial(2)), w, x0);
+  int hoisted = 0;
+  for (const auto& r : sched)
+    if (r.aval == w.aval()) {
+      CHECK_FALSE(contains(r.description, "revolve_fwd"));  // no last-step copy
+      hoisted += contains(r.description, "output of mul") ? 1 : 0;
+    }
+  // w * 0.5 once, computed before the loop (besides w itself, which the recomputing steps read).
+  CHECK(hoisted == 1);
+  auto g = xj::grad(loss(xj::scan_checkpoints::binomial(2)), xj::argnums_tuple<0, 1>)(w, x0);
+  auto want = xj::grad(loss(xj::scan_checkpoints::all()), xj::argnums_tuple<0, 1>)(w, x0);
+  check_close(std::get<0>(g), std::get<0>(want), 1e-12);
+  check_close(std::get<1>(g), std::get<1>(want), 1e-12);
+}
+
 // ---- the online(s) lead: forward over reverse --------------------------------------------------
 
 TEST_CASE("trust2: forward over reverse of an online(s) while_loop: exact where no tangent reaches the loop, else an error") {

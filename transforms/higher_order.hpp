@@ -61,8 +61,11 @@ TransposedBody transpose_scan_body(const ClosedJaxpr& body, std::size_t nc, std:
 
 /// scan's partial evaluation under a binomial schedule (snapshots > 0): the known scan becomes
 /// revolve_fwd and the staged one revolve_lin (revolve.cpp). `uk` and `pe` are the body's split
-/// after the unknown-carry fixpoint. nullopt when the schedule does not apply (no known carry).
-std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool>& uk, const PartialEval& pe);
+/// after the unknown-carry fixpoint; outside[r] is the atom outside the loop that holds residual r
+/// when it is loop-invariant (a forwarded const or a hoisted value), which revolve_lin then reads
+/// instead of a last-step copy. nullopt when the schedule does not apply (no known carry).
+std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool>& uk, const PartialEval& pe,
+                                            const std::vector<std::optional<Atom>>& outside);
 /// while_loop's partial evaluation under online(s): the known loop becomes online_fwd and the
 /// staged one revolve_lin with the trip count known at run time. `cond` is the cond on the known
 /// inputs (known cond consts, known carries), `body_uk` which body inputs are unknown, `carry_uk`

@@ -159,7 +159,8 @@ std::vector<ShapedArray> avals_of(const std::vector<Var>& vs, std::size_t first,
 
 // ---- partial evaluation ------------------------------------------------------------------------
 
-std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool>& uk, const PartialEval& pe) {
+std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool>& uk, const PartialEval& pe,
+                                            const std::vector<std::optional<Atom>>& outside) {
   const auto& ps = e.params.get<params::Scan>();
   const Jaxpr& b = *ps.jaxpr->jaxpr;
   const auto nc = static_cast<std::size_t>(ps.num_consts), ncar = static_cast<std::size_t>(ps.num_carry);
@@ -175,24 +176,22 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   const std::size_t nres = pe.residual_vars.size();
   const std::int64_t slots = std::min(ps.snapshots, ps.length);
   auto k = std::make_shared<const ClosedJaxpr>(pe.known);
-  // A residual that is a known const of the body (a loop-invariant weight) is not an output of
-  // revolve_fwd: revolve_lin reads the outer operand itself, so it is kept once, by reference, as
-  // the plain scan keeps it (fwd_const[r]: that operand's index, or -1).
-  std::vector<std::ptrdiff_t> fwd_const(nres, -1);
-  for (std::size_t r = 0; r < nres; ++r)
-    for (std::size_t i = 0; i < nc; ++i)
-      if (!uk[i] && b.invars[i].id() == pe.residual_vars[r].id()) fwd_const[r] = static_cast<std::ptrdiff_t>(i);
-  ClosedJaxprPtr k_fwd = k;  // K without the forwarded residuals among its outputs
+  // A loop-invariant residual (a known const of the body, a weight, or a value computed from
+  // known consts alone) is not an output of revolve_fwd: revolve_lin reads it from outside the
+  // loop, so it is kept once, as the plain scan keeps it (issue 33).
+  if (outside.size() != nres) throw InternalError("partial_eval", "revolve: one outside atom per residual expected");
+  ClosedJaxprPtr k_fwd = k;  // K without the loop-invariant residuals among its outputs
   std::size_t nres_fwd = nres;
-  if (std::any_of(fwd_const.begin(), fwd_const.end(), [](std::ptrdiff_t i) { return i >= 0; })) {
+  if (std::any_of(outside.begin(), outside.end(), [](const std::optional<Atom>& a) { return a.has_value(); })) {
     auto j = std::make_shared<Jaxpr>(*pe.known.jaxpr);
     const std::size_t first_res = j->outvars.size() - nres;
     for (std::size_t r = nres; r-- > 0;)
-      if (fwd_const[r] >= 0) {
+      if (outside[r]) {
         j->outvars.erase(j->outvars.begin() + static_cast<std::ptrdiff_t>(first_res + r));
         --nres_fwd;
       }
-    k_fwd = std::make_shared<const ClosedJaxpr>(ClosedJaxpr{std::move(j), pe.known.consts});
+    k_fwd = std::make_shared<const ClosedJaxpr>(dce(ClosedJaxpr{std::move(j), pe.known.consts},
+                                                    std::vector<bool>(first_res + nres_fwd, true)));
   }
 
   PeSplit split;
@@ -207,8 +206,8 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
     if (!uk[i]) snaps.emplace_back(stacked(b.invars[i].aval(), slots));
   std::vector<Atom> res_operands;  // revolve_lin's last-step residuals
   for (std::size_t r = 0; r < nres; ++r) {
-    if (fwd_const[r] >= 0) {
-      res_operands.push_back(e.inputs[static_cast<std::size_t>(fwd_const[r])]);
+    if (outside[r]) {
+      res_operands.push_back(*outside[r]);
     } else {
       res.emplace_back(pe.residual_vars[r].aval());
       res_operands.push_back(res.back());

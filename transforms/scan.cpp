@@ -408,8 +408,6 @@ PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, con
   std::size_t nc = sp.nconsts, ncar = sp.ncarry, nx = sp.nxs(), ny = sp.nys();
   std::vector<bool> uk = in_unknown;
   PartialEval pe = body_partial_eval(sp, uk, saveable);
-  if (sp.snapshots > 0)
-    if (auto split = revolve_partial_eval(e, uk, pe)) return *split;
 
   // Where each body invar comes from in the outer equation.
   std::unordered_map<std::uint64_t, std::size_t> outer_index;
@@ -419,6 +417,19 @@ PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, con
 
   PeSplit split;
   const auto hoisted = hoist_invariants(e, sp, pe, uk, kind, invariant, split.known);
+  if (sp.snapshots > 0) {
+    // A schedule keeps loop invariants as the plain scan does: forwarded consts and hoisted
+    // values, once, from outside the loop (issue 33).
+    std::vector<std::optional<Atom>> outside(kind.size());
+    for (std::size_t r = 0; r < kind.size(); ++r) {
+      if (kind[r] == ResKind::const_fwd) outside[r] = e.inputs[outer_index.at(pe.residual_vars[r].id())];
+      else if (kind[r] == ResKind::invariant) outside[r] = hoisted.at(pe.residual_vars[r].id());
+    }
+    if (auto scheduled = revolve_partial_eval(e, uk, pe, outside)) {
+      scheduled->known.insert(scheduled->known.begin(), split.known.begin(), split.known.end());
+      return *scheduled;
+    }
+  }
 
   // The known scan: known inputs -> known carry, known ys, stacked residuals.
   std::size_t n_known_out = 0;
