@@ -306,6 +306,7 @@ class Gen {
     Node n{.op = op, .args = {i, j}};
     n.outs = {*broadcast(a.shape, c.shape)};
     n.variant = uniform(0, 1);  // operator or named function
+    if (op == Op::SelectGt) n.ints = {uniform(0, 3)};  // a > b written as gt, ge, lt or le
     double out = 0;
     switch (n.op) {
       case Op::Add: case Op::Sub: out = a.mag + c.mag; break;

@@ -256,9 +256,15 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::PowSafe: return {xj::pow(1.0 + xj::square(a), xj::tanh(b))};
     case Op::Maximum: if (m) note(m, a - b); return {xj::maximum(a, b)};
     case Op::Minimum: if (m) note(m, a - b); return {xj::minimum(a, b)};
-    case Op::SelectGt:
+    case Op::SelectGt: {  // where(a > b, 2a, b), the comparison spelled as gt, ge, lt or le (equal off the tie)
       if (m) note(m, a - b);
-      return {op_form ? xj::where(a > b, a * 2.0, b) : xj::select(xj::gt(a, b), xj::mul(a, xj::scalar_like(2, a)), b)};
+      const std::int64_t cmp = n.ints.empty() ? 0 : n.ints[0];
+      Array pred = cmp == 0 ? (op_form ? a > b : xj::gt(a, b))
+                 : cmp == 1 ? (op_form ? a >= b : xj::ge(a, b))
+                 : cmp == 2 ? (op_form ? b < a : xj::lt(b, a))
+                            : (op_form ? b <= a : xj::le(b, a));
+      return {op_form ? xj::where(pred, a * 2.0, b) : xj::select(pred, xj::mul(a, xj::scalar_like(2, a)), b)};
+    }
     case Op::Sum: return {xj::sum(a, n.ints, n.flag)};
     case Op::Mean: return {xj::mean(a, n.ints, n.flag)};
     case Op::Max: if (m) note(m, a - xj::max(a, n.ints, true)); return {xj::max(a, n.ints, n.flag)};

@@ -1,6 +1,7 @@
 // xjax-fuzz: the differential fuzzer. Builds random programs from seeds and checks oracles that a
 // shared bug cannot fool (docs/testing.md).
 //   xjax-fuzz [--seed-start S] [--seeds N] [--seconds T] [--verbose] [--coverage]
+//             [--require-every-primitive]  (fails when a primitive is in no program's jaxprs)
 //   xjax-fuzz --seed K            (one seed: reproduce a failure; prints the program with --verbose)
 // Exits non-zero when any check failed.
 #include <chrono>
@@ -26,7 +27,8 @@ void on_crash(int sig) {
 }
 
 [[noreturn]] void usage() {
-  std::cerr << "usage: xjax-fuzz [--seed-start S] [--seeds N] [--seconds T] [--verbose] [--coverage] | --seed K\n";
+  std::cerr << "usage: xjax-fuzz [--seed-start S] [--seeds N] [--seconds T] [--verbose] [--coverage]\n"
+               "                 [--require-every-primitive] | --seed K\n";
   std::exit(2);
 }
 
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
   long seeds = -1;
   double seconds = -1;
   bool coverage = false;
+  bool require_all = false;
   fuzz::Options opts;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -49,7 +52,8 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") seconds = std::stod(value());
     else if (a == "--seed") start = std::stoull(value()), seeds = 1;
     else if (a == "--verbose") opts.verbose = true;
-    else if (a == "--coverage") coverage = true;
+    else if (a == "--coverage") coverage = true, opts.primitives = true;
+    else if (a == "--require-every-primitive") require_all = true, opts.primitives = true;
     else usage();
   }
   if (seeds < 0 && seconds < 0) seeds = 100;
@@ -70,7 +74,10 @@ int main(int argc, char** argv) {
     for (const auto& [what, n] : stats.coverage) std::cout << "  " << what << ": " << n << "\n";
     std::cout << "checks per oracle:\n";
     for (const auto& [what, n] : stats.oracles) std::cout << "  " << what << ": " << n << "\n";
+    std::cout << "programs whose jaxprs (f, grad, linearize) hold each primitive:\n";
+    for (const auto& [what, n] : stats.primitives) std::cout << "  " << what << ": " << n << "\n";
   }
+  if (require_all) stats.failures += fuzz::report_unfuzzed_primitives(stats, std::cout);
   std::cout << "seeds " << start << ".." << start + static_cast<std::uint64_t>(stats.programs) - 1 << " in "
             << static_cast<int>(elapsed()) << " s: " << stats.expected_errors << " documented TransformErrors, "
             << stats.fd_skipped << " programs without finite differences (near a kink)\n";

@@ -698,10 +698,77 @@ class Checker {
 
 const char* current_activity() { return g_activity; }
 
+namespace {
+// Adds the primitives of j and of the jaxprs in its parameters to `seen`.
+void collect_primitives(const xj::Jaxpr& j, std::set<std::string>& seen) {
+  for (const auto& e : j.eqns) {
+    seen.insert(std::string(xj::primitive_name(e.prim)));
+    for (const auto& sub : xj::sub_jaxprs(e.params))
+      if (sub) collect_primitives(*sub->jaxpr, seen);
+  }
+}
+
+// The primitives a program's jaxprs hold: f's, grad's and linearize's (where they exist).
+void record_primitives(const Program& p, Stats& stats) {
+  std::set<std::string> seen;
+  Runner full{Mode::Full, xj::f64, nullptr, nullptr};
+  auto F = [&](const Arrays& x) { return full(p, x); };
+  auto L = [&](const Arrays& x) { return xj::sum(F(x)); };
+  Arrays x;
+  for (const auto& s : p.main.in) x.push_back(xj::zeros(s, xj::f64) + 0.25);
+  auto attempt = [&](const std::function<xj::ClosedJaxpr()>& make) {
+    try {
+      collect_primitives(*make().jaxpr, seen);
+    } catch (const std::exception&) {  // e.g. the documented TransformErrors: nothing to record
+    }
+  };
+  attempt([&] { return xj::make_jaxpr(F)(x); });
+  attempt([&] { return xj::make_jaxpr([&](const Arrays& y) { return xj::grad(L)(y); })(x); });
+  attempt([&] {
+    return xj::make_jaxpr([&](const Arrays& y) {
+      auto [out, lin] = xj::linearize(F, y);
+      return lin(y);
+    })(x);
+  });
+  for (const auto& name : seen) ++stats.primitives[name];
+}
+}  // namespace
+
+const std::map<std::string, std::string>& primitives_not_fuzzed() {
+  static const std::map<std::string, std::string> reasons = {
+      {"psum", "a collective: tests/test_distributed.cpp under mpirun"},
+      {"pmax", "a collective: tests/test_distributed.cpp under mpirun"},
+      {"all_gather", "a collective: tests/test_distributed.cpp under mpirun"},
+      {"psum_scatter", "a collective: tests/test_distributed.cpp under mpirun"},
+      {"ppermute", "a collective: tests/test_distributed.cpp under mpirun"},
+      {"copy", "no user op emits it (JAX's copy_p); its rules are checked by tests/gradcheck through detail::bind"},
+      {"custom_lin", "exists only inside reverse mode's linearization of a custom_vjp call, transposed into the user's "
+                     "bwd before any jaxpr is returned; the grad, vjp and saved_residuals oracles run it on every "
+                     "custom_vjp program"},
+  };
+  return reasons;
+}
+
+int report_unfuzzed_primitives(const Stats& stats, std::ostream& out) {
+  int missing = 0;
+#define XJAX_FUZZ_REACHED(name)                                                                  \
+  {                                                                                             \
+    const std::string n(xj::primitive_name(xj::Primitive::name));                               \
+    if (!stats.primitives.count(n) && !primitives_not_fuzzed().count(n)) {                      \
+      out << "primitive " << n << " is in no generated program (add a fuzzer op, tests/fuzz)\n"; \
+      ++missing;                                                                                \
+    }                                                                                           \
+  }
+  XJAX_FOR_EACH_PRIMITIVE(XJAX_FUZZ_REACHED)
+#undef XJAX_FUZZ_REACHED
+  return missing;
+}
+
 bool check_program(std::uint64_t seed, Stats& stats, const Options& opts, std::ostream& out) {
   Program p = generate(seed);
   ++stats.programs;
   for (const auto& [what, n] : p.features.counts) stats.coverage[what] += n > 0;
+  if (opts.primitives) record_primitives(p, stats);
   if (opts.verbose) out << print(p);
   bool header = false;
   Checker f64(p, xj::f64, stats, out, header);

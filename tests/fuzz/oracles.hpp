@@ -15,10 +15,18 @@ struct Stats {
   long fd_skipped = 0;        // finite differences skipped: a kink or branch point too close
   std::map<std::string, long> coverage;  // op / wrapper variant -> programs containing it
   std::map<std::string, long> oracles;   // oracle -> checks run
+  std::map<std::string, long> primitives;  // primitive -> programs whose jaxprs (f, grad, linearize) hold it
 };
+
+/// The primitives no generated program reaches, each with the reason (tested elsewhere).
+const std::map<std::string, std::string>& primitives_not_fuzzed();
+/// Prints the primitives of XJAX_PRIMITIVE_TABLE that no program of the run reached and that
+/// primitives_not_fuzzed() does not excuse; returns how many.
+int report_unfuzzed_primitives(const Stats& stats, std::ostream& out);
 
 struct Options {
   bool verbose = false;
+  bool primitives = false;  // record which primitives the programs' jaxprs hold
 };
 
 /// Generates the program of `seed`, runs every oracle on it in f64 and f32, prints each failure
