@@ -22,21 +22,9 @@ void throw_wrong_params(std::size_t held, std::size_t wanted) {
 
 }  // namespace detail
 
-bool operator==(const Params& a, const Params& b) {
-  if (a.variant().index() != b.variant().index()) return false;
-  return std::visit(
-      [&](const auto& sa) {
-        using S = std::decay_t<decltype(sa)>;
-        const S& sb = std::get<S>(b.variant());
-        bool equal = true;
-        // shared_ptr and vectors of them compare by identity, the rest by value.
-        boost::hana::for_each(boost::hana::accessors<S>(), [&](auto pair) {
-          equal = equal && boost::hana::second(pair)(sa) == boost::hana::second(pair)(sb);
-        });
-        return equal;
-      },
-      a.variant());
-}
+// Each struct's == is memberwise: shared_ptrs (jaxprs, objects) and vectors of them compare by
+// identity, the rest by value.
+bool operator==(const Params& a, const Params& b) { return a.variant() == b.variant(); }
 
 std::vector<ClosedJaxprPtr> sub_jaxprs(const Params& ps) {
   std::vector<ClosedJaxprPtr> out;

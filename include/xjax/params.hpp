@@ -1,13 +1,13 @@
 // params.hpp: the parameters of every primitive, one struct each, declared next to the primitive
-// list. Each struct is reflected with Boost.Hana, so that printing (JAX's text form), equality
-// and CSE keys are written once, generically (src/params.cpp, src/param_reflect.hpp), and a
-// rule reads `ps.get<params::Pad>().lo`: a wrong name or type does not compile.
+// table. Each struct lists its members once (XJAX_PARAMS_STRUCT_BODY), which also gives it a
+// member walk, so that printing (JAX's text form), equality and CSE keys are written once,
+// generically (src/params.cpp, src/param_reflect.hpp), and a rule reads `ps.get<params::Pad>().lo`:
+// a wrong name or type does not compile.
 //
 // Adding a parameter to a primitive is one line in its struct. Adding a primitive with
 // parameters: a struct here, named in the primitive's row of XJAX_PRIMITIVE_TABLE (primitives.hpp),
 // from which params_of and the variant of all structs are generated.
 #pragma once
-#include <boost/hana/define_struct.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -30,112 +30,140 @@ struct ParamObject {
   virtual std::string repr() const = 0;
 };
 
+// XJAX_PARAMS_STRUCT_BODY(S, (T1, m1), (T2, m2), ...) declares the members of struct S, its
+// memberwise ==, and `for_each_member(f)`, which calls f("m1", m1), f("m2", m2), ... in
+// declaration order: the one reflection the printer, CSE keys, equality and sub_jaxprs use
+// (src/param_reflect.hpp), written without Boost.Hana so that user code including xjax.hpp does
+// not parse a reflection library for these structs. Up to 12 members.
+#define XJAX_PARAMS_MEMBER(T, m) T m;
+#define XJAX_PARAMS_VISIT(T, m) f(#m, m);
+#define XJAX_PARAMS_APPLY(M, pair) M pair
+#define XJAX_PARAMS_EACH_0(M)
+#define XJAX_PARAMS_EACH_1(M, a) XJAX_PARAMS_APPLY(M, a)
+#define XJAX_PARAMS_EACH_2(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_1(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_3(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_2(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_4(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_3(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_5(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_4(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_6(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_5(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_7(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_6(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_8(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_7(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_9(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_8(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_10(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_9(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_11(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_10(M, __VA_ARGS__)
+#define XJAX_PARAMS_EACH_12(M, a, ...) XJAX_PARAMS_APPLY(M, a) XJAX_PARAMS_EACH_11(M, __VA_ARGS__)
+#define XJAX_PARAMS_COUNT(...) XJAX_PARAMS_COUNT_(__VA_ARGS__ __VA_OPT__(,) 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define XJAX_PARAMS_COUNT_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, n, ...) n
+#define XJAX_PARAMS_CAT(a, b) XJAX_PARAMS_CAT_(a, b)
+#define XJAX_PARAMS_CAT_(a, b) a##b
+#define XJAX_PARAMS_EACH(M, ...) XJAX_PARAMS_CAT(XJAX_PARAMS_EACH_, XJAX_PARAMS_COUNT(__VA_ARGS__))(M __VA_OPT__(,) __VA_ARGS__)
+#define XJAX_PARAMS_STRUCT_BODY(S, ...)                                           \
+  XJAX_PARAMS_EACH(XJAX_PARAMS_MEMBER, __VA_ARGS__)                               \
+  template <class F> void for_each_member([[maybe_unused]] F&& f) const {         \
+    XJAX_PARAMS_EACH(XJAX_PARAMS_VISIT, __VA_ARGS__)                              \
+  }                                                                              \
+  friend bool operator==(const S&, const S&) = default;
+
 namespace params {
 using Ints = std::vector<std::int64_t>;
 using Object = std::shared_ptr<const ParamObject>;
 
 /// Primitives without parameters (elementwise ops, select_n, copy, threefry2x32, ...).
 struct None {
-  BOOST_HANA_DEFINE_STRUCT(None);
+  XJAX_PARAMS_STRUCT_BODY(None)
 };
 struct IntegerPow {
-  BOOST_HANA_DEFINE_STRUCT(IntegerPow, (std::int64_t, y));
+  XJAX_PARAMS_STRUCT_BODY(IntegerPow, (std::int64_t, y))
 };
 struct ConvertElementType {
-  BOOST_HANA_DEFINE_STRUCT(ConvertElementType, (DType, new_dtype));
+  XJAX_PARAMS_STRUCT_BODY(ConvertElementType, (DType, new_dtype))
 };
 /// out[batch, lhs free, rhs free] = sum over contracting dims of lhs * rhs.
 struct DotGeneral {
-  BOOST_HANA_DEFINE_STRUCT(DotGeneral, (Ints, lhs_contracting), (Ints, rhs_contracting), (Ints, lhs_batch),
-                           (Ints, rhs_batch));
+  XJAX_PARAMS_STRUCT_BODY(DotGeneral, (Ints, lhs_contracting), (Ints, rhs_contracting), (Ints, lhs_batch), (Ints, rhs_batch))
 };
 /// reduce_sum, reduce_max, reduce_min, reduce_prod.
 struct Reduce {
-  BOOST_HANA_DEFINE_STRUCT(Reduce, (Ints, axes));
+  XJAX_PARAMS_STRUCT_BODY(Reduce, (Ints, axes))
 };
 struct Argmax {
-  BOOST_HANA_DEFINE_STRUCT(Argmax, (Ints, axes), (DType, index_dtype));
+  XJAX_PARAMS_STRUCT_BODY(Argmax, (Ints, axes), (DType, index_dtype))
 };
 struct BroadcastInDim {
-  BOOST_HANA_DEFINE_STRUCT(BroadcastInDim, (Ints, shape), (Ints, broadcast_dimensions));
+  XJAX_PARAMS_STRUCT_BODY(BroadcastInDim, (Ints, shape), (Ints, broadcast_dimensions))
 };
 struct Reshape {
-  BOOST_HANA_DEFINE_STRUCT(Reshape, (Ints, new_sizes));
+  XJAX_PARAMS_STRUCT_BODY(Reshape, (Ints, new_sizes))
 };
 struct Transpose {
-  BOOST_HANA_DEFINE_STRUCT(Transpose, (Ints, permutation));
+  XJAX_PARAMS_STRUCT_BODY(Transpose, (Ints, permutation))
 };
 struct Squeeze {
-  BOOST_HANA_DEFINE_STRUCT(Squeeze, (Ints, dimensions));
+  XJAX_PARAMS_STRUCT_BODY(Squeeze, (Ints, dimensions))
 };
 struct ExpandDims {
-  BOOST_HANA_DEFINE_STRUCT(ExpandDims, (Ints, dimensions));
+  XJAX_PARAMS_STRUCT_BODY(ExpandDims, (Ints, dimensions))
 };
 /// Empty strides mean 1 in every dimension.
 struct Slice {
-  BOOST_HANA_DEFINE_STRUCT(Slice, (Ints, start_indices), (Ints, limit_indices), (Ints, strides));
+  XJAX_PARAMS_STRUCT_BODY(Slice, (Ints, start_indices), (Ints, limit_indices), (Ints, strides))
 };
 struct Pad {
-  BOOST_HANA_DEFINE_STRUCT(Pad, (Ints, lo), (Ints, hi), (Ints, interior));
+  XJAX_PARAMS_STRUCT_BODY(Pad, (Ints, lo), (Ints, hi), (Ints, interior))
 };
 struct DynamicSlice {
-  BOOST_HANA_DEFINE_STRUCT(DynamicSlice, (Ints, slice_sizes));
+  XJAX_PARAMS_STRUCT_BODY(DynamicSlice, (Ints, slice_sizes))
 };
 struct Concatenate {
-  BOOST_HANA_DEFINE_STRUCT(Concatenate, (std::int64_t, dimension));
+  XJAX_PARAMS_STRUCT_BODY(Concatenate, (std::int64_t, dimension))
 };
 struct Gather {
-  BOOST_HANA_DEFINE_STRUCT(Gather, (std::int64_t, axis));
+  XJAX_PARAMS_STRUCT_BODY(Gather, (std::int64_t, axis))
 };
 struct ScatterAdd {
-  BOOST_HANA_DEFINE_STRUCT(ScatterAdd, (std::int64_t, axis));
+  XJAX_PARAMS_STRUCT_BODY(ScatterAdd, (std::int64_t, axis))
 };
 struct Iota {
-  BOOST_HANA_DEFINE_STRUCT(Iota, (DType, dtype), (Ints, shape), (std::int64_t, dimension));
+  XJAX_PARAMS_STRUCT_BODY(Iota, (DType, dtype), (Ints, shape), (std::int64_t, dimension))
 };
 /// checkpoint_name's tag.
 struct Name {
-  BOOST_HANA_DEFINE_STRUCT(Name, (std::string, name));
+  XJAX_PARAMS_STRUCT_BODY(Name, (std::string, name))
 };
 /// all_gather: the new axis, of size axis_size (the process count when traced); tiled: the
 /// processes' values concatenated along the existing axis instead (its size times axis_size).
 struct AllGather {
-  BOOST_HANA_DEFINE_STRUCT(AllGather, (std::int64_t, axis), (std::int64_t, axis_size), (bool, tiled));
+  XJAX_PARAMS_STRUCT_BODY(AllGather, (std::int64_t, axis), (std::int64_t, axis_size), (bool, tiled))
 };
 /// psum_scatter: the axis of size axis_size (the process count) that is summed and scattered;
 /// tiled: the axis has axis_size chunks and is kept, each process getting one chunk.
 struct PsumScatter {
-  BOOST_HANA_DEFINE_STRUCT(PsumScatter, (std::int64_t, axis), (std::int64_t, axis_size), (bool, tiled));
+  XJAX_PARAMS_STRUCT_BODY(PsumScatter, (std::int64_t, axis), (std::int64_t, axis_size), (bool, tiled))
 };
 /// ppermute: (source, destination) process pairs, flattened: (s0, d0, s1, d1, ...).
 struct Ppermute {
-  BOOST_HANA_DEFINE_STRUCT(Ppermute, (Ints, perm));
+  XJAX_PARAMS_STRUCT_BODY(Ppermute, (Ints, perm))
 };
 struct CustomJvpCall {
-  BOOST_HANA_DEFINE_STRUCT(CustomJvpCall, (ClosedJaxprPtr, call_jaxpr), (Object, jvp), (std::int64_t, num_consts));
+  XJAX_PARAMS_STRUCT_BODY(CustomJvpCall, (ClosedJaxprPtr, call_jaxpr), (Object, jvp), (std::int64_t, num_consts))
 };
 struct CustomVjpCall {
-  BOOST_HANA_DEFINE_STRUCT(CustomVjpCall, (ClosedJaxprPtr, call_jaxpr), (ClosedJaxprPtr, fwd_jaxpr), (Object, bwd),
-                           (std::int64_t, num_consts));
+  XJAX_PARAMS_STRUCT_BODY(CustomVjpCall, (ClosedJaxprPtr, call_jaxpr), (ClosedJaxprPtr, fwd_jaxpr), (Object, bwd), (std::int64_t, num_consts))
 };
 struct CustomLin {
-  BOOST_HANA_DEFINE_STRUCT(CustomLin, (Object, bwd));
+  XJAX_PARAMS_STRUCT_BODY(CustomLin, (Object, bwd))
 };
 /// snapshots: 0 stores every step for reverse mode (scan_checkpoints::all); s > 0 is the
 /// binomial schedule with at most s stored carries (scan_checkpoints::binomial(s)).
 struct Scan {
-  BOOST_HANA_DEFINE_STRUCT(Scan, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse),
-                           (std::int64_t, unroll), (std::int64_t, num_consts), (std::int64_t, num_carry),
-                           (std::int64_t, snapshots));
+  XJAX_PARAMS_STRUCT_BODY(Scan, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse), (std::int64_t, unroll), (std::int64_t, num_consts), (std::int64_t, num_carry), (std::int64_t, snapshots))
 };
 struct Cond {
-  BOOST_HANA_DEFINE_STRUCT(Cond, (std::vector<ClosedJaxprPtr>, branches));
+  XJAX_PARAMS_STRUCT_BODY(Cond, (std::vector<ClosedJaxprPtr>, branches))
 };
 /// snapshots: 0 has no reverse mode (as JAX); s > 0 reverses with at most s stored carries
 /// placed online (scan_checkpoints::online(s)).
 struct While {
-  BOOST_HANA_DEFINE_STRUCT(While, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, body_jaxpr),
-                           (std::int64_t, cond_nconsts), (std::int64_t, body_nconsts), (std::int64_t, snapshots));
+  XJAX_PARAMS_STRUCT_BODY(While, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, body_jaxpr), (std::int64_t, cond_nconsts), (std::int64_t, body_nconsts), (std::int64_t, snapshots))
 };
 /// The loops reverse mode emits for a checkpointed scan or while_loop (transforms/revolve.cpp).
 /// jaxpr K: (consts, carry, x) -> (carry, y, residuals), the known part of one step.
@@ -144,26 +172,19 @@ struct While {
 /// is its transpose (linear_jaxpr: (consts, ct carry, residuals, x, ct y) -> (ct carry, ct x)).
 /// length < 0: a while_loop's trip count, known at run time (operands after the snapshots).
 struct RevolveFwd {
-  BOOST_HANA_DEFINE_STRUCT(RevolveFwd, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse),
-                           (std::int64_t, snapshots), (std::int64_t, num_consts), (std::int64_t, num_carry),
-                           (std::int64_t, num_res));
+  XJAX_PARAMS_STRUCT_BODY(RevolveFwd, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse), (std::int64_t, snapshots), (std::int64_t, num_consts), (std::int64_t, num_carry), (std::int64_t, num_res))
 };
 /// online_fwd: a while_loop's known part run forward (cond_jaxpr on (cond consts, carry); jaxpr
 /// K on (consts, carry) -> (carry, res)), storing carries online in `snapshots` slots; it outputs
 /// the final carry, the stored carries, each slot's position (i64, -1 when empty) and the trip count.
 struct OnlineFwd {
-  BOOST_HANA_DEFINE_STRUCT(OnlineFwd, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, jaxpr), (std::int64_t, snapshots),
-                           (std::int64_t, cond_nconsts), (std::int64_t, num_consts), (std::int64_t, num_carry));
+  XJAX_PARAMS_STRUCT_BODY(OnlineFwd, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, jaxpr), (std::int64_t, snapshots), (std::int64_t, cond_nconsts), (std::int64_t, num_consts), (std::int64_t, num_carry))
 };
 struct Revolve {
-  BOOST_HANA_DEFINE_STRUCT(Revolve, (ClosedJaxprPtr, jaxpr), (ClosedJaxprPtr, linear_jaxpr), (std::int64_t, length),
-                           (bool, reverse), (std::int64_t, snapshots), (std::int64_t, num_consts),
-                           (std::int64_t, num_carry), (std::int64_t, num_res), (std::int64_t, num_linear_consts),
-                           (std::int64_t, num_linear_carry));
+  XJAX_PARAMS_STRUCT_BODY(Revolve, (ClosedJaxprPtr, jaxpr), (ClosedJaxprPtr, linear_jaxpr), (std::int64_t, length), (bool, reverse), (std::int64_t, snapshots), (std::int64_t, num_consts), (std::int64_t, num_carry), (std::int64_t, num_res), (std::int64_t, num_linear_consts), (std::int64_t, num_linear_carry))
 };
 struct Checkpoint {
-  BOOST_HANA_DEFINE_STRUCT(Checkpoint, (ClosedJaxprPtr, jaxpr), (Object, policy), (bool, prevent_cse),
-                           (bool, differentiated));
+  XJAX_PARAMS_STRUCT_BODY(Checkpoint, (ClosedJaxprPtr, jaxpr), (Object, policy), (bool, prevent_cse), (bool, differentiated))
 };
 }  // namespace params
 
