@@ -243,6 +243,27 @@ TEST_CASE("trust2: a binomial(s) scan computes a value of loop invariants alone 
   check_close(std::get<1>(g), std::get<1>(want), 1e-12);
 }
 
+TEST_CASE("trust2: a binomial(s) scan whose steps need no residual stores no carries (fuzzer seed 3009108)") {
+  // c' = 0.5 c + w: the tangent step needs nothing from the forward one, so the backward sweep
+  // never replays a step; the schedule kept s snapshots of the carry anyway.
+  xj::Array w = randn({256}, 18, xj::f64), x0 = randn({256}, 19, xj::f64);
+  auto loss = [](xj::ScanCheckpoints cp) {
+    return [cp](const xj::Array& w, const xj::Array& x0) {
+      auto body = [&w](const xj::Array& c, const xj::None&) { return std::pair{c * 0.5 + w, xj::None{}}; };
+      return xj::sum(xj::scan(body, x0, xj::None{}, {.length = 10, .checkpoints = cp}).first);
+    };
+  };
+  auto plain = xj::saved_residuals(loss(xj::scan_checkpoints::all()), w, x0);
+  auto sched = xj::saved_residuals(loss(xj::scan_checkpoints::binomial(3)), w, x0);
+  CHECK(residual_bytes(sched) == residual_bytes(plain));
+  auto g = xj::grad(loss(xj::scan_checkpoints::binomial(3)), xj::argnums_tuple<0, 1>)(w, x0);
+  // Closed form: d/dw sum(c_10) = sum_{k<10} 0.5^k per element, d/dx0 = 0.5^10.
+  double dw = 0;
+  for (int k = 0; k < 10; ++k) dw += std::pow(0.5, k);
+  check_close(std::get<0>(g), xj::ones({256}, xj::f64) * dw, 1e-14);
+  check_close(std::get<1>(g), xj::ones({256}, xj::f64) * std::pow(0.5, 10), 1e-14);
+}
+
 // ---- the online(s) lead: forward over reverse --------------------------------------------------
 
 TEST_CASE("trust2: forward over reverse of an online(s) while_loop: exact where no tangent reaches the loop, else an error") {

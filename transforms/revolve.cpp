@@ -180,6 +180,10 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   // known consts alone) is not an output of revolve_fwd: revolve_lin reads it from outside the
   // loop, so it is kept once, as the plain scan keeps it (issue 33).
   if (outside.size() != nres) throw InternalError("partial_eval", "revolve: one outside atom per residual expected");
+  // Without a per-step residual the backward sweep never replays a step: the plain scan keeps
+  // nothing per step, so storing carries would only cost memory (fuzzer seed 3009108).
+  if (std::none_of(outside.begin(), outside.end(), [](const std::optional<Atom>& a) { return !a.has_value(); }))
+    return std::nullopt;
   ClosedJaxprPtr k_fwd = k;  // K without the loop-invariant residuals among its outputs
   std::size_t nres_fwd = nres;
   if (std::any_of(outside.begin(), outside.end(), [](const std::optional<Atom>& a) { return a.has_value(); })) {
