@@ -24,19 +24,9 @@ Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
   return result;
 }
 
-// The processes' x in process order as [n, x.shape...], then the new axis moved into place. Tiled,
-// the result is the untiled one's bytes: [..., n, d, ...] read as [..., n d, ...].
-Array all_gather_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out) {
-  comm::require_initialized(Primitive::all_gather);
-  comm::check_same_call(Primitive::all_gather, x.aval(), std::array{axis, std::int64_t{tiled}});
-  const std::int64_t n = tiled ? out.shape[static_cast<std::size_t>(axis)] / std::max<std::int64_t>(x.dim(axis), 1)
-                               : out.shape[static_cast<std::size_t>(axis)];
-  if (tiled) {
-    if (x.dim(axis) == 0) return alloc_array(out);
-    ShapedArray untiled = x.aval();
-    untiled.shape.insert(untiled.shape.begin() + axis, n);
-    return buffer_view(all_gather_kernel(x, axis, false, untiled), 0, out);
-  }
+namespace {
+// The processes' x in process order as [n, x.shape...], then the new axis moved into place.
+Array gather_untiled(const Array& x, std::int64_t axis, std::int64_t n) {
   ShapedArray stacked{x.shape(), x.dtype()};
   stacked.shape.insert(stacked.shape.begin(), n);
   Array gathered = alloc_array(stacked);
@@ -49,20 +39,9 @@ Array all_gather_kernel(const Array& x, std::int64_t axis, bool tiled, const Sha
   return transpose_kernel(gathered, perm);
 }
 
-// The scattered axis moved to the front (contiguous chunks, one per process), then a
-// reduce-scatter of the chunks. Tiled, x is read as [..., n, d / n, ...] (the same bytes).
-Array psum_scatter_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out) {
-  comm::require_initialized(Primitive::psum_scatter);
-  comm::check_same_call(Primitive::psum_scatter, x.aval(), std::array{axis, std::int64_t{tiled}});
-  if (tiled) {
-    const std::int64_t chunk = out.shape[static_cast<std::size_t>(axis)];
-    if (chunk == 0) return alloc_array(out);
-    ShapedArray split = x.aval();
-    split.shape[static_cast<std::size_t>(axis)] = chunk;
-    split.shape.insert(split.shape.begin() + axis, x.dim(axis) / chunk);
-    ShapedArray untiled_out = out;  // [..., d / n, ...], the same as tiled
-    return psum_scatter_kernel(buffer_view(x, 0, split), axis, false, untiled_out);
-  }
+// The scattered axis (one entry per process) moved to the front (contiguous chunks), then a
+// reduce-scatter of the chunks.
+Array scatter_untiled(const Array& x, std::int64_t axis, const ShapedArray& out) {
   Array front = x;
   if (axis != 0) {
     Ints perm{axis};
@@ -73,6 +52,29 @@ Array psum_scatter_kernel(const Array& x, std::int64_t axis, bool tiled, const S
   Array result = alloc_array(out);
   if (out.size() > 0) comm::reduce_scatter_sum(bytes_of(front), mutable_data(result), out.size(), out.dtype);
   return result;
+}
+}  // namespace
+
+// Tiled, the result is the untiled one's bytes: [..., n, d, ...] read as [..., n d, ...].
+Array all_gather_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out) {
+  comm::require_initialized(Primitive::all_gather);
+  comm::check_same_call(Primitive::all_gather, x.aval(), std::array{axis, std::int64_t{tiled}});
+  if (!tiled) return gather_untiled(x, axis, out.shape[static_cast<std::size_t>(axis)]);
+  if (x.dim(axis) == 0) return alloc_array(out);
+  return buffer_view(gather_untiled(x, axis, out.shape[static_cast<std::size_t>(axis)] / x.dim(axis)), 0, out);
+}
+
+// Tiled, x is read as [..., n, d / n, ...] (the same bytes).
+Array psum_scatter_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out) {
+  comm::require_initialized(Primitive::psum_scatter);
+  comm::check_same_call(Primitive::psum_scatter, x.aval(), std::array{axis, std::int64_t{tiled}});
+  if (!tiled) return scatter_untiled(x, axis, out);
+  const std::int64_t chunk = out.shape[static_cast<std::size_t>(axis)];
+  if (chunk == 0) return alloc_array(out);
+  ShapedArray split = x.aval();
+  split.shape[static_cast<std::size_t>(axis)] = chunk;
+  split.shape.insert(split.shape.begin() + axis, x.dim(axis) / chunk);
+  return scatter_untiled(buffer_view(x, 0, split), axis, out);
 }
 
 Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out) {
