@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "higher_order.hpp"
+#include "loops/loops.hpp"
 #include "internal.hpp"
 #include "per_thread.hpp"
 #include "plan.hpp"

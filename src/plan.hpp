@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "higher_order.hpp"
+#include "loops/loops.hpp"
 #include "internal.hpp"
 #include "kernels/kernels.hpp"
 #include "raw_plan.hpp"

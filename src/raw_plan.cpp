@@ -291,20 +291,25 @@ void append_addresses(std::vector<const void*>& to, std::span<const Array> array
   for (const auto& a : arrays) to.push_back(a.raw_data());
 }
 
-void RawCarry::append_current(std::vector<const void*>& inputs) const {
-  append_addresses(inputs, written_ < 0 ? init_ : buffers_[written_]);
+RawLoop::RawLoop(std::span<const Array> init, std::size_t workspace_bytes)
+    : init_(init.begin(), init.end()), workspace_(alloc_workspace(workspace_bytes)) {}
+
+void RawLoop::start(const ClosedJaxpr& j, std::span<const Array> consts) {
+  inputs_.clear();
+  outputs_.clear();
+  append_addresses(inputs_, j.consts);
+  append_addresses(inputs_, consts);
+  append_addresses(inputs_, written_ < 0 ? init_ : buffers_[written_]);
 }
 
-void RawCarry::append_next(std::vector<void*>& outputs) {
+void RawLoop::next_carry() {
   auto& next = buffers_[written_ == 0 ? 1 : 0];
   if (next.empty())
     for (const auto& c : init_) next.push_back(alloc_array(c.aval()));
-  for (const auto& c : next) outputs.push_back(mutable_data(c));
+  for (const auto& c : next) outputs_.push_back(mutable_data(c));
 }
 
-void RawCarry::advance() { written_ = written_ == 0 ? 1 : 0; }
-
-std::vector<Array> RawCarry::current() const { return written_ < 0 ? init_ : buffers_[written_]; }
+void RawLoop::run(const RawPlan& plan) { run_raw(plan, inputs_, outputs_, mutable_data(workspace_), scratch_); }
 
 bool raw_plans_enabled() { return t_raw_plans; }
 RawPlansOff::RawPlansOff() : was_(t_raw_plans) { t_raw_plans = false; }

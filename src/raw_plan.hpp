@@ -92,23 +92,34 @@ void append_addresses(std::vector<const void*>& to, std::span<const Array> array
 /// A workspace of `bytes` bytes, 64-byte aligned (a buffer: memory_stats counts it).
 Array alloc_workspace(std::size_t bytes);
 
-/// The carries of a loop run on raw plans (scan, while_loop): each iteration reads them from one
-/// set of buffers and writes the next ones into the other set.
-class RawCarry {
+/// The one driver of loops run on raw plans (scan, while_loop): it holds the carries, which
+/// each iteration reads from one set of buffers and writes into the other, one workspace for
+/// every plan the loop runs, and the address vectors, reused so that an iteration allocates
+/// nothing. An iteration: start(j, consts) lists j's consts, the loop's consts and the current
+/// carries as inputs; the caller appends per-iteration inputs (a scan's x slices) and outputs
+/// (next_carry() for a body, then a scan's y slices); run(plan); advance() after a body.
+class RawLoop {
  public:
-  explicit RawCarry(std::span<const Array> init) : init_(init.begin(), init.end()) {}
-  /// Appends the current carries' addresses (the initial values' before the first iteration).
-  void append_current(std::vector<const void*>& inputs) const;
+  RawLoop(std::span<const Array> init, std::size_t workspace_bytes);
+  /// Clears the address lists and lists the inputs every iteration of j has.
+  void start(const ClosedJaxpr& j, std::span<const Array> consts);
+  std::vector<const void*>& inputs() { return inputs_; }
+  std::vector<void*>& outputs() { return outputs_; }
   /// Appends the addresses the iteration writes the next carries to.
-  void append_next(std::vector<void*>& outputs);
-  /// After an iteration: its outputs become the current carries.
-  void advance();
+  void next_carry();
+  void run(const RawPlan& plan);
+  /// After a body's iteration: its outputs become the current carries.
+  void advance() { written_ = written_ == 0 ? 1 : 0; }
   /// The current carries: fresh buffers, or the initial values when no iteration ran.
-  std::vector<Array> current() const;
+  std::vector<Array> carry() const { return written_ < 0 ? init_ : buffers_[written_]; }
 
  private:
   std::vector<Array> init_, buffers_[2];
   int written_ = -1;  // the set holding the current carries; -1: still the initial values
+  Array workspace_;
+  std::vector<const void*> inputs_;
+  std::vector<void*> outputs_;
+  RawScratch scratch_;
 };
 
 /// Whether plans run raw where they can (the default: loop bodies, and top-level plans that

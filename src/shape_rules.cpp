@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "higher_order.hpp"
+#include "loops/loops.hpp"
 #include "internal.hpp"
 
 namespace xjax::detail {

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <unordered_map>
 
-#include "higher_order.hpp"
+#include "loops/loops.hpp"
 #include "internal.hpp"
 #include "small_blocks.hpp"
 #include "xjax/runtime.hpp"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "internal.hpp"
+#include "passes.hpp"
 
 namespace xjax::detail {
 
@@ -110,14 +111,6 @@ ClosedJaxpr transpose_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& linea
 /// Evaluates the transpose at the current trace level.
 std::vector<Tangent> backward_pass(const ClosedJaxpr& j, const std::vector<bool>& linear_in,
                                    std::span<const Array> nonlinear_args, std::span<const Tangent> cts);
-
-// ---- dce / cse -------------------------------------------------------------------------------
-/// dce : Jaxpr -> Jaxpr. Drops equations whose outputs nothing uses (and unused outputs where
-/// used_outputs says so). *used_inputs (if given) reports which inputs are still read.
-ClosedJaxpr dce(const ClosedJaxpr& j, const std::vector<bool>& used_outputs,
-                std::vector<bool>* used_inputs = nullptr);
-/// cse : Jaxpr -> Jaxpr. Merges equations with the same primitive, params and operands.
-ClosedJaxpr cse(const ClosedJaxpr& j);
 
 // ---- linearize / vjp -------------------------------------------------------------------------
 /// Why jvp runs: forward mode the user asked for (jvp, linearize, jacfwd; the default) or the

@@ -132,15 +132,6 @@ Array name_flat(const Array& x, const std::string& name, std::source_location lo
 
 // ---- rules -----------------------------------------------------------------------------------
 
-std::vector<ShapedArray> checkpoint_abstract_eval(std::span<const ShapedArray>, const params::Checkpoint& ps) {
-  return ps.jaxpr->out_avals();
-}
-
-// checkpoint(f)(x) = f(x)
-std::vector<Array> checkpoint_impl(std::span<const Array> in, const params::Checkpoint& ps) {
-  return eval_jaxpr(*ps.jaxpr, in);
-}
-
 // d checkpoint(f)(x) = checkpoint(jvp f)(x, dx)
 JvpOut checkpoint_jvp(const JvpArgs& a) {
   const ClosedJaxpr& body = body_of(a.params);

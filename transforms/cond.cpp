@@ -58,47 +58,7 @@ std::vector<Array> bind_cond(const Array& index, const std::vector<ClosedJaxpr>&
   return bind(Primitive::cond, in, cond_params(std::move(j.branches)), loc);
 }
 
-std::size_t clamp_index(const Array& index, std::size_t n) {
-  auto i = index.item<std::int64_t>();
-  return static_cast<std::size_t>(std::clamp<std::int64_t>(i, 0, static_cast<std::int64_t>(n) - 1));
-}
-
 }  // namespace
-
-// ---- shape rule and evaluation ---------------------------------------------------------------
-
-std::vector<ShapedArray> cond_abstract_eval(std::span<const ShapedArray> in, const params::Cond& ps) {
-  const auto& bs = ps.branches;
-  if (bs.empty()) throw TypeError("cond: no branches");
-  if (in.empty() || in[0] != ShapedArray{{}, i32})
-    throw TypeError("cond: the index must be an i32 scalar, got " + (in.empty() ? std::string("nothing") : in[0].str()));
-  auto outs = bs[0]->out_avals();
-  for (std::size_t k = 0; k < bs.size(); ++k) {
-    const Jaxpr& b = *bs[k]->jaxpr;
-    if (b.invars.size() != in.size() - 1)
-      throw TypeError("cond: branch " + std::to_string(k) + " takes " + std::to_string(b.invars.size()) +
-                      " operands, the equation passes " + std::to_string(in.size() - 1));
-    for (std::size_t i = 0; i < b.invars.size(); ++i)
-      if (b.invars[i].aval() != in[i + 1])
-        throw TypeError("cond: operand " + std::to_string(i) + " is " + in[i + 1].str() + " but branch " +
-                        std::to_string(k) + " expects " + b.invars[i].aval().str());
-    auto o = b.out_avals();
-    if (o.size() != outs.size())
-      throw TypeError("cond: branch " + std::to_string(k) + " returns " + std::to_string(o.size()) +
-                      " values but branch 0 returns " + std::to_string(outs.size()));
-    for (std::size_t i = 0; i < o.size(); ++i)
-      if (o[i] != outs[i])
-        throw TypeError("cond: branch " + std::to_string(k) + " returns " + o[i].str() + " as output " +
-                        std::to_string(i) + " but branch 0 returns " + outs[i].str());
-  }
-  return outs;
-}
-
-// outs = branches[clamp(index)](ops)
-std::vector<Array> cond_impl(std::span<const Array> in, const params::Cond& ps) {
-  const auto& bs = ps.branches;
-  return eval_jaxpr(*bs[clamp_index(in[0], bs.size())], in.subspan(1));
-}
 
 // ---- jvp -------------------------------------------------------------------------------------
 

@@ -8,27 +8,12 @@
 // linearize, jacfwd: AdMode::forward) of a custom_vjp function is an error as soon as its jvp rule
 // runs, whether or not the result is used (JAX's rule), so the outcome never depends on DCE.
 #include "higher_order.hpp"
+#include "loops/custom_objects.hpp"
 #include "xjax/custom_derivatives.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::detail {
 namespace {
-
-struct JvpRuleObject : ParamObject {
-  JvpFlatRule rule;
-  std::string repr() const override { return "<custom jvp rule>"; }
-};
-
-struct BwdObject : ParamObject {
-  BwdFlat bwd;
-  std::vector<ShapedArray> out_avals;  // avals of the tangent outputs (f's outputs)
-  std::vector<ShapedArray> in_avals;   // avals of the primal arguments (bwd's results)
-  std::size_t num_res = 0;
-  std::string repr() const override { return "<custom vjp bwd>"; }
-};
-
-/// The rule object a parameter holds (the parameter was made from a T).
-template <class T> const T& object(const params::Object& o) { return static_cast<const T&>(*o); }
 
 std::vector<Array> with_consts(const ClosedJaxpr& j, std::span<const Array> args) {
   std::vector<Array> in = j.consts;
@@ -37,14 +22,6 @@ std::vector<Array> with_consts(const ClosedJaxpr& j, std::span<const Array> args
 }
 
 }  // namespace
-
-ClosedJaxpr consts_as_inputs(const ClosedJaxpr& j) {
-  auto out = std::make_shared<Jaxpr>(*j.jaxpr);
-  out->invars = j->constvars;
-  out->invars.insert(out->invars.end(), j->invars.begin(), j->invars.end());
-  out->constvars.clear();
-  return ClosedJaxpr{out, {}};
-}
 
 // ---- custom_jvp_call -------------------------------------------------------------------------
 
@@ -55,15 +32,6 @@ std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, 
                            .jvp = obj,
                            .num_consts = static_cast<std::int64_t>(f.consts.size())};
   return bind(Primitive::custom_jvp_call, with_consts(f, args), std::move(ps));
-}
-
-std::vector<ShapedArray> custom_jvp_call_abstract_eval(std::span<const ShapedArray>, const params::CustomJvpCall& ps) {
-  return ps.call_jaxpr->out_avals();
-}
-
-// f itself, evaluated
-std::vector<Array> custom_jvp_call_impl(std::span<const Array> in, const params::CustomJvpCall& ps) {
-  return eval_jaxpr(*ps.call_jaxpr, in);
 }
 
 // d f(x) = rule(x, dx): the user's rule (its own operations are differentiated normally later)
@@ -93,15 +61,6 @@ std::vector<Tangent> custom_jvp_call_transpose(const TransposeArgs& a) {
 
 // ---- custom_vjp_call -------------------------------------------------------------------------
 
-namespace {
-// (No source location: a custom_vjp_call equation records the line of custom_vjp_call_flat, not
-// the user's.)
-[[noreturn]] void no_forward_mode() {
-  throw TransformError("forward-mode differentiation (jvp, linearize, jacfwd) of a custom_vjp function is not "
-                       "supported; use grad / vjp / jacrev, or define the function with custom_jvp");
-}
-}  // namespace
-
 std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_out, BwdFlat bwd, std::span<const Array> args) {
   ClosedJaxpr fwd_in = consts_as_inputs(fwd);
   std::vector<bool> keep(fwd->outvars.size(), false);
@@ -119,17 +78,9 @@ std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_
   return bind(Primitive::custom_vjp_call, with_consts(fwd, args), std::move(ps));
 }
 
-std::vector<ShapedArray> custom_vjp_call_abstract_eval(std::span<const ShapedArray>, const params::CustomVjpCall& ps) {
-  return ps.call_jaxpr->out_avals();
-}
-
-std::vector<Array> custom_vjp_call_impl(std::span<const Array> in, const params::CustomVjpCall& ps) {
-  return eval_jaxpr(*ps.call_jaxpr, in);
-}
-
 // (out, res) = fwd(x);  d out = custom_lin(res, dx), whose transpose is bwd(res, .)
 JvpOut custom_vjp_call_jvp(const JvpArgs& a) {
-  if (ad_mode() == AdMode::forward) no_forward_mode();
+  if (ad_mode() == AdMode::forward) custom_vjp_no_forward_mode();
   const auto& ps = a.params.get<params::CustomVjpCall>();
   auto nc = static_cast<std::size_t>(ps.num_consts);
   const auto& obj = object<BwdObject>(ps.bwd);
@@ -148,31 +99,7 @@ std::vector<Tangent> custom_vjp_call_transpose(const TransposeArgs& a) {
 
 // ---- custom_lin ------------------------------------------------------------------------------
 
-std::vector<ShapedArray> custom_lin_abstract_eval(std::span<const ShapedArray>, const params::CustomLin& ps) {
-  return object<BwdObject>(ps.bwd).out_avals;
-}
-
-namespace {
-bool all_zero(const Array& t) {
-  for (double v : t.to_vector<double>())
-    if (v != 0.0) return false;
-  return true;
-}
-}  // namespace
-
-// custom_lin(res, 0) = 0, whatever the map: that is all it may evaluate. Its tangents are known
-// (concrete) only when they do not depend on the differentiated inputs (a custom_jvp rule that
-// returned zeros_like), as partial evaluation keeps a higher-order equation with only known
-// inputs whole on the known side; other tangents would be forward mode of the custom_vjp function.
-std::vector<Array> custom_lin_impl(std::span<const Array> in, const params::CustomLin& ps) {
-  const auto& obj = object<BwdObject>(ps.bwd);
-  for (std::size_t i = obj.num_res; i < in.size(); ++i)
-    if (is_floating(in[i].dtype()) && !all_zero(in[i])) no_forward_mode();  // integers carry no tangent
-  std::vector<Array> out;
-  for (const auto& a : obj.out_avals) out.push_back(zeros(a.shape, a.dtype));
-  return out;
-}
-JvpOut custom_lin_jvp(const JvpArgs&) { no_forward_mode(); }
+JvpOut custom_lin_jvp(const JvpArgs&) { custom_vjp_no_forward_mode(); }
 
 // custom_lin(res, .)^T ct = bwd(res, ct)
 std::vector<Tangent> custom_lin_transpose(const TransposeArgs& a) {

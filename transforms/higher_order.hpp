@@ -1,53 +1,29 @@
-// higher_order.hpp: the rules of higher-order primitives (those carrying jaxprs or functions in
-// their params), which the core's rule tables dispatch to. Each primitive keeps all its rules in
-// one file: custom_derivatives.cpp for custom_jvp_call, custom_vjp_call and custom_lin.
+// higher_order.hpp: the transformation rules of higher-order primitives (those carrying jaxprs or
+// functions in their params), which the transforms' rule tables dispatch to; their meaning (shape
+// rule, evaluation) is in the core, src/loops/loops.hpp. Each primitive keeps all its rules in one
+// file: custom_derivatives.cpp for custom_jvp_call, custom_vjp_call and custom_lin.
 #pragma once
 #include "ad.hpp"
 #include "batching.hpp"
+#include "loops/loops.hpp"
 #include "pe_rules.hpp"
 
 namespace xjax::detail {
 
-using ImplRule = std::vector<Array> (*)(std::span<const Array> in, const Params& params);
-/// Evaluation rule of a higher-order primitive (nullptr: the primitive runs a kernel).
-ImplRule impl_rule(Primitive p);
-/// An evaluation rule that takes its operands over (an execution plan's values at their last
-/// use), so it can free them early or reuse their buffers; nullptr for most primitives.
-using OwningImplRule = std::vector<Array> (*)(std::vector<Array>&& in, const Params& params);
-OwningImplRule owning_impl_rule(Primitive p);
-
 // XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(X) (primitives.hpp): X(primitive, stem) for each
 // higher-order primitive, stem naming its rule functions.
-// The shape and evaluation rules receive the primitive's parameter struct; the tables that
-// dispatch to them unwrap it (Params::get).
 #define XJAX_DECLARE_HIGHER_ORDER_RULES(prim, stem)                                                 \
-  std::vector<ShapedArray> stem##_abstract_eval(std::span<const ShapedArray> in,                    \
-                                                const params_of_t<Primitive::prim>& ps);           \
-  std::vector<Array> stem##_impl(std::span<const Array> in, const params_of_t<Primitive::prim>& ps); \
   JvpOut stem##_jvp(const JvpArgs& a);                                                              \
   std::vector<Tangent> stem##_transpose(const TransposeArgs& a);                                    \
   BatchOut stem##_batch(const BatchArgs& a);
 XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_DECLARE_HIGHER_ORDER_RULES)
 #undef XJAX_DECLARE_HIGHER_ORDER_RULES
 
-/// DCE rule: the equation with unused outputs (and what only they need) removed; used_in says
-/// which inputs the result still reads. Called only when some output is used.
-using DceRule = Eqn (*)(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
-DceRule dce_rule(Primitive p);
-Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
-
 struct PeSplit;
 PeSplit scan_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 PeSplit cond_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 PeSplit while_loop_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
 PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable);
-Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
-Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
-Eqn while_loop_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
-
-/// a with a leading axis of size n added (a loop's stacked values), and removed.
-ShapedArray stacked(const ShapedArray& a, std::int64_t n);
-ShapedArray unstacked(const ShapedArray& a);
 
 /// The transpose of a scan body (consts, carry, xs) -> (carry, ys) that is linear in its carries
 /// and in the consts and xs with lin_in set (lin_in's carry entries are ignored):
@@ -82,9 +58,6 @@ ClosedJaxpr prune_invars(const ClosedJaxpr& j, const std::vector<bool>& keep);
 /// the atoms of its outputs. (j must have no constvars.)
 std::vector<Atom> inline_jaxpr(const Jaxpr& j, std::span<const Atom> inputs, std::vector<Eqn>& out);
 
-/// A jaxpr whose constvars became its leading invars (closure conversion for a primitive that
-/// stores a jaxpr in its params: consts, perhaps tracers, are passed as operands instead).
-ClosedJaxpr consts_as_inputs(const ClosedJaxpr& j);
 /// A number standing for what a checkpoint policy object does, where that is known without
 /// calling it (no policy, or one of the captureless built-in policies); nullopt for anything
 /// else (a user's policy, save_only_these_names, ...) and for objects that are not policies.

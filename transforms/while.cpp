@@ -1,43 +1,19 @@
-// while.cpp: the while primitive (printed `while`) and all its rules.
-//   carry... = while[cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts] cconsts... bconsts... init...
-// with cond_jaxpr : (cconsts..., carry...) -> bool[] and body_jaxpr : (bconsts..., carry...) ->
-// carry.... Both are const-free (closed-over values are the leading operands). Read in order:
-// shape rule, evaluation, jvp (fixpoint on which carries have tangents; the cond ignores them),
-// partial evaluation (a known loop over the known carries; the staged loop recomputes them),
+// while.cpp: the transformation rules of the while primitive (printed `while`; its meaning,
+// shape rule and evaluation are in src/loops/while.cpp). Read in order: jvp (fixpoint on which
+// carries have tangents; the cond ignores them), partial evaluation (a known loop over the known carries; the staged loop recomputes them),
 // transpose (an error: the trip count is only known at run time), DCE (dropping the carries that
 // nothing live reads) and the flat entry the API (xj::while_loop, xj::fori_loop with Array bounds
 // in control_flow.hpp) calls.
 #include <algorithm>
 
 #include "higher_order.hpp"
-#include "plan.hpp"
+#include "loops/loops.hpp"
 #include "pe_rules.hpp"
 #include "xjax/control_flow.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::detail {
 namespace {
-
-/// params::While with the const counts as sizes.
-struct WhileParams {
-  ClosedJaxprPtr cond, body;
-  std::size_t cn = 0, bn = 0;
-  std::int64_t snapshots = 0;  // reverse mode: 0 none, s > 0 online(s)
-
-  static WhileParams read(const params::While& p) {
-    return {p.cond_jaxpr, p.body_jaxpr, static_cast<std::size_t>(p.cond_nconsts), static_cast<std::size_t>(p.body_nconsts),
-            p.snapshots};
-  }
-  static WhileParams read(const Params& ps) { return read(ps.get<params::While>()); }
-};
-
-params::While while_params(ClosedJaxpr cond, ClosedJaxpr body, std::size_t cn, std::size_t bn, std::int64_t snapshots) {
-  return {.cond_jaxpr = std::make_shared<const ClosedJaxpr>(std::move(cond)),
-          .body_jaxpr = std::make_shared<const ClosedJaxpr>(std::move(body)),
-          .cond_nconsts = static_cast<std::int64_t>(cn),
-          .body_nconsts = static_cast<std::int64_t>(bn),
-          .snapshots = snapshots};
-}
 
 // Binds a while whose cond and body may close over values (traced jaxprs): their consts become
 // leading cond / body consts.
@@ -56,89 +32,6 @@ std::vector<Array> bind_while(const ClosedJaxpr& cond, const ClosedJaxpr& body, 
 }
 
 }  // namespace
-
-// ---- shape rule and evaluation ---------------------------------------------------------------
-
-std::vector<ShapedArray> while_loop_abstract_eval(std::span<const ShapedArray> in, const params::While& ps) {
-  WhileParams w = WhileParams::read(ps);
-  if (in.size() < w.cn + w.bn) throw TypeError("while: fewer operands than cond and body consts");
-  std::vector<ShapedArray> carry(in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn), in.end());
-  auto check_in = [&](const Jaxpr& j, std::size_t first, std::size_t n, const char* what) {
-    if (j.invars.size() != n + carry.size())
-      throw TypeError(std::string("while: the ") + what + " takes " + std::to_string(j.invars.size()) +
-                      " inputs, the equation passes " + std::to_string(n + carry.size()));
-    for (std::size_t i = 0; i < j.invars.size(); ++i) {
-      const ShapedArray& got = i < n ? in[first + i] : carry[i - n];
-      if (j.invars[i].aval() != got)
-        throw TypeError(std::string("while: input ") + std::to_string(i) + " of the " + what + " is " +
-                        j.invars[i].aval().str() + " but the operand is " + got.str());
-    }
-  };
-  check_in(*w.cond->jaxpr, 0, w.cn, "cond");
-  check_in(*w.body->jaxpr, w.cn, w.bn, "body");
-  auto c = w.cond->out_avals();
-  if (c.size() != 1 || c[0] != ShapedArray{{}, bool_})
-    throw TypeError("while: the cond must return one bool[] value");
-  auto b = w.body->out_avals();
-  if (b != carry) throw TypeError("while: the body's outputs differ from the carry's types");
-  return carry;
-}
-
-namespace {
-
-/// while_loop_impl on the cond's and body's raw plans (raw_plan.hpp): the carries alternate
-/// between two sets of buffers, the predicate is written into one byte; no Array per iteration.
-std::vector<Array> while_on_raw_plans(const WhileParams& w, const RawPlan& cond, const RawPlan& body,
-                                       std::span<const Array> cconsts, std::span<const Array> bconsts,
-                                       std::span<const Array> init) {
-  const Array workspace = alloc_workspace(std::max(cond.workspace_bytes, body.workspace_bytes));
-  const Array predicate = alloc_array(ShapedArray{{}, DType::bool_});
-  void* const predicate_out[] = {mutable_data(predicate)};
-  RawCarry carry(init);
-  std::vector<const void*> inputs;
-  std::vector<void*> outputs;
-  RawScratch scratch;
-  auto with_consts = [&](const ClosedJaxpr& j, std::span<const Array> consts) {
-    inputs.clear();
-    append_addresses(inputs, j.consts);
-    append_addresses(inputs, consts);
-    carry.append_current(inputs);
-  };
-  while (true) {
-    with_consts(*w.cond, cconsts);
-    run_raw(cond, inputs, predicate_out, mutable_data(workspace), scratch);
-    if (!(*static_cast<const std::uint8_t*>(predicate.raw_data()) & 1)) break;
-    with_consts(*w.body, bconsts);
-    outputs.clear();
-    carry.append_next(outputs);
-    run_raw(body, inputs, outputs, mutable_data(workspace), scratch);
-    carry.advance();
-  }
-  return carry.current();
-}
-
-}  // namespace
-
-// carry = init; while cond(cconsts, carry): carry = body(bconsts, carry)
-std::vector<Array> while_loop_impl(std::span<const Array> in, const params::While& ps) {
-  WhileParams w = WhileParams::read(ps);
-  std::vector<Array> cargs(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(w.cn));
-  std::vector<Array> bargs(in.begin() + static_cast<std::ptrdiff_t>(w.cn), in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn));
-  std::vector<Array> carry(in.begin() + static_cast<std::ptrdiff_t>(w.cn + w.bn), in.end());
-  // The plans are looked up once (each lookup hashes the jaxpr).
-  const auto cond_plan = plan_of(w.cond->jaxpr), body_plan = plan_of(w.body->jaxpr);
-  if (raw_plans_enabled() && cond_plan->raw && body_plan->raw)
-    return while_on_raw_plans(w, *cond_plan->raw, *body_plan->raw, cargs, bargs, carry);
-  while (true) {
-    cargs.resize(w.cn);
-    cargs.insert(cargs.end(), carry.begin(), carry.end());
-    if (!eval_jaxpr(*w.cond, cargs)[0].item<bool>()) break;
-    bargs.resize(w.bn);
-    bargs.insert(bargs.end(), carry.begin(), carry.end());
-    carry = eval_jaxpr(*w.body, bargs);
-  }
-  return carry;
-}
 
 // ---- jvp -------------------------------------------------------------------------------------
 

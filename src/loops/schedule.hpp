@@ -1,6 +1,6 @@
-// revolve.hpp: checkpoint schedules for reverse mode through loops (Griewank and Walther's
+// loops/schedule.hpp: checkpoint schedules for reverse mode through loops (Griewank and Walther's
 // binomial schedule, "revolve", and an online variant for while_loop), as lists of actions that
-// the loop primitives of revolve.cpp execute. Not installed.
+// the loop primitives of loops/revolve.cpp execute. Not installed.
 #pragma once
 #include <cstdint>
 #include <utility>

@@ -1,4 +1,4 @@
-// cse.cpp: common subexpression elimination.
+// passes/cse.cpp: common subexpression elimination.
 // cse : Jaxpr -> Jaxpr. Two equations with the same primitive, parameters and operands compute
 // the same values (every primitive is pure), so the later one is dropped and its outputs renamed
 // to the earlier one's. Equations carrying prevent_cse=True (a checkpoint's recompute) are never
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "ad.hpp"
+#include "passes.hpp"
 #include "param_reflect.hpp"
 
 namespace xjax::detail {

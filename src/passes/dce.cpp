@@ -1,12 +1,11 @@
-// dce.cpp: dead code elimination.
+// passes/dce.cpp: dead code elimination.
 // dce : Jaxpr -> Jaxpr. Keeps the outputs marked used and the equations they need (walking
 // backwards; every primitive is pure), drops constvars nothing reads. Inputs are kept so the
 // signature does not change; *used_inputs says which are still read.
 #include <algorithm>
 #include <unordered_set>
 
-#include "ad.hpp"
-#include "higher_order.hpp"
+#include "passes.hpp"
 
 namespace xjax::detail {
 

@@ -1,10 +1,10 @@
-// revolve_schedule.cpp: the checkpoint schedules of revolve.hpp, and the public pieces of
+// loops/schedule.cpp: the checkpoint schedules of loops/schedule.hpp, and the public pieces of
 // control_flow.hpp that describe them (scan_checkpoints, scan_schedule_stats).
 #include <algorithm>
 #include <string>
 
-#include "higher_order.hpp"
-#include "revolve.hpp"
+#include "loops/loops.hpp"
+#include "loops/schedule.hpp"
 #include "xjax/control_flow.hpp"
 
 namespace xjax {

@@ -1,0 +1,124 @@
+// loops/calls.cpp: what the higher-order primitives that call their jaxprs once mean (their rules
+// are in transforms/cond.cpp, checkpoint.cpp and custom_derivatives.cpp): shape rules and
+// evaluation of cond, checkpoint, custom_jvp_call, custom_vjp_call and custom_lin.
+#include <algorithm>
+
+#include "loops/custom_objects.hpp"
+#include "loops/loops.hpp"
+
+namespace xjax::detail {
+
+ClosedJaxpr consts_as_inputs(const ClosedJaxpr& j) {
+  auto out = std::make_shared<Jaxpr>(*j.jaxpr);
+  out->invars = j->constvars;
+  out->invars.insert(out->invars.end(), j->invars.begin(), j->invars.end());
+  out->constvars.clear();
+  return ClosedJaxpr{out, {}};
+}
+
+// ---- cond ------------------------------------------------------------------------------------
+//   outs... = cond[branches] index ops...
+
+std::vector<ShapedArray> cond_abstract_eval(std::span<const ShapedArray> in, const params::Cond& ps) {
+  const auto& bs = ps.branches;
+  if (bs.empty()) throw TypeError("cond: no branches");
+  if (in.empty() || in[0] != ShapedArray{{}, i32})
+    throw TypeError("cond: the index must be an i32 scalar, got " + (in.empty() ? std::string("nothing") : in[0].str()));
+  auto outs = bs[0]->out_avals();
+  for (std::size_t k = 0; k < bs.size(); ++k) {
+    const Jaxpr& b = *bs[k]->jaxpr;
+    if (b.invars.size() != in.size() - 1)
+      throw TypeError("cond: branch " + std::to_string(k) + " takes " + std::to_string(b.invars.size()) +
+                      " operands, the equation passes " + std::to_string(in.size() - 1));
+    for (std::size_t i = 0; i < b.invars.size(); ++i)
+      if (b.invars[i].aval() != in[i + 1])
+        throw TypeError("cond: operand " + std::to_string(i) + " is " + in[i + 1].str() + " but branch " +
+                        std::to_string(k) + " expects " + b.invars[i].aval().str());
+    auto o = b.out_avals();
+    if (o.size() != outs.size())
+      throw TypeError("cond: branch " + std::to_string(k) + " returns " + std::to_string(o.size()) +
+                      " values but branch 0 returns " + std::to_string(outs.size()));
+    for (std::size_t i = 0; i < o.size(); ++i)
+      if (o[i] != outs[i])
+        throw TypeError("cond: branch " + std::to_string(k) + " returns " + o[i].str() + " as output " +
+                        std::to_string(i) + " but branch 0 returns " + outs[i].str());
+  }
+  return outs;
+}
+
+// outs = branches[clamp(index)](ops)
+std::vector<Array> cond_impl(std::span<const Array> in, const params::Cond& ps) {
+  const auto& bs = ps.branches;
+  const auto i = std::clamp<std::int64_t>(in[0].item<std::int64_t>(), 0, static_cast<std::int64_t>(bs.size()) - 1);
+  return eval_jaxpr(*bs[static_cast<std::size_t>(i)], in.subspan(1));
+}
+
+// ---- checkpoint --------------------------------------------------------------------------------
+//   outs... = checkpoint[jaxpr, policy, prevent_cse, differentiated] args...
+
+std::vector<ShapedArray> checkpoint_abstract_eval(std::span<const ShapedArray>, const params::Checkpoint& ps) {
+  return ps.jaxpr->out_avals();
+}
+
+// checkpoint(f)(x) = f(x)
+std::vector<Array> checkpoint_impl(std::span<const Array> in, const params::Checkpoint& ps) {
+  return eval_jaxpr(*ps.jaxpr, in);
+}
+
+// ---- custom_jvp_call, custom_vjp_call ------------------------------------------------------------
+//   custom_jvp_call[call_jaxpr, jvp, num_consts] consts... args...   f with a user jvp rule
+//   custom_vjp_call[call_jaxpr, fwd_jaxpr, bwd, num_consts] consts... args...
+// Both evaluate f itself.
+
+std::vector<ShapedArray> custom_jvp_call_abstract_eval(std::span<const ShapedArray>, const params::CustomJvpCall& ps) {
+  return ps.call_jaxpr->out_avals();
+}
+
+std::vector<Array> custom_jvp_call_impl(std::span<const Array> in, const params::CustomJvpCall& ps) {
+  return eval_jaxpr(*ps.call_jaxpr, in);
+}
+
+std::vector<ShapedArray> custom_vjp_call_abstract_eval(std::span<const ShapedArray>, const params::CustomVjpCall& ps) {
+  return ps.call_jaxpr->out_avals();
+}
+
+std::vector<Array> custom_vjp_call_impl(std::span<const Array> in, const params::CustomVjpCall& ps) {
+  return eval_jaxpr(*ps.call_jaxpr, in);
+}
+
+// ---- custom_lin --------------------------------------------------------------------------------
+//   custom_lin[bwd] res... tangents...    the linear map whose transpose is the user's bwd
+
+// (No source location: a custom_vjp_call equation records the line of custom_vjp_call_flat, not
+// the user's.)
+void custom_vjp_no_forward_mode() {
+  throw TransformError("forward-mode differentiation (jvp, linearize, jacfwd) of a custom_vjp function is not "
+                       "supported; use grad / vjp / jacrev, or define the function with custom_jvp");
+}
+
+std::vector<ShapedArray> custom_lin_abstract_eval(std::span<const ShapedArray>, const params::CustomLin& ps) {
+  return object<BwdObject>(ps.bwd).out_avals;
+}
+
+namespace {
+bool all_zero(const Array& t) {
+  for (double v : t.to_vector<double>())
+    if (v != 0.0) return false;
+  return true;
+}
+}  // namespace
+
+// custom_lin(res, 0) = 0, whatever the map: that is all it may evaluate. Its tangents are known
+// (concrete) only when they do not depend on the differentiated inputs (a custom_jvp rule that
+// returned zeros_like), as partial evaluation keeps a higher-order equation with only known
+// inputs whole on the known side; other tangents would be forward mode of the custom_vjp function.
+std::vector<Array> custom_lin_impl(std::span<const Array> in, const params::CustomLin& ps) {
+  const auto& obj = object<BwdObject>(ps.bwd);
+  for (std::size_t i = obj.num_res; i < in.size(); ++i)
+    if (is_floating(in[i].dtype()) && !all_zero(in[i])) custom_vjp_no_forward_mode();  // integers carry no tangent
+  std::vector<Array> out;
+  for (const auto& a : obj.out_avals) out.push_back(zeros(a.shape, a.dtype));
+  return out;
+}
+
+}  // namespace xjax::detail
