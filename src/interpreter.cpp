@@ -157,7 +157,7 @@ void detail::run_plan_into(const detail::EvalPlan& plan, const ClosedJaxpr& cj, 
     for (auto s : st.free_after) slots[s] = Array();
     for (std::size_t k = 0; k < outs.size(); ++k) put(st.outs[k], std::move(outs[k]));
   }
-  for (Primitive p : plan.inlined.counted) detail::count_eval(p);
+  for (Primitive p : plan.inlined_checkpoints) detail::count_eval(p);
   result.clear();
   for (const auto& op : plan.outs) result.push_back(read(op));
 }

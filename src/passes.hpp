@@ -16,17 +16,20 @@ ClosedJaxpr dce(const ClosedJaxpr& j, const std::vector<bool>& used_outputs,
 /// cse : Jaxpr -> Jaxpr. Merges equations with the same primitive, params and operands.
 ClosedJaxpr cse(const ClosedJaxpr& j);
 
-/// fold_transposes : Jaxpr -> Jaxpr. A dot_general reading the output of a transpose that swaps
-/// its operand's last two axes reads the transpose's operand instead, with the contracting
-/// (and free) dimensions renumbered; a transpose nothing else reads then goes (the kernels read
-/// either layout at the same cost, so the copy was pure overhead).
-ClosedJaxpr fold_transposes(const ClosedJaxpr& j);
+/// fold_transposes : Jaxpr -> Jaxpr. A dot_general reading `transpose[perm] x` reads x instead,
+/// its contracting and batch dims mapped through perm (the dot kernel turns them into GEMM
+/// transpose flags), where the operand's free dims keep their order; a transpose left without
+/// readers goes. The planner runs it: a copy of the operand would be pure overhead.
+Jaxpr fold_transposes(const Jaxpr& j);
 
 /// inline_checkpoints : Jaxpr -> Jaxpr. Each checkpoint equation whose body has no consts is
 /// replaced by its body's equations (fresh variables, its inputs bound to the operands): a
 /// checkpoint means only "recompute under differentiation", so evaluating it is evaluating its
-/// body. *inlined (if given) receives the primitive of each checkpoint inlined, in order.
-ClosedJaxpr inline_checkpoints(const ClosedJaxpr& j, std::vector<Primitive>* inlined = nullptr);
+/// body. *inlined (if given) receives Primitive::checkpoint once per checkpoint inlined (the
+/// planner counts them per run: eval_counts).
+Jaxpr inline_checkpoints(const Jaxpr& j, std::vector<Primitive>* inlined = nullptr);
+/// Whether inline_checkpoints would inline anything in j.
+bool has_inlinable_checkpoint(const Jaxpr& j);
 
 /// DCE rule of a primitive: the equation with unused outputs (and what only they need) removed;
 /// used_in says which inputs the result still reads. Called only when some output is used. Only

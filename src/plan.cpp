@@ -2,8 +2,8 @@
 //
 // Read in order: liveness (the last equation reading each variable), fusibility (which equations
 // can join a fused elementwise chain and under which compute dtype and shape), the construction
-// of a FusedProgram from a run of consecutive fusible equations, transpose folding (a transpose
-// feeding a dot_general becomes GEMM flags), and make_plan, which folds the transposes, then walks
+// of a FusedProgram from a run of consecutive fusible equations, the passes run before planning
+// (passes.hpp: checkpoint inlining, transpose folding), and make_plan, which runs them, then walks
 // the equations once, grouping fusible runs and resolving every other equation's kernel or impl.
 #include "plan.hpp"
 
@@ -12,6 +12,8 @@
 #include <optional>
 #include <tuple>
 #include <unordered_map>
+
+#include "passes.hpp"
 
 namespace xjax::detail {
 namespace {
@@ -22,7 +24,7 @@ using kernels::Ints;
 using kernels::is_comparison;
 using kernels::is_float_binary;
 
-/// The equations a plan runs, in order: the source jaxpr's, or the plan's folded copies.
+/// The equations a plan runs, in order: the source jaxpr's, or its rewritten copy's.
 using EqnList = std::vector<const Eqn*>;
 
 // The index of the last equation reading each variable; eqns.size() for the jaxpr's outputs.
@@ -279,127 +281,33 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
   return st;
 }
 
-// ---- transpose folding --------------------------------------------------------------------------
+// ---- the passes run before planning -----------------------------------------------------------
 
-Ints mapped(const Ints& dims, const Ints& perm) {
-  Ints out;
-  for (auto d : dims) out.push_back(perm[static_cast<std::size_t>(d)]);
-  return out;
+bool has(const Jaxpr& j, Primitive p) {
+  return std::any_of(j.eqns.begin(), j.eqns.end(), [p](const Eqn& e) { return e.prim == p; });
 }
 
-/// The equations with every `t = transpose[perm] x` that feeds a dot_general operand folded into
-/// that dot: the dot reads x with its contracting and batch dims mapped through perm, which the
-/// dot kernel turns into GEMM transpose flags. Only when the operand's free dims keep their order
-/// (the dot's output layout is unchanged). A transpose left without readers is dropped. The
-/// folded dots are copies kept in `folded`; the other equations are the list's own.
-EqnList fold_transposes(EqnList eqns, const std::vector<Atom>& outvars, std::vector<Eqn>& folded) {
-  std::unordered_map<std::uint64_t, const Eqn*> transpose_of;  // t -> its transpose equation
-  std::unordered_map<std::uint64_t, std::size_t> readers;
-  for (const Eqn* e : eqns) {
-    if (e->prim == Primitive::transpose) transpose_of[e->outputs[0].id()] = e;
-    for (const auto& in : e->inputs)
-      if (auto* v = std::get_if<Var>(&in)) ++readers[v->id()];
-  }
-  for (const auto& o : outvars)
-    if (auto* v = std::get_if<Var>(&o)) ++readers[v->id()];
-  if (transpose_of.empty()) return eqns;
-  std::size_t num_dots = 0;
-  for (const Eqn* e : eqns) num_dots += e->prim == Primitive::dot_general;
-  folded.reserve(num_dots);  // no reallocation below: eqns points into it
-  for (auto& ep : eqns) {
-    if (ep->prim != Primitive::dot_general) continue;
-    Eqn e = *ep;
-    bool changed = false;
-    for (int side = 0; side < 2; ++side) {
-      auto* v = std::get_if<Var>(&e.inputs[static_cast<std::size_t>(side)]);
-      if (!v) continue;
-      auto it = transpose_of.find(v->id());
-      if (it == transpose_of.end()) continue;
-      const Eqn& t = *it->second;
-      const Ints& perm = t.params.get<params::Transpose>().permutation;
-      auto& dn = e.params.get<params::DotGeneral>();
-      Ints& contracting = side == 0 ? dn.lhs_contracting : dn.rhs_contracting;
-      Ints& batch = side == 0 ? dn.lhs_batch : dn.rhs_batch;
-      Ints free = mapped(kernels::free_dims(static_cast<std::int64_t>(perm.size()), contracting, batch), perm);
-      if (!std::is_sorted(free.begin(), free.end())) continue;
-      contracting = mapped(contracting, perm);
-      batch = mapped(batch, perm);
-      --readers[v->id()];
-      e.inputs[static_cast<std::size_t>(side)] = t.inputs[0];  // (v pointed into it)
-      changed = true;
-    }
-    if (changed) {
-      folded.push_back(std::move(e));
-      ep = &folded.back();
-    }
-  }
-  std::erase_if(eqns, [&](const Eqn* e) { return e->prim == Primitive::transpose && readers[e->outputs[0].id()] == 0; });
-  return eqns;
-}
-
-// ---- checkpoint inlining ------------------------------------------------------------------------
-
-bool inlinable(const Eqn& e) {
-  if (e.prim != Primitive::checkpoint) return false;
-  const ClosedJaxpr& body = *e.params.get<params::Checkpoint>().jaxpr;
-  return body.consts.empty() && !body.jaxpr->eqns.empty();
-}
-
-/// Appends to `out` the equations of j with their operands read through `subst` (variable id ->
-/// atom), each inlinable checkpoint replaced by its body's equations (recursively): the body's
-/// inputs read as the checkpoint's operands, every variable the body defines renamed to a fresh
-/// one (the same body may be inlined twice), and the checkpoint's results read as the body's
-/// outputs. Each inlined checkpoint is listed in out.counted (counted once per run of the plan).
-/// Returns j's outputs through `subst`.
-std::vector<Atom> inline_into(const Jaxpr& j, std::unordered_map<std::uint64_t, Atom>& subst, EvalPlan::Inlined& out,
-                              bool fresh_outputs) {
-  auto read = [&](const Atom& a) -> Atom {
-    if (const auto* v = std::get_if<Var>(&a))
-      if (auto it = subst.find(v->id()); it != subst.end()) return it->second;
-    return a;
-  };
-  for (const Eqn& e : j.eqns) {
-    std::vector<Atom> ins;
-    for (const auto& in : e.inputs) ins.push_back(read(in));
-    if (inlinable(e)) {
-      const Jaxpr& body = *e.params.get<params::Checkpoint>().jaxpr->jaxpr;
-      std::unordered_map<std::uint64_t, Atom> inner;
-      for (std::size_t k = 0; k < body.invars.size(); ++k) inner[body.invars[k].id()] = ins[k];
-      std::vector<Atom> results = inline_into(body, inner, out, true);
-      out.counted.push_back(Primitive::checkpoint);
-      for (std::size_t k = 0; k < e.outputs.size(); ++k) subst[e.outputs[k].id()] = results[k];
-      continue;
-    }
-    Eqn copy{e.prim, std::move(ins), e.outputs, e.params, e.loc};
-    if (fresh_outputs)
-      for (auto& o : copy.outputs) {
-        Var renamed(o.aval());
-        subst[o.id()] = renamed;
-        o = renamed;
-      }
-    out.eqns.push_back(std::move(copy));
-  }
-  std::vector<Atom> outs;
-  for (const auto& o : j.outvars) outs.push_back(read(o));
-  return outs;
+/// source rewritten for execution by the passes (passes.hpp): checkpoints inlined, transposes
+/// folded into the dots that read them; null when they would not change it. The inlined
+/// checkpoints are appended to `inlined`.
+std::shared_ptr<const Jaxpr> rewritten_for_execution(const Jaxpr& source, std::vector<Primitive>& inlined) {
+  const bool inline_bodies = has_inlinable_checkpoint(source);
+  if (!inline_bodies && !(has(source, Primitive::transpose) && has(source, Primitive::dot_general))) return nullptr;
+  Jaxpr j = inline_bodies ? inline_checkpoints(source, &inlined) : source;
+  if (has(j, Primitive::transpose) && has(j, Primitive::dot_general)) j = fold_transposes(j);
+  return std::make_shared<const Jaxpr>(std::move(j));
 }
 
 }  // namespace
 
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   auto plan = std::make_shared<EvalPlan>();
-  // The equations run: the source's own, or (when it holds a checkpoint to inline) the copies.
+  plan->rewritten = rewritten_for_execution(source, plan->inlined_checkpoints);
+  const Jaxpr& program = plan->rewritten ? *plan->rewritten : source;
   EqnList listed;
-  const std::vector<Atom>* outvars = &source.outvars;
-  if (std::any_of(source.eqns.begin(), source.eqns.end(), inlinable)) {
-    std::unordered_map<std::uint64_t, Atom> subst;
-    plan->inlined.outvars = inline_into(source, subst, plan->inlined, false);
-    for (const Eqn& e : plan->inlined.eqns) listed.push_back(&e);
-    outvars = &plan->inlined.outvars;
-  } else {
-    for (const Eqn& e : source.eqns) listed.push_back(&e);
-  }
-  const EqnList eqns = schedule_for_fusion(fold_transposes(std::move(listed), *outvars, plan->folded_dots));
+  for (const Eqn& e : program.eqns) listed.push_back(&e);
+  const std::vector<Atom>* outvars = &program.outvars;
+  const EqnList eqns = schedule_for_fusion(listed);
   const LastUse last_use = last_uses(eqns, *outvars);
   std::unordered_map<std::uint64_t, std::size_t> slot;
   auto define = [&](const Var& v) {

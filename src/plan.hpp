@@ -1,7 +1,6 @@
 // plan.hpp: the execution plan of a jaxpr (not installed). Built once per jaxpr, on its first
 // evaluation outside a trace (plan_of caches it in a side table, src/plan_cache.cpp), and run by eval_jaxpr on every later one.
 #pragma once
-#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -44,24 +43,14 @@ struct EvalPlan {
     std::vector<std::size_t> outs;        // npos: output never read
     std::vector<std::size_t> free_after;  // slots to drop after this step
   };
-  /// The dot_generals that read a transpose's operand directly (fold_transposes in plan.cpp): the
-  /// steps point into these copies, and into the jaxpr's own equations and literals for the rest.
-  /// So a plan runs only while its jaxpr lives. A plan that inlined checkpoint bodies (below)
-  /// holds copies of their equations: their literals (sharing the jaxpr's buffers: a literal
-  /// result must own its bytes, as it may outlive the jaxpr) and params (sub-jaxprs shared), kept
-  /// until the side table sweeps the entry of a gone jaxpr (or clear_caches).
-  std::vector<Eqn> folded_dots;
-  /// The equations of a jaxpr holding checkpoints, with each checkpoint whose body has no consts
-  /// replaced by its body's equations (inline_into in plan.cpp): copies, with the outputs read
-  /// through the replacement, and the inlined checkpoints, counted once per run (every step of a
-  /// plan runs once per run, so they ran once each; counting them on one of their equations was
-  /// lost when fold_transposes replaced or dropped it). Empty when nothing was inlined (the
-  /// steps point into the jaxpr itself).
-  struct Inlined {
-    std::deque<Eqn> eqns;  // stable addresses: steps point into it
-    std::vector<Atom> outvars;
-    std::vector<Primitive> counted;
-  } inlined;
+  /// The jaxpr the steps run when the passes run before planning changed the source (checkpoints
+  /// inlined, transposes folded into dots: passes.hpp), owned by the plan; null when they left it
+  /// as it is, and the steps point into the source's equations and literals. So a plan runs only
+  /// while its source lives (plan_of's side table drops it with the source).
+  std::shared_ptr<const Jaxpr> rewritten;
+  /// The checkpoints inlined, counted once per run (eval_counts: every step of a plan runs once
+  /// per run, so they ran once each).
+  std::vector<Primitive> inlined_checkpoints;
   std::size_t num_slots = 0;
   std::vector<ShapedArray> slot_avals;  // each slot's aval
   std::vector<std::size_t> const_slots, in_slots;  // npos: never read

@@ -573,9 +573,10 @@ TEST_CASE("plan: a checkpoint's body runs inlined as steps of the outer plan") {
   auto j = xj::make_jaxpr(f)(x);
   auto plan = xjax::detail::make_plan(*j.jaxpr);
   for (const auto& st : plan->steps) CHECK(st.kind != xjax::detail::EvalPlan::Kind::call);
-  CHECK(plan->inlined.eqns.size() >= 9);
+  REQUIRE(plan->rewritten);
+  CHECK(plan->rewritten->eqns.size() >= 9);
   std::set<std::uint64_t> defined;  // each inlining defines its own variables
-  for (const auto& e : plan->inlined.eqns)
+  for (const auto& e : plan->rewritten->eqns)
     for (const auto& o : e.outputs) CHECK(defined.insert(o.id()).second);
   xj::reset_eval_counts();
   xj::Array y = xj::eval_jaxpr(j, std::vector<xj::Array>{x}).at(0);
@@ -626,7 +627,7 @@ TEST_CASE("plan: one checkpoint body read by two equations (an unrolled scan's) 
   outer.outvars = {out};
   auto plan = xjax::detail::make_plan(outer);
   std::set<std::uint64_t> defined;
-  for (const auto& e : plan->inlined.eqns)
+  for (const auto& e : plan->rewritten->eqns)
     for (const auto& o : e.outputs) CHECK(defined.insert(o.id()).second);
   xj::ClosedJaxpr cj{std::make_shared<const xj::Jaxpr>(outer), {}};
   check_identical(xj::eval_jaxpr(cj, std::vector<xj::Array>{x}).at(0), xj::sin(xj::sin(x) * 2.0) * 2.0);

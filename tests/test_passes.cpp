@@ -1,0 +1,131 @@
+// test_passes.cpp: the jaxpr -> jaxpr passes the planner runs before it plans (src/passes.hpp):
+// fold_transposes and inline_checkpoints, each on its own. Each keeps the signature (the same
+// invars and constvars), removes what it should and nothing else, and keeps the values, which are
+// checked against plain loops in double.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+#include "passes.hpp"
+#include "test_util.hpp"
+
+namespace xj = xjax;
+using namespace test_util;
+
+namespace {
+
+std::size_t count(const xj::Jaxpr& j, xj::Primitive p) {
+  std::size_t n = 0;
+  for (const auto& e : j.eqns) n += e.prim == p;
+  return n;
+}
+
+const xj::Eqn& only(const xj::Jaxpr& j, xj::Primitive p) {
+  for (const auto& e : j.eqns)
+    if (e.prim == p) return e;
+  FAIL("no such equation");
+  throw;
+}
+
+xj::Array run(const xj::Jaxpr& j, const std::vector<xj::Array>& args) {
+  return xj::eval_jaxpr(xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(j), {}}, args).at(0);
+}
+
+bool same_vars(const std::vector<xj::Var>& a, const std::vector<xj::Var>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].id() != b[i].id()) return false;
+  return true;
+}
+
+// a^T b for a [k, m] and b [k, n], in double.
+std::vector<double> at_b(const std::vector<double>& a, const std::vector<double>& b, int k, int m, int n) {
+  std::vector<double> out(static_cast<std::size_t>(m * n), 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j)
+      for (int p = 0; p < k; ++p) out[static_cast<std::size_t>(i * n + j)] += a[static_cast<std::size_t>(p * m + i)] * b[static_cast<std::size_t>(p * n + j)];
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("passes: fold_transposes makes the dot read the transpose's operand, with its dims mapped") {
+  xj::Array a = xj::random::normal(xj::random::key(1), {5, 4}, xj::f64);
+  xj::Array b = xj::random::normal(xj::random::key(2), {5, 3}, xj::f64);
+  auto j = xj::make_jaxpr([](const xj::Array& x, const xj::Array& y) { return xj::matmul(xj::transpose(x), y); })(a, b);
+  REQUIRE(count(*j.jaxpr, xj::Primitive::transpose) == 1);
+  const xj::Jaxpr folded = xjax::detail::fold_transposes(*j.jaxpr);
+  CHECK(count(folded, xj::Primitive::transpose) == 0);
+  CHECK(same_vars(folded.invars, j.jaxpr->invars));
+  const xj::Eqn& dot = only(folded, xj::Primitive::dot_general);
+  CHECK(std::get<xj::Var>(dot.inputs[0]).id() == j.jaxpr->invars[0].id());  // reads x itself
+  const auto& dn = dot.params.get<xj::params::DotGeneral>();
+  CHECK(dn.lhs_contracting == std::vector<std::int64_t>{0});  // x's axis 0 is contracted
+  const auto want = at_b(a.to_vector<double>(), b.to_vector<double>(), 5, 4, 3);
+  const auto got = run(folded, {a, b}).to_vector<double>();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
+}
+
+TEST_CASE("passes: fold_transposes keeps a transpose that something else reads, or whose fold would reorder the output") {
+  xj::Array a = xj::random::normal(xj::random::key(3), {5, 4}, xj::f64);
+  xj::Array b = xj::random::normal(xj::random::key(4), {5, 3}, xj::f64);
+  auto also_read = xj::make_jaxpr([](const xj::Array& x, const xj::Array& y) {
+    xj::Array t = xj::transpose(x);
+    return xj::matmul(t, y) + xj::sum(t);
+  })(a, b);
+  const xj::Jaxpr f1 = xjax::detail::fold_transposes(*also_read.jaxpr);
+  CHECK(count(f1, xj::Primitive::transpose) == 1);  // the sum still reads it
+  CHECK(std::get<xj::Var>(only(f1, xj::Primitive::dot_general).inputs[0]).id() == also_read.jaxpr->invars[0].id());
+  xj::Array c = xj::random::normal(xj::random::key(5), {3, 2, 4}, xj::f64);
+  xj::Array m = xj::random::normal(xj::random::key(6), {4, 6}, xj::f64);
+  auto reordered = xj::make_jaxpr([](const xj::Array& x, const xj::Array& y) {
+    return xj::dot_general(xj::transpose(x, {1, 0, 2}), y, xj::Axes{2}, xj::Axes{0});
+  })(c, m);
+  const xj::Jaxpr f2 = xjax::detail::fold_transposes(*reordered.jaxpr);
+  CHECK(count(f2, xj::Primitive::transpose) == 1);
+  CHECK(run(f2, {c, m}).to_vector<double>() == run(*reordered.jaxpr, {c, m}).to_vector<double>());
+}
+
+TEST_CASE("passes: inline_checkpoints replaces each checkpoint by its body, renamed per inlining, and lists them") {
+  auto block = xj::checkpoint([](const xj::Array& x) { return xj::sin(xj::sin(x)) * 2.0; });
+  auto nested = xj::checkpoint([&](const xj::Array& x) { return block(x) - 0.5; });
+  auto f = [&](const xj::Array& x) { return block(x) + block(x * 3.0) * nested(x + 1.0); };
+  xj::Array x = xj::random::normal(xj::random::key(7), {6}, xj::f64);
+  auto j = xj::make_jaxpr(f)(x);
+  REQUIRE(count(*j.jaxpr, xj::Primitive::checkpoint) == 3);
+  CHECK(xjax::detail::has_inlinable_checkpoint(*j.jaxpr));
+  std::vector<xj::Primitive> inlined;
+  const xj::Jaxpr flat = xjax::detail::inline_checkpoints(*j.jaxpr, &inlined);
+  CHECK(count(flat, xj::Primitive::checkpoint) == 0);
+  CHECK(inlined.size() == 4);  // block twice, nested, and block inside nested
+  CHECK(count(flat, xj::Primitive::sin) == 6);
+  CHECK(same_vars(flat.invars, j.jaxpr->invars));
+  CHECK_FALSE(xjax::detail::has_inlinable_checkpoint(flat));
+  std::set<std::uint64_t> defined;  // each inlining defines its own variables
+  for (const auto& e : flat.eqns)
+    for (const auto& o : e.outputs) CHECK(defined.insert(o.id()).second);
+  const auto xs = x.to_vector<double>();
+  const auto got = run(flat, {x}).to_vector<double>();
+  REQUIRE(got.size() == xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    auto plain = [](double v) { return std::sin(std::sin(v)) * 2.0; };
+    const double want = plain(xs[i]) + plain(xs[i] * 3.0) * (plain(xs[i] + 1.0) - 0.5);
+    CHECK(got[i] == doctest::Approx(want).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("passes: inline_checkpoints leaves a jaxpr without inlinable checkpoints as it is") {
+  auto identity = xj::checkpoint([](const xj::Array& x) { return x; });  // an empty body: nothing to inline
+  xj::Array x = xj::random::normal(xj::random::key(8), {3}, xj::f64);
+  auto j = xj::make_jaxpr([&](const xj::Array& v) { return identity(xj::exp(v)); })(x);
+  CHECK_FALSE(xjax::detail::has_inlinable_checkpoint(*j.jaxpr));
+  std::vector<xj::Primitive> inlined;
+  const xj::Jaxpr same = xjax::detail::inline_checkpoints(*j.jaxpr, &inlined);
+  CHECK(inlined.empty());
+  CHECK(str(same) == str(*j.jaxpr));
+}
