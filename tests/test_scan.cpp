@@ -543,14 +543,14 @@ TEST_CASE("scan: error messages") {
       return std::pair{c.first + x, xj::None{}};
     };
     std::string m = message_of<xj::TypeError>([&] { (void)xj::scan(body, std::pair{c0, c0}, xs); });
-    CHECK(contains(m, "carry output has structure * but the carry input has (*, *)"));
+    CHECK(contains(m, "scan: the body returns a carry of structure * but the carry has (*, *)"));
   }
   SUBCASE("carry structure differs: vectors of different lengths") {
     auto body = [](const std::vector<xj::Array>& c, const xj::Array& x) {
       return std::pair{std::vector<xj::Array>{c[0] + x}, xj::None{}};
     };
     std::string m = message_of<xj::TypeError>([&] { (void)xj::scan(body, std::vector<xj::Array>{c0, c0}, xs); });
-    CHECK(contains(m, "carry output has structure (*) but the carry input has (*, *)"));
+    CHECK(contains(m, "scan: the body returns a carry of structure (*) but the carry has (*, *)"));
   }
   SUBCASE("carry dtype differs") {
     auto body = [](const std::pair<xj::Array, xj::Array>& c, const xj::Array& x) {

@@ -110,6 +110,20 @@ ClosedJaxpr grad_jaxpr(const ClosedJaxpr& j, const std::vector<bool>& diff, bool
 
 // ---- vjp -------------------------------------------------------------------------------------
 
+namespace {
+/// j linearized in all its inputs and its known part run on args (what vjp and linearize share):
+/// j's outputs into *outs, the values the linear part reads into `residuals`.
+Linearized linearize_at(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs,
+                        std::vector<Array>& residuals) {
+  Linearized lin = linearize_jaxpr(j, std::vector<bool>(j->invars.size(), true));
+  std::vector<Array> known = eval_jaxpr(lin.pe.known, args);
+  const auto nout = static_cast<std::ptrdiff_t>(j->outvars.size());
+  outs->assign(known.begin(), known.begin() + nout);
+  residuals.assign(known.begin() + nout, known.end());
+  return lin;
+}
+}  // namespace
+
 struct VjpState {
   ClosedJaxpr bwd;                  // (res, output cts) -> cts of the differentiable inputs
   std::vector<Array> residuals;
@@ -120,17 +134,12 @@ struct VjpState {
 
 std::shared_ptr<const VjpState> vjp_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs) try {
   AdModeScope reverse(AdMode::reverse);
-  std::vector<bool> all(j->invars.size(), true);
-  Linearized lin = linearize_jaxpr(j, all);
   auto s = std::make_shared<VjpState>();
+  Linearized lin = linearize_at(j, args, outs, s->residuals);
   std::vector<bool> linear_in(lin.pe.num_res, false);
   for (bool nz : lin.diff_in)
     if (nz) linear_in.push_back(true);
   s->bwd = simplify(transpose_jaxpr(lin.pe.staged, linear_in));
-  std::vector<Array> known = eval_jaxpr(lin.pe.known, args);
-  std::size_t nout = j->outvars.size();
-  outs->assign(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(nout));
-  s->residuals.assign(known.begin() + static_cast<std::ptrdiff_t>(nout), known.end());
   s->nonzero = lin.diff_in;
   s->in_avals = j.in_avals();
   s->out_avals = j.out_avals();
@@ -190,14 +199,9 @@ struct LinearState {
 
 std::shared_ptr<const LinearState> linearize_forward(const ClosedJaxpr& j, std::span<const Array> args, std::vector<Array>* outs) try {
   AdModeScope forward(AdMode::forward);
-  std::vector<bool> all(j->invars.size(), true);
-  Linearized lin = linearize_jaxpr(j, all);
   auto s = std::make_shared<LinearState>();
+  Linearized lin = linearize_at(j, args, outs, s->residuals);
   s->staged = lin.pe.staged;
-  std::vector<Array> known = eval_jaxpr(lin.pe.known, args);
-  std::size_t nout = j->outvars.size();
-  outs->assign(known.begin(), known.begin() + static_cast<std::ptrdiff_t>(nout));
-  s->residuals.assign(known.begin() + static_cast<std::ptrdiff_t>(nout), known.end());
   s->nonzero = lin.diff_in;
   return s;
 } catch (...) {

@@ -1,4 +1,5 @@
-// scan_api.cpp: the checks behind xj::scan (control_flow.hpp) that need no templates.
+// scan_api.cpp: the checks behind xj::scan and xj::while_loop (control_flow.hpp) that need no
+// templates.
 #include "higher_order.hpp"
 #include "xjax/control_flow.hpp"
 
@@ -21,16 +22,16 @@ std::int64_t scan_length(std::span<const Array> xs, const std::optional<std::int
   return *n;
 }
 
-void check_carry(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
-                 std::span<const ShapedArray> out, std::source_location loc) {
+void check_carry(const char* loop, const char* body, const TreeDef& in_def, const TreeDef& out_def,
+                 std::span<const ShapedArray> in, std::span<const ShapedArray> out, std::source_location loc) {
+  const std::string at = " (at " + format_location(loc) + ")";
   if (!(in_def == out_def))
-    throw TypeError("scan: the body's carry output has structure " + out_def.str() + " but the carry input has " +
-                    in_def.str() + ", " + tree_difference(in_def, out_def, "carry") + " (at " + format_location(loc) + ")");
+    throw TypeError(std::string(loop) + ": " + body + " returns a carry of structure " + out_def.str() + " but the carry has " +
+                    in_def.str() + ", " + tree_difference(in_def, out_def, "carry") + at);
   for (std::size_t i = 0; i < in.size(); ++i)
     if (in[i] != out[i])
-      throw TypeError("scan: carry leaf " + std::to_string(i) + " enters the body as " + in[i].str() +
-                      " but the body returns " + out[i].str() + "; the carry's shapes and dtypes must not change (at " +
-                      format_location(loc) + ")");
+      throw TypeError(std::string(loop) + ": carry leaf " + std::to_string(i) + " enters " + body + " as " + in[i].str() +
+                      " but " + body + " returns " + out[i].str() + "; the carry's shapes and dtypes must not change" + at);
 }
 
 void scan_body_not_pair(std::source_location loc) {

@@ -308,14 +308,7 @@ void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const 
     throw TypeError("while_loop: cond_fn must return a boolean scalar (bool[]), got " + got + " (at " + format_location(loc) +
                     ")");
   }
-  if (!(in_def == out_def))
-    throw TypeError("while_loop: body_fn returns a carry of structure " + out_def.str() + " but the carry has " +
-                    in_def.str() + ", " + tree_difference(in_def, out_def, "carry") + " (at " + format_location(loc) + ")");
-  for (std::size_t i = 0; i < in.size(); ++i)
-    if (in[i] != out[i])
-      throw TypeError("while_loop: carry leaf " + std::to_string(i) + " enters body_fn as " + in[i].str() +
-                      " but body_fn returns " + out[i].str() + "; the carry's shapes and dtypes must not change (at " +
-                      format_location(loc) + ")");
+  check_carry("while_loop", "body_fn", in_def, out_def, in, out, loc);
 }
 
 }  // namespace xjax::detail

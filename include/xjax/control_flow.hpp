@@ -98,9 +98,10 @@ std::vector<Array> scan_flat(const ClosedJaxpr& body, std::span<const Array> ini
 std::int64_t scan_snapshots(const ScanCheckpoints& c, std::source_location loc);
 /// The number of iterations from the xs leaves and the length option (ShapeError on mismatch).
 std::int64_t scan_length(std::span<const Array> xs, const std::optional<std::int64_t>& length, std::source_location loc);
-/// Checks that the body's carry output matches the carry input (TypeError naming the leaf).
-void check_carry(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
-                 std::span<const ShapedArray> out, std::source_location loc);
+/// Checks that a loop body's carry output matches the carry input (TypeError naming the loop,
+/// the body as the user knows it, and the differing key path or leaf).
+void check_carry(const char* loop, const char* body, const TreeDef& in_def, const TreeDef& out_def,
+                 std::span<const ShapedArray> in, std::span<const ShapedArray> out, std::source_location loc);
 [[noreturn]] void scan_body_not_pair(std::source_location loc);
 std::vector<ShapedArray> slice_avals(std::span<const Array> xs);
 }  // namespace detail
@@ -136,7 +137,7 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     };
     ClosedJaxpr j = detail::trace_flat(flat, avals);
     auto out_avals = j.out_avals();
-    detail::check_carry(init_def, out_def.children.at(0), std::span(avals).subspan(0, ncarry),
+    detail::check_carry("scan", "the body", init_def, out_def.children.at(0), std::span(avals).subspan(0, ncarry),
                         std::span(out_avals).subspan(0, std::min(out_avals.size(), out_def.children.at(0).num_leaves())), loc);
     auto outs = detail::scan_flat(j, init_leaves, xs_leaves, length, opts.reverse, unroll, loc,
                                   detail::scan_snapshots(opts.checkpoints, loc));

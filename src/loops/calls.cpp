@@ -53,38 +53,22 @@ std::vector<Array> cond_impl(std::span<const Array> in, const params::Cond& ps) 
   return eval_jaxpr(*bs[static_cast<std::size_t>(i)], in.subspan(1));
 }
 
-// ---- checkpoint --------------------------------------------------------------------------------
+// ---- checkpoint, custom_jvp_call, custom_vjp_call -------------------------------------------------
 //   outs... = checkpoint[jaxpr, policy, prevent_cse, differentiated] args...
+//   outs... = custom_jvp_call[call_jaxpr, jvp, num_consts] consts... args...   f with a user jvp rule
+//   outs... = custom_vjp_call[call_jaxpr, fwd_jaxpr, bwd, num_consts] consts... args...
+// Each means the jaxpr it calls: checkpoint(f)(x) = f(x), and the custom rules only change
+// differentiation. So the shape rule is the jaxpr's output avals, the evaluation the jaxpr's.
 
-std::vector<ShapedArray> checkpoint_abstract_eval(std::span<const ShapedArray>, const params::Checkpoint& ps) {
-  return ps.jaxpr->out_avals();
-}
-
-// checkpoint(f)(x) = f(x)
-std::vector<Array> checkpoint_impl(std::span<const Array> in, const params::Checkpoint& ps) {
-  return eval_jaxpr(*ps.jaxpr, in);
-}
-
-// ---- custom_jvp_call, custom_vjp_call ------------------------------------------------------------
-//   custom_jvp_call[call_jaxpr, jvp, num_consts] consts... args...   f with a user jvp rule
-//   custom_vjp_call[call_jaxpr, fwd_jaxpr, bwd, num_consts] consts... args...
-// Both evaluate f itself.
-
-std::vector<ShapedArray> custom_jvp_call_abstract_eval(std::span<const ShapedArray>, const params::CustomJvpCall& ps) {
-  return ps.call_jaxpr->out_avals();
-}
-
-std::vector<Array> custom_jvp_call_impl(std::span<const Array> in, const params::CustomJvpCall& ps) {
-  return eval_jaxpr(*ps.call_jaxpr, in);
-}
-
-std::vector<ShapedArray> custom_vjp_call_abstract_eval(std::span<const ShapedArray>, const params::CustomVjpCall& ps) {
-  return ps.call_jaxpr->out_avals();
-}
-
-std::vector<Array> custom_vjp_call_impl(std::span<const Array> in, const params::CustomVjpCall& ps) {
-  return eval_jaxpr(*ps.call_jaxpr, in);
-}
+#define XJAX_CALL_MEANING(stem, S, field)                                                          \
+  std::vector<ShapedArray> stem##_abstract_eval(std::span<const ShapedArray>, const params::S& ps) { \
+    return ps.field->out_avals();                                                                  \
+  }                                                                                                \
+  std::vector<Array> stem##_impl(std::span<const Array> in, const params::S& ps) { return eval_jaxpr(*ps.field, in); }
+XJAX_CALL_MEANING(checkpoint, Checkpoint, jaxpr)
+XJAX_CALL_MEANING(custom_jvp_call, CustomJvpCall, call_jaxpr)
+XJAX_CALL_MEANING(custom_vjp_call, CustomVjpCall, call_jaxpr)
+#undef XJAX_CALL_MEANING
 
 // ---- custom_lin --------------------------------------------------------------------------------
 //   custom_lin[bwd] res... tangents...    the linear map whose transpose is the user's bwd
