@@ -65,9 +65,35 @@ std::pair<Array, Array> broadcast_pair(P p, const Array& a, const Array& b, cons
   return {fit(a), fit(b)};
 }
 
+// The operands converted to their promoted dtype (JAX's promote_types; convert_element_type
+// equations where a dtype changes), or, in strict mode, a TypeError naming both dtypes.
+std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_location& loc) {
+  DType t = xs.at(0).dtype();
+  for (const auto& x : xs) t = promote_types(t, x.dtype());
+  for (auto& x : xs)
+    if (x.dtype() != t) {
+      if (promotion_mode() == PromotionMode::strict) {
+        std::vector<ShapedArray> avals;
+        for (const auto& y : xs) avals.push_back(y.aval());
+        throw TypeError(detail::describe_application(p, avals) + ": operands of dtypes " + dtype_name(xs[0].dtype()) +
+                        " and " + dtype_name(x.dtype()) + " under strict dtype promotion; convert one with xj::astype (at " +
+                        format_location(loc) + ")");
+      }
+      x = astype(x, t, loc);
+    }
+  return xs;
+}
+
 Array binary(P p, const Array& a, const Array& b, const std::source_location& loc) {
-  auto [x, y] = broadcast_pair(p, a, b, loc);
+  auto ab = promoted(p, {a, b}, loc);
+  auto [x, y] = broadcast_pair(p, ab[0], ab[1], loc);
   return bind1(p, {x, y}, {}, loc);
+}
+
+// A C++ number mixed with `other` (weak typing); in strict mode it adopts other's dtype.
+Array weak_scalar(detail::Scalar s, const Array& other) {
+  if (promotion_mode() == PromotionMode::strict) return scalar(s.value, other.dtype());
+  return scalar(s.value, detail::weak_result(other.dtype(), s.integer));
 }
 
 Array reduce(P p, const Array& x, const Axes& axes, bool keepdims, const std::source_location& loc) {
@@ -160,7 +186,7 @@ Array div(const Array& a, const Array& b, std::source_location loc) { return bin
 Array pow(const Array& a, const Array& b, std::source_location loc) { return binary(P::pow, a, b, loc); }
 Array pow(const Array& a, double b, std::source_location loc) {
   if (b == std::floor(b) && std::abs(b) <= 64) return integer_pow(a, static_cast<std::int64_t>(b), loc);
-  return pow(a, scalar_like(b, a), loc);
+  return pow(a, weak_scalar(b, a), loc);
 }
 Array maximum(const Array& a, const Array& b, std::source_location loc) { return binary(P::max, a, b, loc); }
 Array minimum(const Array& a, const Array& b, std::source_location loc) { return binary(P::min, a, b, loc); }
@@ -174,15 +200,16 @@ Array ge(const Array& a, const Array& b, std::source_location loc) { return bina
 Array where(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
   if (pred.dtype() != bool_)
     throw TypeError("where: the predicate must be bool, got " + pred.aval().str() + " (at " + format_location(loc) + ")");
+  const auto ab = promoted(P::select_n, {a, b}, loc);
   Shape s = broadcast_operands(P::select_n, {&pred.shape(), &a.shape(), &b.shape()}, {&pred, &b, &a}, loc);
   auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
-  return bind1(P::select_n, {fit(pred), fit(b), fit(a)}, {}, loc);
+  return bind1(P::select_n, {fit(pred), fit(ab[1]), fit(ab[0])}, {}, loc);
 }
-Array where(const Array& pred, const Array& a, double b, std::source_location loc) {
-  return where(pred, a, scalar_like(b, a), loc);
+Array where(const Array& pred, const Array& a, detail::Scalar b, std::source_location loc) {
+  return where(pred, a, weak_scalar(b, a), loc);
 }
-Array where(const Array& pred, double a, const Array& b, std::source_location loc) {
-  return where(pred, scalar_like(a, b), b, loc);
+Array where(const Array& pred, detail::Scalar a, const Array& b, std::source_location loc) {
+  return where(pred, weak_scalar(a, b), b, loc);
 }
 Array select(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
   return where(pred, a, b, loc);
@@ -192,7 +219,8 @@ Array select(const Array& pred, const Array& a, const Array& b, std::source_loca
 
 Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc, const Axes& lb,
                   const Axes& rb, std::source_location loc) {
-  return bind1(P::dot_general, {a, b},
+  const auto ab = promoted(P::dot_general, {a, b}, loc);
+  return bind1(P::dot_general, ab,
                params::DotGeneral{.lhs_contracting = lc, .rhs_contracting = rc, .lhs_batch = lb, .rhs_batch = rb}, loc);
 }
 
@@ -417,7 +445,8 @@ Array squeeze(const Array& x, const Axes& axes, std::source_location loc) {
 
 Array concatenate(const std::vector<Array>& xs, std::int64_t axis, std::source_location loc) {
   if (xs.empty()) throw ShapeError("concatenate: needs at least one array (at " + format_location(loc) + ")");
-  return bind1(P::concatenate, xs, params::Concatenate{.dimension = norm_axis(axis, xs[0].ndim(), "concatenate", xs[0], loc)}, loc);
+  return bind1(P::concatenate, promoted(P::concatenate, xs, loc),
+               params::Concatenate{.dimension = norm_axis(axis, xs[0].ndim(), "concatenate", xs[0], loc)}, loc);
 }
 
 Array stack(const std::vector<Array>& xs, std::int64_t axis, std::source_location loc) {
@@ -496,40 +525,40 @@ Array operator+(ArrayOperand a, ArrayOperand b) { return add(checked(a), checked
 Array operator-(ArrayOperand a, ArrayOperand b) { return sub(checked(a), checked(b), a.loc); }
 Array operator*(ArrayOperand a, ArrayOperand b) { return mul(checked(a), checked(b), a.loc); }
 Array operator/(ArrayOperand a, ArrayOperand b) { return div(checked(a), checked(b), a.loc); }
-Array operator+(ArrayOperand a, double b) { return add(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator-(ArrayOperand a, double b) { return sub(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator*(ArrayOperand a, double b) { return mul(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator/(ArrayOperand a, double b) { return div(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator+(double a, ArrayOperand b) { return add(scalar_like(a, checked(b)), checked(b), b.loc); }
-Array operator-(double a, ArrayOperand b) { return sub(scalar_like(a, checked(b)), checked(b), b.loc); }
-Array operator*(double a, ArrayOperand b) { return mul(scalar_like(a, checked(b)), checked(b), b.loc); }
-Array operator/(double a, ArrayOperand b) { return div(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator+(ArrayOperand a, detail::Scalar b) { return add(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator-(ArrayOperand a, detail::Scalar b) { return sub(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator*(ArrayOperand a, detail::Scalar b) { return mul(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator/(ArrayOperand a, detail::Scalar b) { return div(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator+(detail::Scalar a, ArrayOperand b) { return add(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator-(detail::Scalar a, ArrayOperand b) { return sub(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator*(detail::Scalar a, ArrayOperand b) { return mul(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator/(detail::Scalar a, ArrayOperand b) { return div(weak_scalar(a, checked(b)), checked(b), b.loc); }
 Array operator==(ArrayOperand a, ArrayOperand b) { return eq(checked(a), checked(b), a.loc); }
 Array operator!=(ArrayOperand a, ArrayOperand b) { return ne(checked(a), checked(b), a.loc); }
 Array operator<(ArrayOperand a, ArrayOperand b) { return lt(checked(a), checked(b), a.loc); }
 Array operator<=(ArrayOperand a, ArrayOperand b) { return le(checked(a), checked(b), a.loc); }
 Array operator>(ArrayOperand a, ArrayOperand b) { return gt(checked(a), checked(b), a.loc); }
 Array operator>=(ArrayOperand a, ArrayOperand b) { return ge(checked(a), checked(b), a.loc); }
-Array operator==(ArrayOperand a, double b) { return eq(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator!=(ArrayOperand a, double b) { return ne(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator<(ArrayOperand a, double b) { return lt(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator<=(ArrayOperand a, double b) { return le(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator>(ArrayOperand a, double b) { return gt(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator>=(ArrayOperand a, double b) { return ge(checked(a), scalar_like(b, checked(a)), a.loc); }
-Array operator==(double a, ArrayOperand b) { return eq(scalar_like(a, checked(b)), checked(b), b.loc); }
-Array operator!=(double a, ArrayOperand b) { return ne(scalar_like(a, checked(b)), checked(b), b.loc); }
-Array operator<(double a, ArrayOperand b) { return lt(scalar_like(a, checked(b)), checked(b), b.loc); }
-Array operator<=(double a, ArrayOperand b) { return le(scalar_like(a, checked(b)), checked(b), b.loc); }
-Array operator>(double a, ArrayOperand b) { return gt(scalar_like(a, checked(b)), checked(b), b.loc); }
-Array operator>=(double a, ArrayOperand b) { return ge(scalar_like(a, checked(b)), checked(b), b.loc); }
+Array operator==(ArrayOperand a, detail::Scalar b) { return eq(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator!=(ArrayOperand a, detail::Scalar b) { return ne(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator<(ArrayOperand a, detail::Scalar b) { return lt(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator<=(ArrayOperand a, detail::Scalar b) { return le(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator>(ArrayOperand a, detail::Scalar b) { return gt(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator>=(ArrayOperand a, detail::Scalar b) { return ge(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator==(detail::Scalar a, ArrayOperand b) { return eq(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator!=(detail::Scalar a, ArrayOperand b) { return ne(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator<(detail::Scalar a, ArrayOperand b) { return lt(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator<=(detail::Scalar a, ArrayOperand b) { return le(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator>(detail::Scalar a, ArrayOperand b) { return gt(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator>=(detail::Scalar a, ArrayOperand b) { return ge(weak_scalar(a, checked(b)), checked(b), b.loc); }
 Array& operator+=(Array& a, ArrayOperand b) { return a = add(a, checked(b), b.loc); }
 Array& operator-=(Array& a, ArrayOperand b) { return a = sub(a, checked(b), b.loc); }
 Array& operator*=(Array& a, ArrayOperand b) { return a = mul(a, checked(b), b.loc); }
 Array& operator/=(Array& a, ArrayOperand b) { return a = div(a, checked(b), b.loc); }
-Array& operator+=(Array& a, detail::Located<double> b) { return a = add(a, scalar_like(b.value, a), b.loc); }
-Array& operator-=(Array& a, detail::Located<double> b) { return a = sub(a, scalar_like(b.value, a), b.loc); }
-Array& operator*=(Array& a, detail::Located<double> b) { return a = mul(a, scalar_like(b.value, a), b.loc); }
-Array& operator/=(Array& a, detail::Located<double> b) { return a = div(a, scalar_like(b.value, a), b.loc); }
+Array& operator+=(Array& a, detail::Located<detail::Scalar> b) { return a = add(a, weak_scalar(b.value, a), b.loc); }
+Array& operator-=(Array& a, detail::Located<detail::Scalar> b) { return a = sub(a, weak_scalar(b.value, a), b.loc); }
+Array& operator*=(Array& a, detail::Located<detail::Scalar> b) { return a = mul(a, weak_scalar(b.value, a), b.loc); }
+Array& operator/=(Array& a, detail::Located<detail::Scalar> b) { return a = div(a, weak_scalar(b.value, a), b.loc); }
 
 std::ostream& operator<<(std::ostream& os, const Array& x) {
   if (!x.valid()) return os << "Array(empty)";

@@ -657,7 +657,7 @@ xj::Array cond_body(const xj::Array& x) {
 }
 // The loop count comes from an (integer) while_loop; the float path is differentiated.
 xj::Array while_count_body(const xj::Array& x) {
-  xj::Array n = xj::while_loop([](const xj::Array& i) { return i < 3.0; }, [](const xj::Array& i) { return i + 1.0; },
+  xj::Array n = xj::while_loop([](const xj::Array& i) { return i < 3; }, [](const xj::Array& i) { return i + 1; },
                                xj::scalar(0, xj::i32));
   return xj::sum(xj::sin(x) * xj::astype(n, xj::f64));
 }

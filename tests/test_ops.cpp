@@ -265,7 +265,8 @@ TEST_CASE("ops: C++ scalars are weakly typed") {
   xj::Array r = d * 2.0;
   CHECK(r.dtype() == xj::f64);
   CHECK(r.to_vector<double>() == std::vector<double>{0.2, 0.4});  // exact in f64
-  check_array(i32v({1, 2}, {2}) * 3.0, {2}, xj::i32, {3, 6});
+  check_array(i32v({1, 2}, {2}) * 3, {2}, xj::i32, {3, 6});      // an integer adopts i32
+  check_array(i32v({1, 2}, {2}) * 1.5, {2}, xj::f32, {1.5, 3});   // a float makes it f32 (JAX)
   check_array(xj::scalar(1.0, xj::f64) + 1.0, {}, xj::f64, {2.0});
 }
 

@@ -109,8 +109,15 @@ TEST_CASE("printer: scalar literals carry their type") {
   auto t = xj::make_jaxpr([](const xj::Array& x) { return x * 0.1; })(xj::scalar(1.0, xj::f32));
   CHECK(str(t) == "{ lambda ; a:f32[]. let b:f32[] = mul a 0.1:f32[] in (b,) }");
 
-  auto i = xj::make_jaxpr([](const xj::Array& x) { return x - 7.0; })(xj::scalar(1, xj::i32));
+  auto i = xj::make_jaxpr([](const xj::Array& x) { return x - 7; })(xj::scalar(1, xj::i32));
   CHECK(str(i) == "{ lambda ; a:i32[]. let b:i32[] = sub a 7:i32[] in (b,) }");
+  // A float scalar makes an integer operation a float one, converting the array first (JAX).
+  auto fi = xj::make_jaxpr([](const xj::Array& x) { return x - 7.5; })(xj::scalar(1, xj::i32));
+  CHECK(str(fi) ==
+        "{ lambda ; a:i32[]. let\n"
+        "    b:f32[] = convert_element_type[new_dtype=float32] a\n"
+        "    c:f32[] = sub b 7.5:f32[]\n"
+        "  in (c,) }");
 
   auto b = xj::make_jaxpr([](const xj::Array& x, const xj::Array& y) {
     return xj::where(xj::scalar(1, xj::bool_), x, y);
@@ -126,7 +133,9 @@ TEST_CASE("printer: scalar literals carry their type") {
 namespace {
 // How a scalar literal c of dtype d prints inside an equation.
 std::string literal_text(double c, xj::DType d) {
-  auto j = xj::make_jaxpr([c](const xj::Array& x) { return x * c; })(xj::scalar(1.0, d));
+  auto j = xj::make_jaxpr([c, d](const xj::Array& x) {
+    return xj::is_integer(d) ? x * static_cast<std::int64_t>(c) : x * c;  // an integer literal for integer arrays
+  })(xj::scalar(1.0, d));
   std::string s = str(j);
   auto start = s.find("mul a ") + 6;
   return s.substr(start, s.find(" in (") - start);

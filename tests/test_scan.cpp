@@ -131,7 +131,7 @@ TEST_CASE("scan: cumulative sum, reverse, length without xs, unroll") {
     CHECK(vec(ys) == std::vector<double>{23, 20, 19, 15, 14, 9});
   }
   SUBCASE("length with xs None runs that many steps") {
-    auto count = [](const xj::Array& c, xj::None) { return std::pair{c + 1.0, c}; };
+    auto count = [](const xj::Array& c, xj::None) { return std::pair{c + 1, c}; };
     auto [c, ys] = xj::scan(count, xj::scalar(0, xj::i32), xj::None{}, {.length = 20});
     CHECK(c.dtype() == xj::i32);
     CHECK(c.item<int>() == 20);
@@ -141,7 +141,7 @@ TEST_CASE("scan: cumulative sum, reverse, length without xs, unroll") {
     CHECK(vec(ys) == want);
 
     // y may be None: no stacked output is built.
-    auto steps = [](const xj::Array& c, xj::None) { return std::pair{c + 1.0, xj::None{}}; };
+    auto steps = [](const xj::Array& c, xj::None) { return std::pair{c + 1, xj::None{}}; };
     auto [c2, none] = xj::scan(steps, xj::scalar(0, xj::i32), xj::None{}, {.length = 20});
     (void)none;
     CHECK(c2.item<int>() == 20);
@@ -735,7 +735,7 @@ TEST_CASE("scan: integer carry beside a float carry, and a carry with no tangent
     auto [c, ys] = xj::scan(
         [](const std::pair<xj::Array, xj::Array>& c, const xj::Array& x) {
           xj::Array k = xj::astype(c.second, xj::f64);
-          return std::pair{std::pair{c.first * xj::cos(x) + k, c.second + 1.0}, c.first * k};
+          return std::pair{std::pair{c.first * xj::cos(x) + k, c.second + 1}, c.first * k};
         },
         std::pair{c0, xj::scalar(0, xj::i32)}, xs);
     return xj::sum(c.first) + xj::sum(ys) + xj::astype(c.second, xj::f64);

@@ -184,8 +184,12 @@ TEST_CASE("shape rules: user-level matmul, dot and einsum errors name the op, ty
   check_user_error<xj::ShapeError>([&] { (void)xj::matmul(a, b); },
                                    {"dot_general", "f32[2,3], f32[4,5]", "contracting"});
   check_user_error<xj::ShapeError>([&] { (void)xj::dot(a, b); }, {"dot_general", "f32[2,3]"});
-  check_user_error<xj::TypeError>([&] { (void)xj::matmul(a, xj::zeros({3, 4}, xj::f64)); },
-                                  {"dot_general", "f32[2,3], f64[3,4]"});
+  {
+    xj::DtypePromotion strict;  // mixed dtypes promote unless strict
+    check_user_error<xj::TypeError>([&] { (void)xj::matmul(a, xj::zeros({3, 4}, xj::f64)); },
+                                    {"dot_general", "f32[2,3], f64[3,4]"});
+  }
+  CHECK(xj::matmul(a, xj::zeros({3, 4}, xj::f64)).dtype() == xj::f64);
   check_user_error<xj::ShapeError>([&] { (void)xj::matmul(xj::zeros({2, 2, 3}), xj::zeros({3, 3, 4})); },
                                    {"f32[2,2,3]", "f32[3,3,4]"});
   check_user_error<xj::ShapeError>([&] { (void)xj::matmul(xj::zeros({}), a); }, {"matmul"});
@@ -268,12 +272,15 @@ TEST_CASE("shape rules: broadcasting user ops name the op, operand types and cal
 
 TEST_CASE("shape rules: dtype mistakes in user ops raise TypeError naming op, types and caller") {
   xj::Array f = xj::zeros({3}), i = xj::zeros({3}, xj::i32);
-  check_user_error<xj::TypeError>([&] { (void)xj::mul(f, i); }, {"mul", "f32[3], i32[3]"});
+  {
+    xj::DtypePromotion strict;  // mixed dtypes promote unless strict
+    check_user_error<xj::TypeError>([&] { (void)xj::mul(f, i); }, {"mul", "f32[3], i32[3]"});
+    check_user_error<xj::TypeError>([&] { (void)xj::concatenate({f, i}); }, {"concatenate", "f32[3], i32[3]"});
+  }
   check_user_error<xj::TypeError>([&] { (void)xj::sin(i); }, {"sin", "i32[3]"});
   check_user_error<xj::TypeError>([&] { (void)xj::exp(xj::zeros({}, xj::bool_)); }, {"exp", "bool[]"});
   check_user_error<xj::TypeError>([&] { (void)xj::pow(i, i); }, {"pow", "i32[3], i32[3]"});
   check_user_error<xj::TypeError>([&] { (void)xj::where(f, f, f); }, {"f32[3]", "bool"});
-  check_user_error<xj::TypeError>([&] { (void)xj::concatenate({f, i}); }, {"concatenate", "f32[3], i32[3]"});
   check_user_error<xj::TypeError>(
       [&] { (void)xj::make_jaxpr([](const xj::Array& x) { return xj::log(x); })(i); }, {"log", "i32[3]"});
 }

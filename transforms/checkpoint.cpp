@@ -8,6 +8,7 @@
 // Transposition emits a checkpoint around the transposed body, so the recompute runs when the
 // backward pass reaches the block, never earlier. Nesting follows JAX: inside an enclosing
 // checkpoint's partial evaluation, the enclosing policy governs this body too.
+#include <iostream>
 #include <ostream>
 #include <unordered_map>
 
@@ -279,6 +280,8 @@ std::vector<Residual> saved_residuals_flat(const ClosedJaxpr& j, const FlatArgs&
 void print_residuals(std::ostream& os, const std::vector<Residual>& rs) {
   for (const auto& r : rs) os << r.aval.str() << " " << r.description << "\n";
 }
+
+void print_residuals_to_stdout(const std::vector<Residual>& rs) { print_residuals(std::cout, rs); }
 
 }  // namespace detail
 }  // namespace xjax

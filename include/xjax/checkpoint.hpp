@@ -63,6 +63,8 @@ std::vector<Array> checkpoint_flat(const ClosedJaxpr& body, std::span<const Arra
 Array name_flat(const Array& x, const std::string& name, std::source_location loc);
 std::vector<Residual> saved_residuals_flat(const ClosedJaxpr& j, const FlatArgs& fa);
 void print_residuals(std::ostream& os, const std::vector<Residual>& rs);
+/// print_residuals to std::cout (defined in the library, so this header needs no <iostream>).
+void print_residuals_to_stdout(const std::vector<Residual>& rs);
 
 template <class... Args, std::size_t... I>
 auto checkpoint_call(const auto& f, const CheckpointOptions& opts, const std::tuple<const Args&...>& args,
@@ -137,11 +139,8 @@ template <class F, class... Args> std::vector<Residual> saved_residuals(F f, con
 }
 
 /// Prints saved_residuals one per line, JAX's format: `f32[5,4] from the argument 0`.
-template <class F, class... Args> void print_saved_residuals(F f, const Args&... args);
+template <class F, class... Args> void print_saved_residuals(F f, const Args&... args) {
+  detail::print_residuals_to_stdout(saved_residuals(f, args...));
+}
 
 }  // namespace xjax
-
-#include <iostream>
-template <class F, class... Args> void xjax::print_saved_residuals(F f, const Args&... args) {
-  detail::print_residuals(std::cout, saved_residuals(f, args...));
-}

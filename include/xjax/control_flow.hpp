@@ -297,7 +297,7 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
   if constexpr (std::integral<Lo> && std::integral<Hi>) {
     auto length = std::max<std::int64_t>(0, static_cast<std::int64_t>(hi) - static_cast<std::int64_t>(lo));
     auto step = [&body](const IC& ic, const None&) {
-      return std::pair<IC, None>{IC{ic.first + 1.0, Carry(body(ic.first, ic.second))}, None{}};
+      return std::pair<IC, None>{IC{ic.first + 1, Carry(body(ic.first, ic.second))}, None{}};
     };
     auto [out, ys] = scan(step, IC{detail::fori_bound(lo, loc), init}, None{}, {.length = length}, loc);
     (void)ys;
@@ -305,7 +305,7 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
   } else {
     Array upper = detail::fori_bound(hi, loc);
     auto c = [upper](const IC& ic) { return lt(ic.first, upper); };
-    auto b = [&body](const IC& ic) { return IC{ic.first + 1.0, Carry(body(ic.first, ic.second))}; };
+    auto b = [&body](const IC& ic) { return IC{ic.first + 1, Carry(body(ic.first, ic.second))}; };
     return while_loop(c, b, IC{detail::fori_bound(lo, loc), init}, {}, loc).second;
   }
 }

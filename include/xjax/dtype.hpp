@@ -25,6 +25,30 @@ bool is_floating(DType d);
 bool is_integer(DType d);  // i32, i64, u32 (not bool)
 std::ostream& operator<<(std::ostream& os, DType d);
 
+/// JAX's type promotion (jnp.promote_types with x64 enabled): the least dtype both convert to
+/// without loss on JAX's lattice bool -> unsigned / signed integers -> floats, e.g.
+/// promote_types(u32, i32) = i64, promote_types(i64, f32) = f32, promote_types(f32, f64) = f64.
+DType promote_types(DType a, DType b);
+
+/// How binary operations (add, where, concatenate, dot_general ...) treat operands of different
+/// dtypes: promote them (JAX's default, `jax_numpy_dtype_promotion = 'standard'`), or throw a
+/// TypeError naming both dtypes (`'strict'`; a C++ number then adopts the array's dtype).
+enum class PromotionMode : std::uint8_t { standard, strict };
+/// The calling thread's mode (standard unless a DtypePromotion scope says otherwise).
+PromotionMode promotion_mode();
+/// A scope with another promotion mode for the calling thread (JAX's numpy_dtype_promotion
+/// context manager): `xj::DtypePromotion strict;` makes mixed dtypes an error until it ends.
+class DtypePromotion {
+ public:
+  explicit DtypePromotion(PromotionMode mode = PromotionMode::strict);
+  ~DtypePromotion();
+  DtypePromotion(const DtypePromotion&) = delete;
+  DtypePromotion& operator=(const DtypePromotion&) = delete;
+
+ private:
+  PromotionMode previous_;
+};
+
 /// The C++ element type of a dtype, and back.
 template <class T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = f32; };

@@ -1,11 +1,13 @@
 // ops.hpp: user-level operations (NumPy-like). Each is one primitive application or a short
 // composition of them; all are traceable. Binary operations broadcast NumPy-style; the traced
-// jaxpr shows the broadcasts as explicit broadcast_in_dim equations. A C++ scalar mixed with an
-// array takes the array's dtype (JAX's weak typing). The trailing `loc` parameter records the
+// jaxpr shows the broadcasts as explicit broadcast_in_dim equations. Operands of different dtypes
+// are promoted as JAX promotes them (promote_types, x64 enabled: convert_element_type equations
+// appear in the jaxpr); a C++ number mixed with an array is weakly typed (detail::Scalar). The trailing `loc` parameter records the
 // caller's source line for error messages and saved-residual reports; never pass it explicitly.
 #pragma once
 #include <optional>
 #include <source_location>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,38 @@ namespace xjax {
 
 #define XJAX_LOC std::source_location loc = std::source_location::current()
 using Axes = std::vector<std::int64_t>;
+
+namespace detail {
+/// A C++ number mixed with an array, weakly typed (JAX's Python scalars): an integer adopts the
+/// array's dtype (bool arrays become i32); a floating-point number adopts a float array's dtype
+/// and makes an operation on integers or bools a float one (f32, xjax's default float).
+struct Scalar {
+  double value;
+  bool integer;
+  Scalar(double v) : value(v), integer(false) {}  // NOLINT: implicit on purpose
+  template <class T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  Scalar(T v) : value(static_cast<double>(v)), integer(true) {}  // NOLINT: implicit on purpose
+};
+/// An operand of result_type: a dtype, strong (an array's, a DType) or weak (a C++ number).
+struct TypeOperand {
+  DType dtype = f32;
+  bool weak = false, integer = false;
+};
+inline TypeOperand type_operand(const Array& a) { return {a.dtype()}; }
+inline TypeOperand type_operand(DType d) { return {d}; }
+inline TypeOperand type_operand(Scalar s) { return {f32, true, s.integer}; }
+DType result_type_of(std::span<const TypeOperand> operands);
+/// The dtype of a C++ number (integer or not) mixed with an array of `array_dtype`.
+DType weak_result(DType array_dtype, bool integer);
+}  // namespace detail
+
+/// JAX's result_type: the dtype an operation on these operands computes in and returns (Arrays,
+/// DTypes and C++ numbers, the latter weakly typed), by promote_types' lattice.
+template <class... Ts> DType result_type(const Ts&... xs) {
+  const detail::TypeOperand operands[] = {detail::type_operand(xs)...};
+  return detail::result_type_of(operands);
+}
 
 // ---- elementwise, unary -----------------------------------------------------------------------
 Array neg(const Array& x, XJAX_LOC);
@@ -60,8 +94,8 @@ Array gt(const Array& a, const Array& b, XJAX_LOC);
 Array ge(const Array& a, const Array& b, XJAX_LOC);
 /// pred ? a : b elementwise (pred is bool; all three broadcast).
 Array where(const Array& pred, const Array& a, const Array& b, XJAX_LOC);
-Array where(const Array& pred, const Array& a, double b, XJAX_LOC);
-Array where(const Array& pred, double a, const Array& b, XJAX_LOC);
+Array where(const Array& pred, const Array& a, detail::Scalar b, XJAX_LOC);
+Array where(const Array& pred, detail::Scalar a, const Array& b, XJAX_LOC);
 Array select(const Array& pred, const Array& a, const Array& b, XJAX_LOC);
 
 /// A C++ scalar as a rank-0 array of `like`'s dtype (weak typing).
@@ -123,40 +157,40 @@ Array operator+(ArrayOperand a, ArrayOperand b);
 Array operator-(ArrayOperand a, ArrayOperand b);
 Array operator*(ArrayOperand a, ArrayOperand b);
 Array operator/(ArrayOperand a, ArrayOperand b);
-Array operator+(ArrayOperand a, double b);
-Array operator-(ArrayOperand a, double b);
-Array operator*(ArrayOperand a, double b);
-Array operator/(ArrayOperand a, double b);
-Array operator+(double a, ArrayOperand b);
-Array operator-(double a, ArrayOperand b);
-Array operator*(double a, ArrayOperand b);
-Array operator/(double a, ArrayOperand b);
+Array operator+(ArrayOperand a, detail::Scalar b);
+Array operator-(ArrayOperand a, detail::Scalar b);
+Array operator*(ArrayOperand a, detail::Scalar b);
+Array operator/(ArrayOperand a, detail::Scalar b);
+Array operator+(detail::Scalar a, ArrayOperand b);
+Array operator-(detail::Scalar a, ArrayOperand b);
+Array operator*(detail::Scalar a, ArrayOperand b);
+Array operator/(detail::Scalar a, ArrayOperand b);
 Array operator==(ArrayOperand a, ArrayOperand b);
 Array operator!=(ArrayOperand a, ArrayOperand b);
 Array operator<(ArrayOperand a, ArrayOperand b);
 Array operator<=(ArrayOperand a, ArrayOperand b);
 Array operator>(ArrayOperand a, ArrayOperand b);
 Array operator>=(ArrayOperand a, ArrayOperand b);
-Array operator==(ArrayOperand a, double b);
-Array operator!=(ArrayOperand a, double b);
-Array operator<(ArrayOperand a, double b);
-Array operator<=(ArrayOperand a, double b);
-Array operator>(ArrayOperand a, double b);
-Array operator>=(ArrayOperand a, double b);
-Array operator==(double a, ArrayOperand b);
-Array operator!=(double a, ArrayOperand b);
-Array operator<(double a, ArrayOperand b);
-Array operator<=(double a, ArrayOperand b);
-Array operator>(double a, ArrayOperand b);
-Array operator>=(double a, ArrayOperand b);
+Array operator==(ArrayOperand a, detail::Scalar b);
+Array operator!=(ArrayOperand a, detail::Scalar b);
+Array operator<(ArrayOperand a, detail::Scalar b);
+Array operator<=(ArrayOperand a, detail::Scalar b);
+Array operator>(ArrayOperand a, detail::Scalar b);
+Array operator>=(ArrayOperand a, detail::Scalar b);
+Array operator==(detail::Scalar a, ArrayOperand b);
+Array operator!=(detail::Scalar a, ArrayOperand b);
+Array operator<(detail::Scalar a, ArrayOperand b);
+Array operator<=(detail::Scalar a, ArrayOperand b);
+Array operator>(detail::Scalar a, ArrayOperand b);
+Array operator>=(detail::Scalar a, ArrayOperand b);
 Array& operator+=(Array& a, ArrayOperand b);
 Array& operator-=(Array& a, ArrayOperand b);
 Array& operator*=(Array& a, ArrayOperand b);
 Array& operator/=(Array& a, ArrayOperand b);
-Array& operator+=(Array& a, detail::Located<double> b);
-Array& operator-=(Array& a, detail::Located<double> b);
-Array& operator*=(Array& a, detail::Located<double> b);
-Array& operator/=(Array& a, detail::Located<double> b);
+Array& operator+=(Array& a, detail::Located<detail::Scalar> b);
+Array& operator-=(Array& a, detail::Located<detail::Scalar> b);
+Array& operator*=(Array& a, detail::Located<detail::Scalar> b);
+Array& operator/=(Array& a, detail::Located<detail::Scalar> b);
 
 std::ostream& operator<<(std::ostream& os, const Array& x);
 

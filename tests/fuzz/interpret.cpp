@@ -382,7 +382,7 @@ Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) con
       auto body = [r, blk, env, dt](const C& ic) {
         Arrays in = ic.second;
         in.push_back(xj::astype(ic.first, dt));
-        return C{ic.first + 1.0, r.run(*blk, in, env)};
+        return C{ic.first + 1, r.run(*blk, in, env)};
       };
       // ints[1] > 0: reverse mode with the online schedule of that many snapshots.
       xj::WhileOptions wo{.checkpoints = n.ints[1] > 0 ? xj::scan_checkpoints::online(n.ints[1]) : xj::scan_checkpoints::all()};

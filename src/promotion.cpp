@@ -1,0 +1,112 @@
+// promotion.cpp: JAX's type promotion lattice (jax/_src/dtypes.py, x64 enabled), read from its
+// documentation and written as a graph: each node lists the nodes directly above it, and the
+// promotion of a and b is the least node above both. The weak nodes i* and f* are the types of
+// C++ numbers mixed with arrays (JAX's weakly typed Python scalars). The lattice includes the
+// dtypes xjax does not have yet (8- and 16-bit integers, u64, bf16, f16), so that adding one is
+// adding its DType, not redrawing the graph.
+#include <array>
+#include <bitset>
+
+#include "xjax/errors.hpp"
+#include "xjax/ops.hpp"
+
+namespace xjax {
+namespace {
+
+enum Node : std::uint8_t { b1, u8, u16, u32n, u64, wi, i8, i16, i32n, i64n, wf, bf16, f16, f32n, f64n, kNodes };
+
+// Edges of the lattice (JAX's _type_promotion_lattice without complex types).
+constexpr std::array<std::initializer_list<Node>, kNodes> kAbove = {{
+    {wi},         // b1
+    {i16, u16},   // u8
+    {i32n, u32n}, // u16
+    {i64n, u64},  // u32
+    {wf},         // u64
+    {u8, i8},     // i* (a C++ integer)
+    {i16},        // i8
+    {i32n},       // i16
+    {i64n},       // i32
+    {wf},         // i64
+    {bf16, f16},  // f* (a C++ floating-point number)
+    {f32n},       // bf16
+    {f32n},       // f16
+    {f64n},       // f32
+    {},           // f64
+}};
+
+using Set = std::bitset<kNodes>;
+
+// The nodes at or above n.
+Set upper(Node n) {
+  Set s;
+  s.set(n);
+  for (Node m : kAbove[n]) s |= upper(m);
+  return s;
+}
+
+Node node_of(DType d) {
+  switch (d) {
+    case DType::f32: return f32n;
+    case DType::f64: return f64n;
+    case DType::i32: return i32n;
+    case DType::i64: return i64n;
+    case DType::u32: return u32n;
+    case DType::bool_: return b1;
+  }
+  throw Error("promote_types: unknown dtype");
+}
+
+// The least node above a and b: the one among their common upper bounds that all others are above.
+Node join(Node a, Node b) {
+  const Set common = upper(a) & upper(b);
+  for (std::size_t n = 0; n < kNodes; ++n)
+    if (common.test(n) && (upper(static_cast<Node>(n)) & common) == common) return static_cast<Node>(n);
+  throw Error("promote_types: the lattice has no least upper bound (a bug in promotion.cpp)");
+}
+
+DType dtype_at(Node n, DType a, DType b) {
+  switch (n) {
+    case f32n: return f32;
+    case f64n: return f64;
+    case i32n: return i32;
+    case i64n: return i64;
+    case u32n: return u32;
+    case b1: return bool_;
+    case wi: return i32;  // only weak operands: xjax's default integer
+    case wf: return f32;  // and default float
+    case u8: case u16: case u64: case i8: case i16: case bf16: case f16: case kNodes: break;
+  }
+  throw TypeError(std::string("promote_types(") + dtype_name(a) + ", " + dtype_name(b) + "): the promoted type " +
+                  "is not an xjax dtype yet");
+}
+
+thread_local PromotionMode t_mode = PromotionMode::standard;
+
+}  // namespace
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  return dtype_at(join(node_of(a), node_of(b)), a, b);
+}
+
+PromotionMode promotion_mode() { return t_mode; }
+DtypePromotion::DtypePromotion(PromotionMode mode) : previous_(t_mode) { t_mode = mode; }
+DtypePromotion::~DtypePromotion() { t_mode = previous_; }
+
+namespace detail {
+
+DType weak_result(DType array_dtype, bool integer) {
+  if (is_floating(array_dtype)) return array_dtype;
+  if (!integer) return dtype_at(join(node_of(array_dtype), wf), array_dtype, array_dtype);
+  return dtype_at(join(node_of(array_dtype), wi), array_dtype, array_dtype);
+}
+
+DType result_type_of(std::span<const TypeOperand> operands) {
+  if (operands.empty()) throw TypeError("result_type: no operands");
+  Node n = operands[0].weak ? (operands[0].integer ? wi : wf) : node_of(operands[0].dtype);
+  for (const auto& o : operands.subspan(1)) n = join(n, o.weak ? (o.integer ? wi : wf) : node_of(o.dtype));
+  return dtype_at(n, operands[0].dtype, operands.back().dtype);
+}
+
+}  // namespace detail
+}  // namespace xjax

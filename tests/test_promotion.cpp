@@ -1,0 +1,176 @@
+// test_promotion.cpp: JAX's type promotion (issue 27): promote_types and result_type against
+// JAX's table (jnp.promote_types with x64 enabled, as JAX's "Type promotion semantics" page
+// prints it), binary operations that promote (convert_element_type in the jaxpr where JAX puts
+// it, values against plain loops in double), weakly typed C++ numbers, strict mode, and
+// gradients that come back in the primal's dtype.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+#include "test_util.hpp"
+
+namespace xj = xjax;
+using namespace test_util;
+
+namespace {
+
+// JAX's table restricted to xjax's dtypes; "i*" and "f*" are weakly typed Python scalars (here C++
+// numbers), which resolve to xjax's defaults i32 and f32 when nothing strong is present.
+struct Row {
+  const char* a;
+  const char* b;
+  const char* want;
+};
+const Row kTable[] = {
+    {"bool", "bool", "bool"}, {"bool", "i32", "i32"}, {"bool", "i64", "i64"}, {"bool", "u32", "u32"},
+    {"bool", "f32", "f32"},   {"bool", "f64", "f64"}, {"bool", "i*", "i32"},  {"bool", "f*", "f32"},
+    {"i32", "i32", "i32"},    {"i32", "i64", "i64"},  {"i32", "u32", "i64"},  {"i32", "f32", "f32"},
+    {"i32", "f64", "f64"},    {"i32", "i*", "i32"},   {"i32", "f*", "f32"},   {"i64", "i64", "i64"},
+    {"i64", "u32", "i64"},    {"i64", "f32", "f32"},  {"i64", "f64", "f64"},  {"i64", "i*", "i64"},
+    {"i64", "f*", "f32"},     {"u32", "u32", "u32"},  {"u32", "f32", "f32"},  {"u32", "f64", "f64"},
+    {"u32", "i*", "u32"},     {"u32", "f*", "f32"},   {"f32", "f32", "f32"},  {"f32", "f64", "f64"},
+    {"f32", "i*", "f32"},     {"f32", "f*", "f32"},   {"f64", "f64", "f64"},  {"f64", "i*", "f64"},
+    {"f64", "f*", "f64"},     {"i*", "i*", "i32"},    {"i*", "f*", "f32"},    {"f*", "f*", "f32"},
+};
+
+xj::detail::TypeOperand operand(const std::string& name) {
+  if (name == "i*") return {xj::f32, true, true};
+  if (name == "f*") return {xj::f32, true, false};
+  for (xj::DType d : {xj::bool_, xj::i32, xj::i64, xj::u32, xj::f32, xj::f64})
+    if (name == xj::dtype_name(d)) return {d};
+  FAIL("unknown dtype " << name);
+  return {};
+}
+
+xj::Array bools(const std::vector<std::int32_t>& v) {
+  return xj::astype(xj::array<std::int32_t>(v, {static_cast<std::int64_t>(v.size())}), xj::bool_);
+}
+
+std::vector<std::int32_t> ints(const xj::Array& x) { return xj::astype(x, xj::i32).to_vector<std::int32_t>(); }
+
+}  // namespace
+
+TEST_CASE("promotion: every pair of dtypes and weak scalars promotes as JAX's table, both ways") {
+  for (const auto& r : kTable) {
+    CAPTURE(std::string(r.a) + " + " + r.b);
+    const xj::detail::TypeOperand ab[] = {operand(r.a), operand(r.b)}, ba[] = {operand(r.b), operand(r.a)};
+    CHECK(std::string(xj::dtype_name(xj::detail::result_type_of(ab))) == r.want);
+    CHECK(std::string(xj::dtype_name(xj::detail::result_type_of(ba))) == r.want);
+    if (!ab[0].weak && !ab[1].weak) {
+      CHECK(std::string(xj::dtype_name(xj::promote_types(ab[0].dtype, ab[1].dtype))) == r.want);
+      CHECK(std::string(xj::dtype_name(xj::promote_types(ab[1].dtype, ab[0].dtype))) == r.want);
+    }
+  }
+  // result_type over arrays, dtypes and C++ numbers.
+  xj::Array i = xj::array<std::int32_t>({1, 2}, {2});
+  CHECK(xj::result_type(i, 2) == xj::i32);
+  CHECK(xj::result_type(i, 2.0) == xj::f32);
+  CHECK(xj::result_type(i, xj::u32) == xj::i64);
+  CHECK(xj::result_type(xj::f32, i, xj::f64) == xj::f64);
+  CHECK(xj::result_type(2, 2.5) == xj::f32);
+}
+
+TEST_CASE("promotion: mixed binary operations insert convert_element_type where JAX does and compute in the promoted type") {
+  xj::Array x = xj::array<float>({0.1f, 0.2f, 0.3f}, {3});
+  xj::Array y = xj::array<double>({1.0 / 3.0, 2.0 / 3.0, 1.0}, {3});
+  auto j = xj::make_jaxpr([](const xj::Array& a, const xj::Array& b) { return a + b; })(x, y);
+  CHECK(str(j) ==
+        "{ lambda ; a:f32[3] b:f64[3]. let\n"
+        "    c:f64[3] = convert_element_type[new_dtype=float64] a\n"
+        "    d:f64[3] = add c b\n"
+        "  in (d,) }");
+  xj::Array z = x + y;
+  REQUIRE(z.dtype() == xj::f64);
+  const auto xs = x.to_vector<float>();
+  const auto ys = y.to_vector<double>();
+  const auto zs = z.to_vector<double>();
+  for (std::size_t k = 0; k < 3; ++k) CHECK(zs[k] == static_cast<double>(xs[k]) + ys[k]);  // exact in f64
+  // The issue's repro: an f32 scalar times an f64 array.
+  CHECK((xj::scalar(0.7) * y).dtype() == xj::f64);
+  // i32 + u32 -> i64 (values beyond i32 and u32 ranges kept).
+  xj::Array a = xj::array<std::int32_t>({-5, 7}, {2});
+  xj::Array b = xj::array<std::uint32_t>({4000000000u, 1u}, {2});
+  xj::Array s = a + b;
+  REQUIRE(s.dtype() == xj::i64);
+  CHECK(s.to_vector<std::int64_t>() == std::vector<std::int64_t>{3999999995LL, 8});
+  // where, concatenate and dot_general promote too.
+  xj::Array w = xj::where(bools({1, 0, 1}), x, y);
+  REQUIRE(w.dtype() == xj::f64);
+  CHECK(w.to_vector<double>() == std::vector<double>{static_cast<double>(xs[0]), ys[1], static_cast<double>(xs[2])});
+  xj::Array c = xj::concatenate({x, y});
+  REQUIRE(c.dtype() == xj::f64);
+  CHECK(c.shape() == xj::Shape{6});
+  xj::Array d = xj::dot(x, y);
+  REQUIRE(d.dtype() == xj::f64);
+  double want = 0;
+  for (std::size_t k = 0; k < 3; ++k) want += static_cast<double>(xs[k]) * ys[k];
+  CHECK(d.item<double>() == doctest::Approx(want).epsilon(1e-15));
+}
+
+TEST_CASE("promotion: C++ numbers are weakly typed: integers adopt the array's dtype, floats make integer operations float") {
+  xj::Array i = xj::array<std::int32_t>({1, 2, 3}, {3});
+  xj::Array half = i * 0.5;  // was truncated to i32 zeros before promotion
+  REQUIRE(half.dtype() == xj::f32);
+  CHECK(half.to_vector<float>() == std::vector<float>{0.5f, 1.0f, 1.5f});
+  xj::Array next = i + 1;
+  REQUIRE(next.dtype() == xj::i32);
+  CHECK(next.to_vector<std::int32_t>() == std::vector<std::int32_t>{2, 3, 4});
+  xj::Array u = xj::array<std::uint32_t>({1u, 2u}, {2});
+  CHECK((u * 2).dtype() == xj::u32);
+  xj::Array flags = bools({1, 0});
+  xj::Array counted = flags + 1;
+  REQUIRE(counted.dtype() == xj::i32);
+  CHECK(counted.to_vector<std::int32_t>() == std::vector<std::int32_t>{2, 1});
+  xj::Array f64s = xj::array<double>({1.5, 2.5}, {2});
+  CHECK((f64s * 2.0f).dtype() == xj::f64);  // a float scalar adopts a float array's dtype
+  CHECK((2 - f64s).dtype() == xj::f64);
+  CHECK(ints(i < 1.5) == std::vector<std::int32_t>{1, 0, 0});  // compared as floats
+  CHECK(xj::pow(i, 0.5).dtype() == xj::f32);
+}
+
+TEST_CASE("promotion: strict mode (a scope) gives the TypeError naming both dtypes, and ends with its scope") {
+  xj::Array x = xj::ones({2}, xj::f32), y = xj::ones({2}, xj::f64);
+  {
+    xj::DtypePromotion strict;
+    CHECK(xj::promotion_mode() == xj::PromotionMode::strict);
+    std::string m;
+    try {
+      (void)(x + y);
+    } catch (const xj::TypeError& e) {
+      m = e.what();
+    }
+    CHECK(m.find("f32") != std::string::npos);
+    CHECK(m.find("f64") != std::string::npos);
+    CHECK(m.find("strict") != std::string::npos);
+    CHECK_THROWS_AS((void)xj::concatenate({x, y}), xj::TypeError);
+    CHECK((x * 2.0).dtype() == xj::f32);  // a C++ number still adopts the array's dtype
+    {
+      xj::DtypePromotion standard(xj::PromotionMode::standard);
+      CHECK((x + y).dtype() == xj::f64);
+    }
+    CHECK_THROWS_AS((void)(x + y), xj::TypeError);
+  }
+  CHECK(xj::promotion_mode() == xj::PromotionMode::standard);
+  CHECK((x + y).dtype() == xj::f64);
+}
+
+TEST_CASE("promotion: gradients come back in the primal's dtype") {
+  xj::Array w = xj::array<double>({0.25, -1.5, 2.0}, {3});
+  auto loss = [&](const xj::Array& x) { return xj::sum(xj::sin(x) * w); };  // f32 x promoted to f64
+  xj::Array x = xj::array<float>({0.5f, 1.0f, -2.0f}, {3});
+  xj::Array g = xj::grad(loss)(x);
+  REQUIRE(g.dtype() == xj::f32);
+  const auto xs = x.to_vector<float>();
+  const auto ws = w.to_vector<double>();
+  const auto gs = g.to_vector<float>();
+  for (std::size_t k = 0; k < 3; ++k)  // d/dx sum(sin(x) w) = cos(x) w, rounded once to f32
+    CHECK(gs[k] == doctest::Approx(std::cos(static_cast<double>(xs[k])) * ws[k]).epsilon(1e-6));
+  // Under vmap and jit too.
+  xj::Array batch = xj::stack({x, x * 2.0f});
+  xj::Array gb = xj::jit(xj::vmap(xj::grad(loss)))(batch);
+  REQUIRE(gb.dtype() == xj::f32);
+  check_close(gb[0], g, 1e-6);
+}
