@@ -486,6 +486,42 @@ Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_
   return bind1(P::gather, {x, indices}, params::Gather{.axis = axis}, loc);
 }
 
+Array take_along_axis(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
+  axis = norm_axis(axis, x.ndim(), "take_along_axis", x, loc);
+  auto fail = [&](const std::string& why) {
+    throw ShapeError("take_along_axis(" + x.aval().str() + ", " + indices.aval().str() + "): " + why + " (at " +
+                     format_location(loc) + ")");
+  };
+  if (!is_integer(indices.dtype()))
+    throw TypeError("take_along_axis(" + x.aval().str() + ", " + indices.aval().str() + "): indices must be integers (at " +
+                    format_location(loc) + ")");
+  if (indices.ndim() != x.ndim()) fail("indices must have the operand's rank");
+  const auto a = static_cast<std::size_t>(axis);
+  Shape out = indices.shape();
+  for (std::size_t d = 0; d < out.size(); ++d) {
+    if (d == a) continue;
+    const std::int64_t xd = x.shape()[d], id = indices.shape()[d];
+    if (xd != id && xd != 1 && id != 1) fail("axis " + std::to_string(d) + " does not broadcast");
+    out[d] = xd == 1 ? id : xd;
+  }
+  // The flat position in x of each output element: its coordinates on the other axes (0 where x
+  // has size 1) and the index, normalized and clamped, on `axis`.
+  const DType it = x.size() > std::int64_t{1} << 30 ? i64 : i32;
+  const std::int64_t n = x.shape()[a];
+  Array idx = astype(indices, it, loc);
+  idx = where(idx < 0, idx + n, idx, loc);
+  idx = minimum(maximum(idx, scalar(0, it), loc), scalar(static_cast<double>(std::max<std::int64_t>(n - 1, 0)), it), loc);
+  std::int64_t stride = 1;
+  Array flat = scalar(0, it);
+  for (std::size_t d = out.size(); d-- > 0;) {
+    Array coordinate = d == a ? broadcast_to(idx, out, loc) : iota(it, out, static_cast<std::int64_t>(d), loc);
+    if (d == a || x.shape()[d] != 1) flat = flat + coordinate * stride;
+    stride *= x.shape()[d];
+  }
+  flat = broadcast_to(flat, out, loc);
+  return reshape(take(reshape(x, {x.size()}, loc), reshape(flat, {shape_size(out)}, loc), 0, loc), out, loc);
+}
+
 Array iota(DType dtype, const Shape& shape, std::int64_t dimension, std::source_location loc) {
   return detail::bind1(P::iota, std::span<const Array>{}, params::Iota{.dtype = dtype, .shape = shape, .dimension = dimension}, loc);
 }

@@ -144,6 +144,11 @@ Array dynamic_slice(const Array& x, const std::vector<Array>& starts, const Shap
 Array dynamic_update_slice(const Array& x, const Array& update, const std::vector<Array>& starts, XJAX_LOC);
 /// x[i] along `axis` for each index in `indices` (negative indices count from the end; others clamp).
 Array take(const Array& x, const Array& indices, std::int64_t axis = 0, XJAX_LOC);
+/// NumPy's take_along_axis: out[..., j, ...] = x[..., indices[..., j, ...], ...] along `axis`.
+/// indices has x's rank; the other axes broadcast (equal, or 1 on either side). Negative indices
+/// count from the end; the others clamp to the axis (as take). Gathers through the flattened x,
+/// so its gradient is one scatter-add (no one-hot matrix).
+Array take_along_axis(const Array& x, const Array& indices, std::int64_t axis, XJAX_LOC);
 /// Integers 0..n-1 along `dimension` of `shape` (traceable, unlike arange).
 Array iota(DType dtype, const Shape& shape, std::int64_t dimension = 0, XJAX_LOC);
 

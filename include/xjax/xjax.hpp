@@ -8,6 +8,7 @@
 #include "xjax/dtype.hpp"
 #include "xjax/errors.hpp"
 #include "xjax/jaxpr.hpp"
+#include "xjax/losses.hpp"
 #include "xjax/ops.hpp"
 #include "xjax/primitives.hpp"
 #include "xjax/pytree.hpp"

@@ -371,6 +371,30 @@ std::vector<Row> build() {
                   uniform_gen({5, 3}, -2, 2)));
   t.push_back(row("gather_take_2d_indices", {P::gather}, squared([](const Arrays& x) { return take(x[0], x[1], 1); }),
                   [](DType d, Rng& r) { return Arrays{uniform({3, 5}, d, r, -2, 2), i32s({4, 0, 4, 7}, {2, 2})}; }));
+  t.push_back(row("take_along_axis", {P::gather},
+                  squared([](const Arrays& x) { return take_along_axis(x[0], i32s({4, 0, -1, 2, 2, 1}, {3, 2}), 1); }),
+                  uniform_gen({3, 5}, -2, 2)));
+  t.push_back(row("take_along_axis_broadcast", {P::gather},
+                  squared([](const Arrays& x) { return take_along_axis(x[0], i32s({1, 0, 2, 1}, {1, 4}), 0); }),
+                  uniform_gen({3, 4}, -2, 2)));
+  // Losses (optax's): compositions; labels are inputs where they are floats.
+  t.push_back(row("softmax_cross_entropy", {P::exp, P::log, P::reduce_sum},
+                  [](const Arrays& x) { return optim::softmax_cross_entropy(x[0], softmax(x[1])); }, uniform2_gen({3, 4}, {3, 4}, -2, 2)));
+  t.push_back(row("softmax_cross_entropy_with_integer_labels", {P::gather, P::exp, P::log},
+                  [](const Arrays& x) { return optim::softmax_cross_entropy_with_integer_labels(x[0], i32s({3, 0, 1}, {3})); },
+                  uniform_gen({3, 4}, -2, 2)));
+  t.push_back(row("sigmoid_binary_cross_entropy", {P::exp, P::log1p},
+                  [](const Arrays& x) { return optim::sigmoid_binary_cross_entropy(x[0], logistic(x[1])); },
+                  uniform2_gen({2, 3}, {2, 3}, -2, 2)));
+  t.push_back(row("l2_loss", {P::sub}, [](const Arrays& x) { return optim::l2_loss(x[0], x[1]); }, uniform2_gen({2, 3}, {2, 3}, -2, 2)));
+  // Errors away from +-delta (the kink): |e| in [0.1, 0.8] or [1.2, 2] with delta 1.
+  t.push_back(row("huber_loss", {P::abs, P::min},
+                  [](const Arrays& x) { return optim::huber_loss(x[0], std::nullopt, 1.0); },
+                  [](DType d, Rng& r) {
+                    auto v = uniform_values(6, 0.1, 0.8, r);
+                    for (std::size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? v[i] + 1.1 : v[i]) * (i % 3 ? 1 : -1);
+                    return Arrays{make(v, {2, 3}, d)};
+                  }));
   t.push_back(row("scatter_add", {P::scatter_add},
                   squared([](const Arrays& x) {
                     return detail::bind1(P::scatter_add, {x[0], i32s({1, 4, 1, 0}, {4}), x[1]}, params::ScatterAdd{.axis = std::int64_t{0}});

@@ -1,0 +1,62 @@
+// losses.cpp: the losses of losses.hpp as compositions of ops (optax's formulas, read from
+// optax/losses/_classification.py and _regression.py and written here from the math).
+#include "xjax/losses.hpp"
+
+#include <string>
+
+#include "xjax/ops.hpp"
+
+namespace xjax::optim {
+namespace {
+
+void same_shape(const char* fn, const Array& a, const Array& b, const std::source_location& loc) {
+  if (a.shape() != b.shape())
+    throw ShapeError(std::string(fn) + "(" + a.aval().str() + ", " + b.aval().str() + "): the operands' shapes differ (at " +
+                     format_location(loc) + ")");
+}
+
+Array error_of(const Array& predictions, const std::optional<Array>& targets, const char* fn, const std::source_location& loc) {
+  if (!targets) return predictions;
+  same_shape(fn, predictions, *targets, loc);
+  return sub(predictions, *targets, loc);
+}
+
+}  // namespace
+
+Array softmax_cross_entropy(const Array& logits, const Array& labels, std::source_location loc) {
+  same_shape("softmax_cross_entropy", logits, labels, loc);
+  return neg(sum(mul(labels, log_softmax(logits, -1, loc), loc), {-1}, false, loc), loc);
+}
+
+Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array& labels, std::source_location loc) {
+  Shape rows = logits.shape();
+  if (!rows.empty()) rows.pop_back();
+  if (logits.ndim() == 0 || labels.shape() != rows)
+    throw ShapeError("softmax_cross_entropy_with_integer_labels(" + logits.aval().str() + ", " + labels.aval().str() +
+                     "): labels must have the logits' shape without its last (class) axis (at " + format_location(loc) + ")");
+  // logsumexp - the label's logit, both of the logits shifted by their row max (a constant: the
+  // difference does not depend on it), so that large logits lose no precision to cancellation.
+  const Array shifted = sub(logits, stop_gradient(max(logits, {-1}, true, loc), loc), loc);
+  Array picked = take_along_axis(shifted, expand_dims(labels, -1, loc), -1, loc);
+  return sub(logsumexp(shifted, {-1}, false, loc), squeeze(picked, {-1}, loc), loc);
+}
+
+Array sigmoid_binary_cross_entropy(const Array& logits, const Array& labels, std::source_location loc) {
+  same_shape("sigmoid_binary_cross_entropy", logits, labels, loc);
+  return sub(softplus(logits, loc), mul(labels, logits, loc), loc);
+}
+
+Array l2_loss(const Array& predictions, const std::optional<Array>& targets, std::source_location loc) {
+  const Array e = error_of(predictions, targets, "l2_loss", loc);
+  return mul(square(e, loc), scalar_like(0.5, e), loc);
+}
+
+Array huber_loss(const Array& predictions, const std::optional<Array>& targets, double delta, std::source_location loc) {
+  const Array e = error_of(predictions, targets, "huber_loss", loc);
+  const Array size = abs(e, loc);
+  const Array quadratic = minimum(size, scalar_like(delta, e), loc);
+  const Array linear = sub(size, quadratic, loc);  // |e| - delta beyond delta, else 0
+  return add(mul(square(quadratic, loc), scalar_like(0.5, e), loc), mul(linear, scalar_like(delta, e), loc), loc);
+}
+
+}  // namespace xjax::optim
