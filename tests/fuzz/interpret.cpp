@@ -237,7 +237,18 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         default: return {a / (1.0 / f) + n.c};
       }
     }
-    case Op::CastRoundTrip: return {xj::astype(xj::astype(a, xj::f64), dtype)};
+    case Op::CastRoundTrip: {
+      // Every other one (by operand index: no random draw, so the programs of older seeds keep
+      // their shape) mixes dtypes that promote (issue 27): the program's dtype with f64, and an
+      // i32 iota times a C++ float (weakly typed: f32), added and taken away again; its value is a.
+      if (n.args[0] % 2 == 0) return {xj::astype(xj::astype(a, xj::f64), dtype)};
+      Array wide = xj::astype(a, xj::f64) * 0.5 + a * 0.5;  // f64 + the program's dtype: f64
+      if (a.ndim() > 0) {
+        const Array step = xj::iota(xj::i32, a.shape(), 0) * 0.125;  // f32
+        wide = wide + step - step;                                   // f64 + f32: f64
+      }
+      return {xj::astype(wide, dtype)};
+    }
     case Op::StopGradient:  // stop_gradient(x) / 2 + 1/4: not equal to x, so no exact tie with it
       if (mode == Mode::Full) return {xj::stop_gradient(a) * 0.5 + 0.25};
       if (tape->recording) {
