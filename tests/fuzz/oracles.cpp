@@ -558,11 +558,36 @@ class Checker {
     std::vector<Shape> env = p_.main.in;  // the main block's environment (it has no captures)
     for (const Node& n : p_.main.nodes) env.insert(env.end(), n.outs.begin(), n.outs.end());
     std::vector<std::vector<Shape>> grants;  // each covers one entry of any of its shapes
-    for (std::size_t k = 0; k < ncar; ++k) {
-      Shape snap = scan.outs[k];
-      snap.insert(snap.begin(), slots);
-      grants.push_back({snap});
-    }
+    // The schedule stores the carries of the scan it runs, which may have more than the user's
+    // (an inner jvp adds tangent carries: seed 6019216): one snapshot grant per carry of each
+    // revolve_fwd in the gradient's jaxpr, and a final-carry grant for each below.
+    Array c = c_;
+    auto LF = [this, c](const Arrays& x) { return xj::sum(full_(p_, x) * c); };
+    std::vector<Shape> known_carries;
+    std::function<void(const xj::Jaxpr&)> walk = [&](const xj::Jaxpr& j) {
+      for (const auto& e : j.eqns) {
+        if (e.prim == xj::Primitive::revolve_fwd) {
+          const auto& ps = e.params.get<xj::params::RevolveFwd>();
+          const auto n = static_cast<std::size_t>(ps.num_carry);
+          const std::size_t ny = ps.jaxpr->jaxpr->outvars.size() - n - static_cast<std::size_t>(ps.num_res);
+          for (std::size_t k = 0; k < n; ++k) {
+            grants.push_back({e.outputs[n + ny + k].aval().shape});
+            known_carries.push_back(e.outputs[k].aval().shape);
+          }
+        }
+        for (const auto& sub : xj::sub_jaxprs(e.params)) walk(*sub->jaxpr);
+      }
+    };
+    walk(*xj::make_jaxpr(xj::grad(LF))(xs_).jaxpr);
+    // Where the gradient's jaxpr does not show the revolve_fwd (it runs inside a rule the jaxpr
+    // holds as a function, e.g. a custom_vjp's bwd), the user's carries stand for the known ones.
+    if (known_carries.empty())
+      for (std::size_t k = 0; k < ncar; ++k) {
+        Shape snap = scan.outs[k];
+        snap.insert(snap.begin(), slots);
+        grants.push_back({snap});
+        known_carries.push_back(scan.outs[k]);
+      }
     for (std::size_t k = ncar; k < scan.args.size(); ++k) {
       Shape x = env[static_cast<std::size_t>(scan.args[k])];
       grants.push_back({Shape(x.begin() + 1, x.end())});
@@ -587,10 +612,10 @@ class Checker {
     // in the scheduled one; matching by description may pair the plain one with another scan's
     // output that only the schedule keeps (an xs revolve_lin reads, from the same source line):
     // a carry-shaped "output of scan" of the plain run stands for one final carry too.
-    for (std::size_t k = 0; k < ncar; ++k)
+    for (const Shape& carry : known_carries)
       for (const auto& r : plain)
-        if (r.description.rfind("output of scan", 0) == 0 && r.aval.shape == scan.outs[k]) {
-          grants.push_back({scan.outs[k]});
+        if (r.description.rfind("output of scan", 0) == 0 && r.aval.shape == carry) {
+          grants.push_back({carry});
           break;
         }
     for (const auto& r : plain_left) {
