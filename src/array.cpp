@@ -53,6 +53,7 @@ bool Array::is_tracer() const { return valid() && impl_->tracer != nullptr; }
 
 const void* Array::raw_data() const {
   const auto& im = impl_of(*this);
+  detail::check_not_donated(*this, "read");
   if (im.tracer && !detail::tracer_in_active_trace(*im.tracer)) detail::tracer_escaped(*this);
   if (im.tracer)
     throw TracerError("a concrete value was required of a traced " + im.aval.str() +
@@ -105,6 +106,30 @@ Array alloc_array(const ShapedArray& aval) {
   return Array(std::move(impl));
 }
 
+Array weakly_typed(const Array& x) {
+  if (is_weak(x)) return x;
+  auto impl = std::make_shared<ArrayImpl>(*x.impl());
+  impl->weak = true;
+  return Array(std::move(impl));
+}
+
+void check_not_donated(const Array& x, const char* use) {
+  if (x.valid() && x.impl()->donated)
+    throw Error("an xj::Array " + x.aval().str() + " was " + use + " after it was donated to a jit call (" +
+                *x.impl()->donated + "): its buffer went to that call, so it has no value now; use the "
+                "call's outputs, or leave the argument out of donate_argnums");
+}
+
+Array take_donated(const Array& x, const std::string& what) {
+  check_not_donated(x, "donated again");
+  if (!x.is_concrete()) return x;
+  auto taken = std::make_shared<ArrayImpl>(*x.impl());
+  const ArrayImpl& given = *x.impl();
+  given.donated = std::make_shared<const std::string>(what);
+  given.buffer.reset();
+  return Array(std::move(taken));
+}
+
 void* mutable_data(const Array& a) { return static_cast<char*>(a.impl()->buffer->data) + a.impl()->offset; }
 
 Array buffer_view(const Array& x, std::size_t byte_offset, const ShapedArray& aval) {
@@ -114,7 +139,7 @@ Array buffer_view(const Array& x, std::size_t byte_offset, const ShapedArray& av
     throw Error("buffer_view: " + aval.str() + " at byte " + std::to_string(byte_offset) +
                 " does not fit in " + im.aval.str());
   return Array(std::allocate_shared<const ArrayImpl>(SmallBlockAllocator<ArrayImpl>{},
-                                                     ArrayImpl{aval, im.buffer, nullptr, im.offset + byte_offset}));
+                                                     ArrayImpl{aval, im.buffer, nullptr, im.offset + byte_offset, false, nullptr}));
 }
 
 Array external_array(const void* data, const ShapedArray& aval, std::shared_ptr<const void> keep_alive) {

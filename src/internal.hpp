@@ -6,6 +6,7 @@
 #include <memory>
 #include <source_location>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "xjax/array.hpp"
@@ -43,10 +44,25 @@ struct Tracer {
 
 struct ArrayImpl {
   ShapedArray aval;
-  std::shared_ptr<Buffer> buffer;        // concrete arrays
-  std::shared_ptr<const Tracer> tracer;  // tracers
-  std::size_t offset = 0;                // where the elements start in the buffer (bytes)
+  mutable std::shared_ptr<Buffer> buffer;  // concrete arrays (released when donated)
+  std::shared_ptr<const Tracer> tracer;    // tracers
+  std::size_t offset = 0;                  // where the elements start in the buffer (bytes)
+  /// Weakly typed (JAX's weak_type): a C++ number, or computed from weak values only. Promotion
+  /// lets a weak operand adopt the other operand's dtype (ops.cpp `promoted`).
+  bool weak = false;
+  /// Set when the array was donated to a jit call (donate_argnums): what it was there. Its buffer
+  /// went to the call; any later read is an error naming this.
+  mutable std::shared_ptr<const std::string> donated;
 };
+
+/// x, marked weakly typed (a new handle: the same value or tracer).
+Array weakly_typed(const Array& x);
+inline bool is_weak(const Array& x) { return x.valid() && x.impl()->weak; }
+/// Throws an Error naming what x was donated as, if it was donated (`use` says where it is used).
+void check_not_donated(const Array& x, const char* use);
+/// jit's donation: a new handle on x's value, which x loses (any later use of x is an Error
+/// naming `what`). A tracer is returned as it is (donation applies to concrete calls only).
+Array take_donated(const Array& x, const std::string& what);
 
 /// An array of aval `aval` whose elements are x's bytes from `byte_offset` on, sharing x's buffer
 /// (no copy). It keeps the whole buffer alive.

@@ -46,6 +46,7 @@ void check_args(const Jaxpr& j, std::span<const Array> args, std::span<const Arr
   if (args.size() != j.invars.size())
     throw TypeError("eval_jaxpr: " + std::to_string(args.size()) + " arguments for a jaxpr of " +
                     std::to_string(j.invars.size()) + " inputs");
+  for (std::size_t i = 0; i < args.size(); ++i) detail::check_not_donated(args[i], "passed to a jitted function (or eval_jaxpr)");
   for (std::size_t i = 0; i < args.size(); ++i)
     if (!args[i].valid() || args[i].aval() != j.invars[i].aval())
       throw TypeError("eval_jaxpr: argument " + std::to_string(i) + " is " +
@@ -120,22 +121,18 @@ class FrameLease {
 
 }  // namespace
 
-// Outside any trace: run the jaxpr's cached execution plan.
-void detail::run_plan_into(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args,
-                           std::vector<Array>& result) {
+namespace {
+
+// The steps of `plan` on a frame whose slots hold the consts and inputs already.
+void run_steps(const detail::EvalPlan& plan, PlanFrame& frame, std::vector<Array>& result) {
   using detail::EvalPlan;
-  FrameLease lease;
-  PlanFrame& frame = *lease;
   std::vector<Array>& slots = frame.slots;
-  slots.resize(plan.num_slots);
   auto put = [&](std::size_t s, Array a) {
     if (s != EvalPlan::npos) slots[s] = std::move(a);
   };
   auto read = [&](const EvalPlan::Operand& op) -> const Array& {
     return op.literal ? op.literal->value : slots[op.slot];
   };
-  for (std::size_t i = 0; i < cj.consts.size(); ++i) put(plan.const_slots[i], cj.consts[i]);
-  for (std::size_t i = 0; i < args.size(); ++i) put(plan.in_slots[i], args[i]);
   std::vector<Array>& ins = frame.ins;
   std::vector<Array>& outs = frame.outs;
   for (const auto& st : plan.steps) {
@@ -160,6 +157,27 @@ void detail::run_plan_into(const detail::EvalPlan& plan, const ClosedJaxpr& cj, 
   for (Primitive p : plan.inlined_checkpoints) detail::count_eval(p);
   result.clear();
   for (const auto& op : plan.outs) result.push_back(read(op));
+}
+
+// Puts the consts, then the inputs (moved when `args` is owned), into their slots.
+void load_slots(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args, std::vector<Array>* owned,
+                PlanFrame& frame) {
+  frame.slots.resize(plan.num_slots);
+  for (std::size_t i = 0; i < cj.consts.size(); ++i)
+    if (plan.const_slots[i] != detail::EvalPlan::npos) frame.slots[plan.const_slots[i]] = cj.consts[i];
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (plan.in_slots[i] != detail::EvalPlan::npos)
+      frame.slots[plan.in_slots[i]] = owned ? std::move((*owned)[i]) : args[i];
+}
+
+}  // namespace
+
+// Outside any trace: run the jaxpr's cached execution plan.
+void detail::run_plan_into(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args,
+                           std::vector<Array>& result) {
+  FrameLease lease;
+  load_slots(plan, cj, args, nullptr, *lease);
+  run_steps(plan, *lease, result);
 }
 
 std::vector<Array> detail::run_plan(const detail::EvalPlan& plan, const ClosedJaxpr& cj, std::span<const Array> args) {
@@ -208,6 +226,22 @@ std::shared_ptr<const detail::EvalPlan> detail::plan_for_jit(const ClosedJaxpr& 
 
 std::vector<Array> detail::eval_jaxpr_with_plan(const ClosedJaxpr& j, const EvalPlan& plan, std::span<const Array> args) {
   return evaluate(j, &plan, args);
+}
+
+std::vector<Array> detail::eval_jaxpr_consuming(const ClosedJaxpr& j, const EvalPlan& plan, std::vector<Array> args) try {
+  if (detail::tracing_active() || any_tracer(args) || any_tracer(j.consts)) return evaluate(j, &plan, args);
+  check_args(*j.jaxpr, args, j.consts);
+  detail::LocationScope own_locations(nullptr);
+  // The Array executor (not the raw plan, which places every output in fresh memory): each input
+  // is handed to the plan, so a fused chain at the input's last use may write in its buffer.
+  FrameLease lease;
+  load_slots(plan, j, args, &args, *lease);
+  args.clear();
+  std::vector<Array> result;
+  run_steps(plan, *lease, result);
+  return result;
+} catch (...) {
+  detail::rethrow_internal("eval_jaxpr");
 }
 
 }  // namespace xjax

@@ -65,14 +65,25 @@ std::pair<Array, Array> broadcast_pair(P p, const Array& a, const Array& b, cons
   return {fit(a), fit(b)};
 }
 
-// The operands converted to their promoted dtype (JAX's promote_types; convert_element_type
-// equations where a dtype changes), or, in strict mode, a TypeError naming both dtypes.
+// The dtype the operands promote to: the strong operands' promote_types, which weakly typed ones
+// (C++ numbers, values computed from them only) adopt as JAX's weak types do; all weak: theirs.
+DType promoted_dtype(std::span<const Array> xs) {
+  const bool any_strong = std::any_of(xs.begin(), xs.end(), [](const Array& x) { return !detail::is_weak(x); });
+  std::optional<DType> t;
+  for (const auto& x : xs)
+    if (!any_strong || !detail::is_weak(x)) t = t ? promote_types(*t, x.dtype()) : x.dtype();
+  for (const auto& x : xs)
+    if (any_strong && detail::is_weak(x)) t = detail::weak_result(*t, !is_floating(x.dtype()));
+  return t.value();
+}
+
+// The operands converted to their promoted dtype (convert_element_type equations where a dtype
+// changes), or, in strict mode, a TypeError naming both dtypes (a weak operand still converts).
 std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_location& loc) {
-  DType t = xs.at(0).dtype();
-  for (const auto& x : xs) t = promote_types(t, x.dtype());
+  const DType t = promoted_dtype(xs);
   for (auto& x : xs)
     if (x.dtype() != t) {
-      if (promotion_mode() == PromotionMode::strict) {
+      if (promotion_mode() == PromotionMode::strict && !detail::is_weak(x)) {
         std::vector<ShapedArray> avals;
         for (const auto& y : xs) avals.push_back(y.aval());
         throw TypeError(detail::describe_application(p, avals) + ": operands of dtypes " + dtype_name(xs[0].dtype()) +
@@ -92,8 +103,8 @@ Array binary(P p, const Array& a, const Array& b, const std::source_location& lo
 
 // A C++ number mixed with `other` (weak typing); in strict mode it adopts other's dtype.
 Array weak_scalar(detail::Scalar s, const Array& other) {
-  if (promotion_mode() == PromotionMode::strict) return scalar(s.value, other.dtype());
-  return scalar(s.value, detail::weak_result(other.dtype(), s.integer));
+  if (promotion_mode() == PromotionMode::strict) return detail::weakly_typed(scalar(s.value, other.dtype()));
+  return detail::weakly_typed(scalar(s.value, detail::weak_result(other.dtype(), s.integer)));
 }
 
 Array reduce(P p, const Array& x, const Axes& axes, bool keepdims, const std::source_location& loc) {

@@ -130,13 +130,24 @@ bool is_alias(const Eqn& e) {
 
 // ---- scheduling -------------------------------------------------------------------------------
 
+// Scalar arithmetic: an equation fusion_key would admit but for its rank-0 output (a weakly typed
+// number converted to the arrays' dtype, a learning rate scaled): cheap, pure, and best computed
+// before the fusion runs that read it, so that it does not split one.
+bool is_scalar_arithmetic(const Eqn& e) {
+  const Primitive p = e.prim;
+  return e.outputs.size() == 1 && e.outputs[0].aval().ndim() == 0 &&
+         (is_unary_float(p) || is_float_binary(p) || is_comparison(p) || p == Primitive::select_n ||
+          p == Primitive::convert_element_type);
+}
+
 /// The equations reordered so that fusible equations of one FusionKey run consecutively where the
 /// dependences allow: a list schedule that takes, among the equations whose inputs are all
 /// computed, one continuing the current fusion run if there is one (same key, reading a value of
 /// the run), else the first in the original order. A fusible equation reading no variable (a
 /// broadcast literal) is placed right before its first reader, so it joins that reader's run instead of
-/// being materialized early. Other equations that cannot fuse keep their relative order (so do
-/// collectives), and an equation only moves ahead of others when it is fusible.
+/// being materialized early. Between runs, ready scalar arithmetic (is_scalar_arithmetic) goes
+/// first. Other equations that cannot fuse keep their relative order (so do collectives), and an
+/// equation only moves ahead of others when it is fusible or scalar arithmetic.
 EqnList schedule_for_fusion(const EqnList& eqns) {
   const std::size_t n = eqns.size();
   std::vector<std::optional<FusionKey>> key(n);
@@ -186,12 +197,16 @@ EqnList schedule_for_fusion(const EqnList& eqns) {
   };
   while (!ready.empty()) {
     auto pick = ready.begin();
-    if (current)
+    if (current) {
       for (auto it = ready.begin(); it != ready.end(); ++it)
         if (key[*it] == current && continues_run(*it)) {
           pick = it;
           break;
         }
+    } else {
+      pick = std::find_if(ready.begin(), ready.end(), [&](std::size_t i) { return is_scalar_arithmetic(*eqns[i]); });
+      if (pick == ready.end()) pick = ready.begin();
+    }
     const std::size_t i = *pick;
     ready.erase(pick);
     for (const auto& in : eqns[i]->inputs)  // its literal-only producers first

@@ -2,6 +2,7 @@
 // the builders active on this thread (innermost last). bind() is the single entry of every
 // primitive application: it records into the innermost builder, or runs the kernel when no trace
 // is active. Operands from enclosing traces are lifted into consts (closure conversion).
+#include <algorithm>
 #include <atomic>
 #include <unordered_map>
 
@@ -73,6 +74,16 @@ template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_lo
   throw E(std::string(e.what()) + " (at " + format_location(loc) + ")");
 }
 
+// JAX's weak-type rule: a result computed from weakly typed operands only is weak itself when it
+// keeps their dtype (a comparison's bool or an explicit conversion is not).
+std::vector<Array> weak_if_all_inputs_weak(std::span<const Array> inputs, std::vector<Array> outs) {
+  if (inputs.empty() || !std::all_of(inputs.begin(), inputs.end(), [](const Array& x) { return is_weak(x); }))
+    return outs;
+  for (auto& o : outs)
+    if (o.valid() && o.dtype() == inputs[0].dtype()) o = weakly_typed(o);
+  return outs;
+}
+
 }  // namespace
 
 bool tracing_active() { return !t_stack.empty(); }
@@ -106,6 +117,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
     if (!x.valid())
       throw Error(std::string(primitive_name(p)) + ": an operand is an empty xj::Array (at " +
                   format_location(loc) + ")");
+    if (x.impl()->donated) check_not_donated(x, (std::string("used by ") + std::string(primitive_name(p)) + " at " + format_location(loc)).c_str());
     in_avals.push_back(x.aval());
   }
   std::vector<ShapedArray> out_avals;
@@ -123,7 +135,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
     ImplRule impl = impl_rule(p);
     auto outs = impl ? impl(inputs, params) : run_kernel(p, inputs, params, out_avals);
     count_eval(p);
-    return outs;
+    return weak_if_all_inputs_weak(inputs, std::move(outs));
   }
 
   Builder& b = *t_stack.back();
@@ -137,7 +149,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
     eqn.outputs.push_back(outs.back().impl()->tracer->var);
   }
   b.eqns.push_back(std::move(eqn));
-  return outs;
+  return weak_if_all_inputs_weak(inputs, std::move(outs));
 }
 
 Array bind1(Primitive p, std::span<const Array> inputs, Params params, std::source_location loc) {

@@ -69,6 +69,40 @@ void jit_static_out_of_range(int index, std::size_t num_args) {
                        std::to_string(num_args) + " arguments");
 }
 
+void jit_donated_not_array(int index, std::size_t num_args) {
+  if (index < 0 || static_cast<std::size_t>(index) >= num_args)
+    throw TransformError("xj::jit: donate_argnums lists argument " + std::to_string(index) + " of a call with " +
+                         std::to_string(num_args) + " arguments");
+  throw TransformError("xj::jit: donate_argnums lists argument " + std::to_string(index) +
+                       ", which is not an array pytree (only arrays have buffers to donate)");
+}
+
+Array jit_number(double v, DType dtype) { return weakly_typed(scalar(v, dtype)); }
+
+Array jit_number(std::int64_t v) {
+  Array out = alloc_array({{}, i64});
+  *static_cast<std::int64_t*>(mutable_data(out)) = v;
+  return weakly_typed(out);
+}
+
+Array jit_weak(const Array& x) { return weakly_typed(x); }
+
+void donate_args(FlatArgs& fa, const std::vector<int>& argnums) {
+  // A leaf passed twice (the same handle in two donated places, or donated and also passed
+  // undonated) shares the one handle that took the buffer.
+  std::map<const ArrayImpl*, Array> taken;
+  for (int d : argnums) {
+    const auto k = static_cast<std::size_t>(d);
+    for (std::size_t i = fa.offsets[k]; i < fa.offsets[k + 1]; ++i)
+      if (!taken.contains(fa.leaves[i].impl().get()))
+        taken.emplace(fa.leaves[i].impl().get(),
+                      take_donated(fa.leaves[i], "leaf " + std::to_string(i - fa.offsets[k]) + " of argument " +
+                                                     std::to_string(k) + ", in donate_argnums"));
+  }
+  for (auto& leaf : fa.leaves)
+    if (auto it = taken.find(leaf.impl().get()); it != taken.end()) leaf = it->second;
+}
+
 void aux_mismatch(bool returns_pair) {
   throw Error(returns_pair ? "grad: the function returns a std::pair; if its second element is auxiliary data, "
                              "pass {.has_aux = true}"

@@ -90,6 +90,9 @@ struct EvalPlan;
 std::shared_ptr<const EvalPlan> plan_for_jit(const ClosedJaxpr& j);
 /// eval_jaxpr(j, args), running `plan` (j's plan) when outside a trace instead of looking it up.
 std::vector<Array> eval_jaxpr_with_plan(const ClosedJaxpr& j, const EvalPlan& plan, std::span<const Array> args);
+/// As eval_jaxpr_with_plan, the plan owning `args` (jit's donated inputs): a buffer no one else
+/// holds may be overwritten by an output at its last use.
+std::vector<Array> eval_jaxpr_consuming(const ClosedJaxpr& j, const EvalPlan& plan, std::vector<Array> args);
 }  // namespace detail
 
 /// Builds the execution plans of j and of every jaxpr in its equations' params (scan and

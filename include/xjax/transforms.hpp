@@ -270,15 +270,60 @@ ClosedJaxpr jit_prepare(const ClosedJaxpr& j);
 }  // namespace detail
 
 struct JitOptions {
-  /// Arguments that are compile-time values: part of the cache key by value, passed to f as they
-  /// are (f may branch on them). Arguments that are not pytrees (int, double, bool, std::string,
-  /// ...) are always static; they must be printable with operator<< (that is their key).
+  /// Arguments that are compile-time values: part of the cache key by value. A C++ number at a
+  /// parameter that takes an Array reaches f as a concrete rank-0 array (not traced); any other
+  /// static argument reaches f as it is (f may branch on it). Arguments that are neither pytrees
+  /// nor numbers traced (see jit) are always static; they must be printable with operator<< (that
+  /// is their key).
   std::vector<int> static_argnums{};
+  /// Array arguments whose buffers the call may reuse for its outputs (JAX's donate_argnums):
+  /// after the call, every leaf of a donated argument is invalid (using it is an xj::Error naming
+  /// it). Outside any trace only; under an enclosing transform donation does nothing.
+  std::vector<int> donate_argnums{};
 };
 
 namespace detail {
 [[noreturn]] void jit_static_array(std::size_t index);
 [[noreturn]] void jit_static_out_of_range(int index, std::size_t num_args);
+[[noreturn]] void jit_donated_not_array(int index, std::size_t num_args);
+/// A C++ number passed to jit as a weakly typed rank-0 array: f64 (double), f32 (float), i64 (integers).
+Array jit_number(double v, DType dtype);
+Array jit_number(std::int64_t v);
+/// A traced input marked weakly typed (the tracer f receives for a C++ number).
+Array jit_weak(const Array& x);
+/// Replaces the leaves of the donated arguments by handles that own their buffers, and
+/// invalidates the caller's (jit's donate_argnums).
+void donate_args(FlatArgs& fa, const std::vector<int>& argnums);
+
+/// A C++ number (not bool): jit traces it where f's parameter accepts an Array. f is asked with
+/// an Array at every number's place first; where it does not accept that, one place at a time.
+template <class A> inline constexpr bool kJitNumber = std::is_arithmetic_v<A> && !std::is_same_v<A, bool>;
+template <std::size_t K, class F, class... Args, std::size_t... J>
+constexpr bool takes_array_at(std::index_sequence<J...>) {
+  return std::is_invocable_v<const F&, std::conditional_t<J == K, const Array&, const Args&>...>;
+}
+template <class F, class... Args> constexpr bool takes_arrays_for_numbers() {
+  return std::is_invocable_v<const F&, std::conditional_t<kJitNumber<std::decay_t<Args>>, const Array&, const Args&>...>;
+}
+template <std::size_t K, class F, class... Args> constexpr bool jit_traces_number() {
+  using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
+  if constexpr (!kJitNumber<A>) return false;
+  else if constexpr (takes_arrays_for_numbers<F, Args...>()) return true;
+  else return takes_array_at<K, F, Args...>(std::index_sequence_for<Args...>{});
+}
+/// What f receives at parameter K: an Array for a number jit traces, else the argument's type.
+template <std::size_t K, class F, class... Args>
+using JitParam = std::conditional_t<jit_traces_number<K, F, Args...>(), const Array&,
+                                    const std::tuple_element_t<K, std::tuple<Args...>>&>;
+template <class A> Array jit_number_of(A v) {
+  if constexpr (std::is_floating_point_v<A>) return jit_number(static_cast<double>(v), sizeof(A) == 4 ? f32 : f64);
+  else {
+    if constexpr (std::is_unsigned_v<A> && sizeof(A) >= sizeof(std::int64_t))
+      if (v > static_cast<A>(std::numeric_limits<std::int64_t>::max()))
+        throw TypeError("xj::jit: the integer argument " + std::to_string(v) + " does not fit in i64; make it static");
+    return jit_number(static_cast<std::int64_t>(v));
+  }
+}
 
 /// A static argument's part of jit's cache key: its type and printed value.
 template <class A> std::string static_key(const A& a) {
@@ -308,20 +353,37 @@ template <class A> std::string static_key(const A& a) {
 template <class F, class... Args, std::size_t... I>
 auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::tuple<const Args&...>& args,
               std::index_sequence<I...>) {
-  using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
-  constexpr bool trees[] = {true, Tree<std::decay_t<Args>>...};  // [0]: keeps the array non-empty
+  using R = std::decay_t<std::invoke_result_t<const F&, JitParam<I, F, Args...>...>>;
+  constexpr bool trees[] = {true, Tree<std::decay_t<Args>>...};
+  std::vector<char> is_static(sizeof...(Args), 0);
   for (int s : opts.static_argnums) {
     if (s < 0 || static_cast<std::size_t>(s) >= sizeof...(Args)) jit_static_out_of_range(s, sizeof...(Args));
     if (trees[static_cast<std::size_t>(s) + 1]) jit_static_array(static_cast<std::size_t>(s));
+    is_static[static_cast<std::size_t>(s)] = 1;
   }
+  for (int d : opts.donate_argnums)
+    if (d < 0 || static_cast<std::size_t>(d) >= sizeof...(Args) || !trees[static_cast<std::size_t>(d) + 1])
+      jit_donated_not_array(d, sizeof...(Args));
   FlatArgs fa;
   fa.offsets.push_back(0);
   std::string statics;
+  std::vector<Array> static_numbers(sizeof...(Args));
   auto flatten_one = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
     using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
     fa.defs.emplace_back();
-    if constexpr (Tree<A>) PyTree<A>::flatten(std::get<K>(args), fa.leaves, fa.defs.back());
-    else statics += "|" + std::to_string(K) + ":" + static_key(std::get<K>(args));
+    if constexpr (Tree<A>) {
+      PyTree<A>::flatten(std::get<K>(args), fa.leaves, fa.defs.back());
+    } else if constexpr (jit_traces_number<K, F, Args...>()) {
+      if (is_static[K]) {
+        static_numbers[K] = jit_number_of(std::get<K>(args));
+        statics += "|" + std::to_string(K) + ":" + static_key(std::get<K>(args));
+      } else {
+        PyTree<Array>::flatten(jit_number_of(std::get<K>(args)), fa.leaves, fa.defs.back());
+        statics += "|" + std::to_string(K) + ":weak " + typeid(A).name();
+      }
+    } else {
+      statics += "|" + std::to_string(K) + ":" + static_key(std::get<K>(args));
+    }
     fa.offsets.push_back(fa.leaves.size());
   };
   (flatten_one(std::integral_constant<std::size_t, I>{}), ...);
@@ -331,6 +393,7 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
       auto rebuild = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
         using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
         if constexpr (Tree<A>) return tree_unflatten<A>(fa.defs[K], xs.subspan(fa.offsets[K], fa.offsets[K + 1] - fa.offsets[K]));
+        else if constexpr (jit_traces_number<K, F, Args...>()) return is_static[K] ? static_numbers[K] : jit_weak(xs[fa.offsets[K]]);
         else return std::get<K>(args);
       };
       R out = f(rebuild(std::integral_constant<std::size_t, I>{})...);
@@ -342,7 +405,10 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     t.plan = plan_for_jit(t.jaxpr);  // plan now, once, rather than on the first call's evaluation
     return t;
   });
-  return tree_unflatten<R>(traced->out_def, eval_jaxpr_with_plan(traced->jaxpr, *traced->plan, fa.leaves));
+  if (opts.donate_argnums.empty())
+    return tree_unflatten<R>(traced->out_def, eval_jaxpr_with_plan(traced->jaxpr, *traced->plan, fa.leaves));
+  donate_args(fa, opts.donate_argnums);
+  return tree_unflatten<R>(traced->out_def, eval_jaxpr_consuming(traced->jaxpr, *traced->plan, std::move(fa.leaves)));
 }
 }  // namespace detail
 

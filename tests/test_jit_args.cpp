@@ -1,0 +1,226 @@
+// test_jit_args.cpp: how jit treats its arguments (issue 34): C++ numbers traced as weakly typed
+// rank-0 inputs (one trace for every value), static_argnums keeping a number static, and buffer
+// donation (donate_argnums): outputs written into the donated buffers, the donated arrays invalid.
+#include <cmath>
+#include <tuple>
+
+#include "test_util.hpp"
+
+namespace xj = xjax;
+using test_util::count;
+using test_util::str;
+
+namespace {
+
+xj::Array f32_iota(std::int64_t n, double scale) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(scale * (static_cast<double>(i) + 1.0));
+  return xj::array<float>(v, {n});
+}
+
+}  // namespace
+
+TEST_CASE("jit: a double argument is traced once as a weakly typed rank-0 input, for every value") {
+  int traces = 0;
+  auto f = xj::jit([&traces](const xj::Array& x, const xj::Array& lr) {
+    ++traces;
+    return x * lr;
+  });
+  const xj::Array x = f32_iota(4, 0.25);
+  const auto xs = x.to_vector<float>();
+  for (int k = 0; k < 100; ++k) {
+    const double lr = 0.001 * k - 0.03;
+    const xj::Array y = f(x, lr);
+    REQUIRE(y.dtype() == xj::f32);  // the weak f64 number adopts x's f32, as a Python float in JAX
+    const auto ys = y.to_vector<float>();
+    for (std::size_t i = 0; i < xs.size(); ++i) CHECK(ys[i] == xs[i] * static_cast<float>(lr));
+  }
+  CHECK(traces == 1);
+}
+
+TEST_CASE("jit: a generic parameter receives the traced number too; float and integer numbers") {
+  int traces = 0;
+  auto f = xj::jit([&traces](const xj::Array& x, auto scale, auto shift) {
+    ++traces;
+    return x * scale + shift;
+  });
+  const xj::Array x = f32_iota(3, 1.0);
+  for (int k = 0; k < 10; ++k) {
+    const xj::Array y = f(x, 0.5f * static_cast<float>(k), k);  // float -> weak f32, int -> weak i64
+    CHECK(y.dtype() == xj::f32);
+    const auto ys = y.to_vector<float>();
+    for (std::size_t i = 0; i < ys.size(); ++i) CHECK(ys[i] == static_cast<float>(i + 1) * 0.5f * static_cast<float>(k) + static_cast<float>(k));
+  }
+  CHECK(traces == 1);
+  // An integer array with an integer number keeps its dtype (the weak i64 adopts i32).
+  auto g = xj::jit([](const xj::Array& n, const xj::Array& k) { return n * k; });
+  const xj::Array ni = xj::array<std::int32_t>({1, -2, 3}, {3});
+  const xj::Array yi = g(ni, 7);
+  CHECK(yi.dtype() == xj::i32);
+  CHECK(yi.to_vector<std::int64_t>() == std::vector<std::int64_t>{7, -14, 21});
+}
+
+TEST_CASE("jit: an f64 array keeps the traced double's full precision; numbers alone stay f64") {
+  auto f = xj::jit([](const xj::Array& x, const xj::Array& s) { return x * s; });
+  const xj::Array x = test_util::f64v({1.0 / 3.0, -2.0, 1e-300});
+  const double s = 0.1;  // not a float: an f32 detour would show in the last digits
+  const auto ys = f(x, s).to_vector<double>();
+  CHECK(ys[0] == (1.0 / 3.0) * s);
+  CHECK(ys[1] == -2.0 * s);
+  CHECK(ys[2] == 1e-300 * s);
+  auto only_numbers = xj::jit([](const xj::Array& a, const xj::Array& b) { return a * b + 1.0; });
+  const xj::Array r = only_numbers(0.1, 3.0);
+  CHECK(r.dtype() == xj::f64);
+  CHECK(r.item<double>() == 0.1 * 3.0 + 1.0);
+}
+
+TEST_CASE("jit: the traced weak number is converted where it meets an f32 array, as JAX inserts convert_element_type") {
+  // jit_weak marks a traced input as jit does a C++ number's.
+  auto f = [](const xj::Array& x, const xj::Array& s) {
+    const xj::Array lr = xj::detail::jit_weak(s);
+    return x * (lr * 2.0);  // lr * 2.0: weak f64 still; then converted once, next to x
+  };
+  const std::string text = str(xj::make_jaxpr(f)(f32_iota(3, 1.0), xj::scalar(0.5, xj::f64)));
+  CHECK(count(text, "f32[] = convert_element_type[new_dtype=float32] c") == 1);
+  CHECK(count(text, "f32[3]") >= 1);
+  CHECK(count(text, "f64[3]") == 0);
+  // A strong f64 scalar in the same place promotes x instead (f32 * f64 -> f64).
+  auto strong = [](const xj::Array& x, const xj::Array& s) { return x * (s * 2.0); };
+  const std::string strong_text = str(xj::make_jaxpr(strong)(f32_iota(3, 1.0), xj::scalar(0.5, xj::f64)));
+  CHECK(count(strong_text, "f64[3] = convert_element_type[new_dtype=float64] a") == 1);
+  // A comparison of weak values gives a strong bool; an explicit astype gives a strong array.
+  auto cmp = [](const xj::Array& x, const xj::Array& s) {
+    const xj::Array lr = xj::detail::jit_weak(s);
+    return xj::where(lr > 0.25, x, x * lr);
+  };
+  auto y = xj::jit(cmp)(f32_iota(2, 1.0), xj::scalar(0.5, xj::f64));
+  CHECK(y.dtype() == xj::f32);
+}
+
+TEST_CASE("jit: static_argnums keeps a number static (one trace per value); a double parameter is static too") {
+  int traces = 0;
+  auto f = xj::jit(
+      [&traces](const xj::Array& x, const xj::Array& s) {
+        ++traces;
+        CHECK(s.is_concrete());  // a static number reaches f as a concrete array
+        return x * s;
+      },
+      {.static_argnums = {1}});
+  const xj::Array x = f32_iota(2, 1.0);
+  for (int k = 0; k < 5; ++k) CHECK(f(x, 0.5 * k).to_vector<float>() == std::vector<float>{0.5f * k, 1.0f * k});
+  CHECK(f(x, 1.25).to_vector<float>() == std::vector<float>{1.25f, 2.5f});
+  CHECK(f(x, 1.25).to_vector<float>() == std::vector<float>{1.25f, 2.5f});  // cached
+  CHECK(traces == 6);
+  int plain_traces = 0;
+  auto g = xj::jit([&plain_traces](const xj::Array& x, double s) {
+    ++plain_traces;
+    return x * s;
+  });
+  for (int k = 0; k < 5; ++k) CHECK(g(x, 0.25 * k).to_vector<float>() == std::vector<float>{0.25f * k, 0.5f * k});
+  CHECK(plain_traces == 5);
+}
+
+TEST_CASE("jit: a traced learning rate inside a jitted value_and_grad step") {
+  // loss(w) = sum((w * x)^2) / 2; gradient w x^2; the step returns w - lr * grad.
+  auto loss = [](const xj::Array& w, const xj::Array& x) { return 0.5 * xj::sum(xj::square(w * x)); };
+  int traces = 0;
+  auto step = xj::jit([&](const xj::Array& w, const xj::Array& x, const xj::Array& lr) {
+    ++traces;
+    auto [value, g] = xj::value_and_grad(loss)(w, x);
+    return std::pair{w - lr * g, value};
+  });
+  const xj::Array w = test_util::f64v({0.5, -1.0, 2.0});
+  const xj::Array x = test_util::f64v({1.0, 2.0, -3.0});
+  for (double lr : {0.1, 0.01, 0.001}) {
+    auto [w2, value] = step(w, x, lr);
+    const auto ws = w.to_vector<double>(), xv = x.to_vector<double>(), w2s = w2.to_vector<double>();
+    double expected_value = 0;
+    for (std::size_t i = 0; i < 3; ++i) {
+      expected_value += 0.5 * (ws[i] * xv[i]) * (ws[i] * xv[i]);
+      CHECK(w2s[i] == doctest::Approx(ws[i] - lr * ws[i] * xv[i] * xv[i]).epsilon(1e-14));
+    }
+    CHECK(value.item<double>() == doctest::Approx(expected_value).epsilon(1e-14));
+  }
+  CHECK(traces == 1);
+}
+
+namespace {
+
+using Leaves = std::vector<xj::Array>;
+
+// One Adam step as a training loop writes it: lr and the bias corrections change every step
+// (traced numbers), params, m and v are donated.
+std::tuple<Leaves, Leaves, Leaves> adam_step(const Leaves& p, const Leaves& m, const Leaves& v, const Leaves& g,
+                                             const xj::Array& lr, const xj::Array& c1, const xj::Array& c2) {
+  Leaves np, nm, nv;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    nm.push_back(0.9 * m[i] + 0.1 * g[i]);
+    nv.push_back(0.999 * v[i] + 0.001 * xj::square(g[i]));
+    np.push_back(p[i] - lr * (nm[i] / c1) / (xj::sqrt(nv[i] / c2) + 1e-8));
+  }
+  return {np, nm, nv};
+}
+
+Leaves filled(std::size_t leaves, std::int64_t n, float base) {
+  Leaves out;
+  for (std::size_t i = 0; i < leaves; ++i) out.push_back(xj::full({n}, base + 0.25 * static_cast<double>(i), xj::f32));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("jit donate_argnums: a 10M-parameter Adam step peaks lower by the donated bytes, values unchanged") {
+  constexpr std::size_t kLeaves = 4;
+  constexpr std::int64_t kPerLeaf = 2'500'000;  // 10M f32 parameters
+  const double donated_bytes = 3.0 * kLeaves * kPerLeaf * 4;  // params, m, v
+  const Leaves g = filled(kLeaves, kPerLeaf, 0.5f);
+  auto peak_of_step = [&](bool donate, Leaves& p_out) {
+    Leaves p = filled(kLeaves, kPerLeaf, 1.0f), m = filled(kLeaves, kPerLeaf, 0.1f), v = filled(kLeaves, kPerLeaf, 0.2f);
+    auto step = xj::jit(adam_step, {.donate_argnums = donate ? std::vector<int>{0, 1, 2} : std::vector<int>{}});
+    const Leaves one = filled(1, 8, 1.0f);
+    (void)step(one, filled(1, 8, 1.0f), filled(1, 8, 1.0f), one, 1e-3, 0.1, 0.001);  // warm the arena
+    const std::int64_t live = xj::memory_stats().live_bytes;
+    xj::reset_peak_memory();
+    auto [p2, m2, v2] = step(p, m, v, g, 1e-3, 0.1, 0.001);
+    const std::int64_t peak = xj::memory_stats().peak_bytes - live;
+    if (donate) {
+      CHECK_THROWS_WITH_AS((void)p[0].to_vector<float>(), doctest::Contains("donated to a jit call (leaf 0 of argument 0"), xj::Error);
+      CHECK_THROWS_WITH_AS((void)(m[3] + 1.0f), doctest::Contains("leaf 3 of argument 1"), xj::Error);
+      CHECK_THROWS_WITH_AS((void)step(p, m, v, g, 1e-3, 0.1, 0.001), doctest::Contains("donated"), xj::Error);
+      CHECK(g[0].to_vector<float>()[0] == 0.5f);  // not donated: still valid
+    }
+    p_out = p2;
+    return peak;
+  };
+  Leaves kept, donated;
+  const std::int64_t peak_kept = peak_of_step(false, kept);
+  const std::int64_t peak_donated = peak_of_step(true, donated);
+  MESSAGE("Adam step peak over live: " << peak_kept / 1e6 << " MB without donation, " << peak_donated / 1e6
+                                       << " MB with (donated " << donated_bytes / 1e6 << " MB)");
+  CHECK(static_cast<double>(peak_kept - peak_donated) >= 0.95 * donated_bytes);
+  // Values: the same as without donation, and as the formula in double.
+  for (std::size_t i = 0; i < kLeaves; ++i) {
+    const auto a = kept[i].to_vector<float>(), b = donated[i].to_vector<float>();
+    CHECK(a == b);
+    const double p = 1.0 + 0.25 * i, m = 0.9 * (0.1 + 0.25 * i) + 0.1 * (0.5 + 0.25 * i),
+                 v = 0.999 * (0.2 + 0.25 * i) + 0.001 * (0.5 + 0.25 * i) * (0.5 + 0.25 * i);
+    CHECK(b[0] == doctest::Approx(p - 1e-3 * (m / 0.1) / (std::sqrt(v / 0.001) + 1e-8)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("jit donate_argnums: an array passed twice, donation under a transform, and bad argnums") {
+  auto f = xj::jit([](const xj::Array& a, const xj::Array& b) { return a * 2.0f + b; }, {.donate_argnums = {0}});
+  xj::Array x = f32_iota(3, 1.0);
+  CHECK(f(x, x).to_vector<float>() == std::vector<float>{3, 6, 9});  // also read undonated: still right
+  CHECK_THROWS_AS((void)x.to_vector<float>(), xj::Error);
+  // Under grad the call is traced: nothing is donated, the caller's array stays valid.
+  xj::Array y = f32_iota(3, 1.0);
+  auto g = xj::grad([&](const xj::Array& a) { return xj::sum(f(a, a)); })(y);
+  CHECK(g.to_vector<float>() == std::vector<float>{3, 3, 3});
+  CHECK(y.to_vector<float>() == std::vector<float>{1, 2, 3});
+  // Only array arguments can be donated; argument numbers must exist.
+  auto h = xj::jit([](const xj::Array& a, const xj::Array& s) { return a * s; }, {.donate_argnums = {1}});
+  CHECK_THROWS_WITH_AS((void)h(y, 2.0), doctest::Contains("not an array pytree"), xj::TransformError);
+  auto k = xj::jit([](const xj::Array& a) { return a; }, {.donate_argnums = {3}});
+  CHECK_THROWS_AS((void)k(y), xj::TransformError);
+}
