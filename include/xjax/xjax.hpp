@@ -9,6 +9,7 @@
 #include "xjax/errors.hpp"
 #include "xjax/jaxpr.hpp"
 #include "xjax/losses.hpp"
+#include "xjax/nn.hpp"
 #include "xjax/ops.hpp"
 #include "xjax/primitives.hpp"
 #include "xjax/pytree.hpp"

@@ -386,6 +386,15 @@ std::vector<Row> build() {
   t.push_back(row("sigmoid_binary_cross_entropy", {P::exp, P::log1p},
                   [](const Arrays& x) { return optim::sigmoid_binary_cross_entropy(x[0], logistic(x[1])); },
                   uniform2_gen({2, 3}, {2, 3}, -2, 2)));
+  // Normalization layers (nn.hpp): compositions over one axis.
+  t.push_back(row("layer_norm", {P::rsqrt, P::reduce_sum},
+                  [](const Arrays& x) { return layer_norm(x[0], x[1], x[1] * 0.5, -1, 1e-3); },
+                  uniform2_gen({3, 4}, {4}, -2, 2)));
+  t.push_back(row("layer_norm_axis0", {P::rsqrt, P::reduce_sum},
+                  [](const Arrays& x) { return layer_norm(x[0], x[1], std::nullopt, 0, 1e-3); },
+                  uniform2_gen({3, 4}, {3}, -2, 2)));
+  t.push_back(row("rms_norm", {P::rsqrt, P::reduce_sum}, [](const Arrays& x) { return rms_norm(x[0], x[1], -1, 1e-3); },
+                  uniform2_gen({2, 5}, {5}, -2, 2)));
   t.push_back(row("l2_loss", {P::sub}, [](const Arrays& x) { return optim::l2_loss(x[0], x[1]); }, uniform2_gen({2, 3}, {2, 3}, -2, 2)));
   // Errors away from +-delta (the kink): |e| in [0.1, 0.8] or [1.2, 2] with delta 1.
   t.push_back(row("huber_loss", {P::abs, P::min},
