@@ -10,6 +10,7 @@
 #include "xjax/jaxpr.hpp"
 #include "xjax/losses.hpp"
 #include "xjax/nn.hpp"
+#include "xjax/optim.hpp"
 #include "xjax/ops.hpp"
 #include "xjax/primitives.hpp"
 #include "xjax/pytree.hpp"

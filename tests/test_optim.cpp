@@ -1,0 +1,212 @@
+// test_optim.cpp: xj::optim's rules against plain loops in double written from the papers'
+// formulas (several steps each), the schedules against their closed forms, jit(update) against
+// eager, and the errors.
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numbers>
+
+#include "test_util.hpp"
+
+namespace xj = xjax;
+namespace optim = xjax::optim;
+
+namespace {
+
+using Params = std::map<std::string, xj::Array>;
+
+// Parameters {"b": f64[2], "w": f64[2, 3]}: leaves in key order, so flat index 0-1 is b, 2-7 is w.
+Params params0() {
+  return {{"b", test_util::f64v({0.5, -0.25}, {2})}, {"w", test_util::f64v({1.0, -2.0, 0.3, 0.0, 0.7, -1.1}, {2, 3})}};
+}
+Params grads_at(int step) {
+  std::vector<double> b(2), w(6);
+  for (std::size_t i = 0; i < 2; ++i) b[i] = std::sin(1.3 * static_cast<double>(i) + 0.7 * step) * 0.8;
+  for (std::size_t i = 0; i < 6; ++i) w[i] = std::cos(0.9 * static_cast<double>(i) - 0.4 * step) * (1.0 + 0.5 * static_cast<double>(i % 2));
+  return {{"b", test_util::f64v(b, {2})}, {"w", test_util::f64v(w, {2, 3})}};
+}
+std::vector<double> flat(const Params& p) {
+  std::vector<double> out;
+  for (const auto& [k, v] : p)
+    for (double x : v.to_vector<double>()) out.push_back(x);
+  return out;
+}
+
+// One reference step: the flat parameters and flat gradients of step t (1-based), updated in place.
+using RefStep = std::function<void(std::vector<double>& p, const std::vector<double>& g, int t)>;
+
+void check_against(const optim::GradientTransformation& opt, RefStep ref, int steps = 6, double tol = 1e-12) {
+  Params p = params0();
+  optim::OptState s = opt.init(p);
+  std::vector<double> expected = flat(p);
+  for (int t = 1; t <= steps; ++t) {
+    const Params g = grads_at(t);
+    auto [u, s2] = opt.update(g, s, p);
+    p = optim::apply_updates(p, u);
+    s = s2;
+    ref(expected, flat(g), t);
+    const auto got = flat(p);
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(expected[i]).epsilon(tol));
+  }
+}
+
+double sgn(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }
+
+}  // namespace
+
+TEST_CASE("optim: sgd, with momentum and nesterov, against the update rule") {
+  check_against(optim::sgd(0.1), [](std::vector<double>& p, const std::vector<double>& g, int) {
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.1 * g[i];
+  });
+  for (bool nesterov : {false, true}) {
+    std::vector<double> trace(8, 0.0);
+    check_against(optim::sgd(0.05, 0.9, nesterov), [&](std::vector<double>& p, const std::vector<double>& g, int) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        trace[i] = g[i] + 0.9 * trace[i];
+        p[i] -= 0.05 * (nesterov ? g[i] + 0.9 * trace[i] : trace[i]);
+      }
+    });
+  }
+}
+
+TEST_CASE("optim: adam and adamw (decoupled decay, masked) against Kingma & Ba's and Loshchilov & Hutter's rules") {
+  auto adam_ref = [](double lr, double b1, double b2, double eps, double wd, std::vector<bool> decayed) {
+    auto m = std::make_shared<std::vector<double>>(8, 0.0), v = std::make_shared<std::vector<double>>(8, 0.0);
+    return [=](std::vector<double>& p, const std::vector<double>& g, int t) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        (*m)[i] = b1 * (*m)[i] + (1 - b1) * g[i];
+        (*v)[i] = b2 * (*v)[i] + (1 - b2) * g[i] * g[i];
+        const double mhat = (*m)[i] / (1 - std::pow(b1, t)), vhat = (*v)[i] / (1 - std::pow(b2, t));
+        p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + (decayed[i] ? wd * p[i] : 0.0));
+      }
+    };
+  };
+  check_against(optim::adam(0.01), adam_ref(0.01, 0.9, 0.999, 1e-8, 0.0, std::vector<bool>(8, false)));
+  check_against(optim::adam(0.02, 0.8, 0.99, 1e-6), adam_ref(0.02, 0.8, 0.99, 1e-6, 0.0, std::vector<bool>(8, false)));
+  check_against(optim::adamw(0.01, 0.9, 0.999, 1e-8, 0.1), adam_ref(0.01, 0.9, 0.999, 1e-8, 0.1, std::vector<bool>(8, true)));
+  // The mask by key path: decay the weights, not the biases.
+  std::vector<bool> only_w(8, true);
+  only_w[0] = only_w[1] = false;
+  check_against(optim::adamw(0.01, 0.9, 0.999, 1e-8, 0.1, [](const std::string& path) { return path != "b"; }),
+                adam_ref(0.01, 0.9, 0.999, 1e-8, 0.1, only_w));
+}
+
+TEST_CASE("optim: rmsprop (plain, centered, with momentum) and lion against their rules") {
+  for (bool centered : {false, true}) {
+    auto nu = std::make_shared<std::vector<double>>(8, 0.1), mu = std::make_shared<std::vector<double>>(8, 0.0);
+    check_against(optim::rmsprop(0.01, 0.9, 1e-8, 0.1, centered), [=](std::vector<double>& p, const std::vector<double>& g, int) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        (*nu)[i] = 0.9 * (*nu)[i] + 0.1 * g[i] * g[i];
+        (*mu)[i] = 0.9 * (*mu)[i] + 0.1 * g[i];
+        p[i] -= 0.01 * g[i] / std::sqrt((*nu)[i] - (centered ? (*mu)[i] * (*mu)[i] : 0.0) + 1e-8);
+      }
+    });
+  }
+  {
+    std::vector<double> nu(8, 0.0), trace(8, 0.0);
+    check_against(optim::rmsprop(0.01, 0.9, 1e-8, 0.0, false, 0.5), [&](std::vector<double>& p, const std::vector<double>& g, int) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        nu[i] = 0.9 * nu[i] + 0.1 * g[i] * g[i];
+        trace[i] = -0.01 * g[i] / std::sqrt(nu[i] + 1e-8) + 0.5 * trace[i];
+        p[i] += trace[i];
+      }
+    });
+  }
+  std::vector<double> mu(8, 0.0);
+  check_against(optim::lion(0.001, 0.9, 0.99, 0.01), [&](std::vector<double>& p, const std::vector<double>& g, int) {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const double c = sgn(0.1 * g[i] + 0.9 * mu[i]);
+      mu[i] = 0.99 * mu[i] + 0.01 * g[i];
+      p[i] -= 0.001 * (c + 0.01 * p[i]);
+    }
+  });
+}
+
+TEST_CASE("optim: clip_by_global_norm in a chain, and global_norm") {
+  const Params g = grads_at(1);
+  double sq = 0;
+  for (double x : flat(g)) sq += x * x;
+  CHECK(optim::global_norm(g).item<double>() == doctest::Approx(std::sqrt(sq)).epsilon(1e-14));
+  const double max_norm = 0.5 * std::sqrt(sq);  // the grads of every step here are above it
+  check_against(optim::chain({optim::clip_by_global_norm(max_norm), optim::sgd(0.1)}),
+                [&](std::vector<double>& p, const std::vector<double>& gv, int) {
+                  double n2 = 0;
+                  for (double x : gv) n2 += x * x;
+                  const double f = std::sqrt(n2) < max_norm ? 1.0 : max_norm / std::sqrt(n2);
+                  for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.1 * gv[i] * f;
+                });
+  // Below the threshold: unchanged.
+  auto [u, s] = optim::clip_by_global_norm(10 * std::sqrt(sq)).update(g, optim::OptState{});
+  CHECK(flat(u) == flat(g));
+}
+
+TEST_CASE("optim: schedules against their closed forms") {
+  auto at = [](const optim::Schedule& s, int t) { return s(xj::scalar(t, xj::i32)).item<double>(); };
+  const auto lin = optim::linear_schedule(1.0, 0.1, 10, 5);
+  CHECK(at(lin, 0) == doctest::Approx(1.0));
+  CHECK(at(lin, 5) == doctest::Approx(1.0));
+  CHECK(at(lin, 10) == doctest::Approx(1.0 - 0.9 * 0.5));
+  CHECK(at(lin, 15) == doctest::Approx(0.1));
+  CHECK(at(lin, 100) == doctest::Approx(0.1));
+  const auto cosd = optim::cosine_decay_schedule(2.0, 20, 0.1, 2.0);
+  for (int t : {0, 3, 10, 19, 20, 40}) {
+    const double c = 0.5 * (1 + std::cos(std::numbers::pi * std::min(t, 20) / 20.0));
+    CHECK(at(cosd, t) == doctest::Approx(2.0 * ((1 - 0.1) * c * c + 0.1)).epsilon(1e-13));
+  }
+  const auto warm = optim::warmup_cosine_decay_schedule(0.0, 1.0, 4, 24, 0.05);
+  for (int t : {0, 1, 3, 4, 5, 14, 24, 30}) {
+    double want;
+    if (t < 4) want = t / 4.0;
+    else {
+      const double c = 0.5 * (1 + std::cos(std::numbers::pi * std::min(t - 4, 20) / 20.0));
+      want = (1 - 0.05) * c + 0.05;
+    }
+    CHECK(at(warm, t) == doctest::Approx(want).epsilon(1e-13));
+  }
+  CHECK(at(optim::constant_schedule(0.3), 7) == 0.3);
+  // adam with a scheduled learning rate: the schedule sees the count before each update.
+  auto m = std::make_shared<std::vector<double>>(8, 0.0), v = std::make_shared<std::vector<double>>(8, 0.0);
+  check_against(optim::adam(lin), [=](std::vector<double>& p, const std::vector<double>& g, int t) {
+    const double lr = 1.0 - 0.9 * std::clamp(t - 1 - 5, 0, 10) / 10.0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      (*m)[i] = 0.9 * (*m)[i] + 0.1 * g[i];
+      (*v)[i] = 0.999 * (*v)[i] + 0.001 * g[i] * g[i];
+      p[i] -= lr * ((*m)[i] / (1 - std::pow(0.9, t))) / (std::sqrt((*v)[i] / (1 - std::pow(0.999, t))) + 1e-8);
+    }
+  });
+}
+
+TEST_CASE("optim: a jitted training step equals the eager one; f32 parameters stay f32") {
+  const auto opt = optim::chain({optim::clip_by_global_norm(1.0), optim::adamw(optim::warmup_cosine_decay_schedule(0.0, 0.01, 2, 10))});
+  auto step = [&](const Params& p, const optim::OptState& s, const Params& g) {
+    auto [u, s2] = opt.update(g, s, p);
+    return std::pair{optim::apply_updates(p, u), s2};
+  };
+  auto jitted = xj::jit(step, {.donate_argnums = {0, 1}});
+  Params pe = params0(), pj = params0();
+  optim::OptState se = opt.init(pe), sj = opt.init(pj);
+  for (int t = 1; t <= 5; ++t) {
+    std::tie(pe, se) = step(pe, se, grads_at(t));
+    std::tie(pj, sj) = jitted(pj, sj, grads_at(t));
+    const auto a = flat(pe), b = flat(pj);
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(b[i] == doctest::Approx(a[i]).epsilon(1e-13));
+  }
+  Params p32;
+  for (const auto& [k, v] : params0()) p32[k] = xj::astype(v, xj::f32);
+  auto [u, s] = optim::adam(0.1).update(p32, optim::adam(0.1).init(p32), p32);
+  CHECK(u.at("w").dtype() == xj::f32);
+  CHECK(optim::apply_updates(p32, u).at("b").dtype() == xj::f32);
+}
+
+TEST_CASE("optim: errors for a foreign state, missing parameters, mismatched trees and bad schedules") {
+  const Params p = params0();
+  const auto opt = optim::adam(0.1);
+  CHECK_THROWS_WITH_AS((void)opt.update(p, optim::OptState{}, p), doctest::Contains("the state has 0 arrays, expected 5"), xj::Error);
+  const auto w = optim::adamw(0.1);
+  CHECK_THROWS_WITH_AS((void)w.update(p, w.init(p)), doctest::Contains("needs the parameters"), xj::Error);
+  Params other = p;
+  other.erase("b");
+  CHECK_THROWS_AS((void)optim::apply_updates(p, other), xj::Error);
+  CHECK_THROWS_AS((void)optim::cosine_decay_schedule(1.0, 0), xj::Error);
+  CHECK_THROWS_AS((void)optim::warmup_cosine_decay_schedule(0.0, 1.0, 10, 5), xj::Error);
+}
