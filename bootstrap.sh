@@ -17,7 +17,7 @@ done
 packages=(
   meson ninja-build g++ cmake pkg-config python3
   xtensor-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev libboost-dev doctest-dev
-  libbenchmark-dev doxygen libopenmpi-dev openmpi-bin
+  libbenchmark-dev doxygen libopenmpi-dev openmpi-bin nlohmann-json3-dev python3-numpy
 )
 if [[ "$with_torch" == 1 ]]; then
   packages+=(libtorch-dev)

@@ -13,15 +13,7 @@ namespace detail {
 
 std::vector<std::string> leaf_paths(const TreeDef& def) {
   std::vector<std::string> out;
-  std::function<void(const TreeDef&, const std::string&)> walk = [&](const TreeDef& d, const std::string& prefix) {
-    if (d.kind == TreeDef::Kind::leaf) out.push_back(prefix);
-    for (std::size_t i = 0; i < d.children.size(); ++i) {
-      const bool positional = d.keyed == TreeDef::Keyed::position;
-      const std::string name = positional ? "[" + std::to_string(i) + "]" : d.keys.at(i);
-      walk(d.children[i], positional || prefix.empty() ? prefix + name : prefix + "." + name);
-    }
-  };
-  walk(def, "");
+  for (const auto& path : leaf_key_paths(def)) out.push_back(dotted_path(path));
   return out;
 }
 

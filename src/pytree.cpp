@@ -89,4 +89,42 @@ std::string TreeDef::str() const {
   return s + ")";
 }
 
+
+std::string keystr(const KeyPath& path) {
+  std::string out;
+  for (const auto& k : path) {
+    switch (k.kind) {
+      case TreeDef::Keyed::position: out += "[" + std::to_string(k.index) + "]"; break;
+      case TreeDef::Keyed::map_key: out += "['" + k.name + "']"; break;
+      case TreeDef::Keyed::member: out += "." + k.name; break;
+    }
+  }
+  return out;
+}
+
+std::string dotted_path(const KeyPath& path) {
+  std::string out;
+  for (const auto& k : path) {
+    if (k.kind == TreeDef::Keyed::position) out += "[" + std::to_string(k.index) + "]";
+    else out += (out.empty() ? "" : ".") + k.name;
+  }
+  return out;
+}
+
+std::vector<KeyPath> leaf_key_paths(const TreeDef& def) {
+  std::vector<KeyPath> out;
+  KeyPath here;
+  auto walk = [&](auto&& self, const TreeDef& d) -> void {
+    if (d.kind == TreeDef::Kind::leaf) out.push_back(here);
+    for (std::size_t i = 0; i < d.children.size(); ++i) {
+      PathKey k{d.keyed, i, d.keyed == TreeDef::Keyed::position ? std::string() : d.keys.at(i)};
+      here.push_back(std::move(k));
+      self(self, d.children[i]);
+      here.pop_back();
+    }
+  };
+  walk(walk, def);
+  return out;
+}
+
 }  // namespace xjax

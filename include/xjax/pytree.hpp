@@ -185,6 +185,36 @@ template <class T> std::pair<std::vector<Array>, TreeDef> tree_flatten(const T& 
   return out;
 }
 
+/// One step of a key path (JAX's SequenceKey / DictKey / GetAttrKey): a child's position in a
+/// tuple, pair, vector or array, its key in a map, or its member name in a struct.
+struct PathKey {
+  TreeDef::Keyed kind = TreeDef::Keyed::position;
+  std::size_t index = 0;  // position
+  std::string name;       // map key or member name
+  friend bool operator==(const PathKey&, const PathKey&) = default;
+};
+using KeyPath = std::vector<PathKey>;
+
+/// JAX's keystr: `[0]['key'].member`.
+std::string keystr(const KeyPath& path);
+/// The dotted form used for file keys and masks: members and map keys joined by '.', positions as
+/// `[i]` (`blocks[3].attn.q`, `layers.W1`).
+std::string dotted_path(const KeyPath& path);
+/// The key path of every leaf of a structure, in flatten order.
+std::vector<KeyPath> leaf_key_paths(const TreeDef& def);
+
+/// Leaves with their key paths, in flatten order, and the structure (JAX's tree_flatten_with_path).
+template <class T> std::pair<std::vector<std::pair<KeyPath, Array>>, TreeDef> tree_flatten_with_path(const T& tree) {
+  std::vector<Array> leaves;
+  TreeDef def;
+  PyTree<T>::flatten(tree, leaves, def);
+  std::vector<KeyPath> paths = leaf_key_paths(def);
+  std::vector<std::pair<KeyPath, Array>> out;
+  out.reserve(leaves.size());
+  for (std::size_t i = 0; i < leaves.size(); ++i) out.emplace_back(std::move(paths[i]), std::move(leaves[i]));
+  return {std::move(out), std::move(def)};
+}
+
 /// Rebuilds a T of structure `def` from its leaves.
 template <class T> T tree_unflatten(const TreeDef& def, std::span<const Array> leaves) {
   if (leaves.size() != def.num_leaves())

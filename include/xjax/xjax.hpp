@@ -16,6 +16,7 @@
 #include "xjax/pytree.hpp"
 #include "xjax/random.hpp"
 #include "xjax/runtime.hpp"
+#include "xjax/serialization.hpp"
 #include "xjax/testing.hpp"
 #include "xjax/transforms.hpp"
 #include "xjax/vmap.hpp"

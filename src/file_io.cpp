@@ -1,0 +1,97 @@
+// file_io.cpp: AtomicFile and InputFile on POSIX file descriptors.
+#include "file_io.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "xjax/errors.hpp"
+
+namespace xjax::detail {
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw Error(path + ": " + what + (errno ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(path_ + ".tmp.XXXXXX") {
+  std::vector<char> name(temp_.begin(), temp_.end());
+  name.push_back('\0');
+  errno = 0;
+  fd_ = ::mkstemp(name.data());
+  if (fd_ < 0) fail(path_, "cannot create a temporary file beside it to write");
+  temp_ = name.data();
+  ::fchmod(fd_, 0644);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    errno = 0;
+    const ssize_t w = ::write(fd_, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail(path_, "writing failed");
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void AtomicFile::commit() {
+  errno = 0;
+  if (::fsync(fd_) != 0) fail(path_, "writing failed (fsync)");
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    fail(path_, "writing failed (close)");
+  }
+  fd_ = -1;
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) fail(path_, "cannot replace it with the written file " + temp_);
+  temp_.clear();
+}
+
+InputFile::InputFile(std::string path) : path_(std::move(path)) {
+  errno = 0;
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail(path_, "cannot open it");
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail(path_, "cannot read its size");
+  if (!S_ISREG(st.st_mode)) {
+    errno = 0;
+    fail(path_, "not a regular file");
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void InputFile::read_at(std::uint64_t offset, void* dst, std::size_t n) const {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    errno = 0;
+    const ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail(path_, "reading failed");
+    if (r == 0) {
+      errno = 0;
+      fail(path_, "truncated: it ends at byte " + std::to_string(offset) + ", " + std::to_string(n) + " bytes early");
+    }
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<std::uint64_t>(r);
+  }
+}
+
+}  // namespace xjax::detail

@@ -1,0 +1,44 @@
+// file_io.hpp: the file access of serialization (not installed): an atomic writer and a checked
+// reader, both naming the file in every error.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace xjax::detail {
+
+/// Writes a file atomically: into a temporary file beside `path`, renamed over it by commit()
+/// after the data reached the disk (fsync). Destroyed without commit() (an error mid-write), it
+/// removes the temporary file, and whatever was at `path` stays as it was.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(const void* data, std::size_t n);
+  void commit();
+
+ private:
+  std::string path_, temp_;
+  int fd_ = -1;
+};
+
+/// A file opened for reading, its size known; read_at throws naming the file when it ends early.
+class InputFile {
+ public:
+  explicit InputFile(std::string path);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+  std::uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  void read_at(std::uint64_t offset, void* dst, std::size_t n) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+}  // namespace xjax::detail

@@ -1,0 +1,162 @@
+// safetensors.cpp: the safetensors format (huggingface/safetensors' documentation): an unsigned
+// 64-bit little-endian header length N, N bytes of JSON (padded with spaces; each tensor's name
+// maps to {"dtype", "shape", "data_offsets": [begin, end]}, offsets relative to the data section;
+// "__metadata__" optional), then the data section. The JSON is nlohmann-json's.
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "file_io.hpp"
+#include "internal.hpp"
+#include "xjax/serialization.hpp"
+
+namespace xjax {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "safetensors and .npy files are little-endian");
+
+struct DtypeName {
+  DType dtype;
+  const char* name;
+};
+constexpr DtypeName kDtypes[] = {{f32, "F32"}, {f64, "F64"}, {i32, "I32"}, {i64, "I64"}, {u32, "U32"}, {bool_, "BOOL"}};
+// Names of the format that xjax has no dtype for (yet): an error that says so, not "unknown".
+constexpr const char* kForeign[] = {"F16", "BF16", "I8", "U8", "I16", "U16", "U64", "F8_E4M3", "F8_E5M2"};
+
+const char* name_of(DType d) {
+  for (const auto& e : kDtypes)
+    if (e.dtype == d) return e.name;
+  throw Error(std::string("save_safetensors: dtype ") + dtype_name(d) + " has no safetensors name");
+}
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
+
+DType dtype_of(const std::string& path, const std::string& tensor, const std::string& name) {
+  for (const auto& e : kDtypes)
+    if (name == e.name) return e.dtype;
+  for (const char* f : kForeign)
+    if (name == f) bad(path, "tensor '" + tensor + "' has dtype " + name + ", which xjax does not have");
+  bad(path, "tensor '" + tensor + "' has an unknown dtype '" + name + "'");
+}
+
+std::uint64_t non_negative(const std::string& path, const std::string& tensor, const char* field, const nlohmann::json& v) {
+  if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
+    bad(path, "tensor '" + tensor + "': " + field + " must hold non-negative integers, got " + v.dump());
+  return v.get<std::uint64_t>();
+}
+
+struct Entry {
+  std::string name;
+  ShapedArray aval;
+  std::uint64_t begin = 0, end = 0;
+};
+
+Entry entry_of(const std::string& path, const std::string& name, const nlohmann::json& v, std::uint64_t data_bytes) {
+  if (!v.is_object()) bad(path, "tensor '" + name + "': its header entry is not an object");
+  for (const char* field : {"dtype", "shape", "data_offsets"})
+    if (!v.contains(field)) bad(path, "tensor '" + name + "': the header entry has no \"" + field + "\"");
+  if (!v["dtype"].is_string()) bad(path, "tensor '" + name + "': \"dtype\" is not a string");
+  if (!v["shape"].is_array()) bad(path, "tensor '" + name + "': \"shape\" is not an array");
+  const auto& offsets = v["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2) bad(path, "tensor '" + name + "': \"data_offsets\" is not [begin, end]");
+  Entry e;
+  e.name = name;
+  e.aval.dtype = dtype_of(path, name, v["dtype"].get<std::string>());
+  std::uint64_t count = 1;
+  for (const auto& d : v["shape"]) {
+    const std::uint64_t n = non_negative(path, name, "\"shape\"", d);
+    e.aval.shape.push_back(static_cast<std::int64_t>(n));
+    count = n == 0 || count <= UINT64_MAX / n ? count * n : UINT64_MAX;
+  }
+  e.begin = non_negative(path, name, "\"data_offsets\"", offsets[0]);
+  e.end = non_negative(path, name, "\"data_offsets\"", offsets[1]);
+  if (e.begin > e.end || e.end > data_bytes)
+    bad(path, "tensor '" + name + "': data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                  "] lie outside the data section (" + std::to_string(data_bytes) + " bytes)");
+  const std::uint64_t item = itemsize(e.aval.dtype);
+  if (count > UINT64_MAX / item || count * item != e.end - e.begin)
+    bad(path, "tensor '" + name + "': shape " + shape_str(e.aval.shape) + " of " + v["dtype"].get<std::string>() +
+                  " needs " + (count > UINT64_MAX / item ? std::string("more than 2^64") : std::to_string(count * item)) +
+                  " bytes, but data_offsets hold " + std::to_string(e.end - e.begin));
+  return e;
+}
+
+}  // namespace
+
+void save_safetensors_named(const std::string& path, const std::vector<std::pair<std::string, Array>>& tensors) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  std::set<std::string> seen;
+  std::uint64_t offset = 0;
+  for (const auto& [name, a] : tensors) {
+    if (name.empty() || name == "__metadata__" || !seen.insert(name).second)
+      bad(path, "cannot save tensor name '" + name + "' (empty, reserved, or used twice)");
+    if (!a.valid()) bad(path, "tensor '" + name + "' is an empty xj::Array");
+    if (a.is_tracer()) bad(path, "tensor '" + name + "' is a tracer (traced value); save concrete arrays");
+    const std::uint64_t bytes = a.aval().nbytes();
+    header[name] = {{"dtype", name_of(a.dtype())}, {"shape", a.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+  const std::uint64_t n = text.size();
+  detail::AtomicFile out(path);
+  out.write(&n, sizeof n);
+  out.write(text.data(), text.size());
+  for (const auto& [name, a] : tensors)
+    if (a.aval().nbytes()) out.write(a.raw_data(), a.aval().nbytes());
+  out.commit();
+}
+
+std::map<std::string, Array> load_safetensors(const std::string& path) {
+  const detail::InputFile in(path);
+  if (in.size() < 8) bad(path, "truncated: " + std::to_string(in.size()) + " bytes, no 8-byte header length");
+  std::uint64_t n = 0;
+  in.read_at(0, &n, sizeof n);
+  if (n > in.size() - 8)
+    bad(path, "the header length " + std::to_string(n) + " exceeds the file (" + std::to_string(in.size()) + " bytes)");
+  std::string text(n, '\0');
+  in.read_at(8, text.data(), n);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    bad(path, std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) bad(path, "the header is not a JSON object");
+  const std::uint64_t data_start = 8 + n, data_bytes = in.size() - data_start;
+  std::vector<Entry> entries;
+  for (const auto& [name, v] : header.items())
+    if (name != "__metadata__") entries.push_back(entry_of(path, name, v, data_bytes));
+  std::vector<const Entry*> by_offset;
+  for (const auto& e : entries) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i)
+    if (by_offset[i]->begin < by_offset[i - 1]->end)
+      bad(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap in the data section");
+  std::map<std::string, Array> out;
+  for (const auto& e : entries) {
+    Array a = detail::alloc_array(e.aval);
+    if (e.end > e.begin) in.read_at(data_start + e.begin, detail::mutable_data(a), e.end - e.begin);
+    out.emplace(e.name, std::move(a));
+  }
+  return out;
+}
+
+std::vector<Array> detail::leaves_from_tensors(const std::string& path, std::map<std::string, Array> tensors,
+                                               const std::vector<std::pair<KeyPath, Array>>& like) {
+  std::vector<Array> leaves;
+  for (const auto& [key, leaf] : like) {
+    const std::string name = dotted_path(key);
+    auto it = tensors.find(name);
+    if (it == tensors.end()) bad(path, "no tensor '" + name + "' (the tree's leaf " + keystr(key) + ")");
+    if (it->second.aval() != leaf.aval())
+      bad(path, "tensor '" + name + "' is " + it->second.aval().str() + ", the tree's leaf " + keystr(key) + " is " +
+                    leaf.aval().str());
+    leaves.push_back(std::move(it->second));
+  }
+  return leaves;
+}
+
+}  // namespace xjax

@@ -1,0 +1,220 @@
+// test_serialization.cpp: key paths (tree_flatten_with_path, keystr), safetensors and .npy round
+// trips of every dtype and nested trees, the files' bytes read back by hand (not by xjax's
+// reader), each kind of bad input an Error naming the file and the problem, and atomic writes.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_util.hpp"
+
+namespace xj = xjax;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Attn {
+  BOOST_HANA_DEFINE_STRUCT(Attn, (xj::Array, q), (xj::Array, k));
+};
+struct Model {
+  BOOST_HANA_DEFINE_STRUCT(Model, (std::vector<Attn>, blocks), (std::map<std::string, xj::Array>, layers),
+                           (std::tuple<xj::Array, xj::Array>, extra));
+};
+
+xj::Array ramp(xj::Shape shape, xj::DType dtype, double offset) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = dtype == xj::bool_ ? double((i + 1) % 2) : offset + 1.5 * static_cast<double>(i) - 3;
+  return xj::astype(test_util::f64v(v, shape), dtype);
+}
+
+Model model() {
+  Model m;
+  m.blocks = {{ramp({2, 3}, xj::f32, 0), ramp({3}, xj::f64, 1)}, {ramp({2, 2}, xj::i32, 2), ramp({}, xj::i64, 3)}};
+  m.layers = {{"W1", ramp({4}, xj::u32, 10)}, {"mask", ramp({5}, xj::bool_, 0)}};
+  m.extra = {ramp({0, 3}, xj::f32, 0), ramp({1, 1, 2}, xj::f64, -7)};
+  return m;
+}
+
+std::vector<unsigned char> bytes_of(const xj::Array& a) {
+  const auto* p = static_cast<const unsigned char*>(a.raw_data());
+  return {p, p + a.aval().nbytes()};
+}
+
+// A fresh directory for one test's files.
+fs::path scratch(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("xjax_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A safetensors file from a header text and a data section.
+std::string safetensors_bytes(const std::string& header, const std::string& data, std::uint64_t claimed = 0) {
+  const std::uint64_t n = claimed ? claimed : header.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);
+  return out + header + data;
+}
+
+}  // namespace
+
+TEST_CASE("pytree: tree_flatten_with_path, keystr (JAX's) and dotted_path (file keys) for structs, vectors, maps, tuples") {
+  auto [leaves, def] = xj::tree_flatten_with_path(model());
+  std::vector<std::string> jax, dotted;
+  for (const auto& [path, leaf] : leaves) {
+    jax.push_back(xj::keystr(path));
+    dotted.push_back(xj::dotted_path(path));
+  }
+  CHECK(jax == std::vector<std::string>{".blocks[0].q", ".blocks[0].k", ".blocks[1].q", ".blocks[1].k", ".layers['W1']",
+                                        ".layers['mask']", ".extra[0]", ".extra[1]"});
+  CHECK(dotted == std::vector<std::string>{"blocks[0].q", "blocks[0].k", "blocks[1].q", "blocks[1].k", "layers.W1",
+                                           "layers.mask", "extra[0]", "extra[1]"});
+  CHECK(leaves[4].second.dtype() == xj::u32);
+  CHECK(xj::keystr({}) == "");
+}
+
+TEST_CASE("safetensors: a nested tree of every dtype round-trips, and the bytes are the format's (read by hand)") {
+  const fs::path dir = scratch("st_round_trip");
+  const std::string path = (dir / "model.safetensors").string();
+  const Model m = model();
+  xj::save_safetensors(path, m);
+  const Model back = xj::load_safetensors(path, model());
+  auto [a, da] = xj::tree_flatten(m);
+  auto [b, db] = xj::tree_flatten(back);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].aval() == b[i].aval());
+    CHECK(bytes_of(a[i]) == bytes_of(b[i]));
+  }
+  // By hand: the header length, the JSON entries, each tensor's bytes at its offsets.
+  std::ifstream in(path, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  CHECK(n % 8 == 0);
+  const auto header = nlohmann::json::parse(file.substr(8, n));
+  const auto& q = header.at("blocks[0].q");
+  CHECK(q.at("dtype") == "F32");
+  CHECK(q.at("shape") == nlohmann::json::array({2, 3}));
+  const std::uint64_t begin = q.at("data_offsets")[0], end = q.at("data_offsets")[1];
+  CHECK(end - begin == 24);
+  CHECK(std::memcmp(file.data() + 8 + n + begin, m.blocks[0].q.raw_data(), 24) == 0);
+  CHECK(header.at("layers.mask").at("dtype") == "BOOL");
+  CHECK(header.at("blocks[1].k").at("shape") == nlohmann::json::array());
+  CHECK(header.at("extra[0]").at("data_offsets")[0] == header.at("extra[0]").at("data_offsets")[1]);
+  // Loaded without a tree: every tensor by name.
+  const auto all = xj::load_safetensors(path);
+  CHECK(all.size() == 8);
+  CHECK(all.at("layers.W1").to_vector<std::uint32_t>() == m.layers.at("W1").to_vector<std::uint32_t>());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("safetensors: bad input is an Error naming the file and the problem") {
+  const fs::path dir = scratch("st_bad");
+  const std::string p = (dir / "bad.safetensors").string();
+  auto expect = [&](const std::string& bytes, const std::string& what) {
+    write_bytes(p, bytes);
+    CAPTURE(what);
+    CHECK_THROWS_WITH_AS((void)xj::load_safetensors(p), doctest::Contains((p + ": " + what).c_str()), xj::Error);
+  };
+  const std::string ok_entry = R"("x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  expect("abc", "truncated: 3 bytes, no 8-byte header length");
+  expect(safetensors_bytes("{" + ok_entry + "}", std::string(8, '\0'), 4096), "the header length 4096 exceeds the file");
+  expect(safetensors_bytes("{\"x\":", ""), "the header is not valid JSON");
+  expect(safetensors_bytes("[1,2]", ""), "the header is not a JSON object");
+  expect(safetensors_bytes("{" + ok_entry + "}", std::string(4, '\0')), "tensor 'x': data_offsets [0, 8] lie outside the data section (4 bytes)");
+  expect(safetensors_bytes(R"({"x":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')), "tensor 'x' has an unknown dtype 'Q7'");
+  expect(safetensors_bytes(R"({"x":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}})", std::string(8, '\0')),
+         "tensor 'x' has dtype BF16, which xjax does not have");
+  expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')),
+         "tensor 'x': shape [3] of F32 needs 12 bytes, but data_offsets hold 8");
+  expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", std::string(8, '\0')),
+         "tensor 'x': \"shape\" must hold non-negative integers");
+  expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[2]}})", std::string(8, '\0')), "tensor 'x': the header entry has no \"data_offsets\"");
+  expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                           std::string(8, '\0')),
+         "tensors 'x' and 'y' overlap in the data section");
+  CHECK_THROWS_WITH_AS((void)xj::load_safetensors((dir / "absent.safetensors").string()), doctest::Contains("absent.safetensors: cannot open it"),
+                       xj::Error);
+  // A file of the wrong tree: a missing key, a shape that differs.
+  xj::save_safetensors(p, std::map<std::string, xj::Array>{{"a", xj::zeros({2})}});
+  const std::map<std::string, xj::Array> wants_b{{"a", xj::zeros({2})}, {"b", xj::zeros({2})}};
+  CHECK_THROWS_WITH_AS((void)xj::load_safetensors(p, wants_b), doctest::Contains((p + ": no tensor 'b' (the tree's leaf ['b'])").c_str()), xj::Error);
+  const std::map<std::string, xj::Array> wants_3{{"a", xj::zeros({3})}};
+  CHECK_THROWS_WITH_AS((void)xj::load_safetensors(p, wants_3), doctest::Contains("tensor 'a' is f32[2], the tree's leaf ['a'] is f32[3]"), xj::Error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("safetensors and npy: a failure mid-write leaves the old file intact and no temporary behind") {
+  const fs::path dir = scratch("st_atomic");
+  const std::string p = (dir / "params.safetensors").string();
+  const std::map<std::string, xj::Array> old{{"a", ramp({3}, xj::f32, 0)}, {"b", ramp({2}, xj::f64, 1)}};
+  xj::save_safetensors(p, old);
+  // The second leaf was donated to a jit call: reading it fails after the header and the first
+  // tensor were written to the temporary file.
+  xj::Array big = ramp({1000}, xj::f32, 5), gone = ramp({4}, xj::f32, 0);
+  (void)xj::jit([](const xj::Array& x) { return x * 2.0f; }, {.donate_argnums = {0}})(gone);
+  const std::map<std::string, xj::Array> failing{{"a", big}, {"b", gone}};
+  CHECK_THROWS_WITH_AS(xj::save_safetensors(p, failing), doctest::Contains("donated"), xj::Error);
+  const auto back = xj::load_safetensors(p, old);
+  CHECK(bytes_of(back.at("a")) == bytes_of(old.at("a")));
+  CHECK(bytes_of(back.at("b")) == bytes_of(old.at("b")));
+  const std::string q = (dir / "x.npy").string();
+  xj::save_npy(q, old.at("a"));
+  CHECK_THROWS_AS(xj::save_npy(q, gone), xj::Error);
+  CHECK(xj::load_npy(q).to_vector<float>() == old.at("a").to_vector<float>());
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
+  CHECK(files == 2);  // params.safetensors and x.npy: no temporaries left
+  fs::remove_all(dir);
+}
+
+TEST_CASE("npy: every dtype and rank round-trips; the header is numpy's, 64-byte aligned; bad files are errors") {
+  const fs::path dir = scratch("npy");
+  const std::string p = (dir / "a.npy").string();
+  for (xj::DType d : {xj::f32, xj::f64, xj::i32, xj::i64, xj::u32, xj::bool_})
+    for (const xj::Shape& s : {xj::Shape{}, xj::Shape{5}, xj::Shape{2, 0}, xj::Shape{2, 3, 4}}) {
+      const xj::Array a = ramp(s, d, 2);
+      xj::save_npy(p, a);
+      const xj::Array b = xj::load_npy(p);
+      CHECK(a.aval() == b.aval());
+      CHECK(bytes_of(a) == bytes_of(b));
+    }
+  xj::save_npy(p, ramp({2, 3}, xj::f32, 0));
+  std::ifstream in(p, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(file.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
+  std::uint16_t len = 0;
+  std::memcpy(&len, file.data() + 8, 2);
+  CHECK((10 + len) % 64 == 0);
+  CHECK(file.substr(10, len).starts_with("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"));
+  CHECK(file.size() == 10u + len + 24u);
+  auto header = [](const std::string& dict) {
+    std::string h = dict;
+    h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+    h.push_back('\n');
+    std::string out = std::string("\x93NUMPY\x01\x00", 8);
+    const auto n = static_cast<std::uint16_t>(h.size());
+    out.append(reinterpret_cast<const char*>(&n), 2);
+    return out + h;
+  };
+  auto expect = [&](const std::string& bytes, const std::string& what) {
+    write_bytes(p, bytes);
+    CAPTURE(what);
+    CHECK_THROWS_WITH_AS((void)xj::load_npy(p), doctest::Contains((p + ": " + what).c_str()), xj::Error);
+  };
+  expect("PK\x03\x04 not npy at all", "not a .npy file");
+  expect(header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }") + std::string(8, '\0'), "the array is in Fortran order; only C order is read");
+  expect(header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + std::string(8, '\0'), "dtype '>f4' is not one xjax reads (big-endian");
+  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }") + std::string(5, '\0'), "shape [2] of <f4 needs 8 bytes of data, the file holds 5");
+  expect(header("{'descr': '<f4', 'fortran_order': False, }"), "the header has no 'shape' field");
+  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }"), "the header's 'shape' holds a bad dimension");
+  fs::remove_all(dir);
+}
