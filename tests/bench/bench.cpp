@@ -12,7 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <unistd.h>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -118,7 +122,7 @@ struct Row {
   double peak_mib = 0;    // bytes allocated beyond the inputs, peak
   double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
   std::string note;
-  bool has_mem() const { return workload != "P4" && impl != "libtorch"; }  // peak columns measured
+  bool has_mem() const { return workload != "P4" && workload != "F1" && impl != "libtorch"; }  // peak columns measured
 };
 
 std::string fmt(const char* f, double v) {
@@ -794,11 +798,52 @@ void print_table(const std::vector<Row>& rows, bool quick) {
   }
 }
 
+// F1: a parameter tree of `mib` MiB (f32 leaves of 1 MiB... 4 MiB) saved as safetensors (written
+// atomically: temporary file, fsync, rename) and loaded back, against copying the saved file
+// (std::filesystem::copy_file, what cp does) followed by an fsync, so both sides reach the disk.
+void bench_files(std::vector<Row>& rows, std::int64_t mib, int reps) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("xjax_bench_files_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "params.safetensors").string(), copy = (dir / "copy.safetensors").string();
+  std::map<std::string, xj::Array> tree;
+  for (std::int64_t i = 0; i < mib / 4; ++i) tree["layer" + std::to_string(i)] = from(randn(1 << 20, 40 + static_cast<unsigned>(i), 1.0), {1024, 1024});
+  std::vector<double> ts, tl, tc;
+  for (int r = 0; r <= reps; ++r) {
+    double t0 = now();
+    xj::save_safetensors(path, tree);
+    double t1 = now();
+    const auto back = xj::load_safetensors(path, tree);
+    double t2 = now();
+    fs::copy_file(path, copy, fs::copy_options::overwrite_existing);
+    const int fd = ::open(copy.c_str(), O_RDONLY);
+    if (fd >= 0) {
+      (void)::fsync(fd);
+      ::close(fd);
+    }
+    double t3 = now();
+    if (r == 0) {  // warm-up; check the round trip once
+      if (std::memcmp(back.at("layer0").raw_data(), tree.at("layer0").raw_data(), 4 << 20) != 0)
+        throw std::runtime_error("F1: the loaded tree differs from the saved one");
+      continue;
+    }
+    ts.push_back(t1 - t0);
+    tl.push_back(t2 - t1);
+    tc.push_back(t3 - t2);
+  }
+  fs::remove_all(dir);
+  const double cp = median(tc), bytes = static_cast<double>(mib) * (1 << 20);
+  const std::string where = "files in " + fs::temp_directory_path().string() + ", " + fmt("%.0f", bytes / (1 << 20)) + " MiB";
+  rows.push_back({"F1", "save_safetensors", "xjax", median(ts), median(ts) / cp, 0, 0, 0, where + "; GB/s " + fmt("%.2f", bytes / median(ts) * 1e-9)});
+  rows.push_back({"F1", "load_safetensors", "xjax", median(tl), median(tl) / cp, 0, 0, 0, "GB/s " + fmt("%.2f", bytes / median(tl) * 1e-9)});
+  rows.push_back({"F1", "copy_file + fsync (cp)", "reference", cp, 1.0, 0, 0, 0, "GB/s " + fmt("%.2f", bytes / cp * 1e-9)});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -808,7 +853,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1]\n");
       return 2;
     }
   }
@@ -826,6 +871,7 @@ int main(int argc, char** argv) {
     if (run("V1")) bench_per_example(rows, quick ? 64 : 256, quick ? 64 : 256, reps);
     if (run("V2")) bench_jacrev(rows, quick ? 64 : 256, reps);
     if (run("E1")) bench_eager(rows, 10000, reps);
+    if (run("F1")) bench_files(rows, quick ? 16 : 100, reps);
     if (run("S1")) bench_schedule(rows, quick ? 1000 : 10000, 64, 64, quick ? 10 : 100, quick ? 1 : 3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());
