@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "xjax/errors.hpp"
@@ -21,6 +22,31 @@ namespace {
 
 }  // namespace
 
+Shape checked_shape(const std::string& path, const std::string& what, const std::vector<std::uint64_t>& dims,
+                    std::size_t itemsize) {
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  std::uint64_t bytes = itemsize;
+  Shape shape;
+  for (std::uint64_t d : dims) {
+    if (d > kMax || (d != 0 && bytes > kMax / d)) {
+      errno = 0;
+      fail(path, what + ": the shape's size exceeds 2^63 bytes");
+    }
+    if (d != 0) bytes *= d;
+    shape.push_back(static_cast<std::int64_t>(d));
+  }
+  return shape;
+}
+
+void check_bool_bytes(const std::string& path, const std::string& what, const Array& a) {
+  const auto* p = static_cast<const unsigned char*>(a.raw_data());
+  for (std::int64_t i = 0; i < a.size(); ++i)
+    if (p[i] > 1) {
+      errno = 0;
+      fail(path, what + ": bool element " + std::to_string(i) + " is the byte " + std::to_string(p[i]) + " (not 0 or 1)");
+    }
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(path_ + ".tmp.XXXXXX") {
   std::vector<char> name(temp_.begin(), temp_.end());
   name.push_back('\0');
@@ -28,7 +54,18 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(path_ +
   fd_ = ::mkstemp(name.data());
   if (fd_ < 0) fail(path_, "cannot create a temporary file beside it to write");
   temp_ = name.data();
-  ::fchmod(fd_, 0644);
+  // The mode the file would get from open(): the replaced file's, else 0666 less the umask
+  // (mkstemp makes it 0600).
+  struct stat old {};
+  mode_t mode;
+  if (::stat(path_.c_str(), &old) == 0) {
+    mode = old.st_mode & 07777;
+  } else {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  ::fchmod(fd_, mode);
 }
 
 AtomicFile::~AtomicFile() {
@@ -58,6 +95,12 @@ void AtomicFile::commit() {
   fd_ = -1;
   if (::rename(temp_.c_str(), path_.c_str()) != 0) fail(path_, "cannot replace it with the written file " + temp_);
   temp_.clear();
+  // The rename reaches the disk with its directory's entry.
+  const std::string dir = path_.find('/') == std::string::npos ? "." : path_.substr(0, path_.rfind('/') + 1);
+  if (const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    (void)::fsync(d);
+    ::close(d);
+  }
 }
 
 InputFile::InputFile(std::string path) : path_(std::move(path)) {

@@ -4,8 +4,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "xjax/array.hpp"
 
 namespace xjax::detail {
+
+/// The shape of `dims` after checking that every dimension and the product of the nonzero ones,
+/// times `itemsize`, fit in int64 (so no size computed from it overflows); else an Error naming
+/// the file and `what`.
+Shape checked_shape(const std::string& path, const std::string& what, const std::vector<std::uint64_t>& dims,
+                    std::size_t itemsize);
+/// An Error naming the file and `what` when a bool array read from it holds a byte other than 0 or 1.
+void check_bool_bytes(const std::string& path, const std::string& what, const Array& a);
 
 /// Writes a file atomically: into a temporary file beside `path`, renamed over it by commit()
 /// after the data reached the disk (fsync). Destroyed without commit() (an error mid-write), it

@@ -49,16 +49,16 @@ class HeaderReader {
     if (text_.compare(p, 5, "False") == 0) return false;
     bad(path_, std::string("the header's '") + key + "' is neither True nor False");
   }
-  Shape shape_field(const char* key) const {
+  std::vector<std::uint64_t> shape_field(const char* key) const {
     std::size_t p = value_at(key);
     if (p >= text_.size() || text_[p] != '(') bad(path_, std::string("the header's '") + key + "' is not a tuple");
-    Shape s;
+    std::vector<std::uint64_t> s;
     p = skip_spaces(p + 1);
     while (p < text_.size() && text_[p] != ')') {
       std::size_t digits = p;
       while (digits < text_.size() && std::isdigit(static_cast<unsigned char>(text_[digits]))) ++digits;
       if (digits == p || digits - p > 18) bad(path_, std::string("the header's '") + key + "' holds a bad dimension");
-      s.push_back(std::stoll(text_.substr(p, digits - p)));
+      s.push_back(std::stoull(text_.substr(p, digits - p)));
       p = skip_spaces(digits);
       if (p < text_.size() && text_[p] == ',') p = skip_spaces(p + 1);
       else if (p < text_.size() && text_[p] != ')') bad(path_, std::string("the header's '") + key + "' is not a tuple of integers");
@@ -132,13 +132,14 @@ Array load_npy(const std::string& path) {
   const HeaderReader h(path, text);
   const std::string descr = h.string_field("descr");
   if (h.bool_field("fortran_order")) bad(path, "the array is in Fortran order; only C order is read");
-  const Shape shape = h.shape_field("shape");
+  const std::vector<std::uint64_t> dims = h.shape_field("shape");
   std::optional<DType> dtype;
   for (const auto& d : kDescrs)
     if (descr == d.descr) dtype = d.dtype;
   if (!dtype)
     bad(path, "dtype '" + descr + "' is not one xjax reads (" + std::string(descr.size() && descr[0] == '>' ? "big-endian; " : "") +
                   "xjax has <f4 <f8 <i4 <i8 <u4 |b1)");
+  const Shape shape = detail::checked_shape(path, "the array", dims, itemsize(*dtype));
   const ShapedArray aval{shape, *dtype};
   const std::uint64_t data = start + header_len;
   if (in.size() - data != aval.nbytes())
@@ -146,6 +147,7 @@ Array load_npy(const std::string& path) {
                   std::to_string(in.size() - data));
   Array a = detail::alloc_array(aval);
   if (aval.nbytes()) in.read_at(data, detail::mutable_data(a), aval.nbytes());
+  if (*dtype == bool_) detail::check_bool_bytes(path, "the array", a);
   return a;
 }
 

@@ -90,7 +90,8 @@ std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_locati
                         " and " + dtype_name(x.dtype()) + " under strict dtype promotion; convert one with xj::astype (at " +
                         format_location(loc) + ")");
       }
-      x = astype(x, t, loc);
+      // A weak operand converted stays weak (a C++ integer times a C++ double is a weak float).
+      x = detail::is_weak(x) ? detail::weakly_typed(astype(x, t, loc)) : astype(x, t, loc);
     }
   return xs;
 }

@@ -43,7 +43,8 @@ DType dtype_of(const std::string& path, const std::string& tensor, const std::st
 
 std::uint64_t non_negative(const std::string& path, const std::string& tensor, const char* field, const nlohmann::json& v) {
   if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
-    bad(path, "tensor '" + tensor + "': " + field + " must hold non-negative integers, got " + v.dump());
+    bad(path, "tensor '" + tensor + "': " + field + " must hold non-negative integers, got a " + v.type_name() +
+                  (v.is_number() ? " " + v.dump() : std::string()));
   return v.get<std::uint64_t>();
 }
 
@@ -64,22 +65,17 @@ Entry entry_of(const std::string& path, const std::string& name, const nlohmann:
   Entry e;
   e.name = name;
   e.aval.dtype = dtype_of(path, name, v["dtype"].get<std::string>());
-  std::uint64_t count = 1;
-  for (const auto& d : v["shape"]) {
-    const std::uint64_t n = non_negative(path, name, "\"shape\"", d);
-    e.aval.shape.push_back(static_cast<std::int64_t>(n));
-    count = n == 0 || count <= UINT64_MAX / n ? count * n : UINT64_MAX;
-  }
+  std::vector<std::uint64_t> dims;
+  for (const auto& d : v["shape"]) dims.push_back(non_negative(path, name, "\"shape\"", d));
+  e.aval.shape = detail::checked_shape(path, "tensor '" + name + "'", dims, itemsize(e.aval.dtype));
   e.begin = non_negative(path, name, "\"data_offsets\"", offsets[0]);
   e.end = non_negative(path, name, "\"data_offsets\"", offsets[1]);
   if (e.begin > e.end || e.end > data_bytes)
     bad(path, "tensor '" + name + "': data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
                   "] lie outside the data section (" + std::to_string(data_bytes) + " bytes)");
-  const std::uint64_t item = itemsize(e.aval.dtype);
-  if (count > UINT64_MAX / item || count * item != e.end - e.begin)
+  if (e.aval.nbytes() != e.end - e.begin)
     bad(path, "tensor '" + name + "': shape " + shape_str(e.aval.shape) + " of " + v["dtype"].get<std::string>() +
-                  " needs " + (count > UINT64_MAX / item ? std::string("more than 2^64") : std::to_string(count * item)) +
-                  " bytes, but data_offsets hold " + std::to_string(e.end - e.begin));
+                  " needs " + std::to_string(e.aval.nbytes()) + " bytes, but data_offsets hold " + std::to_string(e.end - e.begin));
   return e;
 }
 
@@ -98,7 +94,12 @@ void save_safetensors_named(const std::string& path, const std::vector<std::pair
     header[name] = {{"dtype", name_of(a.dtype())}, {"shape", a.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    bad(path, std::string("cannot write the header (a tensor name that is not UTF-8?): ") + e.what());
+  }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
   const std::uint64_t n = text.size();
   detail::AtomicFile out(path);
@@ -139,6 +140,7 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
   for (const auto& e : entries) {
     Array a = detail::alloc_array(e.aval);
     if (e.end > e.begin) in.read_at(data_start + e.begin, detail::mutable_data(a), e.end - e.begin);
+    if (e.aval.dtype == bool_) detail::check_bool_bytes(path, "tensor '" + e.name + "'", a);
     out.emplace(e.name, std::move(a));
   }
   return out;
@@ -146,6 +148,10 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
 
 std::vector<Array> detail::leaves_from_tensors(const std::string& path, std::map<std::string, Array> tensors,
                                                const std::vector<std::pair<KeyPath, Array>>& like) {
+  std::set<std::string> seen;
+  for (const auto& entry : like)
+    if (const std::string name = dotted_path(entry.first); !seen.insert(name).second)
+      bad(path, "two leaves of the tree have the file key '" + name + "' (one is " + keystr(entry.first) + "): rename one");
   std::vector<Array> leaves;
   for (const auto& [key, leaf] : like) {
     const std::string name = dotted_path(key);

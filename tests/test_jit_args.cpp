@@ -224,3 +224,25 @@ TEST_CASE("jit donate_argnums: an array passed twice, donation under a transform
   auto k = xj::jit([](const xj::Array& a) { return a; }, {.donate_argnums = {3}});
   CHECK_THROWS_AS((void)k(y), xj::TransformError);
 }
+
+TEST_CASE("jit donate_argnums regressions: a donated array the function also captures; donation inside grad") {
+  // Review finding: the captured array is a const of the jaxpr (the same handle); donating it
+  // emptied the const and the fused kernel read a null buffer. It is not donated now.
+  xj::Array w = f32_iota(3, 1.0);
+  auto f = xj::jit([&w](const xj::Array& a) { return a * 2.0f + w; }, {.donate_argnums = {0}});
+  CHECK(f(w).to_vector<float>() == std::vector<float>{3, 6, 9});
+  CHECK(w.to_vector<float>() == std::vector<float>{1, 2, 3});
+  // Review finding: inside grad, a concrete array passed to a donating jit was invalidated.
+  xj::Array c = f32_iota(3, 1.0);
+  auto g = xj::jit([](const xj::Array& k, const xj::Array& a) { return k * a; }, {.donate_argnums = {0}});
+  auto dg = xj::grad([&](const xj::Array& a) { return xj::sum(g(c, a)); })(f32_iota(3, 1.0));
+  CHECK(dg.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(c.to_vector<float>() == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE("jit: a traced integer times a traced double stays weak (review finding: it became a strong f64)") {
+  auto f = xj::jit([](const xj::Array& x, const xj::Array& a, const xj::Array& b) { return x * (a * b); });
+  const xj::Array y = f(f32_iota(2, 1.0), 2, 0.5);
+  CHECK(y.dtype() == xj::f32);
+  CHECK(y.to_vector<float>() == std::vector<float>{1, 2});
+}

@@ -3,6 +3,7 @@
 // reader), each kind of bad input an Error naming the file and the problem, and atomic writes.
 #include <cstdio>
 #include <cstring>
+#include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -216,5 +217,53 @@ TEST_CASE("npy: every dtype and rank round-trips; the header is numpy's, 64-byte
   expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }") + std::string(5, '\0'), "shape [2] of <f4 needs 8 bytes of data, the file holds 5");
   expect(header("{'descr': '<f4', 'fortran_order': False, }"), "the header has no 'shape' field");
   expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }"), "the header's 'shape' holds a bad dimension");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("serialization regressions from review: sizes that overflow, deep JSON, bool bytes, permissions, names") {
+  const fs::path dir = scratch("review");
+  const std::string st = (dir / "r.safetensors").string(), np = (dir / "r.npy").string();
+  auto load_st = [&](const std::string& bytes) {
+    write_bytes(st, bytes);
+    return xj::load_safetensors(st);
+  };
+  // A shape of 2^64 + 16 elements wrapped to 16 and read out of bounds later; dimensions of
+  // 2^63 and more became negative; [2^32, 2^32, 0, 7] overflowed int64 before the zero.
+  auto npy_with_shape = [](const std::string& shape, std::size_t data) {
+    std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+    h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+    h.push_back('\n');
+    std::string out = std::string("\x93NUMPY\x01\x00", 8);
+    const auto n = static_cast<std::uint16_t>(h.size());
+    out.append(reinterpret_cast<const char*>(&n), 2);
+    return out + h + std::string(data, '\0');
+  };
+  write_bytes(np, npy_with_shape("(16, 17, 67818912035696881)", 64));
+  CHECK_THROWS_WITH_AS((void)xj::load_npy(np), doctest::Contains("exceeds 2^63 bytes"), xj::Error);
+  write_bytes(np, npy_with_shape("(4294967296, 4294967296)", 0));
+  CHECK_THROWS_WITH_AS((void)xj::load_npy(np), doctest::Contains("exceeds 2^63 bytes"), xj::Error);
+  CHECK_THROWS_WITH_AS((void)load_st(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[9223372036854775808,0],"data_offsets":[0,0]}})", "")),
+                       doctest::Contains("exceeds 2^63 bytes"), xj::Error);
+  CHECK_THROWS_WITH_AS((void)load_st(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296,0,7],"data_offsets":[0,0]}})", "")),
+                       doctest::Contains("exceeds 2^63 bytes"), xj::Error);
+  // A shape element nested deeply: an Error, not a stack overflow printing it.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK_THROWS_AS((void)load_st(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[)" + deep + R"(],"data_offsets":[0,0]}})", "")), xj::Error);
+  // Bool bytes other than 0 and 1.
+  CHECK_THROWS_WITH_AS((void)load_st(safetensors_bytes(R"({"x":{"dtype":"BOOL","shape":[4],"data_offsets":[0,4]}})", std::string("\x00\x01\x02\x00", 4))),
+                       doctest::Contains("bool element 2 is the byte 2"), xj::Error);
+  // Saving over a file keeps its mode.
+  xj::save_safetensors(st, std::map<std::string, xj::Array>{{"a", xj::zeros({2})}});
+  ::chmod(st.c_str(), 0600);
+  xj::save_safetensors(st, std::map<std::string, xj::Array>{{"a", xj::ones({2})}});
+  struct stat info {};
+  REQUIRE(::stat(st.c_str(), &info) == 0);
+  CHECK((info.st_mode & 0777) == 0600);
+  // A name that is not UTF-8; two leaves with one file key.
+  CHECK_THROWS_AS(xj::save_safetensors_named(st, {{std::string("\xff\xfe"), xj::zeros({1})}}), xj::Error);
+  using Nested = std::map<std::string, std::map<std::string, xj::Array>>;
+  const Nested clash{{"a", {{"b.c", xj::zeros({1})}}}, {"a.b", {{"c", xj::zeros({1})}}}};
+  CHECK_THROWS_AS(xj::save_safetensors(st, clash), xj::Error);
+  CHECK_THROWS_WITH_AS((void)xj::load_safetensors(st, clash), doctest::Contains("two leaves of the tree have the file key 'a.b.c'"), xj::Error);
   fs::remove_all(dir);
 }

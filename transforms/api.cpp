@@ -1,5 +1,6 @@
 // api.cpp: the flat functions behind the transform templates of transforms.hpp: the trace cache,
 // grad, vjp, jvp, linearize and the Jacobians, on flat lists of arrays.
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -87,14 +88,22 @@ Array jit_number(std::int64_t v) {
 
 Array jit_weak(const Array& x) { return weakly_typed(x); }
 
-void donate_args(FlatArgs& fa, const std::vector<int>& argnums) {
+void donate_args(FlatArgs& fa, const std::vector<int>& argnums, std::span<const Array> consts) {
+  // Under an enclosing transform the call is traced: nothing is run, so nothing is donated.
+  if (tracing_active()) return;
   // A leaf passed twice (the same handle in two donated places, or donated and also passed
-  // undonated) shares the one handle that took the buffer.
+  // undonated) shares the one handle that took the buffer. A leaf the function also captured (a
+  // const of its jaxpr, the same value) is not donated: the plan reads it as a const too.
+  auto captured = [&](const Array& leaf) {
+    return std::any_of(consts.begin(), consts.end(), [&](const Array& c) {
+      return c.impl() == leaf.impl() || (c.is_concrete() && leaf.is_concrete() && c.impl()->buffer == leaf.impl()->buffer);
+    });
+  };
   std::map<const ArrayImpl*, Array> taken;
   for (int d : argnums) {
     const auto k = static_cast<std::size_t>(d);
     for (std::size_t i = fa.offsets[k]; i < fa.offsets[k + 1]; ++i)
-      if (!taken.contains(fa.leaves[i].impl().get()))
+      if (!taken.contains(fa.leaves[i].impl().get()) && !captured(fa.leaves[i]))
         taken.emplace(fa.leaves[i].impl().get(),
                       take_donated(fa.leaves[i], "leaf " + std::to_string(i - fa.offsets[k]) + " of argument " +
                                                      std::to_string(k) + ", in donate_argnums"));

@@ -292,8 +292,9 @@ Array jit_number(std::int64_t v);
 /// A traced input marked weakly typed (the tracer f receives for a C++ number).
 Array jit_weak(const Array& x);
 /// Replaces the leaves of the donated arguments by handles that own their buffers, and
-/// invalidates the caller's (jit's donate_argnums).
-void donate_args(FlatArgs& fa, const std::vector<int>& argnums);
+/// invalidates the caller's (jit's donate_argnums); not under a trace, and not a leaf that is
+/// also one of `consts` (captured by the function).
+void donate_args(FlatArgs& fa, const std::vector<int>& argnums, std::span<const Array> consts);
 
 /// A C++ number (not bool): jit traces it where f's parameter accepts an Array. f is asked with
 /// an Array at every number's place first; where it does not accept that, one place at a time.
@@ -407,7 +408,7 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
   });
   if (opts.donate_argnums.empty())
     return tree_unflatten<R>(traced->out_def, eval_jaxpr_with_plan(traced->jaxpr, *traced->plan, fa.leaves));
-  donate_args(fa, opts.donate_argnums);
+  donate_args(fa, opts.donate_argnums, traced->jaxpr.consts);
   return tree_unflatten<R>(traced->out_def, eval_jaxpr_consuming(traced->jaxpr, *traced->plan, std::move(fa.leaves)));
 }
 }  // namespace detail
