@@ -122,7 +122,7 @@ struct Row {
   double peak_mib = 0;    // bytes allocated beyond the inputs, peak
   double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
   std::string note;
-  bool has_mem() const { return workload != "P4" && workload != "F1" && impl != "libtorch"; }  // peak columns measured
+  bool has_mem() const { return workload != "P4" && workload != "F1" && workload != "O1" && impl != "libtorch"; }  // peak columns measured
 };
 
 std::string fmt(const char* f, double v) {
@@ -798,6 +798,40 @@ void print_table(const std::vector<Row>& rows, bool quick) {
   }
 }
 
+#if XJAX_BENCH_TORCH
+// O1: xj::optim::adam and adamw against torch.optim.Adam and AdamW on the same gradients (issue
+// 29): the largest difference of the parameters over `steps` steps, relative to their scale.
+void bench_optimizers(std::vector<Row>& rows, std::int64_t n, int steps) {
+  const std::vector<float> p0 = randn(n, 50, 1.0);
+  std::vector<std::vector<float>> grads;
+  for (int k = 0; k < steps; ++k) grads.push_back(randn(n, 60 + static_cast<unsigned>(k), 0.1 + 0.05 * k));
+  for (bool decoupled : {false, true}) {
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = decoupled ? 0.1 : 0.0;
+    const auto opt = decoupled ? xj::optim::adamw(lr, b1, b2, eps, wd) : xj::optim::adam(lr, b1, b2, eps);
+    double t0 = now();
+    xj::Array p = from(p0, {n});
+    xj::optim::OptState s = opt.init(p);
+    std::vector<std::vector<float>> mine;
+    for (const auto& g : grads) {
+      auto [u, s2] = opt.update(from(g, {n}), s, p);
+      p = xj::optim::apply_updates(p, u);
+      s = s2;
+      mine.push_back(p.to_vector<float>());
+    }
+    double t1 = now();
+    const auto theirs = bench_torch::adam_trajectory(p0, grads, lr, b1, b2, eps, wd, decoupled);
+    double t2 = now();
+    double worst = 0;
+    for (int k = 0; k < steps; ++k) worst = std::max(worst, rel_err(mine[static_cast<std::size_t>(k)].data(), theirs[static_cast<std::size_t>(k)].data(), n));
+    const std::string name = decoupled ? "adamw (weight decay 0.1)" : "adam";
+    rows.push_back({"O1", name, "xjax", t1 - t0, (t1 - t0) / (t2 - t1), 0, 0, 0,
+                    fmt("max abs(p_xjax - p_torch) / max abs(p) over the steps: %.2g", worst) +
+                        fmt(" (%.0f eager steps, each read back: times are not a target)", steps)});
+    rows.push_back({"O1", name, "libtorch", t2 - t1, 1.0, 0, 0, 0, "torch.optim"});
+  }
+}
+#endif
+
 // F1: a parameter tree of `mib` MiB (f32 leaves of 1 MiB... 4 MiB) saved as safetensors (written
 // atomically: temporary file, fsync, rename) and loaded back, against copying the saved file
 // (std::filesystem::copy_file, what cp does) followed by an fsync, so both sides reach the disk.
@@ -853,7 +887,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|O1]\n");
       return 2;
     }
   }
@@ -872,6 +906,9 @@ int main(int argc, char** argv) {
     if (run("V2")) bench_jacrev(rows, quick ? 64 : 256, reps);
     if (run("E1")) bench_eager(rows, 10000, reps);
     if (run("F1")) bench_files(rows, quick ? 16 : 100, reps);
+#if XJAX_BENCH_TORCH
+    if (run("O1")) bench_optimizers(rows, quick ? 1000 : 100000, 20);
+#endif
     if (run("S1")) bench_schedule(rows, quick ? 1000 : 10000, 64, 64, quick ? 10 : 100, quick ? 1 : 3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());

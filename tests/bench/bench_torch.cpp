@@ -4,6 +4,8 @@
 #include "bench_torch.hpp"
 
 #include <torch/autograd.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 #include <torch/version.h>
@@ -131,5 +133,27 @@ void Eager::run(std::int64_t n_ops) {
 }
 
 std::vector<float> Eager::result() const { return floats_of(impl_->c); }
+
+// ---- O1: the optimizers ----------------------------------------------------------------------
+
+std::vector<std::vector<float>> adam_trajectory(const std::vector<float>& p0, const std::vector<std::vector<float>>& grads,
+                                                double lr, double b1, double b2, double eps, double weight_decay,
+                                                bool decoupled) {
+  const auto n = static_cast<std::int64_t>(p0.size());
+  torch::Tensor p = copy_of(p0.data(), {n});
+  std::vector<torch::Tensor> params{p};
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (decoupled)
+    opt = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(lr).betas({b1, b2}).eps(eps).weight_decay(weight_decay));
+  else
+    opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr).betas({b1, b2}).eps(eps).weight_decay(weight_decay));
+  std::vector<std::vector<float>> out;
+  for (const auto& g : grads) {
+    p.mutable_grad() = copy_of(g.data(), {n});
+    opt->step();
+    out.push_back(floats_of(p));
+  }
+  return out;
+}
 
 }  // namespace bench_torch

@@ -56,4 +56,10 @@ class Eager {
   std::unique_ptr<Impl> impl_;
 };
 
+/// torch.optim.Adam (decoupled = false, weight_decay 0) or torch.optim.AdamW on one parameter
+/// vector p0, its gradient at step k set to grads[k]: the parameters after every step.
+std::vector<std::vector<float>> adam_trajectory(const std::vector<float>& p0, const std::vector<std::vector<float>>& grads,
+                                                double lr, double b1, double b2, double eps, double weight_decay,
+                                                bool decoupled);
+
 }  // namespace bench_torch
