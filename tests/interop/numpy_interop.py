@@ -6,6 +6,7 @@ The safetensors files are read and written with numpy and the standard library a
 is an 8-byte little-endian header length, a JSON header, raw little-endian data).
 """
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -14,6 +15,13 @@ import tempfile
 try:
     import numpy as np
 except ImportError:
+    # The python3 first on PATH may be another installation (pyenv) than Debian's, which has
+    # python3-numpy: try that one once before skipping.
+    system = "/usr/bin/python3"
+    if os.path.exists(system) and os.path.realpath(sys.executable) != os.path.realpath(system) and \
+            not os.environ.get("XJAX_INTEROP_REEXEC"):
+        os.environ["XJAX_INTEROP_REEXEC"] = "1"
+        os.execv(system, [system] + sys.argv)
     print("numpy is not installed: skipped")
     sys.exit(77)
 
