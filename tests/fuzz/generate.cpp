@@ -5,6 +5,7 @@
 // Every op is well defined on all reals (log(1 + x^2) rather than log x, a / (1.5 + tanh b)
 // rather than a / b), so no program needs a domain check.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -194,9 +195,10 @@ class Gen {
     for (int attempt = 0; attempt < 20; ++attempt) {
       int cat = uniform(0, 99);
       bool ok = false;
-      if (cat < 26) ok = unary(s, b);
-      else if (cat < 46) ok = binary(s, b);
-      else if (cat < 53) ok = reduction(s, b);
+      if (cat < 25) ok = unary(s, b);
+      else if (cat < 44) ok = binary(s, b);
+      else if (cat < 50) ok = reduction(s, b);
+      else if (cat < 53) ok = training(s, b);
       else if (cat < 59) ok = linalg(s, b);
       else if (cat < 70) ok = shape_op(s, b);
       else if (cat < 73) ok = leaf(s, b);
@@ -371,6 +373,102 @@ class Gen {
     }
     if (op == Op::LogSumExp) mag = v.mag + std::log(count);
     if (mag > kMaxMag) return false;
+    push(s, b, n, {mag});
+    return true;
+  }
+
+  /// The training-loop pieces (issue 34): take_along_axis, standardize / layer_norm / rms_norm,
+  /// and the optax losses, on a value of rank >= 1.
+  bool training(Scope& s, Block& b) {
+    int i = pick(s, [](const Val& v) { return !v.shape.empty() && size_of(v.shape) > 0; });
+    if (i < 0) return false;
+    const Val v = at(s, i);
+    const int kind = uniform(0, 2);
+    if (kind == 0) return take_along_axis(s, b, i);
+    if (kind == 1) return normalization(s, b, i);
+    return loss(s, b, i);
+  }
+
+  /// ints: the axis, then the indices' shape (the operand's, but 1-4 along the axis and sometimes
+  /// 1 elsewhere: broadcast); ints2: the indices, in [-d, d - 1]; variant 1 adds an index from data.
+  bool take_along_axis(Scope& s, Block& b, int i) {
+    const Shape sh = at(s, i).shape;
+    const int r = static_cast<int>(sh.size());
+    const int axis = uniform(0, r - 1);
+    const auto d = static_cast<int>(sh[static_cast<std::size_t>(axis)]);
+    Shape idx = sh, out = sh;
+    idx[static_cast<std::size_t>(axis)] = out[static_cast<std::size_t>(axis)] = uniform(1, 4);
+    for (int q = 0; q < r; ++q)
+      if (q != axis && coin(0.2)) idx[static_cast<std::size_t>(q)] = 1;
+    Node n{.op = Op::TakeAlongAxis, .args = {i}, .outs = {out}};
+    n.ints = {coin(0.3) ? axis - r : axis};
+    n.ints.insert(n.ints.end(), idx.begin(), idx.end());
+    for (std::int64_t k = 0; k < size_of(idx); ++k) n.ints2.push_back(uniform(-d, d - 1));
+    maybe_data_indices(s, n);
+    push(s, b, n, {at(s, i).mag});
+    return true;
+  }
+
+  /// variant: standardize, layer_norm, rms_norm; ints: the axis, whether a scale and a bias
+  /// (other values, fitted to the axis' length) are given; c: epsilon, large (1/4 or 1) so that
+  /// 1/sqrt(var + epsilon) stays small and finite differences meaningful.
+  bool normalization(Scope& s, Block& b, int i) {
+    const Val v = at(s, i);
+    const int r = static_cast<int>(v.shape.size());
+    Node n{.op = Op::Norm, .args = {i}, .outs = {v.shape}};
+    n.variant = uniform(0, 2);
+    const int axis = uniform(-r, r - 1);
+    const auto len = static_cast<double>(v.shape[static_cast<std::size_t>((axis + r) % r)]);
+    const bool scale = n.variant != 0 && coin(0.7), bias = n.variant == 1 && coin(0.5);
+    n.ints = {axis, scale, bias};
+    n.c = coin(0.5) ? 0.25 : 1.0;
+    double mag = std::sqrt(len);  // |x - mean| <= sqrt(n var), |x| <= sqrt(n mean(x^2))
+    if (scale) {
+      n.args.push_back(pick_any(s));
+      mag *= at(s, n.args.back()).mag;
+    }
+    if (bias) {
+      n.args.push_back(pick_any(s));
+      mag += at(s, n.args.back()).mag;
+    }
+    if (mag > kMaxMag) return false;
+    push(s, b, n, {mag});
+    return true;
+  }
+
+  /// variant: softmax_cross_entropy (labels: softmax of another value), the same with integer
+  /// labels (ints2), sigmoid_binary_cross_entropy (labels: logistic of another value), l2_loss,
+  /// huber_loss (c: delta); flag: targets given (l2, huber). The other value has the logits' shape.
+  bool loss(Scope& s, Block& b, int i) {
+    const Val v = at(s, i);
+    Node n{.op = Op::Loss, .args = {i}};
+    n.variant = uniform(0, 4);
+    if (s.r.pure && n.variant == 4) return false;  // huber's second derivative jumps at |e| = delta
+    Shape rows(v.shape.begin(), v.shape.end() - 1);
+    const auto len = static_cast<double>(v.shape.back());
+    n.flag = n.variant <= 2 || coin(0.6);
+    double other = 0;
+    if (n.flag && n.variant != 1) {
+      int j = pick(s, [&](const Val& w) { return w.shape == v.shape; });
+      n.args.push_back(j);
+      other = at(s, j).mag;
+    }
+    if (n.variant == 1) {
+      n.flag = false;
+      for (std::int64_t k = 0; k < size_of(rows); ++k) n.ints2.push_back(uniform(0, static_cast<int>(len) - 1));
+    }
+    double mag = 0;
+    switch (n.variant) {
+      case 0: case 1: mag = 2 * v.mag + std::log(len); break;  // -log softmax <= max - min + log n
+      case 2: mag = 2 * v.mag + 0.7; break;                     // softplus(x) - l x
+      case 3: mag = 0.5 * (v.mag + other) * (v.mag + other); break;
+      default:
+        n.c = coin(0.5) ? 0.5 : 1.0;
+        mag = n.c * (v.mag + other);
+        break;
+    }
+    if (mag > kMaxMag) return false;
+    n.outs = {n.variant <= 1 ? rows : v.shape};
     push(s, b, n, {mag});
     return true;
   }
@@ -812,9 +910,17 @@ class Gen {
         break;
       }
       case Op::Jit: {
+        // variant 1: the first output times a C++ number passed to the jitted function (traced,
+        // weakly typed; c, an int when flag); variant 2: the first operand donated.
+        n.variant = uniform(0, 2);
         n.args = operands(s, 1, 2);
         n.outs = result_shapes(s, n.args, uniform(1, 2));
-        mags.assign(n.outs.size(), kMaxMag);
+        mags.assign(n.outs.size(), n.variant == 1 ? kMaxMag / 2 : kMaxMag);
+        if (n.variant == 1) {
+          n.flag = coin(0.4);
+          n.c = n.flag ? (coin(0.5) ? 2.0 : -2.0) : std::array{0.5, 1.5, -1.25}[static_cast<std::size_t>(uniform(0, 2))];
+        }
+        count(std::string("Jit_") + std::array{"call", "number", "donated"}[static_cast<std::size_t>(n.variant)]);
         n.subs.push_back(block(shapes_of(s, n.args), mags_of(s, n.args), s, n.outs, mags, d, s.r, sub_nodes(), true, s.in_while));
         break;
       }

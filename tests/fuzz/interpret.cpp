@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "program.hpp"
 
@@ -190,6 +191,46 @@ Arrays inner_grad(const std::function<Arrays(const Arrays&)>& block, const Array
   return {4.0 * xj::tanh(g / 4.0)};
 }
 
+/// jit(f') with f'(xs, c) = f(xs) whose first output is times c, called with the C++ number c
+/// (an int when `integer`): jit traces it as a weakly typed rank-0 input, so the output keeps the
+/// program's dtype (a strongly typed f64 or i64 would promote an f32 program's output).
+Arrays jit_with_number(const std::function<Arrays(const Arrays&)>& fn, const Arrays& args, double c, bool integer,
+                       xj::DType dtype) {
+  auto scaled = [fn](const Arrays& xs, const Array& k) {
+    Arrays o = fn(xs);
+    o[0] = o[0] * k;
+    return o;
+  };
+  Arrays out = integer ? xj::jit(scaled)(args, static_cast<int>(c)) : xj::jit(scaled)(args, c);
+  if (out[0].dtype() != dtype)
+    throw std::logic_error(std::string("fuzz: jit's traced C++ number made the output ") + xj::dtype_name(out[0].dtype()));
+  return out;
+}
+
+/// jit(f) with its first operand donated: a private copy of it, so that its buffer is the call's
+/// alone; after an eager call the copy must be unusable (under a transform donation does nothing).
+Arrays jit_donating(const std::function<Arrays(const Arrays&)>& fn, const Arrays& args) {
+  Array own = args[0] + 0.0;
+  Arrays rest(args.begin() + 1, args.end());
+  auto f = [fn](const Array& x, const Arrays& more) {
+    Arrays xs{x};
+    xs.insert(xs.end(), more.begin(), more.end());
+    return fn(xs);
+  };
+  const bool eager = own.is_concrete();
+  Arrays out = xj::jit(f, {.donate_argnums = {0}})(own, rest);
+  if (eager) {
+    bool raised = false;
+    try {
+      (void)own.to_vector<double>();
+    } catch (const xj::Error&) {
+      raised = true;
+    }
+    if (!raised) throw std::logic_error("fuzz: an argument donated to an eager jit call could still be read");
+  }
+  return out;
+}
+
 }  // namespace
 
 Arrays Runner::node(const Node& n, const Arrays& env) const {
@@ -334,6 +375,42 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       if (n.variant == 1) return {a[data_index(args.back(), 0, 0, a.shape()[0] - 1, m)]};
       return {a[xj::scalar(static_cast<double>(n.ints[0]), xj::i32)]};
     case Op::Fit: return {fit(a, out)};
+    case Op::TakeAlongAxis: {  // variant 1: every index shifted by one from data (the op clamps)
+      Shape ishape(n.ints.begin() + 1, n.ints.end());
+      Array idx = xj::array<std::int32_t>(std::vector<std::int32_t>(n.ints2.begin(), n.ints2.end()), ishape);
+      if (n.variant == 1) {
+        std::int64_t d = a.shape()[static_cast<std::size_t>((n.ints[0] + a.ndim()) % a.ndim())];
+        idx = idx + data_index(args.back(), 0, -d, d - 1, m);
+      }
+      return {xj::take_along_axis(a, idx, n.ints[0])};
+    }
+    case Op::Norm: {
+      const std::int64_t axis = n.ints[0];
+      const Shape len{a.shape()[static_cast<std::size_t>((axis + a.ndim()) % a.ndim())]};
+      std::size_t next = 1;
+      std::optional<Array> scale, bias;
+      if (n.ints[1]) scale = fit(args.at(next++), len);
+      if (n.ints[2]) bias = fit(args.at(next++), len);
+      if (n.variant == 0) return {xj::standardize(a, axis, n.c)};
+      if (n.variant == 1) return {xj::layer_norm(a, scale, bias, axis, n.c)};
+      return {xj::rms_norm(a, scale, axis, n.c)};
+    }
+    case Op::Loss: {
+      namespace optim = xj::optim;
+      switch (n.variant) {
+        case 0: return {optim::softmax_cross_entropy(a, xj::softmax(b, -1))};
+        case 1: {
+          const Shape rows(a.shape().begin(), a.shape().end() - 1);
+          std::vector<std::int32_t> labels(n.ints2.begin(), n.ints2.end());
+          return {optim::softmax_cross_entropy_with_integer_labels(a, xj::array<std::int32_t>(labels, rows))};
+        }
+        case 2: return {optim::sigmoid_binary_cross_entropy(a, xj::logistic(b))};
+        case 3: return {n.flag ? optim::l2_loss(a, b) : optim::l2_loss(a)};
+        default:  // the second derivative jumps where |e| = delta
+          if (m) note(m, xj::abs(n.flag ? a - b : a) - n.c);
+          return {n.flag ? optim::huber_loss(a, b, n.c) : optim::huber_loss(a, std::nullopt, n.c)};
+      }
+    }
     case Op::Checkpoint: case Op::Scan: case Op::ForiLoop: case Op::While: case Op::Cond: case Op::Switch:
     case Op::Jit: case Op::CustomJvp: case Op::CustomVjp: case Op::InnerGrad: case Op::Count_: break;
   }
@@ -423,7 +500,10 @@ Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) con
       }
       return xj::switch_(index, branches, ops);
     }
-    case Op::Jit: return xj::jit(fn)(args);
+    case Op::Jit:
+      if (n.variant == 1) return jit_with_number(fn, args, n.c, n.flag, dtype);
+      if (n.variant == 2) return jit_donating(fn, args);
+      return xj::jit(fn)(args);
     case Op::InnerGrad: return inner_grad(fn, args);
     case Op::CustomJvp: {
       if (n.variant == 0) {
@@ -465,7 +545,12 @@ Arrays Runner::plain_wrapper(const Node& n, const Arrays& args, const Arrays& en
   const Block* blk = n.subs.empty() ? nullptr : &n.subs[0];
   Monitor* m = monitor;
   switch (n.op) {
-    case Op::Checkpoint: case Op::Jit: return run(*blk, args, env);
+    case Op::Checkpoint: return run(*blk, args, env);
+    case Op::Jit: {
+      Arrays out = run(*blk, args, env);
+      if (n.variant == 1) out[0] = out[0] * n.c;
+      return out;
+    }
     case Op::Scan: {
       auto nc = static_cast<std::size_t>(n.ints[0]);
       std::int64_t length = n.ints[2];

@@ -93,7 +93,8 @@ const char* op_name(Op op) {
     XFUZZ_NAME(LogSoftmax) XFUZZ_NAME(Matmul) XFUZZ_NAME(Dot) XFUZZ_NAME(Einsum) XFUZZ_NAME(DotGeneral)
     XFUZZ_NAME(Reshape) XFUZZ_NAME(Transpose) XFUZZ_NAME(BroadcastTo) XFUZZ_NAME(ExpandDims)
     XFUZZ_NAME(Squeeze) XFUZZ_NAME(Concat) XFUZZ_NAME(Stack) XFUZZ_NAME(Slice) XFUZZ_NAME(DynSlice)
-    XFUZZ_NAME(DynUpdateSlice) XFUZZ_NAME(Take) XFUZZ_NAME(Index) XFUZZ_NAME(Fit) XFUZZ_NAME(Checkpoint)
+    XFUZZ_NAME(DynUpdateSlice) XFUZZ_NAME(Take) XFUZZ_NAME(Index) XFUZZ_NAME(Fit)
+    XFUZZ_NAME(TakeAlongAxis) XFUZZ_NAME(Norm) XFUZZ_NAME(Loss) XFUZZ_NAME(Checkpoint)
     XFUZZ_NAME(Scan) XFUZZ_NAME(ForiLoop) XFUZZ_NAME(While) XFUZZ_NAME(Cond) XFUZZ_NAME(Switch)
     XFUZZ_NAME(Jit) XFUZZ_NAME(CustomJvp) XFUZZ_NAME(CustomVjp) XFUZZ_NAME(InnerGrad) XFUZZ_NAME(Count_)
 #undef XFUZZ_NAME

@@ -61,6 +61,8 @@ enum class Op {
   // shape
   Reshape, Transpose, BroadcastTo, ExpandDims, Squeeze, Concat, Stack, Slice, DynSlice,
   DynUpdateSlice, Take, Index, Fit,
+  // training-loop pieces (issue 34): take_along_axis, the normalizations, the optax losses
+  TakeAlongAxis, Norm, Loss,
   // wrappers (own sub-blocks)
   Checkpoint, Scan, ForiLoop, While, Cond, Switch, Jit, CustomJvp, CustomVjp,
   InnerGrad,  // xj::grad of a sub-block inside the program (nested differentiation)
