@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "xjax/xjax.hpp"
+#include "../../examples/transformer_model.hpp"
 
 #if XJAX_BENCH_TORCH
 #include "bench_torch.hpp"
@@ -122,7 +123,9 @@ struct Row {
   double peak_mib = 0;    // bytes allocated beyond the inputs, peak
   double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
   std::string note;
-  bool has_mem() const { return workload != "P4" && workload != "F1" && workload != "O1" && impl != "libtorch"; }  // peak columns measured
+  bool has_mem() const {
+    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && impl != "libtorch";
+  }  // peak columns measured
 };
 
 std::string fmt(const char* f, double v) {
@@ -832,6 +835,91 @@ void bench_optimizers(std::vector<Row>& rows, std::int64_t n, int steps) {
 }
 #endif
 
+#if XJAX_BENCH_TORCH
+// T1 (issue 29): one training step (forward, backward, adamw update) of the GPT of
+// examples/transformer_model.hpp against its libtorch twin (bench_torch::Gpt), from the same
+// parameters on the same batches: without checkpoint (plain autograd) and with nothing_saveable
+// per block (torch: a hand-written per-block recompute), at 1 and 2 OpenBLAS threads (libtorch's
+// intra-op threads stay at g_torch_threads). Checked first: three steps' losses and the
+// parameters after them agree.
+void bench_transformer(std::vector<Row>& rows, const std::string& size, std::int64_t T, std::int64_t d,
+                       std::int64_t heads, std::int64_t L, std::int64_t B, int reps) {
+  const std::int64_t V = 256;
+  const double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.01;
+  std::mt19937 rng(5);
+  std::vector<std::vector<std::int32_t>> batches(4);  // random bytes: the step's cost does not depend on them
+  for (auto& b : batches)
+    for (std::int64_t i = 0; i < B * (T + 1); ++i) b.push_back(static_cast<std::int32_t>(rng() % V));
+  const auto opt = xj::optim::adamw(lr, b1, b2, eps, wd);
+  const xj::Array causal = gpt::causal_mask(T, xj::f32);
+  // Useful flops of one step: 3x the forward's (GEMMs of 12 L d^2 + V d per token, attention's
+  // 4 L T d per token); recompute not counted.
+  const double tokens = static_cast<double>(B * T);
+  const double flops = 3.0 * 2.0 * tokens *
+                       (12.0 * double(L) * double(d) * double(d) + double(V) * double(d) + 2.0 * double(L) * double(T) * double(d));
+  const int blas_threads = openblas_get_num_threads();
+  double peak_none = 0;
+  for (const std::string policy : {"none", "nothing_saveable"}) {
+    gpt::Gpt params = gpt::init(V, T, d, L, xj::f32, 0);
+    std::vector<bench_torch::Gpt::Leaf> leaves;
+    for (const xj::Array& a : xj::tree_flatten(params).first) leaves.push_back({a.to_vector<float>(), a.shape()});
+    bench_torch::Gpt twin(leaves, heads, lr, b1, b2, eps, wd, policy == "nothing_saveable");
+    const gpt::BlockFn body = gpt::body_for(policy, causal, heads);
+    auto step = xj::jit(
+        [&](const gpt::Gpt& p, const xj::optim::OptState& s, const xj::Array& toks) {
+          auto [value, g] = xj::value_and_grad([&](const gpt::Gpt& q) { return gpt::loss_of(q, toks, body); })(p);
+          auto [updates, s2] = opt.update(g, s, p);
+          return std::tuple{xj::optim::apply_updates(p, updates), s2, value};
+        },
+        {.donate_argnums = {0, 1}});
+    xj::optim::OptState state = opt.init(params);
+    std::size_t k = 0;
+    double loss_xj = 0, loss_torch = 0;
+    auto run_xj = [&] {
+      xj::Array value;
+      std::tie(params, state, value) = step(params, state, xj::array<std::int32_t>(batches[k % batches.size()], {B, T + 1}));
+      loss_xj = value.item<double>();
+    };
+    auto run_torch = [&] {
+      loss_torch = twin.step(batches[k % batches.size()], B);
+      ++k;
+    };
+    // Agreement: three steps from the same parameters on the same batches.
+    double worst_loss = 0;
+    for (int s = 0; s < 3; ++s) {
+      run_xj();
+      run_torch();
+      worst_loss = std::max(worst_loss, std::abs(loss_xj - loss_torch) / std::abs(loss_torch));
+    }
+    const auto theirs = twin.parameters();
+    const auto mine = xj::tree_flatten(params).first;
+    double worst_param = 0;  // in units of the learning rate (one adamw step moves a parameter about lr)
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const std::vector<float> v = mine[i].to_vector<float>();
+      for (std::size_t j = 0; j < v.size(); ++j) worst_param = std::max(worst_param, std::abs(double(v[j]) - double(theirs[i][j])) / lr);
+    }
+    const std::string agree = fmt("after 3 steps: losses agree to %.1e relative", worst_loss) +
+                              fmt(", parameters to %.2g lr", worst_param);
+    for (int threads : {1, 2}) {
+      openblas_set_num_threads(threads);
+      Measured m = measure(reps, run_xj, run_torch);
+      const std::string variant = size + " " + policy + ", " + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "");
+      const double peak = double(m.xj_peak) / (1024.0 * 1024.0);
+      if (policy == "none" && threads == 1) peak_none = peak;
+      std::string note = fmt("%.0f tokens/s", tokens / m.xj_s) + fmt(" (libtorch %.0f): ", tokens / m.ref_s) +
+                         fmt("%.2fx libtorch's; ", m.ref_s / m.xj_s) + fmt("step peak %.1f MiB", peak);
+      if (policy != "none") note += fmt(" (%.2fx of none)", peak / peak_none);
+      if (threads == 1) note += "; " + agree;
+      rows.push_back({"T1", variant, "xjax", m.xj_s, m.xj_s / m.ref_s, flops / m.xj_s * 1e-9, peak, 0, note});
+      rows.push_back({"T1", variant, "libtorch", m.ref_s, 1.0, flops / m.ref_s * 1e-9, 0, 0,
+                      "intra-op threads " + std::to_string(g_torch_threads) +
+                          (policy == "none" ? ", plain autograd" : ", per-block recompute")});
+    }
+  }
+  openblas_set_num_threads(blas_threads);
+}
+#endif
+
 // F1: a parameter tree of `mib` MiB (f32 leaves of 1 MiB... 4 MiB) saved as safetensors (written
 // atomically: temporary file, fsync, rename) and loaded back, against copying the saved file
 // (std::filesystem::copy_file, what cp does) followed by an fsync, so both sides reach the disk.
@@ -877,7 +965,7 @@ void bench_files(std::vector<Row>& rows, std::int64_t mib, int reps) {
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, O1, T1); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -887,7 +975,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|O1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|O1|T1]\n");
       return 2;
     }
   }
@@ -908,6 +996,10 @@ int main(int argc, char** argv) {
     if (run("F1")) bench_files(rows, quick ? 16 : 100, reps);
 #if XJAX_BENCH_TORCH
     if (run("O1")) bench_optimizers(rows, quick ? 1000 : 100000, 20);
+    if (run("T1")) {  // T = 64, d = 128, 4 heads, 6 layers, batch 16; T = 128, d = 256, 8 heads, 8 layers, batch 8
+      bench_transformer(rows, "small", quick ? 16 : 64, quick ? 32 : 128, quick ? 2 : 4, quick ? 2 : 6, quick ? 4 : 16, reps);
+      if (!quick) bench_transformer(rows, "medium", 128, 256, 8, 8, 8, reps);
+    }
 #endif
     if (run("S1")) bench_schedule(rows, quick ? 1000 : 10000, 64, 64, quick ? 10 : 100, quick ? 1 : 3);
   } catch (const std::exception& e) {

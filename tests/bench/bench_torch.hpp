@@ -62,4 +62,34 @@ std::vector<std::vector<float>> adam_trajectory(const std::vector<float>& p0, co
                                                 double lr, double b1, double b2, double eps, double weight_decay,
                                                 bool decoupled);
 
+/// T1's model in libtorch (issue 29): the GPT of examples/transformer_model.hpp written with
+/// torch ops as a PyTorch user would (each layer's parameters their own leaves, as in an
+/// nn.ModuleList), trained with torch.optim.AdamW. `leaves` are gpt::Gpt's in tree order:
+/// token_embedding, position_embedding, the ten block leaves stacked on a layer axis (Block's
+/// order), lnf_scale, lnf_bias. recompute: nothing_saveable's twin, a hand-written per-block
+/// recompute (libtorch's C++ API has no checkpoint): the forward runs without grad and keeps each
+/// block's input; the backward re-runs each block under autograd and differentiates it alone.
+class Gpt {
+ public:
+  struct Leaf {
+    std::vector<float> values;
+    std::vector<std::int64_t> shape;
+  };
+  Gpt(const std::vector<Leaf>& leaves, std::int64_t heads, double lr, double b1, double b2, double eps,
+      double weight_decay, bool recompute);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+  /// One training step on `tokens` (batch rows of T + 1 bytes): the mean next-token
+  /// cross-entropy of the first T against the last T, its gradient, one AdamW update. Returns the
+  /// loss (at the parameters before the update).
+  double step(const std::vector<std::int32_t>& tokens, std::int64_t batch);
+  /// The parameters, as the constructor's leaves (layers stacked again).
+  std::vector<std::vector<float>> parameters() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace bench_torch
