@@ -18,6 +18,7 @@ packages=(
   meson ninja-build g++ cmake pkg-config python3
   xtensor-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev libboost-dev doctest-dev
   libbenchmark-dev doxygen libopenmpi-dev openmpi-bin nlohmann-json3-dev python3-numpy
+  liblapacke-dev
 )
 if [[ "$with_torch" == 1 ]]; then
   packages+=(libtorch-dev)

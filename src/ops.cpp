@@ -538,6 +538,34 @@ Array iota(DType dtype, const Shape& shape, std::int64_t dimension, std::source_
   return detail::bind1(P::iota, std::span<const Array>{}, params::Iota{.dtype = dtype, .shape = shape, .dimension = dimension}, loc);
 }
 
+namespace {
+/// x's matrices (last two axes) with the entries where `keep(column - row)` fails set to zero.
+template <class Keep> Array triangle(const char* name, const Array& x, Keep keep, std::source_location loc) {
+  if (x.ndim() < 2)
+    throw ShapeError(std::string(name) + "(" + x.aval().str() + "): needs at least two dimensions (at " + format_location(loc) + ")");
+  const Shape s{x.dim(-2), x.dim(-1)};
+  const Array offset = sub(iota(i64, s, 1, loc), iota(i64, s, 0, loc), loc);  // column - row
+  return where(keep(offset), x, detail::Scalar(0), loc);
+}
+}  // namespace
+
+Array tril(const Array& x, std::int64_t k, std::source_location loc) {
+  return triangle("tril", x, [&](const Array& d) { return le(d, scalar(static_cast<double>(k), i64), loc); }, loc);
+}
+
+Array triu(const Array& x, std::int64_t k, std::source_location loc) {
+  return triangle("triu", x, [&](const Array& d) { return ge(d, scalar(static_cast<double>(k), i64), loc); }, loc);
+}
+
+Array matrix_transpose(const Array& x, std::source_location loc) {
+  if (x.ndim() < 2)
+    throw ShapeError("matrix_transpose(" + x.aval().str() + "): needs at least two dimensions (at " + format_location(loc) + ")");
+  Axes perm(static_cast<std::size_t>(x.ndim()));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(x, perm, loc);
+}
+
 Array Array::operator[](detail::Located<std::int64_t> index) const {
   if (valid() && ndim() == 0)
     throw ShapeError("x[i] indexes the leading axis; " + aval().str() + " has none (at " + format_location(index.loc) + ")");

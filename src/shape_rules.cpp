@@ -333,6 +333,36 @@ std::vector<ShapedArray> threefry2x32_shape_rule(Avals in) {
   return {in[1]};
 }
 
+// cholesky(a: f[..., n, n]) -> f[..., n, n], the lower factor (a's lower triangle is read).
+std::vector<ShapedArray> cholesky_shape_rule(Avals in) {
+  const Primitive p = Primitive::cholesky;
+  expect_arity(p, in, 1);
+  expect_kind(p, in, in[0], Kinds::floats);
+  const Shape& s = in[0].shape;
+  if (s.size() < 2 || s[s.size() - 1] != s[s.size() - 2])
+    shape_fail(p, in, "needs square matrices in the last two dimensions (..., n, n)");
+  return {in[0]};
+}
+
+// triangular_solve(a: f[..., m, m], b: f[..., m, n] (left_side) or f[..., n, m]) -> b's aval;
+// a and b have the same batch dimensions (no broadcasting, as lax.linalg).
+std::vector<ShapedArray> triangular_solve_shape_rule(Avals in, const params::TriangularSolve& ps) {
+  const Primitive p = Primitive::triangular_solve;
+  expect_arity(p, in, 2);
+  expect_kind(p, in, in[0], Kinds::floats);
+  if (in[1].dtype != in[0].dtype) type_fail(p, in, "a and b must have the same dtype; convert one with xj::astype");
+  const Shape &a = in[0].shape, &b = in[1].shape;
+  if (a.size() < 2 || a[a.size() - 1] != a[a.size() - 2])
+    shape_fail(p, in, "a must be square matrices in the last two dimensions (..., m, m)");
+  if (b.size() != a.size() || !std::equal(a.begin(), a.end() - 2, b.begin()))
+    shape_fail(p, in, "a and b must have the same rank and the same batch dimensions");
+  const std::int64_t m = a.back(), bm = ps.left_side ? b[b.size() - 2] : b.back();
+  if (bm != m)
+    shape_fail(p, in, std::string("b's ") + (ps.left_side ? "rows" : "columns") + " must match a's size " +
+                          std::to_string(m) + (ps.left_side ? " (left_side: op(a) x = b)" : " (x op(a) = b)"));
+  return {in[1]};
+}
+
 std::vector<ShapedArray> all_gather_shape_rule(Avals in, const params::AllGather& ps) {
   const Primitive p = Primitive::all_gather;
   expect_arity(p, in, 1);
@@ -426,6 +456,8 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::iota: return iota_shape_rule(in, ps.get<params::Iota>());
     case P::name: return elementwise(p, in, 1, Kinds::any);
     case P::threefry2x32: return threefry2x32_shape_rule(in);
+    case P::cholesky: return cholesky_shape_rule(in);
+    case P::triangular_solve: return triangular_solve_shape_rule(in, ps.get<params::TriangularSolve>());
     case P::psum: return elementwise(p, in, 1, Kinds::numeric);
     case P::pmax: return elementwise(p, in, 1, Kinds::numeric);
     case P::all_gather: return all_gather_shape_rule(in, ps.get<params::AllGather>());

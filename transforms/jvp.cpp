@@ -9,6 +9,7 @@
 
 #include "ad.hpp"
 #include "higher_order.hpp"
+#include "xjax/linalg.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::detail {
@@ -290,6 +291,32 @@ JvpOut iota_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut name_jvp(const JvpArgs& a) { return {{primal1(a)}, {a.t[0]}}; }
 // random bits are piecewise constant in the key: zero tangent
 JvpOut threefry2x32_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// L = chol(A), A read from its lower triangle: dL = L Φ(L^-1 dA L^-T), Φ(X) = X's lower
+// triangle with its diagonal halved, dA = tril(dA) + tril(dA, -1)^T (the symmetric matrix the
+// kernel reads; JAX uses dA as given, which differs when it is not symmetric)
+JvpOut cholesky_jvp(const JvpArgs& a) {
+  Array l = primal1(a);
+  return {{l}, {tmap(a.t[0], l.aval(), [&](const Array& t) {
+            const Array da = add(tril(t, 0, a.loc), matrix_transpose(tril(t, -1, a.loc), a.loc), a.loc);
+            const Array da_lt = linalg::triangular_solve(l, da, {.lower = true, .transpose_a = true}, a.loc);  // dA L^-T
+            const Array x = linalg::triangular_solve(l, da_lt, {.left_side = true, .lower = true}, a.loc);   // L^-1 dA L^-T
+            const Array phi = mul(add(tril(x, 0, a.loc), tril(x, -1, a.loc), a.loc), c(0.5, x), a.loc);
+            return matmul(l, phi, a.loc);
+          })}};
+}
+// x = op(a)^-1 b (left side) or b op(a)^-1: dx = op(a)^-1 (db - op(da) x) or (db - x op(da)) op(a)^-1,
+// da restricted to the triangle the solve reads (its diagonal too unless unit_diagonal)
+JvpOut triangular_solve_jvp(const JvpArgs& a) {
+  const auto& ps = a.params.get<params::TriangularSolve>();
+  Array x = primal1(a);
+  Tangent rhs = a.t[1];
+  if (!a.t[0].is_zero()) {
+    Array da = ps.lower ? tril(a.t[0].value(), ps.unit_diagonal ? -1 : 0, a.loc) : triu(a.t[0].value(), ps.unit_diagonal ? 1 : 0, a.loc);
+    if (ps.transpose_a) da = matrix_transpose(da, a.loc);
+    rhs = tadd(rhs, Tangent(neg(ps.left_side ? matmul(da, x, a.loc) : matmul(x, da, a.loc), a.loc)));
+  }
+  return {{x}, {tmap(rhs, x.aval(), [&](const Array& r) { return bind1(a.prim, {a.x[0], r}, a.params, a.loc); })}};
+}
 // The collectives are linear in their operand: d psum(x) = psum(dx), and so on.
 JvpOut psum_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
 // d pmax(x) = psum(dx where x attains the max) / (number of processes attaining it)

@@ -300,6 +300,17 @@ Cts iota_transpose(const TransposeArgs& a) { return not_linear(a); }
 // name^T ct = ct (never reached with a name on a linear value, kept for completeness)
 Cts name_transpose(const TransposeArgs& a) { return unary_linear(a, [](const Array& c) { return c; }); }
 Cts threefry2x32_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts cholesky_transpose(const TransposeArgs& a) { return not_linear(a); }
+// x = op(a)^-1 b is linear in b: b_ct = op(a)^-T x_ct (left side) or x_ct op(a)^-T, the same
+// solve with transpose_a flipped
+Cts triangular_solve_transpose(const TransposeArgs& a) {
+  if (a.in[0].is_linear()) return not_linear(a);
+  Cts out = zeros_for(a);
+  params::TriangularSolve ps = a.params.get<params::TriangularSolve>();
+  ps.transpose_a = !ps.transpose_a;
+  if (a.in[1].is_linear()) out[1] = bind1(P::triangular_solve, {a.in[0].value, ct0(a)}, ps, a.loc);
+  return out;
+}
 // The collectives' transposes, for the global objective (the sum over processes of each
 // process's output): psum^T = psum; all_gather^T = psum_scatter and back; ppermute^T = ppermute
 // along the inverted pairs.

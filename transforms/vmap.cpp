@@ -308,6 +308,16 @@ BatchOut threefry2x32_batch(const BatchArgs& a) {
   return one(bind1(a.prim, {a.x[0], c}, a.params, a.loc), d);
 }
 
+// The linear-algebra primitives take leading batch dims: every operand's batch axis moves to
+// the front (an unbatched operand is broadcast along it). cholesky(x)[b] = cholesky(x[b]), and so on.
+BatchOut leading_batch(const BatchArgs& a) {
+  std::vector<Array> xs;
+  for (std::size_t i = 0; i < a.x.size(); ++i) xs.push_back(move_batch_dim(a.x[i], a.dims[i], 0, a.size));
+  return one(bind1(a.prim, xs, a.params, a.loc), 0);
+}
+BatchOut cholesky_batch(const BatchArgs& a) { return leading_batch(a); }
+BatchOut triangular_solve_batch(const BatchArgs& a) { return leading_batch(a); }
+
 // The collectives act elementwise across processes: psum / pmax / ppermute keep the batch dim;
 // all_gather and psum_scatter put it first and shift their axis past it.
 BatchOut psum_batch(const BatchArgs& a) { return elementwise_batch(a); }

@@ -151,6 +151,12 @@ Array take(const Array& x, const Array& indices, std::int64_t axis = 0, XJAX_LOC
 Array take_along_axis(const Array& x, const Array& indices, std::int64_t axis, XJAX_LOC);
 /// Integers 0..n-1 along `dimension` of `shape` (traceable, unlike arange).
 Array iota(DType dtype, const Shape& shape, std::int64_t dimension = 0, XJAX_LOC);
+/// jnp.tril / jnp.triu: the matrices of the last two axes with the entries above diagonal k
+/// (tril) or below it (triu) set to zero; k > 0 is above the main diagonal.
+Array tril(const Array& x, std::int64_t k = 0, XJAX_LOC);
+Array triu(const Array& x, std::int64_t k = 0, XJAX_LOC);
+/// The matrices of the last two axes transposed (jnp.matrix_transpose, x.mT).
+Array matrix_transpose(const Array& x, XJAX_LOC);
 
 // ---- operators --------------------------------------------------------------------------------
 // Operands convert implicitly to detail::Located<Array>, which records the caller's source line

@@ -129,6 +129,12 @@ struct Iota {
 struct Name {
   XJAX_PARAMS_STRUCT_BODY(Name, (std::string, name))
 };
+/// triangular_solve (lax.linalg's, real operands): solves op(a) x = b (left_side) or x op(a) = b,
+/// op(a) = a^T when transpose_a; only a's lower (or upper) triangle is read, and its diagonal is
+/// taken as ones when unit_diagonal.
+struct TriangularSolve {
+  XJAX_PARAMS_STRUCT_BODY(TriangularSolve, (bool, left_side), (bool, lower), (bool, transpose_a), (bool, unit_diagonal))
+};
 /// all_gather: the new axis, of size axis_size (the process count when traced); tiled: the
 /// processes' values concatenated along the existing axis instead (its size times axis_size).
 struct AllGather {

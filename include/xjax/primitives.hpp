@@ -84,6 +84,8 @@
   X(iota, iota, Iota, structural, none, Y)                                                           \
   X(name, name, Name, structural, none, Y)                                                           \
   X(threefry2x32, threefry2x32, None, structural, none, Y)                                           \
+  X(cholesky, cholesky, None, structural, none, Y)                                                   \
+  X(triangular_solve, triangular_solve, TriangularSolve, structural, none, Y)                        \
   X(psum, psum, None, collective, none, Y)                                                           \
   X(pmax, pmax, None, collective, none, Y)                                                           \
   X(all_gather, all_gather, AllGather, collective, none, Y)                                          \

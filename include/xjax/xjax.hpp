@@ -8,6 +8,7 @@
 #include "xjax/dtype.hpp"
 #include "xjax/errors.hpp"
 #include "xjax/jaxpr.hpp"
+#include "xjax/linalg.hpp"
 #include "xjax/losses.hpp"
 #include "xjax/nn.hpp"
 #include "xjax/optim.hpp"

@@ -91,6 +91,9 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::iota:
       return [dim = ps.get<params::Iota>().dimension, out](In) { return iota_kernel(dim, out); };
     case Primitive::threefry2x32: return [out](In in) { return threefry2x32_kernel(in[0], in[1], out); };
+    case Primitive::cholesky: return [out](In in) { return cholesky_kernel(in[0], out); };
+    case Primitive::triangular_solve:
+      return [ps = ps.get<params::TriangularSolve>(), out](In in) { return triangular_solve_kernel(in[0], in[1], ps, out); };
     case Primitive::psum:
     case Primitive::pmax: return [p, out](In in) { return allreduce_kernel(p, in[0], out); };
     case Primitive::all_gather:

@@ -21,6 +21,10 @@ namespace xjax::detail::kernels {
 
 /// Threefry-2x32 (20 rounds) of each counter pair under the key (random.cpp).
 Array threefry2x32_kernel(const Array& key, const Array& counters, const ShapedArray& out);
+/// The lower Cholesky factor of each matrix (its lower triangle read; NaN where not positive
+/// definite) and triangular solves (linalg.cpp).
+Array cholesky_kernel(const Array& x, const ShapedArray& out);
+Array triangular_solve_kernel(const Array& a, const Array& b, const params::TriangularSolve& ps, const ShapedArray& out);
 
 using Ints = std::vector<std::int64_t>;
 

@@ -473,8 +473,46 @@ class Gen {
     return true;
   }
 
+  /// Matrices of size n <= 4 in the last two axes, well conditioned by construction
+  /// (interpret.cpp): cholesky of x x^T + 3 I (flag: without symmetrize_input); triangular_solve
+  /// with a = 4 I + tanh(x) (ints: left_side, lower, transpose_a, unit_diagonal), whose inverse's
+  /// rows sum to at most 1; cho_solve with the factor of x x^T + 3 I (flag: the upper factor).
+  bool matrix_op(Scope& s, Block& b) {
+    int i = pick(s, [](const Val& v) {
+      const auto r = v.shape.size();
+      return r >= 2 && v.shape[r - 1] == v.shape[r - 2] && v.shape[r - 1] <= 4;
+    });
+    if (i < 0) return false;
+    const Val a = at(s, i);
+    const std::int64_t n = a.shape.back();
+    const Shape batch(a.shape.begin(), a.shape.end() - 2);
+    Node node{.args = {i}};
+    node.op = std::array{Op::Cholesky, Op::TriangularSolve, Op::ChoSolve}[static_cast<std::size_t>(uniform(0, 2))];
+    if (node.op == Op::Cholesky) {
+      node.flag = coin(0.3);
+      node.outs = {a.shape};
+      const double mag = std::sqrt(static_cast<double>(n) * a.mag * a.mag + 3);
+      if (mag > kMaxMag) return false;
+      push(s, b, node, {mag});
+      return true;
+    }
+    const bool left = node.op == Op::ChoSolve || coin(0.5);
+    int j = pick(s, [&](const Val& v) {
+      if (v.shape.size() != a.shape.size() || !std::equal(batch.begin(), batch.end(), v.shape.begin())) return false;
+      return (left ? v.shape[v.shape.size() - 2] : v.shape.back()) == n;
+    });
+    if (j < 0) return false;
+    node.args.push_back(j);
+    node.outs = {at(s, j).shape};
+    if (node.op == Op::TriangularSolve) node.ints = {left, coin(0.5), coin(0.5), coin(0.3)};
+    else node.flag = coin(0.4);
+    push(s, b, node, {at(s, j).mag});
+    return true;
+  }
+
   bool linalg(Scope& s, Block& b) {
-    int kind = uniform(0, 3);
+    int kind = uniform(0, 5);
+    if (kind >= 4) return matrix_op(s, b);
     int i = pick(s, [](const Val& v) { return !v.shape.empty(); });
     if (i < 0) return false;
     const Val a = at(s, i);

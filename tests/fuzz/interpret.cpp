@@ -49,6 +49,14 @@ xj::Policy policy(const Node& n) {
   }
 }
 
+/// The identity matrix of x's last axis, in x's dtype.
+Array identity(const Array& x) {
+  const Shape s{x.dim(-1), x.dim(-1)};
+  return xj::astype(xj::eq(xj::iota(xj::i32, s, 0), xj::iota(xj::i32, s, 1)), x.dtype());
+}
+/// x x^T + 3 I: symmetric positive definite, its eigenvalues at least 3.
+Array spd(const Array& x) { return xj::matmul(x, xj::matrix_transpose(x)) + identity(x) * 3.0; }
+
 std::vector<Array> i32_scalars(const std::vector<std::int64_t>& v) {
   std::vector<Array> out;
   for (auto x : v) out.push_back(xj::scalar(static_cast<double>(x), xj::i32));
@@ -333,6 +341,16 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       xj::Axes lb, rb;
       if (!n.ints2.empty()) lb = {n.ints2[0]}, rb = {n.ints2[1]};
       return {xj::dot_general(a, b, {n.ints[0]}, {n.ints[1]}, lb, rb)};
+    }
+    case Op::Cholesky: return {xj::linalg::cholesky(spd(a), !n.flag)};
+    case Op::TriangularSolve: {
+      const xj::linalg::TriangularSolveOptions o{.left_side = n.ints[0] != 0, .lower = n.ints[1] != 0,
+                                                 .transpose_a = n.ints[2] != 0, .unit_diagonal = n.ints[3] != 0};
+      return {xj::linalg::triangular_solve(xj::tanh(a) + identity(a) * 4.0, b, o)};
+    }
+    case Op::ChoSolve: {
+      const Array l = xj::linalg::cholesky(spd(a));
+      return {n.flag ? xj::linalg::cho_solve(xj::matrix_transpose(l), b, false) : xj::linalg::cho_solve(l, b)};
     }
     case Op::Reshape: return {xj::reshape(a, n.ints)};
     case Op::Transpose: return {n.flag ? xj::transpose(a) : xj::transpose(a, n.ints)};

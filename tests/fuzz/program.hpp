@@ -57,7 +57,7 @@ enum class Op {
   // reductions
   Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax,
   // linear algebra
-  Matmul, Dot, Einsum, DotGeneral,
+  Matmul, Dot, Einsum, DotGeneral, Cholesky, TriangularSolve, ChoSolve,
   // shape
   Reshape, Transpose, BroadcastTo, ExpandDims, Squeeze, Concat, Stack, Slice, DynSlice,
   DynUpdateSlice, Take, Index, Fit,

@@ -455,6 +455,44 @@ std::vector<Row> build() {
     Array keep = random::bernoulli(random::key(3), 0.7, x[0].shape());
     return where(keep, x[0] * x[0], 0.0);
   }, uniform_gen(s, -2, 2)));
+  // Linear algebra. Matrices well away from singular: a = x x^T + 3 I (symmetric positive
+  // definite, eigenvalues >= 3) for cholesky, 2.5 I + x (diagonal in [1.5, 3.5], off-diagonal in
+  // [-1, 1]) for the triangles triangular_solve reads.
+  auto identity = [](const Array& like) {
+    const Shape s{like.dim(-1), like.dim(-1)};
+    return astype(eq(iota(i32, s, 0), iota(i32, s, 1)), like.dtype());
+  };
+  auto spd = [identity](const Array& x) { return matmul(x, matrix_transpose(x)) + identity(x) * 3.0; };
+  t.push_back(row("cholesky", {P::cholesky, P::dot_general}, [spd](const Arrays& x) { return linalg::cholesky(spd(x[0])); },
+                  uniform_gen({3, 3}, -1, 1)));
+  t.push_back(row("cholesky_batched", {P::cholesky}, [spd](const Arrays& x) { return linalg::cholesky(spd(x[0])); },
+                  uniform_gen({2, 4, 4}, -1, 1)));
+  t.push_back(row("cholesky_lower_only", {P::cholesky}, [spd](const Arrays& x) { return linalg::cholesky(spd(x[0]), false); },
+                  uniform_gen({3, 3}, -1, 1)));
+  // Entries above the diagonal that the factorization does not read: their derivative is zero.
+  t.push_back(row("cholesky_lower_only_unread_upper", {P::cholesky}, [spd](const Arrays& x) {
+    return linalg::cholesky(spd(x[0]) + triu(x[1], 1), false);
+  }, uniform2_gen({3, 3}, {3, 3}, -1, 1)));
+  struct Solve {
+    const char* name;
+    linalg::TriangularSolveOptions o;
+    Shape a, b;
+  };
+  for (const Solve& c : {Solve{"triangular_solve_left_lower", {.left_side = true, .lower = true}, {3, 3}, {3, 2}},
+                         Solve{"triangular_solve_left_upper_transposed", {.left_side = true, .transpose_a = true}, {3, 3}, {3, 2}},
+                         Solve{"triangular_solve_right_lower_unit", {.lower = true, .unit_diagonal = true}, {3, 3}, {2, 3}},
+                         Solve{"triangular_solve_right_upper_batched", {.transpose_a = true}, {2, 3, 3}, {2, 4, 3}}}) {
+    const linalg::TriangularSolveOptions o = c.o;
+    t.push_back(row(c.name, {P::triangular_solve}, [identity, o](const Arrays& x) {
+      return linalg::triangular_solve(x[0] + identity(x[0]) * 2.5, x[1], o);
+    }, uniform2_gen(c.a, c.b, -1, 1)));
+  }
+  t.push_back(row("cho_solve", {P::cholesky, P::triangular_solve}, [spd](const Arrays& x) {
+    return linalg::cho_solve(linalg::cholesky(spd(x[0])), x[1]);
+  }, uniform2_gen({3, 3}, {3}, -1, 1)));
+  t.push_back(row("cho_solve_upper_batched", {P::triangular_solve}, [spd](const Arrays& x) {
+    return linalg::cho_solve(matrix_transpose(linalg::cholesky(spd(x[0]))), x[1], false);
+  }, uniform2_gen({2, 3, 3}, {1, 3, 2}, -1, 1)));
   // The collectives, in a single-process run (xj::distributed::initialize without mpirun), where
   // each reduces to the identity or to a new axis of size 1; their multi-process values and
   // derivatives are tested under mpirun (tests/test_distributed.cpp).

@@ -1,0 +1,89 @@
+// linalg.cpp: the kernels of cholesky and triangular_solve, on LAPACK (potrf, through LAPACKE)
+// and BLAS (trsm, through CBLAS), one call per matrix of the leading batch dimensions.
+//
+// Both work on row-major matrices without copying them into column-major order: a row-major
+// matrix is the column-major transpose, so
+// - cholesky: the row-major lower triangle is the column-major upper one, and potrf('U') of that
+//   (A = U^T U, column-major) leaves U^T = L, the row-major lower factor, in place;
+// - trsm has a row-major CBLAS entry.
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/kernels.hpp"
+
+namespace xjax::detail::kernels {
+
+namespace {
+
+/// The number of matrices of an aval whose last two dims are (r, c), and r * c.
+std::pair<std::int64_t, std::int64_t> batch_and_size(const ShapedArray& a) {
+  const std::int64_t r = a.shape[a.shape.size() - 2], c = a.shape.back();
+  const std::int64_t n = r * c;
+  return {n == 0 ? 0 : shape_size(a.shape) / n, n};
+}
+
+template <class T> lapack_int potrf_upper_col_major(lapack_int n, T* a) {
+  if constexpr (std::is_same_v<T, float>) return LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', n, a, n);
+  else return LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', n, a, n);
+}
+
+template <class T>
+void trsm_row_major(CBLAS_SIDE side, CBLAS_UPLO uplo, CBLAS_TRANSPOSE trans, CBLAS_DIAG diag, blasint m, blasint n,
+                    const T* a, blasint lda, T* b, blasint ldb) {
+  if constexpr (std::is_same_v<T, float>) cblas_strsm(CblasRowMajor, side, uplo, trans, diag, m, n, 1.0f, a, lda, b, ldb);
+  else cblas_dtrsm(CblasRowMajor, side, uplo, trans, diag, m, n, 1.0, a, lda, b, ldb);
+}
+
+}  // namespace
+
+Array cholesky_kernel(const Array& x, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  if (out.nbytes() > 0) std::memcpy(mutable_data(result), x.raw_data(), out.nbytes());
+  const auto [count, size] = batch_and_size(out);
+  const std::int64_t n = out.shape.back();
+  auto run = [&](auto type) {
+    using T = typename decltype(type)::type;
+    T* m = static_cast<T*>(mutable_data(result));
+    for (std::int64_t k = 0; k < count; ++k, m += size) {
+      // Not positive definite (info > 0), or NaN input: NaN everywhere, as JAX.
+      const lapack_int info = potrf_upper_col_major<T>(static_cast<lapack_int>(n), m);
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t j = 0; j < n; ++j)
+          if (info != 0) m[i * n + j] = std::numeric_limits<T>::quiet_NaN();
+          else if (j > i) m[i * n + j] = T(0);  // the strict upper triangle: zeros, not a's entries
+    }
+  };
+  if (out.dtype == DType::f32) run(std::type_identity<float>{});
+  else if (out.dtype == DType::f64) run(std::type_identity<double>{});
+  else unsupported_dtype(Primitive::cholesky, out.dtype);
+  return result;
+}
+
+Array triangular_solve_kernel(const Array& a, const Array& b, const params::TriangularSolve& ps, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  if (out.nbytes() > 0) std::memcpy(mutable_data(result), b.raw_data(), out.nbytes());
+  const auto [count, b_size] = batch_and_size(out);
+  const std::int64_t m = a.shape().back(), rows = out.shape[out.shape.size() - 2], cols = out.shape.back();
+  const CBLAS_SIDE side = ps.left_side ? CblasLeft : CblasRight;
+  const CBLAS_UPLO uplo = ps.lower ? CblasLower : CblasUpper;
+  const CBLAS_TRANSPOSE trans = ps.transpose_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_DIAG diag = ps.unit_diagonal ? CblasUnit : CblasNonUnit;
+  auto run = [&](auto type) {
+    using T = typename decltype(type)::type;
+    const T* am = in_ptr<T>(a);
+    T* bm = static_cast<T*>(mutable_data(result));
+    for (std::int64_t k = 0; k < count; ++k, am += m * m, bm += b_size)
+      trsm_row_major<T>(side, uplo, trans, diag, static_cast<blasint>(rows), static_cast<blasint>(cols), am,
+                        static_cast<blasint>(m), bm, static_cast<blasint>(cols));
+  };
+  if (out.dtype == DType::f32) run(std::type_identity<float>{});
+  else if (out.dtype == DType::f64) run(std::type_identity<double>{});
+  else unsupported_dtype(Primitive::triangular_solve, out.dtype);
+  return result;
+}
+
+}  // namespace xjax::detail::kernels

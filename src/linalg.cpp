@@ -1,0 +1,58 @@
+// linalg.cpp: the user-level linear algebra of xj::linalg (linalg.hpp): binds of the cholesky and
+// triangular_solve primitives and compositions of them.
+#include "xjax/linalg.hpp"
+
+#include "internal.hpp"
+
+namespace xjax::linalg {
+
+using P = Primitive;
+
+Array cholesky(const Array& a, bool symmetrize_input, std::source_location loc) {
+  if (a.ndim() < 2 || a.dim(-1) != a.dim(-2))
+    throw ShapeError("cholesky(" + a.aval().str() + "): needs square matrices in the last two dimensions (..., n, n) (at " +
+                     format_location(loc) + ")");
+  const Array x = symmetrize_input ? mul(add(a, matrix_transpose(a, loc), loc), scalar_like(0.5, a), loc) : a;
+  return detail::bind1(P::cholesky, {x}, {}, loc);
+}
+
+Array triangular_solve(const Array& a, const Array& b, const TriangularSolveOptions& o, std::source_location loc) {
+  return detail::bind1(P::triangular_solve, {a, b},
+                       params::TriangularSolve{.left_side = o.left_side, .lower = o.lower, .transpose_a = o.transpose_a,
+                                               .unit_diagonal = o.unit_diagonal},
+                       loc);
+}
+
+Array cho_solve(const Array& c, const Array& b, bool lower, std::source_location loc) {
+  const auto fail = [&](const std::string& why) {
+    throw ShapeError("cho_solve(" + c.aval().str() + ", " + b.aval().str() + "): " + why + " (at " + format_location(loc) + ")");
+  };
+  if (c.ndim() < 2 || c.dim(-1) != c.dim(-2)) fail("c must be square matrices in the last two dimensions (..., n, n)");
+  const bool vector = b.ndim() == c.ndim() - 1;  // (..., n): one right-hand side per matrix
+  Array rhs = vector ? expand_dims(b, -1, loc) : b;
+  if (rhs.ndim() < 2 || rhs.dim(-2) != c.dim(-1)) fail("b must be (..., n) or (..., n, k) with n c's size");
+  // The batch axes broadcast: c and b both become (batch..., n, n) and (batch..., n, k).
+  Shape cb(c.shape().begin(), c.shape().end() - 2), bb(rhs.shape().begin(), rhs.shape().end() - 2);
+  const std::size_t r = std::max(cb.size(), bb.size());
+  cb.insert(cb.begin(), r - cb.size(), 1);
+  bb.insert(bb.begin(), r - bb.size(), 1);
+  Shape batch(r);
+  for (std::size_t i = 0; i < r; ++i) {
+    if (cb[i] != bb[i] && cb[i] != 1 && bb[i] != 1) fail("the batch dimensions do not broadcast");
+    batch[i] = cb[i] == 1 ? bb[i] : cb[i];
+  }
+  auto with_batch = [&](const Array& x) {
+    Shape s = batch;
+    s.push_back(x.dim(-2));
+    s.push_back(x.dim(-1));
+    return x.shape() == s ? x : broadcast_to(x, s, loc);
+  };
+  const Array cf = with_batch(c);
+  rhs = with_batch(rhs);
+  // A = c c^T: c y = b, then c^T x = y (lower); A = c^T c: c^T y = b, then c x = y.
+  const Array y = triangular_solve(cf, rhs, {.left_side = true, .lower = lower, .transpose_a = !lower}, loc);
+  const Array x = triangular_solve(cf, y, {.left_side = true, .lower = lower, .transpose_a = lower}, loc);
+  return vector ? squeeze(x, {x.ndim() - 1}, loc) : x;
+}
+
+}  // namespace xjax::linalg
