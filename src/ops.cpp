@@ -545,16 +545,21 @@ template <class Keep> Array triangle(const char* name, const Array& x, Keep keep
     throw ShapeError(std::string(name) + "(" + x.aval().str() + "): needs at least two dimensions (at " + format_location(loc) + ")");
   const Shape s{x.dim(-2), x.dim(-1)};
   const Array offset = sub(iota(i64, s, 1, loc), iota(i64, s, 0, loc), loc);  // column - row
-  return where(keep(offset), x, detail::Scalar(0), loc);
+  return where(keep(offset), x, zeros_like(x), loc);  // zeros of x's dtype: bool stays bool
+}
+/// k as an i64 scalar, clamped to [-rows, cols] (beyond those every entry is on one side; a k
+/// near the int64 limits would not survive the round trip through double).
+Array diagonal_offset(const Array& x, std::int64_t k) {
+  return scalar(static_cast<double>(std::clamp<std::int64_t>(k, -x.dim(-2), x.dim(-1))), i64);
 }
 }  // namespace
 
 Array tril(const Array& x, std::int64_t k, std::source_location loc) {
-  return triangle("tril", x, [&](const Array& d) { return le(d, scalar(static_cast<double>(k), i64), loc); }, loc);
+  return triangle("tril", x, [&](const Array& d) { return le(d, diagonal_offset(x, k), loc); }, loc);
 }
 
 Array triu(const Array& x, std::int64_t k, std::source_location loc) {
-  return triangle("triu", x, [&](const Array& d) { return ge(d, scalar(static_cast<double>(k), i64), loc); }, loc);
+  return triangle("triu", x, [&](const Array& d) { return ge(d, diagonal_offset(x, k), loc); }, loc);
 }
 
 Array matrix_transpose(const Array& x, std::source_location loc) {

@@ -2,6 +2,7 @@
 // computations in double (the factor reconstructs a, the solution satisfies the system, written
 // as plain loops), their errors, NaN for matrices that are not positive definite, batches, tril /
 // triu / matrix_transpose. Derivatives and batching: the gradcheck rows (tests/gradcheck).
+#include <climits>
 #include <cmath>
 
 #include "test_util.hpp"
@@ -84,6 +85,9 @@ TEST_CASE("cholesky: a matrix that is not positive definite gives NaNs (as JAX),
   for (std::size_t i = 0; i < 4; ++i) CHECK(std::isfinite(l[i]));
   for (std::size_t i = 4; i < 8; ++i) CHECK(std::isnan(l[i]));
   CHECK(std::isnan(linalg::cholesky(f64({std::nan("")}, {1, 1})).to_vector<double>()[0]));
+  // An infinity on the diagonal factors without a LAPACK error (sqrt(inf)): NaNs too, decided by
+  // the kernel itself, not by LAPACKE's optional NaN check (review of 2026-12-02).
+  for (double e : linalg::cholesky(f64({INFINITY, 0.0, 0.0, 1.0}, {2, 2})).to_vector<double>()) CHECK(std::isnan(e));
 }
 
 TEST_CASE("triangular_solve: every side, triangle, transposition and unit diagonal satisfies its system") {
@@ -120,6 +124,35 @@ TEST_CASE("triangular_solve: every side, triangle, transposition and unit diagon
               CHECK(r == doctest::Approx(b[i * cols + j]).epsilon(1e-12));
             }
         }
+}
+
+TEST_CASE("triangular_solve: a b one rank below a is one vector per matrix, as lax.linalg (review of 2026-12-02)") {
+  Matrix a = values(9, 0.4);
+  for (std::size_t i = 0; i < 3; ++i) a[i * 3 + i] += 3.0;
+  const xj::Array A = f64(a, {3, 3}), b = f64({1.0, -1.0, 2.0}, {3});
+  for (bool left : {true, false}) {
+    const xj::Array x = linalg::triangular_solve(A, b, {.left_side = left, .lower = true});
+    REQUIRE(x.shape() == xj::Shape{3});
+    const xj::Array as_matrix = linalg::triangular_solve(A, left ? xj::reshape(b, {3, 1}) : xj::reshape(b, {1, 3}),
+                                                         {.left_side = left, .lower = true});
+    const auto xv = x.to_vector<double>(), mv = as_matrix.to_vector<double>();
+    for (std::size_t i = 0; i < 3; ++i) CHECK(xv[i] == mv[i]);
+  }
+}
+
+TEST_CASE("cho_solve: f32 with f64 computes in f64; integers are a TypeError naming cho_solve; the vector rule in errors") {
+  const Matrix a = spd(3, 0.2);
+  const xj::Array L = linalg::cholesky(f64(a, {3, 3}));
+  const xj::Array x = linalg::cho_solve(L, xj::astype(f64({1.0, 2.0, 3.0}, {3}), xj::f32));
+  CHECK(x.dtype() == xj::f64);
+  const auto want = linalg::cho_solve(L, f64({1.0, 2.0, 3.0}, {3})).to_vector<double>(), got = x.to_vector<double>();
+  for (std::size_t i = 0; i < 3; ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
+  CHECK_THROWS_WITH_AS(linalg::cho_solve(L, xj::zeros({3}, xj::i32)), doctest::Contains("cho_solve(f64[3,3], i32[3])"),
+                       xj::TypeError);
+  // (2, 3, 3) with (3, 2): b has one axis less, so it is vectors of length 2, not n = 3.
+  CHECK_THROWS_WITH_AS(linalg::cho_solve(xj::zeros({2, 3, 3}, xj::f64), xj::zeros({3, 2}, xj::f64)),
+                       doctest::Contains("read as vectors"), xj::ShapeError);
+  CHECK_THROWS_WITH_AS(linalg::cholesky(xj::ones({2, 2}, xj::bool_)), doctest::Contains("cholesky(bool[2,2])"), xj::TypeError);
 }
 
 TEST_CASE("cho_solve: A x = b for a vector, a matrix and broadcast batches, with lower and upper factors") {
@@ -180,6 +213,15 @@ TEST_CASE("tril, triu and matrix_transpose on batches of rectangular matrices") 
           CHECK(up[at] == (d >= k ? v[at] : 0.0));
         }
   }
+  // Offsets beyond the matrix, up to the int64 limits (review of 2026-12-02: they wrapped).
+  for (double e : xj::tril(x, INT64_MIN).to_vector<double>()) CHECK(e == 0.0);
+  for (double e : xj::triu(x, INT64_MAX).to_vector<double>()) CHECK(e == 0.0);
+  CHECK(xj::tril(x, INT64_MAX).to_vector<double>() == v);
+  CHECK(xj::triu(x, INT64_MIN).to_vector<double>() == v);
+  // The dtype is kept: a bool mask stays bool (review: it became i32).
+  const xj::Array mask = xj::ones({2, 2}, xj::bool_);
+  CHECK(xj::tril(mask).dtype() == xj::bool_);
+  CHECK(xj::triu(xj::ones({2, 2}, xj::i32)).dtype() == xj::i32);
   const xj::Array t = xj::matrix_transpose(x);
   REQUIRE(t.shape() == xj::Shape{2, 4, 3});
   CHECK(t.to_vector<double>()[1 * 12 + 2 * 3 + 1] == v[1 * 12 + 1 * 4 + 2]);

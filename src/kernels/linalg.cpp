@@ -49,11 +49,14 @@ Array cholesky_kernel(const Array& x, const ShapedArray& out) {
     using T = typename decltype(type)::type;
     T* m = static_cast<T*>(mutable_data(result));
     for (std::int64_t k = 0; k < count; ++k, m += size) {
-      // Not positive definite (info > 0), or NaN input: NaN everywhere, as JAX.
-      const lapack_int info = potrf_upper_col_major<T>(static_cast<lapack_int>(n), m);
+      // Not positive definite (info > 0), or a NaN or infinity reaching the diagonal (potrf need
+      // not report those: LAPACKE's NaN check can be turned off, LAPACK's potrf does not test):
+      // NaN everywhere, as JAX.
+      bool failed = potrf_upper_col_major<T>(static_cast<lapack_int>(n), m) != 0;
+      for (std::int64_t i = 0; i < n && !failed; ++i) failed = !std::isfinite(m[i * n + i]);
       for (std::int64_t i = 0; i < n; ++i)
         for (std::int64_t j = 0; j < n; ++j)
-          if (info != 0) m[i * n + j] = std::numeric_limits<T>::quiet_NaN();
+          if (failed) m[i * n + j] = std::numeric_limits<T>::quiet_NaN();
           else if (j > i) m[i * n + j] = T(0);  // the strict upper triangle: zeros, not a's entries
     }
   };
