@@ -835,6 +835,48 @@ void bench_optimizers(std::vector<Row>& rows, std::int64_t n, int steps) {
 }
 #endif
 
+// T1's floor: the matrix products of one training step alone, with the model's shapes (each
+// forward product C = A B and its two backward products dA = dC B^T, dB = A^T dC; recompute:
+// the blocks' forward products once more), as cblas_sgemm calls on preallocated buffers. Both
+// xjax and libtorch run their products on OpenBLAS, so no implementation on it beats this time.
+double gemm_floor_seconds(std::int64_t T, std::int64_t d, std::int64_t heads, std::int64_t L, std::int64_t B,
+                          std::int64_t V, bool recompute, int reps) {
+  struct Product {
+    std::int64_t m, k, n, count;
+  };
+  const std::int64_t bt = B * T, hd = d / heads;
+  const std::vector<Product> block = {{bt, d, 3 * d, 1}, {T, hd, T, B * heads}, {T, T, hd, B * heads},
+                                      {bt, d, d, 1},     {bt, d, 4 * d, 1},      {bt, 4 * d, d, 1}};
+  std::int64_t biggest = bt * V;
+  for (const auto& p : block) biggest = std::max({biggest, p.m * p.k, p.k * p.n, p.m * p.n});
+  std::vector<float> a = randn(std::max(biggest, d * V), 71, 1.0), b = randn(std::max(biggest, d * V), 72, 1.0), c(static_cast<std::size_t>(std::max(biggest, d * V)));
+  auto forward = [&](const Product& p) {
+    for (std::int64_t i = 0; i < p.count; ++i) gemm(false, false, p.m, p.n, p.k, a.data(), p.k, b.data(), p.n, 0.0f, c.data(), p.n);
+  };
+  auto backward = [&](const Product& p) {
+    for (std::int64_t i = 0; i < p.count; ++i) {
+      gemm(false, true, p.m, p.k, p.n, c.data(), p.n, b.data(), p.n, 0.0f, a.data(), p.k);  // dA = dC B^T
+      gemm(true, false, p.k, p.n, p.m, a.data(), p.k, c.data(), p.n, 0.0f, b.data(), p.n);  // dB = A^T dC
+    }
+  };
+  const Product head{bt, d, V, 1};
+  std::vector<double> ts;
+  for (int r = -1; r < reps; ++r) {
+    const double t0 = now();
+    for (std::int64_t l = 0; l < L; ++l)
+      for (const auto& p : block) forward(p);
+    forward(head);
+    backward(head);
+    for (std::int64_t l = 0; l < L; ++l)
+      for (const auto& p : block) {
+        if (recompute) forward(p);
+        backward(p);
+      }
+    if (r >= 0) ts.push_back(now() - t0);
+  }
+  return median(ts);
+}
+
 #if XJAX_BENCH_TORCH
 // T1 (issue 29): one training step (forward, backward, adamw update) of the GPT of
 // examples/transformer_model.hpp against its libtorch twin (bench_torch::Gpt), from the same
@@ -914,6 +956,10 @@ void bench_transformer(std::vector<Row>& rows, const std::string& size, std::int
       rows.push_back({"T1", variant, "libtorch", m.ref_s, 1.0, flops / m.ref_s * 1e-9, 0, 0,
                       "intra-op threads " + std::to_string(g_torch_threads) +
                           (policy == "none" ? ", plain autograd" : ", per-block recompute")});
+      const double floor = gemm_floor_seconds(T, d, heads, L, B, V, policy != "none", reps);
+      rows.push_back({"T1", variant, "GEMMs only", floor, floor / m.ref_s, flops / floor * 1e-9, 0, 0,
+                      "the step's matrix products alone (cblas_sgemm); libtorch / this = " + fmt("%.2f", m.ref_s / floor) +
+                          ": the most any implementation on OpenBLAS's products could gain over libtorch"});
     }
   }
   openblas_set_num_threads(blas_threads);
