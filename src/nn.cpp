@@ -1,6 +1,7 @@
-// nn.cpp: the normalization layers of nn.hpp as compositions of ops.
+// nn.cpp: jax.nn's activations, one_hot and the normalization layers of nn.hpp, as compositions of ops.
 #include "xjax/nn.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "xjax/ops.hpp"
@@ -55,6 +56,48 @@ Array rms_norm(const Array& x, const std::optional<Array>& scale, std::int64_t a
   Array y = mul(x, rsqrt(add(ms, scalar_like(epsilon, ms), loc), loc), loc);
   if (scale) y = mul(y, along_axis("rms_norm", "scale", *scale, x, a, loc), loc);
   return y;
+}
+
+Array silu(const Array& x, std::source_location loc) { return mul(x, logistic(x, loc), loc); }
+
+Array swish(const Array& x, std::source_location loc) { return silu(x, loc); }
+
+Array elu(const Array& x, double alpha, std::source_location loc) {
+  const Array positive = gt(x, zeros_like(x), loc);
+  // expm1 of the non-positive part only: no overflow (and no inf * 0 in the derivative) for large x
+  const Array negative_part = mul(expm1(where(positive, zeros_like(x), x, loc), loc), scalar_like(alpha, x), loc);
+  return where(positive, x, negative_part, loc);
+}
+
+Array leaky_relu(const Array& x, double negative_slope, std::source_location loc) {
+  return where(ge(x, zeros_like(x), loc), x, mul(x, scalar_like(negative_slope, x), loc), loc);
+}
+
+Array log_sigmoid(const Array& x, std::source_location loc) { return neg(softplus(neg(x, loc), loc), loc); }
+
+Array glu(const Array& x, std::int64_t axis, std::source_location loc) {
+  const std::int64_t a = normalized_axis("glu", x, axis, loc);
+  const std::int64_t n = x.shape()[static_cast<std::size_t>(a)];
+  if (n % 2 != 0)
+    throw ShapeError("glu(" + x.aval().str() + "): axis " + std::to_string(a) + " has odd length " + std::to_string(n) +
+                     "; it is split in two halves (at " + format_location(loc) + ")");
+  return mul(slice_in_dim(x, 0, n / 2, a, loc), logistic(slice_in_dim(x, n / 2, n, a, loc), loc), loc);
+}
+
+Array one_hot(const Array& indices, std::int64_t num_classes, DType dtype, std::int64_t axis, std::source_location loc) {
+  const std::string call = "one_hot(" + indices.aval().str() + ", " + std::to_string(num_classes) + ")";
+  if (indices.dtype() == bool_)
+    throw TypeError(call + ": indices must be integers (or floats), not bool (at " + format_location(loc) + ")");
+  if (num_classes < 0) throw ShapeError(call + ": num_classes must be non-negative (at " + format_location(loc) + ")");
+  const std::int64_t rank = indices.ndim() + 1;
+  if (axis < -rank || axis >= rank)
+    throw ShapeError(call + ": axis " + std::to_string(axis) + " is not an axis of the result (rank " +
+                     std::to_string(rank) + ") (at " + format_location(loc) + ")");
+  const std::int64_t a = axis < 0 ? axis + rank : axis;
+  Shape out = indices.shape();
+  out.insert(out.begin() + a, num_classes);
+  // 1 where the index equals the class: an index outside [0, num_classes) matches none
+  return astype(eq(expand_dims(indices, a, loc), iota(indices.dtype(), out, a, loc), loc), dtype, loc);
 }
 
 }  // namespace xjax

@@ -371,6 +371,18 @@ Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location
   Array s = sum(x, axes, keepdims, loc);
   return div(s, scalar_like(n, s), loc);
 }
+// var = sum((x - mean x)^2) / max(N - ddof, 0), the centred form (no cancellation as in
+// E[x^2] - E[x]^2); integers and bools are computed in f64, as JAX's inexact promotion (x64)
+Array var(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, std::source_location loc) {
+  const Array xf = is_floating(x.dtype()) ? x : astype(x, f64, loc);
+  const auto n = static_cast<double>(reduced_count(xf, axes, loc));
+  const Array centred = sub(xf, mean(xf, axes, true, loc), loc);
+  const Array squares = sum(square(centred, loc), axes, keepdims, loc);
+  return div(squares, scalar_like(std::max(n - static_cast<double>(ddof), 0.0), squares), loc);
+}
+Array std(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, std::source_location loc) {
+  return sqrt(var(x, axes, ddof, keepdims, loc), loc);
+}
 Array argmax(const Array& x, std::int64_t axis, DType index_dtype, std::source_location loc) {
   return bind1(P::argmax, {x}, params::Argmax{.axes = Axes{norm_axis(axis, x.ndim(), "argmax", x, loc)}, .index_dtype = index_dtype}, loc);
 }

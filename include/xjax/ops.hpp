@@ -118,6 +118,10 @@ Array einsum(const std::string& spec, const Array& a, XJAX_LOC);
 // ---- reductions (empty axes = all axes; negative axes count from the end) ---------------------
 Array sum(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array mean(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+/// jnp.var: the mean of (x - mean(x))^2 over `axes` (all when empty), divided by N - ddof
+/// instead of N; jnp.std: its square root.
+Array var(const Array& x, const Axes& axes = {}, std::int64_t ddof = 0, bool keepdims = false, XJAX_LOC);
+Array std(const Array& x, const Axes& axes = {}, std::int64_t ddof = 0, bool keepdims = false, XJAX_LOC);
 Array max(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array min(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array prod(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);

@@ -251,14 +251,20 @@ class Gen {
                                  Op::Exp, Op::Expm1, Op::Log1pSq, Op::LogOnePlusSq, Op::Rational,
                                  Op::SqrtOnePlusSq, Op::RsqrtOnePlusSq, Op::RecipOnePlusSq, Op::Square,
                                  Op::IntPow, Op::TanBounded, Op::PowScalar, Op::Squash, Op::ScaleShift,
-                                 Op::CastRoundTrip, Op::StopGradient, Op::Abs, Op::Relu, Op::Sign};
+                                 Op::CastRoundTrip, Op::StopGradient, Op::Abs, Op::Relu, Op::Sign,
+                                 Op::Silu, Op::LogSigmoid, Op::Elu, Op::LeakyRelu};
     Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))], .args = {i}, .outs = {v.shape}};
-    if (s.r.pure && (n.op == Op::Abs || n.op == Op::Relu || n.op == Op::Sign || n.op == Op::StopGradient)) return false;
+    if (s.r.pure && (n.op == Op::Abs || n.op == Op::Relu || n.op == Op::Sign || n.op == Op::StopGradient ||
+                     n.op == Op::Elu || n.op == Op::LeakyRelu))
+      return false;
     double out = m;
     switch (n.op) {
       case Op::Sin: case Op::Cos: case Op::Tanh: case Op::Logistic: case Op::RsqrtOnePlusSq:
       case Op::RecipOnePlusSq: case Op::Sign: out = 1; break;
-      case Op::Softplus: out = m + 0.7; break;
+      case Op::Softplus: case Op::LogSigmoid: out = m + 0.7; break;
+      case Op::Elu: case Op::LeakyRelu:  // elu's alpha, leaky_relu's slope: 1/2 or 1/8
+        n.c = coin(0.5) ? 0.5 : 0.125;
+        break;
       case Op::Exp: case Op::Expm1:
         if (m > 2.5) return false;
         out = std::exp(m);
@@ -333,7 +339,7 @@ class Gen {
   }
 
   bool reduction(Scope& s, Block& b) {
-    static constexpr Op ops[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::ProdPos, Op::LogSumExp, Op::Softmax, Op::LogSoftmax};
+    static constexpr Op ops[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::ProdPos, Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
     if (s.r.pure && (op == Op::Max || op == Op::Min)) return false;
     int i = pick(s, [&](const Val& v) { return op == Op::Sum || size_of(v.shape) > 0; });
@@ -372,6 +378,10 @@ class Gen {
       mag = n.variant == 1 ? std::pow(v.mag, count) : std::pow(2.5, count);
     }
     if (op == Op::LogSumExp) mag = v.mag + std::log(count);
+    if (op == Op::Var) {  // ddof 1 needs two values; var <= (2 mag)^2 N / (N - ddof)
+      n.variant = count >= 2 && coin(0.5) ? 1 : 0;
+      mag = 4 * v.mag * v.mag * count / (count - n.variant);
+    }
     if (mag > kMaxMag) return false;
     push(s, b, n, {mag});
     return true;

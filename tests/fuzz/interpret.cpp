@@ -306,6 +306,10 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       }
       return {std::get<Array>(tape->entries.at(tape->pos++)) * 0.5 + 0.25};
     case Op::Name: return {xj::checkpoint_name(a, n.text)};
+    case Op::Silu: return {xj::silu(a)};
+    case Op::LogSigmoid: return {xj::log_sigmoid(a)};
+    case Op::Elu: note(m, a); return {xj::elu(a, n.c)};
+    case Op::LeakyRelu: note(m, a); return {xj::leaky_relu(a, n.c)};
     case Op::Abs: note(m, a); return {xj::abs(a)};
     case Op::Relu: note(m, a); return {xj::relu(a)};
     case Op::Sign: note(m, a); return {xj::sign(a)};
@@ -334,6 +338,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::LogSumExp: return {xj::logsumexp(a, n.ints, n.flag)};
     case Op::Softmax: return {xj::softmax(a, n.ints[0])};
     case Op::LogSoftmax: return {xj::log_softmax(a, n.ints[0])};
+    case Op::Var: return {xj::var(a, n.ints, n.variant, n.flag)};
     case Op::Matmul: return {xj::matmul(a, b)};
     case Op::Dot: return {xj::dot(a, b)};
     case Op::Einsum: return {args.size() > 1 ? xj::einsum(n.text, a, b) : xj::einsum(n.text, a)};

@@ -50,12 +50,13 @@ enum class Op {
   Neg, Sin, Cos, Tanh, Logistic, Softplus, Gelu, Exp, Expm1, Log1pSq, LogOnePlusSq, Rational,
   SqrtOnePlusSq, RsqrtOnePlusSq, RecipOnePlusSq, Square, IntPow, TanBounded, PowScalar, Squash,
   ScaleShift, CastRoundTrip, StopGradient, Name,
+  Silu, LogSigmoid,
   // elementwise unary with a kink or a jump at 0
-  Abs, Relu, Sign,
+  Abs, Relu, Sign, Elu, LeakyRelu,
   // elementwise binary (broadcasting)
   Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt,
   // reductions
-  Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax,
+  Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var,
   // linear algebra
   Matmul, Dot, Einsum, DotGeneral, Cholesky, TriangularSolve, ChoSolve,
   // shape
