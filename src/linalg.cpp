@@ -56,17 +56,14 @@ Array cho_solve(const Array& c, const Array& b, bool lower, std::source_location
                 : "b is read as matrices (..., n, k), and its second-to-last axis is not n = " + std::to_string(c.dim(-1)));
   // f32 with f64: both f64 (the solves need one dtype).
   const DType dtype = promote_types(c.dtype(), b.dtype());
-  const Array cc = c.dtype() == dtype ? c : astype(c, dtype, loc);
-  if (rhs.dtype() != dtype) rhs = astype(rhs, dtype, loc);
+  const Array cc = astype(c, dtype, loc);
+  rhs = astype(rhs, dtype, loc);
   // The batch axes broadcast: c and b both become (batch..., n, n) and (batch..., n, k).
-  Shape cb(cc.shape().begin(), cc.shape().end() - 2), bb(rhs.shape().begin(), rhs.shape().end() - 2);
-  const std::size_t r = std::max(cb.size(), bb.size());
-  cb.insert(cb.begin(), r - cb.size(), 1);
-  bb.insert(bb.begin(), r - bb.size(), 1);
-  Shape batch(r);
-  for (std::size_t i = 0; i < r; ++i) {
-    if (cb[i] != bb[i] && cb[i] != 1 && bb[i] != 1) fail("the batch dimensions do not broadcast");
-    batch[i] = cb[i] == 1 ? bb[i] : cb[i];
+  Shape batch;
+  try {
+    batch = broadcast_shapes(Shape(cc.shape().begin(), cc.shape().end() - 2), Shape(rhs.shape().begin(), rhs.shape().end() - 2));
+  } catch (const ShapeError&) {
+    fail("the batch dimensions do not broadcast");
   }
   auto with_batch = [&](const Array& x) {
     Shape s = batch;

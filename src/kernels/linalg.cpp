@@ -38,6 +38,14 @@ void trsm_row_major(CBLAS_SIDE side, CBLAS_UPLO uplo, CBLAS_TRANSPOSE trans, CBL
   else cblas_dtrsm(CblasRowMajor, side, uplo, trans, diag, m, n, 1.0, a, lda, b, ldb);
 }
 
+/// Calls f(std::type_identity<T>{}) with T float or double for an f32 or f64 `dtype`; any other
+/// dtype is unsupported by `p`.
+template <class F> void visit_float(Primitive p, DType dtype, F&& f) {
+  if (dtype == DType::f32) f(std::type_identity<float>{});
+  else if (dtype == DType::f64) f(std::type_identity<double>{});
+  else unsupported_dtype(p, dtype);
+}
+
 }  // namespace
 
 Array cholesky_kernel(const Array& x, const ShapedArray& out) {
@@ -60,9 +68,7 @@ Array cholesky_kernel(const Array& x, const ShapedArray& out) {
           else if (j > i) m[i * n + j] = T(0);  // the strict upper triangle: zeros, not a's entries
     }
   };
-  if (out.dtype == DType::f32) run(std::type_identity<float>{});
-  else if (out.dtype == DType::f64) run(std::type_identity<double>{});
-  else unsupported_dtype(Primitive::cholesky, out.dtype);
+  visit_float(Primitive::cholesky, out.dtype, run);
   return result;
 }
 
@@ -83,9 +89,7 @@ Array triangular_solve_kernel(const Array& a, const Array& b, const params::Tria
       trsm_row_major<T>(side, uplo, trans, diag, static_cast<blasint>(rows), static_cast<blasint>(cols), am,
                         static_cast<blasint>(m), bm, static_cast<blasint>(cols));
   };
-  if (out.dtype == DType::f32) run(std::type_identity<float>{});
-  else if (out.dtype == DType::f64) run(std::type_identity<double>{});
-  else unsupported_dtype(Primitive::triangular_solve, out.dtype);
+  visit_float(Primitive::triangular_solve, out.dtype, run);
   return result;
 }
 
