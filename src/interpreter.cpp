@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "kernels/kernels.hpp"
 #include "loops/loops.hpp"
 #include "internal.hpp"
 #include "per_thread.hpp"
@@ -14,18 +15,26 @@
 namespace xjax {
 
 namespace detail {
+// A family's impl rule: none for those evaluated by a kernel (KernelFn: one output); a
+// factorization's kernel (several outputs) and a higher-order primitive's meaning otherwise.
+#define XJAX_IMPL_float_unary(name, stem) nullptr
+#define XJAX_IMPL_numeric_unary(name, stem) nullptr
+#define XJAX_IMPL_power(name, stem) nullptr
+#define XJAX_IMPL_binary(name, stem) nullptr
+#define XJAX_IMPL_comparison(name, stem) nullptr
+#define XJAX_IMPL_structural(name, stem) nullptr
+#define XJAX_IMPL_collective(name, stem) nullptr
+#define XJAX_IMPL_factorization(name, stem) \
+  [](std::span<const Array> in, const Params&) { return kernels::stem##_kernel(in); }
+#define XJAX_IMPL_higher_order(name, stem) \
+  [](std::span<const Array> in, const Params& ps) { return stem##_impl(in, ps.get<params_of_t<Primitive::name>>()); }
+#define XJAX_IMPL_control_flow(name, stem) XJAX_IMPL_higher_order(name, stem)
+
 ImplRule impl_rule(Primitive p) {
   switch (p) {
-#define XJAX_KERNEL_PRIMITIVE(name) \
-  case Primitive::name: return nullptr;
-    XJAX_FOR_EACH_FIRST_ORDER_PRIMITIVE(XJAX_KERNEL_PRIMITIVE)
-#undef XJAX_KERNEL_PRIMITIVE
-#define XJAX_IMPL_CASE(prim, stem)                                          \
-  case Primitive::prim:                                                    \
-    return [](std::span<const Array> in, const Params& ps) {               \
-      return stem##_impl(in, ps.get<params_of_t<Primitive::prim>>());      \
-    };
-    XJAX_FOR_EACH_HIGHER_ORDER_RULE_STEM(XJAX_IMPL_CASE)
+#define XJAX_IMPL_CASE(name, stem, S, family, kinds) \
+  case Primitive::name: return XJAX_IMPL_##family(name, stem);
+    XJAX_PRIMITIVES(XJAX_IMPL_CASE)
 #undef XJAX_IMPL_CASE
   }
   return nullptr;

@@ -41,42 +41,182 @@ Array triangular_solve(const Array& a, const Array& b, const TriangularSolveOpti
   return detail::bind1(P::triangular_solve, {a, b}, ps, loc);
 }
 
-Array cho_solve(const Array& c, const Array& b, bool lower, std::source_location loc) {
-  const auto fail = [&](const std::string& why) {
-    throw ShapeError("cho_solve(" + c.aval().str() + ", " + b.aval().str() + "): " + why + " (at " + format_location(loc) + ")");
-  };
-  if (c.ndim() < 2 || c.dim(-1) != c.dim(-2)) fail("c must be square matrices in the last two dimensions (..., n, n)");
-  expect_floats("cho_solve(" + c.aval().str() + ", " + b.aval().str() + ")", {&c, &b}, loc);
-  // JAX's rule: b one rank below c is one vector per matrix (..., n); otherwise matrices (..., n, k).
+namespace {
+
+[[noreturn]] void shape_fail(const std::string& call, const std::string& why, std::source_location loc) {
+  throw ShapeError(call + ": " + why + " (at " + format_location(loc) + ")");
+}
+
+void expect_square(const std::string& call, const Array& a, const char* what, std::source_location loc) {
+  if (a.ndim() < 2 || a.dim(-1) != a.dim(-2))
+    shape_fail(call, std::string(what) + " must be square matrices in the last two dimensions (..., n, n)", loc);
+}
+
+/// jnp.linalg's promote_dtypes_inexact: the operands' common dtype, f64 when it is not a float
+/// (integers and bools, JAX with x64).
+DType inexact_dtype(std::initializer_list<const Array*> xs) {
+  DType d = (*xs.begin())->dtype();
+  for (const Array* x : xs) d = promote_types(d, x->dtype());
+  return is_floating(d) ? d : DType::f64;
+}
+
+/// x's leading axes, all but its last `core` ones.
+Shape batch_of(const Array& x, std::int64_t core) { return Shape(x.shape().begin(), x.shape().end() - core); }
+
+/// The operands broadcast to one batch shape (each keeps its last core[i] axes).
+std::vector<Array> with_common_batch(const std::string& call, std::vector<Array> xs, std::initializer_list<std::int64_t> core,
+                                     std::source_location loc) {
+  Shape batch;
+  std::size_t i = 0;
+  for (std::int64_t c : core) {
+    try {
+      batch = broadcast_shapes(batch, batch_of(xs[i++], c));
+    } catch (const ShapeError&) {
+      shape_fail(call, "the batch dimensions do not broadcast", loc);
+    }
+  }
+  i = 0;
+  for (std::int64_t c : core) {
+    Array& x = xs[i++];
+    Shape s = batch;
+    s.insert(s.end(), x.shape().end() - c, x.shape().end());
+    if (x.shape() != s) x = broadcast_to(x, s, loc);
+  }
+  return xs;
+}
+
+/// b as the solves with factor c (..., n, n) read it (JAX's rule for cho_solve and lu_solve):
+/// vectors (..., n) when it has one axis less than c, else matrices (..., n, k); {matrices, vector}.
+std::pair<Array, bool> right_hand_side(const std::string& call, const Array& c, const Array& b, std::source_location loc) {
   const bool vector = b.ndim() == c.ndim() - 1;
   Array rhs = vector ? expand_dims(b, b.ndim(), loc) : b;
   if (rhs.ndim() < 2 || rhs.dim(-2) != c.dim(-1))
-    fail(vector ? "b has one axis less than c, so it is read as vectors (..., n) (JAX's rule), and its last axis is not n = " +
-                      std::to_string(c.dim(-1))
-                : "b is read as matrices (..., n, k), and its second-to-last axis is not n = " + std::to_string(c.dim(-1)));
+    shape_fail(call,
+               vector ? "b has one axis less than the factor, so it is read as vectors (..., n) (JAX's rule), and its last axis is not n = " +
+                            std::to_string(c.dim(-1))
+                      : "b is read as matrices (..., n, k), and its second-to-last axis is not n = " + std::to_string(c.dim(-1)),
+               loc);
+  return {rhs, vector};
+}
+
+/// The inverse of each permutation (..., n) of 0..n-1: inverse[permutation[i]] = i.
+Array inverse_permutation(const Array& permutation, std::source_location loc) {
+  Shape s = permutation.shape();
+  s.push_back(permutation.dim(-1));
+  const std::int64_t rank = static_cast<std::int64_t>(s.size());
+  const Array hits = eq(expand_dims(permutation, permutation.ndim(), loc), iota(DType::i32, s, rank - 1, loc), loc);
+  return sum(where(hits, iota(DType::i32, s, rank - 2, loc), 0, loc), {-2}, false, loc);
+}
+
+/// x with a x = b (trans 0) or a^T x = b, a[permutation] = L U packed in lu; lu, permutation and
+/// b (matrices) with one batch shape. A = P^T L U: x = U^-1 L^-1 (P b), or P^T (L^-T U^-T b).
+Array lu_solve_matrices(const Array& lu, const Array& permutation, const Array& b, int trans, std::source_location loc) {
+  const Array rows = expand_dims(permutation, permutation.ndim(), loc);
+  if (trans == 0) {
+    const Array y = triangular_solve(lu, take_along_axis(b, rows, -2, loc), {.left_side = true, .lower = true, .unit_diagonal = true}, loc);
+    return triangular_solve(lu, y, {.left_side = true, .lower = false}, loc);
+  }
+  const Array y = triangular_solve(lu, b, {.left_side = true, .lower = false, .transpose_a = true}, loc);
+  const Array x = triangular_solve(lu, y, {.left_side = true, .lower = true, .transpose_a = true, .unit_diagonal = true}, loc);
+  return take_along_axis(x, expand_dims(inverse_permutation(permutation, loc), permutation.ndim(), loc), -2, loc);
+}
+
+/// The diagonals (..., n) of matrices (..., n, n).
+Array diagonals(const Array& m, std::source_location loc) { return diagonal(m, 0, -2, -1, loc); }
+
+/// The sign of each permutation that pivots (..., k) describe: -1 per exchange of two rows.
+Array pivot_sign(const Array& pivots, DType dtype, std::source_location loc) {
+  const Array exchanged = ne(pivots, iota(DType::i32, pivots.shape(), pivots.ndim() - 1, loc), loc);
+  return prod(where(exchanged, scalar(-1.0, dtype), scalar(1.0, dtype), loc), {-1}, false, loc);
+}
+
+}  // namespace
+
+Array cho_solve(const Array& c, const Array& b, bool lower, std::source_location loc) {
+  const std::string call = "cho_solve(" + c.aval().str() + ", " + b.aval().str() + ")";
+  expect_square(call, c, "c", loc);
+  expect_floats(call, {&c, &b}, loc);
+  auto [rhs, vector] = right_hand_side(call, c, b, loc);
   // f32 with f64: both f64 (the solves need one dtype).
   const DType dtype = promote_types(c.dtype(), b.dtype());
-  const Array cc = astype(c, dtype, loc);
-  rhs = astype(rhs, dtype, loc);
-  // The batch axes broadcast: c and b both become (batch..., n, n) and (batch..., n, k).
-  Shape batch;
-  try {
-    batch = broadcast_shapes(Shape(cc.shape().begin(), cc.shape().end() - 2), Shape(rhs.shape().begin(), rhs.shape().end() - 2));
-  } catch (const ShapeError&) {
-    fail("the batch dimensions do not broadcast");
-  }
-  auto with_batch = [&](const Array& x) {
-    Shape s = batch;
-    s.push_back(x.dim(-2));
-    s.push_back(x.dim(-1));
-    return x.shape() == s ? x : broadcast_to(x, s, loc);
-  };
-  const Array cf = with_batch(cc);
-  rhs = with_batch(rhs);
+  const std::vector<Array> xs = with_common_batch(call, {astype(c, dtype, loc), astype(rhs, dtype, loc)}, {2, 2}, loc);
   // A = c c^T: c y = b, then c^T x = y (lower); A = c^T c: c^T y = b, then c x = y.
-  const Array y = triangular_solve(cf, rhs, {.left_side = true, .lower = lower, .transpose_a = !lower}, loc);
-  const Array x = triangular_solve(cf, y, {.left_side = true, .lower = lower, .transpose_a = lower}, loc);
+  const Array y = triangular_solve(xs[0], xs[1], {.left_side = true, .lower = lower, .transpose_a = !lower}, loc);
+  const Array x = triangular_solve(xs[0], y, {.left_side = true, .lower = lower, .transpose_a = lower}, loc);
   return vector ? squeeze(x, {x.ndim() - 1}, loc) : x;
+}
+
+std::tuple<Array, Array, Array> lu(const Array& a, std::source_location loc) {
+  const std::string call = "lu(" + a.aval().str() + ")";
+  if (a.ndim() < 2) shape_fail(call, "needs matrices in the last two dimensions (..., m, n)", loc);
+  expect_floats(call, {&a}, loc);
+  std::vector<Array> outs = detail::bind(P::lu, std::vector<Array>{a}, {}, loc);
+  return {outs[0], outs[1], outs[2]};
+}
+
+Array lu_pivots_to_permutation(const Array& pivots, std::int64_t permutation_size, std::source_location loc) {
+  return detail::bind1(P::lu_pivots_to_permutation, {pivots}, params::LuPivotsToPermutation{.permutation_size = permutation_size}, loc);
+}
+
+std::pair<Array, Array> lu_factor(const Array& a, std::source_location loc) {
+  expect_square("lu_factor(" + a.aval().str() + ")", a, "a", loc);
+  auto [factors, pivots, permutation] = lu(a, loc);
+  return {factors, pivots};
+}
+
+Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans, std::source_location loc) {
+  const std::string call = "lu_solve(" + lu.aval().str() + ", " + pivots.aval().str() + ", " + b.aval().str() + ")";
+  expect_square(call, lu, "lu", loc);
+  expect_floats(call, {&lu, &b}, loc);
+  if (pivots.dtype() != DType::i32 || pivots.ndim() < 1 || pivots.dim(-1) != lu.dim(-1))
+    shape_fail(call, "pivots must be i32 (..., n), as lu_factor gives them", loc);
+  if (trans < 0 || trans > 2) throw Error(call + ": trans must be 0, 1 or 2, got " + std::to_string(trans) + " (at " + format_location(loc) + ")");
+  auto [rhs, vector] = right_hand_side(call, lu, b, loc);
+  const DType dtype = promote_types(lu.dtype(), b.dtype());
+  const Array permutation = lu_pivots_to_permutation(pivots, lu.dim(-1), loc);
+  const std::vector<Array> xs = with_common_batch(call, {astype(lu, dtype, loc), permutation, astype(rhs, dtype, loc)}, {2, 1, 2}, loc);
+  const Array x = lu_solve_matrices(xs[0], xs[1], xs[2], trans, loc);
+  return vector ? squeeze(x, {x.ndim() - 1}, loc) : x;
+}
+
+Array solve(const Array& a, const Array& b, std::source_location loc) {
+  const std::string call = "solve(" + a.aval().str() + ", " + b.aval().str() + ")";
+  expect_square(call, a, "a", loc);
+  const bool vector = b.ndim() == 1;
+  const Array rhs = vector ? expand_dims(b, 1, loc) : b;
+  if (rhs.ndim() < 2 || rhs.dim(-2) != a.dim(-1))
+    shape_fail(call, std::string(vector ? "b is one vector (n)" : "b is read as matrices (..., n, k) (it is not 1-D)") +
+                         " and its length is not n = " + std::to_string(a.dim(-1)),
+               loc);
+  const DType dtype = inexact_dtype({&a, &b});
+  const std::vector<Array> xs = with_common_batch(call, {astype(a, dtype, loc), astype(rhs, dtype, loc)}, {2, 2}, loc);
+  auto [factors, pivots, permutation] = lu(xs[0], loc);
+  const Array x = lu_solve_matrices(factors, permutation, xs[1], 0, loc);
+  return vector ? squeeze(x, {x.ndim() - 1}, loc) : x;
+}
+
+Array inv(const Array& a, std::source_location loc) {
+  expect_square("inv(" + a.aval().str() + ")", a, "a", loc);
+  const DType dtype = inexact_dtype({&a});
+  return solve(a, broadcast_to(eye(a.dim(-1), dtype), a.shape(), loc), loc);
+}
+
+Array det(const Array& a, std::source_location loc) {
+  const std::string call = "det(" + a.aval().str() + ")";
+  expect_square(call, a, "a", loc);
+  auto [factors, pivots, permutation] = lu(astype(a, inexact_dtype({&a}), loc), loc);
+  // det a = det P^T det L det U = (-1)^exchanges prod diag(U)
+  return mul(pivot_sign(pivots, factors.dtype(), loc), prod(diagonals(factors, loc), {-1}, false, loc), loc);
+}
+
+std::pair<Array, Array> slogdet(const Array& a, std::source_location loc) {
+  const std::string call = "slogdet(" + a.aval().str() + ")";
+  expect_square(call, a, "a", loc);
+  auto [factors, pivots, permutation] = lu(astype(a, inexact_dtype({&a}), loc), loc);
+  const Array d = diagonals(factors, loc);
+  // sign = (-1)^exchanges prod sign(u_ii) (0 when some u_ii is 0), log|det| = sum log|u_ii| (-inf then)
+  const Array sign_of = mul(pivot_sign(pivots, d.dtype(), loc), prod(sign(d, loc), {-1}, false, loc), loc);
+  return {sign_of, sum(log(abs(d, loc), loc), {-1}, false, loc)};
 }
 
 }  // namespace xjax::linalg

@@ -583,6 +583,42 @@ Array matrix_transpose(const Array& x, std::source_location loc) {
   return transpose(x, perm, loc);
 }
 
+// The diagonal of an (n, m) matrix is every (m + 1)-th element of its n * m elements, from
+// `offset` (above the main diagonal) or -offset * m (below it): one strided slice of the
+// flattened matrices, so its transpose is a pad (no gather).
+Array diagonal(const Array& x, std::int64_t offset, std::int64_t axis1, std::int64_t axis2, std::source_location loc) {
+  axis1 = norm_axis(axis1, x.ndim(), "diagonal", x, loc);
+  axis2 = norm_axis(axis2, x.ndim(), "diagonal", x, loc);
+  if (axis1 == axis2)
+    throw ShapeError("diagonal(" + x.aval().str() + "): axis1 and axis2 are both " + std::to_string(axis1) + " (at " + format_location(loc) + ")");
+  Axes perm;
+  for (std::int64_t d = 0; d < x.ndim(); ++d)
+    if (d != axis1 && d != axis2) perm.push_back(d);
+  Shape flat;
+  for (std::int64_t d : perm) flat.push_back(x.dim(d));
+  perm.push_back(axis1);
+  perm.push_back(axis2);
+  const std::int64_t n = x.dim(axis1), m = x.dim(axis2);
+  const std::int64_t count = std::max<std::int64_t>(0, offset >= 0 ? std::min(n, m - offset) : std::min(n + offset, m));
+  flat.push_back(n * m);
+  const Array rows = reshape(transpose(x, perm, loc), flat, loc);
+  const std::int64_t start = count == 0 ? 0 : (offset >= 0 ? offset : -offset * m);
+  const std::int64_t limit = count == 0 ? 0 : start + (count - 1) * (m + 1) + 1;
+  Axes starts(flat.size(), 0), limits = flat, strides(flat.size(), 1);
+  starts.back() = start;
+  limits.back() = limit;
+  strides.back() = m + 1;
+  return slice(rows, starts, limits, strides, loc);
+}
+
+Array trace(const Array& x, std::int64_t offset, std::int64_t axis1, std::int64_t axis2, std::source_location loc) {
+  return sum(diagonal(x, offset, axis1, axis2, loc), {-1}, false, loc);
+}
+
+Array outer(const Array& a, const Array& b, std::source_location loc) {
+  return mul(reshape(a, {a.size(), 1}, loc), reshape(b, {1, b.size()}, loc), loc);
+}
+
 Array Array::operator[](detail::Located<std::int64_t> index) const {
   if (valid() && ndim() == 0)
     throw ShapeError("x[i] indexes the leading axis; " + aval().str() + " has none (at " + format_location(index.loc) + ")");

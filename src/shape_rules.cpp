@@ -363,6 +363,34 @@ std::vector<ShapedArray> triangular_solve_shape_rule(Avals in, const params::Tri
   return {in[1]};
 }
 
+// lu(a: f[..., m, n]) -> (lu: f[..., m, n], pivots: i32[..., min(m, n)], permutation: i32[..., m]):
+// a[..., permutation, :] = L U, L unit lower (m, k) and U upper (k, n) packed into lu, k = min(m, n).
+std::vector<ShapedArray> lu_shape_rule(Avals in) {
+  const Primitive p = Primitive::lu;
+  expect_arity(p, in, 1);
+  expect_kind(p, in, in[0], Kinds::floats);
+  const Shape& s = in[0].shape;
+  if (s.size() < 2) shape_fail(p, in, "needs matrices in the last two dimensions (..., m, n)");
+  const std::int64_t m = s[s.size() - 2], n = s.back();
+  Shape pivots(s.begin(), s.end() - 2), permutation = pivots;
+  pivots.push_back(std::min(m, n));
+  permutation.push_back(m);
+  return {in[0], ShapedArray{pivots, DType::i32}, ShapedArray{permutation, DType::i32}};
+}
+
+// lu_pivots_to_permutation(pivots: i32[..., k]) -> i32[..., permutation_size], k <= permutation_size.
+std::vector<ShapedArray> lu_pivots_to_permutation_shape_rule(Avals in, const params::LuPivotsToPermutation& ps) {
+  const Primitive p = Primitive::lu_pivots_to_permutation;
+  expect_arity(p, in, 1);
+  if (in[0].dtype != DType::i32) type_fail(p, in, "pivots must be i32 (as lu returns them)");
+  if (in[0].ndim() < 1) shape_fail(p, in, "pivots need at least one axis (..., k)");
+  if (ps.permutation_size < in[0].shape.back())
+    shape_fail(p, in, "permutation_size " + std::to_string(ps.permutation_size) + " is less than the number of pivots");
+  Shape s = in[0].shape;
+  s.back() = ps.permutation_size;
+  return {ShapedArray{s, DType::i32}};
+}
+
 std::vector<ShapedArray> all_gather_shape_rule(Avals in, const params::AllGather& ps) {
   const Primitive p = Primitive::all_gather;
   expect_arity(p, in, 1);
@@ -419,6 +447,7 @@ std::vector<ShapedArray> integer_pow_shape_rule(Avals in, const params::IntegerP
 #define XJAX_SHAPE_power(name, stem, S, kinds)
 #define XJAX_SHAPE_structural(name, stem, S, kinds)
 #define XJAX_SHAPE_collective(name, stem, S, kinds)
+#define XJAX_SHAPE_factorization(name, stem, S, kinds)
 #define XJAX_SHAPE_higher_order(name, stem, S, kinds) \
   case P::name: return stem##_abstract_eval(in, ps.get<params::S>());
 #define XJAX_SHAPE_control_flow(name, stem, S, kinds) XJAX_SHAPE_higher_order(name, stem, S, kinds)
@@ -458,6 +487,9 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::threefry2x32: return threefry2x32_shape_rule(in);
     case P::cholesky: return cholesky_shape_rule(in);
     case P::triangular_solve: return triangular_solve_shape_rule(in, ps.get<params::TriangularSolve>());
+    case P::lu: return lu_shape_rule(in);
+    case P::lu_pivots_to_permutation:
+      return lu_pivots_to_permutation_shape_rule(in, ps.get<params::LuPivotsToPermutation>());
     case P::psum: return elementwise(p, in, 1, Kinds::numeric);
     case P::pmax: return elementwise(p, in, 1, Kinds::numeric);
     case P::all_gather: return all_gather_shape_rule(in, ps.get<params::AllGather>());

@@ -226,3 +226,206 @@ TEST_CASE("tril, triu and matrix_transpose on batches of rectangular matrices") 
   REQUIRE(t.shape() == xj::Shape{2, 4, 3});
   CHECK(t.to_vector<double>()[1 * 12 + 2 * 3 + 1] == v[1 * 12 + 1 * 4 + 2]);
 }
+
+namespace {
+
+/// Entries with no low-rank structure (values(...) alone is rank 2 as a matrix: sin(1.3 i + c)).
+std::vector<double> general(std::size_t n, double phase) {
+  std::vector<double> v = values(n, phase);
+  for (std::size_t i = 0; i < n; ++i) v[i] += std::cos(0.37 * static_cast<double>(i * i) + 2 * phase);
+  return v;
+}
+
+/// The determinant by cofactor expansion along the first row (independent of LU; n <= 5).
+double cofactor_det(const Matrix& a, std::size_t n) {
+  if (n == 1) return a[0];
+  double d = 0;
+  for (std::size_t c = 0; c < n; ++c) {
+    Matrix minor;
+    for (std::size_t i = 1; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        if (j != c) minor.push_back(a[i * n + j]);
+    d += (c % 2 == 0 ? 1.0 : -1.0) * a[c] * cofactor_det(minor, n - 1);
+  }
+  return d;
+}
+
+/// r x c matrix product of row-major a (r x q) and b (q x c).
+Matrix product(const Matrix& a, const Matrix& b, std::size_t r, std::size_t q, std::size_t c) {
+  Matrix out(r * c, 0.0);
+  for (std::size_t i = 0; i < r; ++i)
+    for (std::size_t j = 0; j < c; ++j)
+      for (std::size_t k = 0; k < q; ++k) out[i * c + j] += a[i * q + k] * b[k * c + j];
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("lu: a[permutation] = L U with L unit lower (entries <= 1 in magnitude) and U upper, square and rectangular, batched") {
+  for (auto [m, n] : {std::pair<std::size_t, std::size_t>{1, 1}, {3, 3}, {5, 5}, {4, 2}, {2, 5}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    const std::size_t k = std::min(m, n);
+    const Matrix a = general(2 * m * n, 0.6);  // two matrices
+    const auto [lu, pivots, permutation] =
+        linalg::lu(f64(a, {2, static_cast<std::int64_t>(m), static_cast<std::int64_t>(n)}));
+    REQUIRE(lu.shape() == xj::Shape{2, static_cast<std::int64_t>(m), static_cast<std::int64_t>(n)});
+    REQUIRE(pivots.aval() == xj::ShapedArray{{2, static_cast<std::int64_t>(k)}, xj::i32});
+    REQUIRE(permutation.aval() == xj::ShapedArray{{2, static_cast<std::int64_t>(m)}, xj::i32});
+    const auto f = lu.to_vector<double>();
+    const auto piv = pivots.to_vector<std::int32_t>(), perm = permutation.to_vector<std::int32_t>();
+    CHECK(xj::linalg::lu_pivots_to_permutation(pivots, static_cast<std::int64_t>(m)).to_vector<std::int32_t>() == perm);
+    for (std::size_t b = 0; b < 2; ++b) {
+      Matrix l(m * k, 0.0), u(k * n, 0.0);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < k; ++j) l[i * k + j] = i == j ? 1.0 : i > j ? f[b * m * n + i * n + j] : 0.0;
+      for (std::size_t i = 0; i < k; ++i)
+        for (std::size_t j = i; j < n; ++j) u[i * n + j] = f[b * m * n + i * n + j];
+      for (double e : l) CHECK(std::abs(e) <= 1.0);  // partial pivoting: |l_ij| <= 1
+      std::vector<bool> seen(m, false);
+      for (std::size_t i = 0; i < m; ++i) {
+        REQUIRE(perm[b * m + i] >= 0);
+        REQUIRE(perm[b * m + i] < static_cast<std::int32_t>(m));
+        seen[static_cast<std::size_t>(perm[b * m + i])] = true;
+      }
+      for (bool s : seen) CHECK(s);
+      for (std::size_t i = 0; i < k; ++i) CHECK(piv[b * k + i] >= static_cast<std::int32_t>(i));
+      const Matrix lu_product = product(l, u, m, k, n);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j)
+          CHECK(lu_product[i * n + j] ==
+                doctest::Approx(a[b * m * n + static_cast<std::size_t>(perm[b * m + i]) * n + j]).epsilon(1e-12).scale(1.0));
+    }
+  }
+}
+
+TEST_CASE("lu: a singular matrix is factored (a zero pivot), a NaN gives NaN factors; neither throws") {
+  const auto [lu, pivots, permutation] = linalg::lu(f64({1.0, 2.0, 2.0, 4.0}, {2, 2}));
+  const auto f = lu.to_vector<double>();
+  for (double e : f) CHECK(std::isfinite(e));
+  CHECK(f[3] == 0.0);
+  const auto [nan_lu, nan_pivots, nan_permutation] = linalg::lu(f64({1.0, std::nan(""), 2.0, 4.0}, {2, 2}));
+  bool any_nan = false;
+  for (double e : nan_lu.to_vector<double>()) any_nan = any_nan || std::isnan(e);
+  CHECK(any_nan);
+  for (std::int32_t p : nan_permutation.to_vector<std::int32_t>()) CHECK((p == 0 || p == 1));
+  // solve of a singular system: not finite, no exception.
+  const auto x = linalg::solve(f64({1.0, 2.0, 2.0, 4.0}, {2, 2}), f64({1.0, 1.0}, {2})).to_vector<double>();
+  CHECK((!std::isfinite(x[0]) || !std::isfinite(x[1])));
+}
+
+TEST_CASE("solve, lu_solve (trans 0 and 1) and inv satisfy their systems; batches broadcast; integers compute in f64") {
+  const std::size_t n = 4;
+  Matrix a = general(n * n, 0.25), a2 = general(n * n, 1.7);
+  const xj::Array A = f64(a, {4, 4});
+  const Matrix bv = {1.0, -2.0, 0.5, 3.0};
+  auto residual_ok = [&](const Matrix& mat, const std::vector<double>& x, const Matrix& rhs, std::size_t cols, bool transposed) {
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < cols; ++j) {
+        double r = 0;
+        for (std::size_t q = 0; q < n; ++q) r += (transposed ? mat[q * n + i] : mat[i * n + q]) * x[q * cols + j];
+        CHECK(r == doctest::Approx(rhs[i * cols + j]).epsilon(1e-10).scale(1.0));
+      }
+  };
+  residual_ok(a, linalg::solve(A, f64(bv, {4})).to_vector<double>(), bv, 1, false);
+  const Matrix bm = general(n * 2, 0.9);
+  residual_ok(a, linalg::solve(A, f64(bm, {4, 2})).to_vector<double>(), bm, 2, false);
+  // A batch of two matrices against one right-hand side matrix: broadcast.
+  Matrix both = a;
+  both.insert(both.end(), a2.begin(), a2.end());
+  const auto xb = linalg::solve(f64(both, {2, 4, 4}), f64(bm, {4, 2})).to_vector<double>();
+  residual_ok(a, std::vector<double>(xb.begin(), xb.begin() + 8), bm, 2, false);
+  residual_ok(a2, std::vector<double>(xb.begin() + 8, xb.end()), bm, 2, false);
+  for (int trans : {0, 1, 2}) {
+    const auto [lu, pivots] = linalg::lu_factor(A);
+    residual_ok(a, linalg::lu_solve(lu, pivots, f64(bm, {4, 2}), trans).to_vector<double>(), bm, 2, trans != 0);
+    residual_ok(a, linalg::lu_solve(lu, pivots, f64(bv, {4}), trans).to_vector<double>(), bv, 1, trans != 0);
+  }
+  // inv: A inv(A) = I.
+  const auto ai = linalg::inv(A).to_vector<double>();
+  const Matrix eye = product(a, Matrix(ai.begin(), ai.end()), n, n, n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) CHECK(eye[i * n + j] == doctest::Approx(i == j ? 1.0 : 0.0).epsilon(1e-12).scale(1.0));
+  // Integers: f64 (jnp.linalg's inexact promotion with x64); f32 stays f32.
+  const xj::Array ai32 = xj::array<std::int32_t>({2, 1, 1, 3}, {2, 2});
+  CHECK(linalg::solve(ai32, xj::array<std::int32_t>({1, 2}, {2})).dtype() == xj::f64);
+  CHECK(linalg::inv(xj::astype(A, xj::f32)).dtype() == xj::f32);
+  const auto xi = linalg::solve(ai32, xj::array<std::int32_t>({1, 2}, {2})).to_vector<double>();
+  CHECK(xi[0] == doctest::Approx(0.2));  // 2x + y = 1, x + 3y = 2
+  CHECK(xi[1] == doctest::Approx(0.6));
+}
+
+TEST_CASE("det and slogdet against cofactor expansion; a singular matrix has det 0 and slogdet {0, -inf}") {
+  for (std::size_t n : {1u, 2u, 3u, 5u}) {
+    CAPTURE(n);
+    Matrix two = general(2 * n * n, 0.8);
+    const auto nn = static_cast<std::int64_t>(n);
+    const auto d = linalg::det(f64(two, {2, nn, nn})).to_vector<double>();
+    const auto [sign, logabsdet] = linalg::slogdet(f64(two, {2, nn, nn}));
+    const auto s = sign.to_vector<double>(), l = logabsdet.to_vector<double>();
+    for (std::size_t b = 0; b < 2; ++b) {
+      const double want = cofactor_det(Matrix(two.begin() + static_cast<std::ptrdiff_t>(b * n * n),
+                                              two.begin() + static_cast<std::ptrdiff_t>((b + 1) * n * n)), n);
+      CHECK(d[b] == doctest::Approx(want).epsilon(1e-12).scale(1.0));
+      CHECK(s[b] == (want > 0 ? 1.0 : -1.0));
+      CHECK(l[b] == doctest::Approx(std::log(std::abs(want))).epsilon(1e-12));
+    }
+  }
+  const xj::Array singular = f64({1.0, 2.0, 3.0, 2.0, 4.0, 6.0, 0.0, 1.0, 5.0}, {3, 3});
+  CHECK(linalg::det(singular).item<double>() == 0.0);
+  const auto [sign, logabsdet] = linalg::slogdet(singular);
+  CHECK(sign.item<double>() == 0.0);
+  CHECK(logabsdet.item<double>() == -INFINITY);
+  CHECK(linalg::det(xj::array<std::int32_t>({2, 1, 1, 3}, {2, 2})).item<double>() == doctest::Approx(5.0));
+}
+
+TEST_CASE("lu, solve, det: errors name the operation and the operands") {
+  CHECK_THROWS_WITH_AS(linalg::lu(xj::zeros({3}, xj::f64)), doctest::Contains("lu(f64[3])"), xj::ShapeError);
+  CHECK_THROWS_WITH_AS(linalg::lu(xj::zeros({2, 2}, xj::i32)), doctest::Contains("lu(i32[2,2])"), xj::TypeError);
+  CHECK_THROWS_WITH_AS(linalg::solve(xj::zeros({2, 3}, xj::f64), xj::zeros({2}, xj::f64)), doctest::Contains("square"),
+                       xj::ShapeError);
+  CHECK_THROWS_WITH_AS(linalg::solve(xj::zeros({3, 3}, xj::f64), xj::zeros({2}, xj::f64)),
+                       doctest::Contains("solve(f64[3,3], f64[2])"), xj::ShapeError);
+  CHECK_THROWS_WITH_AS(linalg::solve(xj::zeros({2, 3, 3}, xj::f64), xj::zeros({4, 3, 1}, xj::f64)),
+                       doctest::Contains("do not broadcast"), xj::ShapeError);
+  CHECK_THROWS_WITH_AS(linalg::det(xj::zeros({2, 3}, xj::f64)), doctest::Contains("det(f64[2,3])"), xj::ShapeError);
+  CHECK_THROWS_WITH_AS(linalg::lu_solve(xj::zeros({3, 3}, xj::f64), xj::zeros({3}, xj::i64), xj::zeros({3}, xj::f64)),
+                       doctest::Contains("pivots must be i32"), xj::ShapeError);
+  CHECK_THROWS_WITH_AS(linalg::lu_pivots_to_permutation(xj::zeros({3}, xj::i32), 2), doctest::Contains("permutation_size 2"),
+                       xj::ShapeError);
+}
+
+TEST_CASE("diagonal, trace and outer against loops: offsets, axes, batches") {
+  const xj::Array x = xj::astype(xj::iota(xj::i32, {2, 3, 4}, 0) * 100 + xj::iota(xj::i32, {2, 3, 4}, 1) * 10 +
+                                     xj::iota(xj::i32, {2, 3, 4}, 2), xj::f64);
+  const auto v = x.to_vector<double>();
+  for (std::int64_t offset : {-3, -1, 0, 1, 3, 5}) {
+    CAPTURE(offset);
+    // Axes (1, 2): one diagonal per leading index.
+    const xj::Array d = xj::diagonal(x, offset, 1, 2);
+    std::vector<double> want;
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t i = 0; i < 3; ++i)
+        if (i + offset >= 0 && i + offset < 4) want.push_back(v[static_cast<std::size_t>(b * 12 + i * 4 + i + offset)]);
+    CHECK(d.shape()[0] == 2);
+    CHECK(d.to_vector<double>() == want);
+    const auto tr = xj::trace(x, offset, 1, 2).to_vector<double>();
+    for (std::size_t b = 0; b < 2; ++b) {
+      double s = 0;
+      for (std::size_t i = 0; i < want.size() / 2; ++i) s += want[b * want.size() / 2 + i];
+      CHECK(tr[b] == s);
+    }
+  }
+  // JAX's default axes (0, 1), and reversed axes (2, 0): out[j, i] over x[i, j, i]-like pairs.
+  const xj::Array d01 = xj::diagonal(x);
+  REQUIRE(d01.shape() == xj::Shape{4, 2});
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t i = 0; i < 2; ++i) CHECK(d01.to_vector<double>()[k * 2 + i] == v[i * 12 + i * 4 + k]);
+  const xj::Array d20 = xj::diagonal(x, 0, 2, 0);  // x[i, j, k] with k == i, k the first matrix axis
+  REQUIRE(d20.shape() == xj::Shape{3, 2});
+  for (std::size_t j = 0; j < 3; ++j)
+    for (std::size_t i = 0; i < 2; ++i) CHECK(d20.to_vector<double>()[j * 2 + i] == v[i * 12 + j * 4 + i]);
+  CHECK_THROWS_AS(xj::diagonal(x, 0, 1, 1), xj::ShapeError);
+  const auto o = xj::outer(f64({1.0, 2.0}, {2}), f64({3.0, 4.0, 5.0, 6.0}, {2, 2})).to_vector<double>();
+  CHECK(o == std::vector<double>{3.0, 4.0, 5.0, 6.0, 6.0, 8.0, 10.0, 12.0});
+}

@@ -317,6 +317,43 @@ JvpOut triangular_solve_jvp(const JvpArgs& a) {
   }
   return {{x}, {tmap(rhs, x.aval(), [&](const Array& r) { return bind1(a.prim, {a.x[0], r}, a.params, a.loc); })}};
 }
+// pivots are integers: zero tangent
+JvpOut lu_pivots_to_permutation_jvp(const JvpArgs& a) { return zero_jvp(a); }
+
+// A matrix of `shape` (batch..., r, c) that is zero but for ones at (i, i), i >= from.
+Array identity_from(const Shape& shape, std::int64_t from, DType dtype, std::source_location loc) {
+  const std::int64_t rank = static_cast<std::int64_t>(shape.size());
+  const Array rows = iota(DType::i32, shape, rank - 2, loc), cols = iota(DType::i32, shape, rank - 1, loc);
+  return where(rows >= from, astype(eq(rows, cols, loc), dtype, loc), 0.0, loc);
+}
+
+// P A = L U (P the permutation): with L, U extended to m x m and n x n by an identity block and
+// X = L^-1 P dA U^-1, dL = L tril(X, -1) and dU = triu(X) U, packed as d lu = dL + dU (De Hoog,
+// Anderssen and Lukas); the pivots and the permutation have zero tangents.
+JvpOut lu_jvp(const JvpArgs& a) {
+  std::vector<Array> outs = bind(a.prim, a.x, a.params, a.loc);
+  const Array &lu = outs[0], &permutation = outs[2];
+  const std::int64_t m = lu.dim(-2), n = lu.dim(-1), k = std::min(m, n);
+  Tangent dlu = tmap(a.t[0], lu.aval(), [&](const Array& t) {
+    const Shape batch(lu.shape().begin(), lu.shape().end() - 2);
+    auto with_batch = [&](std::int64_t r, std::int64_t c) {
+      Shape s = batch;
+      s.push_back(r);
+      s.push_back(c);
+      return s;
+    };
+    Array l = tril(slice_in_dim(lu, 0, k, -1, a.loc), -1, a.loc);
+    if (m > k) l = concatenate({l, zeros(with_batch(m, m - k), lu.dtype())}, -1, a.loc);
+    l = add(l, identity_from(with_batch(m, m), 0, lu.dtype(), a.loc), a.loc);
+    Array u = triu(slice_in_dim(lu, 0, k, -2, a.loc), 0, a.loc);
+    if (n > k) u = add(concatenate({u, zeros(with_batch(n - k, n), lu.dtype())}, -2, a.loc), identity_from(with_batch(n, n), k, lu.dtype(), a.loc), a.loc);
+    const Array pda = take_along_axis(t, expand_dims(permutation, permutation.ndim(), a.loc), -2, a.loc);  // P dA
+    const Array la = linalg::triangular_solve(l, pda, {.left_side = true, .lower = true, .unit_diagonal = true}, a.loc);
+    const Array x = linalg::triangular_solve(u, la, {.left_side = false, .lower = false}, a.loc);
+    return add(matmul(l, tril(x, -1, a.loc), a.loc), matmul(triu(x, 0, a.loc), u, a.loc), a.loc);
+  });
+  return {outs, {dlu, Tangent::zero(outs[1].aval()), Tangent::zero(outs[2].aval())}};
+}
 // The collectives are linear in their operand: d psum(x) = psum(dx), and so on.
 JvpOut psum_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
 // d pmax(x) = psum(dx where x attains the max) / (number of processes attaining it)

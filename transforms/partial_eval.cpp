@@ -167,6 +167,7 @@ namespace xjax::detail {
 #define XJAX_PE_comparison(stem) nullptr
 #define XJAX_PE_structural(stem) nullptr
 #define XJAX_PE_collective(stem) nullptr
+#define XJAX_PE_factorization(stem) nullptr
 #define XJAX_PE_higher_order(stem) nullptr
 #define XJAX_PE_control_flow(stem) stem##_partial_eval
 

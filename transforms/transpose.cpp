@@ -301,6 +301,7 @@ Cts iota_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts name_transpose(const TransposeArgs& a) { return unary_linear(a, [](const Array& c) { return c; }); }
 Cts threefry2x32_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts cholesky_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts lu_pivots_to_permutation_transpose(const TransposeArgs& a) { return not_linear(a); }
 // x = op(a)^-1 b is linear in b: b_ct = op(a)^-T x_ct (left side) or x_ct op(a)^-T, the same
 // solve with transpose_a flipped
 Cts triangular_solve_transpose(const TransposeArgs& a) {
@@ -350,6 +351,7 @@ Cts ppermute_transpose(const TransposeArgs& a) {
 #define XJAX_TRANSPOSE_binary(stem) stem##_transpose
 #define XJAX_TRANSPOSE_structural(stem) stem##_transpose
 #define XJAX_TRANSPOSE_collective(stem) stem##_transpose
+#define XJAX_TRANSPOSE_factorization(stem) not_linear
 #define XJAX_TRANSPOSE_higher_order(stem) stem##_transpose
 #define XJAX_TRANSPOSE_control_flow(stem) stem##_transpose
 

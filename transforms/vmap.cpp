@@ -310,13 +310,17 @@ BatchOut threefry2x32_batch(const BatchArgs& a) {
 
 // The linear-algebra primitives take leading batch dims: every operand's batch axis moves to
 // the front (an unbatched operand is broadcast along it). cholesky(x)[b] = cholesky(x[b]), and so on.
+// Every output's batch dim is its first.
 BatchOut leading_batch(const BatchArgs& a) {
   std::vector<Array> xs;
   for (std::size_t i = 0; i < a.x.size(); ++i) xs.push_back(move_batch_dim(a.x[i], a.dims[i], 0, a.size));
-  return one(bind1(a.prim, xs, a.params, a.loc), 0);
+  std::vector<Array> ys = bind(a.prim, xs, a.params, a.loc);
+  return {ys, BatchDims(ys.size(), 0)};
 }
 BatchOut cholesky_batch(const BatchArgs& a) { return leading_batch(a); }
 BatchOut triangular_solve_batch(const BatchArgs& a) { return leading_batch(a); }
+BatchOut lu_pivots_to_permutation_batch(const BatchArgs& a) { return leading_batch(a); }
+BatchOut lu_batch(const BatchArgs& a) { return leading_batch(a); }
 
 // The collectives act elementwise across processes: psum / pmax / ppermute keep the batch dim;
 // all_gather and psum_scatter put it first and shift their axis past it.
@@ -344,6 +348,7 @@ BatchOut psum_scatter_batch(const BatchArgs& a) {
 #define XJAX_BATCH_comparison(stem) elementwise_batch
 #define XJAX_BATCH_structural(stem) stem##_batch
 #define XJAX_BATCH_collective(stem) stem##_batch
+#define XJAX_BATCH_factorization(stem) stem##_batch
 #define XJAX_BATCH_higher_order(stem) stem##_batch
 #define XJAX_BATCH_control_flow(stem) stem##_batch
 

@@ -1,8 +1,11 @@
 // linalg.hpp: linear algebra, `xj::linalg` (lax.linalg / jax.scipy.linalg names and semantics):
-// cholesky, triangular_solve and cho_solve so far. Matrices are the last two axes; leading axes
+// cholesky, triangular_solve, cho_solve, lu (lu_factor, lu_solve), solve, inv, det, slogdet so far. Matrices are the last two axes; leading axes
 // are batch dimensions. float32 and float64, on LAPACK and BLAS. A matrix that is not positive
 // definite gives a factor of NaNs (as JAX), never an exception or a crash.
 #pragma once
+#include <tuple>
+#include <utility>
+
 #include "xjax/ops.hpp"
 
 namespace xjax::linalg {
@@ -32,5 +35,42 @@ Array triangular_solve(const Array& a, const Array& b, const TriangularSolveOpti
 /// equal), f32 with f64 computes in f64. (JAX passes (c, lower) as a tuple; here they are two
 /// arguments.)
 Array cho_solve(const Array& c, const Array& b, bool lower = true, XJAX_LOC);
+
+/// lax.linalg.lu: the LU factorization with partial pivoting of each matrix (..., m, n):
+/// {lu, pivots, permutation} with a[..., permutation, :] = L U, L (m, k) unit lower triangular
+/// and U (k, n) upper triangular packed into lu (m, n), k = min(m, n); pivots (..., k) i32 (row i
+/// was exchanged with row pivots[i], in order), permutation (..., m) i32. A singular matrix is
+/// factored all the same (U has a zero on its diagonal), as JAX. f32 or f64.
+std::tuple<Array, Array, Array> lu(const Array& a, XJAX_LOC);
+
+/// lax.linalg.lu_pivots_to_permutation: the row order (..., permutation_size) that pivots
+/// (..., k) i32 describe (row i exchanged with row pivots[i], i = 0..k-1, in order).
+Array lu_pivots_to_permutation(const Array& pivots, std::int64_t permutation_size, XJAX_LOC);
+
+/// jax.scipy.linalg.lu_factor: {lu, pivots} of lu(a) for square matrices (..., n, n).
+std::pair<Array, Array> lu_factor(const Array& a, XJAX_LOC);
+
+/// jax.scipy.linalg.lu_solve((lu, pivots), b, trans): x with a x = b (trans 0) or a^T x = b
+/// (trans 1 or 2: real matrices), lu and pivots as lu_factor gives them. b is read as vectors
+/// (..., n) when it has one axis less than lu (JAX's rule), else as matrices (..., n, k); batch
+/// axes broadcast.
+Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans = 0, XJAX_LOC);
+
+/// jnp.linalg.solve: x with a x = b, a (..., n, n); b is one vector (n) when it is 1-D, else
+/// matrices (..., n, k) (NumPy 2's rule, as JAX); batch axes broadcast. Integers and bools compute
+/// in f64, f32 with f64 in f64. A singular a gives infinities or NaNs (LAPACK), not an error.
+Array solve(const Array& a, const Array& b, XJAX_LOC);
+
+/// jnp.linalg.inv: the inverse of each matrix (..., n, n) (solve(a, I)).
+Array inv(const Array& a, XJAX_LOC);
+
+/// jnp.linalg.det: the determinant of each matrix (..., n, n), from its LU factors. Its
+/// derivative is the LU factors' (d det = det tr(a^-1 da)), not finite at a singular matrix (JAX's
+/// custom rule gives the cofactor matrix there).
+Array det(const Array& a, XJAX_LOC);
+
+/// jnp.linalg.slogdet: {sign, logabsdet} of each matrix (..., n, n): det = sign exp(logabsdet);
+/// a singular matrix gives {0, -inf}.
+std::pair<Array, Array> slogdet(const Array& a, XJAX_LOC);
 
 }  // namespace xjax::linalg

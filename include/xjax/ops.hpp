@@ -161,6 +161,13 @@ Array tril(const Array& x, std::int64_t k = 0, XJAX_LOC);
 Array triu(const Array& x, std::int64_t k = 0, XJAX_LOC);
 /// The matrices of the last two axes transposed (jnp.matrix_transpose, x.mT).
 Array matrix_transpose(const Array& x, XJAX_LOC);
+/// jnp.diagonal: the diagonal `offset` (> 0 above the main one) of the matrices of axes (axis1,
+/// axis2), as a last axis after the others (in order); JAX's defaults are the first two axes.
+Array diagonal(const Array& x, std::int64_t offset = 0, std::int64_t axis1 = 0, std::int64_t axis2 = 1, XJAX_LOC);
+/// jnp.trace: the sums of diagonal(x, offset, axis1, axis2).
+Array trace(const Array& x, std::int64_t offset = 0, std::int64_t axis1 = 0, std::int64_t axis2 = 1, XJAX_LOC);
+/// jnp.outer: out[i, j] = a.ravel()[i] * b.ravel()[j].
+Array outer(const Array& a, const Array& b, XJAX_LOC);
 
 // ---- operators --------------------------------------------------------------------------------
 // Operands convert implicitly to detail::Located<Array>, which records the caller's source line

@@ -135,6 +135,10 @@ struct Name {
 struct TriangularSolve {
   XJAX_PARAMS_STRUCT_BODY(TriangularSolve, (bool, left_side), (bool, lower), (bool, transpose_a), (bool, unit_diagonal))
 };
+/// lu_pivots_to_permutation: the length of the permutation (the rows of the factored matrix).
+struct LuPivotsToPermutation {
+  XJAX_PARAMS_STRUCT_BODY(LuPivotsToPermutation, (std::int64_t, permutation_size))
+};
 /// all_gather: the new axis, of size axis_size (the process count when traced); tiled: the
 /// processes' values concatenated along the existing axis instead (its size times axis_size).
 struct AllGather {

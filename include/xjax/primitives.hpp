@@ -24,6 +24,9 @@
 //                    batched elementwise
 //     structural     everything else of one equation (dots, reductions, shapes, indexing, ...):
 //                    every rule its own
+//     factorization  a matrix factorization with several outputs (lu), computed together by
+//                    kernels::stem_kernel, which bind and plans run as the equation's impl; every
+//                    rule its own (batch dims are leading dims)
 //     collective     over the processes of an MPI run (distributed.hpp): every rule its own
 //     higher_order   carries jaxprs or functions in its params: shape, evaluation, jvp,
 //                    transpose and batching rules named stem_*, no DCE or partial-eval rule
@@ -86,6 +89,8 @@
   X(threefry2x32, threefry2x32, None, structural, none, Y)                                           \
   X(cholesky, cholesky, None, structural, none, Y)                                                   \
   X(triangular_solve, triangular_solve, TriangularSolve, structural, none, Y)                        \
+  X(lu, lu, None, factorization, none, Y)                                                            \
+  X(lu_pivots_to_permutation, lu_pivots_to_permutation, LuPivotsToPermutation, structural, none, Y)  \
   X(psum, psum, None, collective, none, Y)                                                           \
   X(pmax, pmax, None, collective, none, Y)                                                           \
   X(all_gather, all_gather, AllGather, collective, none, Y)                                          \
@@ -128,6 +133,7 @@
 #define XJAX_IF_FIRST_ORDER_binary XJAX_KEEP
 #define XJAX_IF_FIRST_ORDER_comparison XJAX_KEEP
 #define XJAX_IF_FIRST_ORDER_structural XJAX_KEEP
+#define XJAX_IF_FIRST_ORDER_factorization XJAX_KEEP
 #define XJAX_IF_FIRST_ORDER_collective XJAX_KEEP
 #define XJAX_IF_FIRST_ORDER_higher_order XJAX_DROP
 #define XJAX_IF_FIRST_ORDER_control_flow XJAX_DROP
@@ -137,6 +143,7 @@
 #define XJAX_IF_HIGHER_ORDER_binary XJAX_DROP
 #define XJAX_IF_HIGHER_ORDER_comparison XJAX_DROP
 #define XJAX_IF_HIGHER_ORDER_structural XJAX_DROP
+#define XJAX_IF_HIGHER_ORDER_factorization XJAX_DROP
 #define XJAX_IF_HIGHER_ORDER_collective XJAX_DROP
 #define XJAX_IF_HIGHER_ORDER_higher_order XJAX_KEEP
 #define XJAX_IF_HIGHER_ORDER_control_flow XJAX_KEEP
@@ -157,7 +164,8 @@ inline constexpr int num_primitives = 0
 
 /// The families of XJAX_PRIMITIVE_TABLE (what the code may assume of a primitive).
 enum class Family : std::uint8_t {
-  float_unary, numeric_unary, power, binary, comparison, structural, collective, higher_order, control_flow
+  float_unary, numeric_unary, power, binary, comparison, structural, factorization, collective, higher_order,
+  control_flow
 };
 
 /// p's family, from the table.

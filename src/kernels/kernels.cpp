@@ -5,7 +5,8 @@
 // from the table, each unpacking the params once into a closure that calls an entry point of one
 // family (kernels.hpp). Execution plans keep the closure; run_kernel (eager binds) builds and
 // calls it at once. Higher-order primitives have no kernel (bind runs their impl rule instead);
-// their cases throw. The shared helpers declared in kernels.hpp follow.
+// their cases throw, and so do those of the factorizations (several outputs: their impl rule runs
+// their kernel). The shared helpers declared in kernels.hpp follow.
 #include "kernels/kernels.hpp"
 
 #include <algorithm>
@@ -28,9 +29,16 @@ using namespace kernels;
 #define XJAX_KERNEL_power(name)
 #define XJAX_KERNEL_structural(name)
 #define XJAX_KERNEL_collective(name)
+#define XJAX_KERNEL_factorization(name) \
+  case Primitive::name: several_outputs(Primitive::name);
 #define XJAX_KERNEL_higher_order(name) \
   case Primitive::name: no_kernel(Primitive::name);
 #define XJAX_KERNEL_control_flow(name) XJAX_KERNEL_higher_order(name)
+
+[[noreturn]] void several_outputs(Primitive p) {
+  throw Error("run_kernel: " + std::string(primitive_name(p)) + " has several outputs: its impl rule runs kernels::" +
+              std::string(primitive_name(p)) + "_kernel");
+}
 
 [[noreturn]] void no_kernel(Primitive p) {
   throw Error("run_kernel: " + std::string(primitive_name(p)) + " is higher-order: it is evaluated by its impl rule, not a kernel");
@@ -94,6 +102,8 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::cholesky: return [out](In in) { return cholesky_kernel(in[0], out); };
     case Primitive::triangular_solve:
       return [ps = ps.get<params::TriangularSolve>(), out](In in) { return triangular_solve_kernel(in[0], in[1], ps, out); };
+    case Primitive::lu_pivots_to_permutation:
+      return [out](In in) { return lu_pivots_to_permutation_kernel(in[0], out); };
     case Primitive::psum:
     case Primitive::pmax: return [p, out](In in) { return allreduce_kernel(p, in[0], out); };
     case Primitive::all_gather:

@@ -25,6 +25,12 @@ Array threefry2x32_kernel(const Array& key, const Array& counters, const ShapedA
 /// definite) and triangular solves (linalg.cpp).
 Array cholesky_kernel(const Array& x, const ShapedArray& out);
 Array triangular_solve_kernel(const Array& a, const Array& b, const params::TriangularSolve& ps, const ShapedArray& out);
+/// The row order of each matrix of pivots (row i exchanged with row pivots[i], in order, from
+/// 0..n-1); a pivot outside 0..n-1 exchanges nothing.
+Array lu_pivots_to_permutation_kernel(const Array& pivots, const ShapedArray& out);
+/// The factorizations (several outputs, run as their equations' impl rule): lu's (lu, pivots,
+/// permutation) of each matrix (LAPACK getrf; a singular matrix's factors as getrf leaves them).
+std::vector<Array> lu_kernel(std::span<const Array> in);
 
 using Ints = std::vector<std::int64_t>;
 

@@ -10,6 +10,7 @@
 #include <lapacke.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -31,6 +32,11 @@ template <class T> lapack_int potrf_upper_col_major(lapack_int n, T* a) {
   else return LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', n, a, n);
 }
 
+template <class T> lapack_int getrf_row_major(lapack_int m, lapack_int n, T* a, lapack_int* ipiv) {
+  if constexpr (std::is_same_v<T, float>) return LAPACKE_sgetrf(LAPACK_ROW_MAJOR, m, n, a, n, ipiv);
+  else return LAPACKE_dgetrf(LAPACK_ROW_MAJOR, m, n, a, n, ipiv);
+}
+
 template <class T>
 void trsm_row_major(CBLAS_SIDE side, CBLAS_UPLO uplo, CBLAS_TRANSPOSE trans, CBLAS_DIAG diag, blasint m, blasint n,
                     const T* a, blasint lda, T* b, blasint ldb) {
@@ -44,6 +50,14 @@ template <class F> void visit_float(Primitive p, DType dtype, F&& f) {
   if (dtype == DType::f32) f(std::type_identity<float>{});
   else if (dtype == DType::f64) f(std::type_identity<double>{});
   else unsupported_dtype(p, dtype);
+}
+
+/// The row exchanges i <-> pivots[i], i = 0..k-1, applied in order to 0..n-1 (a pivot outside
+/// 0..n-1 exchanges nothing).
+void permutation_of_pivots(const std::int32_t* pivots, std::int64_t k, std::int32_t* permutation, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) permutation[i] = static_cast<std::int32_t>(i);
+  for (std::int64_t i = 0; i < k; ++i)
+    if (pivots[i] >= 0 && pivots[i] < n) std::swap(permutation[i], permutation[pivots[i]]);
 }
 
 }  // namespace
@@ -90,6 +104,44 @@ Array triangular_solve_kernel(const Array& a, const Array& b, const params::Tria
                         static_cast<blasint>(m), bm, static_cast<blasint>(cols));
   };
   visit_float(Primitive::triangular_solve, out.dtype, run);
+  return result;
+}
+
+std::vector<Array> lu_kernel(std::span<const Array> in) {
+  const Array& a = in[0];
+  const std::vector<ShapedArray> avals = abstract_eval(Primitive::lu, std::vector<ShapedArray>{a.aval()}, {});
+  std::vector<Array> out;
+  for (const auto& aval : avals) out.push_back(alloc_array(aval));
+  if (avals[0].nbytes() > 0) std::memcpy(mutable_data(out[0]), a.raw_data(), avals[0].nbytes());
+  const std::int64_t m = a.dim(-2), n = a.dim(-1), k = std::min(m, n);
+  const std::int64_t count = shape_size(Shape(a.shape().begin(), a.shape().end() - 2));
+  std::int32_t* pivots = static_cast<std::int32_t*>(mutable_data(out[1]));
+  std::int32_t* permutation = static_cast<std::int32_t*>(mutable_data(out[2]));
+  std::vector<lapack_int> ipiv(static_cast<std::size_t>(k));
+  auto run = [&](auto type) {
+    using T = typename decltype(type)::type;
+    T* lu = static_cast<T*>(mutable_data(out[0]));
+    for (std::int64_t b = 0; b < count; ++b, lu += m * n, pivots += k, permutation += m) {
+      // info > 0 (a zero pivot: singular) still completes the factorization (JAX returns it as is);
+      // info < 0 is LAPACKE's NaN check refusing the matrix: NaN factors, no row exchanges.
+      const lapack_int info = k == 0 ? 0 : getrf_row_major<T>(static_cast<lapack_int>(m), static_cast<lapack_int>(n), lu, ipiv.data());
+      if (info < 0) std::fill(lu, lu + m * n, std::numeric_limits<T>::quiet_NaN());
+      for (std::int64_t i = 0; i < k; ++i) pivots[i] = info < 0 ? static_cast<std::int32_t>(i) : static_cast<std::int32_t>(ipiv[static_cast<std::size_t>(i)] - 1);
+      // a[permutation[i], :] is row i of L U.
+      permutation_of_pivots(pivots, k, permutation, m);
+    }
+  };
+  visit_float(Primitive::lu, a.dtype(), run);
+  return out;
+}
+
+Array lu_pivots_to_permutation_kernel(const Array& pivots, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const std::int64_t k = pivots.dim(-1), n = out.shape.back();
+  const std::int64_t count = shape_size(Shape(out.shape.begin(), out.shape.end() - 1));
+  const std::int32_t* p = in_ptr<std::int32_t>(pivots);
+  std::int32_t* permutation = static_cast<std::int32_t*>(mutable_data(result));
+  for (std::int64_t b = 0; b < count; ++b, p += k, permutation += n) permutation_of_pivots(p, k, permutation, n);
   return result;
 }
 

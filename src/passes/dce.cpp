@@ -17,6 +17,7 @@ namespace xjax::detail {
 #define XJAX_DCE_comparison(stem) nullptr
 #define XJAX_DCE_structural(stem) nullptr
 #define XJAX_DCE_collective(stem) nullptr
+#define XJAX_DCE_factorization(stem) nullptr
 #define XJAX_DCE_higher_order(stem) nullptr
 #define XJAX_DCE_control_flow(stem) stem##_dce
 

@@ -486,7 +486,10 @@ class Gen {
   /// Matrices of size n <= 4 in the last two axes, well conditioned by construction
   /// (interpret.cpp): cholesky of x x^T + 3 I (flag: without symmetrize_input); triangular_solve
   /// with a = 4 I + tanh(x) (ints: left_side, lower, transpose_a, unit_diagonal), whose inverse's
-  /// rows sum to at most 1; cho_solve with the factor of x x^T + 3 I (flag: the upper factor).
+  /// rows sum to at most 1; cho_solve with the factor of x x^T + 3 I (flag: the upper factor);
+  /// lu (its factors), solve, lu_solve of lu_factor (ints: trans), inv and slogdet (sign * logabsdet) of 5 I + tanh(x) (diagonally
+  /// dominant by rows and columns, so no pivot ties; flag: its rows reversed, so pivoting
+  /// exchanges them).
   bool matrix_op(Scope& s, Block& b) {
     int i = pick(s, [](const Val& v) {
       const auto r = v.shape.size();
@@ -497,7 +500,15 @@ class Gen {
     const std::int64_t n = a.shape.back();
     const Shape batch(a.shape.begin(), a.shape.end() - 2);
     Node node{.args = {i}};
-    node.op = std::array{Op::Cholesky, Op::TriangularSolve, Op::ChoSolve}[static_cast<std::size_t>(uniform(0, 2))];
+    node.op = std::array{Op::Cholesky, Op::TriangularSolve, Op::ChoSolve, Op::Lu, Op::Solve, Op::LuSolve, Op::Inv,
+                         Op::Slogdet}[static_cast<std::size_t>(uniform(0, 7))];
+    if (node.op == Op::Lu || node.op == Op::Inv || node.op == Op::Slogdet) {
+      node.flag = coin(0.5);
+      node.outs = {node.op == Op::Slogdet ? batch : a.shape};
+      // |l_ij| <= 1 and |u_ij| <= 7 (6 + a row's pivots' multiples); ||inv||_inf <= 1; |log det| <= n log 6.
+      push(s, b, node, {node.op == Op::Lu ? 8.0 : node.op == Op::Inv ? 1.0 : static_cast<double>(n) * std::log(6.0)});
+      return true;
+    }
     if (node.op == Op::Cholesky) {
       node.flag = coin(0.3);
       node.outs = {a.shape};
@@ -506,7 +517,7 @@ class Gen {
       push(s, b, node, {mag});
       return true;
     }
-    const bool left = node.op == Op::ChoSolve || coin(0.5);
+    const bool left = node.op == Op::ChoSolve || node.op == Op::Solve || node.op == Op::LuSolve || coin(0.5);
     int j = pick(s, [&](const Val& v) {
       if (v.shape.size() != a.shape.size() || !std::equal(batch.begin(), batch.end(), v.shape.begin())) return false;
       return (left ? v.shape[v.shape.size() - 2] : v.shape.back()) == n;
@@ -516,6 +527,8 @@ class Gen {
     node.outs = {at(s, j).shape};
     if (node.op == Op::TriangularSolve) node.ints = {left, coin(0.5), coin(0.5), coin(0.3)};
     else node.flag = coin(0.4);
+    if (node.op == Op::LuSolve) node.ints = {uniform(0, 2)};  // trans
+    // |x| <= ||a^-1||_inf |b| <= |b| (triangular, cholesky: at most 1; solve: margin 1 of dominance)
     push(s, b, node, {at(s, j).mag});
     return true;
   }

@@ -57,6 +57,15 @@ Array identity(const Array& x) {
 /// x x^T + 3 I: symmetric positive definite, its eigenvalues at least 3.
 Array spd(const Array& x) { return xj::matmul(x, xj::matrix_transpose(x)) + identity(x) * 3.0; }
 
+/// 5 I + tanh(x), its rows reversed when `reversed`: diagonally dominant by rows and columns
+/// with a margin of 1 (so ||a^-1||_inf <= 1 and no two pivot candidates tie).
+Array dominant(const Array& x, bool reversed) {
+  const Array a = xj::tanh(x) + identity(x) * 5.0;
+  if (!reversed) return a;
+  const Shape s{x.dim(-1), x.dim(-1)};
+  return xj::matmul(xj::astype(xj::iota(xj::i32, s, 0) + xj::iota(xj::i32, s, 1) == x.dim(-1) - 1, x.dtype()), a);
+}
+
 std::vector<Array> i32_scalars(const std::vector<std::int64_t>& v) {
   std::vector<Array> out;
   for (auto x : v) out.push_back(xj::scalar(static_cast<double>(x), xj::i32));
@@ -356,6 +365,17 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::ChoSolve: {
       const Array l = xj::linalg::cholesky(spd(a));
       return {n.flag ? xj::linalg::cho_solve(xj::matrix_transpose(l), b, false) : xj::linalg::cho_solve(l, b)};
+    }
+    case Op::Lu: return {std::get<0>(xj::linalg::lu(dominant(a, n.flag)))};
+    case Op::Solve: return {xj::linalg::solve(dominant(a, n.flag), b)};
+    case Op::LuSolve: {
+      const auto [lu, pivots] = xj::linalg::lu_factor(dominant(a, n.flag));
+      return {xj::linalg::lu_solve(lu, pivots, b, static_cast<int>(n.ints[0]))};
+    }
+    case Op::Inv: return {xj::linalg::inv(dominant(a, n.flag))};
+    case Op::Slogdet: {
+      const auto [sign, logabsdet] = xj::linalg::slogdet(dominant(a, n.flag));
+      return {sign * logabsdet};
     }
     case Op::Reshape: return {xj::reshape(a, n.ints)};
     case Op::Transpose: return {n.flag ? xj::transpose(a) : xj::transpose(a, n.ints)};

@@ -493,6 +493,45 @@ std::vector<Row> build() {
   t.push_back(row("cho_solve_upper_batched", {P::triangular_solve}, [spd](const Arrays& x) {
     return linalg::cho_solve(matrix_transpose(linalg::cholesky(spd(x[0]))), x[1], false);
   }, uniform2_gen({2, 3, 3}, {1, 3, 2}, -1, 1)));
+  // LU: 2.5 I + x (diagonal dominant, for rectangular matrices on the first min(m, n) rows), with
+  // its rows reversed so that partial pivoting exchanges rows (the dominant entry of each column
+  // is unambiguous, away from pivot ties where lu's derivative jumps).
+  auto dominant = [](const Array& x) {
+    const Shape s{x.dim(-2), x.dim(-1)};
+    return x + astype(eq(iota(i32, s, 0), iota(i32, s, 1)), x.dtype()) * 2.5;
+  };
+  auto reversed_rows = [](const Array& a) {
+    const Shape s{a.dim(-2), a.dim(-2)};
+    return matmul(astype(iota(i32, s, 0) + iota(i32, s, 1) == a.dim(-2) - 1, a.dtype()), a);
+  };
+  auto pivoted = [dominant, reversed_rows](const Array& x) { return reversed_rows(dominant(x)); };
+  for (const Shape& shape : {Shape{3, 3}, Shape{4, 2}, Shape{2, 4}, Shape{2, 3, 3}}) {
+    std::string name = "lu_" + std::to_string(shape[shape.size() - 2]) + "x" + std::to_string(shape.back());
+    if (shape.size() == 3) name += "_batched";
+    t.push_back(row(name, {P::lu}, [pivoted](const Arrays& x) { return std::get<0>(linalg::lu(pivoted(x[0]))); },
+                    uniform_gen(shape, -1, 1)));
+  }
+  t.push_back(row("solve_vector", {P::lu, P::triangular_solve}, [pivoted](const Arrays& x) {
+    return linalg::solve(pivoted(x[0]), x[1]);
+  }, uniform2_gen({3, 3}, {3}, -1, 1)));
+  t.push_back(row("solve_broadcast_batch", {P::lu}, [pivoted](const Arrays& x) {
+    return linalg::solve(pivoted(x[0]), x[1]);
+  }, uniform2_gen({2, 3, 3}, {3, 2}, -1, 1)));
+  for (int trans : {0, 1})
+    t.push_back(row(trans == 0 ? "lu_solve" : "lu_solve_transposed", {P::lu, P::lu_pivots_to_permutation}, [pivoted, trans](const Arrays& x) {
+      auto [lu, pivots] = linalg::lu_factor(pivoted(x[0]));
+      return linalg::lu_solve(lu, pivots, x[1], trans);
+    }, uniform2_gen({3, 3}, {3, 2}, -1, 1)));
+  t.push_back(row("inv", {P::lu}, [pivoted](const Arrays& x) { return linalg::inv(pivoted(x[0])); }, uniform_gen({3, 3}, -1, 1)));
+  t.push_back(row("det_batched", {P::lu}, [pivoted](const Arrays& x) { return linalg::det(pivoted(x[0])); },
+                  uniform_gen({2, 3, 3}, -1, 1)));
+  t.push_back(row("slogdet", {P::lu}, [pivoted](const Arrays& x) {
+    auto [sign, logabsdet] = linalg::slogdet(pivoted(x[0]) * x[1]);
+    return sign * logabsdet;
+  }, uniform2_gen({3, 3}, {3, 3}, 0.5, 1)));
+  t.push_back(row("trace_diagonal_outer", {P::slice, P::reduce_sum}, [](const Arrays& x) {
+    return trace(x[0], 1) * diagonal(x[0], -1, 1, 0) + sum(outer(x[1], x[1]));
+  }, uniform2_gen({3, 3}, {2}, -1, 1)));
   // The collectives, in a single-process run (xj::distributed::initialize without mpirun), where
   // each reduces to the identity or to a new axis of size 1; their multi-process values and
   // derivatives are tested under mpirun (tests/test_distributed.cpp).
