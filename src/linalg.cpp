@@ -2,6 +2,9 @@
 // triangular_solve primitives and compositions of them.
 #include "xjax/linalg.hpp"
 
+#include <cmath>
+#include <optional>
+
 #include "internal.hpp"
 
 namespace xjax::linalg {
@@ -217,6 +220,141 @@ std::pair<Array, Array> slogdet(const Array& a, std::source_location loc) {
   // sign = (-1)^exchanges prod sign(u_ii) (0 when some u_ii is 0), log|det| = sum log|u_ii| (-inf then)
   const Array sign_of = mul(pivot_sign(pivots, d.dtype(), loc), prod(sign(d, loc), {-1}, false, loc), loc);
   return {sign_of, sum(log(abs(d, loc), loc), {-1}, false, loc)};
+}
+
+std::pair<Array, Array> qr(const Array& a, const std::string& mode, std::source_location loc) {
+  const std::string call = "qr(" + a.aval().str() + ", \"" + mode + "\")";
+  if (mode != "reduced" && mode != "complete")
+    throw Error(call + ": mode must be \"reduced\" or \"complete\" (at " + format_location(loc) + ")");
+  if (a.ndim() < 2) shape_fail(call, "needs matrices in the last two dimensions (..., m, n)", loc);
+  expect_floats(call, {&a}, loc);
+  std::vector<Array> outs = detail::bind(P::qr, std::vector<Array>{a}, params::Qr{.full_matrices = mode == "complete"}, loc);
+  return {outs[0], outs[1]};
+}
+
+std::pair<Array, Array> eigh(const Array& a, bool lower, bool symmetrize_input, std::source_location loc) {
+  const std::string call = "eigh(" + a.aval().str() + ")";
+  expect_square(call, a, "a", loc);
+  expect_floats(call, {&a}, loc);
+  const Array x = symmetrize_input ? mul(add(a, matrix_transpose(a, loc), loc), scalar_like(0.5, a), loc) : a;
+  std::vector<Array> outs = detail::bind(P::eigh, std::vector<Array>{x}, params::Eigh{.lower = lower}, loc);
+  return {outs[1], outs[0]};
+}
+
+std::tuple<Array, Array, Array> svd(const Array& a, bool full_matrices, std::source_location loc) {
+  const std::string call = "svd(" + a.aval().str() + ")";
+  if (a.ndim() < 2) shape_fail(call, "needs matrices in the last two dimensions (..., m, n)", loc);
+  expect_floats(call, {&a}, loc);
+  std::vector<Array> outs =
+      detail::bind(P::svd, std::vector<Array>{a}, params::Svd{.full_matrices = full_matrices, .compute_uv = true}, loc);
+  return {outs[1], outs[0], outs[2]};
+}
+
+Array svdvals(const Array& a, std::source_location loc) {
+  const std::string call = "svdvals(" + a.aval().str() + ")";
+  if (a.ndim() < 2) shape_fail(call, "needs matrices in the last two dimensions (..., m, n)", loc);
+  expect_floats(call, {&a}, loc);
+  return detail::bind(P::svd, std::vector<Array>{a}, params::Svd{.full_matrices = false, .compute_uv = false}, loc)[0];
+}
+
+namespace {
+
+/// A norm's order: a number, or "fro" / "nuc" (matrix norms only).
+struct NormOrder {
+  std::optional<double> p;
+  std::string name;  // "fro" or "nuc" when set
+  std::string str() const {
+    if (!name.empty()) return "\"" + name + "\"";
+    return p ? std::to_string(*p) : std::string("none");
+  }
+};
+
+Array norm_of(const Array& x0, const NormOrder& ord, std::optional<Axes> axes_in, bool keepdims, std::source_location loc) {
+  const Array x = is_floating(x0.dtype()) ? x0 : astype(x0, DType::f64, loc);
+  const std::string call = "norm(" + x0.aval().str() + ", " + ord.str() + ")";
+  if (!axes_in && !ord.p && ord.name.empty()) return sqrt(sum(mul(x, x, loc), {}, keepdims, loc), loc);
+  Axes axes;
+  if (axes_in) axes = *axes_in;
+  else
+    for (std::int64_t d = 0; d < x.ndim(); ++d) axes.push_back(d);
+  for (auto& d : axes) {
+    if (d < -x.ndim() || d >= x.ndim()) shape_fail(call, "axis " + std::to_string(d) + " is out of range", loc);
+    if (d < 0) d += x.ndim();
+  }
+  const Array ax = abs(x, loc);
+  if (axes.size() == 1) {
+    if (!ord.name.empty()) shape_fail(call, "the order " + ord.str() + " is a matrix norm's; a vector norm (one axis) takes a number", loc);
+    const double p = ord.p.value_or(2.0);
+    if (p == 2.0) return sqrt(sum(mul(x, x, loc), axes, keepdims, loc), loc);
+    if (p == INFINITY) return max(ax, axes, keepdims, loc);
+    if (p == -INFINITY) return min(ax, axes, keepdims, loc);
+    if (p == 0.0) return sum(astype(ne(x, scalar_like(0.0, x), loc), x.dtype(), loc), axes, keepdims, loc);
+    if (p == 1.0) return sum(ax, axes, keepdims, loc);
+    return pow(sum(pow(ax, p, loc), axes, keepdims, loc), 1.0 / p, loc);
+  }
+  if (axes.size() != 2 || axes[0] == axes[1]) shape_fail(call, "needs one axis (a vector norm) or two different axes (a matrix norm)", loc);
+  const std::int64_t rows = axes[0], cols = axes[1];
+  // r lacks the two axes: they come back as size 1 with keepdims.
+  auto keep = [&](Array r) {
+    if (!keepdims) return r;
+    for (std::int64_t d : {std::min(rows, cols), std::max(rows, cols)}) r = expand_dims(r, d, loc);
+    return r;
+  };
+  if (ord.name == "fro" || (!ord.p && ord.name.empty())) return sqrt(sum(mul(x, x, loc), axes, keepdims, loc), loc);
+  // Sums over one axis, then the max or min over the other (the other's index shifts when it follows).
+  auto sum_then = [&](std::int64_t summed, std::int64_t other, bool largest) {
+    const Array s = sum(ax, {summed}, false, loc);
+    const std::int64_t o = other > summed ? other - 1 : other;
+    return keep(largest ? max(s, {o}, false, loc) : min(s, {o}, false, loc));
+  };
+  if (ord.name.empty() && (*ord.p == 1.0 || *ord.p == -1.0)) return sum_then(rows, cols, *ord.p > 0);
+  if (ord.name.empty() && (*ord.p == INFINITY || *ord.p == -INFINITY)) return sum_then(cols, rows, *ord.p > 0);
+  if (ord.name == "nuc" || (ord.name.empty() && (*ord.p == 2.0 || *ord.p == -2.0))) {
+    Axes perm;
+    for (std::int64_t d = 0; d < x.ndim(); ++d)
+      if (d != rows && d != cols) perm.push_back(d);
+    perm.push_back(rows);
+    perm.push_back(cols);
+    const Array s = svdvals(transpose(x, perm, loc), loc);
+    const Array r = ord.name == "nuc" ? sum(s, {-1}, false, loc) : *ord.p > 0 ? max(s, {-1}, false, loc) : min(s, {-1}, false, loc);
+    return keep(r);
+  }
+  shape_fail(call, "a matrix norm (two axes) takes none, \"fro\", \"nuc\", 1, -1, 2, -2, inf or -inf", loc);
+}
+
+}  // namespace
+
+Array norm(const Array& x, std::source_location loc) { return norm_of(x, NormOrder{}, std::nullopt, false, loc); }
+
+Array norm(const Array& x, double ord, std::optional<Axes> axes, bool keepdims, std::source_location loc) {
+  return norm_of(x, NormOrder{ord, ""}, std::move(axes), keepdims, loc);
+}
+
+Array norm(const Array& x, std::nullopt_t, std::optional<Axes> axes, bool keepdims, std::source_location loc) {
+  return norm_of(x, NormOrder{}, std::move(axes), keepdims, loc);
+}
+
+Array norm(const Array& x, std::string_view ord, std::optional<Axes> axes, bool keepdims, std::source_location loc) {
+  if (ord != "fro" && ord != "nuc")
+    throw Error("norm(" + x.aval().str() + ", \"" + std::string(ord) + "\"): the named orders are \"fro\" and \"nuc\" (at " +
+                format_location(loc) + ")");
+  return norm_of(x, NormOrder{std::nullopt, std::string(ord)}, std::move(axes), keepdims, loc);
+}
+
+// a^n = (a^2)^(n/2) a^(n mod 2), squaring once per bit of |n|.
+Array matrix_power(const Array& a, std::int64_t n, std::source_location loc) {
+  expect_square("matrix_power(" + a.aval().str() + ", " + std::to_string(n) + ")", a, "a", loc);
+  if (n == 0) return broadcast_to(eye(a.dim(-1), a.dtype()), a.shape(), loc);
+  Array base = n < 0 ? inv(a, loc) : a;
+  std::uint64_t k = n < 0 ? 0 - static_cast<std::uint64_t>(n) : static_cast<std::uint64_t>(n);
+  std::optional<Array> result;
+  for (;;) {
+    if (k & 1) result = result ? matmul(*result, base, loc) : base;
+    k >>= 1;
+    if (k == 0) break;
+    base = matmul(base, base, loc);
+  }
+  return *result;
 }
 
 }  // namespace xjax::linalg

@@ -378,6 +378,56 @@ std::vector<ShapedArray> lu_shape_rule(Avals in) {
   return {in[0], ShapedArray{pivots, DType::i32}, ShapedArray{permutation, DType::i32}};
 }
 
+/// The rank >= 2 float operand of a factorization: its batch dims, m and n.
+struct MatrixOperand {
+  Shape batch;
+  std::int64_t m, n;
+  Shape with(std::int64_t r) const {
+    Shape s = batch;
+    s.push_back(r);
+    return s;
+  }
+  Shape with(std::int64_t r, std::int64_t c) const {
+    Shape s = with(r);
+    s.push_back(c);
+    return s;
+  }
+};
+MatrixOperand matrix_operand(Primitive p, Avals in) {
+  expect_arity(p, in, 1);
+  expect_kind(p, in, in[0], Kinds::floats);
+  const Shape& s = in[0].shape;
+  if (s.size() < 2) shape_fail(p, in, "needs matrices in the last two dimensions (..., m, n)");
+  return {Shape(s.begin(), s.end() - 2), s[s.size() - 2], s.back()};
+}
+
+// qr(a: f[..., m, n]) -> (q: f[..., m, c], r: f[..., c, n]), c = m (full_matrices) or min(m, n).
+std::vector<ShapedArray> qr_shape_rule(Avals in, const params::Qr& ps) {
+  const MatrixOperand a = matrix_operand(Primitive::qr, in);
+  const std::int64_t c = ps.full_matrices ? a.m : std::min(a.m, a.n);
+  return {ShapedArray{a.with(a.m, c), in[0].dtype}, ShapedArray{a.with(c, a.n), in[0].dtype}};
+}
+
+// eigh(a: f[..., n, n]) -> (v: f[..., n, n], w: f[..., n]): eigenvectors as columns, eigenvalues ascending.
+std::vector<ShapedArray> eigh_shape_rule(Avals in) {
+  const MatrixOperand a = matrix_operand(Primitive::eigh, in);
+  if (a.m != a.n) shape_fail(Primitive::eigh, in, "needs square matrices in the last two dimensions (..., n, n)");
+  return {in[0], ShapedArray{a.with(a.n), in[0].dtype}};
+}
+
+// svd(a: f[..., m, n]) -> (s: f[..., k], u: f[..., m, m or k], vt: f[..., n or k, n]), k = min(m, n);
+// s alone without compute_uv.
+std::vector<ShapedArray> svd_shape_rule(Avals in, const params::Svd& ps) {
+  const MatrixOperand a = matrix_operand(Primitive::svd, in);
+  const std::int64_t k = std::min(a.m, a.n);
+  std::vector<ShapedArray> out{ShapedArray{a.with(k), in[0].dtype}};
+  if (ps.compute_uv) {
+    out.push_back(ShapedArray{a.with(a.m, ps.full_matrices ? a.m : k), in[0].dtype});
+    out.push_back(ShapedArray{a.with(ps.full_matrices ? a.n : k, a.n), in[0].dtype});
+  }
+  return out;
+}
+
 // lu_pivots_to_permutation(pivots: i32[..., k]) -> i32[..., permutation_size], k <= permutation_size.
 std::vector<ShapedArray> lu_pivots_to_permutation_shape_rule(Avals in, const params::LuPivotsToPermutation& ps) {
   const Primitive p = Primitive::lu_pivots_to_permutation;
@@ -488,6 +538,9 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::cholesky: return cholesky_shape_rule(in);
     case P::triangular_solve: return triangular_solve_shape_rule(in, ps.get<params::TriangularSolve>());
     case P::lu: return lu_shape_rule(in);
+    case P::qr: return qr_shape_rule(in, ps.get<params::Qr>());
+    case P::eigh: return eigh_shape_rule(in);
+    case P::svd: return svd_shape_rule(in, ps.get<params::Svd>());
     case P::lu_pivots_to_permutation:
       return lu_pivots_to_permutation_shape_rule(in, ps.get<params::LuPivotsToPermutation>());
     case P::psum: return elementwise(p, in, 1, Kinds::numeric);

@@ -429,3 +429,193 @@ TEST_CASE("diagonal, trace and outer against loops: offsets, axes, batches") {
   const auto o = xj::outer(f64({1.0, 2.0}, {2}), f64({3.0, 4.0, 5.0, 6.0}, {2, 2})).to_vector<double>();
   CHECK(o == std::vector<double>{3.0, 4.0, 5.0, 6.0, 6.0, 8.0, 10.0, 12.0});
 }
+
+namespace {
+
+/// max |(x^T x - I)_ij| for the columns of x (r x c, row-major): how far from orthonormal.
+double orthonormality_error(const std::vector<double>& x, std::size_t r, std::size_t c) {
+  double worst = 0;
+  for (std::size_t i = 0; i < c; ++i)
+    for (std::size_t j = 0; j < c; ++j) {
+      double d = 0;
+      for (std::size_t q = 0; q < r; ++q) d += x[q * c + i] * x[q * c + j];
+      worst = std::max(worst, std::abs(d - (i == j ? 1.0 : 0.0)));
+    }
+  return worst;
+}
+
+std::vector<double> transposed(const std::vector<double>& x, std::size_t r, std::size_t c) {
+  std::vector<double> t(r * c);
+  for (std::size_t i = 0; i < r; ++i)
+    for (std::size_t j = 0; j < c; ++j) t[j * r + i] = x[i * c + j];
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("qr: q orthonormal, r upper triangular, q r = a; reduced and complete, tall, wide and batched") {
+  for (auto [m, n] : {std::pair<std::size_t, std::size_t>{4, 3}, {3, 5}, {3, 3}, {1, 1}})
+    for (const char* mode : {"reduced", "complete"}) {
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(mode);
+      const std::size_t c = std::string(mode) == "complete" ? m : std::min(m, n);
+      const Matrix a = general(2 * m * n, 0.4);
+      const auto [q, r] = linalg::qr(f64(a, {2, static_cast<std::int64_t>(m), static_cast<std::int64_t>(n)}), mode);
+      REQUIRE(q.shape() == xj::Shape{2, static_cast<std::int64_t>(m), static_cast<std::int64_t>(c)});
+      REQUIRE(r.shape() == xj::Shape{2, static_cast<std::int64_t>(c), static_cast<std::int64_t>(n)});
+      const auto qv = q.to_vector<double>(), rv = r.to_vector<double>();
+      for (std::size_t b = 0; b < 2; ++b) {
+        const Matrix qb(qv.begin() + static_cast<std::ptrdiff_t>(b * m * c), qv.begin() + static_cast<std::ptrdiff_t>((b + 1) * m * c));
+        const Matrix rb(rv.begin() + static_cast<std::ptrdiff_t>(b * c * n), rv.begin() + static_cast<std::ptrdiff_t>((b + 1) * c * n));
+        CHECK(orthonormality_error(qb, m, c) < 1e-13);
+        for (std::size_t i = 0; i < c; ++i)
+          for (std::size_t j = 0; j < std::min(i, n); ++j) CHECK(rb[i * n + j] == 0.0);
+        const Matrix qr_product = product(qb, rb, m, c, n);
+        for (std::size_t i = 0; i < m * n; ++i) CHECK(qr_product[i] == doctest::Approx(a[b * m * n + i]).epsilon(1e-12).scale(1.0));
+      }
+    }
+  CHECK_THROWS_WITH_AS(linalg::qr(xj::zeros({2, 2}, xj::f64), "r"), doctest::Contains("mode must be"), xj::Error);
+  CHECK_THROWS_WITH_AS(linalg::qr(xj::zeros({2}, xj::f64)), doctest::Contains("qr(f64[2]"), xj::ShapeError);
+}
+
+TEST_CASE("eigh: a v = v diag(w), w ascending, v orthonormal; the triangle read; batched; f32") {
+  const std::size_t n = 5;
+  const Matrix a = spd(n, 0.3);  // symmetric
+  Matrix shifted = a;            // indefinite: negative eigenvalues too
+  for (std::size_t i = 0; i < n; ++i) shifted[i * n + i] -= 8.0;
+  Matrix both = a;
+  both.insert(both.end(), shifted.begin(), shifted.end());
+  const auto [w, v] = linalg::eigh(f64(both, {2, 5, 5}));
+  REQUIRE(w.shape() == xj::Shape{2, 5});
+  const auto wv = w.to_vector<double>(), vv = v.to_vector<double>();
+  for (std::size_t b = 0; b < 2; ++b) {
+    const Matrix& m = b == 0 ? a : shifted;
+    const Matrix vb(vv.begin() + static_cast<std::ptrdiff_t>(b * n * n), vv.begin() + static_cast<std::ptrdiff_t>((b + 1) * n * n));
+    CHECK(orthonormality_error(vb, n, n) < 1e-13);
+    for (std::size_t j = 0; j + 1 < n; ++j) CHECK(wv[b * n + j] <= wv[b * n + j + 1]);
+    const Matrix av = product(m, vb, n, n, n);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) CHECK(av[i * n + j] == doctest::Approx(vb[i * n + j] * wv[b * n + j]).epsilon(1e-11).scale(1.0));
+  }
+  CHECK(wv[5] < 0.0);
+  // Without symmetrize_input only the chosen triangle is read: garbage in the other changes nothing.
+  Matrix lower_only = a, upper_only = a;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j > i) lower_only[i * n + j] = 50.0;   // garbage above the diagonal
+      if (j < i) upper_only[i * n + j] = -50.0;  // garbage below it
+    }
+  const auto w_lower = linalg::eigh(f64(lower_only, {5, 5}), true, false).first.to_vector<double>();
+  const auto w_upper = linalg::eigh(f64(upper_only, {5, 5}), false, false).first.to_vector<double>();
+  for (std::size_t j = 0; j < n; ++j) {
+    CHECK(w_lower[j] == doctest::Approx(wv[j]).epsilon(1e-12));
+    CHECK(w_upper[j] == doctest::Approx(wv[j]).epsilon(1e-12));
+  }
+  const auto w32 = linalg::eigh(xj::astype(f64(a, {5, 5}), xj::f32)).first;
+  CHECK(w32.dtype() == xj::f32);
+  for (std::size_t j = 0; j < n; ++j) CHECK(w32.to_vector<double>()[j] == doctest::Approx(wv[j]).epsilon(1e-5));
+  CHECK_THROWS_WITH_AS(linalg::eigh(xj::zeros({2, 3}, xj::f64)), doctest::Contains("eigh(f64[2,3])"), xj::ShapeError);
+}
+
+TEST_CASE("svd: u diag(s) vh = a, s descending and non-negative, u and v orthonormal; sum s^2 = |a|_F^2; svdvals") {
+  for (auto [m, n] : {std::pair<std::size_t, std::size_t>{4, 3}, {3, 5}, {3, 3}})
+    for (bool full : {false, true}) {
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(full);
+      const std::size_t k = std::min(m, n), uc = full ? m : k, vr = full ? n : k;
+      const Matrix a = general(m * n, 1.1);
+      const xj::Array A = f64(a, {static_cast<std::int64_t>(m), static_cast<std::int64_t>(n)});
+      const auto [u, s, vh] = linalg::svd(A, full);
+      REQUIRE(u.shape() == xj::Shape{static_cast<std::int64_t>(m), static_cast<std::int64_t>(uc)});
+      REQUIRE(s.shape() == xj::Shape{static_cast<std::int64_t>(k)});
+      REQUIRE(vh.shape() == xj::Shape{static_cast<std::int64_t>(vr), static_cast<std::int64_t>(n)});
+      const auto uv = u.to_vector<double>(), sv = s.to_vector<double>(), vv = vh.to_vector<double>();
+      CHECK(orthonormality_error(uv, m, uc) < 1e-13);
+      CHECK(orthonormality_error(transposed(vv, vr, n), n, vr) < 1e-13);
+      double frobenius = 0, squares = 0;
+      for (double e : a) frobenius += e * e;
+      for (std::size_t j = 0; j < k; ++j) {
+        CHECK(sv[j] >= 0.0);
+        if (j + 1 < k) CHECK(sv[j] >= sv[j + 1]);
+        squares += sv[j] * sv[j];
+      }
+      CHECK(squares == doctest::Approx(frobenius).epsilon(1e-12));
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+          double e = 0;  // (u diag(s) vh)_ij over the first k singular triplets
+          for (std::size_t q = 0; q < k; ++q) e += uv[i * uc + q] * sv[q] * vv[q * n + j];
+          CHECK(e == doctest::Approx(a[i * n + j]).epsilon(1e-12).scale(1.0));
+        }
+      const auto vals = linalg::svdvals(A).to_vector<double>();
+      for (std::size_t j = 0; j < k; ++j) CHECK(vals[j] == doctest::Approx(sv[j]).epsilon(1e-12));
+      if (m == n) {  // prod(s) = |det a|, by cofactor expansion
+        double p = 1;
+        for (double e : sv) p *= e;
+        CHECK(p == doctest::Approx(std::abs(cofactor_det(a, n))).epsilon(1e-12));
+      }
+    }
+  CHECK_THROWS_WITH_AS(linalg::svd(xj::zeros({3}, xj::f64)), doctest::Contains("svd(f64[3])"), xj::ShapeError);
+  CHECK_THROWS_AS(linalg::svdvals(xj::zeros({2, 2}, xj::i32)), xj::TypeError);
+}
+
+TEST_CASE("matrix_power: repeated products in double for n = -2..5, batched; the identity for 0") {
+  const Matrix a = general(9, 0.2);
+  Matrix both = a;
+  const Matrix second = general(9, 2.2);
+  both.insert(both.end(), second.begin(), second.end());
+  const xj::Array A = f64(both, {2, 3, 3});
+  const auto inverse0 = linalg::inv(f64(a, {3, 3})).to_vector<double>();
+  for (std::int64_t p : {-2, -1, 0, 1, 2, 5}) {
+    CAPTURE(p);
+    const auto got = linalg::matrix_power(A, p).to_vector<double>();
+    const Matrix base = p < 0 ? Matrix(inverse0.begin(), inverse0.end()) : a;
+    Matrix want = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+    for (std::int64_t i = 0; i < std::abs(p); ++i) want = product(want, base, 3, 3, 3);
+    for (std::size_t i = 0; i < 9; ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-11).scale(1.0));
+  }
+  CHECK_THROWS_AS(linalg::matrix_power(xj::zeros({2, 3}, xj::f64), 2), xj::ShapeError);
+}
+
+TEST_CASE("norm: vector and matrix norms against loops (and svd's values for 2, -2, nuc); keepdims; errors") {
+  const Matrix a = general(12, 0.5);  // 3 x 4
+  const xj::Array A = f64(a, {3, 4});
+  auto close = [](double got, double want) { CHECK(got == doctest::Approx(want).epsilon(1e-12)); };
+  double fro = 0, l1 = 0, linf = 0, lninf = INFINITY, l3 = 0, nonzero = 0;
+  for (double e : a) fro += e * e, l1 += std::abs(e), linf = std::max(linf, std::abs(e)), lninf = std::min(lninf, std::abs(e)),
+                       l3 += std::pow(std::abs(e), 3), nonzero += e != 0;
+  close(linalg::norm(A).item<double>(), std::sqrt(fro));
+  const xj::Array v = xj::reshape(A, {12});
+  close(linalg::norm(v, 2).item<double>(), std::sqrt(fro));
+  close(linalg::norm(v, 1).item<double>(), l1);
+  close(linalg::norm(v, INFINITY).item<double>(), linf);
+  close(linalg::norm(v, -INFINITY).item<double>(), lninf);
+  close(linalg::norm(v, 3).item<double>(), std::cbrt(l3));
+  close(linalg::norm(v, 0).item<double>(), nonzero);
+  // Matrix norms: column sums (1), row sums (inf), singular values (2, -2, nuc).
+  std::vector<double> col(4, 0.0), row(3, 0.0);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t j = 0; j < 4; ++j) col[j] += std::abs(a[i * 4 + j]), row[i] += std::abs(a[i * 4 + j]);
+  close(linalg::norm(A, 1).item<double>(), *std::max_element(col.begin(), col.end()));
+  close(linalg::norm(A, -1).item<double>(), *std::min_element(col.begin(), col.end()));
+  close(linalg::norm(A, INFINITY).item<double>(), *std::max_element(row.begin(), row.end()));
+  close(linalg::norm(A, -INFINITY).item<double>(), *std::min_element(row.begin(), row.end()));
+  close(linalg::norm(A, "fro").item<double>(), std::sqrt(fro));
+  const auto s = linalg::svdvals(A).to_vector<double>();
+  close(linalg::norm(A, 2).item<double>(), s.front());
+  close(linalg::norm(A, -2).item<double>(), s.back());
+  close(linalg::norm(A, "nuc").item<double>(), s[0] + s[1] + s[2]);
+  // Axes: per-row vector norms; the transposed matrix's 1-norm is this one's inf-norm.
+  const auto rows = linalg::norm(A, 1, xj::Axes{1}).to_vector<double>();
+  for (std::size_t i = 0; i < 3; ++i) close(rows[i], row[i]);
+  close(linalg::norm(A, 1, xj::Axes{1, 0}).item<double>(), *std::max_element(row.begin(), row.end()));
+  const xj::Array kept = linalg::norm(xj::reshape(A, {1, 3, 4}), 2, xj::Axes{1, 2}, true);
+  CHECK(kept.shape() == xj::Shape{1, 1, 1});
+  close(kept.item<double>(), s.front());
+  CHECK(linalg::norm(xj::array<std::int32_t>({3, 4}, {2})).item<double>() == 5.0);
+  CHECK_THROWS_WITH_AS(linalg::norm(v, "fro"), doctest::Contains("matrix norm"), xj::ShapeError);
+  CHECK_THROWS_WITH_AS(linalg::norm(A, 3), doctest::Contains("a matrix norm (two axes) takes"), xj::ShapeError);
+  CHECK_THROWS_AS(linalg::norm(A, "max"), xj::Error);
+  CHECK_THROWS_AS(linalg::norm(xj::zeros({2, 2, 2}, xj::f64), 2), xj::ShapeError);
+}

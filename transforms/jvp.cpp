@@ -291,13 +291,19 @@ JvpOut iota_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut name_jvp(const JvpArgs& a) { return {{primal1(a)}, {a.t[0]}}; }
 // random bits are piecewise constant in the key: zero tangent
 JvpOut threefry2x32_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// The symmetric matrix whose `lower` (else upper) triangle is m's (what eigh and cholesky read).
+Array symmetric_of_triangle(const Array& m, bool lower, std::source_location loc) {
+  return lower ? add(tril(m, 0, loc), matrix_transpose(tril(m, -1, loc), loc), loc)
+               : add(triu(m, 0, loc), matrix_transpose(triu(m, 1, loc), loc), loc);
+}
+
 // L = chol(A), A read from its lower triangle: dL = L Φ(L^-1 dA L^-T), Φ(X) = X's lower
 // triangle with its diagonal halved, dA = tril(dA) + tril(dA, -1)^T (the symmetric matrix the
 // kernel reads; JAX uses dA as given, which differs when it is not symmetric)
 JvpOut cholesky_jvp(const JvpArgs& a) {
   Array l = primal1(a);
   return {{l}, {tmap(a.t[0], l.aval(), [&](const Array& t) {
-            const Array da = add(tril(t, 0, a.loc), matrix_transpose(tril(t, -1, a.loc), a.loc), a.loc);
+            const Array da = symmetric_of_triangle(t, true, a.loc);
             const Array da_lt = linalg::triangular_solve(l, da, {.lower = true, .transpose_a = true}, a.loc);  // dA L^-T
             const Array x = linalg::triangular_solve(l, da_lt, {.left_side = true, .lower = true}, a.loc);   // L^-1 dA L^-T
             const Array phi = mul(add(tril(x, 0, a.loc), tril(x, -1, a.loc), a.loc), c(0.5, x), a.loc);
@@ -354,6 +360,83 @@ JvpOut lu_jvp(const JvpArgs& a) {
   });
   return {outs, {dlu, Tangent::zero(outs[1].aval()), Tangent::zero(outs[2].aval())}};
 }
+// The factorizations' tangents for a zero input tangent: zeros of every output.
+JvpOut zero_tangents(std::vector<Array> outs) {
+  JvpOut r{std::move(outs), {}};
+  for (const auto& y : r.primals) r.tangents.push_back(Tangent::zero(y.aval()));
+  return r;
+}
+
+// A = Q R (m >= n, reduced or square): with X = Q^T dA R^-1 and Ω = tril(X, -1) - tril(X, -1)^T,
+// dQ = Q (Ω - X) + dA R^-1 and dR = (X - Ω) R (Townsend's QR derivative, as JAX).
+JvpOut qr_jvp(const JvpArgs& a) {
+  std::vector<Array> outs = bind(a.prim, a.x, a.params, a.loc);
+  if (a.t[0].is_zero()) return zero_tangents(std::move(outs));
+  const Array &q = outs[0], &r = outs[1];
+  const std::int64_t m = a.x[0].dim(-2), n = a.x[0].dim(-1);
+  if (m < n || (a.params.get<params::Qr>().full_matrices && m != n))
+    throw TransformError("jvp of qr(" + a.x[0].aval().str() + "): defined for m >= n, and with full_matrices only for square " +
+                         "matrices (as JAX) (at " + format_location(a.loc) + ")");
+  const Array da_rinv = linalg::triangular_solve(r, a.t[0].value(), {.lower = false}, a.loc);  // dA R^-1
+  const Array x = matmul(matrix_transpose(q, a.loc), da_rinv, a.loc);
+  const Array below = tril(x, -1, a.loc);
+  const Array omega = sub(below, matrix_transpose(below, a.loc), a.loc);
+  return {outs, {Tangent(add(matmul(q, sub(omega, x, a.loc), a.loc), da_rinv, a.loc)), Tangent(matmul(sub(x, omega, a.loc), r, a.loc))}};
+}
+
+// A = V diag(w) V^T: with S = V^T dA V (dA the symmetric tangent of the triangle read), dw =
+// diag(S) and dV = V (F ∘ S), F_ij = 1 / (w_j - w_i) off the diagonal, 0 on it (infinite for a
+// repeated eigenvalue: its eigenvectors are not differentiable, as in JAX)
+JvpOut eigh_jvp(const JvpArgs& a) {
+  std::vector<Array> outs = bind(a.prim, a.x, a.params, a.loc);
+  if (a.t[0].is_zero()) return zero_tangents(std::move(outs));
+  const Array &v = outs[0], &w = outs[1];
+  const Array da = symmetric_of_triangle(a.t[0].value(), a.params.get<params::Eigh>().lower, a.loc);
+  const Array s = matmul(matmul(matrix_transpose(v, a.loc), da, a.loc), v, a.loc);
+  const Array eye = identity_from(s.shape(), 0, s.dtype(), a.loc);
+  const Array gaps = sub(expand_dims(w, w.ndim() - 1, a.loc), expand_dims(w, w.ndim(), a.loc), a.loc);  // w_j - w_i
+  const Array f = sub(div(c(1.0, gaps), add(gaps, eye, a.loc), a.loc), eye, a.loc);
+  return {outs, {Tangent(matmul(v, mul(f, s, a.loc), a.loc)), Tangent(diagonal(s, 0, -2, -1, a.loc))}};
+}
+
+// A = U diag(s) V^T (reduced): with S = U^T dA V, ds = diag(S) and, F_ij = 1 / (s_j^2 - s_i^2) off
+// the diagonal (0 on it), dU = U (F ∘ (S diag(s) + diag(s) S^T)) and
+// dV = V (F ∘ (diag(s) S + S^T diag(s))), plus the parts outside the span: (I - U U^T) dA V / s
+// (m > n) and (I - V V^T) dA^T U / s (n > m); as JAX for real matrices (its diag(1/s) (S - S^T) / 2
+// term is zero for them). Infinite for repeated singular values; not defined for complete U, V.
+JvpOut svd_jvp(const JvpArgs& a) {
+  const auto& ps = a.params.get<params::Svd>();
+  if (ps.compute_uv && ps.full_matrices && !a.t[0].is_zero())
+    throw TransformError("jvp of svd(" + a.x[0].aval().str() + ") with full_matrices: not defined (as JAX); use full_matrices = false (at " +
+                         format_location(a.loc) + ")");
+  std::vector<Array> outs = bind(a.prim, a.x, a.params, a.loc);
+  if (a.t[0].is_zero()) return zero_tangents(std::move(outs));
+  // The reduced factors, also when only s is wanted (its derivative needs U and V).
+  std::vector<Array> f = ps.compute_uv ? outs : bind(a.prim, a.x, params::Svd{.full_matrices = false, .compute_uv = true}, a.loc);
+  const Array &s = f[0], &u = f[1], &vt = f[2];
+  const Array v = matrix_transpose(vt, a.loc), ut = matrix_transpose(u, a.loc), da = a.t[0].value();
+  const Array ss = matmul(matmul(ut, da, a.loc), v, a.loc);  // S
+  const Array ds = diagonal(ss, 0, -2, -1, a.loc);
+  if (!ps.compute_uv) return {outs, {Tangent(ds)}};
+  const Array row = expand_dims(s, s.ndim() - 1, a.loc), col = expand_dims(s, s.ndim(), a.loc);  // s_j, s_i
+  const Array eye = identity_from(ss.shape(), 0, ss.dtype(), a.loc);
+  const Array gaps = mul(add(row, col, a.loc), sub(row, col, a.loc), a.loc);  // s_j^2 - s_i^2
+  const Array fm = sub(div(c(1.0, gaps), add(gaps, eye, a.loc), a.loc), eye, a.loc);
+  const Array s_ds = mul(row, ss, a.loc), ds_s = mul(col, ss, a.loc);  // S diag(s), diag(s) S
+  Array du = matmul(u, mul(fm, add(s_ds, matrix_transpose(s_ds, a.loc), a.loc), a.loc), a.loc);
+  Array dv = matmul(v, mul(fm, add(ds_s, matrix_transpose(ds_s, a.loc), a.loc), a.loc), a.loc);
+  const std::int64_t m = a.x[0].dim(-2), n = a.x[0].dim(-1);
+  if (m > n) {
+    const Array dav = matmul(da, v, a.loc);
+    du = add(du, div(sub(dav, matmul(u, matmul(ut, dav, a.loc), a.loc), a.loc), row, a.loc), a.loc);
+  }
+  if (n > m) {
+    const Array datu = matmul(matrix_transpose(da, a.loc), u, a.loc);
+    dv = add(dv, div(sub(datu, matmul(v, matmul(vt, datu, a.loc), a.loc), a.loc), row, a.loc), a.loc);
+  }
+  return {outs, {Tangent(ds), Tangent(du), Tangent(matrix_transpose(dv, a.loc))}};
+}
+
 // The collectives are linear in their operand: d psum(x) = psum(dx), and so on.
 JvpOut psum_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
 // d pmax(x) = psum(dx where x attains the max) / (number of processes attaining it)

@@ -321,6 +321,9 @@ BatchOut cholesky_batch(const BatchArgs& a) { return leading_batch(a); }
 BatchOut triangular_solve_batch(const BatchArgs& a) { return leading_batch(a); }
 BatchOut lu_pivots_to_permutation_batch(const BatchArgs& a) { return leading_batch(a); }
 BatchOut lu_batch(const BatchArgs& a) { return leading_batch(a); }
+BatchOut qr_batch(const BatchArgs& a) { return leading_batch(a); }
+BatchOut eigh_batch(const BatchArgs& a) { return leading_batch(a); }
+BatchOut svd_batch(const BatchArgs& a) { return leading_batch(a); }
 
 // The collectives act elementwise across processes: psum / pmax / ppermute keep the batch dim;
 // all_gather and psum_scatter put it first and shift their axis past it.

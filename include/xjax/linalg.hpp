@@ -1,8 +1,11 @@
 // linalg.hpp: linear algebra, `xj::linalg` (lax.linalg / jax.scipy.linalg names and semantics):
-// cholesky, triangular_solve, cho_solve, lu (lu_factor, lu_solve), solve, inv, det, slogdet so far. Matrices are the last two axes; leading axes
+// cholesky, triangular_solve, cho_solve, lu (lu_factor, lu_solve), solve, inv, det, slogdet, qr,
+// eigh, svd (svdvals), matrix_power so far. Matrices are the last two axes; leading axes
 // are batch dimensions. float32 and float64, on LAPACK and BLAS. A matrix that is not positive
 // definite gives a factor of NaNs (as JAX), never an exception or a crash.
 #pragma once
+#include <optional>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -72,5 +75,42 @@ Array det(const Array& a, XJAX_LOC);
 /// jnp.linalg.slogdet: {sign, logabsdet} of each matrix (..., n, n): det = sign exp(logabsdet);
 /// a singular matrix gives {0, -inf}.
 std::pair<Array, Array> slogdet(const Array& a, XJAX_LOC);
+
+/// jnp.linalg.qr(a, mode): {q, r} with a = q r, q's columns orthonormal and r upper triangular;
+/// mode "reduced" (q (..., m, k), r (..., k, n), k = min(m, n)) or "complete" (q (..., m, m),
+/// r (..., m, n)). Differentiable where JAX's is: m >= n, and "complete" only for square a.
+std::pair<Array, Array> qr(const Array& a, const std::string& mode = "reduced", XJAX_LOC);
+
+/// jnp.linalg.eigh: {w, v} of each symmetric matrix (..., n, n), a = v diag(w) v^T, the
+/// eigenvalues w ascending and the eigenvectors v's columns (LAPACK syevd; each column's sign is
+/// LAPACK's, not normalized, as JAX). symmetrize_input (JAX's default): (a + a^T) / 2 is
+/// decomposed; otherwise only a's lower (or upper) triangle is read. A repeated eigenvalue makes
+/// the eigenvectors' derivative infinite (as JAX); w's stays finite.
+std::pair<Array, Array> eigh(const Array& a, bool lower = true, bool symmetrize_input = true, XJAX_LOC);
+
+/// jnp.linalg.svd(a, full_matrices): {u, s, vh} with a = u diag(s) vh, s descending (..., k), u
+/// (..., m, k) and vh (..., k, n), or (..., m, m) and (..., n, n) with full_matrices (jnp's
+/// default is true; API.md's, here, false). Singular vectors' signs are LAPACK's (gesdd). The
+/// derivative is defined for full_matrices = false (as JAX), infinite for repeated singular values.
+std::tuple<Array, Array, Array> svd(const Array& a, bool full_matrices = false, XJAX_LOC);
+/// jnp.linalg.svdvals (svd with compute_uv = false): the singular values (..., k), descending.
+Array svdvals(const Array& a, XJAX_LOC);
+
+/// jnp.linalg.norm. Over one axis (or a 1-D x), a vector norm: ord none or 2 the Euclidean
+/// norm, inf max |x|, -inf min |x|, 0 the count of non-zeros, any other p (sum |x|^p)^(1/p). Over
+/// two axes (or a 2-D x), a matrix norm: none or "fro" Frobenius, "nuc" the sum of singular
+/// values, 1 / -1 the max / min column sum of |x|, inf / -inf the max / min row sum, 2 / -2 the
+/// largest / smallest singular value. No axes and no ord: the Euclidean norm of all elements.
+/// Integers compute in f64 (jnp's inexact promotion). A ShapeError for an ord the axes do not
+/// take (e.g. "fro" over one axis, 3 over two). JAX's ord=None is the first form, or std::nullopt
+/// with axes (a literal 0 is the order 0, not a null string).
+Array norm(const Array& x, XJAX_LOC);
+Array norm(const Array& x, double ord, std::optional<Axes> axes = std::nullopt, bool keepdims = false, XJAX_LOC);
+Array norm(const Array& x, std::string_view ord, std::optional<Axes> axes = std::nullopt, bool keepdims = false, XJAX_LOC);
+Array norm(const Array& x, std::nullopt_t, std::optional<Axes> axes, bool keepdims = false, XJAX_LOC);
+
+/// jnp.linalg.matrix_power: a^n by repeated squaring for square matrices (..., m, m); n = 0 gives
+/// the identity, n < 0 inv(a)^-n.
+Array matrix_power(const Array& a, std::int64_t n, XJAX_LOC);
 
 }  // namespace xjax::linalg

@@ -135,6 +135,19 @@ struct Name {
 struct TriangularSolve {
   XJAX_PARAMS_STRUCT_BODY(TriangularSolve, (bool, left_side), (bool, lower), (bool, transpose_a), (bool, unit_diagonal))
 };
+/// qr: complete (Q m x m, R m x n) rather than reduced (Q m x k, R k x n, k = min(m, n)).
+struct Qr {
+  XJAX_PARAMS_STRUCT_BODY(Qr, (bool, full_matrices))
+};
+/// eigh: the triangle of a that is read (lower, else upper).
+struct Eigh {
+  XJAX_PARAMS_STRUCT_BODY(Eigh, (bool, lower))
+};
+/// svd: complete U (m x m) and V^T (n x n) rather than reduced (m x k, k x n); compute_uv false:
+/// the singular values only.
+struct Svd {
+  XJAX_PARAMS_STRUCT_BODY(Svd, (bool, full_matrices), (bool, compute_uv))
+};
 /// lu_pivots_to_permutation: the length of the permutation (the rows of the factored matrix).
 struct LuPivotsToPermutation {
   XJAX_PARAMS_STRUCT_BODY(LuPivotsToPermutation, (std::int64_t, permutation_size))

@@ -24,8 +24,8 @@
 //                    batched elementwise
 //     structural     everything else of one equation (dots, reductions, shapes, indexing, ...):
 //                    every rule its own
-//     factorization  a matrix factorization with several outputs (lu), computed together by
-//                    kernels::stem_kernel, which bind and plans run as the equation's impl; every
+//     factorization  a matrix factorization with several outputs (lu, qr, eigh, svd), computed together by
+//                    kernels::stem_kernel(in, params), which bind and plans run as the equation's impl; every
 //                    rule its own (batch dims are leading dims)
 //     collective     over the processes of an MPI run (distributed.hpp): every rule its own
 //     higher_order   carries jaxprs or functions in its params: shape, evaluation, jvp,
@@ -90,6 +90,9 @@
   X(cholesky, cholesky, None, structural, none, Y)                                                   \
   X(triangular_solve, triangular_solve, TriangularSolve, structural, none, Y)                        \
   X(lu, lu, None, factorization, none, Y)                                                            \
+  X(qr, qr, Qr, factorization, none, Y)                                                              \
+  X(eigh, eigh, Eigh, factorization, none, Y)                                                        \
+  X(svd, svd, Svd, factorization, none, Y)                                                           \
   X(lu_pivots_to_permutation, lu_pivots_to_permutation, LuPivotsToPermutation, structural, none, Y)  \
   X(psum, psum, None, collective, none, Y)                                                           \
   X(pmax, pmax, None, collective, none, Y)                                                           \

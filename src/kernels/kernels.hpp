@@ -30,7 +30,12 @@ Array triangular_solve_kernel(const Array& a, const Array& b, const params::Tria
 Array lu_pivots_to_permutation_kernel(const Array& pivots, const ShapedArray& out);
 /// The factorizations (several outputs, run as their equations' impl rule): lu's (lu, pivots,
 /// permutation) of each matrix (LAPACK getrf; a singular matrix's factors as getrf leaves them).
-std::vector<Array> lu_kernel(std::span<const Array> in);
+std::vector<Array> lu_kernel(std::span<const Array> in, const params::None&);
+/// qr's (q, r) (LAPACK geqrf and orgqr), eigh's (v, w) (syevd; NaN where it does not converge) and
+/// svd's (s, u, vt) or (s) (gesdd; NaN where it does not converge) of each matrix.
+std::vector<Array> qr_kernel(std::span<const Array> in, const params::Qr& ps);
+std::vector<Array> eigh_kernel(std::span<const Array> in, const params::Eigh& ps);
+std::vector<Array> svd_kernel(std::span<const Array> in, const params::Svd& ps);
 
 using Ints = std::vector<std::int64_t>;
 

@@ -37,6 +37,27 @@ template <class T> lapack_int getrf_row_major(lapack_int m, lapack_int n, T* a, 
   else return LAPACKE_dgetrf(LAPACK_ROW_MAJOR, m, n, a, n, ipiv);
 }
 
+template <class T> lapack_int geqrf_row_major(lapack_int m, lapack_int n, T* a, T* tau) {
+  if constexpr (std::is_same_v<T, float>) return LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, m, n, a, n, tau);
+  else return LAPACKE_dgeqrf(LAPACK_ROW_MAJOR, m, n, a, n, tau);
+}
+
+template <class T> lapack_int orgqr_row_major(lapack_int m, lapack_int n, lapack_int k, T* a, const T* tau) {
+  if constexpr (std::is_same_v<T, float>) return LAPACKE_sorgqr(LAPACK_ROW_MAJOR, m, n, k, a, n, tau);
+  else return LAPACKE_dorgqr(LAPACK_ROW_MAJOR, m, n, k, a, n, tau);
+}
+
+template <class T> lapack_int syevd_row_major(char uplo, lapack_int n, T* a, T* w) {
+  if constexpr (std::is_same_v<T, float>) return LAPACKE_ssyevd(LAPACK_ROW_MAJOR, 'V', uplo, n, a, n, w);
+  else return LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', uplo, n, a, n, w);
+}
+
+template <class T>
+lapack_int gesdd_row_major(char jobz, lapack_int m, lapack_int n, T* a, T* s, T* u, lapack_int ldu, T* vt, lapack_int ldvt) {
+  if constexpr (std::is_same_v<T, float>) return LAPACKE_sgesdd(LAPACK_ROW_MAJOR, jobz, m, n, a, n, s, u, ldu, vt, ldvt);
+  else return LAPACKE_dgesdd(LAPACK_ROW_MAJOR, jobz, m, n, a, n, s, u, ldu, vt, ldvt);
+}
+
 template <class T>
 void trsm_row_major(CBLAS_SIDE side, CBLAS_UPLO uplo, CBLAS_TRANSPOSE trans, CBLAS_DIAG diag, blasint m, blasint n,
                     const T* a, blasint lda, T* b, blasint ldb) {
@@ -58,6 +79,27 @@ void permutation_of_pivots(const std::int32_t* pivots, std::int64_t k, std::int3
   for (std::int64_t i = 0; i < n; ++i) permutation[i] = static_cast<std::int32_t>(i);
   for (std::int64_t i = 0; i < k; ++i)
     if (pivots[i] >= 0 && pivots[i] < n) std::swap(permutation[i], permutation[pivots[i]]);
+}
+
+/// The outputs of factorization p of `a`, allocated (avals from p's shape rule).
+std::vector<Array> alloc_outputs(Primitive p, const Array& a, const Params& ps) {
+  std::vector<Array> out;
+  for (const auto& aval : abstract_eval(p, std::vector<ShapedArray>{a.aval()}, ps)) out.push_back(alloc_array(aval));
+  return out;
+}
+
+/// The elements of x's k-th matrix (of `size` elements).
+template <class T> T* matrix(const Array& x, std::int64_t k, std::int64_t size) { return static_cast<T*>(mutable_data(x)) + k * size; }
+
+/// Fills each (pointer, count) range with NaN (a factorization that failed).
+template <class T> void fill_nan(std::initializer_list<std::pair<T*, std::int64_t>> parts) {
+  for (auto [p, n] : parts) std::fill(p, p + n, std::numeric_limits<T>::quiet_NaN());
+}
+
+/// The identity's first `cols` columns in a rows x cols row-major block.
+template <class T> void identity_columns(T* q, std::int64_t rows, std::int64_t cols) {
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j) q[i * cols + j] = i == j ? T(1) : T(0);
 }
 
 }  // namespace
@@ -107,12 +149,10 @@ Array triangular_solve_kernel(const Array& a, const Array& b, const params::Tria
   return result;
 }
 
-std::vector<Array> lu_kernel(std::span<const Array> in) {
+std::vector<Array> lu_kernel(std::span<const Array> in, const params::None&) {
   const Array& a = in[0];
-  const std::vector<ShapedArray> avals = abstract_eval(Primitive::lu, std::vector<ShapedArray>{a.aval()}, {});
-  std::vector<Array> out;
-  for (const auto& aval : avals) out.push_back(alloc_array(aval));
-  if (avals[0].nbytes() > 0) std::memcpy(mutable_data(out[0]), a.raw_data(), avals[0].nbytes());
+  std::vector<Array> out = alloc_outputs(Primitive::lu, a, {});
+  if (out[0].aval().nbytes() > 0) std::memcpy(mutable_data(out[0]), a.raw_data(), out[0].aval().nbytes());
   const std::int64_t m = a.dim(-2), n = a.dim(-1), k = std::min(m, n);
   const std::int64_t count = shape_size(Shape(a.shape().begin(), a.shape().end() - 2));
   std::int32_t* pivots = static_cast<std::int32_t*>(mutable_data(out[1]));
@@ -132,6 +172,86 @@ std::vector<Array> lu_kernel(std::span<const Array> in) {
     }
   };
   visit_float(Primitive::lu, a.dtype(), run);
+  return out;
+}
+
+std::vector<Array> qr_kernel(std::span<const Array> in, const params::Qr& ps) {
+  const Array& a = in[0];
+  std::vector<Array> out = alloc_outputs(Primitive::qr, a, ps);
+  const std::int64_t m = a.dim(-2), n = a.dim(-1), k = std::min(m, n), c = ps.full_matrices ? m : k;
+  const std::int64_t count = shape_size(Shape(a.shape().begin(), a.shape().end() - 2));
+  auto run = [&](auto type) {
+    using T = typename decltype(type)::type;
+    std::vector<T> work(static_cast<std::size_t>(m * n)), tau(static_cast<std::size_t>(std::max<std::int64_t>(k, 1)));
+    for (std::int64_t b = 0; b < count; ++b) {
+      T* q = matrix<T>(out[0], b, m * c);
+      T* r = matrix<T>(out[1], b, c * n);
+      std::copy(in_ptr<T>(a) + b * m * n, in_ptr<T>(a) + (b + 1) * m * n, work.begin());
+      // A = Q R: geqrf leaves R on and above the diagonal and the reflectors below it; orgqr
+      // forms Q's first c columns from the reflectors (the identity's when there are none).
+      lapack_int info = k == 0 ? 0 : geqrf_row_major<T>(static_cast<lapack_int>(m), static_cast<lapack_int>(n), work.data(), tau.data());
+      for (std::int64_t i = 0; i < c; ++i)
+        for (std::int64_t j = 0; j < n; ++j) r[i * n + j] = j >= i ? work[static_cast<std::size_t>(i * n + j)] : T(0);
+      identity_columns(q, m, c);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < std::min(c, n); ++j) q[i * c + j] = work[static_cast<std::size_t>(i * n + j)];
+      if (info == 0 && k > 0) info = orgqr_row_major<T>(static_cast<lapack_int>(m), static_cast<lapack_int>(c), static_cast<lapack_int>(k), q, tau.data());
+      if (info != 0) fill_nan<T>({{q, m * c}, {r, c * n}});
+    }
+  };
+  visit_float(Primitive::qr, a.dtype(), run);
+  return out;
+}
+
+std::vector<Array> eigh_kernel(std::span<const Array> in, const params::Eigh& ps) {
+  const Array& a = in[0];
+  std::vector<Array> out = alloc_outputs(Primitive::eigh, a, ps);
+  if (out[0].aval().nbytes() > 0) std::memcpy(mutable_data(out[0]), a.raw_data(), out[0].aval().nbytes());
+  const std::int64_t n = a.dim(-1);
+  const std::int64_t count = shape_size(Shape(a.shape().begin(), a.shape().end() - 2));
+  auto run = [&](auto type) {
+    using T = typename decltype(type)::type;
+    for (std::int64_t b = 0; b < count; ++b) {
+      T* v = matrix<T>(out[0], b, n * n);
+      T* w = matrix<T>(out[1], b, n);
+      // syevd overwrites the triangle it reads with the eigenvectors (columns), w ascending.
+      const lapack_int info = n == 0 ? 0 : syevd_row_major<T>(ps.lower ? 'L' : 'U', static_cast<lapack_int>(n), v, w);
+      if (info != 0) fill_nan<T>({{v, n * n}, {w, n}});
+    }
+  };
+  visit_float(Primitive::eigh, a.dtype(), run);
+  return out;
+}
+
+std::vector<Array> svd_kernel(std::span<const Array> in, const params::Svd& ps) {
+  const Array& a = in[0];
+  std::vector<Array> out = alloc_outputs(Primitive::svd, a, ps);
+  const std::int64_t m = a.dim(-2), n = a.dim(-1), k = std::min(m, n);
+  const std::int64_t u_cols = ps.full_matrices ? m : k, vt_rows = ps.full_matrices ? n : k;
+  const std::int64_t count = shape_size(Shape(a.shape().begin(), a.shape().end() - 2));
+  const char jobz = !ps.compute_uv ? 'N' : ps.full_matrices ? 'A' : 'S';
+  auto run = [&](auto type) {
+    using T = typename decltype(type)::type;
+    std::vector<T> work(static_cast<std::size_t>(m * n)), no_u(1), no_vt(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
+    for (std::int64_t b = 0; b < count; ++b) {
+      T* s = matrix<T>(out[0], b, k);
+      T* u = ps.compute_uv ? matrix<T>(out[1], b, m * u_cols) : no_u.data();
+      T* vt = ps.compute_uv ? matrix<T>(out[2], b, vt_rows * n) : no_vt.data();
+      std::copy(in_ptr<T>(a) + b * m * n, in_ptr<T>(a) + (b + 1) * m * n, work.begin());
+      if (k == 0) {  // no singular values; U and V^T are identities (or empty)
+        if (ps.compute_uv) identity_columns(u, m, u_cols), identity_columns(vt, vt_rows, n);
+        continue;
+      }
+      const lapack_int info = gesdd_row_major<T>(jobz, static_cast<lapack_int>(m), static_cast<lapack_int>(n), work.data(), s, u,
+                                                 static_cast<lapack_int>(ps.compute_uv ? u_cols : 1), vt,
+                                                 static_cast<lapack_int>(std::max<std::int64_t>(n, 1)));
+      if (info != 0) {
+        fill_nan<T>({{s, k}});
+        if (ps.compute_uv) fill_nan<T>({{u, m * u_cols}, {vt, vt_rows * n}});
+      }
+    }
+  };
+  visit_float(Primitive::svd, a.dtype(), run);
   return out;
 }
 

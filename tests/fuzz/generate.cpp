@@ -487,6 +487,9 @@ class Gen {
   /// (interpret.cpp): cholesky of x x^T + 3 I (flag: without symmetrize_input); triangular_solve
   /// with a = 4 I + tanh(x) (ints: left_side, lower, transpose_a, unit_diagonal), whose inverse's
   /// rows sum to at most 1; cho_solve with the factor of x x^T + 3 I (flag: the upper factor);
+  /// qr (variant: q or r) of dominant (below), eigh (variant: w or v) and svd (variant: u, s or
+  /// vh) of 2 diag(1..n) + 0.2 tanh(x) (eigen- and singular values at least 1 apart), vectors
+  /// with their first entry made positive (LAPACK's signs are arbitrary);
   /// lu (its factors), solve, lu_solve of lu_factor (ints: trans), inv and slogdet (sign * logabsdet) of 5 I + tanh(x) (diagonally
   /// dominant by rows and columns, so no pivot ties; flag: its rows reversed, so pivoting
   /// exchanges them).
@@ -501,7 +504,16 @@ class Gen {
     const Shape batch(a.shape.begin(), a.shape.end() - 2);
     Node node{.args = {i}};
     node.op = std::array{Op::Cholesky, Op::TriangularSolve, Op::ChoSolve, Op::Lu, Op::Solve, Op::LuSolve, Op::Inv,
-                         Op::Slogdet}[static_cast<std::size_t>(uniform(0, 7))];
+                         Op::Slogdet, Op::Qr, Op::Eigh, Op::Svd}[static_cast<std::size_t>(uniform(0, 10))];
+    if (node.op == Op::Qr || node.op == Op::Eigh || node.op == Op::Svd) {
+      // One output of the factorization (variant), the vectors' signs normalized (interpret.cpp).
+      node.variant = uniform(0, node.op == Op::Svd ? 2 : 1);
+      const bool values = (node.op == Op::Eigh && node.variant == 0) || (node.op == Op::Svd && node.variant == 1);
+      node.outs = {values ? Shape(a.shape.begin(), a.shape.end() - 1) : a.shape};
+      // |q|, |v|, |u| <= 1; |r| <= |dominant a| <= 7; eigenvalues and singular values <= 2 n + 1.
+      push(s, b, node, {values ? 2.0 * static_cast<double>(n) + 1 : node.op == Op::Qr && node.variant == 1 ? 7.0 : 1.0});
+      return true;
+    }
     if (node.op == Op::Lu || node.op == Op::Inv || node.op == Op::Slogdet) {
       node.flag = coin(0.5);
       node.outs = {node.op == Op::Slogdet ? batch : a.shape};

@@ -66,6 +66,16 @@ Array dominant(const Array& x, bool reversed) {
   return xj::matmul(xj::astype(xj::iota(xj::i32, s, 0) + xj::iota(xj::i32, s, 1) == x.dim(-1) - 1, x.dtype()), a);
 }
 
+/// 2 diag(1..n) + 0.2 tanh(x): eigen- and singular values at least 1 apart (the perturbation's
+/// norm is at most 0.2 n <= 0.8), so eigh's and svd's vectors are differentiable.
+Array separated(const Array& x) {
+  const Shape s{x.dim(-1), x.dim(-1)};
+  const Array i = xj::iota(xj::i32, s, 0);
+  return xj::tanh(x) * 0.2 + xj::astype(i == xj::iota(xj::i32, s, 1), x.dtype()) * xj::astype(i + 1, x.dtype()) * 2.0;
+}
+/// v with the sign that makes each column's first entry positive (sign's derivative is zero).
+Array column_signs(const Array& v) { return xj::sign(xj::slice_in_dim(v, 0, 1, -2)); }
+
 std::vector<Array> i32_scalars(const std::vector<std::int64_t>& v) {
   std::vector<Array> out;
   for (auto x : v) out.push_back(xj::scalar(static_cast<double>(x), xj::i32));
@@ -371,6 +381,19 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::LuSolve: {
       const auto [lu, pivots] = xj::linalg::lu_factor(dominant(a, n.flag));
       return {xj::linalg::lu_solve(lu, pivots, b, static_cast<int>(n.ints[0]))};
+    }
+    case Op::Qr: {
+      const auto [q, r] = xj::linalg::qr(dominant(a, n.flag));
+      return {n.variant == 0 ? q : r};
+    }
+    case Op::Eigh: {
+      const auto [w, v] = xj::linalg::eigh(separated(a));
+      return {n.variant == 0 ? w : v * column_signs(v)};
+    }
+    case Op::Svd: {
+      const auto [u, s, vh] = xj::linalg::svd(separated(a));
+      const Array signs = column_signs(u);
+      return {n.variant == 0 ? u * signs : n.variant == 1 ? s : vh * xj::matrix_transpose(signs)};
     }
     case Op::Inv: return {xj::linalg::inv(dominant(a, n.flag))};
     case Op::Slogdet: {

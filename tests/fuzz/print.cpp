@@ -92,7 +92,7 @@ const char* op_name(Op op) {
     XFUZZ_NAME(Maximum) XFUZZ_NAME(Minimum) XFUZZ_NAME(SelectGt) XFUZZ_NAME(Sum) XFUZZ_NAME(Mean)
     XFUZZ_NAME(Max) XFUZZ_NAME(Min) XFUZZ_NAME(ProdPos) XFUZZ_NAME(LogSumExp) XFUZZ_NAME(Softmax)
     XFUZZ_NAME(LogSoftmax) XFUZZ_NAME(Var) XFUZZ_NAME(Matmul) XFUZZ_NAME(Dot) XFUZZ_NAME(Einsum) XFUZZ_NAME(DotGeneral)
-    XFUZZ_NAME(Cholesky) XFUZZ_NAME(TriangularSolve) XFUZZ_NAME(ChoSolve) XFUZZ_NAME(Lu) XFUZZ_NAME(Solve) XFUZZ_NAME(LuSolve) XFUZZ_NAME(Inv) XFUZZ_NAME(Slogdet)
+    XFUZZ_NAME(Cholesky) XFUZZ_NAME(TriangularSolve) XFUZZ_NAME(ChoSolve) XFUZZ_NAME(Lu) XFUZZ_NAME(Solve) XFUZZ_NAME(LuSolve) XFUZZ_NAME(Inv) XFUZZ_NAME(Slogdet) XFUZZ_NAME(Qr) XFUZZ_NAME(Eigh) XFUZZ_NAME(Svd)
     XFUZZ_NAME(Reshape) XFUZZ_NAME(Transpose) XFUZZ_NAME(BroadcastTo) XFUZZ_NAME(ExpandDims)
     XFUZZ_NAME(Squeeze) XFUZZ_NAME(Concat) XFUZZ_NAME(Stack) XFUZZ_NAME(Slice) XFUZZ_NAME(DynSlice)
     XFUZZ_NAME(DynUpdateSlice) XFUZZ_NAME(Take) XFUZZ_NAME(Index) XFUZZ_NAME(Fit)

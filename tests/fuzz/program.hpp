@@ -58,7 +58,7 @@ enum class Op {
   // reductions
   Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var,
   // linear algebra
-  Matmul, Dot, Einsum, DotGeneral, Cholesky, TriangularSolve, ChoSolve, Lu, Solve, LuSolve, Inv, Slogdet,
+  Matmul, Dot, Einsum, DotGeneral, Cholesky, TriangularSolve, ChoSolve, Lu, Solve, LuSolve, Inv, Slogdet, Qr, Eigh, Svd,
   // shape
   Reshape, Transpose, BroadcastTo, ExpandDims, Squeeze, Concat, Stack, Slice, DynSlice,
   DynUpdateSlice, Take, Index, Fit,

@@ -529,6 +529,63 @@ std::vector<Row> build() {
     auto [sign, logabsdet] = linalg::slogdet(pivoted(x[0]) * x[1]);
     return sign * logabsdet;
   }, uniform2_gen({3, 3}, {3, 3}, 0.5, 1)));
+  // qr, eigh, svd: every output in one vector. Eigenvectors and singular vectors are taken with
+  // the sign that makes their first entry positive (LAPACK's choice is arbitrary; sign() has a zero
+  // derivative), on matrices with well-separated eigen- and singular values (2, 4, 6 ... on the
+  // diagonal plus 0.3 x).
+  // The arrays (each with `batch` leading batch axes) as one vector per batch member.
+  auto joined = [](std::int64_t batch, std::initializer_list<Array> xs) {
+    std::vector<Array> parts;
+    for (const Array& x : xs) {
+      Shape s(x.shape().begin(), x.shape().begin() + batch);
+      std::int64_t members = 1;
+      for (std::int64_t d : s) members *= d;
+      s.push_back(x.size() / members);
+      parts.push_back(reshape(x, s));
+    }
+    return concatenate(parts, -1);
+  };
+  auto first_row_sign = [](const Array& v) { return sign(slice_in_dim(v, 0, 1, -2)); };
+  auto separated = [](const Array& x) {
+    const Shape s{x.dim(-2), x.dim(-1)};
+    const Array i = iota(i32, s, 0);
+    return x * 0.3 + astype(i == iota(i32, s, 1), x.dtype()) * astype(i + 1, x.dtype()) * 2.0;
+  };
+  for (const Shape& shape : {Shape{4, 3}, Shape{3, 3}, Shape{2, 4, 2}})
+    t.push_back(row("qr_" + std::to_string(shape[shape.size() - 2]) + "x" + std::to_string(shape.back()) + (shape.size() == 3 ? "_batched" : ""),
+                    {P::qr}, [joined, dominant](const Arrays& x) {
+                      auto [q, r] = linalg::qr(dominant(x[0]));
+                      return joined(x[0].ndim() - 2, {q, r});
+                    }, uniform_gen(shape, -1, 1)));
+  t.push_back(row("qr_complete_square", {P::qr}, [joined, dominant](const Arrays& x) {
+    auto [q, r] = linalg::qr(dominant(x[0]), "complete");
+    return joined(0, {q, r});
+  }, uniform_gen({3, 3}, -1, 1)));
+  for (const Shape& shape : {Shape{3, 3}, Shape{2, 4, 4}})
+    t.push_back(row(shape.size() == 3 ? "eigh_batched" : "eigh", {P::eigh}, [joined, first_row_sign, separated](const Arrays& x) {
+      auto [w, v] = linalg::eigh(separated(x[0]));
+      return joined(x[0].ndim() - 2, {w, v * first_row_sign(v)});
+    }, uniform_gen(shape, -1, 1)));
+  t.push_back(row("eigh_upper_unsymmetrized", {P::eigh}, [joined, first_row_sign, separated](const Arrays& x) {
+    auto [w, v] = linalg::eigh(separated(x[0]), false, false);
+    return joined(0, {w, v * first_row_sign(v)});
+  }, uniform_gen({3, 3}, -1, 1)));
+  for (const Shape& shape : {Shape{4, 3}, Shape{3, 4}, Shape{2, 3, 3}})
+    t.push_back(row("svd_" + std::to_string(shape[shape.size() - 2]) + "x" + std::to_string(shape.back()) + (shape.size() == 3 ? "_batched" : ""),
+                    {P::svd}, [joined, first_row_sign, separated](const Arrays& x) {
+                      auto [u, s, vh] = linalg::svd(separated(x[0]));
+                      const Array signs = first_row_sign(u);  // u's column j and vh's row j flip together
+                      return joined(x[0].ndim() - 2, {u * signs, s, vh * matrix_transpose(signs)});
+                    }, uniform_gen(shape, -1, 1)));
+  t.push_back(row("svdvals", {P::svd}, [separated](const Arrays& x) { return linalg::svdvals(separated(x[0])); },
+                  uniform_gen({3, 4}, -1, 1)));
+  t.push_back(row("norms", {P::svd, P::reduce_max}, [separated](const Arrays& x) {
+    const Array m = separated(x[0]);
+    return stack({linalg::norm(m), linalg::norm(m, 2), linalg::norm(m, "nuc"), linalg::norm(m, 1), linalg::norm(x[1], 3)});
+  }, uniform2_gen({3, 4}, {5}, 0.2, 1)));
+  t.push_back(row("matrix_power", {P::dot_general, P::lu}, [pivoted](const Arrays& x) {
+    return linalg::matrix_power(x[0], 3) + linalg::matrix_power(pivoted(x[0]), -2);
+  }, uniform_gen({3, 3}, -1, 1)));
   t.push_back(row("trace_diagonal_outer", {P::slice, P::reduce_sum}, [](const Arrays& x) {
     return trace(x[0], 1) * diagonal(x[0], -1, 1, 0) + sum(outer(x[1], x[1]));
   }, uniform2_gen({3, 3}, {2}, -1, 1)));
