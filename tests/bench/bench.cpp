@@ -4,6 +4,7 @@
 // With libtorch (meson option `torch`, XJAX_BENCH_TORCH), P1, P2 and E1 get libtorch rows
 // (bench_torch.cpp). See docs/performance.md.
 #include <cblas.h>
+#include <lapacke.h>
 
 #include <algorithm>
 #include <chrono>
@@ -124,7 +125,7 @@ struct Row {
   double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
   std::string note;
   bool has_mem() const {
-    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && impl != "libtorch";
+    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && workload != "L1" && impl != "libtorch";
   }  // peak columns measured
 };
 
@@ -1007,11 +1008,75 @@ void bench_files(std::vector<Row>& rows, std::int64_t mib, int reps) {
   rows.push_back({"F1", "copy_file + fsync (cp)", "reference", cp, 1.0, 0, 0, 0, "GB/s " + fmt("%.2f", bytes / cp * 1e-9)});
 }
 
+// L1 (issue 31): x = A^-1 B through cholesky and cho_solve (A 512 x 512 SPD, B 512 x 16, f64),
+// and the gradient of sum(x) in A and B, jitted, against LAPACK's potrf + potrs directly and the
+// structure-aware adjoint B̄ = A^-1 1, Ā = -(B̄ x^T + x B̄^T) / 2 (one more potrs and a gemm; the
+// symmetric part, as cholesky's symmetrize_input). xjax (as JAX) differentiates through the
+// factorization instead: cholesky's jvp transposed costs two n x n triangular solves and a product
+// (about 5 n^3 flops against potrf's n^3 / 3), which the ratio shows.
+void bench_linalg(std::vector<Row>& rows, std::int64_t n, std::int64_t k, int reps) {
+  std::vector<double> m(static_cast<std::size_t>(n * n)), a(m.size(), 0.0), b(static_cast<std::size_t>(n * k));
+  const std::vector<float> r = randn(n * n + n * k, 71, 1.0);
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] = r[i];
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = r[m.size() + i];
+  // A = M M^T / n + I: symmetric positive definite, well conditioned.
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(n), int(n), 1.0 / double(n), m.data(), int(n), m.data(), int(n), 0.0,
+              a.data(), int(n));
+  for (std::int64_t i = 0; i < n; ++i) a[static_cast<std::size_t>(i * n + i)] += 1.0;
+  const xj::Array A = xj::array<double>(a, {n, n}), B = xj::array<double>(b, {n, k});
+  auto f = [](const xj::Array& a, const xj::Array& b) { return xj::sum(xj::linalg::cho_solve(xj::linalg::cholesky(a), b)); };
+  auto fwd = xj::jit(f);
+  auto grad = xj::jit(xj::grad(f, xj::argnums<0, 1>));
+  std::vector<double> l(a.size()), x(b.size()), bbar(b.size()), abar(a.size());
+  auto lapack_forward = [&] {
+    std::copy(a.begin(), a.end(), l.begin());
+    std::copy(b.begin(), b.end(), x.begin());
+    LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'L', int(n), l.data(), int(n));
+    LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', int(n), int(k), l.data(), int(n), x.data(), int(k));
+  };
+  auto lapack_gradient = [&] {
+    lapack_forward();
+    std::fill(bbar.begin(), bbar.end(), 1.0);
+    LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', int(n), int(k), l.data(), int(n), bbar.data(), int(k));
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(n), int(k), -0.5, bbar.data(), int(k), x.data(), int(k), 0.0,
+                abar.data(), int(n));
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(n), int(k), -0.5, x.data(), int(k), bbar.data(), int(k), 1.0,
+                abar.data(), int(n));
+  };
+  auto time = [&](auto&& run) {
+    run();
+    std::vector<double> ts;
+    for (int i = 0; i < reps; ++i) {
+      const double t0 = now();
+      run();
+      ts.push_back(now() - t0);
+    }
+    return median(ts);
+  };
+  xj::Array value, ga, gb;
+  const double xf = time([&] { value = fwd(A, B); });
+  const double rf = time(lapack_forward);
+  const double xg = time([&] { std::tie(ga, gb) = grad(A, B); });
+  const double rg = time(lapack_gradient);
+  double sum_x = 0, worst = 0, scale = 0;
+  for (double e : x) sum_x += e;
+  const auto gav = ga.to_vector<double>(), gbv = gb.to_vector<double>();
+  for (std::size_t i = 0; i < abar.size(); ++i) worst = std::max(worst, std::abs(gav[i] - abar[i])), scale = std::max(scale, std::abs(abar[i]));
+  for (std::size_t i = 0; i < bbar.size(); ++i) worst = std::max(worst, std::abs(gbv[i] - bbar[i])), scale = std::max(scale, std::abs(bbar[i]));
+  const std::string shape = fmt("n = %.0f, ", double(n)) + fmt("%.0f right-hand sides, f64", double(k));
+  rows.push_back({"L1", "cholesky + cho_solve", "xjax", xf, xf / rf, 0, 0, 0,
+                  shape + fmt("; |sum x - LAPACK's| / |sum x| %.1e", std::abs(value.item<double>() - sum_x) / std::abs(sum_x))});
+  rows.push_back({"L1", "cholesky + cho_solve", "LAPACK", rf, 1.0, 0, 0, 0, "potrf + potrs"});
+  rows.push_back({"L1", "gradient in A and B", "xjax", xg, xg / rg, 0, 0, 0,
+                  fmt("max |grad - adjoint| / max |adjoint| %.1e", worst / scale)});
+  rows.push_back({"L1", "gradient in A and B", "LAPACK + adjoint", rg, 1.0, 0, 0, 0, "potrf + 2 potrs + 2 gemm (the solve's adjoint)"});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, O1, T1); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, O1, T1); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -1021,7 +1086,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|O1|T1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|O1|T1]\n");
       return 2;
     }
   }
@@ -1040,6 +1105,7 @@ int main(int argc, char** argv) {
     if (run("V2")) bench_jacrev(rows, quick ? 64 : 256, reps);
     if (run("E1")) bench_eager(rows, 10000, reps);
     if (run("F1")) bench_files(rows, quick ? 16 : 100, reps);
+    if (run("L1")) bench_linalg(rows, quick ? 128 : 512, 16, reps);
 #if XJAX_BENCH_TORCH
     if (run("O1")) bench_optimizers(rows, quick ? 1000 : 100000, 20);
     if (run("T1")) {  // T = 64, d = 128, 4 heads, 6 layers, batch 16; T = 128, d = 256, 8 heads, 8 layers, batch 8
