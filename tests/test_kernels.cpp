@@ -109,18 +109,42 @@ double unary_reference(Primitive p, double x) {
     case Primitive::rsqrt: return 1 / std::sqrt(x);
     case Primitive::abs: return std::abs(x);
     case Primitive::sign: return x > 0 ? 1 : (x < 0 ? -1 : 0);
+    case Primitive::asin: return std::asin(x);
+    case Primitive::acos: return std::acos(x);
+    case Primitive::atan: return std::atan(x);
+    case Primitive::sinh: return std::sinh(x);
+    case Primitive::cosh: return std::cosh(x);
+    case Primitive::asinh: return std::asinh(x);
+    case Primitive::acosh: return std::acosh(x);
+    case Primitive::atanh: return std::atanh(x);
+    case Primitive::erf: return std::erf(x);
+    case Primitive::erfc: return std::erfc(x);
+    case Primitive::cbrt: return std::cbrt(x);
+    case Primitive::exp2: return std::exp2(x);
+    case Primitive::log2: return std::log2(x);
+    case Primitive::floor: return std::floor(x);
+    case Primitive::ceil: return std::ceil(x);
     default: return 0;
   }
 }
 
 bool needs_positive(Primitive p) {
-  return p == Primitive::log || p == Primitive::sqrt || p == Primitive::rsqrt;
+  return p == Primitive::log || p == Primitive::sqrt || p == Primitive::rsqrt || p == Primitive::log2;
+}
+
+/// The sampling interval of p's operands: its domain (or where it is finite).
+std::pair<double, double> operand_range(Primitive p) {
+  if (needs_positive(p)) return {0.05, 9.0};
+  if (p == Primitive::tan) return {-1.4, 1.4};
+  if (p == Primitive::log1p) return {-0.9, 4.0};
+  if (p == Primitive::asin || p == Primitive::acos || p == Primitive::atanh) return {-0.99, 0.99};
+  if (p == Primitive::acosh) return {1.0, 9.0};
+  return {-4.0, 4.0};
 }
 
 template <class T> void check_float_unary(Primitive p, const Shape& shape) {
   const double tol = std::is_same_v<T, float> ? 2e-6 : 1e-13;
-  const double lo = needs_positive(p) ? 0.05 : (p == Primitive::tan ? -1.4 : p == Primitive::log1p ? -0.9 : -4.0);
-  const double hi = needs_positive(p) ? 9.0 : (p == Primitive::tan ? 1.4 : 4.0);
+  const auto [lo, hi] = operand_range(p);
   std::vector<T> x = sample<T>(size_of(shape), lo, hi);
   if (!x.empty() && p == Primitive::sign) x[0] = 0;
   Array out = run(p, {make(x, shape)}, {shape, xjax::dtype_of_v<T>});
@@ -135,7 +159,10 @@ TEST_CASE("kernel: float unary ops match the C library") {
   for (Primitive p : {Primitive::neg, Primitive::exp, Primitive::log, Primitive::log1p,
                       Primitive::expm1, Primitive::sin, Primitive::cos, Primitive::tan,
                       Primitive::tanh, Primitive::logistic, Primitive::sqrt, Primitive::rsqrt,
-                      Primitive::abs, Primitive::sign})
+                      Primitive::abs, Primitive::sign, Primitive::asin, Primitive::acos, Primitive::atan,
+                      Primitive::sinh, Primitive::cosh, Primitive::asinh, Primitive::acosh, Primitive::atanh,
+                      Primitive::erf, Primitive::erfc, Primitive::cbrt, Primitive::exp2, Primitive::log2,
+                      Primitive::floor, Primitive::ceil})
     for (const Shape& shape : elementwise_shapes) {
       check_float_unary<float>(p, shape);
       check_float_unary<double>(p, shape);

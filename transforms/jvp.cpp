@@ -6,6 +6,7 @@
 // Read: the tangent helpers, the rule helpers (deflinear, zero), the rules in the order of
 // XJAX_FOR_EACH_PRIMITIVE, the rule table, then the pass.
 #include <cmath>
+#include <numbers>
 
 #include "ad.hpp"
 #include "higher_order.hpp"
@@ -116,6 +117,39 @@ JvpOut sqrt_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array
 JvpOut rsqrt_jvp(const JvpArgs& a) {
   return unary(a, [](const Array& x, const Array& y) { return mul(c(-0.5, y), div(y, x)); });
 }
+// d asin x = dx / sqrt(1 - x^2)
+JvpOut asin_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return rsqrt(sub(c(1, x), square(x))); }); }
+// d acos x = -dx / sqrt(1 - x^2)
+JvpOut acos_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return neg(rsqrt(sub(c(1, x), square(x)))); }); }
+// d atan x = dx / (1 + x^2)
+JvpOut atan_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return reciprocal(add(c(1, x), square(x))); }); }
+// d sinh x = cosh x dx
+JvpOut sinh_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return cosh(x); }); }
+// d cosh x = sinh x dx
+JvpOut cosh_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return sinh(x); }); }
+// d asinh x = dx / sqrt(x^2 + 1)
+JvpOut asinh_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return rsqrt(add(square(x), c(1, x))); }); }
+// d acosh x = dx / sqrt(x^2 - 1)
+JvpOut acosh_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return rsqrt(sub(square(x), c(1, x))); }); }
+// d atanh x = dx / (1 - x^2)
+JvpOut atanh_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return reciprocal(sub(c(1, x), square(x))); }); }
+// d erf x = 2 / sqrt(pi) exp(-x^2) dx
+JvpOut erf_jvp(const JvpArgs& a) {
+  return unary(a, [](const Array& x, const Array&) { return mul(c(2 / std::sqrt(std::numbers::pi), x), exp(neg(square(x)))); });
+}
+// d erfc x = -2 / sqrt(pi) exp(-x^2) dx
+JvpOut erfc_jvp(const JvpArgs& a) {
+  return unary(a, [](const Array& x, const Array&) { return mul(c(-2 / std::sqrt(std::numbers::pi), x), exp(neg(square(x)))); });
+}
+// d cbrt x = dx / (3 cbrt(x)^2)
+JvpOut cbrt_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array& y) { return mul(c(1.0 / 3, y), integer_pow(y, -2)); }); }
+// d 2^x = 2^x ln 2 dx
+JvpOut exp2_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array& y) { return mul(y, c(std::log(2.0), y)); }); }
+// d log2 x = dx / (x ln 2)
+JvpOut log2_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return reciprocal(mul(x, c(std::log(2.0), x))); }); }
+// floor and ceil are piecewise constant: zero tangent (as JAX)
+JvpOut floor_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut ceil_jvp(const JvpArgs& a) { return zero_jvp(a); }
 // d |x| = sign(x) dx
 JvpOut abs_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return sign(x); }); }
 // d sign x = 0

@@ -60,6 +60,23 @@ Array sin(const Array& x, XJAX_LOC);
 Array cos(const Array& x, XJAX_LOC);
 Array tan(const Array& x, XJAX_LOC);
 Array tanh(const Array& x, XJAX_LOC);
+/// lax's inverse trigonometric and hyperbolic functions, erf / erfc, cbrt, exp2 / log2, and floor /
+/// ceil (zero derivative, as JAX); floating-point operands (integers: convert with xj::astype).
+Array asin(const Array& x, XJAX_LOC);
+Array acos(const Array& x, XJAX_LOC);
+Array atan(const Array& x, XJAX_LOC);
+Array sinh(const Array& x, XJAX_LOC);
+Array cosh(const Array& x, XJAX_LOC);
+Array asinh(const Array& x, XJAX_LOC);
+Array acosh(const Array& x, XJAX_LOC);
+Array atanh(const Array& x, XJAX_LOC);
+Array erf(const Array& x, XJAX_LOC);
+Array erfc(const Array& x, XJAX_LOC);
+Array cbrt(const Array& x, XJAX_LOC);
+Array exp2(const Array& x, XJAX_LOC);
+Array log2(const Array& x, XJAX_LOC);
+Array floor(const Array& x, XJAX_LOC);
+Array ceil(const Array& x, XJAX_LOC);
 Array sqrt(const Array& x, XJAX_LOC);
 Array rsqrt(const Array& x, XJAX_LOC);
 Array abs(const Array& x, XJAX_LOC);

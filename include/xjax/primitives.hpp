@@ -46,6 +46,21 @@
   X(logistic, logistic, None, float_unary, floats, Y)                                                \
   X(sqrt, sqrt, None, float_unary, floats, Y)                                                        \
   X(rsqrt, rsqrt, None, float_unary, floats, Y)                                                      \
+  X(asin, asin, None, float_unary, floats, Y)                                                       \
+  X(acos, acos, None, float_unary, floats, Y)                                                       \
+  X(atan, atan, None, float_unary, floats, Y)                                                       \
+  X(sinh, sinh, None, float_unary, floats, Y)                                                       \
+  X(cosh, cosh, None, float_unary, floats, Y)                                                       \
+  X(asinh, asinh, None, float_unary, floats, Y)                                                     \
+  X(acosh, acosh, None, float_unary, floats, Y)                                                     \
+  X(atanh, atanh, None, float_unary, floats, Y)                                                     \
+  X(erf, erf, None, float_unary, floats, Y)                                                         \
+  X(erfc, erfc, None, float_unary, floats, Y)                                                       \
+  X(cbrt, cbrt, None, float_unary, floats, Y)                                                       \
+  X(exp2, exp2, None, float_unary, floats, Y)                                                       \
+  X(log2, log2, None, float_unary, floats, Y)                                                       \
+  X(floor, floor, None, float_unary, floats, Y)                                                     \
+  X(ceil, ceil, None, float_unary, floats, Y)                                                       \
   X(abs, abs, None, numeric_unary, numeric, Y)                                                       \
   X(sign, sign, None, numeric_unary, numeric, Y)                                                     \
   X(integer_pow, integer_pow, IntegerPow, power, numeric, Y)                                         \

@@ -102,6 +102,21 @@ template <> struct UnaryMath<Primitive::sqrt> { template <class V> V operator()(
 template <> struct UnaryMath<Primitive::rsqrt> {
   template <class V> V operator()(const V& v) const { return V(1) / xsimd::sqrt(v); }
 };
+template <> struct UnaryMath<Primitive::asin> { template <class V> V operator()(const V& v) const { return xsimd::asin(v); } };
+template <> struct UnaryMath<Primitive::acos> { template <class V> V operator()(const V& v) const { return xsimd::acos(v); } };
+template <> struct UnaryMath<Primitive::atan> { template <class V> V operator()(const V& v) const { return xsimd::atan(v); } };
+template <> struct UnaryMath<Primitive::sinh> { template <class V> V operator()(const V& v) const { return xsimd::sinh(v); } };
+template <> struct UnaryMath<Primitive::cosh> { template <class V> V operator()(const V& v) const { return xsimd::cosh(v); } };
+template <> struct UnaryMath<Primitive::asinh> { template <class V> V operator()(const V& v) const { return xsimd::asinh(v); } };
+template <> struct UnaryMath<Primitive::acosh> { template <class V> V operator()(const V& v) const { return xsimd::acosh(v); } };
+template <> struct UnaryMath<Primitive::atanh> { template <class V> V operator()(const V& v) const { return xsimd::atanh(v); } };
+template <> struct UnaryMath<Primitive::erf> { template <class V> V operator()(const V& v) const { return xsimd::erf(v); } };
+template <> struct UnaryMath<Primitive::erfc> { template <class V> V operator()(const V& v) const { return xsimd::erfc(v); } };
+template <> struct UnaryMath<Primitive::cbrt> { template <class V> V operator()(const V& v) const { return xsimd::cbrt(v); } };
+template <> struct UnaryMath<Primitive::exp2> { template <class V> V operator()(const V& v) const { return xsimd::exp2(v); } };
+template <> struct UnaryMath<Primitive::log2> { template <class V> V operator()(const V& v) const { return xsimd::log2(v); } };
+template <> struct UnaryMath<Primitive::floor> { template <class V> V operator()(const V& v) const { return xsimd::floor(v); } };
+template <> struct UnaryMath<Primitive::ceil> { template <class V> V operator()(const V& v) const { return xsimd::ceil(v); } };
 template <> struct UnaryMath<Primitive::abs> { template <class V> V operator()(const V& v) const { return xsimd::abs(v); } };
 template <> struct UnaryMath<Primitive::sign> {  // -1, +1, and x itself for ±0 and NaN
   template <class V> V operator()(const V& v) const {

@@ -250,7 +250,7 @@ class Gen {
     static constexpr Op ops[] = {Op::Neg, Op::Sin, Op::Cos, Op::Tanh, Op::Logistic, Op::Softplus, Op::Gelu,
                                  Op::Exp, Op::Expm1, Op::Log1pSq, Op::LogOnePlusSq, Op::Rational,
                                  Op::SqrtOnePlusSq, Op::RsqrtOnePlusSq, Op::RecipOnePlusSq, Op::Square,
-                                 Op::IntPow, Op::TanBounded, Op::PowScalar, Op::Squash, Op::ScaleShift,
+                                 Op::IntPow, Op::TanBounded, Op::Elementary, Op::PowScalar, Op::Squash, Op::ScaleShift,
                                  Op::CastRoundTrip, Op::StopGradient, Op::Abs, Op::Relu, Op::Sign,
                                  Op::Silu, Op::LogSigmoid, Op::Elu, Op::LeakyRelu};
     Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))], .args = {i}, .outs = {v.shape}};
@@ -278,6 +278,11 @@ class Gen {
         out = std::pow(m, static_cast<double>(n.ints[0]));
         break;
       case Op::TanBounded: out = 1.6; break;
+      case Op::Elementary:  // interpret.cpp: asin ... ceil, each on a domain where it is smooth
+        n.variant = uniform(0, 14);
+        if (s.r.pure && n.variant >= 13) return false;  // floor, ceil: piecewise constant
+        out = n.variant == 5 ? std::asinh(m) : n.variant >= 13 ? m + 1 : 2.7;
+        break;
       case Op::PowScalar:
         n.c = std::array{0.5, 1.5, -0.5, 2.0}[static_cast<std::size_t>(uniform(0, 3))];
         out = std::pow(1 + m * m, std::max(n.c, 0.0));

@@ -294,6 +294,27 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::Square: return {xj::square(a)};
     case Op::IntPow: return {xj::integer_pow(a, n.ints[0])};
     case Op::TanBounded: return {xj::tan(xj::tanh(a))};
+    case Op::Elementary: {
+      const Array t = xj::tanh(a);
+      switch (n.variant) {
+        case 0: return {xj::asin(t * 0.9)};
+        case 1: return {xj::acos(t * 0.9)};
+        case 2: return {xj::atan(a)};
+        case 3: return {xj::sinh(t)};
+        case 4: return {xj::cosh(t)};
+        case 5: return {xj::asinh(a)};
+        case 6: return {xj::acosh(t * t + 1.5)};
+        case 7: return {xj::atanh(t * 0.9)};
+        case 8: return {xj::erf(a)};
+        case 9: return {xj::erfc(a)};
+        case 10: return {xj::cbrt(t + 1.5)};
+        case 11: return {xj::exp2(t)};
+        case 12: return {xj::log2(t + 1.5)};
+        default:  // floor, ceil: they jump at the integers (the distance to the nearest one is noted)
+          note(m, a - xj::floor(a + 0.5));
+          return {n.variant == 13 ? xj::floor(a) : xj::ceil(a)};
+      }
+    }
     case Op::PowScalar: return {xj::pow(1.0 + xj::square(a), n.c)};
     case Op::Squash: return {n.c * xj::tanh(a / n.c)};
     case Op::ScaleShift: {

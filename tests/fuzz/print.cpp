@@ -85,7 +85,7 @@ const char* op_name(Op op) {
     XFUZZ_NAME(Tanh) XFUZZ_NAME(Logistic) XFUZZ_NAME(Softplus) XFUZZ_NAME(Gelu) XFUZZ_NAME(Exp) XFUZZ_NAME(Expm1)
     XFUZZ_NAME(Log1pSq) XFUZZ_NAME(LogOnePlusSq) XFUZZ_NAME(Rational) XFUZZ_NAME(SqrtOnePlusSq)
     XFUZZ_NAME(RsqrtOnePlusSq) XFUZZ_NAME(RecipOnePlusSq) XFUZZ_NAME(Square) XFUZZ_NAME(IntPow)
-    XFUZZ_NAME(TanBounded) XFUZZ_NAME(PowScalar) XFUZZ_NAME(Squash) XFUZZ_NAME(ScaleShift)
+    XFUZZ_NAME(TanBounded) XFUZZ_NAME(Elementary) XFUZZ_NAME(PowScalar) XFUZZ_NAME(Squash) XFUZZ_NAME(ScaleShift)
     XFUZZ_NAME(CastRoundTrip) XFUZZ_NAME(StopGradient) XFUZZ_NAME(Name) XFUZZ_NAME(Abs) XFUZZ_NAME(Relu)
     XFUZZ_NAME(Sign) XFUZZ_NAME(Silu) XFUZZ_NAME(LogSigmoid) XFUZZ_NAME(Elu) XFUZZ_NAME(LeakyRelu)
     XFUZZ_NAME(Add) XFUZZ_NAME(Sub) XFUZZ_NAME(Mul) XFUZZ_NAME(DivSafe) XFUZZ_NAME(PowSafe)

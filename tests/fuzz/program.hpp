@@ -48,7 +48,7 @@ enum class Op {
   Const, Iota, RandNormal,
   // elementwise unary, smooth everywhere
   Neg, Sin, Cos, Tanh, Logistic, Softplus, Gelu, Exp, Expm1, Log1pSq, LogOnePlusSq, Rational,
-  SqrtOnePlusSq, RsqrtOnePlusSq, RecipOnePlusSq, Square, IntPow, TanBounded, PowScalar, Squash,
+  SqrtOnePlusSq, RsqrtOnePlusSq, RecipOnePlusSq, Square, IntPow, TanBounded, Elementary, PowScalar, Squash,
   ScaleShift, CastRoundTrip, StopGradient, Name,
   Silu, LogSigmoid,
   // elementwise unary with a kink or a jump at 0

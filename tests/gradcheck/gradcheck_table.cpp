@@ -154,6 +154,22 @@ std::vector<Row> build() {
   t.push_back(row("logistic", {P::logistic}, unary(logistic), uniform_gen(s, -3, 3)));
   t.push_back(row("sqrt", {P::sqrt}, unary(sqrt), uniform_gen(s, 0.5, 3)));
   t.push_back(row("rsqrt", {P::rsqrt}, unary(rsqrt), uniform_gen(s, 0.5, 3)));
+  t.push_back(row("asin", {P::asin}, unary(asin), uniform_gen(s, -0.8, 0.8)));
+  t.push_back(row("acos", {P::acos}, unary(acos), uniform_gen(s, -0.8, 0.8)));
+  t.push_back(row("atan", {P::atan}, unary(atan), uniform_gen(s, -3, 3)));
+  t.push_back(row("sinh", {P::sinh}, unary(sinh), uniform_gen(s, -2, 2)));
+  t.push_back(row("cosh", {P::cosh}, unary(cosh), uniform_gen(s, -2, 2)));
+  t.push_back(row("asinh", {P::asinh}, unary(asinh), uniform_gen(s, -3, 3)));
+  t.push_back(row("acosh", {P::acosh}, unary(acosh), uniform_gen(s, 1.2, 3)));
+  t.push_back(row("atanh", {P::atanh}, unary(atanh), uniform_gen(s, -0.8, 0.8)));
+  t.push_back(row("erf", {P::erf}, unary(erf), uniform_gen(s, -2, 2)));
+  t.push_back(row("erfc", {P::erfc}, unary(erfc), uniform_gen(s, -2, 2)));
+  t.push_back(row("cbrt", {P::cbrt}, unary(cbrt), away_gen(s)));
+  t.push_back(row("exp2", {P::exp2}, unary(exp2), uniform_gen(s, -2, 2)));
+  t.push_back(row("log2", {P::log2}, unary(log2), uniform_gen(s, 0.5, 3)));
+  // floor and ceil: zero derivative, away from the integers where they jump.
+  t.push_back(row("floor", {P::floor}, unary(floor), uniform_gen(s, 0.1, 0.9), Kind::zero_gradient));
+  t.push_back(row("ceil", {P::ceil}, unary(ceil), uniform_gen(s, 1.1, 1.9), Kind::zero_gradient));
   t.push_back(row("abs", {P::abs}, unary(abs), away_gen(s)));
   t.push_back(row("sign", {P::sign}, unary(sign), away_gen(s), Kind::zero_gradient));
   for (std::int64_t n : {0, 1, 2, 3, -1, -2})
