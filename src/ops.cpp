@@ -704,6 +704,139 @@ Array& operator-=(Array& a, detail::Located<detail::Scalar> b) { return a = sub(
 Array& operator*=(Array& a, detail::Located<detail::Scalar> b) { return a = mul(a, weak_scalar(b.value, a), b.loc); }
 Array& operator/=(Array& a, detail::Located<detail::Scalar> b) { return a = div(a, weak_scalar(b.value, a), b.loc); }
 
+// ---- logic, clamp, argmin (compositions) ------------------------------------------------------
+
+namespace {
+/// x != 0 as bool (x itself when bool).
+Array truth(const Array& x, const std::source_location& loc) { return x.dtype() == bool_ ? x : ne(x, zeros_like(x), loc); }
+}  // namespace
+
+// argmin x = argmax of an order-reversing map: -x (floats: NaN stays NaN, the max argmax picks),
+// -1 - x (signed: no overflow), max - x (unsigned), not x (bool).
+Array argmin(const Array& x, std::int64_t axis, DType index_dtype, std::source_location loc) {
+  const DType d = x.dtype();
+  const Array reversed = is_floating(d) ? neg(x, loc)
+                         : d == bool_   ? logical_not(x, loc)
+                         : d == u32     ? sub(full(x.shape(), 4294967295.0, u32), x, loc)
+                                        : sub(full(x.shape(), -1.0, d), x, loc);
+  return argmax(reversed, axis, index_dtype, loc);
+}
+
+// all: no element is false (a count of zeros, so that an empty reduction is true); any: some is true.
+Array all(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  return eq(sum(astype(logical_not(x, loc), i32, loc), axes, keepdims, loc), scalar(0.0, i32), loc);
+}
+Array any(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  return gt(sum(astype(truth(x, loc), i32, loc), axes, keepdims, loc), scalar(0.0, i32), loc);
+}
+
+Array logical_not(const Array& x, std::source_location loc) {
+  return x.dtype() == bool_ ? eq(x, full(x.shape(), 0.0, bool_), loc) : eq(x, zeros_like(x), loc);
+}
+Array logical_and(const Array& a, const Array& b, std::source_location loc) {
+  const Array tb = truth(b, loc);
+  return where(truth(a, loc), tb, zeros_like(tb), loc);
+}
+Array logical_or(const Array& a, const Array& b, std::source_location loc) {
+  const Array tb = truth(b, loc);
+  return where(truth(a, loc), full(tb.shape(), 1.0, bool_), tb, loc);
+}
+
+// x - x is 0 for finite x and NaN for an infinity or a NaN.
+Array is_finite(const Array& x, std::source_location loc) {
+  if (!is_floating(x.dtype())) return full(x.shape(), 1.0, bool_);
+  return eq(sub(x, x, loc), zeros_like(x), loc);
+}
+
+Array clamp(const Array& lo, const Array& x, const Array& hi, std::source_location loc) {
+  return where(le(x, lo, loc), lo, where(ge(x, hi, loc), hi, x, loc), loc);
+}
+Array clamp(double lo, const Array& x, double hi, std::source_location loc) {
+  return clamp(scalar_like(lo, x), x, scalar_like(hi, x), loc);
+}
+
+// ---- roll, tile, repeat, split, linspace (compositions) ---------------------------------------
+
+Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis, std::source_location loc) {
+  if (!axis) return reshape(roll(reshape(x, {x.size()}, loc), shift, 0, loc), x.shape(), loc);
+  const std::int64_t a = norm_axis(*axis, x.ndim(), "roll", x, loc), n = x.dim(a);
+  if (n == 0) return x;
+  const std::int64_t s = ((shift % n) + n) % n;  // out[i] = x[(i - s) mod n]
+  if (s == 0) return x;
+  return concatenate({slice_in_dim(x, n - s, n, a, loc), slice_in_dim(x, 0, n - s, a, loc)}, a, loc);
+}
+
+// x (a_0 .. a_k) broadcast to (r_0, a_0, r_1, a_1, ...), then merged pairwise to (r_0 a_0, ...).
+Array tile(const Array& x, const Shape& reps_in, std::source_location loc) {
+  for (std::int64_t r : reps_in)
+    if (r < 0) axis_fail("tile", x, "reps must be non-negative", loc);
+  const std::size_t rank = std::max(reps_in.size(), static_cast<std::size_t>(x.ndim()));
+  Shape reps(rank - reps_in.size(), 1), shape(rank - static_cast<std::size_t>(x.ndim()), 1);
+  reps.insert(reps.end(), reps_in.begin(), reps_in.end());
+  shape.insert(shape.end(), x.shape().begin(), x.shape().end());
+  Shape wide, merged;
+  Axes dims;
+  for (std::size_t d = 0; d < rank; ++d) {
+    wide.push_back(reps[d]);
+    wide.push_back(shape[d]);
+    dims.push_back(static_cast<std::int64_t>(2 * d + 1));
+    merged.push_back(reps[d] * shape[d]);
+  }
+  return reshape(broadcast_in_dim(reshape(x, shape, loc), wide, dims, loc), merged, loc);
+}
+
+// x (.., n, ..) broadcast to (.., n, r, ..) along a new axis after `axis`, then merged to n r.
+Array repeat(const Array& x, std::int64_t repeats, std::optional<std::int64_t> axis, std::source_location loc) {
+  if (repeats < 0) axis_fail("repeat", x, "repeats must be non-negative", loc);
+  if (!axis) return repeat(reshape(x, {x.size()}, loc), repeats, 0, loc);
+  const std::int64_t a = norm_axis(*axis, x.ndim(), "repeat", x, loc);
+  Shape wide = x.shape(), merged = x.shape();
+  wide.insert(wide.begin() + a + 1, repeats);
+  merged[static_cast<std::size_t>(a)] *= repeats;
+  Axes dims;
+  for (std::int64_t d = 0; d < x.ndim(); ++d) dims.push_back(d <= a ? d : d + 1);
+  return reshape(broadcast_in_dim(x, wide, dims, loc), merged, loc);
+}
+
+std::vector<Array> split(const Array& x, std::int64_t sections, std::int64_t axis, std::source_location loc) {
+  const std::int64_t a = norm_axis(axis, x.ndim(), "split", x, loc), n = x.dim(a);
+  if (sections <= 0 || n % sections != 0)
+    axis_fail("split", x, std::to_string(sections) + " sections do not divide axis " + std::to_string(a) + " of size " + std::to_string(n) +
+                              " equally",
+              loc);
+  std::vector<std::int64_t> at;
+  for (std::int64_t k = 1; k < sections; ++k) at.push_back(k * (n / sections));
+  return split(x, at, a, loc);
+}
+
+// The pieces between consecutive split points, clipped to the axis (NumPy: a point past the end
+// gives empty pieces).
+std::vector<Array> split(const Array& x, const std::vector<std::int64_t>& indices, std::int64_t axis, std::source_location loc) {
+  const std::int64_t a = norm_axis(axis, x.ndim(), "split", x, loc), n = x.dim(a);
+  std::vector<Array> out;
+  std::int64_t from = 0;
+  auto clip = [n](std::int64_t i) { return std::clamp(i < 0 ? i + n : i, std::int64_t{0}, n); };
+  for (std::size_t k = 0; k <= indices.size(); ++k) {
+    const std::int64_t to = k < indices.size() ? clip(indices[k]) : n;
+    out.push_back(slice_in_dim(x, from, std::max(from, to), a, loc));
+    from = std::max(from, to);
+  }
+  return out;
+}
+
+// start + i (stop - start) / (num - 1) in double, the last value stop itself (endpoint), or
+// start + i (stop - start) / num.
+Array linspace(double start, double stop, std::int64_t num, DType dtype, bool endpoint, std::source_location loc) {
+  if (num < 0)
+    throw ShapeError("linspace(" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(num) +
+                     "): num must be non-negative (at " + format_location(loc) + ")");
+  std::vector<double> v(static_cast<std::size_t>(num));
+  const double div = endpoint ? static_cast<double>(num - 1) : static_cast<double>(num);
+  for (std::int64_t i = 0; i < num; ++i) v[static_cast<std::size_t>(i)] = div > 0 ? start + static_cast<double>(i) * ((stop - start) / div) : start;
+  if (endpoint && num > 1) v.back() = stop;
+  return astype(array<double>(v, {num}), dtype, loc);
+}
+
 std::ostream& operator<<(std::ostream& os, const Array& x) {
   if (!x.valid()) return os << "Array(empty)";
   if (x.is_tracer()) return os << "Traced<" << x.aval() << ">";

@@ -762,3 +762,83 @@ TEST_CASE("ops: printing concrete arrays and tracers") {
   })(xj::zeros({3}));
   CHECK(ot.str() == "Traced<f32[3]>");
 }
+
+namespace {
+xj::Array bools(const std::vector<std::int32_t>& v) { return xj::astype(xj::array<std::int32_t>(v, {static_cast<std::int64_t>(v.size())}), xj::bool_); }
+std::vector<std::int32_t> ints_of(const xj::Array& x) { return xj::astype(x, xj::i32).to_vector<std::int32_t>(); }
+using I = std::vector<std::int32_t>;
+}  // namespace
+
+TEST_CASE("argmin, all, any, logical ops, is_finite, clamp: against loops, edge cases (NaN, empty, integer extremes)") {
+  const xj::Array f = xj::array<float>({3.f, -1.f, 2.f, -1.f, 5.f, 0.f}, {2, 3});
+  CHECK(xj::argmin(f, 1).to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 0});
+  CHECK(xj::argmin(f, 0).to_vector<std::int32_t>() == std::vector<std::int32_t>{1, 0, 1});
+  CHECK(xj::argmin(xj::array<float>({1.f, NAN, -3.f}, {3}), 0).item<std::int32_t>() == 1);  // NaN first, as JAX
+  const xj::Array ints = xj::array<std::int32_t>({0, std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()}, {3});
+  CHECK(xj::argmin(ints, 0).item<std::int32_t>() == 1);
+  CHECK(xj::argmin(xj::array<std::uint32_t>({7u, 4294967295u, 0u, 0u}, {4}), 0).item<std::int32_t>() == 2);
+  CHECK(xj::argmin(bools({1, 0, 0}), 0).item<std::int32_t>() == 1);
+
+  const xj::Array b = xj::array<std::int32_t>({1, 0, 2, 3}, {2, 2});
+  CHECK(ints_of(xj::all(b))[0] == 0);
+  CHECK(ints_of(xj::any(b))[0] == 1);
+  CHECK(ints_of(xj::all(b, {1})) == I{0, 1});
+  CHECK(xj::any(b, {0}, true).shape() == xj::Shape{1, 2});
+  CHECK(ints_of(xj::all(xj::zeros({0}, xj::f32)))[0] == 1);   // empty: true
+  CHECK(ints_of(xj::any(xj::zeros({0}, xj::f32)))[0] == 0);  // empty: false
+  CHECK(ints_of(xj::logical_and(b, bools({1, 1}))) == I{1, 0, 1, 1});
+  CHECK(ints_of(xj::logical_or(b, xj::zeros({2, 2}, xj::f32))) == I{1, 0, 1, 1});
+  CHECK(ints_of(xj::logical_not(b)) == I{0, 1, 0, 0});
+  CHECK(ints_of(xj::logical_not(bools({1, 0}))) == I{0, 1});
+
+  CHECK(ints_of(xj::is_finite(xj::array<double>({1.0, INFINITY, -INFINITY, NAN, -0.0, 1e308}, {6}))) == I{1, 0, 0, 0, 1, 1});
+  CHECK(ints_of(xj::is_finite(b)) == I{1, 1, 1, 1});
+
+  const xj::Array x = xj::array<double>({-2.0, -1.0, 0.5, 1.0, 3.0}, {5});
+  CHECK(xj::clamp(-1.0, x, 1.0).to_vector<double>() == std::vector<double>{-1.0, -1.0, 0.5, 1.0, 1.0});
+  const xj::Array lo = xj::array<double>({0.0, 0.0, 0.0, 2.0, 2.0}, {5});
+  CHECK(xj::clamp(lo, x, xj::scalar(2.5, xj::f64)).to_vector<double>() == std::vector<double>{0.0, 0.0, 0.5, 2.0, 2.5});
+  // d clamp / dx: 1 strictly inside, 0 outside; the bound's at a tie.
+  const auto g = xj::grad([](const xj::Array& v) { return xj::sum(xj::clamp(-1.0, v, 1.0) * v); })(x).to_vector<double>();
+  // d/dv (clamp(v) v) = clamp'(v) v + clamp(v)
+  CHECK(g == std::vector<double>{-1.0, -1.0, 2 * 0.5, 1.0, 1.0});
+}
+
+TEST_CASE("roll, tile, repeat, split, linspace: against NumPy's definitions written as loops") {
+  const xj::Array x = xj::astype(xj::iota(xj::i32, {2, 3}, 0) * 10 + xj::iota(xj::i32, {2, 3}, 1), xj::f32);  // [[0,1,2],[10,11,12]]
+  CHECK(xj::roll(x, 1, 1).to_vector<float>() == std::vector<float>{2, 0, 1, 12, 10, 11});
+  CHECK(xj::roll(x, -4, 1).to_vector<float>() == std::vector<float>{1, 2, 0, 11, 12, 10});
+  CHECK(xj::roll(x, 2).to_vector<float>() == std::vector<float>{11, 12, 0, 1, 2, 10});  // flattened
+  CHECK(xj::roll(x, 3, 0).to_vector<float>() == std::vector<float>{10, 11, 12, 0, 1, 2});
+  const xj::Array t = xj::tile(x, {2, 2});
+  REQUIRE(t.shape() == xj::Shape{4, 6});
+  const auto tv = t.to_vector<float>(), xv = x.to_vector<float>();
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < 6; ++j) CHECK(tv[i * 6 + j] == xv[(i % 2) * 3 + j % 3]);
+  CHECK(xj::tile(xj::array<float>({1.f, 2.f}, {2}), {2, 1, 2}).shape() == xj::Shape{2, 1, 4});
+  CHECK(xj::tile(x, {3}).shape() == xj::Shape{2, 9});
+  CHECK(xj::repeat(x, 2, 1).to_vector<float>() == std::vector<float>{0, 0, 1, 1, 2, 2, 10, 10, 11, 11, 12, 12});
+  CHECK(xj::repeat(x, 2, 0).to_vector<float>() == std::vector<float>{0, 1, 2, 0, 1, 2, 10, 11, 12, 10, 11, 12});
+  CHECK(xj::repeat(x, 2).shape() == xj::Shape{12});
+  CHECK(xj::repeat(x, 0, 1).shape() == xj::Shape{2, 0});
+  const auto parts = xj::split(xj::arange(6, xj::f32), 3);
+  REQUIRE(parts.size() == 3);
+  CHECK(parts[1].to_vector<float>() == std::vector<float>{2, 3});
+  const auto at = xj::split(x, std::vector<std::int64_t>{1, 5}, 1);
+  REQUIRE(at.size() == 3);
+  CHECK(at[0].shape() == xj::Shape{2, 1});
+  CHECK(at[1].to_vector<float>() == std::vector<float>{1, 2, 11, 12});
+  CHECK(at[2].shape() == xj::Shape{2, 0});
+  CHECK_THROWS_WITH_AS(xj::split(x, 2, 1), doctest::Contains("do not divide"), xj::ShapeError);
+  const auto l = xj::linspace(0.0, 1.0, 5, xj::f64).to_vector<double>();
+  CHECK(l == std::vector<double>{0.0, 0.25, 0.5, 0.75, 1.0});
+  CHECK(xj::linspace(0.0, 1.0, 4, xj::f64, false).to_vector<double>() == std::vector<double>{0.0, 0.25, 0.5, 0.75});
+  CHECK(xj::linspace(2.0, 3.0, 1).to_vector<float>() == std::vector<float>{2.f});
+  CHECK(xj::linspace(2.0, 3.0, 0).shape() == xj::Shape{0});
+  // Their derivatives are those of slices and broadcasts: the gradient of sum(tile(x) * w) is w
+  // folded back onto x.
+  const auto gt = xj::grad([](const xj::Array& v) { return xj::sum(xj::tile(v, {2, 1}) * xj::tile(v, {2, 1})); })(x).to_vector<float>();
+  for (std::size_t i = 0; i < 6; ++i) CHECK(gt[i] == 4 * xv[i]);
+  const auto gr = xj::grad([](const xj::Array& v) { return xj::sum(xj::roll(v, 1, 1) * xj::arange(3, xj::f32)); })(x).to_vector<float>();
+  CHECK(gr == std::vector<float>{1, 2, 0, 1, 2, 0});  // x[:, j] lands at j + 1 mod 3
+}

@@ -143,6 +143,22 @@ Array max(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC
 Array min(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array prod(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array argmax(const Array& x, std::int64_t axis, DType index_dtype = i32, XJAX_LOC);
+/// The index of the first smallest element along `axis` (a NaN counts as the smallest, as JAX).
+Array argmin(const Array& x, std::int64_t axis, DType index_dtype = i32, XJAX_LOC);
+/// jnp.all / jnp.any: whether every / some element (non-zero) along `axes` (all axes when empty)
+/// is true; bool. An empty reduction is true / false.
+Array all(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+Array any(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
+/// jnp.logical_and / or / not of any dtypes (non-zero is true), broadcasting; bool.
+Array logical_and(const Array& a, const Array& b, XJAX_LOC);
+Array logical_or(const Array& a, const Array& b, XJAX_LOC);
+Array logical_not(const Array& x, XJAX_LOC);
+/// lax.is_finite: neither infinite nor NaN, elementwise (bool; integers are always finite).
+Array is_finite(const Array& x, XJAX_LOC);
+/// lax.clamp(lo, x, hi): x limited to [lo, hi] elementwise (lo and hi broadcast). Its derivative
+/// goes to x strictly inside the interval and to the bound it equals otherwise.
+Array clamp(const Array& lo, const Array& x, const Array& hi, XJAX_LOC);
+Array clamp(double lo, const Array& x, double hi, XJAX_LOC);
 Array logsumexp(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array softmax(const Array& x, std::int64_t axis = -1, XJAX_LOC);
 Array log_softmax(const Array& x, std::int64_t axis = -1, XJAX_LOC);
@@ -176,6 +192,21 @@ Array iota(DType dtype, const Shape& shape, std::int64_t dimension = 0, XJAX_LOC
 /// (tril) or below it (triu) set to zero; k > 0 is above the main diagonal.
 Array tril(const Array& x, std::int64_t k = 0, XJAX_LOC);
 Array triu(const Array& x, std::int64_t k = 0, XJAX_LOC);
+/// jnp.roll: the elements shifted by `shift` along `axis` (wrapping around); the flattened array
+/// when axis is none, then reshaped back.
+Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis = std::nullopt, XJAX_LOC);
+/// jnp.tile: x repeated reps[d] times along each axis (the shorter of x's shape and reps is
+/// padded with leading 1s).
+Array tile(const Array& x, const Shape& reps, XJAX_LOC);
+/// jnp.repeat with an int count: each element repeated `repeats` times along `axis` (the
+/// flattened array when none).
+Array repeat(const Array& x, std::int64_t repeats, std::optional<std::int64_t> axis = std::nullopt, XJAX_LOC);
+/// jnp.split into `sections` equal parts along `axis` (a ShapeError unless they divide it), or at
+/// the given indices.
+std::vector<Array> split(const Array& x, std::int64_t sections, std::int64_t axis = 0, XJAX_LOC);
+std::vector<Array> split(const Array& x, const std::vector<std::int64_t>& indices, std::int64_t axis = 0, XJAX_LOC);
+/// jnp.linspace: num values evenly spaced from start to stop (included when endpoint).
+Array linspace(double start, double stop, std::int64_t num, DType dtype = f32, bool endpoint = true, XJAX_LOC);
 /// The matrices of the last two axes transposed (jnp.matrix_transpose, x.mT).
 Array matrix_transpose(const Array& x, XJAX_LOC);
 /// jnp.diagonal: the diagonal `offset` (> 0 above the main one) of the matrices of axes (axis1,
