@@ -708,7 +708,7 @@ Array& operator/=(Array& a, detail::Located<detail::Scalar> b) { return a = div(
 
 namespace {
 /// x != 0 as bool (x itself when bool).
-Array truth(const Array& x, const std::source_location& loc) { return x.dtype() == bool_ ? x : ne(x, zeros_like(x), loc); }
+Array truth(const Array& x, const std::source_location& loc) { return x.dtype() == bool_ ? x : ne(x, scalar(0.0, x.dtype()), loc); }
 }  // namespace
 
 // argmin x = argmax of an order-reversing map: -x (floats: NaN stays NaN, the max argmax picks),
@@ -717,8 +717,8 @@ Array argmin(const Array& x, std::int64_t axis, DType index_dtype, std::source_l
   const DType d = x.dtype();
   const Array reversed = is_floating(d) ? neg(x, loc)
                          : d == bool_   ? logical_not(x, loc)
-                         : d == u32     ? sub(full(x.shape(), 4294967295.0, u32), x, loc)
-                                        : sub(full(x.shape(), -1.0, d), x, loc);
+                         : d == u32     ? sub(scalar(4294967295.0, u32), x, loc)
+                                        : sub(scalar(-1.0, d), x, loc);
   return argmax(reversed, axis, index_dtype, loc);
 }
 
@@ -731,21 +731,21 @@ Array any(const Array& x, const Axes& axes, bool keepdims, std::source_location 
 }
 
 Array logical_not(const Array& x, std::source_location loc) {
-  return x.dtype() == bool_ ? eq(x, full(x.shape(), 0.0, bool_), loc) : eq(x, zeros_like(x), loc);
+  return eq(x, scalar(0.0, x.dtype()), loc);
 }
 Array logical_and(const Array& a, const Array& b, std::source_location loc) {
   const Array tb = truth(b, loc);
-  return where(truth(a, loc), tb, zeros_like(tb), loc);
+  return where(truth(a, loc), tb, scalar(0.0, bool_), loc);
 }
 Array logical_or(const Array& a, const Array& b, std::source_location loc) {
   const Array tb = truth(b, loc);
-  return where(truth(a, loc), full(tb.shape(), 1.0, bool_), tb, loc);
+  return where(truth(a, loc), scalar(1.0, bool_), tb, loc);
 }
 
 // x - x is 0 for finite x and NaN for an infinity or a NaN.
 Array is_finite(const Array& x, std::source_location loc) {
   if (!is_floating(x.dtype())) return full(x.shape(), 1.0, bool_);
-  return eq(sub(x, x, loc), zeros_like(x), loc);
+  return eq(sub(x, x, loc), scalar(0.0, x.dtype()), loc);
 }
 
 Array clamp(const Array& lo, const Array& x, const Array& hi, std::source_location loc) {

@@ -443,10 +443,11 @@ JvpOut svd_jvp(const JvpArgs& a) {
   if (ps.compute_uv && ps.full_matrices && !a.t[0].is_zero())
     throw TransformError("jvp of svd(" + a.x[0].aval().str() + ") with full_matrices: not defined (as JAX); use full_matrices = false (at " +
                          format_location(a.loc) + ")");
-  std::vector<Array> outs = bind(a.prim, a.x, a.params, a.loc);
-  if (a.t[0].is_zero()) return zero_tangents(std::move(outs));
-  // The reduced factors, also when only s is wanted (its derivative needs U and V).
-  std::vector<Array> f = ps.compute_uv ? outs : bind(a.prim, a.x, params::Svd{.full_matrices = false, .compute_uv = true}, a.loc);
+  if (a.t[0].is_zero()) return zero_tangents(bind(a.prim, a.x, a.params, a.loc));
+  // The reduced factors, also when only s is wanted (its derivative needs U and V): one
+  // factorization, whose s is the primal.
+  const std::vector<Array> f = bind(a.prim, a.x, params::Svd{.full_matrices = false, .compute_uv = true}, a.loc);
+  const std::vector<Array> outs = ps.compute_uv ? f : std::vector<Array>{f[0]};
   const Array &s = f[0], &u = f[1], &vt = f[2];
   const Array v = matrix_transpose(vt, a.loc), ut = matrix_transpose(u, a.loc), da = a.t[0].value();
   const Array ss = matmul(matmul(ut, da, a.loc), v, a.loc);  // S
