@@ -6,6 +6,8 @@
 #include <optional>
 
 #include "internal.hpp"
+#include "xjax/control_flow.hpp"
+#include "xjax/custom_derivatives.hpp"
 
 namespace xjax::linalg {
 
@@ -182,7 +184,16 @@ Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans, 
   return vector ? squeeze(x, {x.ndim() - 1}, loc) : x;
 }
 
-Array solve(const Array& a, const Array& b, std::source_location loc) {
+namespace {
+
+/// The checks and common form of solve's operands: a and b as matrices (..., n, k) of one dtype
+/// and batch shape; `vector` when b was one vector.
+struct SolveOperands {
+  Array a, b;
+  bool vector = false;
+};
+
+SolveOperands solve_operands(const Array& a, const Array& b, std::source_location loc) {
   const std::string call = "solve(" + a.aval().str() + ", " + b.aval().str() + ")";
   expect_square(call, a, "a", loc);
   const bool vector = b.ndim() == 1;
@@ -193,9 +204,37 @@ Array solve(const Array& a, const Array& b, std::source_location loc) {
                loc);
   const DType dtype = inexact_dtype({&a, &b});
   const std::vector<Array> xs = with_common_batch(call, {astype(a, dtype, loc), astype(rhs, dtype, loc)}, {2, 2}, loc);
-  auto [factors, pivots, permutation] = lu(xs[0], loc);
-  const Array x = lu_solve_matrices(factors, permutation, xs[1], 0, loc);
-  return vector ? squeeze(x, {x.ndim() - 1}, loc) : x;
+  return {xs[0], xs[1], vector};
+}
+
+using Matrices = std::function<Array(const Array&)>;
+
+}  // namespace
+
+// A x = b through custom_linear_solve: the factors are of stop_gradient(a), so derivatives flow
+// through matvec = (x -> a x) alone, dx = A^-1 (db - da x) (JAX's jnp.linalg.solve).
+Array solve(const Array& a, const Array& b, std::source_location loc) {
+  const SolveOperands s = solve_operands(a, b, loc);
+  auto [factors, pivots, permutation] = lu(stop_gradient(s.a, loc), loc);
+  const Array x = custom_linear_solve(
+      [&](const Array& v) { return matmul(s.a, v, loc); }, s.b,
+      [&](const Matrices&, const Array& r) { return lu_solve_matrices(factors, permutation, r, 0, loc); },
+      [&](const Matrices&, const Array& r) { return lu_solve_matrices(factors, permutation, r, 1, loc); }, {}, loc);
+  return s.vector ? squeeze(x, {x.ndim() - 1}, loc) : x;
+}
+
+Array solve(const Array& a, const Array& b, std::string_view assume_a, std::source_location loc) {
+  if (assume_a == "gen") return solve(a, b, loc);
+  if (assume_a != "pos")
+    throw Error("solve: assume_a must be \"gen\" or \"pos\", got \"" + std::string(assume_a) + "\" (at " +
+                format_location(loc) + ")");
+  // A = L L^T, symmetric: the transposed system is solved by the same cho_solve.
+  const SolveOperands s = solve_operands(a, b, loc);
+  const Array factor = cholesky(stop_gradient(s.a, loc), true, loc);
+  const Array x = custom_linear_solve(
+      [&](const Array& v) { return matmul(s.a, v, loc); }, s.b,
+      [&](const Matrices&, const Array& r) { return cho_solve(factor, r, true, loc); }, {.symmetric = true}, loc);
+  return s.vector ? squeeze(x, {x.ndim() - 1}, loc) : x;
 }
 
 Array inv(const Array& a, std::source_location loc) {
@@ -358,3 +397,54 @@ Array matrix_power(const Array& a, std::int64_t n, std::source_location loc) {
 }
 
 }  // namespace xjax::linalg
+
+namespace xjax::sparse {
+
+namespace {
+
+/// <u, v> summed over every element, as a 0-d array.
+Array inner(const Array& u, const Array& v, std::source_location loc) { return sum(mul(u, v, loc), {}, false, loc); }
+
+}  // namespace
+
+// Conjugate gradients (Hestenes and Stiefel), preconditioned by M: with r = b - A x, z = M r,
+// gamma = <r, z>, each step moves x along p by alpha = gamma / <p, A p>, and the next direction
+// is z' + (gamma' / gamma) p, A-conjugate to the previous ones.
+Array cg(const std::function<Array(const Array&)>& A, const Array& b, const CgOptions& options, std::source_location loc) {
+  if (!is_floating(b.dtype()))
+    throw TypeError("cg: b must be a floating-point array, got " + b.aval().str() + " (at " + format_location(loc) + ")");
+  if (options.x0 && options.x0->aval() != b.aval())
+    throw TypeError("cg: x0 is " + options.x0->aval().str() + " but b is " + b.aval().str() + " (at " + format_location(loc) + ")");
+  const std::int64_t maxiter = options.maxiter.value_or(10 * std::max<std::int64_t>(b.size(), 1));
+  const auto precondition = [&](const Array& r) { return options.M ? options.M(r) : r; };
+  const auto iterate = [&](const std::function<Array(const Array&)>& op, const Array& rhs) {
+    const DType dtype = rhs.dtype();
+    const Array bound = maximum(mul(scalar(options.tol * options.tol, dtype), inner(rhs, rhs, loc), loc),
+                                scalar(options.atol * options.atol, dtype), loc);
+    const Array x0 = options.x0 ? *options.x0 : zeros_like(rhs);
+    const Array r0 = sub(rhs, op(x0), loc);
+    const Array z0 = precondition(r0);
+    using State = std::tuple<Array, Array, Array, Array, Array>;  // x, r, gamma, p, k
+    const State init{x0, r0, inner(r0, z0, loc), z0, scalar(0.0, i32)};
+    const auto unconverged = [&](const State& s) {
+      const Array& r = std::get<1>(s);
+      const Array rs = options.M ? inner(r, r, loc) : std::get<2>(s);
+      return logical_and(gt(rs, bound, loc), lt(std::get<4>(s), scalar(static_cast<double>(maxiter), i32), loc), loc);
+    };
+    const auto step = [&](const State& s) {
+      const auto& [x, r, gamma, p, k] = s;
+      const Array ap = op(p);
+      const Array alpha = div(gamma, inner(p, ap, loc), loc);
+      const Array x1 = add(x, mul(alpha, p, loc), loc);
+      const Array r1 = sub(r, mul(alpha, ap, loc), loc);
+      const Array z1 = precondition(r1);
+      const Array gamma1 = inner(r1, z1, loc);
+      const Array p1 = add(z1, mul(div(gamma1, gamma, loc), p, loc), loc);
+      return State{x1, r1, gamma1, p1, add(k, scalar(1.0, i32), loc)};
+    };
+    return std::get<0>(while_loop(unconverged, step, init));
+  };
+  return custom_linear_solve(A, b, iterate, LinearSolveOptions{.symmetric = true}, loc);
+}
+
+}  // namespace xjax::sparse

@@ -1,4 +1,4 @@
-// custom_derivatives.hpp: custom_jvp and custom_vjp, with JAX's semantics.
+// custom_derivatives.hpp: custom_jvp, custom_vjp, custom_linear_solve and custom_root, with JAX's semantics.
 #pragma once
 #include <functional>
 #include <tuple>
@@ -71,6 +71,90 @@ template <class F, class Fwd, class Bwd> auto custom_vjp(F f, Fwd fwd, Bwd bwd) 
     };
     return tree_unflatten<R>(out_def, detail::custom_vjp_call_flat(j, out_def.num_leaves(), flat_bwd, fa.leaves));
   };
+}
+
+// ---- implicit differentiation: custom_linear_solve, custom_root ------------------------------
+
+/// custom_linear_solve's options. symmetric: matvec is its own transpose (A = A^T), so reverse
+/// mode calls `solve` for the transposed system and no transpose_solve is needed.
+struct LinearSolveOptions {
+  bool symmetric = false;
+};
+
+namespace detail {
+/// A solver on flat leaves: solve(op, b) -> x with op(x) = b.
+using LinearSolveFn = std::function<std::vector<Array>(const FlatFn& op, std::span<const Array> b)>;
+std::vector<Array> custom_linear_solve_flat(const FlatFn& matvec, std::span<const Array> b, const LinearSolveFn& solve,
+                                            const LinearSolveFn* transpose_solve, bool symmetric, std::source_location loc);
+std::vector<Array> custom_root_flat(const FlatFn& f, std::span<const Array> initial_guess, const LinearSolveFn& solve,
+                                    LinearSolveFn tangent_solve, std::source_location loc);
+
+/// A function T -> T over flat leaves, for a user's function on trees of structure `def`.
+template <class T> FlatFn flat_tree_fn(std::function<T(const T&)> f, const TreeDef& def, const char* what) {
+  return [f = std::move(f), def, what](std::span<const Array> leaves) {
+    auto [out, out_def] = tree_flatten(f(tree_unflatten<T>(def, leaves)));
+    check_same_tree(what, def, out_def);
+    return out;
+  };
+}
+/// The user's solve(op, b) -> x on trees, as a LinearSolveFn.
+template <class T, class Solve> LinearSolveFn flat_tree_solve(Solve solve, const TreeDef& def, const char* what) {
+  return [solve = std::move(solve), def, what](const FlatFn& op, std::span<const Array> b) {
+    std::function<T(const T&)> tree_op = [&op, &def](const T& x) { return tree_unflatten<T>(def, op(tree_flatten(x).first)); };
+    auto [out, out_def] = tree_flatten(T(solve(tree_op, tree_unflatten<T>(def, b))));
+    check_same_tree(what, def, out_def);
+    return out;
+  };
+}
+}  // namespace detail
+
+/// x = custom_linear_solve(matvec, b, solve, transpose_solve): the solution of matvec(x) = b
+/// computed by solve(matvec, b), differentiated implicitly as jax.lax.custom_linear_solve: the
+/// tangent is solve(matvec, db - (d matvec)(x)) and reverse mode calls
+/// transpose_solve(vecmat, ct), so the solver's own iterations are never differentiated (an
+/// iterative solver under while_loop gets a gradient; the gradient's jaxpr holds no iteration).
+/// matvec must be linear in x; only b and what matvec closes over carry derivatives (what the
+/// solves close over is treated as constant). b and x are pytrees of one structure, shapes and
+/// dtypes; solve and transpose_solve take (std::function<B(const B&)> op, const B& b).
+template <class B, class Matvec, class Solve, class TransposeSolve>
+  requires(!std::is_same_v<std::decay_t<TransposeSolve>, LinearSolveOptions>)
+B custom_linear_solve(Matvec matvec, const B& b, Solve solve, TransposeSolve transpose_solve, LinearSolveOptions opts = {},
+                      std::source_location loc = std::source_location::current()) {
+  auto [leaves, def] = tree_flatten(b);
+  const detail::FlatFn mv = detail::flat_tree_fn<B>(matvec, def, "custom_linear_solve: matvec's output differs from b");
+  const detail::LinearSolveFn s = detail::flat_tree_solve<B>(solve, def, "custom_linear_solve: solve's output differs from b");
+  const detail::LinearSolveFn ts =
+      detail::flat_tree_solve<B>(transpose_solve, def, "custom_linear_solve: transpose_solve's output differs from b");
+  return tree_unflatten<B>(def, detail::custom_linear_solve_flat(mv, leaves, s, &ts, opts.symmetric, loc));
+}
+/// custom_linear_solve without transpose_solve: reverse mode needs {.symmetric = true} (JAX's
+/// symmetric=True: solve serves the transposed system too) and is a TransformError otherwise.
+template <class B, class Matvec, class Solve>
+B custom_linear_solve(Matvec matvec, const B& b, Solve solve, LinearSolveOptions opts = {},
+                      std::source_location loc = std::source_location::current()) {
+  auto [leaves, def] = tree_flatten(b);
+  const detail::FlatFn mv = detail::flat_tree_fn<B>(matvec, def, "custom_linear_solve: matvec's output differs from b");
+  const detail::LinearSolveFn s = detail::flat_tree_solve<B>(solve, def, "custom_linear_solve: solve's output differs from b");
+  return tree_unflatten<B>(def, detail::custom_linear_solve_flat(mv, leaves, s, nullptr, opts.symmetric, loc));
+}
+
+/// x = custom_root(f, initial_guess, solve, tangent_solve): a root of f (f(x) = 0) found by
+/// solve(f, initial_guess), differentiated by the implicit function theorem as
+/// jax.lax.custom_root: with theta what f closes over, dx = -(d_x f)^-1 (d_theta f) dtheta at the
+/// root, where tangent_solve(g, y) solves the linear g(v) = y (g is d_x f at the root). The
+/// solver's iterations are never differentiated. For reverse mode tangent_solve must be
+/// transposable in y (built from linear operations, xj::linalg::solve or custom_linear_solve).
+/// x is a pytree; f maps it to its own structure; solve and tangent_solve take
+/// (std::function<X(const X&)>, const X&).
+template <class X, class F, class Solve, class TangentSolve>
+X custom_root(F f, const X& initial_guess, Solve solve, TangentSolve tangent_solve,
+              std::source_location loc = std::source_location::current()) {
+  auto [leaves, def] = tree_flatten(initial_guess);
+  const detail::FlatFn ff = detail::flat_tree_fn<X>(f, def, "custom_root: f's output differs from its argument");
+  const detail::LinearSolveFn s = detail::flat_tree_solve<X>(solve, def, "custom_root: solve's output differs from x0");
+  detail::LinearSolveFn ts =
+      detail::flat_tree_solve<X>(tangent_solve, def, "custom_root: tangent_solve's output differs from x0");
+  return tree_unflatten<X>(def, detail::custom_root_flat(ff, leaves, s, std::move(ts), loc));
 }
 
 }  // namespace xjax

@@ -1,9 +1,10 @@
 // linalg.hpp: linear algebra, `xj::linalg` (lax.linalg / jax.scipy.linalg names and semantics):
 // cholesky, triangular_solve, cho_solve, lu (lu_factor, lu_solve), solve, inv, det, slogdet, qr,
-// eigh, svd (svdvals), matrix_power so far. Matrices are the last two axes; leading axes
+// eigh, svd (svdvals), matrix_power, norm; and xj::sparse::cg. Matrices are the last two axes; leading axes
 // are batch dimensions. float32 and float64, on LAPACK and BLAS. A matrix that is not positive
 // definite gives a factor of NaNs (as JAX), never an exception or a crash.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -62,7 +63,13 @@ Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans =
 /// jnp.linalg.solve: x with a x = b, a (..., n, n); b is one vector (n) when it is 1-D, else
 /// matrices (..., n, k) (NumPy 2's rule, as JAX); batch axes broadcast. Integers and bools compute
 /// in f64, f32 with f64 in f64. A singular a gives infinities or NaNs (LAPACK), not an error.
+/// As JAX, a custom_linear_solve over a's LU factors: derivatives come from the solution
+/// (da gets -A^-T ct x^T), never through the factorization.
 Array solve(const Array& a, const Array& b, XJAX_LOC);
+/// jax.scipy.linalg.solve with assume_a: "gen" (a general matrix: solve(a, b) above) or "pos"
+/// (symmetric positive definite: Cholesky factors, and the symmetric custom_linear_solve, so the
+/// gradient costs one more cho_solve). Any other value is an Error.
+Array solve(const Array& a, const Array& b, std::string_view assume_a, XJAX_LOC);
 
 /// jnp.linalg.inv: the inverse of each matrix (..., n, n) (solve(a, I)).
 Array inv(const Array& a, XJAX_LOC);
@@ -114,3 +121,24 @@ Array norm(const Array& x, std::nullopt_t, std::optional<Axes> axes, bool keepdi
 Array matrix_power(const Array& a, std::int64_t n, XJAX_LOC);
 
 }  // namespace xjax::linalg
+
+namespace xjax::sparse {
+
+/// cg's options (jax.scipy.sparse.linalg.cg's keywords). Iteration stops when |r| <= max(tol |b|,
+/// atol) or after maxiter steps (default 10 n, n the size of b).
+struct CgOptions {
+  std::optional<Array> x0{};  // the initial guess (zeros by default); not differentiated
+  double tol = 1e-5;
+  double atol = 0.0;
+  std::optional<std::int64_t> maxiter{};
+  std::function<Array(const Array&)> M{};  // a preconditioner approximating A^-1 (none by default)
+};
+
+/// jax.scipy.sparse.linalg.cg: x with A(x) = b by conjugate gradients, for a symmetric positive
+/// definite linear map A (a function, e.g. a stencil or a matrix product) and b of any shape.
+/// Iterates under while_loop inside custom_linear_solve (symmetric), so jit, vmap, jvp and grad
+/// all work and a derivative solves again with cg instead of differentiating the iterations.
+/// Returns x alone (JAX returns (x, None)).
+Array cg(const std::function<Array(const Array&)>& A, const Array& b, const CgOptions& options = {}, XJAX_LOC);
+
+}  // namespace xjax::sparse

@@ -175,6 +175,12 @@ struct CustomVjpCall {
 struct CustomLin {
   XJAX_PARAMS_STRUCT_BODY(CustomLin, (Object, bwd))
 };
+/// custom_linear_solve's jaxprs, each const-free, taking its consts as leading operands:
+/// matvec (consts, x) -> b, solve (consts, b) -> x, transpose_solve (consts, b) -> x (absent, an
+/// empty list, when symmetric or not given). symmetric: the operator is its own transpose.
+struct CustomLinearSolve {
+  XJAX_PARAMS_STRUCT_BODY(CustomLinearSolve, (ClosedJaxprPtr, matvec), (ClosedJaxprPtr, solve), (std::vector<ClosedJaxprPtr>, transpose_solve), (bool, symmetric))
+};
 /// snapshots: 0 stores every step for reverse mode (scan_checkpoints::all); s > 0 is the
 /// binomial schedule with at most s stored carries (scan_checkpoints::binomial(s)).
 struct Scan {

@@ -117,6 +117,7 @@
   X(custom_jvp_call, custom_jvp_call, CustomJvpCall, higher_order, none, Y)                          \
   X(custom_vjp_call, custom_vjp_call, CustomVjpCall, higher_order, none, Y)                          \
   X(custom_lin, custom_lin, CustomLin, higher_order, none, Y)                                        \
+  X(custom_linear_solve, custom_linear_solve, CustomLinearSolve, higher_order, none, Y)              \
   X(scan, scan, Scan, control_flow, none, Y)                                                         \
   X(cond, cond, Cond, control_flow, none, Y)                                                         \
   X(while_, while_loop, While, control_flow, none, Y)                                                \

@@ -1,6 +1,7 @@
 // loops/calls.cpp: what the higher-order primitives that call their jaxprs once mean (their rules
 // are in transforms/cond.cpp, checkpoint.cpp and custom_derivatives.cpp): shape rules and
-// evaluation of cond, checkpoint, custom_jvp_call, custom_vjp_call and custom_lin.
+// evaluation of cond, checkpoint, custom_jvp_call, custom_vjp_call, custom_lin and
+// custom_linear_solve.
 #include <algorithm>
 
 #include "loops/custom_objects.hpp"
@@ -103,6 +104,67 @@ std::vector<Array> custom_lin_impl(std::span<const Array> in, const params::Cust
   std::vector<Array> out;
   for (const auto& a : obj.out_avals) out.push_back(zeros(a.shape, a.dtype));
   return out;
+}
+
+// ---- custom_linear_solve --------------------------------------------------------------------
+//   xs... = custom_linear_solve[matvec, solve, transpose_solve, symmetric]
+//             matvec consts... solve consts... transpose_solve consts... bs...
+// x = solve(b), where solve inverts the linear map matvec; the rules (transforms/linear_solve.cpp)
+// differentiate it implicitly, calling the solves again, never through their iterations.
+
+LinearSolveParts LinearSolveParts::read(const params::CustomLinearSolve& p) {
+  LinearSolveParts r;
+  r.nb = p.matvec->jaxpr->outvars.size();
+  auto consts = [&](const ClosedJaxprPtr& j) { return j->jaxpr->invars.size() - r.nb; };
+  r.matvec = consts(p.matvec);
+  r.solve = consts(p.solve);
+  r.transpose_solve = p.transpose_solve.empty() ? 0 : consts(p.transpose_solve.front());
+  return r;
+}
+
+std::vector<ShapedArray> custom_linear_solve_abstract_eval(std::span<const ShapedArray> in, const params::CustomLinearSolve& ps) {
+  // matvec and the solves map b's leaves to x's and back: both have b's avals (a square system).
+  const auto check = [&](const char* what, const ClosedJaxprPtr& j) {
+    if (j->jaxpr->invars.size() < j->jaxpr->outvars.size())
+      throw TypeError(std::string("custom_linear_solve: ") + what + " takes fewer operands than it returns");
+  };
+  check("matvec", ps.matvec);
+  check("solve", ps.solve);
+  for (const auto& t : ps.transpose_solve) check("transpose_solve", t);
+  if (ps.transpose_solve.size() > 1) throw TypeError("custom_linear_solve: at most one transpose_solve");
+  const LinearSolveParts parts = LinearSolveParts::read(ps);
+  if (in.size() != parts.total())
+    throw TypeError("custom_linear_solve: " + std::to_string(in.size()) + " operands, the jaxprs take " +
+                    std::to_string(parts.total()));
+  const std::span<const ShapedArray> b = in.subspan(parts.b_begin());
+  const auto expect_b_avals = [&](const char* what, std::span<const ShapedArray> got) {
+    for (std::size_t i = 0; i < b.size(); ++i)
+      if (got[i] != b[i])
+        throw TypeError(std::string("custom_linear_solve: ") + what + " " + std::to_string(i) + " is " + got[i].str() +
+                        " but b's leaf " + std::to_string(i) + " is " + b[i].str() + " (the system must be square)");
+  };
+  const auto tail_invars = [&](const ClosedJaxprPtr& j) {
+    std::vector<ShapedArray> r;
+    for (std::size_t i = j->jaxpr->invars.size() - parts.nb; i < j->jaxpr->invars.size(); ++i) r.push_back(j->jaxpr->invars[i].aval());
+    return r;
+  };
+  expect_b_avals("matvec's input", tail_invars(ps.matvec));
+  expect_b_avals("matvec's output", ps.matvec->out_avals());
+  expect_b_avals("solve's input", tail_invars(ps.solve));
+  expect_b_avals("solve's output", ps.solve->out_avals());
+  for (const auto& t : ps.transpose_solve) {
+    expect_b_avals("transpose_solve's input", tail_invars(t));
+    expect_b_avals("transpose_solve's output", t->out_avals());
+  }
+  return std::vector<ShapedArray>(b.begin(), b.end());
+}
+
+// x = solve(solve consts, b)
+std::vector<Array> custom_linear_solve_impl(std::span<const Array> in, const params::CustomLinearSolve& ps) {
+  const LinearSolveParts parts = LinearSolveParts::read(ps);
+  std::vector<Array> args = part(in, parts.solve_begin(), parts.solve);
+  for (std::size_t i = parts.b_begin(); i < in.size(); ++i) args.push_back(in[i]);
+  return eval_jaxpr(*ps.solve, args);
 }
 
 }  // namespace xjax::detail

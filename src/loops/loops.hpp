@@ -83,6 +83,19 @@ struct WhileParams {
 };
 params::While while_params(ClosedJaxpr cond, ClosedJaxpr body, std::size_t cn, std::size_t bn, std::int64_t snapshots);
 
+/// custom_linear_solve's operand list cut by position: (matvec consts, solve consts,
+/// transpose_solve consts, b); the counts come from the jaxprs (each takes its consts, then one
+/// operand per leaf of b).
+struct LinearSolveParts {
+  std::size_t nb = 0, matvec = 0, solve = 0, transpose_solve = 0;
+
+  static LinearSolveParts read(const params::CustomLinearSolve& p);
+  std::size_t total() const { return matvec + solve + transpose_solve + nb; }
+  std::size_t solve_begin() const { return matvec; }
+  std::size_t transpose_solve_begin() const { return matvec + solve; }
+  std::size_t b_begin() const { return matvec + solve + transpose_solve; }
+};
+
 /// A copy of a loop's final carry that views one of its stacked xs (the body passed a slice
 /// through), so that the result does not keep the whole xs alive.
 void unview_carry(std::vector<Array>& carry, std::span<const Array> xs);

@@ -545,7 +545,9 @@ class Gen {
     if (node.op == Op::TriangularSolve) node.ints = {left, coin(0.5), coin(0.5), coin(0.3)};
     else node.flag = coin(0.4);
     if (node.op == Op::LuSolve) node.ints = {uniform(0, 2)};  // trans
-    // |x| <= ||a^-1||_inf |b| <= |b| (triangular, cholesky: at most 1; solve: margin 1 of dominance)
+    if (node.op == Op::Solve) node.variant = uniform(0, 2);  // general (lu), "pos" (cholesky), cg
+    // |x| <= ||a^-1||_inf |b| <= |b| (triangular, cholesky: at most 1; solve: margin 1 of dominance;
+    // spd: eigenvalues >= 3)
     push(s, b, node, {at(s, j).mag});
     return true;
   }

@@ -398,7 +398,15 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       return {n.flag ? xj::linalg::cho_solve(xj::matrix_transpose(l), b, false) : xj::linalg::cho_solve(l, b)};
     }
     case Op::Lu: return {std::get<0>(xj::linalg::lu(dominant(a, n.flag)))};
-    case Op::Solve: return {xj::linalg::solve(dominant(a, n.flag), b)};
+    case Op::Solve: {
+      if (n.variant == 0) return {xj::linalg::solve(dominant(a, n.flag), b)};
+      if (n.variant == 1) return {xj::linalg::solve(spd(a), b, "pos")};
+      // cg for a fixed number of steps (tol too small to stop it early: a derivative by finite
+      // differences needs the same iteration count at every point), enough for the whole system
+      // (the batch too: one inner product spans it).
+      const Array m = spd(a);
+      return {xj::sparse::cg([m](const Array& v) { return xj::matmul(m, v); }, b, {.tol = 1e-30, .maxiter = b.size()})};
+    }
     case Op::LuSolve: {
       const auto [lu, pivots] = xj::linalg::lu_factor(dominant(a, n.flag));
       return {xj::linalg::lu_solve(lu, pivots, b, static_cast<int>(n.ints[0]))};

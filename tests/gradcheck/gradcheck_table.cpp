@@ -527,7 +527,7 @@ std::vector<Row> build() {
     t.push_back(row(name, {P::lu}, [pivoted](const Arrays& x) { return std::get<0>(linalg::lu(pivoted(x[0]))); },
                     uniform_gen(shape, -1, 1)));
   }
-  t.push_back(row("solve_vector", {P::lu, P::triangular_solve}, [pivoted](const Arrays& x) {
+  t.push_back(row("solve_vector", {P::lu, P::custom_linear_solve}, [pivoted](const Arrays& x) {
     return linalg::solve(pivoted(x[0]), x[1]);
   }, uniform2_gen({3, 3}, {3}, -1, 1)));
   t.push_back(row("solve_broadcast_batch", {P::lu}, [pivoted](const Arrays& x) {
@@ -538,6 +538,15 @@ std::vector<Row> build() {
       auto [lu, pivots] = linalg::lu_factor(pivoted(x[0]));
       return linalg::lu_solve(lu, pivots, x[1], trans);
     }, uniform2_gen({3, 3}, {3, 2}, -1, 1)));
+  // custom_linear_solve: symmetric (cho_solve on the factor of stop_gradient(a)) and iterative
+  // (conjugate gradients under while_loop, differentiated by solving again).
+  t.push_back(row("solve_pos", {P::custom_linear_solve, P::cholesky}, [spd](const Arrays& x) {
+    return linalg::solve(spd(x[0]), x[1], "pos");
+  }, uniform2_gen({2, 3, 3}, {2, 3, 2}, -1, 1)));
+  t.push_back(row("cg", {P::custom_linear_solve}, [spd](const Arrays& x) {
+    const Array a = spd(x[0]);
+    return sparse::cg([a](const Array& v) { return matmul(a, v); }, x[1], {.tol = 1e-12});
+  }, uniform2_gen({3, 3}, {3}, -1, 1)));
   t.push_back(row("inv", {P::lu}, [pivoted](const Arrays& x) { return linalg::inv(pivoted(x[0])); }, uniform_gen({3, 3}, -1, 1)));
   t.push_back(row("det_batched", {P::lu}, [pivoted](const Arrays& x) { return linalg::det(pivoted(x[0])); },
                   uniform_gen({2, 3, 3}, -1, 1)));
