@@ -381,6 +381,31 @@ Array norm(const Array& x, std::string_view ord, std::optional<Axes> axes, bool 
 }
 
 // a^n = (a^2)^(n/2) a^(n mod 2), squaring once per bit of |n|.
+Array check_finite(const Array& x, std::string_view name, std::source_location loc) {
+  const std::string what = "check_finite(" + std::string(name) + ": " + x.aval().str() + ")";
+  if (!x.is_concrete())
+    throw TracerError(what + ": needs a concrete array, not a tracer; check the result of the transform instead (at " +
+                      format_location(loc) + ")");
+  if (!is_floating(x.dtype())) return x;
+  const std::vector<double> v = x.to_vector<double>();
+  std::size_t nans = 0, infs = 0, first = v.size();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (std::isfinite(v[i])) continue;
+    (std::isnan(v[i]) ? nans : infs) += 1;
+    first = std::min(first, i);
+  }
+  if (first == v.size()) return x;
+  std::string index;
+  std::size_t rest = first;
+  for (std::int64_t d = x.ndim() - 1; d >= 0; --d) {
+    const auto extent = static_cast<std::size_t>(x.dim(d));
+    index = std::to_string(rest % extent) + (index.empty() ? "" : ", ") + index;
+    rest /= extent;
+  }
+  throw Error(what + ": " + std::to_string(nans) + " NaN and " + std::to_string(infs) + " infinite elements, the first at [" +
+              index + "] (a matrix that is not positive definite, or singular?) (at " + format_location(loc) + ")");
+}
+
 Array matrix_power(const Array& a, std::int64_t n, std::source_location loc) {
   expect_square("matrix_power(" + a.aval().str() + ", " + std::to_string(n) + ")", a, "a", loc);
   if (n == 0) return broadcast_to(eye(a.dim(-1), a.dtype()), a.shape(), loc);

@@ -766,6 +766,102 @@ Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis,
   return concatenate({slice_in_dim(x, n - s, n, a, loc), slice_in_dim(x, 0, n - s, a, loc)}, a, loc);
 }
 
+Array flip(const Array& x, const Axes& axes, std::source_location loc) {
+  Axes dims;
+  for (auto d : axes) dims.push_back(norm_axis(d, x.ndim(), "flip", x, loc));
+  return bind1(P::rev, {x}, params::Rev{.dimensions = dims}, loc);
+}
+
+Array flip(const Array& x, std::int64_t axis, std::source_location loc) { return flip(x, Axes{axis}, loc); }
+
+Array flip(const Array& x, std::source_location loc) {
+  Axes all_axes;
+  for (std::int64_t d = 0; d < x.ndim(); ++d) all_axes.push_back(d);
+  return flip(x, all_axes, loc);
+}
+
+#define XJAX_CUMULATIVE_OP(name)                                                                              \
+  Array name(const Array& x, std::int64_t axis, bool reverse, std::source_location loc) {                     \
+    return bind1(P::name, {x}, params::Cumulative{.axis = norm_axis(axis, x.ndim(), #name, x, loc), .reverse = reverse}, \
+                 loc);                                                                                        \
+  }
+XJAX_CUMULATIVE_OP(cumsum)
+XJAX_CUMULATIVE_OP(cumprod)
+XJAX_CUMULATIVE_OP(cummax)
+XJAX_CUMULATIVE_OP(cummin)
+XJAX_CUMULATIVE_OP(cumlogsumexp)
+#undef XJAX_CUMULATIVE_OP
+
+namespace {
+
+/// x[start], x[start + 2], ... (below `limit`) along `axis`.
+Array every_other(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t axis, std::source_location loc) {
+  Axes lo(static_cast<std::size_t>(x.ndim()), 0), hi(x.shape().begin(), x.shape().end()), step(lo.size(), 1);
+  const auto a = static_cast<std::size_t>(axis);
+  lo[a] = start;
+  hi[a] = std::max(start, limit);
+  step[a] = 2;
+  return slice(x, lo, hi, step, loc);
+}
+
+/// even[0], odd[0], even[1], odd[1], ... along `axis` (even has as many elements as odd, or one
+/// more): each spread out by interior padding, then selected by position (no arithmetic, so
+/// -0, infinities and NaN come through unchanged).
+Array interleave(const Array& even, const Array& odd, std::int64_t axis, std::source_location loc) {
+  const auto a = static_cast<std::size_t>(axis);
+  const bool same = even.dim(axis) == odd.dim(axis);
+  const auto spread = [&](const Array& v, std::int64_t lo, std::int64_t hi) {
+    params::Pad ps{.lo = Axes(static_cast<std::size_t>(v.ndim()), 0), .hi = Axes(static_cast<std::size_t>(v.ndim()), 0),
+                   .interior = Axes(static_cast<std::size_t>(v.ndim()), 0)};
+    ps.lo[a] = lo;
+    ps.hi[a] = hi;
+    ps.interior[a] = 1;
+    return bind1(P::pad, {v, scalar(0.0, v.dtype())}, ps, loc);
+  };
+  const Array at_even = spread(full(even.shape(), 1.0, bool_), 0, same ? 1 : 0);
+  return select(at_even, spread(even, 0, same ? 1 : 0), spread(odd, 1, same ? 0 : 1), loc);
+}
+
+// Inclusive prefix scan along `axis` by the odd/even recursion: combine neighbouring pairs, scan
+// those (the results at odd positions), then each even position is the previous odd result
+// combined with its own element.
+Array prefix_scan(const std::function<Array(const Array&, const Array&)>& fn, const Array& x, std::int64_t axis,
+                  std::source_location loc) {
+  const std::int64_t n = x.dim(axis);
+  if (n < 2) return x;
+  const Array pairs = fn(every_other(x, 0, n - 1, axis, loc), every_other(x, 1, n, axis, loc));
+  const Array odd = prefix_scan(fn, pairs, axis, loc);
+  const Array later_evens = every_other(x, 2, n, axis, loc);
+  const Array odd_before = n % 2 == 0 ? slice_in_dim(odd, 0, odd.dim(axis) - 1, axis, loc) : odd;
+  const Array even = concatenate({slice_in_dim(x, 0, 1, axis, loc), fn(odd_before, later_evens)}, axis, loc);
+  return interleave(even, odd, axis, loc);
+}
+
+}  // namespace
+
+Array associative_scan(const std::function<Array(const Array&, const Array&)>& fn, const Array& x, bool reverse,
+                       std::int64_t axis, std::source_location loc) {
+  const std::int64_t a = norm_axis(axis, x.ndim(), "associative_scan", x, loc);
+  const auto checked = [&](const Array& l, const Array& r) {
+    Array out = fn(l, r);
+    if (out.aval() != l.aval())
+      throw TypeError("associative_scan: fn returns " + out.aval().str() + " for operands " + l.aval().str() +
+                      " (it must keep their shape and dtype) (at " + format_location(loc) + ")");
+    return out;
+  };
+  if (!reverse) return prefix_scan(checked, x, a, loc);
+  return flip(prefix_scan(checked, flip(x, a, loc), a, loc), a, loc);
+}
+
+// log(e^a + e^b) = max + log1p(e^-|a - b|); a - b is NaN for two infinities of one sign (their
+// sum is the answer) or a NaN operand (NaN either way).
+Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
+  const Array m = maximum(a, b, loc);
+  const Array d = sub(a, b, loc);
+  const Array finite = add(m, log1p(exp(neg(abs(d, loc), loc), loc), loc), loc);
+  return where(ne(d, d, loc), add(a, b, loc), finite, loc);
+}
+
 // x (a_0 .. a_k) broadcast to (r_0, a_0, r_1, a_1, ...), then merged pairwise to (r_0 a_0, ...).
 Array tile(const Array& x, const Shape& reps_in, std::source_location loc) {
   for (std::int64_t r : reps_in)

@@ -91,6 +91,16 @@ std::vector<ShapedArray> argmax_shape_rule(Avals in, const params::Argmax& ps) {
   return {ShapedArray{remove_axes(in[0].shape, axes), idx}};
 }
 
+// cumsum, cumprod, cummax, cummin (numbers) and cumlogsumexp (floats): x's aval, along one axis.
+std::vector<ShapedArray> cumulative_shape_rule(Primitive p, Avals in, const params::Cumulative& ps) {
+  expect_arity(p, in, 1);
+  expect_kind(p, in, in[0], p == Primitive::cumlogsumexp ? Kinds::floats : Kinds::numeric);
+  if (ps.axis < 0 || ps.axis >= in[0].ndim())
+    shape_fail(p, in, "axis " + std::to_string(ps.axis) + " is outside the operand's " + std::to_string(in[0].ndim()) +
+                          " dimensions");
+  return {in[0]};
+}
+
 std::vector<ShapedArray> select_n_shape_rule(Avals in) {
   const Primitive p = Primitive::select_n;
   if (in.size() < 2) shape_fail(p, in, "needs a predicate and at least one case");
@@ -520,9 +530,15 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::reduce_sum: case P::reduce_prod: return reduce(p, in, ps.get<params::Reduce>(), Kinds::numeric);
     case P::reduce_max: case P::reduce_min: return reduce(p, in, ps.get<params::Reduce>(), Kinds::any);
     case P::argmax: return argmax_shape_rule(in, ps.get<params::Argmax>());
+    case P::cumsum: case P::cumprod: case P::cummax: case P::cummin: case P::cumlogsumexp:
+      return cumulative_shape_rule(p, in, ps.get<params::Cumulative>());
     case P::broadcast_in_dim: return broadcast_in_dim_shape_rule(in, ps.get<params::BroadcastInDim>());
     case P::reshape: return reshape_shape_rule(in, ps.get<params::Reshape>());
     case P::transpose: return transpose_shape_rule(in, ps.get<params::Transpose>());
+    case P::rev:
+      expect_arity(p, in, 1);
+      check_unique_axes(p, in, ps.get<params::Rev>().dimensions, in[0].ndim());
+      return {in[0]};
     case P::squeeze: return squeeze_shape_rule(in, ps.get<params::Squeeze>());
     case P::expand_dims: return expand_dims_shape_rule(in, ps.get<params::ExpandDims>());
     case P::slice: return slice_shape_rule(in, ps.get<params::Slice>());

@@ -270,6 +270,13 @@ TEST_CASE("custom_root: Newton's square root, its derivatives by the implicit fu
   test_util::check_values(second, {-0.25 * std::pow(2.0, -1.5), -0.25 / 27.0, -0.25 / 0.125}, 1e-10);
   auto [v, t] = xj::jvp([&](const xj::Array& x) { return root(x, 30); }, std::tuple{a}, std::tuple{xj::ones_like(a)});
   test_util::check_values(t, {0.5 / std::sqrt(2.0), 0.5 / 3.0, 1.0}, 1e-12);
+  // Equal (to solver tolerance) to differentiating the Newton iterations themselves.
+  const auto unrolled = [](const xj::Array& x) {
+    xj::Array r = xj::ones_like(x);
+    for (int k = 0; k < 30; ++k) r = r - (r * r - x) / (2.0 * r);
+    return xj::sum(r);
+  };
+  test_util::check_close(xj::grad(sum_root)(a), xj::grad(unrolled)(a), 1e-13);
   // The iterations live in the call, not in the derivative: the same jaxpr size for 5 and 40 steps.
   const auto grad_jaxpr = [&](int steps) {
     return xj::make_jaxpr(xj::grad([&, steps](const xj::Array& x) { return xj::sum(root(x, steps)); }))(a);

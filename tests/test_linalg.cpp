@@ -3,6 +3,7 @@
 // as plain loops), their errors, NaN for matrices that are not positive definite, batches, tril /
 // triu / matrix_transpose. Derivatives and batching: the gradcheck rows (tests/gradcheck).
 #include <climits>
+#include <limits>
 #include <cmath>
 
 #include "test_util.hpp"
@@ -618,4 +619,25 @@ TEST_CASE("norm: vector and matrix norms against loops (and svd's values for 2, 
   CHECK_THROWS_WITH_AS(linalg::norm(A, 3), doctest::Contains("a matrix norm (two axes) takes"), xj::ShapeError);
   CHECK_THROWS_AS(linalg::norm(A, "max"), xj::Error);
   CHECK_THROWS_AS(linalg::norm(xj::zeros({2, 2, 2}, xj::f64), 2), xj::ShapeError);
+}
+
+TEST_CASE("check_finite: x back when finite; an Error naming the array, the counts and the first index; a TracerError under a transform") {
+  const xj::Array a = f64({4, 2, 2, 3}, {2, 2});
+  CHECK(linalg::check_finite(linalg::cholesky(a), "L").to_vector<double>() == linalg::cholesky(a).to_vector<double>());
+  const xj::Array not_pd = f64({1, 2, 2, 1}, {2, 2});  // eigenvalues 3 and -1
+  const xj::Array l = linalg::cholesky(not_pd);
+  const std::string msg = test_util::message_of<xj::Error>([&] { (void)linalg::check_finite(l, "the factor"); });
+  CHECK(test_util::contains(msg, "the factor"));
+  CHECK(test_util::contains(msg, "f64[2,2]"));
+  CHECK(test_util::contains(msg, "4 NaN"));
+  CHECK(test_util::contains(msg, "[0, 0]"));
+  const xj::Array inf = f64({1, 0, 2, 0, 0, std::numeric_limits<double>::infinity()}, {2, 3});
+  const std::string m2 = test_util::message_of<xj::Error>([&] { (void)linalg::check_finite(inf); });
+  CHECK(test_util::contains(m2, "0 NaN and 1 infinite"));
+  CHECK(test_util::contains(m2, "[1, 2]"));
+  CHECK(linalg::check_finite(xj::array<int>({1, 2}, {2})).to_vector<double>() == std::vector<double>{1, 2});
+  const std::string m3 = test_util::message_of<xj::TracerError>([&] {
+    (void)xj::grad([](const xj::Array& x) { return xj::sum(linalg::check_finite(x)); })(a);
+  });
+  CHECK(test_util::contains(m3, "concrete"));
 }

@@ -302,10 +302,29 @@ JvpOut reduce_prod_jvp(const JvpArgs& a) {
           })}};
 }
 JvpOut argmax_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// cumsum is linear; the other cumulative primitives take JAX's derivative, that of
+// associative_scan with the same combine (so a tie of cummax splits its tangent as max's does),
+// evaluated on the tangent alone: d cumop(x) = jvp(associative_scan(op))(x; dx).
+JvpOut cumsum_jvp(const JvpArgs& a) { return linear_all(a); }
+JvpOut cumulative_jvp(const JvpArgs& a, Array (*combine)(const Array&, const Array&, std::source_location)) {
+  if (!is_floating(a.x[0].dtype())) return zero_jvp(a);
+  const auto& c = a.params.get<params::Cumulative>();
+  Array y = primal1(a);
+  const auto fn = [combine](const Array& l, const Array& r) { return combine(l, r, std::source_location::current()); };
+  const ClosedJaxpr scan = trace_flat(
+      [&](std::span<const Array> x) { return std::vector<Array>{associative_scan(fn, x[0], c.reverse, c.axis)}; },
+      std::vector<ShapedArray>{a.x[0].aval()});
+  return {{y}, {jvp_eval(scan, a.x, a.t).tangents.at(0)}};
+}
+JvpOut cumprod_jvp(const JvpArgs& a) { return cumulative_jvp(a, &mul); }
+JvpOut cummax_jvp(const JvpArgs& a) { return cumulative_jvp(a, &maximum); }
+JvpOut cummin_jvp(const JvpArgs& a) { return cumulative_jvp(a, &minimum); }
+JvpOut cumlogsumexp_jvp(const JvpArgs& a) { return cumulative_jvp(a, &logaddexp); }
 // shape operations are linear in the operand
 JvpOut broadcast_in_dim_jvp(const JvpArgs& a) { return linear_all(a); }
 JvpOut reshape_jvp(const JvpArgs& a) { return linear_all(a); }
 JvpOut transpose_jvp(const JvpArgs& a) { return linear_all(a); }
+JvpOut rev_jvp(const JvpArgs& a) { return linear_all(a); }
 JvpOut squeeze_jvp(const JvpArgs& a) { return linear_all(a); }
 JvpOut expand_dims_jvp(const JvpArgs& a) { return linear_all(a); }
 JvpOut slice_jvp(const JvpArgs& a) { return linear_all(a); }

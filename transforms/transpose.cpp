@@ -190,6 +190,15 @@ Cts reduce_max_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts reduce_min_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts reduce_prod_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts argmax_transpose(const TransposeArgs& a) { return not_linear(a); }
+// cumsum^T ct = cumsum of ct in the opposite direction (each input feeds every later output)
+Cts cumsum_transpose(const TransposeArgs& a) {
+  const auto& c = a.params.get<params::Cumulative>();
+  return unary_linear(a, [&](const Array& ct) { return cumsum(ct, c.axis, !c.reverse); });
+}
+Cts cumprod_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts cummax_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts cummin_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts cumlogsumexp_transpose(const TransposeArgs& a) { return not_linear(a); }
 // broadcast^T ct = sum ct over the broadcast dims, reshaped to the operand
 Cts broadcast_in_dim_transpose(const TransposeArgs& a) {
   const ShapedArray& x = a.in[0].aval;
@@ -214,6 +223,10 @@ Cts transpose_transpose(const TransposeArgs& a) {
   Ints inv(perm.size());
   for (std::size_t i = 0; i < perm.size(); ++i) inv[static_cast<std::size_t>(perm[i])] = static_cast<std::int64_t>(i);
   return unary_linear(a, [&](const Array& c) { return transpose(c, inv); });
+}
+// rev^T ct = rev ct (a permutation that is its own inverse)
+Cts rev_transpose(const TransposeArgs& a) {
+  return unary_linear(a, [&](const Array& c) { return flip(c, a.params.get<params::Rev>().dimensions); });
 }
 Cts squeeze_transpose(const TransposeArgs& a) { return reshape_transpose(a); }
 Cts expand_dims_transpose(const TransposeArgs& a) { return reshape_transpose(a); }

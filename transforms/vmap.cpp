@@ -135,6 +135,18 @@ BatchOut reduce_max_batch(const BatchArgs& a) { return reduction_batch<params::R
 BatchOut reduce_min_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 BatchOut reduce_prod_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 BatchOut argmax_batch(const BatchArgs& a) { return reduction_batch<params::Argmax>(a); }
+// cumop(x, axis)[b]: the batch dim stays where it is, the axis shifts past it.
+BatchOut cumulative_batch(const BatchArgs& a) {
+  const std::int64_t d = a.dims[0];
+  params::Cumulative c = a.params.get<params::Cumulative>();
+  c.axis = shifted(c.axis, d);
+  return one(bind1(a.prim, a.x, c, a.loc), d);
+}
+BatchOut cumsum_batch(const BatchArgs& a) { return cumulative_batch(a); }
+BatchOut cumprod_batch(const BatchArgs& a) { return cumulative_batch(a); }
+BatchOut cummax_batch(const BatchArgs& a) { return cumulative_batch(a); }
+BatchOut cummin_batch(const BatchArgs& a) { return cumulative_batch(a); }
+BatchOut cumlogsumexp_batch(const BatchArgs& a) { return cumulative_batch(a); }
 
 // broadcast_in_dim(x)[b]: the batch axis goes into the output just before the axis operand dim d
 // maps to, so broadcast_dimensions stay increasing.
@@ -167,6 +179,12 @@ BatchOut transpose_batch(const BatchArgs& a) {
   Ints perm{d};
   for (auto p : a.params.get<params::Transpose>().permutation) perm.push_back(shifted(p, d));
   return one(bind1(a.prim, a.x, params::Transpose{.permutation = perm}, a.loc), 0);
+}
+
+// rev(x, dims)[b]: the reversed dims shift past the batch dim.
+BatchOut rev_batch(const BatchArgs& a) {
+  const std::int64_t d = a.dims[0];
+  return one(bind1(a.prim, a.x, params::Rev{.dimensions = shifted(a.params.get<params::Rev>().dimensions, d)}, a.loc), d);
 }
 
 // squeeze(x, dims)[b]: the squeezed dims shift past the batch dim.

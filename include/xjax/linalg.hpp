@@ -116,6 +116,12 @@ Array norm(const Array& x, double ord, std::optional<Axes> axes = std::nullopt, 
 Array norm(const Array& x, std::string_view ord, std::optional<Axes> axes = std::nullopt, bool keepdims = false, XJAX_LOC);
 Array norm(const Array& x, std::nullopt_t, std::optional<Axes> axes, bool keepdims = false, XJAX_LOC);
 
+/// scipy's check_finite, for users who want an error where LAPACK gives NaN (a matrix that is not
+/// positive definite, a singular one): x unchanged when every element is finite, else an
+/// xj::Error naming `name`, x's type, the count of NaN and infinite elements and the first one's
+/// index. Needs a concrete x (a TracerError under jit or grad: check the transform's result).
+Array check_finite(const Array& x, std::string_view name = "array", XJAX_LOC);
+
 /// jnp.linalg.matrix_power: a^n by repeated squaring for square matrices (..., m, m); n = 0 gives
 /// the identity, n < 0 inv(a)^-n.
 Array matrix_power(const Array& a, std::int64_t n, XJAX_LOC);

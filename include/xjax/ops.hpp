@@ -5,6 +5,7 @@
 // appear in the jaxpr); a C++ number mixed with an array is weakly typed (detail::Scalar). The trailing `loc` parameter records the
 // caller's source line for error messages and saved-residual reports; never pass it explicitly.
 #pragma once
+#include <functional>
 #include <optional>
 #include <source_location>
 #include <span>
@@ -195,6 +196,31 @@ Array triu(const Array& x, std::int64_t k = 0, XJAX_LOC);
 /// jnp.roll: the elements shifted by `shift` along `axis` (wrapping around); the flattened array
 /// when axis is none, then reshaped back.
 Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis = std::nullopt, XJAX_LOC);
+/// jnp.flip (lax.rev; its primitive prints as rev[dimensions=...]): x with the order of its
+/// elements reversed along each of `axes` (negative count from the end), along one axis, or
+/// along every axis. (xj::rev is check_grads' reverse mode, so lax.rev is spelled flip.)
+Array flip(const Array& x, const Axes& axes, XJAX_LOC);
+Array flip(const Array& x, std::int64_t axis, XJAX_LOC);
+Array flip(const Array& x, XJAX_LOC);
+/// lax.cumsum, cumprod, cummax, cummin, cumlogsumexp: the running sum, product, maximum,
+/// minimum, log-sum-exp along `axis` (negative counts from the end), from the last element to
+/// the first when `reverse`; O(n) along the axis. cummax and cummin propagate NaN (as max);
+/// cumlogsumexp takes floats, the others numbers (not bool; integers wrap around). Their
+/// derivatives are JAX's (those of associative_scan with the same combine).
+Array cumsum(const Array& x, std::int64_t axis, bool reverse = false, XJAX_LOC);
+Array cumprod(const Array& x, std::int64_t axis, bool reverse = false, XJAX_LOC);
+Array cummax(const Array& x, std::int64_t axis, bool reverse = false, XJAX_LOC);
+Array cummin(const Array& x, std::int64_t axis, bool reverse = false, XJAX_LOC);
+Array cumlogsumexp(const Array& x, std::int64_t axis, bool reverse = false, XJAX_LOC);
+/// lax.associative_scan: the inclusive prefix "sums" of x along `axis` under the associative
+/// `fn(a, b)` (elementwise on two arrays of equal shape), from the end when `reverse` (then fn's
+/// first argument is the later element, as JAX: the scan of the reversed x, reversed). Work O(n),
+/// depth O(log n) (the odd/even recursion), built from slices, pads and selects, so every
+/// transform applies.
+Array associative_scan(const std::function<Array(const Array&, const Array&)>& fn, const Array& x, bool reverse = false,
+                       std::int64_t axis = 0, XJAX_LOC);
+/// jnp.logaddexp: log(exp(a) + exp(b)) without overflow; -inf with -inf is -inf.
+Array logaddexp(const Array& a, const Array& b, XJAX_LOC);
 /// jnp.tile: x repeated reps[d] times along each axis (the shorter of x's shape and reps is
 /// padded with leading 1s).
 Array tile(const Array& x, const Shape& reps, XJAX_LOC);

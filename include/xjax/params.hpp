@@ -104,6 +104,15 @@ struct ExpandDims {
   XJAX_PARAMS_STRUCT_BODY(ExpandDims, (Ints, dimensions))
 };
 /// Empty strides mean 1 in every dimension.
+/// The cumulative primitives (cumsum, cumprod, cummax, cummin, cumlogsumexp): along `axis`,
+/// from the last element to the first when `reverse`.
+struct Cumulative {
+  XJAX_PARAMS_STRUCT_BODY(Cumulative, (std::int64_t, axis), (bool, reverse))
+};
+/// rev: the axes whose element order is reversed.
+struct Rev {
+  XJAX_PARAMS_STRUCT_BODY(Rev, (Ints, dimensions))
+};
 struct Slice {
   XJAX_PARAMS_STRUCT_BODY(Slice, (Ints, start_indices), (Ints, limit_indices), (Ints, strides))
 };

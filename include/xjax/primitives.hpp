@@ -87,9 +87,15 @@
   X(reduce_min, reduce_min, Reduce, structural, none, Y)                                             \
   X(reduce_prod, reduce_prod, Reduce, structural, none, Y)                                           \
   X(argmax, argmax, Argmax, structural, none, Y)                                                     \
+  X(cumsum, cumsum, Cumulative, structural, none, Y)                                                 \
+  X(cumprod, cumprod, Cumulative, structural, none, Y)                                               \
+  X(cummax, cummax, Cumulative, structural, none, Y)                                                 \
+  X(cummin, cummin, Cumulative, structural, none, Y)                                                 \
+  X(cumlogsumexp, cumlogsumexp, Cumulative, structural, none, Y)                                     \
   X(broadcast_in_dim, broadcast_in_dim, BroadcastInDim, structural, none, Y)                         \
   X(reshape, reshape, Reshape, structural, none, Y)                                                  \
   X(transpose, transpose, Transpose, structural, none, Y)                                            \
+  X(rev, rev, Rev, structural, none, Y)                                                              \
   X(squeeze, squeeze, Squeeze, structural, none, Y)                                                  \
   X(expand_dims, expand_dims, ExpandDims, structural, none, Y)                                       \
   X(slice, slice, Slice, structural, none, Y)                                                        \

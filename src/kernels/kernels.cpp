@@ -67,6 +67,12 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
       return [p, axes = ps.get<params::Reduce>().axes, out](In in) { return reduce_kernel(p, in[0], axes, out); };
     case Primitive::argmax:
       return [axis = ps.get<params::Argmax>().axes.at(0), out](In in) { return argmax_kernel(in[0], axis, out); };
+    case Primitive::cumsum:
+    case Primitive::cumprod:
+    case Primitive::cummax:
+    case Primitive::cummin:
+    case Primitive::cumlogsumexp:
+      return [p, c = ps.get<params::Cumulative>(), out](In in) { return cumulative_kernel(p, in[0], c.axis, c.reverse, out); };
     case Primitive::broadcast_in_dim:
       return [dims = ps.get<params::BroadcastInDim>().broadcast_dimensions, out](In in) {
         return broadcast_in_dim_kernel(in[0], dims, out);
@@ -78,6 +84,8 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::name: return [out](In in) { return share_buffer(in[0], out); };
     case Primitive::transpose:
       return [perm = ps.get<params::Transpose>().permutation](In in) { return transpose_kernel(in[0], perm); };
+    case Primitive::rev:
+      return [dims = ps.get<params::Rev>().dimensions, out](In in) { return rev_kernel(in[0], dims, out); };
     case Primitive::slice:
       return [start = ps.get<params::Slice>().start_indices, strides = ps.get<params::Slice>().strides, out](In in) {
         return slice_kernel(in[0], start, strides, out);

@@ -221,6 +221,11 @@ Array reduce_kernel(Primitive p, const Array& x, const Ints& axes, const ShapedA
 /// argmax along `axis`; out.dtype is the index dtype (i32 or i64).
 Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
 
+// ---- cumulative.cpp ----------------------------------------------------------------------------
+
+/// cumsum, cumprod, cummax, cummin, cumlogsumexp along `axis` (from the end when `reverse`).
+Array cumulative_kernel(Primitive p, const Array& x, std::int64_t axis, bool reverse, const ShapedArray& out);
+
 // ---- dot.cpp -----------------------------------------------------------------------------------
 
 /// dot_general with params lhs_contracting, rhs_contracting, lhs_batch, rhs_batch.
@@ -241,6 +246,8 @@ Array broadcast_in_dim_kernel(const Array& x, const Ints& broadcast_dimensions,
 /// out.shape[i] = x.shape[perm[i]]; also used by dot.cpp to bring operands into GEMM layout.
 Array transpose_kernel(const Array& x, std::span<const std::int64_t> perm);
 Array slice_kernel(const Array& x, const Ints& start, const Ints& strides, const ShapedArray& out);
+/// x with the element order reversed along each of `dimensions`.
+Array rev_kernel(const Array& x, const Ints& dimensions, const ShapedArray& out);
 Array pad_kernel(const Array& x, const Array& padding_value, const Ints& lo, const Ints& interior,
                  const ShapedArray& out);
 Array dynamic_slice_kernel(std::span<const Array> in, const ShapedArray& out);

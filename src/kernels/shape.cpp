@@ -250,6 +250,23 @@ Array slice_kernel(const Array& x, const Ints& start, const Ints& strides, const
   return result;
 }
 
+// Reading starts at the last element of each reversed dim and walks it with a negated stride.
+Array rev_kernel(const Array& x, const Ints& dimensions, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  Ints src_strides = row_major_strides(x.shape());
+  std::int64_t origin = 0;
+  for (auto d : dimensions) {
+    const auto k = static_cast<std::size_t>(d);
+    origin += (x.shape()[k] - 1) * src_strides[k];
+    src_strides[k] = -src_strides[k];
+  }
+  const std::size_t item = item_of(out);
+  copy_box(bytes_of_new(result), bytes_of(x) + origin * static_cast<std::int64_t>(item),
+           make_box(out.shape, row_major_strides(out.shape), src_strides), item);
+  return result;
+}
+
 // Input element i of a dim lands at lo + i * (interior + 1); elements landing outside are dropped
 // (negative lo/hi). So the kept elements of each dim are a range [first, first + count).
 Array pad_kernel(const Array& x, const Array& padding_value, const Ints& lo, const Ints& interior,

@@ -136,6 +136,15 @@ std::vector<ShapedArray> custom_linear_solve_abstract_eval(std::span<const Shape
   if (in.size() != parts.total())
     throw TypeError("custom_linear_solve: " + std::to_string(in.size()) + " operands, the jaxprs take " +
                     std::to_string(parts.total()));
+  const auto expect_consts = [&](const char* what, const ClosedJaxprPtr& j, std::size_t first) {
+    for (std::size_t i = 0; i + parts.nb < j->jaxpr->invars.size(); ++i)
+      if (in[first + i] != j->jaxpr->invars[i].aval())
+        throw TypeError(std::string("custom_linear_solve: operand ") + std::to_string(first + i) + " is " + in[first + i].str() +
+                        " but " + what + " takes " + j->jaxpr->invars[i].aval().str() + " there");
+  };
+  expect_consts("matvec", ps.matvec, 0);
+  expect_consts("solve", ps.solve, parts.solve_begin());
+  for (const auto& t : ps.transpose_solve) expect_consts("transpose_solve", t, parts.transpose_solve_begin());
   const std::span<const ShapedArray> b = in.subspan(parts.b_begin());
   const auto expect_b_avals = [&](const char* what, std::span<const ShapedArray> got) {
     for (std::size_t i = 0; i < b.size(); ++i)

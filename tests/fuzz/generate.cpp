@@ -343,10 +343,33 @@ class Gen {
     return axes;
   }
 
+  /// cumsum, cumprod (of tanh x: bounded, exact zeros kept), cummax, cummin (not in pure
+  /// programs: kinks), cumlogsumexp along one axis, forward or reversed (variant: which).
+  bool cumulative(Scope& s, Block& b) {
+    const int variant = uniform(0, 4);
+    if (s.r.pure && (variant == 2 || variant == 3)) return false;
+    const int i = pick(s, [](const Val& v) { return !v.shape.empty(); });
+    if (i < 0) return false;
+    const Val v = at(s, i);
+    const auto r = static_cast<int>(v.shape.size());
+    Node n{.op = Op::Cumulative, .args = {i}};
+    n.variant = variant;
+    n.ints = {uniform(-r, r - 1)};
+    n.flag = coin(0.4);  // reverse
+    n.outs = {v.shape};
+    const double len = static_cast<double>(v.shape[static_cast<std::size_t>((n.ints[0] + r) % r)]);
+    const double mag = variant == 0 ? v.mag * len : variant == 1 ? 1.0 : variant == 4 ? v.mag + std::log(std::max(len, 1.0)) : v.mag;
+    if (mag > kMaxMag) return false;
+    push(s, b, n, {mag});
+    return true;
+  }
+
   bool reduction(Scope& s, Block& b) {
-    static constexpr Op ops[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::ProdPos, Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var};
+    static constexpr Op ops[] = {Op::Sum,     Op::Mean,       Op::Max, Op::Min,       Op::ProdPos,
+                                 Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var, Op::Cumulative};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
     if (s.r.pure && (op == Op::Max || op == Op::Min)) return false;
+    if (op == Op::Cumulative) return cumulative(s, b);
     int i = pick(s, [&](const Val& v) { return op == Op::Sum || size_of(v.shape) > 0; });
     if (i < 0) return false;
     const Val v = at(s, i);
@@ -668,7 +691,7 @@ class Gen {
   }
 
   bool shape_op(Scope& s, Block& b) {
-    int kind = uniform(0, 11);
+    int kind = uniform(0, 12);
     int i = pick_any(s);
     const Val v = at(s, i);
     const Shape& sh = v.shape;
@@ -815,6 +838,12 @@ class Gen {
         maybe_data_indices(s, n);
         break;
       }
+      case 12:
+        n.op = Op::Flip;
+        n.flag = coin(0.2);  // every axis
+        n.ints = n.flag ? std::vector<std::int64_t>{} : axes_subset(static_cast<std::size_t>(r), false);
+        out = sh;
+        break;
       default: {
         n.op = Op::Index;
         if (r == 0 || size_of(sh) == 0) return false;

@@ -377,6 +377,14 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       return {xj::prod(n.variant == 1 ? a : 1.5 + xj::tanh(a), n.ints, n.flag)};
     case Op::LogSumExp: return {xj::logsumexp(a, n.ints, n.flag)};
     case Op::Softmax: return {xj::softmax(a, n.ints[0])};
+    case Op::Cumulative:
+      switch (n.variant) {
+        case 0: return {xj::cumsum(a, n.ints[0], n.flag)};
+        case 1: return {xj::cumprod(xj::tanh(a), n.ints[0], n.flag)};
+        case 2: return {xj::cummax(a, n.ints[0], n.flag)};
+        case 3: return {xj::cummin(a, n.ints[0], n.flag)};
+        default: return {xj::cumlogsumexp(a, n.ints[0], n.flag)};
+      }
     case Op::LogSoftmax: return {xj::log_softmax(a, n.ints[0])};
     case Op::Var: return {xj::var(a, n.ints, n.variant, n.flag)};
     case Op::Matmul: return {xj::matmul(a, b)};
@@ -431,6 +439,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     }
     case Op::Reshape: return {xj::reshape(a, n.ints)};
     case Op::Transpose: return {n.flag ? xj::transpose(a) : xj::transpose(a, n.ints)};
+    case Op::Flip: return {n.flag ? xj::flip(a) : xj::flip(a, n.ints)};
     case Op::BroadcastTo: return {xj::broadcast_to(a, n.ints)};
     case Op::ExpandDims: return {xj::expand_dims(a, n.ints[0])};
     case Op::Squeeze: return {xj::squeeze(a, n.ints)};

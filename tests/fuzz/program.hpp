@@ -56,11 +56,11 @@ enum class Op {
   // elementwise binary (broadcasting)
   Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt,
   // reductions
-  Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var,
+  Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var, Cumulative,
   // linear algebra
   Matmul, Dot, Einsum, DotGeneral, Cholesky, TriangularSolve, ChoSolve, Lu, Solve, LuSolve, Inv, Slogdet, Qr, Eigh, Svd,
   // shape
-  Reshape, Transpose, BroadcastTo, ExpandDims, Squeeze, Concat, Stack, Slice, DynSlice,
+  Reshape, Transpose, Flip, BroadcastTo, ExpandDims, Squeeze, Concat, Stack, Slice, DynSlice,
   DynUpdateSlice, Take, Index, Fit,
   // training-loop pieces (issue 34): take_along_axis, the normalizations, the optax losses
   TakeAlongAxis, Norm, Loss,

@@ -316,6 +316,19 @@ std::vector<Row> build() {
                   zeros_at_gen({3, 2, 4}, {5, 17})));
   t.push_back(row("argmax", {P::argmax, P::convert_element_type},
                   [](const Arrays& x) { return astype(argmax(x[0], 1), x[0].dtype()); }, spread_gen(s), Kind::zero_gradient));
+  // Cumulative: cumsum is linear (squared, see the top); the others' derivatives are those of
+  // associative_scan (cummax/cummin on distinct values, away from ties; cumprod through zeros).
+  t.push_back(row("cumsum", {P::cumsum}, squared([](const Arrays& x) { return cumsum(x[0], 1); }), uniform_gen(s, -2, 2)));
+  t.push_back(row("cumsum_reverse_axis0", {P::cumsum}, squared([](const Arrays& x) { return cumsum(x[0], 0, true); }),
+                  uniform_gen(s, -2, 2)));
+  t.push_back(row("cumprod", {P::cumprod}, [](const Arrays& x) { return cumprod(x[0], 1); }, uniform_gen(s, -1.5, 1.5)));
+  t.push_back(row("cumprod_zeros_reverse", {P::cumprod}, [](const Arrays& x) { return cumprod(x[0], 1, true); },
+                  zeros_at_gen({3, 5}, {2, 6, 8})));
+  t.push_back(row("cummax", {P::cummax}, [](const Arrays& x) { return cummax(x[0], 1); }, spread_gen(s)));
+  t.push_back(row("cummin_reverse_axis0", {P::cummin}, [](const Arrays& x) { return cummin(x[0], 0, true); }, spread_gen(s)));
+  t.push_back(row("cumlogsumexp", {P::cumlogsumexp}, [](const Arrays& x) { return cumlogsumexp(x[0], 1); }, uniform_gen(s, -2, 2)));
+  t.push_back(row("cumlogsumexp_reverse", {P::cumlogsumexp}, [](const Arrays& x) { return cumlogsumexp(x[0], 0, true); },
+                  uniform_gen({5, 2}, -3, 3)));
   t.push_back(row("logsumexp", {P::reduce_max, P::stop_gradient, P::exp, P::reduce_sum, P::log},
                   [](const Arrays& x) { return logsumexp(x[0], {1}); }, uniform_gen(s, -2, 2)));
   t.push_back(row("logsumexp_all", {P::reduce_max, P::exp, P::log}, [](const Arrays& x) { return logsumexp(x[0]); },
@@ -336,6 +349,7 @@ std::vector<Row> build() {
                   uniform_gen(s, -2, 2)));
   t.push_back(row("reshape_infer", {P::reshape}, squared([](const Arrays& x) { return reshape(x[0], {4, -1}); }),
                   uniform_gen({2, 3, 4}, -2, 2)));
+  t.push_back(row("flip", {P::rev}, squared([](const Arrays& x) { return flip(x[0], Axes{0, 2}); }), uniform_gen({2, 3, 4}, -2, 2)));
   t.push_back(row("transpose", {P::transpose}, squared([](const Arrays& x) { return transpose(x[0], {2, 0, 1}); }),
                   uniform_gen({2, 3, 4}, -2, 2)));
   t.push_back(row("transpose_reverse", {P::transpose}, squared([](const Arrays& x) { return transpose(x[0]); }),
