@@ -7,6 +7,7 @@
 #include <lapacke.h>
 
 #include <algorithm>
+#include <numeric>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -125,12 +126,12 @@ struct Row {
   double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
   std::string note;
   bool has_mem() const {
-    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && workload != "L1" && impl != "libtorch";
+    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && workload != "L1" && workload != "K1" && impl != "libtorch";
   }  // peak columns measured
 };
 
 std::string fmt(const char* f, double v) {
-  char buf[64];
+  char buf[160];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
@@ -1090,11 +1091,49 @@ void bench_linalg(std::vector<Row>& rows, std::int64_t n, std::int64_t k, int re
   rows.push_back({"L1", "gradient in A and B", "LAPACK + adjoint", rg, 1.0, 0, 0, 0, "potrf + 2 potrs + 2 gemm (the solve's adjoint)"});
 }
 
+// K1: cumsum along 1M elements (f32, eager, one primitive) and along the rows of a 1000 x 1000
+// matrix's first axis, against std::partial_sum over the same memory in the same run.
+void bench_cumulative(std::vector<Row>& rows, std::int64_t n, int reps) {
+  const std::vector<float> v = randn(n, 81, 1.0);
+  const xj::Array x = from(v, {n});
+  std::vector<float> out(v.size());
+  auto time = [&](auto&& run) {
+    run();
+    std::vector<double> ts;
+    for (int i = 0; i < reps; ++i) {
+      const double t0 = now();
+      run();
+      ts.push_back(now() - t0);
+    }
+    return median(ts);
+  };
+  xj::Array y;
+  const double xt = time([&] { y = xj::cumsum(x, 0); });
+  const double rt = time([&] { std::partial_sum(v.begin(), v.end(), out.begin()); });
+  const auto got = y.to_vector<float>();
+  double worst = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - out[i])) / (1.0 + std::abs(out[i])));
+  const std::string shape = fmt("%.0f elements, f32", double(n));
+  rows.push_back({"K1", "cumsum of a vector", "xjax", xt, xt / rt, 0, 0, 0, shape + fmt("; max rel. difference %.1e", worst)});
+  rows.push_back({"K1", "cumsum of a vector", "std::partial_sum", rt, 1.0, 0, 0, 0, shape});
+  // Down the first axis of a matrix: each step adds a contiguous row.
+  const std::int64_t side = static_cast<std::int64_t>(std::sqrt(double(n)));
+  const xj::Array m = from(std::vector<float>(v.begin(), v.begin() + side * side), {side, side});
+  const double xm = time([&] { y = xj::cumsum(m, 0); });
+  const double rm = time([&] {
+    std::copy(v.begin(), v.begin() + side, out.begin());
+    for (std::int64_t r = 1; r < side; ++r)
+      for (std::int64_t c = 0; c < side; ++c) out[std::size_t(r * side + c)] = out[std::size_t((r - 1) * side + c)] + v[std::size_t(r * side + c)];
+  });
+  rows.push_back({"K1", "cumsum down a matrix's columns", "xjax", xm, xm / rm, 0, 0, 0, fmt("%.0f x ", double(side)) + fmt("%.0f, f32", double(side))});
+  rows.push_back({"K1", "cumsum down a matrix's columns", "loop", rm, 1.0, 0, 0, 0, "row += previous row"});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, O1, T1); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, K1, O1, T1); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -1104,7 +1143,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|O1|T1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|O1|T1]\n");
       return 2;
     }
   }
@@ -1124,6 +1163,7 @@ int main(int argc, char** argv) {
     if (run("E1")) bench_eager(rows, 10000, reps);
     if (run("F1")) bench_files(rows, quick ? 16 : 100, reps);
     if (run("L1")) bench_linalg(rows, quick ? 128 : 512, 16, reps);
+    if (run("K1")) bench_cumulative(rows, quick ? 65536 : 1000000, reps);
 #if XJAX_BENCH_TORCH
     if (run("O1")) bench_optimizers(rows, quick ? 1000 : 100000, 20);
     if (run("T1")) {  // T = 64, d = 128, 4 heads, 6 layers, batch 16; T = 128, d = 256, 8 heads, 8 layers, batch 8
