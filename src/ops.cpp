@@ -211,6 +211,35 @@ Array sub(const Array& a, const Array& b, std::source_location loc) { return bin
 Array mul(const Array& a, const Array& b, std::source_location loc) { return binary(P::mul, a, b, loc); }
 Array div(const Array& a, const Array& b, std::source_location loc) { return binary(P::div, a, b, loc); }
 Array pow(const Array& a, const Array& b, std::source_location loc) { return binary(P::pow, a, b, loc); }
+Array atan2(const Array& y, const Array& x, std::source_location loc) { return binary(P::atan2, y, x, loc); }
+Array rem(const Array& x, const Array& y, std::source_location loc) { return binary(P::rem, x, y, loc); }
+
+namespace {
+/// Where rem(x, y) is non-zero with the sign opposite to y's: the truncated quotient is one above
+/// the floored one there.
+Array floor_differs(const Array& r, const Array& y, std::source_location loc) {
+  const Array zero = scalar(0.0, r.dtype());
+  const Array differs = logical_and(ne(r, zero, loc), ne(lt(r, zero, loc), lt(y, zero, loc), loc), loc);
+  return logical_and(differs, ne(y, scalar(0.0, y.dtype()), loc), loc);  // x // 0 and x mod 0 stay as div and rem give them
+}
+}  // namespace
+
+// Integers: the truncated quotient, one less where the remainder's sign differs from y's. Floats:
+// (x - rem) / y is an integer up to rounding, rounded, then the same correction (jnp's divmod).
+Array floor_divide(const Array& x, const Array& y, std::source_location loc) {
+  const Array r = rem(x, y, loc);
+  const Array one = scalar(1.0, r.dtype());
+  if (!is_floating(r.dtype())) return where(floor_differs(r, y, loc), sub(div(x, y, loc), one, loc), div(x, y, loc), loc);
+  const Array q = div(sub(x, r, loc), y, loc);
+  const Array rounded = floor(add(q, scalar(0.5, q.dtype()), loc), loc);
+  return where(floor_differs(r, y, loc), sub(rounded, one, loc), rounded, loc);
+}
+
+Array remainder(const Array& x, const Array& y, std::source_location loc) {
+  const Array r = rem(x, y, loc);
+  return where(floor_differs(r, y, loc), add(r, y, loc), r, loc);
+}
+Array mod(const Array& x, const Array& y, std::source_location loc) { return remainder(x, y, loc); }
 Array pow(const Array& a, double b, std::source_location loc) {
   if (b == std::floor(b) && std::abs(b) <= 64) return integer_pow(a, static_cast<std::int64_t>(b), loc);
   return pow(a, weak_scalar(b, a), loc);
@@ -846,7 +875,7 @@ Array associative_scan(const std::function<Array(const Array&, const Array&)>& f
     Array out = fn(l, r);
     if (out.aval() != l.aval())
       throw TypeError("associative_scan: fn returns " + out.aval().str() + " for operands " + l.aval().str() +
-                      " (it must keep their shape and dtype) (at " + format_location(loc) + ")");
+                      " (slices of x, " + x.aval().str() + "); it must keep their shape and dtype (at " + format_location(loc) + ")");
     return out;
   };
   if (!reverse) return prefix_scan(checked, x, a, loc);
@@ -858,8 +887,12 @@ Array associative_scan(const std::function<Array(const Array&, const Array&)>& f
 Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
   const Array m = maximum(a, b, loc);
   const Array d = sub(a, b, loc);
-  const Array finite = add(m, log1p(exp(neg(abs(d, loc), loc), loc), loc), loc);
-  return where(ne(d, d, loc), add(a, b, loc), finite, loc);
+  const Array nan_d = ne(d, d, loc);
+  // d made finite where it is NaN before the branch that is not taken there, so that its
+  // derivative is not NaN either (reverse mode multiplies the unselected branch's by zero).
+  const Array safe_d = where(nan_d, 0.0, d, loc);
+  const Array finite = add(m, log1p(exp(neg(abs(safe_d, loc), loc), loc), loc), loc);
+  return where(nan_d, add(a, b, loc), finite, loc);
 }
 
 // x (a_0 .. a_k) broadcast to (r_0, a_0, r_1, a_1, ...), then merged pairwise to (r_0 a_0, ...).

@@ -99,8 +99,22 @@ TEST_CASE("cumulative edges: NaN and infinities, empty axes, integers wrap aroun
     check_all(c.op(x, 0, false, std::source_location::current()), reference(v, {6}, 0, false, c.combine), 1e-15);
     check_all(c.op(x, 0, true, std::source_location::current()), reference(v, {6}, 0, true, c.combine), 1e-15);
   }
-  // cumlogsumexp of -inf only stays -inf (not NaN).
+  // cumlogsumexp of -inf only stays -inf (not NaN); its gradient there is the same in forward
+  // and reverse mode (review of 2026-12-02: reverse mode was NaN through the unselected branch).
   check_all(xj::cumlogsumexp(test_util::f64v({-inf, -inf, 0.0}), 0), {-inf, -inf, 0.0}, 1e-15);
+  const auto lse = [](const xj::Array& v) { return xj::sum(xj::cumlogsumexp(v, 0)); };
+  const xj::Array at = test_util::f64v({-inf, -inf, 0.0, 1.0});
+  const auto reverse_mode = vec(xj::grad(lse)(at));
+  for (double g : reverse_mode) CHECK(std::isfinite(g));
+  double forward_total = 0;
+  for (std::size_t k = 0; k < 4; ++k) {
+    std::vector<double> e(4, 0.0);
+    e[k] = 1.0;
+    auto [v, t] = xj::jvp(lse, std::tuple{at}, std::tuple{test_util::f64v(e)});
+    CHECK(t.item<double>() == doctest::Approx(reverse_mode[k]).epsilon(1e-14));
+    forward_total += t.item<double>();
+  }
+  CHECK(std::isfinite(forward_total));
   // An empty axis, and an empty other axis.
   CHECK(xj::cumsum(xj::zeros({3, 0}, xj::f32), 1).shape() == xj::Shape{3, 0});
   CHECK(xj::cummax(xj::zeros({0, 2}, xj::f64), 1, true).shape() == xj::Shape{0, 2});

@@ -206,6 +206,24 @@ JvpOut pow_jvp(const JvpArgs& a) {
   });
   return {{y}, {tadd(l, r)}};
 }
+// d atan2(x, y) = (y dx - x dy) / (x^2 + y^2)
+JvpOut atan2_jvp(const JvpArgs& a) {
+  Array out = primal1(a);
+  const Array &x = a.x[0], &y = a.x[1];
+  const Array r2 = add(mul(x, x), mul(y, y));
+  Tangent l = tmap(a.t[0], out.aval(), [&](const Array& t) { return mul(t, div(y, r2)); });
+  Tangent r = tmap(a.t[1], out.aval(), [&](const Array& t) { return mul(t, div(neg(x), r2)); });
+  return {{out}, {tadd(l, r)}};
+}
+// rem(x, y) = x - trunc(x / y) y:  d = dx - trunc(x / y) dy   (trunc is piecewise constant)
+JvpOut rem_jvp(const JvpArgs& a) {
+  Array out = primal1(a);
+  if (!is_floating(out.dtype())) return zero_jvp(a);
+  const Array q = div(a.x[0], a.x[1]);
+  Tangent l = tmap(a.t[0], out.aval(), [&](const Array& t) { return t; });
+  Tangent r = tmap(a.t[1], out.aval(), [&](const Array& t) { return mul(neg(t), mul(sign(q), floor(abs(q)))); });
+  return {{out}, {tadd(l, r)}};
+}
 // comparisons are piecewise constant: zero tangent
 JvpOut eq_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut ne_jvp(const JvpArgs& a) { return zero_jvp(a); }

@@ -146,6 +146,8 @@ Cts div_transpose(const TransposeArgs& a) {
 Cts max_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts min_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts pow_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts atan2_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts rem_transpose(const TransposeArgs& a) { return not_linear(a); }
 // select(p, c0, c1, ...)^T ct = (-, select(p, ct, 0, ...), select(p, 0, ct, ...), ...)
 Cts select_n_transpose(const TransposeArgs& a) {
   if (a.in[0].is_linear()) return not_linear(a);

@@ -76,6 +76,17 @@ Array erfc(const Array& x, XJAX_LOC);
 Array cbrt(const Array& x, XJAX_LOC);
 Array exp2(const Array& x, XJAX_LOC);
 Array log2(const Array& x, XJAX_LOC);
+/// lax.atan2(y, x) (jnp.arctan2): the angle of the point (x, y), atan(y / x) in the right
+/// quadrant, in [-pi, pi]; floats.
+Array atan2(const Array& y, const Array& x, XJAX_LOC);
+/// lax.rem: the remainder of the truncated quotient, with x's sign (C's fmod and %); integers
+/// follow XLA at the edges: x rem 0 = x, MIN rem -1 = 0.
+Array rem(const Array& x, const Array& y, XJAX_LOC);
+/// jnp.floor_divide: floor(x / y) (integers: rounded toward minus infinity, x // 0 = 0 as xjax's
+/// div). jnp.remainder (alias mod): x - floor_divide(x, y) y, with y's sign (Python's %).
+Array floor_divide(const Array& x, const Array& y, XJAX_LOC);
+Array remainder(const Array& x, const Array& y, XJAX_LOC);
+Array mod(const Array& x, const Array& y, XJAX_LOC);
 Array floor(const Array& x, XJAX_LOC);
 Array ceil(const Array& x, XJAX_LOC);
 Array sqrt(const Array& x, XJAX_LOC);

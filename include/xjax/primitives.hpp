@@ -71,6 +71,8 @@
   X(max, max, None, binary, any, Y)                                                                  \
   X(min, min, None, binary, any, Y)                                                                  \
   X(pow, pow, None, binary, floats, Y)                                                               \
+  X(atan2, atan2, None, binary, floats, Y)                                                           \
+  X(rem, rem, None, binary, numeric, Y)                                                              \
   X(eq, eq, None, comparison, any, Y)                                                                \
   X(ne, ne, None, comparison, any, Y)                                                                \
   X(lt, lt, None, comparison, any, Y)                                                                \

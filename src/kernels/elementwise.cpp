@@ -53,11 +53,12 @@ template <class T> void int_integer_pow(const T* x, T* o, std::size_t n, std::in
 // ---- binary ------------------------------------------------------------------------------------
 
 template <class T> void int_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
-  // Integers wrap around (two's complement) and divide safely; pow has no integer kernel.
+  // Integers wrap around (two's complement) and divide safely; pow and atan2 have no integer kernel.
   if (p == Primitive::add) return loop2(x, y, o, n, wrap_add<T>);
   if (p == Primitive::sub) return loop2(x, y, o, n, wrap_sub<T>);
   if (p == Primitive::mul) return loop2(x, y, o, n, wrap_mul<T>);
   if (p == Primitive::div) return loop2(x, y, o, n, safe_div<T>);
+  if (p == Primitive::rem) return loop2(x, y, o, n, safe_rem<T>);
   if (p == Primitive::max) return loop2(x, y, o, n, [](T a, T b) { return std::max(a, b); });
   if (p == Primitive::min) return loop2(x, y, o, n, [](T a, T b) { return std::min(a, b); });
   unsupported_dtype(p, dtype_of_v<T>);

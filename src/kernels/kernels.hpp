@@ -117,6 +117,16 @@ template <class T> T safe_div(T a, T b) {
   return static_cast<T>(a / b);
 }
 
+/// Truncated remainder with the dividend's sign (C's %), XLA's rule at the edges: x % 0 = x and
+/// MIN % -1 = 0 (neither traps).
+template <class T> T safe_rem(T a, T b) {
+  if (b == 0) return a;
+  if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return T{0};
+  }
+  return static_cast<T>(a % b);
+}
+
 /// a + b for any storage type: wraps for integers, logical or for bool (uint8_t).
 template <class T> T add_values(T a, T b) {
   if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<T>(a | b);

@@ -200,6 +200,23 @@ template <> struct BinaryMath<Primitive::div> { template <class V> V operator()(
 template <> struct BinaryMath<Primitive::max> { template <class V> V operator()(const V& a, const V& b) const { return nan_max(a, b); } };
 template <> struct BinaryMath<Primitive::min> { template <class V> V operator()(const V& a, const V& b) const { return nan_min(a, b); } };
 template <> struct BinaryMath<Primitive::pow> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::pow(a, b); } };
+template <> struct BinaryMath<Primitive::atan2> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::atan2(a, b); } };
+// C's fmod, exact (the remainder of the truncated quotient, with a's sign, as XLA's rem); xsimd's
+// fmod is x - trunc(x / y) y, which loses the remainder once x / y rounds, so lane by lane.
+template <> struct BinaryMath<Primitive::rem> {
+  template <class V> V operator()(const V& a, const V& b) const {
+    if constexpr (std::is_floating_point_v<V>) {
+      return std::fmod(a, b);
+    } else {
+      using T = typename V::value_type;
+      alignas(V::arch_type::alignment()) T x[V::size], y[V::size];
+      a.store_aligned(x);
+      b.store_aligned(y);
+      for (std::size_t i = 0; i < V::size; ++i) x[i] = std::fmod(x[i], y[i]);
+      return V::load_aligned(x);
+    }
+  }
+};
 
 template <class T> void float_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
   using B = Batch<T>;

@@ -307,10 +307,10 @@ class Gen {
   bool binary(Scope& s, Block& b) {
     int i = pick_any(s);
     const Val a = at(s, i);
-    static constexpr Op ops[] = {Op::Add, Op::Sub, Op::Mul, Op::DivSafe, Op::PowSafe,
-                                 Op::Maximum, Op::Minimum, Op::SelectGt};
+    static constexpr Op ops[] = {Op::Add,     Op::Sub,     Op::Mul,      Op::DivSafe, Op::PowSafe,
+                                 Op::Maximum, Op::Minimum, Op::SelectGt, Op::Atan2,   Op::RemSafe};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
-    bool kink = op == Op::Maximum || op == Op::Minimum || op == Op::SelectGt;
+    bool kink = op == Op::Maximum || op == Op::Minimum || op == Op::SelectGt || op == Op::RemSafe;
     if (kink && s.r.pure) return false;
     // A kink of an operand against itself is an exact tie: no finite differences for the program.
     int j = pick(s, [&](const Val& v) { return broadcast(a.shape, v.shape).has_value() && (!kink || &v != &at(s, i)); });
@@ -326,6 +326,8 @@ class Gen {
       case Op::Mul: out = a.mag * c.mag; break;
       case Op::DivSafe: out = 2 * a.mag; break;
       case Op::PowSafe: out = 1 + a.mag * a.mag; break;
+      case Op::Atan2: out = 3.2; break;
+      case Op::RemSafe: out = 2.5; break;
       case Op::SelectGt: out = 2 * std::max(a.mag, c.mag); break;
       default: out = std::max(a.mag, c.mag); break;
     }

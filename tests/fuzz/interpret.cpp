@@ -358,6 +358,14 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::Mul: return {op_form ? a * b : xj::mul(a, b)};
     case Op::DivSafe: return {op_form ? a / (1.5 + xj::tanh(b)) : xj::div(a, xj::add(xj::tanh(b), xj::scalar_like(1.5, b)))};
     case Op::PowSafe: return {xj::pow(1.0 + xj::square(a), xj::tanh(b))};
+    // atan2 away from its cut and its pole: one coordinate kept positive (variant: which).
+    case Op::Atan2: return {n.variant == 0 ? xj::atan2(a, 1.5 + xj::tanh(b)) : xj::atan2(1.5 + xj::tanh(a), b)};
+    case Op::RemSafe: {  // rem by y in (0.5, 2.5) (or minus that): jumps where a / y is an integer
+      const Array y = n.variant == 0 ? 1.5 + xj::tanh(b) : -1.5 - xj::tanh(b);
+      const Array r = xj::rem(a, y);
+      if (m) note(m, r), note(m, xj::abs(r) - xj::abs(y));
+      return {r};
+    }
     case Op::Maximum: if (m) note(m, a - b); return {xj::maximum(a, b)};
     case Op::Minimum: if (m) note(m, a - b); return {xj::minimum(a, b)};
     case Op::SelectGt: {  // where(a > b, 2a, b), the comparison spelled as gt, ge, lt or le (equal off the tie)

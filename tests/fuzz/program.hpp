@@ -54,7 +54,7 @@ enum class Op {
   // elementwise unary with a kink or a jump at 0
   Abs, Relu, Sign, Elu, LeakyRelu,
   // elementwise binary (broadcasting)
-  Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt,
+  Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe,
   // reductions
   Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var, Cumulative,
   // linear algebra

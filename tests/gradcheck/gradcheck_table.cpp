@@ -195,6 +195,17 @@ std::vector<Row> build() {
   t.push_back(row("pow", {P::pow}, binary(pow), [s](DType d, Rng& r) {
                     return Arrays{uniform(s, d, r, 0.5, 2), uniform(s, d, r, -1.5, 1.5)};
                   }));
+  // atan2 on both half-planes (y > 0: x < 0 stays away from the cut at y = 0).
+  t.push_back(row("atan2", {P::atan2}, [](const Arrays& x) { return atan2(x[0], x[1]); }, [s](DType d, Rng& r) {
+                    return Arrays{uniform(s, d, r, 0.5, 2), uniform(s, d, r, -2, 2)};
+                  }));
+  // rem with x / y in (2.1, 2.8) and (-2.8, -2.1): trunc(x / y) = +-2, away from the jumps.
+  t.push_back(row("rem", {P::rem}, [](const Arrays& x) { return rem(x[0], x[1]); }, [s](DType d, Rng& r) {
+                    return Arrays{uniform(s, d, r, 2.2, 2.8), uniform(s, d, r, 1.0, 1.04)};
+                  }));
+  t.push_back(row("rem_negative", {P::rem}, [](const Arrays& x) { return rem(-x[0], x[1]); }, [s](DType d, Rng& r) {
+                    return Arrays{uniform(s, d, r, 2.2, 2.8), uniform(s, d, r, 1.0, 1.04)};
+                  }));
   t.push_back(row("add_bcast_3x1_4", {P::add, P::broadcast_in_dim}, binary(add), uniform2_gen({3, 1}, {4}, -2, 2)));
   t.push_back(row("sub_bcast_scalar_array", {P::sub, P::broadcast_in_dim}, binary(sub), uniform2_gen({}, s, -2, 2)));
   t.push_back(row("mul_bcast_3x1_4", {P::mul, P::broadcast_in_dim}, binary(mul), uniform2_gen({3, 1}, {4}, -2, 2)));
