@@ -168,6 +168,9 @@ Array erfc(const Array& x, std::source_location loc) { return unary(P::erfc, x, 
 Array cbrt(const Array& x, std::source_location loc) { return unary(P::cbrt, x, loc); }
 Array exp2(const Array& x, std::source_location loc) { return unary(P::exp2, x, loc); }
 Array log2(const Array& x, std::source_location loc) { return unary(P::log2, x, loc); }
+Array lgamma(const Array& x, std::source_location loc) { return unary(P::lgamma, x, loc); }
+Array digamma(const Array& x, std::source_location loc) { return unary(P::digamma, x, loc); }
+Array erf_inv(const Array& x, std::source_location loc) { return unary(P::erf_inv, x, loc); }
 Array floor(const Array& x, std::source_location loc) { return unary(P::floor, x, loc); }
 Array ceil(const Array& x, std::source_location loc) { return unary(P::ceil, x, loc); }
 Array rsqrt(const Array& x, std::source_location loc) { return unary(P::rsqrt, x, loc); }

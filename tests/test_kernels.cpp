@@ -6,6 +6,9 @@
 // Output avals are computed by hand here, never by the shape rules.
 #include <doctest/doctest.h>
 
+#include <boost/math/special_functions/digamma.hpp>
+#include <boost/math/special_functions/erf.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -124,6 +127,9 @@ double unary_reference(Primitive p, double x) {
     case Primitive::log2: return std::log2(x);
     case Primitive::floor: return std::floor(x);
     case Primitive::ceil: return std::ceil(x);
+    case Primitive::lgamma: return std::lgamma(x);
+    case Primitive::digamma: return boost::math::digamma(x);
+    case Primitive::erf_inv: return boost::math::erf_inv(x);
     default: return 0;
   }
 }
@@ -139,6 +145,8 @@ std::pair<double, double> operand_range(Primitive p) {
   if (p == Primitive::log1p) return {-0.9, 4.0};
   if (p == Primitive::asin || p == Primitive::acos || p == Primitive::atanh) return {-0.99, 0.99};
   if (p == Primitive::acosh) return {1.0, 9.0};
+  if (p == Primitive::lgamma || p == Primitive::digamma) return {0.05, 9.0};  // negatives: their own test
+  if (p == Primitive::erf_inv) return {-0.999, 0.999};
   return {-4.0, 4.0};
 }
 
@@ -162,11 +170,40 @@ TEST_CASE("kernel: float unary ops match the C library") {
                       Primitive::abs, Primitive::sign, Primitive::asin, Primitive::acos, Primitive::atan,
                       Primitive::sinh, Primitive::cosh, Primitive::asinh, Primitive::acosh, Primitive::atanh,
                       Primitive::erf, Primitive::erfc, Primitive::cbrt, Primitive::exp2, Primitive::log2,
-                      Primitive::floor, Primitive::ceil})
+                      Primitive::floor, Primitive::ceil, Primitive::lgamma, Primitive::digamma, Primitive::erf_inv})
     for (const Shape& shape : elementwise_shapes) {
       check_float_unary<float>(p, shape);
       check_float_unary<double>(p, shape);
     }
+}
+
+TEST_CASE("kernel: lgamma, digamma, erf_inv at their edges: negative arguments, poles, the tails of erf_inv") {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> xs{-0.5, -2.75, -3.2, -7.9, 0.001, 1.0, 2.0, 30.0, 170.5};
+  std::vector<double> lg = values_of<double>(run(Primitive::lgamma, {make<double>(xs, {9})}, {{9}, DType::f64}));
+  std::vector<double> dg = values_of<double>(run(Primitive::digamma, {make<double>(xs, {9})}, {{9}, DType::f64}));
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CHECK_MESSAGE(close(lg[i], std::lgamma(xs[i]), 1e-12), "lgamma x=", xs[i], " got ", lg[i]);
+    CHECK_MESSAGE(close(dg[i], boost::math::digamma(xs[i]), 1e-11), "digamma x=", xs[i], " got ", dg[i]);
+  }
+  // Poles of digamma (XLA: NaN); erf_inv at and beyond +-1, at 0 and -0, deep in the tails.
+  for (double pole : {0.0, -1.0, -4.0}) {
+    std::vector<double> d = values_of<double>(run(Primitive::digamma, {make<double>({pole}, {1})}, {{1}, DType::f64}));
+    CHECK(std::isnan(d[0]));
+  }
+  const std::vector<double> e{1.0, -1.0, 1.5, -0.0, 0.0, 1 - 1e-15, -(1 - 1e-12), 1e-300, nan};
+  std::vector<double> ei = values_of<double>(run(Primitive::erf_inv, {make<double>(e, {9})}, {{9}, DType::f64}));
+  CHECK(ei[0] == inf);
+  CHECK(ei[1] == -inf);
+  CHECK(std::isnan(ei[2]));
+  CHECK((ei[3] == 0 && std::signbit(ei[3])));
+  CHECK((ei[4] == 0 && !std::signbit(ei[4])));
+  for (std::size_t i = 5; i < 8; ++i) CHECK_MESSAGE(close(ei[i], boost::math::erf_inv(e[i]), 1e-13), "erf_inv x=", e[i], " got ", ei[i]);
+  CHECK(std::isnan(ei[8]));
+  std::vector<float> ef = values_of<float>(run(Primitive::erf_inv, {make<float>({0.999999f, -0.5f, 1.0f}, {3})}, {{3}, DType::f32}));
+  CHECK(close(ef[0], boost::math::erf_inv(static_cast<double>(0.999999f)), 3e-6));
+  CHECK(close(ef[1], boost::math::erf_inv(-0.5), 2e-6));
+  CHECK(ef[2] == std::numeric_limits<float>::infinity());
 }
 
 TEST_CASE("kernel: sign keeps zero and NaN, logistic saturates") {

@@ -147,6 +147,38 @@ JvpOut cbrt_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array
 JvpOut exp2_jvp(const JvpArgs& a) { return unary(a, [](const Array&, const Array& y) { return mul(y, c(std::log(2.0), y)); }); }
 // d log2 x = dx / (x ln 2)
 JvpOut log2_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return reciprocal(mul(x, c(std::log(2.0), x))); }); }
+// trigamma psi'(x) as a composition (so that it differentiates again): for x < 0 the reflection
+// psi'(x) = pi^2 / sin^2(pi x) - psi'(1 - x); for x > 0, psi'(x) = psi'(x + 10) + sum 1 / (x + k)^2
+// (k < 10, each only while x + k < 10), then the asymptotic series at x >= 10:
+// 1/x + 1/2x^2 + sum B_2k / x^(2k+1) (its error there below 1e-15).
+Array trigamma(const Array& x0) {
+  const Array negative = lt(x0, c(0, x0));
+  Array x = where(negative, sub(c(1, x0), x0), x0);
+  Array shift = mul(x, c(0, x));
+  for (int k = 0; k < 10; ++k) {
+    const Array small = lt(x, c(10, x));
+    shift = where(small, add(shift, reciprocal(square(x))), shift);
+    x = where(small, add(x, c(1, x)), x);
+  }
+  const Array r = reciprocal(square(x));
+  // B_2, B_4, ..., B_14: 1/6, -1/30, 1/42, -1/30, 5/66, -691/2730, 7/6.
+  const double bernoulli[] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6};
+  Array series = c(bernoulli[6], x);
+  for (int k = 5; k >= 0; --k) series = add(c(bernoulli[k], x), mul(r, series));
+  const Array inv = reciprocal(x);
+  const Array positive = add(shift, add(inv, add(mul(c(0.5, x), r), mul(mul(r, inv), series))));
+  const Array sin_pi = sin(mul(c(std::numbers::pi, x0), x0));
+  const Array reflected = sub(div(c(std::numbers::pi * std::numbers::pi, x0), square(sin_pi)), positive);
+  return where(negative, reflected, positive);
+}
+// d lgamma x = digamma(x) dx
+JvpOut lgamma_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return digamma(x); }); }
+// d digamma x = trigamma(x) dx
+JvpOut digamma_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return trigamma(x); }); }
+// y = erf_inv x:  dy = sqrt(pi) / 2 exp(y^2) dx
+JvpOut erf_inv_jvp(const JvpArgs& a) {
+  return unary(a, [](const Array&, const Array& y) { return mul(c(std::sqrt(std::numbers::pi) / 2, y), exp(square(y))); });
+}
 // floor and ceil are piecewise constant: zero tangent (as JAX)
 JvpOut floor_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut ceil_jvp(const JvpArgs& a) { return zero_jvp(a); }

@@ -76,6 +76,11 @@ Array erfc(const Array& x, XJAX_LOC);
 Array cbrt(const Array& x, XJAX_LOC);
 Array exp2(const Array& x, XJAX_LOC);
 Array log2(const Array& x, XJAX_LOC);
+/// lax.lgamma (log |Gamma(x)|), lax.digamma (its derivative psi; NaN at 0, -1, -2, ... as XLA)
+/// and lax.erf_inv (the inverse of erf on (-1, 1); +-inf at +-1, NaN beyond); floats.
+Array lgamma(const Array& x, XJAX_LOC);
+Array digamma(const Array& x, XJAX_LOC);
+Array erf_inv(const Array& x, XJAX_LOC);
 /// lax.atan2(y, x) (jnp.arctan2): the angle of the point (x, y), atan(y / x) in the right
 /// quadrant, in [-pi, pi]; floats.
 Array atan2(const Array& y, const Array& x, XJAX_LOC);

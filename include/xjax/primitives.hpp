@@ -61,6 +61,9 @@
   X(log2, log2, None, float_unary, floats, Y)                                                       \
   X(floor, floor, None, float_unary, floats, Y)                                                     \
   X(ceil, ceil, None, float_unary, floats, Y)                                                       \
+  X(lgamma, lgamma, None, float_unary, floats, Y)                                                   \
+  X(digamma, digamma, None, float_unary, floats, Y)                                                 \
+  X(erf_inv, erf_inv, None, float_unary, floats, Y)                                                 \
   X(abs, abs, None, numeric_unary, numeric, Y)                                                       \
   X(sign, sign, None, numeric_unary, numeric, Y)                                                     \
   X(integer_pow, integer_pow, IntegerPow, power, numeric, Y)                                         \

@@ -14,7 +14,9 @@
 #include <xsimd/xsimd.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kernels/kernels.hpp"
@@ -117,6 +119,116 @@ template <> struct UnaryMath<Primitive::exp2> { template <class V> V operator()(
 template <> struct UnaryMath<Primitive::log2> { template <class V> V operator()(const V& v) const { return xsimd::log2(v); } };
 template <> struct UnaryMath<Primitive::floor> { template <class V> V operator()(const V& v) const { return xsimd::floor(v); } };
 template <> struct UnaryMath<Primitive::ceil> { template <class V> V operator()(const V& v) const { return xsimd::ceil(v); } };
+/// Horner's rule: c[0] + w (c[1] + w (c[2] + ...)), for a batch or a scalar.
+template <class V, std::size_t N> V horner(const V& w, const double (&c)[N]) {
+  using T = typename V::value_type;
+  V p(static_cast<T>(c[N - 1]));
+  for (std::size_t i = N - 1; i-- > 0;) p = xsimd::fma(p, w, V(static_cast<T>(c[i])));
+  return p;
+}
+
+// lgamma (xsimd 11's lgamma gives wrong values on this build's batches, so our own): for x < 0,
+// log(pi / |sin(pi x)|) - lgamma(1 - x); for x > 0, lgamma(x + n) - log(x (x + 1) ... (x + n - 1))
+// with the shift taken while x < 10, then Stirling's series at x >= 10:
+// (x - 1/2) ln x - x + ln(2 pi) / 2 + sum B_2k / (2k (2k - 1) x^(2k-1)). Poles: +inf.
+template <> struct UnaryMath<Primitive::lgamma> {
+  template <class V> V operator()(const V& v) const {
+    using T = typename V::value_type;
+    const auto negative = v < V(0);
+    V x = xsimd::select(negative, V(1) - v, v);
+    V product(1);
+    for (int k = 0; k < 10; ++k) {
+      const auto small = x < V(10);
+      product = xsimd::select(small, product * x, product);
+      x = xsimd::select(small, x + V(1), x);
+    }
+    const V r = V(1) / (x * x);
+    // B_2k / (2k (2k - 1)) for k = 1..7.
+    static constexpr double c[] = {1.0 / 12, -1.0 / 360, 1.0 / 1260, -1.0 / 1680, 1.0 / 1188, -691.0 / 360360, 1.0 / 156};
+    const V stirling = (x - V(T(0.5))) * xsimd::log(x) - x + V(T(0.91893853320467274178)) + horner(r, c) / x;
+    const V positive = stirling - xsimd::log(product);
+    const V pi(static_cast<T>(3.141592653589793238));
+    const V reflected = xsimd::log(pi / xsimd::abs(xsimd::sin(pi * v))) - positive;
+    const auto pole = (v <= V(0)) & (xsimd::floor(v) == v);
+    return xsimd::select(pole, V(std::numeric_limits<T>::infinity()), xsimd::select(negative, reflected, positive));
+  }
+};
+
+
+// digamma: psi(x) = psi(1 - x) - pi / tan(pi x) for x < 0; for x > 0, psi(x) = psi(x + 10) -
+// sum 1 / (x + k) (k < 10, each step only while x < 10), then the asymptotic series of psi at
+// x >= 10: ln x - 1 / 2x - sum B_2k / (2k x^2k) (error below 1e-16 there). Poles (x = 0, -1, ...):
+// NaN, as XLA.
+template <> struct UnaryMath<Primitive::digamma> {
+  template <class V> V operator()(const V& v) const {
+    using T = typename V::value_type;
+    const auto negative = v < V(0);
+    V x = xsimd::select(negative, V(1) - v, v);
+    V shift(0);
+    for (int k = 0; k < 10; ++k) {
+      const auto small = x < V(10);
+      shift = xsimd::select(small, shift - V(1) / x, shift);
+      x = xsimd::select(small, x + V(1), x);
+    }
+    const V r = V(1) / (x * x);
+    // B_2k / 2k for k = 1..7: 1/12, -1/120, 1/252, -1/240, 1/132, -691/32760, 1/12.
+    static constexpr double c[] = {1.0 / 12, -1.0 / 120, 1.0 / 252, -1.0 / 240, 1.0 / 132, -691.0 / 32760, 1.0 / 12};
+    const V psi = xsimd::log(x) - V(T(0.5)) / x - r * horner(r, c) + shift;
+    const V pi(static_cast<T>(3.141592653589793238));
+    const V reflected = psi - pi / xsimd::tan(pi * v);
+    const auto pole = (v <= V(0)) & (xsimd::floor(v) == v);
+    return xsimd::select(pole, V(std::numeric_limits<T>::quiet_NaN()), xsimd::select(negative, reflected, psi));
+  }
+};
+
+// erf_inv: Giles' single-precision approximation ("Approximating the erfinv function", GPU
+// Computing Gems, 2011) as the start, then Newton steps (two for float, four for double): on
+// erf(y) = |x| for |x| <= 1/2, and on log erfc(y) = log(1 - |x|) above (1 - |x| is exact there,
+// and the logarithm keeps Newton quadratic deep in the tail, where Giles' float polynomial is
+// far off). +-1 gives +-inf, |x| > 1 NaN, -0 stays -0.
+template <> struct UnaryMath<Primitive::erf_inv> {
+  template <class V> V operator()(const V& v) const {
+    using T = typename V::value_type;
+    const V a = xsimd::abs(v);
+    const V w0 = -xsimd::log((V(1) - a) * (V(1) + a));
+    static constexpr double central[] = {1.50140941,     0.246640727,    -0.00417768164, -0.00125372503, 0.00021858087,
+                                         -4.39150654e-06, -3.5233877e-06, 3.43273939e-07, 2.81022636e-08};
+    static constexpr double tail[] = {2.83297682,    1.00167406,   0.00943887047, -0.0076224613,   0.00573950773,
+                                      -0.00367342844, 0.00134934322, 0.000100950558, -0.000200214257};
+    V y = xsimd::select(w0 < V(5), horner(w0 - V(T(2.5)), central), horner(xsimd::sqrt(w0) - V(3), tail)) * a;
+    const V two_over_sqrt_pi(T(1.1283791670955126));
+    const auto upper = a > V(T(0.5));
+    const V log_rest = xsimd::log(V(1) - a);
+    constexpr int steps = std::is_same_v<T, double> ? 3 : 2;
+    for (int step = 0; step < steps; ++step) {
+      const V density = two_over_sqrt_pi * xsimd::exp(-y * y);  // erf'(y)
+      const V rest = xsimd::erfc(y);
+      // erf(y) - a over erf'(y); (log erfc(y) - log(1 - a)) over (log erfc)'(y) = -erf'(y) / erfc(y).
+      const V central_step = (xsimd::erf(y) - a) / density;
+      const V tail_step = -(xsimd::log(rest) - log_rest) * rest / density;
+      y = y - xsimd::select(upper, tail_step, central_step);
+    }
+    if constexpr (std::is_same_v<T, double>) {
+      // xsimd's double erfc is good to about 1e-12 in the tail; a last step with the C library's
+      // erf / erfc, lane by lane, brings y to full precision.
+      alignas(64) T ys[V::size], as[V::size];
+      y.store_aligned(ys);
+      a.store_aligned(as);
+      for (std::size_t i = 0; i < V::size; ++i) {
+        const T yi = ys[i], ai = as[i];
+        if (!std::isfinite(yi) || ai >= 1) continue;
+        const T density = T(1.1283791670955126) * std::exp(-yi * yi);
+        ys[i] = ai > T(0.5) ? yi + (std::log(std::erfc(yi)) - std::log1p(-ai)) * std::erfc(yi) / density
+                            : yi - (std::erf(yi) - ai) / density;
+      }
+      y = V::load_aligned(ys);
+    }
+    const V inf(std::numeric_limits<T>::infinity()), nan(std::numeric_limits<T>::quiet_NaN());
+    y = xsimd::select(a == V(1), inf, xsimd::select(a > V(1), nan, y));
+    y = xsimd::select(a == V(0), V(0), y);
+    return xsimd::copysign(y, v);
+  }
+};
 template <> struct UnaryMath<Primitive::abs> { template <class V> V operator()(const V& v) const { return xsimd::abs(v); } };
 template <> struct UnaryMath<Primitive::sign> {  // -1, +1, and x itself for ±0 and NaN
   template <class V> V operator()(const V& v) const {
@@ -209,7 +321,7 @@ template <> struct BinaryMath<Primitive::rem> {
       return std::fmod(a, b);
     } else {
       using T = typename V::value_type;
-      alignas(V::arch_type::alignment()) T x[V::size], y[V::size];
+      alignas(64) T x[V::size], y[V::size];
       a.store_aligned(x);
       b.store_aligned(y);
       for (std::size_t i = 0; i < V::size; ++i) x[i] = std::fmod(x[i], y[i]);

@@ -278,10 +278,10 @@ class Gen {
         out = std::pow(m, static_cast<double>(n.ints[0]));
         break;
       case Op::TanBounded: out = 1.6; break;
-      case Op::Elementary:  // interpret.cpp: asin ... ceil, each on a domain where it is smooth
-        n.variant = uniform(0, 14);
-        if (s.r.pure && n.variant >= 13) return false;  // floor, ceil: piecewise constant
-        out = n.variant == 5 ? std::asinh(m) : n.variant >= 13 ? m + 1 : 2.7;
+      case Op::Elementary:  // interpret.cpp: asin ... ceil, lgamma, digamma, erf_inv, each on a domain where it is smooth
+        n.variant = uniform(0, 17);  // 15-17: lgamma, digamma, erf_inv
+        if (s.r.pure && (n.variant == 13 || n.variant == 14)) return false;  // floor, ceil: piecewise constant
+        out = n.variant == 5 ? std::asinh(m) : (n.variant == 13 || n.variant == 14) ? m + 1 : 2.7;
         break;
       case Op::PowScalar:
         n.c = std::array{0.5, 1.5, -0.5, 2.0}[static_cast<std::size_t>(uniform(0, 3))];

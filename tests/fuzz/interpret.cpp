@@ -310,7 +310,10 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         case 10: return {xj::cbrt(t + 1.5)};
         case 11: return {xj::exp2(t)};
         case 12: return {xj::log2(t + 1.5)};
-        default:  // floor, ceil: they jump at the integers (the distance to the nearest one is noted)
+        case 15: return {xj::lgamma(t + 2.5)};
+        case 16: return {xj::digamma(t + 2.5)};
+        case 17: return {xj::erf_inv(t * 0.9)};
+        default:  // 13, 14: floor, ceil: they jump at the integers (the distance to the nearest one is noted)
           note(m, a - xj::floor(a + 0.5));
           return {n.variant == 13 ? xj::floor(a) : xj::ceil(a)};
       }

@@ -164,6 +164,11 @@ std::vector<Row> build() {
   t.push_back(row("atanh", {P::atanh}, unary(atanh), uniform_gen(s, -0.8, 0.8)));
   t.push_back(row("erf", {P::erf}, unary(erf), uniform_gen(s, -2, 2)));
   t.push_back(row("erfc", {P::erfc}, unary(erfc), uniform_gen(s, -2, 2)));
+  t.push_back(row("lgamma", {P::lgamma}, unary(lgamma), uniform_gen(s, 0.3, 4)));
+  t.push_back(row("lgamma_negative", {P::lgamma}, unary(lgamma), uniform_gen(s, -2.8, -2.2)));
+  t.push_back(row("digamma", {P::digamma}, unary(digamma), uniform_gen(s, 0.3, 12)));
+  t.push_back(row("digamma_negative", {P::digamma}, unary(digamma), uniform_gen(s, -1.8, -1.2)));
+  t.push_back(row("erf_inv", {P::erf_inv}, unary(erf_inv), uniform_gen(s, -0.9, 0.9)));
   t.push_back(row("cbrt", {P::cbrt}, unary(cbrt), away_gen(s)));
   t.push_back(row("exp2", {P::exp2}, unary(exp2), uniform_gen(s, -2, 2)));
   t.push_back(row("log2", {P::log2}, unary(log2), uniform_gen(s, 0.5, 3)));
