@@ -216,6 +216,18 @@ Array div(const Array& a, const Array& b, std::source_location loc) { return bin
 Array pow(const Array& a, const Array& b, std::source_location loc) { return binary(P::pow, a, b, loc); }
 Array atan2(const Array& y, const Array& x, std::source_location loc) { return binary(P::atan2, y, x, loc); }
 Array rem(const Array& x, const Array& y, std::source_location loc) { return binary(P::rem, x, y, loc); }
+Array bitwise_and(const Array& a, const Array& b, std::source_location loc) { return binary(P::bitwise_and, a, b, loc); }
+Array bitwise_or(const Array& a, const Array& b, std::source_location loc) { return binary(P::bitwise_or, a, b, loc); }
+Array bitwise_xor(const Array& a, const Array& b, std::source_location loc) { return binary(P::bitwise_xor, a, b, loc); }
+Array bitwise_not(const Array& x, std::source_location loc) { return unary(P::bitwise_not, x, loc); }
+Array shift_left(const Array& x, const Array& s, std::source_location loc) { return binary(P::shift_left, x, s, loc); }
+Array shift_right_logical(const Array& x, const Array& s, std::source_location loc) {
+  return binary(P::shift_right_logical, x, s, loc);
+}
+Array shift_right_arithmetic(const Array& x, const Array& s, std::source_location loc) {
+  return binary(P::shift_right_arithmetic, x, s, loc);
+}
+Array population_count(const Array& x, std::source_location loc) { return unary(P::population_count, x, loc); }
 
 namespace {
 /// Where rem(x, y) is non-zero with the sign opposite to y's: the truncated quotient is one above
@@ -697,6 +709,10 @@ const Array& checked(const ArrayOperand& x) {
 }  // namespace
 
 Array operator-(ArrayOperand x) { return neg(checked(x), x.loc); }
+Array operator&(ArrayOperand a, ArrayOperand b) { return bitwise_and(checked(a), checked(b), a.loc); }
+Array operator|(ArrayOperand a, ArrayOperand b) { return bitwise_or(checked(a), checked(b), a.loc); }
+Array operator^(ArrayOperand a, ArrayOperand b) { return bitwise_xor(checked(a), checked(b), a.loc); }
+Array operator~(ArrayOperand x) { return bitwise_not(checked(x), x.loc); }
 Array operator+(ArrayOperand a, ArrayOperand b) { return add(checked(a), checked(b), a.loc); }
 Array operator-(ArrayOperand a, ArrayOperand b) { return sub(checked(a), checked(b), a.loc); }
 Array operator*(ArrayOperand a, ArrayOperand b) { return mul(checked(a), checked(b), a.loc); }

@@ -26,13 +26,16 @@ void expect_arity(Primitive p, Avals in, std::size_t n) {
     shape_fail(p, in, "expects " + std::to_string(n) + " operand(s), got " + std::to_string(in.size()));
 }
 
-enum class Kinds { floats, numeric, any };
+enum class Kinds { floats, numeric, any, integers, ints };
 
 void expect_kind(Primitive p, Avals in, const ShapedArray& a, Kinds k) {
   if (k == Kinds::floats && !is_floating(a.dtype))
     type_fail(p, in, "needs a floating-point operand (f32 or f64); convert with xj::astype");
   if (k == Kinds::numeric && a.dtype == bool_)
     type_fail(p, in, "does not accept bool operands; convert with xj::astype");
+  if ((k == Kinds::integers || k == Kinds::ints) && is_floating(a.dtype))
+    type_fail(p, in, k == Kinds::ints ? "needs integer operands" : "needs integer or bool operands");
+  if (k == Kinds::ints && a.dtype == bool_) type_fail(p, in, "needs integer operands, not bool; convert with xj::astype");
 }
 
 std::vector<ShapedArray> elementwise(Primitive p, Avals in, std::size_t arity, Kinds k,
@@ -529,6 +532,8 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::dot_general: return dot_general_shape_rule(in, ps.get<params::DotGeneral>());
     case P::reduce_sum: case P::reduce_prod: return reduce(p, in, ps.get<params::Reduce>(), Kinds::numeric);
     case P::reduce_max: case P::reduce_min: return reduce(p, in, ps.get<params::Reduce>(), Kinds::any);
+    case P::bitwise_not: return elementwise(p, in, 1, Kinds::integers);
+    case P::population_count: return elementwise(p, in, 1, Kinds::ints);
     case P::argmax: return argmax_shape_rule(in, ps.get<params::Argmax>());
     case P::cumsum: case P::cumprod: case P::cummax: case P::cummin: case P::cumlogsumexp:
       return cumulative_shape_rule(p, in, ps.get<params::Cumulative>());

@@ -2,6 +2,7 @@
 // Python's definitions written as loops: both signs of each operand, zeros, infinities, NaN,
 // integer edges (division by zero, MIN by -1), broadcasting, and their derivatives where the
 // closed form is simple. Finite-difference and batching checks: the gradcheck rows.
+#include <bit>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -111,4 +112,62 @@ TEST_CASE("floor_divide and remainder on floats: Python's results, y's sign, der
       test_util::f64v({7.5, -7.5}), test_util::f64v({2.0, 2.0}));
   test_util::check_values(g0, {1.0, 1.0}, 1e-15);
   test_util::check_values(g1, {-3.0, 3.0}, 1e-15);
+}
+
+TEST_CASE("bitwise and, or, xor, not, shifts and population_count against C++ on i32, i64, u32 and bool") {
+  const std::vector<std::int64_t> a{0, 1, -1, 6, -7, 123456, INT_MIN, INT_MAX};
+  const std::vector<std::int64_t> b{3, -1, 5, 12, 2, -98765, -1, 1};
+  for (xj::DType dtype : {xj::i32, xj::i64}) {
+    INFO(dtype);
+    const xj::Array x = xj::astype(xj::array<std::int64_t>(a, {8}), dtype), y = xj::astype(xj::array<std::int64_t>(b, {8}), dtype);
+    const auto g_and = (x & y).to_vector<std::int64_t>(), g_or = (x | y).to_vector<std::int64_t>();
+    const auto g_xor = (x ^ y).to_vector<std::int64_t>(), g_not = (~x).to_vector<std::int64_t>();
+    const auto g_pop = xj::population_count(x).to_vector<std::int64_t>();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      CHECK(g_and[i] == (a[i] & b[i]));
+      CHECK(g_or[i] == (a[i] | b[i]));
+      CHECK(g_xor[i] == (a[i] ^ b[i]));
+      CHECK(g_not[i] == ~a[i]);
+      const std::uint64_t bits = dtype == xj::i32 ? static_cast<std::uint32_t>(a[i]) : static_cast<std::uint64_t>(a[i]);
+      CHECK(g_pop[i] == std::popcount(bits));
+    }
+    CHECK((x & y).dtype() == dtype);
+  }
+  // u32: the same bits, and a logical right shift is the only right shift there.
+  const xj::Array u = xj::astype(xj::array<std::int64_t>({4294967295LL, 8, 1}, {3}), xj::u32);
+  CHECK(xj::population_count(u).to_vector<std::int64_t>() == std::vector<std::int64_t>{32, 1, 1});
+  CHECK((~u).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 4294967287LL, 4294967294LL});
+  // bool: logical, and shifts refuse it; floats are refused by all.
+  const xj::Array t = xj::astype(xj::array<std::int32_t>({1, 1, 0, 0}, {4}), xj::bool_);
+  const xj::Array f = xj::astype(xj::array<std::int32_t>({1, 0, 1, 0}, {4}), xj::bool_);
+  CHECK((t & f).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 0, 0, 0});
+  CHECK((t | f).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 1, 1, 0});
+  CHECK((t ^ f).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 1, 0});
+  CHECK((~t).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0, 1, 1});
+  CHECK((~t).dtype() == xj::bool_);
+  CHECK(test_util::contains(test_util::message_of<xj::TypeError>([&] { (void)xj::shift_left(t, f); }), "not bool"));
+  CHECK(test_util::contains(test_util::message_of<xj::TypeError>([&] { (void)(test_util::f64v({1.0}) & test_util::f64v({1.0})); }),
+                            "integer"));
+}
+
+TEST_CASE("shifts: XLA's rule for amounts outside [0, bits): everything shifted out; the arithmetic shift keeps the sign") {
+  const xj::Array x = xj::array<std::int32_t>({1, -8, INT_MIN, 5, -5, 7, -7, 1}, {8});
+  const xj::Array s = xj::array<std::int32_t>({31, 1, 31, 32, 33, -1, 40, 0}, {8});
+  const auto left = xj::shift_left(x, s).to_vector<std::int64_t>();
+  const auto logical = xj::shift_right_logical(x, s).to_vector<std::int64_t>();
+  const auto arith = xj::shift_right_arithmetic(x, s).to_vector<std::int64_t>();
+  CHECK(left == std::vector<std::int64_t>{INT_MIN, -16, 0, 0, 0, 0, 0, 1});
+  CHECK(logical == std::vector<std::int64_t>{0, 2147483644LL, 1, 0, 0, 0, 0, 1});
+  CHECK(arith == std::vector<std::int64_t>{0, -4, -1, 0, -1, 0, -1, 1});
+  // i64 at 63 and 64, and broadcasting a scalar amount.
+  const xj::Array y = xj::array<std::int64_t>({-1, 3}, {2});
+  CHECK(xj::shift_right_logical(y, xj::scalar(63.0, xj::i64)).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 0});
+  CHECK(xj::shift_left(y, xj::scalar(64.0, xj::i64)).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0});
+  // Under vmap and jit, as the eager values.
+  const xj::Array xs = xj::array<std::int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  const xj::Array by = xj::array<std::int32_t>({1, 2, 3}, {3});
+  const xj::Array batched = xj::vmap([&](const xj::Array& r) { return xj::shift_left(r, by); }, {0})(xs);
+  CHECK(batched.to_vector<std::int64_t>() == std::vector<std::int64_t>{2, 8, 24, 8, 20, 48});
+  CHECK(xj::jit([](const xj::Array& v) { return xj::population_count(v ^ xj::scalar(1.0, xj::i32)); })(xs).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{0, 2, 1, 2, 1, 3});
 }

@@ -256,6 +256,15 @@ JvpOut rem_jvp(const JvpArgs& a) {
   Tangent r = tmap(a.t[1], out.aval(), [&](const Array& t) { return mul(neg(t), mul(sign(q), floor(abs(q)))); });
   return {{out}, {tadd(l, r)}};
 }
+// the bitwise ops take and give integers: no tangent
+JvpOut bitwise_and_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut bitwise_or_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut bitwise_xor_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut shift_left_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut shift_right_logical_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut shift_right_arithmetic_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut bitwise_not_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut population_count_jvp(const JvpArgs& a) { return zero_jvp(a); }
 // comparisons are piecewise constant: zero tangent
 JvpOut eq_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut ne_jvp(const JvpArgs& a) { return zero_jvp(a); }

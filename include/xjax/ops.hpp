@@ -84,6 +84,18 @@ Array erf_inv(const Array& x, XJAX_LOC);
 /// lax.atan2(y, x) (jnp.arctan2): the angle of the point (x, y), atan(y / x) in the right
 /// quadrant, in [-pi, pi]; floats.
 Array atan2(const Array& y, const Array& x, XJAX_LOC);
+/// lax's bitwise ops on integers and bool (and, or, xor, not) and integers (the shifts; an amount
+/// that is negative or at least the bit width shifts everything out, as XLA: 0, or the sign for
+/// the arithmetic right shift); population_count counts the set bits. Operands broadcast and
+/// promote as the arithmetic ops do.
+Array bitwise_and(const Array& a, const Array& b, XJAX_LOC);
+Array bitwise_or(const Array& a, const Array& b, XJAX_LOC);
+Array bitwise_xor(const Array& a, const Array& b, XJAX_LOC);
+Array bitwise_not(const Array& x, XJAX_LOC);
+Array shift_left(const Array& x, const Array& shift, XJAX_LOC);
+Array shift_right_logical(const Array& x, const Array& shift, XJAX_LOC);
+Array shift_right_arithmetic(const Array& x, const Array& shift, XJAX_LOC);
+Array population_count(const Array& x, XJAX_LOC);
 /// lax.rem: the remainder of the truncated quotient, with x's sign (C's fmod and %); integers
 /// follow XLA at the edges: x rem 0 = x, MIN rem -1 = 0.
 Array rem(const Array& x, const Array& y, XJAX_LOC);
@@ -265,6 +277,11 @@ Array outer(const Array& a, const Array& b, XJAX_LOC);
 // saved_residuals name the user's line for `x * 2.0` as for `xj::mul(x, 2.0)`.
 using ArrayOperand = detail::Located<Array>;
 Array operator-(ArrayOperand x);
+/// The bitwise operators on integer and bool arrays (bool: logical), as jnp's.
+Array operator&(ArrayOperand a, ArrayOperand b);
+Array operator|(ArrayOperand a, ArrayOperand b);
+Array operator^(ArrayOperand a, ArrayOperand b);
+Array operator~(ArrayOperand x);
 Array operator+(ArrayOperand a, ArrayOperand b);
 Array operator-(ArrayOperand a, ArrayOperand b);
 Array operator*(ArrayOperand a, ArrayOperand b);

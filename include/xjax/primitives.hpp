@@ -31,7 +31,8 @@
 //     higher_order   carries jaxprs or functions in its params: shape, evaluation, jvp,
 //                    transpose and batching rules named stem_*, no DCE or partial-eval rule
 //     control_flow   higher_order with its own DCE and partial-eval rules too
-//   kinds   the operand kinds the elementwise families accept (floats, numeric, any; `none` else);
+//   kinds   the operand kinds the elementwise families accept (floats, numeric, any, integers =
+//           ints or bool, ints; `none` else);
 //   Y       passed through (the one-argument forms below use it).
 #define XJAX_PRIMITIVE_TABLE(X, Y)                                                                   \
   X(neg, neg, None, numeric_unary, numeric, Y)                                                       \
@@ -76,6 +77,12 @@
   X(pow, pow, None, binary, floats, Y)                                                               \
   X(atan2, atan2, None, binary, floats, Y)                                                           \
   X(rem, rem, None, binary, numeric, Y)                                                              \
+  X(bitwise_and, bitwise_and, None, binary, integers, Y)                                             \
+  X(bitwise_or, bitwise_or, None, binary, integers, Y)                                               \
+  X(bitwise_xor, bitwise_xor, None, binary, integers, Y)                                             \
+  X(shift_left, shift_left, None, binary, ints, Y)                                                   \
+  X(shift_right_logical, shift_right_logical, None, binary, ints, Y)                                 \
+  X(shift_right_arithmetic, shift_right_arithmetic, None, binary, ints, Y)                           \
   X(eq, eq, None, comparison, any, Y)                                                                \
   X(ne, ne, None, comparison, any, Y)                                                                \
   X(lt, lt, None, comparison, any, Y)                                                                \
@@ -91,6 +98,8 @@
   X(reduce_max, reduce_max, Reduce, structural, none, Y)                                             \
   X(reduce_min, reduce_min, Reduce, structural, none, Y)                                             \
   X(reduce_prod, reduce_prod, Reduce, structural, none, Y)                                           \
+  X(bitwise_not, bitwise_not, None, structural, none, Y)                                             \
+  X(population_count, population_count, None, structural, none, Y)                                   \
   X(argmax, argmax, Argmax, structural, none, Y)                                                     \
   X(cumsum, cumsum, Cumulative, structural, none, Y)                                                 \
   X(cumprod, cumprod, Cumulative, structural, none, Y)                                               \

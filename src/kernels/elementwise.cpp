@@ -5,6 +5,7 @@
 // convert_element_type. The entry points declared in kernels.hpp come last. Floats are
 // vectorized; integers and bools use plain loops (wrap-around helpers are in kernels.hpp).
 
+#include <bit>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -59,6 +60,12 @@ template <class T> void int_binary(Primitive p, const T* x, const T* y, T* o, st
   if (p == Primitive::mul) return loop2(x, y, o, n, wrap_mul<T>);
   if (p == Primitive::div) return loop2(x, y, o, n, safe_div<T>);
   if (p == Primitive::rem) return loop2(x, y, o, n, safe_rem<T>);
+  if (p == Primitive::bitwise_and) return loop2(x, y, o, n, [](T a, T b) { return static_cast<T>(a & b); });
+  if (p == Primitive::bitwise_or) return loop2(x, y, o, n, [](T a, T b) { return static_cast<T>(a | b); });
+  if (p == Primitive::bitwise_xor) return loop2(x, y, o, n, [](T a, T b) { return static_cast<T>(a ^ b); });
+  if (p == Primitive::shift_left) return loop2(x, y, o, n, shift_left_values<T>);
+  if (p == Primitive::shift_right_logical) return loop2(x, y, o, n, shift_right_logical_values<T>);
+  if (p == Primitive::shift_right_arithmetic) return loop2(x, y, o, n, shift_right_arithmetic_values<T>);
   if (p == Primitive::max) return loop2(x, y, o, n, [](T a, T b) { return std::max(a, b); });
   if (p == Primitive::min) return loop2(x, y, o, n, [](T a, T b) { return std::min(a, b); });
   unsupported_dtype(p, dtype_of_v<T>);
@@ -70,6 +77,9 @@ void bool_binary(Primitive p, const std::uint8_t* x, const std::uint8_t* y, std:
   using U8 = std::uint8_t;
   if (p == Primitive::max) return loop2(x, y, o, n, [](U8 a, U8 b) { return U8(a | b); });
   if (p == Primitive::min) return loop2(x, y, o, n, [](U8 a, U8 b) { return U8(a & b); });
+  if (p == Primitive::bitwise_and) return loop2(x, y, o, n, [](U8 a, U8 b) { return U8(a & b); });
+  if (p == Primitive::bitwise_or) return loop2(x, y, o, n, [](U8 a, U8 b) { return U8(a | b); });
+  if (p == Primitive::bitwise_xor) return loop2(x, y, o, n, [](U8 a, U8 b) { return U8(a ^ b); });
   unsupported_dtype(p, DType::bool_);
 }
 
@@ -305,6 +315,29 @@ IntoKernel elementwise_into(Primitive p, const Params& params, std::span<const S
   k.fn = run_elementwise_into;
   k.ctx = std::make_shared<ElementwiseInto>(ElementwiseInto{p, in[0].dtype, out.dtype, count(out), y});
   return k;
+}
+
+// bitwise_not (bool: logical not) and population_count (set bits of the two's-complement value).
+Array bitwise_unary_kernel(Primitive p, const Array& x, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const std::size_t n = count(out);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = in_ptr<T>(x);
+    T* o = out_ptr<T>(result);
+    if constexpr (std::is_floating_point_v<T>) {
+      unsupported_dtype(p, x.dtype());
+    } else if constexpr (std::is_same_v<T, std::uint8_t>) {  // bool
+      if (p != Primitive::bitwise_not) unsupported_dtype(p, x.dtype());
+      for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<T>(in[i] ? 0 : 1);
+    } else if (p == Primitive::bitwise_not) {
+      for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<T>(~in[i]);
+    } else {
+      using U = std::make_unsigned_t<T>;
+      for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<T>(std::popcount(static_cast<U>(in[i])));
+    }
+  });
+  return result;
 }
 
 }  // namespace xjax::detail::kernels

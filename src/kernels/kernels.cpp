@@ -65,6 +65,8 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::reduce_min:
     case Primitive::reduce_prod:
       return [p, axes = ps.get<params::Reduce>().axes, out](In in) { return reduce_kernel(p, in[0], axes, out); };
+    case Primitive::bitwise_not:
+    case Primitive::population_count: return [p, out](In in) { return bitwise_unary_kernel(p, in[0], out); };
     case Primitive::argmax:
       return [axis = ps.get<params::Argmax>().axes.at(0), out](In in) { return argmax_kernel(in[0], axis, out); };
     case Primitive::cumsum:

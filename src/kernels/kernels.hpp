@@ -127,6 +127,27 @@ template <class T> T safe_rem(T a, T b) {
   return static_cast<T>(a % b);
 }
 
+/// XLA's shifts: the amount read as unsigned, so a negative or too large one shifts everything out
+/// (0; for the arithmetic right shift, the sign: -1 or 0).
+template <class T> T shift_left_values(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  const auto n = static_cast<U>(b);
+  return n >= sizeof(T) * 8 ? T{0} : static_cast<T>(static_cast<U>(a) << n);
+}
+template <class T> T shift_right_logical_values(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  const auto n = static_cast<U>(b);
+  return n >= sizeof(T) * 8 ? T{0} : static_cast<T>(static_cast<U>(a) >> n);
+}
+template <class T> T shift_right_arithmetic_values(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  using S = std::make_signed_t<T>;
+  const auto n = static_cast<U>(b);
+  const auto s = static_cast<S>(a);
+  if (n >= sizeof(T) * 8) return static_cast<T>(s < 0 ? S{-1} : S{0});
+  return static_cast<T>(s >> n);  // arithmetic for signed operands (C++20)
+}
+
 /// a + b for any storage type: wraps for integers, logical or for bool (uint8_t).
 template <class T> T add_values(T a, T b) {
   if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<T>(a | b);
@@ -230,6 +251,8 @@ std::vector<std::pair<std::size_t, std::size_t>> in_place_outputs(const FusedPro
 Array reduce_kernel(Primitive p, const Array& x, const Ints& axes, const ShapedArray& out);
 /// argmax along `axis`; out.dtype is the index dtype (i32 or i64).
 Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
+/// bitwise_not and population_count on integers (bitwise_not on bool: logical not).
+Array bitwise_unary_kernel(Primitive p, const Array& x, const ShapedArray& out);
 
 // ---- cumulative.cpp ----------------------------------------------------------------------------
 

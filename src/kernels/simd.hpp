@@ -330,12 +330,19 @@ template <> struct BinaryMath<Primitive::rem> {
   }
 };
 
+// Whether a binary primitive's operand kinds include floats (the bitwise ops' do not).
+#define XJAX_FLOAT_KINDS_floats true
+#define XJAX_FLOAT_KINDS_numeric true
+#define XJAX_FLOAT_KINDS_any true
+#define XJAX_FLOAT_KINDS_integers false
+#define XJAX_FLOAT_KINDS_ints false
+#define XJAX_FLOAT_KINDS_none false
 template <class T> void float_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
   using B = Batch<T>;
   switch (p) {
 #define XJAX_FLOAT_BINARY_CASE(name, stem, S, family, kinds)                                                 \
   case Primitive::name:                                                                                     \
-    if constexpr (family_of(Primitive::name) == Family::binary)                                            \
+    if constexpr (family_of(Primitive::name) == Family::binary && XJAX_FLOAT_KINDS_##kinds)                 \
       return map2(x, y, o, n, [](B a, B b) { return BinaryMath<Primitive::name>{}(a, b); });                \
     break;
     XJAX_PRIMITIVES(XJAX_FLOAT_BINARY_CASE)

@@ -252,10 +252,11 @@ class Gen {
                                  Op::SqrtOnePlusSq, Op::RsqrtOnePlusSq, Op::RecipOnePlusSq, Op::Square,
                                  Op::IntPow, Op::TanBounded, Op::Elementary, Op::PowScalar, Op::Squash, Op::ScaleShift,
                                  Op::CastRoundTrip, Op::StopGradient, Op::Abs, Op::Relu, Op::Sign,
-                                 Op::Silu, Op::LogSigmoid, Op::Elu, Op::LeakyRelu};
+                                 Op::Silu, Op::LogSigmoid, Op::Elu, Op::LeakyRelu, Op::Bitwise,
+                                 Op::Elementary, Op::Elementary};  // three entries: it has 18 variants
     Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))], .args = {i}, .outs = {v.shape}};
     if (s.r.pure && (n.op == Op::Abs || n.op == Op::Relu || n.op == Op::Sign || n.op == Op::StopGradient ||
-                     n.op == Op::Elu || n.op == Op::LeakyRelu))
+                     n.op == Op::Elu || n.op == Op::LeakyRelu || n.op == Op::Bitwise))
       return false;
     double out = m;
     switch (n.op) {
@@ -278,6 +279,10 @@ class Gen {
         out = std::pow(m, static_cast<double>(n.ints[0]));
         break;
       case Op::TanBounded: out = 1.6; break;
+      case Op::Bitwise:  // interpret.cpp: an integer op on floor(4 x), scaled by 1/8
+        n.variant = uniform(0, 7);
+        out = 4 * m / 8 + 4.2;
+        break;
       case Op::Elementary:  // interpret.cpp: asin ... ceil, lgamma, digamma, erf_inv, each on a domain where it is smooth
         n.variant = uniform(0, 17);  // 15-17: lgamma, digamma, erf_inv
         if (s.r.pure && (n.variant == 13 || n.variant == 14)) return false;  // floor, ceil: piecewise constant

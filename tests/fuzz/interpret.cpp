@@ -329,6 +329,14 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         default: return {a / (1.0 / f) + n.c};
       }
     }
+    case Op::Bitwise: {  // piecewise constant: jumps where 4 a crosses an integer (its distance noted)
+      note(m, a * 4.0 - xj::floor(a * 4.0 + 0.5));
+      const Array k = xj::astype(xj::floor(a * 4.0), xj::i32), c = xj::scalar(5.0, xj::i32), two = xj::scalar(2.0, xj::i32);
+      const Array r = n.variant == 0 ? (k & c) : n.variant == 1 ? (k | c) : n.variant == 2 ? (k ^ c) : n.variant == 3 ? ~k
+                    : n.variant == 4 ? xj::population_count(k) : n.variant == 5 ? xj::shift_left(k, two)
+                    : n.variant == 6 ? xj::shift_right_logical(xj::abs(k), two) : xj::shift_right_arithmetic(k, two);
+      return {xj::astype(r, dtype) * 0.125};
+    }
     case Op::CastRoundTrip: {
       // Every other one (by operand index: no random draw, so the programs of older seeds keep
       // their shape) mixes dtypes that promote (issue 27): the program's dtype with f64, and an

@@ -52,7 +52,7 @@ enum class Op {
   ScaleShift, CastRoundTrip, StopGradient, Name,
   Silu, LogSigmoid,
   // elementwise unary with a kink or a jump at 0
-  Abs, Relu, Sign, Elu, LeakyRelu,
+  Abs, Relu, Sign, Elu, LeakyRelu, Bitwise,
   // elementwise binary (broadcasting)
   Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe,
   // reductions

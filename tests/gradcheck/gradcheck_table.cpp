@@ -330,6 +330,20 @@ std::vector<Row> build() {
                   zeros_at_gen({3, 5}, {0, 4, 7})));
   t.push_back(row("reduce_prod_all_zeros", {P::reduce_prod}, [](const Arrays& x) { return prod(x[0], {0, 2}); },
                   zeros_at_gen({3, 2, 4}, {5, 17})));
+  // The bitwise ops (integers in, integers out): piecewise constant in a float input read as
+  // integers at the centres of [k / 8, (k + 1) / 8), away from the jumps.
+  auto eighths = [s](DType d, Rng& r) { return Arrays{(floor(uniform(s, d, r, -4, 4) * 8.0) + 0.5) / 8.0}; };
+  t.push_back(row("bitwise", {P::bitwise_and, P::bitwise_or, P::bitwise_xor, P::bitwise_not, P::population_count},
+                  [](const Arrays& x) {
+                    const Array i = astype(floor(x[0] * 8.0), i32);
+                    return astype(population_count((i & scalar(13.0, i32)) | (~i ^ scalar(6.0, i32))), x[0].dtype()) * x[0];
+                  }, eighths));
+  t.push_back(row("shifts", {P::shift_left, P::shift_right_logical, P::shift_right_arithmetic},
+                  [](const Arrays& x) {
+                    const Array i = astype(floor(x[0] * 8.0), i32), by = astype(floor(abs(x[0]) * 2.0), i32);
+                    const Array sum = shift_left(i, by) + shift_right_logical(i, by) + shift_right_arithmetic(i, by);
+                    return astype(sum, x[0].dtype()) * x[0];
+                  }, eighths));
   t.push_back(row("argmax", {P::argmax, P::convert_element_type},
                   [](const Arrays& x) { return astype(argmax(x[0], 1), x[0].dtype()); }, spread_gen(s), Kind::zero_gradient));
   // Cumulative: cumsum is linear (squared, see the top); the others' derivatives are those of
