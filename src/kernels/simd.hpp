@@ -127,6 +127,18 @@ template <class V, std::size_t N> V horner(const V& w, const double (&c)[N]) {
   return p;
 }
 
+/// lgamma's and digamma's argument reflected to the right half-line (1 - x where x < 0) and moved
+/// up by one while below 10 (at most 10 times), each step reported first: step(moving, x).
+template <class V, class Step> V reflected_and_raised(const V& v, Step step) {
+  V x = xsimd::select(v < V(0), V(1) - v, v);
+  for (int k = 0; k < 10; ++k) {
+    const auto moving = x < V(10);
+    step(moving, x);
+    x = xsimd::select(moving, x + V(1), x);
+  }
+  return x;
+}
+
 // lgamma (xsimd 11's lgamma gives wrong values on this build's batches, so our own): for x < 0,
 // log(pi / |sin(pi x)|) - lgamma(1 - x); for x > 0, lgamma(x + n) - log(x (x + 1) ... (x + n - 1))
 // with the shift taken while x < 10, then Stirling's series at x >= 10:
@@ -135,13 +147,8 @@ template <> struct UnaryMath<Primitive::lgamma> {
   template <class V> V operator()(const V& v) const {
     using T = typename V::value_type;
     const auto negative = v < V(0);
-    V x = xsimd::select(negative, V(1) - v, v);
     V product(1);
-    for (int k = 0; k < 10; ++k) {
-      const auto small = x < V(10);
-      product = xsimd::select(small, product * x, product);
-      x = xsimd::select(small, x + V(1), x);
-    }
+    const V x = reflected_and_raised(v, [&](const auto& moving, const V& at) { product = xsimd::select(moving, product * at, product); });
     const V r = V(1) / (x * x);
     // B_2k / (2k (2k - 1)) for k = 1..7.
     static constexpr double c[] = {1.0 / 12, -1.0 / 360, 1.0 / 1260, -1.0 / 1680, 1.0 / 1188, -691.0 / 360360, 1.0 / 156};
@@ -163,13 +170,8 @@ template <> struct UnaryMath<Primitive::digamma> {
   template <class V> V operator()(const V& v) const {
     using T = typename V::value_type;
     const auto negative = v < V(0);
-    V x = xsimd::select(negative, V(1) - v, v);
     V shift(0);
-    for (int k = 0; k < 10; ++k) {
-      const auto small = x < V(10);
-      shift = xsimd::select(small, shift - V(1) / x, shift);
-      x = xsimd::select(small, x + V(1), x);
-    }
+    const V x = reflected_and_raised(v, [&](const auto& moving, const V& at) { shift = xsimd::select(moving, shift - V(1) / at, shift); });
     const V r = V(1) / (x * x);
     // B_2k / 2k for k = 1..7: 1/12, -1/120, 1/252, -1/240, 1/132, -691/32760, 1/12.
     static constexpr double c[] = {1.0 / 12, -1.0 / 120, 1.0 / 252, -1.0 / 240, 1.0 / 132, -691.0 / 32760, 1.0 / 12};

@@ -136,6 +136,18 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+/// The median of `reps` timed runs of `run`, after one untimed warm-up.
+template <class F> double median_seconds(F&& run, int reps) {
+  run();
+  std::vector<double> ts;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = now();
+    run();
+    ts.push_back(now() - t0);
+  }
+  return median(ts);
+}
+
 /// One timed pair: run xjax and reference alternately `reps` times after one warm-up each.
 struct Measured {
   double xj_s, ref_s;
@@ -1051,16 +1063,7 @@ void bench_linalg(std::vector<Row>& rows, std::int64_t n, std::int64_t k, int re
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(n), int(k), -0.5, x.data(), int(k), bbar.data(), int(k), 1.0,
                 abar.data(), int(n));
   };
-  auto time = [&](auto&& run) {
-    run();
-    std::vector<double> ts;
-    for (int i = 0; i < reps; ++i) {
-      const double t0 = now();
-      run();
-      ts.push_back(now() - t0);
-    }
-    return median(ts);
-  };
+  auto time = [&](auto&& run) { return median_seconds(run, reps); };
   xj::Array value, ga, gb;
   const double xf = time([&] { value = fwd(A, B); });
   const double rf = time(lapack_forward);
@@ -1097,16 +1100,7 @@ void bench_cumulative(std::vector<Row>& rows, std::int64_t n, int reps) {
   const std::vector<float> v = randn(n, 81, 1.0);
   const xj::Array x = from(v, {n});
   std::vector<float> out(v.size());
-  auto time = [&](auto&& run) {
-    run();
-    std::vector<double> ts;
-    for (int i = 0; i < reps; ++i) {
-      const double t0 = now();
-      run();
-      ts.push_back(now() - t0);
-    }
-    return median(ts);
-  };
+  auto time = [&](auto&& run) { return median_seconds(run, reps); };
   xj::Array y;
   const double xt = time([&] { y = xj::cumsum(x, 0); });
   const double rt = time([&] { std::partial_sum(v.begin(), v.end(), out.begin()); });
