@@ -202,6 +202,12 @@ Array gelu(const Array& x, std::source_location loc) {
   return mul(mul(x, scalar_like(0.5, x), loc), add(tanh(inner, loc), scalar_like(1.0, x), loc), loc);
 }
 
+Array gelu(const Array& x, bool approximate, std::source_location loc) {
+  if (approximate) return gelu(x, loc);
+  const Array phi = mul(add(erf(mul(x, scalar_like(M_SQRT1_2, x), loc), loc), scalar_like(1.0, x), loc), scalar_like(0.5, x), loc);
+  return mul(x, phi, loc);
+}
+
 // softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
 Array softplus(const Array& x, std::source_location loc) {
   return add(maximum(x, scalar_like(0.0, x), loc), log1p(exp(neg(abs(x, loc), loc), loc), loc), loc);
@@ -216,6 +222,9 @@ Array div(const Array& a, const Array& b, std::source_location loc) { return bin
 Array pow(const Array& a, const Array& b, std::source_location loc) { return binary(P::pow, a, b, loc); }
 Array atan2(const Array& y, const Array& x, std::source_location loc) { return binary(P::atan2, y, x, loc); }
 Array rem(const Array& x, const Array& y, std::source_location loc) { return binary(P::rem, x, y, loc); }
+Array round(const Array& x, RoundingMethod method, std::source_location loc) {
+  return bind1(P::round, {x}, params::Round{.rounding_method = static_cast<std::int64_t>(method)}, loc);
+}
 Array bitwise_and(const Array& a, const Array& b, std::source_location loc) { return binary(P::bitwise_and, a, b, loc); }
 Array bitwise_or(const Array& a, const Array& b, std::source_location loc) { return binary(P::bitwise_or, a, b, loc); }
 Array bitwise_xor(const Array& a, const Array& b, std::source_location loc) { return binary(P::bitwise_xor, a, b, loc); }

@@ -533,6 +533,11 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::reduce_sum: case P::reduce_prod: return reduce(p, in, ps.get<params::Reduce>(), Kinds::numeric);
     case P::reduce_max: case P::reduce_min: return reduce(p, in, ps.get<params::Reduce>(), Kinds::any);
     case P::bitwise_not: return elementwise(p, in, 1, Kinds::integers);
+    case P::round: {
+      const std::int64_t m = ps.get<params::Round>().rounding_method;
+      if (m != 0 && m != 1) shape_fail(p, in, "rounding_method must be 0 (away from zero) or 1 (to nearest even)");
+      return elementwise(p, in, 1, Kinds::floats);
+    }
     case P::population_count: return elementwise(p, in, 1, Kinds::ints);
     case P::argmax: return argmax_shape_rule(in, ps.get<params::Argmax>());
     case P::cumsum: case P::cumprod: case P::cummax: case P::cummin: case P::cumlogsumexp:

@@ -171,3 +171,23 @@ TEST_CASE("shifts: XLA's rule for amounts outside [0, bits): everything shifted 
   CHECK(xj::jit([](const xj::Array& v) { return xj::population_count(v ^ xj::scalar(1.0, xj::i32)); })(xs).to_vector<std::int64_t>() ==
         std::vector<std::int64_t>{0, 2, 1, 2, 1, 3});
 }
+
+TEST_CASE("round: halfway cases away from zero or to even, -0, NaN, infinities, f32; gelu's exact form") {
+  const std::vector<double> x{0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, 2.4, -2.6, -0.0, 1e300};
+  std::vector<double> away, even;
+  for (double v : x) {
+    away.push_back(std::round(v));
+    even.push_back(std::nearbyint(v));
+  }
+  check_same(xj::round(test_util::f64v(x)), away);
+  check_same(xj::round(test_util::f64v(x), xj::RoundingMethod::to_nearest_even), even);
+  CHECK(even[2] == 2.0);  // the reference itself: ties to even
+  CHECK(away[2] == 3.0);
+  check_same(xj::round(test_util::f64v({inf, -inf, std::nan("")})), {inf, -inf, std::nan("")});
+  const xj::Array f = xj::astype(test_util::f64v({2.5, -3.5, 0.25}), xj::f32);
+  CHECK(xj::round(f).dtype() == xj::f32);
+  check_same(xj::round(f, xj::RoundingMethod::to_nearest_even), {2.0, -4.0, 0.0});
+  CHECK(test_util::contains(test_util::message_of<xj::TypeError>([] { (void)xj::round(xj::array<std::int32_t>({1}, {1})); }), "floating"));
+  CHECK(xj::grad([](const xj::Array& v) { return xj::sum(xj::round(v) * v); })(test_util::f64v({1.2, -2.7})).to_vector<double>() ==
+        std::vector<double>{1.0, -3.0});
+}

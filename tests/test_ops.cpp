@@ -174,6 +174,11 @@ TEST_CASE("ops: relu, gelu (tanh approximation), softplus") {
   check_array(xj::gelu(x), {8}, xj::f32, map(v, gelu_ref), 1e-5);
   // Known values of jax.nn.gelu(approximate=True).
   check_array(xj::gelu(f32v({1.0f, -1.0f}, {2})), {2}, xj::f32, {0.8411920, -0.1588080}, 1e-5);
+  // The exact form, x Phi(x), against std::erf in double.
+  std::vector<double> exact;
+  for (double e : {-3.0, -1.0, -0.25, 0.0, 0.5, 1.0, 2.5}) exact.push_back(0.5 * e * (1 + std::erf(e / std::sqrt(2.0))));
+  check_array(xj::gelu(xj::array<double>({-3.0, -1.0, -0.25, 0.0, 0.5, 1.0, 2.5}, {7}), false), {7}, xj::f64, exact, 1e-15);
+  CHECK(xj::gelu(x, true).to_vector<double>() == xj::gelu(x).to_vector<double>());
   check_array(xj::softplus(x), {8}, xj::f32, map(v, [](float a) { return std::log1p(std::exp(double(a))); }), 1e-5);
   // Numerically stable for large |x|.
   check_array(xj::softplus(f32v({1000.f, -1000.f}, {2})), {2}, xj::f32, {1000.0, 0.0});

@@ -264,6 +264,8 @@ JvpOut shift_left_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut shift_right_logical_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut shift_right_arithmetic_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut bitwise_not_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// round is piecewise constant: zero tangent (as JAX)
+JvpOut round_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut population_count_jvp(const JvpArgs& a) { return zero_jvp(a); }
 // comparisons are piecewise constant: zero tangent
 JvpOut eq_jvp(const JvpArgs& a) { return zero_jvp(a); }

@@ -155,6 +155,7 @@ Cts shift_left_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts shift_right_logical_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts shift_right_arithmetic_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts bitwise_not_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts round_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts population_count_transpose(const TransposeArgs& a) { return not_linear(a); }
 // select(p, c0, c1, ...)^T ct = (-, select(p, ct, 0, ...), select(p, 0, ct, ...), ...)
 Cts select_n_transpose(const TransposeArgs& a) {

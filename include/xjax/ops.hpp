@@ -81,6 +81,11 @@ Array log2(const Array& x, XJAX_LOC);
 Array lgamma(const Array& x, XJAX_LOC);
 Array digamma(const Array& x, XJAX_LOC);
 Array erf_inv(const Array& x, XJAX_LOC);
+/// lax.RoundingMethod: how round treats halfway cases.
+enum class RoundingMethod { away_from_zero = 0, to_nearest_even = 1 };
+/// lax.round: the nearest integer value (same float dtype); halfway cases away from zero (lax's
+/// default) or to the nearest even one (jnp.round's). Zero derivative, as JAX.
+Array round(const Array& x, RoundingMethod method = RoundingMethod::away_from_zero, XJAX_LOC);
 /// lax.atan2(y, x) (jnp.arctan2): the angle of the point (x, y), atan(y / x) in the right
 /// quadrant, in [-pi, pi]; floats.
 Array atan2(const Array& y, const Array& x, XJAX_LOC);
@@ -118,6 +123,9 @@ Array sigmoid(const Array& x, XJAX_LOC);
 Array relu(const Array& x, XJAX_LOC);
 /// tanh approximation, as jax.nn.gelu(approximate=True).
 Array gelu(const Array& x, XJAX_LOC);
+/// jax.nn.gelu(x, approximate): the tanh form above when true, else the exact
+/// x Phi(x) = x (1 + erf(x / sqrt 2)) / 2.
+Array gelu(const Array& x, bool approximate, XJAX_LOC);
 Array softplus(const Array& x, XJAX_LOC);
 Array integer_pow(const Array& x, std::int64_t n, XJAX_LOC);
 Array stop_gradient(const Array& x, XJAX_LOC);

@@ -109,6 +109,10 @@ struct ExpandDims {
 struct Cumulative {
   XJAX_PARAMS_STRUCT_BODY(Cumulative, (std::int64_t, axis), (bool, reverse))
 };
+/// round: 0 rounds halfway cases away from zero, 1 to the nearest even integer (lax.RoundingMethod).
+struct Round {
+  XJAX_PARAMS_STRUCT_BODY(Round, (std::int64_t, rounding_method))
+};
 /// rev: the axes whose element order is reversed.
 struct Rev {
   XJAX_PARAMS_STRUCT_BODY(Rev, (Ints, dimensions))

@@ -98,6 +98,7 @@
   X(reduce_max, reduce_max, Reduce, structural, none, Y)                                             \
   X(reduce_min, reduce_min, Reduce, structural, none, Y)                                             \
   X(reduce_prod, reduce_prod, Reduce, structural, none, Y)                                           \
+  X(round, round, Round, structural, none, Y)                                                        \
   X(bitwise_not, bitwise_not, None, structural, none, Y)                                             \
   X(population_count, population_count, None, structural, none, Y)                                   \
   X(argmax, argmax, Argmax, structural, none, Y)                                                     \

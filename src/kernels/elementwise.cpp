@@ -5,8 +5,8 @@
 // convert_element_type. The entry points declared in kernels.hpp come last. Floats are
 // vectorized; integers and bools use plain loops (wrap-around helpers are in kernels.hpp).
 
-#include <bit>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -335,6 +335,24 @@ Array bitwise_unary_kernel(Primitive p, const Array& x, const ShapedArray& out) 
     } else {
       using U = std::make_unsigned_t<T>;
       for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<T>(std::popcount(static_cast<U>(in[i])));
+    }
+  });
+  return result;
+}
+
+// round: halfway cases away from zero (xsimd::round) or to the nearest even integer (nearbyint in
+// the default rounding mode, which xjax never changes).
+Array round_kernel(const Array& x, bool to_nearest_even, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const std::size_t n = count(out);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>) {
+      using B = xsimd::batch<T>;
+      if (to_nearest_even) simd::map1(in_ptr<T>(x), out_ptr<T>(result), n, [](B v) { return xsimd::nearbyint(v); });
+      else simd::map1(in_ptr<T>(x), out_ptr<T>(result), n, [](B v) { return xsimd::round(v); });
+    } else {
+      unsupported_dtype(Primitive::round, x.dtype());
     }
   });
   return result;

@@ -65,6 +65,8 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::reduce_min:
     case Primitive::reduce_prod:
       return [p, axes = ps.get<params::Reduce>().axes, out](In in) { return reduce_kernel(p, in[0], axes, out); };
+    case Primitive::round:
+      return [even = ps.get<params::Round>().rounding_method == 1, out](In in) { return round_kernel(in[0], even, out); };
     case Primitive::bitwise_not:
     case Primitive::population_count: return [p, out](In in) { return bitwise_unary_kernel(p, in[0], out); };
     case Primitive::argmax:

@@ -251,6 +251,8 @@ std::vector<std::pair<std::size_t, std::size_t>> in_place_outputs(const FusedPro
 Array reduce_kernel(Primitive p, const Array& x, const Ints& axes, const ShapedArray& out);
 /// argmax along `axis`; out.dtype is the index dtype (i32 or i64).
 Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
+/// round on floats: halfway away from zero, or to the nearest even integer.
+Array round_kernel(const Array& x, bool to_nearest_even, const ShapedArray& out);
 /// bitwise_not and population_count on integers (bitwise_not on bool: logical not).
 Array bitwise_unary_kernel(Primitive p, const Array& x, const ShapedArray& out);
 

@@ -253,7 +253,7 @@ class Gen {
                                  Op::IntPow, Op::TanBounded, Op::Elementary, Op::PowScalar, Op::Squash, Op::ScaleShift,
                                  Op::CastRoundTrip, Op::StopGradient, Op::Abs, Op::Relu, Op::Sign,
                                  Op::Silu, Op::LogSigmoid, Op::Elu, Op::LeakyRelu, Op::Bitwise,
-                                 Op::Elementary, Op::Elementary};  // three entries: it has 18 variants
+                                 Op::Elementary, Op::Elementary};  // three entries: it has 20 variants
     Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))], .args = {i}, .outs = {v.shape}};
     if (s.r.pure && (n.op == Op::Abs || n.op == Op::Relu || n.op == Op::Sign || n.op == Op::StopGradient ||
                      n.op == Op::Elu || n.op == Op::LeakyRelu || n.op == Op::Bitwise))
@@ -284,9 +284,9 @@ class Gen {
         out = 4 * m / 8 + 4.2;
         break;
       case Op::Elementary:  // interpret.cpp: asin ... ceil, lgamma, digamma, erf_inv, each on a domain where it is smooth
-        n.variant = uniform(0, 17);  // 15-17: lgamma, digamma, erf_inv
-        if (s.r.pure && (n.variant == 13 || n.variant == 14)) return false;  // floor, ceil: piecewise constant
-        out = n.variant == 5 ? std::asinh(m) : (n.variant == 13 || n.variant == 14) ? m + 1 : 2.7;
+        n.variant = uniform(0, 19);  // 15-17: lgamma, digamma, erf_inv; 18, 19: round
+        if (s.r.pure && (n.variant == 13 || n.variant == 14 || n.variant >= 18)) return false;  // piecewise constant
+        out = n.variant == 5 ? std::asinh(m) : (n.variant == 13 || n.variant == 14 || n.variant >= 18) ? m + 1 : 2.7;
         break;
       case Op::PowScalar:
         n.c = std::array{0.5, 1.5, -0.5, 2.0}[static_cast<std::size_t>(uniform(0, 3))];

@@ -282,7 +282,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::Tanh: return {xj::tanh(a)};
     case Op::Logistic: return {xj::logistic(a)};
     case Op::Softplus: return {xj::softplus(a)};
-    case Op::Gelu: return {xj::gelu(a)};
+    case Op::Gelu: return {n.args[0] % 2 == 0 ? xj::gelu(a) : xj::gelu(a, false)};  // tanh form or exact, by operand index
     case Op::Exp: return {xj::exp(a)};
     case Op::Expm1: return {xj::expm1(a)};
     case Op::Log1pSq: return {xj::log1p(xj::square(a))};
@@ -313,6 +313,9 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         case 15: return {xj::lgamma(t + 2.5)};
         case 16: return {xj::digamma(t + 2.5)};
         case 17: return {xj::erf_inv(t * 0.9)};
+        case 18: case 19:  // round: jumps at the half-integers (the distance to the nearest one is noted)
+          note(m, a - xj::floor(a) - 0.5);
+          return {xj::round(a, n.variant == 18 ? xj::RoundingMethod::away_from_zero : xj::RoundingMethod::to_nearest_even)};
         default:  // 13, 14: floor, ceil: they jump at the integers (the distance to the nearest one is noted)
           note(m, a - xj::floor(a + 0.5));
           return {n.variant == 13 ? xj::floor(a) : xj::ceil(a)};

@@ -186,6 +186,7 @@ std::vector<Row> build() {
   t.push_back(row("sigmoid", {P::logistic}, unary(sigmoid), uniform_gen(s, -3, 3)));
   t.push_back(row("relu", {P::select_n, P::gt}, unary(relu), away_gen(s)));
   t.push_back(row("gelu", {P::tanh, P::integer_pow, P::mul, P::add}, unary(gelu), uniform_gen(s, -3, 3)));
+  t.push_back(row("gelu_exact", {P::erf, P::mul, P::add}, [](const Arrays& x) { return gelu(x[0], false); }, uniform_gen(s, -3, 3)));
   t.push_back(row("softplus", {P::max, P::abs, P::exp, P::log1p}, unary(softplus), away_gen(s, 0.3, 3)));
 
   // ---- elementwise binary, same shapes and broadcasting --------------------------------------
@@ -338,6 +339,9 @@ std::vector<Row> build() {
                     const Array i = astype(floor(x[0] * 8.0), i32);
                     return astype(population_count((i & scalar(13.0, i32)) | (~i ^ scalar(6.0, i32))), x[0].dtype()) * x[0];
                   }, eighths));
+  t.push_back(row("round", {P::round}, [](const Arrays& x) {
+    return round(x[0], RoundingMethod::away_from_zero) * x[0] + round(x[0] * 3.0, RoundingMethod::to_nearest_even);
+  }, eighths));
   t.push_back(row("shifts", {P::shift_left, P::shift_right_logical, P::shift_right_arithmetic},
                   [](const Arrays& x) {
                     const Array i = astype(floor(x[0] * 8.0), i32), by = astype(floor(abs(x[0]) * 2.0), i32);
