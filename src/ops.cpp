@@ -837,6 +837,37 @@ Array flip(const Array& x, std::source_location loc) {
   return flip(x, all_axes, loc);
 }
 
+std::vector<Array> sort(const std::vector<Array>& operands, std::int64_t dimension, std::int64_t num_keys,
+                        std::source_location loc) {
+  if (operands.empty()) throw TypeError("sort: no operands (at " + format_location(loc) + ")");
+  const std::int64_t d = norm_axis(dimension, operands[0].ndim(), "sort", operands[0], loc);
+  return detail::bind(P::sort, operands, params::Sort{.dimension = d, .is_stable = true, .num_keys = num_keys}, loc);
+}
+
+Array sort(const Array& x, std::int64_t dimension, bool, std::source_location loc) {
+  return sort(std::vector<Array>{x}, dimension, 1, loc)[0];
+}
+
+Array argsort(const Array& x, std::int64_t axis, std::source_location loc) {
+  const std::int64_t a = norm_axis(axis, x.ndim(), "argsort", x, loc);
+  return sort(std::vector<Array>{x, iota(i32, x.shape(), a, loc)}, a, 1, loc)[1];
+}
+
+// The descending order as an ascending sort of an order-reversing key: -x for floats (NaN stays
+// NaN: last), ~x for integers (exact, no overflow), not x for bool; stable, so ties keep the
+// lower index first.
+std::pair<Array, Array> top_k(const Array& x, std::int64_t k, std::source_location loc) {
+  if (x.ndim() == 0) throw ShapeError("top_k: needs an operand of rank >= 1, got " + x.aval().str() + " (at " + format_location(loc) + ")");
+  const std::int64_t last = x.ndim() - 1;
+  if (k < 0 || k > x.dim(last))
+    throw ShapeError("top_k: k = " + std::to_string(k) + " is outside 0.." + std::to_string(x.dim(last)) + " for " + x.aval().str() +
+                     " (at " + format_location(loc) + ")");
+  const Array key = is_floating(x.dtype()) ? neg(x, loc) : bitwise_not(x, loc);
+  const Array order = sort(std::vector<Array>{key, iota(i32, x.shape(), last, loc)}, last, 1, loc)[1];
+  const Array indices = slice_in_dim(order, 0, k, last, loc);
+  return {take_along_axis(x, indices, last, loc), indices};
+}
+
 #define XJAX_CUMULATIVE_OP(name)                                                                              \
   Array name(const Array& x, std::int64_t axis, bool reverse, std::source_location loc) {                     \
     return bind1(P::name, {x}, params::Cumulative{.axis = norm_axis(axis, x.ndim(), #name, x, loc), .reverse = reverse}, \

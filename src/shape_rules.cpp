@@ -564,6 +564,18 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::cholesky: return cholesky_shape_rule(in);
     case P::triangular_solve: return triangular_solve_shape_rule(in, ps.get<params::TriangularSolve>());
     case P::lu: return lu_shape_rule(in);
+    case P::sort: {
+      const auto& s = ps.get<params::Sort>();
+      if (in.empty()) shape_fail(p, in, "needs at least one operand");
+      for (const auto& a : in)
+        if (a.shape != in[0].shape) shape_fail(p, in, "every operand must have the first one's shape");
+      if (in[0].ndim() == 0) shape_fail(p, in, "needs operands of rank >= 1");
+      if (s.dimension < 0 || s.dimension >= in[0].ndim())
+        shape_fail(p, in, "dimension " + std::to_string(s.dimension) + " is outside the operands' " + std::to_string(in[0].ndim()));
+      if (s.num_keys < 1 || s.num_keys > static_cast<std::int64_t>(in.size()))
+        shape_fail(p, in, "num_keys must be between 1 and the number of operands, got " + std::to_string(s.num_keys));
+      return std::vector<ShapedArray>(in.begin(), in.end());
+    }
     case P::qr: return qr_shape_rule(in, ps.get<params::Qr>());
     case P::eigh: return eigh_shape_rule(in);
     case P::svd: return svd_shape_rule(in, ps.get<params::Svd>());

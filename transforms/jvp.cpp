@@ -483,6 +483,20 @@ JvpOut zero_tangents(std::vector<Array> outs) {
 
 // A = Q R (m >= n, reduced or square): with X = Q^T dA R^-1 and Ω = tril(X, -1) - tril(X, -1)^T,
 // dQ = Q (Ω - X) + dA R^-1 and dR = (X - Ω) R (Townsend's QR derivative, as JAX).
+// sort moves elements: the tangents move with them. The permutation comes from sorting an iota
+// along with the operands (JAX's rule): d out_i = take_along_axis(dx_i, perm, dimension).
+JvpOut sort_jvp(const JvpArgs& a) {
+  const auto& ps = a.params.get<params::Sort>();
+  std::vector<Array> in(a.x.begin(), a.x.end());
+  in.push_back(iota(i32, a.x[0].shape(), ps.dimension));
+  std::vector<Array> out = bind(a.prim, in, a.params, a.loc);
+  const Array perm = out.back();
+  out.pop_back();
+  JvpOut r{out, {}};
+  for (std::size_t i = 0; i < a.t.size(); ++i)
+    r.tangents.push_back(tmap(a.t[i], out[i].aval(), [&](const Array& t) { return take_along_axis(t, perm, ps.dimension); }));
+  return r;
+}
 JvpOut qr_jvp(const JvpArgs& a) {
   std::vector<Array> outs = bind(a.prim, a.x, a.params, a.loc);
   if (a.t[0].is_zero()) return zero_tangents(std::move(outs));

@@ -346,6 +346,15 @@ BatchOut lu_batch(const BatchArgs& a) { return leading_batch(a); }
 BatchOut qr_batch(const BatchArgs& a) { return leading_batch(a); }
 BatchOut eigh_batch(const BatchArgs& a) { return leading_batch(a); }
 BatchOut svd_batch(const BatchArgs& a) { return leading_batch(a); }
+// sort(x...)[b]: every operand batched at 0 (unbatched ones broadcast), the dimension shifted.
+BatchOut sort_batch(const BatchArgs& a) {
+  std::vector<Array> xs;
+  for (std::size_t i = 0; i < a.x.size(); ++i) xs.push_back(move_batch_dim(a.x[i], a.dims[i], 0, a.size));
+  params::Sort ps = a.params.get<params::Sort>();
+  ++ps.dimension;
+  std::vector<Array> ys = bind(a.prim, xs, ps, a.loc);
+  return {ys, BatchDims(ys.size(), 0)};
+}
 
 // The collectives act elementwise across processes: psum / pmax / ppermute keep the batch dim;
 // all_gather and psum_scatter put it first and shift their axis past it.

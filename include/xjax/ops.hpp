@@ -238,6 +238,19 @@ Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis 
 Array flip(const Array& x, const Axes& axes, XJAX_LOC);
 Array flip(const Array& x, std::int64_t axis, XJAX_LOC);
 Array flip(const Array& x, XJAX_LOC);
+/// lax.sort / jnp.sort: x's elements in ascending order along `dimension`, stably (is_stable is
+/// accepted for JAX's spelling; the sort is always stable). Floats in JAX's total order: -0 and 0
+/// are equal, NaNs go last. The tangents move with the elements.
+Array sort(const Array& x, std::int64_t dimension = -1, bool is_stable = true, XJAX_LOC);
+/// lax.sort of several operands of one shape: each line ordered lexicographically by the first
+/// num_keys of them, every operand permuted alike (e.g. values carried along with their keys).
+std::vector<Array> sort(const std::vector<Array>& operands, std::int64_t dimension = -1, std::int64_t num_keys = 1, XJAX_LOC);
+/// jnp.argsort: the (stable) order of x's elements along `axis`, as i32 indices.
+Array argsort(const Array& x, std::int64_t axis = -1, XJAX_LOC);
+/// lax.top_k: the k largest elements along the last axis, in descending order, and their i32
+/// indices; equal elements keep their order (the lower index first), as JAX. A NaN counts as the
+/// smallest here (it sorts after every number in the descending order).
+std::pair<Array, Array> top_k(const Array& x, std::int64_t k, XJAX_LOC);
 /// lax.cumsum, cumprod, cummax, cummin, cumlogsumexp: the running sum, product, maximum,
 /// minimum, log-sum-exp along `axis` (negative counts from the end), from the last element to
 /// the first when `reverse`; O(n) along the axis. cummax and cummin propagate NaN (as max);

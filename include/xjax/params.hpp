@@ -113,6 +113,11 @@ struct Cumulative {
 struct Round {
   XJAX_PARAMS_STRUCT_BODY(Round, (std::int64_t, rounding_method))
 };
+/// sort: along `dimension`, ordered by the first `num_keys` operands (is_stable is kept for
+/// JAX's spelling: xjax's sort is always stable).
+struct Sort {
+  XJAX_PARAMS_STRUCT_BODY(Sort, (std::int64_t, dimension), (bool, is_stable), (std::int64_t, num_keys))
+};
 /// rev: the axes whose element order is reversed.
 struct Rev {
   XJAX_PARAMS_STRUCT_BODY(Rev, (Ints, dimensions))

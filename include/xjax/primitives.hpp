@@ -24,7 +24,7 @@
 //                    batched elementwise
 //     structural     everything else of one equation (dots, reductions, shapes, indexing, ...):
 //                    every rule its own
-//     factorization  a matrix factorization with several outputs (lu, qr, eigh, svd), computed together by
+//     factorization  several outputs computed together (the matrix factorizations lu, qr, eigh, svd; sort) by
 //                    kernels::stem_kernel(in, params), which bind and plans run as the equation's impl; every
 //                    rule its own (batch dims are leading dims)
 //     collective     over the processes of an MPI run (distributed.hpp): every rule its own
@@ -129,6 +129,7 @@
   X(qr, qr, Qr, factorization, none, Y)                                                              \
   X(eigh, eigh, Eigh, factorization, none, Y)                                                        \
   X(svd, svd, Svd, factorization, none, Y)                                                           \
+  X(sort, sort, Sort, factorization, none, Y)                                                        \
   X(lu_pivots_to_permutation, lu_pivots_to_permutation, LuPivotsToPermutation, structural, none, Y)  \
   X(psum, psum, None, collective, none, Y)                                                           \
   X(pmax, pmax, None, collective, none, Y)                                                           \

@@ -36,6 +36,9 @@ std::vector<Array> lu_kernel(std::span<const Array> in, const params::None&);
 std::vector<Array> qr_kernel(std::span<const Array> in, const params::Qr& ps);
 std::vector<Array> eigh_kernel(std::span<const Array> in, const params::Eigh& ps);
 std::vector<Array> svd_kernel(std::span<const Array> in, const params::Svd& ps);
+/// sort's operands, each line along the dimension permuted by the stable order of the first
+/// num_keys (floats in JAX's total order: -0 = 0, NaN last) (sort.cpp).
+std::vector<Array> sort_kernel(std::span<const Array> in, const params::Sort& ps);
 
 using Ints = std::vector<std::int64_t>;
 

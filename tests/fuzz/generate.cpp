@@ -371,12 +371,30 @@ class Gen {
     return true;
   }
 
+  /// sort along an axis, top_k's values along the last (k in ints[1]), or x gathered by its
+  /// argsort (variant); not in pure programs (a kink wherever two elements tie).
+  bool sort_op(Scope& s, Block& b) {
+    if (s.r.pure) return false;
+    const int i = pick(s, [](const Val& v) { return !v.shape.empty() && v.shape.back() > 0; });
+    if (i < 0) return false;
+    const Val v = at(s, i);
+    const auto r = static_cast<int>(v.shape.size());
+    Node n{.op = Op::Sort, .args = {i}};
+    n.variant = uniform(0, 2);
+    n.ints = {n.variant == 1 ? -1 : uniform(-r, r - 1), uniform(1, static_cast<int>(v.shape.back()))};
+    n.outs = {v.shape};
+    if (n.variant == 1) n.outs[0].back() = n.ints[1];
+    push(s, b, n, {v.mag});
+    return true;
+  }
+
   bool reduction(Scope& s, Block& b) {
     static constexpr Op ops[] = {Op::Sum,     Op::Mean,       Op::Max, Op::Min,       Op::ProdPos,
-                                 Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var, Op::Cumulative};
+                                 Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var, Op::Cumulative, Op::Sort};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
     if (s.r.pure && (op == Op::Max || op == Op::Min)) return false;
     if (op == Op::Cumulative) return cumulative(s, b);
+    if (op == Op::Sort) return sort_op(s, b);
     int i = pick(s, [&](const Val& v) { return op == Op::Sum || size_of(v.shape) > 0; });
     if (i < 0) return false;
     const Val v = at(s, i);

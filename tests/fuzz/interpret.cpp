@@ -399,6 +399,17 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       return {xj::prod(n.variant == 1 ? a : 1.5 + xj::tanh(a), n.ints, n.flag)};
     case Op::LogSumExp: return {xj::logsumexp(a, n.ints, n.flag)};
     case Op::Softmax: return {xj::softmax(a, n.ints[0])};
+    case Op::Sort: {
+      const std::int64_t axis = n.ints[0];
+      const Array sorted = xj::sort(a, axis);
+      if (m && a.dim(axis) > 1) {  // ties are kinks: the gaps between neighbours in sorted order
+        const std::int64_t len = a.dim(axis);
+        note(m, xj::slice_in_dim(sorted, 1, len, axis) - xj::slice_in_dim(sorted, 0, len - 1, axis));
+      }
+      if (n.variant == 0) return {sorted};
+      if (n.variant == 1) return {xj::top_k(a, n.ints[1]).first};
+      return {xj::take_along_axis(a, xj::argsort(a, axis), axis)};
+    }
     case Op::Cumulative:
       switch (n.variant) {
         case 0: return {xj::cumsum(a, n.ints[0], n.flag)};

@@ -56,7 +56,7 @@ enum class Op {
   // elementwise binary (broadcasting)
   Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe,
   // reductions
-  Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var, Cumulative,
+  Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var, Cumulative, Sort,
   // linear algebra
   Matmul, Dot, Einsum, DotGeneral, Cholesky, TriangularSolve, ChoSolve, Lu, Solve, LuSolve, Inv, Slogdet, Qr, Eigh, Svd,
   // shape

@@ -348,6 +348,13 @@ std::vector<Row> build() {
                     const Array sum = shift_left(i, by) + shift_right_logical(i, by) + shift_right_arithmetic(i, by);
                     return astype(sum, x[0].dtype()) * x[0];
                   }, eighths));
+  // sort moves values (distinct ones: away from the ties where it has a kink); argsort is
+  // piecewise constant; top_k and two-key sorts carry a second operand along.
+  t.push_back(row("sort", {P::sort}, [](const Arrays& x) { return sort(x[0], 1); }, spread_gen(s)));
+  t.push_back(row("sort_axis0_carry", {P::sort}, [](const Arrays& x) { return sort(std::vector<Array>{x[0], x[1]}, 0, 1)[1]; },
+                  [s](DType d, Rng& r) { return Arrays{spread(s, d, r), uniform(s, d, r, -2, 2)}; }));
+  t.push_back(row("argsort", {P::sort}, [](const Arrays& x) { return astype(argsort(x[0]), x[0].dtype()) * x[0]; }, spread_gen(s)));
+  t.push_back(row("top_k", {P::sort}, [](const Arrays& x) { return top_k(x[0], 2).first; }, spread_gen(s)));
   t.push_back(row("argmax", {P::argmax, P::convert_element_type},
                   [](const Arrays& x) { return astype(argmax(x[0], 1), x[0].dtype()); }, spread_gen(s), Kind::zero_gradient));
   // Cumulative: cumsum is linear (squared, see the top); the others' derivatives are those of

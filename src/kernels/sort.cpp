@@ -1,0 +1,78 @@
+// sort.cpp: the kernel of sort: each line along the dimension ordered by its first num_keys
+// operands (lexicographically, stably), every operand permuted the same way. Floats are compared
+// in JAX's total order: -0 equals 0 (so a stable sort keeps their order), and every NaN is
+// greater than every number and equal to every other NaN (NaNs last, in their original order).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/kernels.hpp"
+
+namespace xjax::detail::kernels {
+namespace {
+
+/// -1, 0, +1 as element i of `key` orders before, with, or after element j (strided line).
+using Compare = int (*)(const void* key, std::int64_t i, std::int64_t j);
+
+template <class T> int compare_elements(const void* key, std::int64_t i, std::int64_t j) {
+  const T a = static_cast<const T*>(key)[i], b = static_cast<const T*>(key)[j];
+  if constexpr (std::is_floating_point_v<T>) {
+    const bool na = std::isnan(a), nb = std::isnan(b);
+    if (na || nb) return na == nb ? 0 : (na ? 1 : -1);
+  }
+  return a < b ? -1 : (b < a ? 1 : 0);
+}
+
+Compare comparer_of(DType d) {
+  return visit_dtype(d, [](auto tag) -> Compare { return &compare_elements<typename decltype(tag)::type>; });
+}
+
+}  // namespace
+
+std::vector<Array> sort_kernel(std::span<const Array> in, const params::Sort& ps) {
+  const Shape& s = in[0].shape();
+  const auto axis = static_cast<std::size_t>(ps.dimension);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t i = 0; i < axis; ++i) outer *= s[i];
+  for (std::size_t i = axis + 1; i < s.size(); ++i) inner *= s[i];
+  const std::int64_t n = s[axis];
+  std::vector<Array> out;
+  for (const Array& x : in) out.push_back(alloc_array(x.aval()));
+  if (out[0].size() == 0) return out;
+  const auto num_keys = static_cast<std::size_t>(ps.num_keys);
+  std::vector<Compare> compare;
+  for (std::size_t k = 0; k < num_keys; ++k) compare.push_back(comparer_of(in[k].dtype()));
+  // One line at a time, gathered into contiguous scratch (one buffer per key) so the comparator
+  // reads plain arrays; the permutation then moves every operand.
+  std::vector<std::vector<unsigned char>> keys(num_keys);
+  for (std::size_t k = 0; k < num_keys; ++k) keys[k].resize(static_cast<std::size_t>(n) * itemsize(in[k].dtype()));
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t j = 0; j < inner; ++j) {
+      const std::int64_t base = o * n * inner + j;
+      for (std::size_t k = 0; k < num_keys; ++k) {
+        const auto item = static_cast<std::int64_t>(itemsize(in[k].dtype()));
+        const auto* src = static_cast<const unsigned char*>(in[k].raw_data());
+        for (std::int64_t i = 0; i < n; ++i)
+          std::memcpy(keys[k].data() + i * item, src + (base + i * inner) * item, static_cast<std::size_t>(item));
+      }
+      std::iota(perm.begin(), perm.end(), std::int64_t{0});
+      std::stable_sort(perm.begin(), perm.end(), [&](std::int64_t a, std::int64_t b) {
+        for (std::size_t k = 0; k < num_keys; ++k)
+          if (const int c = compare[k](keys[k].data(), a, b); c != 0) return c < 0;
+        return false;
+      });
+      for (std::size_t x = 0; x < in.size(); ++x) {
+        const auto item = static_cast<std::int64_t>(itemsize(in[x].dtype()));
+        const auto* src = static_cast<const unsigned char*>(in[x].raw_data());
+        auto* dst = static_cast<unsigned char*>(mutable_data(out[x]));
+        for (std::int64_t i = 0; i < n; ++i)
+          std::memcpy(dst + (base + i * inner) * item, src + (base + perm[static_cast<std::size_t>(i)] * inner) * item,
+                      static_cast<std::size_t>(item));
+      }
+    }
+  return out;
+}
+
+}  // namespace xjax::detail::kernels
