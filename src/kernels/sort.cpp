@@ -24,6 +24,26 @@ template <class T> int compare_elements(const void* key, std::int64_t i, std::in
   return a < b ? -1 : (b < a ? 1 : 0);
 }
 
+/// JAX's total order on one key type: NaN after everything (NaNs equal), -0 equal to 0.
+template <class T> bool key_less(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a)) return false;
+    if (std::isnan(b)) return true;
+  }
+  return a < b;
+}
+
+/// The stable order of one line of a single key, sorting (key, position) pairs in place: the
+/// common case, without the type-erased comparator's indirection.
+template <class T> void order_by_one_key(const unsigned char* key_bytes, std::vector<std::int64_t>& perm,
+                                         std::vector<std::pair<T, std::int64_t>>& pairs) {
+  const T* key = reinterpret_cast<const T*>(key_bytes);
+  pairs.resize(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) pairs[i] = {key[i], static_cast<std::int64_t>(i)};
+  std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return key_less(a.first, b.first); });
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = pairs[i].second;
+}
+
 Compare comparer_of(DType d) {
   return visit_dtype(d, [](auto tag) -> Compare { return &compare_elements<typename decltype(tag)::type>; });
 }
@@ -57,12 +77,20 @@ std::vector<Array> sort_kernel(std::span<const Array> in, const params::Sort& ps
         for (std::int64_t i = 0; i < n; ++i)
           std::memcpy(keys[k].data() + i * item, src + (base + i * inner) * item, static_cast<std::size_t>(item));
       }
-      std::iota(perm.begin(), perm.end(), std::int64_t{0});
-      std::stable_sort(perm.begin(), perm.end(), [&](std::int64_t a, std::int64_t b) {
-        for (std::size_t k = 0; k < num_keys; ++k)
-          if (const int c = compare[k](keys[k].data(), a, b); c != 0) return c < 0;
-        return false;
-      });
+      if (num_keys == 1) {
+        visit_dtype(in[0].dtype(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          thread_local std::vector<std::pair<T, std::int64_t>> pairs;
+          order_by_one_key<T>(keys[0].data(), perm, pairs);
+        });
+      } else {
+        std::iota(perm.begin(), perm.end(), std::int64_t{0});
+        std::stable_sort(perm.begin(), perm.end(), [&](std::int64_t a, std::int64_t b) {
+          for (std::size_t k = 0; k < num_keys; ++k)
+            if (const int c = compare[k](keys[k].data(), a, b); c != 0) return c < 0;
+          return false;
+        });
+      }
       for (std::size_t x = 0; x < in.size(); ++x) {
         const auto item = static_cast<std::int64_t>(itemsize(in[x].dtype()));
         const auto* src = static_cast<const unsigned char*>(in[x].raw_data());

@@ -1121,6 +1121,23 @@ void bench_cumulative(std::vector<Row>& rows, std::int64_t n, int reps) {
   });
   rows.push_back({"K1", "cumsum down a matrix's columns", "xjax", xm, xm / rm, 0, 0, 0, fmt("%.0f x ", double(side)) + fmt("%.0f, f32", double(side))});
   rows.push_back({"K1", "cumsum down a matrix's columns", "loop", rm, 1.0, 0, 0, 0, "row += previous row"});
+  // sort of the vector against std::stable_sort, top_k (k = 100) against std::partial_sort.
+  std::vector<float> sorted(v);
+  const double xs = time([&] { y = xj::sort(x); });
+  const double rs = time([&] {
+    std::copy(v.begin(), v.end(), sorted.begin());
+    std::stable_sort(sorted.begin(), sorted.end());
+  });
+  rows.push_back({"K1", "sort of a vector", "xjax", xs, xs / rs, 0, 0, 0, shape + (y.to_vector<float>() == sorted ? "; equal" : "; DIFFERENT")});
+  rows.push_back({"K1", "sort of a vector", "std::stable_sort", rs, 1.0, 0, 0, 0, shape});
+  const std::int64_t k = 100;
+  const double xk = time([&] { y = xj::top_k(x, k).first; });
+  const double rk = time([&] {
+    std::copy(v.begin(), v.end(), sorted.begin());
+    std::partial_sort(sorted.begin(), sorted.begin() + k, sorted.end(), std::greater<float>());
+  });
+  rows.push_back({"K1", "top_k, k = 100", "xjax", xk, xk / rk, 0, 0, 0, shape + "; a full stable sort of the negated keys"});
+  rows.push_back({"K1", "top_k, k = 100", "std::partial_sort", rk, 1.0, 0, 0, 0, shape});
 }
 
 }  // namespace
