@@ -7,6 +7,7 @@
 
 #include "loops/loops.hpp"
 #include "internal.hpp"
+#include "windows.hpp"
 
 namespace xjax::detail {
 namespace {
@@ -530,6 +531,7 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
       return {ShapedArray{in[0].shape, ps.get<params::ConvertElementType>().new_dtype}};
     case P::stop_gradient: case P::copy: return elementwise(p, in, 1, Kinds::any);
     case P::dot_general: return dot_general_shape_rule(in, ps.get<params::DotGeneral>());
+    case P::conv_general_dilated: return conv_general_dilated_shape_rule(in, ps.get<params::ConvGeneralDilated>());
     case P::reduce_sum: case P::reduce_prod: return reduce(p, in, ps.get<params::Reduce>(), Kinds::numeric);
     case P::reduce_max: case P::reduce_min: return reduce(p, in, ps.get<params::Reduce>(), Kinds::any);
     case P::bitwise_not: return elementwise(p, in, 1, Kinds::integers);
@@ -542,6 +544,10 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::argmax: return argmax_shape_rule(in, ps.get<params::Argmax>());
     case P::cumsum: case P::cumprod: case P::cummax: case P::cummin: case P::cumlogsumexp:
       return cumulative_shape_rule(p, in, ps.get<params::Cumulative>());
+    case P::reduce_window_sum: case P::reduce_window_max: case P::reduce_window_min:
+      return reduce_window_shape_rule(p, in, ps.get<params::ReduceWindow>());
+    case P::select_and_gather_add: case P::select_and_scatter_add:
+      return select_window_shape_rule(p, in, ps.get<params::SelectWindow>());
     case P::broadcast_in_dim: return broadcast_in_dim_shape_rule(in, ps.get<params::BroadcastInDim>());
     case P::reshape: return reshape_shape_rule(in, ps.get<params::Reshape>());
     case P::transpose: return transpose_shape_rule(in, ps.get<params::Transpose>());

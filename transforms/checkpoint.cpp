@@ -29,8 +29,9 @@ const std::string* name_of(const Primitive& p, const Params& ps) {
 
 const Policy everything_saveable = [](const Primitive&, std::span<const ShapedArray>, const Params&) { return true; };
 const Policy nothing_saveable = [](const Primitive&, std::span<const ShapedArray>, const Params&) { return false; };
+// Convolutions are dot-like, as in JAX's dots_saveable.
 const Policy dots_saveable = [](const Primitive& p, std::span<const ShapedArray>, const Params&) {
-  return p == Primitive::dot_general;
+  return p == Primitive::dot_general || p == Primitive::conv_general_dilated;
 };
 const Policy checkpoint_dots = dots_saveable;
 const Policy dots_with_no_batch_dims_saveable = [](const Primitive& p, std::span<const ShapedArray>, const Params& ps) {

@@ -11,6 +11,7 @@
 #include "ad.hpp"
 #include "higher_order.hpp"
 #include "xjax/linalg.hpp"
+#include "windows.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::detail {
@@ -296,6 +297,8 @@ JvpOut stop_gradient_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut copy_jvp(const JvpArgs& a) { return linear_all(a); }
 // d (A . B) = dA . B + A . dB
 JvpOut dot_general_jvp(const JvpArgs& a) { return bilinear(a); }
+// d conv(l, r) = conv(dl, r) + conv(l, dr)
+JvpOut conv_general_dilated_jvp(const JvpArgs& a) { return bilinear(a); }
 // d sum x = sum dx
 JvpOut reduce_sum_jvp(const JvpArgs& a) { return linear_all(a); }
 // A reduction's result y broadcast back over the reduced axes of its operand x.
@@ -381,6 +384,24 @@ JvpOut cumprod_jvp(const JvpArgs& a) { return cumulative_jvp(a, &mul); }
 JvpOut cummax_jvp(const JvpArgs& a) { return cumulative_jvp(a, &maximum); }
 JvpOut cummin_jvp(const JvpArgs& a) { return cumulative_jvp(a, &minimum); }
 JvpOut cumlogsumexp_jvp(const JvpArgs& a) { return cumulative_jvp(a, &logaddexp); }
+// d reduce_window_sum(x) = reduce_window_sum(dx)
+JvpOut reduce_window_sum_jvp(const JvpArgs& a) { return linear_all(a); }
+// d reduce_window_max(x) = dx at each window's selected (first maximal) element, JAX's rule:
+// select_and_gather_add(dx, x). The same for min with the first minimum.
+JvpOut window_chooser_jvp(const JvpArgs& a, bool select_max) {
+  if (!is_floating(a.x[0].dtype())) return zero_jvp(a);
+  Array y = primal1(a);
+  const params::SelectWindow s = select_window(a.params.get<params::ReduceWindow>(), select_max);
+  return {{y}, {tmap(a.t[0], y.aval(), [&](const Array& dx) {
+            return bind1(P::select_and_gather_add, {dx, a.x[0]}, s, a.loc);
+          })}};
+}
+JvpOut reduce_window_max_jvp(const JvpArgs& a) { return window_chooser_jvp(a, true); }
+JvpOut reduce_window_min_jvp(const JvpArgs& a) { return window_chooser_jvp(a, false); }
+// Both select ops are linear in their first operand and piecewise constant in x (which only
+// selects): d f(v, x) = f(dv, x).
+JvpOut select_and_gather_add_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
+JvpOut select_and_scatter_add_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
 // shape operations are linear in the operand
 JvpOut broadcast_in_dim_jvp(const JvpArgs& a) { return linear_all(a); }
 JvpOut reshape_jvp(const JvpArgs& a) { return linear_all(a); }

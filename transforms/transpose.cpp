@@ -13,6 +13,7 @@
 
 #include "ad.hpp"
 #include "higher_order.hpp"
+#include "windows.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::detail {
@@ -190,6 +191,78 @@ Cts dot_general_transpose(const TransposeArgs& a) {
     out[1] = dot_transpose_operand(ct0(a), a.in[1].aval, a.in[0].value, rc, lc, rb, lb, false);
   return out;
 }
+// Dims `spec[2:]` (the spatial ones) of `shape`.
+Shape spatial(const Shape& shape, const Ints& spec) {
+  Shape out;
+  for (std::size_t i = 2; i < spec.size(); ++i) out.push_back(shape[static_cast<std::size_t>(spec[i])]);
+  return out;
+}
+Ints swap_first_two(Ints spec) {
+  std::swap(spec[0], spec[1]);
+  return spec;
+}
+
+// conv(x, w)^T ct with respect to x: a convolution of ct with w flipped in space and its feature
+// dims swapped (O <-> I), strides becoming lhs dilation and lhs dilation strides; groups move into
+// the kernel's input features (JAX's _conv_general_dilated_transpose_lhs).
+Array conv_transpose_lhs(const Array& ct, const ShapedArray& lhs, const Array& rhs, const params::ConvGeneralDilated& p,
+                         const std::source_location& loc) {
+  const std::int64_t groups = std::max(p.feature_group_count, p.batch_group_count);
+  Array w = rhs;
+  if (groups > 1) w = reshape_axis_into(p.rhs_spec[0], p.rhs_spec[1], reshape_axis_out_of(p.rhs_spec[0], groups, w));
+  params::ConvGeneralDilated t = p;
+  t.lhs_spec = p.out_spec;
+  t.rhs_spec = swap_first_two(p.rhs_spec);
+  t.out_spec = p.lhs_spec;
+  t.window_strides = p.lhs_dilation;
+  t.lhs_dilation = p.window_strides;
+  t.feature_group_count = groups;
+  t.batch_group_count = 1;
+  vjp_lhs_padding(spatial(lhs.shape, p.lhs_spec), spatial(rhs.shape(), p.rhs_spec), spatial(ct.shape(), p.out_spec),
+                  p.window_strides, p.padding_lo, p.lhs_dilation, p.rhs_dilation, t.padding_lo, t.padding_hi);
+  Array out = bind1(P::conv_general_dilated, {ct, flip(w, Ints(p.rhs_spec.begin() + 2, p.rhs_spec.end()))}, t, loc);
+  if (p.batch_group_count > 1)
+    out = reshape_axis_into(p.lhs_spec[1], p.lhs_spec[0], reshape_axis_out_of(p.lhs_spec[1], p.batch_group_count, out));
+  return out;
+}
+
+// conv(x, w)^T ct with respect to w: a convolution of x and ct whose batch dims contract (the
+// specs' first two dims swapped), window strides becoming rhs dilation; feature groups become
+// batch groups and back (JAX's _conv_general_dilated_transpose_rhs).
+Array conv_transpose_rhs(const Array& ct, const Array& lhs, const ShapedArray& rhs, const params::ConvGeneralDilated& p,
+                         const std::source_location& loc) {
+  params::ConvGeneralDilated t = p;
+  t.lhs_spec = swap_first_two(p.lhs_spec);
+  t.rhs_spec = swap_first_two(p.out_spec);
+  t.out_spec = swap_first_two(p.rhs_spec);
+  t.window_strides = p.rhs_dilation;
+  t.rhs_dilation = p.window_strides;
+  t.feature_group_count = p.batch_group_count;
+  t.batch_group_count = p.feature_group_count;
+  const Shape in = spatial(lhs.shape(), p.lhs_spec), window = spatial(rhs.shape, p.rhs_spec),
+              out = spatial(ct.shape(), p.out_spec);
+  t.padding_hi.clear();
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const std::int64_t l = dilated(in[i], p.lhs_dilation[i]), w = dilated(window[i], p.rhs_dilation[i]),
+                       o = dilated(out[i], p.window_strides[i]);
+    t.padding_hi.push_back((o - l) + (w - p.padding_lo[i] - 1));
+  }
+  return bind1(P::conv_general_dilated, {lhs, ct}, t, loc);
+}
+
+// conv(x, w)^T ct = (conv_transpose_lhs(ct, w), conv_transpose_rhs(x, ct)), for whichever is linear
+Cts conv_general_dilated_transpose(const TransposeArgs& a) {
+  if (a.in[0].is_linear() && a.in[1].is_linear()) return not_linear(a);
+  const auto& p = a.params.get<params::ConvGeneralDilated>();
+  Cts out = zeros_for(a);
+  const Array c = ct0(a);
+  if (c.size() == 0) return out;
+  if (a.in[0].is_linear())
+    out[0] = conv_transpose_lhs(c, a.in[0].aval, a.in[1].value, p, a.loc);
+  else
+    out[1] = conv_transpose_rhs(c, a.in[0].value, a.in[1].aval, p, a.loc);
+  return out;
+}
 // sum^T ct = broadcast ct over the summed axes
 Cts reduce_sum_transpose(const TransposeArgs& a) {
   const ShapedArray& x = a.in[0].aval;
@@ -210,6 +283,34 @@ Cts cumprod_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts cummax_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts cummin_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts cumlogsumexp_transpose(const TransposeArgs& a) { return not_linear(a); }
+// reduce_window_sum^T ct: ct spread by the strides (interior padding), padded so that every
+// operand element sees the windows that read it, then summed over windows moving by the base
+// dilation (JAX's _reduce_window_sum_transpose_rule; the window of ones is its own flip).
+Cts reduce_window_sum_transpose(const TransposeArgs& a) {
+  const auto& w = a.params.get<params::ReduceWindow>();
+  return unary_linear(a, [&](const Array& ct) {
+    params::ReduceWindow t{w.window_dimensions, w.base_dilation, {}, {}, Ints(w.base_dilation.size(), 1), w.window_dilation};
+    Ints lo, hi, interior;
+    vjp_lhs_padding(a.in[0].aval.shape, w.window_dimensions, ct.shape(), w.window_strides, w.padding_lo,
+                    w.base_dilation, w.window_dilation, lo, hi);
+    for (auto s : w.window_strides) interior.push_back(s - 1);
+    const Array spread = bind1(P::pad, {ct, scalar(0.0, ct.dtype())}, params::Pad{.lo = lo, .hi = hi, .interior = interior}, a.loc);
+    t.padding_lo = t.padding_hi = Ints(lo.size(), 0);
+    return bind1(P::reduce_window_sum, {spread}, t, a.loc);
+  });
+}
+Cts reduce_window_max_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts reduce_window_min_transpose(const TransposeArgs& a) { return not_linear(a); }
+// select_and_gather_add(t, x)^T ct = select_and_scatter_add(ct, x): each window's cotangent goes
+// back to the element it read; and the other way round.
+Cts select_transpose(const TransposeArgs& a, P to) {
+  if (a.in[1].is_linear()) return not_linear(a);
+  Cts out = zeros_for(a);
+  if (a.in[0].is_linear()) out[0] = bind1(to, {ct0(a), a.in[1].value}, a.params, a.loc);
+  return out;
+}
+Cts select_and_gather_add_transpose(const TransposeArgs& a) { return select_transpose(a, P::select_and_scatter_add); }
+Cts select_and_scatter_add_transpose(const TransposeArgs& a) { return select_transpose(a, P::select_and_gather_add); }
 // broadcast^T ct = sum ct over the broadcast dims, reshaped to the operand
 Cts broadcast_in_dim_transpose(const TransposeArgs& a) {
   const ShapedArray& x = a.in[0].aval;

@@ -12,6 +12,7 @@
 
 #include "batching.hpp"
 #include "higher_order.hpp"
+#include "windows.hpp"
 #include "xjax/control_flow.hpp"
 #include "xjax/ops.hpp"
 
@@ -130,6 +131,51 @@ BatchOut dot_general_batch(const BatchArgs& a) {
   return one(bind1(a.prim, a.x, dn, a.loc), nb + lhs_free + pos);
 }
 
+// conv(l, r)[b] without a loop (JAX's rule): the batch folds into a dim the convolution already
+// maps independently. Both batched: into lhs's features and rhs's output features as that many
+// more feature groups (or into lhs's batch as batch groups). Only lhs: into its batch dim (inside
+// each batch group). Only rhs: into its output features (inside each group).
+BatchOut conv_general_dilated_batch(const BatchArgs& a) {
+  if (a.size == 0) return batch_by_loop(a);
+  params::ConvGeneralDilated p = a.params.get<params::ConvGeneralDilated>();
+  const std::int64_t dl = a.dims[0], dr = a.dims[1], n = a.size;
+  const std::int64_t lb = p.lhs_spec[0], lf = p.lhs_spec[1], ro = p.rhs_spec[0], ob = p.out_spec[0], of = p.out_spec[1];
+  auto conv = [&](const Array& l, const Array& r) { return bind1(a.prim, {l, r}, p, a.loc); };
+  if (dl != not_batched && dr != not_batched) {
+    Array l = a.x[0];
+    if (p.batch_group_count > 1) {
+      l = reshape_axis_into(dl, lb, l);
+      p.batch_group_count *= n;
+    } else {
+      l = reshape_axis_into(dl, lf, l);
+      p.feature_group_count *= n;
+    }
+    return one(reshape_axis_out_of(of, n, conv(l, reshape_axis_into(dr, ro, a.x[1]))), of);
+  }
+  if (dl != not_batched) {
+    Array l = a.x[0];
+    if (p.batch_group_count == 1) {
+      l = reshape_axis_into(dl, lb, l);
+    } else {  // the batch goes inside each batch group: (groups, n, N / groups) -> N'
+      l = reshape_axis_out_of(lb + (dl <= lb ? 1 : 0), p.batch_group_count, l);
+      l = reshape_axis_into(dl + (lb < dl ? 1 : 0), lb + 1, l);
+      l = reshape_axis_into(lb, lb, l);
+    }
+    return one(reshape_axis_out_of(ob, n, conv(l, a.x[1])), ob);
+  }
+  Array r = a.x[1];
+  if (p.feature_group_count == 1 && p.batch_group_count == 1)
+    return one(reshape_axis_out_of(of, n, conv(a.x[0], reshape_axis_into(dr, ro, r))), of);
+  // The batch goes inside each group of output features, and comes out of each group again.
+  const std::int64_t groups = std::max(p.feature_group_count, p.batch_group_count);
+  r = reshape_axis_out_of(ro + (dr <= ro ? 1 : 0), groups, r);
+  r = reshape_axis_into(dr + (ro < dr ? 1 : 0), ro + 1, r);
+  r = reshape_axis_into(ro, ro, r);
+  Array out = reshape_axis_out_of(of, groups, conv(a.x[0], r));
+  out = reshape_axis_out_of(of + 1, n, out);
+  return one(reshape_axis_into(of, of + 1, out), of);
+}
+
 BatchOut reduce_sum_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 BatchOut reduce_max_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 BatchOut reduce_min_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
@@ -151,6 +197,27 @@ BatchOut cumprod_batch(const BatchArgs& a) { return cumulative_batch(a); }
 BatchOut cummax_batch(const BatchArgs& a) { return cumulative_batch(a); }
 BatchOut cummin_batch(const BatchArgs& a) { return cumulative_batch(a); }
 BatchOut cumlogsumexp_batch(const BatchArgs& a) { return cumulative_batch(a); }
+// A window op on operands batched at d: every operand gets the batch at d, and the window a dim
+// of extent 1 there (so each batch member is reduced alone).
+template <class W> BatchOut window_batch(const BatchArgs& a) {
+  const std::int64_t d = first_batched(a.dims);
+  W w = a.params.get<W>();
+  const auto at = [d](Ints v, std::int64_t value) { return inserted(std::move(v), d, value); };
+  w.window_dimensions = at(w.window_dimensions, 1);
+  w.window_strides = at(w.window_strides, 1);
+  w.padding_lo = at(w.padding_lo, 0);
+  w.padding_hi = at(w.padding_hi, 0);
+  w.base_dilation = at(w.base_dilation, 1);
+  w.window_dilation = at(w.window_dilation, 1);
+  std::vector<Array> xs;
+  for (std::size_t i = 0; i < a.x.size(); ++i) xs.push_back(move_batch_dim(a.x[i], a.dims[i], d, a.size));
+  return one(bind1(a.prim, xs, w, a.loc), d);
+}
+BatchOut reduce_window_sum_batch(const BatchArgs& a) { return window_batch<params::ReduceWindow>(a); }
+BatchOut reduce_window_max_batch(const BatchArgs& a) { return window_batch<params::ReduceWindow>(a); }
+BatchOut reduce_window_min_batch(const BatchArgs& a) { return window_batch<params::ReduceWindow>(a); }
+BatchOut select_and_gather_add_batch(const BatchArgs& a) { return window_batch<params::SelectWindow>(a); }
+BatchOut select_and_scatter_add_batch(const BatchArgs& a) { return window_batch<params::SelectWindow>(a); }
 
 // broadcast_in_dim(x)[b]: the batch axis goes into the output just before the axis operand dim d
 // maps to, so broadcast_dimensions stay increasing.

@@ -128,6 +128,28 @@ struct Slice {
 struct Pad {
   XJAX_PARAMS_STRUCT_BODY(Pad, (Ints, lo), (Ints, hi), (Ints, interior))
 };
+/// conv_general_dilated (lax's). The spatial parameters have one entry per spatial dimension, in
+/// the order rhs_spec lists them; padding is (padding_lo[i], padding_hi[i]), negative to crop.
+/// lhs_spec / rhs_spec / out_spec are JAX's ConvDimensionNumbers: the positions of the batch (N)
+/// or output-feature (O) dim, then the feature (C) or input-feature (I) dim, then the spatial dims.
+struct ConvGeneralDilated {
+  XJAX_PARAMS_STRUCT_BODY(ConvGeneralDilated, (Ints, window_strides), (Ints, padding_lo), (Ints, padding_hi),
+                          (Ints, lhs_dilation), (Ints, rhs_dilation), (Ints, lhs_spec), (Ints, rhs_spec),
+                          (Ints, out_spec), (std::int64_t, feature_group_count), (std::int64_t, batch_group_count))
+};
+/// reduce_window_sum / _max / _min: one entry per operand dimension; padding is
+/// (padding_lo[i], padding_hi[i]); base_dilation spreads the operand, window_dilation the window.
+struct ReduceWindow {
+  XJAX_PARAMS_STRUCT_BODY(ReduceWindow, (Ints, window_dimensions), (Ints, window_strides), (Ints, padding_lo),
+                          (Ints, padding_hi), (Ints, base_dilation), (Ints, window_dilation))
+};
+/// select_and_gather_add / select_and_scatter_add (the tangent and the cotangent of a max or min
+/// window reduction): ReduceWindow's window, and which element a window selects (its first
+/// maximum when select_max, else its first minimum).
+struct SelectWindow {
+  XJAX_PARAMS_STRUCT_BODY(SelectWindow, (Ints, window_dimensions), (Ints, window_strides), (Ints, padding_lo),
+                          (Ints, padding_hi), (Ints, base_dilation), (Ints, window_dilation), (bool, select_max))
+};
 struct DynamicSlice {
   XJAX_PARAMS_STRUCT_BODY(DynamicSlice, (Ints, slice_sizes))
 };

@@ -94,6 +94,7 @@
   X(stop_gradient, stop_gradient, None, structural, none, Y)                                         \
   X(copy, copy, None, structural, none, Y)                                                           \
   X(dot_general, dot_general, DotGeneral, structural, none, Y)                                       \
+  X(conv_general_dilated, conv_general_dilated, ConvGeneralDilated, structural, none, Y)             \
   X(reduce_sum, reduce_sum, Reduce, structural, none, Y)                                             \
   X(reduce_max, reduce_max, Reduce, structural, none, Y)                                             \
   X(reduce_min, reduce_min, Reduce, structural, none, Y)                                             \
@@ -107,6 +108,11 @@
   X(cummax, cummax, Cumulative, structural, none, Y)                                                 \
   X(cummin, cummin, Cumulative, structural, none, Y)                                                 \
   X(cumlogsumexp, cumlogsumexp, Cumulative, structural, none, Y)                                     \
+  X(reduce_window_sum, reduce_window_sum, ReduceWindow, structural, none, Y)                         \
+  X(reduce_window_max, reduce_window_max, ReduceWindow, structural, none, Y)                         \
+  X(reduce_window_min, reduce_window_min, ReduceWindow, structural, none, Y)                         \
+  X(select_and_gather_add, select_and_gather_add, SelectWindow, structural, none, Y)                 \
+  X(select_and_scatter_add, select_and_scatter_add, SelectWindow, structural, none, Y)               \
   X(broadcast_in_dim, broadcast_in_dim, BroadcastInDim, structural, none, Y)                         \
   X(reshape, reshape, Reshape, structural, none, Y)                                                  \
   X(transpose, transpose, Transpose, structural, none, Y)                                            \

@@ -3,6 +3,7 @@
 #include "xjax/array.hpp"
 #include "xjax/checkpoint.hpp"
 #include "xjax/control_flow.hpp"
+#include "xjax/convolution.hpp"
 #include "xjax/custom_derivatives.hpp"
 #include "xjax/distributed.hpp"
 #include "xjax/dtype.hpp"

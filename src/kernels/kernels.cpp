@@ -60,6 +60,8 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::copy: return [out](In in) { return copy_kernel(in[0], out); };
     case Primitive::dot_general:
       return [dn = ps.get<params::DotGeneral>(), out](In in) { return dot_general_kernel(in[0], in[1], dn, out); };
+    case Primitive::conv_general_dilated:
+      return [c = ps.get<params::ConvGeneralDilated>(), out](In in) { return conv_general_dilated_kernel(in[0], in[1], c, out); };
     case Primitive::reduce_sum:
     case Primitive::reduce_max:
     case Primitive::reduce_min:
@@ -77,6 +79,13 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::cummin:
     case Primitive::cumlogsumexp:
       return [p, c = ps.get<params::Cumulative>(), out](In in) { return cumulative_kernel(p, in[0], c.axis, c.reverse, out); };
+    case Primitive::reduce_window_sum:
+    case Primitive::reduce_window_max:
+    case Primitive::reduce_window_min:
+      return [p, w = ps.get<params::ReduceWindow>(), out](In in) { return reduce_window_kernel(p, in[0], w, out); };
+    case Primitive::select_and_gather_add:
+    case Primitive::select_and_scatter_add:
+      return [p, w = ps.get<params::SelectWindow>(), out](In in) { return select_window_kernel(p, in[0], in[1], w, out); };
     case Primitive::broadcast_in_dim:
       return [dims = ps.get<params::BroadcastInDim>().broadcast_dimensions, out](In in) {
         return broadcast_in_dim_kernel(in[0], dims, out);

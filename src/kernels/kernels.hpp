@@ -266,6 +266,14 @@ Array cumulative_kernel(Primitive p, const Array& x, std::int64_t axis, bool rev
 
 // ---- dot.cpp -----------------------------------------------------------------------------------
 
+/// conv_general_dilated, f32/f64 (conv.cpp).
+Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const params::ConvGeneralDilated& p,
+                                  const ShapedArray& out);
+/// reduce_window_sum / _max / _min (window.cpp).
+Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWindow& w, const ShapedArray& out);
+/// select_and_gather_add(t, x) / select_and_scatter_add(ct, x), f32/f64 (window.cpp).
+Array select_window_kernel(Primitive p, const Array& values, const Array& x, const params::SelectWindow& w,
+                           const ShapedArray& out);
 /// dot_general with params lhs_contracting, rhs_contracting, lhs_batch, rhs_batch.
 Array dot_general_kernel(const Array& lhs, const Array& rhs, const params::DotGeneral& dn,
                          const ShapedArray& out);

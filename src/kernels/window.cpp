@@ -1,0 +1,165 @@
+// window.cpp: the kernels of the window reductions (reduce_window_sum / _max / _min) and of the
+// select pair that differentiates the max and min ones (select_and_gather_add: the tangent at
+// each window's selected element; select_and_scatter_add: each window's cotangent added at its
+// selected element).
+//
+// One traversal serves all: for each output position (all dims but the last by an odometer), each
+// window position of those dims that lands inside the operand gives an operand row; along the
+// last dim a table says which element (or none: padding, a hole of the base dilation) window
+// position k of output position o reads. Padding never enters a reduction (it holds the
+// reduction's identity: 0, -inf, +inf) and is never selected.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/kernels.hpp"
+#include "windows.hpp"
+
+namespace xjax::detail::kernels {
+namespace {
+
+// Calls row(out_row_start, operand_row_start) for every output row (the positions of the last
+// dim, out_size of them) and every window position of the other dims that reads an operand row;
+// rows are visited output row by output row, window positions in row-major order.
+template <class F> void for_each_window_row(const std::vector<WindowDim>& dims, const Shape& in_shape, F&& row) {
+  const std::size_t r = dims.size();
+  const Ints strides = row_major_strides(in_shape);
+  std::vector<std::int64_t> out_extent, win_extent;
+  for (std::size_t i = 0; i + 1 < r; ++i) {
+    out_extent.push_back(dims[i].out_size);
+    win_extent.push_back(dims[i].window);
+  }
+  std::int64_t outer = 1, wins = 1;
+  for (auto e : out_extent) outer *= e;
+  for (auto e : win_extent) wins *= e;
+  const std::int64_t last_out = r == 0 ? 1 : dims[r - 1].out_size;
+  std::vector<std::int64_t> o(r == 0 ? 0 : r - 1, 0);
+  for (std::int64_t op = 0; op < outer; ++op) {
+    std::vector<std::int64_t> k(o.size(), 0);
+    for (std::int64_t kp = 0; kp < wins; ++kp) {
+      std::int64_t off = 0;
+      bool inside = true;
+      for (std::size_t i = 0; i < o.size() && inside; ++i) {
+        const std::int64_t idx = dims[i].input_index(o[i], k[i]);
+        inside = idx >= 0;
+        off += idx * strides[i];
+      }
+      if (inside) row(op * last_out, off);
+      for (std::size_t i = k.size(); i-- > 0;) {
+        if (++k[i] < win_extent[i]) break;
+        k[i] = 0;
+      }
+    }
+    for (std::size_t i = o.size(); i-- > 0;) {
+      if (++o[i] < out_extent[i]) break;
+      o[i] = 0;
+    }
+  }
+}
+
+template <class T> T identity_of(Primitive p) {
+  if (p == Primitive::reduce_window_sum) return T(0);
+  const bool is_max = p == Primitive::reduce_window_max;
+  if constexpr (std::numeric_limits<T>::has_infinity)
+    return is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  else
+    return is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+}
+
+template <class T> T combine(Primitive p, T acc, T v) {
+  if (p == Primitive::reduce_window_sum) {
+    if constexpr (std::is_integral_v<T>) return wrap_add(acc, v);
+    else return acc + v;
+  }
+  if constexpr (std::is_floating_point_v<T>)
+    if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<T>::quiet_NaN();
+  return p == Primitive::reduce_window_max ? std::max(acc, v) : std::min(acc, v);
+}
+
+template <class T> void reduce_window_typed(Primitive p, const Array& x, const std::vector<WindowDim>& dims, T* out,
+                                            std::int64_t out_size) {
+  std::fill(out, out + out_size, identity_of<T>(p));
+  if (out_size == 0) return;
+  const T* src = in_ptr<T>(x);
+  const WindowDim last = dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back();
+  const std::vector<std::int64_t> table = last.index_table();
+  for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
+    T* y = out + out_row;
+    const T* row = src + in_row;
+    for (std::int64_t o = 0; o < last.out_size; ++o)
+      for (std::int64_t k = 0; k < last.window; ++k) {
+        const std::int64_t i = table[static_cast<std::size_t>(o * last.window + k)];
+        if (i >= 0) y[o] = combine(p, y[o], row[i]);
+      }
+  });
+}
+
+// For each output position, the flat operand index of its window's selected element (XLA's
+// select: walking the window in order, the current choice is kept while select(choice, next)
+// holds, select being >= for a max, <= for a min), or -1 for a window of padding only.
+template <class T> std::vector<std::int64_t> selected_elements(const Array& x, const std::vector<WindowDim>& dims,
+                                                               bool select_max, std::int64_t out_size) {
+  std::vector<std::int64_t> chosen(static_cast<std::size_t>(out_size), -1);
+  const T* src = in_ptr<T>(x);
+  const WindowDim last = dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back();
+  const std::vector<std::int64_t> table = last.index_table();
+  for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
+    for (std::int64_t o = 0; o < last.out_size; ++o) {
+      std::int64_t& c = chosen[static_cast<std::size_t>(out_row + o)];
+      for (std::int64_t k = 0; k < last.window; ++k) {
+        const std::int64_t i = table[static_cast<std::size_t>(o * last.window + k)];
+        if (i < 0) continue;
+        const std::int64_t at = in_row + i;
+        if (c < 0) {
+          c = at;
+          continue;
+        }
+        const bool keep = select_max ? src[c] >= src[at] : src[c] <= src[at];
+        if (!keep) c = at;
+      }
+    }
+  });
+  return chosen;
+}
+
+}  // namespace
+
+Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWindow& w, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const auto dims = window_dims(x.shape(), w);
+  visit_dtype(x.dtype(), [&]<class T>(std::type_identity<T>) {
+    if constexpr (std::is_same_v<T, std::uint8_t>) unsupported_dtype(p, x.dtype());
+    reduce_window_typed<T>(p, x, dims, out_ptr<T>(result), out.size());
+  });
+  return result;
+}
+
+Array select_window_kernel(Primitive p, const Array& values, const Array& x, const params::SelectWindow& w,
+                           const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const auto dims = window_dims(x.shape(), w);
+  auto run = [&]<class T>(std::type_identity<T>) {
+    const T* v = in_ptr<T>(values);
+    T* y = out_ptr<T>(result);
+    if (p == Primitive::select_and_gather_add) {
+      const auto chosen = selected_elements<T>(x, dims, w.select_max, out.size());
+      for (std::size_t i = 0; i < chosen.size(); ++i) y[i] = chosen[i] < 0 ? T(0) : v[chosen[i]];
+    } else {
+      std::int64_t reduced = 1;
+      for (const auto& d : dims) reduced *= d.out_size;
+      const auto chosen = selected_elements<T>(x, dims, w.select_max, reduced);
+      std::fill(y, y + out.size(), T(0));
+      for (std::size_t i = 0; i < chosen.size(); ++i)
+        if (chosen[i] >= 0) y[chosen[i]] += v[i];
+    }
+  };
+  if (x.dtype() == DType::f32)
+    run(std::type_identity<float>{});
+  else if (x.dtype() == DType::f64)
+    run(std::type_identity<double>{});
+  else
+    unsupported_dtype(p, x.dtype());
+  return result;
+}
+
+}  // namespace xjax::detail::kernels

@@ -1,0 +1,480 @@
+// test_conv.cpp: conv_general_dilated, conv, conv_transpose, reduce_window and the pools against
+// plain loops in double written here from the definitions (every padding mode, strides, both
+// dilations, feature and batch groups, 1-D / 2-D / 3-D, several layouts); derivatives against
+// finite differences and against the adjoint loops (the transpose rules are the vjp of the naive
+// loop); conv_transpose as the gradient of conv; vmap against a loop of members; the errors.
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "test_util.hpp"
+#include "xjax/convolution.hpp"
+
+namespace xj = xjax;
+using test_util::contains;
+using test_util::vec;
+using Ints = std::vector<std::int64_t>;
+using Pairs = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+namespace {
+
+// ---- the reference convolution ------------------------------------------------------------------
+
+struct ConvCase {
+  const char* what;
+  xj::Shape lhs, rhs;
+  Ints strides;
+  Pairs pads;
+  Ints lhs_dil, rhs_dil;
+  std::string dl, dr, dout;
+  std::int64_t groups = 1, batch_groups = 1;
+};
+
+// Positions of the named dims of a layout string: first, second, then the spatial letters in the
+// order of `rhs`'s spatial letters.
+Ints positions(const std::string& spec, char first, char second, const std::string& rhs) {
+  Ints out{static_cast<std::int64_t>(spec.find(first)), static_cast<std::int64_t>(spec.find(second))};
+  for (char ch : rhs)
+    if (ch != 'O' && ch != 'I') out.push_back(static_cast<std::int64_t>(spec.find(ch)));
+  return out;
+}
+
+std::int64_t flat(const xj::Shape& shape, const Ints& index) {
+  std::int64_t f = 0;
+  for (std::size_t i = 0; i < shape.size(); ++i) f = f * shape[i] + index[i];
+  return f;
+}
+
+// Calls visit(out_flat, lhs_flat, rhs_flat) for every product the convolution sums, the output's
+// shape is returned: the definition of XLA's convolution written out as loops.
+template <class F> xj::Shape conv_loops(const ConvCase& c, F&& visit) {
+  const Ints L = positions(c.dl, 'N', 'C', c.dr), R = positions(c.dr, 'O', 'I', c.dr), O = positions(c.dout, 'N', 'C', c.dr);
+  const std::size_t ns = c.strides.size();
+  const std::int64_t N = c.lhs[L[0]], C = c.lhs[L[1]], Oc = c.rhs[R[0]], Cg = c.rhs[R[1]];
+  const std::int64_t G = c.groups, B = c.batch_groups, Nout = N / B;
+  Ints in(ns), win(ns), outs(ns);
+  for (std::size_t i = 0; i < ns; ++i) {
+    in[i] = c.lhs[L[i + 2]];
+    win[i] = c.rhs[R[i + 2]];
+    const std::int64_t padded = (in[i] - 1) * c.lhs_dil[i] + 1 + c.pads[i].first + c.pads[i].second;
+    const std::int64_t extent = (win[i] - 1) * c.rhs_dil[i] + 1;
+    outs[i] = padded < extent ? 0 : (padded - extent) / c.strides[i] + 1;
+  }
+  xj::Shape out_shape(ns + 2);
+  out_shape[O[0]] = Nout;
+  out_shape[O[1]] = Oc;
+  for (std::size_t i = 0; i < ns; ++i) out_shape[O[i + 2]] = outs[i];
+  std::int64_t npos = 1, nwin = 1;
+  for (std::size_t i = 0; i < ns; ++i) npos *= outs[i], nwin *= win[i];
+  for (std::int64_t n = 0; n < Nout; ++n)
+    for (std::int64_t o = 0; o < Oc; ++o)
+      for (std::int64_t sp = 0; sp < npos; ++sp) {
+        Ints s(ns);
+        for (std::int64_t r = sp, i = static_cast<std::int64_t>(ns) - 1; i >= 0; --i) s[i] = r % outs[i], r /= outs[i];
+        Ints oi(ns + 2);
+        oi[O[0]] = n, oi[O[1]] = o;
+        for (std::size_t i = 0; i < ns; ++i) oi[O[i + 2]] = s[i];
+        const std::int64_t gf = o / (Oc / G), gb = o / (Oc / B);
+        for (std::int64_t ch = 0; ch < Cg; ++ch)
+          for (std::int64_t kp = 0; kp < nwin; ++kp) {
+            Ints k(ns);
+            for (std::int64_t r = kp, i = static_cast<std::int64_t>(ns) - 1; i >= 0; --i) k[i] = r % win[i], r /= win[i];
+            Ints li(ns + 2), ri(ns + 2);
+            li[L[0]] = gb * Nout + n, li[L[1]] = gf * Cg + ch;
+            ri[R[0]] = o, ri[R[1]] = ch;
+            bool inside = true;
+            for (std::size_t i = 0; i < ns && inside; ++i) {
+              const std::int64_t q = s[i] * c.strides[i] + k[i] * c.rhs_dil[i] - c.pads[i].first;
+              inside = q >= 0 && q % c.lhs_dil[i] == 0 && q / c.lhs_dil[i] < in[i];
+              li[L[i + 2]] = q / std::max<std::int64_t>(c.lhs_dil[i], 1);
+              ri[R[i + 2]] = k[i];
+            }
+            if (inside) visit(flat(out_shape, oi), flat(c.lhs, li), flat(c.rhs, ri));
+          }
+        (void)C;
+      }
+  return out_shape;
+}
+
+std::vector<double> naive_conv(const ConvCase& c, const std::vector<double>& x, const std::vector<double>& w,
+                               xj::Shape& out_shape) {
+  std::vector<double> out;
+  out_shape = conv_loops(c, [](std::int64_t, std::int64_t, std::int64_t) {});
+  out.assign(static_cast<std::size_t>(xj::shape_size(out_shape)), 0.0);
+  conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) { out[o] += x[l] * w[r]; });
+  return out;
+}
+
+xj::Array run_conv(const ConvCase& c, const xj::Array& x, const xj::Array& w) {
+  return xj::conv_general_dilated(x, w, c.strides, c.pads, c.lhs_dil, c.rhs_dil, {c.dl, c.dr, c.dout}, c.groups,
+                                  c.batch_groups);
+}
+
+const std::vector<ConvCase>& conv_cases() {
+  static const std::vector<ConvCase> cases = {
+      {"2-D NCHW plain", {2, 3, 5, 6}, {4, 3, 3, 2}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"2-D NCHW strides + padding", {2, 3, 7, 6}, {4, 3, 3, 3}, {2, 1}, {{1, 1}, {2, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"2-D NHWC / HWIO", {2, 6, 5, 3}, {3, 2, 3, 4}, {1, 2}, {{1, 0}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC"},
+      {"2-D mixed layouts", {5, 2, 3, 6}, {3, 4, 2, 3}, {1, 1}, {{0, 1}, {1, 0}}, {1, 1}, {1, 1}, "HNCW", "WOHI", "CWNH"},
+      {"2-D negative padding", {1, 2, 8, 7}, {3, 2, 3, 2}, {1, 1}, {{-1, 0}, {0, -2}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"2-D rhs dilation", {2, 2, 8, 9}, {3, 2, 3, 2}, {1, 2}, {{1, 1}, {0, 0}}, {1, 1}, {2, 3}, "NCHW", "OIHW", "NCHW"},
+      {"2-D lhs dilation", {2, 2, 4, 3}, {3, 2, 3, 2}, {1, 1}, {{2, 2}, {1, 1}}, {2, 3}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"2-D both dilations + stride", {1, 2, 5, 4}, {2, 2, 2, 3}, {2, 1}, {{1, 0}, {2, 1}}, {2, 2}, {2, 1}, "NCHW", "OIHW", "NCHW"},
+      {"2-D feature groups", {2, 6, 5, 5}, {4, 3, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 2, 1},
+      {"2-D depthwise", {2, 6, 7, 4}, {3, 3, 1, 4}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 4, 1},
+      {"2-D depthwise x2", {2, 6, 5, 3}, {3, 3, 1, 6}, {2, 1}, {{1, 1}, {0, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 3, 1},
+      {"2-D batch groups", {6, 2, 5, 4}, {6, 2, 2, 3}, {1, 1}, {{0, 1}, {1, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 3},
+      {"2-D pointwise", {3, 4, 5, 6}, {7, 4, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"1-D", {3, 2, 9}, {4, 2, 3}, {2}, {{1, 2}}, {1}, {2}, "NCH", "OIH", "NCH"},
+      {"1-D NWC", {2, 11, 3}, {4, 3, 2}, {3}, {{0, 0}}, {1}, {1}, "NWC", "WIO", "NWC"},
+      {"3-D", {1, 2, 4, 5, 3}, {3, 2, 2, 3, 2}, {1, 2, 1}, {{1, 0}, {1, 1}, {0, 1}}, {1, 1, 1}, {1, 1, 2}, "NCDHW", "OIDHW", "NCDHW"},
+      {"3-D NDHWC groups", {2, 3, 4, 3, 4}, {2, 2, 2, 2, 6}, {1, 1, 2}, {{0, 0}, {1, 0}, {1, 1}}, {1, 2, 1}, {1, 1, 1}, "NDHWC", "DHWIO", "NDHWC", 2, 1},
+      {"window larger than output (a weight gradient's shape)", {4, 3, 9, 8}, {2, 3, 7, 8}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"empty output", {1, 2, 2, 2}, {3, 2, 3, 3}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+  };
+  return cases;
+}
+
+void check_all(const xj::Array& got, const std::vector<double>& want, double tol) {
+  const auto g = vec(got);
+  REQUIRE(g.size() == want.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": got " << g[i] << ", want " << want[i]);
+    CHECK(std::abs(g[i] - want[i]) <= tol * (1.0 + std::abs(want[i])));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("conv_general_dilated: values against the definition's loops, every case, f64 and f32") {
+  unsigned seed = 1;
+  for (const ConvCase& c : conv_cases())
+    for (xj::DType dtype : {xj::f64, xj::f32}) {
+      INFO(c.what << " " << dtype);
+      const xj::Array x = test_util::randn(c.lhs, seed++, dtype), w = test_util::randn(c.rhs, seed++, dtype);
+      xj::Shape shape;
+      const auto want = naive_conv(c, vec(x), vec(w), shape);
+      const xj::Array y = run_conv(c, x, w);
+      CHECK(y.shape() == shape);
+      CHECK(y.dtype() == dtype);
+      check_all(y, want, dtype == xj::f32 ? 1e-5 : 1e-12);
+      // jit runs the same kernel through a plan.
+      const auto jitted = xj::jit([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); });
+      check_all(jitted(x, w), want, dtype == xj::f32 ? 1e-5 : 1e-12);
+    }
+}
+
+TEST_CASE("conv_general_dilated: vjp against the adjoint loops (the transpose rules), jvp against the definition") {
+  unsigned seed = 100;
+  for (const ConvCase& c : conv_cases()) {
+    INFO(c.what);
+    const xj::Array x = test_util::randn(c.lhs, seed++), w = test_util::randn(c.rhs, seed++);
+    xj::Shape shape;
+    naive_conv(c, vec(x), vec(w), shape);
+    const xj::Array ct = test_util::randn(shape, seed++);
+    // The adjoint of the bilinear loop: dx[l] += ct[o] w[r], dw[r] += ct[o] x[l].
+    const auto xv = vec(x), wv = vec(w), cv = vec(ct);
+    std::vector<double> dx(xv.size(), 0.0), dw(wv.size(), 0.0);
+    conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) {
+      dx[l] += cv[o] * wv[r];
+      dw[r] += cv[o] * xv[l];
+    });
+    auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
+    auto [gx, gw] = pullback(ct);
+    check_all(gx, dx, 1e-12);
+    check_all(gw, dw, 1e-12);
+    // jvp: conv(dx, w) + conv(x, dw), by the loops.
+    const xj::Array tx = test_util::randn(c.lhs, seed++), tw = test_util::randn(c.rhs, seed++);
+    const auto txv = vec(tx), twv = vec(tw);
+    std::vector<double> want(static_cast<std::size_t>(xj::shape_size(shape)), 0.0);
+    conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) { want[o] += txv[l] * wv[r] + xv[l] * twv[r]; });
+    auto [v, t] = xj::jvp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, std::tuple{x, w},
+                          std::tuple{tx, tw});
+    check_all(t, want, 1e-12);
+  }
+}
+
+TEST_CASE("conv_general_dilated: gradients against finite differences, second order by check_grads") {
+  const ConvCase cases[] = {conv_cases()[1], conv_cases()[7], conv_cases()[8], conv_cases()[11], conv_cases()[15]};
+  unsigned seed = 300;
+  for (const ConvCase& c : cases) {
+    INFO(c.what);
+    const xj::Array x = test_util::randn(c.lhs, seed++), w = test_util::randn(c.rhs, seed++, xj::f64, 0.5);
+    // A non-linear scalar of the output, so the gradient depends on both operands.
+    auto f = [&](const xj::Array& a, const xj::Array& b) { return xj::sum(xj::sin(run_conv(c, a, b))); };
+    xj::check_grads(f, std::tuple{x, w}, {.order = 2, .eps = 1e-5});
+    const auto gx = vec(xj::grad(f)(x, w));
+    const auto fd = test_util::fd_grad([&](const std::vector<double>& v) {
+      return f(test_util::f64v(v, c.lhs), w).item<double>();
+    }, vec(x));
+    check_all(xj::array<double>(gx, {static_cast<std::int64_t>(gx.size())}), fd, 1e-6);
+  }
+}
+
+TEST_CASE("conv_transpose is the gradient of conv with respect to its input (JAX's identity)") {
+  struct T {
+    xj::Shape x, w;
+    Ints strides;
+    const char* padding;
+  };
+  // Sizes where the forward convolution uses every input element (else its gradient has rows
+  // the transposed convolution does not produce).
+  const T cases[] = {{{2, 8, 8, 3}, {3, 3, 3, 4}, {1, 1}, "SAME"},  {{2, 8, 8, 3}, {3, 3, 3, 4}, {2, 2}, "SAME"},
+                     {{1, 9, 9, 2}, {3, 2, 2, 5}, {2, 3}, "VALID"}, {{1, 8, 6, 2}, {2, 2, 2, 3}, {2, 2}, "VALID"},
+                     {{3, 9, 4}, {4, 4, 2}, {3}, "SAME"}};
+  unsigned seed = 500;
+  for (const T& c : cases) {
+    INFO(c.padding << " strides " << c.strides[0]);
+    const xj::Array x = test_util::randn(c.x, seed++), w = test_util::randn(c.w, seed++);
+    const std::string sp = c.x.size() == 4 ? "HW" : "H";
+    const xj::ConvDimensionNumbers dn{"N" + sp + "C", sp + "IO", "N" + sp + "C"};
+    auto f = [&](const xj::Array& a) { return xj::conv_general_dilated(a, w, c.strides, c.padding, {}, {}, dn); };
+    const xj::Array y = f(x);
+    const xj::Array ct = test_util::randn(y.shape(), seed++);
+    auto [out, pullback] = xj::vjp(f, x);
+    const xj::Array want = std::get<0>(pullback(ct));
+    // conv_transpose of the cotangent with the same kernel and transpose_kernel = true.
+    test_util::check_close(xj::conv_transpose(ct, w, c.strides, c.padding, {}, dn, true), want, 1e-12);
+  }
+}
+
+TEST_CASE("conv_general_dilated under vmap: lhs, rhs or both batched, with groups, against a loop") {
+  unsigned seed = 700;
+  const ConvCase cases[] = {conv_cases()[1], conv_cases()[3], conv_cases()[8], conv_cases()[10], conv_cases()[11]};
+  for (const ConvCase& c : cases)
+    for (int which = 0; which < 3; ++which) {
+      INFO(c.what << " batched operands " << which);
+      const std::int64_t n = 3;
+      xj::Shape xs = c.lhs, ws = c.rhs;
+      const std::int64_t xd = which == 1 ? -1 : 1, wd = which == 0 ? -1 : 2;
+      if (xd >= 0) xs.insert(xs.begin() + xd, n);
+      if (wd >= 0) ws.insert(ws.begin() + wd, n);
+      const xj::Array x = test_util::randn(xs, seed++), w = test_util::randn(ws, seed++);
+      auto f = [&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); };
+      const xj::Array got = which == 0   ? xj::vmap(f, std::tuple{1, xj::None{}})(x, w)
+                            : which == 1 ? xj::vmap(f, std::tuple{xj::None{}, 2})(x, w)
+                                         : xj::vmap(f, std::tuple{1, 2})(x, w);
+      for (std::int64_t b = 0; b < n; ++b) {
+        const xj::Array xb = xd >= 0 ? xj::take(x, xj::scalar(b, xj::i32), xd) : x;
+        const xj::Array wb = wd >= 0 ? xj::take(w, xj::scalar(b, xj::i32), wd) : w;
+        xj::Shape shape;
+        const auto want = naive_conv(c, vec(xb), vec(wb), shape);
+        check_all(xj::take(got, xj::scalar(b, xj::i32), 0), want, 1e-12);
+      }
+    }
+}
+
+TEST_CASE("conv errors name the mismatching dimensions") {
+  const xj::Array x = xj::zeros({2, 3, 5, 5}), w = xj::zeros({4, 2, 3, 3});
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::conv(x, w, {1, 1}, "SAME"); }),
+                 "lhs feature dimension (dim 1, size 3) / feature_group_count 1 must equal the rhs input-feature dimension (dim 1, size 2)"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] {
+                   (void)xj::conv_general_dilated(xj::zeros({2, 6, 5, 5}), w, {1, 1}, "VALID", {}, {}, {}, 4);
+                 }),
+                 "not divisible by feature_group_count 4"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::conv(x, xj::zeros({4, 3, 3}), {1, 1}, "SAME"); }),
+                 "same rank"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::conv(x, xj::zeros({4, 3, 3, 3}), {1}, "VALID"); }),
+                 "window_strides"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::conv(x, xj::zeros({4, 3, 3, 3}), {1, 1}, "FULL"); }),
+                 "padding must be"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] {
+                   (void)xj::conv_general_dilated(x, xj::zeros({4, 3, 3, 3}), {1, 1}, "VALID", {}, {}, {"NCHW", "OIHW", "NCHX"});
+                 }),
+                 "same spatial dims"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] {
+                   (void)xj::conv_general_dilated(x, xj::zeros({4, 3, 3, 3}), {1, 1}, Pairs{{-9, 0}, {0, 0}});
+                 }),
+                 "negative padding"));
+  CHECK(contains(test_util::message_of<xj::TypeError>([&] {
+                   (void)xj::conv(xj::zeros({1, 1, 3, 3}, xj::i32), xj::zeros({1, 1, 2, 2}, xj::i32), {1, 1}, "VALID");
+                 }),
+                 "floating-point"));
+}
+
+TEST_CASE("dots_saveable keeps convolutions (they are dot-like, as in JAX)") {
+  const xj::Array x = test_util::randn({1, 2, 6, 6}, 1), w = test_util::randn({2, 2, 3, 3}, 2);
+  auto block = [](const xj::Array& a, const xj::Array& k) { return xj::sum(xj::sin(xj::conv(xj::tanh(a), k, {1, 1}, "SAME"))); };
+  auto saved = [&](const xj::Policy& p) {
+    std::size_t convs = 0;
+    for (const auto& r : xj::saved_residuals(xj::checkpoint(block, {.policy = p}), x, w))
+      convs += contains(r.description, "conv_general_dilated") ? 1 : 0;
+    return convs;
+  };
+  CHECK(saved(xj::checkpoint_policies::dots_saveable) == 1);
+  CHECK(saved(xj::checkpoint_policies::nothing_saveable) == 0);
+}
+
+// ---- windows -----------------------------------------------------------------------------------
+
+namespace {
+
+struct WindowCase {
+  const char* what;
+  xj::Shape x;
+  Ints window, strides;
+  Pairs pads;
+  Ints base, wdil;
+};
+
+const std::vector<WindowCase>& window_cases() {
+  static const std::vector<WindowCase> cases = {
+      {"2-D 3x3 stride 2 (a pool)", {2, 3, 7, 8}, {1, 1, 3, 3}, {1, 1, 2, 2}, {{0, 0}, {0, 0}, {1, 1}, {0, 1}}, {1, 1, 1, 1}, {1, 1, 1, 1}},
+      {"1-D", {9}, {3}, {2}, {{1, 0}}, {1}, {1}},
+      {"every dim windowed", {4, 5, 3}, {2, 3, 2}, {1, 2, 1}, {{0, 1}, {1, 1}, {0, 0}}, {1, 1, 1}, {1, 1, 1}},
+      {"base dilation", {3, 4}, {2, 3}, {1, 2}, {{1, 0}, {0, 2}}, {2, 2}, {1, 1}},
+      {"window dilation", {6, 7}, {2, 3}, {2, 1}, {{0, 0}, {1, 1}}, {1, 1}, {2, 2}},
+      {"negative padding", {6, 7}, {2, 2}, {1, 2}, {{-1, 0}, {0, -1}}, {1, 1}, {1, 1}},
+      {"window larger than padded operand", {2, 2}, {3, 3}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}},
+  };
+  return cases;
+}
+
+// visit(out_flat, in_flat) for every operand element each output's window reads; returns the
+// output shape. Window order: row-major over the window dims.
+template <class F> xj::Shape window_loops(const WindowCase& c, F&& visit) {
+  const std::size_t r = c.x.size();
+  xj::Shape out(r);
+  for (std::size_t i = 0; i < r; ++i) {
+    const std::int64_t padded = (c.x[i] - 1) * c.base[i] + 1 + c.pads[i].first + c.pads[i].second;
+    const std::int64_t extent = (c.window[i] - 1) * c.wdil[i] + 1;
+    out[i] = padded < extent ? 0 : (padded - extent) / c.strides[i] + 1;
+  }
+  std::int64_t nout = xj::shape_size(out), nwin = 1;
+  for (auto w : c.window) nwin *= w;
+  for (std::int64_t of = 0; of < nout; ++of) {
+    Ints o(r);
+    for (std::int64_t rem = of, i = static_cast<std::int64_t>(r) - 1; i >= 0; --i) o[i] = rem % out[i], rem /= out[i];
+    for (std::int64_t kf = 0; kf < nwin; ++kf) {
+      Ints k(r), in(r);
+      for (std::int64_t rem = kf, i = static_cast<std::int64_t>(r) - 1; i >= 0; --i) k[i] = rem % c.window[i], rem /= c.window[i];
+      bool inside = true;
+      for (std::size_t i = 0; i < r && inside; ++i) {
+        const std::int64_t q = o[i] * c.strides[i] + k[i] * c.wdil[i] - c.pads[i].first;
+        inside = q >= 0 && q % c.base[i] == 0 && q / c.base[i] < c.x[i];
+        in[i] = q / c.base[i];
+      }
+      if (inside) visit(of, flat(c.x, in));
+    }
+  }
+  return out;
+}
+
+xj::Array run_window(const WindowCase& c, const xj::Array& x, xj::WindowOp op) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double init = op == xj::WindowOp::add ? 0.0 : op == xj::WindowOp::max ? -inf : inf;
+  return xj::reduce_window(x, init, op, c.window, c.strides, c.pads, c.base, c.wdil);
+}
+
+}  // namespace
+
+TEST_CASE("reduce_window add / max / min: values against loops, f64, f32 and integers") {
+  const double inf = std::numeric_limits<double>::infinity();
+  unsigned seed = 900;
+  for (const WindowCase& c : window_cases())
+    for (xj::WindowOp op : {xj::WindowOp::add, xj::WindowOp::max, xj::WindowOp::min}) {
+      INFO(c.what << " op " << static_cast<int>(op));
+      const xj::Array x = test_util::randn(c.x, seed++);
+      const auto xv = vec(x);
+      xj::Shape shape = window_loops(c, [](std::int64_t, std::int64_t) {});
+      const double init = op == xj::WindowOp::add ? 0.0 : op == xj::WindowOp::max ? -inf : inf;
+      std::vector<double> want(static_cast<std::size_t>(xj::shape_size(shape)), init);
+      window_loops(c, [&](std::int64_t o, std::int64_t i) {
+        want[o] = op == xj::WindowOp::add ? want[o] + xv[i] : op == xj::WindowOp::max ? std::max(want[o], xv[i]) : std::min(want[o], xv[i]);
+      });
+      const xj::Array y = run_window(c, x, op);
+      CHECK(y.shape() == shape);
+      const auto g = vec(y);
+      for (std::size_t i = 0; i < want.size(); ++i)
+        CHECK((std::isinf(want[i]) ? g[i] == want[i] : std::abs(g[i] - want[i]) < 1e-12));
+      check_all(xj::astype(run_window(c, xj::astype(x, xj::f32), op), xj::f64), want, 1e-5);
+      if (op != xj::WindowOp::add && xj::shape_size(shape) > 0 && std::none_of(want.begin(), want.end(), [](double v) { return std::isinf(v); })) {
+        // Integers: the same windows of rounded values.
+        const xj::Array xi = xj::astype(x * 10.0, xj::i32);
+        std::vector<double> wi(want.size(), op == xj::WindowOp::max ? -1e300 : 1e300);
+        const auto xiv = vec(xi);
+        window_loops(c, [&](std::int64_t o, std::int64_t i) { wi[o] = op == xj::WindowOp::max ? std::max(wi[o], xiv[i]) : std::min(wi[o], xiv[i]); });
+        const double lo = std::numeric_limits<std::int32_t>::lowest(), hi = std::numeric_limits<std::int32_t>::max();
+        CHECK(vec(xj::reduce_window(xi, op == xj::WindowOp::max ? lo : hi, op, c.window, c.strides, c.pads, c.base, c.wdil)) == wi);
+      }
+    }
+}
+
+TEST_CASE("reduce_window derivatives: sum's transpose, max / min pass the tangent to the first extremum") {
+  unsigned seed = 1100;
+  for (const WindowCase& c : window_cases())
+    for (xj::WindowOp op : {xj::WindowOp::add, xj::WindowOp::max, xj::WindowOp::min}) {
+      INFO(c.what << " op " << static_cast<int>(op));
+      const xj::Array x = test_util::randn(c.x, seed++);  // distinct values: no ties
+      const auto xv = vec(x);
+      xj::Shape shape = window_loops(c, [](std::int64_t, std::int64_t) {});
+      const xj::Array ct = test_util::randn(shape, seed++);
+      const auto cv = vec(ct);
+      // The adjoint: each window's cotangent to every element it sums, or to its chosen one.
+      std::vector<std::int64_t> chosen(cv.size(), -1);
+      std::vector<double> want(xv.size(), 0.0);
+      window_loops(c, [&](std::int64_t o, std::int64_t i) {
+        if (op == xj::WindowOp::add) want[i] += cv[o];
+        else if (chosen[o] < 0 || (op == xj::WindowOp::max ? xv[i] > xv[chosen[o]] : xv[i] < xv[chosen[o]])) chosen[o] = i;
+      });
+      for (std::size_t o = 0; o < chosen.size(); ++o)
+        if (chosen[o] >= 0) want[chosen[o]] += cv[o];
+      auto [y, pullback] = xj::vjp([&](const xj::Array& a) { return run_window(c, a, op); }, x);
+      check_all(std::get<0>(pullback(ct)), want, 1e-12);
+      if (xj::shape_size(shape) > 0) xj::check_grads([&](const xj::Array& a) { return run_window(c, a, op); }, std::tuple{x}, {.order = 2});
+    }
+  // A tie: the first maximum in window order takes the whole tangent (XLA's select, JAX's rule).
+  const xj::Array tie = test_util::f64v({1.0, 3.0, 3.0, 0.0}, {4});
+  const auto g = xj::grad([](const xj::Array& v) { return xj::sum(xj::reduce_window(v, -INFINITY, xj::WindowOp::max, {4}, {1}, "VALID")); })(tie);
+  CHECK(vec(g) == std::vector<double>{0.0, 1.0, 0.0, 0.0});
+  auto [v, t] = xj::jvp([](const xj::Array& a) { return xj::reduce_window(a, -INFINITY, xj::WindowOp::max, {4}, {1}, "VALID"); },
+                        std::tuple{tie}, std::tuple{test_util::f64v({10.0, 20.0, 30.0, 40.0}, {4})});
+  CHECK(vec(t) == std::vector<double>{20.0});
+}
+
+TEST_CASE("reduce_window and the select pair under vmap, against a loop") {
+  unsigned seed = 1300;
+  for (const WindowCase& c : window_cases())
+    for (xj::WindowOp op : {xj::WindowOp::add, xj::WindowOp::max}) {
+      INFO(c.what);
+      xj::Shape xs = c.x;
+      xs.insert(xs.begin() + static_cast<std::ptrdiff_t>(xs.size() / 2), 3);
+      const xj::Array x = test_util::randn(xs, seed++);
+      const std::int64_t axis = static_cast<std::int64_t>(c.x.size() / 2);
+      // vmap of the gradient batches the select pair too.
+      auto f = [&](const xj::Array& a) { return xj::grad([&](const xj::Array& b) { return xj::sum(xj::sin(run_window(c, b, op))); })(a); };
+      const xj::Array got = xj::vmap(f, axis)(x);
+      for (std::int64_t b = 0; b < 3; ++b) {
+        const xj::Array xb = xj::take(x, xj::scalar(b, xj::i32), axis);
+        test_util::check_close(xj::take(got, xj::scalar(b, xj::i32), 0), f(xb), 1e-12);
+      }
+    }
+}
+
+TEST_CASE("max_pool and avg_pool (flax's layout: batch, spatial..., features)") {
+  const xj::Array x = test_util::randn({2, 6, 5, 3}, 7);
+  const auto xv = vec(x);
+  const xj::Array mp = xj::max_pool(x, {3, 2}, {2, 2}, "SAME");
+  // SAME with stride 2: out = ceil(n / 2), padding split low / high as JAX's padtype_to_pads.
+  CHECK(mp.shape() == xj::Shape{2, 3, 3, 3});
+  const xj::Array ap = xj::avg_pool(x, {2, 2}, {1, 1});
+  CHECK(ap.shape() == xj::Shape{2, 5, 4, 3});
+  auto at = [&](std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c) { return xv[static_cast<std::size_t>(((n * 6 + h) * 5 + w) * 3 + c)]; };
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t c = 0; c < 3; ++c)
+      for (std::int64_t h = 0; h < 5; ++h)
+        for (std::int64_t w = 0; w < 4; ++w) {
+          const double want = (at(n, h, w, c) + at(n, h + 1, w, c) + at(n, h, w + 1, c) + at(n, h + 1, w + 1, c)) / 4;
+          CHECK(vec(ap)[static_cast<std::size_t>(((n * 5 + h) * 4 + w) * 3 + c)] == doctest::Approx(want).epsilon(1e-14));
+        }
+  // SAME with stride 2: window 3 over 6 pads (3 - 1) * 2 + 3 - 6 = 1, window 2 over 5 pads
+  // (3 - 1) * 2 + 2 - 5 = 1, both at the end; the last window reads rows 4, 5 and column 4.
+  for (std::int64_t c = 0; c < 3; ++c) {
+    double want = -INFINITY;
+    for (std::int64_t h = 4; h < 6; ++h) want = std::max(want, at(1, h, 4, c));
+    CHECK(vec(mp)[static_cast<std::size_t>(((1 * 3 + 2) * 3 + 2) * 3 + c)] == want);
+  }
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::max_pool(x, {3}); }), "rank 3 for a 1-D window"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::reduce_window(x, 1.0, xj::WindowOp::add, {1, 1, 1, 1}, {}, "VALID"); }),
+                 "identity"));
+}
