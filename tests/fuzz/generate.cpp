@@ -388,13 +388,46 @@ class Gen {
     return true;
   }
 
+  /// A window reduction of a value of rank >= 1 (variant: 0 sum, 1 max, 2 min, 3 avg_pool-like
+  /// mean of the sum); per dim in ints (6 each): window, stride, padding lo, hi, base dilation,
+  /// window dilation. Max and min (not in pure programs: kinks at ties) keep every window on at
+  /// least one element (no base dilation, padding below the window), so no output is +-inf.
+  bool window_op(Scope& s, Block& b) {
+    const int variant = uniform(0, 3);
+    if (s.r.pure && (variant == 1 || variant == 2)) return false;
+    const int i = pick(s, [](const Val& v) { return !v.shape.empty() && size_of(v.shape) > 0; });
+    if (i < 0) return false;
+    const Val v = at(s, i);
+    Node n{.op = Op::Window, .args = {i}};
+    n.variant = variant;
+    const bool chooser = variant == 1 || variant == 2;
+    Shape out;
+    double count = 1;
+    for (const std::int64_t size : v.shape) {
+      const std::int64_t window = uniform(1, 3), stride = uniform(1, 2);
+      const std::int64_t base = chooser || coin(0.7) ? 1 : 2, wdil = chooser || coin(0.7) ? 1 : 2;
+      const std::int64_t lo = uniform(0, static_cast<int>(window) - 1), hi = uniform(0, static_cast<int>(window) - 1);
+      const std::int64_t padded = (size - 1) * base + 1 + lo + hi, extent = (window - 1) * wdil + 1;
+      if (padded < extent) return false;
+      out.push_back((padded - extent) / stride + 1);
+      n.ints.insert(n.ints.end(), {window, stride, lo, hi, base, wdil});
+      count *= static_cast<double>(window);
+    }
+    const double mag = variant == 0 ? v.mag * count : v.mag;
+    if (mag > kMaxMag) return false;
+    n.outs = {out};
+    push(s, b, n, {mag});
+    return true;
+  }
+
   bool reduction(Scope& s, Block& b) {
     static constexpr Op ops[] = {Op::Sum,     Op::Mean,       Op::Max, Op::Min,       Op::ProdPos,
-                                 Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var, Op::Cumulative, Op::Sort};
+                                 Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var, Op::Cumulative, Op::Sort, Op::Window};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
     if (s.r.pure && (op == Op::Max || op == Op::Min)) return false;
     if (op == Op::Cumulative) return cumulative(s, b);
     if (op == Op::Sort) return sort_op(s, b);
+    if (op == Op::Window) return window_op(s, b);
     int i = pick(s, [&](const Val& v) { return op == Op::Sum || size_of(v.shape) > 0; });
     if (i < 0) return false;
     const Val v = at(s, i);
@@ -600,8 +633,48 @@ class Gen {
     return true;
   }
 
+  /// conv_general_dilated of a rank 2-4 value (batch, features, spatial... or, variant 1,
+  /// channels last) with a kernel fitted from another value (interpret.cpp); ints: out features,
+  /// feature groups (1, the features: depthwise, or 2), batch groups (variant 2), then per
+  /// spatial dim: window, stride, padding lo, hi, rhs dilation, lhs dilation.
+  bool conv_op(Scope& s, Block& b) {
+    const int i = pick(s, [](const Val& v) { return v.shape.size() >= 2 && v.shape.size() <= 4 && size_of(v.shape) > 0; });
+    if (i < 0) return false;
+    const Val a = at(s, i);
+    Node n{.op = Op::Conv, .args = {i, pick_any(s)}};
+    n.variant = uniform(0, 2);
+    const bool last = n.variant == 1;
+    const std::size_t r = a.shape.size();
+    const std::int64_t batch = a.shape[0], c = last ? a.shape[r - 1] : a.shape[1];
+    std::int64_t groups = 1, batch_groups = 1;
+    if (n.variant == 2 && batch % 2 == 0) batch_groups = 2;
+    else if (coin(0.3)) groups = c;
+    else if (c % 2 == 0 && coin(0.3)) groups = 2;
+    const std::int64_t o = std::max(groups, batch_groups) * uniform(1, 2);
+    n.ints = {o, groups, batch_groups};
+    Shape out{batch / batch_groups};
+    if (!last) out.push_back(o);
+    double window = 1;
+    for (std::size_t d = last ? 1 : 2; d < (last ? r - 1 : r); ++d) {
+      const std::int64_t k = uniform(1, 3), stride = uniform(1, 2), rd = coin(0.8) ? 1 : 2, ld = coin(0.85) ? 1 : 2;
+      const std::int64_t lo = uniform(-1, 2), hi = uniform(-1, 2);
+      const std::int64_t padded = (a.shape[d] - 1) * ld + 1 + lo + hi, extent = (k - 1) * rd + 1;
+      if (padded < extent) return false;
+      out.push_back((padded - extent) / stride + 1);
+      n.ints.insert(n.ints.end(), {k, stride, lo, hi, rd, ld});
+      window *= static_cast<double>(k);
+    }
+    if (last) out.push_back(o);
+    const double mag = a.mag * std::min(at(s, n.args[1]).mag, 1.0) * window * static_cast<double>(c / groups);
+    if (mag > kMaxMag) return false;
+    n.outs = {out};
+    push(s, b, n, {mag});
+    return true;
+  }
+
   bool linalg(Scope& s, Block& b) {
-    int kind = uniform(0, 5);
+    int kind = uniform(0, 6);
+    if (kind == 6) return conv_op(s, b);
     if (kind >= 4) return matrix_op(s, b);
     int i = pick(s, [](const Val& v) { return !v.shape.empty(); });
     if (i < 0) return false;

@@ -418,6 +418,21 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         case 3: return {xj::cummin(a, n.ints[0], n.flag)};
         default: return {xj::cumlogsumexp(a, n.ints[0], n.flag)};
       }
+    case Op::Window: {
+      std::vector<std::int64_t> window, strides, base, wdil;
+      std::vector<std::pair<std::int64_t, std::int64_t>> pads;
+      for (std::size_t d = 0; d + 5 < n.ints.size(); d += 6) {
+        window.push_back(n.ints[d]);
+        strides.push_back(n.ints[d + 1]);
+        pads.emplace_back(n.ints[d + 2], n.ints[d + 3]);
+        base.push_back(n.ints[d + 4]);
+        wdil.push_back(n.ints[d + 5]);
+      }
+      const double inf = std::numeric_limits<double>::infinity();
+      const xj::WindowOp op = n.variant == 1 ? xj::WindowOp::max : n.variant == 2 ? xj::WindowOp::min : xj::WindowOp::add;
+      const Array y = xj::reduce_window(a, n.variant == 1 ? -inf : n.variant == 2 ? inf : 0.0, op, window, strides, pads, base, wdil);
+      return {n.variant == 3 ? y * 0.5 : y};
+    }
     case Op::LogSoftmax: return {xj::log_softmax(a, n.ints[0])};
     case Op::Var: return {xj::var(a, n.ints, n.variant, n.flag)};
     case Op::Matmul: return {xj::matmul(a, b)};
@@ -427,6 +442,28 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       xj::Axes lb, rb;
       if (!n.ints2.empty()) lb = {n.ints2[0]}, rb = {n.ints2[1]};
       return {xj::dot_general(a, b, {n.ints[0]}, {n.ints[1]}, lb, rb)};
+    }
+    case Op::Conv: {
+      // The kernel: the other value fitted to (O, I, window...) and squashed into [-1, 1].
+      const bool last = n.variant == 1;
+      const std::int64_t o = n.ints[0], groups = n.ints[1], batch_groups = n.ints[2];
+      const std::int64_t r = a.ndim(), c = last ? a.dim(r - 1) : a.dim(1);
+      std::vector<std::int64_t> window, strides, rd, ld;
+      std::vector<std::pair<std::int64_t, std::int64_t>> pads;
+      for (std::size_t d = 3; d + 5 < n.ints.size(); d += 6) {
+        window.push_back(n.ints[d]);
+        strides.push_back(n.ints[d + 1]);
+        pads.emplace_back(n.ints[d + 2], n.ints[d + 3]);
+        rd.push_back(n.ints[d + 4]);
+        ld.push_back(n.ints[d + 5]);
+      }
+      Shape kshape{o, c / groups};
+      kshape.insert(kshape.end(), window.begin(), window.end());
+      const Array k = xj::tanh(fit(b, kshape));
+      const std::string sp = std::string("HWD").substr(0, static_cast<std::size_t>(r - 2));
+      const xj::ConvDimensionNumbers dn = last ? xj::ConvDimensionNumbers{"N" + sp + "C", "OI" + sp, "N" + sp + "C"}
+                                               : xj::ConvDimensionNumbers{"NC" + sp, "OI" + sp, "NC" + sp};
+      return {xj::conv_general_dilated(a, k, strides, pads, ld, rd, dn, groups, batch_groups)};
     }
     case Op::Cholesky: return {xj::linalg::cholesky(spd(a), !n.flag)};
     case Op::TriangularSolve: {

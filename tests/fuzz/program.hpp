@@ -56,9 +56,9 @@ enum class Op {
   // elementwise binary (broadcasting)
   Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe,
   // reductions
-  Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var, Cumulative, Sort,
+  Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var, Cumulative, Sort, Window,
   // linear algebra
-  Matmul, Dot, Einsum, DotGeneral, Cholesky, TriangularSolve, ChoSolve, Lu, Solve, LuSolve, Inv, Slogdet, Qr, Eigh, Svd,
+  Matmul, Dot, Einsum, DotGeneral, Cholesky, TriangularSolve, ChoSolve, Lu, Solve, LuSolve, Inv, Slogdet, Qr, Eigh, Svd, Conv,
   // shape
   Reshape, Transpose, Flip, BroadcastTo, ExpandDims, Squeeze, Concat, Stack, Slice, DynSlice,
   DynUpdateSlice, Take, Index, Fit,

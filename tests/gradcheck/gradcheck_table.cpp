@@ -370,6 +370,47 @@ std::vector<Row> build() {
   t.push_back(row("cumlogsumexp", {P::cumlogsumexp}, [](const Arrays& x) { return cumlogsumexp(x[0], 1); }, uniform_gen(s, -2, 2)));
   t.push_back(row("cumlogsumexp_reverse", {P::cumlogsumexp}, [](const Arrays& x) { return cumlogsumexp(x[0], 0, true); },
                   uniform_gen({5, 2}, -3, 3)));
+  // Convolutions: bilinear (second derivatives are the cross terms); layouts, strides, both
+  // dilations, feature and batch groups, and the transposed convolution (lhs dilation).
+  using Pairs = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  t.push_back(row("conv_nchw_same", {P::conv_general_dilated},
+                  [](const Arrays& x) { return conv(x[0], x[1], {1, 1}, "SAME"); }, uniform2_gen({2, 3, 4, 5}, {2, 3, 3, 2}, -1, 1)));
+  t.push_back(row("conv_nhwc_strided_dilated_groups", {P::conv_general_dilated},
+                  [](const Arrays& x) {
+                    return conv_general_dilated(x[0], x[1], {2, 1}, Pairs{{1, 0}, {1, 1}}, {}, {1, 2}, {"NHWC", "HWIO", "NHWC"}, 2);
+                  },
+                  uniform2_gen({2, 5, 5, 4}, {2, 2, 2, 4}, -1, 1)));
+  t.push_back(row("conv_batch_groups", {P::conv_general_dilated},
+                  [](const Arrays& x) { return conv_general_dilated(x[0], x[1], {1}, "VALID", {}, {}, {"NCH", "OIH", "NCH"}, 1, 2); },
+                  uniform2_gen({4, 2, 5}, {4, 2, 3}, -1, 1)));
+  t.push_back(row("conv_transpose", {P::conv_general_dilated},
+                  [](const Arrays& x) { return conv_transpose(x[0], x[1], {2}, "SAME"); }, uniform2_gen({2, 3, 2}, {3, 2, 3}, -1, 1)));
+  // Window reductions: the sum is linear (squared); max and min on distinct values (no ties: the
+  // selected element is locally constant); pools on top of them.
+  t.push_back(row("reduce_window_sum", {P::reduce_window_sum},
+                  squared([](const Arrays& x) { return reduce_window(x[0], 0.0, WindowOp::add, {2, 2}, {1, 2}, Pairs{{0, 1}, {1, 0}}, {}, {1, 2}); }),
+                  uniform_gen({3, 5}, -2, 2)));
+  t.push_back(row("reduce_window_sum_base_dilation", {P::reduce_window_sum},
+                  squared([](const Arrays& x) { return reduce_window(x[0], 0.0, WindowOp::add, {2, 3}, {2, 1}, Pairs{{1, 0}, {0, 1}}, {2, 1}); }),
+                  uniform_gen({3, 4}, -2, 2)));
+  t.push_back(row("reduce_window_max", {P::reduce_window_max},
+                  [](const Arrays& x) { return reduce_window(x[0], -INFINITY, WindowOp::max, {2, 2}, {1, 2}, Pairs{{1, 0}, {0, 1}}); },
+                  spread_gen({4, 5})));
+  t.push_back(row("reduce_window_min", {P::reduce_window_min},
+                  [](const Arrays& x) { return reduce_window(x[0], INFINITY, WindowOp::min, {3, 1}, {2, 1}, "SAME"); }, spread_gen({5, 3})));
+  t.push_back(row("max_pool", {P::reduce_window_max}, [](const Arrays& x) { return max_pool(x[0], {2, 2}, {2, 1}, "SAME"); },
+                  spread_gen({1, 4, 3, 2})));
+  t.push_back(row("avg_pool", {P::reduce_window_sum, P::div}, [](const Arrays& x) { return avg_pool(x[0], {2, 2}); },
+                  uniform_gen({1, 3, 4, 2}, -2, 2)));
+  // The select pair (max_pool's tangent and cotangent), bound directly: linear in the first
+  // operand (squared), constant in x (distinct values).
+  const params::SelectWindow sel{{2, 2}, {1, 2}, {0, 1}, {1, 0}, {1, 1}, {1, 1}, true};
+  t.push_back(row("select_and_gather_add", {P::select_and_gather_add},
+                  squared([sel](const Arrays& x) { return detail::bind1(P::select_and_gather_add, {x[0], x[1]}, sel); }),
+                  [](DType d, Rng& r) { return Arrays{uniform({3, 4}, d, r, -2, 2), spread({3, 4}, d, r)}; }));
+  t.push_back(row("select_and_scatter_add", {P::select_and_scatter_add},
+                  squared([sel](const Arrays& x) { return detail::bind1(P::select_and_scatter_add, {x[0], x[1]}, sel); }),
+                  [](DType d, Rng& r) { return Arrays{uniform({3, 2}, d, r, -2, 2), spread({3, 4}, d, r)}; }));
   t.push_back(row("logsumexp", {P::reduce_max, P::stop_gradient, P::exp, P::reduce_sum, P::log},
                   [](const Arrays& x) { return logsumexp(x[0], {1}); }, uniform_gen(s, -2, 2)));
   t.push_back(row("logsumexp_all", {P::reduce_max, P::exp, P::log}, [](const Arrays& x) { return logsumexp(x[0]); },
