@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "xjax/xjax.hpp"
+#include "bench_rows.hpp"
 #include "../../examples/transformer_model.hpp"
 
 #if XJAX_BENCH_TORCH
@@ -36,6 +37,8 @@
 namespace xj = xjax;
 
 namespace {
+
+using namespace bench;
 
 // ---- byte accounting for the references -------------------------------------------------------
 
@@ -89,64 +92,6 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
               c, static_cast<int>(ldc));
 }
 
-std::vector<float> randn(std::int64_t n, unsigned seed, double scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& e : v) e = static_cast<float>(scale) * normal(rng);
-  return v;
-}
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/// max |a - b| / max |b|.
-double rel_err(const float* a, const float* b, std::int64_t n) {
-  double diff = 0, scale = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
-// ---- results ---------------------------------------------------------------------------------
-
-struct Row {
-  std::string workload, variant, impl;
-  double median_s = 0;
-  double ratio = 0;       // xjax / reference median (reference rows: 1)
-  double gflops = 0;      // useful flops of the variant's arithmetic / median
-  double peak_mib = 0;    // bytes allocated beyond the inputs, peak
-  double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
-  std::string note;
-  bool has_mem() const {
-    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && workload != "L1" && workload != "K1" && impl != "libtorch";
-  }  // peak columns measured
-};
-
-std::string fmt(const char* f, double v) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-/// The median of `reps` timed runs of `run`, after one untimed warm-up.
-template <class F> double median_seconds(F&& run, int reps) {
-  run();
-  std::vector<double> ts;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = now();
-    run();
-    ts.push_back(now() - t0);
-  }
-  return median(ts);
-}
 
 /// One timed pair: run xjax and reference alternately `reps` times after one warm-up each.
 struct Measured {
@@ -1144,7 +1089,7 @@ void bench_cumulative(std::vector<Row>& rows, std::int64_t n, int reps) {
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, K1, O1, T1); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, K1, O1, T1, C1..C3); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -1154,7 +1099,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|O1|T1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|O1|T1|C1|C2|C3]\n");
       return 2;
     }
   }
@@ -1182,6 +1127,13 @@ int main(int argc, char** argv) {
       if (!quick) bench_transformer(rows, "medium", 128, 256, 8, 8, 8, reps);
     }
 #endif
+    if (only.empty() || only == "C1" || only == "C2" || only == "C3") {
+#if XJAX_BENCH_TORCH
+      bench_conv(rows, quick, reps, g_torch_threads);
+#else
+      bench_conv(rows, quick, reps, 1);
+#endif
+    }
     if (run("S1")) bench_schedule(rows, quick ? 1000 : 10000, 64, 64, quick ? 10 : 100, quick ? 1 : 3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());

@@ -5,6 +5,7 @@
 #include "bench_torch.hpp"
 
 #include <torch/autograd.h>
+#include <ATen/Functions.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/types.h>
@@ -290,5 +291,43 @@ std::vector<std::vector<float>> Gpt::parameters() const {
   out.push_back(floats_of(m.lnf_bias));
   return out;
 }
+
+// ---- C1-C3: one convolution or pooling layer, forward and backward -------------------------
+
+struct ConvLayer::Impl {
+  torch::Tensor x, w, g;  // x requires grad; w too for a convolution
+  std::int64_t groups = 1;
+  bool pool = false;
+};
+
+ConvLayer::ConvLayer(const std::vector<float>& x, const std::vector<std::int64_t>& x_shape, const std::vector<float>& w,
+                     const std::vector<std::int64_t>& w_shape, const std::vector<float>& g, std::int64_t groups,
+                     bool channels_last)
+    : impl_(std::make_unique<Impl>()) {
+  const auto format = channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  impl_->pool = w.empty();
+  impl_->groups = groups;
+  impl_->x = copy_of(x.data(), x_shape).contiguous(format).requires_grad_(true);
+  if (!impl_->pool) impl_->w = copy_of(w.data(), w_shape).contiguous(format).requires_grad_(true);
+  torch::Tensor probe;
+  {
+    torch::NoGradGuard no_grad;
+    probe = impl_->pool ? at::max_pool2d(impl_->x, {3, 3}, {2, 2}, {1, 1})
+                        : at::conv2d(impl_->x, impl_->w, {}, {1, 1}, {(w_shape[2] - 1) / 2, (w_shape[3] - 1) / 2}, {1, 1}, groups);
+  }
+  impl_->g = copy_of(g.data(), probe.sizes()).contiguous(format);
+}
+ConvLayer::~ConvLayer() = default;
+
+void ConvLayer::run() {
+  impl_->x.mutable_grad().reset();
+  if (!impl_->pool) impl_->w.mutable_grad().reset();
+  const std::int64_t pad = impl_->pool ? 1 : (impl_->w.size(2) - 1) / 2;
+  torch::Tensor y = impl_->pool ? at::max_pool2d(impl_->x, {3, 3}, {2, 2}, {1, 1})
+                                : at::conv2d(impl_->x, impl_->w, {}, {1, 1}, {pad, pad}, {1, 1}, impl_->groups);
+  y.backward(impl_->g);
+}
+
+std::vector<float> ConvLayer::grad_input() const { return floats_of(impl_->x.grad()); }
 
 }  // namespace bench_torch

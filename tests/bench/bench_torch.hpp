@@ -92,4 +92,24 @@ class Gpt {
   std::unique_ptr<Impl> impl_;
 };
 
+/// C1-C3 in libtorch (issue 30): forward and backward of one layer, y = conv2d(x, w) (stride 1,
+/// padding (k - 1) / 2, `groups`) or, with a window of 0, y = max_pool2d(x, 3, stride 2, padding
+/// 1); then y.backward(g). x is (N, C, H, W), w (O, C / groups, k, k), g y's shape, all given in
+/// NCHW order; channels_last stores x, w and g in PyTorch's channels_last memory format (NHWC).
+class ConvLayer {
+ public:
+  ConvLayer(const std::vector<float>& x, const std::vector<std::int64_t>& x_shape, const std::vector<float>& w,
+            const std::vector<std::int64_t>& w_shape, const std::vector<float>& g, std::int64_t groups, bool channels_last);
+  ~ConvLayer();
+  ConvLayer(const ConvLayer&) = delete;
+  ConvLayer& operator=(const ConvLayer&) = delete;
+  void run();
+  /// The gradient with respect to x of the last run, in NCHW order.
+  std::vector<float> grad_input() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace bench_torch
