@@ -400,6 +400,22 @@ TEST_CASE("reduce_window add / max / min: values against loops, f64, f32 and int
     }
 }
 
+TEST_CASE("reduce_window max / min propagate NaN (as lax.max), every layout of the last dim") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const xj::Array x = test_util::f64v({1.0, nan, 2.0, 0.5, -1.0, 3.0}, {6});
+  for (xj::WindowOp op : {xj::WindowOp::max, xj::WindowOp::min}) {
+    const auto y = vec(xj::reduce_window(x, op == xj::WindowOp::max ? -INFINITY : INFINITY, op, {2}, {1}, "VALID"));
+    CHECK(std::isnan(y[0]));
+    CHECK(std::isnan(y[1]));
+    CHECK(y[2] == (op == xj::WindowOp::max ? 2.0 : 0.5));
+    // The same along a leading dim (the last dim's window is 1: the contiguous loop).
+    const auto z = vec(xj::reduce_window(xj::reshape(x, {6, 1}), op == xj::WindowOp::max ? -INFINITY : INFINITY, op, {2, 1}, {1, 1}, "VALID"));
+    CHECK(std::isnan(z[0]));
+    CHECK(std::isnan(z[1]));
+    CHECK(z[4] == (op == xj::WindowOp::max ? 3.0 : -1.0));
+  }
+}
+
 TEST_CASE("reduce_window derivatives: sum's transpose, max / min pass the tangent to the first extremum") {
   unsigned seed = 1100;
   for (const WindowCase& c : window_cases())

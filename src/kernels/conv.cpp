@@ -23,6 +23,7 @@
 #include <numeric>
 
 #include "kernels/kernels.hpp"
+#include "kernels/simd.hpp"
 #include "windows.hpp"
 
 namespace xjax::detail::kernels {
@@ -69,6 +70,13 @@ struct Odometer {
     for (std::size_t i = extent.size(); i-- > 0;) {
       if (++at[i] < extent[i]) return;
       at[i] = 0;
+    }
+  }
+  /// Jumps to row-major position `flat`.
+  void seek(std::int64_t flat) {
+    for (std::size_t i = extent.size(); i-- > 0;) {
+      at[i] = extent[i] > 0 ? flat % extent[i] : 0;
+      flat = extent[i] > 0 ? flat / extent[i] : 0;
     }
   }
 };
@@ -123,25 +131,25 @@ Conv make_conv(const Shape& lhs, const Shape& rhs, const params::ConvGeneralDila
 }
 
 // rhs as one (window position, input channel) x (output channel) matrix per group, contiguous:
-// w[q][kpos][c][oq] = rhs[q*Oq + oq, c, kpos...].
-template <class T> std::vector<T> weight_matrices(const Array& rhs, const params::ConvGeneralDilated& p, const Conv& g) {
-  const Ints rs = row_major_strides(rhs.shape());
-  const std::int64_t so = rs[static_cast<std::size_t>(p.rhs_spec[0])], si = rs[static_cast<std::size_t>(p.rhs_spec[1])];
-  std::vector<std::int64_t> sk;
-  for (std::size_t i = 0; i < g.dims.size(); ++i) sk.push_back(rs[static_cast<std::size_t>(p.rhs_spec[i + 2])]);
-  const T* src = in_ptr<T>(rhs);
-  std::vector<T> w(static_cast<std::size_t>(g.groups * g.window * g.cg * g.oq));
-  T* dst = w.data();
-  for (std::int64_t q = 0; q < g.groups; ++q) {
-    Odometer k{g.window_extent};
-    for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
-      std::int64_t koff = 0;
-      for (std::size_t i = 0; i < sk.size(); ++i) koff += k.at[i] * sk[i];
-      for (std::int64_t c = 0; c < g.cg; ++c)
-        for (std::int64_t j = 0; j < g.oq; ++j) *dst++ = src[(q * g.oq + j) * so + c * si + koff];
+// w[q][kpos][c][oq] = rhs[q*Oq + oq, c, kpos...]: rhs viewed with its O dim split into (Q, Oq),
+// transposed (a tiled copy) into (Q, spatial..., I, Oq).
+Array weight_matrices(const Array& rhs, const params::ConvGeneralDilated& p, const Conv& g) {
+  const std::int64_t odim = p.rhs_spec[0];
+  const auto at = [odim](std::int64_t d) { return d > odim ? d + 1 : d; };
+  ShapedArray split{{}, rhs.dtype()};
+  for (std::int64_t d = 0; d < rhs.ndim(); ++d) {
+    if (d == odim) {
+      split.shape.push_back(g.groups);
+      split.shape.push_back(g.oq);
+    } else {
+      split.shape.push_back(rhs.shape()[static_cast<std::size_t>(d)]);
     }
   }
-  return w;
+  Ints perm{odim};
+  for (std::size_t i = 2; i < p.rhs_spec.size(); ++i) perm.push_back(at(p.rhs_spec[i]));
+  perm.push_back(at(p.rhs_spec[1]));
+  perm.push_back(odim + 1);
+  return transpose_kernel(share_buffer(rhs, split), perm);
 }
 
 // One input channel per group (depthwise): out[n, s, o] = sum_k x[n, pos(s, k), o / m] w[k, o],
@@ -161,7 +169,8 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
         const T* xs = x + n * image + off;
         const T* ws = w + kp * g.o;
         if (m == 1)
-          for (std::int64_t c = 0; c < g.o; ++c) y[c] += xs[c] * ws[c];
+          simd::map3(xs, ws, y, y, static_cast<std::size_t>(g.o),
+                     [](const simd::Batch<T>& a, const simd::Batch<T>& b, const simd::Batch<T>& c) { return xsimd::fma(a, b, c); });
         else
           for (std::int64_t j = 0; j < g.o; ++j) y[j] += xs[j / m] * ws[j];
       }
@@ -171,52 +180,126 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
 
 // The depthwise weights: w[kpos][o] = rhs[o, 0, kpos...] (the general matrices with Cg = 1,
 // regrouped so that one window position's weights for every channel are contiguous).
-template <class T> std::vector<T> depthwise_weights(const std::vector<T>& w, const Conv& g) {
-  std::vector<T> out(w.size());
+template <class T> std::vector<T> depthwise_weights(const T* w, const Conv& g) {
+  std::vector<T> out(static_cast<std::size_t>(g.groups * g.window * g.oq));
   for (std::int64_t q = 0; q < g.groups; ++q)
     for (std::int64_t kp = 0; kp < g.window; ++kp)
       for (std::int64_t j = 0; j < g.oq; ++j)
-        out[static_cast<std::size_t>(kp * g.o + q * g.oq + j)] = w[static_cast<std::size_t>((q * g.window + kp) * g.oq + j)];
+        out[static_cast<std::size_t>(kp * g.o + q * g.oq + j)] = w[(q * g.window + kp) * g.oq + j];
   return out;
 }
 
-// The general case: for each group, tiles of the patch matrix times the group's weights.
-template <class T> void im2col_gemm(const T* x, const std::vector<T>& w, const Conv& g, T* out) {
-  constexpr std::int64_t tile_elements = std::int64_t{1} << 20;
+// The patch matrix's tile of rows [r0, r1) and window positions [k0, k1) of group q, row-major
+// into dst ((k1 - k0) * Cg columns). With one group and a plain last spatial dim (no dilation),
+// each row's window positions along that dim read one contiguous run of the channels-last lhs:
+// one copy per run instead of one per window position.
+template <class T>
+void fill_patches(const T* x, const Conv& g, std::int64_t q, std::int64_t r0, std::int64_t r1, std::int64_t k0,
+                  std::int64_t k1, T* dst) {
   const std::int64_t image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
+  const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
+  const WindowDim* last = g.dims.empty() ? nullptr : &g.dims.back();
+  const bool runs = last && g.cg == g.c && last->window_dilation == 1 && last->base_dilation == 1 &&
+                    k0 % last->window == 0 && k1 % last->window == 0;
+  Odometer s{g.out_extent};
+  s.seek(r0 % g.positions);
+  for (std::int64_t r = r0; r < r1; ++r, s.next()) {
+    const T* img = x + (nbase + r / g.positions) * image + cbase;
+    Odometer k{g.window_extent};
+    k.seek(k0);
+    if (!runs) {
+      for (std::int64_t kp = k0; kp < k1; ++kp, k.next(), dst += g.cg) {
+        const std::int64_t off = g.offset(s.at, k.at);
+        if (off < 0) std::fill(dst, dst + g.cg, T(0));
+        else std::memcpy(dst, img + off, static_cast<std::size_t>(g.cg) * sizeof(T));
+      }
+      continue;
+    }
+    // Whole runs along the last dim: its valid window positions are [lo, hi), the others padding.
+    const std::int64_t kw = last->window, o = s.at.back();
+    const std::int64_t first = o * last->stride - last->pad_lo;  // input index of window position 0
+    const std::int64_t lo = std::clamp<std::int64_t>(-first, 0, kw), hi = std::clamp<std::int64_t>(last->in_size - first, lo, kw);
+    for (std::int64_t kp = k0; kp < k1; kp += kw, dst += kw * g.cg) {
+      std::int64_t off = 0;
+      bool inside = true;
+      for (std::size_t i = 0; i + 1 < g.dims.size() && inside; ++i) {
+        const std::int64_t idx = g.table[i][static_cast<std::size_t>(s.at[i] * g.dims[i].window + k.at[i])];
+        inside = idx >= 0;
+        off += idx * g.in_stride[i];
+      }
+      k.seek(kp + kw);
+      if (!inside || lo == hi) {
+        std::fill(dst, dst + kw * g.cg, T(0));
+        continue;
+      }
+      std::fill(dst, dst + lo * g.cg, T(0));
+      std::memcpy(dst + lo * g.cg, img + off + (first + lo) * g.in_stride.back(),
+                  static_cast<std::size_t>((hi - lo) * g.cg) * sizeof(T));
+      std::fill(dst + hi * g.cg, dst + kw * g.cg, T(0));
+    }
+  }
+}
+
+// The general case: for each group, tiles of the patch matrix times the group's weights. A tile
+// spans every row when there are few (a weight gradient's shape: few output positions, a large
+// window), so the weights are packed once; otherwise rows are tiled and the window taken whole
+// where it fits. Column tiles are whole rows of the window's last dim where possible.
+template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* out) {
+  constexpr std::int64_t tile_elements = std::int64_t{1} << 20;
   const std::int64_t rows = g.nout * g.positions;
-  const std::int64_t kpos_per_tile = std::clamp<std::int64_t>(8192 / std::max<std::int64_t>(g.cg, 1), 1, g.window);
+  const std::int64_t kw = g.dims.empty() ? 1 : g.dims.back().window;
+  std::int64_t kpos_per_tile = std::clamp<std::int64_t>(8192 / std::max<std::int64_t>(g.cg, 1), 1, g.window);
+  if (rows <= 2048) kpos_per_tile = std::clamp<std::int64_t>(tile_elements / std::max<std::int64_t>(rows * g.cg, 1), 1, g.window);
+  if (kpos_per_tile >= kw) kpos_per_tile -= kpos_per_tile % kw;
   const std::int64_t cols_max = kpos_per_tile * g.cg;
   const std::int64_t rows_per_tile = std::clamp<std::int64_t>(tile_elements / std::max<std::int64_t>(cols_max, 1), 1,
                                                               std::max<std::int64_t>(rows, 1));
   std::vector<T> patch(static_cast<std::size_t>(rows_per_tile * cols_max));
   for (std::int64_t q = 0; q < g.groups; ++q) {
-    const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
-    const T* wq = w.data() + q * g.window * g.cg * g.oq;
+    const T* wq = w + q * g.window * g.cg * g.oq;
     for (std::int64_t r0 = 0; r0 < rows; r0 += rows_per_tile) {
       const std::int64_t r1 = std::min(rows, r0 + rows_per_tile);
       for (std::int64_t k0 = 0; k0 < g.window; k0 += kpos_per_tile) {
         const std::int64_t k1 = std::min(g.window, k0 + kpos_per_tile), cols = (k1 - k0) * g.cg;
-        T* dst = patch.data();
-        Odometer s{g.out_extent};
-        for (std::int64_t i = 0; i < r0 % g.positions; ++i) s.next();
-        for (std::int64_t r = r0; r < r1; ++r, s.next()) {
-          const T* img = x + (nbase + r / g.positions) * image + cbase;
-          Odometer k{g.window_extent};
-          for (std::int64_t i = 0; i < k0; ++i) k.next();
-          for (std::int64_t kp = k0; kp < k1; ++kp, k.next(), dst += g.cg) {
-            const std::int64_t off = g.offset(s.at, k.at);
-            if (off < 0)
-              std::fill(dst, dst + g.cg, T(0));
-            else
-              std::memcpy(dst, img + off, static_cast<std::size_t>(g.cg) * sizeof(T));
-          }
-        }
+        fill_patches(x, g, q, r0, r1, k0, k1, patch.data());
         gemm<T>(r1 - r0, g.oq, cols, patch.data(), cols, wq + k0 * g.cg * g.oq, g.oq, k0 == 0 ? T(0) : T(1),
                 out + r0 * g.o + q * g.oq, g.o);
       }
     }
   }
+}
+
+// One output channel per group and many input channels (a depthwise convolution's weight
+// gradient: batch groups, one output channel each): each output element is a sum of dot products
+// of the channels-last lhs's channel runs with the weights', no patch matrix.
+template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
+  const std::int64_t image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
+  using B = simd::Batch<T>;
+  constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  for (std::int64_t n = 0; n < g.nout; ++n)
+    for (std::int64_t q = 0; q < g.groups; ++q) {
+      const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
+      const T* img = x + (nbase + n) * image + cbase;
+      Odometer s{g.out_extent};
+      for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next()) {
+        T* y = out + (n * g.positions + pos) * g.o + q;
+        {
+          B acc(T(0));
+          T tail = 0;
+          Odometer k{g.window_extent};
+          for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
+            const std::int64_t off = g.offset(s.at, k.at);
+            if (off < 0) continue;
+            const T* xs = img + off;
+            const T* ws = w + (q * g.window + kp) * g.cg;
+            std::int64_t c = 0;
+            for (; c + width <= g.cg; c += width) acc = xsimd::fma(B::load_unaligned(xs + c), B::load_unaligned(ws + c), acc);
+            for (; c < g.cg; ++c) tail += xs[c] * ws[c];
+          }
+          *y = xsimd::hadd(acc) + tail;
+        }
+      }
+    }
 }
 
 bool is_pointwise(const Conv& g, const params::ConvGeneralDilated& p) {
@@ -231,13 +314,16 @@ bool is_pointwise(const Conv& g, const params::ConvGeneralDilated& p) {
 template <class T>
 void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDilated& p, const Conv& g, T* out) {
   const T* x = in_ptr<T>(lhs_cl);
-  const std::vector<T> w = weight_matrices<T>(rhs, p, g);
+  const Array w_array = weight_matrices(rhs, p, g);
+  const T* w = in_ptr<T>(w_array);
   if (g.window == 0 || g.cg == 0) {
     std::fill(out, out + g.nout * g.positions * g.o, T(0));
   } else if (is_pointwise(g, p)) {
-    gemm<T>(g.n * g.positions, g.o, g.c, x, g.c, w.data(), g.o, T(0), out, g.o);
+    gemm<T>(g.n * g.positions, g.o, g.c, x, g.c, w, g.o, T(0), out, g.o);
   } else if (g.cg == 1 && !g.batch_groups && g.groups == g.c) {
     depthwise(x, depthwise_weights(w, g).data(), g, out);
+  } else if (g.oq == 1 && g.cg >= 8) {
+    direct(x, w, g, out);
   } else {
     im2col_gemm(x, w, g, out);
   }

@@ -66,14 +66,20 @@ template <class T> T identity_of(Primitive p) {
     return is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
 }
 
+// acc op v for the window's reduction; max and min propagate NaN (v != v: v is NaN).
 template <class T> T combine(Primitive p, T acc, T v) {
   if (p == Primitive::reduce_window_sum) {
     if constexpr (std::is_integral_v<T>) return wrap_add(acc, v);
     else return acc + v;
   }
-  if constexpr (std::is_floating_point_v<T>)
-    if (std::isnan(v) || std::isnan(acc)) return std::numeric_limits<T>::quiet_NaN();
-  return p == Primitive::reduce_window_max ? std::max(acc, v) : std::min(acc, v);
+  if (p == Primitive::reduce_window_max) return (v > acc || v != v) ? v : acc;
+  return (v < acc || v != v) ? v : acc;
+}
+
+// Along the last dim, output position o reads operand element o for window position 0 and no
+// other: a window of 1 without stride, padding or dilation (a pool's channel dim).
+bool is_plain(const WindowDim& d) {
+  return d.window == 1 && d.stride == 1 && d.pad_lo == 0 && d.base_dilation == 1 && d.out_size == d.in_size;
 }
 
 template <class T> void reduce_window_typed(Primitive p, const Array& x, const std::vector<WindowDim>& dims, T* out,
@@ -83,9 +89,14 @@ template <class T> void reduce_window_typed(Primitive p, const Array& x, const s
   const T* src = in_ptr<T>(x);
   const WindowDim last = dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back();
   const std::vector<std::int64_t> table = last.index_table();
+  const bool plain = is_plain(last);
   for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
     T* y = out + out_row;
     const T* row = src + in_row;
+    if (plain) {
+      for (std::int64_t o = 0; o < last.out_size; ++o) y[o] = combine(p, y[o], row[o]);
+      return;
+    }
     for (std::int64_t o = 0; o < last.out_size; ++o)
       for (std::int64_t k = 0; k < last.window; ++k) {
         const std::int64_t i = table[static_cast<std::size_t>(o * last.window + k)];
@@ -103,7 +114,16 @@ template <class T> std::vector<std::int64_t> selected_elements(const Array& x, c
   const T* src = in_ptr<T>(x);
   const WindowDim last = dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back();
   const std::vector<std::int64_t> table = last.index_table();
+  const bool plain = is_plain(last);
   for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
+    if (plain) {
+      for (std::int64_t o = 0; o < last.out_size; ++o) {
+        std::int64_t& c = chosen[static_cast<std::size_t>(out_row + o)];
+        const std::int64_t at = in_row + o;
+        if (c < 0 || !(select_max ? src[c] >= src[at] : src[c] <= src[at])) c = at;
+      }
+      return;
+    }
     for (std::int64_t o = 0; o < last.out_size; ++o) {
       std::int64_t& c = chosen[static_cast<std::size_t>(out_row + o)];
       for (std::int64_t k = 0; k < last.window; ++k) {
