@@ -34,8 +34,8 @@ template <class F> void for_each_window_row(const std::vector<WindowDim>& dims, 
   for (auto e : win_extent) wins *= e;
   const std::int64_t last_out = r == 0 ? 1 : dims[r - 1].out_size;
   std::vector<std::int64_t> o(r == 0 ? 0 : r - 1, 0);
+  std::vector<std::int64_t> k(o.size(), 0);
   for (std::int64_t op = 0; op < outer; ++op) {
-    std::vector<std::int64_t> k(o.size(), 0);
     for (std::int64_t kp = 0; kp < wins; ++kp) {
       std::int64_t off = 0;
       bool inside = true;
@@ -66,15 +66,27 @@ template <class T> T identity_of(Primitive p) {
     return is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
 }
 
-// acc op v for the window's reduction; max and min propagate NaN (v != v: v is NaN).
-template <class T> T combine(Primitive p, T acc, T v) {
-  if (p == Primitive::reduce_window_sum) {
+// The reductions, as functors so that the row loops inline them (and vectorize the plain ones).
+// Max and min propagate NaN (v != v: v is NaN).
+struct Sum {
+  template <class T> T operator()(T acc, T v) const {
     if constexpr (std::is_integral_v<T>) return wrap_add(acc, v);
     else return acc + v;
   }
-  if (p == Primitive::reduce_window_max) return (v > acc || v != v) ? v : acc;
-  return (v < acc || v != v) ? v : acc;
-}
+};
+// Written as selects (no data-dependent branch: a max of random data would mispredict often).
+struct Max {
+  template <class T> T operator()(T acc, T v) const {
+    const T m = acc < v ? v : acc;
+    return v == v ? m : v;
+  }
+};
+struct Min {
+  template <class T> T operator()(T acc, T v) const {
+    const T m = v < acc ? v : acc;
+    return v == v ? m : v;
+  }
+};
 
 // Along the last dim, output position o reads operand element o for window position 0 and no
 // other: a window of 1 without stride, padding or dilation (a pool's channel dim).
@@ -82,64 +94,72 @@ bool is_plain(const WindowDim& d) {
   return d.window == 1 && d.stride == 1 && d.pad_lo == 0 && d.base_dilation == 1 && d.out_size == d.in_size;
 }
 
-template <class T> void reduce_window_typed(Primitive p, const Array& x, const std::vector<WindowDim>& dims, T* out,
-                                            std::int64_t out_size) {
-  std::fill(out, out + out_size, identity_of<T>(p));
+WindowDim last_dim(const std::vector<WindowDim>& dims) { return dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back(); }
+
+template <class T, class Op> void reduce_window_typed(Op op, T identity, const Array& x, const std::vector<WindowDim>& dims,
+                                                      T* out, std::int64_t out_size) {
+  std::fill(out, out + out_size, identity);
   if (out_size == 0) return;
   const T* src = in_ptr<T>(x);
-  const WindowDim last = dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back();
+  const WindowDim last = last_dim(dims);
   const std::vector<std::int64_t> table = last.index_table();
+  const std::int64_t n = last.out_size, kw = last.window;
   const bool plain = is_plain(last);
   for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
     T* y = out + out_row;
     const T* row = src + in_row;
     if (plain) {
-      for (std::int64_t o = 0; o < last.out_size; ++o) y[o] = combine(p, y[o], row[o]);
+      for (std::int64_t o = 0; o < n; ++o) y[o] = op(y[o], row[o]);
       return;
     }
-    for (std::int64_t o = 0; o < last.out_size; ++o)
-      for (std::int64_t k = 0; k < last.window; ++k) {
-        const std::int64_t i = table[static_cast<std::size_t>(o * last.window + k)];
-        if (i >= 0) y[o] = combine(p, y[o], row[i]);
-      }
+    const std::int64_t* t = table.data();
+    for (std::int64_t o = 0; o < n; ++o, t += kw) {
+      T acc = y[o];
+      for (std::int64_t k = 0; k < kw; ++k)
+        if (t[k] >= 0) acc = op(acc, row[t[k]]);
+      y[o] = acc;
+    }
   });
 }
 
 // For each output position, the flat operand index of its window's selected element (XLA's
 // select: walking the window in order, the current choice is kept while select(choice, next)
-// holds, select being >= for a max, <= for a min), or -1 for a window of padding only.
-template <class T> std::vector<std::int64_t> selected_elements(const Array& x, const std::vector<WindowDim>& dims,
-                                                               bool select_max, std::int64_t out_size) {
+// holds, select being >= for a max, <= for a min), or -1 for a window of padding only. The
+// chosen values ride along, starting as NaN, for which select is false: the first element is
+// always taken, as XLA starts from it. Updates are selects, not branches.
+template <class T, bool SelectMax> std::vector<std::int64_t> selected_elements(const Array& x, const std::vector<WindowDim>& dims,
+                                                                               std::int64_t out_size) {
   std::vector<std::int64_t> chosen(static_cast<std::size_t>(out_size), -1);
+  std::vector<T> best(static_cast<std::size_t>(out_size), std::numeric_limits<T>::quiet_NaN());
   const T* src = in_ptr<T>(x);
-  const WindowDim last = dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back();
+  const WindowDim last = last_dim(dims);
   const std::vector<std::int64_t> table = last.index_table();
+  const std::int64_t n = last.out_size, kw = last.window;
   const bool plain = is_plain(last);
+  const auto visit = [](std::int64_t& c, T& b, T v, std::int64_t at) {
+    const bool keep = SelectMax ? b >= v : b <= v;
+    c = keep ? c : at;
+    b = keep ? b : v;
+  };
   for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
+    std::int64_t* c = chosen.data() + out_row;
+    T* b = best.data() + out_row;
+    const T* row = src + in_row;
     if (plain) {
-      for (std::int64_t o = 0; o < last.out_size; ++o) {
-        std::int64_t& c = chosen[static_cast<std::size_t>(out_row + o)];
-        const std::int64_t at = in_row + o;
-        if (c < 0 || !(select_max ? src[c] >= src[at] : src[c] <= src[at])) c = at;
-      }
+      for (std::int64_t o = 0; o < n; ++o) visit(c[o], b[o], row[o], in_row + o);
       return;
     }
-    for (std::int64_t o = 0; o < last.out_size; ++o) {
-      std::int64_t& c = chosen[static_cast<std::size_t>(out_row + o)];
-      for (std::int64_t k = 0; k < last.window; ++k) {
-        const std::int64_t i = table[static_cast<std::size_t>(o * last.window + k)];
-        if (i < 0) continue;
-        const std::int64_t at = in_row + i;
-        if (c < 0) {
-          c = at;
-          continue;
-        }
-        const bool keep = select_max ? src[c] >= src[at] : src[c] <= src[at];
-        if (!keep) c = at;
-      }
-    }
+    const std::int64_t* t = table.data();
+    for (std::int64_t o = 0; o < n; ++o, t += kw)
+      for (std::int64_t k = 0; k < kw; ++k)
+        if (t[k] >= 0) visit(c[o], b[o], row[t[k]], in_row + t[k]);
   });
   return chosen;
+}
+
+template <class T> std::vector<std::int64_t> selected(const Array& x, const std::vector<WindowDim>& dims, bool select_max,
+                                                      std::int64_t out_size) {
+  return select_max ? selected_elements<T, true>(x, dims, out_size) : selected_elements<T, false>(x, dims, out_size);
 }
 
 }  // namespace
@@ -149,7 +169,11 @@ Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWind
   const auto dims = window_dims(x.shape(), w);
   visit_dtype(x.dtype(), [&]<class T>(std::type_identity<T>) {
     if constexpr (std::is_same_v<T, std::uint8_t>) unsupported_dtype(p, x.dtype());
-    reduce_window_typed<T>(p, x, dims, out_ptr<T>(result), out.size());
+    T* y = out_ptr<T>(result);
+    const T identity = identity_of<T>(p);
+    if (p == Primitive::reduce_window_sum) reduce_window_typed(Sum{}, identity, x, dims, y, out.size());
+    else if (p == Primitive::reduce_window_max) reduce_window_typed(Max{}, identity, x, dims, y, out.size());
+    else reduce_window_typed(Min{}, identity, x, dims, y, out.size());
   });
   return result;
 }
@@ -162,12 +186,12 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
     const T* v = in_ptr<T>(values);
     T* y = out_ptr<T>(result);
     if (p == Primitive::select_and_gather_add) {
-      const auto chosen = selected_elements<T>(x, dims, w.select_max, out.size());
+      const auto chosen = selected<T>(x, dims, w.select_max, out.size());
       for (std::size_t i = 0; i < chosen.size(); ++i) y[i] = chosen[i] < 0 ? T(0) : v[chosen[i]];
     } else {
       std::int64_t reduced = 1;
       for (const auto& d : dims) reduced *= d.out_size;
-      const auto chosen = selected_elements<T>(x, dims, w.select_max, reduced);
+      const auto chosen = selected<T>(x, dims, w.select_max, reduced);
       std::fill(y, y + out.size(), T(0));
       for (std::size_t i = 0; i < chosen.size(); ++i)
         if (chosen[i] >= 0) y[chosen[i]] += v[i];
