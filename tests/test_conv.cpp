@@ -130,6 +130,8 @@ const std::vector<ConvCase>& conv_cases() {
       {"3-D", {1, 2, 4, 5, 3}, {3, 2, 2, 3, 2}, {1, 2, 1}, {{1, 0}, {1, 1}, {0, 1}}, {1, 1, 1}, {1, 1, 2}, "NCDHW", "OIDHW", "NCDHW"},
       {"3-D NDHWC groups", {2, 3, 4, 3, 4}, {2, 2, 2, 2, 6}, {1, 1, 2}, {{0, 0}, {1, 0}, {1, 1}}, {1, 2, 1}, {1, 1, 1}, "NDHWC", "DHWIO", "NDHWC", 2, 1},
       {"window larger than output (a weight gradient's shape)", {4, 3, 9, 8}, {2, 3, 7, 8}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"full window (one output position), batch groups", {4, 3, 5, 4}, {6, 3, 5, 4}, {2, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 2},
+      {"2-D pointwise, rhs stored (I, O)", {2, 3, 4, 5}, {3, 4, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "IOHW", "NCHW"},
       {"empty output", {1, 2, 2, 2}, {3, 2, 3, 3}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
   };
   return cases;

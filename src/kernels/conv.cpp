@@ -29,17 +29,17 @@
 namespace xjax::detail::kernels {
 namespace {
 
-// c (m x n, leading dim ldc) = a (m x k) b (k x n) + beta c, row-major.
+// c (m x n, leading dim ldc) = op(a) (m x k) op(b) (k x n) + beta c, row-major; op transposes
+// when the flag says the operand is stored transposed.
 template <class T> void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
-                             std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+                             std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool a_t = false, bool b_t = false) {
   if (m == 0 || n == 0) return;
   const auto bi = [](std::int64_t v) { return static_cast<blasint>(v); };
+  const CBLAS_TRANSPOSE ta = a_t ? CblasTrans : CblasNoTrans, tb = b_t ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bi(m), bi(n), bi(k), 1.0f, a, bi(lda), b, bi(ldb), beta, c,
-                bi(ldc));
+    cblas_sgemm(CblasRowMajor, ta, tb, bi(m), bi(n), bi(k), 1.0f, a, bi(lda), b, bi(ldb), beta, c, bi(ldc));
   else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bi(m), bi(n), bi(k), 1.0, a, bi(lda), b, bi(ldb), beta, c,
-                bi(ldc));
+    cblas_dgemm(CblasRowMajor, ta, tb, bi(m), bi(n), bi(k), 1.0, a, bi(lda), b, bi(ldb), beta, c, bi(ldc));
 }
 
 bool is_identity(const Ints& perm) {
@@ -311,6 +311,38 @@ bool is_pointwise(const Conv& g, const params::ConvGeneralDilated& p) {
   return true;
 }
 
+// Every window covers its whole (unpadded, undilated) operand dim, so there is one output
+// position per image (a weight gradient of a 1x1 convolution has this shape); feature groups
+// excluded (their channels are not contiguous runs).
+bool is_full_window(const Conv& g, const params::ConvGeneralDilated& p) {
+  if (p.feature_group_count != 1) return false;
+  for (std::size_t i = 0; i < g.dims.size(); ++i)
+    if (g.dims[i].window != g.dims[i].in_size || p.padding_lo[i] != 0 || p.padding_hi[i] != 0 || p.lhs_dilation[i] != 1 ||
+        p.rhs_dilation[i] != 1)
+      return false;
+  return true;
+}
+
+// A 1x1 convolution with the batch and feature dims leading in lhs and out (NCHW) and O, I
+// leading in rhs in either order: per image, out (O x spatial) = w (O x C) x (C x spatial), no
+// transposes of the data.
+bool is_channels_first_pointwise(const Conv& g, const params::ConvGeneralDilated& p) {
+  const Ints lead{p.rhs_spec[0], p.rhs_spec[1]};
+  return is_pointwise(g, p) && is_identity(p.lhs_spec) && is_identity(p.out_spec) &&
+         ((lead[0] == 0 && lead[1] == 1) || (lead[0] == 1 && lead[1] == 0)) &&
+         std::is_sorted(p.rhs_spec.begin() + 2, p.rhs_spec.end());
+}
+
+template <class T> void channels_first_pointwise(const Array& lhs, const Array& rhs, const params::ConvGeneralDilated& p,
+                                                 const Conv& g, T* out) {
+  const T* x = in_ptr<T>(lhs);
+  const T* w = in_ptr<T>(rhs);
+  const bool w_t = p.rhs_spec[0] == 1;  // stored (I, O): w^T
+  for (std::int64_t n = 0; n < g.n; ++n)
+    gemm<T>(g.o, g.positions, g.c, w, w_t ? g.o : g.c, x + n * g.c * g.positions, g.positions, T(0),
+            out + n * g.o * g.positions, g.positions, w_t);
+}
+
 template <class T>
 void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDilated& p, const Conv& g, T* out) {
   const T* x = in_ptr<T>(lhs_cl);
@@ -320,6 +352,11 @@ void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDi
     std::fill(out, out + g.nout * g.positions * g.o, T(0));
   } else if (is_pointwise(g, p)) {
     gemm<T>(g.n * g.positions, g.o, g.c, x, g.c, w, g.o, T(0), out, g.o);
+  } else if (is_full_window(g, p)) {
+    // The patch matrix of each (batch-)group is the channels-last lhs itself.
+    const std::int64_t k = g.window * g.cg, image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
+    for (std::int64_t q = 0; q < g.groups; ++q)
+      gemm<T>(g.nout, g.oq, k, x + q * g.nout * image, image, w + q * k * g.oq, g.oq, T(0), out + q * g.oq, g.o);
   } else if (g.cg == 1 && !g.batch_groups && g.groups == g.c) {
     depthwise(x, depthwise_weights(w, g).data(), g, out);
   } else if (g.oq == 1 && g.cg >= 8) {
@@ -334,6 +371,26 @@ void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDi
 Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const params::ConvGeneralDilated& p,
                                   const ShapedArray& out) {
   const Conv g = make_conv(lhs.shape(), rhs.shape(), p);
+  if (out.dtype == DType::f32 || out.dtype == DType::f64) {  // layouts that need no transposes
+    const bool f32 = out.dtype == DType::f32;
+    if (is_channels_first_pointwise(g, p)) {
+      Array result = alloc_array(out);
+      if (f32) channels_first_pointwise<float>(lhs, rhs, p, g, out_ptr<float>(result));
+      else channels_first_pointwise<double>(lhs, rhs, p, g, out_ptr<double>(result));
+      return result;
+    }
+    if (g.groups == 1 && is_full_window(g, p)) {
+      // One output position: a contraction of lhs's features and spatial dims with rhs's input
+      // features and spatial dims, which dot_general runs in any layout (a 1x1 convolution's
+      // weight gradient). The result (batch, O) is out with its spatial dims of size 1.
+      Ints lc{p.lhs_spec[1]}, rc{p.rhs_spec[1]};
+      for (std::size_t i = 2; i < p.lhs_spec.size(); ++i) lc.push_back(p.lhs_spec[i]), rc.push_back(p.rhs_spec[i]);
+      const ShapedArray pair{{g.nout, g.o}, out.dtype};
+      Array result = dot_general_kernel(lhs, rhs, params::DotGeneral{.lhs_contracting = lc, .rhs_contracting = rc, .lhs_batch = {}, .rhs_batch = {}}, pair);
+      if (p.out_spec[0] > p.out_spec[1]) result = transpose_kernel(result, Ints{1, 0});
+      return share_buffer(result, out);
+    }
+  }
   const Array lhs_cl = in_order(lhs, channels_last_order(p.lhs_spec));
   // The output in channels-last order, then in out_spec's.
   const Ints out_order = channels_last_order(p.out_spec);
