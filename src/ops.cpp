@@ -308,7 +308,18 @@ Array matmul(const Array& a, const Array& b, std::source_location loc) {
   if (a.ndim() == 0 || b.ndim() == 0) throw ShapeError("matmul: operands must have rank >= 1 (at " + format_location(loc) + ")");
   if (b.ndim() == 1) return dot_general(a, b, {a.ndim() - 1}, {0}, {}, {}, loc);
   if (a.ndim() == 1) return dot_general(a, b, {0}, {b.ndim() - 2}, {}, {}, loc);
-  if (a.ndim() == 2 && b.ndim() == 2) return dot_general(a, b, {1}, {0}, {}, {}, loc);  // no batch dims
+  // A stack of matrices times one matrix, as jnp.matmul lowers it: one contraction of the last
+  // dim without batch dims (one GEMM over every row; b's gradient is one GEMM too, never a
+  // (batch..., k, n) array summed over the batch).
+  if (b.ndim() == 2) return dot_general(a, b, {a.ndim() - 1}, {0}, {}, {}, loc);
+  if (a.ndim() == 2) {  // one matrix times a stack: (m, batch..., n), the batch dims then moved first
+    const Array r = dot_general(a, b, {1}, {b.ndim() - 2}, {}, {}, loc);
+    Axes perm;
+    for (std::int64_t i = 1; i < b.ndim() - 1; ++i) perm.push_back(i);
+    perm.push_back(0);
+    perm.push_back(b.ndim() - 1);
+    return transpose(r, perm, loc);
+  }
   // Broadcast the batch dimensions, then one dot_general with them as batch dims.
   Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
   Shape batch = broadcast_operands(P::dot_general, {&ab, &bb}, {&a, &b}, loc);

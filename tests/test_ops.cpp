@@ -410,6 +410,9 @@ TEST_CASE("ops: matmul 2-D, 1-D and batched with broadcasting") {
   }
   check_array(xj::matmul(f32v(a, {1, 2, 3}), f32v(b5, {5, 3, 4})), {5, 2, 4}, xj::f32, want3, 1e-5);
 
+  // one matrix times a stack: [2,3] @ [5,3,4] -> [5,2,4]
+  check_array(xj::matmul(f32v(a, {2, 3}), f32v(b5, {5, 3, 4})), {5, 2, 4}, xj::f32, want3, 1e-5);
+
   // f64 and int
   std::vector<double> da{1, 2, 3, 4};
   check_array(xj::matmul(f64v(da, {2, 2}), f64v(da, {2, 2})), {2, 2}, xj::f64, {7, 10, 15, 22});
@@ -846,4 +849,30 @@ TEST_CASE("roll, tile, repeat, split, linspace: against NumPy's definitions writ
   for (std::size_t i = 0; i < 6; ++i) CHECK(gt[i] == 4 * xv[i]);
   const auto gr = xj::grad([](const xj::Array& v) { return xj::sum(xj::roll(v, 1, 1) * xj::arange(3, xj::f32)); })(x).to_vector<float>();
   CHECK(gr == std::vector<float>{1, 2, 0, 1, 2, 0});  // x[:, j] lands at j + 1 mod 3
+}
+
+TEST_CASE("matmul of a stack by one matrix lowers as jnp.matmul: no batch dims, no broadcast weights in the gradient") {
+  // x (B, T, d) @ W (d, e): one dot_general without batch dims; W's gradient contracts B and T at
+  // once, so no (B, d, e) array appears anywhere in the gradient's jaxpr (issue 32).
+  const xj::Array x = xj::zeros({4, 7, 8}), w = xj::zeros({8, 6});
+  const auto loss = [](const xj::Array& a, const xj::Array& b) { return xj::sum(xj::tanh(xj::matmul(a, b))); };
+  const auto text = [](const xj::ClosedJaxpr& j) {
+    std::ostringstream os;
+    os << j;
+    return os.str();
+  };
+  const auto count = [](const std::string& s, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string fwd = text(xj::make_jaxpr(loss)(x, w));
+  const std::string bwd = text(xj::make_jaxpr(xj::grad(loss, xj::argnums<0, 1>))(x, w));
+  for (const std::string& j : {fwd, bwd}) {
+    INFO(j);
+    CHECK(count(j, "dot_general[") == count(j, "lhs_batch=()"));
+    CHECK(count(j, "f32[4,8,6]") == 0);
+    CHECK(count(j, "broadcast_in_dim") == count(j, "broadcast_in_dim[broadcast_dimensions=()"));
+  }
+  CHECK(count(bwd, "dot_general[") == 3);  // forward, d/dx, d/dW
 }

@@ -292,7 +292,10 @@ std::vector<Row> build() {
                   uniform2_gen({2, 3, 4}, {4, 2}, -1, 1)));
   t.push_back(row("matmul", {P::dot_general}, binary(matmul), uniform2_gen({3, 4}, {4, 2}, -1, 1)));
   t.push_back(row("matmul_bcast_batch", {P::dot_general, P::broadcast_in_dim}, binary(matmul),
-                  uniform2_gen({2, 3, 4}, {4, 5}, -1, 1)));
+                  uniform2_gen({1, 3, 4}, {2, 4, 5}, -1, 1)));
+  t.push_back(row("matmul_stack_by_matrix", {P::dot_general}, binary(matmul), uniform2_gen({2, 3, 4}, {4, 5}, -1, 1)));
+  t.push_back(row("matmul_matrix_by_stack", {P::dot_general, P::transpose}, binary(matmul),
+                  uniform2_gen({3, 4}, {2, 4, 5}, -1, 1)));
   t.push_back(row("matmul_vec_mat", {P::dot_general}, binary(matmul), uniform2_gen({4}, {4, 3}, -1, 1)));
   t.push_back(row("matmul_mat_vec", {P::dot_general}, binary(matmul), uniform2_gen({3, 4}, {4}, -1, 1)));
   t.push_back(row("dot", {P::dot_general}, binary(dot), uniform2_gen({3, 4}, {4}, -1, 1)));
