@@ -864,19 +864,10 @@ Array argsort(const Array& x, std::int64_t axis, std::source_location loc) {
   return sort(std::vector<Array>{x, iota(i32, x.shape(), a, loc)}, a, 1, loc)[1];
 }
 
-// The descending order as an ascending sort of an order-reversing key: -x for floats (NaN stays
-// NaN: last), ~x for integers (exact, no overflow), not x for bool; stable, so ties keep the
-// lower index first.
+// lax.top_k: one primitive (a partial sort per line).
 std::pair<Array, Array> top_k(const Array& x, std::int64_t k, std::source_location loc) {
-  if (x.ndim() == 0) throw ShapeError("top_k: needs an operand of rank >= 1, got " + x.aval().str() + " (at " + format_location(loc) + ")");
-  const std::int64_t last = x.ndim() - 1;
-  if (k < 0 || k > x.dim(last))
-    throw ShapeError("top_k: k = " + std::to_string(k) + " is outside 0.." + std::to_string(x.dim(last)) + " for " + x.aval().str() +
-                     " (at " + format_location(loc) + ")");
-  const Array key = is_floating(x.dtype()) ? neg(x, loc) : bitwise_not(x, loc);
-  const Array order = sort(std::vector<Array>{key, iota(i32, x.shape(), last, loc)}, last, 1, loc)[1];
-  const Array indices = slice_in_dim(order, 0, k, last, loc);
-  return {take_along_axis(x, indices, last, loc), indices};
+  const std::vector<Array> out = detail::bind(P::top_k, std::span<const Array>(&x, 1), params::TopK{.k = k}, loc);
+  return {out[0], out[1]};
 }
 
 #define XJAX_CUMULATIVE_OP(name)                                                                              \

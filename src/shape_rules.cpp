@@ -582,6 +582,15 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
         shape_fail(p, in, "num_keys must be between 1 and the number of operands, got " + std::to_string(s.num_keys));
       return std::vector<ShapedArray>(in.begin(), in.end());
     }
+    case P::top_k: {
+      expect_arity(p, in, 1);
+      if (in[0].ndim() == 0) shape_fail(p, in, "needs an operand of rank >= 1");
+      const std::int64_t k = ps.get<params::TopK>().k, n = in[0].shape.back();
+      if (k < 0 || k > n) shape_fail(p, in, "k = " + std::to_string(k) + " is outside 0.." + std::to_string(n) + " (the last axis)");
+      Shape shape = in[0].shape;
+      shape.back() = k;
+      return {ShapedArray{shape, in[0].dtype}, ShapedArray{shape, DType::i32}};
+    }
     case P::qr: return qr_shape_rule(in, ps.get<params::Qr>());
     case P::eigh: return eigh_shape_rule(in);
     case P::svd: return svd_shape_rule(in, ps.get<params::Svd>());

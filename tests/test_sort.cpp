@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <limits>
 #include <numeric>
 
@@ -110,6 +112,39 @@ TEST_CASE("top_k: the k largest along the last axis, descending, ties with the l
   CHECK(ii.to_vector<std::int64_t>() == std::vector<std::int64_t>{2, 1, 3, 4, 0});
   CHECK(xj::top_k(x, 0).first.shape() == xj::Shape{2, 0});
   CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::top_k(x, 5); }), "top_k"));
+}
+
+TEST_CASE("top_k against a full stable sort in double, NaN first (as XLA), vmap with the batch at the last axis") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // NaN counts as the largest; -0 equals 0 (index order); the reference: a stable sort of
+  // positions by descending value in that order, in double.
+  const std::vector<double> v{0.5, nan, -0.0, 2.0, 0.0, nan, 2.0, -1.0};
+  auto [values, indices] = xj::top_k(test_util::f64v(v), 5);
+  CHECK(indices.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 5, 3, 6, 0});
+  const auto got = vec(values);
+  CHECK((std::isnan(got[0]) && std::isnan(got[1]) && got[2] == 2.0 && got[3] == 2.0 && got[4] == 0.5));
+  // Random rows of 200 with repeated values, every k: the first k of std::stable_sort's order.
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> small(0, 20);
+  std::vector<double> big(3 * 200);
+  for (auto& e : big) e = small(rng) * 0.5;
+  const xj::Array x = test_util::f64v(big, {3, 200});
+  for (std::int64_t k : {1, 7, 100, 200}) {
+    auto [tv, ti] = xj::top_k(x, k);
+    const auto ids = ti.to_vector<std::int64_t>();
+    for (std::int64_t r = 0; r < 3; ++r) {
+      std::vector<std::int64_t> order(200);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](std::int64_t i, std::int64_t j) { return big[r * 200 + i] > big[r * 200 + j]; });
+      for (std::int64_t c = 0; c < k; ++c) CHECK(ids[r * k + c] == order[c]);
+    }
+  }
+  // vmap: the batch at the last axis moves (top_k works along the last axis), elsewhere it stays.
+  const xj::Array y = test_util::randn({4, 6}, 9);
+  test_util::check_close(xj::vmap([](const xj::Array& c) { return xj::top_k(c, 3).first; }, {1})(y),
+                         xj::top_k(xj::matrix_transpose(y), 3).first, 1e-15);
+  test_util::check_close(xj::vmap([](const xj::Array& r) { return xj::top_k(r, 2).first; }, {0})(y), xj::top_k(y, 2).first, 1e-15);
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::top_k(xj::scalar(1.0), 1); }), "rank >= 1"));
 }
 
 TEST_CASE("sort's derivatives move with the elements; vmap and jit agree with the eager sort") {

@@ -518,6 +518,16 @@ JvpOut sort_jvp(const JvpArgs& a) {
     r.tangents.push_back(tmap(a.t[i], out[i].aval(), [&](const Array& t) { return take_along_axis(t, perm, ps.dimension); }));
   return r;
 }
+// top_k's values move with their indices: d values = take_along_axis(dx, indices) (JAX's rule);
+// the indices have no tangent.
+JvpOut top_k_jvp(const JvpArgs& a) {
+  std::vector<Array> out = bind(a.prim, a.x, a.params, a.loc);
+  const std::int64_t last = a.x[0].ndim() - 1;
+  JvpOut r{out, {}};
+  r.tangents.push_back(tmap(a.t[0], out[0].aval(), [&](const Array& t) { return take_along_axis(t, out[1], last, a.loc); }));
+  r.tangents.push_back(Tangent::zero(out[1].aval()));
+  return r;
+}
 JvpOut qr_jvp(const JvpArgs& a) {
   std::vector<Array> outs = bind(a.prim, a.x, a.params, a.loc);
   if (a.t[0].is_zero()) return zero_tangents(std::move(outs));

@@ -423,6 +423,14 @@ BatchOut sort_batch(const BatchArgs& a) {
   return {ys, BatchDims(ys.size(), 0)};
 }
 
+// top_k(x)[b]: along the last axis, so the batch dim stays where it is unless it is the last.
+BatchOut top_k_batch(const BatchArgs& a) {
+  const std::int64_t d = a.dims[0] == a.x[0].ndim() - 1 ? 0 : a.dims[0];
+  const Array x = move_batch_dim(a.x[0], a.dims[0], d, a.size);
+  std::vector<Array> ys = bind(a.prim, std::span<const Array>(&x, 1), a.params, a.loc);
+  return {ys, BatchDims(ys.size(), d)};
+}
+
 // The collectives act elementwise across processes: psum / pmax / ppermute keep the batch dim;
 // all_gather and psum_scatter put it first and shift their axis past it.
 BatchOut psum_batch(const BatchArgs& a) { return elementwise_batch(a); }

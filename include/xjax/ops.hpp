@@ -249,7 +249,7 @@ std::vector<Array> sort(const std::vector<Array>& operands, std::int64_t dimensi
 Array argsort(const Array& x, std::int64_t axis = -1, XJAX_LOC);
 /// lax.top_k: the k largest elements along the last axis, in descending order, and their i32
 /// indices; equal elements keep their order (the lower index first), as JAX. A NaN counts as the
-/// smallest here (it sorts after every number in the descending order).
+/// largest (first), as XLA's; -0 equals 0. One primitive: a partial sort of each line.
 std::pair<Array, Array> top_k(const Array& x, std::int64_t k, XJAX_LOC);
 /// lax.cumsum, cumprod, cummax, cummin, cumlogsumexp: the running sum, product, maximum,
 /// minimum, log-sum-exp along `axis` (negative counts from the end), from the last element to

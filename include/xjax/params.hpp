@@ -118,6 +118,10 @@ struct Round {
 struct Sort {
   XJAX_PARAMS_STRUCT_BODY(Sort, (std::int64_t, dimension), (bool, is_stable), (std::int64_t, num_keys))
 };
+/// top_k: the k largest along the last axis.
+struct TopK {
+  XJAX_PARAMS_STRUCT_BODY(TopK, (std::int64_t, k))
+};
 /// rev: the axes whose element order is reversed.
 struct Rev {
   XJAX_PARAMS_STRUCT_BODY(Rev, (Ints, dimensions))

@@ -136,6 +136,7 @@
   X(eigh, eigh, Eigh, factorization, none, Y)                                                        \
   X(svd, svd, Svd, factorization, none, Y)                                                           \
   X(sort, sort, Sort, factorization, none, Y)                                                        \
+  X(top_k, top_k, TopK, factorization, none, Y)                                                      \
   X(lu_pivots_to_permutation, lu_pivots_to_permutation, LuPivotsToPermutation, structural, none, Y)  \
   X(psum, psum, None, collective, none, Y)                                                           \
   X(pmax, pmax, None, collective, none, Y)                                                           \

@@ -39,6 +39,10 @@ std::vector<Array> svd_kernel(std::span<const Array> in, const params::Svd& ps);
 /// sort's operands, each line along the dimension permuted by the stable order of the first
 /// num_keys (floats in JAX's total order: -0 = 0, NaN last) (sort.cpp).
 std::vector<Array> sort_kernel(std::span<const Array> in, const params::Sort& ps);
+/// top_k: the k largest of each line along the last axis, descending, ties and equal values
+/// in index order; floats in sort's total order (NaN largest: first, as XLA; -0 equals 0). Two
+/// outputs: the values and their indices (i32) (sort.cpp).
+std::vector<Array> top_k_kernel(std::span<const Array> in, const params::TopK& ps);
 
 using Ints = std::vector<std::int64_t>;
 

@@ -103,4 +103,40 @@ std::vector<Array> sort_kernel(std::span<const Array> in, const params::Sort& ps
   return out;
 }
 
+// Each line's k largest by a partial sort of positions (O(n log k)): position i before j when
+// its value is larger in the total order, or equal with i < j.
+std::vector<Array> top_k_kernel(std::span<const Array> in, const params::TopK& ps) {
+  const Array& x = in[0];
+  const std::int64_t n = x.shape().back(), k = ps.k, lines = n == 0 ? 0 : x.size() / n;
+  Shape shape = x.shape();
+  shape.back() = k;
+  std::vector<Array> out{alloc_array({shape, x.dtype()}), alloc_array({shape, DType::i32})};
+  std::int32_t* indices = out_ptr<std::int32_t>(out[1]);
+  std::vector<std::int32_t> order(static_cast<std::size_t>(n));
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* src = in_ptr<T>(x);
+    T* values = out_ptr<T>(out[0]);
+    for (std::int64_t line = 0; line < lines; ++line) {
+      const T* v = src + line * n;
+      std::iota(order.begin(), order.end(), 0);
+      bool has_nan = false;
+      if constexpr (std::is_floating_point_v<T>)
+        for (std::int64_t i = 0; i < n; ++i) has_nan = has_nan || std::isnan(v[i]);
+      if (has_nan)
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [v](std::int32_t i, std::int32_t j) {
+          return key_less(v[j], v[i]) || (!key_less(v[i], v[j]) && i < j);
+        });
+      else  // no NaN: the total order is the plain one
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [v](std::int32_t i, std::int32_t j) { return v[i] > v[j] || (v[i] == v[j] && i < j); });
+      for (std::int64_t r = 0; r < k; ++r) {
+        indices[line * k + r] = order[static_cast<std::size_t>(r)];
+        values[line * k + r] = v[order[static_cast<std::size_t>(r)]];
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace xjax::detail::kernels

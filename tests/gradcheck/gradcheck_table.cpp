@@ -357,7 +357,7 @@ std::vector<Row> build() {
   t.push_back(row("sort_axis0_carry", {P::sort}, [](const Arrays& x) { return sort(std::vector<Array>{x[0], x[1]}, 0, 1)[1]; },
                   [s](DType d, Rng& r) { return Arrays{spread(s, d, r), uniform(s, d, r, -2, 2)}; }));
   t.push_back(row("argsort", {P::sort}, [](const Arrays& x) { return astype(argsort(x[0]), x[0].dtype()) * x[0]; }, spread_gen(s)));
-  t.push_back(row("top_k", {P::sort}, [](const Arrays& x) { return top_k(x[0], 2).first; }, spread_gen(s)));
+  t.push_back(row("top_k", {P::top_k}, [](const Arrays& x) { return top_k(x[0], 2).first; }, spread_gen(s)));
   t.push_back(row("argmax", {P::argmax, P::convert_element_type},
                   [](const Arrays& x) { return astype(argmax(x[0], 1), x[0].dtype()); }, spread_gen(s), Kind::zero_gradient));
   // Cumulative: cumsum is linear (squared, see the top); the others' derivatives are those of
