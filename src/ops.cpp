@@ -834,18 +834,16 @@ Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis,
   return concatenate({slice_in_dim(x, n - s, n, a, loc), slice_in_dim(x, 0, n - s, a, loc)}, a, loc);
 }
 
+// No axes flip nothing (jnp.flip(x, axis=())); flip(x) flips every axis (axis=None).
 Array flip(const Array& x, const Axes& axes, std::source_location loc) {
-  Axes dims;
-  for (auto d : axes) dims.push_back(norm_axis(d, x.ndim(), "flip", x, loc));
+  const Axes dims = axes.empty() ? Axes{} : norm_axes(axes, x.ndim(), "flip", x, loc);
   return bind1(P::rev, {x}, params::Rev{.dimensions = dims}, loc);
 }
 
 Array flip(const Array& x, std::int64_t axis, std::source_location loc) { return flip(x, Axes{axis}, loc); }
 
 Array flip(const Array& x, std::source_location loc) {
-  Axes all_axes;
-  for (std::int64_t d = 0; d < x.ndim(); ++d) all_axes.push_back(d);
-  return flip(x, all_axes, loc);
+  return bind1(P::rev, {x}, params::Rev{.dimensions = norm_axes({}, x.ndim(), "flip", x, loc)}, loc);
 }
 
 std::vector<Array> sort(const std::vector<Array>& operands, std::int64_t dimension, std::int64_t num_keys,

@@ -192,6 +192,8 @@ TEST_CASE("flip: one axis, several, negative, all; jvp and transpose are flips; 
   CHECK(xj::flip(xj::zeros({0, 3}, xj::f32), 0).shape() == xj::Shape{0, 3});
   CHECK(xj::flip(xj::array<std::int32_t>({1, 2, 3}, {3})).to_vector<std::int64_t>() == std::vector<std::int64_t>{3, 2, 1});
   CHECK(contains(test_util::message_of<xj::Error>([&] { (void)xj::flip(m, 2); }), "flip"));
+  CHECK(contains(test_util::message_of<xj::Error>([&] { (void)xj::flip(m, xj::Axes{1, -1}); }), "repeated axis"));
+  check_all(xj::flip(m, xj::Axes{}), {1, 2, 3, 4, 5, 6}, 0);  // no axes: nothing flipped (jnp.flip(x, axis=()))
   const xj::Array w = test_util::f64v({1, -1, 2, 0.5, 3, 7}, {2, 3});
   test_util::check_close(xj::grad([&](const xj::Array& v) { return xj::sum(xj::flip(v, 1) * w); })(m), xj::flip(w, 1), 1e-15);
   const double inf = std::numeric_limits<double>::infinity();

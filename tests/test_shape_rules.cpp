@@ -448,3 +448,61 @@ TEST_CASE("shape rules: every primitive's rule agrees with make_jaxpr's recorded
   CHECK(outs[6] == f32({}));
   CHECK(outs[7] == f32({3, 1}));
 }
+
+TEST_CASE("shape rules: custom_linear_solve checks its operands against its jaxprs") {
+  // matvec(v) = 2 v and solve(v) = v / 2 on f32[3], without consts: the operands are b alone.
+  const auto traced = [](auto f, xj::Shape s) {
+    return std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr(f)(xj::zeros(std::move(s))));
+  };
+  const auto matvec = traced([](const xj::Array& v) { return v * 2.0; }, {3});
+  const auto solve = traced([](const xj::Array& v) { return v * 0.5; }, {3});
+  const auto truncating = traced([](const xj::Array& v) { return xj::slice(v, {0}, {2}); }, {3});
+  using P = Primitive;
+  const xj::params::CustomLinearSolve ok{.matvec = matvec, .solve = solve, .transpose_solve = {}, .symmetric = true};
+  CHECK(eval1(P::custom_linear_solve, {f32({3})}, ok) == f32({3}));
+  const auto error = [&](std::vector<ShapedArray> in, const xj::params::CustomLinearSolve& ps) {
+    return message_of<xj::TypeError>([&] { (void)xj::detail::abstract_eval(P::custom_linear_solve, in, ps); });
+  };
+  CHECK(contains(error({f32({3}), f32({3})}, ok), "2 operands, the jaxprs take 1"));
+  CHECK(contains(error({f32({4})}, ok), "matvec's input 0 is f32[3] but b's leaf 0 is f32[4]"));
+  CHECK(contains(error({f64({3})}, ok), "b's leaf 0 is f64[3]"));
+  const xj::params::CustomLinearSolve not_square{.matvec = matvec, .solve = truncating, .transpose_solve = {}, .symmetric = true};
+  CHECK(contains(error({f32({3})}, not_square), "solve's output 0 is f32[2]"));
+  CHECK(contains(error({f32({3})}, not_square), "the system must be square"));
+  const xj::params::CustomLinearSolve two{.matvec = matvec, .solve = solve, .transpose_solve = {solve, solve}, .symmetric = false};
+  CHECK(contains(error({f32({3})}, two), "at most one transpose_solve"));
+}
+
+TEST_CASE("shape rules: conv_general_dilated and the window primitives name the mismatching dims") {
+  using P = Primitive;
+  const Ints one{1, 1}, zero{0, 0}, nchw{0, 1, 2, 3};
+  xj::params::ConvGeneralDilated c{.window_strides = one, .padding_lo = zero, .padding_hi = zero, .lhs_dilation = one,
+                                   .rhs_dilation = one, .lhs_spec = nchw, .rhs_spec = nchw, .out_spec = nchw,
+                                   .feature_group_count = 1, .batch_group_count = 1};
+  CHECK(eval1(P::conv_general_dilated, {f32({2, 3, 5, 6}), f32({4, 3, 3, 2})}, c) == f32({2, 4, 3, 5}));
+  check_rule_error<xj::ShapeError>(P::conv_general_dilated, {f32({2, 3, 5, 6}), f32({4, 2, 3, 2})}, c,
+                                   {"lhs feature dimension (dim 1, size 3)", "rhs input-feature dimension (dim 1, size 2)"});
+  check_rule_error<xj::TypeError>(P::conv_general_dilated, {i32({2, 3, 5, 6}), i32({4, 3, 3, 2})}, c, {"floating-point"});
+  auto bad = c;
+  bad.lhs_spec = Ints{0, 1, 2, 2};
+  check_rule_error<xj::ShapeError>(P::conv_general_dilated, {f32({2, 3, 5, 6}), f32({4, 3, 3, 2})}, bad, {"lhs_spec"});
+  bad = c;
+  bad.batch_group_count = 4;
+  check_rule_error<xj::ShapeError>(P::conv_general_dilated, {f32({2, 3, 5, 6}), f32({4, 3, 3, 2})}, bad,
+                                   {"lhs batch dimension (dim 0, size 2) is not divisible by batch_group_count 4"});
+  bad = c;
+  bad.window_strides = Ints{1, 0};
+  check_rule_error<xj::ShapeError>(P::conv_general_dilated, {f32({2, 3, 5, 6}), f32({4, 3, 3, 2})}, bad, {"window_strides must be >= 1"});
+  const xj::params::ReduceWindow w{.window_dimensions = Ints{2, 3}, .window_strides = Ints{1, 2}, .padding_lo = Ints{0, 1},
+                                   .padding_hi = Ints{1, 0}, .base_dilation = one, .window_dilation = one};
+  CHECK(eval1(P::reduce_window_max, {f32({4, 6})}, w) == f32({4, 3}));
+  check_rule_error<xj::ShapeError>(P::reduce_window_sum, {f32({4, 6, 1})}, w, {"window_dimensions needs 3 entries"});
+  check_rule_error<xj::TypeError>(P::reduce_window_min, {bool_({4, 6})}, w, {"bool"});
+  const xj::params::SelectWindow s{.window_dimensions = Ints{2, 3}, .window_strides = Ints{1, 2}, .padding_lo = Ints{0, 1},
+                                   .padding_hi = Ints{1, 0}, .base_dilation = one, .window_dilation = one, .select_max = true};
+  CHECK(eval1(P::select_and_gather_add, {f32({4, 6}), f32({4, 6})}, s) == f32({4, 3}));
+  CHECK(eval1(P::select_and_scatter_add, {f32({4, 3}), f32({4, 6})}, s) == f32({4, 6}));
+  check_rule_error<xj::ShapeError>(P::select_and_scatter_add, {f32({4, 6}), f32({4, 6})}, s, {"the window reduction's shape"});
+  CHECK(xj::detail::abstract_eval(P::top_k, std::vector{f32({3, 5})}, xj::params::TopK{.k = 2})[1] == i32({3, 2}));
+  check_rule_error<xj::ShapeError>(P::top_k, {f32({3, 5})}, xj::params::TopK{.k = 6}, {"k = 6 is outside 0..5"});
+}

@@ -181,10 +181,12 @@ BatchOut reduce_max_batch(const BatchArgs& a) { return reduction_batch<params::R
 BatchOut reduce_min_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 BatchOut reduce_prod_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 BatchOut argmax_batch(const BatchArgs& a) { return reduction_batch<params::Argmax>(a); }
-// bitwise_not(x)[b], population_count(x)[b], round(x)[b]: elementwise, the batch dim stays.
-BatchOut bitwise_not_batch(const BatchArgs& a) { return one(bind1(a.prim, a.x, a.params, a.loc), a.dims[0]); }
-BatchOut population_count_batch(const BatchArgs& a) { return bitwise_not_batch(a); }
-BatchOut round_batch(const BatchArgs& a) { return bitwise_not_batch(a); }
+// f(x)[b] for a one-operand elementwise primitive outside the elementwise families
+// (bitwise_not, population_count, round): the batch dim stays.
+BatchOut unary_elementwise_batch(const BatchArgs& a) { return one(bind1(a.prim, a.x, a.params, a.loc), a.dims[0]); }
+BatchOut bitwise_not_batch(const BatchArgs& a) { return unary_elementwise_batch(a); }
+BatchOut population_count_batch(const BatchArgs& a) { return unary_elementwise_batch(a); }
+BatchOut round_batch(const BatchArgs& a) { return unary_elementwise_batch(a); }
 // cumop(x, axis)[b]: the batch dim stays where it is, the axis shifts past it.
 BatchOut cumulative_batch(const BatchArgs& a) {
   const std::int64_t d = a.dims[0];
