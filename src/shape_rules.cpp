@@ -7,6 +7,7 @@
 
 #include "loops/loops.hpp"
 #include "internal.hpp"
+#include "shape_errors.hpp"
 #include "windows.hpp"
 
 namespace xjax::detail {
@@ -15,12 +16,6 @@ namespace {
 using Avals = std::span<const ShapedArray>;
 using Ints = std::vector<std::int64_t>;
 
-[[noreturn]] void shape_fail(Primitive p, Avals in, const std::string& why) {
-  throw ShapeError(describe_application(p, in) + ": " + why);
-}
-[[noreturn]] void type_fail(Primitive p, Avals in, const std::string& why) {
-  throw TypeError(describe_application(p, in) + ": " + why);
-}
 
 void expect_arity(Primitive p, Avals in, std::size_t n) {
   if (in.size() != n)

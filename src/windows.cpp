@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "internal.hpp"
+#include "shape_errors.hpp"
 
 namespace xjax::detail {
 namespace {
@@ -13,9 +13,6 @@ namespace {
 using Avals = std::span<const ShapedArray>;
 using Ints = std::vector<std::int64_t>;
 
-[[noreturn]] void shape_fail(Primitive p, Avals in, const std::string& why) {
-  throw ShapeError(describe_application(p, in) + ": " + why);
-}
 
 std::string str(std::int64_t v) { return std::to_string(v); }
 
@@ -82,9 +79,9 @@ std::vector<ShapedArray> conv_general_dilated_shape_rule(Avals in, const params:
   const Primitive prim = Primitive::conv_general_dilated;
   if (in.size() != 2) shape_fail(prim, in, "expects 2 operands (lhs, rhs), got " + str(static_cast<std::int64_t>(in.size())));
   const ShapedArray &lhs = in[0], &rhs = in[1];
-  if (lhs.dtype != rhs.dtype) throw TypeError(describe_application(prim, in) + ": lhs and rhs must have the same dtype");
+  if (lhs.dtype != rhs.dtype) type_fail(prim, in, "lhs and rhs must have the same dtype");
   if (!is_floating(lhs.dtype))
-    throw TypeError(describe_application(prim, in) + ": needs floating-point operands (f32 or f64); convert with xj::astype");
+    type_fail(prim, in, "needs floating-point operands (f32 or f64); convert with xj::astype");
   const std::int64_t rank = lhs.ndim();
   if (rhs.ndim() != rank)
     shape_fail(prim, in, "lhs and rhs must have the same rank, got " + str(rank) + " and " + str(rhs.ndim()));
@@ -134,7 +131,7 @@ std::vector<ShapedArray> conv_general_dilated_shape_rule(Avals in, const params:
 std::vector<ShapedArray> reduce_window_shape_rule(Primitive prim, Avals in, const params::ReduceWindow& w) {
   if (in.size() != 1) shape_fail(prim, in, "expects 1 operand");
   if (in[0].dtype == DType::bool_)
-    throw TypeError(describe_application(prim, in) + ": does not accept bool operands; convert with xj::astype");
+    type_fail(prim, in, "does not accept bool operands; convert with xj::astype");
   check_window(prim, in, w);
   return {ShapedArray{window_out_shape(in[0].shape, w), in[0].dtype}};
 }
@@ -144,9 +141,9 @@ std::vector<ShapedArray> reduce_window_shape_rule(Primitive prim, Avals in, cons
 std::vector<ShapedArray> select_window_shape_rule(Primitive prim, Avals in, const params::SelectWindow& w) {
   if (in.size() != 2) shape_fail(prim, in, "expects 2 operands");
   if (in[0].dtype != in[1].dtype)
-    throw TypeError(describe_application(prim, in) + ": operands must have the same dtype");
+    type_fail(prim, in, "operands must have the same dtype");
   if (!is_floating(in[0].dtype))
-    throw TypeError(describe_application(prim, in) + ": needs floating-point operands (f32 or f64)");
+    type_fail(prim, in, "needs floating-point operands (f32 or f64)");
   const ShapedArray x = in[1];
   const ShapedArray xs[] = {x};
   check_window(prim, xs, w);
@@ -161,6 +158,7 @@ std::vector<ShapedArray> select_window_shape_rule(Primitive prim, Avals in, cons
 
 std::pair<std::int64_t, std::int64_t> padding_for(const std::string& mode, std::int64_t n, std::int64_t w,
                                                   std::int64_t s, const std::string& op) {
+  if (s < 1) throw ShapeError(op + ": window strides must be >= 1, got " + std::to_string(s));
   if (mode == "VALID") return {0, 0};
   if (mode != "SAME" && mode != "SAME_LOWER")
     throw ShapeError(op + ": padding must be \"SAME\", \"SAME_LOWER\", \"VALID\" or explicit (low, high) pairs, got \"" +

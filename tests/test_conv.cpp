@@ -266,6 +266,28 @@ TEST_CASE("conv_general_dilated under vmap: lhs, rhs or both batched, with group
     }
 }
 
+TEST_CASE("conv: an infinite weight meets padding as zeros in every kernel path (NaN, as XLA's products)") {
+  // The same depthwise convolution run by the depthwise loop (feature groups) and by im2col (its
+  // block-diagonal kernel, one group): padding is 0 * inf = NaN in both (review of 2026-12-02:
+  // the depthwise and direct loops skipped padding).
+  const xj::Array x = xj::ones({1, 2, 3, 3}, xj::f64);
+  std::vector<double> wv(2 * 9, 0.5);
+  wv[0] = INFINITY;  // channel 0, top-left tap
+  const xj::Array w = test_util::f64v(wv, {2, 1, 3, 3});
+  std::vector<double> dense(2 * 2 * 9, 0.0);
+  for (int c = 0; c < 2; ++c)
+    for (int k = 0; k < 9; ++k) dense[static_cast<std::size_t>((c * 2 + c) * 9 + k)] = wv[static_cast<std::size_t>(c * 9 + k)];
+  const auto depthwise = vec(xj::conv_general_dilated(x, w, {1, 1}, "SAME", {}, {}, {}, 2));
+  const auto im2col = vec(xj::conv(x, test_util::f64v(dense, {2, 2, 3, 3}), {1, 1}, "SAME"));
+  REQUIRE(depthwise.size() == im2col.size());
+  for (std::size_t i = 0; i < im2col.size(); ++i) {
+    INFO("element " << i);
+    CHECK(std::isnan(depthwise[i]) == std::isnan(im2col[i]));
+    if (!std::isnan(im2col[i])) CHECK(depthwise[i] == im2col[i]);
+  }
+  CHECK(std::isnan(depthwise[0]));  // the top-left output reads padding through the infinite tap
+}
+
 TEST_CASE("conv errors name the mismatching dimensions") {
   const xj::Array x = xj::zeros({2, 3, 5, 5}), w = xj::zeros({4, 2, 3, 3});
   CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::conv(x, w, {1, 1}, "SAME"); }),
@@ -292,6 +314,16 @@ TEST_CASE("conv errors name the mismatching dimensions") {
                    (void)xj::conv(xj::zeros({1, 1, 3, 3}, xj::i32), xj::zeros({1, 1, 2, 2}, xj::i32), {1, 1}, "VALID");
                  }),
                  "floating-point"));
+  // A zero stride with string padding (review of 2026-12-02: a division by zero, SIGFPE, before
+  // the shape rule could reject it).
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::conv(x, xj::zeros({4, 3, 3, 3}), {0, 1}, "SAME"); }),
+                 "strides must be >= 1"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::max_pool(xj::zeros({1, 4, 4, 1}), {2, 2}, {0, 0}, "SAME"); }),
+                 "strides must be >= 1"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] {
+                   (void)xj::reduce_window(xj::zeros({4}), 0.0, xj::WindowOp::add, {2}, {0}, "SAME");
+                 }),
+                 "strides must be >= 1"));
 }
 
 TEST_CASE("dots_saveable keeps convolutions (they are dot-like, as in JAX)") {

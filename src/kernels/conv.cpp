@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "kernels/kernels.hpp"
@@ -34,6 +35,11 @@ namespace {
 template <class T> void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
                              std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool a_t = false, bool b_t = false) {
   if (m == 0 || n == 0) return;
+  for (std::int64_t v : {m, n, k, lda, ldb, ldc})
+    if (v > std::numeric_limits<blasint>::max())
+      throw Error("conv_general_dilated: a matrix product dimension of " + std::to_string(v) +
+                  " exceeds the BLAS interface's " + std::to_string(std::numeric_limits<blasint>::max()) +
+                  "; split the batch");
   const auto bi = [](std::int64_t v) { return static_cast<blasint>(v); };
   const CBLAS_TRANSPOSE ta = a_t ? CblasTrans : CblasNoTrans, tb = b_t ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
@@ -165,9 +171,12 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
       Odometer k{g.window_extent};
       for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
         const std::int64_t off = g.offset(s.at, k.at);
-        if (off < 0) continue;
-        const T* xs = x + n * image + off;
         const T* ws = w + kp * g.o;
+        if (off < 0) {  // padding: zeros times the weights (a non-finite weight gives NaN, as im2col's product)
+          for (std::int64_t j = 0; j < g.o; ++j) y[j] += T(0) * ws[j];
+          continue;
+        }
+        const T* xs = x + n * image + off;
         if (m == 1)
           simd::map3(xs, ws, y, y, static_cast<std::size_t>(g.o),
                      [](const simd::Batch<T>& a, const simd::Batch<T>& b, const simd::Batch<T>& c) { return xsimd::fma(a, b, c); });
@@ -289,9 +298,12 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
           Odometer k{g.window_extent};
           for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
             const std::int64_t off = g.offset(s.at, k.at);
-            if (off < 0) continue;
-            const T* xs = img + off;
             const T* ws = w + (q * g.window + kp) * g.cg;
+            if (off < 0) {  // padding: zeros times the weights, as in the other paths
+              for (std::int64_t c = 0; c < g.cg; ++c) tail += T(0) * ws[c];
+              continue;
+            }
+            const T* xs = img + off;
             std::int64_t c = 0;
             for (; c + width <= g.cg; c += width) acc = xsimd::fma(B::load_unaligned(xs + c), B::load_unaligned(ws + c), acc);
             for (; c < g.cg; ++c) tail += xs[c] * ws[c];

@@ -29,6 +29,24 @@ Array fit(const Array& v, const Shape& target) {
   return xj::broadcast_to(s, target);
 }
 
+/// Window and Conv nodes keep six ints per windowed dim from ints[first]: window, stride,
+/// padding low, high, and two dilations (generate.cpp says which).
+struct WindowInts {
+  std::vector<std::int64_t> window, strides, dilation_a, dilation_b;
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads;
+};
+WindowInts window_ints(const std::vector<std::int64_t>& ints, std::size_t first) {
+  WindowInts w;
+  for (std::size_t d = first; d + 5 < ints.size(); d += 6) {
+    w.window.push_back(ints[d]);
+    w.strides.push_back(ints[d + 1]);
+    w.pads.emplace_back(ints[d + 2], ints[d + 3]);
+    w.dilation_a.push_back(ints[d + 4]);
+    w.dilation_b.push_back(ints[d + 5]);
+  }
+  return w;
+}
+
 xj::Policy policy(const Node& n) {
   namespace cp = xj::checkpoint_policies;
   std::set<std::string> names;
@@ -419,18 +437,11 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         default: return {xj::cumlogsumexp(a, n.ints[0], n.flag)};
       }
     case Op::Window: {
-      std::vector<std::int64_t> window, strides, base, wdil;
-      std::vector<std::pair<std::int64_t, std::int64_t>> pads;
-      for (std::size_t d = 0; d + 5 < n.ints.size(); d += 6) {
-        window.push_back(n.ints[d]);
-        strides.push_back(n.ints[d + 1]);
-        pads.emplace_back(n.ints[d + 2], n.ints[d + 3]);
-        base.push_back(n.ints[d + 4]);
-        wdil.push_back(n.ints[d + 5]);
-      }
+      const WindowInts w = window_ints(n.ints, 0);
       const double inf = std::numeric_limits<double>::infinity();
       const xj::WindowOp op = n.variant == 1 ? xj::WindowOp::max : n.variant == 2 ? xj::WindowOp::min : xj::WindowOp::add;
-      const Array y = xj::reduce_window(a, n.variant == 1 ? -inf : n.variant == 2 ? inf : 0.0, op, window, strides, pads, base, wdil);
+      const Array y = xj::reduce_window(a, n.variant == 1 ? -inf : n.variant == 2 ? inf : 0.0, op, w.window, w.strides, w.pads,
+                                        w.dilation_a, w.dilation_b);
       return {n.variant == 3 ? y * 0.5 : y};
     }
     case Op::LogSoftmax: return {xj::log_softmax(a, n.ints[0])};
@@ -448,22 +459,14 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       const bool last = n.variant == 1;
       const std::int64_t o = n.ints[0], groups = n.ints[1], batch_groups = n.ints[2];
       const std::int64_t r = a.ndim(), c = last ? a.dim(r - 1) : a.dim(1);
-      std::vector<std::int64_t> window, strides, rd, ld;
-      std::vector<std::pair<std::int64_t, std::int64_t>> pads;
-      for (std::size_t d = 3; d + 5 < n.ints.size(); d += 6) {
-        window.push_back(n.ints[d]);
-        strides.push_back(n.ints[d + 1]);
-        pads.emplace_back(n.ints[d + 2], n.ints[d + 3]);
-        rd.push_back(n.ints[d + 4]);
-        ld.push_back(n.ints[d + 5]);
-      }
+      const WindowInts w = window_ints(n.ints, 3);  // dilation_a: rhs's, dilation_b: lhs's
       Shape kshape{o, c / groups};
-      kshape.insert(kshape.end(), window.begin(), window.end());
+      kshape.insert(kshape.end(), w.window.begin(), w.window.end());
       const Array k = xj::tanh(fit(b, kshape));
       const std::string sp = std::string("HWD").substr(0, static_cast<std::size_t>(r - 2));
       const xj::ConvDimensionNumbers dn = last ? xj::ConvDimensionNumbers{"N" + sp + "C", "OI" + sp, "N" + sp + "C"}
                                                : xj::ConvDimensionNumbers{"NC" + sp, "OI" + sp, "NC" + sp};
-      return {xj::conv_general_dilated(a, k, strides, pads, ld, rd, dn, groups, batch_groups)};
+      return {xj::conv_general_dilated(a, k, w.strides, w.pads, w.dilation_b, w.dilation_a, dn, groups, batch_groups)};
     }
     case Op::Cholesky: return {xj::linalg::cholesky(spd(a), !n.flag)};
     case Op::TriangularSolve: {
