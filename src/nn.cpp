@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "xjax/custom_derivatives.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax {
@@ -31,13 +32,26 @@ Array along_axis(const char* fn, const char* what, const Array& p, const Array& 
 
 }  // namespace
 
+// standardize(x) = (x - mean) r, r = (var + eps)^(-1/2), a custom_jvp so that reverse mode keeps
+// the output and r (PyTorch's layer_norm keeps its input, mean and r):
+// d y = r (dx - mean(dx) - y mean(y dx)).
 Array standardize(const Array& x, std::int64_t axis, double epsilon, std::source_location loc) {
   const std::int64_t a = normalized_axis("standardize", x, axis, loc);
   // (x - mean) * rsqrt(mean((x - mean)^2) + eps): the variance of the centred values, which
   // loses no precision to cancellation as E[x^2] - E[x]^2 would.
-  const Array centred = sub(x, mean(x, {a}, true, loc), loc);
-  const Array var = mean(square(centred, loc), {a}, true, loc);
-  return mul(centred, rsqrt(add(var, scalar_like(epsilon, var), loc), loc), loc);
+  const auto rstd_and_y = [a, epsilon, loc](const Array& v) {
+    const Array centred = sub(v, mean(v, {a}, true, loc), loc);
+    const Array var = mean(square(centred, loc), {a}, true, loc);
+    const Array r = rsqrt(add(var, scalar_like(epsilon, var), loc), loc);
+    return std::pair{r, mul(centred, r, loc)};
+  };
+  auto f = [rstd_and_y](const Array& v) { return rstd_and_y(v).second; };
+  return custom_jvp(f, [rstd_and_y, a, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+    const auto [r, y] = rstd_and_y(std::get<0>(p));
+    const Array& dx = std::get<0>(t);
+    const Array inner = sub(sub(dx, mean(dx, {a}, true, loc), loc), mul(y, mean(mul(y, dx, loc), {a}, true, loc), loc), loc);
+    return std::pair{y, mul(r, inner, loc)};
+  })(x);
 }
 
 Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::optional<Array>& bias,
@@ -49,11 +63,22 @@ Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::o
   return y;
 }
 
+// rms_norm(x) = x r, r = (mean(x^2) + eps)^(-1/2), a custom_jvp keeping the output and r:
+// d y = r (dx - y mean(y dx)).
 Array rms_norm(const Array& x, const std::optional<Array>& scale, std::int64_t axis, double epsilon,
                std::source_location loc) {
   const std::int64_t a = normalized_axis("rms_norm", x, axis, loc);
-  const Array ms = mean(square(x, loc), {a}, true, loc);
-  Array y = mul(x, rsqrt(add(ms, scalar_like(epsilon, ms), loc), loc), loc);
+  const auto rstd_and_y = [a, epsilon, loc](const Array& v) {
+    const Array ms = mean(square(v, loc), {a}, true, loc);
+    const Array r = rsqrt(add(ms, scalar_like(epsilon, ms), loc), loc);
+    return std::pair{r, mul(v, r, loc)};
+  };
+  auto f = [rstd_and_y](const Array& v) { return rstd_and_y(v).second; };
+  Array y = custom_jvp(f, [rstd_and_y, a, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+    const auto [r, out] = rstd_and_y(std::get<0>(p));
+    const Array& dx = std::get<0>(t);
+    return std::pair{out, mul(r, sub(dx, mul(out, mean(mul(out, dx, loc), {a}, true, loc), loc), loc), loc)};
+  })(x);
   if (scale) y = mul(y, along_axis("rms_norm", "scale", *scale, x, a, loc), loc);
   return y;
 }

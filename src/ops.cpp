@@ -196,18 +196,6 @@ Array relu(const Array& x, std::source_location loc) {
   return bind1(P::select_n, {gt(x, zero, loc), zero, x}, {}, loc);
 }
 
-Array gelu(const Array& x, std::source_location loc) {
-  const double c = std::sqrt(2.0 / M_PI);
-  Array inner = mul(add(x, mul(integer_pow(x, 3, loc), scalar_like(0.044715, x), loc), loc), scalar_like(c, x), loc);
-  return mul(mul(x, scalar_like(0.5, x), loc), add(tanh(inner, loc), scalar_like(1.0, x), loc), loc);
-}
-
-Array gelu(const Array& x, bool approximate, std::source_location loc) {
-  if (approximate) return gelu(x, loc);
-  const Array phi = mul(add(erf(mul(x, scalar_like(M_SQRT1_2, x), loc), loc), scalar_like(1.0, x), loc), scalar_like(0.5, x), loc);
-  return mul(x, phi, loc);
-}
-
 // softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
 Array softplus(const Array& x, std::source_location loc) {
   return add(maximum(x, scalar_like(0.0, x), loc), log1p(exp(neg(abs(x, loc), loc), loc), loc), loc);
@@ -472,17 +460,6 @@ Array logsumexp(const Array& x, const Axes& axes, bool keepdims, std::source_loc
   Array r = add(log(sum(exp(sub(x, m, loc), loc), axes, true, loc), loc), m, loc);
   if (keepdims) return r;
   return squeeze(r, norm_axes(axes, x.ndim(), "logsumexp", x, loc), loc);
-}
-
-Array softmax(const Array& x, std::int64_t axis, std::source_location loc) {
-  Array m = stop_gradient(max(x, {axis}, true, loc), loc);
-  Array e = exp(sub(x, m, loc), loc);
-  return div(e, sum(e, {axis}, true, loc), loc);
-}
-
-Array log_softmax(const Array& x, std::int64_t axis, std::source_location loc) {
-  Array shifted = sub(x, stop_gradient(max(x, {axis}, true, loc), loc), loc);
-  return sub(shifted, log(sum(exp(shifted, loc), {axis}, true, loc), loc), loc);
 }
 
 // ---- shape ------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@
 
 #include <xjax/xjax.hpp>
 
+#include "../examples/transformer_model.hpp"
+
 #include "test_util.hpp"
 
 namespace xj = xjax;
@@ -689,4 +691,25 @@ TEST_CASE("checkpoint: cond and while_loop inside a checkpointed body") {
   auto [y2, t2] = xj::jvp(while_float_body, std::tuple{x0}, std::tuple{t});
   check_close(y1, y2, 1e-15);
   check_close(t1, t2, 1e-15);
+}
+
+TEST_CASE("a GPT block keeps what PyTorch's autograd keeps: residual bytes within 1.1x (issue 32)") {
+  // PyTorch saves, per pre-LN block (B, T, d, H heads, MLP 4d), besides parameters: layer_norm's
+  // input, mean and rstd (twice); the inputs of the four linears (d, d, d, 4d wide); q, k, v; the
+  // softmax output (B, H, T, T); gelu's input (4d): 16 B T d + B H T^2 + 4 B T floats. xjax keeps
+  // softmax's output, gelu's derivative, the norms' outputs and per-row rstd (custom_jvp rules), and
+  // rebuilds broadcasts instead of saving them.
+  const std::int64_t B = 4, T = 16, d = 32, H = 4;
+  gpt::Gpt params = gpt::init(64, T, d, 1, xj::f32, 0);
+  const gpt::Block block = xj::tree_map([](const xj::Array& a) { return a[0]; }, params.blocks);
+  const xj::Array causal = gpt::causal_mask(T, xj::f32);
+  const auto residuals = xj::saved_residuals(
+      [&](const xj::Array& x, const gpt::Block& b) { return gpt::block(b, x, causal, H); }, xj::zeros({B, T, d}), block);
+  double activations = 0;
+  for (const auto& r : residuals)
+    if (r.description.find("argument 1") == std::string::npos) activations += static_cast<double>(r.aval.nbytes());
+  const double torch = 4.0 * static_cast<double>(16 * B * T * d + B * H * T * T + 4 * B * T);
+  INFO("xjax keeps " << activations << " bytes, PyTorch " << torch);
+  CHECK(activations <= 1.1 * torch);
+  CHECK(activations >= 0.5 * torch);  // a sanity bound: the backward pass needs about as much
 }

@@ -2,7 +2,8 @@
 // partial_eval : (a -> b) -> (known a -> (known b, r), (r, unknown a) -> unknown b)
 // An equation with an unknown input is staged; the others are known. A known equation that the
 // `saveable` predicate rejects is also copied into the staged jaxpr, so the staged side recomputes
-// it instead of receiving it as a residual (this is how checkpoint policies act). Residuals are
+// it instead of receiving it as a residual (this is how checkpoint policies act); so are values
+// built from literals and broadcasts that enlarge their operand (cheap to rebuild). Residuals are
 // the known values the staged jaxpr reads after dead code is removed from both sides.
 #include <algorithm>
 #include <unordered_map>
@@ -59,10 +60,15 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     }
     if (!any_unknown) {
       known_eqns.push_back(e);
-      // Recomputed on the staged side: what the policy does not save, and values built from
-      // literals alone (e.g. broadcast zeros), which are cheaper to rebuild than to keep.
+      // Recomputed on the staged side: what the policy does not save, values built from literals
+      // alone (e.g. broadcast zeros), and broadcasts that enlarge a value (a norm's per-row scale
+      // spread over the row): cheaper to rebuild than to keep, so the smaller operand is what a
+      // residual holds (PyTorch's layer_norm keeps its (B, T, 1) statistics, not their broadcast).
       bool from_literals = std::none_of(e.inputs.begin(), e.inputs.end(), [](const Atom& a) { return as_var(a) != nullptr; });
-      if ((saveable && !saveable(e)) || from_literals) staged_eqns.push_back(e);
+      const Var* operand = e.inputs.empty() ? nullptr : as_var(e.inputs[0]);
+      bool enlarging_broadcast = e.prim == Primitive::broadcast_in_dim && operand &&
+                                 e.outputs[0].aval().size() > operand->aval().size();
+      if ((saveable && !saveable(e)) || from_literals || enlarging_broadcast) staged_eqns.push_back(e);
       continue;
     }
     std::vector<bool> ins_unknown;

@@ -1,0 +1,90 @@
+// lean_composites.cpp: softmax, log_softmax and gelu as custom_jvp functions (JAX's softmax is
+// one too), so reverse mode keeps what PyTorch's autograd keeps for them: softmax its output,
+// log_softmax exp(output), gelu one array the size of its input (its derivative). Differentiated
+// as compositions they kept three to four arrays each (issue 32). The rules are written with
+// ordinary ops, so they are differentiable again (higher orders), batch and jit.
+#include <cmath>
+#include <numbers>
+
+#include "xjax/custom_derivatives.hpp"
+#include "xjax/ops.hpp"
+
+namespace xjax {
+namespace {
+
+using Loc = std::source_location;
+
+Array plain_softmax(const Array& x, std::int64_t axis, const Loc& loc) {
+  const Array m = stop_gradient(max(x, {axis}, true, loc), loc);
+  const Array e = exp(sub(x, m, loc), loc);
+  return div(e, sum(e, {axis}, true, loc), loc);
+}
+
+Array plain_log_softmax(const Array& x, std::int64_t axis, const Loc& loc) {
+  const Array shifted = sub(x, stop_gradient(max(x, {axis}, true, loc), loc), loc);
+  return sub(shifted, log(sum(exp(shifted, loc), {axis}, true, loc), loc), loc);
+}
+
+// f(x) with derivative f'(x) elementwise: a custom_jvp whose tangent is dx * f'(x), so reverse
+// mode keeps f'(x) alone.
+template <class F, class D> Array elementwise_with_derivative(const Array& x, F f, D deriv) {
+  return custom_jvp(f, [f, deriv](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+    const Array& v = std::get<0>(p);
+    return std::pair{f(v), mul(std::get<0>(t), deriv(v))};
+  })(x);
+}
+
+}  // namespace
+
+// d softmax(x) = y (dx - sum(y dx)), y = softmax(x): the output is all the derivative needs.
+Array softmax(const Array& x, std::int64_t axis, Loc loc) {
+  auto f = [axis, loc](const Array& v) { return plain_softmax(v, axis, loc); };
+  return custom_jvp(f, [f, axis, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+    const Array y = f(std::get<0>(p));
+    const Array& dx = std::get<0>(t);
+    return std::pair{y, mul(y, sub(dx, sum(mul(y, dx, loc), {axis}, true, loc), loc), loc)};
+  })(x);
+}
+
+// d log_softmax(x) = dx - sum(exp(y) dx), y = log_softmax(x) (exp(y) = softmax(x)).
+Array log_softmax(const Array& x, std::int64_t axis, Loc loc) {
+  auto f = [axis, loc](const Array& v) { return plain_log_softmax(v, axis, loc); };
+  return custom_jvp(f, [f, axis, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+    const Array y = f(std::get<0>(p));
+    const Array& dx = std::get<0>(t);
+    return std::pair{y, sub(dx, sum(mul(exp(y, loc), dx, loc), {axis}, true, loc), loc)};
+  })(x);
+}
+
+// gelu(x) = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi):
+// gelu'(x) = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 * 0.044715 x^2), t = tanh(u).
+Array gelu(const Array& x, Loc loc) {
+  const double c = std::sqrt(2.0 / std::numbers::pi), k = 0.044715;
+  auto tanh_of = [=](const Array& v) {
+    return tanh(mul(add(v, mul(integer_pow(v, 3, loc), scalar_like(k, v), loc), loc), scalar_like(c, v), loc), loc);
+  };
+  auto f = [=](const Array& v) { return mul(mul(v, scalar_like(0.5, v), loc), add(tanh_of(v), scalar_like(1.0, v), loc), loc); };
+  auto deriv = [=](const Array& v) {
+    const Array t = tanh_of(v);
+    const Array half_one_plus_t = mul(add(t, scalar_like(1.0, v), loc), scalar_like(0.5, v), loc);
+    const Array du = mul(add(mul(square(v, loc), scalar_like(3 * k, v), loc), scalar_like(1.0, v), loc), scalar_like(c, v), loc);
+    return add(half_one_plus_t, mul(mul(mul(v, scalar_like(0.5, v), loc), sub(scalar_like(1.0, v), square(t, loc), loc), loc), du, loc), loc);
+  };
+  return elementwise_with_derivative(x, f, deriv);
+}
+
+// gelu(x) = x Phi(x) exactly: gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+Array gelu(const Array& x, bool approximate, Loc loc) {
+  if (approximate) return gelu(x, loc);
+  auto phi_cdf = [=](const Array& v) {
+    return mul(add(erf(mul(v, scalar_like(M_SQRT1_2, v), loc), loc), scalar_like(1.0, v), loc), scalar_like(0.5, v), loc);
+  };
+  auto f = [=](const Array& v) { return mul(v, phi_cdf(v), loc); };
+  auto deriv = [=](const Array& v) {
+    const Array density = mul(exp(mul(square(v, loc), scalar_like(-0.5, v), loc), loc), scalar_like(1.0 / std::sqrt(2.0 * std::numbers::pi), v), loc);
+    return add(phi_cdf(v), mul(v, density, loc), loc);
+  };
+  return elementwise_with_derivative(x, f, deriv);
+}
+
+}  // namespace xjax
