@@ -163,25 +163,42 @@ Array weight_matrices(const Array& rhs, const params::ConvGeneralDilated& p, con
 template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out) {
   const std::int64_t image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
   const std::int64_t m = g.oq;
+  using B = simd::Batch<T>;
+  constexpr std::int64_t width = static_cast<std::int64_t>(B::size), block = 4 * width;
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(g.window));
   for (std::int64_t n = 0; n < g.nout; ++n) {
     Odometer s{g.out_extent};
     for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next()) {
       T* y = out + (n * g.positions + pos) * g.o;
-      std::fill(y, y + g.o, T(0));
+      // Each window position's offset (-1: padding, read as zeros times the weights, so a
+      // non-finite weight gives NaN there as in im2col's product).
       Odometer k{g.window_extent};
-      for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
-        const std::int64_t off = g.offset(s.at, k.at);
-        const T* ws = w + kp * g.o;
-        if (off < 0) {  // padding: zeros times the weights (a non-finite weight gives NaN, as im2col's product)
-          for (std::int64_t j = 0; j < g.o; ++j) y[j] += T(0) * ws[j];
-          continue;
+      for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) offsets[static_cast<std::size_t>(kp)] = g.offset(s.at, k.at);
+      const T* img = x + n * image;
+      std::int64_t c0 = 0;
+      if (m == 1)  // four batches of channels held in registers across the window
+        for (; c0 + block <= g.o; c0 += block) {
+          B a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
+          for (std::int64_t kp = 0; kp < g.window; ++kp) {
+            const std::int64_t off = offsets[static_cast<std::size_t>(kp)];
+            const T* ws = w + kp * g.o + c0;
+            const T* xs = img + (off < 0 ? 0 : off) + c0;
+            const B zero(T(0));
+            a0 = xsimd::fma(off < 0 ? zero : B::load_unaligned(xs), B::load_unaligned(ws), a0);
+            a1 = xsimd::fma(off < 0 ? zero : B::load_unaligned(xs + width), B::load_unaligned(ws + width), a1);
+            a2 = xsimd::fma(off < 0 ? zero : B::load_unaligned(xs + 2 * width), B::load_unaligned(ws + 2 * width), a2);
+            a3 = xsimd::fma(off < 0 ? zero : B::load_unaligned(xs + 3 * width), B::load_unaligned(ws + 3 * width), a3);
+          }
+          a0.store_unaligned(y + c0);
+          a1.store_unaligned(y + c0 + width);
+          a2.store_unaligned(y + c0 + 2 * width);
+          a3.store_unaligned(y + c0 + 3 * width);
         }
-        const T* xs = x + n * image + off;
-        if (m == 1)
-          simd::map3(xs, ws, y, y, static_cast<std::size_t>(g.o),
-                     [](const simd::Batch<T>& a, const simd::Batch<T>& b, const simd::Batch<T>& c) { return xsimd::fma(a, b, c); });
-        else
-          for (std::int64_t j = 0; j < g.o; ++j) y[j] += xs[j / m] * ws[j];
+      std::fill(y + c0, y + g.o, T(0));
+      for (std::int64_t kp = 0; kp < g.window; ++kp) {
+        const std::int64_t off = offsets[static_cast<std::size_t>(kp)];
+        const T* ws = w + kp * g.o;
+        for (std::int64_t j = c0; j < g.o; ++j) y[j] += (off < 0 ? T(0) : img[off + j / m]) * ws[j];
       }
     }
   }
