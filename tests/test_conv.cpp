@@ -458,6 +458,24 @@ TEST_CASE("reduce_window max / min propagate NaN (as lax.max), every layout of t
     CHECK(std::isnan(z[1]));
     CHECK(z[4] == (op == xj::WindowOp::max ? 3.0 : -1.0));
   }
+  // Rows of 37 along an unwindowed last dim (the vectorized loop and its tail), NaN in some columns.
+  std::vector<double> v(3 * 37);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37 * static_cast<double>(i));
+  v[1 * 37 + 5] = nan;   // column 5, row 1: both windows (rows 0-1, 1-2) are NaN there
+  v[2 * 37 + 30] = nan;  // column 30, row 2: only the second window
+  for (xj::DType dtype : {xj::f64, xj::f32})
+    for (xj::WindowOp op : {xj::WindowOp::max, xj::WindowOp::min}) {
+      const auto y = vec(xj::reduce_window(xj::astype(test_util::f64v(v, {3, 37}), dtype), op == xj::WindowOp::max ? -INFINITY : INFINITY,
+                                           op, {2, 1}, {1, 1}, "VALID"));
+      for (std::size_t w = 0; w < 2; ++w)
+        for (std::size_t c = 0; c < 37; ++c) {
+          const double a = v[w * 37 + c], b = v[(w + 1) * 37 + c];
+          const double want = std::isnan(a) || std::isnan(b) ? nan : (op == xj::WindowOp::max ? std::max(a, b) : std::min(a, b));
+          INFO("window " << w << " column " << c);
+          if (std::isnan(want)) CHECK(std::isnan(y[w * 37 + c]));
+          else CHECK(y[w * 37 + c] == doctest::Approx(want).epsilon(1e-6));
+        }
+    }
 }
 
 TEST_CASE("reduce_window derivatives: sum's transpose, max / min pass the tangent to the first extremum") {

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "kernels/kernels.hpp"
+#include "kernels/simd.hpp"
 #include "windows.hpp"
 
 namespace xjax::detail::kernels {
@@ -68,11 +69,13 @@ template <class T> T identity_of(Primitive p) {
 
 // The reductions, as functors so that the row loops inline them (and vectorize the plain ones).
 // Max and min propagate NaN (v != v: v is NaN).
+// Each also has a batch form (xsimd) for the contiguous rows of the plain case.
 struct Sum {
   template <class T> T operator()(T acc, T v) const {
     if constexpr (std::is_integral_v<T>) return wrap_add(acc, v);
     else return acc + v;
   }
+  template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const { return acc + v; }
 };
 // Written as selects (no data-dependent branch: a max of random data would mispredict often).
 struct Max {
@@ -80,11 +83,17 @@ struct Max {
     const T m = acc < v ? v : acc;
     return v == v ? m : v;
   }
+  template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const {
+    return xsimd::select((acc < v) | xsimd::isnan(v), v, acc);
+  }
 };
 struct Min {
   template <class T> T operator()(T acc, T v) const {
     const T m = v < acc ? v : acc;
     return v == v ? m : v;
+  }
+  template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const {
+    return xsimd::select((v < acc) | xsimd::isnan(v), v, acc);
   }
 };
 
@@ -109,7 +118,13 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
     T* y = out + out_row;
     const T* row = src + in_row;
     if (plain) {
-      for (std::int64_t o = 0; o < n; ++o) y[o] = op(y[o], row[o]);
+      std::int64_t o = 0;
+      if constexpr (std::is_floating_point_v<T>) {
+        constexpr auto width = static_cast<std::int64_t>(simd::Batch<T>::size);
+        for (; o + width <= n; o += width)
+          op.batch(simd::Batch<T>::load_unaligned(y + o), simd::Batch<T>::load_unaligned(row + o)).store_unaligned(y + o);
+      }
+      for (; o < n; ++o) y[o] = op(y[o], row[o]);
       return;
     }
     const std::int64_t* t = table.data();
