@@ -370,6 +370,7 @@ const std::vector<WindowCase>& window_cases() {
       {"window dilation", {6, 7}, {2, 3}, {2, 1}, {{0, 0}, {1, 1}}, {1, 1}, {2, 2}},
       {"negative padding", {6, 7}, {2, 2}, {1, 2}, {{-1, 0}, {0, -1}}, {1, 1}, {1, 1}},
       {"window larger than padded operand", {2, 2}, {3, 3}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}},
+      {"a pool over the leading dims, 37 channels (the vectorized rows)", {2, 5, 37}, {2, 3, 1}, {1, 2, 1}, {{0, 0}, {1, 1}, {0, 0}}, {1, 1, 1}, {1, 1, 1}},
   };
   return cases;
 }
@@ -499,6 +500,9 @@ TEST_CASE("reduce_window derivatives: sum's transpose, max / min pass the tangen
         if (chosen[o] >= 0) want[chosen[o]] += cv[o];
       auto [y, pullback] = xj::vjp([&](const xj::Array& a) { return run_window(c, a, op); }, x);
       check_all(std::get<0>(pullback(ct)), want, 1e-12);
+      // f32 (indices held in 32 bits beside the values in the vectorized select)
+      auto [y32, pullback32] = xj::vjp([&](const xj::Array& a) { return run_window(c, a, op); }, xj::astype(x, xj::f32));
+      check_all(xj::astype(std::get<0>(pullback32(xj::astype(ct, xj::f32))), xj::f64), want, 1e-5);
       if (xj::shape_size(shape) > 0) xj::check_grads([&](const xj::Array& a) { return run_window(c, a, op); }, std::tuple{x}, {.order = 2});
     }
   // A tie: the first maximum in window order takes the whole tangent (XLA's select, JAX's rule).

@@ -141,27 +141,47 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
 // select: walking the window in order, the current choice is kept while select(choice, next)
 // holds, select being >= for a max, <= for a min), or -1 for a window of padding only. The
 // chosen values ride along, starting as NaN, for which select is false: the first element is
-// always taken, as XLA starts from it. Updates are selects, not branches.
-template <class T, bool SelectMax> std::vector<std::int64_t> selected_elements(const Array& x, const std::vector<WindowDim>& dims,
-                                                                               std::int64_t out_size) {
-  std::vector<std::int64_t> chosen(static_cast<std::size_t>(out_size), -1);
+// always taken, as XLA starts from it. Updates are selects, not branches. Indices are I: the
+// integer of T's width where it can hold every index (so a batch of them has T's lane count and
+// the plain rows update both with one mask), else int64 and the scalar loop.
+template <class T, class I, bool SelectMax> std::vector<I> selected_elements(const Array& x, const std::vector<WindowDim>& dims,
+                                                                             std::int64_t out_size) {
+  std::vector<I> chosen(static_cast<std::size_t>(out_size), I(-1));
   std::vector<T> best(static_cast<std::size_t>(out_size), std::numeric_limits<T>::quiet_NaN());
   const T* src = in_ptr<T>(x);
   const WindowDim last = last_dim(dims);
   const std::vector<std::int64_t> table = last.index_table();
   const std::int64_t n = last.out_size, kw = last.window;
   const bool plain = is_plain(last);
-  const auto visit = [](std::int64_t& c, T& b, T v, std::int64_t at) {
+  const auto visit = [](I& c, T& b, T v, std::int64_t at) {
     const bool keep = SelectMax ? b >= v : b <= v;
-    c = keep ? c : at;
+    c = keep ? c : static_cast<I>(at);
     b = keep ? b : v;
   };
   for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
-    std::int64_t* c = chosen.data() + out_row;
+    I* c = chosen.data() + out_row;
     T* b = best.data() + out_row;
     const T* row = src + in_row;
     if (plain) {
-      for (std::int64_t o = 0; o < n; ++o) visit(c[o], b[o], row[o], in_row + o);
+      std::int64_t o = 0;
+      if constexpr (std::is_floating_point_v<T> && sizeof(I) == sizeof(T)) {
+        using Bt = simd::Batch<T>;
+        using Bi = xsimd::batch<I>;
+        static_assert(Bt::size == Bi::size);
+        constexpr auto width = static_cast<std::int64_t>(Bt::size);
+        alignas(64) I lanes[width];
+        for (std::int64_t l = 0; l < width; ++l) lanes[l] = static_cast<I>(l);
+        const Bi lane = Bi::load_aligned(lanes);
+        for (; o + width <= n; o += width) {
+          const Bt current = Bt::load_unaligned(b + o), next = Bt::load_unaligned(row + o);
+          const auto keep = SelectMax ? current >= next : current <= next;
+          xsimd::select(keep, current, next).store_unaligned(b + o);
+          const Bi at = Bi(static_cast<I>(in_row + o)) + lane;
+          const Bt kept = xsimd::select(keep, xsimd::bitwise_cast<Bt>(Bi::load_unaligned(c + o)), xsimd::bitwise_cast<Bt>(at));
+          xsimd::bitwise_cast<Bi>(kept).store_unaligned(c + o);
+        }
+      }
+      for (; o < n; ++o) visit(c[o], b[o], row[o], in_row + o);
       return;
     }
     const std::int64_t* t = table.data();
@@ -172,9 +192,14 @@ template <class T, bool SelectMax> std::vector<std::int64_t> selected_elements(c
   return chosen;
 }
 
-template <class T> std::vector<std::int64_t> selected(const Array& x, const std::vector<WindowDim>& dims, bool select_max,
-                                                      std::int64_t out_size) {
-  return select_max ? selected_elements<T, true>(x, dims, out_size) : selected_elements<T, false>(x, dims, out_size);
+// Calls use(chosen) with the selected elements' indices in the narrowest type that holds them.
+template <class T, class Use> void with_selected(const Array& x, const std::vector<WindowDim>& dims, bool select_max,
+                                                 std::int64_t out_size, Use&& use) {
+  using Same = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+  if (x.size() <= std::numeric_limits<Same>::max())
+    return select_max ? use(selected_elements<T, Same, true>(x, dims, out_size)) : use(selected_elements<T, Same, false>(x, dims, out_size));
+  select_max ? use(selected_elements<T, std::int64_t, true>(x, dims, out_size))
+             : use(selected_elements<T, std::int64_t, false>(x, dims, out_size));
 }
 
 }  // namespace
@@ -201,15 +226,17 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
     const T* v = in_ptr<T>(values);
     T* y = out_ptr<T>(result);
     if (p == Primitive::select_and_gather_add) {
-      const auto chosen = selected<T>(x, dims, w.select_max, out.size());
-      for (std::size_t i = 0; i < chosen.size(); ++i) y[i] = chosen[i] < 0 ? T(0) : v[chosen[i]];
+      with_selected<T>(x, dims, w.select_max, out.size(), [&](const auto& chosen) {
+        for (std::size_t i = 0; i < chosen.size(); ++i) y[i] = chosen[i] < 0 ? T(0) : v[chosen[i]];
+      });
     } else {
       std::int64_t reduced = 1;
       for (const auto& d : dims) reduced *= d.out_size;
-      const auto chosen = selected<T>(x, dims, w.select_max, reduced);
       std::fill(y, y + out.size(), T(0));
-      for (std::size_t i = 0; i < chosen.size(); ++i)
-        if (chosen[i] >= 0) y[chosen[i]] += v[i];
+      with_selected<T>(x, dims, w.select_max, reduced, [&](const auto& chosen) {
+        for (std::size_t i = 0; i < chosen.size(); ++i)
+          if (chosen[i] >= 0) y[chosen[i]] += v[i];
+      });
     }
   };
   if (x.dtype() == DType::f32)
