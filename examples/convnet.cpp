@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       continue;
     }
     double worst = 0;
-    const auto a = xj::tree_flatten(g).first, b = xj::tree_flatten(reference_grad).first;
+    const auto a = xj::tree_leaves(g), b = xj::tree_leaves(reference_grad);
     for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, xj::max(xj::abs(a[k] - b[k])).item<double>());
     std::printf("  gradient vs no checkpoint: max |difference| %.1e\n", worst);
     if (worst > 1e-5) {

@@ -78,6 +78,10 @@ TEST_CASE("pytree: tree_flatten_with_path, keystr (JAX's) and dotted_path (file 
   CHECK(dotted == std::vector<std::string>{"blocks[0].q", "blocks[0].k", "blocks[1].q", "blocks[1].k", "layers.W1",
                                            "layers.mask", "extra[0]", "extra[1]"});
   CHECK(leaves[4].second.dtype() == xj::u32);
+  // tree_leaves: the same leaves in the same order (jax.tree.leaves).
+  const std::vector<xj::Array> plain = xj::tree_leaves(model());
+  REQUIRE(plain.size() == leaves.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(plain[i].aval() == leaves[i].second.aval());
   CHECK(xj::keystr({}) == "");
 }
 

@@ -185,6 +185,9 @@ template <class T> std::pair<std::vector<Array>, TreeDef> tree_flatten(const T& 
   return out;
 }
 
+/// jax.tree.leaves: the leaves of `tree` in tree_flatten's order.
+template <class T> std::vector<Array> tree_leaves(const T& tree) { return tree_flatten(tree).first; }
+
 /// One step of a key path (JAX's SequenceKey / DictKey / GetAttrKey): a child's position in a
 /// tuple, pair, vector or array, its key in a map, or its member name in a struct.
 struct PathKey {
