@@ -64,10 +64,6 @@ Ints channels_last_order(const Ints& spec) {
 
 Array in_order(const Array& x, const Ints& perm) { return is_identity(perm) ? x : transpose_kernel(x, perm); }
 
-std::int64_t product(const std::vector<std::int64_t>& v) {
-  return std::accumulate(v.begin(), v.end(), std::int64_t{1}, std::multiplies<>());
-}
-
 // Row-major position counter over `extent` (the odometer of a nested loop of any depth).
 struct Odometer {
   const std::vector<std::int64_t>& extent;
@@ -94,6 +90,7 @@ struct Conv {
   std::vector<std::int64_t> in_stride;      // channels-last lhs stride of each spatial dim
   std::vector<std::int64_t> out_extent, window_extent;
   std::int64_t n = 0, c = 0, cg = 0, o = 0, groups = 0, oq = 0, nout = 0, positions = 0, window = 0;
+  std::int64_t image = 0;  // elements of one channels-last lhs image (spatial..., C)
   bool batch_groups = false;
 
   // Offset (elements) in one channels-last image of window position kpos at output position opos,
@@ -131,8 +128,9 @@ Conv make_conv(const Shape& lhs, const Shape& rhs, const params::ConvGeneralDila
   g.batch_groups = p.batch_group_count > 1;
   g.oq = g.o / g.groups;
   g.nout = g.n / p.batch_group_count;
-  g.positions = product(g.out_extent);
-  g.window = product(g.window_extent);
+  g.positions = shape_size(g.out_extent);
+  g.window = shape_size(g.window_extent);
+  g.image = stride;  // the spatial dims' product times C, left by the stride loop above
   return g;
 }
 
@@ -161,7 +159,7 @@ Array weight_matrices(const Array& rhs, const params::ConvGeneralDilated& p, con
 // One input channel per group (depthwise): out[n, s, o] = sum_k x[n, pos(s, k), o / m] w[k, o],
 // m = Oq output channels per input channel. Vectorizes along the channels when m = 1.
 template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out) {
-  const std::int64_t image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
+  const std::int64_t image = g.image;
   const std::int64_t m = g.oq;
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size), block = 4 * width;
@@ -222,7 +220,7 @@ template <class T> std::vector<T> depthwise_weights(const T* w, const Conv& g) {
 template <class T>
 void fill_patches(const T* x, const Conv& g, std::int64_t q, std::int64_t r0, std::int64_t r1, std::int64_t k0,
                   std::int64_t k1, T* dst) {
-  const std::int64_t image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
+  const std::int64_t image = g.image;
   const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
   const WindowDim* last = g.dims.empty() ? nullptr : &g.dims.back();
   const bool runs = last && g.cg == g.c && last->window_dilation == 1 && last->base_dilation == 1 &&
@@ -299,7 +297,7 @@ template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* ou
 // gradient: batch groups, one output channel each): each output element is a sum of dot products
 // of the channels-last lhs's channel runs with the weights', no patch matrix.
 template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
-  const std::int64_t image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
+  const std::int64_t image = g.image;
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
   for (std::int64_t n = 0; n < g.nout; ++n)
@@ -383,7 +381,7 @@ void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDi
     gemm<T>(g.n * g.positions, g.o, g.c, x, g.c, w, g.o, T(0), out, g.o);
   } else if (is_full_window(g, p)) {
     // The patch matrix of each (batch-)group is the channels-last lhs itself.
-    const std::int64_t k = g.window * g.cg, image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
+    const std::int64_t k = g.window * g.cg, image = g.image;
     for (std::int64_t q = 0; q < g.groups; ++q)
       gemm<T>(g.nout, g.oq, k, x + q * g.nout * image, image, w + q * k * g.oq, g.oq, T(0), out + q * g.oq, g.o);
   } else if (g.cg == 1 && !g.batch_groups && g.groups == g.c) {
