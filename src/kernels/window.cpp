@@ -77,14 +77,15 @@ struct Sum {
   }
   template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const { return acc + v; }
 };
-// Written as selects (no data-dependent branch: a max of random data would mispredict often).
+// The scalar forms are written as selects (no data-dependent branch: a max of random data would
+// mispredict often); the batch forms are simd.hpp's NaN-propagating max and min.
 struct Max {
   template <class T> T operator()(T acc, T v) const {
     const T m = acc < v ? v : acc;
     return v == v ? m : v;
   }
   template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const {
-    return xsimd::select((acc < v) | xsimd::isnan(v), v, acc);
+    return simd::nan_max(acc, v);
   }
 };
 struct Min {
@@ -93,7 +94,7 @@ struct Min {
     return v == v ? m : v;
   }
   template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const {
-    return xsimd::select((v < acc) | xsimd::isnan(v), v, acc);
+    return simd::nan_min(acc, v);
   }
 };
 
