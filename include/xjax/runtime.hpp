@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace xjax {
 
@@ -33,5 +34,18 @@ void release_arena_memory();
 /// Executions per primitive name since the last reset_eval_counts() (primitives never run are absent).
 std::map<std::string, std::int64_t> eval_counts();
 void reset_eval_counts();
+
+/// How this library was built and which of its vectorized kernels run (docs/performance.md,
+/// "Kernel sets"). The default x86-64 build has three kernel sets, best first: "avx512"
+/// (x86-64-v4), "avx2" (x86-64-v3: AVX2 and FMA) and "baseline" (x86-64); -Dsimd=native builds one,
+/// "native". The best set this CPU runs is used unless the XJAX_KERNELS environment variable names
+/// another (read at the first kernel call).
+struct BuildInfo {
+  std::string kernel_set;                   // the set running now (empty: XJAX_KERNELS names none that runs)
+  std::vector<std::string> kernel_sets;     // the sets built, best first
+  std::vector<std::string> runnable_sets;   // those of them this CPU runs
+  bool mpi = false;                         // collectives over MPI (else every run is one process)
+};
+BuildInfo build_info();
 
 }  // namespace xjax

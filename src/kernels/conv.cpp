@@ -24,10 +24,11 @@
 #include <numeric>
 
 #include "kernels/kernels.hpp"
+#include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"
 #include "windows.hpp"
 
-namespace xjax::detail::kernels {
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
 
 // c (m x n, leading dim ldc) = op(a) (m x k) op(b) (k x n) + beta c, row-major; op transposes
@@ -436,4 +437,4 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
   return transpose_kernel(result, inverse);
 }
 
-}  // namespace xjax::detail::kernels
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE

@@ -12,10 +12,10 @@
 #include <cstring>
 
 #include "kernels/kernels.hpp"
+#include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"
-#include "kernels/small_gemm.hpp"
 
-namespace xjax::detail::kernels {
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
 
 // An operand viewed as `batch` matrices stored consecutively. Logically each is rows x cols
@@ -227,4 +227,4 @@ IntoKernel dot_general_into(const params::DotGeneral& dn, const ShapedArray& lhs
   return k;
 }
 
-}  // namespace xjax::detail::kernels
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE

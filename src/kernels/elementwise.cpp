@@ -12,9 +12,10 @@
 #include <limits>
 
 #include "kernels/kernels.hpp"
+#include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"
 
-namespace xjax::detail::kernels {
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
 
 using namespace simd;
@@ -358,4 +359,4 @@ Array round_kernel(const Array& x, bool to_nearest_even, const ShapedArray& out)
   return result;
 }
 
-}  // namespace xjax::detail::kernels
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE

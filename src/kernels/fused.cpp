@@ -11,10 +11,12 @@
 #include <functional>
 
 #include "kernels/kernels.hpp"
+#include "kernels/fused_program.hpp"
+#include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"
 #include "per_thread.hpp"
 
-namespace xjax::detail::kernels {
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
 
 using namespace simd;
@@ -117,14 +119,6 @@ bool uniquely_owned(const Array& x) {
          impl->offset == 0;
 }
 
-// True when no op after op `p` reads value `value`.
-bool unread_after(const FusedProgram& prog, std::size_t p, std::int32_t value) {
-  for (std::size_t q = p + 1; q < prog.ops.size(); ++q)
-    for (std::int32_t src : prog.ops[q].src)
-      if (src == value) return false;
-  return true;
-}
-
 /// The working rows and tables of run_typed, kept per thread.
 template <class T> struct Scratch {
   std::vector<T> rows;                       // one kBlock row per value
@@ -197,33 +191,6 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
   }
 }
 
-// Calls take(i, k) for each input i whose elements output k may be written over: output k is
-// computed by an op straight into its memory (direct), input i is a float array of the shape
-// read in place (not bool, scalar or broadcast), no op after that one reads it, no output is the
-// input itself (it would be copied after the ops), and usable(i) (its memory may be overwritten).
-// Each input serves at most one output. `taken` is working memory.
-template <class Usable, class Take>
-void for_each_in_place_output(const FusedProgram& prog, std::vector<char>& taken, Usable usable, Take take) {
-  const auto& direct = prog.direct;
-  const std::size_t ni = prog.inputs.size();
-  taken.assign(ni, 0);
-  for (std::size_t p = 0; p < prog.ops.size(); ++p) {
-    const auto value = static_cast<std::size_t>(prog.ops[p].dst);
-    if (direct[value] < 0) continue;
-    for (std::size_t i = 0; i < ni; ++i) {
-      const auto& input = prog.inputs[i];
-      const auto iv = static_cast<std::int32_t>(i);
-      if (taken[i] || input.is_bool || input.is_scalar || input.period > 0 || !unread_after(prog, p, iv)) continue;
-      bool is_output = false;
-      for (const auto& o : prog.outputs) is_output = is_output || o.value == iv;
-      if (is_output || !usable(i)) continue;
-      taken[i] = 1;
-      take(i, static_cast<std::size_t>(direct[value]));
-      break;
-    }
-  }
-}
-
 template <class T> void run_typed(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {
   const ShapedArray float_aval{prog.shape, prog.compute};
   const ShapedArray bool_aval{prog.shape, DType::bool_};
@@ -283,18 +250,6 @@ template <class T> void run_into(const void* ctx, const void* const* in, void* c
   run_blocks<T>(prog, in, out, scratch);
 }
 
-}  // namespace
-
-std::int64_t renamed_input(const FusedProgram& prog, std::size_t k) {
-  const auto& o = prog.outputs[k];
-  const auto value = static_cast<std::size_t>(o.value);
-  if (value >= prog.inputs.size()) return -1;
-  const auto& input = prog.inputs[value];
-  return !input.is_scalar && input.period == 0 && input.is_bool == o.is_bool ? static_cast<std::int64_t>(value) : -1;
-}
-
-namespace {
-
 /// Throws xj::Error (naming `who`) unless finish_program completed prog.
 void check_finished(const FusedProgram& prog, const char* who) {
   if (prog.direct.size() != static_cast<std::size_t>(prog.num_values))
@@ -302,27 +257,6 @@ void check_finished(const FusedProgram& prog, const char* who) {
 }
 
 }  // namespace
-
-void finish_program(FusedProgram& prog) {
-  // direct (see run_blocks): each value's first float output, when an op computes it.
-  prog.direct.assign(static_cast<std::size_t>(prog.num_values), -1);
-  for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
-    const auto value = static_cast<std::size_t>(prog.outputs[k].value);
-    if (value >= prog.inputs.size() && !prog.outputs[k].is_bool && prog.direct[value] < 0)
-      prog.direct[value] = static_cast<std::int64_t>(k);
-  }
-  for (std::size_t i = 0; i < prog.inputs.size(); ++i) {
-    auto& input = prog.inputs[i];
-    const auto value = static_cast<std::int32_t>(i);
-    bool only_predicate = input.is_bool && !input.is_scalar && input.period == 0;
-    for (const auto& op : prog.ops)
-      for (int k = 0; k < 3; ++k)
-        if (op.src[k] == value && !(op.prim == Primitive::select_n && k == 0)) only_predicate = false;
-    for (const auto& o : prog.outputs)
-      if (o.value == value) only_predicate = false;
-    input.read_as_bytes = only_predicate;
-  }
-}
 
 void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {
   if (in.size() != prog.inputs.size())
@@ -332,14 +266,6 @@ void run_fused(const FusedProgram& prog, std::span<const Array> in, std::vector<
   if (prog.compute == DType::f32) return run_typed<float>(prog, in, outs);
   if (prog.compute == DType::f64) return run_typed<double>(prog, in, outs);
   throw Error(std::string("run_fused: compute dtype must be f32 or f64, got ") + dtype_name(prog.compute));
-}
-
-std::vector<std::pair<std::size_t, std::size_t>> in_place_outputs(const FusedProgram& prog,
-                                                                  const std::function<bool(std::size_t)>& usable) {
-  std::vector<char> taken;
-  std::vector<std::pair<std::size_t, std::size_t>> pairs;
-  for_each_in_place_output(prog, taken, usable, [&](std::size_t i, std::size_t k) { pairs.emplace_back(i, k); });
-  return pairs;
 }
 
 IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog) {
@@ -352,4 +278,4 @@ IntoKernel fused_into(std::shared_ptr<const FusedProgram> prog) {
   return k;
 }
 
-}  // namespace xjax::detail::kernels
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE

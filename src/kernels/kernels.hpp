@@ -249,8 +249,8 @@ std::int64_t renamed_input(const FusedProgram& prog, std::size_t k);
 /// The (input, output) pairs whose output may be written over the input's elements when the
 /// input's memory may be overwritten (`usable`): the fused chain then works in place, as run_fused
 /// does with an input handed over at its last use. At most one output per input and input per output.
-std::vector<std::pair<std::size_t, std::size_t>> in_place_outputs(const FusedProgram& prog,
-                                                                  const std::function<bool(std::size_t)>& usable);
+using InPlacePairs = std::vector<std::pair<std::size_t, std::size_t>>;
+InPlacePairs in_place_outputs(const FusedProgram& prog, const std::function<bool(std::size_t)>& usable);
 
 // ---- reduce.cpp --------------------------------------------------------------------------------
 

@@ -9,9 +9,10 @@
 #include <limits>
 
 #include "kernels/kernels.hpp"
+#include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"  // xsimd, with the GCC 12 warning workaround
 
-namespace xjax::detail::kernels {
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
 
 template <class T> using Batch = xsimd::batch<T>;
@@ -260,4 +261,4 @@ Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
   return result;
 }
 
-}  // namespace xjax::detail::kernels
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE

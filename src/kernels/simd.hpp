@@ -19,9 +19,9 @@
 #include <limits>
 #include <string>
 
-#include "kernels/kernels.hpp"
+#include "kernels/kernel_sets.hpp"
 
-namespace xjax::detail::kernels::simd {
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE::simd {
 
 template <class T> using Batch = xsimd::batch<T>;
 
@@ -353,4 +353,4 @@ template <class T> void float_binary(Primitive p, const T* x, const T* y, T* o, 
   unsupported_dtype(p, dtype_of_v<T>);
 }
 
-}  // namespace xjax::detail::kernels::simd
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE::simd

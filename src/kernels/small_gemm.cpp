@@ -10,23 +10,32 @@
 // small. Each element of C is one fused multiply-add chain over k in order (as a scalar loop
 // would compute it, with FMA).
 //
-// Only with 64-byte SIMD batches (AVX-512): there, 2R = 16 accumulators fit in the 32 registers,
-// and the product is 2-3x faster than Debian's OpenBLAS up to 128^3 (measured 2026-12-01: 16x32x32
-// 0.16 us against 0.46 us). With narrower batches the blocking spills and BLAS stays.
-#include "kernels/small_gemm.hpp"
-
+// The block is sized to the vector registers: with 32 (AVX-512, NEON) R = 8 rows by two batches
+// (16 accumulators); with 16 (AVX2) R = 6 (12 accumulators, two batches of B and one broadcast:
+// 15 registers, nothing spills). AVX-512: 2-3x faster than Debian's OpenBLAS up to 128^3 (measured
+// 2026-12-01: 16x32x32 0.16 us against 0.46 us); AVX2 figures in docs/performance.md. Where the
+// registers hold less than 512 bytes (SSE2's 16 x 16 bytes) BLAS stays: a 6 x 8 block of floats
+// is too small to beat it. This file is compiled once per kernel set (kernel_sets.hpp).
+#include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"
 
 #if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
-namespace xjax::detail::kernels {
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
 
 template <class T> using Batch = xsimd::batch<T>;
 template <class T> constexpr std::int64_t kWidth = static_cast<std::int64_t>(Batch<T>::size);
-constexpr bool kWideSimd = sizeof(Batch<float>) >= 64;
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int kVectorRegisters = 32;
+#else
+constexpr int kVectorRegisters = 16;
+#endif
+constexpr bool kWideSimd = kVectorRegisters * sizeof(Batch<float>) >= 512;
+/// Rows of C per block: 2 R accumulators + 2 batches of B + 1 broadcast fit the registers.
+constexpr int kBlockRows = kVectorRegisters >= 32 ? 8 : 6;
 
 constexpr std::int64_t kMaxMultiplyAdds = std::int64_t{128} * 128 * 128;  // m n k: beyond, BLAS's blocking wins
 constexpr std::size_t kMaxPackedBytes = 16384;  // B transposed into a stack buffer
@@ -75,12 +84,16 @@ void rows(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, std
 /// C = A B with b [K, N] row-major and n a multiple of the batch width.
 template <class T> void product(const Lhs<T>& a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k) {
   std::int64_t i0 = 0;
-  for (; i0 + 8 <= m; i0 += 8) rows<T, 8>(a, b, c, n, k, i0);
+  for (; i0 + kBlockRows <= m; i0 += kBlockRows) rows<T, kBlockRows>(a, b, c, n, k, i0);
   if (i0 + 4 <= m) {
     rows<T, 4>(a, b, c, n, k, i0);
     i0 += 4;
   }
-  for (; i0 < m; ++i0) rows<T, 1>(a, b, c, n, k, i0);
+  if (i0 + 2 <= m) {
+    rows<T, 2>(a, b, c, n, k, i0);
+    i0 += 2;
+  }
+  if (i0 < m) rows<T, 1>(a, b, c, n, k, i0);
 }
 
 /// packed[p n + j] = b[j k + p]: b [n, k] transposed into [k, n], in 8x8 (float) or 4x4 (double)
@@ -161,4 +174,7 @@ bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
 template bool small_gemm<float>(const SmallGemm&, const float*, const float*, float*);
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
 
-}  // namespace xjax::detail::kernels
+bool small_gemm_f32(const SmallGemm& s, const float* a, const float* b, float* c) { return small_gemm(s, a, b, c); }
+bool small_gemm_f64(const SmallGemm& s, const double* a, const double* b, double* c) { return small_gemm(s, a, b, c); }
+
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE

@@ -13,10 +13,11 @@
 #include <limits>
 
 #include "kernels/kernels.hpp"
+#include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"
 #include "windows.hpp"
 
-namespace xjax::detail::kernels {
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
 
 // Calls row(out_row_start, operand_row_start) for every output row (the positions of the last
@@ -249,4 +250,4 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
   return result;
 }
 
-}  // namespace xjax::detail::kernels
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE

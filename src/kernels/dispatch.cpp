@@ -1,0 +1,115 @@
+// dispatch.cpp: the entry points of the vectorized kernels forward to the active kernel set, and
+// the choice of that set (kernel_sets.hpp), and xj::build_info. Compiled once, for the baseline ISA.
+#include <atomic>
+#include <cstdlib>
+
+#include "xjax/runtime.hpp"
+
+#include "kernels/kernel_sets.hpp"
+
+// The sets meson.build compiles, best first: x86-64's three with -Dsimd=dispatch, else the one.
+#if defined(XJAX_KERNEL_DISPATCH)
+#define XJAX_BUILT_KERNEL_SETS(X) X(avx512) X(avx2) X(baseline)
+#else
+#define XJAX_BUILT_KERNEL_SETS(X) X(XJAX_KERNEL_SET)
+#endif
+
+namespace xjax::detail::kernels {
+
+#define XJAX_DECLARE_SET_TABLE(set) \
+  namespace XJAX_CAT(set_, set) {   \
+  const KernelSet& kernel_set();    \
+  }
+XJAX_BUILT_KERNEL_SETS(XJAX_DECLARE_SET_TABLE)
+#undef XJAX_DECLARE_SET_TABLE
+
+std::span<const KernelSet* const> built_kernel_sets() {
+#define XJAX_SET_TABLE(set) &XJAX_CAT(set_, set)::kernel_set(),
+  static const KernelSet* const sets[] = {XJAX_BUILT_KERNEL_SETS(XJAX_SET_TABLE)};
+#undef XJAX_SET_TABLE
+  return sets;
+}
+
+bool runs_here(const KernelSet& set) {
+  const std::string name = set.name;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  // The -march levels meson.build compiles these sets with.
+  if (name == "avx512") return __builtin_cpu_supports("x86-64-v4");
+  if (name == "avx2") return __builtin_cpu_supports("x86-64-v3");
+#endif
+  return name == "baseline" || name == "native";  // native: built for this machine (-march=native)
+}
+
+namespace {
+
+std::atomic<const KernelSet*> active{nullptr};
+
+std::string set_names() {
+  std::string names;
+  for (const KernelSet* s : built_kernel_sets())
+    names += std::string(names.empty() ? "" : ", ") + s->name + (runs_here(*s) ? "" : " (not on this CPU)");
+  return names;
+}
+
+const KernelSet& find_runnable(const std::string& name, const std::string& who) {
+  for (const KernelSet* s : built_kernel_sets())
+    if (name == s->name) {
+      if (!runs_here(*s)) throw Error(who + ": kernel set '" + name + "' needs instructions this CPU lacks; sets: " + set_names());
+      return *s;
+    }
+  throw Error(who + ": no kernel set '" + name + "' in this build; sets: " + set_names());
+}
+
+const KernelSet& choose() {
+  if (const char* named = std::getenv("XJAX_KERNELS"); named != nullptr && *named != '\0')
+    return find_runnable(named, "XJAX_KERNELS");
+  for (const KernelSet* s : built_kernel_sets())
+    if (runs_here(*s)) return *s;
+  throw Error("xjax: no kernel set of this build runs on this CPU; sets: " + set_names());
+}
+
+}  // namespace
+
+const KernelSet& active_kernel_set() {
+  const KernelSet* set = active.load(std::memory_order_acquire);
+  if (set == nullptr) {
+    const KernelSet* chosen = &choose();
+    // A concurrent first call chooses the same set; whichever store lands is the same pointer.
+    active.compare_exchange_strong(set, chosen, std::memory_order_acq_rel);
+    set = active.load(std::memory_order_acquire);
+  }
+  return *set;
+}
+
+void use_kernel_set(const std::string& name) {
+  active.store(&find_runnable(name, "use_kernel_set"), std::memory_order_release);
+}
+
+#define XJAX_FORWARD(name, ret, params, args) \
+  ret name params { return active_kernel_set().name args; }
+XJAX_KERNEL_SET_ENTRIES(XJAX_FORWARD)
+#undef XJAX_FORWARD
+
+}  // namespace xjax::detail::kernels
+
+namespace xjax {
+
+BuildInfo build_info() {
+  BuildInfo info;
+  try {
+    info.kernel_set = detail::kernels::active_kernel_set().name;
+  } catch (const Error&) {
+    // XJAX_KERNELS names a set that was not built or cannot run here: kernel_set stays empty (the
+    // first kernel call throws the error).
+  }
+  for (const auto* set : detail::kernels::built_kernel_sets()) {
+    info.kernel_sets.emplace_back(set->name);
+    if (detail::kernels::runs_here(*set)) info.runnable_sets.emplace_back(set->name);
+  }
+#if defined(XJAX_HAVE_MPI)
+  info.mpi = true;
+#endif
+  return info;
+}
+
+}  // namespace xjax

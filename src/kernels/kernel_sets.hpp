@@ -1,0 +1,103 @@
+// kernel_sets.hpp: the kernels compiled once per instruction set, and the choice among them at run
+// time (not installed).
+//
+// The vectorized kernel files (kernel_set_src in meson.build: elementwise, fused, reduce, window,
+// conv, dot, small_gemm) are compiled once per *kernel set*, each time with its own -march flags
+// and inside its own namespace, kernels::set_<name> (XJAX_KERNEL_SET_NAMESPACE). The default build
+// (-Dsimd=dispatch) on x86-64 has three: baseline (x86-64, SSE2), avx2 (x86-64-v3: AVX2, FMA) and
+// avx512 (x86-64-v4); -Dsimd=native has one, `native` (-march=native), and -Dsimd=baseline one,
+// `baseline`. The entry points in kernels:: (kernels.hpp) forward to the set chosen at first use
+// (dispatch.cpp): the best one this CPU runs, or the one the XJAX_KERNELS environment variable
+// names.
+//
+// Adding an entry point to a vectorized file: declare it in kernels.hpp as usual and add its line
+// to XJAX_KERNEL_SET_ENTRIES; the linker reports any entry point that is missing from either.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+#include "kernels/small_gemm.hpp"
+
+namespace xjax::detail::kernels {
+
+// X(name, return type, (parameters), (arguments)): every entry point of the vectorized files.
+#define XJAX_KERNEL_SET_ENTRIES(X)                                                                                  \
+  X(unary_kernel, Array, (Primitive p, const Array& x, const ShapedArray& out), (p, x, out))                        \
+  X(integer_pow_kernel, Array, (const Array& x, std::int64_t y, const ShapedArray& out), (x, y, out))               \
+  X(binary_kernel, Array, (Primitive p, const Array& x, const Array& y, const ShapedArray& out), (p, x, y, out))    \
+  X(compare_kernel, Array, (Primitive p, const Array& x, const Array& y, const ShapedArray& out), (p, x, y, out))   \
+  X(select_n_kernel, Array, (std::span<const Array> in, const ShapedArray& out), (in, out))                         \
+  X(convert_element_type_kernel, Array, (const Array& x, const ShapedArray& out), (x, out))                         \
+  X(copy_kernel, Array, (const Array& x, const ShapedArray& out), (x, out))                                         \
+  X(elementwise_into, IntoKernel,                                                                                   \
+    (Primitive p, const Params& params, std::span<const ShapedArray> in, const ShapedArray& out),                   \
+    (p, params, in, out))                                                                                           \
+  X(bitwise_unary_kernel, Array, (Primitive p, const Array& x, const ShapedArray& out), (p, x, out))                \
+  X(round_kernel, Array, (const Array& x, bool to_nearest_even, const ShapedArray& out), (x, to_nearest_even, out)) \
+  X(run_fused, void, (const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs),               \
+    (prog, in, outs))                                                                                               \
+  X(fused_into, IntoKernel, (std::shared_ptr<const FusedProgram> prog), (std::move(prog)))                          \
+  X(reduce_kernel, Array, (Primitive p, const Array& x, const Ints& axes, const ShapedArray& out), (p, x, axes, out)) \
+  X(argmax_kernel, Array, (const Array& x, std::int64_t axis, const ShapedArray& out), (x, axis, out))              \
+  X(conv_general_dilated_kernel, Array,                                                                             \
+    (const Array& lhs, const Array& rhs, const params::ConvGeneralDilated& p, const ShapedArray& out),               \
+    (lhs, rhs, p, out))                                                                                             \
+  X(reduce_window_kernel, Array,                                                                                    \
+    (Primitive p, const Array& x, const params::ReduceWindow& w, const ShapedArray& out), (p, x, w, out))           \
+  X(select_window_kernel, Array,                                                                                    \
+    (Primitive p, const Array& values, const Array& x, const params::SelectWindow& w, const ShapedArray& out),      \
+    (p, values, x, w, out))                                                                                         \
+  X(dot_general_kernel, Array,                                                                                      \
+    (const Array& lhs, const Array& rhs, const params::DotGeneral& dn, const ShapedArray& out), (lhs, rhs, dn, out)) \
+  X(resolved_dot_general, KernelFn,                                                                                 \
+    (const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs, const ShapedArray& out),         \
+    (dn, lhs, rhs, out))                                                                                            \
+  X(dot_general_into, IntoKernel,                                                                                   \
+    (const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs, const ShapedArray& out),         \
+    (dn, lhs, rhs, out))                                                                                            \
+  X(small_gemm_f32, bool, (const SmallGemm& s, const float* a, const float* b, float* c), (s, a, b, c))             \
+  X(small_gemm_f64, bool, (const SmallGemm& s, const double* a, const double* b, double* c), (s, a, b, c))
+
+#define XJAX_KERNEL_SET_DECLARE(name, ret, params, args) ret name params;
+XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)  // small_gemm_f32 / _f64; the others are in kernels.hpp
+
+/// One kernel set: its name and a pointer to each entry point compiled for it.
+struct KernelSet {
+  const char* name;
+#define XJAX_KERNEL_SET_MEMBER(name, ret, params, args) ret(*name) params;
+  XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_MEMBER)
+#undef XJAX_KERNEL_SET_MEMBER
+};
+
+/// The sets this library was built with, best first (dispatch.cpp).
+std::span<const KernelSet* const> built_kernel_sets();
+/// Whether this CPU has every instruction `set` was compiled with.
+bool runs_here(const KernelSet& set);
+/// The set the entry points forward to: chosen at the first call, as the XJAX_KERNELS environment
+/// variable names it (xj::Error if that set was not built or this CPU cannot run it), else the
+/// first of built_kernel_sets() that runs here.
+const KernelSet& active_kernel_set();
+/// Makes the named set the active one (tests and benchmarks: each set checked against the
+/// others). Kernels resolved before (the IntoKernels of built plans) keep their set.
+/// xj::Error naming the sets there are if `name` was not built or does not run here.
+void use_kernel_set(const std::string& name);
+
+}  // namespace xjax::detail::kernels
+
+#define XJAX_CAT2(a, b) a##b
+#define XJAX_CAT(a, b) XJAX_CAT2(a, b)
+/// The namespace of the set a vectorized file is being compiled for (-DXJAX_KERNEL_SET=<name>).
+#define XJAX_KERNEL_SET_NAMESPACE XJAX_CAT(set_, XJAX_KERNEL_SET)
+
+#if defined(XJAX_KERNEL_SET)
+namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
+XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)
+/// small_gemm_f32 / _f64 as one template (small_gemm.cpp).
+template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c);
+/// This set's table (kernel_set.cpp).
+const KernelSet& kernel_set();
+}  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE
+#endif

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Checks that libxjax's code outside the AVX2 / AVX-512 kernel sets uses no instruction the
+baseline x86-64 lacks (src/kernels/kernel_sets.hpp).
+
+The vectorized kernel files are compiled once per kernel set; an inline function that the baseline
+and a wider set both emit is kept once by the linker, and it must be the baseline's copy (the sets
+are linked after the rest, so the first copy, the baseline's, wins). This disassembles the library
+and fails for every function that is not a set's own code (its name does not mention the set) and
+still contains AVX (VEX/EVEX-encoded, mnemonics starting with `v`) or BMI / LZCNT / MOVBE
+instructions; in the AVX2 set's own code it fails on AVX-512 registers.
+
+Usage: check_kernel_isa.py LIBXJAX [OBJDUMP]. Skips (exit 77) unless the library was built with
+the x86-64 kernel sets (-Dsimd=dispatch on x86-64)."""
+import re
+import subprocess
+import sys
+
+BEYOND_BASELINE = re.compile(r"^(v\w+|andn|bextr|blsi|blsmsk|blsr|bzhi|mulx|pdep|pext|rorx|sarx|shlx|shrx|lzcnt|tzcnt|movbe)\b")
+AVX512_REGISTER = re.compile(r"%zmm|%k[0-7]\b|\{%k")
+
+
+def main():
+    lib = sys.argv[1]
+    objdump = sys.argv[2] if len(sys.argv) > 2 else "objdump"
+    symbols = subprocess.run(["nm", "-C", lib], capture_output=True, text=True, check=True).stdout
+    if "set_avx2::" not in symbols:
+        print("no avx2 kernel set in this build (not -Dsimd=dispatch on x86-64): skipped")
+        return 77
+    out = subprocess.Popen([objdump, "-d", "-C", "--no-show-raw-insn", lib], stdout=subprocess.PIPE, text=True)
+    header = re.compile(r"^[0-9a-f]+ <(.*)>:$")
+    function, kind, bad = None, None, {}
+    functions = 0
+    wide = {"avx2": 0, "avx512": 0}  # instructions on ymm / zmm registers in each set's own code
+    for line in out.stdout:
+        m = header.match(line)
+        if m:
+            function = m.group(1)
+            functions += 1
+            if "set_avx512" in function or "avx512" in function:
+                kind = "avx512"
+            elif "set_avx2" in function or "xsimd::avx2" in function or "xsimd::fma3<xsimd::avx2>" in function:
+                kind = "avx2"
+            else:
+                kind = "baseline"
+            continue
+        parts = line.split("\t")
+        if function is None or len(parts) < 2:
+            continue
+        instruction = parts[-1].strip()
+        if kind == "avx2" and "%ymm" in instruction:
+            wide["avx2"] += 1
+        if kind == "avx512" and "%zmm" in instruction:
+            wide["avx512"] += 1
+            continue
+        if kind == "baseline" and BEYOND_BASELINE.match(instruction):
+            bad.setdefault(function, instruction)
+        elif kind == "avx2" and AVX512_REGISTER.search(instruction):
+            bad.setdefault(function, instruction)
+    if out.wait() != 0:
+        print("objdump failed")
+        return 1
+    for function, instruction in sorted(bad.items()):
+        print(f"{function}: {instruction}")
+    print(f"{functions} functions disassembled, {len(bad)} with instructions beyond their kernel set; "
+          f"{wide['avx2']} ymm instructions in the avx2 set, {wide['avx512']} zmm in the avx512 set")
+    if not wide["avx2"] or not wide["avx512"]:
+        print("the sets' own code was not recognized (no ymm / zmm instructions in it): the check is blind")
+        return 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
