@@ -4,13 +4,17 @@
 # Runs as root (or through sudo) without questions: DEBIAN_FRONTEND=noninteractive.
 #   ./bootstrap.sh --with-torch   (or XJAX_WITH_TORCH=1) also installs libtorch-dev, for the
 #                                 libtorch rows of xjax-bench (about 510 MB; CI uses it)
+#   ./bootstrap.sh --with-cross-aarch64   also the aarch64 cross compiler, qemu-user and the arm64
+#                                 OpenBLAS / LAPACKE (multiarch), for ./xjax.sh cross-test aarch64
 set -euo pipefail
 
 with_torch="${XJAX_WITH_TORCH:-0}"
+with_cross=0
 for arg in "$@"; do
   case "$arg" in
     --with-torch) with_torch=1 ;;
-    *) echo "usage: ./bootstrap.sh [--with-torch]" >&2; exit 2 ;;
+    --with-cross-aarch64) with_cross=1 ;;
+    *) echo "usage: ./bootstrap.sh [--with-torch] [--with-cross-aarch64]" >&2; exit 2 ;;
   esac
 done
 
@@ -22,6 +26,13 @@ packages=(
 )
 if [[ "$with_torch" == 1 ]]; then
   packages+=(libtorch-dev)
+fi
+if [[ "$with_cross" == 1 ]]; then
+  packages+=(g++-aarch64-linux-gnu qemu-user libopenblas-dev:arm64 liblapacke-dev:arm64 libboost-dev:arm64)
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "bootstrap: adding the arm64 architecture (multiarch)"
+    if [[ "$(id -u)" -ne 0 ]]; then sudo dpkg --add-architecture arm64; else dpkg --add-architecture arm64; fi
+  fi
 fi
 
 missing=()

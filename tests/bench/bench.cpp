@@ -1099,7 +1099,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|O1|T1|C1|C2|C3]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|O1|T1|C1|C2|C3|G1]\n");
       return 2;
     }
   }
@@ -1134,6 +1134,7 @@ int main(int argc, char** argv) {
       bench_conv(rows, quick, reps, 1);
 #endif
     }
+    if (run("G1")) bench_small_products(rows, reps);
     if (run("S1")) bench_schedule(rows, quick ? 1000 : 10000, 64, 64, quick ? 10 : 100, quick ? 1 : 3);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());
