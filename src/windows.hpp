@@ -96,4 +96,24 @@ void vjp_lhs_padding(const Shape& in, const Shape& window, const Shape& out, con
 std::pair<std::int64_t, std::int64_t> padding_for(const std::string& mode, std::int64_t n, std::int64_t w,
                                                   std::int64_t s, const std::string& op);
 
+/// Row-major position counter over `extent` (the odometer of a nested loop of any depth): the
+/// kernels' walk over output positions and window positions.
+struct Odometer {
+  const std::vector<std::int64_t>& extent;
+  std::vector<std::int64_t> at = std::vector<std::int64_t>(extent.size(), 0);
+  void next() {
+    for (std::size_t i = extent.size(); i-- > 0;) {
+      if (++at[i] < extent[i]) return;
+      at[i] = 0;
+    }
+  }
+  /// Jumps to row-major position `flat`.
+  void seek(std::int64_t flat) {
+    for (std::size_t i = extent.size(); i-- > 0;) {
+      at[i] = extent[i] > 0 ? flat % extent[i] : 0;
+      flat = extent[i] > 0 ? flat / extent[i] : 0;
+    }
+  }
+};
+
 }  // namespace xjax::detail

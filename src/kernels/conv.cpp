@@ -65,25 +65,6 @@ Ints channels_last_order(const Ints& spec) {
 
 Array in_order(const Array& x, const Ints& perm) { return is_identity(perm) ? x : transpose_kernel(x, perm); }
 
-// Row-major position counter over `extent` (the odometer of a nested loop of any depth).
-struct Odometer {
-  const std::vector<std::int64_t>& extent;
-  std::vector<std::int64_t> at = std::vector<std::int64_t>(extent.size(), 0);
-  void next() {
-    for (std::size_t i = extent.size(); i-- > 0;) {
-      if (++at[i] < extent[i]) return;
-      at[i] = 0;
-    }
-  }
-  /// Jumps to row-major position `flat`.
-  void seek(std::int64_t flat) {
-    for (std::size_t i = extent.size(); i-- > 0;) {
-      at[i] = extent[i] > 0 ? flat % extent[i] : 0;
-      flat = extent[i] > 0 ? flat / extent[i] : 0;
-    }
-  }
-};
-
 // Everything the loops need, worked out once per call.
 struct Conv {
   std::vector<WindowDim> dims;              // spatial dims, rhs_spec's order

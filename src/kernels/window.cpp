@@ -35,26 +35,18 @@ template <class F> void for_each_window_row(const std::vector<WindowDim>& dims, 
   for (auto e : out_extent) outer *= e;
   for (auto e : win_extent) wins *= e;
   const std::int64_t last_out = r == 0 ? 1 : dims[r - 1].out_size;
-  std::vector<std::int64_t> o(r == 0 ? 0 : r - 1, 0);
-  std::vector<std::int64_t> k(o.size(), 0);
-  for (std::int64_t op = 0; op < outer; ++op) {
-    for (std::int64_t kp = 0; kp < wins; ++kp) {
+  Odometer o{out_extent};
+  Odometer k{win_extent};  // back at the first window position after each full cycle
+  for (std::int64_t op = 0; op < outer; ++op, o.next()) {
+    for (std::int64_t kp = 0; kp < wins; ++kp, k.next()) {
       std::int64_t off = 0;
       bool inside = true;
-      for (std::size_t i = 0; i < o.size() && inside; ++i) {
-        const std::int64_t idx = dims[i].input_index(o[i], k[i]);
+      for (std::size_t i = 0; i < o.at.size() && inside; ++i) {
+        const std::int64_t idx = dims[i].input_index(o.at[i], k.at[i]);
         inside = idx >= 0;
         off += idx * strides[i];
       }
       if (inside) row(op * last_out, off);
-      for (std::size_t i = k.size(); i-- > 0;) {
-        if (++k[i] < win_extent[i]) break;
-        k[i] = 0;
-      }
-    }
-    for (std::size_t i = o.size(); i-- > 0;) {
-      if (++o[i] < out_extent[i]) break;
-      o[i] = 0;
     }
   }
 }
