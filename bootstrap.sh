@@ -29,10 +29,6 @@ if [[ "$with_torch" == 1 ]]; then
 fi
 if [[ "$with_cross" == 1 ]]; then
   packages+=(g++-aarch64-linux-gnu qemu-user libopenblas-dev:arm64 liblapacke-dev:arm64 libboost-dev:arm64)
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-    echo "bootstrap: adding the arm64 architecture (multiarch)"
-    if [[ "$(id -u)" -ne 0 ]]; then sudo dpkg --add-architecture arm64; else dpkg --add-architecture arm64; fi
-  fi
 fi
 
 missing=()
@@ -59,5 +55,9 @@ if [[ "$(id -u)" -ne 0 ]]; then
   fi
 fi
 export DEBIAN_FRONTEND=noninteractive
+if [[ "$with_cross" == 1 ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "bootstrap: adding the arm64 architecture (multiarch)"
+  "${sudo[@]}" dpkg --add-architecture arm64
+fi
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

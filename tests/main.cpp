@@ -1,5 +1,6 @@
-// The doctest runner of the whole suite. With XJAX_KERNELS naming a kernel set this CPU cannot run
-// (the per-set runs of tests/meson.build), the run is skipped (exit 77) instead of failing.
+// The doctest runner of the whole suite. With XJAX_KERNELS naming a kernel set this build has but
+// this CPU cannot run (the per-set runs of tests/meson.build), the run is skipped (exit 77); a name
+// of no set at all (a typo) fails.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -11,10 +12,16 @@
 
 int main(int argc, char** argv) {
   if (const char* named = std::getenv("XJAX_KERNELS"); named != nullptr && *named != '\0') {
-    bool runnable = false;
-    for (const auto& set : xjax::build_info().runnable_sets) runnable = runnable || set == named;
+    const auto info = xjax::build_info();
+    bool built = false, runnable = false;
+    for (const auto& set : info.kernel_sets) built = built || set == named;
+    for (const auto& set : info.runnable_sets) runnable = runnable || set == named;
+    if (!built) {
+      std::printf("XJAX_KERNELS=%s: this build has no such kernel set\n", named);
+      return 1;
+    }
     if (!runnable) {
-      std::printf("XJAX_KERNELS=%s: not a kernel set this build runs on this CPU: skipped\n", named);
+      std::printf("XJAX_KERNELS=%s: this CPU cannot run that kernel set: skipped\n", named);
       return 77;
     }
   }

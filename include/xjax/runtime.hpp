@@ -38,7 +38,7 @@ void reset_eval_counts();
 /// How this library was built and which of its vectorized kernels run (docs/performance.md,
 /// "Kernel sets"). The default x86-64 build has three kernel sets, best first: "avx512"
 /// (x86-64-v4), "avx2" (x86-64-v3: AVX2 and FMA) and "baseline" (x86-64); -Dsimd=native builds one,
-/// "native". The best set this CPU runs is used unless the XJAX_KERNELS environment variable names
+/// "native", and -Dsimd=baseline (or any build off x86-64) one, "baseline". The best set this CPU runs is used unless the XJAX_KERNELS environment variable names
 /// another (read at the first kernel call).
 struct BuildInfo {
   std::string kernel_set;                   // the set running now (empty: XJAX_KERNELS names none that runs)

@@ -32,10 +32,19 @@ std::span<const KernelSet* const> built_kernel_sets() {
 
 bool runs_here(const KernelSet& set) {
   const std::string name = set.name;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  // The -march levels meson.build compiles these sets with.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  // The -march levels meson.build compiles these sets with (libgcc also checks the OS saves the
+  // registers).
   if (name == "avx512") return __builtin_cpu_supports("x86-64-v4");
   if (name == "avx2") return __builtin_cpu_supports("x86-64-v3");
+#elif defined(__x86_64__) && defined(__clang__)
+  // clang before 18 has no level names: the features of x86-64-v3 and v4 that it can test.
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+                  __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+  if (name == "avx2") return v3;
+  if (name == "avx512")
+    return v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 #endif
   return name == "baseline" || name == "native";  // native: built for this machine (-march=native)
 }

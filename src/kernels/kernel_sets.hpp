@@ -81,7 +81,8 @@ bool runs_here(const KernelSet& set);
 /// first of built_kernel_sets() that runs here.
 const KernelSet& active_kernel_set();
 /// Makes the named set the active one (tests and benchmarks: each set checked against the
-/// others). Kernels resolved before (the IntoKernels of built plans) keep their set.
+/// others). Plans built before keep the set of the kernels they resolved (their IntoKernels and
+/// dot_general steps); their other steps call the entry points and follow the switch.
 /// xj::Error naming the sets there are if `name` was not built or does not run here.
 void use_kernel_set(const std::string& name);
 

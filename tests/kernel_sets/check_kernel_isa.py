@@ -15,8 +15,10 @@ import re
 import subprocess
 import sys
 
-BEYOND_BASELINE = re.compile(r"^(v\w+|andn|bextr|blsi|blsmsk|blsr|bzhi|mulx|pdep|pext|rorx|sarx|shlx|shrx|lzcnt|tzcnt|movbe)\b")
-AVX512_REGISTER = re.compile(r"%zmm|%k[0-7]\b|\{%k")
+BEYOND_BASELINE = re.compile(
+    r"^(v\w+|andn|bextr|blsi|blsmsk|blsr|bzhi|mulx|pdep|pext|rorx|sarx|shlx|shrx|lzcnt|tzcnt|movbe|popcnt|crc32"
+    r"|cmpxchg16b)\b")
+AVX512_REGISTER = re.compile(r"%zmm|%k[0-7]\b|\{%k|%[xy]mm(1[6-9]|2[0-9]|3[01])\b")
 
 
 def main():
@@ -36,7 +38,9 @@ def main():
         if m:
             function = m.group(1)
             functions += 1
-            if "set_avx512" in function or "avx512" in function:
+            if re.search(r"set_\w+::kernel_set\(\)", function):
+                kind = "baseline"  # each set's table: dispatch.cpp calls every set's, on any CPU
+            elif "set_avx512" in function or "avx512" in function:
                 kind = "avx512"
             elif "set_avx2" in function or "xsimd::avx2" in function or "xsimd::fma3<xsimd::avx2>" in function:
                 kind = "avx2"
