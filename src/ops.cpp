@@ -210,6 +210,7 @@ Array div(const Array& a, const Array& b, std::source_location loc) { return bin
 Array pow(const Array& a, const Array& b, std::source_location loc) { return binary(P::pow, a, b, loc); }
 Array atan2(const Array& y, const Array& x, std::source_location loc) { return binary(P::atan2, y, x, loc); }
 Array rem(const Array& x, const Array& y, std::source_location loc) { return binary(P::rem, x, y, loc); }
+Array nextafter(const Array& x, const Array& y, std::source_location loc) { return binary(P::nextafter, x, y, loc); }
 Array round(const Array& x, RoundingMethod method, std::source_location loc) {
   return bind1(P::round, {x}, params::Round{.rounding_method = static_cast<std::int64_t>(method)}, loc);
 }
@@ -563,7 +564,7 @@ Array dynamic_update_slice(const Array& x, const Array& update, const std::vecto
 
 Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
   axis = norm_axis(axis, x.ndim(), "take", x, loc);
-  return bind1(P::gather, {x, indices}, params::Gather{.axis = axis}, loc);
+  return bind1(P::gather, {x, indices}, params::Gather{.axis = axis, .fill_or_drop = false}, loc);
 }
 
 Array take_along_axis(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {

@@ -312,12 +312,13 @@ std::vector<ShapedArray> gather_shape_rule(Avals in, const params::Gather& ps) {
   return {ShapedArray{gather_shape(Primitive::gather, in, ps.axis), in[0].dtype}};
 }
 
-std::vector<ShapedArray> scatter_add_shape_rule(Avals in, const params::ScatterAdd& ps) {
-  const Primitive p = Primitive::scatter_add;
+// scatter(x, i, u) and its combining forms: u has the shape take(x, i, axis) has; scatter (set)
+// takes any dtype, the others numbers.
+std::vector<ShapedArray> scatter_shape_rule(Primitive p, Avals in, const params::Scatter& ps) {
   expect_arity(p, in, 3);
   ShapedArray upd{gather_shape(p, in, ps.axis), in[0].dtype};
   if (in[2] != upd) shape_fail(p, in, "updates must be " + upd.str());
-  expect_kind(p, in, in[0], Kinds::numeric);
+  if (p != Primitive::scatter) expect_kind(p, in, in[0], Kinds::numeric);
   return {in[0]};
 }
 
@@ -558,7 +559,8 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::dynamic_update_slice: return dynamic_update_slice_shape_rule(in);
     case P::concatenate: return concatenate_shape_rule(in, ps.get<params::Concatenate>());
     case P::gather: return gather_shape_rule(in, ps.get<params::Gather>());
-    case P::scatter_add: return scatter_add_shape_rule(in, ps.get<params::ScatterAdd>());
+    case P::scatter_add: case P::scatter: case P::scatter_mul: case P::scatter_min: case P::scatter_max:
+      return scatter_shape_rule(p, in, ps.get<params::Scatter>());
     case P::iota: return iota_shape_rule(in, ps.get<params::Iota>());
     case P::name: return elementwise(p, in, 1, Kinds::any);
     case P::threefry2x32: return threefry2x32_shape_rule(in);

@@ -1017,22 +1017,22 @@ TEST_CASE("kernel: gather takes clamped, wrapped indices along an axis") {
   Array x = make<double>(iota_values<double>(12), {3, 4});
   Array idx = make<std::int32_t>({3, -1, 0, 7, -9, 1}, {2, 3});
   std::vector<double> got = values_of<double>(run(Primitive::gather, {x, idx}, {{3, 2, 3}, DType::f64},
-                                                  xjax::params::Gather{.axis = std::int64_t{1}}));
+                                                  xjax::params::Gather{.axis = std::int64_t{1}, .fill_or_drop = false}));
   const std::vector<std::int64_t> taken = {3, 3, 0, 3, 0, 1};  // -1 -> 3, 7 -> 3, -9 -> 0
   for (std::int64_t r = 0; r < 3; ++r)
     for (std::size_t j = 0; j < 6; ++j)
       CHECK(got[static_cast<std::size_t>(r) * 6 + j] == static_cast<double>(r * 4 + taken[j]));
   Array rows = run(Primitive::gather, {x, make<std::int64_t>({2, 0}, {2})}, {{2, 4}, DType::f64},
-                   xjax::params::Gather{.axis = std::int64_t{0}});
+                   xjax::params::Gather{.axis = std::int64_t{0}, .fill_or_drop = false});
   CHECK(values_of<double>(rows) == std::vector<double>{8, 9, 10, 11, 0, 1, 2, 3});
   Array scalar_index = run(Primitive::gather, {x, make<std::int32_t>({1}, {})}, {{4}, DType::f64},
-                           xjax::params::Gather{.axis = std::int64_t{0}});
+                           xjax::params::Gather{.axis = std::int64_t{0}, .fill_or_drop = false});
   CHECK(values_of<double>(scalar_index) == std::vector<double>{4, 5, 6, 7});
   Array b = make_bool({1, 0, 0}, {3});
   CHECK(values_of<U8>(run(Primitive::gather, {b, make<std::int32_t>({0, 0, 2}, {3})}, {{3}, DType::bool_},
-                          xjax::params::Gather{.axis = std::int64_t{0}})) == std::vector<U8>{1, 1, 0});
+                          xjax::params::Gather{.axis = std::int64_t{0}, .fill_or_drop = false})) == std::vector<U8>{1, 1, 0});
   CHECK(run(Primitive::gather, {x, make<std::int32_t>({}, {0})}, {{3, 0}, DType::f64},
-            xjax::params::Gather{.axis = std::int64_t{1}}).size() == 0);
+            xjax::params::Gather{.axis = std::int64_t{1}, .fill_or_drop = false}).size() == 0);
 }
 
 TEST_CASE("kernel: gather along the leading axis copies rows of every width (wrapped and clamped indices)") {
@@ -1046,7 +1046,7 @@ TEST_CASE("kernel: gather along the leading axis copies rows of every width (wra
     Array xi = make<std::int32_t>(iota_values<std::int32_t>(n * width), {n, width});
     Array ids = make<std::int64_t>(idx, {2, 4});
     auto out = [&](DType t) { return ShapedArray{{2, 4, width}, t}; };
-    const xjax::params::Gather along0{.axis = std::int64_t{0}};
+    const xjax::params::Gather along0{.axis = std::int64_t{0}, .fill_or_drop = false};
     std::vector<float> gf = values_of<float>(run(Primitive::gather, {xf, ids}, out(DType::f32), along0));
     std::vector<double> gd = values_of<double>(run(Primitive::gather, {xd, ids}, out(DType::f64), along0));
     std::vector<std::int32_t> gi = values_of<std::int32_t>(run(Primitive::gather, {xi, ids}, out(DType::i32), along0));
@@ -1066,7 +1066,7 @@ template <class T> void check_scatter_add() {
   Array idx = make<std::int32_t>({2, 0, 2, -1}, {4});
   Array upd = make<T>({1, 2, 3, 4, 10, 20, 30, 40}, {2, 4});
   std::vector<T> got = values_of<T>(run(Primitive::scatter_add, {x, idx, upd}, {{2, 3}, xjax::dtype_of_v<T>},
-                                        xjax::params::ScatterAdd{.axis = std::int64_t{1}}));
+                                        xjax::params::Scatter{.axis = std::int64_t{1}, .fill_or_drop = false}));
   // row 0: [0,1,2] + col2 += 1+3+4, col0 += 2; row 1: [3,4,5] + col2 += 10+30+40, col0 += 20
   CHECK(got == std::vector<T>{2, 1, 10, 23, 4, 85});
 }
@@ -1079,7 +1079,7 @@ TEST_CASE("kernel: scatter_add accumulates repeated indices") {
   check_scatter_add<std::uint32_t>();
   Array x = make<float>({0, 0, 0}, {3});
   Array got = run(Primitive::scatter_add, {x, make<std::int64_t>({5, 1}, {2}), make<float>({1, 2}, {2})},
-                  {{3}, DType::f32}, xjax::params::ScatterAdd{.axis = std::int64_t{0}});
+                  {{3}, DType::f32}, xjax::params::Scatter{.axis = std::int64_t{0}, .fill_or_drop = false});
   CHECK(values_of<float>(got) == std::vector<float>{0, 2, 1});
   CHECK(values_of<float>(x) == std::vector<float>{0, 0, 0});
 }

@@ -398,8 +398,8 @@ TEST_CASE("shape rules: concatenate") {
 }
 
 TEST_CASE("shape rules: gather and scatter_add") {
-  xj::Params a0 = xj::params::Gather{.axis = 0}, a1 = xj::params::Gather{.axis = 1};
-  xj::Params s0 = xj::params::ScatterAdd{.axis = 0};
+  xj::Params a0 = xj::params::Gather{.axis = 0, .fill_or_drop = false}, a1 = xj::params::Gather{.axis = 1, .fill_or_drop = false};
+  xj::Params s0 = xj::params::Scatter{.axis = 0, .fill_or_drop = false};
   CHECK(eval1(Primitive::gather, {f32({5, 3}), i32({2, 4})}, a0) == f32({2, 4, 3}));
   CHECK(eval1(Primitive::gather, {f32({5, 3}), i64({})}, a1) == f32({5}));
   CHECK(eval1(Primitive::gather, {f64({5, 3, 2}), i32({7})}, a1) == f64({5, 7, 2}));

@@ -62,8 +62,8 @@ BatchOut batch_by_loop(const BatchArgs& a);
 /// with operand and indices both batched (output batched at 0).
 BatchOut dynamic_slice_as_take(const BatchArgs& a);
 BatchOut take_both_batched(const BatchArgs& a);
-/// scatter_add with batched indices, as a scatter of whole rows (output batched at 0).
-BatchOut scatter_add_by_rows(const BatchArgs& a);
+/// Any scatter with batched indices, as a scatter of whole rows (output batched at 0).
+BatchOut scatter_by_rows(const BatchArgs& a);
 
 /// Batched values' dims as bools (dims[i] != not_batched).
 std::vector<bool> batched_mask(std::span<const std::int64_t> dims);

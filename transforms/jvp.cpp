@@ -10,6 +10,7 @@
 
 #include "ad.hpp"
 #include "higher_order.hpp"
+#include "scatter_rules.hpp"
 #include "xjax/linalg.hpp"
 #include "windows.hpp"
 #include "xjax/ops.hpp"
@@ -248,6 +249,12 @@ JvpOut atan2_jvp(const JvpArgs& a) {
   Tangent r = tmap(a.t[1], out.aval(), [&](const Array& t) { return mul(t, div(neg(x), r2)); });
   return {{out}, {tadd(l, r)}};
 }
+// nextafter(x, y) moves x by one ulp toward y, a step that is constant almost everywhere:
+// d nextafter(x, y) = dx (JAX defines no derivative; this one is exact almost everywhere)
+JvpOut nextafter_jvp(const JvpArgs& a) {
+  Array out = primal1(a);
+  return {{out}, {tmap(a.t[0], out.aval(), [](const Array& t) { return t; })}};
+}
 // rem(x, y) = x - trunc(x / y) y:  d = dx - trunc(x / y) dy   (trunc is piecewise constant)
 JvpOut rem_jvp(const JvpArgs& a) {
   Array out = primal1(a);
@@ -421,6 +428,9 @@ JvpOut concatenate_jvp(const JvpArgs& a) { return linear_all(a); }
 JvpOut gather_jvp(const JvpArgs& a) { return linear_in(a, {0}); }
 // d scatter_add(x, i, u) = scatter_add(dx, i, du)
 JvpOut scatter_add_jvp(const JvpArgs& a) { return linear_in(a, {0, 2}); }
+// d scatter(x, i, u) = scatter(dx, i, du): each element is x's or one update's, the same one for
+// the tangents (the kernel applies updates in order). scatter_mul / _min / _max: scatter_rules.cpp.
+JvpOut scatter_jvp(const JvpArgs& a) { return linear_in(a, {0, 2}); }
 JvpOut iota_jvp(const JvpArgs& a) { return zero_jvp(a); }
 // d name(x) = dx: only the primal carries the name (policies save primals, never tangents)
 JvpOut name_jvp(const JvpArgs& a) { return {{primal1(a)}, {a.t[0]}}; }

@@ -13,6 +13,7 @@
 
 #include "ad.hpp"
 #include "higher_order.hpp"
+#include "scatter_rules.hpp"
 #include "windows.hpp"
 #include "xjax/ops.hpp"
 
@@ -148,6 +149,7 @@ Cts max_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts min_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts pow_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts atan2_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts nextafter_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts rem_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts bitwise_and_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts bitwise_or_transpose(const TransposeArgs& a) { return not_linear(a); }
@@ -404,13 +406,18 @@ Cts concatenate_transpose(const TransposeArgs& a) {
   }
   return out;
 }
-// take(x, i)^T ct = scatter_add(zeros, i, ct)
+// take(x, i)^T ct = scatter_add(zeros, i, ct) (a read of zeros, fill_or_drop, drops its ct)
 Cts gather_transpose(const TransposeArgs& a) {
   if (a.in[1].is_linear()) return not_linear(a);
+  const auto& g = a.params.get<params::Gather>();
   return unary_linear(a, [&](const Array& c) {
     return bind1(P::scatter_add, {zeros_of(a.in[0].aval), a.in[1].value, c},
-                 params::ScatterAdd{.axis = a.params.get<params::Gather>().axis}, a.loc);
+                 params::Scatter{.axis = g.axis, .fill_or_drop = g.fill_or_drop}, a.loc);
   });
+}
+/// The gather that reads back, for each update, the element a scatter with `ps` put it in.
+Array read_back(const Array& c, const Array& indices, const params::Scatter& ps, std::source_location loc) {
+  return bind1(P::gather, {c, indices}, params::Gather{.axis = ps.axis, .fill_or_drop = ps.fill_or_drop}, loc);
 }
 // scatter_add(x, i, u)^T ct = (ct, take(ct, i))
 Cts scatter_add_transpose(const TransposeArgs& a) {
@@ -418,9 +425,30 @@ Cts scatter_add_transpose(const TransposeArgs& a) {
   Array c = ct0(a);
   Cts out = zeros_for(a);
   if (a.in[0].is_linear()) out[0] = c;
-  if (a.in[2].is_linear()) out[2] = bind1(P::gather, {c, a.in[1].value}, params::Gather{.axis = a.params.get<params::ScatterAdd>().axis}, a.loc);
+  if (a.in[2].is_linear()) out[2] = read_back(c, a.in[1].value, a.params.get<params::Scatter>(), a.loc);
   return out;
 }
+// scatter(x, i, u)^T ct = (ct with the overwritten elements zeroed, take(ct, i) where update j
+// survived, else 0)
+Cts scatter_transpose(const TransposeArgs& a) {
+  if (a.in[1].is_linear()) return not_linear(a);
+  const auto& ps = a.params.get<params::Scatter>();
+  const Array& i = a.in[1].value;
+  Array c = ct0(a);
+  Cts out = zeros_for(a);
+  if (a.in[0].is_linear()) out[0] = bind1(P::scatter, {c, i, zeros_of(a.in[2].aval)}, ps, a.loc);
+  if (a.in[2].is_linear())
+    out[2] = where(surviving_updates(i, a.in[0].aval, a.in[2].aval, ps, a.loc), read_back(c, i, ps, a.loc), 0.0, a.loc);
+  return out;
+}
+// scatter_mul(x, i, u) is linear in x alone (its jvp never makes u's tangent an operand):
+// scatter_mul(x, i, u)^T ct = scatter_mul(ct, i, u), a diagonal map
+Cts scatter_mul_transpose(const TransposeArgs& a) {
+  if (a.in[1].is_linear() || a.in[2].is_linear()) return not_linear(a);
+  return unary_linear(a, [&](const Array& c) { return bind1(P::scatter_mul, {c, a.in[1].value, a.in[2].value}, a.params, a.loc); });
+}
+Cts scatter_min_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts scatter_max_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts iota_transpose(const TransposeArgs& a) { return not_linear(a); }
 // name^T ct = ct (never reached with a name on a linear value, kept for completeness)
 Cts name_transpose(const TransposeArgs& a) { return unary_linear(a, [](const Array& c) { return c; }); }

@@ -12,6 +12,7 @@
 
 #include "batching.hpp"
 #include "higher_order.hpp"
+#include "scatter_rules.hpp"
 #include "windows.hpp"
 #include "xjax/control_flow.hpp"
 #include "xjax/ops.hpp"
@@ -365,19 +366,17 @@ BatchOut gather_batch(const BatchArgs& a) {
   if (dx != not_batched) {
     std::int64_t ax = shifted(axis, dx);
     std::int64_t out = dx < ax ? dx : dx + a.x[1].ndim() - 1;
-    return one(bind1(a.prim, a.x, params::Gather{.axis = ax}, a.loc), out);
+    return one(bind1(a.prim, a.x, params::Gather{.axis = ax, .fill_or_drop = a.params.get<params::Gather>().fill_or_drop}, a.loc), out);
   }
   return one(bind1(a.prim, a.x, a.params, a.loc), axis + di);
 }
 
-// scatter_add(x, i, u, axis)[b] with unbatched indices: x and u batched at 0, the axis shifts.
-// Batched indices: a scatter of rows (vmap_gather.cpp).
-BatchOut scatter_add_batch(const BatchArgs& a) {
-  if (a.dims[1] != not_batched) return scatter_add_by_rows(a);
-  std::int64_t axis = a.params.get<params::ScatterAdd>().axis;
-  std::vector<Array> ops{move_batch_dim(a.x[0], a.dims[0], 0, a.size), a.x[1], move_batch_dim(a.x[2], a.dims[2], 0, a.size)};
-  return one(bind1(a.prim, ops, params::ScatterAdd{.axis = axis + 1}, a.loc), 0);
-}
+// Every scatter: scatter_rules.cpp.
+BatchOut scatter_add_batch(const BatchArgs& a) { return scatter_family_batch(a); }
+BatchOut scatter_batch(const BatchArgs& a) { return scatter_family_batch(a); }
+BatchOut scatter_mul_batch(const BatchArgs& a) { return scatter_family_batch(a); }
+BatchOut scatter_min_batch(const BatchArgs& a) { return scatter_family_batch(a); }
+BatchOut scatter_max_batch(const BatchArgs& a) { return scatter_family_batch(a); }
 
 // iota has no operands, so it is never batched; the rule exists for the table.
 BatchOut iota_batch(const BatchArgs& a) { return batch_by_loop(a); }

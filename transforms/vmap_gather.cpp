@@ -2,14 +2,15 @@
 // takes of whole rows, instead of a loop over the members (batch_by_loop):
 //   dynamic_slice(x, starts)[b]             with batched starts
 //   take(x, i, axis)[b]                     with x and i both batched
-//   scatter_add(x, i, u, axis)[b]           with batched indices
+//   scatter*(x, i, u, axis)[b]              with batched indices (every scatter)
 // (dynamic_update_slice with batched starts stays member by member: as a take of every element
 // of the result and a select it measured 50x slower than the loop, whose members are one copy
 // and one small window write each.)
 // Each index is first normalized as the kernel normalizes it (a window start clamped to
-// [0, n - s]; a take index counted from the end when negative, then clamped to [0, n - 1]), so a
-// member's offset never reaches another member's elements and the result is the loop's, element
-// for element. Empty windows or batches go member by member.
+// [0, n - s]; a take index counted from the end when negative, then clamped to [0, n - 1], or in
+// fill_or_drop mode sent past every member's rows), so a member's offset never reaches another
+// member's elements and the result is the loop's, element for element. Empty windows or batches
+// go member by member.
 #include <algorithm>
 
 #include "batching.hpp"
@@ -48,7 +49,7 @@ MergedRows merged_rows(const Shape& shape, std::size_t k, const Array& pos, bool
   Shape merged{leading * rows};
   merged.insert(merged.end(), shape.begin() + static_cast<std::ptrdiff_t>(k) + 2, shape.end());
   const Shape P(pos.shape().begin() + (pos_batched ? 1 : 0), pos.shape().end());
-  const DType t = index_dtype(leading * rows);
+  const DType t = index_dtype(2 * leading * rows);  // room for past_rows(shape, k) + an offset
   Shape base_shape = lead;
   base_shape.insert(base_shape.end(), P.size(), 1);
   Array base = reshape(iota(t, {leading}, 0, loc) * constant(rows, t), base_shape, loc);
@@ -64,11 +65,20 @@ Array take_rows(const Array& y, std::size_t k, const Array& pos, bool pos_batche
   return take(reshape(y, m.merged, loc), m.index, 0, loc);
 }
 
-/// Indices as gather and scatter_add read them: negative ones count from the end, then clamped
-/// to [0, rows - 1]; in 64 bits, batch at 0.
-Array normalized_indices(const BatchArgs& a, std::size_t operand, std::int64_t rows) {
+/// A merged-row index past every member's rows (a dropped or filled index stays outside).
+std::int64_t past_rows(const Shape& shape, std::size_t k) {
+  return shape_size(Shape(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(k) + 2));
+}
+
+/// Indices as gather and the scatters read them: negative ones count from the end; then clamped
+/// to [0, rows - 1], or in fill_or_drop mode those outside set to `outside`; in 64 bits, batch at 0.
+Array normalized_indices(const BatchArgs& a, std::size_t operand, std::int64_t rows, bool fill_or_drop,
+                         std::int64_t outside) {
   Array i = astype(move_batch_dim(a.x[operand], a.dims[operand], 0, a.size), i64, a.loc);
-  return clamp(where(i < 0.0, i + constant(rows, i64), i, a.loc), 0, rows - 1, i64);
+  const std::int64_t zero = 0;
+  i = where(i < zero, i + constant(rows, i64), i, a.loc);
+  if (!fill_or_drop) return clamp(i, 0, rows - 1, i64);
+  return where(logical_and(i >= zero, i < rows, a.loc), i, constant(outside, i64), a.loc);
 }
 
 BatchOut one_at_front(Array y) { return {{std::move(y)}, {0}}; }
@@ -106,26 +116,33 @@ BatchOut dynamic_slice_as_take(const BatchArgs& a) {
 
 // take(x, i, axis)[b] with both batched: member b's indices, normalized, as rows of its operand.
 BatchOut take_both_batched(const BatchArgs& a) {
-  const auto axis = static_cast<std::size_t>(a.params.get<params::Gather>().axis);
+  const auto& g = a.params.get<params::Gather>();
+  const auto axis = static_cast<std::size_t>(g.axis);
   Array x = move_batch_dim(a.x[0], a.dims[0], 0, a.size);
   const std::int64_t rows = x.shape()[axis + 1];
   if (a.size == 0 || rows == 0) return batch_by_loop(a);
-  return one_at_front(take_rows(x, axis, normalized_indices(a, 1, rows), true, a.loc));
+  Array pos = normalized_indices(a, 1, rows, g.fill_or_drop, past_rows(x.shape(), axis));
+  MergedRows m = merged_rows(x.shape(), axis, pos, true, a.loc);
+  return one_at_front(bind1(Primitive::gather, {reshape(x, m.merged, a.loc), m.index},
+                            params::Gather{.axis = 0, .fill_or_drop = g.fill_or_drop}, a.loc));
 }
 
-// scatter_add(x, i, u, axis)[b] with batched indices: member b's updates added to the rows its
-// normalized indices name in its operand, one scatter along the merged rows (the transpose of
-// take_both_batched; e.g. per-example gradients of an embedding lookup). x and u are batched
-// (broadcast when shared: every member's result is its own).
-BatchOut scatter_add_by_rows(const BatchArgs& a) {
-  const auto axis = static_cast<std::size_t>(a.params.get<params::ScatterAdd>().axis);
+// scatter*(x, i, u, axis)[b] with batched indices: member b's updates combined into the rows its
+// normalized indices name in its operand, one scatter along the merged rows (for scatter_add the
+// transpose of take_both_batched; e.g. per-example gradients of an embedding lookup). x and u are
+// batched (broadcast when shared: every member's result is its own).
+BatchOut scatter_by_rows(const BatchArgs& a) {
+  const auto& ps = a.params.get<params::Scatter>();
+  const auto axis = static_cast<std::size_t>(ps.axis);
   Array x = move_batch_dim(a.x[0], a.dims[0], 0, a.size);
   const std::int64_t rows = x.shape()[axis + 1];
   if (a.size == 0 || rows == 0) return batch_by_loop(a);
   Array u = move_batch_dim(a.x[2], a.dims[2], 0, a.size);
-  MergedRows m = merged_rows(x.shape(), axis, normalized_indices(a, 1, rows), true, a.loc);
-  Array sum = bind1(Primitive::scatter_add, {reshape(x, m.merged, a.loc), m.index, u}, params::ScatterAdd{.axis = 0}, a.loc);
-  return one_at_front(reshape(sum, x.shape(), a.loc));
+  Array pos = normalized_indices(a, 1, rows, ps.fill_or_drop, past_rows(x.shape(), axis));
+  MergedRows m = merged_rows(x.shape(), axis, pos, true, a.loc);
+  Array out = bind1(a.prim, {reshape(x, m.merged, a.loc), m.index, u},
+                    params::Scatter{.axis = 0, .fill_or_drop = ps.fill_or_drop}, a.loc);
+  return one_at_front(reshape(out, x.shape(), a.loc));
 }
 
 }  // namespace xjax::detail

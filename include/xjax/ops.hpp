@@ -104,6 +104,9 @@ Array population_count(const Array& x, XJAX_LOC);
 /// lax.rem: the remainder of the truncated quotient, with x's sign (C's fmod and %); integers
 /// follow XLA at the edges: x rem 0 = x, MIN rem -1 = 0.
 Array rem(const Array& x, const Array& y, XJAX_LOC);
+/// lax.nextafter(x, y): the next representable float after x in the direction of y (y itself
+/// when x == y; NaN when either is). Its derivative is dx (JAX defines none).
+Array nextafter(const Array& x, const Array& y, XJAX_LOC);
 /// jnp.floor_divide: floor(x / y) (integers: rounded toward minus infinity, x // 0 = 0 as xjax's
 /// div). jnp.remainder (alias mod): x - floor_divide(x, y) y, with y's sign (Python's %).
 Array floor_divide(const Array& x, const Array& y, XJAX_LOC);

@@ -160,11 +160,17 @@ struct DynamicSlice {
 struct Concatenate {
   XJAX_PARAMS_STRUCT_BODY(Concatenate, (std::int64_t, dimension))
 };
+/// gather (take along `axis`): an index is counted from the end when negative; one still outside
+/// [0, n) is clamped to it (JAX's GatherScatterMode.CLIP), or reads zeros when fill_or_drop
+/// (FILL_OR_DROP, with 0 as the fill value).
 struct Gather {
-  XJAX_PARAMS_STRUCT_BODY(Gather, (std::int64_t, axis))
+  XJAX_PARAMS_STRUCT_BODY(Gather, (std::int64_t, axis), (bool, fill_or_drop))
 };
-struct ScatterAdd {
-  XJAX_PARAMS_STRUCT_BODY(ScatterAdd, (std::int64_t, axis))
+/// scatter, scatter_add, scatter_mul, scatter_min, scatter_max along `axis`: indices as gather's;
+/// an update whose index is outside [0, n) is clamped onto the edge, or dropped when fill_or_drop
+/// (JAX's default for scatters).
+struct Scatter {
+  XJAX_PARAMS_STRUCT_BODY(Scatter, (std::int64_t, axis), (bool, fill_or_drop))
 };
 struct Iota {
   XJAX_PARAMS_STRUCT_BODY(Iota, (DType, dtype), (Ints, shape), (std::int64_t, dimension))

@@ -77,6 +77,7 @@
   X(pow, pow, None, binary, floats, Y)                                                               \
   X(atan2, atan2, None, binary, floats, Y)                                                           \
   X(rem, rem, None, binary, numeric, Y)                                                              \
+  X(nextafter, nextafter, None, binary, floats, Y)                                                   \
   X(bitwise_and, bitwise_and, None, binary, integers, Y)                                             \
   X(bitwise_or, bitwise_or, None, binary, integers, Y)                                               \
   X(bitwise_xor, bitwise_xor, None, binary, integers, Y)                                             \
@@ -125,7 +126,11 @@
   X(dynamic_update_slice, dynamic_update_slice, None, structural, none, Y)                           \
   X(concatenate, concatenate, Concatenate, structural, none, Y)                                      \
   X(gather, gather, Gather, structural, none, Y)                                                     \
-  X(scatter_add, scatter_add, ScatterAdd, structural, none, Y)                                       \
+  X(scatter_add, scatter_add, Scatter, structural, none, Y)                                          \
+  X(scatter, scatter, Scatter, structural, none, Y)                                                  \
+  X(scatter_mul, scatter_mul, Scatter, structural, none, Y)                                          \
+  X(scatter_min, scatter_min, Scatter, structural, none, Y)                                          \
+  X(scatter_max, scatter_max, Scatter, structural, none, Y)                                          \
   X(iota, iota, Iota, structural, none, Y)                                                           \
   X(name, name, Name, structural, none, Y)                                                           \
   X(threefry2x32, threefry2x32, None, structural, none, Y)                                           \

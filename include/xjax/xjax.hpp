@@ -8,6 +8,7 @@
 #include "xjax/distributed.hpp"
 #include "xjax/dtype.hpp"
 #include "xjax/errors.hpp"
+#include "xjax/indexing.hpp"
 #include "xjax/jaxpr.hpp"
 #include "xjax/linalg.hpp"
 #include "xjax/losses.hpp"

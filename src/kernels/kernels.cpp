@@ -112,11 +112,10 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::concatenate:
       return [dim = ps.get<params::Concatenate>().dimension, out](In in) { return concatenate_kernel(in, dim, out); };
     case Primitive::gather:
-      return [axis = ps.get<params::Gather>().axis, out](In in) { return gather_kernel(in[0], in[1], axis, out); };
-    case Primitive::scatter_add:
-      return [axis = ps.get<params::ScatterAdd>().axis, out](In in) {
-        return scatter_add_kernel(in[0], in[1], in[2], axis, out);
-      };
+      return [g = ps.get<params::Gather>(), out](In in) { return gather_kernel(in[0], in[1], g, out); };
+    case Primitive::scatter_add: case Primitive::scatter: case Primitive::scatter_mul:
+    case Primitive::scatter_min: case Primitive::scatter_max:
+      return [p, s = ps.get<params::Scatter>(), out](In in) { return scatter_kernel(p, in[0], in[1], in[2], s, out); };
     case Primitive::iota:
       return [dim = ps.get<params::Iota>().dimension, out](In) { return iota_kernel(dim, out); };
     case Primitive::threefry2x32: return [out](In in) { return threefry2x32_kernel(in[0], in[1], out); };

@@ -303,9 +303,10 @@ Array pad_kernel(const Array& x, const Array& padding_value, const Ints& lo, con
 Array dynamic_slice_kernel(std::span<const Array> in, const ShapedArray& out);
 Array dynamic_update_slice_kernel(std::span<const Array> in, const ShapedArray& out);
 Array concatenate_kernel(std::span<const Array> in, std::int64_t dimension, const ShapedArray& out);
-Array gather_kernel(const Array& x, const Array& indices, std::int64_t axis, const ShapedArray& out);
-Array scatter_add_kernel(const Array& x, const Array& indices, const Array& updates,
-                         std::int64_t axis, const ShapedArray& out);
+Array gather_kernel(const Array& x, const Array& indices, const params::Gather& ps, const ShapedArray& out);
+/// scatter, scatter_add, scatter_mul, scatter_min, scatter_max (params::Scatter).
+Array scatter_kernel(Primitive p, const Array& x, const Array& indices, const Array& updates,
+                     const params::Scatter& ps, const ShapedArray& out);
 Array iota_kernel(std::int64_t dimension, const ShapedArray& out);
 
 // ---- collectives.cpp (communication: src/comm.hpp) ---------------------------------------------

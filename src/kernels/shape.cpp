@@ -173,6 +173,12 @@ std::int64_t normalize_index(std::int64_t i, std::int64_t n) {
   return std::clamp<std::int64_t>(i, 0, n - 1);
 }
 
+// The same in FILL_OR_DROP mode: -1 for an index still outside [0, n) once counted from the end.
+std::int64_t index_or_none(std::int64_t i, std::int64_t n) {
+  if (i < 0) i += n;
+  return i >= 0 && i < n ? i : -1;
+}
+
 // The indices operand of gather/scatter_add as int64 values.
 std::vector<std::int64_t> read_indices(const Array& indices, Primitive p) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(indices.size()));
@@ -194,16 +200,58 @@ AxisView view_around(const Shape& s, std::int64_t axis) {
   return {product(s, 0, a), s.at(a), product(s, a + 1, s.size())};
 }
 
-template <class T>
-void scatter_add_typed(T* out, const T* updates, const std::vector<std::int64_t>& idx,
-                       const AxisView& v) {
+// How each scatter combines the element d an update u lands on with u (min and max propagate
+// NaN as lax.min / lax.max do; on bool, mul is `and`, add is `or`).
+struct SetTo {
+  template <class T> T operator()(T, T u) const { return u; }
+};
+struct AddTo {
+  template <class T> T operator()(T d, T u) const { return add_values(d, u); }
+};
+struct MulBy {
+  template <class T> T operator()(T d, T u) const {
+    if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<T>(d & u);
+    else if constexpr (std::is_integral_v<T>) return wrap_mul(d, u);
+    else return d * u;
+  }
+};
+struct MinWith {
+  template <class T> T operator()(T d, T u) const {
+    if (u != u || d != d) return u != u ? u : d;  // NaN wins
+    return u < d ? u : d;
+  }
+};
+struct MaxWith {
+  template <class T> T operator()(T d, T u) const {
+    if (u != u || d != d) return u != u ? u : d;
+    return u > d ? u : d;
+  }
+};
+
+// out[o, idx[j], k] = combine(out[o, idx[j], k], updates[o, j, k]), x viewed as
+// [outer, axis_size, inner]; an index of -1 (dropped) is skipped. Updates are applied in order,
+// so where indices repeat, the last update set wins.
+template <class T, class Combine>
+void scatter_typed(T* out, const T* updates, const std::vector<std::int64_t>& idx, const AxisView& v, Combine combine) {
   const auto n = static_cast<std::int64_t>(idx.size());
   for (std::int64_t o = 0; o < v.outer; ++o)
     for (std::int64_t j = 0; j < n; ++j) {
-      T* dst = out + (o * v.axis_size + idx[static_cast<std::size_t>(j)]) * v.inner;
+      const std::int64_t i = idx[static_cast<std::size_t>(j)];
+      if (i < 0) continue;
+      T* dst = out + (o * v.axis_size + i) * v.inner;
       const T* src = updates + (o * n + j) * v.inner;
-      for (std::int64_t k = 0; k < v.inner; ++k) dst[k] = add_values(dst[k], src[k]);
+      for (std::int64_t k = 0; k < v.inner; ++k) dst[k] = combine(dst[k], src[k]);
     }
+}
+
+template <class T>
+void scatter_with(Primitive p, T* out, const T* updates, const std::vector<std::int64_t>& idx, const AxisView& v) {
+  if (p == Primitive::scatter) return scatter_typed(out, updates, idx, v, SetTo{});
+  if (p == Primitive::scatter_add) return scatter_typed(out, updates, idx, v, AddTo{});
+  if (p == Primitive::scatter_mul) return scatter_typed(out, updates, idx, v, MulBy{});
+  if (p == Primitive::scatter_min) return scatter_typed(out, updates, idx, v, MinWith{});
+  if (p == Primitive::scatter_max) return scatter_typed(out, updates, idx, v, MaxWith{});
+  throw Error("scatter_kernel: " + std::string(primitive_name(p)) + " is not a scatter");
 }
 
 }  // namespace
@@ -365,45 +413,44 @@ void gather_rows(Byte* dst, const Byte* src, const std::vector<std::int64_t>& id
 }
 }  // namespace
 
-// out[o, j, k] = x[o, idx[j], k] with x viewed as [outer, axis_size, inner].
-Array gather_kernel(const Array& x, const Array& indices, std::int64_t axis, const ShapedArray& out) {
+// out[o, j, k] = x[o, idx[j], k] with x viewed as [outer, axis_size, inner]; an index outside
+// the axis is clamped onto it, or (fill_or_drop) reads zeros.
+Array gather_kernel(const Array& x, const Array& indices, const params::Gather& ps, const ShapedArray& out) {
   Array result = alloc_array(out);
   if (out.size() == 0) return result;
-  const AxisView v = view_around(x.shape(), axis);
+  const AxisView v = view_around(x.shape(), ps.axis);
   const std::size_t item = item_of(out);
-  if (v.axis_size == 0) {  // nothing to take from: zeros
-    std::memset(bytes_of_new(result), 0, out.nbytes());
-    return result;
-  }
   std::vector<std::int64_t> idx = read_indices(indices, Primitive::gather);
+  if (v.axis_size == 0 || ps.fill_or_drop) std::memset(bytes_of_new(result), 0, out.nbytes());
+  if (v.axis_size == 0) return result;  // nothing to take from: zeros
   const auto n = static_cast<std::int64_t>(idx.size());
   const auto step = static_cast<std::int64_t>(item);
-  if (v.outer == 1) {  // along the leading axis: each index copies one contiguous row
+  if (v.outer == 1 && !ps.fill_or_drop) {  // along the leading axis: each index copies one contiguous row
     gather_rows(bytes_of_new(result), bytes_of(x), idx, v.axis_size, static_cast<std::size_t>(v.inner) * item);
     return result;
   }
   for (std::int64_t j = 0; j < n; ++j) {
-    const std::int64_t i = normalize_index(idx[static_cast<std::size_t>(j)], v.axis_size);
+    const std::int64_t raw = idx[static_cast<std::size_t>(j)];
+    const std::int64_t i = ps.fill_or_drop ? index_or_none(raw, v.axis_size) : normalize_index(raw, v.axis_size);
+    if (i < 0) continue;  // filled with zeros above
     copy_box(bytes_of_new(result) + j * v.inner * step, bytes_of(x) + i * v.inner * step,
              {{v.outer, n * v.inner, v.axis_size * v.inner}, {v.inner, 1, 1}}, item);
   }
   return result;
 }
 
-Array scatter_add_kernel(const Array& x, const Array& indices, const Array& updates,
-                         std::int64_t axis, const ShapedArray& out) {
+// scatter, scatter_add, scatter_mul, scatter_min, scatter_max: x with the updates combined in.
+Array scatter_kernel(Primitive p, const Array& x, const Array& indices, const Array& updates,
+                     const params::Scatter& ps, const ShapedArray& out) {
   Array result = alloc_array(out);
   copy_all(result, x);
-  const AxisView v = view_around(x.shape(), axis);
+  const AxisView v = view_around(x.shape(), ps.axis);
   if (updates.size() == 0 || v.axis_size == 0) return result;
-  std::vector<std::int64_t> idx = read_indices(indices, Primitive::scatter_add);
-  for (auto& i : idx) i = normalize_index(i, v.axis_size);
+  std::vector<std::int64_t> idx = read_indices(indices, p);
+  for (auto& i : idx) i = ps.fill_or_drop ? index_or_none(i, v.axis_size) : normalize_index(i, v.axis_size);
   visit_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, std::uint8_t>)
-      unsupported_dtype(Primitive::scatter_add, DType::bool_);
-    else
-      scatter_add_typed(out_ptr<T>(result), in_ptr<T>(updates), idx, v);
+    scatter_with(p, out_ptr<T>(result), in_ptr<T>(updates), idx, v);
   });
   return result;
 }

@@ -315,6 +315,7 @@ template <> struct BinaryMath<Primitive::max> { template <class V> V operator()(
 template <> struct BinaryMath<Primitive::min> { template <class V> V operator()(const V& a, const V& b) const { return nan_min(a, b); } };
 template <> struct BinaryMath<Primitive::pow> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::pow(a, b); } };
 template <> struct BinaryMath<Primitive::atan2> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::atan2(a, b); } };
+template <> struct BinaryMath<Primitive::nextafter> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::nextafter(a, b); } };
 // C's fmod, exact (the remainder of the truncated quotient, with a's sign, as XLA's rem); xsimd's
 // fmod is x - trunc(x / y) y, which loses the remainder once x / y rounds, so lane by lane.
 template <> struct BinaryMath<Primitive::rem> {

@@ -521,12 +521,12 @@ std::vector<Row> build() {
                   }));
   t.push_back(row("scatter_add", {P::scatter_add},
                   squared([](const Arrays& x) {
-                    return detail::bind1(P::scatter_add, {x[0], i32s({1, 4, 1, 0}, {4}), x[1]}, params::ScatterAdd{.axis = std::int64_t{0}});
+                    return detail::bind1(P::scatter_add, {x[0], i32s({1, 4, 1, 0}, {4}), x[1]}, params::Scatter{.axis = std::int64_t{0}, .fill_or_drop = false});
                   }),
                   uniform2_gen({5, 3}, {4, 3}, -2, 2)));
   t.push_back(row("scatter_add_axis1", {P::scatter_add},
                   squared([](const Arrays& x) {
-                    return detail::bind1(P::scatter_add, {x[0], i32s({2, 0, 2}, {3}), x[1]}, params::ScatterAdd{.axis = std::int64_t{1}});
+                    return detail::bind1(P::scatter_add, {x[0], i32s({2, 0, 2}, {3}), x[1]}, params::Scatter{.axis = std::int64_t{1}, .fill_or_drop = false});
                   }),
                   uniform2_gen({2, 4}, {2, 3}, -2, 2)));
 

@@ -1,0 +1,63 @@
+// indexing.hpp: JAX's indexed updates, x.at[idx].set(v) / add / mul / min / max / get, spelled
+// xj::at(x, idx).set(v). They return a new array (x is never modified) and lower to the gather
+// and scatter primitives (docs/jaxpr.md), so every transformation applies.
+#pragma once
+#include <cstdint>
+#include <source_location>
+#include <vector>
+
+#include "xjax/ops.hpp"
+
+namespace xjax {
+
+/// What an update does with an index outside its axis once negative ones are counted from the
+/// end: drop it (JAX's default for updates, mode="drop") or clamp it onto the edge ("clip").
+/// Reads (`get`) always clamp, as JAX's indexing does by default.
+enum class IndexMode { drop, clip };
+
+/// The view x.at[idx]: `idx` selects along x's leading axes, one index array per axis (an int, an
+/// array of indices, or several, broadcast together). Selected shape: the indices' broadcast
+/// shape followed by x's remaining axes. Updates `v` are converted to x's dtype and broadcast to
+/// the selected shape. Where indices repeat, add / mul / min / max combine every update and set
+/// keeps the last one (JAX leaves that order unspecified).
+class At {
+ public:
+  At(Array x, std::vector<Array> indices, std::source_location loc);
+  /// x[idx] (indices clamped).
+  Array get(XJAX_LOC) const;
+  /// x with x[idx] = v.
+  Array set(const Array& v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  /// x with x[idx] += v.
+  Array add(const Array& v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  /// x with x[idx] *= v.
+  Array mul(const Array& v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  /// x with x[idx] = minimum(x[idx], v).
+  Array min(const Array& v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  /// x with x[idx] = maximum(x[idx], v).
+  Array max(const Array& v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  /// The same with a C++ number (weakly typed: it takes x's dtype).
+  Array set(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  Array add(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  Array mul(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  Array min(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  Array max(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+
+ private:
+  enum class Combine { set, add, mul, min, max };
+  Array update(Combine how, const Array& v, IndexMode mode, std::source_location loc) const;
+  Array x_;
+  std::vector<Array> indices_;
+};
+
+/// x.at[i] for an index along x's first axis.
+At at(const Array& x, std::int64_t i, XJAX_LOC);
+/// x.at[idx] for an array of indices along x's first axis.
+At at(const Array& x, const Array& indices, XJAX_LOC);
+/// x.at[i0, i1, ...]: one index (array) per leading axis, broadcast together.
+At at(const Array& x, std::vector<Array> indices, XJAX_LOC);
+
+/// jnp.meshgrid: coordinate arrays from 1-D vectors. indexing "xy" (default, Cartesian) swaps
+/// the first two output axes of "ij" (matrix) indexing.
+std::vector<Array> meshgrid(const std::vector<Array>& xs, const std::string& indexing = "xy", XJAX_LOC);
+
+}  // namespace xjax
