@@ -191,3 +191,27 @@ TEST_CASE("round: halfway cases away from zero or to even, -0, NaN, infinities, 
   CHECK(xj::grad([](const xj::Array& v) { return xj::sum(xj::round(v) * v); })(test_util::f64v({1.2, -2.7})).to_vector<double>() ==
         std::vector<double>{1.0, -3.0});
 }
+
+TEST_CASE("nextafter against the C library: both directions, signs, zeros, subnormals, infinities, NaN; f32 and f64") {
+  const double nan = std::nan(""), tiny = std::numeric_limits<double>::denorm_min(), big = std::numeric_limits<double>::max();
+  std::vector<double> x{0.0, -0.0, 1.0, -1.0, 1e-310, -2.5, 3.0, inf, -inf, nan, tiny, big, 2.0, 2.0, -0.0, 0.0, -tiny, 1.0};
+  std::vector<double> y{1.0, -1.0, 2.0, -2.0, 0.0, 3.0, -3.0, 0.0, 0.0, 1.0, 0.0, inf, 2.0, -1.0, 0.0, -0.0, 1.0, nan};
+  // Repeated so that every entry also lands in a vector lane, not only in the scalar tail.
+  for (int r = 0; r < 3; ++r) {
+    x.insert(x.end(), x.begin(), x.begin() + 18);
+    y.insert(y.end(), y.begin(), y.begin() + 18);
+  }
+  std::vector<double> want;
+  for (std::size_t i = 0; i < x.size(); ++i) want.push_back(std::nextafter(x[i], y[i]));
+  check_same(xj::nextafter(test_util::f64v(x), test_util::f64v(y)), want);
+  const xj::Array xf = xj::astype(test_util::f64v(x), xj::f32), yf = xj::astype(test_util::f64v(y), xj::f32);
+  const auto xv = vec(xf), yv = vec(yf);
+  std::vector<double> want_f;
+  for (std::size_t i = 0; i < xv.size(); ++i) want_f.push_back(std::nextafter(static_cast<float>(xv[i]), static_cast<float>(yv[i])));
+  check_same(xj::nextafter(xf, yf), want_f);
+  // Its derivative: dx (one ulp is a constant step almost everywhere), nothing for y.
+  auto [gx, gy] = xj::grad([](const xj::Array& a, const xj::Array& b) { return xj::sum(xj::nextafter(a, b)); }, xj::argnums<0, 1>)(
+      test_util::f64v({0.5, -2.0}), test_util::f64v({1.0, -3.0}));
+  CHECK(vec(gx) == std::vector<double>{1.0, 1.0});
+  CHECK(vec(gy) == std::vector<double>{0.0, 0.0});
+}

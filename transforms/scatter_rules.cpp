@@ -31,18 +31,24 @@ Array scatter_with(P p, const Array& x, const Array& indices, const Array& updat
 JvpOut no_tangent(const Array& y) { return {{y}, {Tangent::zero(y.aval())}}; }
 
 /// For every update u_j of scatter_mul(x, i, u): the product of the other updates landing on its
-/// element, prod_{k != j, i_k = i_j} u_k, exactly where updates are zero: with Z the number of
-/// zero updates on the element and Q the product of its nonzero ones, it is Q / u_j when
-/// u_j != 0 and Z = 0, Q when u_j = 0 and Z = 1, else 0.
+/// element, prod_{k != j, i_k = i_j} u_k, with no division by zero. On each element, Q is the
+/// product of the nonzero updates, Z the number of zero ones and S their sum (0, but it carries
+/// their tangents): for u_j != 0 it is Q / u_j (Z = 0) or S Q / u_j (Z = 1: S is the one zero);
+/// for u_j = 0 it is Q (Z = 1) or (S - u_j) Q (Z = 2); else 0. Each form is the product itself as
+/// a polynomial near u, so all its derivatives are exact too, except with two or more zeros
+/// among the others, where the second and higher derivatives are taken as 0 (docs/status.md).
 Array product_of_others(const Array& x, const Array& i, const Array& u, const params::Scatter& ps,
                         std::source_location loc) {
   const Array nonzero = ne(u, scalar_like(0.0, u), loc);
   const Array u_or_one = where(nonzero, u, 1.0, loc);
+  const Array zeros_x = filled(0.0, x.aval(), loc);
   const Array q = read_back(scatter_with(P::scatter_mul, filled(1.0, x.aval(), loc), i, u_or_one, ps, loc), i, ps, loc);
-  const Array zeros_here = where(nonzero, 0.0, filled(1.0, u.aval(), loc), loc);
-  const Array z = read_back(scatter_with(P::scatter_add, filled(0.0, x.aval(), loc), i, zeros_here, ps, loc), i, ps, loc);
-  const Array when_nonzero = where(eq(z, scalar_like(0.0, z), loc), q / u_or_one, 0.0, loc);
-  const Array when_zero = where(eq(z, scalar_like(1.0, z), loc), q, 0.0, loc);
+  const Array z = read_back(scatter_with(P::scatter_add, zeros_x, i, where(nonzero, 0.0, filled(1.0, u.aval(), loc), loc), ps, loc), i, ps, loc);
+  const Array s = read_back(scatter_with(P::scatter_add, zeros_x, i, where(nonzero, 0.0, u, loc), ps, loc), i, ps, loc);
+  auto count_is = [&](double c) { return eq(z, scalar_like(c, z), loc); };
+  const Array q_over_u = q / u_or_one;
+  const Array when_nonzero = where(count_is(0), q_over_u, where(count_is(1), s * q_over_u, 0.0, loc), loc);
+  const Array when_zero = where(count_is(1), q, where(count_is(2), (s - u) * q, 0.0, loc), loc);
   return where(nonzero, when_nonzero, when_zero, loc);
 }
 

@@ -315,7 +315,27 @@ template <> struct BinaryMath<Primitive::max> { template <class V> V operator()(
 template <> struct BinaryMath<Primitive::min> { template <class V> V operator()(const V& a, const V& b) const { return nan_min(a, b); } };
 template <> struct BinaryMath<Primitive::pow> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::pow(a, b); } };
 template <> struct BinaryMath<Primitive::atan2> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::atan2(a, b); } };
-template <> struct BinaryMath<Primitive::nextafter> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::nextafter(a, b); } };
+// One ulp from a toward b, on the bits (xsimd 8's nextafter steps the wrong way for negative a):
+// the pattern of a (sign and magnitude) moves by one, up when the step goes away from zero; from
+// +-0 the smallest subnormal with b's sign; b when a == b; NaN when either is NaN (C's nextafter).
+template <> struct BinaryMath<Primitive::nextafter> {
+  template <class V> V operator()(const V& a, const V& b) const {
+    if constexpr (std::is_floating_point_v<V>) {
+      return std::nextafter(a, b);
+    } else {
+      using T = typename V::value_type;
+      using Int = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+      using IB = xsimd::batch<Int, typename V::arch_type>;
+      const IB bits = xsimd::bitwise_cast<IB>(a);
+      const V up = xsimd::bitwise_cast<V>(bits + IB(Int{1})), down = xsimd::bitwise_cast<V>(bits - IB(Int{1}));
+      const V zero(T{0});
+      V r = xsimd::select((b > a) == (a > zero), up, down);
+      r = xsimd::select(a == zero, xsimd::copysign(xsimd::bitwise_cast<V>(IB(Int{1})), b), r);
+      r = xsimd::select(a == b, b, r);
+      return xsimd::select(xsimd::isnan(a) || xsimd::isnan(b), a + b, r);
+    }
+  }
+};
 // C's fmod, exact (the remainder of the truncated quotient, with a's sign, as XLA's rem); xsimd's
 // fmod is x - trunc(x / y) y, which loses the remainder once x / y rounds, so lane by lane.
 template <> struct BinaryMath<Primitive::rem> {

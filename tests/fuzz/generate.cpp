@@ -200,7 +200,8 @@ class Gen {
       else if (cat < 50) ok = reduction(s, b);
       else if (cat < 53) ok = training(s, b);
       else if (cat < 59) ok = linalg(s, b);
-      else if (cat < 70) ok = shape_op(s, b);
+      else if (cat < 68) ok = shape_op(s, b);
+      else if (cat < 70) ok = at_op(s, b);
       else if (cat < 73) ok = leaf(s, b);
       else if (cat < 77 && s.in_checkpoint) ok = name(s, b);
       else ok = wrapper(s, b);
@@ -313,7 +314,8 @@ class Gen {
     int i = pick_any(s);
     const Val a = at(s, i);
     static constexpr Op ops[] = {Op::Add,     Op::Sub,     Op::Mul,      Op::DivSafe, Op::PowSafe,
-                                 Op::Maximum, Op::Minimum, Op::SelectGt, Op::Atan2,   Op::RemSafe};
+                                 Op::Maximum, Op::Minimum, Op::SelectGt, Op::Atan2,   Op::RemSafe,
+                                 Op::NextAfter};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
     bool kink = op == Op::Maximum || op == Op::Minimum || op == Op::SelectGt || op == Op::RemSafe;
     if (kink && s.r.pure) return false;
@@ -333,6 +335,7 @@ class Gen {
       case Op::PowSafe: out = 1 + a.mag * a.mag; break;
       case Op::Atan2: out = 3.2; break;
       case Op::RemSafe: out = 2.5; break;
+      case Op::NextAfter: out = a.mag * 1.001; break;
       case Op::SelectGt: out = 2 * std::max(a.mag, c.mag); break;
       default: out = std::max(a.mag, c.mag); break;
     }
@@ -422,7 +425,8 @@ class Gen {
 
   bool reduction(Scope& s, Block& b) {
     static constexpr Op ops[] = {Op::Sum,     Op::Mean,       Op::Max, Op::Min,       Op::ProdPos,
-                                 Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var, Op::Cumulative, Op::Sort, Op::Window};
+                                 Op::LogSumExp, Op::Softmax, Op::LogSoftmax, Op::Var, Op::Cumulative, Op::Sort, Op::Window,
+                                 Op::Window};  // twice: the max / min windows' select pair is rare otherwise
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
     if (s.r.pure && (op == Op::Max || op == Op::Min)) return false;
     if (op == Op::Cumulative) return cumulative(s, b);
@@ -786,6 +790,49 @@ class Gen {
         if ((n / a) % b == 0) out.push_back({a, b, n / a / b});
     }
     return out;
+  }
+
+  /// xj::at(x, idx) along x's first one or two axes: ints = {how (0 get, 1 set, 2 add, 3 mul,
+  /// 4 min, 5 max), index arrays k, clip}, ints2 = the k index arrays of cnt entries each (some
+  /// outside their axis: dropped or clamped), args = {x, the updates' source}. min and max take
+  /// distinct in-range indices (no two updates tie by construction; ties with x are noted).
+  bool at_op(Scope& s, Block& b) {
+    int i = pick_any(s);
+    const Val v = at(s, i);
+    const Shape& sh = v.shape;
+    if (sh.empty() || size_of(sh) == 0) return false;
+    const int how = uniform(0, 5);
+    if (how >= 4 && s.r.pure) return false;
+    const int k = sh.size() >= 2 && coin(0.3) ? 2 : 1;
+    Node n{.op = Op::At, .args = {i}};
+    n.ints = {how, k, coin(0.3) ? 1 : 0};
+    int cnt = uniform(1, 4);
+    if (how >= 4) cnt = std::min(cnt, static_cast<int>(sh[0]));
+    const int offset = uniform(0, static_cast<int>(sh[0]) - 1);
+    for (int q = 0; q < k; ++q) {
+      const auto d = static_cast<int>(sh[static_cast<std::size_t>(q)]);
+      for (int e = 0; e < cnt; ++e) {
+        if (how < 4) n.ints2.push_back(uniform(-d - 1, d));
+        else if (q == 0) n.ints2.push_back((e + offset) % d - (coin(0.5) ? d : 0));  // distinct rows, some spelled negative
+        else n.ints2.push_back(uniform(0, d - 1));
+      }
+    }
+    Shape upd{cnt};
+    upd.insert(upd.end(), sh.begin() + k, sh.end());
+    double mag = v.mag;
+    if (how > 0) {
+      int j = pick_any(s);
+      n.args.push_back(j);
+      const double u = at(s, j).mag;
+      mag = how == 2 ? v.mag + cnt * u : how == 3 ? v.mag * std::pow(std::max(1.0, u), cnt) : std::max(v.mag, u);
+      if (how <= 3) maybe_data_indices(s, n);
+    }
+    if (mag > kMaxMag) return false;
+    Shape out = sh;
+    if (how == 0) out = upd;
+    n.outs = {out};
+    push(s, b, n, {mag});
+    return true;
   }
 
   bool shape_op(Scope& s, Block& b) {

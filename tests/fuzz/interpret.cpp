@@ -392,6 +392,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     case Op::PowSafe: return {xj::pow(1.0 + xj::square(a), xj::tanh(b))};
     // atan2 away from its cut and its pole: one coordinate kept positive (variant: which).
     case Op::Atan2: return {n.variant == 0 ? xj::atan2(a, 1.5 + xj::tanh(b)) : xj::atan2(1.5 + xj::tanh(a), b)};
+    case Op::NextAfter: return {xj::nextafter(a, b)};
     case Op::RemSafe: {  // rem by y in (0.5, 2.5) (or minus that): jumps where a / y is an integer
       const Array y = n.variant == 0 ? 1.5 + xj::tanh(b) : -1.5 - xj::tanh(b);
       const Array r = xj::rem(a, y);
@@ -552,6 +553,35 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       if (n.variant == 1) return {a[data_index(args.back(), 0, 0, a.shape()[0] - 1, m)]};
       return {a[xj::scalar(static_cast<double>(n.ints[0]), xj::i32)]};
     case Op::Fit: return {fit(a, out)};
+    case Op::At: {  // generate.cpp: at_op
+      const std::int64_t how = n.ints[0], k = n.ints[1];
+      const xj::IndexMode mode = n.ints[2] ? xj::IndexMode::clip : xj::IndexMode::drop;
+      const auto cnt = static_cast<std::int64_t>(n.ints2.size()) / k;
+      std::vector<Array> idx;
+      for (std::int64_t q = 0; q < k; ++q) {
+        const auto first = n.ints2.begin() + q * cnt;
+        idx.push_back(xj::array<std::int32_t>(std::vector<std::int32_t>(first, first + cnt), {cnt}));
+      }
+      if (n.variant == 1) {  // the first axis's indices from data, in [-d, d] (d itself is outside)
+        const std::int64_t d = a.shape()[0];
+        Arrays parts;
+        for (std::int64_t e = 0; e < cnt; ++e) parts.push_back(data_index(args.back(), e, -d, d, m));
+        idx[0] = xj::stack(parts);
+      }
+      const xj::At view = xj::at(a, idx);
+      if (how == 0) return {view.get()};
+      Shape upd{cnt};
+      upd.insert(upd.end(), a.shape().begin() + k, a.shape().end());
+      const Array u = fit(args[1], upd);
+      if (how >= 4) note(m, view.get() - u);
+      switch (how) {
+        case 1: return {view.set(u, mode)};
+        case 2: return {view.add(u, mode)};
+        case 3: return {view.mul(u, mode)};
+        case 4: return {view.min(u, mode)};
+        default: return {view.max(u, mode)};
+      }
+    }
     case Op::TakeAlongAxis: {  // variant 1: every index shifted by one from data (the op clamps)
       Shape ishape(n.ints.begin() + 1, n.ints.end());
       Array idx = xj::array<std::int32_t>(std::vector<std::int32_t>(n.ints2.begin(), n.ints2.end()), ishape);

@@ -54,7 +54,7 @@ enum class Op {
   // elementwise unary with a kink or a jump at 0
   Abs, Relu, Sign, Elu, LeakyRelu, Bitwise,
   // elementwise binary (broadcasting)
-  Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe,
+  Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe, NextAfter,
   // reductions
   Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var, Cumulative, Sort, Window,
   // linear algebra
@@ -62,6 +62,7 @@ enum class Op {
   // shape
   Reshape, Transpose, Flip, BroadcastTo, ExpandDims, Squeeze, Concat, Stack, Slice, DynSlice,
   DynUpdateSlice, Take, Index, Fit,
+  At,  // xj::at(x, idx): get / set / add / mul / min / max (issue 28's scatters)
   // training-loop pieces (issue 34): take_along_axis, the normalizations, the optax losses
   TakeAlongAxis, Norm, Loss,
   // wrappers (own sub-blocks)

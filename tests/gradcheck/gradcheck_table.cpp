@@ -205,6 +205,7 @@ std::vector<Row> build() {
   t.push_back(row("atan2", {P::atan2}, [](const Arrays& x) { return atan2(x[0], x[1]); }, [s](DType d, Rng& r) {
                     return Arrays{uniform(s, d, r, 0.5, 2), uniform(s, d, r, -2, 2)};
                   }));
+  t.push_back(row("nextafter", {P::nextafter}, binary(nextafter), uniform2_gen(s, s, -2, 2)));
   // rem with x / y in (2.1, 2.8) and (-2.8, -2.1): trunc(x / y) = +-2, away from the jumps.
   t.push_back(row("rem", {P::rem}, [](const Arrays& x) { return rem(x[0], x[1]); }, [s](DType d, Rng& r) {
                     return Arrays{uniform(s, d, r, 2.2, 2.8), uniform(s, d, r, 1.0, 1.04)};
@@ -529,6 +530,41 @@ std::vector<Row> build() {
                     return detail::bind1(P::scatter_add, {x[0], i32s({2, 0, 2}, {3}), x[1]}, params::Scatter{.axis = std::int64_t{1}, .fill_or_drop = false});
                   }),
                   uniform2_gen({2, 4}, {2, 3}, -2, 2)));
+  // The scatter family through xj::at (issue 28): repeated rows (1 twice), one outside the axis
+  // (-7: dropped, or clamped onto row 0 under clip), two index arrays; gather in fill mode.
+  const auto rows5 = [] { return i32s({1, 4, 1, -7, 0}, {5}); };
+  t.push_back(row("at_set", {P::scatter}, squared([rows5](const Arrays& x) { return at(x[0], rows5()).set(x[1]); }),
+                  uniform2_gen({5, 3}, {5, 3}, -2, 2)));
+  t.push_back(row("at_set_clip", {P::scatter},
+                  squared([rows5](const Arrays& x) { return at(x[0], rows5()).set(x[1], IndexMode::clip); }),
+                  uniform2_gen({5, 3}, {5, 3}, -2, 2)));
+  t.push_back(row("at_add_clip", {P::scatter_add},
+                  squared([rows5](const Arrays& x) { return at(x[0], rows5()).add(x[1], IndexMode::clip); }),
+                  uniform2_gen({5, 3}, {5, 3}, -2, 2)));
+  t.push_back(row("at_mul", {P::scatter_mul}, [rows5](const Arrays& x) { return at(x[0], rows5()).mul(x[1]); },
+                  uniform2_gen({5, 3}, {5, 3}, -2, 2)));
+  // Zero factors among the updates of one row (the product of the others is not a quotient).
+  t.push_back(row("at_mul_zero_factors", {P::scatter_mul}, [](const Arrays& x) { return at(x[0], i32s({0, 0, 0, 2}, {4})).mul(x[1]); },
+                  [](DType d, Rng& r) {
+                    auto u = uniform_values(8, 0.5, 1.5, r);
+                    u[0] = u[3] = 0.0;  // row 0, column 0: one zero among three; column 1: one more
+                    return Arrays{uniform({3, 2}, d, r, -2, 2), make(u, {4, 2}, d)};
+                  }));
+  t.push_back(row("at_min", {P::scatter_min}, [rows5](const Arrays& x) { return at(x[0], rows5()).min(x[1]); },
+                  spread_pair_gen({5, 3}, {5, 3})));
+  t.push_back(row("at_max_clip", {P::scatter_max}, [rows5](const Arrays& x) { return at(x[0], rows5()).max(x[1], IndexMode::clip); },
+                  spread_pair_gen({5, 3}, {5, 3})));
+  t.push_back(row("at_get_two_axes", {P::gather},
+                  squared([](const Arrays& x) { return at(x[0], {i32s({0, 3, -1, 5}, {4}), i32s({2, 0, 1, 1}, {4})}).get(); }),
+                  uniform_gen({4, 3, 2}, -2, 2)));
+  t.push_back(row("at_add_two_axes", {P::scatter_add},
+                  squared([](const Arrays& x) { return at(x[0], {i32s({0, 3, -1, 5}, {4}), i32s({2, 0, 2, 1}, {4})}).add(x[1]); }),
+                  uniform2_gen({4, 3, 2}, {4, 2}, -2, 2)));
+  t.push_back(row("gather_fill", {P::gather},
+                  squared([](const Arrays& x) {
+                    return detail::bind1(P::gather, {x[0], i32s({2, 7, -1, -9}, {4})}, params::Gather{.axis = 0, .fill_or_drop = true});
+                  }),
+                  uniform_gen({5, 3}, -2, 2)));
 
 #ifdef XJAX_GRADCHECK_CUSTOM
   // ---- custom derivatives (correct user rules, so finite differences must agree) --------------
