@@ -105,6 +105,38 @@ std::vector<Array> sort_kernel(std::span<const Array> in, const params::Sort& ps
 
 // Each line's k largest by a partial sort of positions (O(n log k)): position i before j when
 // its value is larger in the total order, or equal with i < j.
+/// The k largest of v[0, n), largest first, the lower index first among equals, or false when v
+/// holds a NaN (then nothing is written): a heap of the best (value, index) pairs so far with the
+/// lowest ranked on top, which each later element is compared with (one comparison on contiguous
+/// values; it enters only when strictly larger, since an equal value with a later index ranks
+/// below every kept one; a NaN fails the comparison too and is looked at there).
+template <class T>
+bool largest_k(const T* v, std::int64_t n, std::int64_t k, T* values, std::int32_t* indices) {
+  using Entry = std::pair<T, std::int32_t>;
+  auto ranks_before = [](const Entry& a, const Entry& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::vector<Entry> kept;
+  kept.reserve(static_cast<std::size_t>(k));
+  for (std::int64_t i = 0; i < k; ++i) {
+    if (v[i] != v[i]) return false;
+    kept.emplace_back(v[i], static_cast<std::int32_t>(i));
+  }
+  std::make_heap(kept.begin(), kept.end(), ranks_before);  // front: the lowest ranked
+  for (std::int64_t i = k; i < n; ++i) {
+    if (k > 0 && v[i] <= kept.front().first) continue;
+    if (v[i] != v[i]) return false;
+    if (k == 0) continue;
+    std::pop_heap(kept.begin(), kept.end(), ranks_before);
+    kept.back() = {v[i], static_cast<std::int32_t>(i)};
+    std::push_heap(kept.begin(), kept.end(), ranks_before);
+  }
+  std::sort_heap(kept.begin(), kept.end(), ranks_before);
+  for (std::int64_t r = 0; r < k; ++r) {
+    values[r] = kept[static_cast<std::size_t>(r)].first;
+    indices[r] = kept[static_cast<std::size_t>(r)].second;
+  }
+  return true;
+}
+
 std::vector<Array> top_k_kernel(std::span<const Array> in, const params::TopK& ps) {
   const Array& x = in[0];
   const std::int64_t n = x.shape().back(), k = ps.k, lines = n == 0 ? 0 : x.size() / n;
@@ -119,17 +151,12 @@ std::vector<Array> top_k_kernel(std::span<const Array> in, const params::TopK& p
     T* values = out_ptr<T>(out[0]);
     for (std::int64_t line = 0; line < lines; ++line) {
       const T* v = src + line * n;
+      if (largest_k(v, n, k, values + line * k, indices + line * k)) continue;
+      // A NaN in the line: JAX's total order (NaN largest), by positions.
       std::iota(order.begin(), order.end(), 0);
-      bool has_nan = false;
-      if constexpr (std::is_floating_point_v<T>)
-        for (std::int64_t i = 0; i < n; ++i) has_nan = has_nan || std::isnan(v[i]);
-      if (has_nan)
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [v](std::int32_t i, std::int32_t j) {
-          return key_less(v[j], v[i]) || (!key_less(v[i], v[j]) && i < j);
-        });
-      else  // no NaN: the total order is the plain one
-        std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                          [v](std::int32_t i, std::int32_t j) { return v[i] > v[j] || (v[i] == v[j] && i < j); });
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [v](std::int32_t i, std::int32_t j) {
+        return key_less(v[j], v[i]) || (!key_less(v[i], v[j]) && i < j);
+      });
       for (std::int64_t r = 0; r < k; ++r) {
         indices[line * k + r] = order[static_cast<std::size_t>(r)];
         values[line * k + r] = v[order[static_cast<std::size_t>(r)]];
