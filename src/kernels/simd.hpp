@@ -201,7 +201,7 @@ template <> struct UnaryMath<Primitive::erf_inv> {
     const V two_over_sqrt_pi(T(1.1283791670955126));
     const auto upper = a > V(T(0.5));
     const V log_rest = xsimd::log(V(1) - a);
-    constexpr int steps = std::is_same_v<T, double> ? 3 : 2;
+    constexpr int steps = std::is_same_v<T, double> ? 3 : 1;  // f32: one step takes Giles' ~4e-7 to rounding
     for (int step = 0; step < steps; ++step) {
       const V density = two_over_sqrt_pi * xsimd::exp(-y * y);  // erf'(y)
       const V rest = xsimd::erfc(y);

@@ -1089,7 +1089,7 @@ void bench_cumulative(std::vector<Row>& rows, std::int64_t n, int reps) {
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, K1, O1, T1, C1..C3); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, K1, K2, O1, T1, C1..C3, G1); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -1099,7 +1099,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|O1|T1|C1|C2|C3|G1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|K2|O1|T1|C1|C2|C3|G1]\n");
       return 2;
     }
   }
@@ -1120,6 +1120,7 @@ int main(int argc, char** argv) {
     if (run("F1")) bench_files(rows, quick ? 16 : 100, reps);
     if (run("L1")) bench_linalg(rows, quick ? 128 : 512, 16, reps);
     if (run("K1")) bench_cumulative(rows, quick ? 65536 : 1000000, reps);
+    if (run("K2")) bench_elementwise(rows, quick ? 65536 : 1000000, reps);
 #if XJAX_BENCH_TORCH
     if (run("O1")) bench_optimizers(rows, quick ? 1000 : 100000, 20);
     if (run("T1")) {  // T = 64, d = 128, 4 heads, 6 layers, batch 16; T = 128, d = 256, 8 heads, 8 layers, batch 8

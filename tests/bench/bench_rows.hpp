@@ -50,7 +50,7 @@ struct Row {
   double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
   std::string note;
   bool has_mem() const {
-    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && workload != "L1" && workload != "K1" && workload != "G1" &&
+    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && workload != "L1" && workload != "K1" && workload != "K2" && workload != "G1" &&
            workload[0] != 'C' && impl != "libtorch";
   }  // peak columns measured
 };
@@ -76,6 +76,9 @@ template <class F> double median_seconds(F&& run, int reps) {
 /// C1-C3 (issue 30, bench_conv.cpp): convolutions and pooling, forward and backward, against
 /// libtorch (where built with it) and the GEMM-bound limit, at 1 and 2 OpenBLAS threads.
 void bench_conv(std::vector<Row>& rows, bool quick, int reps, int torch_threads_after);
+/// K2 (issue 28): each elementwise primitive's kernel against a scalar loop of the C library's
+/// function on n f32 elements (bench_elementwise.cpp).
+void bench_elementwise(std::vector<Row>& rows, std::int64_t n, int reps);
 /// G1: each kernel set's small-product loops against cblas_sgemm (bench_gemm.cpp).
 void bench_small_products(std::vector<Row>& rows, int reps);
 
