@@ -757,23 +757,16 @@ namespace {
 Array truth(const Array& x, const std::source_location& loc) { return x.dtype() == bool_ ? x : ne(x, scalar(0.0, x.dtype()), loc); }
 }  // namespace
 
-// argmin x = argmax of an order-reversing map: -x (floats: NaN stays NaN, the max argmax picks),
-// -1 - x (signed: no overflow), max - x (unsigned), not x (bool).
 Array argmin(const Array& x, std::int64_t axis, DType index_dtype, std::source_location loc) {
-  const DType d = x.dtype();
-  const Array reversed = is_floating(d) ? neg(x, loc)
-                         : d == bool_   ? logical_not(x, loc)
-                         : d == u32     ? sub(scalar(4294967295.0, u32), x, loc)
-                                        : sub(scalar(-1.0, d), x, loc);
-  return argmax(reversed, axis, index_dtype, loc);
+  return bind1(P::argmin, {x}, params::Argmax{.axes = Axes{norm_axis(axis, x.ndim(), "argmin", x, loc)}, .index_dtype = index_dtype}, loc);
 }
 
-// all: no element is false (a count of zeros, so that an empty reduction is true); any: some is true.
+// all / any: reduce_and / reduce_or of x != 0 (an empty reduction is true / false).
 Array all(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  return eq(sum(astype(logical_not(x, loc), i32, loc), axes, keepdims, loc), scalar(0.0, i32), loc);
+  return reduce(P::reduce_and, truth(x, loc), axes, keepdims, loc);
 }
 Array any(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  return gt(sum(astype(truth(x, loc), i32, loc), axes, keepdims, loc), scalar(0.0, i32), loc);
+  return reduce(P::reduce_or, truth(x, loc), axes, keepdims, loc);
 }
 
 Array logical_not(const Array& x, std::source_location loc) {
@@ -788,14 +781,19 @@ Array logical_or(const Array& a, const Array& b, std::source_location loc) {
   return where(truth(a, loc), scalar(1.0, bool_), tb, loc);
 }
 
-// x - x is 0 for finite x and NaN for an infinity or a NaN.
 Array is_finite(const Array& x, std::source_location loc) {
   if (!is_floating(x.dtype())) return full(x.shape(), 1.0, bool_);
-  return eq(sub(x, x, loc), scalar(0.0, x.dtype()), loc);
+  return bind1(P::is_finite, {x}, {}, loc);
 }
 
+// The primitive takes bounds of x's dtype that are scalars or of x's shape: the three operands
+// promoted, x broadcast to the common shape, and each bound of another shape broadcast to it.
 Array clamp(const Array& lo, const Array& x, const Array& hi, std::source_location loc) {
-  return where(le(x, lo, loc), lo, where(ge(x, hi, loc), hi, x, loc), loc);
+  auto ops = promoted(P::clamp, {lo, x, hi}, loc);
+  const Shape shape = broadcast_shapes(broadcast_shapes(ops[0].shape(), ops[1].shape()), ops[2].shape());
+  for (std::size_t i = 0; i < 3; ++i)
+    if ((i == 1 || ops[i].ndim() != 0) && ops[i].shape() != shape) ops[i] = broadcast_to(ops[i], shape, loc);
+  return bind1(P::clamp, ops, {}, loc);
 }
 Array clamp(double lo, const Array& x, double hi, std::source_location loc) {
   return clamp(scalar_like(lo, x), x, scalar_like(hi, x), loc);

@@ -78,16 +78,27 @@ std::vector<ShapedArray> reduce(Primitive p, Avals in, const params::Reduce& ps,
   return {ShapedArray{remove_axes(in[0].shape, axes), in[0].dtype}};
 }
 
-std::vector<ShapedArray> argmax_shape_rule(Avals in, const params::Argmax& ps) {
-  const Primitive p = Primitive::argmax;
+// argmax, argmin: one axis removed, an index dtype out.
+std::vector<ShapedArray> arg_reduce_shape_rule(Primitive p, Avals in, const params::Argmax& ps) {
   expect_arity(p, in, 1);
   const Ints& axes = ps.axes;
-  if (axes.size() != 1) shape_fail(p, in, "argmax takes exactly one axis");
+  if (axes.size() != 1) shape_fail(p, in, "takes exactly one axis");
   check_unique_axes(p, in, axes, in[0].ndim());
-  if (in[0].shape[static_cast<std::size_t>(axes[0])] == 0) shape_fail(p, in, "argmax of an empty axis");
+  if (in[0].shape[static_cast<std::size_t>(axes[0])] == 0) shape_fail(p, in, "of an empty axis");
   DType idx = ps.index_dtype;
   if (idx != i32 && idx != i64) type_fail(p, in, "index_dtype must be i32 or i64");
   return {ShapedArray{remove_axes(in[0].shape, axes), idx}};
+}
+
+// clamp(lo, x, hi): x's aval; lo and hi of x's dtype, each rank 0 or x's shape (lax.clamp).
+std::vector<ShapedArray> clamp_shape_rule(Avals in) {
+  const Primitive p = Primitive::clamp;
+  expect_arity(p, in, 3);
+  for (std::size_t b : {std::size_t{0}, std::size_t{2}}) {
+    if (in[b].dtype != in[1].dtype) type_fail(p, in, "the bounds must have the operand's dtype; convert with xj::astype");
+    if (in[b].ndim() != 0 && in[b].shape != in[1].shape) shape_fail(p, in, "each bound must be a scalar or have the operand's shape");
+  }
+  return {in[1]};
 }
 
 // cumsum, cumprod, cummax, cummin (numbers) and cumlogsumexp (floats): x's aval, along one axis.
@@ -537,7 +548,12 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
       return elementwise(p, in, 1, Kinds::floats);
     }
     case P::population_count: return elementwise(p, in, 1, Kinds::ints);
-    case P::argmax: return argmax_shape_rule(in, ps.get<params::Argmax>());
+    case P::argmax: case P::argmin: return arg_reduce_shape_rule(p, in, ps.get<params::Argmax>());
+    case P::reduce_and: case P::reduce_or:
+      if (in.size() == 1 && in[0].dtype != bool_) type_fail(p, in, "needs a bool operand (xj::all / xj::any convert others)");
+      return reduce(p, in, ps.get<params::Reduce>(), Kinds::any);
+    case P::is_finite: return elementwise(p, in, 1, Kinds::floats, bool_, false);
+    case P::clamp: return clamp_shape_rule(in);
     case P::cumsum: case P::cumprod: case P::cummax: case P::cummin: case P::cumlogsumexp:
       return cumulative_shape_rule(p, in, ps.get<params::Cumulative>());
     case P::reduce_window_sum: case P::reduce_window_max: case P::reduce_window_min:

@@ -373,6 +373,22 @@ JvpOut reduce_prod_jvp(const JvpArgs& a) {
           })}};
 }
 JvpOut argmax_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut argmin_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut reduce_and_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut reduce_or_jvp(const JvpArgs& a) { return zero_jvp(a); }
+JvpOut is_finite_jvp(const JvpArgs& a) { return zero_jvp(a); }
+// clamp(lo, x, hi): d = dlo where x <= lo, else dhi where x >= hi, else dx (a tie goes to the
+// bound it equals; lax's clamp gives 0 to every operand there)
+JvpOut clamp_jvp(const JvpArgs& a) {
+  const Array y = primal1(a);
+  const Array &lo = a.x[0], &x = a.x[1], &hi = a.x[2];
+  const Array below = le(x, lo, a.loc), above = logical_and(logical_not(below, a.loc), ge(x, hi, a.loc), a.loc);
+  auto bound_part = [&](std::size_t i, const Array& where_bound) {
+    return tmap(a.t[i], y.aval(), [&](const Array& t) { return where(where_bound, broadcast_to(t, y.shape(), a.loc), 0.0, a.loc); });
+  };
+  const Tangent inside = tmap(a.t[1], y.aval(), [&](const Array& t) { return where(logical_or(below, above, a.loc), 0.0, t, a.loc); });
+  return {{y}, {tadd(tadd(inside, bound_part(0, below)), bound_part(2, above))}};
+}
 // cumsum is linear; the other cumulative primitives take JAX's derivative, that of
 // associative_scan with the same combine (so a tie of cummax splits its tangent as max's does),
 // evaluated on the tangent alone: d cumop(x) = jvp(associative_scan(op))(x; dx).

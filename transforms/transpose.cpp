@@ -276,6 +276,11 @@ Cts reduce_max_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts reduce_min_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts reduce_prod_transpose(const TransposeArgs& a) { return not_linear(a); }
 Cts argmax_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts argmin_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts reduce_and_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts reduce_or_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts is_finite_transpose(const TransposeArgs& a) { return not_linear(a); }
+Cts clamp_transpose(const TransposeArgs& a) { return not_linear(a); }
 // cumsum^T ct = cumsum of ct in the opposite direction (each input feeds every later output)
 Cts cumsum_transpose(const TransposeArgs& a) {
   const auto& c = a.params.get<params::Cumulative>();

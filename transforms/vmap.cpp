@@ -182,12 +182,30 @@ BatchOut reduce_max_batch(const BatchArgs& a) { return reduction_batch<params::R
 BatchOut reduce_min_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 BatchOut reduce_prod_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 BatchOut argmax_batch(const BatchArgs& a) { return reduction_batch<params::Argmax>(a); }
+BatchOut argmin_batch(const BatchArgs& a) { return reduction_batch<params::Argmax>(a); }
+BatchOut reduce_and_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
+BatchOut reduce_or_batch(const BatchArgs& a) { return reduction_batch<params::Reduce>(a); }
 // f(x)[b] for a one-operand elementwise primitive outside the elementwise families
 // (bitwise_not, population_count, round): the batch dim stays.
 BatchOut unary_elementwise_batch(const BatchArgs& a) { return one(bind1(a.prim, a.x, a.params, a.loc), a.dims[0]); }
 BatchOut bitwise_not_batch(const BatchArgs& a) { return unary_elementwise_batch(a); }
 BatchOut population_count_batch(const BatchArgs& a) { return unary_elementwise_batch(a); }
 BatchOut round_batch(const BatchArgs& a) { return unary_elementwise_batch(a); }
+BatchOut is_finite_batch(const BatchArgs& a) { return unary_elementwise_batch(a); }
+// clamp(lo, x, hi)[b]: with scalar bounds shared by every member, x keeps its batch dim; else the
+// three at x's batched shape (batch at 0), a member's scalar bound broadcast over its elements.
+BatchOut clamp_batch(const BatchArgs& a) {
+  const bool shared_scalars = a.dims[0] == not_batched && a.dims[2] == not_batched && a.x[0].ndim() == 0 && a.x[2].ndim() == 0;
+  if (shared_scalars) return one(bind1(a.prim, a.x, a.params, a.loc), a.dims[1]);
+  const Array x = move_batch_dim(a.x[1], a.dims[1], 0, a.size);
+  const Shape& full = x.shape();
+  auto bound = [&](std::size_t i) {
+    if (a.dims[i] == not_batched && a.x[i].ndim() == 0) return a.x[i];
+    const Array b = move_batch_dim(a.x[i], a.dims[i], 0, a.size);  // [B] (a scalar per member) or full
+    return b.shape() == full ? b : broadcast_in_dim(b, full, {0}, a.loc);
+  };
+  return one(bind1(a.prim, {bound(0), x, bound(2)}, a.params, a.loc), 0);
+}
 // cumop(x, axis)[b]: the batch dim stays where it is, the axis shifts past it.
 BatchOut cumulative_batch(const BatchArgs& a) {
   const std::int64_t d = a.dims[0];

@@ -81,10 +81,11 @@ struct ConvertElementType {
 struct DotGeneral {
   XJAX_PARAMS_STRUCT_BODY(DotGeneral, (Ints, lhs_contracting), (Ints, rhs_contracting), (Ints, lhs_batch), (Ints, rhs_batch))
 };
-/// reduce_sum, reduce_max, reduce_min, reduce_prod.
+/// reduce_sum, reduce_max, reduce_min, reduce_prod, reduce_and, reduce_or.
 struct Reduce {
   XJAX_PARAMS_STRUCT_BODY(Reduce, (Ints, axes))
 };
+/// argmax and argmin: one axis, and the dtype of the index.
 struct Argmax {
   XJAX_PARAMS_STRUCT_BODY(Argmax, (Ints, axes), (DType, index_dtype))
 };

@@ -104,6 +104,11 @@
   X(bitwise_not, bitwise_not, None, structural, none, Y)                                             \
   X(population_count, population_count, None, structural, none, Y)                                   \
   X(argmax, argmax, Argmax, structural, none, Y)                                                     \
+  X(argmin, argmin, Argmax, structural, none, Y)                                                     \
+  X(reduce_and, reduce_and, Reduce, structural, none, Y)                                             \
+  X(reduce_or, reduce_or, Reduce, structural, none, Y)                                               \
+  X(is_finite, is_finite, None, structural, none, Y)                                                 \
+  X(clamp, clamp, None, structural, none, Y)                                                         \
   X(cumsum, cumsum, Cumulative, structural, none, Y)                                                 \
   X(cumprod, cumprod, Cumulative, structural, none, Y)                                               \
   X(cummax, cummax, Cumulative, structural, none, Y)                                                 \

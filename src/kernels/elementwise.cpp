@@ -341,6 +341,38 @@ Array bitwise_unary_kernel(Primitive p, const Array& x, const ShapedArray& out) 
   return result;
 }
 
+Array is_finite_kernel(const Array& x, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const std::size_t n = count(out);
+  std::uint8_t* o = out_ptr<std::uint8_t>(result);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>) {
+      const T* in = in_ptr<T>(x);
+      for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<std::uint8_t>(in[i] - in[i] == T(0));  // inf - inf, NaN: NaN
+    } else {
+      unsupported_dtype(Primitive::is_finite, x.dtype());
+    }
+  });
+  return result;
+}
+
+Array clamp_kernel(const Array& lo, const Array& x, const Array& hi, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const std::size_t n = count(out);
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *l = in_ptr<T>(lo), *v = in_ptr<T>(x), *h = in_ptr<T>(hi);
+    const std::size_t l_step = lo.size() == 1 ? 0 : 1, h_step = hi.size() == 1 ? 0 : 1;
+    T* o = out_ptr<T>(result);
+    for (std::size_t i = 0; i < n; ++i) {
+      const T a = l[i * l_step], b = h[i * h_step];
+      o[i] = v[i] <= a ? a : v[i] >= b ? b : v[i];
+    }
+  });
+  return result;
+}
+
 // round: halfway cases away from zero (xsimd::round) or to the nearest even integer (nearbyint in
 // the default rounding mode, which xjax never changes).
 Array round_kernel(const Array& x, bool to_nearest_even, const ShapedArray& out) {

@@ -36,12 +36,14 @@ namespace xjax::detail::kernels {
     (Primitive p, const Params& params, std::span<const ShapedArray> in, const ShapedArray& out),                   \
     (p, params, in, out))                                                                                           \
   X(bitwise_unary_kernel, Array, (Primitive p, const Array& x, const ShapedArray& out), (p, x, out))                \
+  X(is_finite_kernel, Array, (const Array& x, const ShapedArray& out), (x, out))                                   \
+  X(clamp_kernel, Array, (const Array& lo, const Array& x, const Array& hi, const ShapedArray& out), (lo, x, hi, out)) \
   X(round_kernel, Array, (const Array& x, bool to_nearest_even, const ShapedArray& out), (x, to_nearest_even, out)) \
   X(run_fused, void, (const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs),               \
     (prog, in, outs))                                                                                               \
   X(fused_into, IntoKernel, (std::shared_ptr<const FusedProgram> prog), (std::move(prog)))                          \
   X(reduce_kernel, Array, (Primitive p, const Array& x, const Ints& axes, const ShapedArray& out), (p, x, axes, out)) \
-  X(argmax_kernel, Array, (const Array& x, std::int64_t axis, const ShapedArray& out), (x, axis, out))              \
+  X(arg_reduce_kernel, Array, (Primitive p, const Array& x, std::int64_t axis, const ShapedArray& out), (p, x, axis, out)) \
   X(conv_general_dilated_kernel, Array,                                                                             \
     (const Array& lhs, const Array& rhs, const params::ConvGeneralDilated& p, const ShapedArray& out),               \
     (lhs, rhs, p, out))                                                                                             \

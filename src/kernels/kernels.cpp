@@ -66,13 +66,17 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::reduce_max:
     case Primitive::reduce_min:
     case Primitive::reduce_prod:
+    case Primitive::reduce_and:
+    case Primitive::reduce_or:
       return [p, axes = ps.get<params::Reduce>().axes, out](In in) { return reduce_kernel(p, in[0], axes, out); };
     case Primitive::round:
       return [even = ps.get<params::Round>().rounding_method == 1, out](In in) { return round_kernel(in[0], even, out); };
     case Primitive::bitwise_not:
     case Primitive::population_count: return [p, out](In in) { return bitwise_unary_kernel(p, in[0], out); };
-    case Primitive::argmax:
-      return [axis = ps.get<params::Argmax>().axes.at(0), out](In in) { return argmax_kernel(in[0], axis, out); };
+    case Primitive::argmax: case Primitive::argmin:
+      return [p, axis = ps.get<params::Argmax>().axes.at(0), out](In in) { return arg_reduce_kernel(p, in[0], axis, out); };
+    case Primitive::is_finite: return [out](In in) { return is_finite_kernel(in[0], out); };
+    case Primitive::clamp: return [out](In in) { return clamp_kernel(in[0], in[1], in[2], out); };
     case Primitive::cumsum:
     case Primitive::cumprod:
     case Primitive::cummax:

@@ -256,12 +256,17 @@ InPlacePairs in_place_outputs(const FusedProgram& prog, const std::function<bool
 
 /// reduce_sum reduce_max reduce_min reduce_prod over `axes` (sorted, unique).
 Array reduce_kernel(Primitive p, const Array& x, const Ints& axes, const ShapedArray& out);
-/// argmax along `axis`; out.dtype is the index dtype (i32 or i64).
-Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out);
+/// argmax / argmin along `axis`; out.dtype is the index dtype (i32 or i64).
+Array arg_reduce_kernel(Primitive p, const Array& x, std::int64_t axis, const ShapedArray& out);
 /// round on floats: halfway away from zero, or to the nearest even integer.
 Array round_kernel(const Array& x, bool to_nearest_even, const ShapedArray& out);
 /// bitwise_not and population_count on integers (bitwise_not on bool: logical not).
 Array bitwise_unary_kernel(Primitive p, const Array& x, const ShapedArray& out);
+/// is_finite on floats: bool.
+Array is_finite_kernel(const Array& x, const ShapedArray& out);
+/// clamp(lo, x, hi): lo where x <= lo, else hi where x >= hi, else x (NaN stays); lo and hi rank
+/// 0 or x's shape.
+Array clamp_kernel(const Array& lo, const Array& x, const Array& hi, const ShapedArray& out);
 
 // ---- cumulative.cpp ----------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-// reduce.cpp: kernels of reduce_sum, reduce_max, reduce_min, reduce_prod and argmax.
+// reduce.cpp: kernels of reduce_sum, reduce_max, reduce_min, reduce_prod, reduce_and, reduce_or,
+// argmax and argmin.
 //
 // Read in order: the reduction operators (SumOp, ProdOp, MaxOp, MinOp: an identity and a combine
 // that works on scalars and on xsimd batches), the layout (the input's dims collapsed into
@@ -159,7 +160,12 @@ template <class T> void reduce_dispatch(Primitive p, const Array& x, const Ints&
   constexpr bool is_bool = std::is_same_v<T, Bool>;
   if (p == Primitive::reduce_max) return reduce_typed<T, MaxOp<T>>(x, axes, result);
   if (p == Primitive::reduce_min) return reduce_typed<T, MinOp<T>>(x, axes, result);
-  if (p == Primitive::reduce_sum) {
+  if (p == Primitive::reduce_or || p == Primitive::reduce_and) {  // on bool: max and min
+    if constexpr (is_bool) {
+      if (p == Primitive::reduce_or) return reduce_typed<T, MaxOp<T>>(x, axes, result);
+      return reduce_typed<T, MinOp<T>>(x, axes, result);
+    }
+  } else if (p == Primitive::reduce_sum) {
     if constexpr (!is_bool) return reduce_typed<T, SumOp<T>>(x, axes, result);
   } else if (p == Primitive::reduce_prod) {
     if constexpr (!is_bool) return reduce_typed<T, ProdOp<T>>(x, axes, result);
@@ -169,21 +175,24 @@ template <class T> void reduce_dispatch(Primitive p, const Array& x, const Ints&
   unsupported_dtype(p, x.dtype());
 }
 
-// ---- argmax ------------------------------------------------------------------------------------
+// ---- argmax, argmin ----------------------------------------------------------------------------
 
-// v beats the best so far: greater, or the first NaN (NaN counts as the maximum, as in JAX).
-template <class T> bool beats(T v, T best) {
+// v beats the best so far: greater (smaller for argmin), or the first NaN (NaN counts as the
+// maximum of argmax and the minimum of argmin, as in JAX).
+template <bool Min, class T> bool beats(T v, T best) {
   if constexpr (std::is_floating_point_v<T>) {
     if (best != best) return false;
     if (v != v) return true;
   }
-  return v > best;
+  if constexpr (Min) return v < best;
+  else return v > best;
 }
 
-// The first k maximizing x[k] (k < n, n > 0): the maximum in one vectorized pass (NaN when the
-// row holds one), then the first element equal to it (the first NaN when it is NaN).
-template <class T> std::int64_t argmax_contiguous(const T* x, std::int64_t n) {
-  const T m = fold_contiguous<T, MaxOp<T>>(x, n);
+// The first k maximizing (minimizing) x[k] (k < n, n > 0): the extremum in one vectorized pass
+// (NaN when the row holds one), then the first element equal to it (the first NaN when it is NaN).
+template <bool Min, class T> std::int64_t arg_extremum_contiguous(const T* x, std::int64_t n) {
+  using Op = std::conditional_t<Min, MinOp<T>, MaxOp<T>>;
+  const T m = fold_contiguous<T, Op>(x, n);
   std::int64_t k = 0;
   if constexpr (std::is_floating_point_v<T>) {  // skip whole batches that cannot hold it
     constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
@@ -199,11 +208,12 @@ template <class T> std::int64_t argmax_contiguous(const T* x, std::int64_t n) {
   return 0;
 }
 
-// x viewed as [outer, n, inner]; out[o, j] = first k maximizing x[o, k, j]. An empty axis gives 0.
-template <class T, class I>
-void argmax_typed(const T* x, I* out, std::int64_t outer, std::int64_t n, std::int64_t inner) {
+// x viewed as [outer, n, inner]; out[o, j] = first k maximizing (minimizing) x[o, k, j]. An
+// empty axis gives 0.
+template <bool Min, class T, class I>
+void arg_extremum_typed(const T* x, I* out, std::int64_t outer, std::int64_t n, std::int64_t inner) {
   if (inner == 1 && n > 0) {  // the last axis: no branch per element
-    for (std::int64_t o = 0; o < outer; ++o) out[o] = static_cast<I>(argmax_contiguous(x + o * n, n));
+    for (std::int64_t o = 0; o < outer; ++o) out[o] = static_cast<I>(arg_extremum_contiguous<Min>(x + o * n, n));
     return;
   }
   std::vector<T> best(static_cast<std::size_t>(inner));
@@ -217,7 +227,7 @@ void argmax_typed(const T* x, I* out, std::int64_t outer, std::int64_t n, std::i
       for (std::int64_t j = 0; j < inner; ++j) {
         T v = block[k * inner + j];
         auto& b = best[static_cast<std::size_t>(j)];
-        if (beats(v, b)) {
+        if (beats<Min>(v, b)) {
           b = v;
           out_row[j] = static_cast<I>(k);
         }
@@ -244,19 +254,22 @@ Array reduce_kernel(Primitive p, const Array& x, const Ints& axes, const ShapedA
   return result;
 }
 
-Array argmax_kernel(const Array& x, std::int64_t axis, const ShapedArray& out) {
-  if (out.dtype != DType::i32 && out.dtype != DType::i64) unsupported_dtype(Primitive::argmax, out.dtype);
+Array arg_reduce_kernel(Primitive p, const Array& x, std::int64_t axis, const ShapedArray& out) {
+  if (out.dtype != DType::i32 && out.dtype != DType::i64) unsupported_dtype(p, out.dtype);
   Array result = alloc_array(out);
   const Shape& s = x.shape();
   const auto a = static_cast<std::size_t>(axis);
   const std::int64_t outer = product(s, 0, a), n = s.at(a), inner = product(s, a + 1, s.size());
   if (result.size() == 0) return result;
+  const bool min = p == Primitive::argmin;
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (out.dtype == DType::i32)
-      argmax_typed(in_ptr<T>(x), out_ptr<std::int32_t>(result), outer, n, inner);
-    else
-      argmax_typed(in_ptr<T>(x), out_ptr<std::int64_t>(result), outer, n, inner);
+    auto run = [&](auto* o) {
+      if (min) arg_extremum_typed<true>(in_ptr<T>(x), o, outer, n, inner);
+      else arg_extremum_typed<false>(in_ptr<T>(x), o, outer, n, inner);
+    };
+    if (out.dtype == DType::i32) run(out_ptr<std::int32_t>(result));
+    else run(out_ptr<std::int64_t>(result));
   });
   return result;
 }

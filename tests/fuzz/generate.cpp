@@ -253,7 +253,7 @@ class Gen {
                                  Op::SqrtOnePlusSq, Op::RsqrtOnePlusSq, Op::RecipOnePlusSq, Op::Square,
                                  Op::IntPow, Op::TanBounded, Op::Elementary, Op::PowScalar, Op::Squash, Op::ScaleShift,
                                  Op::CastRoundTrip, Op::StopGradient, Op::Abs, Op::Relu, Op::Sign,
-                                 Op::Silu, Op::LogSigmoid, Op::Elu, Op::LeakyRelu, Op::Bitwise,
+                                 Op::Silu, Op::LogSigmoid, Op::Elu, Op::LeakyRelu, Op::Bitwise, Op::Logic,
                                  Op::Elementary, Op::Elementary};  // three entries: it has 20 variants
     Node n{.op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))], .args = {i}, .outs = {v.shape}};
     if (s.r.pure && (n.op == Op::Abs || n.op == Op::Relu || n.op == Op::Sign || n.op == Op::StopGradient ||
@@ -280,6 +280,11 @@ class Gen {
         out = std::pow(m, static_cast<double>(n.ints[0]));
         break;
       case Op::TanBounded: out = 1.6; break;
+      case Op::Logic:  // interpret.cpp: 0 is_finite, 1 all, 2 any, 3-4 clamp, 5 argmin (1-5 have kinks)
+        n.variant = s.r.pure ? 0 : uniform(0, 5);
+        if (n.variant == 5 && v.shape.empty()) n.variant = 0;
+        out = n.variant == 3 ? 0.5 : n.variant == 4 ? 0.8 : (n.variant == 2 || n.variant == 5) ? 2 * m : m;
+        break;
       case Op::Bitwise:  // interpret.cpp: an integer op on floor(4 x), scaled by 1/8
         n.variant = uniform(0, 7);
         out = 4 * m / 8 + 4.2;

@@ -350,6 +350,24 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         default: return {a / (1.0 / f) + n.c};
       }
     }
+    case Op::Logic: {  // generate.cpp: Op::Logic's variants; the kinks' distances noted
+      switch (n.variant) {
+        case 0: return {a * xj::astype(xj::is_finite(a), dtype)};
+        case 1: note(m, a); return {xj::where(xj::all(a > 0.0, {}, true), a, -a)};
+        case 2: note(m, a - 0.5); return {xj::where(xj::any(a > 0.5, {}, true), a, 2.0 * a)};
+        case 3: note(m, a + 0.5), note(m, a - 0.5); return {xj::clamp(-0.5, a, 0.5)};
+        case 4: {
+          const Array lo = 0.3 * xj::sin(a) - 0.5, hi = 0.3 * xj::cos(a) + 0.5;
+          note(m, a - lo), note(m, a - hi);
+          return {xj::clamp(lo, a, hi)};
+        }
+        default: {
+          const std::int64_t last = a.ndim() - 1;
+          note(m, a - xj::min(a, {last}, true));
+          return {a - xj::take_along_axis(a, xj::expand_dims(xj::argmin(a, last), last), last)};
+        }
+      }
+    }
     case Op::Bitwise: {  // piecewise constant: jumps where 4 a crosses an integer (its distance noted)
       note(m, a * 4.0 - xj::floor(a * 4.0 + 0.5));
       const Array k = xj::astype(xj::floor(a * 4.0), xj::i32), c = xj::scalar(5.0, xj::i32), two = xj::scalar(2.0, xj::i32);

@@ -87,7 +87,7 @@ const char* op_name(Op op) {
     XFUZZ_NAME(RsqrtOnePlusSq) XFUZZ_NAME(RecipOnePlusSq) XFUZZ_NAME(Square) XFUZZ_NAME(IntPow)
     XFUZZ_NAME(TanBounded) XFUZZ_NAME(Elementary) XFUZZ_NAME(PowScalar) XFUZZ_NAME(Squash) XFUZZ_NAME(ScaleShift)
     XFUZZ_NAME(CastRoundTrip) XFUZZ_NAME(StopGradient) XFUZZ_NAME(Name) XFUZZ_NAME(Abs) XFUZZ_NAME(Relu)
-    XFUZZ_NAME(Sign) XFUZZ_NAME(Silu) XFUZZ_NAME(LogSigmoid) XFUZZ_NAME(Elu) XFUZZ_NAME(LeakyRelu) XFUZZ_NAME(Bitwise)
+    XFUZZ_NAME(Sign) XFUZZ_NAME(Silu) XFUZZ_NAME(LogSigmoid) XFUZZ_NAME(Elu) XFUZZ_NAME(LeakyRelu) XFUZZ_NAME(Bitwise) XFUZZ_NAME(Logic)
     XFUZZ_NAME(Add) XFUZZ_NAME(Sub) XFUZZ_NAME(Mul) XFUZZ_NAME(DivSafe) XFUZZ_NAME(PowSafe)
     XFUZZ_NAME(Maximum) XFUZZ_NAME(Minimum) XFUZZ_NAME(SelectGt) XFUZZ_NAME(Atan2) XFUZZ_NAME(RemSafe) XFUZZ_NAME(NextAfter) XFUZZ_NAME(Sum) XFUZZ_NAME(Mean)
     XFUZZ_NAME(Max) XFUZZ_NAME(Min) XFUZZ_NAME(ProdPos) XFUZZ_NAME(LogSumExp) XFUZZ_NAME(Softmax)

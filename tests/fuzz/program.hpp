@@ -53,6 +53,7 @@ enum class Op {
   Silu, LogSigmoid,
   // elementwise unary with a kink or a jump at 0
   Abs, Relu, Sign, Elu, LeakyRelu, Bitwise,
+  Logic,  // is_finite, all, any, clamp (scalar or array bounds), argmin (issue 28's primitives)
   // elementwise binary (broadcasting)
   Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe, NextAfter,
   // reductions

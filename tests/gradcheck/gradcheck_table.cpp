@@ -206,6 +206,18 @@ std::vector<Row> build() {
                     return Arrays{uniform(s, d, r, 0.5, 2), uniform(s, d, r, -2, 2)};
                   }));
   t.push_back(row("nextafter", {P::nextafter}, binary(nextafter), uniform2_gen(s, s, -2, 2)));
+  // clamp with scalar bounds and with array bounds; the operand kept 0.1 or more from either bound.
+  t.push_back(row("clamp", {P::clamp}, [](const Arrays& x) { return clamp(-0.75, x[0], 0.75); }, [s](DType d, Rng& r) {
+                    auto v = uniform_values(shape_size(s), -2, 2, r);
+                    for (auto& e : v)
+                      if (std::abs(std::abs(e) - 0.75) < 0.1) e += 0.2;
+                    return Arrays{make(v, s, d)};
+                  }));
+  t.push_back(row("clamp_array_bounds", {P::clamp}, [](const Arrays& x) { return clamp(x[0], x[1], x[2]); }, [s](DType d, Rng& r) {
+                    auto x = uniform_values(shape_size(s), -1, 1, r);
+                    for (std::size_t i = 0; i < x.size(); ++i) x[i] = i % 3 == 0 ? 0.3 * x[i] : (x[i] < 0 ? x[i] - 1.5 : x[i] + 1.5);
+                    return Arrays{uniform(s, d, r, -1.2, -0.8), make(x, s, d), uniform(s, d, r, 0.8, 1.2)};
+                  }));
   // rem with x / y in (2.1, 2.8) and (-2.8, -2.1): trunc(x / y) = +-2, away from the jumps.
   t.push_back(row("rem", {P::rem}, [](const Arrays& x) { return rem(x[0], x[1]); }, [s](DType d, Rng& r) {
                     return Arrays{uniform(s, d, r, 2.2, 2.8), uniform(s, d, r, 1.0, 1.04)};
@@ -361,6 +373,21 @@ std::vector<Row> build() {
   t.push_back(row("top_k", {P::top_k}, [](const Arrays& x) { return top_k(x[0], 2).first; }, spread_gen(s)));
   t.push_back(row("argmax", {P::argmax, P::convert_element_type},
                   [](const Arrays& x) { return astype(argmax(x[0], 1), x[0].dtype()); }, spread_gen(s), Kind::zero_gradient));
+  t.push_back(row("argmin", {P::argmin, P::convert_element_type},
+                  [](const Arrays& x) { return astype(argmin(x[0], 0), x[0].dtype()); }, spread_gen(s), Kind::zero_gradient));
+  // all / any / is_finite: bool results (piecewise constant; the operand kept away from 0).
+  t.push_back(row("all_any", {P::reduce_and, P::reduce_or},
+                  [](const Arrays& x) {
+                    return astype(all(x[0] > 0.0, {1}), x[0].dtype()) + astype(any(x[0] > 0.0, {1}), x[0].dtype());
+                  },
+                  away_gen(s), Kind::zero_gradient));
+  t.push_back(row("is_finite", {P::is_finite}, [](const Arrays& x) { return astype(is_finite(x[0] / x[1]), x[0].dtype()); },
+                  [s](DType d, Rng& r) {
+                    auto y = uniform_values(shape_size(s), 0.5, 2, r);
+                    y[0] = 0.0;  // x / 0: an infinity
+                    return Arrays{uniform(s, d, r, 0.5, 2), make(y, s, d)};
+                  },
+                  Kind::zero_gradient));
   // Cumulative: cumsum is linear (squared, see the top); the others' derivatives are those of
   // associative_scan (cummax/cummin on distinct values, away from ties; cumprod through zeros).
   t.push_back(row("cumsum", {P::cumsum}, squared([](const Arrays& x) { return cumsum(x[0], 1); }), uniform_gen(s, -2, 2)));
