@@ -562,6 +562,13 @@ Array dynamic_update_slice(const Array& x, const Array& update, const std::vecto
   return bind1(P::dynamic_update_slice, ins, {}, loc);
 }
 
+Array pad(const Array& x, const Array& padding_value, const Axes& lo, const Axes& hi, const Axes& interior,
+          std::source_location loc) {
+  const Array v = padding_value.dtype() == x.dtype() ? padding_value : astype(padding_value, x.dtype(), loc);
+  const Axes inner = interior.empty() ? Axes(static_cast<std::size_t>(x.ndim()), 0) : interior;
+  return bind1(P::pad, {x, v}, params::Pad{.lo = lo, .hi = hi, .interior = inner}, loc);
+}
+
 Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
   axis = norm_axis(axis, x.ndim(), "take", x, loc);
   return bind1(P::gather, {x, indices}, params::Gather{.axis = axis, .fill_or_drop = false}, loc);

@@ -876,3 +876,17 @@ TEST_CASE("matmul of a stack by one matrix lowers as jnp.matmul: no batch dims, 
   }
   CHECK(count(bwd, "dot_general[") == 3);  // forward, d/dx, d/dW
 }
+
+TEST_CASE("pad: edges, negative crops, interior, the value converted; its derivative against finite differences") {
+  const xj::Array x = xj::array<double>({1, 2, 3}, {3});
+  const xj::Array p = xj::pad(x, xj::scalar(9.0, xj::f32), {1}, {-1}, {1});  // [9, 1, 9, 2, 9, 3] less the last
+  CHECK(p.dtype() == xj::f64);
+  CHECK(p.to_vector<double>() == std::vector<double>{9, 1, 9, 2, 9});
+  const xj::Array m = xj::reshape(xj::iota(xj::f64, {6}), {2, 3});
+  const xj::Array q = xj::pad(m, xj::scalar(0.0, xj::f64), {0, -1}, {1, 2});
+  CHECK(q.shape() == xj::Shape{3, 4});
+  CHECK(q.to_vector<double>() == std::vector<double>{1, 2, 0, 0, 4, 5, 0, 0, 0, 0, 0, 0});
+  CHECK_THROWS_AS(xj::pad(x, xj::scalar(0.0, xj::f64), {-2}, {-2}), xj::ShapeError);
+  xj::check_grads([](const xj::Array& a, const xj::Array& v) { return xj::sin(xj::pad(a, v, {2, 0}, {-1, 1}, {1, 0})); },
+                  std::tuple{xj::reshape(xj::iota(xj::f64, {6}), {3, 2}) * 0.3, xj::scalar(0.5, xj::f64)});
+}

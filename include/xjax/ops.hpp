@@ -217,6 +217,10 @@ Array concatenate(const std::vector<Array>& xs, std::int64_t axis = 0, XJAX_LOC)
 Array stack(const std::vector<Array>& xs, std::int64_t axis = 0, XJAX_LOC);
 Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& strides = {}, XJAX_LOC);
 Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t axis = 0, XJAX_LOC);
+/// lax.pad: lo[d] / hi[d] copies of padding_value (a scalar, converted to x's dtype) before /
+/// after dimension d (negative: that many elements cropped) and interior[d] between its elements
+/// (empty interior: none).
+Array pad(const Array& x, const Array& padding_value, const Axes& lo, const Axes& hi, const Axes& interior = {}, XJAX_LOC);
 Array dynamic_slice(const Array& x, const std::vector<Array>& starts, const Shape& sizes, XJAX_LOC);
 Array dynamic_update_slice(const Array& x, const Array& update, const std::vector<Array>& starts, XJAX_LOC);
 /// x[i] along `axis` for each index in `indices` (negative indices count from the end; others clamp).
