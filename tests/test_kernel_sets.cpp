@@ -28,12 +28,6 @@ struct UsingSet {
   ~UsingSet() { kernels::use_kernel_set(before); }
 };
 
-std::vector<double> as_doubles(const Array& a) {
-  const Array d = xj::astype(a, DType::f64);
-  const auto* p = static_cast<const double*>(d.raw_data());
-  return std::vector<double>(p, p + d.size());
-}
-
 /// Deterministic values in [lo, hi) (a fixed linear congruential sequence: no dependence on the
 /// kernels under test).
 template <class T> Array values(std::int64_t n, double lo, double hi, std::uint32_t seed, xj::Shape shape = {}) {
@@ -66,7 +60,7 @@ template <class T> void add_battery(std::vector<Result>& out) {
   constexpr bool f32 = std::is_same_v<T, float>;
   const std::int64_t n = 1037;  // not a multiple of any batch width: every tail path runs
   const Array x = values<T>(n, -3.0, 3.0, 1), y = values<T>(n, 0.1, 4.0, 2);
-  auto add = [&](std::string what, const Array& a) { out.push_back({std::move(what), f32, as_doubles(a)}); };
+  auto add = [&](std::string what, const Array& a) { out.push_back({std::move(what), f32, a.to_vector<double>()}); };
   add("exp", xj::exp(x));
   add("log", xj::log(y));
   add("tanh", xj::tanh(x));
@@ -91,14 +85,14 @@ template <class T> void add_battery(std::vector<Result>& out) {
   for (auto [pm, pn, pk] : {std::array<std::int64_t, 3>{16, 32, 32}, {13, 48, 7}, {6, 16, 5}, {5, 8, 3}, {9, 64, 17},
                             {136, 128, 128}}) {
     const Array a = values<T>(pm * pk, -1.0, 1.0, 4, {pm, pk}), b = values<T>(pk * pn, -1.0, 1.0, 5, {pk, pn});
-    const auto expected = product_in_double(as_doubles(a), as_doubles(b), pm, pn, pk);
+    const auto expected = product_in_double(a.to_vector<double>(), b.to_vector<double>(), pm, pn, pk);
     const std::string name = "matmul " + std::to_string(pm) + "x" + std::to_string(pk) + "x" + std::to_string(pn);
     for (int layout = 0; layout < 4; ++layout) {
       const bool ta = layout & 1, tb = layout & 2;
       const Array lhs = ta ? xj::transpose(a, {1, 0}) : a, rhs = tb ? xj::transpose(b, {1, 0}) : b;
       // Eager transposes are materialized: the product reads each stored layout (GEMM flags).
       const Array c = xj::dot_general(lhs, rhs, {ta ? 0 : 1}, {tb ? 1 : 0});
-      const auto got = as_doubles(c);
+      const auto got = c.to_vector<double>();
       const double tol = f32 ? 1e-5 * static_cast<double>(pk) : 1e-13 * static_cast<double>(pk);
       for (std::size_t i = 0; i < got.size(); ++i) REQUIRE_MESSAGE(std::abs(got[i] - expected[i]) <= tol, name, " layout ", layout);
       add(name + " layout " + std::to_string(layout), c);

@@ -8,7 +8,6 @@
 // with the vectorized loops of simd.hpp, then the other outputs are copied out (narrowed to uint8
 // for bools). Intermediates only ever occupy one block-sized row.
 #include <cstring>
-#include <functional>
 
 #include "kernels/kernels.hpp"
 #include "kernels/fused_program.hpp"
