@@ -91,7 +91,8 @@ std::optional<BroadcastLayout> broadcast_layout(const Eqn& e) {
 }
 
 /// The loop e can join, if e is an elementwise equation the fused executor supports: float
-/// arithmetic, comparisons of floats, two-case select_n on a bool, float<->bool conversion, and
+/// arithmetic, comparisons of floats, clamp and is_finite of floats, two-case select_n on a bool,
+/// float<->bool conversion, and
 /// broadcasts of a float scalar (which become a scalar operand instead of an array).
 std::optional<FusionKey> fusion_key(const Eqn& e) {
   if (e.outputs.size() != 1) return std::nullopt;
@@ -104,6 +105,10 @@ std::optional<FusionKey> fusion_key(const Eqn& e) {
     return is_float(out.dtype) && operands_fit(e, 0, s, out.dtype) ? std::optional(FusionKey{s, out.dtype}) : std::nullopt;
   if (is_comparison(p))
     return is_float(in0.dtype) && operands_fit(e, 0, s, in0.dtype) ? std::optional(FusionKey{s, in0.dtype}) : std::nullopt;
+  if (p == Primitive::clamp)  // bounds are scalars or of x's shape
+    return is_float(out.dtype) && operands_fit(e, 0, s, out.dtype) ? std::optional(FusionKey{s, out.dtype}) : std::nullopt;
+  if (p == Primitive::is_finite)
+    return is_float(in0.dtype) && in0.shape == s ? std::optional(FusionKey{s, in0.dtype}) : std::nullopt;
   if (p == Primitive::select_n)
     return e.inputs.size() == 3 && in0.dtype == DType::bool_ && (in0.ndim() == 0 || in0.shape == s) &&
                    is_float(out.dtype) && operands_fit(e, 1, s, out.dtype)

@@ -59,13 +59,15 @@ void check_identical(const xj::Array& a, const xj::Array& b) {
 }
 
 // Float arithmetic with literals, a comparison kept as a bool output, select, conversions both
-// ways, integer_pow and NaN-propagating max: one fused chain, four outputs (NaN reaches all).
+// ways, integer_pow, NaN-propagating max, clamp with scalar and array bounds and is_finite: one
+// fused chain, four outputs (NaN reaches all).
 std::tuple<xj::Array, xj::Array, xj::Array, xj::Array> mixed_chain(const xj::Array& x, const xj::Array& y) {
   xj::Array a = xj::sin(x) * 1.5 + 0.25;
   xj::Array mask = a > y;
   xj::Array b = xj::where(mask, xj::exp(y * 0.5), xj::integer_pow(a, 3) - y);
   xj::Array c = xj::maximum(b, xj::astype(mask, x.dtype())) / (xj::abs(x) + 1.0);
-  xj::Array d = xj::tanh(c) + xj::logistic(-c) * xj::sqrt(xj::abs(y));
+  xj::Array d = xj::tanh(c) + xj::logistic(-c) * xj::sqrt(xj::abs(y)) + xj::clamp(-0.5, c, 0.5) +
+                xj::clamp(-y, b, y) * xj::astype(xj::is_finite(xj::log(x)), x.dtype());  // log(x <= 0): NaN or -inf
   return {d, mask, xj::astype(d, xj::bool_), d != c};
 }
 
@@ -73,6 +75,8 @@ std::tuple<xj::Array, xj::Array, xj::Array, xj::Array> mixed_chain(const xj::Arr
 
 TEST_CASE("plan: fused elementwise chains equal eager evaluation bit for bit") {
   auto jitted = xj::jit(mixed_chain);
+  const auto traced = xj::make_jaxpr(mixed_chain)(sample(17, xj::f32, 1), sample(17, xj::f32, 2));
+  CHECK(xjax::detail::make_plan(*traced.jaxpr)->fused_equations == traced.jaxpr->eqns.size());  // all in one loop
   for (xj::DType dtype : {xj::f32, xj::f64})
     for (std::int64_t n : {std::int64_t{1}, std::int64_t{5}, std::int64_t{17}, std::int64_t{512},
                            std::int64_t{513}, std::int64_t{3001}}) {
