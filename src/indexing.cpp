@@ -112,7 +112,7 @@ Array At::mul(double v, IndexMode mode, std::source_location loc) const { return
 Array At::min(double v, IndexMode mode, std::source_location loc) const { return min(scalar(v, x_.dtype()), mode, loc); }
 Array At::max(double v, IndexMode mode, std::source_location loc) const { return max(scalar(v, x_.dtype()), mode, loc); }
 
-At at(const Array& x, std::int64_t i, std::source_location loc) { return At(x, {scalar(static_cast<double>(i), i64)}, loc); }
+At at(const Array& x, std::int64_t i, std::source_location loc) { return At(x, {array<std::int64_t>({i}, {})}, loc); }
 At at(const Array& x, const Array& indices, std::source_location loc) { return At(x, {indices}, loc); }
 At at(const Array& x, std::vector<Array> indices, std::source_location loc) { return At(x, std::move(indices), loc); }
 

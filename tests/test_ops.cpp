@@ -877,6 +877,26 @@ TEST_CASE("matmul of a stack by one matrix lowers as jnp.matmul: no batch dims, 
   CHECK(count(bwd, "dot_general[") == 3);  // forward, d/dx, d/dW
 }
 
+TEST_CASE("clamp is lax's min(max(x, lo), hi): lo > hi gives hi, a NaN bound gives NaN; eager and fused agree") {
+  const xj::Array x = xj::array<double>({-3, -1, 0, 1, 3}, {5});
+  CHECK(xj::clamp(2.0, x, 1.0).to_vector<double>() == std::vector<double>{1, 1, 1, 1, 1});
+  const auto nan_lo = xj::clamp(xj::scalar(std::nan(""), xj::f64), x, xj::scalar(1.0, xj::f64)).to_vector<double>();
+  for (double v : nan_lo) CHECK(std::isnan(v));
+  auto f = [](const xj::Array& lo, const xj::Array& v, const xj::Array& hi) { return xj::clamp(lo, xj::sin(v), hi) * 2.0; };
+  const xj::Array lo = xj::array<double>({0.5, -0.5, std::nan(""), 0.9, -1.0}, {5});
+  const xj::Array hi = xj::array<double>({-0.5, 0.5, 0.5, std::nan(""), 1.0}, {5});
+  const auto eager = f(lo, x, hi).to_vector<double>(), fused = xj::jit(f)(lo, x, hi).to_vector<double>();
+  for (std::size_t i = 0; i < eager.size(); ++i)
+    CHECK((eager[i] == fused[i] || (std::isnan(eager[i]) && std::isnan(fused[i]))));
+  CHECK(eager[0] == -1.0);  // lo 0.5 > hi -0.5: hi
+  // The derivative goes to hi when lo > hi.
+  auto [glo, gx, ghi] = xj::grad([](const xj::Array& a, const xj::Array& v, const xj::Array& b) { return xj::sum(xj::clamp(a, v, b)); },
+                                 xj::argnums<0, 1, 2>)(xj::scalar(2.0, xj::f64), x, xj::scalar(1.0, xj::f64));
+  CHECK(glo.item<double>() == 0.0);
+  CHECK(ghi.item<double>() == 5.0);
+  CHECK(gx.to_vector<double>() == std::vector<double>{0, 0, 0, 0, 0});
+}
+
 TEST_CASE("pad: edges, negative crops, interior, the value converted; its derivative against finite differences") {
   const xj::Array x = xj::array<double>({1, 2, 3}, {3});
   const xj::Array p = xj::pad(x, xj::scalar(9.0, xj::f32), {1}, {-1}, {1});  // [9, 1, 9, 2, 9, 3] less the last

@@ -219,3 +219,26 @@ TEST_CASE("at: the jaxpr shows the scatter with its mode; meshgrid") {
   CHECK(vec(ij[1]) == std::vector<double>{4, 5, 4, 5, 4, 5});
   CHECK_THROWS_AS(xj::meshgrid({test_util::randn({2, 2}, 1)}), xj::ShapeError);
 }
+
+TEST_CASE("at: regressions from review: NaN in min / max derivatives, an int index near INT64_MAX") {
+  const double nan = std::nan("");
+  const xj::Array x = test_util::f64v({nan, 1.0, 2.0}), rows = i32s({1}, {1});
+  // An element no update touches keeps dx even when it is NaN; a NaN result takes the tangent of
+  // the NaN that made it.
+  for (bool use_max : {true, false}) {
+    auto f = [&](const xj::Array& a) { return use_max ? xj::at(a, rows).max(test_util::f64v({5.0})) : xj::at(a, rows).min(test_util::f64v({5.0})); };
+    auto [y, t] = xj::jvp(f, std::tuple{x}, std::tuple{test_util::f64v({1.0, 1.0, 1.0})});
+    CHECK(vec(t) == std::vector<double>{1.0, use_max ? 0.0 : 1.0, 1.0});
+    CHECK(vec(xj::grad([&](const xj::Array& a) { return xj::sum(f(a)); })(x)) == std::vector<double>{1.0, use_max ? 0.0 : 1.0, 1.0});
+  }
+  auto g = [&](const xj::Array& v) { return xj::at(test_util::f64v({0.0, 1.0, 2.0}), rows).max(v); };
+  auto [y2, t2] = xj::jvp(g, std::tuple{test_util::f64v({nan})}, std::tuple{test_util::f64v({1.0})});
+  CHECK(std::isnan(vec(y2)[1]));
+  CHECK(vec(t2) == std::vector<double>{0.0, 1.0, 0.0});
+  // A C++ index beyond 2^53 stays exact (it went through a double: INT64_MAX became INT64_MIN).
+  const xj::Array xi = xj::array<std::int32_t>({1, 2, 3, 4}, {4});
+  constexpr auto big = std::numeric_limits<std::int64_t>::max();
+  CHECK(vec(xj::at(xi, big).get()) == std::vector<double>{4});
+  CHECK(vec(xj::at(xi, big).set(100.0, xj::IndexMode::clip)) == std::vector<double>{1, 2, 3, 100});
+  CHECK(vec(xj::at(xi, big).set(100.0)) == std::vector<double>{1, 2, 3, 4});
+}

@@ -377,12 +377,13 @@ JvpOut argmin_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut reduce_and_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut reduce_or_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut is_finite_jvp(const JvpArgs& a) { return zero_jvp(a); }
-// clamp(lo, x, hi): d = dlo where x <= lo, else dhi where x >= hi, else dx (a tie goes to the
-// bound it equals; lax's clamp gives 0 to every operand there)
+// clamp(lo, x, hi) = min(max(x, lo), hi): d = dhi where max(x, lo) >= hi, else dlo where x <= lo,
+// else dx (a tie goes to the bound it equals; lax's clamp gives 0 to every operand there)
 JvpOut clamp_jvp(const JvpArgs& a) {
   const Array y = primal1(a);
   const Array &lo = a.x[0], &x = a.x[1], &hi = a.x[2];
-  const Array below = le(x, lo, a.loc), above = logical_and(logical_not(below, a.loc), ge(x, hi, a.loc), a.loc);
+  const Array above = logical_or(ge(x, hi, a.loc), ge(lo, hi, a.loc), a.loc);
+  const Array below = logical_and(logical_not(above, a.loc), le(x, lo, a.loc), a.loc);
   auto bound_part = [&](std::size_t i, const Array& where_bound) {
     return tmap(a.t[i], y.aval(), [&](const Array& t) { return where(where_bound, broadcast_to(t, y.shape(), a.loc), 0.0, a.loc); });
   };

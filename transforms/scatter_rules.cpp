@@ -52,16 +52,22 @@ Array product_of_others(const Array& x, const Array& i, const Array& u, const pa
   return where(nonzero, when_nonzero, when_zero, loc);
 }
 
+/// a == b, with NaN equal to NaN (a NaN result is attained by the NaN that made it).
+Array same_value(const Array& a, const Array& b, std::source_location loc) {
+  return logical_or(eq(a, b, loc), logical_and(ne(a, a, loc), ne(b, b, loc), loc), loc);
+}
+
 // min and max: y[p] = extremum(x[p], u_j for i_j = p). The tangent of an element is the mean of
 // the tangents of the values that attain it (ties split evenly, as lax.max's jvp and JAX's
-// scatter_max jvp do): dy = (kept dx + scatter_add(0, i, attaining du)) / count.
+// scatter_max jvp do; a NaN is attained by the NaNs, so an element no update touches keeps dx):
+// dy = (kept dx + scatter_add(0, i, attaining du)) / count.
 JvpOut scatter_extremum_jvp(const JvpArgs& a) {
   const auto& ps = scatter_params(a.params);
   const Array &x = a.x[0], &i = a.x[1], &u = a.x[2];
   const Array y = scatter_with(a.prim, x, i, u, ps, a.loc);
   if (!is_floating(y.dtype())) return no_tangent(y);
-  const Array kept = eq(x, y, a.loc);                       // x's shape
-  const Array attains = eq(u, read_back(y, i, ps, a.loc), a.loc);  // u's shape
+  const Array kept = same_value(x, y, a.loc);                       // x's shape
+  const Array attains = same_value(u, read_back(y, i, ps, a.loc), a.loc);  // u's shape
   const Array zeros_x = filled(0.0, x.aval(), a.loc);
   const Array count = where(kept, 1.0, zeros_x, a.loc) +
                       scatter_with(P::scatter_add, zeros_x, i, where(attains, 1.0, filled(0.0, u.aval(), a.loc), a.loc), ps, a.loc);

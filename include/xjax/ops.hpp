@@ -195,8 +195,9 @@ Array logical_or(const Array& a, const Array& b, XJAX_LOC);
 Array logical_not(const Array& x, XJAX_LOC);
 /// lax.is_finite: neither infinite nor NaN, elementwise (bool; integers are always finite).
 Array is_finite(const Array& x, XJAX_LOC);
-/// lax.clamp(lo, x, hi): x limited to [lo, hi] elementwise (lo and hi broadcast). Its derivative
-/// goes to x strictly inside the interval and to the bound it equals otherwise.
+/// lax.clamp(lo, x, hi) = min(max(x, lo), hi) elementwise (lo and hi broadcast; hi when lo > hi;
+/// NaN when any operand is). Its derivative goes to x strictly inside the interval and to the
+/// bound it equals otherwise (lax's gives 0 at a tie).
 Array clamp(const Array& lo, const Array& x, const Array& hi, XJAX_LOC);
 Array clamp(double lo, const Array& x, double hi, XJAX_LOC);
 Array logsumexp(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);

@@ -366,8 +366,11 @@ Array clamp_kernel(const Array& lo, const Array& x, const Array& hi, const Shape
     const std::size_t l_step = lo.size() == 1 ? 0 : 1, h_step = hi.size() == 1 ? 0 : 1;
     T* o = out_ptr<T>(result);
     for (std::size_t i = 0; i < n; ++i) {
-      const T a = l[i * l_step], b = h[i * h_step];
-      o[i] = v[i] <= a ? a : v[i] >= b ? b : v[i];
+      const T a = l[i * l_step], b = h[i * h_step], x = v[i];
+      // min(max(x, lo), hi), NaN from any operand (XLA's min and max propagate it)
+      const T r = (x >= b || a >= b) ? b : x <= a ? a : x;
+      if constexpr (std::is_floating_point_v<T>) o[i] = (x != x || a != a || b != b) ? x + a + b : r;
+      else o[i] = r;
     }
   });
   return result;

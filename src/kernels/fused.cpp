@@ -98,8 +98,11 @@ void run_op(const FusedProgram::Op& op, std::vector<T*>& v, const std::vector<co
   if (is_float_binary(op.prim)) return float_binary(op.prim, a, b, o, n);
   if (is_comparison(op.prim)) return compare_block(op.prim, a, b, o, n);
   if (op.prim == Primitive::integer_pow) return float_integer_pow(a, o, n, op.y);
-  if (op.prim == Primitive::clamp)  // clamp(lo, x, hi): lo at or below lo, else hi at or above hi
-    return map3(a, b, c, o, n, [](B lo, B x, B hi) { return xsimd::select(x <= lo, lo, xsimd::select(x >= hi, hi, x)); });
+  if (op.prim == Primitive::clamp)  // min(max(x, lo), hi), NaN from any operand (clamp_kernel)
+    return map3(a, b, c, o, n, [](B lo, B x, B hi) {
+      const B r = xsimd::select((x >= hi) || (lo >= hi), hi, xsimd::select(x <= lo, lo, x));
+      return xsimd::select(xsimd::isnan(x) || xsimd::isnan(lo) || xsimd::isnan(hi), x + lo + hi, r);
+    });
   if (op.prim == Primitive::is_finite)  // x - x is 0 unless x is infinite or NaN; bools are 0 / 1 here
     return map1(a, o, n, [](B x) { return xsimd::select(x - x == B(T{0}), B(T{1}), B(T{0})); });
   if (op.prim == Primitive::select_n)  // which ? case1 : case0

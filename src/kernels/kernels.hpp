@@ -264,8 +264,8 @@ Array round_kernel(const Array& x, bool to_nearest_even, const ShapedArray& out)
 Array bitwise_unary_kernel(Primitive p, const Array& x, const ShapedArray& out);
 /// is_finite on floats: bool.
 Array is_finite_kernel(const Array& x, const ShapedArray& out);
-/// clamp(lo, x, hi): lo where x <= lo, else hi where x >= hi, else x (NaN stays); lo and hi rank
-/// 0 or x's shape.
+/// clamp(lo, x, hi) = min(max(x, lo), hi) (hi when lo > hi; NaN when any operand is); lo and hi
+/// rank 0 or x's shape.
 Array clamp_kernel(const Array& lo, const Array& x, const Array& hi, const ShapedArray& out);
 
 // ---- cumulative.cpp ----------------------------------------------------------------------------
