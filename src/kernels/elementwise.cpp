@@ -369,7 +369,7 @@ Array clamp_kernel(const Array& lo, const Array& x, const Array& hi, const Shape
       const T a = l[i * l_step], b = h[i * h_step], x = v[i];
       // min(max(x, lo), hi), NaN from any operand (XLA's min and max propagate it)
       const T r = (x >= b || a >= b) ? b : x <= a ? a : x;
-      if constexpr (std::is_floating_point_v<T>) o[i] = (x != x || a != a || b != b) ? x + a + b : r;
+      if constexpr (std::is_floating_point_v<T>) o[i] = x != x ? x : a != a ? a : b != b ? b : r;  // that NaN itself
       else o[i] = r;
     }
   });

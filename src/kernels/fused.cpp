@@ -101,7 +101,7 @@ void run_op(const FusedProgram::Op& op, std::vector<T*>& v, const std::vector<co
   if (op.prim == Primitive::clamp)  // min(max(x, lo), hi), NaN from any operand (clamp_kernel)
     return map3(a, b, c, o, n, [](B lo, B x, B hi) {
       const B r = xsimd::select((x >= hi) || (lo >= hi), hi, xsimd::select(x <= lo, lo, x));
-      return xsimd::select(xsimd::isnan(x) || xsimd::isnan(lo) || xsimd::isnan(hi), x + lo + hi, r);
+      return xsimd::select(xsimd::isnan(x), x, xsimd::select(xsimd::isnan(lo), lo, xsimd::select(xsimd::isnan(hi), hi, r)));
     });
   if (op.prim == Primitive::is_finite)  // x - x is 0 unless x is infinite or NaN; bools are 0 / 1 here
     return map1(a, o, n, [](B x) { return xsimd::select(x - x == B(T{0}), B(T{1}), B(T{0})); });
