@@ -84,7 +84,7 @@ std::vector<ShapedArray> arg_reduce_shape_rule(Primitive p, Avals in, const para
   const Ints& axes = ps.axes;
   if (axes.size() != 1) shape_fail(p, in, "takes exactly one axis");
   check_unique_axes(p, in, axes, in[0].ndim());
-  if (in[0].shape[static_cast<std::size_t>(axes[0])] == 0) shape_fail(p, in, "of an empty axis");
+  if (in[0].shape[static_cast<std::size_t>(axes[0])] == 0) shape_fail(p, in, "the axis is empty: there is no index to return");
   DType idx = ps.index_dtype;
   if (idx != i32 && idx != i64) type_fail(p, in, "index_dtype must be i32 or i64");
   return {ShapedArray{remove_axes(in[0].shape, axes), idx}};

@@ -282,7 +282,7 @@ class Gen {
       case Op::TanBounded: out = 1.6; break;
       case Op::Logic:  // interpret.cpp: 0 is_finite, 1 all, 2 any, 3-4 clamp, 5 argmin (1-5 have kinks)
         n.variant = s.r.pure ? 0 : uniform(0, 5);
-        if (n.variant == 5 && v.shape.empty()) n.variant = 0;
+        if (n.variant == 5 && (v.shape.empty() || v.shape.back() == 0)) n.variant = 0;  // argmin of an empty axis: an error
         out = n.variant == 3 ? 0.5 : n.variant == 4 ? 0.8 : (n.variant == 2 || n.variant == 5) ? 2 * m : m;
         break;
       case Op::Bitwise:  // interpret.cpp: an integer op on floor(4 x), scaled by 1/8
