@@ -27,6 +27,13 @@ void fill(void* dst, DType d, std::int64_t n, double v) {
     case DType::i64: return fill_as<std::int64_t>(dst, n, v);
     case DType::u32: return fill_as<std::uint32_t>(dst, n, v);
     case DType::bool_: return fill_as<std::uint8_t>(dst, n, v != 0.0 ? 1.0 : 0.0);
+    case DType::bf16: return fill_as<bfloat16_t>(dst, n, v);
+    case DType::f16: return fill_as<float16_t>(dst, n, v);
+    case DType::i8: return fill_as<std::int8_t>(dst, n, v);
+    case DType::u8: return fill_as<std::uint8_t>(dst, n, v);
+    case DType::i16: return fill_as<std::int16_t>(dst, n, v);
+    case DType::u16: return fill_as<std::uint16_t>(dst, n, v);
+    case DType::u64: return fill_as<std::uint64_t>(dst, n, v);
   }
 }
 
@@ -34,7 +41,10 @@ template <class T> double get_as_double(const void* p, std::int64_t i) {
   return static_cast<double>(static_cast<const T*>(p)[i]);
 }
 template <class T> std::int64_t get_as_int(const void* p, std::int64_t i) {
-  return static_cast<std::int64_t>(static_cast<const T*>(p)[i]);
+  if constexpr (std::is_class_v<T>)  // bfloat16_t, float16_t
+    return static_cast<std::int64_t>(static_cast<float>(static_cast<const T*>(p)[i]));
+  else
+    return static_cast<std::int64_t>(static_cast<const T*>(p)[i]);
 }
 
 }  // namespace
@@ -79,6 +89,13 @@ double Array::element_as_double(std::int64_t i) const {
     case DType::i64: return get_as_double<std::int64_t>(p, i);
     case DType::u32: return get_as_double<std::uint32_t>(p, i);
     case DType::bool_: return get_as_double<std::uint8_t>(p, i);
+    case DType::bf16: return get_as_double<bfloat16_t>(p, i);
+    case DType::f16: return get_as_double<float16_t>(p, i);
+    case DType::i8: return get_as_double<std::int8_t>(p, i);
+    case DType::u8: return get_as_double<std::uint8_t>(p, i);
+    case DType::i16: return get_as_double<std::int16_t>(p, i);
+    case DType::u16: return get_as_double<std::uint16_t>(p, i);
+    case DType::u64: return get_as_double<std::uint64_t>(p, i);
   }
   return 0;
 }
@@ -92,6 +109,13 @@ std::int64_t Array::element_as_int(std::int64_t i) const {
     case DType::i64: return get_as_int<std::int64_t>(p, i);
     case DType::u32: return get_as_int<std::uint32_t>(p, i);
     case DType::bool_: return get_as_int<std::uint8_t>(p, i);
+    case DType::bf16: return get_as_int<bfloat16_t>(p, i);
+    case DType::f16: return get_as_int<float16_t>(p, i);
+    case DType::i8: return get_as_int<std::int8_t>(p, i);
+    case DType::u8: return get_as_int<std::uint8_t>(p, i);
+    case DType::i16: return get_as_int<std::int16_t>(p, i);
+    case DType::u16: return get_as_int<std::uint16_t>(p, i);
+    case DType::u64: return get_as_int<std::uint64_t>(p, i);
   }
   return 0;
 }

@@ -82,6 +82,13 @@ MPI_Datatype mpi_type(DType d) {
     case DType::i64: return MPI_INT64_T;
     case DType::u32: return MPI_UINT32_T;
     case DType::bool_: return MPI_UINT8_T;
+    case DType::bf16: return MPI_UINT16_T;  // moved, never summed: collectives sum narrow floats in f32
+    case DType::f16: return MPI_UINT16_T;
+    case DType::i8: return MPI_INT8_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::i16: return MPI_INT16_T;
+    case DType::u16: return MPI_UINT16_T;
+    case DType::u64: return MPI_UINT64_T;
   }
   return MPI_BYTE;
 }

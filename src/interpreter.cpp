@@ -24,8 +24,12 @@ namespace detail {
 #define XJAX_IMPL_comparison(name, stem) nullptr
 #define XJAX_IMPL_structural(name, stem) nullptr
 #define XJAX_IMPL_collective(name, stem) nullptr
-#define XJAX_IMPL_factorization(name, stem) \
-  [](std::span<const Array> in, const Params& ps) { return kernels::stem##_kernel(in, ps.get<params_of_t<Primitive::name>>()); }
+#define XJAX_IMPL_factorization(name, stem)                                                   \
+  [](std::span<const Array> in, const Params& ps) {                                           \
+    return kernels::run_widened(Primitive::name, in, [&](std::span<const Array> wide) {       \
+      return kernels::stem##_kernel(wide, ps.get<params_of_t<Primitive::name>>());            \
+    });                                                                                       \
+  }
 #define XJAX_IMPL_higher_order(name, stem) \
   [](std::span<const Array> in, const Params& ps) { return stem##_impl(in, ps.get<params_of_t<Primitive::name>>()); }
 #define XJAX_IMPL_control_flow(name, stem) XJAX_IMPL_higher_order(name, stem)

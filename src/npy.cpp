@@ -17,7 +17,9 @@ struct Descr {
   DType dtype;
   const char* descr;
 };
-constexpr Descr kDescrs[] = {{f32, "<f4"}, {f64, "<f8"}, {i32, "<i4"}, {i64, "<i8"}, {u32, "<u4"}, {bool_, "|b1"}};
+// bf16 has no numpy description (numpy has no bfloat16): save_npy refuses it, naming the dtype.
+constexpr Descr kDescrs[] = {{f32, "<f4"}, {f64, "<f8"}, {i32, "<i4"}, {i64, "<i8"}, {u32, "<u4"}, {bool_, "|b1"},
+                             {f16, "<f2"}, {i8, "|i1"}, {u8, "|u1"}, {i16, "<i2"}, {u16, "<u2"}, {u64, "<u8"}};
 constexpr char kMagic[] = "\x93NUMPY";
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
@@ -138,7 +140,7 @@ Array load_npy(const std::string& path) {
     if (descr == d.descr) dtype = d.dtype;
   if (!dtype)
     bad(path, "dtype '" + descr + "' is not one xjax reads (" + std::string(descr.size() && descr[0] == '>' ? "big-endian; " : "") +
-                  "xjax has <f4 <f8 <i4 <i8 <u4 |b1)");
+                  "xjax has <f8 <f4 <f2 <i8 <i4 <i2 |i1 <u8 <u4 <u2 |u1 |b1)");
   const Shape shape = detail::checked_shape(path, "the array", dims, itemsize(*dtype));
   const ShapedArray aval{shape, *dtype};
   const std::uint64_t data = start + header_len;

@@ -293,6 +293,13 @@ Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc
                params::DotGeneral{.lhs_contracting = lc, .rhs_contracting = rc, .lhs_batch = lb, .rhs_batch = rb}, loc);
 }
 
+Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc, const Axes& lb, const Axes& rb,
+                  const DotOptions& options, std::source_location loc) {
+  if (!options.preferred_element_type) return dot_general(a, b, lc, rc, lb, rb, loc);
+  const DType to = *options.preferred_element_type;
+  return dot_general(a.dtype() == to ? a : astype(a, to, loc), b.dtype() == to ? b : astype(b, to, loc), lc, rc, lb, rb, loc);
+}
+
 Array matmul(const Array& a, const Array& b, std::source_location loc) {
   if (a.ndim() == 0 || b.ndim() == 0) throw ShapeError("matmul: operands must have rank >= 1 (at " + format_location(loc) + ")");
   if (b.ndim() == 1) return dot_general(a, b, {a.ndim() - 1}, {0}, {}, {}, loc);

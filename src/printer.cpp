@@ -46,6 +46,13 @@ std::string numpy_dtype_name(DType d) {
     case DType::i64: return "int64";
     case DType::u32: return "uint32";
     case DType::bool_: return "bool";
+    case DType::bf16: return "bfloat16";
+    case DType::f16: return "float16";
+    case DType::i8: return "int8";
+    case DType::u8: return "uint8";
+    case DType::i16: return "int16";
+    case DType::u16: return "uint16";
+    case DType::u64: return "uint64";
   }
   return "?";
 }

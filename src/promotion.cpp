@@ -1,11 +1,10 @@
 // promotion.cpp: JAX's type promotion lattice (jax/_src/dtypes.py, x64 enabled), read from its
 // documentation and written as a graph: each node lists the nodes directly above it, and the
 // promotion of a and b is the least node above both. The weak nodes i* and f* are the types of
-// C++ numbers mixed with arrays (JAX's weakly typed Python scalars). The lattice includes the
-// dtypes xjax does not have yet (8- and 16-bit integers, u64, bf16, f16), so that adding one is
-// adding its DType, not redrawing the graph.
+// C++ numbers mixed with arrays (JAX's weakly typed Python scalars).
 #include <array>
 #include <bitset>
+#include <optional>
 
 #include "xjax/errors.hpp"
 #include "xjax/ops.hpp"
@@ -13,25 +12,25 @@
 namespace xjax {
 namespace {
 
-enum Node : std::uint8_t { b1, u8, u16, u32n, u64, wi, i8, i16, i32n, i64n, wf, bf16, f16, f32n, f64n, kNodes };
+enum Node : std::uint8_t { b1, u8n, u16n, u32n, u64n, wi, i8n, i16n, i32n, i64n, wf, bf16n, f16n, f32n, f64n, kNodes };
 
 // Edges of the lattice (JAX's _type_promotion_lattice without complex types).
 constexpr std::array<std::initializer_list<Node>, kNodes> kAbove = {{
-    {wi},         // b1
-    {i16, u16},   // u8
-    {i32n, u32n}, // u16
-    {i64n, u64},  // u32
-    {wf},         // u64
-    {u8, i8},     // i* (a C++ integer)
-    {i16},        // i8
-    {i32n},       // i16
-    {i64n},       // i32
-    {wf},         // i64
-    {bf16, f16},  // f* (a C++ floating-point number)
-    {f32n},       // bf16
-    {f32n},       // f16
-    {f64n},       // f32
-    {},           // f64
+    {wi},          // b1
+    {i16n, u16n},  // u8
+    {i32n, u32n},  // u16
+    {i64n, u64n},  // u32
+    {wf},          // u64
+    {u8n, i8n},    // i* (a C++ integer)
+    {i16n},        // i8
+    {i32n},        // i16
+    {i64n},        // i32
+    {wf},          // i64
+    {bf16n, f16n}, // f* (a C++ floating-point number)
+    {f32n},        // bf16
+    {f32n},        // f16
+    {f64n},        // f32
+    {},            // f64
 }};
 
 using Set = std::bitset<kNodes>;
@@ -52,6 +51,13 @@ Node node_of(DType d) {
     case DType::i64: return i64n;
     case DType::u32: return u32n;
     case DType::bool_: return b1;
+    case DType::bf16: return bf16n;
+    case DType::f16: return f16n;
+    case DType::i8: return i8n;
+    case DType::u8: return u8n;
+    case DType::i16: return i16n;
+    case DType::u16: return u16n;
+    case DType::u64: return u64n;
   }
   throw Error("promote_types: unknown dtype");
 }
@@ -72,21 +78,32 @@ DType dtype_at(Node n, DType a, DType b) {
     case i64n: return i64;
     case u32n: return u32;
     case b1: return bool_;
+    case bf16n: return bf16;
+    case f16n: return f16;
+    case i8n: return i8;
+    case u8n: return u8;
+    case i16n: return i16;
+    case u16n: return u16;
+    case u64n: return u64;
     case wi: return i32;  // only weak operands: xjax's default integer
     case wf: return f32;  // and default float
-    case u8: case u16: case u64: case i8: case i16: case bf16: case f16: case kNodes: break;
+    case kNodes: break;
   }
-  throw TypeError(std::string("promote_types(") + dtype_name(a) + ", " + dtype_name(b) + "): the promoted type " +
-                  "is not an xjax dtype yet");
+  throw Error(std::string("promote_types(") + dtype_name(a) + ", " + dtype_name(b) + "): no dtype at the join " +
+              "(a bug in promotion.cpp)");
 }
 
 thread_local PromotionMode t_mode = PromotionMode::standard;
+
+// Strong operands whose join is the weak float f* (u64 with a signed integer): JAX gives its
+// canonical float, f64 with x64 enabled.
+DType strong_at(Node n, DType a, DType b) { return n == wf ? f64 : dtype_at(n, a, b); }
 
 }  // namespace
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
-  return dtype_at(join(node_of(a), node_of(b)), a, b);
+  return strong_at(join(node_of(a), node_of(b)), a, b);
 }
 
 PromotionMode promotion_mode() { return t_mode; }
@@ -105,6 +122,11 @@ DType result_type_of(std::span<const TypeOperand> operands) {
   if (operands.empty()) throw TypeError("result_type: no operands");
   Node n = operands[0].weak ? (operands[0].integer ? wi : wf) : node_of(operands[0].dtype);
   for (const auto& o : operands.subspan(1)) n = join(n, o.weak ? (o.integer ? wi : wf) : node_of(o.dtype));
+  // The strong operands alone joining at f* (u64 with a signed integer) give f64, as promote_types.
+  std::optional<Node> strong;
+  for (const auto& o : operands)
+    if (!o.weak) strong = strong ? join(*strong, node_of(o.dtype)) : node_of(o.dtype);
+  if (n == wf && strong == wf) return f64;
   return dtype_at(n, operands[0].dtype, operands.back().dtype);
 }
 

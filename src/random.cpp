@@ -25,8 +25,8 @@ void check_key(const Array& key, const char* fn, const std::source_location& loc
 }
 
 void check_float(DType dtype, const char* fn, const std::source_location& loc) {
-  if (dtype != f32 && dtype != f64)
-    throw TypeError(at(fn, loc) + ": needs a floating-point dtype (f32 or f64), got " + dtype_name(dtype));
+  if (!is_floating(dtype))
+    throw TypeError(at(fn, loc) + ": needs a floating-point dtype (f32, f64, bf16 or f16), got " + dtype_name(dtype));
 }
 
 std::int64_t checked_count(const Shape& shape, std::int64_t words_per_element, const char* fn,
@@ -56,8 +56,22 @@ Array raw_words(const Array& key, std::int64_t n, const std::source_location& lo
   return words;
 }
 
+// v rounded to the float dtype d (what JAX's arithmetic in d sees of a Python float).
+double in_dtype(double v, DType d) {
+  if (d == f32) return static_cast<double>(static_cast<float>(v));
+  if (d == bf16) return static_cast<double>(bfloat16_t(v));
+  if (d == f16) return static_cast<double>(float16_t(v));
+  return v;
+}
+
 // Uniform floats in [0, 1) as a flat array of n elements (exact binary fractions).
 Array unit_floats(const Array& key, std::int64_t n, DType dtype, const std::source_location& loc) {
+  if (dtype == bf16 || dtype == f16) {
+    // the top nmant bits of each word: k / 2^nmant, exact in the dtype (JAX draws them from bits too)
+    const int nmant = finfo(dtype).nmant;
+    Array w = raw_words(key, n, loc);
+    return astype(w / (1 << (32 - nmant)), dtype, loc) * std::ldexp(1.0, -nmant);  // integer division
+  }
   if (dtype == f32) {
     // top 23 bits of each word: the mantissa of a float in [1, 2), minus 1
     Array w = raw_words(key, n, loc);
@@ -113,15 +127,16 @@ Array uniform(const Array& key, const Shape& shape, DType dtype, double minval, 
   Array u = reshape(unit_floats(key, n, dtype, loc), shape, loc);
   if (minval == 0.0 && maxval == 1.0) return u;  // u * 1 + 0 clamped at 0 is u itself
   // JAX: u * (maxval - minval) + minval in the dtype, clamped below at minval
-  const double lo = dtype == f32 ? static_cast<double>(static_cast<float>(minval)) : minval;
-  const double span = dtype == f32 ? static_cast<double>(static_cast<float>(maxval) - static_cast<float>(minval))
-                                   : maxval - minval;
+  const double lo = in_dtype(minval, dtype);
+  const double span = in_dtype(in_dtype(maxval, dtype) - lo, dtype);
   return maximum(u * span + lo, scalar(lo, dtype), loc);
 }
 
 Array normal(const Array& key, const Shape& shape, DType dtype, std::source_location loc) {
   check_key(key, "normal", loc);
   check_float(dtype, "normal", loc);
+  // bf16 / f16: drawn in f32 and rounded once (JAX draws them in the dtype itself).
+  if (dtype == bf16 || dtype == f16) return astype(normal(key, shape, f32, loc), dtype, loc);
   const std::int64_t n = checked_count(shape, dtype == f64 ? 2 : 1, "normal", loc) / (dtype == f64 ? 2 : 1);
   // Box-Muller on m pairs of uniforms: u1 in (0, 1], u2 in [0, 1)
   const std::int64_t m = (n + 1) / 2;

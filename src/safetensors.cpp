@@ -21,9 +21,11 @@ struct DtypeName {
   DType dtype;
   const char* name;
 };
-constexpr DtypeName kDtypes[] = {{f32, "F32"}, {f64, "F64"}, {i32, "I32"}, {i64, "I64"}, {u32, "U32"}, {bool_, "BOOL"}};
+constexpr DtypeName kDtypes[] = {{f32, "F32"}, {f64, "F64"}, {i32, "I32"}, {i64, "I64"}, {u32, "U32"},
+                                 {bool_, "BOOL"}, {bf16, "BF16"}, {f16, "F16"}, {i8, "I8"}, {u8, "U8"},
+                                 {i16, "I16"}, {u16, "U16"}, {u64, "U64"}};
 // Names of the format that xjax has no dtype for (yet): an error that says so, not "unknown".
-constexpr const char* kForeign[] = {"F16", "BF16", "I8", "U8", "I16", "U16", "U64", "F8_E4M3", "F8_E5M2"};
+constexpr const char* kForeign[] = {"F8_E4M3", "F8_E5M2", "C64"};
 
 const char* name_of(DType d) {
   for (const auto& e : kDtypes)

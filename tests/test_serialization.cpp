@@ -136,8 +136,8 @@ TEST_CASE("safetensors: bad input is an Error naming the file and the problem") 
   expect(safetensors_bytes("[1,2]", ""), "the header is not a JSON object");
   expect(safetensors_bytes("{" + ok_entry + "}", std::string(4, '\0')), "tensor 'x': data_offsets [0, 8] lie outside the data section (4 bytes)");
   expect(safetensors_bytes(R"({"x":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')), "tensor 'x' has an unknown dtype 'Q7'");
-  expect(safetensors_bytes(R"({"x":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]}})", std::string(8, '\0')),
-         "tensor 'x' has dtype BF16, which xjax does not have");
+  expect(safetensors_bytes(R"({"x":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})", std::string(8, '\0')),
+         "tensor 'x' has dtype F8_E4M3, which xjax does not have");
   expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0')),
          "tensor 'x': shape [3] of F32 needs 12 bytes, but data_offsets hold 8");
   expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", std::string(8, '\0')),

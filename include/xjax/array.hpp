@@ -91,6 +91,8 @@ template <class T> std::vector<T> Array::to_vector() const {
   for (std::int64_t i = 0; i < size(); ++i) {
     if (is_floating(dtype()))
       out[static_cast<std::size_t>(i)] = static_cast<T>(element_as_double(i));
+    else if (dtype() == DType::u64)  // values above INT64_MAX: element_as_int keeps their bits
+      out[static_cast<std::size_t>(i)] = static_cast<T>(static_cast<std::uint64_t>(element_as_int(i)));
     else
       out[static_cast<std::size_t>(i)] = static_cast<T>(element_as_int(i));
   }

@@ -164,6 +164,15 @@ Shape broadcast_shapes(const Shape& a, const Shape& b);
 Array dot_general(const Array& a, const Array& b, const Axes& lhs_contracting,
                   const Axes& rhs_contracting, const Axes& lhs_batch = {},
                   const Axes& rhs_batch = {}, XJAX_LOC);
+/// dot_general's options: `preferred_element_type`, the dtype of the result and of its
+/// accumulation (JAX's parameter), e.g. f32 for bf16 operands. The operands are converted to it
+/// first (convert_element_type in the jaxpr): products of bf16 / f16 values are exact in f32, so
+/// this is accumulation in f32, and the gradients come back in the operands' dtypes.
+struct DotOptions {
+  std::optional<DType> preferred_element_type;
+};
+Array dot_general(const Array& a, const Array& b, const Axes& lhs_contracting, const Axes& rhs_contracting,
+                  const Axes& lhs_batch, const Axes& rhs_batch, const DotOptions& options, XJAX_LOC);
 /// NumPy matmul (1-D operands, broadcast batch dimensions).
 Array matmul(const Array& a, const Array& b, XJAX_LOC);
 /// NumPy dot.

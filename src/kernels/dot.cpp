@@ -218,6 +218,7 @@ KernelFn resolved_dot_general(const params::DotGeneral& dn, const ShapedArray& l
 IntoKernel dot_general_into(const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs,
                             const ShapedArray& out) {
   IntoKernel k;
+  if (lhs.dtype != out.dtype || rhs.dtype != out.dtype) return k;  // narrow operands: run_kernel widens them
   auto ctx = std::make_shared<DotInto>(DotInto{dot_layout(lhs.shape, rhs.shape, dn)});
   if (ctx->layout.lhs.mode == OperandLayout::Mode::copy || ctx->layout.rhs.mode == OperandLayout::Mode::copy) return k;
   if (out.dtype == DType::f32) k.fn = dot_into<float>;

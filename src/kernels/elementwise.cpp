@@ -41,7 +41,7 @@ template <class T> void int_unary(Primitive p, const T* x, T* o, std::size_t n) 
     if (p == Primitive::sign)
       return loop1(x, o, n, [](T v) { return static_cast<T>((v > 0) - (v < 0)); });
   }
-  unsupported_dtype(p, dtype_of_v<T>);
+  unsupported_dtype(p, storage_dtype<T>());
 }
 
 // ---- integer_pow -------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ template <class T> void int_binary(Primitive p, const T* x, const T* y, T* o, st
   if (p == Primitive::shift_right_arithmetic) return loop2(x, y, o, n, shift_right_arithmetic_values<T>);
   if (p == Primitive::max) return loop2(x, y, o, n, [](T a, T b) { return std::max(a, b); });
   if (p == Primitive::min) return loop2(x, y, o, n, [](T a, T b) { return std::min(a, b); });
-  unsupported_dtype(p, dtype_of_v<T>);
+  unsupported_dtype(p, storage_dtype<T>());
 }
 
 // bool (stored as uint8 0/1): max is logical or, min is logical and.
@@ -211,15 +211,6 @@ void compare_elements(Primitive p, DType d, const void* x, const void* y, void* 
   });
 }
 
-void convert_elements(DType from, DType to, const void* x, void* o, std::size_t n) {
-  visit_dtype(from, [&](auto from_tag) {
-    using From = typename decltype(from_tag)::type;
-    visit_dtype(to, [&](auto to_tag) {
-      using To = typename decltype(to_tag)::type;
-      convert_loop(static_cast<const From*>(x), static_cast<To*>(o), n);
-    });
-  });
-}
 
 /// What elementwise_into resolved: the primitive, the operands' and the output's dtype, the
 /// element count and integer_pow's exponent.
@@ -245,6 +236,17 @@ void run_elementwise_into(const void* ctx, const void* const* ins, void* const* 
 }
 
 }  // namespace
+
+void convert_elements(DType from, DType to, const void* x, void* o, std::size_t n) {
+  if (is_narrow(from) || is_narrow(to)) return convert_narrow(from, to, x, o, n);
+  visit_dtype(from, [&](auto from_tag) {
+    using From = typename decltype(from_tag)::type;
+    visit_dtype(to, [&](auto to_tag) {
+      using To = typename decltype(to_tag)::type;
+      convert_loop(static_cast<const From*>(x), static_cast<To*>(o), n);
+    });
+  });
+}
 
 // ---- entry points ------------------------------------------------------------------------------
 
@@ -312,6 +314,9 @@ IntoKernel elementwise_into(Primitive p, const Params& params, std::span<const S
   }
   for (const auto& a : in)
     if (a.shape != out.shape) return k;  // elementwise operands have the output's shape
+  // Narrow dtypes compute widened (run_kernel); convert_element_type and copy take them as they are.
+  const bool narrow = is_narrow(out.dtype) || std::any_of(in.begin(), in.end(), [](const ShapedArray& a) { return is_narrow(a.dtype); });
+  if (narrow && p != Primitive::convert_element_type && p != Primitive::copy) return k;
   const std::int64_t y = p == Primitive::integer_pow ? params.get<params::IntegerPow>().y : 0;
   k.fn = run_elementwise_into;
   k.ctx = std::make_shared<ElementwiseInto>(ElementwiseInto{p, in[0].dtype, out.dtype, count(out), y});

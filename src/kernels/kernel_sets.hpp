@@ -100,6 +100,10 @@ namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)
 /// small_gemm_f32 / _f64 as one template (small_gemm.cpp).
 template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c);
+/// convert_element_type's loop on raw elements, for every pair of dtypes (elementwise.cpp); the
+/// pairs with a narrow dtype go to convert_narrow (narrow_convert.cpp).
+void convert_elements(DType from, DType to, const void* x, void* o, std::size_t n);
+void convert_narrow(DType from, DType to, const void* x, void* o, std::size_t n);
 /// This set's table (kernel_set.cpp).
 const KernelSet& kernel_set();
 }  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE

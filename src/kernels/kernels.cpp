@@ -10,7 +10,10 @@
 #include "kernels/kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+
+#include "kernels/narrow_float.hpp"
 
 namespace xjax::detail {
 namespace {
@@ -140,6 +143,73 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
   throw Error("run_kernel: invalid primitive");
 }
 
+// ---- narrow dtypes: the wide kernel between two conversions ------------------------------------
+
+// Primitives that move bytes as they are (any dtype), and convert_element_type, which converts
+// every pair itself: no widening.
+bool takes_narrow_as_is(Primitive p) {
+  return p == Primitive::convert_element_type || p == Primitive::copy || p == Primitive::stop_gradient ||
+         p == Primitive::reshape || p == Primitive::squeeze || p == Primitive::expand_dims || p == Primitive::name;
+}
+
+// The dtype a narrow operand is read as before widening: its own, except that the bit operations
+// read a signed narrow integer unsigned (shift_right_logical, population_count) and
+// shift_right_arithmetic reads an unsigned one signed, so that the wide result's low bits are the
+// narrow one's.
+DType read_as(Primitive p, DType d) {
+  if ((p == Primitive::shift_right_logical || p == Primitive::population_count) && (d == DType::i8 || d == DType::i16))
+    return d == DType::i8 ? DType::u8 : DType::u16;
+  if (p == Primitive::shift_right_arithmetic && (d == DType::u8 || d == DType::u16))
+    return d == DType::u8 ? DType::i8 : DType::i16;
+  return d;
+}
+
+Array widen(Primitive p, const Array& x) {
+  if (!is_narrow(x.dtype())) return x;
+  const DType as = read_as(p, x.dtype());
+  const Array view = as == x.dtype() ? x : share_buffer(x, ShapedArray{x.shape(), as});
+  return convert_element_type_kernel(view, ShapedArray{x.shape(), compute_dtype(as)});
+}
+
+Array narrow_to(const Array& wide, const ShapedArray& out) {
+  return wide.dtype() == out.dtype ? wide : convert_element_type_kernel(wide, out);
+}
+
+bool any_narrow(std::span<const ShapedArray> in, const ShapedArray& out) {
+  return is_narrow(out.dtype) || std::any_of(in.begin(), in.end(), [](const ShapedArray& a) { return is_narrow(a.dtype); });
+}
+
+// nextafter steps one value of the narrow format itself (widened, the step would be f32's).
+Array nextafter_narrow_kernel(const Array& x, const Array& y, const ShapedArray& out) {
+  const narrow::Format f = out.dtype == DType::bf16 ? narrow::kBf16 : narrow::kF16;
+  Array result = alloc_array(out);
+  const auto* a = in_ptr<std::uint16_t>(x);
+  const auto* b = in_ptr<std::uint16_t>(y);
+  auto* o = out_ptr<std::uint16_t>(result);
+  for (std::int64_t i = 0, n = out.size(); i < n; ++i) {
+    const double va = narrow::decode(a[i], f), vb = narrow::decode(b[i], f);
+    if (std::isnan(va) || std::isnan(vb)) o[i] = f.quiet_nan_bits();
+    else if (va == vb) o[i] = b[i];
+    else if (va == 0) o[i] = vb > 0 ? 0x0001 : 0x8001;  // the least subnormal toward y
+    else o[i] = static_cast<std::uint16_t>((va < vb) == (va > 0) ? a[i] + 1 : a[i] - 1);  // bits order |x|
+  }
+  return result;
+}
+
+// The kernel of p on narrow operands or output: the wide kernel on widened operands, its result
+// converted once to the output's dtype.
+KernelFn widened_kernel(Primitive p, const Params& params, const ShapedArray& out) {
+  if (p == Primitive::nextafter)
+    return [out](std::span<const Array> in) { return nextafter_narrow_kernel(in[0], in[1], out); };
+  const ShapedArray wide_out{out.shape, is_narrow(out.dtype) ? compute_dtype(read_as(p, out.dtype)) : out.dtype};
+  return [p, out, wide = resolve_kernel_impl(p, params, wide_out)](std::span<const Array> in) {
+    std::vector<Array> widened;
+    widened.reserve(in.size());
+    for (const Array& x : in) widened.push_back(widen(p, x));
+    return narrow_to(wide(widened), out);
+  };
+}
+
 }  // namespace
 
 std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Params& params,
@@ -147,6 +217,9 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
   if (out_avals.size() != 1)
     throw Error("run_kernel(" + std::string(primitive_name(p)) + "): expected one output aval, got " +
                 std::to_string(out_avals.size()));
+  const bool narrow = !takes_narrow_as_is(p) && (is_narrow(out_avals[0].dtype) ||
+                                                 std::any_of(in.begin(), in.end(), [](const Array& a) { return is_narrow(a.dtype()); }));
+  if (narrow) return {widened_kernel(p, params, out_avals[0])(in)};
   // Eager dot_general is called directly: its closure would copy the four dim lists.
   if (p == Primitive::dot_general && in.size() == 2)
     return {dot_general_kernel(in[0], in[1], params.get<params::DotGeneral>(), out_avals[0])};
@@ -154,12 +227,42 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
 }
 
 KernelFn resolve_kernel(Primitive p, const Params& params, std::span<const ShapedArray> in, const ShapedArray& out) {
+  if (!takes_narrow_as_is(p) && any_narrow(in, out)) return widened_kernel(p, params, out);
   if (p == Primitive::dot_general && in.size() == 2)
     return resolved_dot_general(params.get<params::DotGeneral>(), in[0], in[1], out);
   return resolve_kernel_impl(p, params, out);
 }
 
 namespace kernels {
+
+bool is_narrow(DType d) {
+  return d == DType::bf16 || d == DType::f16 || d == DType::i8 || d == DType::u8 || d == DType::i16 || d == DType::u16;
+}
+
+DType compute_dtype(DType d) {
+  if (d == DType::bf16 || d == DType::f16) return DType::f32;
+  if (d == DType::i8 || d == DType::i16) return DType::i32;
+  if (d == DType::u8 || d == DType::u16) return DType::u32;
+  return d;
+}
+
+std::vector<Array> run_widened(Primitive p, std::span<const Array> in,
+                               const std::function<std::vector<Array>(std::span<const Array>)>& kernel) {
+  if (std::none_of(in.begin(), in.end(), [](const Array& a) { return is_narrow(a.dtype()); })) return kernel(in);
+  std::vector<Array> widened;
+  widened.reserve(in.size());
+  for (const Array& x : in) widened.push_back(widen(p, x));
+  std::vector<Array> outs = kernel(widened);
+  // sort: output k is operand k sorted; the others' narrowed outputs are those of operand 0's
+  // widened dtype (top_k's and lu's first, all of qr's, eigh's and svd's).
+  for (std::size_t k = 0; k < outs.size(); ++k) {
+    const Array& source = p == Primitive::sort ? in[k] : in[0];
+    const bool first_only = p == Primitive::top_k || p == Primitive::lu;
+    if (is_narrow(source.dtype()) && (!first_only || k == 0) && outs[k].dtype() == compute_dtype(source.dtype()))
+      outs[k] = narrow_to(outs[k], ShapedArray{outs[k].shape(), source.dtype()});
+  }
+  return outs;
+}
 
 void unsupported_dtype(Primitive p, DType d) {
   throw Error("kernel of " + std::string(primitive_name(p)) + " does not support dtype " +

@@ -73,8 +73,19 @@ inline char* elements_of(const Array& a) {
 template <class T> const T* in_ptr(const Array& a) { return reinterpret_cast<const T*>(elements_of(a)); }
 template <class T> T* out_ptr(const Array& a) { return reinterpret_cast<T*>(elements_of(a)); }
 
+/// Narrow dtypes (bf16, f16, i8, u8, i16, u16) have no kernels of their own: run_kernel widens
+/// their operands to compute_dtype (bf16, f16 -> f32; i8, i16 -> i32; u8, u16 -> u32), runs the
+/// wide kernel and converts its result back once, as XLA's CPU backend computes bf16 in f32.
+bool is_narrow(DType d);
+DType compute_dtype(DType d);
+/// A several-output kernel (sort, top_k, the factorizations) on narrow operands: `kernel` run on
+/// them widened, the outputs that carry an operand's values converted back to its dtype.
+std::vector<Array> run_widened(Primitive p, std::span<const Array> in,
+                               const std::function<std::vector<Array>(std::span<const Array>)>& kernel);
+
 /// Calls f(std::type_identity<T>{}) with T the storage type of `d`:
-/// float, double, int32_t, int64_t, uint32_t, or uint8_t for bool.
+/// float, double, int32_t, int64_t, uint32_t, uint64_t, or uint8_t for bool. A narrow dtype is an
+/// Error (its operands are widened before any kernel sees them).
 template <class F> decltype(auto) visit_dtype(DType d, F&& f) {
   switch (d) {
     case DType::f32: return f(std::type_identity<float>{});
@@ -82,9 +93,17 @@ template <class F> decltype(auto) visit_dtype(DType d, F&& f) {
     case DType::i32: return f(std::type_identity<std::int32_t>{});
     case DType::i64: return f(std::type_identity<std::int64_t>{});
     case DType::u32: return f(std::type_identity<std::uint32_t>{});
+    case DType::u64: return f(std::type_identity<std::uint64_t>{});
     case DType::bool_: return f(std::type_identity<std::uint8_t>{});
+    case DType::bf16: case DType::f16: case DType::i8: case DType::u8: case DType::i16: case DType::u16: break;
   }
-  throw Error("visit_dtype: invalid dtype");
+  throw Error(std::string("visit_dtype: ") + dtype_name(d) + " reached a kernel unwidened (a bug: run_kernel widens narrow dtypes)");
+}
+
+/// The dtype of a kernel's storage type T (uint8_t is bool's).
+template <class T> constexpr DType storage_dtype() {
+  if constexpr (std::is_same_v<T, std::uint8_t>) return DType::bool_;
+  else return dtype_of_v<T>;
 }
 
 /// A kernel writing into memory its caller provides (flat plans, flat_plan.hpp): it reads operand

@@ -253,7 +253,7 @@ template <class T> inline void float_unary(Primitive p, const T* x, T* o, std::s
     XJAX_PRIMITIVES(XJAX_FLOAT_UNARY_CASE)
 #undef XJAX_FLOAT_UNARY_CASE
   }
-  unsupported_dtype(p, dtype_of_v<T>);
+  unsupported_dtype(p, storage_dtype<T>());
 }
 
 // base^e by repeated squaring; `mul` multiplies two values (scalars or batches).
@@ -371,7 +371,7 @@ template <class T> void float_binary(Primitive p, const T* x, const T* y, T* o, 
     XJAX_PRIMITIVES(XJAX_FLOAT_BINARY_CASE)
 #undef XJAX_FLOAT_BINARY_CASE
   }
-  unsupported_dtype(p, dtype_of_v<T>);
+  unsupported_dtype(p, storage_dtype<T>());
 }
 
 }  // namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE::simd

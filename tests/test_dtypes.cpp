@@ -1,0 +1,344 @@
+// test_dtypes.cpp: the narrow dtypes (issue 27): bf16 and f16 conversions against a brute-force
+// oracle (every one of the 65536 values decoded by ldexp, the nearest chosen, ties to even),
+// known answers at the edges (ties, NaN, inf, -0, subnormals, max finite, overflow), arithmetic
+// computed in f32 and rounded once (checked against double arithmetic rounded by the oracle),
+// reductions and dot products accumulated in f32, the 8- and 16-bit integers (wrap-around, the
+// bit operations, saturating float conversion), u64 beyond INT64_MAX, finfo / iinfo, printing,
+// files, random numbers, and gradients that come back in the primal's dtype.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <xjax/xjax.hpp>
+
+#include "test_util.hpp"
+
+namespace xj = xjax;
+using namespace test_util;
+
+namespace {
+
+// A 16-bit float format, decoded independently of the library (ldexp of the fields).
+struct Format {
+  int exp_bits, frac_bits;
+  int bias() const { return (1 << (exp_bits - 1)) - 1; }
+  std::uint16_t inf() const { return static_cast<std::uint16_t>(((1 << exp_bits) - 1) << frac_bits); }
+  double value(std::uint16_t b) const {
+    const int e = (b >> frac_bits) & ((1 << exp_bits) - 1);
+    const int f = b & ((1 << frac_bits) - 1);
+    double v;
+    if (e == (1 << exp_bits) - 1) v = f ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    else if (e == 0) v = std::ldexp(f, 1 - bias() - frac_bits);
+    else v = std::ldexp((1 << frac_bits) + f, e - bias() - frac_bits);
+    return (b & 0x8000) ? -v : v;
+  }
+};
+const Format kBf16{8, 7}, kF16{5, 10};
+
+// The correctly rounded bits of v (long double: exact for every double and every 64-bit integer):
+// the nearest of the format's non-negative finite values, or inf beyond max + half an ulp, ties
+// to the even bit pattern.
+std::uint16_t oracle(long double v, const Format& f) {
+  if (std::isnan(v)) return 0x7FFF;  // any NaN: compared with isnan
+  const std::uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const long double a = std::fabs(v);
+  // the ladder: 0, subnormals, normals, and 2^(emax+1) standing for inf (its bits are even)
+  std::uint16_t lo = 0, hi = f.inf();
+  auto val = [&](std::uint16_t b) -> long double {
+    return b == f.inf() ? std::ldexp(1.0L, f.bias() + 1) : static_cast<long double>(f.value(b));
+  };
+  if (a >= val(f.inf())) return sign | f.inf();
+  while (hi - lo > 1) {  // val(lo) <= a < val(hi)
+    const auto mid = static_cast<std::uint16_t>((lo + hi) / 2);
+    (val(mid) <= a ? lo : hi) = mid;
+  }
+  const long double dlo = a - val(lo), dhi = val(hi) - a;
+  const std::uint16_t pick = dlo < dhi ? lo : dhi < dlo ? hi : ((lo & 1) ? hi : lo);
+  return sign | pick;
+}
+
+std::vector<std::uint16_t> bits_of(const xj::Array& x) {
+  const auto* p = static_cast<const std::uint16_t*>(x.raw_data());
+  return std::vector<std::uint16_t>(p, p + x.size());
+}
+
+// A bf16 or f16 array holding these bit patterns.
+xj::Array from_bits(const std::vector<std::uint16_t>& b, xj::DType d) {
+  const xj::Shape shape{static_cast<std::int64_t>(b.size())};
+  if (d == xj::bf16) {
+    std::vector<xj::bfloat16_t> v;
+    for (auto x : b) v.push_back(xj::bfloat16_t::from_bits(x));
+    return xj::array<xj::bfloat16_t>(v, shape);
+  }
+  std::vector<xj::float16_t> v;
+  for (auto x : b) v.push_back(xj::float16_t::from_bits(x));
+  return xj::array<xj::float16_t>(v, shape);
+}
+
+// Whether got is oracle's answer (NaN: any NaN).
+bool same_bits(std::uint16_t got, std::uint16_t want, const Format& f) {
+  if (want == 0x7FFF) return std::isnan(f.value(got));
+  return got == want;
+}
+
+void check_rounding(const xj::Array& wide, const std::vector<long double>& exact, xj::DType d, const Format& f) {
+  const auto got = bits_of(xj::astype(wide, d));
+  REQUIRE(got.size() == exact.size());
+  int bad = 0;
+  for (std::size_t i = 0; i < got.size() && bad < 5; ++i)
+    if (!same_bits(got[i], oracle(exact[i], f), f)) {
+      ++bad;
+      FAIL_CHECK(xj::dtype_name(wide.dtype()) << " " << static_cast<double>(exact[i]) << " -> " << xj::dtype_name(d) << ": got bits "
+                                              << got[i] << ", want " << oracle(exact[i], f));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("dtypes: bf16 and f16 from f32, f64 and 64-bit integers round to nearest even, as the brute-force oracle") {
+  std::mt19937_64 rng(27);
+  std::vector<float> f32s;
+  std::vector<double> f64s;
+  std::vector<std::int64_t> i64s;
+  for (int i = 0; i < 20000; ++i) {
+    f32s.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
+    // doubles near the narrow formats' range, and ties: a narrow value plus half its ulp exactly
+    f64s.push_back(std::ldexp(static_cast<double>(rng() >> 11), static_cast<int>(rng() % 200) - 190));
+    i64s.push_back(static_cast<std::int64_t>(rng()) >> (rng() % 64));
+  }
+  for (std::uint32_t b = 0; b < 0x7F80; b += 37) f64s.push_back(kBf16.value(static_cast<std::uint16_t>(b)) + std::ldexp(kBf16.value(static_cast<std::uint16_t>(b)) == 0 ? 1.0 : std::fabs(kBf16.value(static_cast<std::uint16_t>(b))), -8));
+  for (std::uint32_t b = 0; b < 0x7C00; b += 7) f64s.push_back(kF16.value(static_cast<std::uint16_t>(b)) + std::ldexp(b < 0x400 ? 1.0 : std::fabs(kF16.value(static_cast<std::uint16_t>(b))), b < 0x400 ? -25 : -11));
+  std::vector<long double> ef32(f32s.begin(), f32s.end()), ef64(f64s.begin(), f64s.end()), ei64(i64s.begin(), i64s.end());
+  const auto n32 = static_cast<std::int64_t>(f32s.size()), n64 = static_cast<std::int64_t>(f64s.size());
+  for (xj::DType d : {xj::bf16, xj::f16}) {
+    const Format& f = d == xj::bf16 ? kBf16 : kF16;
+    CAPTURE(xj::dtype_name(d));
+    check_rounding(xj::array<float>(f32s, {n32}), ef32, d, f);
+    check_rounding(xj::array<double>(f64s, {n64}), ef64, d, f);
+    check_rounding(xj::array<std::int64_t>(i64s, {n32}), ei64, d, f);
+  }
+}
+
+TEST_CASE("dtypes: known answers at the edges of bf16 and f16, both ways") {
+  auto to = [](double v, xj::DType d) { return bits_of(xj::astype(xj::scalar(v, xj::f64), d))[0]; };
+  const double inf = std::numeric_limits<double>::infinity();
+  // bf16: ties to even, max finite, overflow, subnormals, signed zero, NaN and inf
+  CHECK(to(1.0 + std::ldexp(1, -8), xj::bf16) == 0x3F80);      // tie: stays at the even 1.0
+  CHECK(to(1.0 + 3 * std::ldexp(1, -8), xj::bf16) == 0x3F82);  // tie: up to the even neighbour
+  CHECK(to(1.0 + std::ldexp(1, -8) + std::ldexp(1, -40), xj::bf16) == 0x3F81);  // just above the tie
+  CHECK(to(kBf16.value(0x7F7F), xj::bf16) == 0x7F7F);           // max finite
+  CHECK(to(std::ldexp(2.0 - std::ldexp(1, -8), 127), xj::bf16) == 0x7F80);  // max + half ulp: inf
+  CHECK(to(std::ldexp(1, -133), xj::bf16) == 0x0001);           // the least subnormal
+  CHECK(to(std::ldexp(1, -134), xj::bf16) == 0x0000);           // half of it: tie to 0
+  CHECK(to(-0.0, xj::bf16) == 0x8000);
+  CHECK(to(-inf, xj::bf16) == 0xFF80);
+  CHECK(std::isnan(kBf16.value(to(std::nan(""), xj::bf16))));
+  // f16
+  CHECK(to(65504.0, xj::f16) == 0x7BFF);
+  CHECK(to(65519.99, xj::f16) == 0x7BFF);
+  CHECK(to(65520.0, xj::f16) == 0x7C00);  // the tie above max rounds to the even inf
+  CHECK(to(std::ldexp(1, -24), xj::f16) == 0x0001);
+  CHECK(to(std::ldexp(1, -25), xj::f16) == 0x0000);
+  CHECK(to(std::ldexp(1.5, -25), xj::f16) == 0x0001);
+  CHECK(to(std::ldexp(1, -14), xj::f16) == 0x0400);  // least normal
+  CHECK(to(1.0 + std::ldexp(1, -11), xj::f16) == 0x3C00);
+  CHECK(to(inf, xj::f16) == 0x7C00);
+  CHECK(std::isnan(kF16.value(to(std::nan(""), xj::f16))));
+  // every bf16 and f16 value widens exactly to f32 and f64
+  std::vector<std::uint16_t> all(65536);
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  for (xj::DType d : {xj::bf16, xj::f16}) {
+    const Format& f = d == xj::bf16 ? kBf16 : kF16;
+    const xj::Array x = from_bits(all, d);
+    for (xj::DType wide : {xj::f32, xj::f64}) {
+      const auto got = xj::astype(x, wide).to_vector<double>();
+      int bad = 0;
+      for (std::size_t i = 0; i < all.size() && bad < 5; ++i) {
+        const double want = f.value(all[i]);
+        if (std::isnan(want) ? !std::isnan(got[i]) : (got[i] != want || std::signbit(got[i]) != std::signbit(want))) {
+          ++bad;
+          FAIL_CHECK(xj::dtype_name(d) << " bits " << i << " -> " << xj::dtype_name(wide) << ": " << got[i] << ", want " << want);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("dtypes: bf16 / f16 arithmetic is the f32 result rounded once (double arithmetic rounded by the oracle)") {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(-4, 4);
+  std::vector<double> a, b;
+  for (int i = 0; i < 4000; ++i) a.push_back(u(rng)), b.push_back(u(rng) + (i % 7 == 0 ? 1e-3 : 0));
+  for (xj::DType d : {xj::bf16, xj::f16}) {
+    const Format& f = d == xj::bf16 ? kBf16 : kF16;
+    CAPTURE(xj::dtype_name(d));
+    const xj::Array x = xj::astype(f64v(a), d), y = xj::astype(f64v(b), d);
+    const auto xv = vec(x), yv = vec(y);  // the operands' exact values
+    // + - * / and sqrt: rounding in f32 first is innocuous (24 >= 2 * 11 + 2 bits), so equal.
+    const xj::Array sum = x + y, prod = x * y, quot = x / y, root = xj::sqrt(xj::abs(x));
+    CHECK(sum.dtype() == d);
+    const auto s = bits_of(sum), p = bits_of(prod), q = bits_of(quot), r = bits_of(root);
+    int bad = 0;
+    for (std::size_t i = 0; i < a.size() && bad < 5; ++i) {
+      const bool ok = same_bits(s[i], oracle(xv[i] + yv[i], f), f) && same_bits(p[i], oracle(xv[i] * yv[i], f), f) &&
+                      same_bits(q[i], oracle(static_cast<long double>(xv[i]) / yv[i], f), f) &&
+                      same_bits(r[i], oracle(std::sqrt(std::fabs(xv[i])), f), f);
+      if (!ok) {
+        ++bad;
+        FAIL_CHECK("element " << i << ": " << xv[i] << ", " << yv[i]);
+      }
+    }
+    // exp: within one ulp of the double result (f32's exp is not correctly rounded)
+    const auto e = vec(xj::exp(x));
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(e[i] - std::exp(xv[i])) <= xj::finfo(d).eps * std::exp(xv[i]));
+    // eager and jit agree bit for bit (no fusion path of its own for narrow floats)
+    auto g = [](const xj::Array& p, const xj::Array& q) { return xj::tanh(p * q + p) - q / 3.0; };
+    CHECK(bits_of(xj::jit(g)(x, y)) == bits_of(g(x, y)));
+  }
+}
+
+TEST_CASE("dtypes: bf16 reductions, cumulative sums and dot products accumulate in f32") {
+  // 1000 ones: a bf16 accumulator stalls at 256 (256 + 1 rounds back to 256); f32's reaches 1000.
+  const xj::Array ones = xj::ones({1000}, xj::bf16);
+  CHECK(xj::sum(ones).dtype() == xj::bf16);
+  CHECK(xj::sum(ones).item<double>() == 1000.0);
+  CHECK(xj::cumsum(ones, 0).to_vector<double>().back() == 1000.0);
+  // dot: each output rounded once from the exact sum of products (bf16 products are exact in f32
+  // and these sums are exact there too: small integers)
+  std::vector<double> av, bv;
+  for (int i = 0; i < 12 * 300; ++i) av.push_back((i * 7) % 13 - 6), bv.push_back((i * 5) % 11 - 5);
+  const xj::Array a = xj::astype(f64v(av, {12, 300}), xj::bf16), b = xj::astype(f64v(bv, {300, 12}), xj::bf16);
+  const auto got = vec(xj::dot(a, b));
+  CHECK(xj::dot(a, b).dtype() == xj::bf16);
+  for (int i = 0; i < 12; ++i)
+    for (int j = 0; j < 12; ++j) {
+      double s = 0;
+      for (int k = 0; k < 300; ++k) s += av[static_cast<std::size_t>(i * 300 + k)] * bv[static_cast<std::size_t>(k * 12 + j)];
+      CHECK(got[static_cast<std::size_t>(i * 12 + j)] == kBf16.value(oracle(s, kBf16)));
+    }
+  // preferred_element_type: the f32 sums themselves
+  const auto wide = vec(xj::dot_general(a, b, {1}, {0}, {}, {}, {.preferred_element_type = xj::f32}));
+  double s00 = 0;
+  for (int k = 0; k < 300; ++k) s00 += av[static_cast<std::size_t>(k)] * bv[static_cast<std::size_t>(k * 12)];
+  CHECK(wide[0] == s00);
+}
+
+TEST_CASE("dtypes: 8- and 16-bit integers wrap, shift and count bits in their own width; u64 above INT64_MAX") {
+  const xj::Array a = xj::array<std::int8_t>({100, -128, -1, 7}), b = xj::array<std::int8_t>({100, -1, 1, 2});
+  CHECK((a + b).dtype() == xj::i8);
+  CHECK((a + b).to_vector<int>() == std::vector<int>{-56, 127, 0, 9});   // 200 wraps to -56
+  CHECK((a * b).to_vector<int>() == std::vector<int>{16, -128, -1, 14}); // 10000 mod 256 = 16
+  CHECK(xj::div(a, b).to_vector<int>() == std::vector<int>{1, -128, -1, 3});  // MIN / -1 wraps
+  CHECK(xj::shift_right_logical(a, b).to_vector<int>() == std::vector<int>{0, 0, 127, 1});  // read as u8; 0xFF >= 8 bits
+  CHECK(xj::shift_right_arithmetic(a, b).to_vector<int>() == std::vector<int>{0, -1, -1, 1});
+  CHECK(xj::shift_left(a, b).to_vector<int>() == std::vector<int>{0, 0, -2, 28});
+  CHECK(xj::population_count(a).to_vector<int>() == std::vector<int>{3, 1, 8, 3});
+  const xj::Array u = xj::array<std::uint8_t>({0x80, 200, 3}), k = xj::array<std::uint8_t>({1, 9, 1});
+  CHECK(xj::shift_right_arithmetic(u, k).to_vector<int>() == std::vector<int>{0xC0, 0xFF, 1});  // the sign bit is bit 7
+  CHECK(xj::lt(u, k).to_vector<int>() == std::vector<int>{0, 0, 0});
+  CHECK(xj::maximum(u, k).to_vector<int>() == std::vector<int>{0x80, 200, 3});
+  // from floats: truncation saturated at the range, NaN -> 0
+  const xj::Array fl = xj::array<float>({300.7f, -300.f, -3.9f, std::nanf("")});
+  CHECK(xj::astype(fl, xj::i8).to_vector<int>() == std::vector<int>{127, -128, -3, 0});
+  CHECK(xj::astype(fl, xj::u8).to_vector<int>() == std::vector<int>{255, 0, 0, 0});
+  CHECK(xj::astype(fl, xj::i16).to_vector<int>() == std::vector<int>{300, -300, -3, 0});
+  // from wider integers: the low bits
+  CHECK(xj::astype(xj::array<std::int32_t>({70000, -1, 255}), xj::u16).to_vector<int>() == std::vector<int>{70000 - 65536, 65535, 255});
+  CHECK(xj::astype(xj::array<std::int32_t>({70000, -1, 255}), xj::i8).to_vector<int>() == std::vector<int>{112, -1, -1});  // 70000 = 273 * 256 + 112
+  // u64
+  const std::uint64_t big = (std::uint64_t{1} << 63) + 5;
+  const xj::Array w = xj::array<std::uint64_t>({big, 3});
+  CHECK((w + w).to_vector<std::uint64_t>() == std::vector<std::uint64_t>{10, 6});  // wraps
+  CHECK(xj::gt(w, xj::array<std::uint64_t>({1, 1})).to_vector<int>() == std::vector<int>{1, 1});  // unsigned order
+  CHECK(xj::div(w, xj::array<std::uint64_t>({2, 2})).to_vector<std::uint64_t>() == std::vector<std::uint64_t>{big / 2, 1});
+  CHECK(xj::astype(w, xj::f64).to_vector<double>()[0] == std::ldexp(1.0, 63));
+  CHECK(xj::astype(w, xj::i8).to_vector<int>() == std::vector<int>{5, 3});
+}
+
+TEST_CASE("dtypes: finfo and iinfo, names, printing, files") {
+  CHECK(xj::finfo(xj::f32).eps == std::numeric_limits<float>::epsilon());
+  CHECK(xj::finfo(xj::f32).max == std::numeric_limits<float>::max());
+  CHECK(xj::finfo(xj::f64).smallest_normal == std::numeric_limits<double>::min());
+  CHECK(xj::finfo(xj::f64).smallest_subnormal == std::numeric_limits<double>::denorm_min());
+  CHECK(xj::finfo(xj::bf16).eps == std::ldexp(1.0, -7));
+  CHECK(xj::finfo(xj::bf16).max == kBf16.value(0x7F7F));
+  CHECK(xj::finfo(xj::bf16).smallest_subnormal == kBf16.value(0x0001));
+  CHECK(xj::finfo(xj::f16).max == 65504.0);
+  CHECK(xj::finfo(xj::f16).smallest_normal == kF16.value(0x0400));
+  CHECK(xj::finfo(xj::f16).bits == 16);
+  CHECK_THROWS_AS((void)xj::finfo(xj::i32), xj::TypeError);
+  CHECK(xj::iinfo(xj::i8).min == -128);
+  CHECK(xj::iinfo(xj::i8).max == 127);
+  CHECK(xj::iinfo(xj::u16).max == 65535);
+  CHECK(xj::iinfo(xj::i64).min == std::numeric_limits<std::int64_t>::min());
+  CHECK(xj::iinfo(xj::u64).max == std::numeric_limits<std::uint64_t>::max());
+  CHECK_THROWS_AS((void)xj::iinfo(xj::bf16), xj::TypeError);
+  CHECK(xj::zeros({3}, xj::bf16).aval().str() == "bf16[3]");
+  CHECK(xj::zeros({2}, xj::u8).aval().str() == "u8[2]");
+  for (xj::DType d : xj::kAllDtypes) CHECK(xj::itemsize(d) * 8 == (xj::is_floating(d) ? static_cast<std::size_t>(xj::finfo(d).bits) : static_cast<std::size_t>(d == xj::bool_ ? 8 : xj::iinfo(d).bits)));
+  // files: safetensors keeps every dtype; .npy has f16 and the small integers, not bf16
+  const auto dir = std::filesystem::temp_directory_path() / "xjax_test_dtypes";
+  std::filesystem::create_directories(dir);
+  const xj::Array h = xj::astype(f64v({1.5, -2.25, 65504}), xj::f16), bfv = xj::astype(f64v({1.5, -3e38}), xj::bf16);
+  const xj::Array i8v = xj::array<std::int8_t>({-7, 5});
+  xj::save_safetensors((dir / "d.safetensors").string(), std::map<std::string, xj::Array>{{"h", h}, {"b", bfv}, {"i", i8v}});
+  auto back = xj::load_safetensors((dir / "d.safetensors").string());
+  CHECK(back.at("b").dtype() == xj::bf16);
+  CHECK(bits_of(back.at("b")) == bits_of(bfv));
+  CHECK(bits_of(back.at("h")) == bits_of(h));
+  CHECK(back.at("i").to_vector<int>() == std::vector<int>{-7, 5});
+  xj::save_npy((dir / "h.npy").string(), h);
+  CHECK(bits_of(xj::load_npy((dir / "h.npy").string())) == bits_of(h));
+  CHECK_THROWS_WITH_AS(xj::save_npy((dir / "b.npy").string(), bfv), doctest::Contains("bf16"), xj::Error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("dtypes: random bf16 / f16 draws lie in [min, max), gradients come back in the primal's dtype") {
+  for (xj::DType d : {xj::bf16, xj::f16}) {
+    CAPTURE(xj::dtype_name(d));
+    const xj::Array u = xj::random::uniform(xj::random::key(1), {4000}, d);
+    CHECK(u.dtype() == d);
+    const auto v = vec(u);
+    CHECK(*std::min_element(v.begin(), v.end()) >= 0.0);
+    CHECK(*std::max_element(v.begin(), v.end()) < 1.0);
+    double mean = 0;
+    for (double x : v) mean += x / static_cast<double>(v.size());
+    CHECK(std::fabs(mean - 0.5) < 0.03);
+    const auto w = vec(xj::random::uniform(xj::random::key(2), {1000}, d, -2.0, 3.0));
+    CHECK(*std::min_element(w.begin(), w.end()) >= -2.0);
+    CHECK(*std::max_element(w.begin(), w.end()) <= 3.0);
+    CHECK(xj::random::normal(xj::random::key(3), {10}, d).dtype() == d);
+    // grad of sum(x^3 / 3) is x^2, in the primal's dtype, within the format's rounding
+    const xj::Array x = xj::astype(f64v({0.5, -1.25, 2.0, 3.0}), d);
+    const xj::Array g = xj::grad([](const xj::Array& p) { return xj::sum(p * p * p / 3.0); })(x);
+    CHECK(g.dtype() == d);
+    const auto gv = vec(g), xv = vec(x);
+    for (std::size_t i = 0; i < gv.size(); ++i) CHECK(std::fabs(gv[i] - xv[i] * xv[i]) <= 4 * xj::finfo(d).eps * xv[i] * xv[i]);
+    // mixed with f32: promoted to f32, convert_element_type in the jaxpr; the gradient stays in d
+    const xj::Array y = xj::ones({4}, xj::f32);
+    auto mixed = [](const xj::Array& p, const xj::Array& q) { return xj::sum(p * q); };
+    CHECK(mixed(x, y).dtype() == xj::f32);
+    CHECK(str(xj::make_jaxpr(mixed)(x, y)).find("convert_element_type[new_dtype=float32") != std::string::npos);
+    CHECK(xj::grad(mixed)(x, y).dtype() == d);
+  }
+  // strict mode: today's TypeError naming both dtypes
+  const xj::Array b = xj::ones({2}, xj::bf16), h = xj::ones({2}, xj::f16);
+  CHECK((b + h).dtype() == xj::f32);
+  xj::DtypePromotion strict;
+  try {
+    (void)(b + h);
+    FAIL("strict mode promoted bf16 + f16");
+  } catch (const xj::TypeError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("bf16") != std::string::npos);
+    CHECK(what.find(" f16") != std::string::npos);
+  }
+}
