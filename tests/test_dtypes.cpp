@@ -342,3 +342,36 @@ TEST_CASE("dtypes: random bf16 / f16 draws lie in [min, max), gradients come bac
     CHECK(what.find(" f16") != std::string::npos);
   }
 }
+
+TEST_CASE("dtypes: a policy saving its named residual as bf16 halves it, and the backward pass reads it rounded") {
+  namespace pol = xj::checkpoint_policies;
+  std::vector<float> xs;
+  for (int i = 0; i < 64; ++i) xs.push_back(0.37f * static_cast<float>(i) - 11.f);
+  const xj::Array x = xj::array<float>(xs, {64});
+  auto body = [](const xj::Array& v) { return xj::sum(xj::sin(xj::checkpoint_name(v * 1.7, "hidden"))); };
+  auto full = xj::checkpoint(body, {.policy = pol::save_only_these_names({"hidden"})});
+  auto half = xj::checkpoint(body, {.policy = pol::save_only_these_names({"hidden"}).as(xj::bf16)});
+  // the saved residual: f32[64] under the plain policy, bf16[64] under .as(bf16)
+  auto residual_avals = [](const std::vector<xj::Residual>& rs) {
+    std::vector<std::string> out;
+    for (const auto& r : rs)
+      if (r.description.find("hidden") != std::string::npos) out.push_back(r.aval.str());
+    return out;
+  };
+  CHECK(residual_avals(xj::saved_residuals(full, x)) == std::vector<std::string>{"f32[64]"});
+  CHECK(residual_avals(xj::saved_residuals(half, x)) == std::vector<std::string>{"bf16[64]"});
+  // the gradient: cos of the hidden value as bf16 holds it, times 1.7 (an independent loop)
+  const auto g_full = xj::grad(full)(x).to_vector<float>(), g_half = xj::grad(half)(x).to_vector<float>();
+  int differs = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float h = xs[i] * 1.7f;
+    const double rounded = static_cast<double>(xj::bfloat16_t(h));
+    CHECK(g_half[i] == doctest::Approx(std::cos(rounded) * 1.7).epsilon(1e-5));
+    CHECK(g_full[i] == doctest::Approx(std::cos(static_cast<double>(h)) * 1.7).epsilon(1e-5));
+    differs += g_half[i] != g_full[i];
+  }
+  CHECK(differs > 0);
+  // the forward value is untouched
+  CHECK(half(x).item<float>() == full(x).item<float>());
+  CHECK_THROWS_AS((void)pol::nothing_saveable.as(xj::i32), xj::TypeError);
+}

@@ -8,6 +8,7 @@
 // Transposition emits a checkpoint around the transposed body, so the recompute runs when the
 // backward pass reaches the block, never earlier. Nesting follows JAX: inside an enclosing
 // checkpoint's partial evaluation, the enclosing policy governs this body too.
+#include <algorithm>
 #include <iostream>
 #include <ostream>
 #include <unordered_map>
@@ -18,6 +19,14 @@
 #include "xjax/ops.hpp"
 
 namespace xjax {
+
+Policy Policy::as(DType dtype) const {
+  if (!is_floating(dtype))
+    throw TypeError(std::string("Policy::as: residuals are saved in a floating dtype, got ") + dtype_name(dtype));
+  Policy p = *this;
+  p.residual_dtype_ = dtype;
+  return p;
+}
 
 namespace checkpoint_policies {
 namespace {
@@ -84,8 +93,9 @@ std::optional<std::uint64_t> policy_identity(const ParamObject& obj) {
   namespace cp = checkpoint_policies;
   const Policy* known[] = {&cp::everything_saveable, &cp::nothing_saveable, &cp::dots_saveable,
                            &cp::dots_with_no_batch_dims_saveable, &cp::save_collectives};
+  if (p->policy->residual_dtype()) return std::nullopt;  // by identity
   for (std::size_t i = 0; i < std::size(known); ++i)
-    if (p->policy->target_type() == known[i]->target_type()) return 2 + i;
+    if (p->policy->function().target_type() == known[i]->function().target_type()) return 2 + i;
   return std::nullopt;
 }
 
@@ -102,6 +112,39 @@ Saveable policy_saveable(const Params& ps) {
     for (const auto& a : e.inputs) in.push_back(atom_aval(a));
     return call_user([&] { return pol(e.prim, in, e.params); });
   };
+}
+
+std::optional<DType> residual_dtype_of(const Params& ps) {
+  const auto& obj = static_cast<const PolicyObject&>(*ps.get<params::Checkpoint>().policy);
+  return obj.policy ? obj.policy->residual_dtype() : std::nullopt;
+}
+
+// Policy::as: each residual the known part computes (not a block input passed through) of a
+// wider float dtype than `to` leaves the known part converted to `to`, and the staged part
+// converts it back before anything reads it.
+void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
+  Jaxpr known = *pe.known.jaxpr, staged = *pe.staged.jaxpr;
+  const std::size_t first = known.outvars.size() - pe.num_res;
+  std::vector<Eqn> widen;
+  for (std::size_t r = 0; r < pe.num_res; ++r) {
+    const Var* v = std::get_if<Var>(&known.outvars[first + r]);
+    if (!v || std::find(known.invars.begin(), known.invars.end(), *v) != known.invars.end() ||
+        std::find(known.constvars.begin(), known.constvars.end(), *v) != known.constvars.end())
+      continue;
+    const ShapedArray& aval = v->aval();
+    if (!is_floating(aval.dtype) || itemsize(aval.dtype) <= itemsize(to)) continue;
+    const Var narrow(ShapedArray{aval.shape, to});
+    known.eqns.push_back(Eqn{Primitive::convert_element_type, {*v}, {narrow}, params::ConvertElementType{.new_dtype = to}, loc});
+    known.outvars[first + r] = narrow;
+    pe.residual_vars[r] = narrow;
+    const Var wide = staged.invars[r], narrow_in(ShapedArray{aval.shape, to});
+    widen.push_back(Eqn{Primitive::convert_element_type, {narrow_in}, {wide}, params::ConvertElementType{.new_dtype = aval.dtype}, loc});
+    staged.invars[r] = narrow_in;
+  }
+  if (widen.empty()) return;
+  staged.eqns.insert(staged.eqns.begin(), widen.begin(), widen.end());
+  pe.known.jaxpr = std::make_shared<const Jaxpr>(std::move(known));
+  pe.staged.jaxpr = std::make_shared<const Jaxpr>(std::move(staged));
 }
 
 Params with_body(const Params& ps, ClosedJaxpr body, bool differentiated) {
@@ -158,6 +201,9 @@ PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknow
   const ClosedJaxpr& body = body_of(e.params);
   Saveable effective = saveable ? saveable : policy_saveable(e.params);
   PartialEval pe = partial_eval(body, in_unknown, std::vector<bool>(body->outvars.size(), false), effective);
+  // This block's own policy saves its residuals in a narrower dtype (an enclosing policy governs
+  // when one does).
+  if (const auto to = residual_dtype_of(e.params); to && !saveable) save_residuals_as(pe, *to, e.loc);
   PeSplit split;
   split.out_unknown = pe.out_unknown;
 
@@ -244,6 +290,11 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
     for (std::size_t k = 0; k < e.outputs.size(); ++k) {
       if (!(e.outputs[k] == v)) continue;
       if (e.prim == Primitive::name) return "named '" + e.params.get<params::Name>().name + "' from " + format_location(e.loc);
+      // A named value converted (a Policy::as residual, or the user's astype of it).
+      if (e.prim == Primitive::convert_element_type)
+        if (auto* in = std::get_if<Var>(&e.inputs[0]))
+          if (std::string d = describe(j, *in, inputs); d.starts_with("named"))
+            return d + ", saved as " + dtype_name(e.outputs[0].aval().dtype);
       if (e.prim == Primitive::checkpoint) {
         const Jaxpr& b = *body_of(e.params).jaxpr;
         std::vector<std::string> sub;

@@ -10,6 +10,7 @@
 #include <source_location>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "xjax/transforms.hpp"
@@ -17,8 +18,35 @@
 namespace xjax {
 
 /// Decides, for an equation of a checkpointed block whose inputs are known in the forward pass,
-/// whether its outputs are saved (true) or recomputed in the backward pass (false).
-using Policy = std::function<bool(const Primitive&, std::span<const ShapedArray> in_avals, const Params& params)>;
+/// whether its outputs are saved (true) or recomputed in the backward pass (false). Any callable
+/// of that signature is a Policy. `policy.as(xj::bf16)` is the same policy saving its residuals
+/// in bf16 (see `as`).
+class Policy {
+ public:
+  using Function = std::function<bool(const Primitive&, std::span<const ShapedArray> in_avals, const Params& params)>;
+  Policy() = default;
+  template <class F>
+    requires std::is_invocable_r_v<bool, const F&, const Primitive&, std::span<const ShapedArray>, const Params&> &&
+             (!std::is_same_v<std::decay_t<F>, Policy>)
+  Policy(F f) : fn_(std::move(f)) {}  // NOLINT: implicit, as std::function's
+  bool operator()(const Primitive& p, std::span<const ShapedArray> in_avals, const Params& params) const {
+    return fn_(p, in_avals, params);
+  }
+  explicit operator bool() const { return static_cast<bool>(fn_); }
+  /// This policy, saving each residual it chooses (an equation's output, not a block input) in
+  /// `dtype` when that is a narrower float than the residual's own: converted at the end of the
+  /// forward pass, converted back where the backward pass reads it, nothing recomputed. Halves
+  /// the saved bytes of f32 residuals with bf16, at bf16's rounding (2^-9 relative) in what the
+  /// backward pass reads. TypeError unless `dtype` is a floating dtype.
+  Policy as(DType dtype) const;
+  /// The dtype given by `as`, if any.
+  std::optional<DType> residual_dtype() const { return residual_dtype_; }
+  const Function& function() const { return fn_; }
+
+ private:
+  Function fn_;
+  std::optional<DType> residual_dtype_;
+};
 
 namespace checkpoint_policies {
 extern const Policy everything_saveable;
