@@ -286,6 +286,7 @@ Array select_n_kernel(std::span<const Array> in, const ShapedArray& out) {
   void* o = mutable_data(result);
   switch (itemsize(out.dtype)) {
     case 1: select_words<std::uint8_t>(choose, cases, o, count(out)); break;
+    case 2: select_words<std::uint16_t>(choose, cases, o, count(out)); break;
     case 4: select_words<std::uint32_t>(choose, cases, o, count(out)); break;
     case 8: select_words<std::uint64_t>(choose, cases, o, count(out)); break;
     default: unsupported_dtype(Primitive::select_n, out.dtype);

@@ -145,11 +145,16 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
 
 // ---- narrow dtypes: the wide kernel between two conversions ------------------------------------
 
-// Primitives that move bytes as they are (any dtype), and convert_element_type, which converts
-// every pair itself: no widening.
+// Primitives whose kernels move elements as opaque words of their itemsize (shape.cpp) and so
+// take any dtype as it is, and convert_element_type, which converts every pair itself: no
+// widening (widening would convert a whole stacked array to read one slice of it).
 bool takes_narrow_as_is(Primitive p) {
-  return p == Primitive::convert_element_type || p == Primitive::copy || p == Primitive::stop_gradient ||
-         p == Primitive::reshape || p == Primitive::squeeze || p == Primitive::expand_dims || p == Primitive::name;
+  static constexpr Primitive as_is[] = {
+      Primitive::convert_element_type, Primitive::copy, Primitive::stop_gradient, Primitive::reshape,
+      Primitive::squeeze, Primitive::expand_dims, Primitive::name, Primitive::broadcast_in_dim,
+      Primitive::transpose, Primitive::slice, Primitive::rev, Primitive::pad, Primitive::dynamic_slice,
+      Primitive::dynamic_update_slice, Primitive::concatenate, Primitive::gather, Primitive::select_n};
+  return std::find(std::begin(as_is), std::end(as_is), p) != std::end(as_is);
 }
 
 // The dtype a narrow operand is read as before widening: its own, except that the bit operations
@@ -293,6 +298,7 @@ Array share_buffer(const Array& x, const ShapedArray& aval) {
 }
 
 std::int64_t read_index_scalar(const Array& x) {
+  if (is_narrow(x.dtype()) && is_integer(x.dtype())) return x.to_vector<std::int64_t>()[0];
   return visit_dtype(x.dtype(), [&](auto tag) -> std::int64_t {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T>) {

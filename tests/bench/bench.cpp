@@ -433,6 +433,111 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
   }
 }
 
+// ---- B1, B2, D1: the narrow dtypes (issue 27) -------------------------------------------------
+
+// B1: P3 without checkpointing with bf16 weights and activations (every product and reduction
+// accumulated in f32, each result rounded once to bf16) against the same program in f32.
+// B2: P3 under save_only_these_names(hidden) with the residual saved as bf16 (Policy::as) against
+// the same policy in f32: time, the saved residuals' bytes (saved_residuals), and the gradients'
+// relative difference.
+void bench_mixed_precision(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int64_t N, int reps) {
+  namespace cp = xj::checkpoint_policies;
+  const std::int64_t H = 4 * d;
+  const xj::Array W1 = xj::array<float>(randn(L * d * H, 21, 1.0 / std::sqrt(double(d))), {L, d, H});
+  const xj::Array W2 = xj::array<float>(randn(L * H * d, 22, 0.1 / std::sqrt(double(H))), {L, H, d});
+  const xj::Array y0 = xj::array<float>(randn(N * d, 23, 1.0), {N, d});
+  const std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N);
+  auto loss_with = [](std::optional<xj::Policy> policy) {
+    return [policy](const xj::Array& a, const xj::Array& b, const xj::Array& y) {
+      xj::Array out = policy ? xj::scan(xj::checkpoint(mlp_layer, {.policy = policy}), y, Weights{a, b}).first
+                             : xj::scan(mlp_layer, y, Weights{a, b}).first;
+      return xj::sum(out * out);
+    };
+  };
+  auto grads_err = [](const std::tuple<xj::Array, xj::Array>& got, const std::tuple<xj::Array, xj::Array>& want) {
+    auto as_f32 = [](const xj::Array& a) { return xj::astype(a, xj::f32); };
+    const xj::Array g1 = as_f32(std::get<0>(got)), g2 = as_f32(std::get<1>(got));
+    const xj::Array w1 = as_f32(std::get<0>(want)), w2 = as_f32(std::get<1>(want));
+    return std::max(rel_err(g1.data<float>(), w1.data<float>(), g1.size()), rel_err(g2.data<float>(), w2.data<float>(), g2.size()));
+  };
+  const double flops = double(L) * 2.0 * double(N) * double(d) * double(H) * 6.0;
+  {  // B1
+    auto g = xj::grad(loss_with(std::nullopt), xj::argnums<0, 1>);
+    const xj::Array b1 = xj::astype(W1, xj::bf16), b2 = xj::astype(W2, xj::bf16), by = xj::astype(y0, xj::bf16);
+    std::tuple<xj::Array, xj::Array> g16, g32;
+    Measured m = measure(reps, [&] { g16 = {}; g16 = g(b1, b2, by); }, [&] { g32 = {}; g32 = g(W1, W2, y0); });
+    m.ref_peak = 0;
+    const double err = grads_err(g16, g32);
+    rows.push_back({"B1", "P3 no checkpoint, bf16 vs f32", "xjax bf16", m.xj_s, m.xj_s / m.ref_s, flops / m.xj_s * 1e-9,
+                    double(m.xj_peak) / (1024.0 * 1024.0), 0,
+                    sizes + " grad rel. diff vs f32 " + fmt("%.1e", err)});
+    // the f32 run's own peak, measured alone
+    Measured f = measure(reps, [&] { g32 = {}; g32 = g(W1, W2, y0); }, [] {});
+    rows.push_back({"B1", "P3 no checkpoint, bf16 vs f32", "xjax f32", m.ref_s, 1.0, flops / m.ref_s * 1e-9,
+                    double(f.xj_peak) / (1024.0 * 1024.0), 0, "peak bf16 / f32 " + fmt("%.2f", double(m.xj_peak) / double(f.xj_peak))});
+  }
+  {  // B2
+    const xj::Policy f32_policy = cp::save_only_these_names({"hidden"});
+    auto g32 = xj::grad(loss_with(f32_policy), xj::argnums<0, 1>);
+    auto g16 = xj::grad(loss_with(f32_policy.as(xj::bf16)), xj::argnums<0, 1>);
+    auto residual_bytes = [&](const xj::Policy& p) {
+      double bytes = 0;
+      for (const auto& r : xj::saved_residuals(loss_with(p), W1, W2, y0)) bytes += double(r.aval.nbytes());
+      return bytes;
+    };
+    const double r32 = residual_bytes(f32_policy), r16 = residual_bytes(f32_policy.as(xj::bf16));
+    std::tuple<xj::Array, xj::Array> a, b;
+    Measured m = measure(reps, [&] { a = {}; a = g16(W1, W2, y0); }, [&] { b = {}; b = g32(W1, W2, y0); });
+    const double err = grads_err(a, b);
+    rows.push_back({"B2", "save_only_these_names(hidden).as(bf16) vs f32", "xjax", m.xj_s, m.xj_s / m.ref_s,
+                    flops / m.xj_s * 1e-9, double(m.xj_peak) / (1024.0 * 1024.0), 0,
+                    sizes + " residual bytes " + fmt("%.2f", r16 / r32) + "x; grad rel. diff " + fmt("%.1e", err)});
+    rows.push_back({"B2", "save_only_these_names(hidden).as(bf16) vs f32", "reference", m.ref_s, 1.0,
+                    flops / m.ref_s * 1e-9, double(m.ref_peak) / (1024.0 * 1024.0), 0, "the f32 policy"});
+  }
+}
+
+// The reference loop of D1: scalar by request (the compiler would vectorize it otherwise).
+#if defined(__GNUC__) && !defined(__clang__)
+#define XJAX_BENCH_SCALAR __attribute__((optimize("no-tree-vectorize")))
+#else
+#define XJAX_BENCH_SCALAR
+#endif
+XJAX_BENCH_SCALAR void scalar_to_bf16(const float* x, std::uint16_t* o, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    o[i] = (u & 0x7FFFFFFFu) > 0x7F800000u ? static_cast<std::uint16_t>((u >> 16) | 0x40u)
+                                           : static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+XJAX_BENCH_SCALAR void scalar_from_bf16(const std::uint16_t* x, float* o, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t u = static_cast<std::uint32_t>(x[i]) << 16;
+    std::memcpy(o + i, &u, 4);
+  }
+}
+
+// D1: astype f32 -> bf16 and back on n elements (one eager primitive, its output allocated)
+// against a scalar loop into preallocated memory. Issue 27's target: at least 4x the loop.
+void bench_conversions(std::vector<Row>& rows, std::int64_t n, int reps) {
+  const std::vector<float> v = randn(n, 31, 3.0);
+  const xj::Array x = xj::array<float>(v, {n});
+  std::vector<std::uint16_t> h(static_cast<std::size_t>(n));
+  std::vector<float> back(static_cast<std::size_t>(n));
+  xj::Array hx, bx;
+  const double t_to = median_seconds([&] { hx = xj::astype(x, xj::bf16); }, reps);
+  const double r_to = median_seconds([&] { scalar_to_bf16(v.data(), h.data(), h.size()); }, reps);
+  const double t_from = median_seconds([&] { bx = xj::astype(hx, xj::f32); }, reps);
+  const double r_from = median_seconds([&] { scalar_from_bf16(h.data(), back.data(), back.size()); }, reps);
+  const bool same = std::memcmp(hx.raw_data(), h.data(), h.size() * 2) == 0 && std::memcmp(bx.raw_data(), back.data(), back.size() * 4) == 0;
+  const std::string what = fmt("%.0f elements", double(n)) + (same ? "; bits equal the loop's" : "; BITS DIFFER from the loop's");
+  rows.push_back({"D1", "f32 -> bf16", "xjax", t_to, t_to / r_to, 0, 0, 0, what});
+  rows.push_back({"D1", "f32 -> bf16", "scalar loop", r_to, 1.0, 0, 0, 0, ""});
+  rows.push_back({"D1", "bf16 -> f32", "xjax", t_from, t_from / r_from, 0, 0, 0, what});
+  rows.push_back({"D1", "bf16 -> f32", "scalar loop", r_from, 1.0, 0, 0, 0, ""});
+}
+
 // ---- P4: trace + transform cost ---------------------------------------------------------------
 
 std::int64_t count_eqns(const xj::Jaxpr& j) {
@@ -1089,7 +1194,7 @@ void bench_cumulative(std::vector<Row>& rows, std::int64_t n, int reps) {
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
-  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, K1, K2, O1, T1, C1..C3, G1); empty: all
+  std::string only;  // run one workload (P1..P4, V1, V2, S1, E1, F1, L1, K1, K2, B1, B2, D1, O1, T1, C1..C3, G1); empty: all
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
@@ -1099,7 +1204,7 @@ int main(int argc, char** argv) {
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|K2|O1|T1|C1|C2|C3|G1]\n");
+      std::fprintf(stderr, "usage: xjax-bench [--quick] [--json] [--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|K2|B1|B2|D1|O1|T1|C1|C2|C3|G1]\n");
       return 2;
     }
   }
@@ -1121,6 +1226,8 @@ int main(int argc, char** argv) {
     if (run("L1")) bench_linalg(rows, quick ? 128 : 512, 16, reps);
     if (run("K1")) bench_cumulative(rows, quick ? 65536 : 1000000, reps);
     if (run("K2")) bench_elementwise(rows, quick ? 65536 : 1000000, reps);
+    if (run("B1") || run("B2")) bench_mixed_precision(rows, quick ? 4 : 16, quick ? 64 : 256, quick ? 256 : 2048, reps);
+    if (run("D1")) bench_conversions(rows, quick ? 1 << 20 : 1 << 24, reps);
 #if XJAX_BENCH_TORCH
     if (run("O1")) bench_optimizers(rows, quick ? 1000 : 100000, 20);
     if (run("T1")) {  // T = 64, d = 128, 4 heads, 6 layers, batch 16; T = 128, d = 256, 8 heads, 8 layers, batch 8

@@ -50,7 +50,7 @@ struct Row {
   double ideal_ratio = 0; // peak bytes / ideal bytes (residuals + gradients)
   std::string note;
   bool has_mem() const {
-    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && workload != "L1" && workload != "K1" && workload != "K2" && workload != "G1" &&
+    return workload != "P4" && workload != "F1" && workload != "O1" && workload != "T1" && workload != "L1" && workload != "K1" && workload != "K2" && workload != "D1" && workload != "G1" &&
            workload[0] != 'C' && impl != "libtorch";
   }  // peak columns measured
 };

@@ -44,6 +44,11 @@ def main():
                 kind = "avx512"
             elif "set_avx2" in function or "xsimd::avx2" in function or "xsimd::fma3<xsimd::avx2>" in function:
                 kind = "avx2"
+            elif "[clone ." in function:
+                # A compiler-made clone (.constprop, .isra, .part, .cold) of a function that names no
+                # set is local to the object it was made in and called only from there, never
+                # merged with another set's copy: nothing outside that set's code can reach it.
+                kind = "clone"
             else:
                 kind = "baseline"
             continue
