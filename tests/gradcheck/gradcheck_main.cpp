@@ -10,6 +10,7 @@
 // xj::check_grads itself; should it throw where the measured lines pass, a FAIL line says so.
 // Rows of non-differentiable ops print a `zero` line: the largest |jvp| / |vjp| (must be 0).
 // Every row prints two `vmap` lines: the batching oracle (gc::batching_check) at two seeds.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -147,6 +148,59 @@ double measure(const gc::Row& r, xj::DType d, int order, xj::Mode mode, const To
   return worst;
 }
 
+// bf16, order 1: the row's derivative computed in bf16 against the same derivative computed in f64
+// at the same point and direction (both bf16 values, so exact in f64), element by element,
+// rel = |got - want| / (1 + |want|). Finite differences mean nothing at bf16's resolution; the f64
+// derivative they are compared with is itself checked against finite differences above. The
+// tolerance is 4 bf16 epsilons (2^-7 each): the inputs, each intermediate result and the output
+// are rounded to 2^-8 relative; the table's worst is 2.3 epsilons (digamma near its poles, where
+// the derivative amplifies the rounding of x).
+constexpr double kBf16Tol = 4 * 0x1p-7;
+
+std::vector<Array> to_bf16(std::span<const Array> xs) {
+  std::vector<Array> out;
+  for (const auto& a : xs) out.push_back(floating(a) ? xj::astype(a, xj::bf16) : a);
+  return out;
+}
+std::vector<Array> to_f64(std::span<const Array> xs) {
+  std::vector<Array> out;
+  for (const auto& a : xs) out.push_back(floating(a) ? xj::astype(a, xj::f64) : a);
+  return out;
+}
+
+double elementwise_error(std::span<const Array> got, std::span<const Array> want) {
+  double worst = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    if (!floating(want[k])) continue;
+    const auto g = got[k].to_vector<double>(), w = want[k].to_vector<double>();
+    for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - w[i]) / (1 + std::abs(w[i])));
+  }
+  return worst;
+}
+
+double bf16_error(const gc::Row& r, xj::Mode mode) {
+  const FlatFn f = gc::flat(r);
+  const std::vector<Array> x16 = to_bf16(r.inputs(xj::f64)), x64 = to_f64(x16);
+  std::mt19937 rng(mode == xj::fwd ? 11u : 12u);
+  if (mode == xj::fwd) {
+    std::vector<Array> v;
+    for (const auto& a : x64) v.push_back(random_like(a, rng));
+    const std::vector<Array> v16 = to_bf16(v), v64 = to_f64(v16);
+    const auto t16 = xj::detail::jvp_flat(trace_at(f, x16), x16, v16).second;
+    const auto t64 = xj::detail::jvp_flat(trace_at(f, x64), x64, v64).second;
+    return elementwise_error(t16, t64);
+  }
+  std::vector<Array> outs16, outs64, u16, u64;
+  auto s16 = xj::detail::vjp_forward(trace_at(f, x16), x16, &outs16);
+  auto s64 = xj::detail::vjp_forward(trace_at(f, x64), x64, &outs64);
+  for (std::size_t k = 0; k < outs16.size(); ++k) {
+    u16.push_back(floating(outs16[k]) ? xj::astype(xj::astype(random_like(outs64[k], rng), xj::bf16), outs16[k].dtype())
+                                      : xj::zeros(outs16[k].shape(), outs16[k].dtype()));
+    u64.push_back(floating(outs64[k]) ? xj::astype(u16[k], outs64[k].dtype()) : xj::zeros(outs64[k].shape(), outs64[k].dtype()));
+  }
+  return elementwise_error(xj::detail::vjp_backward(*s16, u16), xj::detail::vjp_backward(*s64, u64));
+}
+
 void line(const std::string& op, xj::DType d, const char* order, const char* mode, double err, double tol, bool pass,
           const std::string& note = "") {
   std::printf("%-30s %-5s %-5s %-11s %-10.3e %-9.1e %s%s%s\n", op.c_str(), xj::dtype_name(d), order, mode, err, tol,
@@ -213,6 +267,26 @@ int main(int argc, char** argv) {
         failures += !pass;
         ++rows;
         line(r.name, d, "1", "zero", m, 0, pass, note);
+      }
+      // bf16 (once per row, after f32): the derivative in bf16 against f64's at the same point.
+      if (d == xj::f32 && r.kind == gc::Kind::differentiable) {
+        const auto xs = r.inputs(xj::f64);
+        if (std::any_of(xs.begin(), xs.end(), floating))
+          for (xj::Mode m : r.modes) {
+            double err = 0;
+            std::string note;
+            bool pass;
+            try {
+              err = bf16_error(r, m);
+              pass = err <= kBf16Tol;
+            } catch (const std::exception& e) {
+              pass = false;
+              note = e.what();
+            }
+            failures += !pass;
+            ++rows;
+            line(r.name, xj::bf16, "1", m == xj::fwd ? "fwd" : "rev", err, kBf16Tol, pass, note);
+          }
       }
       // The batching oracle: vmap against a loop over members, with random in_axes.
       for (unsigned seed : {1u, 2u}) {
