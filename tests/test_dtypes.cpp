@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -374,4 +375,54 @@ TEST_CASE("dtypes: a policy saving its named residual as bf16 halves it, and the
   // the forward value is untouched
   CHECK(half(x).item<float>() == full(x).item<float>());
   CHECK_THROWS_AS((void)pol::nothing_saveable.as(xj::i32), xj::TypeError);
+}
+
+TEST_CASE("dtypes: mixed-precision training: bf16 weights and activations, f32 master weights, adam on the masters") {
+  // A teacher MLP's outputs learnt by a student of the same shape. Each step casts the f32
+  // masters to bf16, takes the gradient of the bf16 loss (the products and sums accumulated in
+  // f32, each result rounded to bf16), and updates the masters in f32 with adam. The same loop
+  // in f32 throughout is the yardstick.
+  using Params = std::map<std::string, xj::Array>;
+  auto mlp = [](const Params& p, const xj::Array& x) { return xj::matmul(xj::tanh(xj::matmul(x, p.at("w1"))), p.at("w2")); };
+  auto loss = [mlp](const Params& p, const xj::Array& x, const xj::Array& y) {
+    const xj::Array e = mlp(p, x) - y;
+    return xj::mean(e * e);
+  };
+  auto key = xj::random::key(27);
+  auto draw = [&](xj::Shape s, double scale) {
+    key = xj::random::split(key, 2)[0];
+    return xj::random::normal(key, s) * scale;
+  };
+  const Params teacher{{"w1", draw({8, 32}, 0.5)}, {"w2", draw({32, 4}, 0.3)}};
+  const xj::Array x = draw({256, 8}, 1.0), y = mlp(teacher, x);
+  const Params start{{"w1", draw({8, 32}, 0.3)}, {"w2", draw({32, 4}, 0.2)}};
+  auto as = [](const Params& p, xj::DType d) {
+    Params out;
+    for (const auto& [k, v] : p) out[k] = xj::astype(v, d);
+    return out;
+  };
+  auto train = [&](xj::DType compute) {
+    const auto opt = xj::optim::adam(0.02);
+    Params master = start;
+    xj::optim::OptState state = opt.init(master);
+    auto step = xj::jit([&](const Params& m, const xj::Array& xb, const xj::Array& yb) {
+      return xj::grad(loss)(as(m, compute), xb, yb);
+    });
+    const xj::Array xc = xj::astype(x, compute), yc = xj::astype(y, compute);
+    for (int i = 0; i < 300; ++i) {
+      const Params g = step(master, xc, yc);
+      CHECK(g.at("w1").dtype() == compute);  // the gradient in the compute dtype
+      auto [updates, next] = opt.update(as(g, xj::f32), state, master);
+      master = xj::optim::apply_updates(master, updates);
+      state = next;
+    }
+    CHECK(master.at("w1").dtype() == xj::f32);
+    return loss(master, x, y).item<double>();  // evaluated in f32
+  };
+  const double initial = loss(start, x, y).item<double>();
+  const double f32_final = train(xj::f32), bf16_final = train(xj::bf16);
+  MESSAGE("loss: initial " << initial << ", f32 training " << f32_final << ", bf16 training " << bf16_final);
+  CHECK(f32_final < 0.05 * initial);
+  CHECK(bf16_final < 0.05 * initial);
+  CHECK(bf16_final < 4 * f32_final + 1e-3 * initial);  // bf16's rounding costs little of the fit
 }
