@@ -333,6 +333,16 @@ TEST_CASE("dtypes: random bf16 / f16 draws lie in [min, max), gradients come bac
   // strict mode: today's TypeError naming both dtypes
   const xj::Array b = xj::ones({2}, xj::bf16), h = xj::ones({2}, xj::f16);
   CHECK((b + h).dtype() == xj::f32);
+  // bf16 + f16: both converted to f32, as JAX's jaxpr shows; i8 + u8: i16
+  CHECK(str(xj::make_jaxpr([](const xj::Array& p, const xj::Array& q) { return p + q; })(b, h)) ==
+        "{ lambda ; a:bf16[2] b:f16[2]. let\n"
+        "    c:f32[2] = convert_element_type[new_dtype=float32] a\n"
+        "    d:f32[2] = convert_element_type[new_dtype=float32] b\n"
+        "    e:f32[2] = add c d\n"
+        "  in (e,) }");
+  const xj::Array small = xj::array<std::int8_t>({-100, 100}) + xj::array<std::uint8_t>({200, 200});
+  CHECK(small.dtype() == xj::i16);
+  CHECK(small.to_vector<int>() == std::vector<int>{100, 300});
   xj::DtypePromotion strict;
   try {
     (void)(b + h);
