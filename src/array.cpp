@@ -14,37 +14,32 @@ const detail::ArrayImpl& impl_of(const Array& a) {
   return *a.impl();
 }
 
-template <class T> void fill_as(void* dst, std::int64_t n, double v) {
-  T* p = static_cast<T*>(dst);
-  for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(v);
+// Calls f(T{}) with T the C++ element type of d (std::uint8_t for bool).
+template <class F> decltype(auto) visit_element_type(DType d, F&& f) {
+  switch (d) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::u32: return f(std::uint32_t{});
+    case DType::bool_: return f(std::uint8_t{});
+    case DType::bf16: return f(bfloat16_t{});
+    case DType::f16: return f(float16_t{});
+    case DType::i8: return f(std::int8_t{});
+    case DType::u8: return f(std::uint8_t{});
+    case DType::i16: return f(std::int16_t{});
+    case DType::u16: return f(std::uint16_t{});
+    case DType::u64: return f(std::uint64_t{});
+  }
+  throw Error("invalid dtype");
 }
 
 void fill(void* dst, DType d, std::int64_t n, double v) {
-  switch (d) {
-    case DType::f32: return fill_as<float>(dst, n, v);
-    case DType::f64: return fill_as<double>(dst, n, v);
-    case DType::i32: return fill_as<std::int32_t>(dst, n, v);
-    case DType::i64: return fill_as<std::int64_t>(dst, n, v);
-    case DType::u32: return fill_as<std::uint32_t>(dst, n, v);
-    case DType::bool_: return fill_as<std::uint8_t>(dst, n, v != 0.0 ? 1.0 : 0.0);
-    case DType::bf16: return fill_as<bfloat16_t>(dst, n, v);
-    case DType::f16: return fill_as<float16_t>(dst, n, v);
-    case DType::i8: return fill_as<std::int8_t>(dst, n, v);
-    case DType::u8: return fill_as<std::uint8_t>(dst, n, v);
-    case DType::i16: return fill_as<std::int16_t>(dst, n, v);
-    case DType::u16: return fill_as<std::uint16_t>(dst, n, v);
-    case DType::u64: return fill_as<std::uint64_t>(dst, n, v);
-  }
-}
-
-template <class T> double get_as_double(const void* p, std::int64_t i) {
-  return static_cast<double>(static_cast<const T*>(p)[i]);
-}
-template <class T> std::int64_t get_as_int(const void* p, std::int64_t i) {
-  if constexpr (std::is_class_v<T>)  // bfloat16_t, float16_t
-    return static_cast<std::int64_t>(static_cast<float>(static_cast<const T*>(p)[i]));
-  else
-    return static_cast<std::int64_t>(static_cast<const T*>(p)[i]);
+  if (d == DType::bool_) v = v != 0.0 ? 1.0 : 0.0;
+  visit_element_type(d, [&]<class T>(T) {
+    T* p = static_cast<T*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(v);
+  });
 }
 
 }  // namespace
@@ -82,42 +77,17 @@ const void* Array::typed_data(DType expected) const {
 
 double Array::element_as_double(std::int64_t i) const {
   const void* p = raw_data();
-  switch (dtype()) {
-    case DType::f32: return get_as_double<float>(p, i);
-    case DType::f64: return get_as_double<double>(p, i);
-    case DType::i32: return get_as_double<std::int32_t>(p, i);
-    case DType::i64: return get_as_double<std::int64_t>(p, i);
-    case DType::u32: return get_as_double<std::uint32_t>(p, i);
-    case DType::bool_: return get_as_double<std::uint8_t>(p, i);
-    case DType::bf16: return get_as_double<bfloat16_t>(p, i);
-    case DType::f16: return get_as_double<float16_t>(p, i);
-    case DType::i8: return get_as_double<std::int8_t>(p, i);
-    case DType::u8: return get_as_double<std::uint8_t>(p, i);
-    case DType::i16: return get_as_double<std::int16_t>(p, i);
-    case DType::u16: return get_as_double<std::uint16_t>(p, i);
-    case DType::u64: return get_as_double<std::uint64_t>(p, i);
-  }
-  return 0;
+  return visit_element_type(dtype(), [&]<class T>(T) { return static_cast<double>(static_cast<const T*>(p)[i]); });
 }
 
 std::int64_t Array::element_as_int(std::int64_t i) const {
   const void* p = raw_data();
-  switch (dtype()) {
-    case DType::f32: return get_as_int<float>(p, i);
-    case DType::f64: return get_as_int<double>(p, i);
-    case DType::i32: return get_as_int<std::int32_t>(p, i);
-    case DType::i64: return get_as_int<std::int64_t>(p, i);
-    case DType::u32: return get_as_int<std::uint32_t>(p, i);
-    case DType::bool_: return get_as_int<std::uint8_t>(p, i);
-    case DType::bf16: return get_as_int<bfloat16_t>(p, i);
-    case DType::f16: return get_as_int<float16_t>(p, i);
-    case DType::i8: return get_as_int<std::int8_t>(p, i);
-    case DType::u8: return get_as_int<std::uint8_t>(p, i);
-    case DType::i16: return get_as_int<std::int16_t>(p, i);
-    case DType::u16: return get_as_int<std::uint16_t>(p, i);
-    case DType::u64: return get_as_int<std::uint64_t>(p, i);
-  }
-  return 0;
+  return visit_element_type(dtype(), [&]<class T>(T) {
+    if constexpr (std::is_class_v<T>)  // bfloat16_t, float16_t
+      return static_cast<std::int64_t>(static_cast<float>(static_cast<const T*>(p)[i]));
+    else
+      return static_cast<std::int64_t>(static_cast<const T*>(p)[i]);
+  });
 }
 
 namespace detail {

@@ -92,10 +92,13 @@ IntInfo iinfo(DType d) {
   return ii;
 }
 
-bfloat16_t::bfloat16_t(double v) : bits(detail::narrow::encode(v, detail::narrow::kBf16)) {}
-bfloat16_t::operator float() const { return detail::narrow::float_from_bf16(bits); }
-float16_t::float16_t(double v) : bits(detail::narrow::encode(v, detail::narrow::kF16)) {}
-float16_t::operator float() const { return detail::narrow::float_from_f16(bits); }
+template <int kExpBits>
+Float16Storage<kExpBits>::Float16Storage(double v) : bits(detail::narrow::encode(v, {kExpBits, 15 - kExpBits})) {}
+template <int kExpBits> Float16Storage<kExpBits>::operator float() const {
+  return static_cast<float>(detail::narrow::decode(bits, {kExpBits, 15 - kExpBits}));
+}
+template struct Float16Storage<8>;
+template struct Float16Storage<5>;
 
 std::ostream& operator<<(std::ostream& os, DType d) { return os << dtype_name(d); }
 

@@ -67,30 +67,23 @@ IntInfo iinfo(DType d);
 /// bfloat16 and float16 elements as stored (two bytes each; what Array::data<T>() points at for
 /// bf16 / f16 arrays). Converting from float or double rounds to nearest, ties to even (NaN stays
 /// NaN, too large becomes inf, tiny values become subnormal or zero); converting to float is exact.
-struct bfloat16_t {
+/// kExpBits is the format's exponent width (bf16: 8, f16: 5); the rest of the 15 bits are fraction.
+template <int kExpBits> struct Float16Storage {
   std::uint16_t bits = 0;
-  bfloat16_t() = default;
-  explicit bfloat16_t(double v);
+  Float16Storage() = default;
+  explicit Float16Storage(double v);
   explicit operator float() const;
   explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
-  static bfloat16_t from_bits(std::uint16_t b) {
-    bfloat16_t x;
+  static Float16Storage from_bits(std::uint16_t b) {
+    Float16Storage x;
     x.bits = b;
     return x;
   }
 };
-struct float16_t {
-  std::uint16_t bits = 0;
-  float16_t() = default;
-  explicit float16_t(double v);
-  explicit operator float() const;
-  explicit operator double() const { return static_cast<double>(static_cast<float>(*this)); }
-  static float16_t from_bits(std::uint16_t b) {
-    float16_t x;
-    x.bits = b;
-    return x;
-  }
-};
+using bfloat16_t = Float16Storage<8>;
+using float16_t = Float16Storage<5>;
+extern template struct Float16Storage<8>;
+extern template struct Float16Storage<5>;
 
 /// JAX's type promotion (jnp.promote_types with x64 enabled): the least dtype both convert to
 /// without loss on JAX's lattice bool -> unsigned / signed integers -> floats, e.g.
