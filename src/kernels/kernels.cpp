@@ -201,13 +201,88 @@ Array nextafter_narrow_kernel(const Array& x, const Array& y, const ShapedArray&
   return result;
 }
 
-// The kernel of p on narrow operands or output: the wide kernel on widened operands, its result
-// converted once to the output's dtype.
+// Elementwise primitives whose operands have the output's shape run a block at a time: each
+// block of the operands widened into a stack buffer, the wide kernel run there, its result
+// narrowed into the output. No full-size wide copy is made, and the data crosses memory once.
+constexpr std::int64_t kNarrowBlock = 1024;
+
+bool runs_blockwise(Primitive p, std::span<const Array> in, const ShapedArray& out) {
+  if (!(is_unary_math(p) || is_float_binary(p) || is_comparison(p) || p == Primitive::integer_pow) || in.size() > 2)
+    return false;
+  for (const Array& x : in)
+    if (x.shape() != out.shape || read_as(p, x.dtype()) != x.dtype()) return false;
+  return read_as(p, out.dtype) == out.dtype;
+}
+
+DType wide_dtype(DType d) { return is_narrow(d) ? compute_dtype(d) : d; }
+
+// The IntoKernels of one block of m elements: each operand's widening (empty where it is wide
+// already), the wide kernel, the result's narrowing (empty where the output is wide).
+struct BlockKernels {
+  std::vector<IntoKernel> widen;
+  IntoKernel wide, narrow;
+};
+
+BlockKernels block_kernels(Primitive p, const Params& params, std::span<const Array> in, const ShapedArray& out, std::int64_t m) {
+  BlockKernels k;
+  std::vector<ShapedArray> wide_in;
+  for (const Array& x : in) {
+    const ShapedArray from{{m}, x.dtype()}, to{{m}, wide_dtype(x.dtype())};
+    k.widen.push_back(is_narrow(x.dtype()) ? elementwise_into(Primitive::convert_element_type, params, {&from, 1}, to) : IntoKernel{});
+    wide_in.push_back(to);
+  }
+  const ShapedArray wide_out{{m}, wide_dtype(out.dtype)};
+  k.wide = elementwise_into(p, params, wide_in, wide_out);
+  if (is_narrow(out.dtype))
+    k.narrow = elementwise_into(Primitive::convert_element_type, params, {&wide_out, 1}, ShapedArray{{m}, out.dtype});
+  if (!k.wide) throw Error("run_kernel: no blockwise kernel of " + std::string(primitive_name(p)));
+  return k;
+}
+
+Array blockwise_kernel(Primitive p, const Params& params, std::span<const Array> in, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  const std::int64_t n = out.size();
+  if (n == 0) return result;
+  const BlockKernels full = block_kernels(p, params, in, out, std::min(n, kNarrowBlock));
+  alignas(64) std::int64_t wide_in[2][kNarrowBlock];  // 8 bytes an element at most
+  alignas(64) std::int64_t wide_out[kNarrowBlock];
+  char* dst = static_cast<char*>(mutable_data(result));
+  for (std::int64_t start = 0; start < n; start += kNarrowBlock) {
+    const std::int64_t m = std::min(kNarrowBlock, n - start);
+    const BlockKernels tail = m == std::min(n, kNarrowBlock) ? BlockKernels{} : block_kernels(p, params, in, out, m);
+    const BlockKernels& k = tail.wide ? tail : full;
+    const void* ins[2] = {nullptr, nullptr};
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const char* src = static_cast<const char*>(in[i].raw_data()) + start * static_cast<std::int64_t>(itemsize(in[i].dtype()));
+      if (k.widen[i]) {
+        const void* from[1] = {src};
+        void* to[1] = {wide_in[i]};
+        k.widen[i](from, to);
+        ins[i] = wide_in[i];
+      } else {
+        ins[i] = src;
+      }
+    }
+    char* block_out = dst + start * static_cast<std::int64_t>(itemsize(out.dtype));
+    void* outs[1] = {k.narrow ? static_cast<void*>(wide_out) : static_cast<void*>(block_out)};
+    k.wide(ins, outs);
+    if (k.narrow) {
+      const void* from[1] = {wide_out};
+      void* to[1] = {block_out};
+      k.narrow(from, to);
+    }
+  }
+  return result;
+}
+
+// The kernel of p on narrow operands or output: the wide kernel on widened operands (a block at a
+// time for the elementwise families), its result converted once to the output's dtype.
 KernelFn widened_kernel(Primitive p, const Params& params, const ShapedArray& out) {
   if (p == Primitive::nextafter)
     return [out](std::span<const Array> in) { return nextafter_narrow_kernel(in[0], in[1], out); };
   const ShapedArray wide_out{out.shape, is_narrow(out.dtype) ? compute_dtype(read_as(p, out.dtype)) : out.dtype};
-  return [p, out, wide = resolve_kernel_impl(p, params, wide_out)](std::span<const Array> in) {
+  return [p, params, out, wide = resolve_kernel_impl(p, params, wide_out)](std::span<const Array> in) {
+    if (runs_blockwise(p, in, out)) return blockwise_kernel(p, params, in, out);
     std::vector<Array> widened;
     widened.reserve(in.size());
     for (const Array& x : in) widened.push_back(widen(p, x));
