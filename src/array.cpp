@@ -1,5 +1,7 @@
 // array.cpp: Array accessors and the creation functions (always concrete).
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <cstring>
 
 #include "internal.hpp"
@@ -34,11 +36,28 @@ template <class F> decltype(auto) visit_element_type(DType d, F&& f) {
   throw Error("invalid dtype");
 }
 
+// v as an element of type T: floats rounded, integers truncated and wrapped to T's width as a
+// C++ integer conversion would (C++ numbers are doubles here: exact up to 2^53; NaN -> 0, and
+// beyond +-2^64 saturated: a double-to-integer cast out of range is undefined).
+template <class T> T element_of(double v) {
+  if constexpr (std::is_class_v<T> || std::is_floating_point_v<T>) {
+    return static_cast<T>(v);
+  } else {
+    if (std::isnan(v)) return T{0};
+    const double t = std::trunc(v);
+    if (t >= 0x1p64) return std::numeric_limits<T>::max();
+    if (t < -0x1p63) return std::numeric_limits<T>::lowest();
+    const std::uint64_t bits = t >= 0x1p63 ? static_cast<std::uint64_t>(t) : static_cast<std::uint64_t>(static_cast<std::int64_t>(t));
+    return static_cast<T>(bits);  // modular
+  }
+}
+
 void fill(void* dst, DType d, std::int64_t n, double v) {
   if (d == DType::bool_) v = v != 0.0 ? 1.0 : 0.0;
   visit_element_type(d, [&]<class T>(T) {
     T* p = static_cast<T*>(dst);
-    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(v);
+    const T e = element_of<T>(v);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = e;
   });
 }
 

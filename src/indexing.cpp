@@ -5,6 +5,7 @@
 // past the merged axis.
 #include "xjax/indexing.hpp"
 
+#include <cmath>
 #include <optional>
 
 #include "internal.hpp"
@@ -32,7 +33,6 @@ struct Selection {
   Shape selected;
 };
 
-Array as_index(const Array& i) { return i.dtype() == i32 || i.dtype() == i64 ? i : astype(i, i64); }
 
 Selection select_along_leading(const Array& x, const std::vector<Array>& indices, bool clamp_outside,
                                const std::source_location& loc) {
@@ -48,7 +48,7 @@ Selection select_along_leading(const Array& x, const std::vector<Array>& indices
   for (std::size_t d = 1; d < k; ++d) common = broadcast_shapes(common, indices[d].shape());
   Shape selected = common;
   selected.insert(selected.end(), rest.begin(), rest.end());
-  if (k == 1) return {x, as_index(indices[0]), selected};
+  if (k == 1) return {x, detail::gather_index(indices[0], loc), selected};
   // Several axes: i = sum_d i_d stride_d over the merged axis of n = prod n_d rows.
   std::int64_t rows = 1;
   for (std::size_t d = 0; d < k; ++d) rows *= shape[d];
@@ -58,7 +58,7 @@ Selection select_along_leading(const Array& x, const std::vector<Array>& indices
     const std::int64_t n = shape[d];
     stride = n == 0 ? 0 : stride / n;
     const std::int64_t zero = 0;  // integer operands keep i64 (a C++ double would make them floats)
-    Array i = astype(broadcast_to(indices[d], common, loc), i64, loc);
+    Array i = astype(broadcast_to(detail::gather_index(indices[d], loc), common, loc), i64, loc);
     i = where(i < zero, i + n, i, loc);
     if (clamp_outside) {
       i = minimum(maximum(i, scalar(0.0, i64), loc), scalar(static_cast<double>(std::max<std::int64_t>(n - 1, 0)), i64), loc);
@@ -135,4 +135,14 @@ std::vector<Array> meshgrid(const std::vector<Array>& xs, const std::string& ind
   return out;
 }
 
+namespace detail {
+
+Array gather_index(const Array& i, const std::source_location& loc) {
+  if (i.dtype() == i32 || i.dtype() == i64 || !is_integer(i.dtype())) return i;  // gather's rule names a wrong dtype
+  // u64 beyond 2^62 indexes past any array: capped so that i64 keeps it positive
+  const Array capped = i.dtype() == u64 ? minimum(i, scalar(std::ldexp(1.0, 62), u64), loc) : i;
+  return astype(capped, i.dtype() == u32 || i.dtype() == u64 ? i64 : i32, loc);
+}
+
+}  // namespace detail
 }  // namespace xjax

@@ -55,6 +55,11 @@ struct ArrayImpl {
   mutable std::shared_ptr<const std::string> donated;
 };
 
+/// An integer index array as gather / scatter take it (i32 or i64): narrow integers to i32, u32
+/// and u64 to i64 (u64 capped at 2^62, past any array, so that it stays positive); others as
+/// they are (the shape rule names a wrong dtype).
+Array gather_index(const Array& i, const std::source_location& loc);
+
 /// x, marked weakly typed (a new handle: the same value or tracer).
 Array weakly_typed(const Array& x);
 inline bool is_weak(const Array& x) { return x.valid() && x.impl()->weak; }

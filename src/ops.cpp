@@ -442,6 +442,9 @@ Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location
   return reduce(P::reduce_prod, x, axes, keepdims, loc);
 }
 Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  // bf16 / f16: the sum and the division in f32, rounded once (JAX upcasts them too; the count
+  // itself may not be representable in the narrow type)
+  if (x.dtype() == bf16 || x.dtype() == f16) return astype(mean(astype(x, f32, loc), axes, keepdims, loc), x.dtype(), loc);
   auto n = static_cast<double>(reduced_count(x, axes, loc));
   Array s = sum(x, axes, keepdims, loc);
   return div(s, scalar_like(n, s), loc);
@@ -578,7 +581,7 @@ Array pad(const Array& x, const Array& padding_value, const Axes& lo, const Axes
 
 Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
   axis = norm_axis(axis, x.ndim(), "take", x, loc);
-  return bind1(P::gather, {x, indices}, params::Gather{.axis = axis, .fill_or_drop = false}, loc);
+  return bind1(P::gather, {x, detail::gather_index(indices, loc)}, params::Gather{.axis = axis, .fill_or_drop = false}, loc);
 }
 
 Array take_along_axis(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {

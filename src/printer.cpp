@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <ostream>
 #include <sstream>
@@ -85,11 +87,28 @@ std::string python_float_repr(double v, bool single) {
   return (negative ? "-" : "") + out;
 }
 
-std::string format_number(double v, DType d) {
+// The shortest decimal form (up to 17 significant digits) that reads back as the same bf16 / f16
+// value: what JAX prints for those types.
+std::string narrow_float_repr(double v, DType d) {
+  for (int digits = 1; digits <= 17; ++digits) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    const double back = std::strtod(buf, nullptr);
+    const bool same = d == bf16 ? bfloat16_t(back).bits == bfloat16_t(v).bits : float16_t(back).bits == float16_t(v).bits;
+    if (same) return python_float_repr(back, false);
+  }
+  return python_float_repr(v, false);
+}
+
+std::string format_number(const Array& x) {
+  const DType d = x.dtype();
+  if (d == u64) return std::to_string(x.to_vector<std::uint64_t>()[0]);
+  const double v = x.item<double>();
   if (d == bool_) return v != 0 ? "True" : "False";
   if (!is_floating(d)) return std::to_string(static_cast<std::int64_t>(v));
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   if (std::isnan(v)) return "nan";
+  if (d == bf16 || d == f16) return narrow_float_repr(v, d);
   return python_float_repr(v, d == f32);
 }
 
@@ -104,7 +123,7 @@ class Printer {
   std::string atom(const Atom& a) {
     if (auto* v = std::get_if<Var>(&a)) return name(*v);
     const Array& x = std::get<Literal>(a).value;
-    return format_number(x.item<double>(), x.dtype()) + ":" + x.aval().str();
+    return format_number(x) + ":" + x.aval().str();
   }
 
   std::string jaxpr(const Jaxpr& j, int indent) {

@@ -311,7 +311,7 @@ std::vector<ShapedArray> concatenate_shape_rule(Avals in, const params::Concaten
 
 Shape gather_shape(Primitive p, Avals in, std::int64_t axis) {
   norm_axis(p, in, axis, in[0].ndim());
-  if (!is_integer(in[1].dtype) || in[1].dtype == u32) type_fail(p, in, "indices must be i32 or i64");
+  if (in[1].dtype != i32 && in[1].dtype != i64) type_fail(p, in, "indices must be i32 or i64");
   Shape out(in[0].shape.begin(), in[0].shape.begin() + axis);
   out.insert(out.end(), in[1].shape.begin(), in[1].shape.end());
   out.insert(out.end(), in[0].shape.begin() + axis + 1, in[0].shape.end());

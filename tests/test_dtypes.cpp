@@ -436,3 +436,35 @@ TEST_CASE("dtypes: mixed-precision training: bf16 weights and activations, f32 m
   CHECK(bf16_final < 0.05 * initial);
   CHECK(bf16_final < 4 * f32_final + 1e-3 * initial);  // bf16's rounding costs little of the fit
 }
+
+TEST_CASE("dtypes: review regressions: narrow and u64 indices, C++ numbers on narrow and u64 arrays, literals, mean") {
+  namespace cp = xj::checkpoint_policies;
+  // take with i8 / u8 / i16 / u16 / u64 indices (gather's rule takes i32 / i64; take converts)
+  const xj::Array x = xj::array<float>({10, 20, 30, 40, 50});
+  for (xj::DType d : {xj::i8, xj::u8, xj::i16, xj::u16, xj::u32, xj::u64}) {
+    CAPTURE(xj::dtype_name(d));
+    CHECK(xj::take(x, xj::astype(xj::array<std::int32_t>({3, 1}), d)).to_vector<double>() == std::vector<double>{40, 20});
+  }
+  // a u64 index above INT64_MAX is past the end, not negative
+  const xj::Array big = xj::reshape(xj::array<std::uint64_t>({std::numeric_limits<std::uint64_t>::max()}), {});
+  CHECK(xj::dynamic_slice(x, {big}, {2}).to_vector<double>() == std::vector<double>{40, 50});  // clamped
+  CHECK(xj::at(x, big).set(0.0).to_vector<double>() == x.to_vector<double>());                  // dropped
+  CHECK(xj::take(x, xj::reshape(big, {1})).to_vector<double>() == std::vector<double>{50});     // clamped
+  // C++ numbers: truncated and wrapped to the dtype's width (no undefined conversion)
+  CHECK((xj::array<std::uint8_t>({1, 2}) + 300).to_vector<int>() == std::vector<int>{45, 46});  // 300 = 256 + 44
+  CHECK(xj::full({2}, 1e20, xj::u64).to_vector<std::uint64_t>() == std::vector<std::uint64_t>(2, std::numeric_limits<std::uint64_t>::max()));
+  CHECK((xj::array<std::uint64_t>({1, 2}) + (std::uint64_t{1} << 63)).to_vector<std::uint64_t>() ==
+        std::vector<std::uint64_t>{(std::uint64_t{1} << 63) + 1, (std::uint64_t{1} << 63) + 2});
+  // literals: u64 above INT64_MAX, bf16 / f16 in their shortest form
+  const auto text = str(xj::make_jaxpr([](const xj::Array& a) { return a + (std::uint64_t{3} << 62); })(xj::array<std::uint64_t>({1})));
+  CHECK(text.find("13835058055282163712:u64[]") != std::string::npos);
+  CHECK(str(xj::make_jaxpr([](const xj::Array& a) { return a * 0.1; })(xj::ones({2}, xj::bf16))).find("0.1:bf16[]") != std::string::npos);
+  CHECK(str(xj::make_jaxpr([](const xj::Array& a) { return a * 0.1; })(xj::ones({2}, xj::f16))).find("0.1:f16[]") != std::string::npos);
+  // mean of bf16 / f16 in f32: the count (257, 70000) is not a bf16 / f16 value
+  CHECK(xj::mean(xj::full({257}, 3.0, xj::bf16)).item<double>() == 3.0);
+  CHECK(xj::mean(xj::full({70000}, 1.0, xj::f16)).item<double>() == 1.0);
+  CHECK(xj::mean(xj::full({70000}, 1.0, xj::f16)).dtype() == xj::f16);
+  // save_from_both_policies keeps a residual dtype given to either policy
+  const xj::Policy both = cp::save_from_both_policies(cp::save_only_these_names({"h"}).as(xj::bf16), cp::dots_saveable);
+  CHECK(both.residual_dtype() == xj::bf16);
+}

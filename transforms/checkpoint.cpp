@@ -69,9 +69,12 @@ const Policy save_collectives = [](const Primitive& p, std::span<const ShapedArr
          p == Primitive::ppermute;
 };
 Policy save_from_both_policies(Policy a, Policy b) {
-  return [a = std::move(a), b = std::move(b)](const Primitive& p, std::span<const ShapedArray> in, const Params& ps) {
+  // A residual dtype given to either (a's first) stays with the combination.
+  const std::optional<DType> as = a.residual_dtype() ? a.residual_dtype() : b.residual_dtype();
+  Policy both = [a = std::move(a), b = std::move(b)](const Primitive& p, std::span<const ShapedArray> in, const Params& ps) {
     return a(p, in, ps) || b(p, in, ps);
   };
+  return as ? both.as(*as) : both;
 }
 }  // namespace checkpoint_policies
 

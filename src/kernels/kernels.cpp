@@ -378,6 +378,8 @@ std::int64_t read_index_scalar(const Array& x) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T>) {
       throw Error("index operand must be an integer, got " + x.aval().str());
+    } else if constexpr (std::is_same_v<T, std::uint64_t>) {  // above INT64_MAX: past any array, not negative
+      return static_cast<std::int64_t>(std::min<std::uint64_t>(in_ptr<T>(x)[0], std::numeric_limits<std::int64_t>::max()));
     } else {
       return static_cast<std::int64_t>(in_ptr<T>(x)[0]);
     }
