@@ -232,6 +232,64 @@ TEST_CASE("dtypes: bf16 reductions, cumulative sums and dot products accumulate 
   CHECK(wide[0] == s00);
 }
 
+TEST_CASE("dtypes: bf16 / f16 products larger than a panel: split by rows, columns or the contraction, any layout") {
+  // The product runs in f32 a panel at a time (src/kernels/dot.cpp narrow_gemm: panels of 2^18
+  // f32 elements), split along the largest of m, n, k; these sizes take two or more panels in each
+  // split. Small integers: every sum is exact in f32 whatever the panel order, so each output is
+  // the exact sum rounded once, as the oracle rounds it.
+  struct Case {
+    std::int64_t m, k, n;
+  };
+  for (const Case c : {Case{1100, 300, 250}, Case{250, 300, 1100}, Case{250, 1100, 300}})
+    for (const xj::DType dt : {xj::bf16, xj::f16})
+      for (const bool a_t : {false, true})
+        for (const bool b_t : {false, true}) {
+          INFO("m " << c.m << " k " << c.k << " n " << c.n << " " << xj::dtype_name(dt) << " a_t " << a_t << " b_t " << b_t);
+          const Format& f = dt == xj::bf16 ? kBf16 : kF16;
+          std::vector<double> av(static_cast<std::size_t>(c.m * c.k)), bv(static_cast<std::size_t>(c.k * c.n));
+          for (std::size_t i = 0; i < av.size(); ++i) av[i] = static_cast<double>((i * 7 + 3) % 13) - 6;
+          for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<double>((i * 5 + 1) % 11) - 5;
+          // A[i, kk] = av[i k + kk], B[kk, j] = bv[kk n + j]; stored transposed where asked
+          auto stored = [](const std::vector<double>& v, std::int64_t r, std::int64_t cl, bool t) {
+            if (!t) return f64v(v, {r, cl});
+            std::vector<double> w(v.size());
+            for (std::int64_t i = 0; i < r; ++i)
+              for (std::int64_t j = 0; j < cl; ++j) w[static_cast<std::size_t>(j * r + i)] = v[static_cast<std::size_t>(i * cl + j)];
+            return f64v(w, {cl, r});
+          };
+          const xj::Array a = xj::astype(stored(av, c.m, c.k, a_t), dt), b = xj::astype(stored(bv, c.k, c.n, b_t), dt);
+          const xj::Array out = xj::dot_general(a, b, {a_t ? 0 : 1}, {b_t ? 1 : 0}, {}, {});
+          REQUIRE(out.dtype() == dt);
+          REQUIRE(out.shape() == xj::Shape{c.m, c.n});
+          const auto got = bits_of(out);
+          int bad = 0;
+          for (std::int64_t i = 0; i < c.m && bad < 3; i += 7)
+            for (std::int64_t j = 0; j < c.n && bad < 3; j += 5) {
+              double sum = 0;
+              for (std::int64_t kk = 0; kk < c.k; ++kk)
+                sum += av[static_cast<std::size_t>(i * c.k + kk)] * bv[static_cast<std::size_t>(kk * c.n + j)];
+              if (got[static_cast<std::size_t>(i * c.n + j)] != oracle(sum, f)) {
+                ++bad;
+                FAIL_CHECK("out[" << i << ", " << j << "] = " << f.value(got[static_cast<std::size_t>(i * c.n + j)]) << ", want " << sum);
+              }
+            }
+        }
+  // a batch of two, each entry its own product (the panel loop runs per batch entry)
+  std::vector<double> av(2 * 600 * 500), bv(2 * 500 * 300);
+  for (std::size_t i = 0; i < av.size(); ++i) av[i] = static_cast<double>((i * 3 + 2) % 9) - 4;
+  for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<double>((i * 11 + 5) % 7) - 3;
+  const xj::Array a = xj::astype(f64v(av, {2, 600, 500}), xj::bf16), b = xj::astype(f64v(bv, {2, 500, 300}), xj::bf16);
+  const auto got = bits_of(xj::dot_general(a, b, {2}, {1}, {0}, {0}));
+  for (std::int64_t bi = 0; bi < 2; ++bi)
+    for (std::int64_t i = 0; i < 600; i += 37)
+      for (std::int64_t j = 0; j < 300; j += 29) {
+        double sum = 0;
+        for (std::int64_t kk = 0; kk < 500; ++kk)
+          sum += av[static_cast<std::size_t>((bi * 600 + i) * 500 + kk)] * bv[static_cast<std::size_t>((bi * 500 + kk) * 300 + j)];
+        CHECK(got[static_cast<std::size_t>((bi * 600 + i) * 300 + j)] == oracle(sum, kBf16));
+      }
+}
+
 TEST_CASE("dtypes: 8- and 16-bit integers wrap, shift and count bits in their own width; u64 above INT64_MAX") {
   const xj::Array a = xj::array<std::int8_t>({100, -128, -1, 7}), b = xj::array<std::int8_t>({100, -1, 1, 2});
   CHECK((a + b).dtype() == xj::i8);

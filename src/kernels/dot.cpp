@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernels.hpp"
 #include "kernels/kernel_sets.hpp"
@@ -165,6 +166,118 @@ DotLayout dot_layout(const Shape& lhs, const Shape& rhs, const params::DotGenera
           operand_layout(rhs, concat(rb, rc, rf), concat(rb, rf, rc))};
 }
 
+// ---- bf16 / f16 operands: the product in f32, a panel at a time ------------------------------
+//
+// The product is split along its largest dimension (rows of A, columns of B, or the contraction,
+// whose partial products accumulate in f32). Each panel of the split operand is widened into a
+// buffer of about kNarrowPanel f32 elements, the other operand is widened whole once per matrix,
+// and each finished panel of the result is narrowed straight into the output. So no full-size f32
+// copy of the larger operand or of the result is made (except the m x n accumulator when the
+// contraction is split and the output is narrow: then the result is the small side), and the
+// widened data is read from cache. The buffers are arrays, so memory statistics count them.
+
+constexpr std::int64_t kNarrowPanel = std::int64_t{1} << 18;  // f32 elements of a widened panel (1 MiB)
+
+// One bf16 / f16 matrix, logically rows x cols, stored row-major (cols x rows when transposed).
+struct NarrowMatrix {
+  const std::uint16_t* data;
+  DType dtype;
+  bool transposed;
+  std::int64_t rows, cols;
+};
+
+// An f32 block of a NarrowMatrix as BLAS reads it: dense, transposed as the matrix is stored.
+struct WideBlock {
+  const float* data;
+  bool transposed;
+  std::int64_t ld;
+};
+
+// Rows [r0, r0 + nr) x cols [c0, c0 + nc) of x, widened into buf (nr * nc elements).
+WideBlock widen_block(const NarrowMatrix& x, std::int64_t r0, std::int64_t nr, std::int64_t c0, std::int64_t nc, float* buf) {
+  const std::int64_t ld = x.transposed ? x.rows : x.cols;
+  const std::int64_t first = x.transposed ? c0 : r0, lines = x.transposed ? nc : nr;  // stored rows
+  const std::int64_t skip = x.transposed ? r0 : c0, width = x.transposed ? nr : nc;   // stored cols
+  for (std::int64_t r = 0; r < lines; ++r)
+    convert_narrow(x.dtype, DType::f32, x.data + (first + r) * ld + skip, buf + r * width, static_cast<std::size_t>(width));
+  return {buf, x.transposed, width};
+}
+
+// c (mi x nj, leading dim ldc) = a * b + beta c. Dense tiles without accumulation take
+// gemm_floats (its small-product loops where they apply).
+void gemm_tile(const WideBlock& a, const WideBlock& b, std::int64_t mi, std::int64_t nj, std::int64_t ki, float beta,
+               float* c, std::int64_t ldc) {
+  if (beta == 0.0f && ldc == nj) return gemm_floats<float>(a.data, a.transposed, b.data, b.transposed, GemmShape{1, mi, nj, ki}, c);
+  cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(mi), static_cast<blasint>(nj), static_cast<blasint>(ki), 1.0f, a.data,
+              static_cast<blasint>(a.ld), b.data, static_cast<blasint>(b.ld), beta, c, static_cast<blasint>(ldc));
+}
+
+float* f32_buffer(std::vector<Array>& keep, std::int64_t n) {
+  keep.push_back(alloc_array(ShapedArray{{n}, DType::f32}));
+  return out_ptr<float>(keep.back());
+}
+
+// c (m x n, row-major, of dtype out) = a * b for bf16 / f16 a (m x k) and b (k x n), k >= 1.
+void narrow_gemm(const NarrowMatrix& a, const NarrowMatrix& b, DType out, char* c) {
+  const std::int64_t m = a.rows, k = a.cols, n = b.cols;
+  const bool wide_out = out == DType::f32;
+  const std::size_t out_size = itemsize(out);
+  std::vector<Array> keep;
+  auto narrow_rows = [&](const float* from, std::int64_t rows, std::int64_t cols, std::int64_t ld_from, char* to) {
+    for (std::int64_t i = 0; i < rows; ++i)
+      convert_narrow(DType::f32, out, from + i * ld_from, to + static_cast<std::size_t>(i * n) * out_size, static_cast<std::size_t>(cols));
+  };
+  auto tile = [](std::int64_t split_len, std::int64_t across) {
+    return std::clamp<std::int64_t>(kNarrowPanel / std::max<std::int64_t>(across, 1), 1, split_len);
+  };
+  if (m >= n && m >= k) {  // panels of A's rows; B whole
+    const std::int64_t mb = tile(m, std::max(k, n));
+    const WideBlock wb = widen_block(b, 0, k, 0, n, f32_buffer(keep, k * n));
+    float* abuf = f32_buffer(keep, mb * k);
+    float* cbuf = wide_out ? nullptr : f32_buffer(keep, mb * n);
+    for (std::int64_t i0 = 0; i0 < m; i0 += mb) {
+      const std::int64_t mi = std::min(mb, m - i0);
+      float* ct = wide_out ? reinterpret_cast<float*>(c) + i0 * n : cbuf;
+      gemm_tile(widen_block(a, i0, mi, 0, k, abuf), wb, mi, n, k, 0.0f, ct, n);
+      if (!wide_out) narrow_rows(cbuf, mi, n, n, c + static_cast<std::size_t>(i0 * n) * out_size);
+    }
+  } else if (n >= k) {  // panels of B's columns; A whole
+    const std::int64_t nb = tile(n, std::max(k, m));
+    const WideBlock wa = widen_block(a, 0, m, 0, k, f32_buffer(keep, m * k));
+    float* bbuf = f32_buffer(keep, k * nb);
+    float* cbuf = wide_out ? nullptr : f32_buffer(keep, m * nb);
+    for (std::int64_t j0 = 0; j0 < n; j0 += nb) {
+      const std::int64_t nj = std::min(nb, n - j0);
+      const WideBlock wb = widen_block(b, 0, k, j0, nj, bbuf);
+      if (wide_out) gemm_tile(wa, wb, m, nj, k, 0.0f, reinterpret_cast<float*>(c) + j0, n);
+      else {
+        gemm_tile(wa, wb, m, nj, k, 0.0f, cbuf, nj);
+        narrow_rows(cbuf, m, nj, nj, c + static_cast<std::size_t>(j0) * out_size);
+      }
+    }
+  } else {  // panels of the contraction, accumulated in f32
+    const std::int64_t kb = tile(k, std::max(m, n));
+    float* acc = wide_out ? reinterpret_cast<float*>(c) : f32_buffer(keep, m * n);
+    float* abuf = f32_buffer(keep, m * kb);
+    float* bbuf = f32_buffer(keep, kb * n);
+    for (std::int64_t k0 = 0; k0 < k; k0 += kb) {
+      const std::int64_t ki = std::min(kb, k - k0);
+      gemm_tile(widen_block(a, 0, m, k0, ki, abuf), widen_block(b, k0, ki, 0, n, bbuf), m, n, ki, k0 == 0 ? 0.0f : 1.0f, acc, n);
+    }
+    if (!wide_out) narrow_rows(acc, m, n, n, c);
+  }
+}
+
+bool is_narrow_float(DType d) { return d == DType::bf16 || d == DType::f16; }
+
+void run_narrow_dot(const GemmOperand& a, const GemmOperand& b, const GemmShape& s, DType dtype, const ShapedArray& out, char* c) {
+  for (std::int64_t bi = 0; bi < s.batch; ++bi)
+    narrow_gemm(NarrowMatrix{in_ptr<std::uint16_t>(a.storage) + bi * s.m * s.k, dtype, a.transposed, s.m, s.k},
+                NarrowMatrix{in_ptr<std::uint16_t>(b.storage) + bi * s.k * s.n, dtype, b.transposed, s.k, s.n}, out.dtype,
+                c + static_cast<std::size_t>(bi * s.m * s.n) * itemsize(out.dtype));
+}
+
 Array run_dot(const DotLayout& l, const Array& lhs, const Array& rhs, const ShapedArray& out) {
   Array result = alloc_array(out);
   if (out.size() == 0) return result;
@@ -174,6 +287,10 @@ Array run_dot(const DotLayout& l, const Array& lhs, const Array& rhs, const Shap
   }
   const GemmOperand a = operand_as_matrix(lhs, l.lhs);
   const GemmOperand b = operand_as_matrix(rhs, l.rhs);
+  if (is_narrow_float(lhs.dtype())) {
+    run_narrow_dot(a, b, l.s, lhs.dtype(), out, out_ptr<char>(result));
+    return result;
+  }
   visit_dtype(out.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_floating_point_v<T>)

@@ -180,6 +180,13 @@ Array narrow_to(const Array& wide, const ShapedArray& out) {
   return wide.dtype() == out.dtype ? wide : convert_element_type_kernel(wide, out);
 }
 
+// dot_general of two bf16 (or two f16) operands into their dtype or f32 runs in f32 a panel at a
+// time (dot.cpp), not through whole widened copies.
+bool is_panel_dot(Primitive p, DType lhs, DType rhs, DType out) {
+  return p == Primitive::dot_general && (lhs == DType::bf16 || lhs == DType::f16) && rhs == lhs &&
+         (out == lhs || out == DType::f32);
+}
+
 bool any_narrow(std::span<const ShapedArray> in, const ShapedArray& out) {
   return is_narrow(out.dtype) || std::any_of(in.begin(), in.end(), [](const ShapedArray& a) { return is_narrow(a.dtype); });
 }
@@ -297,8 +304,10 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
   if (out_avals.size() != 1)
     throw Error("run_kernel(" + std::string(primitive_name(p)) + "): expected one output aval, got " +
                 std::to_string(out_avals.size()));
-  const bool narrow = !takes_narrow_as_is(p) && (is_narrow(out_avals[0].dtype) ||
-                                                 std::any_of(in.begin(), in.end(), [](const Array& a) { return is_narrow(a.dtype()); }));
+  const bool panel_dot = in.size() == 2 && is_panel_dot(p, in[0].dtype(), in[1].dtype(), out_avals[0].dtype);
+  const bool narrow = !takes_narrow_as_is(p) && !panel_dot &&
+                      (is_narrow(out_avals[0].dtype) ||
+                       std::any_of(in.begin(), in.end(), [](const Array& a) { return is_narrow(a.dtype()); }));
   if (narrow) return {widened_kernel(p, params, out_avals[0])(in)};
   // Eager dot_general is called directly: its closure would copy the four dim lists.
   if (p == Primitive::dot_general && in.size() == 2)
@@ -307,7 +316,8 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
 }
 
 KernelFn resolve_kernel(Primitive p, const Params& params, std::span<const ShapedArray> in, const ShapedArray& out) {
-  if (!takes_narrow_as_is(p) && any_narrow(in, out)) return widened_kernel(p, params, out);
+  const bool panel_dot = in.size() == 2 && is_panel_dot(p, in[0].dtype, in[1].dtype, out.dtype);
+  if (!takes_narrow_as_is(p) && !panel_dot && any_narrow(in, out)) return widened_kernel(p, params, out);
   if (p == Primitive::dot_general && in.size() == 2)
     return resolved_dot_general(params.get<params::DotGeneral>(), in[0], in[1], out);
   return resolve_kernel_impl(p, params, out);

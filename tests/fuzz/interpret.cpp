@@ -166,7 +166,13 @@ Arrays formula_vjp(int k, const Arrays& x, const Array& ct) {
 
 Array Runner::operator()(const Program& p, const Arrays& inputs) const {
   if (tape && !tape->recording) tape->pos = 0;  // every Plain call replays the tape from its start
-  Array out = run(p.main, inputs, {}).at(0);
+  // Inputs of a narrower dtype (bf16 in f32 runs) are promoted by JAX's rule on their first use:
+  // bf16 + f32 -> f32, a convert_element_type the trace records (its jvp and transpose convert
+  // the tangent and cotangent: a bf16 input's gradient comes back in bf16).
+  Arrays promoted = inputs;
+  for (Array& x : promoted)
+    if (x.dtype() != dtype) x = x + xj::zeros({}, dtype);
+  Array out = run(p.main, promoted, {}).at(0);
   if (tape && !tape->recording && tape->pos != tape->entries.size())
     throw std::logic_error("fuzz: the Plain run did not replay its whole tape");
   return out;
