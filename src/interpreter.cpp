@@ -167,7 +167,7 @@ void run_steps(const detail::EvalPlan& plan, PlanFrame& frame, std::vector<Array
     for (auto s : st.free_after) slots[s] = Array();
     for (std::size_t k = 0; k < outs.size(); ++k) put(st.outs[k], std::move(outs[k]));
   }
-  for (Primitive p : plan.inlined_checkpoints) detail::count_eval(p);
+  for (Primitive p : plan.inlined_calls) detail::count_eval(p);
   result.clear();
   for (const auto& op : plan.outs) result.push_back(read(op));
 }

@@ -1,6 +1,6 @@
-// lean_composites.cpp: softmax, log_softmax and gelu as custom_jvp functions (JAX's softmax is
+// lean_composites.cpp: relu, softmax, log_softmax and gelu as custom_jvp functions (JAX's softmax is
 // one too), so reverse mode keeps what PyTorch's autograd keeps for them: softmax its output,
-// log_softmax exp(output), gelu one array the size of its input (its derivative). Differentiated
+// log_softmax exp(output), gelu one array the size of its input (its derivative), relu its output. Differentiated
 // as compositions they kept three to four arrays each (issue 32). The rules are written with
 // ordinary ops, so they are differentiable again (higher orders), batch and jit.
 #include <cmath>
@@ -27,11 +27,11 @@ Array plain_log_softmax(const Array& x, std::int64_t axis, const Loc& loc) {
 
 // f(x) with derivative f'(x) elementwise: a custom_jvp whose tangent is dx * f'(x), so reverse
 // mode keeps f'(x) alone.
-template <class F, class D> Array elementwise_with_derivative(const Array& x, F f, D deriv) {
+template <class F, class D> Array elementwise_with_derivative(const Array& x, F f, D deriv, const Loc& loc) {
   return custom_jvp(f, [f, deriv](const std::tuple<Array>& p, const std::tuple<Array>& t) {
     const Array& v = std::get<0>(p);
     return std::pair{f(v), mul(std::get<0>(t), deriv(v))};
-  })(x);
+  }, loc)(x);
 }
 
 }  // namespace
@@ -43,7 +43,7 @@ Array softmax(const Array& x, std::int64_t axis, Loc loc) {
     const Array y = f(std::get<0>(p));
     const Array& dx = std::get<0>(t);
     return std::pair{y, mul(y, sub(dx, sum(mul(y, dx, loc), {axis}, true, loc), loc), loc)};
-  })(x);
+  }, loc)(x);
 }
 
 // d log_softmax(x) = dx - sum(exp(y) dx), y = log_softmax(x) (exp(y) = softmax(x)).
@@ -53,7 +53,25 @@ Array log_softmax(const Array& x, std::int64_t axis, Loc loc) {
     const Array y = f(std::get<0>(p));
     const Array& dx = std::get<0>(t);
     return std::pair{y, sub(dx, sum(mul(exp(y, loc), dx, loc), {axis}, true, loc), loc)};
-  })(x);
+  }, loc)(x);
+}
+
+// relu(x) = select(x > 0, x, 0); d relu = select(relu(x) > 0, dx, 0): x > 0 exactly where
+// relu(x) > 0, so the mask is read from the output, which the next layer's product keeps anyway,
+// and partial eval rebuilds the mask from it instead of keeping one (PyTorch's relu keeps its
+// output alone; jax.nn.relu's rule reads x, whose mask JAX keeps).
+Array relu(const Array& x, Loc loc) {
+  auto f = [loc](const Array& v) {
+    const Array zero = broadcast_to(scalar_like(0.0, v), v.shape(), loc);
+    return where(gt(v, zero, loc), v, zero, loc);
+  };
+  if (!is_floating(x.dtype())) return f(x);
+  return custom_jvp(f, [f, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+    const Array y = f(std::get<0>(p));
+    const Array& dx = std::get<0>(t);
+    const Array zero = broadcast_to(scalar_like(0.0, y), y.shape(), loc);
+    return std::pair{y, where(gt(y, zero, loc), dx, broadcast_to(scalar_like(0.0, dx), dx.shape(), loc), loc)};
+  }, loc)(x);
 }
 
 // gelu(x) = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi):
@@ -70,7 +88,7 @@ Array gelu(const Array& x, Loc loc) {
     const Array du = mul(add(mul(square(v, loc), scalar_like(3 * k, v), loc), scalar_like(1.0, v), loc), scalar_like(c, v), loc);
     return add(half_one_plus_t, mul(mul(mul(v, scalar_like(0.5, v), loc), sub(scalar_like(1.0, v), square(t, loc), loc), loc), du, loc), loc);
   };
-  return elementwise_with_derivative(x, f, deriv);
+  return elementwise_with_derivative(x, f, deriv, loc);
 }
 
 // gelu(x) = x Phi(x) exactly: gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
@@ -84,7 +102,7 @@ Array gelu(const Array& x, bool approximate, Loc loc) {
     const Array density = mul(exp(mul(square(v, loc), scalar_like(-0.5, v), loc), loc), scalar_like(1.0 / std::sqrt(2.0 * std::numbers::pi), v), loc);
     return add(phi_cdf(v), mul(v, density, loc), loc);
   };
-  return elementwise_with_derivative(x, f, deriv);
+  return elementwise_with_derivative(x, f, deriv, loc);
 }
 
 }  // namespace xjax

@@ -51,7 +51,7 @@ Array standardize(const Array& x, std::int64_t axis, double epsilon, std::source
     const Array& dx = std::get<0>(t);
     const Array inner = sub(sub(dx, mean(dx, {a}, true, loc), loc), mul(y, mean(mul(y, dx, loc), {a}, true, loc), loc), loc);
     return std::pair{y, mul(r, inner, loc)};
-  })(x);
+  }, loc)(x);
 }
 
 Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::optional<Array>& bias,
@@ -78,7 +78,7 @@ Array rms_norm(const Array& x, const std::optional<Array>& scale, std::int64_t a
     const auto [r, out] = rstd_and_y(std::get<0>(p));
     const Array& dx = std::get<0>(t);
     return std::pair{out, mul(r, sub(dx, mul(out, mean(mul(out, dx, loc), {a}, true, loc), loc), loc), loc)};
-  })(x);
+  }, loc)(x);
   if (scale) y = mul(y, along_axis("rms_norm", "scale", *scale, x, a, loc), loc);
   return y;
 }

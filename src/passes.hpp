@@ -22,14 +22,17 @@ ClosedJaxpr cse(const ClosedJaxpr& j);
 /// readers goes. The planner runs it: a copy of the operand would be pure overhead.
 Jaxpr fold_transposes(const Jaxpr& j);
 
-/// inline_checkpoints : Jaxpr -> Jaxpr. Each checkpoint equation whose body has no consts is
-/// replaced by its body's equations (fresh variables, its inputs bound to the operands): a
-/// checkpoint means only "recompute under differentiation", so evaluating it is evaluating its
-/// body. *inlined (if given) receives Primitive::checkpoint once per checkpoint inlined (the
-/// planner counts them per run: eval_counts).
-Jaxpr inline_checkpoints(const Jaxpr& j, std::vector<Primitive>* inlined = nullptr);
-/// Whether inline_checkpoints would inline anything in j.
-bool has_inlinable_checkpoint(const Jaxpr& j);
+/// inline_calls : Jaxpr -> Jaxpr. Each checkpoint, custom_jvp_call and custom_vjp_call equation
+/// whose jaxpr has no consts is replaced by that jaxpr's equations (fresh variables, its inputs
+/// bound to the operands): these calls mean only "recompute / differentiate this way", so
+/// evaluating one is evaluating its jaxpr. *inlined (if given) receives each inlined call's
+/// primitive once per inlining (the planner counts them per run: eval_counts).
+Jaxpr inline_calls(const Jaxpr& j, std::vector<Primitive>* inlined = nullptr);
+/// Whether inline_calls would inline anything in j.
+bool has_inlinable_call(const Jaxpr& j);
+/// The jaxpr a checkpoint, custom_jvp_call or custom_vjp_call equation means (what evaluating it
+/// evaluates); null for other equations.
+const ClosedJaxpr* called_jaxpr(const Eqn& e);
 
 /// DCE rule of a primitive: the equation with unused outputs (and what only they need) removed;
 /// used_in says which inputs the result still reads. Called only when some output is used. Only

@@ -307,13 +307,13 @@ bool has(const Jaxpr& j, Primitive p) {
   return std::any_of(j.eqns.begin(), j.eqns.end(), [p](const Eqn& e) { return e.prim == p; });
 }
 
-/// source rewritten for execution by the passes (passes.hpp): checkpoints inlined, transposes
+/// source rewritten for execution by the passes (passes.hpp): calls inlined, transposes
 /// folded into the dots that read them; null when they would not change it. The inlined
-/// checkpoints are appended to `inlined`.
+/// calls are appended to `inlined`.
 std::shared_ptr<const Jaxpr> rewritten_for_execution(const Jaxpr& source, std::vector<Primitive>& inlined) {
-  const bool inline_bodies = has_inlinable_checkpoint(source);
+  const bool inline_bodies = has_inlinable_call(source);
   if (!inline_bodies && !(has(source, Primitive::transpose) && has(source, Primitive::dot_general))) return nullptr;
-  Jaxpr j = inline_bodies ? inline_checkpoints(source, &inlined) : source;
+  Jaxpr j = inline_bodies ? inline_calls(source, &inlined) : source;
   if (has(j, Primitive::transpose) && has(j, Primitive::dot_general)) j = fold_transposes(j);
   return std::make_shared<const Jaxpr>(std::move(j));
 }
@@ -322,7 +322,7 @@ std::shared_ptr<const Jaxpr> rewritten_for_execution(const Jaxpr& source, std::v
 
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
   auto plan = std::make_shared<EvalPlan>();
-  plan->rewritten = rewritten_for_execution(source, plan->inlined_checkpoints);
+  plan->rewritten = rewritten_for_execution(source, plan->inlined_calls);
   const Jaxpr& program = plan->rewritten ? *plan->rewritten : source;
   EqnList listed;
   for (const Eqn& e : program.eqns) listed.push_back(&e);

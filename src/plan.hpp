@@ -43,14 +43,14 @@ struct EvalPlan {
     std::vector<std::size_t> outs;        // npos: output never read
     std::vector<std::size_t> free_after;  // slots to drop after this step
   };
-  /// The jaxpr the steps run when the passes run before planning changed the source (checkpoints
+  /// The jaxpr the steps run when the passes run before planning changed the source (calls
   /// inlined, transposes folded into dots: passes.hpp), owned by the plan; null when they left it
   /// as it is, and the steps point into the source's equations and literals. So a plan runs only
   /// while its source lives (plan_of's side table drops it with the source).
   std::shared_ptr<const Jaxpr> rewritten;
-  /// The checkpoints inlined, counted once per run (eval_counts: every step of a plan runs once
+  /// The calls inlined (checkpoint, custom_jvp_call, custom_vjp_call), counted once per run (eval_counts: every step of a plan runs once
   /// per run, so they ran once each).
-  std::vector<Primitive> inlined_checkpoints;
+  std::vector<Primitive> inlined_calls;
   std::size_t num_slots = 0;
   std::vector<ShapedArray> slot_avals;  // each slot's aval
   std::vector<std::size_t> const_slots, in_slots;  // npos: never read

@@ -18,6 +18,7 @@
 
 #include "fnv_hash.hpp"
 #include "param_reflect.hpp"
+#include "passes.hpp"
 #include "plan.hpp"
 
 namespace xjax::detail {
@@ -77,12 +78,11 @@ std::uint64_t fingerprint(const Jaxpr& j) {
     for (const auto& out : e.outputs) h.add(out.id());
     h.add(e.params.variant().index());
     for_each_param(e.params, [&](std::string_view, const auto& v) { h.add_param(v); });
-    // A checkpoint's body is inlined into this plan (passes/inline_checkpoints.cpp), or its plan
-    // held by a call step: the body's jaxpr and contents are part of what this plan depends on.
-    if (e.prim == Primitive::checkpoint) {
-      const ClosedJaxpr& body = *e.params.get<params::Checkpoint>().jaxpr;
-      h.add(reinterpret_cast<std::uintptr_t>(body.jaxpr.get()));
-      h.add(fingerprint(*body.jaxpr));
+    // A call's body is inlined into this plan (passes/inline_calls.cpp), or its plan held by a
+    // call step: the body's jaxpr and contents are part of what this plan depends on.
+    if (const ClosedJaxpr* body = called_jaxpr(e)) {
+      h.add(reinterpret_cast<std::uintptr_t>(body->jaxpr.get()));
+      h.add(fingerprint(*body->jaxpr));
     }
   }
   h.add(0x0eull);

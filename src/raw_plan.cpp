@@ -206,7 +206,7 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
         workspace.give(values[s].index, plan.slot_avals[s].nbytes());
     f.counted = st.counted;
   }
-  fp->counted = plan.inlined_checkpoints;
+  fp->counted = plan.inlined_calls;
   fp->workspace_bytes = workspace.size();
   return fp;
 }

@@ -713,3 +713,53 @@ TEST_CASE("a GPT block keeps what PyTorch's autograd keeps: residual bytes withi
   CHECK(activations <= 1.1 * torch);
   CHECK(activations >= 0.5 * torch);  // a sanity bound: the backward pass needs about as much
 }
+
+TEST_CASE("checkpoint: relu keeps its output, not a mask; a comparison of kept values is recomputed, not kept") {
+  // y + relu(y W1) W2 with the hidden activation named: without a checkpoint the one computed
+  // residual is h (dW2 = h^T ct needs it; relu's mask is h > 0, rebuilt from it), and under
+  // save_only_these_names(hidden) the backward pass runs no product again (4 backward products +
+  // 2 forward ones), where a mask read from y W1 would recompute that product.
+  auto layer = [](const xj::Array& y, const xj::Array& w1, const xj::Array& w2) {
+    return xj::sum(y + xj::matmul(xj::checkpoint_name(xj::relu(xj::matmul(y, w1)), "hidden"), w2));
+  };
+  const xj::Array y = randn({5, 3}, 41), w1 = randn({3, 7}, 42), w2 = randn({7, 3}, 43);
+  auto kept = computed(xj::saved_residuals(layer, y, w1, w2));
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0].aval == xj::ShapedArray{{5, 7}, xj::f64});
+  CHECK(kept[0].description.find("named 'hidden'") != std::string::npos);
+  auto hidden_only = xj::checkpoint(layer, {.policy = pol::save_only_these_names({"hidden"})});
+  CHECK(computed(xj::saved_residuals(hidden_only, y, w1, w2)).size() == 1);
+  auto g = xj::grad(hidden_only, xj::argnums<0, 1, 2>);
+  (void)g(y, w1, w2);
+  xj::reset_eval_counts();
+  auto [gy, gw1, gw2] = g(y, w1, w2);
+  CHECK(xj::eval_counts()["dot_general"] == 6);
+  // the gradient against loops in double: ct = 1, h = relu(z), z = y W1
+  const auto Y = y.to_vector<double>(), W1 = w1.to_vector<double>(), W2 = w2.to_vector<double>();
+  std::vector<double> z(35, 0.0), dW1(21, 0.0), dW2(21, 0.0), dY(15, 1.0);
+  for (int i = 0; i < 5; ++i)
+    for (int k = 0; k < 7; ++k)
+      for (int j = 0; j < 3; ++j) z[i * 7 + k] += Y[i * 3 + j] * W1[j * 7 + k];
+  for (int i = 0; i < 5; ++i)
+    for (int k = 0; k < 7; ++k) {
+      double dh = 0;  // d sum(h W2) / dh = sum_j W2[k, j]
+      for (int j = 0; j < 3; ++j) dh += W2[k * 3 + j], dW2[k * 3 + j] += std::max(z[i * 7 + k], 0.0);
+      const double dz = z[i * 7 + k] > 0 ? dh : 0.0;
+      for (int j = 0; j < 3; ++j) dW1[j * 7 + k] += Y[i * 3 + j] * dz, dY[i * 3 + j] += W1[j * 7 + k] * dz;
+    }
+  check_values(gy, dY, 1e-12);
+  check_values(gw1, dW1, 1e-12);
+  check_values(gw2, dW2, 1e-12);
+
+  // Partial eval on its own: s = sin(x) is kept (the tangent of s * w reads it); the mask s > 0.3
+  // of where(s > 0.3, s w, w) is a comparison of it, recomputed in the backward pass.
+  auto masked = [](const xj::Array& x, const xj::Array& w) {
+    const xj::Array s = xj::sin(x);
+    return xj::sum(xj::where(s > 0.3, s * w, w));
+  };
+  const xj::Array x = randn({4, 6}, 44), w = randn({4, 6}, 45);
+  for (const auto& r : computed(xj::saved_residuals(masked, x, w))) CHECK(r.aval.dtype != xj::bool_);
+  const xj::Array gw = xj::grad(masked, xj::argnums<1>)(x, w);
+  const auto X = x.to_vector<double>(), G = gw.to_vector<double>();
+  for (std::size_t i = 0; i < X.size(); ++i) CHECK(G[i] == (std::sin(X[i]) > 0.3 ? std::sin(X[i]) : 1.0));
+}

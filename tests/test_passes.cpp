@@ -1,5 +1,5 @@
 // test_passes.cpp: the jaxpr -> jaxpr passes the planner runs before it plans (src/passes.hpp):
-// fold_transposes and inline_checkpoints, each on its own. Each keeps the signature (the same
+// fold_transposes and inline_calls, each on its own. Each keeps the signature (the same
 // invars and constvars), removes what it should and nothing else, and keeps the values, which are
 // checked against plain loops in double.
 #include <doctest/doctest.h>
@@ -91,21 +91,21 @@ TEST_CASE("passes: fold_transposes keeps a transpose that something else reads, 
   CHECK(run(f2, {c, m}).to_vector<double>() == run(*reordered.jaxpr, {c, m}).to_vector<double>());
 }
 
-TEST_CASE("passes: inline_checkpoints replaces each checkpoint by its body, renamed per inlining, and lists them") {
+TEST_CASE("passes: inline_calls replaces each checkpoint by its body, renamed per inlining, and lists them") {
   auto block = xj::checkpoint([](const xj::Array& x) { return xj::sin(xj::sin(x)) * 2.0; });
   auto nested = xj::checkpoint([&](const xj::Array& x) { return block(x) - 0.5; });
   auto f = [&](const xj::Array& x) { return block(x) + block(x * 3.0) * nested(x + 1.0); };
   xj::Array x = xj::random::normal(xj::random::key(7), {6}, xj::f64);
   auto j = xj::make_jaxpr(f)(x);
   REQUIRE(count(*j.jaxpr, xj::Primitive::checkpoint) == 3);
-  CHECK(xjax::detail::has_inlinable_checkpoint(*j.jaxpr));
+  CHECK(xjax::detail::has_inlinable_call(*j.jaxpr));
   std::vector<xj::Primitive> inlined;
-  const xj::Jaxpr flat = xjax::detail::inline_checkpoints(*j.jaxpr, &inlined);
+  const xj::Jaxpr flat = xjax::detail::inline_calls(*j.jaxpr, &inlined);
   CHECK(count(flat, xj::Primitive::checkpoint) == 0);
   CHECK(inlined.size() == 4);  // block twice, nested, and block inside nested
   CHECK(count(flat, xj::Primitive::sin) == 6);
   CHECK(same_vars(flat.invars, j.jaxpr->invars));
-  CHECK_FALSE(xjax::detail::has_inlinable_checkpoint(flat));
+  CHECK_FALSE(xjax::detail::has_inlinable_call(flat));
   std::set<std::uint64_t> defined;  // each inlining defines its own variables
   for (const auto& e : flat.eqns)
     for (const auto& o : e.outputs) CHECK(defined.insert(o.id()).second);
@@ -119,13 +119,47 @@ TEST_CASE("passes: inline_checkpoints replaces each checkpoint by its body, rena
   }
 }
 
-TEST_CASE("passes: inline_checkpoints leaves a jaxpr without inlinable checkpoints as it is") {
+TEST_CASE("passes: inline_calls leaves a jaxpr without inlinable checkpoints as it is") {
   auto identity = xj::checkpoint([](const xj::Array& x) { return x; });  // an empty body: nothing to inline
   xj::Array x = xj::random::normal(xj::random::key(8), {3}, xj::f64);
   auto j = xj::make_jaxpr([&](const xj::Array& v) { return identity(xj::exp(v)); })(x);
-  CHECK_FALSE(xjax::detail::has_inlinable_checkpoint(*j.jaxpr));
+  CHECK_FALSE(xjax::detail::has_inlinable_call(*j.jaxpr));
   std::vector<xj::Primitive> inlined;
-  const xj::Jaxpr same = xjax::detail::inline_checkpoints(*j.jaxpr, &inlined);
+  const xj::Jaxpr same = xjax::detail::inline_calls(*j.jaxpr, &inlined);
   CHECK(inlined.empty());
   CHECK(str(same) == str(*j.jaxpr));
+}
+
+TEST_CASE("passes: inline_calls also inlines custom_jvp_call and custom_vjp_call (their meaning is their jaxpr)") {
+  auto square_vjp = xj::custom_vjp([](const xj::Array& x) { return x * x; },
+                                   [](const xj::Array& x) { return std::pair{x * x, x}; },
+                                   [](const xj::Array& x, const xj::Array& ct) { return std::tuple{ct * x * 2.0}; });
+  auto f = [&](const xj::Array& x) { return xj::relu(x) * 3.0 + square_vjp(xj::gelu(x)); };
+  xj::Array x = xj::random::normal(xj::random::key(9), {7}, xj::f64);
+  auto j = xj::make_jaxpr(f)(x);
+  REQUIRE(count(*j.jaxpr, xj::Primitive::custom_jvp_call) == 2);  // relu, gelu
+  REQUIRE(count(*j.jaxpr, xj::Primitive::custom_vjp_call) == 1);
+  CHECK(xjax::detail::has_inlinable_call(*j.jaxpr));
+  std::vector<xj::Primitive> inlined;
+  const xj::Jaxpr flat = xjax::detail::inline_calls(*j.jaxpr, &inlined);
+  CHECK(count(flat, xj::Primitive::custom_jvp_call) == 0);
+  CHECK(count(flat, xj::Primitive::custom_vjp_call) == 0);
+  CHECK(std::count(inlined.begin(), inlined.end(), xj::Primitive::custom_jvp_call) == 2);
+  CHECK(std::count(inlined.begin(), inlined.end(), xj::Primitive::custom_vjp_call) == 1);
+  const auto xs = x.to_vector<double>();
+  const auto got = run(flat, {x}).to_vector<double>();
+  REQUIRE(got.size() == xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i], u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
+    const double gelu = 0.5 * v * (1.0 + std::tanh(u));
+    CHECK(got[i] == doctest::Approx(std::max(v, 0.0) * 3.0 + gelu * gelu).epsilon(1e-12));
+  }
+  // jit runs the inlined equations (relu fused with its neighbours) and still counts each call
+  auto jf = xj::jit(f);
+  (void)jf(x);
+  xj::reset_eval_counts();
+  const auto jitted = jf(x).to_vector<double>();
+  CHECK(xj::eval_counts()["custom_jvp_call"] == 2);
+  CHECK(xj::eval_counts()["custom_vjp_call"] == 1);
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(jitted[i] == doctest::Approx(got[i]).epsilon(1e-12));
 }

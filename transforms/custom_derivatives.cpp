@@ -25,13 +25,14 @@ std::vector<Array> with_consts(const ClosedJaxpr& j, std::span<const Array> args
 
 // ---- custom_jvp_call -------------------------------------------------------------------------
 
-std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args) {
+std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args,
+                                        std::source_location loc) {
   auto obj = std::make_shared<JvpRuleObject>();
   obj->rule = std::move(rule);
   params::CustomJvpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(consts_as_inputs(f)),
                            .jvp = obj,
                            .num_consts = static_cast<std::int64_t>(f.consts.size())};
-  return bind(Primitive::custom_jvp_call, with_consts(f, args), std::move(ps));
+  return bind(Primitive::custom_jvp_call, with_consts(f, args), std::move(ps), loc);
 }
 
 // d f(x) = rule(x, dx): the user's rule (its own operations are differentiated normally later)

@@ -36,6 +36,14 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   auto is_unknown = [&](const Atom& a) { return as_var(a) && unknown.count(as_var(a)->id()); };
 
   std::vector<Eqn> known_eqns, staged_eqns;
+  std::vector<std::size_t> staged_from;  // the position in j.eqns of each staged equation's source
+  std::unordered_map<std::uint64_t, std::size_t> known_def;  // var id -> its known equation's position in j.eqns
+  std::unordered_map<std::uint64_t, Eqn> known_by_var;       // var id -> its known comparison (renamed inputs)
+  std::unordered_map<std::uint64_t, Var> named;              // var id -> its checkpoint_name (the same value)
+  auto stage = [&](Eqn e, std::size_t from) {
+    staged_eqns.push_back(std::move(e));
+    staged_from.push_back(from);
+  };
   std::unordered_map<std::uint64_t, Atom> alias;  // renamings introduced by pe rules
   auto rename = [&](const Atom& a) -> Atom {
     if (auto* v = as_var(a)) {
@@ -44,8 +52,8 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     }
     return a;
   };
-  for (const Eqn& e0 : j.eqns) {
-    Eqn e = e0;
+  for (std::size_t pos = 0; pos < j.eqns.size(); ++pos) {
+    Eqn e = j.eqns[pos];
     for (auto& in : e.inputs) in = rename(in);
     bool any_unknown = std::any_of(e.inputs.begin(), e.inputs.end(), is_unknown);
     if (!any_unknown && e.prim == Primitive::custom_lin) {
@@ -54,12 +62,14 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       // It must never be evaluated: that would be forward mode of the custom_vjp function.
       for (const Var& o : e.outputs) {
         known_eqns.push_back(zeros_eqn(o, e.loc));
-        staged_eqns.push_back(known_eqns.back());  // rebuilt where read, not saved (as literals)
+        stage(known_eqns.back(), pos);  // rebuilt where read, not saved (as literals)
       }
       continue;
     }
     if (!any_unknown) {
       known_eqns.push_back(e);
+      if (family_of(e.prim) == Family::comparison) known_by_var.emplace(e.outputs[0].id(), e), known_def.emplace(e.outputs[0].id(), pos);
+      if (e.prim == Primitive::name && as_var(e.inputs[0])) named.emplace(as_var(e.inputs[0])->id(), e.outputs[0]);
       // Recomputed on the staged side: what the policy does not save, values built from literals
       // alone (e.g. broadcast zeros), and broadcasts that enlarge a value (a norm's per-row scale
       // spread over the row): cheaper to rebuild than to keep, so the smaller operand is what a
@@ -68,7 +78,7 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       const Var* operand = e.inputs.empty() ? nullptr : as_var(e.inputs[0]);
       bool enlarging_broadcast = e.prim == Primitive::broadcast_in_dim && operand &&
                                  e.outputs[0].aval().size() > operand->aval().size();
-      if ((saveable && !saveable(e)) || from_literals || enlarging_broadcast) staged_eqns.push_back(e);
+      if ((saveable && !saveable(e)) || from_literals || enlarging_broadcast) stage(e, pos);
       continue;
     }
     std::vector<bool> ins_unknown;
@@ -80,14 +90,14 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       // save is recomputed on the staged side (a known scan or cond reruns there).
       if (saveable)
         for (const Eqn& k : split.known)
-          if (!saveable(k)) staged_eqns.push_back(k);
-      staged_eqns.insert(staged_eqns.end(), split.staged.begin(), split.staged.end());
+          if (!saveable(k)) stage(k, pos);
+      for (const Eqn& st : split.staged) stage(st, pos);
       for (std::size_t k = 0; k < e.outputs.size(); ++k)
         if (split.out_unknown[k]) unknown.insert(e.outputs[k].id());
       for (const auto& [v, a] : split.aliases) alias.emplace(v.id(), a);
       continue;
     }
-    staged_eqns.push_back(e);
+    stage(e, pos);
     for (const auto& o : e.outputs) unknown.insert(o.id());
   }
 
@@ -100,37 +110,72 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     (u ? staged_outs : known_outs).push_back(o);
   }
 
-  // Dead code on the staged side: keep what its outputs need, walking backwards.
-  std::unordered_set<std::uint64_t> needed;
-  for (const auto& o : staged_outs)
-    if (auto* v = as_var(o)) needed.insert(v->id());
   std::vector<Eqn> live_staged;
-  for (auto it = staged_eqns.rbegin(); it != staged_eqns.rend(); ++it) {
-    bool used = std::any_of(it->outputs.begin(), it->outputs.end(), [&](const Var& v) { return needed.count(v.id()); });
-    if (!used) continue;
-    for (const auto& in : it->inputs)
-      if (auto* v = as_var(in)) needed.insert(v->id());
-    live_staged.push_back(*it);
-  }
-  std::reverse(live_staged.begin(), live_staged.end());
-
-  // Residuals: known values read on the staged side but not defined there, in order of first use.
-  std::unordered_set<std::uint64_t> defined_staged;
-  for (std::size_t i = 0; i < j.invars.size(); ++i)
-    if (in_unknown[i]) defined_staged.insert(j.invars[i].id());
   std::vector<Var> residuals;
-  std::unordered_set<std::uint64_t> seen;
-  auto consider = [&](const Atom& a) {
-    auto* v = as_var(a);
-    if (!v || defined_staged.count(v->id()) || seen.count(v->id())) return;
-    seen.insert(v->id());
-    residuals.push_back(*v);
-  };
-  for (const Eqn& e : live_staged) {
-    for (const auto& in : e.inputs) consider(in);
-    for (const auto& o : e.outputs) defined_staged.insert(o.id());
+  for (;;) {
+    // Dead code on the staged side: keep what its outputs need, walking backwards.
+    std::unordered_set<std::uint64_t> needed;
+    for (const auto& o : staged_outs)
+      if (auto* v = as_var(o)) needed.insert(v->id());
+    live_staged.clear();
+    for (auto it = staged_eqns.rbegin(); it != staged_eqns.rend(); ++it) {
+      bool used = std::any_of(it->outputs.begin(), it->outputs.end(), [&](const Var& v) { return needed.count(v.id()); });
+      if (!used) continue;
+      for (const auto& in : it->inputs)
+        if (auto* v = as_var(in)) needed.insert(v->id());
+      live_staged.push_back(*it);
+    }
+    std::reverse(live_staged.begin(), live_staged.end());
+
+    // Residuals: known values read on the staged side but not defined there, in order of first use.
+    std::unordered_set<std::uint64_t> defined_staged;
+    for (std::size_t i = 0; i < j.invars.size(); ++i)
+      if (in_unknown[i]) defined_staged.insert(j.invars[i].id());
+    residuals.clear();
+    std::unordered_set<std::uint64_t> seen;
+    auto consider = [&](const Atom& a) {
+      auto* v = as_var(a);
+      if (!v || defined_staged.count(v->id()) || seen.count(v->id())) return;
+      seen.insert(v->id());
+      residuals.push_back(*v);
+    };
+    for (const Eqn& e : live_staged) {
+      for (const auto& in : e.inputs) consider(in);
+      for (const auto& o : e.outputs) defined_staged.insert(o.id());
+    }
+    for (const auto& o : staged_outs) consider(o);
+
+    // Masks rebuilt from what is kept anyway: a residual computed by a comparison whose variable
+    // operands are residuals too (relu's mask of its saved output), or values the staged side
+    // rebuilds from literals, is recomputed there instead (a comparison pass in exchange for one
+    // byte an element; PyTorch's relu keeps its output alone). Staged at its source position, so
+    // its operands are defined before it; repeated until no residual qualifies.
+    std::unordered_set<std::uint64_t> staged_defs;
+    for (const Eqn& e : staged_eqns)
+      for (const auto& o : e.outputs) staged_defs.insert(o.id());
+    bool moved = false;
+    for (const Var& r : residuals) {
+      auto it = known_by_var.find(r.id());
+      if (it == known_by_var.end() || staged_defs.count(r.id())) continue;
+      Eqn cmp = it->second;
+      bool operands_kept = true;
+      for (Atom& a : cmp.inputs) {
+        const Var* v = as_var(a);
+        if (!v || seen.count(v->id()) || staged_defs.count(v->id())) continue;
+        auto same = named.find(v->id());  // kept under its name (a policy's named residual)
+        if (same != named.end() && seen.count(same->second.id())) a = same->second;
+        else operands_kept = false;
+      }
+      if (!operands_kept) continue;
+      const std::size_t from = known_def.at(r.id());
+      const auto at = std::upper_bound(staged_from.begin(), staged_from.end(), from) - staged_from.begin();
+      staged_eqns.insert(staged_eqns.begin() + at, cmp);
+      staged_from.insert(staged_from.begin() + at, from);
+      staged_defs.insert(r.id());
+      moved = true;
+    }
+    if (!moved) break;
   }
-  for (const auto& o : staged_outs) consider(o);
 
   auto known = std::make_shared<Jaxpr>();
   known->constvars = j.constvars;

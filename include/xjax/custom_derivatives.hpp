@@ -1,6 +1,7 @@
 // custom_derivatives.hpp: custom_jvp, custom_vjp, custom_linear_solve and custom_root, with JAX's semantics.
 #pragma once
 #include <functional>
+#include <source_location>
 #include <tuple>
 #include <utility>
 
@@ -11,7 +12,8 @@ namespace detail {
 
 using JvpFlatRule = std::function<std::pair<std::vector<Array>, std::vector<Array>>(std::span<const Array>, std::span<const Array>)>;
 using BwdFlat = std::function<std::vector<Array>(std::span<const Array> res, std::span<const Array> cts)>;
-std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args);
+std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args,
+                                        std::source_location loc = std::source_location::current());
 std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_out, BwdFlat bwd, std::span<const Array> args);
 
 template <class T> std::vector<Array> leaves_of(const T& tree) { return tree_flatten(tree).first; }
@@ -21,8 +23,10 @@ template <class T> std::vector<Array> leaves_of(const T& tree) { return tree_fla
 /// custom_jvp(f, rule): f with a user-defined forward derivative.
 /// rule(std::tuple<Args...> primals, std::tuple<Args...> tangents) -> std::pair{out, tangent_out}.
 /// Reverse mode works by transposing the rule's (linear) tangent computation, as in JAX.
-template <class F, class Rule> auto custom_jvp(F f, Rule rule) {
-  return [f, rule]<class... Args>(const Args&... args) {
+/// `loc` (where custom_jvp is called) is the location its equations, and those its rule makes
+/// under differentiation, record (saved_residuals' descriptions).
+template <class F, class Rule> auto custom_jvp(F f, Rule rule, std::source_location loc = std::source_location::current()) {
+  return [f, rule, loc]<class... Args>(const Args&... args) {
     using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
     detail::FlatArgs fa = detail::flatten_args(args...);
     TreeDef out_def;
@@ -39,7 +43,7 @@ template <class F, class Rule> auto custom_jvp(F f, Rule rule) {
       detail::check_same_tree("custom_jvp: the rule's tangent output differs from f's output", out_def, tout_def);
       return std::pair{std::move(out_leaves), std::move(tout_leaves)};
     };
-    return tree_unflatten<R>(out_def, detail::custom_jvp_call_flat(j, flat_rule, fa.leaves));
+    return tree_unflatten<R>(out_def, detail::custom_jvp_call_flat(j, flat_rule, fa.leaves, loc));
   };
 }
 

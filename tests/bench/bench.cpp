@@ -289,33 +289,30 @@ std::pair<xj::Array, xj::None> mlp_layer(const xj::Array& y, const Weights& w) {
 }
 
 /// What the reference keeps for the backward pass besides each layer's input: what xjax keeps
-/// under the variant (JAX's rules: relu's derivative reads its input's sign, a bool mask).
+/// under the variant (relu's derivative reads the sign of its output, as PyTorch's does).
 enum class Store {
-  hidden_and_mask,   // no checkpoint: h = relu(z) and the mask z > 0 (one byte each)
-  nothing,           // nothing_saveable: recompute z = y W1 (a GEMM), then h and the mask
-  preact,            // dots_saveable: z; h and the mask are recomputed from it
-  hidden_recompute,  // save_only_these_names(hidden): h; the mask needs z, recomputed (a GEMM)
+  hidden,   // no checkpoint, save_only_these_names(hidden): h = relu(z); the mask is h > 0
+  nothing,  // nothing_saveable: recompute z = y W1 (a GEMM), then h and the mask
+  preact,   // dots_saveable: z; h and the mask are recomputed from it
 };
 
 /// The buffers of the residual MLP's reference, allocated once before timing (lean: no
 /// allocation per call); what it stores depends on the variant, as xjax's residuals do.
 struct MlpWork {
   Buf ys, acts, y, zt, dW1, dW2, g, dz, ht, zr;
-  MaskBuf masks;
   MlpWork(std::int64_t L, std::int64_t d, std::int64_t N, Store store) {
     const std::int64_t H = 4 * d, nd = N * d, nh = N * H, dh = d * H;
-    const bool keep_h = store == Store::hidden_and_mask || store == Store::hidden_recompute;
+    const bool keep_h = store == Store::hidden;
     ys = Buf(L * nd);                                            // layer inputs
     if (store != Store::nothing) acts = Buf(L * nh);              // h, or z under preact
-    if (store == Store::hidden_and_mask) masks = MaskBuf(L * nh);
     y = Buf(nd);
     zt = Buf(nh);
     dW1 = Buf(L * dh);
     dW2 = Buf(L * dh);
     g = Buf(nd);
     dz = Buf(nh);
-    if (!keep_h) ht = Buf(nh);                                                        // recomputed h
-    if (store == Store::nothing || store == Store::hidden_recompute) zr = Buf(nh);  // recomputed z
+    if (!keep_h) ht = Buf(nh);                   // recomputed h
+    if (store == Store::nothing) zr = Buf(nh);  // recomputed z
   }
 };
 
@@ -323,7 +320,7 @@ struct MlpWork {
 void ref_mlp(MlpWork& w, const std::vector<float>& W1, const std::vector<float>& W2, const std::vector<float>& y0,
              std::int64_t L, std::int64_t d, std::int64_t N, Store store) {
   const std::int64_t H = 4 * d, nd = N * d, nh = N * H, dh = d * H;
-  const bool keep_h = store == Store::hidden_and_mask || store == Store::hidden_recompute;
+  const bool keep_h = store == Store::hidden;
   std::memcpy(w.ys.data(), y0.data(), static_cast<std::size_t>(nd) * 4);
   for (std::int64_t i = 0; i < L; ++i) {
     const float* yi = w.ys.data() + i * nd;
@@ -331,12 +328,7 @@ void ref_mlp(MlpWork& w, const std::vector<float>& W1, const std::vector<float>&
     float* z = store == Store::preact ? w.acts.data() + i * nh : w.zt.data();
     float* h = keep_h ? w.acts.data() + i * nh : w.zt.data();
     gemm(false, false, N, H, d, yi, d, W1.data() + i * dh, H, 0.0f, z, H);
-    std::uint8_t* mk = store == Store::hidden_and_mask ? w.masks.data() + i * nh : nullptr;
-    for (std::int64_t k = 0; k < nh; ++k) {
-      const bool pos = z[k] > 0;
-      h[k] = pos ? z[k] : 0.0f;
-      if (mk) mk[k] = pos ? 1 : 0;
-    }
+    for (std::int64_t k = 0; k < nh; ++k) h[k] = z[k] > 0 ? z[k] : 0.0f;
     std::memcpy(out, yi, static_cast<std::size_t>(nd) * 4);
     gemm(false, false, N, d, H, h, H, W2.data() + i * dh, d, 1.0f, out, d);
   }
@@ -347,21 +339,15 @@ void ref_mlp(MlpWork& w, const std::vector<float>& W1, const std::vector<float>&
     const float* w1 = W1.data() + i * dh;
     const float* w2 = W2.data() + i * dh;
     const float* z = store == Store::preact ? w.acts.data() + i * nh : w.zr.data();
-    if (store == Store::nothing || store == Store::hidden_recompute)
-      gemm(false, false, N, H, d, yi, d, w1, H, 0.0f, w.zr.data(), H);  // recompute the pre-activation
+    if (store == Store::nothing) gemm(false, false, N, H, d, yi, d, w1, H, 0.0f, w.zr.data(), H);  // recompute the pre-activation
     const float* h = keep_h ? w.acts.data() + i * nh : w.ht.data();
     if (!keep_h)
       for (std::int64_t k = 0; k < nh; ++k) w.ht.data()[k] = z[k] > 0 ? z[k] : 0.0f;
     gemm(true, false, H, d, N, h, H, g, d, 0.0f, w.dW2.data() + i * dh, d);
     gemm(false, true, N, H, d, g, d, w2, d, 0.0f, w.dz.data(), H);
-    if (store == Store::hidden_and_mask) {
-      const std::uint8_t* mk = w.masks.data() + i * nh;
-      for (std::int64_t k = 0; k < nh; ++k)
-        if (!mk[k]) w.dz.data()[k] = 0.0f;
-    } else {
-      for (std::int64_t k = 0; k < nh; ++k)
-        if (!(z[k] > 0)) w.dz.data()[k] = 0.0f;
-    }
+    const float* sign = keep_h ? h : z;  // h > 0 exactly where z > 0
+    for (std::int64_t k = 0; k < nh; ++k)
+      if (!(sign[k] > 0)) w.dz.data()[k] = 0.0f;
     gemm(true, false, d, H, N, yi, d, w.dz.data(), H, 0.0f, w.dW1.data() + i * dh, H);
     if (i > 0) gemm(false, true, N, d, H, w.dz.data(), H, w1, H, 1.0f, g, d);
   }
@@ -383,10 +369,10 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
     Store store;
   };
   std::vector<Variant> variants = {
-      {"no checkpoint", std::nullopt, false, Store::hidden_and_mask},
+      {"no checkpoint", std::nullopt, false, Store::hidden},
       {"nothing_saveable", cp::nothing_saveable, true, Store::nothing},
       {"dots_saveable", cp::dots_saveable, true, Store::preact},
-      {"save_only_these_names(hidden)", cp::save_only_these_names({"hidden"}), true, Store::hidden_recompute},
+      {"save_only_these_names(hidden)", cp::save_only_these_names({"hidden"}), true, Store::hidden},
   };
   const double gemm_flops = 2.0 * double(N) * double(d) * double(H);
   for (const auto& v : variants) {
@@ -417,16 +403,15 @@ void bench_mlp(std::vector<Row>& rows, std::int64_t L, std::int64_t d, std::int6
       arbiter = " vs f64: xjax " + fmt("%.1e", x64) + " reference " + fmt("%.1e", r64);
     }
     // flops per layer: forward 2 GEMMs, backward 4, + 1 recompute (y @ W1) when z is not kept.
-    const bool recompute = v.store == Store::nothing || v.store == Store::hidden_recompute;
+    const bool recompute = v.store == Store::nothing;
     double flops = double(L) * gemm_flops * (recompute ? 7.0 : 6.0);
-    // ideal bytes: the residuals the variant keeps (layer inputs; h or z, N x 4d floats; masks,
-    // one byte each), the gradients, and one layer's backward working set: the cotangent of h
-    // (N x 4d), the recomputed h or z unless both h and the mask are stored (N x 4d), and two
-    // N x d (the cotangent carry and the next one).
+    // ideal bytes: the residuals the variant keeps (layer inputs; h or z, N x 4d floats), the
+    // gradients, and one layer's backward working set: the cotangent of h (N x 4d), the
+    // recomputed h or z unless h is stored (N x 4d), and two N x d (the cotangent carry and the
+    // next one).
     const double Ld = double(L), nd = double(N) * double(d), nh = double(N) * double(H);
-    double residuals = Ld * nd * 4.0 + (v.store == Store::nothing ? 0.0 : Ld * nh * 4.0) +
-                       (v.store == Store::hidden_and_mask ? Ld * nh : 0.0);
-    double working = ((v.store == Store::hidden_and_mask ? 1.0 : 2.0) * nh + 2.0 * nd) * 4.0;
+    double residuals = Ld * nd * 4.0 + (v.store == Store::nothing ? 0.0 : Ld * nh * 4.0);
+    double working = ((v.store == Store::hidden ? 1.0 : 2.0) * nh + 2.0 * nd) * 4.0;
     double ideal = residuals + 2.0 * Ld * double(d) * double(H) * 4.0 + working;
     std::string sizes = "L=" + std::to_string(L) + " d=" + std::to_string(d) + " N=" + std::to_string(N);
     add_rows(rows, "P3", v.name, m, flops, ideal, sizes + " err=" + fmt("%.1e", err) + arbiter);
