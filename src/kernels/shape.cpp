@@ -49,9 +49,25 @@ void copy_words(Byte* dst, std::int64_t dst_stride, const Byte* src, std::int64_
     std::memcpy(dst + i * dst_stride * sizeof(W), src + i * src_stride * sizeof(W), sizeof(W));
 }
 
+// One element repeated along a contiguous run (a broadcast's innermost dim): a fill.
+template <class W> void fill_words(Byte* dst, const Byte* src, std::int64_t n) {
+  W v;
+  std::memcpy(&v, src, sizeof(W));
+  for (std::int64_t i = 0; i < n; ++i) std::memcpy(dst + i * static_cast<std::int64_t>(sizeof(W)), &v, sizeof(W));
+}
+
 void copy_run(Byte* dst, const Byte* src, const BoxDim& d, std::size_t item) {
   if (d.dst_stride == 1 && d.src_stride == 1)
     return static_cast<void>(std::memcpy(dst, src, static_cast<std::size_t>(d.size) * item));
+  if (d.dst_stride == 1 && d.src_stride == 0) {
+    switch (item) {
+      case 1: return static_cast<void>(std::memset(dst, static_cast<int>(*src), static_cast<std::size_t>(d.size)));
+      case 2: return fill_words<std::uint16_t>(dst, src, d.size);
+      case 4: return fill_words<std::uint32_t>(dst, src, d.size);
+      case 8: return fill_words<std::uint64_t>(dst, src, d.size);
+      default: break;
+    }
+  }
   switch (item) {
     case 1: return copy_words<std::uint8_t>(dst, d.dst_stride, src, d.src_stride, d.size);
     case 2: return copy_words<std::uint16_t>(dst, d.dst_stride, src, d.src_stride, d.size);
