@@ -717,8 +717,9 @@ TEST_CASE("a GPT block keeps what PyTorch's autograd keeps: residual bytes withi
 TEST_CASE("checkpoint: relu keeps its output, not a mask; a comparison of kept values is recomputed, not kept") {
   // y + relu(y W1) W2 with the hidden activation named: without a checkpoint the one computed
   // residual is h (dW2 = h^T ct needs it; relu's mask is h > 0, rebuilt from it), and under
-  // save_only_these_names(hidden) the backward pass runs no product again (4 backward products +
-  // 2 forward ones), where a mask read from y W1 would recompute that product.
+  // save_only_these_names(hidden) the backward pass runs no product again: y W1 forward (grad
+  // needs no primal output, so h W2 is not run) and the 4 backward products, where a mask read
+  // from y W1 would recompute that product.
   auto layer = [](const xj::Array& y, const xj::Array& w1, const xj::Array& w2) {
     return xj::sum(y + xj::matmul(xj::checkpoint_name(xj::relu(xj::matmul(y, w1)), "hidden"), w2));
   };
@@ -733,7 +734,23 @@ TEST_CASE("checkpoint: relu keeps its output, not a mask; a comparison of kept v
   (void)g(y, w1, w2);
   xj::reset_eval_counts();
   auto [gy, gw1, gw2] = g(y, w1, w2);
-  CHECK(xj::eval_counts()["dot_general"] == 6);
+  CHECK(xj::eval_counts()["dot_general"] == 5);
+  // the same under scan(checkpoint(layer, policy)) over 3 stacked layers: 6 products per layer
+  // (there h W2 is the next layer's input)
+  auto stacked = [](const xj::Array& y, const xj::Array& w1s, const xj::Array& w2s) {
+    auto body = [](const xj::Array& c, const std::pair<xj::Array, xj::Array>& w) {
+      xj::Array h = xj::checkpoint_name(xj::relu(xj::matmul(c, w.first)), "hidden");
+      return std::pair{c + xj::matmul(h, w.second), xj::None{}};
+    };
+    auto layer_ckpt = xj::checkpoint(body, {.policy = pol::save_only_these_names({"hidden"})});
+    return xj::sum(xj::scan(layer_ckpt, y, std::pair{w1s, w2s}).first);
+  };
+  const xj::Array w1s = randn({3, 3, 7}, 46), w2s = randn({3, 7, 3}, 47);
+  auto gs = xj::grad(stacked, xj::argnums<1, 2>);
+  (void)gs(y, w1s, w2s);
+  xj::reset_eval_counts();
+  (void)gs(y, w1s, w2s);
+  CHECK(xj::eval_counts()["dot_general"] == 18);
   // the gradient against loops in double: ct = 1, h = relu(z), z = y W1
   const auto Y = y.to_vector<double>(), W1 = w1.to_vector<double>(), W2 = w2.to_vector<double>();
   std::vector<double> z(35, 0.0), dW1(21, 0.0), dW2(21, 0.0), dY(15, 1.0);

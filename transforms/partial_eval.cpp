@@ -154,6 +154,18 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     for (const Eqn& e : staged_eqns)
       for (const auto& o : e.outputs) staged_defs.insert(o.id());
     bool moved = false;
+    // A value kept under its checkpoint_name stands in for the value it names wherever the
+    // staged side reads that value (e.g. relu's output, whose mask a policy recomputes), so its
+    // recomputation (here a product) goes.
+    for (Eqn& e : staged_eqns) {
+      if (e.prim == Primitive::name) continue;
+      for (Atom& a : e.inputs) {
+        const Var* v = as_var(a);
+        if (!v || seen.count(v->id())) continue;
+        auto same = named.find(v->id());
+        if (same != named.end() && seen.count(same->second.id())) a = same->second, moved = true;
+      }
+    }
     for (const Var& r : residuals) {
       auto it = known_by_var.find(r.id());
       if (it == known_by_var.end() || staged_defs.count(r.id())) continue;
