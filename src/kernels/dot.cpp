@@ -231,29 +231,23 @@ void narrow_gemm(const NarrowMatrix& a, const NarrowMatrix& b, DType out, char* 
   auto tile = [](std::int64_t split_len, std::int64_t across) {
     return std::clamp<std::int64_t>(kNarrowPanel / std::max<std::int64_t>(across, 1), 1, split_len);
   };
-  if (m >= n && m >= k) {  // panels of A's rows; B whole
-    const std::int64_t mb = tile(m, std::max(k, n));
-    const WideBlock wb = widen_block(b, 0, k, 0, n, f32_buffer(keep, k * n));
-    float* abuf = f32_buffer(keep, mb * k);
-    float* cbuf = wide_out ? nullptr : f32_buffer(keep, mb * n);
-    for (std::int64_t i0 = 0; i0 < m; i0 += mb) {
-      const std::int64_t mi = std::min(mb, m - i0);
-      float* ct = wide_out ? reinterpret_cast<float*>(c) + i0 * n : cbuf;
-      gemm_tile(widen_block(a, i0, mi, 0, k, abuf), wb, mi, n, k, 0.0f, ct, n);
-      if (!wide_out) narrow_rows(cbuf, mi, n, n, c + static_cast<std::size_t>(i0 * n) * out_size);
-    }
-  } else if (n >= k) {  // panels of B's columns; A whole
-    const std::int64_t nb = tile(n, std::max(k, m));
-    const WideBlock wa = widen_block(a, 0, m, 0, k, f32_buffer(keep, m * k));
-    float* bbuf = f32_buffer(keep, k * nb);
-    float* cbuf = wide_out ? nullptr : f32_buffer(keep, m * nb);
-    for (std::int64_t j0 = 0; j0 < n; j0 += nb) {
-      const std::int64_t nj = std::min(nb, n - j0);
-      const WideBlock wb = widen_block(b, 0, k, j0, nj, bbuf);
-      if (wide_out) gemm_tile(wa, wb, m, nj, k, 0.0f, reinterpret_cast<float*>(c) + j0, n);
-      else {
-        gemm_tile(wa, wb, m, nj, k, 0.0f, cbuf, nj);
-        narrow_rows(cbuf, m, nj, nj, c + static_cast<std::size_t>(j0) * out_size);
+  const bool by_rows = m >= n && m >= k;
+  if (by_rows || n >= k) {  // panels of A's rows (B whole) or of B's columns (A whole)
+    const std::int64_t len = by_rows ? m : n, step = tile(len, by_rows ? std::max(k, n) : std::max(k, m));
+    const WideBlock whole = by_rows ? widen_block(b, 0, k, 0, n, f32_buffer(keep, k * n))
+                                    : widen_block(a, 0, m, 0, k, f32_buffer(keep, m * k));
+    float* pbuf = f32_buffer(keep, step * k);
+    float* cbuf = wide_out ? nullptr : f32_buffer(keep, by_rows ? step * n : m * step);
+    for (std::int64_t p0 = 0; p0 < len; p0 += step) {
+      const std::int64_t pn = std::min(step, len - p0), mi = by_rows ? pn : m, nj = by_rows ? n : pn;
+      const WideBlock wa = by_rows ? widen_block(a, p0, pn, 0, k, pbuf) : whole;
+      const WideBlock wb = by_rows ? whole : widen_block(b, 0, k, p0, pn, pbuf);
+      char* corner = c + static_cast<std::size_t>(by_rows ? p0 * n : p0) * out_size;  // the tile's first output
+      if (wide_out) {
+        gemm_tile(wa, wb, mi, nj, k, 0.0f, reinterpret_cast<float*>(corner), n);
+      } else {
+        gemm_tile(wa, wb, mi, nj, k, 0.0f, cbuf, nj);
+        narrow_rows(cbuf, mi, nj, nj, corner);
       }
     }
   } else {  // panels of the contraction, accumulated in f32
