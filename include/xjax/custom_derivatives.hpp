@@ -18,6 +18,9 @@ std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_
 
 template <class T> std::vector<Array> leaves_of(const T& tree) { return tree_flatten(tree).first; }
 
+/// True while some trace is recording on this thread (src/trace.cpp).
+bool tracing_active();
+
 }  // namespace detail
 
 /// custom_jvp(f, rule): f with a user-defined forward derivative.
@@ -28,6 +31,9 @@ template <class T> std::vector<Array> leaves_of(const T& tree) { return tree_fla
 template <class F, class Rule> auto custom_jvp(F f, Rule rule, std::source_location loc = std::source_location::current()) {
   return [f, rule, loc]<class... Args>(const Args&... args) {
     using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+    // Outside any trace nothing can differentiate the call: it is f itself (as JAX's eager
+    // evaluation calls the function directly), without tracing f into a jaxpr first.
+    if (!detail::tracing_active()) return R(f(args...));
     detail::FlatArgs fa = detail::flatten_args(args...);
     TreeDef out_def;
     auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &out_def);
