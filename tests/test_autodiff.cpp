@@ -1001,3 +1001,18 @@ TEST_CASE("autodiff: grad with several argnums whose indices sum past the argume
   CHECK(g1.to_vector<float>() == gb.to_vector<float>());
   CHECK(g2.to_vector<float>() == gc.to_vector<float>());
 }
+
+TEST_CASE("autodiff: d(a / b) = (da - db y) / b stays finite for a tiny b (fuzz seed 312124)") {
+  // With b subnormal, da / b and db (a / b) / b overflow separately and gave inf - inf = NaN.
+  for (double b : {1e-310, std::numeric_limits<double>::denorm_min(), 1e-300, 3.0}) {
+    auto f = [](const xj::Array& a, const xj::Array& d) { return xj::div(a, d); };
+    auto [y, t] = xj::jvp(f, std::tuple{test_util::f64v({b}), test_util::f64v({b})},
+                          std::tuple{test_util::f64v({1.0}), test_util::f64v({1.0})});
+    CHECK(vec(y) == std::vector<double>{1.0});
+    CHECK(vec(t) == std::vector<double>{0.0});  // (1 - 1 * 1) / b, exactly
+    // one tangent alone: da / b and -db y / b, as before
+    auto [y1, t1] = xj::jvp(f, std::tuple{test_util::f64v({2.0 * b}), test_util::f64v({b})},
+                            std::tuple{test_util::f64v({0.0}), test_util::f64v({1.0})});
+    CHECK(vec(t1)[0] == -2.0 / b);  // -inf for the smallest b, as the true value overflows
+  }
+}

@@ -242,3 +242,16 @@ TEST_CASE("at: regressions from review: NaN in min / max derivatives, an int ind
   CHECK(vec(xj::at(xi, big).set(100.0, xj::IndexMode::clip)) == std::vector<double>{1, 2, 3, 100});
   CHECK(vec(xj::at(xi, big).set(100.0)) == std::vector<double>{1, 2, 3, 4});
 }
+
+TEST_CASE("at: the second derivative of mul at a subnormal update is exact (fuzz seed 312124)") {
+  // y = x with rows 1 and 0 multiplied by u: sum(y) is linear in u, so its Hessian is zero. The
+  // product of the other updates is q / u; its derivative was NaN where u^2 underflows.
+  const xj::Array x = test_util::f64v({1.0, 1.0, 1.0}), rows = i32s({1, 0}, {2});
+  auto f = [&](const xj::Array& u) { return xj::sum(xj::at(x, rows).mul(u)); };
+  for (double s : {1e-310, std::numeric_limits<double>::denorm_min(), 0.0, 2.0}) {
+    const xj::Array u = test_util::f64v({s, s});
+    CHECK(vec(xj::grad(f)(u)) == std::vector<double>{1.0, 1.0});
+    auto [g, h] = xj::jvp(xj::grad(f), std::tuple{u}, std::tuple{test_util::f64v({1.0, -1.0})});
+    CHECK(vec(h) == std::vector<double>{0.0, 0.0});
+  }
+}

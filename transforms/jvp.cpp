@@ -209,11 +209,11 @@ JvpOut sub_jvp(const JvpArgs& a) {
 // d(a b) = da b + a db
 JvpOut mul_jvp(const JvpArgs& a) { return bilinear(a); }
 // d(a / b) = da / b - db a / b^2 = (da - db y) / b
+// (one division of the difference: with a tiny b, da / b and db y / b overflow to inf - inf)
 JvpOut div_jvp(const JvpArgs& a) {
   Array y = primal1(a);
-  Tangent l = tmap(a.t[0], y.aval(), [&](const Array& t) { return div(t, a.x[1]); });
-  Tangent r = tmap(a.t[1], y.aval(), [&](const Array& t) { return neg(mul(t, div(y, a.x[1]))); });
-  return {{y}, {tadd(l, r)}};
+  Tangent numerator = tadd(a.t[0], tmap(a.t[1], y.aval(), [&](const Array& t) { return neg(mul(t, y)); }));
+  return {{y}, {tmap(numerator, y.aval(), [&](const Array& t) { return div(t, a.x[1]); })}};
 }
 // d max(a, b) = da [a > b] + db [b > a], ties split half and half (as JAX)
 JvpOut minmax_jvp(const JvpArgs& a, bool is_max) {
