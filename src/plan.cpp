@@ -23,6 +23,7 @@ using LastUse = std::unordered_map<std::uint64_t, std::size_t>;
 using kernels::Ints;
 using kernels::is_comparison;
 using kernels::is_float_binary;
+using kernels::is_narrow;
 
 /// The equations a plan runs, in order: the source jaxpr's, or its rewritten copy's.
 using EqnList = std::vector<const Eqn*>;
@@ -40,14 +41,15 @@ LastUse last_uses(const EqnList& eqns, const std::vector<Atom>& outvars) {
 
 // ---- fusibility --------------------------------------------------------------------------------
 
-/// The loop a fused equation joins: its shape and float compute dtype.
+/// The loop a fused equation joins: its shape and the float dtype of its values in memory (a
+/// bf16 / f16 chain computes in f32: FusedProgram::storage).
 struct FusionKey {
   Shape shape;
-  DType compute;
+  DType storage;
   friend bool operator==(const FusionKey&, const FusionKey&) = default;
 };
 
-bool is_float(DType d) { return d == DType::f32 || d == DType::f64; }
+bool is_float(DType d) { return d == DType::f32 || d == DType::f64 || d == DType::bf16 || d == DType::f16; }
 
 // Unary arithmetic, or a rename (name, stop_gradient: the fused loop reads its operand).
 bool is_unary_float(Primitive p) {
@@ -101,6 +103,7 @@ std::optional<FusionKey> fusion_key(const Eqn& e) {
   const Shape& s = out.shape;
   const Primitive p = e.prim;
   const ShapedArray& in0 = atom_aval(e.inputs[0]);
+  if (p == Primitive::nextafter && is_narrow(out.dtype)) return std::nullopt;  // steps in the narrow format itself
   if (is_unary_float(p) || is_float_binary(p))
     return is_float(out.dtype) && operands_fit(e, 0, s, out.dtype) ? std::optional(FusionKey{s, out.dtype}) : std::nullopt;
   if (is_comparison(p))
@@ -236,7 +239,8 @@ template <class OperandOf>
 EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, const FusionKey& key,
                     const LastUse& last_use, OperandOf operand) {
   auto prog = std::make_shared<FusedProgram>();
-  prog->compute = key.compute;
+  prog->storage = key.storage;
+  prog->compute = is_narrow(key.storage) ? DType::f32 : key.storage;
   prog->shape = key.shape;
   EvalPlan::Step st;
   st.kind = EvalPlan::Kind::fused;

@@ -84,7 +84,7 @@ void run_on_views(const RawPlan::Step& st, RawScratch& scratch) {
 // output placed in the caller's memory stays there.
 void place_in_place_outputs(const EvalPlan& plan, const EvalPlan::Step& st, std::vector<RawPlan::Value>& values,
                             std::vector<char>& placed, std::vector<std::size_t>& handed_on) {
-  const ShapedArray float_aval{st.fused->shape, st.fused->compute};
+  const ShapedArray float_aval{st.fused->shape, st.fused->storage};
   auto usable = [&](std::size_t i) {
     const auto& op = st.ins[i];
     if (op.literal || values[op.slot].place != RawPlan::Place::workspace || plan.slot_avals[op.slot] != float_aval) return false;

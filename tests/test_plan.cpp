@@ -93,6 +93,56 @@ TEST_CASE("plan: fused elementwise chains equal eager evaluation bit for bit") {
     }
 }
 
+TEST_CASE("plan: bf16 / f16 chains fuse, compute in f32 and round each output once") {
+  // XLA's excess precision: the chain's values stay f32 inside the loop; each output is the f32
+  // chain's value rounded once (eager rounds after every primitive instead).
+  auto jitted = xj::jit(mixed_chain);
+  const auto traced = xj::make_jaxpr(mixed_chain)(xj::astype(sample(17, xj::f32, 1), xj::bf16), xj::astype(sample(17, xj::f32, 2), xj::bf16));
+  CHECK(xjax::detail::make_plan(*traced.jaxpr)->fused_equations == traced.jaxpr->eqns.size());
+  for (xj::DType dtype : {xj::bf16, xj::f16})
+    for (std::int64_t n : {std::int64_t{1}, std::int64_t{17}, std::int64_t{513}, std::int64_t{3001}}) {
+      const std::string dtype_str = xj::dtype_name(dtype);
+      CAPTURE(dtype_str);
+      CAPTURE(n);
+      const xj::Array x = xj::astype(sample(n, xj::f32, 1), dtype), y = xj::astype(sample(n, xj::f32, 2), dtype);
+      auto [d0, m0, b0, n0] = mixed_chain(xj::astype(x, xj::f32), xj::astype(y, xj::f32));  // exact widening
+      auto [d1, m1, b1, n1] = jitted(x, y);
+      check_identical(xj::astype(d0, dtype), d1);
+      check_identical(m0, m1);
+      check_identical(b0, b1);
+      check_identical(n0, n1);
+    }
+  // In a scan body (raw plans, outputs placed on dying inputs): rounded at each step's end.
+  auto step = [](const xj::Array& c, const xj::Array& x) {
+    const xj::Array next = xj::tanh(c * 0.75 + x) - xj::sin(c) * 0.5;
+    return std::pair{next, next * 2.0};
+  };
+  const xj::Array c0 = xj::astype(sample(700, xj::f32, 3), xj::bf16), xs = xj::astype(xj::reshape(sample(700 * 6, xj::f32, 4), {6, 700}), xj::bf16);
+  auto [carry, ys] = xj::jit([&](const xj::Array& c, const xj::Array& s) { return xj::scan(step, c, s); })(c0, xs);
+  xj::Array want = c0;
+  for (std::int64_t t = 0; t < 6; ++t) {
+    const xj::Array xt = xj::astype(xj::squeeze(xj::slice(xs, {t, 0}, {t + 1, 700}), {0}), xj::f32);
+    const xj::Array next = step(xj::astype(want, xj::f32), xt).first;
+    check_identical(xj::astype(next * 2.0, xj::bf16), xj::squeeze(xj::slice(ys, {t, 0}, {t + 1, 700}), {0}));
+    want = xj::astype(next, xj::bf16);
+  }
+  check_identical(want, carry);
+  // No intermediate is materialized: the output alone (bf16's 2 bytes an element).
+  constexpr std::int64_t big = 1'000'000;
+  auto chain = [](xj::Array v) {
+    for (int i = 0; i < 30; ++i) v = xj::tanh(v * 0.9 + 0.1) - xj::sin(v) * 0.5;
+    return v;
+  };
+  auto jitted_chain = xj::jit(chain);
+  const xj::Array xb = xj::astype(sample(big, xj::f32, 4), xj::bf16);
+  (void)jitted_chain(xb);
+  const std::int64_t live = xj::memory_stats().live_bytes;
+  xj::reset_peak_memory();
+  const xj::Array yb = jitted_chain(xb);
+  CHECK(static_cast<double>(xj::memory_stats().peak_bytes - live) / (big * 2.0) < 1.01);
+  check_identical(xj::astype(chain(xj::astype(xb, xj::f32)), xj::bf16), yb);
+}
+
 TEST_CASE("plan: a fused chain of size 0 and a chain over a rank-2 shape") {
   auto f = [](const xj::Array& x) { return xj::exp(x) * 2.0 - x; };
   xj::Array empty = xj::zeros({0, 3});

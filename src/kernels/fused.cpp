@@ -38,7 +38,7 @@ template <class T> XJAX_VECTORIZE void widen(const std::uint8_t* src, T* dst, st
   for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(src[k] & 1);
 }
 // 0/1 in T to bool bytes
-template <class T> XJAX_VECTORIZE void narrow(const T* src, std::uint8_t* dst, std::size_t n) {
+template <class T> XJAX_VECTORIZE void to_bool_bytes(const T* src, std::uint8_t* dst, std::size_t n) {
   for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<std::uint8_t>(src[k] != T{0});
 }
 
@@ -128,6 +128,8 @@ bool uniquely_owned(const Array& x) {
 /// The working rows and tables of run_typed, kept per thread.
 template <class T> struct Scratch {
   std::vector<T> rows;                       // one kBlock row per value
+  std::vector<T> widened;                    // a narrow program's scalar and broadcast inputs in T
+  std::vector<const void*> source;           // each input's elements as the loop reads them
   std::vector<T*> v;                         // each value's row in the current block
   std::vector<const std::uint8_t*> bytes;    // bool inputs read as bytes: their block
   std::vector<char> donated;                 // input i's buffer holds an output now
@@ -138,18 +140,43 @@ template <class T> struct Scratch {
 // (out_ptr[k]). prog.direct[value] >= 0: the value is a float output computed by an op, written
 // straight into that output's memory (which may be a donated input's: in place). shares[k]: output
 // k renames an input whose buffer it shares, so nothing is copied into it.
+//
+// A narrow program (storage bf16 / f16, T = float) reads its dense inputs widened into their rows
+// a block at a time, its scalar and broadcast inputs widened once, computes every op in rows (no
+// direct outputs) and rounds each float output once as it stores the block. An output may then
+// lie on an input's memory (in place) whatever reads that input: the block's reads of it are
+// from its widened row, taken before anything is stored.
 template <class T>
 void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const* out_ptr, Scratch<T>& scratch) {
-  auto& [rows, v, bytes, donated, shares] = scratch;
-  const auto& direct = prog.direct;
+  auto& [rows, widened, source, v, bytes, donated, shares] = scratch;
   const auto nv = static_cast<std::size_t>(prog.num_values);
   const std::size_t ni = prog.inputs.size();
   const auto total = static_cast<std::size_t>(shape_size(prog.shape));
   if (total == 0) return;
+  const bool narrow = prog.storage != prog.compute;
+  static const std::vector<std::int64_t> none;
+  const auto& direct = narrow ? none : prog.direct;
+  auto is_direct = [&](std::size_t value) { return !narrow && direct[value] >= 0; };
   if (rows.size() < nv * kBlock) rows.resize(nv * kBlock);
   v.resize(nv);
   auto row = [&](std::size_t value) { return rows.data() + value * kBlock; };
-  auto input_elements = [&](std::size_t i) { return static_cast<const T*>(in_ptr[i]); };
+  source.assign(in_ptr, in_ptr + ni);
+  if (narrow) {  // scalars and broadcast sources widened once (a bias row, a column of statistics)
+    std::size_t count = 0;
+    for (const auto& input : prog.inputs)
+      if (!input.is_bool && (input.is_scalar || input.period > 0)) count += input.is_scalar ? 1 : static_cast<std::size_t>(input.period);
+    widened.resize(count);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < ni; ++i) {
+      const auto& input = prog.inputs[i];
+      if (input.is_bool || !(input.is_scalar || input.period > 0)) continue;
+      const std::size_t n = input.is_scalar ? 1 : static_cast<std::size_t>(input.period);
+      convert_narrow(prog.storage, prog.compute, in_ptr[i], widened.data() + at, n);
+      source[i] = widened.data() + at;
+      at += n;
+    }
+  }
+  auto input_elements = [&](std::size_t i) { return static_cast<const T*>(source[i]); };
   auto input_bytes = [&](std::size_t i) { return static_cast<const std::uint8_t*>(in_ptr[i]); };
   bytes.assign(ni, nullptr);
   for (std::size_t i = 0; i < ni; ++i)
@@ -177,19 +204,25 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
       } else if (input.is_bool) {
         widen(input_bytes(i) + start, row(i), n);
         v[i] = row(i);
+      } else if (narrow) {
+        convert_narrow(prog.storage, prog.compute, static_cast<const char*>(in_ptr[i]) + start * itemsize(prog.storage),
+                       row(i), n);
+        v[i] = row(i);
       } else {
         v[i] = const_cast<T*>(input_elements(i) + start);  // written only when donated
       }
     }
     for (std::size_t value = ni; value < nv; ++value)
-      if (direct[value] >= 0) v[value] = static_cast<T*>(out_ptr[static_cast<std::size_t>(direct[value])]) + start;
+      if (is_direct(value)) v[value] = static_cast<T*>(out_ptr[static_cast<std::size_t>(direct[value])]) + start;
     for (const auto& op : prog.ops) run_op<T>(op, v, bytes, n);
     for (std::size_t k = 0; k < prog.outputs.size(); ++k) {
       const auto value = static_cast<std::size_t>(prog.outputs[k].value);
-      if (shares[k] || direct[value] == static_cast<std::int64_t>(k)) continue;
+      if (shares[k] || (is_direct(value) && direct[value] == static_cast<std::int64_t>(k))) continue;
       const T* src = v[value];
       if (prog.outputs[k].is_bool) {
-        narrow(src, static_cast<std::uint8_t*>(out_ptr[k]) + start, n);
+        to_bool_bytes(src, static_cast<std::uint8_t*>(out_ptr[k]) + start, n);
+      } else if (narrow) {
+        convert_narrow(prog.compute, prog.storage, src, static_cast<char*>(out_ptr[k]) + start * itemsize(prog.storage), n);
       } else {
         std::memcpy(static_cast<T*>(out_ptr[k]) + start, src, n * sizeof(T));
       }
@@ -198,7 +231,7 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
 }
 
 template <class T> void run_typed(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {
-  const ShapedArray float_aval{prog.shape, prog.compute};
+  const ShapedArray float_aval{prog.shape, prog.storage};
   const ShapedArray bool_aval{prog.shape, DType::bool_};
   const std::size_t ni = prog.inputs.size();
   Scratch<T> own;  // only while the thread is ending (its scratch is gone)

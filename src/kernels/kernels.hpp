@@ -232,6 +232,10 @@ struct FusedProgram {
     bool is_bool = false;
   };
   DType compute = DType::f32;  // f32 or f64
+  /// The dtype of the float inputs and outputs in memory: `compute`, or bf16 / f16 (then compute
+  /// is f32, each dense input is widened a block at a time and each output rounded once when it is
+  /// stored: a narrow chain keeps its intermediates in f32, XLA's excess precision).
+  DType storage = DType::f32;
   Shape shape;
   std::vector<Input> inputs;
   std::vector<Op> ops;
