@@ -376,7 +376,9 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
       while (end < eqns.size() && fusion_key(*eqns[end]) == key) ++end;
     // A lone select_n (relu's derivative after a GEMM) runs as a one-equation fused loop: the
     // select_n kernel picks each element through a case index; the fused loop blends with SIMD.
-    const bool lone_select = end - i == 1 && e.prim == Primitive::select_n;
+    // Not in bf16 / f16: the kernel moves their bits as they are (NaN payloads too), where the
+    // loop would widen and round them.
+    const bool lone_select = end - i == 1 && e.prim == Primitive::select_n && !is_narrow(key->storage);
     if (key && (end - i >= 2 || lone_select)) {
       EvalPlan::Step st = fuse(eqns, i, end, *key, last_use, operand);
       std::size_t k = 0;

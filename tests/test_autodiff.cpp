@@ -1015,4 +1015,14 @@ TEST_CASE("autodiff: d(a / b) = (da - db y) / b stays finite for a tiny b (fuzz 
                             std::tuple{test_util::f64v({0.0}), test_util::f64v({1.0})});
     CHECK(vec(t1)[0] == -2.0 / b);  // -inf for the smallest b, as the true value overflows
   }
+  // The gradient in b alone, -ct a / b^2 = -ct (y / b), is finite where ct / b overflows (review
+  // finding: (ct / b) y was -inf here).
+  auto in_b = [](const xj::Array& a, const xj::Array& d) { return xj::div(a, d); };
+  const double a64 = 4e-310, b64 = 4e-309;
+  const double g64 = xj::grad(in_b, xj::argnums<1>)(xj::scalar(a64, xj::f64), xj::scalar(b64, xj::f64)).item<double>();
+  CHECK(std::isfinite(g64));
+  CHECK(g64 == doctest::Approx(-static_cast<double>(static_cast<long double>(a64) / (static_cast<long double>(b64) * b64))).epsilon(1e-3));
+  const float g32 = xj::jit(xj::grad(in_b, xj::argnums<1>))(xj::scalar(1e-40f), xj::scalar(1e-39f)).item<float>();
+  CHECK(std::isfinite(g32));
+  CHECK(g32 == doctest::Approx(-1e38).epsilon(1e-3));
 }

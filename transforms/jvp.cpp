@@ -209,11 +209,16 @@ JvpOut sub_jvp(const JvpArgs& a) {
 // d(a b) = da b + a db
 JvpOut mul_jvp(const JvpArgs& a) { return bilinear(a); }
 // d(a / b) = da / b - db a / b^2 = (da - db y) / b
-// (one division of the difference: with a tiny b, da / b and db y / b overflow to inf - inf)
+// Both tangents: one division of the difference (with a tiny b, da / b and db y / b overflow
+// to inf - inf where they cancel). db alone: db (y / b), whose transpose ct (y / b) stays finite
+// where ct / b would overflow.
 JvpOut div_jvp(const JvpArgs& a) {
   Array y = primal1(a);
+  const Array& b = a.x[1];
+  if (a.t[0].is_zero())
+    return {{y}, {tmap(a.t[1], y.aval(), [&](const Array& t) { return neg(mul(t, div(y, b))); })}};
   Tangent numerator = tadd(a.t[0], tmap(a.t[1], y.aval(), [&](const Array& t) { return neg(mul(t, y)); }));
-  return {{y}, {tmap(numerator, y.aval(), [&](const Array& t) { return div(t, a.x[1]); })}};
+  return {{y}, {tmap(numerator, y.aval(), [&](const Array& t) { return div(t, b); })}};
 }
 // d max(a, b) = da [a > b] + db [b > a], ties split half and half (as JAX)
 JvpOut minmax_jvp(const JvpArgs& a, bool is_max) {

@@ -6,7 +6,10 @@
 // one, scalars point at a row filled once, and each op writes its own scratch row, or straight
 // into the output array when its value is a float output. The ops run in order over the block
 // with the vectorized loops of simd.hpp, then the other outputs are copied out (narrowed to uint8
-// for bools). Intermediates only ever occupy one block-sized row.
+// for bools). Intermediates only ever occupy one block-sized row. A bf16 / f16 program
+// (FusedProgram::storage) computes in f32: its dense inputs are widened into their rows as each
+// block is read, its scalars and broadcast sources once, and every float output is rounded once
+// as the block is stored (see run_blocks).
 #include <cstring>
 
 #include "kernels/kernels.hpp"
