@@ -240,7 +240,7 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
                     const LastUse& last_use, OperandOf operand) {
   auto prog = std::make_shared<FusedProgram>();
   prog->storage = key.storage;
-  prog->compute = is_narrow(key.storage) ? DType::f32 : key.storage;
+  prog->compute = kernels::compute_dtype(key.storage);
   prog->shape = key.shape;
   EvalPlan::Step st;
   st.kind = EvalPlan::Kind::fused;

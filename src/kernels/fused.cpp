@@ -157,23 +157,24 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
   const auto total = static_cast<std::size_t>(shape_size(prog.shape));
   if (total == 0) return;
   const bool narrow = prog.storage != prog.compute;
-  static const std::vector<std::int64_t> none;
-  const auto& direct = narrow ? none : prog.direct;
-  auto is_direct = [&](std::size_t value) { return !narrow && direct[value] >= 0; };
+  const auto& direct = prog.direct;
+  auto is_direct = [&](std::size_t value) { return !narrow && direct[value] >= 0; };  // narrow: all via rows
   if (rows.size() < nv * kBlock) rows.resize(nv * kBlock);
   v.resize(nv);
   auto row = [&](std::size_t value) { return rows.data() + value * kBlock; };
   source.assign(in_ptr, in_ptr + ni);
   if (narrow) {  // scalars and broadcast sources widened once (a bias row, a column of statistics)
+    // the elements of input i widened here: a scalar's one, a broadcast source's period, else none
+    auto widened_length = [&](const FusedProgram::Input& input) -> std::size_t {
+      if (input.is_bool) return 0;
+      return input.is_scalar ? 1 : static_cast<std::size_t>(input.period);
+    };
     std::size_t count = 0;
-    for (const auto& input : prog.inputs)
-      if (!input.is_bool && (input.is_scalar || input.period > 0)) count += input.is_scalar ? 1 : static_cast<std::size_t>(input.period);
+    for (const auto& input : prog.inputs) count += widened_length(input);
     widened.resize(count);
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < ni; ++i) {
-      const auto& input = prog.inputs[i];
-      if (input.is_bool || !(input.is_scalar || input.period > 0)) continue;
-      const std::size_t n = input.is_scalar ? 1 : static_cast<std::size_t>(input.period);
+    for (std::size_t i = 0, at = 0; i < ni; ++i) {
+      const std::size_t n = widened_length(prog.inputs[i]);
+      if (n == 0) continue;
       convert_narrow(prog.storage, prog.compute, in_ptr[i], widened.data() + at, n);
       source[i] = widened.data() + at;
       at += n;
