@@ -5,8 +5,30 @@
 
 namespace xjax {
 
+TreeDef::TreeDef() = default;
+TreeDef::TreeDef(const TreeDef&) = default;
+TreeDef::TreeDef(TreeDef&&) noexcept = default;
+TreeDef& TreeDef::operator=(const TreeDef&) = default;
+TreeDef& TreeDef::operator=(TreeDef&&) noexcept = default;
+TreeDef::~TreeDef() = default;
+bool operator==(const TreeDef& a, const TreeDef& b) {
+  return a.kind == b.kind && a.keyed == b.keyed && a.children == b.children && a.keys == b.keys;
+}
+
+std::size_t TreeDef::num_leaves() const {
+  if (kind == Kind::leaf) return 1;
+  std::size_t n = 0;
+  for (const auto& c : children) n += c.num_leaves();
+  return n;
+}
+
 namespace detail {
 void tree_mismatch(const std::string& what) { throw Error(what); }
+
+void check_leaf_count(const char* what, const TreeDef& def, std::size_t n) {
+  if (n != def.num_leaves())
+    tree_mismatch(std::string(what) + ": " + std::to_string(n) + " leaves for a tree of " + std::to_string(def.num_leaves()));
+}
 
 std::string child_key(const TreeDef& def, std::size_t i) {
   switch (def.keyed) {

@@ -130,6 +130,39 @@ void check_grad_inputs(const FlatArgs& fa, const std::vector<bool>& diff, bool a
                         "or leave the argument out of argnums");
 }
 
+FlatArgs::FlatArgs() : offsets{0} {}
+FlatArgs::FlatArgs(FlatArgs&&) noexcept = default;
+FlatArgs& FlatArgs::operator=(FlatArgs&&) noexcept = default;
+FlatArgs::~FlatArgs() = default;
+void FlatArgs::begin_arg() { defs.emplace_back(); }
+void FlatArgs::end_arg() { offsets.push_back(leaves.size()); }
+std::vector<ShapedArray> FlatArgs::avals() const {
+  std::vector<ShapedArray> out;
+  out.reserve(leaves.size());
+  for (const auto& x : leaves) out.push_back(x.aval());
+  return out;
+}
+
+std::shared_ptr<const std::vector<TreeDef>> share_defs(const std::vector<TreeDef>& defs) {
+  return std::make_shared<const std::vector<TreeDef>>(defs);
+}
+
+GradCall::GradCall(FlatArgs args, std::initializer_list<int> argnums, bool allow_int)
+    : fa(std::move(args)), diff(argnum_mask(fa, argnums)) {
+  check_grad_inputs(fa, diff, allow_int);
+}
+
+GradCall::~GradCall() = default;
+
+void GradCall::run(TransformMemo* memo, const FlatFn& flat, bool has_aux, bool with_value) {
+  std::vector<Array> outs = eval_grad(memo, trace_flat(flat, fa.avals()), fa.leaves, diff, has_aux, with_value);
+  const std::size_t nout = out_def.num_leaves() - (with_value ? 0 : 1);
+  full.assign(fa.leaves.size(), Array());
+  for (std::size_t k = 0, g = nout; k < full.size(); ++k)
+    if (diff[k]) full[k] = outs[g++];
+  kept.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(nout));
+}
+
 ClosedJaxpr jit_prepare(const ClosedJaxpr& j) { return simplify(j); }
 
 // ---- grad ------------------------------------------------------------------------------------

@@ -70,7 +70,9 @@ template <class F, class Fwd, class Bwd> auto custom_vjp(F f, Fwd fwd, Bwd bwd) 
     auto avals = fa.avals();
     ClosedJaxpr j = detail::trace_flat(flat, avals);
     TreeDef out_def = fwd_def.children.at(0), res_def = fwd_def.children.at(1);
-    TreeDef args_def{TreeDef::Kind::node, TreeDef::Keyed::position, fa.defs, {}};
+    TreeDef args_def;
+    args_def.kind = TreeDef::Kind::node;
+    args_def.children = fa.defs;
     detail::BwdFlat flat_bwd = [bwd, out_def, res_def, args_def](std::span<const Array> res, std::span<const Array> cts) {
       Res r = tree_unflatten<Res>(res_def, res);
       R ct = tree_unflatten<R>(out_def, cts);

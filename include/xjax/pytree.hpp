@@ -38,13 +38,16 @@ struct TreeDef {
   enum class Keyed : unsigned char { position, map_key, member } keyed = Keyed::position;
   std::vector<TreeDef> children;
   std::vector<std::string> keys;  // map keys or member names
-  std::size_t num_leaves() const {
-    if (kind == Kind::leaf) return 1;
-    std::size_t n = 0;
-    for (const auto& c : children) n += c.num_leaves();
-    return n;
-  }
-  friend bool operator==(const TreeDef&, const TreeDef&) = default;
+  // Special members out of line (src/pytree.cpp): every transform copies and destroys TreeDefs,
+  // and their inline copies cost each user translation unit compile time (issue 26).
+  TreeDef();
+  TreeDef(const TreeDef&);
+  TreeDef(TreeDef&&) noexcept;
+  TreeDef& operator=(const TreeDef&);
+  TreeDef& operator=(TreeDef&&) noexcept;
+  ~TreeDef();
+  std::size_t num_leaves() const;
+  friend bool operator==(const TreeDef&, const TreeDef&);
   std::string str() const;
 };
 
@@ -53,6 +56,8 @@ template <class T, class = void> struct PyTree;
 namespace detail {
 template <class T> struct is_pytree_leaf : std::is_same<T, Array> {};
 [[noreturn]] void tree_mismatch(const std::string& what);
+/// Throws "WHAT: N leaves for a tree of M" unless def has n leaves.
+void check_leaf_count(const char* what, const TreeDef& def, std::size_t n);
 /// The key of child i of node `def` in JAX's keystr style: `[0]`, `['key']`, `.member`.
 std::string child_key(const TreeDef& def, std::size_t i);
 /// Where two structures first differ, as "at PATH: what" (PATH in keystr style, `prefix` first;
@@ -220,9 +225,7 @@ template <class T> std::pair<std::vector<std::pair<KeyPath, Array>>, TreeDef> tr
 
 /// Rebuilds a T of structure `def` from its leaves.
 template <class T> T tree_unflatten(const TreeDef& def, std::span<const Array> leaves) {
-  if (leaves.size() != def.num_leaves())
-    detail::tree_mismatch("tree_unflatten: " + std::to_string(leaves.size()) + " leaves for a tree of " +
-                          std::to_string(def.num_leaves()));
+  detail::check_leaf_count("tree_unflatten", def, leaves.size());
   std::span<const Array> rest = leaves;
   return PyTree<T>::unflatten(def, rest);
 }

@@ -115,14 +115,30 @@ template <class Tuple, bool AsTuple, int... I> using grads_type = typename grads
 
 template <class T>
 T unflatten_arg(const FlatArgs& fa, const std::vector<Array>& full, int i) {
-  auto first = full.begin() + static_cast<std::ptrdiff_t>(fa.offsets[static_cast<std::size_t>(i)]);
-  auto last = full.begin() + static_cast<std::ptrdiff_t>(fa.offsets[static_cast<std::size_t>(i) + 1]);
-  std::vector<Array> part(first, last);
-  return tree_unflatten<T>(fa.defs[static_cast<std::size_t>(i)], part);
+  const auto k = static_cast<std::size_t>(i);
+  return tree_unflatten<T>(fa.defs[k], std::span<const Array>(full).subspan(fa.offsets[k], fa.offsets[k + 1] - fa.offsets[k]));
 }
 
 /// TypeError when a differentiated leaf is not a float array and allow_int is not set.
 void check_grad_inputs(const FlatArgs& fa, const std::vector<bool>& diff, bool allow_int);
+
+/// The part of a grad call that does not depend on f's or the arguments' types (out of line,
+/// transforms/api.cpp, so that each grad in user code compiles only its flattening; issue 26).
+struct GradCall {
+  /// Checks the differentiated leaves (argnums) are floats unless allow_int.
+  GradCall(FlatArgs args, std::initializer_list<int> argnums, bool allow_int);
+  GradCall(const GradCall&) = delete;
+  GradCall& operator=(const GradCall&) = delete;
+  ~GradCall();
+  /// Traces flat (which writes out_def), evaluates the gradient program: `full` gets one
+  /// gradient per leaf (empty where not differentiated), `kept` the outputs grad returns besides
+  /// (the value when with_value, else the aux outputs).
+  void run(TransformMemo* memo, const FlatFn& flat, bool has_aux, bool with_value);
+  FlatArgs fa;
+  std::vector<bool> diff;
+  TreeDef out_def;
+  std::vector<Array> full, kept;
+};
 
 /// The callable returned by grad / value_and_grad. Traces f on every call, as JAX's grad does:
 /// f may read state that changes between calls (an array captured by reference), and a cached
@@ -138,24 +154,18 @@ template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
     static_assert(((I >= 0 && I < static_cast<int>(sizeof...(Args))) && ...), "argnums index out of range");
     using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
     if (is_pair<R>::value != opts_.has_aux) aux_mismatch(is_pair<R>::value);
-    FlatArgs fa = flatten_args(args...);
-    std::vector<bool> diff = argnum_mask(fa, {I...});
-    check_grad_inputs(fa, diff, opts_.allow_int);
-    TreeDef out_def;
-    auto flat = flat_fn<F, Args...>(f_, fa.defs, &out_def);
-    auto avals = fa.avals();
-    std::vector<Array> outs = eval_grad(memo_.get(), trace_flat(flat, avals), fa.leaves, diff, opts_.has_aux, WithValue);
-    std::size_t nout = out_def.num_leaves() - (WithValue ? 0 : 1);
-    std::vector<Array> full(fa.leaves.size());
-    for (std::size_t k = 0, g = nout; k < full.size(); ++k)
-      if (diff[k]) full[k] = outs[g++];
+    GradCall c(flatten_args(args...), {I...}, opts_.allow_int);
+    c.run(memo_.get(), flat_fn<F, Args...>(f_, c.fa.defs, &c.out_def), opts_.has_aux, WithValue);
+    const FlatArgs& fa = c.fa;
+    const std::vector<Array>& full = c.full;
+    const std::vector<Array>& kept = c.kept;
+    const TreeDef& out_def = c.out_def;
     using Tuple = std::tuple<Args...>;
     using Grads = grads_type<Tuple, AsTuple, I...>;
     Grads grads = [&] {
       if constexpr (sizeof...(I) == 1 && !AsTuple) return unflatten_arg<Grads>(fa, full, (I + ... + 0));
       else return Grads{unflatten_arg<std::decay_t<std::tuple_element_t<I, Tuple>>>(fa, full, I)...};
     }();
-    std::vector<Array> kept(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(nout));
     if constexpr (WithValue) {
       R value = tree_unflatten<R>(out_def, kept);
       return std::pair<R, decltype(grads)>{std::move(value), std::move(grads)};
@@ -366,12 +376,11 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     if (d < 0 || static_cast<std::size_t>(d) >= sizeof...(Args) || !trees[static_cast<std::size_t>(d) + 1])
       jit_donated_not_array(d, sizeof...(Args));
   FlatArgs fa;
-  fa.offsets.push_back(0);
   std::string statics;
   std::vector<Array> static_numbers(sizeof...(Args));
   auto flatten_one = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
     using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
-    fa.defs.emplace_back();
+    fa.begin_arg();
     if constexpr (Tree<A>) {
       PyTree<A>::flatten(std::get<K>(args), fa.leaves, fa.defs.back());
     } else if constexpr (jit_traces_number<K, F, Args...>()) {
@@ -385,7 +394,7 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     } else {
       statics += "|" + std::to_string(K) + ":" + static_key(std::get<K>(args));
     }
-    fa.offsets.push_back(fa.leaves.size());
+    fa.end_arg();
   };
   (flatten_one(std::integral_constant<std::size_t, I>{}), ...);
   auto traced = cached(cache, signature_key(fa, std::vector<bool>(fa.leaves.size(), false)) + statics, [&] {

@@ -22,12 +22,19 @@ struct FlatArgs {
   std::vector<Array> leaves;
   std::vector<TreeDef> defs;
   std::vector<std::size_t> offsets;  // first leaf of each argument; offsets.back() == leaves.size()
-  std::vector<ShapedArray> avals() const {
-    std::vector<ShapedArray> out;
-    for (const auto& x : leaves) out.push_back(x.aval());
-    return out;
-  }
+  // Out of line (transforms/api.cpp), as TreeDef's: compile time of user code (issue 26).
+  FlatArgs();
+  FlatArgs(FlatArgs&&) noexcept;
+  FlatArgs& operator=(FlatArgs&&) noexcept;
+  ~FlatArgs();
+  /// Appends an argument's (empty) TreeDef; flatten it into leaves and defs.back(), then end_arg.
+  void begin_arg();
+  void end_arg();
+  std::vector<ShapedArray> avals() const;
 };
+
+/// defs shared by the copies of a flat function (one allocation, no TreeDef copies inline).
+std::shared_ptr<const std::vector<TreeDef>> share_defs(const std::vector<TreeDef>& defs);
 
 /// Throws an Error when the argument structures `got` differ from `expected` (one TreeDef per
 /// argument): "WHAT differ from the arguments at [i]['key']...: ...".
@@ -42,11 +49,10 @@ template <class T> concept Tree = requires(const T& t, std::vector<Array>& leave
 
 template <class... Args> FlatArgs flatten_args(const Args&... args) {
   FlatArgs fa;
-  fa.offsets.push_back(0);
   auto one = [&](const auto& a) {
-    fa.defs.emplace_back();
+    fa.begin_arg();
     PyTree<std::decay_t<decltype(a)>>::flatten(a, fa.leaves, fa.defs.back());
-    fa.offsets.push_back(fa.leaves.size());
+    fa.end_arg();
   };
   (one(args), ...);
   return fa;
@@ -66,9 +72,9 @@ std::tuple<Args...> unflatten_args(const std::vector<TreeDef>& defs, std::span<c
 
 /// f as a function on flat leaves; the result's structure is written to *out_def when it runs.
 template <class F, class... Args>
-FlatFn flat_fn(const F& f, std::vector<TreeDef> defs, TreeDef* out_def) {
-  return [f, defs = std::move(defs), out_def](std::span<const Array> leaves) {
-    auto args = unflatten_args<std::decay_t<Args>...>(defs, leaves);
+FlatFn flat_fn(const F& f, const std::vector<TreeDef>& defs, TreeDef* out_def) {
+  return [f, defs = share_defs(defs), out_def](std::span<const Array> leaves) {
+    auto args = unflatten_args<std::decay_t<Args>...>(*defs, leaves);
     auto result = std::apply(f, args);
     std::vector<Array> outs;
     TreeDef def;
