@@ -168,6 +168,27 @@ TEST_CASE("trace: a tracer that leaks out of make_jaxpr raises TracerError namin
   CHECK(eval1(j, {xj::zeros({3})}).to_vector<float>() == std::vector<float>{0, 0, 0});
 }
 
+TEST_CASE("trace: grad's leaked input tracer names the grad template in the installed header as where it was made") {
+  // grad's type-independent part is compiled in the library (detail::GradCall); the tracers'
+  // location must still be taken in the header, as vjp's is, not in a library source file.
+  xj::Array leaked;
+  auto g = xj::grad([&](const xj::Array& x) {
+    leaked = x;
+    return xj::sum(x);
+  });
+  (void)g(xj::ones({2}));
+  REQUIRE(leaked.is_tracer());
+  std::string msg;
+  try {
+    (void)xj::cos(leaked);
+  } catch (const xj::TracerError& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("created at") != std::string::npos);
+  CHECK(msg.find("xjax/transforms.hpp") != std::string::npos);
+  CHECK(msg.find("api.cpp") == std::string::npos);
+}
+
 TEST_CASE("trace: a concrete value demanded of a tracer inside the trace raises TracerError") {
   CHECK_THROWS_AS(xj::make_jaxpr([](const xj::Array& x) {
                     if (x.item<float>() > 0) return xj::sin(x);

@@ -133,7 +133,9 @@ struct GradCall {
   /// Traces flat (which writes out_def), evaluates the gradient program: `full` gets one
   /// gradient per leaf (empty where not differentiated), `kept` the outputs grad returns besides
   /// (the value when with_value, else the aux outputs).
-  void run(TransformMemo* memo, const FlatFn& flat, bool has_aux, bool with_value);
+  /// `loc` is where the trace's tracers are created (error messages' "created at").
+  void run(TransformMemo* memo, const FlatFn& flat, bool has_aux, bool with_value,
+           std::source_location loc = std::source_location::current());
   FlatArgs fa;
   std::vector<bool> diff;
   TreeDef out_def;
