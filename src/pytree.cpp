@@ -11,9 +11,7 @@ TreeDef::TreeDef(TreeDef&&) noexcept = default;
 TreeDef& TreeDef::operator=(const TreeDef&) = default;
 TreeDef& TreeDef::operator=(TreeDef&&) noexcept = default;
 TreeDef::~TreeDef() = default;
-bool operator==(const TreeDef& a, const TreeDef& b) {
-  return a.kind == b.kind && a.keyed == b.keyed && a.children == b.children && a.keys == b.keys;
-}
+bool operator==(const TreeDef&, const TreeDef&) = default;  // memberwise, declared a friend in pytree.hpp
 
 std::size_t TreeDef::num_leaves() const {
   if (kind == Kind::leaf) return 1;
