@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -254,14 +255,14 @@ TEST_CASE("dtypes: bf16 reductions, cumulative sums and dot products accumulate 
 }
 
 TEST_CASE("dtypes: bf16 / f16 products larger than a panel: split by rows, columns or the contraction, any layout") {
-  // The product runs in f32 a panel at a time (src/kernels/dot.cpp narrow_gemm: panels of 2^18
-  // f32 elements), split along the largest of m, n, k; these sizes take two or more panels in each
-  // split. Small integers: every sum is exact in f32 whatever the panel order, so each output is
+  // The product runs in f32 a panel at a time (src/kernels/dot.cpp narrow_gemm: panels of
+  // 3 * 2^18 f32 elements), split along the largest of m, n, k; these sizes take two panels in
+  // each split (2621 rows, columns or contraction indices in the first). Small integers: every sum is exact in f32 whatever the panel order, so each output is
   // the exact sum rounded once, as the oracle rounds it.
   struct Case {
     std::int64_t m, k, n;
   };
-  for (const Case c : {Case{1100, 300, 250}, Case{250, 300, 1100}, Case{250, 1100, 300}})
+  for (const Case c : {Case{2700, 300, 250}, Case{250, 300, 2700}, Case{250, 2700, 300}})
     for (const xj::DType dt : {xj::bf16, xj::f16})
       for (const bool a_t : {false, true})
         for (const bool b_t : {false, true}) {
@@ -464,6 +465,57 @@ TEST_CASE("dtypes: a policy saving its named residual as bf16 halves it, and the
   // the forward value is untouched
   CHECK(half(x).item<float>() == full(x).item<float>());
   CHECK_THROWS_AS((void)pol::nothing_saveable.as(xj::i32), xj::TypeError);
+}
+
+TEST_CASE("dtypes: a block input named under a narrowing policy is saved narrow too (scan keeps no f32 copy of it)") {
+  namespace pol = xj::checkpoint_policies;
+  // One block, no scan: d/dw sum(sin(x w)) = cos(x w) x, and the backward pass reads x as bf16
+  // holds it (the recompute of cos included), so the gradient is cos(x_r w) x_r.
+  std::vector<float> xs;
+  for (int i = 0; i < 64; ++i) xs.push_back(0.173f * static_cast<float>(i) - 5.3f);
+  const xj::Array x = xj::array<float>(xs, {64});
+  auto body = [](const xj::Array& v, const xj::Array& w) { return xj::sum(xj::sin(xj::checkpoint_name(v, "input") * w)); };
+  const double w = 0.77;
+  auto half = xj::checkpoint(body, {.policy = pol::save_only_these_names({"input"}).as(xj::bf16)});
+  const auto g = xj::grad(half, xj::argnums<1>)(x, xj::scalar(w)).item<double>();
+  double want = 0, unrounded = 0;
+  for (float v : xs) {
+    const double r = static_cast<double>(xj::bfloat16_t(v));
+    want += std::cos(static_cast<double>(static_cast<float>(r * w))) * r;
+    unrounded += std::cos(static_cast<double>(v) * w) * static_cast<double>(v);
+  }
+  CHECK(g == doctest::Approx(want).epsilon(1e-5));
+  CHECK(std::abs(want - unrounded) > 1e-4 * std::abs(unrounded));  // the rounding is visible
+
+  // A stack of layers under scan(checkpoint): naming the layer's input puts every activation
+  // residual in bf16; only the weights (arguments, not copied) and the loss's own input stay f32.
+  const std::int64_t L = 3, N = 5, d = 4, H = 8;
+  auto layer = [](const xj::Array& y, const std::pair<xj::Array, xj::Array>& wts) {
+    const xj::Array in = xj::checkpoint_name(y, "layer_input");
+    const xj::Array h = xj::checkpoint_name(xj::relu(xj::matmul(in, wts.first)), "hidden");
+    return std::pair{in + xj::matmul(h, wts.second), xj::None{}};
+  };
+  auto loss = [&](const xj::Policy& p) {
+    return [p, layer](const xj::Array& a, const xj::Array& b, const xj::Array& y) {
+      const xj::Array out = xj::scan(xj::checkpoint(layer, {.policy = p}), y, std::pair{a, b}).first;
+      return xj::sum(out * out);
+    };
+  };
+  const xj::Array W1 = xj::random::normal(xj::random::key(3), {L, d, H}) * 0.5;
+  const xj::Array W2 = xj::random::normal(xj::random::key(4), {L, H, d}) * 0.3;
+  const xj::Array y0 = xj::random::normal(xj::random::key(5), {N, d});
+  const xj::Policy names = pol::save_only_these_names({"hidden", "layer_input"});
+  std::multiset<std::string> got;
+  for (const auto& r : xj::saved_residuals(loss(names.as(xj::bf16)), W1, W2, y0)) got.insert(r.aval.str());
+  CHECK(got == std::multiset<std::string>{"bf16[3,5,4]", "bf16[3,5,8]", "f32[3,4,8]", "f32[3,8,4]", "f32[5,4]"});
+  // the gradients agree with the f32 policy's to bf16's rounding (2^-9 relative per read value)
+  const auto [a16, b16] = xj::grad(loss(names.as(xj::bf16)), xj::argnums<0, 1>)(W1, W2, y0);
+  const auto [a32, b32] = xj::grad(loss(names), xj::argnums<0, 1>)(W1, W2, y0);
+  const double scale = xj::max(xj::abs(a32)).item<double>();
+  const double diff = xj::max(xj::abs(a16 - a32)).item<double>();
+  CHECK(diff > 0);
+  CHECK(diff < 2e-2 * scale);
+  CHECK(xj::max(xj::abs(b16 - b32)).item<double>() < 2e-2 * xj::max(xj::abs(b32)).item<double>());
 }
 
 TEST_CASE("dtypes: mixed-precision training: bf16 weights and activations, f32 master weights, adam on the masters") {

@@ -37,7 +37,10 @@ class Policy {
   /// `dtype` when that is a narrower float than the residual's own: converted at the end of the
   /// forward pass, converted back where the backward pass reads it, nothing recomputed. Halves
   /// the saved bytes of f32 residuals with bf16, at bf16's rounding (2^-9 relative) in what the
-  /// backward pass reads. TypeError unless `dtype` is a floating dtype.
+  /// backward pass reads. A block input the backward pass reads is kept as it is (under scan, a
+  /// stack of every step's input); name it (`checkpoint_name(x, "layer_input")`) and let the
+  /// policy save that name to have it saved narrower too. TypeError unless `dtype` is a floating
+  /// dtype.
   Policy as(DType dtype) const;
   /// The dtype given by `as`, if any.
   std::optional<DType> residual_dtype() const { return residual_dtype_; }
