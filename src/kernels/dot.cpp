@@ -179,7 +179,7 @@ DotLayout dot_layout(const Shape& lhs, const Shape& rhs, const params::DotGenera
 // The panel size trades memory for calls: each panel is one sgemm call, and with two OpenBLAS
 // threads each call wakes its worker. When another process competes for the cores, each wake-up
 // can wait for the scheduler, so a P3 step in bf16 (benchmark B1, 6 products of 2048 x 256 x 1024
-// per layer) measured 1.50-1.69x the f32 step with 1 MiB panels (8 calls a product), 1.14-1.22x
+// per layer) measured 1.45-1.69x the f32 step with 1 MiB panels (8 calls a product), 1.14-1.22x
 // with 3 MiB (3 calls), 1.09-1.13x with 4 MiB, for peaks of 0.535x, 0.547x and 0.553x of f32's
 // (issue 27's bound: 0.55x). Without competition all three run at 1.06-1.10x.
 constexpr std::int64_t kNarrowPanel = std::int64_t{3} << 18;  // f32 elements of a widened panel (3 MiB)
