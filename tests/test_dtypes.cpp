@@ -257,8 +257,9 @@ TEST_CASE("dtypes: bf16 reductions, cumulative sums and dot products accumulate 
 TEST_CASE("dtypes: bf16 / f16 products larger than a panel: split by rows, columns or the contraction, any layout") {
   // The product runs in f32 a panel at a time (src/kernels/dot.cpp narrow_gemm: panels of
   // 3 * 2^18 f32 elements), split along the largest of m, n, k; these sizes take two panels in
-  // each split (2621 rows, columns or contraction indices in the first). Small integers: every sum is exact in f32 whatever the panel order, so each output is
-  // the exact sum rounded once, as the oracle rounds it.
+  // each split (2621 rows, columns or contraction indices in the first). Small integers: every
+  // sum is exact in f32 whatever the panel order, so each output is the exact sum rounded once,
+  // as the oracle rounds it.
   struct Case {
     std::int64_t m, k, n;
   };
@@ -296,19 +297,20 @@ TEST_CASE("dtypes: bf16 / f16 products larger than a panel: split by rows, colum
               }
             }
         }
-  // a batch of two, each entry its own product (the panel loop runs per batch entry)
-  std::vector<double> av(2 * 600 * 500), bv(2 * 500 * 300);
+  // a batch of two, each entry its own product (the panel loop runs per batch entry:
+  // 1700 rows of k = 500 take two panels, 1572 + 128)
+  std::vector<double> av(2 * 1700 * 500), bv(2 * 500 * 300);
   for (std::size_t i = 0; i < av.size(); ++i) av[i] = static_cast<double>((i * 3 + 2) % 9) - 4;
   for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<double>((i * 11 + 5) % 7) - 3;
-  const xj::Array a = xj::astype(f64v(av, {2, 600, 500}), xj::bf16), b = xj::astype(f64v(bv, {2, 500, 300}), xj::bf16);
+  const xj::Array a = xj::astype(f64v(av, {2, 1700, 500}), xj::bf16), b = xj::astype(f64v(bv, {2, 500, 300}), xj::bf16);
   const auto got = bits_of(xj::dot_general(a, b, {2}, {1}, {0}, {0}));
   for (std::int64_t bi = 0; bi < 2; ++bi)
-    for (std::int64_t i = 0; i < 600; i += 37)
+    for (std::int64_t i = 0; i < 1700; i += 37)
       for (std::int64_t j = 0; j < 300; j += 29) {
         double sum = 0;
         for (std::int64_t kk = 0; kk < 500; ++kk)
-          sum += av[static_cast<std::size_t>((bi * 600 + i) * 500 + kk)] * bv[static_cast<std::size_t>((bi * 500 + kk) * 300 + j)];
-        CHECK(got[static_cast<std::size_t>((bi * 600 + i) * 300 + j)] == oracle(sum, kBf16));
+          sum += av[static_cast<std::size_t>((bi * 1700 + i) * 500 + kk)] * bv[static_cast<std::size_t>((bi * 500 + kk) * 300 + j)];
+        CHECK(got[static_cast<std::size_t>((bi * 1700 + i) * 300 + j)] == oracle(sum, kBf16));
       }
 }
 

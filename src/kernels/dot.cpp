@@ -174,14 +174,17 @@ DotLayout dot_layout(const Shape& lhs, const Shape& rhs, const params::DotGenera
 // and each finished panel of the result is narrowed straight into the output. So no full-size f32
 // copy of the larger operand or of the result is made (except the m x n accumulator when the
 // contraction is split and the output is narrow: then the result is the small side), and the
-// widened data is read from cache. The buffers are arrays, so memory statistics count them.
+// widened data is read back from the caches (a 3 MiB panel from the last level). The buffers are arrays, so memory statistics count them.
 //
 // The panel size trades memory for calls: each panel is one sgemm call, and with two OpenBLAS
 // threads each call wakes its worker. When another process competes for the cores, each wake-up
 // can wait for the scheduler, so a P3 step in bf16 (benchmark B1, 6 products of 2048 x 256 x 1024
 // per layer) measured 1.45-1.69x the f32 step with 1 MiB panels (8 calls a product), 1.14-1.22x
 // with 3 MiB (3 calls), 1.09-1.13x with 4 MiB, for peaks of 0.535x, 0.547x and 0.553x of f32's
-// (issue 27's bound: 0.55x). Without competition all three run at 1.06-1.10x.
+// (issue 27's bound: 0.55x, so B1 has about 0.6 MiB of headroom: a larger panel or another
+// buffer alive at the backward pass's peak breaks it). In the fast phases of that VM, without
+// competition, 1 MiB and 3 MiB ran at 1.05-1.10x; in its slow phases 1 MiB at 1.37-1.45x and
+// 3 MiB at 1.28-1.31x (docs/performance.md).
 constexpr std::int64_t kNarrowPanel = std::int64_t{3} << 18;  // f32 elements of a widened panel (3 MiB)
 
 // One bf16 / f16 matrix, logically rows x cols, stored row-major (cols x rows when transposed).

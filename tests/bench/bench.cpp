@@ -478,7 +478,8 @@ void bench_mixed_precision(std::vector<Row>& rows, std::int64_t L, std::int64_t 
     auto g32 = xj::grad(loss_named(f32_policy), xj::argnums<0, 1>);
     auto g16 = xj::grad(loss_named(f32_policy.as(xj::bf16)), xj::argnums<0, 1>);
     // the saved residuals' bytes: those the program keeps beyond its arguments (what the policy
-    // costs in memory), and all of them (the arguments W1, W2 counted too, as saved_residuals lists them)
+    // costs in memory), and all of them (the arguments W1, W2 counted too, as saved_residuals lists them;
+    // an argument's description is "from the argument N", xj::Residual's documented wording)
     auto residual_bytes = [&](const xj::Policy& p, bool with_arguments) {
       double bytes = 0;
       for (const auto& r : xj::saved_residuals(loss_named(p), W1, W2, y0))
