@@ -4,9 +4,11 @@
 // rules (windows.cpp), their kernels and their transformation rules, so all agree.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xjax/array.hpp"
@@ -37,6 +39,17 @@ struct WindowDim {
     if (q < 0 || q % base_dilation != 0) return -1;
     q /= base_dilation;
     return q < in_size ? q : -1;
+  }
+  /// The output positions [first, second) whose whole window reads the operand (no padding, no
+  /// hole of a base dilation): there window position k of o reads o * stride + k *
+  /// window_dilation - pad_lo. Empty when the base is dilated.
+  std::pair<std::int64_t, std::int64_t> interior() const {
+    if (base_dilation != 1 || out_size == 0) return {0, 0};
+    const std::int64_t first = pad_lo <= 0 ? 0 : (pad_lo + stride - 1) / stride;  // o * stride - pad_lo >= 0
+    const std::int64_t room = in_size - 1 + pad_lo - (window - 1) * window_dilation;  // o * stride <= room
+    const std::int64_t last = room < 0 ? -1 : room / stride;
+    const std::int64_t lo = std::min(first, out_size), hi = std::clamp<std::int64_t>(last + 1, lo, out_size);
+    return {lo, hi};
   }
   /// input_index for every (o, k), o-major: one table per dimension, computed once per kernel.
   std::vector<std::int64_t> index_table() const {

@@ -371,6 +371,11 @@ const std::vector<WindowCase>& window_cases() {
       {"negative padding", {6, 7}, {2, 2}, {1, 2}, {{-1, 0}, {0, -1}}, {1, 1}, {1, 1}},
       {"window larger than padded operand", {2, 2}, {3, 3}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}},
       {"a pool over the leading dims, 37 channels (the vectorized rows)", {2, 5, 37}, {2, 3, 1}, {1, 2, 1}, {{0, 0}, {1, 1}, {0, 0}}, {1, 1, 1}, {1, 1, 1}},
+      // long windowed last dims: their interiors (every tap inside) run in batches, the edges
+      // through the index table
+      {"NCHW pool rows of 75, stride 2 (the vectorized interior)", {2, 2, 5, 75}, {1, 1, 3, 3}, {1, 1, 2, 2}, {{0, 0}, {0, 0}, {1, 1}, {1, 0}}, {1, 1, 1, 1}, {1, 1, 1, 1}},
+      {"rows of 70, stride 3, window dilation 2", {3, 70}, {2, 3}, {1, 3}, {{0, 0}, {2, 1}}, {1, 1}, {1, 2}},
+      {"rows of 60, stride 1, window 4", {2, 60}, {1, 4}, {1, 1}, {{0, 0}, {1, 2}}, {1, 1}, {1, 1}},
   };
   return cases;
 }
@@ -512,6 +517,13 @@ TEST_CASE("reduce_window derivatives: sum's transpose, max / min pass the tangen
   auto [v, t] = xj::jvp([](const xj::Array& a) { return xj::reduce_window(a, -INFINITY, xj::WindowOp::max, {4}, {1}, "VALID"); },
                         std::tuple{tie}, std::tuple{test_util::f64v({10.0, 20.0, 30.0, 40.0}, {4})});
   CHECK(vec(t) == std::vector<double>{20.0});
+  // Ties in a long row (the batched interior, stride 2): each window's first element, f32 and f64.
+  for (xj::DType dt : {xj::f32, xj::f64}) {
+    const auto row = vec(xj::astype(xj::grad([](const xj::Array& v) {
+                                       return xj::sum(xj::reduce_window(v, -INFINITY, xj::WindowOp::max, {3}, {2}, "VALID"));
+                                     })(xj::ones({41}, dt)), xj::f64));
+    for (std::size_t i = 0; i < row.size(); ++i) CHECK(row[i] == (i % 2 == 0 && i <= 38 ? 1.0 : 0.0));
+  }
 }
 
 TEST_CASE("reduce_window and the select pair under vmap, against a loop") {

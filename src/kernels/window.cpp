@@ -97,6 +97,26 @@ bool is_plain(const WindowDim& d) {
   return d.window == 1 && d.stride == 1 && d.pad_lo == 0 && d.base_dilation == 1 && d.out_size == d.in_size;
 }
 
+// Calls f(stride) with the interior's stride as a compile-time constant where it is 1 or 2 (the
+// compiler then vectorizes the strided reads with shuffles), else as it is.
+template <class F> void with_stride(std::int64_t s, F&& f) {
+  if (s == 1) f(std::integral_constant<std::int64_t, 1>{});
+  else if (s == 2) f(std::integral_constant<std::int64_t, 2>{});
+  else f(s);
+}
+
+// A batch of the elements p[0], p[stride], p[2 stride], ... (inlined, unlike xsimd 8's gather).
+template <class T, class S> simd::Batch<T> load_strided(const T* p, S stride) {
+  if constexpr (std::is_same_v<S, std::integral_constant<std::int64_t, 1>>) {
+    return simd::Batch<T>::load_unaligned(p);
+  } else {
+    constexpr std::size_t width = simd::Batch<T>::size;
+    alignas(64) T lanes[width];
+    for (std::size_t l = 0; l < width; ++l) lanes[l] = p[static_cast<std::int64_t>(l) * stride];
+    return simd::Batch<T>::load_aligned(lanes);
+  }
+}
+
 WindowDim last_dim(const std::vector<WindowDim>& dims) { return dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back(); }
 
 template <class T, class Op> void reduce_window_typed(Op op, T identity, const Array& x, const std::vector<WindowDim>& dims,
@@ -106,7 +126,8 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
   const T* src = in_ptr<T>(x);
   const WindowDim last = last_dim(dims);
   const std::vector<std::int64_t> table = last.index_table();
-  const std::int64_t n = last.out_size, kw = last.window;
+  const std::int64_t n = last.out_size, kw = last.window, s = last.stride, wd = last.window_dilation;
+  const auto [lo, hi] = last.interior();
   const bool plain = is_plain(last);
   for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
     T* y = out + out_row;
@@ -121,13 +142,28 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
       for (; o < n; ++o) y[o] = op(y[o], row[o]);
       return;
     }
-    const std::int64_t* t = table.data();
-    for (std::int64_t o = 0; o < n; ++o, t += kw) {
-      T acc = y[o];
-      for (std::int64_t k = 0; k < kw; ++k)
-        if (t[k] >= 0) acc = op(acc, row[t[k]]);
-      y[o] = acc;
-    }
+    // the edges through the table; the interior window position by window position, its
+    // strided reads computed (no table, no test: the loop vectorizes)
+    for (const auto& [from, to] : {std::pair{std::int64_t{0}, lo}, std::pair{hi, n}})
+      for (std::int64_t o = from; o < to; ++o) {
+        const std::int64_t* t = table.data() + o * kw;
+        T acc = y[o];
+        for (std::int64_t k = 0; k < kw; ++k)
+          if (t[k] >= 0) acc = op(acc, row[t[k]]);
+        y[o] = acc;
+      }
+    with_stride(s, [&](auto stride) {
+      for (std::int64_t k = 0; k < kw; ++k) {
+        const T* first = row + lo * s + k * wd - last.pad_lo;
+        std::int64_t o = lo;
+        if constexpr (std::is_floating_point_v<T>) {
+          constexpr auto width = static_cast<std::int64_t>(simd::Batch<T>::size);
+          for (; o + width <= hi; o += width)
+            op.batch(simd::Batch<T>::load_unaligned(y + o), load_strided(first + (o - lo) * stride, stride)).store_unaligned(y + o);
+        }
+        for (; o < hi; ++o) y[o] = op(y[o], first[(o - lo) * stride]);
+      }
+    });
   });
 }
 
@@ -145,7 +181,8 @@ template <class T, class I, bool SelectMax> std::vector<I> selected_elements(con
   const T* src = in_ptr<T>(x);
   const WindowDim last = last_dim(dims);
   const std::vector<std::int64_t> table = last.index_table();
-  const std::int64_t n = last.out_size, kw = last.window;
+  const std::int64_t n = last.out_size, kw = last.window, s = last.stride, wd = last.window_dilation;
+  const auto [lo, hi] = last.interior();
   const bool plain = is_plain(last);
   const auto visit = [](I& c, T& b, T v, std::int64_t at) {
     const bool keep = SelectMax ? b >= v : b <= v;
@@ -178,10 +215,40 @@ template <class T, class I, bool SelectMax> std::vector<I> selected_elements(con
       for (; o < n; ++o) visit(c[o], b[o], row[o], in_row + o);
       return;
     }
-    const std::int64_t* t = table.data();
-    for (std::int64_t o = 0; o < n; ++o, t += kw)
-      for (std::int64_t k = 0; k < kw; ++k)
-        if (t[k] >= 0) visit(c[o], b[o], row[t[k]], in_row + t[k]);
+    // as in reduce_window_typed; each output still sees its window in order (k ascending)
+    for (const auto& [from, to] : {std::pair{std::int64_t{0}, lo}, std::pair{hi, n}})
+      for (std::int64_t o = from; o < to; ++o) {
+        const std::int64_t* t = table.data() + o * kw;
+        for (std::int64_t k = 0; k < kw; ++k)
+          if (t[k] >= 0) visit(c[o], b[o], row[t[k]], in_row + t[k]);
+      }
+    with_stride(s, [&](auto stride) {
+      for (std::int64_t k = 0; k < kw; ++k) {
+        const std::int64_t first = lo * s + k * wd - last.pad_lo;
+        std::int64_t o = lo;
+        if constexpr (std::is_floating_point_v<T> && sizeof(I) == sizeof(T)) {
+          using Bt = simd::Batch<T>;
+          using Bi = xsimd::batch<I>;
+          constexpr auto width = static_cast<std::int64_t>(Bt::size);
+          alignas(64) I lanes[width];
+          for (std::int64_t l = 0; l < width; ++l) lanes[l] = static_cast<I>(l * stride);
+          const Bi apart = Bi::load_aligned(lanes);
+          for (; o + width <= hi; o += width) {
+            const std::int64_t at = first + (o - lo) * stride;
+            const Bt current = Bt::load_unaligned(b + o), next = load_strided(row + at, stride);
+            const auto keep = SelectMax ? current >= next : current <= next;
+            xsimd::select(keep, current, next).store_unaligned(b + o);
+            const Bt kept = xsimd::select(keep, xsimd::bitwise_cast<Bt>(Bi::load_unaligned(c + o)),
+                                          xsimd::bitwise_cast<Bt>(Bi(static_cast<I>(in_row + at)) + apart));
+            xsimd::bitwise_cast<Bi>(kept).store_unaligned(c + o);
+          }
+        }
+        for (; o < hi; ++o) {
+          const std::int64_t at = first + (o - lo) * stride;
+          visit(c[o], b[o], row[at], in_row + at);
+        }
+      }
+    });
   });
   return chosen;
 }
