@@ -22,8 +22,10 @@ namespace {
 
 // Calls row(out_row_start, operand_row_start) for every output row (the positions of the last
 // dim, out_size of them) and every window position of the other dims that reads an operand row;
-// rows are visited output row by output row, window positions in row-major order.
-template <class F> void for_each_window_row(const std::vector<WindowDim>& dims, const Shape& in_shape, F&& row) {
+// rows are visited output row by output row, window positions in row-major order, and
+// done(out_row_start) follows the last window position of each output row.
+template <class F, class Done>
+void for_each_window_row(const std::vector<WindowDim>& dims, const Shape& in_shape, F&& row, Done&& done) {
   const std::size_t r = dims.size();
   const Ints strides = row_major_strides(in_shape);
   std::vector<std::int64_t> out_extent, win_extent;
@@ -48,6 +50,7 @@ template <class F> void for_each_window_row(const std::vector<WindowDim>& dims, 
       }
       if (inside) row(op * last_out, off);
     }
+    done(op * last_out);
   }
 }
 
@@ -164,7 +167,7 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
         for (; o < hi; ++o) y[o] = op(y[o], first[(o - lo) * stride]);
       }
     });
-  });
+  }, [](std::int64_t) {});
 }
 
 // For each output position, the flat operand index of its window's selected element (XLA's
@@ -174,12 +177,14 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
 // always taken, as XLA starts from it. Updates are selects, not branches. Indices are I: the
 // integer of T's width where it can hold every index (so a batch of them has T's lane count and
 // the plain rows update both with one mask), else int64 and the scalar loop.
-template <class T, class I, bool SelectMax> std::vector<I> selected_elements(const Array& x, const std::vector<WindowDim>& dims,
-                                                                             std::int64_t out_size) {
-  std::vector<I> chosen(static_cast<std::size_t>(out_size), I(-1));
-  std::vector<T> best(static_cast<std::size_t>(out_size), std::numeric_limits<T>::quiet_NaN());
-  const T* src = in_ptr<T>(x);
+// One output row at a time: use_row(out_row_start, chosen) gets the row's choices (the last
+// dim's out_size of them) as soon as its windows are walked, while they are in cache.
+template <class T, class I, bool SelectMax, class UseRow>
+void select_rows(const Array& x, const std::vector<WindowDim>& dims, UseRow&& use_row) {
   const WindowDim last = last_dim(dims);
+  std::vector<I> chosen(static_cast<std::size_t>(last.out_size), I(-1));
+  std::vector<T> best(static_cast<std::size_t>(last.out_size), std::numeric_limits<T>::quiet_NaN());
+  const T* src = in_ptr<T>(x);
   const std::vector<std::int64_t> table = last.index_table();
   const std::int64_t n = last.out_size, kw = last.window, s = last.stride, wd = last.window_dilation;
   const auto [lo, hi] = last.interior();
@@ -189,9 +194,9 @@ template <class T, class I, bool SelectMax> std::vector<I> selected_elements(con
     c = keep ? c : static_cast<I>(at);
     b = keep ? b : v;
   };
-  for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
-    I* c = chosen.data() + out_row;
-    T* b = best.data() + out_row;
+  for_each_window_row(dims, x.shape(), [&](std::int64_t, std::int64_t in_row) {
+    I* c = chosen.data();
+    T* b = best.data();
     const T* row = src + in_row;
     if (plain) {
       std::int64_t o = 0;
@@ -249,18 +254,20 @@ template <class T, class I, bool SelectMax> std::vector<I> selected_elements(con
         }
       }
     });
+  }, [&](std::int64_t out_row) {
+    use_row(out_row, chosen.data());
+    std::fill(chosen.begin(), chosen.end(), I(-1));
+    std::fill(best.begin(), best.end(), std::numeric_limits<T>::quiet_NaN());
   });
-  return chosen;
 }
 
-// Calls use(chosen) with the selected elements' indices in the narrowest type that holds them.
-template <class T, class Use> void with_selected(const Array& x, const std::vector<WindowDim>& dims, bool select_max,
-                                                 std::int64_t out_size, Use&& use) {
+// select_rows with the selected elements' indices in the narrowest type that holds them.
+template <class T, class UseRow> void with_selected(const Array& x, const std::vector<WindowDim>& dims, bool select_max,
+                                                    UseRow&& use_row) {
   using Same = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
   if (x.size() <= std::numeric_limits<Same>::max())
-    return select_max ? use(selected_elements<T, Same, true>(x, dims, out_size)) : use(selected_elements<T, Same, false>(x, dims, out_size));
-  select_max ? use(selected_elements<T, std::int64_t, true>(x, dims, out_size))
-             : use(selected_elements<T, std::int64_t, false>(x, dims, out_size));
+    return select_max ? select_rows<T, Same, true>(x, dims, use_row) : select_rows<T, Same, false>(x, dims, use_row);
+  select_max ? select_rows<T, std::int64_t, true>(x, dims, use_row) : select_rows<T, std::int64_t, false>(x, dims, use_row);
 }
 
 }  // namespace
@@ -286,17 +293,16 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
   auto run = [&]<class T>(std::type_identity<T>) {
     const T* v = in_ptr<T>(values);
     T* y = out_ptr<T>(result);
-    if (p == Primitive::select_and_gather_add) {
-      with_selected<T>(x, dims, w.select_max, out.size(), [&](const auto& chosen) {
-        for (std::size_t i = 0; i < chosen.size(); ++i) y[i] = chosen[i] < 0 ? T(0) : v[chosen[i]];
+    const std::int64_t n = last_dim(dims).out_size;
+    if (p == Primitive::select_and_gather_add) {  // y: the windows' shape
+      with_selected<T>(x, dims, w.select_max, [&](std::int64_t out_row, const auto* chosen) {
+        for (std::int64_t o = 0; o < n; ++o) y[out_row + o] = chosen[o] < 0 ? T(0) : v[chosen[o]];
       });
-    } else {
-      std::int64_t reduced = 1;
-      for (const auto& d : dims) reduced *= d.out_size;
+    } else {  // y: the operand's shape; v: the windows'
       std::fill(y, y + out.size(), T(0));
-      with_selected<T>(x, dims, w.select_max, reduced, [&](const auto& chosen) {
-        for (std::size_t i = 0; i < chosen.size(); ++i)
-          if (chosen[i] >= 0) y[chosen[i]] += v[i];
+      with_selected<T>(x, dims, w.select_max, [&](std::int64_t out_row, const auto* chosen) {
+        for (std::int64_t o = 0; o < n; ++o)
+          if (chosen[o] >= 0) y[chosen[o]] += v[out_row + o];
       });
     }
   };
