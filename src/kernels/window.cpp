@@ -74,21 +74,17 @@ struct Sum {
   template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const { return acc + v; }
 };
 // The scalar forms are written as selects (no data-dependent branch: a max of random data would
-// mispredict often); the batch forms are simd.hpp's NaN-propagating max and min.
+// mispredict often) and agree with the batch forms (simd.hpp's nan_max / nan_min) on every input:
+// NaN from either side, and the newer value on a tie (so -0.0 and +0.0 reduce alike in a
+// batch's lanes and in the scalar edges and tails).
 struct Max {
-  template <class T> T operator()(T acc, T v) const {
-    const T m = acc < v ? v : acc;
-    return v == v ? m : v;
-  }
+  template <class T> T operator()(T acc, T v) const { return (acc > v || acc != acc) ? acc : v; }
   template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const {
     return simd::nan_max(acc, v);
   }
 };
 struct Min {
-  template <class T> T operator()(T acc, T v) const {
-    const T m = v < acc ? v : acc;
-    return v == v ? m : v;
-  }
+  template <class T> T operator()(T acc, T v) const { return (acc < v || acc != acc) ? acc : v; }
   template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const {
     return simd::nan_min(acc, v);
   }
@@ -155,9 +151,10 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
           if (t[k] >= 0) acc = op(acc, row[t[k]]);
         y[o] = acc;
       }
+    if (lo == hi) return;  // no interior
     with_stride(s, [&](auto stride) {
       for (std::int64_t k = 0; k < kw; ++k) {
-        const T* first = row + lo * s + k * wd - last.pad_lo;
+        const T* first = row + (lo * s + k * wd - last.pad_lo);
         std::int64_t o = lo;
         if constexpr (std::is_floating_point_v<T>) {
           constexpr auto width = static_cast<std::int64_t>(simd::Batch<T>::size);
