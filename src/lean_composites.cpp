@@ -1,4 +1,4 @@
-// lean_composites.cpp: relu, softmax, log_softmax and gelu as custom_jvp functions (JAX's softmax is
+// lean_composites.cpp: relu, softmax, log_softmax, gelu and softplus as custom_jvp functions (JAX's softmax is
 // one too), so reverse mode keeps what PyTorch's autograd keeps for them: softmax its output,
 // log_softmax exp(output), gelu one array the size of its input (its derivative), relu its output. Differentiated
 // as compositions they kept three to four arrays each (issue 32). The rules are written with
@@ -72,6 +72,18 @@ Array relu(const Array& x, Loc loc) {
     const Array zero = broadcast_to(scalar_like(0.0, y), y.shape(), loc);
     return std::pair{y, where(gt(y, zero, loc), dx, broadcast_to(scalar_like(0.0, dx), dx.shape(), loc), loc)};
   }, loc)(x);
+}
+
+// softplus(x) = log(1 + e^x), computed as max(x, 0) + log1p(e^-|x|) (no overflow); its
+// derivative is logistic(x), given as the rule: the composition's kinks at 0 cancel in value and
+// slope but not in curvature (differentiated twice it gave 0 at x = 0, not 1/4; fuzzer seed
+// 600004). JAX's softplus is logaddexp(x, 0), a custom_jvp for the same reason.
+Array softplus(const Array& x, Loc loc) {
+  auto f = [loc](const Array& v) {
+    return add(maximum(v, scalar_like(0.0, v), loc), log1p(exp(neg(abs(v, loc), loc), loc), loc), loc);
+  };
+  if (!is_floating(x.dtype())) return f(x);
+  return elementwise_with_derivative(x, f, [loc](const Array& v) { return logistic(v, loc); }, loc);
 }
 
 // gelu(x) = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi):

@@ -191,10 +191,6 @@ Array astype(const Array& x, DType dtype, std::source_location loc) {
   return bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = dtype}, loc);
 }
 
-// softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
-Array softplus(const Array& x, std::source_location loc) {
-  return add(maximum(x, scalar_like(0.0, x), loc), log1p(exp(neg(abs(x, loc), loc), loc), loc), loc);
-}
 
 // ---- binary -----------------------------------------------------------------------------------
 

@@ -185,6 +185,35 @@ TEST_CASE("ops: relu, gelu (tanh approximation), softplus") {
   check_array(xj::relu(i32v({-2, 0, 5}, {3})), {3}, xj::i32, {0, 0, 5});
 }
 
+TEST_CASE("ops: softplus and what is built on it are smooth at 0: their derivatives there, to second order") {
+  // Regression (fuzzer seed 600004): softplus was max(x, 0) + log1p(e^-|x|), whose kinks cancel in
+  // value and slope but not under a second differentiation: at exactly x = 0 jvp(grad) gave 0
+  // instead of logistic'(0) = 1/4 (max's tie split and sign(0) = 0 lose the curvature).
+  // softplus' = logistic, softplus'' = logistic (1 - logistic): closed forms in double.
+  const std::vector<double> xs{-2.0, -0.5, 0.0, 0.0, 0.75, 3.0};
+  const xj::Array x = xj::array<double>(xs, {6});
+  auto total = [](const xj::Array& v) { return xj::sum(xj::softplus(v)); };
+  auto [g, hvp] = xj::jvp(xj::grad(total), std::tuple{x}, std::tuple{xj::ones({6}, xj::f64)});
+  const auto gv = g.to_vector<double>(), hv = hvp.to_vector<double>();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-xs[i]));
+    CHECK(gv[i] == doctest::Approx(s).epsilon(1e-14));
+    CHECK(hv[i] == doctest::Approx(s * (1.0 - s)).epsilon(1e-14));
+  }
+  // log_sigmoid'' = -logistic'; sigmoid_binary_cross_entropy(z, y)'' in z = logistic'(z)
+  const xj::Array zero = xj::zeros({1}, xj::f64);
+  auto second = [&](auto f) {
+    const xj::Array h = std::get<1>(xj::jvp(xj::grad([f](const xj::Array& v) { return xj::sum(f(v)); }), std::tuple{zero}, std::tuple{xj::ones({1}, xj::f64)}));
+    return h.item<double>();
+  };
+  CHECK(second([](const xj::Array& v) { return xj::log_sigmoid(v); }) == doctest::Approx(-0.25).epsilon(1e-14));
+  CHECK(second([](const xj::Array& v) { return xj::optim::sigmoid_binary_cross_entropy(v, xj::full({1}, 0.3, xj::f64)); }) ==
+        doctest::Approx(0.25).epsilon(1e-14));
+  // still exact far out
+  check_array(xj::grad(total)(xj::array<double>({-1000.0, 1000.0}, {2})), {2}, xj::f64, {0.0, 1.0});
+  xj::check_grads(total, std::tuple{x}, {.order = 2});
+}
+
 // ---- elementwise binary and broadcasting ------------------------------------------------------
 
 TEST_CASE("ops: binary elementwise ops against a loop") {

@@ -1,7 +1,8 @@
 // gradcheck_table.cpp: the rows of the numeric gradient-check suite (see gradcheck_table.hpp).
 // Generators keep inputs inside each op's domain and away from its kinks: log/sqrt/rsqrt/pow get
 // positive inputs, tan stays within |x| <= 1, max/min/reduce_max/argmax get values spaced apart
-// (no ties), relu/abs/sign/softplus stay away from 0, float->int conversions away from integers.
+// (no ties), relu/abs/sign stay away from 0 (softplus, smooth, is checked at 0), float->int
+// conversions away from integers.
 // Linear shape ops are followed by a square, so that their second derivatives are not zero and
 // the order-2 checks run the op's rules inside a nonlinear function.
 #include "gradcheck_table.hpp"
@@ -187,7 +188,8 @@ std::vector<Row> build() {
   t.push_back(row("relu", {P::select_n, P::gt}, unary(relu), away_gen(s)));
   t.push_back(row("gelu", {P::tanh, P::integer_pow, P::mul, P::add}, unary(gelu), uniform_gen(s, -3, 3)));
   t.push_back(row("gelu_exact", {P::erf, P::mul, P::add}, [](const Arrays& x) { return gelu(x[0], false); }, uniform_gen(s, -3, 3)));
-  t.push_back(row("softplus", {P::max, P::abs, P::exp, P::log1p}, unary(softplus), away_gen(s, 0.3, 3)));
+  // smooth (its derivative is a rule: logistic), so checked at exact zeros too
+  t.push_back(row("softplus", {P::max, P::abs, P::exp, P::log1p, P::logistic}, unary(softplus), zeros_at_gen(s, {0, 3})));
 
   // ---- elementwise binary, same shapes and broadcasting --------------------------------------
   t.push_back(row("add", {P::add}, binary(add), uniform2_gen(s, s, -2, 2)));
