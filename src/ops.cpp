@@ -9,6 +9,7 @@
 #include <ostream>
 
 #include "internal.hpp"
+#include "xjax/custom_derivatives.hpp"
 
 namespace xjax {
 namespace {
@@ -925,9 +926,11 @@ Array associative_scan(const std::function<Array(const Array&, const Array&)>& f
   return flip(prefix_scan(checked, flip(x, a, loc), a, loc), a, loc);
 }
 
+namespace {
+
 // log(e^a + e^b) = max + log1p(e^-|a - b|); a - b is NaN for two infinities of one sign (their
 // sum is the answer) or a NaN operand (NaN either way).
-Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
+Array logaddexp_value(const Array& a, const Array& b, const std::source_location& loc) {
   const Array m = maximum(a, b, loc);
   const Array d = sub(a, b, loc);
   const Array nan_d = ne(d, d, loc);
@@ -936,6 +939,35 @@ Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
   const Array safe_d = where(nan_d, 0.0, d, loc);
   const Array finite = add(m, log1p(exp(neg(abs(safe_d, loc), loc), loc), loc), loc);
   return where(nan_d, add(a, b, loc), finite, loc);
+}
+
+// d logaddexp(a, b) = da e^(a - out) + db e^(b - out) (the softmax weights of a and b). Where
+// out is infinite the weight is 1 for an operand equal to it, else 0; where it is NaN, NaN. The
+// exponent's operands are made finite first, so that no branch not taken holds an infinity.
+Array logaddexp_weight(const Array& x, const Array& out, const std::source_location& loc) {
+  const Array finite = is_finite(out, loc);
+  const Array zero = zeros_like(out);
+  const Array inside = exp(sub(where(finite, x, zero, loc), where(finite, out, zero, loc), loc), loc);
+  const Array at_infinity = where(eq(x, out, loc), 1.0, zero, loc);
+  return where(finite, inside, where(ne(out, out, loc), out, at_infinity, loc), loc);
+}
+
+}  // namespace
+
+// The value's composition is smooth, but its pieces' kinks at a == b (max, |a - b|) cancel only
+// in value and slope: differentiated twice it gave 0 there instead of 1/4 (as softplus did;
+// src/lean_composites.cpp). So the derivative is a rule, as JAX's logaddexp's is.
+Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
+  const auto ab = promoted(P::max, {a, b}, loc);
+  const auto [x, y] = broadcast_pair(P::max, ab[0], ab[1], loc);
+  auto f = [loc](const Array& u, const Array& v) { return logaddexp_value(u, v, loc); };
+  if (!is_floating(x.dtype())) return f(x, y);
+  return custom_jvp(f, [f, loc](const std::tuple<Array, Array>& p, const std::tuple<Array, Array>& t) {
+    const auto& [u, v] = p;
+    const auto& [du, dv] = t;
+    const Array out = f(u, v);
+    return std::pair{out, add(mul(du, logaddexp_weight(u, out, loc), loc), mul(dv, logaddexp_weight(v, out, loc), loc), loc)};
+  }, loc)(x, y);
 }
 
 // x (a_0 .. a_k) broadcast to (r_0, a_0, r_1, a_1, ...), then merged pairwise to (r_0 a_0, ...).

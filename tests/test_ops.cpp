@@ -185,7 +185,7 @@ TEST_CASE("ops: relu, gelu (tanh approximation), softplus") {
   check_array(xj::relu(i32v({-2, 0, 5}, {3})), {3}, xj::i32, {0, 0, 5});
 }
 
-TEST_CASE("ops: softplus and what is built on it are smooth at 0: their derivatives there, to second order") {
+TEST_CASE("ops: softplus, logaddexp and what is built on them are smooth at their kinks: derivatives there, to second order") {
   // Regression (fuzzer seed 600004): softplus was max(x, 0) + log1p(e^-|x|), whose kinks cancel in
   // value and slope but not under a second differentiation: at exactly x = 0 jvp(grad) gave 0
   // instead of logistic'(0) = 1/4 (max's tie split and sign(0) = 0 lose the curvature).
@@ -212,6 +212,34 @@ TEST_CASE("ops: softplus and what is built on it are smooth at 0: their derivati
   // still exact far out
   check_array(xj::grad(total)(xj::array<double>({-1000.0, 1000.0}, {2})), {2}, xj::f64, {0.0, 1.0});
   xj::check_grads(total, std::tuple{x}, {.order = 2});
+
+  // logaddexp(a, b): d/da = logistic(a - b), d2/da2 = logistic' (a - b), ties included
+  const std::vector<double> as{-1.0, 0.0, 0.5, 2.0}, bs{0.5, 0.0, 0.5, -3.0};
+  const xj::Array a = xj::array<double>(as, {4}), b = xj::array<double>(bs, {4});
+  auto lae = [&](const xj::Array& u) { return xj::sum(xj::logaddexp(u, b)); };
+  auto [ga, ha] = xj::jvp(xj::grad(lae), std::tuple{a}, std::tuple{xj::ones({4}, xj::f64)});
+  for (std::size_t i = 0; i < as.size(); ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-(as[i] - bs[i])));
+    CHECK(ga.to_vector<double>()[i] == doctest::Approx(s).epsilon(1e-14));
+    CHECK(ha.to_vector<double>()[i] == doctest::Approx(s * (1.0 - s)).epsilon(1e-14));
+  }
+  xj::check_grads([](const xj::Array& u, const xj::Array& v) { return xj::logaddexp(u, v); }, std::tuple{a, b}, {.order = 2});
+  // the infinite edges: the whole derivative to an operand equal to the (infinite) result, NaN
+  // for a NaN result; the values as before
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const xj::Array ea = xj::array<double>({inf, -inf, -inf, nan, 1.0}, {5}), eb = xj::array<double>({1.0, 2.0, -inf, 1.0, inf}, {5});
+  auto [da, db] = xj::grad([](const xj::Array& u, const xj::Array& v) { return xj::sum(xj::logaddexp(u, v)); }, xj::argnums<0, 1>)(ea, eb);
+  const auto dav = da.to_vector<double>(), dbv = db.to_vector<double>();
+  CHECK(dav[0] == 1.0);
+  CHECK(dbv[0] == 0.0);
+  CHECK(dav[1] == 0.0);
+  CHECK(dbv[1] == doctest::Approx(1.0).epsilon(1e-15));
+  CHECK(dav[2] == 1.0);
+  CHECK(dbv[2] == 1.0);
+  CHECK(std::isnan(dav[3]));
+  CHECK(std::isnan(dbv[3]));
+  CHECK(dav[4] == 0.0);
+  CHECK(dbv[4] == 1.0);
 }
 
 // ---- elementwise binary and broadcasting ------------------------------------------------------
