@@ -941,15 +941,15 @@ Array logaddexp_value(const Array& a, const Array& b, const std::source_location
   return where(nan_d, add(a, b, loc), finite, loc);
 }
 
-// d logaddexp(a, b) = da e^(a - out) + db e^(b - out) (the softmax weights of a and b). Where
-// out is infinite the weight is 1 for an operand equal to it, else 0; where it is NaN, NaN. The
-// exponent's operands are made finite first, so that no branch not taken holds an infinity.
-Array logaddexp_weight(const Array& x, const Array& out, const std::source_location& loc) {
-  const Array finite = is_finite(out, loc);
-  const Array zero = zeros_like(out);
-  const Array inside = exp(sub(where(finite, x, zero, loc), where(finite, out, zero, loc), loc), loc);
-  const Array at_infinity = where(eq(x, out, loc), 1.0, zero, loc);
-  return where(finite, inside, where(ne(out, out, loc), out, at_infinity, loc), loc);
+// d/dx logaddexp(x, y) = e^(x - out) = logistic(x - y), computed from the difference (exact for
+// operands far larger than their difference, where out's rounding would spoil e^(x - out), and
+// smooth at x == y to every order). x - y is NaN for two equal infinities (out = x + y: weight 1)
+// or a NaN operand (NaN); made finite first there, so that no branch not taken holds a NaN.
+Array logaddexp_weight(const Array& x, const Array& y, const Array& out, const std::source_location& loc) {
+  const Array d = sub(x, y, loc);
+  const Array nan_d = ne(d, d, loc);
+  const Array equal_infinities = where(ne(out, out, loc), out, ones_like(out), loc);
+  return where(nan_d, equal_infinities, logistic(where(nan_d, 0.0, d, loc), loc), loc);
 }
 
 }  // namespace
@@ -966,7 +966,7 @@ Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
     const auto& [u, v] = p;
     const auto& [du, dv] = t;
     const Array out = f(u, v);
-    return std::pair{out, add(mul(du, logaddexp_weight(u, out, loc), loc), mul(dv, logaddexp_weight(v, out, loc), loc), loc)};
+    return std::pair{out, add(mul(du, logaddexp_weight(u, v, out, loc), loc), mul(dv, logaddexp_weight(v, u, out, loc), loc), loc)};
   }, loc)(x, y);
 }
 

@@ -224,6 +224,22 @@ TEST_CASE("ops: softplus, logaddexp and what is built on them are smooth at thei
     CHECK(ha.to_vector<double>()[i] == doctest::Approx(s * (1.0 - s)).epsilon(1e-14));
   }
   xj::check_grads([](const xj::Array& u, const xj::Array& v) { return xj::logaddexp(u, v); }, std::tuple{a, b}, {.order = 2});
+  // third order: d3/da3 = logistic''(a - b) = s (1 - s) (1 - 2 s), 0 at the tie
+  auto second_of = [&](const xj::Array& u) { return std::get<1>(xj::jvp(xj::grad(lae), std::tuple{u}, std::tuple{xj::ones({4}, xj::f64)})); };
+  const auto third = std::get<1>(xj::jvp(second_of, std::tuple{a}, std::tuple{xj::ones({4}, xj::f64)})).to_vector<double>();
+  for (std::size_t i = 0; i < as.size(); ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-(as[i] - bs[i])));
+    CHECK(third[i] == doctest::Approx(s * (1.0 - s) * (1.0 - 2.0 * s)).epsilon(1e-13));
+  }
+  // operands far larger than their difference, in f32: the weights are logistic(a - b), not
+  // e^(a - out) of a rounded out (review: 1e7 and 1e7 - 1 gave 1 and 0.368)
+  auto [big_a, big_b] = xj::grad([](const xj::Array& u, const xj::Array& v) { return xj::sum(xj::logaddexp(u, v)); }, xj::argnums<0, 1>)(
+      xj::array<float>({1e7f, 1e8f}, {2}), xj::array<float>({1e7f - 1.0f, 1e8f}, {2}));
+  const double s1 = 1.0 / (1.0 + std::exp(-1.0));
+  CHECK(big_a.to_vector<double>()[0] == doctest::Approx(s1).epsilon(1e-6));
+  CHECK(big_b.to_vector<double>()[0] == doctest::Approx(1.0 - s1).epsilon(1e-6));
+  CHECK(big_a.to_vector<double>()[1] == 0.5);
+  CHECK(big_b.to_vector<double>()[1] == 0.5);
   // the infinite edges: the whole derivative to an operand equal to the (infinite) result, NaN
   // for a NaN result; the values as before
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
