@@ -192,7 +192,6 @@ Array astype(const Array& x, DType dtype, std::source_location loc) {
   return bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = dtype}, loc);
 }
 
-
 // ---- binary -----------------------------------------------------------------------------------
 
 Array add(const Array& a, const Array& b, std::source_location loc) { return binary(P::add, a, b, loc); }
@@ -941,15 +940,20 @@ Array logaddexp_value(const Array& a, const Array& b, const std::source_location
   return where(nan_d, add(a, b, loc), finite, loc);
 }
 
-// d/dx logaddexp(x, y) = e^(x - out) = logistic(x - y), computed from the difference (exact for
-// operands far larger than their difference, where out's rounding would spoil e^(x - out), and
-// smooth at x == y to every order). x - y is NaN for two equal infinities (out = x + y: weight 1)
-// or a NaN operand (NaN); made finite first there, so that no branch not taken holds a NaN.
-Array logaddexp_weight(const Array& x, const Array& y, const Array& out, const std::source_location& loc) {
-  const Array d = sub(x, y, loc);
+// d logaddexp(a, b) = da e^(a - out) + db e^(b - out) = da logistic(d) + db logistic(-d),
+// d = a - b: from the difference (exact for operands far larger than their difference, where
+// out's rounding would spoil e^(a - out), and smooth at a == b to every order). d is NaN for two
+// equal infinities (out = a + b: weights 1) or a NaN operand (NaN); made finite first there, so
+// that no branch not taken holds a NaN.
+Array logaddexp_tangent(const Array& a, const Array& b, const Array& out, const Array& da, const Array& db,
+                        const std::source_location& loc) {
+  const Array d = sub(a, b, loc);
   const Array nan_d = ne(d, d, loc);
-  const Array equal_infinities = where(ne(out, out, loc), out, ones_like(out), loc);
-  return where(nan_d, equal_infinities, logistic(where(nan_d, 0.0, d, loc), loc), loc);
+  const Array safe_d = where(nan_d, 0.0, d, loc);
+  const Array at_nan_d = where(ne(out, out, loc), out, ones_like(out), loc);
+  const Array wa = where(nan_d, at_nan_d, logistic(safe_d, loc), loc);
+  const Array wb = where(nan_d, at_nan_d, logistic(neg(safe_d, loc), loc), loc);
+  return add(mul(da, wa, loc), mul(db, wb, loc), loc);
 }
 
 }  // namespace
@@ -966,7 +970,7 @@ Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
     const auto& [u, v] = p;
     const auto& [du, dv] = t;
     const Array out = f(u, v);
-    return std::pair{out, add(mul(du, logaddexp_weight(u, v, out, loc), loc), mul(dv, logaddexp_weight(v, u, out, loc), loc), loc)};
+    return std::pair{out, logaddexp_tangent(u, v, out, du, dv, loc)};
   }, loc)(x, y);
 }
 

@@ -174,7 +174,8 @@ DotLayout dot_layout(const Shape& lhs, const Shape& rhs, const params::DotGenera
 // and each finished panel of the result is narrowed straight into the output. So no full-size f32
 // copy of the larger operand or of the result is made (except the m x n accumulator when the
 // contraction is split and the output is narrow: then the result is the small side), and the
-// widened data is read back from the caches (a 3 MiB panel from the last level). The buffers are arrays, so memory statistics count them.
+// widened data is read back from the caches (a 3 MiB panel from the last level). The buffers are
+// arrays, so memory statistics count them.
 //
 // The panel size trades memory for calls: each panel is one sgemm call, and with two OpenBLAS
 // threads each call wakes its worker. When another process competes for the cores, each wake-up

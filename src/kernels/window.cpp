@@ -78,13 +78,19 @@ struct Sum {
 // NaN from either side, and the newer value on a tie (so -0.0 and +0.0 reduce alike in a
 // batch's lanes and in the scalar edges and tails).
 struct Max {
-  template <class T> T operator()(T acc, T v) const { return (acc > v || acc != acc) ? acc : v; }
+  template <class T> T operator()(T acc, T v) const {
+    const T m = acc > v ? acc : v;
+    return acc == acc ? m : acc;
+  }
   template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const {
     return simd::nan_max(acc, v);
   }
 };
 struct Min {
-  template <class T> T operator()(T acc, T v) const { return (acc < v || acc != acc) ? acc : v; }
+  template <class T> T operator()(T acc, T v) const {
+    const T m = acc < v ? acc : v;
+    return acc == acc ? m : acc;
+  }
   template <class T> simd::Batch<T> batch(const simd::Batch<T>& acc, const simd::Batch<T>& v) const {
     return simd::nan_min(acc, v);
   }
@@ -114,6 +120,14 @@ template <class T, class S> simd::Batch<T> load_strided(const T* p, S stride) {
     for (std::size_t l = 0; l < width; ++l) lanes[l] = p[static_cast<std::int64_t>(l) * stride];
     return simd::Batch<T>::load_aligned(lanes);
   }
+}
+
+// The batch of lane offsets 0, step, 2 step, ... (the flat indices a batch of outputs reads).
+template <class I> xsimd::batch<I> lane_offsets(std::int64_t step) {
+  constexpr std::size_t width = xsimd::batch<I>::size;
+  alignas(64) I at[width];
+  for (std::size_t l = 0; l < width; ++l) at[l] = static_cast<I>(static_cast<std::int64_t>(l) * step);
+  return xsimd::batch<I>::load_aligned(at);
 }
 
 WindowDim last_dim(const std::vector<WindowDim>& dims) { return dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back(); }
@@ -186,6 +200,7 @@ void select_rows(const Array& x, const std::vector<WindowDim>& dims, UseRow&& us
   const std::int64_t n = last.out_size, kw = last.window, s = last.stride, wd = last.window_dilation;
   const auto [lo, hi] = last.interior();
   const bool plain = is_plain(last);
+  const xsimd::batch<I> lane = lane_offsets<I>(1), apart = lane_offsets<I>(s);  // computed once, not per row
   const auto visit = [](I& c, T& b, T v, std::int64_t at) {
     const bool keep = SelectMax ? b >= v : b <= v;
     c = keep ? c : static_cast<I>(at);
@@ -202,9 +217,6 @@ void select_rows(const Array& x, const std::vector<WindowDim>& dims, UseRow&& us
         using Bi = xsimd::batch<I>;
         static_assert(Bt::size == Bi::size);
         constexpr auto width = static_cast<std::int64_t>(Bt::size);
-        alignas(64) I lanes[width];
-        for (std::int64_t l = 0; l < width; ++l) lanes[l] = static_cast<I>(l);
-        const Bi lane = Bi::load_aligned(lanes);
         for (; o + width <= n; o += width) {
           const Bt current = Bt::load_unaligned(b + o), next = Bt::load_unaligned(row + o);
           const auto keep = SelectMax ? current >= next : current <= next;
@@ -232,9 +244,6 @@ void select_rows(const Array& x, const std::vector<WindowDim>& dims, UseRow&& us
           using Bt = simd::Batch<T>;
           using Bi = xsimd::batch<I>;
           constexpr auto width = static_cast<std::int64_t>(Bt::size);
-          alignas(64) I lanes[width];
-          for (std::int64_t l = 0; l < width; ++l) lanes[l] = static_cast<I>(l * stride);
-          const Bi apart = Bi::load_aligned(lanes);
           for (; o + width <= hi; o += width) {
             const std::int64_t at = first + (o - lo) * stride;
             const Bt current = Bt::load_unaligned(b + o), next = load_strided(row + at, stride);
