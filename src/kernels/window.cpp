@@ -130,6 +130,19 @@ template <class I> xsimd::batch<I> lane_offsets(std::int64_t step) {
   return xsimd::batch<I>::load_aligned(at);
 }
 
+// Calls tap(o, at) for each output position o of a row's edges ([0, lo) and [hi, n): windows
+// that reach padding or base-dilation holes) and each of its window positions, in order, that
+// reads operand element `at` of the row (the last dim's index table says which).
+template <class Tap> void for_each_edge_tap(const std::vector<std::int64_t>& table, std::int64_t kw, std::int64_t lo,
+                                            std::int64_t hi, std::int64_t n, Tap&& tap) {
+  for (const auto& [from, to] : {std::pair{std::int64_t{0}, lo}, std::pair{hi, n}})
+    for (std::int64_t o = from; o < to; ++o) {
+      const std::int64_t* t = table.data() + o * kw;
+      for (std::int64_t k = 0; k < kw; ++k)
+        if (t[k] >= 0) tap(o, t[k]);
+    }
+}
+
 WindowDim last_dim(const std::vector<WindowDim>& dims) { return dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back(); }
 
 template <class T, class Op> void reduce_window_typed(Op op, T identity, const Array& x, const std::vector<WindowDim>& dims,
@@ -157,14 +170,7 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
     }
     // the edges through the table; the interior window position by window position, its
     // strided reads computed (no table, no test: the loop vectorizes)
-    for (const auto& [from, to] : {std::pair{std::int64_t{0}, lo}, std::pair{hi, n}})
-      for (std::int64_t o = from; o < to; ++o) {
-        const std::int64_t* t = table.data() + o * kw;
-        T acc = y[o];
-        for (std::int64_t k = 0; k < kw; ++k)
-          if (t[k] >= 0) acc = op(acc, row[t[k]]);
-        y[o] = acc;
-      }
+    for_each_edge_tap(table, kw, lo, hi, n, [&](std::int64_t o, std::int64_t at) { y[o] = op(y[o], row[at]); });
     if (lo == hi) return;  // no interior
     with_stride(s, [&](auto stride) {
       for (std::int64_t k = 0; k < kw; ++k) {
@@ -230,12 +236,7 @@ void select_rows(const Array& x, const std::vector<WindowDim>& dims, UseRow&& us
       return;
     }
     // as in reduce_window_typed; each output still sees its window in order (k ascending)
-    for (const auto& [from, to] : {std::pair{std::int64_t{0}, lo}, std::pair{hi, n}})
-      for (std::int64_t o = from; o < to; ++o) {
-        const std::int64_t* t = table.data() + o * kw;
-        for (std::int64_t k = 0; k < kw; ++k)
-          if (t[k] >= 0) visit(c[o], b[o], row[t[k]], in_row + t[k]);
-      }
+    for_each_edge_tap(table, kw, lo, hi, n, [&](std::int64_t o, std::int64_t at) { visit(c[o], b[o], row[at], in_row + at); });
     with_stride(s, [&](auto stride) {
       for (std::int64_t k = 0; k < kw; ++k) {
         const std::int64_t first = lo * s + k * wd - last.pad_lo;

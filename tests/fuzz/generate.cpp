@@ -320,7 +320,7 @@ class Gen {
     const Val a = at(s, i);
     static constexpr Op ops[] = {Op::Add,     Op::Sub,     Op::Mul,      Op::DivSafe, Op::PowSafe,
                                  Op::Maximum, Op::Minimum, Op::SelectGt, Op::Atan2,   Op::RemSafe,
-                                 Op::NextAfter};
+                                 Op::NextAfter, Op::LogAddExp};
     Op op = ops[static_cast<std::size_t>(uniform(0, std::size(ops) - 1))];
     bool kink = op == Op::Maximum || op == Op::Minimum || op == Op::SelectGt || op == Op::RemSafe;
     if (kink && s.r.pure) return false;
@@ -341,6 +341,7 @@ class Gen {
       case Op::Atan2: out = 3.2; break;
       case Op::RemSafe: out = 2.5; break;
       case Op::NextAfter: out = a.mag * 1.001; break;
+      case Op::LogAddExp: out = std::max(a.mag, c.mag) + std::log(2.0); break;
       case Op::SelectGt: out = 2 * std::max(a.mag, c.mag); break;
       default: out = std::max(a.mag, c.mag); break;
     }

@@ -428,6 +428,8 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
     // atan2 away from its cut and its pole: one coordinate kept positive (variant: which).
     case Op::Atan2: return {n.variant == 0 ? xj::atan2(a, 1.5 + xj::tanh(b)) : xj::atan2(1.5 + xj::tanh(a), b)};
     case Op::NextAfter: return {xj::nextafter(a, b)};
+    // An operand against itself is an exact tie, where the derivatives' weights meet (1/2 each).
+    case Op::LogAddExp: return {n.variant == 0 ? xj::logaddexp(a, b) : xj::logaddexp(b, a)};
     case Op::RemSafe: {  // rem by y in (0.5, 2.5) (or minus that): jumps where a / y is an integer
       const Array y = n.variant == 0 ? 1.5 + xj::tanh(b) : -1.5 - xj::tanh(b);
       const Array r = xj::rem(a, y);

@@ -55,7 +55,7 @@ enum class Op {
   Abs, Relu, Sign, Elu, LeakyRelu, Bitwise,
   Logic,  // is_finite, all, any, clamp (scalar or array bounds), argmin (issue 28's primitives)
   // elementwise binary (broadcasting)
-  Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe, NextAfter,
+  Add, Sub, Mul, DivSafe, PowSafe, Maximum, Minimum, SelectGt, Atan2, RemSafe, NextAfter, LogAddExp,
   // reductions
   Sum, Mean, Max, Min, ProdPos, LogSumExp, Softmax, LogSoftmax, Var, Cumulative, Sort, Window,
   // linear algebra
