@@ -3,12 +3,16 @@
 // dilations, feature and batch groups, 1-D / 2-D / 3-D, several layouts); derivatives against
 // finite differences and against the adjoint loops (the transpose rules are the vjp of the naive
 // loop); conv_transpose as the gradient of conv; vmap against a loop of members; the errors.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <functional>
 #include <stdexcept>
 
+#include "kernels/parallel.hpp"
 #include "test_util.hpp"
 #include "xjax/convolution.hpp"
 
@@ -624,4 +628,96 @@ TEST_CASE("max_pool and avg_pool (flax's layout: batch, spatial..., features)") 
   CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::max_pool(x, {3}); }), "rank 3 for a 1-D window"));
   CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::reduce_window(x, 1.0, xj::WindowOp::add, {1, 1, 1, 1}, {}, "VALID"); }),
                  "identity"));
+}
+
+// ---- the kernels' loops split across threads (src/kernels/parallel.hpp) --------------------------
+
+namespace {
+
+/// Sets OpenBLAS's (and so xjax's) thread count for a scope.
+struct KernelThreads {
+  int before = openblas_get_num_threads();
+  explicit KernelThreads(int n) { openblas_set_num_threads(n); }
+  ~KernelThreads() { openblas_set_num_threads(before); }
+};
+
+/// The value and input gradient of sum(ct * f(x)), computed at `threads` kernel threads.
+std::pair<xj::Array, xj::Array> value_and_pullback(int threads, const std::function<xj::Array(const xj::Array&)>& f,
+                                                   const xj::Array& x, const xj::Array& ct) {
+  KernelThreads t(threads);
+  auto [y, pullback] = xj::vjp(f, x);
+  return {y, std::get<0>(pullback(ct))};
+}
+
+}  // namespace
+
+TEST_CASE("window kernels split across threads: values and the select pair's scatter against the loops, same bits as one thread") {
+  // Big enough that each loop splits (row_grain in window.cpp); the last case windows its leading
+  // dim, so the scatter cannot split by it (overlapping windows) and runs on one thread.
+  const WindowCase cases[] = {
+      {"NCHW 3x3 stride 2 pool", {4, 16, 30, 30}, {1, 1, 3, 3}, {1, 1, 2, 2}, {{0, 0}, {0, 0}, {1, 1}, {1, 1}}, {1, 1, 1, 1}, {1, 1, 1, 1}},
+      {"NHWC 3x3 stride 2 pool", {4, 30, 30, 16}, {1, 3, 3, 1}, {1, 2, 2, 1}, {{0, 0}, {1, 1}, {1, 1}, {0, 0}}, {1, 1, 1, 1}, {1, 1, 1, 1}},
+      {"leading dim windowed", {96, 30, 16}, {3, 3, 1}, {2, 2, 1}, {{1, 1}, {1, 1}, {0, 0}}, {1, 1, 1}, {1, 1, 1}},
+  };
+  unsigned seed = 4000;
+  for (const WindowCase& c : cases)
+    for (xj::WindowOp op : {xj::WindowOp::add, xj::WindowOp::max}) {
+      INFO(std::string(c.what) << " op " << static_cast<int>(op));
+      const xj::Array x = test_util::randn(c.x, seed++, xj::f32);  // distinct values: no ties
+      const auto xv = vec(x);
+      const xj::Shape shape = window_loops(c, [](std::int64_t, std::int64_t) {});
+      const xj::Array ct = test_util::randn(shape, seed++, xj::f32);
+      const auto cv = vec(ct);
+      std::vector<double> want(static_cast<std::size_t>(xj::shape_size(shape)), op == xj::WindowOp::add ? 0.0 : -INFINITY);
+      std::vector<std::int64_t> chosen(want.size(), -1);
+      window_loops(c, [&](std::int64_t o, std::int64_t i) {
+        if (op == xj::WindowOp::add) want[o] += xv[i];
+        else if (xv[i] > want[o]) want[o] = xv[i], chosen[o] = i;
+      });
+      std::vector<double> dx(xv.size(), 0.0);
+      window_loops(c, [&](std::int64_t o, std::int64_t i) {
+        if (op == xj::WindowOp::add) dx[i] += cv[o];
+      });
+      for (std::size_t o = 0; o < chosen.size(); ++o)
+        if (chosen[o] >= 0) dx[chosen[o]] += cv[o];
+      const auto f = [&](const xj::Array& a) { return run_window(c, a, op); };
+      const std::int64_t splits = xjax::detail::split_loops();
+      const auto [y3, dx3] = value_and_pullback(3, f, x, ct);
+      CHECK(xjax::detail::split_loops() > splits);
+      check_all(xj::astype(y3, xj::f64), want, 1e-5);
+      check_all(xj::astype(dx3, xj::f64), dx, 1e-5);
+      const auto [y1, dx1] = value_and_pullback(1, f, x, ct);
+      CHECK(vec(y1) == vec(y3));
+      CHECK(vec(dx1) == vec(dx3));
+    }
+}
+
+TEST_CASE("depthwise convolution split across threads: value and both gradients against the loops, same bits as one thread") {
+  const ConvCase c{"depthwise NHWC, 40 channels", {4, 20, 20, 40}, {3, 3, 1, 40}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 40, 1};
+  const xj::Array x = test_util::randn(c.lhs, 4100, xj::f32), w = test_util::randn(c.rhs, 4101, xj::f32);
+  xj::Shape shape;
+  const std::vector<double> want = naive_conv(c, vec(x), vec(w), shape);
+  const xj::Array ct = test_util::randn(shape, 4102, xj::f32);
+  const auto xv = vec(x), wv = vec(w), cv = vec(ct);
+  std::vector<double> dx(xv.size(), 0.0), dw(wv.size(), 0.0);
+  conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) {
+    dx[l] += cv[o] * wv[r];
+    dw[r] += cv[o] * xv[l];
+  });
+  const auto run = [&](int threads) {
+    KernelThreads t(threads);
+    auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
+    auto [gx, gw] = pullback(ct);
+    return std::tuple{y, gx, gw};
+  };
+  const std::int64_t splits = xjax::detail::split_loops();
+  const auto [y3, gx3, gw3] = run(3);
+  CHECK(xjax::detail::split_loops() > splits);
+  check_all(xj::astype(y3, xj::f64), want, 1e-4);
+  check_all(xj::astype(gx3, xj::f64), dx, 1e-4);
+  check_all(xj::astype(gw3, xj::f64), dw, 1e-3);
+  const auto [y1, gx1, gw1] = run(1);
+  CHECK(vec(y1) == vec(y3));
+  CHECK(vec(gx1) == vec(gx3));
+  CHECK(vec(gw1) == vec(gw3));
 }

@@ -25,6 +25,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/kernel_sets.hpp"
+#include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 #include "windows.hpp"
 
@@ -145,16 +146,19 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
   const std::int64_t m = g.oq;
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size), block = 4 * width;
-  std::vector<std::int64_t> offsets(static_cast<std::size_t>(g.window));
-  for (std::int64_t n = 0; n < g.nout; ++n) {
-    Odometer s{g.out_extent};
-    for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next()) {
-      T* y = out + (n * g.positions + pos) * g.o;
+  // Output rows (n, position) in chunks, each row written by one thread.
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.window * g.o, 1));
+  parallel_for(g.nout * g.positions, grain, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::int64_t> offsets(static_cast<std::size_t>(g.window));
+    Odometer s{g.out_extent};  // wraps to the first position at each new image
+    s.seek(begin % g.positions);
+    for (std::int64_t row = begin; row < end; ++row, s.next()) {
+      T* y = out + row * g.o;
       // Each window position's offset (-1: padding, read as zeros times the weights, so a
       // non-finite weight gives NaN there as in im2col's product).
       Odometer k{g.window_extent};
       for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) offsets[static_cast<std::size_t>(kp)] = g.offset(s.at, k.at);
-      const T* img = x + n * image;
+      const T* img = x + (row / g.positions) * image;
       std::int64_t c0 = 0;
       if (m == 1)  // four batches of channels held in registers across the window
         for (; c0 + block <= g.o; c0 += block) {
@@ -181,7 +185,7 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
         for (std::int64_t j = c0; j < g.o; ++j) y[j] += (off < 0 ? T(0) : img[off + j / m]) * ws[j];
       }
     }
-  }
+  });
 }
 
 // The depthwise weights: w[kpos][o] = rhs[o, 0, kpos...] (the general matrices with Cg = 1,
@@ -282,14 +286,15 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
   const std::int64_t image = g.image;
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
-  for (std::int64_t n = 0; n < g.nout; ++n)
-    for (std::int64_t q = 0; q < g.groups; ++q) {
-      const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
-      const T* img = x + (nbase + n) * image + cbase;
-      Odometer s{g.out_extent};
-      for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next()) {
-        T* y = out + (n * g.positions + pos) * g.o + q;
-        {
+  // Images in chunks, each output row (n, position) written by one thread.
+  const std::int64_t per_image = g.groups * g.positions * g.window * g.cg;
+  parallel_for(g.nout, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(per_image, 1)), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t n = begin; n < end; ++n)
+      for (std::int64_t q = 0; q < g.groups; ++q) {
+        const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
+        const T* img = x + (nbase + n) * image + cbase;
+        Odometer s{g.out_extent};
+        for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next()) {
           B acc(T(0));
           T tail = 0;
           Odometer k{g.window_extent};
@@ -305,10 +310,10 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
             for (; c + width <= g.cg; c += width) acc = xsimd::fma(B::load_unaligned(xs + c), B::load_unaligned(ws + c), acc);
             for (; c < g.cg; ++c) tail += xs[c] * ws[c];
           }
-          *y = xsimd::hadd(acc) + tail;
+          out[(n * g.positions + pos) * g.o + q] = xsimd::hadd(acc) + tail;
         }
       }
-    }
+  });
 }
 
 bool is_pointwise(const Conv& g, const params::ConvGeneralDilated& p) {

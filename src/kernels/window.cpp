@@ -11,21 +11,38 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "kernels/kernels.hpp"
 #include "kernels/kernel_sets.hpp"
+#include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 #include "windows.hpp"
 
 namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
 
-// Calls row(out_row_start, operand_row_start) for every output row (the positions of the last
-// dim, out_size of them) and every window position of the other dims that reads an operand row;
-// rows are visited output row by output row, window positions in row-major order, and
-// done(out_row_start) follows the last window position of each output row.
-template <class F, class Done>
-void for_each_window_row(const std::vector<WindowDim>& dims, const Shape& in_shape, F&& row, Done&& done) {
+// Output rows: the positions of every dim but the last (each row holds the last dim's out_size).
+std::int64_t output_rows(const std::vector<WindowDim>& dims) {
+  std::int64_t rows = 1;
+  for (std::size_t i = 0; i + 1 < dims.size(); ++i) rows *= dims[i].out_size;
+  return rows;
+}
+
+// Output rows per parallel chunk: enough that a chunk reads about 32K window taps.
+std::int64_t row_grain(const std::vector<WindowDim>& dims) {
+  std::int64_t taps = 1;
+  for (const auto& d : dims) taps *= std::max<std::int64_t>(d.window, 1);
+  if (!dims.empty()) taps *= std::max<std::int64_t>(dims.back().out_size, 1);
+  return std::max<std::int64_t>(1, (std::int64_t{1} << 15) / taps);
+}
+
+// Calls window(out_row_start, operand_rows) for every output row in [begin, end) (the positions
+// of the last dim, out_size of them), operand_rows being the starts of the operand rows its
+// window reads along the other dims, in window order (window positions over padding left out).
+template <class F>
+void for_each_output_row(const std::vector<WindowDim>& dims, const Shape& in_shape, std::int64_t begin, std::int64_t end,
+                         F&& window) {
   const std::size_t r = dims.size();
   const Ints strides = row_major_strides(in_shape);
   std::vector<std::int64_t> out_extent, win_extent;
@@ -33,24 +50,28 @@ void for_each_window_row(const std::vector<WindowDim>& dims, const Shape& in_sha
     out_extent.push_back(dims[i].out_size);
     win_extent.push_back(dims[i].window);
   }
-  std::int64_t outer = 1, wins = 1;
-  for (auto e : out_extent) outer *= e;
+  std::int64_t wins = 1;
   for (auto e : win_extent) wins *= e;
   const std::int64_t last_out = r == 0 ? 1 : dims[r - 1].out_size;
+  std::vector<std::vector<std::int64_t>> tables;  // input_index of each (o, k), no division per row
+  for (std::size_t i = 0; i + 1 < r; ++i) tables.push_back(dims[i].index_table());
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(wins));
   Odometer o{out_extent};
+  o.seek(begin);
   Odometer k{win_extent};  // back at the first window position after each full cycle
-  for (std::int64_t op = 0; op < outer; ++op, o.next()) {
+  for (std::int64_t op = begin; op < end; ++op, o.next()) {
+    std::size_t count = 0;
     for (std::int64_t kp = 0; kp < wins; ++kp, k.next()) {
       std::int64_t off = 0;
       bool inside = true;
       for (std::size_t i = 0; i < o.at.size() && inside; ++i) {
-        const std::int64_t idx = dims[i].input_index(o.at[i], k.at[i]);
+        const std::int64_t idx = tables[i][static_cast<std::size_t>(o.at[i] * dims[i].window + k.at[i])];
         inside = idx >= 0;
         off += idx * strides[i];
       }
-      if (inside) row(op * last_out, off);
+      if (inside) rows[count++] = off;
     }
-    done(op * last_out);
+    window(op * last_out, std::span<const std::int64_t>(rows.data(), count));
   }
 }
 
@@ -145,31 +166,17 @@ template <class Tap> void for_each_edge_tap(const std::vector<std::int64_t>& tab
 
 WindowDim last_dim(const std::vector<WindowDim>& dims) { return dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back(); }
 
-template <class T, class Op> void reduce_window_typed(Op op, T identity, const Array& x, const std::vector<WindowDim>& dims,
-                                                      T* out, std::int64_t out_size) {
-  std::fill(out, out + out_size, identity);
-  if (out_size == 0) return;
+// Output rows [begin, end) of the reduction (each written by this call alone).
+template <class T, class Op> void reduce_window_rows(Op op, T identity, const Array& x, const std::vector<WindowDim>& dims,
+                                                     T* out, std::int64_t begin, std::int64_t end) {
   const T* src = in_ptr<T>(x);
   const WindowDim last = last_dim(dims);
   const std::vector<std::int64_t> table = last.index_table();
   const std::int64_t n = last.out_size, kw = last.window, s = last.stride, wd = last.window_dilation;
   const auto [lo, hi] = last.interior();
-  const bool plain = is_plain(last);
-  for_each_window_row(dims, x.shape(), [&](std::int64_t out_row, std::int64_t in_row) {
-    T* y = out + out_row;
-    const T* row = src + in_row;
-    if (plain) {
-      std::int64_t o = 0;
-      if constexpr (std::is_floating_point_v<T>) {
-        constexpr auto width = static_cast<std::int64_t>(simd::Batch<T>::size);
-        for (; o + width <= n; o += width)
-          op.batch(simd::Batch<T>::load_unaligned(y + o), simd::Batch<T>::load_unaligned(row + o)).store_unaligned(y + o);
-      }
-      for (; o < n; ++o) y[o] = op(y[o], row[o]);
-      return;
-    }
-    // the edges through the table; the interior window position by window position, its
-    // strided reads computed (no table, no test: the loop vectorizes)
+  // One operand row into the output row y: the edges through the table; the interior window
+  // position by window position, its strided reads computed (no table, no test: it vectorizes).
+  const auto reduce_row = [&](const T* row, T* y) {
     for_each_edge_tap(table, kw, lo, hi, n, [&](std::int64_t o, std::int64_t at) { y[o] = op(y[o], row[at]); });
     if (lo == hi) return;  // no interior
     with_stride(s, [&](auto stride) {
@@ -184,7 +191,32 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
         for (; o < hi; ++o) y[o] = op(y[o], first[(o - lo) * stride]);
       }
     });
-  }, [](std::int64_t) {});
+  };
+  const bool plain = is_plain(last);
+  for_each_output_row(dims, x.shape(), begin, end, [&](std::int64_t out_row, std::span<const std::int64_t> rows) {
+    T* y = out + out_row;
+    if (!plain) {
+      std::fill(y, y + n, identity);
+      for (const std::int64_t in_row : rows) reduce_row(src + in_row, y);
+      return;
+    }
+    // a batch of outputs held in a register across the whole window
+    std::int64_t o = 0;
+    if constexpr (std::is_floating_point_v<T>) {
+      using B = simd::Batch<T>;
+      constexpr auto width = static_cast<std::int64_t>(B::size);
+      for (; o + width <= n; o += width) {
+        B acc(identity);
+        for (const std::int64_t in_row : rows) acc = op.batch(acc, B::load_unaligned(src + in_row + o));
+        acc.store_unaligned(y + o);
+      }
+    }
+    for (; o < n; ++o) {
+      T acc = identity;
+      for (const std::int64_t in_row : rows) acc = op(acc, src[in_row + o]);
+      y[o] = acc;
+    }
+  });
 }
 
 // For each output position, the flat operand index of its window's selected element (XLA's
@@ -195,9 +227,9 @@ template <class T, class Op> void reduce_window_typed(Op op, T identity, const A
 // integer of T's width where it can hold every index (so a batch of them has T's lane count and
 // the plain rows update both with one mask), else int64 and the scalar loop.
 // One output row at a time: use_row(out_row_start, chosen) gets the row's choices (the last
-// dim's out_size of them) as soon as its windows are walked, while they are in cache.
+// dim's out_size of them) as soon as its window is walked, while they are in cache.
 template <class T, class I, bool SelectMax, class UseRow>
-void select_rows(const Array& x, const std::vector<WindowDim>& dims, UseRow&& use_row) {
+void select_rows(const Array& x, const std::vector<WindowDim>& dims, std::int64_t begin, std::int64_t end, UseRow&& use_row) {
   const WindowDim last = last_dim(dims);
   std::vector<I> chosen(static_cast<std::size_t>(last.out_size), I(-1));
   std::vector<T> best(static_cast<std::size_t>(last.out_size), std::numeric_limits<T>::quiet_NaN());
@@ -205,46 +237,26 @@ void select_rows(const Array& x, const std::vector<WindowDim>& dims, UseRow&& us
   const std::vector<std::int64_t> table = last.index_table();
   const std::int64_t n = last.out_size, kw = last.window, s = last.stride, wd = last.window_dilation;
   const auto [lo, hi] = last.interior();
-  const bool plain = is_plain(last);
-  const xsimd::batch<I> lane = lane_offsets<I>(1), apart = lane_offsets<I>(s);  // computed once, not per row
+  using Bt = simd::Batch<T>;
+  using Bi = xsimd::batch<I>;
+  constexpr bool batched = std::is_floating_point_v<T> && sizeof(I) == sizeof(T);  // values and indices share a mask
+  constexpr auto width = static_cast<std::int64_t>(Bt::size);
+  const Bi lane = lane_offsets<I>(1), apart = lane_offsets<I>(s);  // computed once, not per row
   const auto visit = [](I& c, T& b, T v, std::int64_t at) {
     const bool keep = SelectMax ? b >= v : b <= v;
     c = keep ? c : static_cast<I>(at);
     b = keep ? b : v;
   };
-  for_each_window_row(dims, x.shape(), [&](std::int64_t, std::int64_t in_row) {
-    I* c = chosen.data();
-    T* b = best.data();
+  // One operand row (starting at flat index in_row) into the row's choices: as reduce_window_rows'
+  // reduce_row; each output still sees its window in order (k ascending).
+  const auto select_row = [&](std::int64_t in_row, I* c, T* b) {
     const T* row = src + in_row;
-    if (plain) {
-      std::int64_t o = 0;
-      if constexpr (std::is_floating_point_v<T> && sizeof(I) == sizeof(T)) {
-        using Bt = simd::Batch<T>;
-        using Bi = xsimd::batch<I>;
-        static_assert(Bt::size == Bi::size);
-        constexpr auto width = static_cast<std::int64_t>(Bt::size);
-        for (; o + width <= n; o += width) {
-          const Bt current = Bt::load_unaligned(b + o), next = Bt::load_unaligned(row + o);
-          const auto keep = SelectMax ? current >= next : current <= next;
-          xsimd::select(keep, current, next).store_unaligned(b + o);
-          const Bi at = Bi(static_cast<I>(in_row + o)) + lane;
-          const Bt kept = xsimd::select(keep, xsimd::bitwise_cast<Bt>(Bi::load_unaligned(c + o)), xsimd::bitwise_cast<Bt>(at));
-          xsimd::bitwise_cast<Bi>(kept).store_unaligned(c + o);
-        }
-      }
-      for (; o < n; ++o) visit(c[o], b[o], row[o], in_row + o);
-      return;
-    }
-    // as in reduce_window_typed; each output still sees its window in order (k ascending)
     for_each_edge_tap(table, kw, lo, hi, n, [&](std::int64_t o, std::int64_t at) { visit(c[o], b[o], row[at], in_row + at); });
     with_stride(s, [&](auto stride) {
       for (std::int64_t k = 0; k < kw; ++k) {
         const std::int64_t first = lo * s + k * wd - last.pad_lo;
         std::int64_t o = lo;
-        if constexpr (std::is_floating_point_v<T> && sizeof(I) == sizeof(T)) {
-          using Bt = simd::Batch<T>;
-          using Bi = xsimd::batch<I>;
-          constexpr auto width = static_cast<std::int64_t>(Bt::size);
+        if constexpr (batched) {
           for (; o + width <= hi; o += width) {
             const std::int64_t at = first + (o - lo) * stride;
             const Bt current = Bt::load_unaligned(b + o), next = load_strided(row + at, stride);
@@ -261,20 +273,62 @@ void select_rows(const Array& x, const std::vector<WindowDim>& dims, UseRow&& us
         }
       }
     });
-  }, [&](std::int64_t out_row) {
-    use_row(out_row, chosen.data());
-    std::fill(chosen.begin(), chosen.end(), I(-1));
-    std::fill(best.begin(), best.end(), std::numeric_limits<T>::quiet_NaN());
+  };
+  const bool plain = is_plain(last);
+  for_each_output_row(dims, x.shape(), begin, end, [&](std::int64_t out_row, std::span<const std::int64_t> rows) {
+    I* c = chosen.data();
+    T* b = best.data();
+    if (!plain) {
+      std::fill(c, c + n, I(-1));
+      std::fill(b, b + n, std::numeric_limits<T>::quiet_NaN());
+      for (const std::int64_t in_row : rows) select_row(in_row, c, b);
+      use_row(out_row, c);
+      return;
+    }
+    // a batch of choices and their values held in registers across the whole window
+    std::int64_t o = 0;
+    if constexpr (batched) {
+      for (; o + width <= n; o += width) {
+        Bt current(std::numeric_limits<T>::quiet_NaN());
+        Bt choice = xsimd::bitwise_cast<Bt>(Bi(I(-1)));
+        for (const std::int64_t in_row : rows) {
+          const Bt next = Bt::load_unaligned(src + in_row + o);
+          const auto keep = SelectMax ? current >= next : current <= next;
+          current = xsimd::select(keep, current, next);
+          choice = xsimd::select(keep, choice, xsimd::bitwise_cast<Bt>(Bi(static_cast<I>(in_row + o)) + lane));
+        }
+        xsimd::bitwise_cast<Bi>(choice).store_unaligned(c + o);
+      }
+    }
+    for (; o < n; ++o) {
+      I choice = -1;
+      T value = std::numeric_limits<T>::quiet_NaN();
+      for (const std::int64_t in_row : rows) visit(choice, value, src[in_row + o], in_row + o);
+      c[o] = choice;
+    }
+    use_row(out_row, c);
   });
 }
 
-// select_rows with the selected elements' indices in the narrowest type that holds them.
+// select_rows (output rows [begin, end)) with the selected elements' indices in the narrowest
+// type that holds them.
 template <class T, class UseRow> void with_selected(const Array& x, const std::vector<WindowDim>& dims, bool select_max,
-                                                    UseRow&& use_row) {
+                                                    std::int64_t begin, std::int64_t end, UseRow&& use_row) {
   using Same = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
   if (x.size() <= std::numeric_limits<Same>::max())
-    return select_max ? select_rows<T, Same, true>(x, dims, use_row) : select_rows<T, Same, false>(x, dims, use_row);
-  select_max ? select_rows<T, std::int64_t, true>(x, dims, use_row) : select_rows<T, std::int64_t, false>(x, dims, use_row);
+    return select_max ? select_rows<T, Same, true>(x, dims, begin, end, use_row)
+                      : select_rows<T, Same, false>(x, dims, begin, end, use_row);
+  select_max ? select_rows<T, std::int64_t, true>(x, dims, begin, end, use_row)
+             : select_rows<T, std::int64_t, false>(x, dims, begin, end, use_row);
+}
+
+// How many parts of the operand the output rows scatter into without overlap: the positions of
+// the leading dims that no window mixes (window 1, no stride, padding or dilation: a batch or
+// channel dim), each part owning the same number of consecutive output rows and operand elements.
+std::int64_t disjoint_parts(const std::vector<WindowDim>& dims) {
+  std::int64_t parts = 1;
+  for (std::size_t i = 0; i + 1 < dims.size() && is_plain(dims[i]); ++i) parts *= dims[i].out_size;
+  return parts;
 }
 
 }  // namespace
@@ -286,9 +340,12 @@ Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWind
     if constexpr (std::is_same_v<T, std::uint8_t>) unsupported_dtype(p, x.dtype());
     T* y = out_ptr<T>(result);
     const T identity = identity_of<T>(p);
-    if (p == Primitive::reduce_window_sum) reduce_window_typed(Sum{}, identity, x, dims, y, out.size());
-    else if (p == Primitive::reduce_window_max) reduce_window_typed(Max{}, identity, x, dims, y, out.size());
-    else reduce_window_typed(Min{}, identity, x, dims, y, out.size());
+    if (out.size() == 0) return;
+    parallel_for(output_rows(dims), row_grain(dims), [&](std::int64_t begin, std::int64_t end) {
+      if (p == Primitive::reduce_window_sum) reduce_window_rows(Sum{}, identity, x, dims, y, begin, end);
+      else if (p == Primitive::reduce_window_max) reduce_window_rows(Max{}, identity, x, dims, y, begin, end);
+      else reduce_window_rows(Min{}, identity, x, dims, y, begin, end);
+    });
   });
   return result;
 }
@@ -300,18 +357,29 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
   auto run = [&]<class T>(std::type_identity<T>) {
     const T* v = in_ptr<T>(values);
     T* y = out_ptr<T>(result);
-    const std::int64_t n = last_dim(dims).out_size;
-    if (p == Primitive::select_and_gather_add) {  // y: the windows' shape
-      with_selected<T>(x, dims, w.select_max, [&](std::int64_t out_row, const auto* chosen) {
-        for (std::int64_t o = 0; o < n; ++o) y[out_row + o] = chosen[o] < 0 ? T(0) : v[chosen[o]];
+    const std::int64_t n = last_dim(dims).out_size, rows = output_rows(dims);
+    if (p == Primitive::select_and_gather_add) {  // y: the windows' shape, each row written by one chunk
+      parallel_for(rows, row_grain(dims), [&](std::int64_t begin, std::int64_t end) {
+        with_selected<T>(x, dims, w.select_max, begin, end, [&](std::int64_t out_row, const auto* chosen) {
+          for (std::int64_t o = 0; o < n; ++o) y[out_row + o] = chosen[o] < 0 ? T(0) : v[chosen[o]];
+        });
       });
-    } else {  // y: the operand's shape; v: the windows'
-      std::fill(y, y + out.size(), T(0));
-      with_selected<T>(x, dims, w.select_max, [&](std::int64_t out_row, const auto* chosen) {
-        for (std::int64_t o = 0; o < n; ++o)
-          if (chosen[o] >= 0) y[chosen[o]] += v[out_row + o];
-      });
+      return;
     }
+    // y: the operand's shape, v: the windows'; windows overlap, so chunks split only where their
+    // scatters cannot meet
+    const std::int64_t parts = rows == 0 || n == 0 ? 1 : disjoint_parts(dims);
+    const std::int64_t rows_per_part = rows / parts, elements_per_part = x.size() / parts;
+    parallel_for(parts, std::max<std::int64_t>(1, row_grain(dims) / std::max<std::int64_t>(rows_per_part, 1)),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   std::fill(y + begin * elements_per_part, y + end * elements_per_part, T(0));
+                   if (n == 0) return;
+                   with_selected<T>(x, dims, w.select_max, begin * rows_per_part, end * rows_per_part,
+                                    [&](std::int64_t out_row, const auto* chosen) {
+                                      for (std::int64_t o = 0; o < n; ++o)
+                                        if (chosen[o] >= 0) y[chosen[o]] += v[out_row + o];
+                                    });
+                 });
   };
   if (x.dtype() == DType::f32)
     run(std::type_identity<float>{});

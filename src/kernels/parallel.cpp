@@ -1,0 +1,127 @@
+// parallel.cpp: the worker threads behind parallel_for (parallel.hpp).
+//
+// One pool per process, grown on demand to kernel_threads() - 1 workers that sleep on a condition
+// variable between loops. A loop is installed under the pool's mutex; every chunk index is taken
+// under that mutex too (a loop has at most kernel_threads() chunks), together with the loop's
+// body, so a worker can never run a chunk of one loop with another loop's body. The caller works
+// on chunks like the workers, then waits until every chunk taken has finished. One loop at a time:
+// a second caller, or a chunk calling parallel_for again, runs its loop serially.
+#include "kernels/parallel.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace xjax::detail {
+namespace {
+
+thread_local bool t_inside_chunk = false;  // this thread runs a chunk (a worker, or a caller at work)
+std::atomic<std::int64_t> g_split_loops{0};
+
+class Pool {
+ public:
+  ~Pool() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  /// Runs the loop on the calling thread and the workers; false if another loop holds the pool.
+  bool run(std::int64_t n, std::int64_t chunks, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
+    std::unique_lock owner(one_loop_, std::try_to_lock);
+    if (!owner.owns_lock()) return false;
+    {
+      std::lock_guard lock(mutex_);
+      while (static_cast<std::int64_t>(workers_.size()) < chunks - 1) workers_.emplace_back([this] { work_loop(); });
+      loop_ = Loop{n, chunks, chunk, context};
+      next_ = 0;
+      unfinished_ = chunks;
+      error_ = nullptr;
+      ++generation_;
+    }
+    wake_.notify_all();
+    g_split_loops.fetch_add(1, std::memory_order_relaxed);
+    std::unique_lock lock(mutex_);
+    run_chunks(lock, generation_);
+    done_.wait(lock, [&] { return unfinished_ == 0; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    return true;
+  }
+
+ private:
+  struct Loop {
+    std::int64_t n = 0, chunks = 0;
+    void (*chunk)(void*, std::int64_t, std::int64_t) = nullptr;
+    void* context = nullptr;
+  };
+
+  // Takes chunks of loop `generation` until none is left (lock held between chunks).
+  void run_chunks(std::unique_lock<std::mutex>& lock, std::uint64_t generation) {
+    while (generation == generation_ && next_ < loop_.chunks) {
+      const Loop loop = loop_;
+      const std::int64_t i = next_++;
+      lock.unlock();
+      std::exception_ptr error;
+      t_inside_chunk = true;
+      try {
+        loop.chunk(loop.context, loop.n * i / loop.chunks, loop.n * (i + 1) / loop.chunks);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      t_inside_chunk = false;
+      lock.lock();
+      if (error && !error_) error_ = error;
+      if (--unfinished_ == 0) done_.notify_all();
+    }
+  }
+
+  void work_loop() {
+    std::unique_lock lock(mutex_);
+    std::uint64_t seen = generation_;
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      run_chunks(lock, seen);
+    }
+  }
+
+  std::mutex one_loop_;  // held by the thread whose loop the pool runs
+  std::mutex mutex_;     // guards everything below
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  Loop loop_;
+  std::int64_t next_ = 0, unfinished_ = 0;
+  std::uint64_t generation_ = 0;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+}  // namespace
+
+std::int64_t split_loops() { return g_split_loops.load(std::memory_order_relaxed); }
+
+int kernel_threads() { return std::max(1, openblas_get_num_threads()); }
+
+void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
+  if (n <= 0) return;
+  const std::int64_t chunks = std::min<std::int64_t>(kernel_threads(), n / std::max<std::int64_t>(grain, 1));
+  if (chunks < 2 || t_inside_chunk || !pool().run(n, chunks, chunk, context)) chunk(context, 0, n);
+}
+
+}  // namespace xjax::detail

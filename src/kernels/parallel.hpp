@@ -1,0 +1,35 @@
+// parallel.hpp: xjax's own kernel loops on several threads (not installed).
+//
+// One knob sets every thread count: xjax's loops use as many threads as OpenBLAS does
+// (OPENBLAS_NUM_THREADS, or openblas_set_num_threads at run time), so a program that pins BLAS
+// to one thread pins xjax too, and a benchmark "at 2 threads" means the same for both.
+// The workers are made on first use and kept (parallel.cpp); a loop split into chunks gives each
+// output to exactly one chunk, so results do not depend on the thread count.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+namespace xjax::detail {
+
+/// The threads xjax's kernel loops may use now: OpenBLAS's thread count (at least 1).
+int kernel_threads();
+
+/// Runs chunk(context, begin, end) over [0, n) split into contiguous chunks of at least `grain`
+/// units (at most kernel_threads() of them; one when n < 2 grain), the calling thread taking its
+/// share; returns when all are done and rethrows the first exception a chunk threw. A call made
+/// from inside a chunk, or while another thread's loop holds the workers, runs on its caller alone.
+void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context);
+
+/// How many loops have run split into two chunks or more since the process started (tests check
+/// that a kernel's loop did split).
+std::int64_t split_loops();
+
+/// parallel_chunks with a callable body(begin, end).
+template <class Body> void parallel_for(std::int64_t n, std::int64_t grain, Body&& body) {
+  using B = std::remove_reference_t<Body>;
+  parallel_chunks(
+      n, grain, [](void* b, std::int64_t begin, std::int64_t end) { (*static_cast<B*>(b))(begin, end); },
+      const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+}  // namespace xjax::detail
