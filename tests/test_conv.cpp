@@ -721,3 +721,24 @@ TEST_CASE("depthwise convolution split across threads: value and both gradients 
   CHECK(vec(gx1) == vec(gx3));
   CHECK(vec(gw1) == vec(gw3));
 }
+
+TEST_CASE("depthwise convolution with more window offsets than the kernels tabulate: value and gradients against the loops") {
+  // 1101 output positions x 1000 window positions: above conv.cpp's kMaxOffsets (2^20), so the
+  // forward computes its offsets per output row and the kernel gradient takes the general path.
+  const ConvCase c{"1-D depthwise, long window", {1, 2100, 2}, {1000, 1, 2}, {1}, {{0, 0}}, {1}, {1}, "NWC", "WIO", "NWC", 2, 1};
+  const xj::Array x = test_util::randn(c.lhs, 4200), w = test_util::randn(c.rhs, 4201);
+  xj::Shape shape;
+  const std::vector<double> want = naive_conv(c, vec(x), vec(w), shape);
+  const xj::Array ct = test_util::randn(shape, 4202);
+  const auto xv = vec(x), wv = vec(w), cv = vec(ct);
+  std::vector<double> dx(xv.size(), 0.0), dw(wv.size(), 0.0);
+  conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) {
+    dx[l] += cv[o] * wv[r];
+    dw[r] += cv[o] * xv[l];
+  });
+  auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
+  auto [gx, gw] = pullback(ct);
+  check_all(y, want, 1e-11);
+  check_all(gx, dx, 1e-11);
+  check_all(gw, dw, 1e-11);
+}

@@ -117,6 +117,35 @@ Conv make_conv(const Shape& lhs, const Shape& rhs, const params::ConvGeneralDila
   return g;
 }
 
+// The offset in one (spatial..., channels) image, `channels` elements per position, that window
+// position kpos of output position pos reads, or -1 for padding, for the output positions
+// [first, last): offsets[(pos - first) * window + kpos].
+std::vector<std::int64_t> window_offsets(const Conv& g, std::int64_t channels, std::int64_t first, std::int64_t last) {
+  std::vector<std::int64_t> stride(g.dims.size());
+  for (std::int64_t i = static_cast<std::int64_t>(g.dims.size()) - 1, s = channels; i >= 0; --i) {
+    stride[static_cast<std::size_t>(i)] = s;
+    s *= g.dims[static_cast<std::size_t>(i)].in_size;
+  }
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>((last - first) * g.window));
+  Odometer s{g.out_extent};
+  s.seek(first);
+  for (std::int64_t pos = first; pos < last; ++pos, s.next()) {
+    Odometer k{g.window_extent};
+    for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
+      std::int64_t off = 0;
+      for (std::size_t i = 0; i < g.dims.size() && off >= 0; ++i) {
+        const std::int64_t idx = g.table[i][static_cast<std::size_t>(s.at[i] * g.dims[i].window + k.at[i])];
+        off = idx < 0 ? -1 : off + idx * stride[i];
+      }
+      offsets[static_cast<std::size_t>((pos - first) * g.window + kp)] = off;
+    }
+  }
+  return offsets;
+}
+
+/// The most (output position, window position) offsets a kernel tabulates at once (8 MiB).
+constexpr std::int64_t kMaxOffsets = std::int64_t{1} << 20;
+
 // rhs as one (window position, input channel) x (output channel) matrix per group, contiguous:
 // w[q][kpos][c][oq] = rhs[q*Oq + oq, c, kpos...]: rhs viewed with its O dim split into (Q, Oq),
 // transposed (a tiled copy) into (Q, spatial..., I, Oq).
@@ -146,25 +175,27 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
   const std::int64_t m = g.oq;
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size), block = 4 * width;
+  // Each window position's offset (-1: padding, read as zeros times the weights, so a non-finite
+  // weight gives NaN there as in im2col's product), per output position; the same for every image.
+  // (Tabulated once for all positions where that is small, else per output row.)
+  const bool tabulated = g.positions * g.window <= kMaxOffsets;
+  const std::vector<std::int64_t> all_offsets = tabulated ? window_offsets(g, g.c, 0, g.positions) : Ints{};
   // Output rows (n, position) in chunks, each row written by one thread.
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.window * g.o, 1));
   parallel_for(g.nout * g.positions, grain, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<std::int64_t> offsets(static_cast<std::size_t>(g.window));
-    Odometer s{g.out_extent};  // wraps to the first position at each new image
-    s.seek(begin % g.positions);
-    for (std::int64_t row = begin; row < end; ++row, s.next()) {
+    Ints row_offsets;
+    for (std::int64_t row = begin; row < end; ++row) {
       T* y = out + row * g.o;
-      // Each window position's offset (-1: padding, read as zeros times the weights, so a
-      // non-finite weight gives NaN there as in im2col's product).
-      Odometer k{g.window_extent};
-      for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) offsets[static_cast<std::size_t>(kp)] = g.offset(s.at, k.at);
+      const std::int64_t pos = row % g.positions;
+      if (!tabulated) row_offsets = window_offsets(g, g.c, pos, pos + 1);
+      const std::int64_t* offsets = tabulated ? all_offsets.data() + pos * g.window : row_offsets.data();
       const T* img = x + (row / g.positions) * image;
       std::int64_t c0 = 0;
       if (m == 1)  // four batches of channels held in registers across the window
         for (; c0 + block <= g.o; c0 += block) {
           B a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
           for (std::int64_t kp = 0; kp < g.window; ++kp) {
-            const std::int64_t off = offsets[static_cast<std::size_t>(kp)];
+            const std::int64_t off = offsets[kp];
             const T* ws = w + kp * g.o + c0;
             const T* xs = img + (off < 0 ? 0 : off) + c0;
             const B zero(T(0));
@@ -180,7 +211,7 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
         }
       std::fill(y + c0, y + g.o, T(0));
       for (std::int64_t kp = 0; kp < g.window; ++kp) {
-        const std::int64_t off = offsets[static_cast<std::size_t>(kp)];
+        const std::int64_t off = offsets[kp];
         const T* ws = w + kp * g.o;
         for (std::int64_t j = c0; j < g.o; ++j) y[j] += (off < 0 ? T(0) : img[off + j / m]) * ws[j];
       }
@@ -316,6 +347,62 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
   });
 }
 
+// A depthwise convolution's kernel gradient with channels-last data, as JAX's transpose rule
+// writes it: lhs (the layer's input) and rhs (the output cotangent) both stored (images,
+// spatial..., channels), the channels their batch / output-feature dim, the images their feature
+// dim, one batch group per channel. Read in place (no transposes into the general layout):
+// out[kpos, c] = sum over images f and cotangent positions k of lhs[f, in(kpos, k), c] rhs[f, k, c].
+bool is_channels_last_depthwise_filter_grad(const Conv& g, const params::ConvGeneralDilated& p) {
+  const auto r = static_cast<std::int64_t>(p.lhs_spec.size());
+  Ints spec{r - 1, 0};
+  for (std::int64_t i = 1; i + 1 < r; ++i) spec.push_back(i);
+  return p.feature_group_count == 1 && p.batch_group_count == g.n && g.o == g.n && g.oq == 1 && p.lhs_spec == spec &&
+         p.rhs_spec == spec && g.positions * g.window <= kMaxOffsets;
+}
+
+template <class T> void channels_last_depthwise_filter_grad(const T* x, const T* ct, const Conv& g, T* out) {
+  const std::int64_t channels = g.n, images = g.c, window = g.window, positions = g.positions;
+  std::int64_t image = channels;  // elements of one lhs image
+  for (const auto& d : g.dims) image *= d.in_size;
+  const std::vector<std::int64_t> offsets = window_offsets(g, channels, 0, positions);
+  using B = simd::Batch<T>;
+  constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  // Channels in chunks (each output column summed by one thread, in the same order at any count).
+  parallel_for(channels, std::max<std::int64_t>(width, 65536 / std::max<std::int64_t>(images * window * positions, 1)),
+               [&](std::int64_t c0, std::int64_t c1) {
+    const std::int64_t span = c1 - c0;
+    std::vector<T> acc(static_cast<std::size_t>(positions * span), T(0));
+    constexpr std::int64_t tile = 64;  // cotangent positions summed in registers before acc
+    for (std::int64_t f = 0; f < images; ++f)
+      for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
+        const std::int64_t k1 = std::min(window, k0 + tile);
+        const T* cf = ct + f * window * channels;
+        const T* xf = x + f * image;
+        for (std::int64_t pos = 0; pos < positions; ++pos) {
+          const std::int64_t* offs = offsets.data() + pos * window;
+          T* a = acc.data() + pos * span - c0;
+          // padding reads zeros (times the cotangent: NaN for an infinite one, as the other paths)
+          std::int64_t c = c0;
+          for (; c + width <= c1; c += width) {
+            B sum(T(0));
+            for (std::int64_t kp = k0; kp < k1; ++kp) {
+              const std::int64_t off = offs[kp];
+              sum = xsimd::fma(off < 0 ? B(T(0)) : B::load_unaligned(xf + off + c), B::load_unaligned(cf + kp * channels + c), sum);
+            }
+            (B::load_unaligned(a + c) + sum).store_unaligned(a + c);
+          }
+          for (; c < c1; ++c) {
+            T sum(0);
+            for (std::int64_t kp = k0; kp < k1; ++kp) sum += (offs[kp] < 0 ? T(0) : xf[offs[kp] + c]) * cf[kp * channels + c];
+            a[c] += sum;
+          }
+        }
+      }
+    for (std::int64_t pos = 0; pos < positions; ++pos)
+      std::copy(acc.begin() + pos * span, acc.begin() + (pos + 1) * span, out + pos * channels + c0);
+  });
+}
+
 bool is_pointwise(const Conv& g, const params::ConvGeneralDilated& p) {
   if (g.groups != 1) return false;
   for (std::size_t i = 0; i < g.dims.size(); ++i)
@@ -405,16 +492,21 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
       return share_buffer(result, out);
     }
   }
-  const Array lhs_cl = in_order(lhs, channels_last_order(p.lhs_spec));
   // The output in channels-last order, then in out_spec's.
   const Ints out_order = channels_last_order(p.out_spec);
   ShapedArray cl{{}, out.dtype};
   for (auto d : out_order) cl.shape.push_back(out.shape[static_cast<std::size_t>(d)]);
   Array result = alloc_array(cl);
+  const auto run = [&]<class T>(std::type_identity<T>) {
+    if (is_channels_last_depthwise_filter_grad(g, p))
+      channels_last_depthwise_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
+    else
+      convolve<T>(in_order(lhs, channels_last_order(p.lhs_spec)), rhs, p, g, out_ptr<T>(result));
+  };
   if (out.dtype == DType::f32)
-    convolve<float>(lhs_cl, rhs, p, g, out_ptr<float>(result));
+    run(std::type_identity<float>{});
   else if (out.dtype == DType::f64)
-    convolve<double>(lhs_cl, rhs, p, g, out_ptr<double>(result));
+    run(std::type_identity<double>{});
   else
     unsupported_dtype(Primitive::conv_general_dilated, out.dtype);
   if (is_identity(out_order)) return result;

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "kernels/kernels.hpp"
+#include "kernels/parallel.hpp"
 
 namespace xjax::detail::kernels {
 namespace {
@@ -103,14 +104,8 @@ std::size_t find_tiling_dim(const std::vector<BoxDim>& dims) {
   return dims.size();
 }
 
-// For every index i of the box: dst[sum i*dst_stride] = src[sum i*src_stride]. The pointers point
-// at the box's origin on each side; strides are in elements of `item` bytes. An odometer walks the
-// outer dims; the innermost dim (with a tiled partner for transposes) is one copy_run/copy_tiled.
-void copy_box(Byte* dst, const Byte* src, std::vector<BoxDim> dims, std::size_t item) {
-  for (const BoxDim& d : dims)
-    if (d.size == 0) return;
-  dims = simplify_box(std::move(dims));
-  if (dims.empty()) return static_cast<void>(std::memcpy(dst, src, item));
+// copy_box of a simplified, non-empty box on the calling thread.
+void copy_simple_box(Byte* dst, const Byte* src, std::vector<BoxDim> dims, std::size_t item) {
   const std::size_t tiled = find_tiling_dim(dims);
   std::optional<BoxDim> across;
   if (tiled < dims.size()) {
@@ -135,6 +130,33 @@ void copy_box(Byte* dst, const Byte* src, std::vector<BoxDim> dims, std::size_t 
     }
     if (r == static_cast<std::size_t>(-1)) return;
   }
+}
+
+// For every index i of the box: dst[sum i*dst_stride] = src[sum i*src_stride]. The pointers point
+// at the box's origin on each side; strides are in elements of `item` bytes. An odometer walks the
+// outer dims; the innermost dim (with a tiled partner for transposes) is one copy_run/copy_tiled.
+// A large box is split along its largest outer dim into sub-boxes copied on the kernel threads
+// (kernels/parallel.hpp); the destination elements of different sub-boxes are disjoint.
+void copy_box(Byte* dst, const Byte* src, std::vector<BoxDim> dims, std::size_t item) {
+  for (const BoxDim& d : dims)
+    if (d.size == 0) return;
+  dims = simplify_box(std::move(dims));
+  if (dims.empty()) return static_cast<void>(std::memcpy(dst, src, item));
+  std::int64_t elements = 1;
+  for (const BoxDim& d : dims) elements *= d.size;
+  constexpr std::int64_t kChunkBytes = std::int64_t{1} << 17;
+  if (dims.size() < 2 || elements * static_cast<std::int64_t>(item) < 2 * kChunkBytes)
+    return copy_simple_box(dst, src, std::move(dims), item);
+  const auto split = static_cast<std::size_t>(
+      std::max_element(dims.begin(), dims.end() - 1, [](const BoxDim& a, const BoxDim& b) { return a.size < b.size; }) -
+      dims.begin());
+  const std::int64_t unit_bytes = elements / dims[split].size * static_cast<std::int64_t>(item);
+  const auto step = static_cast<std::int64_t>(item);
+  parallel_for(dims[split].size, std::max<std::int64_t>(1, kChunkBytes / unit_bytes), [&](std::int64_t begin, std::int64_t end) {
+    std::vector<BoxDim> part = dims;
+    part[split].size = end - begin;
+    copy_simple_box(dst + begin * dims[split].dst_stride * step, src + begin * dims[split].src_stride * step, std::move(part), item);
+  });
 }
 
 // ---- small helpers ----------------------------------------------------------------------------
