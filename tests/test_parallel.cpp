@@ -13,6 +13,7 @@
 
 #include "kernels/parallel.hpp"
 #include "test_util.hpp"
+#include "xjax/xjax.hpp"
 
 namespace {
 
@@ -115,4 +116,29 @@ TEST_CASE("parallel_for: nested loops and loops from several threads at once") {
     });
   for (auto& c : callers) c.join();
   for (std::size_t k = 0; k < sums.size(); ++k) CHECK(sums[k] == 200 * 499500 * static_cast<std::int64_t>(k + 1));
+}
+
+TEST_CASE("large strided copies split across threads: a transpose and a slice against index loops") {
+  Threads t(3);
+  const std::int64_t a = 37, b = 300, c = 70;  // 3 MB of f32: above the split threshold
+  std::vector<float> v(static_cast<std::size_t>(a * b * c));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  const xjax::Array x = xjax::array<float>(v, {a, b, c});
+  const std::int64_t splits = xjax::detail::split_loops();
+  const auto tr = xjax::transpose(x, {2, 0, 1}).to_vector<float>();  // (c, a, b)
+  CHECK(xjax::detail::split_loops() > splits);
+  std::int64_t wrong = 0;
+  for (std::int64_t k = 0; k < c; ++k)
+    for (std::int64_t i = 0; i < a; ++i)
+      for (std::int64_t j = 0; j < b; ++j)
+        wrong += tr[static_cast<std::size_t>((k * a + i) * b + j)] != v[static_cast<std::size_t>((i * b + j) * c + k)];
+  CHECK(wrong == 0);
+  const auto sl = xjax::slice(x, {1, 2, 3}, {a, b, c}, {2, 1, 3}).to_vector<float>();
+  std::size_t at = 0;
+  wrong = 0;
+  for (std::int64_t i = 1; i < a; i += 2)
+    for (std::int64_t j = 2; j < b; ++j)
+      for (std::int64_t k = 3; k < c; k += 3) wrong += sl.at(at++) != v[static_cast<std::size_t>((i * b + j) * c + k)];
+  CHECK(at == sl.size());
+  CHECK(wrong == 0);
 }
