@@ -872,8 +872,10 @@ TEST_CASE("kernel: reshape, squeeze and expand_dims share the buffer") {
   CHECK(x.shape() == Shape{2, 3});  // the input is untouched
 }
 
-template <class T> void check_transpose(const Shape& shape, const Ints& perm) {
+template <class T> void check_transpose(const Shape& shape, const Ints& perm, std::uint64_t bits = 0) {
   std::vector<T> x = iota_values<T>(size_of(shape));
+  if (bits != 0)  // integers whose bits are NaN payloads as floats: a transpose moves bits, never values
+    for (auto& v : x) v = static_cast<T>(bits + static_cast<std::uint64_t>(v));
   Shape out_shape;
   for (auto d : perm) out_shape.push_back(shape[static_cast<std::size_t>(d)]);
   std::vector<T> got = values_of<T>(run(Primitive::transpose, {make(x, shape)},
@@ -898,6 +900,12 @@ TEST_CASE("kernel: transpose") {
   check_transpose<double>({3, 20, 45}, {2, 0, 1});
   check_transpose<std::int32_t>({9, 40, 2}, {1, 0, 2});
   check_transpose<std::uint32_t>({33, 4, 65}, {2, 1, 0});
+  // blocks transposed in registers (8x8 / 4x4 tiles of 32x32 ones) and their edges; signaling-NaN
+  // and denormal bit patterns must arrive unchanged
+  check_transpose<std::uint32_t>({67, 70}, {1, 0}, 0x7f800001u);
+  check_transpose<std::uint32_t>({3, 41, 66}, {0, 2, 1});
+  check_transpose<std::uint64_t>({45, 3, 38}, {2, 1, 0}, 0x7ff0000000000001ull);
+  check_transpose<float>({64, 64}, {1, 0});
   Array b = make_bool({1, 0, 0, 1, 1, 0}, {2, 3});
   CHECK(values_of<U8>(run(Primitive::transpose, {b}, {{3, 2}, DType::bool_}, xjax::params::Transpose{.permutation = Ints{1, 0}})) ==
         std::vector<U8>{1, 1, 0, 1, 0, 0});

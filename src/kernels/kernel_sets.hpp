@@ -61,10 +61,14 @@ namespace xjax::detail::kernels {
     (const params::DotGeneral& dn, const ShapedArray& lhs, const ShapedArray& rhs, const ShapedArray& out),         \
     (dn, lhs, rhs, out))                                                                                            \
   X(small_gemm_f32, bool, (const SmallGemm& s, const float* a, const float* b, float* c), (s, a, b, c))             \
-  X(small_gemm_f64, bool, (const SmallGemm& s, const double* a, const double* b, double* c), (s, a, b, c))
+  X(small_gemm_f64, bool, (const SmallGemm& s, const double* a, const double* b, double* c), (s, a, b, c))             \
+  X(transpose_items, bool,                                                                                          \
+    (std::size_t item, const void* src, std::int64_t src_stride, void* dst, std::int64_t dst_stride,               \
+     std::int64_t rows, std::int64_t cols),                                                                         \
+    (item, src, src_stride, dst, dst_stride, rows, cols))
 
 #define XJAX_KERNEL_SET_DECLARE(name, ret, params, args) ret name params;
-XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)  // small_gemm_f32 / _f64; the others are in kernels.hpp
+XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)  // small_gemm_f32 / _f64, transpose_items; the others are in kernels.hpp
 
 /// One kernel set: its name and a pointer to each entry point compiled for it.
 struct KernelSet {

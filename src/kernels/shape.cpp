@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 
+#include "kernels/kernel_sets.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 
@@ -80,12 +81,19 @@ void copy_run(Byte* dst, const Byte* src, const BoxDim& d, std::size_t item) {
 
 // A transpose-like pair of dims: `across` is contiguous in the source, `inner` in the
 // destination. Copied in square tiles so both sides stay in cache.
+// Where `inner` is contiguous in the destination too, a tile is a block of a matrix transposed in
+// registers by the kernel set (transpose_items: 4- and 8-byte items).
 void copy_tiled(Byte* dst, const Byte* src, const BoxDim& across, const BoxDim& inner,
                 std::size_t item) {
   constexpr std::int64_t tile = 32;
   const auto step = static_cast<std::int64_t>(item);
+  const bool blocks = across.src_stride == 1 && inner.dst_stride == 1;
   for (std::int64_t i0 = 0; i0 < across.size; i0 += tile)
     for (std::int64_t j0 = 0; j0 < inner.size; j0 += tile) {
+      if (blocks && transpose_items(item, src + (i0 + j0 * inner.src_stride) * step, inner.src_stride,
+                                    dst + (i0 * across.dst_stride + j0) * step, across.dst_stride,
+                                    std::min(tile, inner.size - j0), std::min(tile, across.size - i0)))
+        continue;
       const BoxDim row{std::min(tile, inner.size - j0), inner.dst_stride, inner.src_stride};
       for (std::int64_t i = i0; i < std::min(i0 + tile, across.size); ++i)
         copy_run(dst + (i * across.dst_stride + j0 * inner.dst_stride) * step,

@@ -18,10 +18,7 @@
 // is too small to beat it. This file is compiled once per kernel set (kernel_sets.hpp).
 #include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"
-
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
+#include "kernels/transpose_block.hpp"
 
 namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
@@ -96,60 +93,6 @@ template <class T> void product(const Lhs<T>& a, const T* b, T* c, std::int64_t 
   if (i0 < m) rows<T, 1>(a, b, c, n, k, i0);
 }
 
-/// packed[p n + j] = b[j k + p]: b [n, k] transposed into [k, n], in 8x8 (float) or 4x4 (double)
-/// tiles transposed in registers (unpack, shuffle, swap of 128-bit halves); the columns of b past
-/// the last whole tile one element at a time. n is a multiple of the tile (of the SIMD width).
-/// The loops over a tile's rows are unrolled, so the tile stays in registers.
-template <class T> void transpose_into(const T* b, T* packed, std::int64_t n, std::int64_t k) {
-  std::int64_t p0 = 0;
-#if defined(__AVX__)
-  if constexpr (std::is_same_v<T, float>) {
-    for (; p0 + 8 <= k; p0 += 8)
-      for (std::int64_t j0 = 0; j0 < n; j0 += 8) {
-        __m256 r[8], t[8], u[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(b + (j0 + i) * k + p0);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i += 2) {
-          t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-          t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i += 4) {
-          u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-          u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-          u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-          u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < 4; ++i) {
-          _mm256_storeu_ps(packed + (p0 + i) * n + j0, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
-          _mm256_storeu_ps(packed + (p0 + i + 4) * n + j0, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
-        }
-      }
-  } else {
-    for (; p0 + 4 <= k; p0 += 4)
-      for (std::int64_t j0 = 0; j0 < n; j0 += 4) {
-        __m256d r[4], t[4];
-#pragma GCC unroll 8
-        for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu_pd(b + (j0 + i) * k + p0);
-#pragma GCC unroll 8
-        for (int i = 0; i < 4; i += 2) {
-          t[i] = _mm256_unpacklo_pd(r[i], r[i + 1]);
-          t[i + 1] = _mm256_unpackhi_pd(r[i], r[i + 1]);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < 2; ++i) {
-          _mm256_storeu_pd(packed + (p0 + i) * n + j0, _mm256_permute2f128_pd(t[i], t[i + 2], 0x20));
-          _mm256_storeu_pd(packed + (p0 + i + 2) * n + j0, _mm256_permute2f128_pd(t[i], t[i + 2], 0x31));
-        }
-      }
-  }
-#endif
-  for (std::int64_t p = p0; p < k; ++p)
-    for (std::int64_t j = 0; j < n; ++j) packed[p * n + j] = b[j * k + p];
-}
-
 }  // namespace
 
 template <class T>
@@ -165,7 +108,7 @@ bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
       return true;
     }
     alignas(64) T packed[kMaxPackedBytes / sizeof(T)];
-    transpose_into(b, packed, s.n, s.k);
+    transpose_block(b, s.k, packed, s.n, s.n, s.k);  // packed[p n + j] = b[j k + p]
     product(lhs, packed, c, s.m, s.n, s.k);
     return true;
   }
