@@ -111,6 +111,18 @@ std::vector<double> naive_conv(const ConvCase& c, const std::vector<double>& x, 
   return out;
 }
 
+// The adjoint of the bilinear loop: dx[l] += ct[o] w[r], dw[r] += ct[o] x[l].
+std::pair<std::vector<double>, std::vector<double>> adjoint_conv(const ConvCase& c, const xj::Array& x, const xj::Array& w,
+                                                                 const xj::Array& ct) {
+  const auto xv = vec(x), wv = vec(w), cv = vec(ct);
+  std::vector<double> dx(xv.size(), 0.0), dw(wv.size(), 0.0);
+  conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) {
+    dx[l] += cv[o] * wv[r];
+    dw[r] += cv[o] * xv[l];
+  });
+  return {dx, dw};
+}
+
 xj::Array run_conv(const ConvCase& c, const xj::Array& x, const xj::Array& w) {
   return xj::conv_general_dilated(x, w, c.strides, c.pads, c.lhs_dil, c.rhs_dil, {c.dl, c.dr, c.dout}, c.groups,
                                   c.batch_groups);
@@ -188,13 +200,8 @@ TEST_CASE("conv_general_dilated: vjp against the adjoint loops (the transpose ru
     xj::Shape shape;
     naive_conv(c, vec(x), vec(w), shape);
     const xj::Array ct = test_util::randn(shape, seed++);
-    // The adjoint of the bilinear loop: dx[l] += ct[o] w[r], dw[r] += ct[o] x[l].
-    const auto xv = vec(x), wv = vec(w), cv = vec(ct);
-    std::vector<double> dx(xv.size(), 0.0), dw(wv.size(), 0.0);
-    conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) {
-      dx[l] += cv[o] * wv[r];
-      dw[r] += cv[o] * xv[l];
-    });
+    const auto [dx, dw] = adjoint_conv(c, x, w, ct);
+    const auto xv = vec(x), wv = vec(w);
     auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
     auto [gx, gw] = pullback(ct);
     check_all(gx, dx, 1e-12);
@@ -698,12 +705,7 @@ TEST_CASE("depthwise convolution split across threads: value and both gradients 
   xj::Shape shape;
   const std::vector<double> want = naive_conv(c, vec(x), vec(w), shape);
   const xj::Array ct = test_util::randn(shape, 4102, xj::f32);
-  const auto xv = vec(x), wv = vec(w), cv = vec(ct);
-  std::vector<double> dx(xv.size(), 0.0), dw(wv.size(), 0.0);
-  conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) {
-    dx[l] += cv[o] * wv[r];
-    dw[r] += cv[o] * xv[l];
-  });
+  const auto [dx, dw] = adjoint_conv(c, x, w, ct);
   const auto run = [&](int threads) {
     KernelThreads t(threads);
     auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
@@ -730,12 +732,7 @@ TEST_CASE("depthwise convolution with more window offsets than the kernels tabul
   xj::Shape shape;
   const std::vector<double> want = naive_conv(c, vec(x), vec(w), shape);
   const xj::Array ct = test_util::randn(shape, 4202);
-  const auto xv = vec(x), wv = vec(w), cv = vec(ct);
-  std::vector<double> dx(xv.size(), 0.0), dw(wv.size(), 0.0);
-  conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) {
-    dx[l] += cv[o] * wv[r];
-    dw[r] += cv[o] * xv[l];
-  });
+  const auto [dx, dw] = adjoint_conv(c, x, w, ct);
   auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
   auto [gx, gw] = pullback(ct);
   check_all(y, want, 1e-11);
