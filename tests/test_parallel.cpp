@@ -2,6 +2,9 @@
 // index in exactly one chunk, chunks run at the same time, the thread count follows OpenBLAS's,
 // exceptions reach the caller, nested and concurrent loops stay correct.
 #include <cblas.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -59,15 +62,17 @@ TEST_CASE("parallel_for: every index once, at most kernel_threads() chunks, none
   }
 }
 
-TEST_CASE("parallel_for: two chunks run at the same time on two threads") {
-  Threads t(2);
+TEST_CASE("parallel_for: every chunk runs at the same time, on workers made for this very loop") {
+  // Six chunks need five workers; the tests above made at most three, so two start in this loop
+  // and must take part in it (review finding: a new worker slept through the loop that made it).
+  Threads t(6);
   const std::int64_t before = xjax::detail::split_loops();
   std::atomic<int> arrived{0};
   std::atomic<bool> met{true};
-  parallel_for(2, 1, [&](std::int64_t, std::int64_t) {
+  parallel_for(6, 1, [&](std::int64_t, std::int64_t) {
     ++arrived;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (arrived < 2)  // a loop run serially never gets here twice at once
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (arrived < 6)  // a chunk run after another on the same thread never sees all six
       if (std::chrono::steady_clock::now() > deadline) {
         met = false;
         return;
@@ -75,6 +80,32 @@ TEST_CASE("parallel_for: two chunks run at the same time on two threads") {
   });
   CHECK(met);
   CHECK(xjax::detail::split_loops() == before + 1);
+}
+
+TEST_CASE("parallel_for: a child of fork() runs its loops and exits normally") {
+  Threads t(2);
+  std::atomic<std::int64_t> sum{0};
+  parallel_for(100, 1, [&](std::int64_t begin, std::int64_t end) { sum += end - begin; });
+  REQUIRE(sum == 100);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // the parent's workers do not exist here
+    std::atomic<std::int64_t> s{0};
+    parallel_for(1000, 1, [&](std::int64_t begin, std::int64_t end) { s += end - begin; });
+    std::exit(s == 1000 ? 0 : 1);  // static destructors run: they must not wait for the parent's workers
+  }
+  int status = 0;
+  bool ended = false;
+  for (int i = 0; i < 400 && !ended; ++i) {
+    ended = waitpid(child, &status, WNOHANG) == child;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!ended) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  CHECK(ended);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }
 
 TEST_CASE("parallel_for: a chunk's exception reaches the caller; the workers stay usable") {

@@ -367,10 +367,12 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   const std::vector<std::int64_t> offsets = window_offsets(g, channels, 0, positions);
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
-  // Channels in chunks (each output column summed by one thread, in the same order at any count).
-  parallel_for(channels, std::max<std::int64_t>(width, 65536 / std::max<std::int64_t>(images * window * positions, 1)),
-               [&](std::int64_t c0, std::int64_t c1) {
-    const std::int64_t span = c1 - c0;
+  // Channels in chunks of whole batches (each output column summed by one thread, in the same
+  // order and through the same code, vector or scalar tail, at any thread count).
+  const std::int64_t batches = (channels + width - 1) / width;
+  parallel_for(batches, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(images * window * positions * width, 1)),
+               [&](std::int64_t b0, std::int64_t b1) {
+    const std::int64_t c0 = b0 * width, c1 = std::min(channels, b1 * width), span = c1 - c0;
     std::vector<T> acc(static_cast<std::size_t>(positions * span), T(0));
     constexpr std::int64_t tile = 64;  // cotangent positions summed in registers before acc
     for (std::int64_t f = 0; f < images; ++f)

@@ -1,7 +1,7 @@
 // parallel.cpp: the worker threads behind parallel_for (parallel.hpp).
 //
 // One pool per process, grown on demand to kernel_threads() - 1 workers that sleep on a condition
-// variable between loops. A loop is installed under the pool's mutex; every chunk index is taken
+// variable between loops (a loop of k chunks wakes k - 1 of them). A loop is installed under the pool's mutex; every chunk index is taken
 // under that mutex too (a loop has at most kernel_threads() chunks), together with the loop's
 // body, so a worker can never run a chunk of one loop with another loop's body. The caller works
 // on chunks like the workers, then waits until every chunk taken has finished. One loop at a time:
@@ -9,6 +9,8 @@
 #include "kernels/parallel.hpp"
 
 #include <cblas.h>
+
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,29 +29,22 @@ std::atomic<std::int64_t> g_split_loops{0};
 
 class Pool {
  public:
-  ~Pool() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (auto& w : workers_) w.join();
-  }
-
   /// Runs the loop on the calling thread and the workers; false if another loop holds the pool.
   bool run(std::int64_t n, std::int64_t chunks, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
     std::unique_lock owner(one_loop_, std::try_to_lock);
     if (!owner.owns_lock()) return false;
     {
       std::lock_guard lock(mutex_);
-      while (static_cast<std::int64_t>(workers_.size()) < chunks - 1) workers_.emplace_back([this] { work_loop(); });
+      // a new worker starts from the generation before this loop's, so it takes part in it
+      while (static_cast<std::int64_t>(workers_.size()) < chunks - 1)
+        workers_.emplace_back([this, seen = generation_] { work_loop(seen); });
       loop_ = Loop{n, chunks, chunk, context};
       next_ = 0;
       unfinished_ = chunks;
       error_ = nullptr;
       ++generation_;
     }
-    wake_.notify_all();
+    for (std::int64_t i = 1; i < chunks; ++i) wake_.notify_one();  // as many workers as chunks left
     g_split_loops.fetch_add(1, std::memory_order_relaxed);
     std::unique_lock lock(mutex_);
     run_chunks(lock, generation_);
@@ -85,12 +80,10 @@ class Pool {
     }
   }
 
-  void work_loop() {
+  void work_loop(std::uint64_t seen) {
     std::unique_lock lock(mutex_);
-    std::uint64_t seen = generation_;
     for (;;) {
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
+      wake_.wait(lock, [&] { return generation_ != seen; });
       seen = generation_;
       run_chunks(lock, seen);
     }
@@ -104,12 +97,23 @@ class Pool {
   std::int64_t next_ = 0, unfinished_ = 0;
   std::uint64_t generation_ = 0;
   std::exception_ptr error_;
-  bool stop_ = false;
 };
 
+// The pool is never destroyed: its workers sleep through static destruction and exit, and a
+// kernel called from a static destructor still finds it. A child process of fork() has none of
+// its parent's workers (and may have copied a held mutex): it starts with a fresh pool, the old
+// one left as it is.
+std::atomic<Pool*> g_pool{nullptr};
+
 Pool& pool() {
-  static Pool p;
-  return p;
+  static Pool* const first = [] {
+    auto* p = new Pool;
+    g_pool.store(p);
+    pthread_atfork(nullptr, nullptr, [] { g_pool.store(new Pool); });
+    return p;
+  }();
+  (void)first;
+  return *g_pool.load();
 }
 
 }  // namespace

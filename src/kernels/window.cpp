@@ -370,15 +370,20 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
     // scatters cannot meet
     const std::int64_t parts = rows == 0 || n == 0 ? 1 : disjoint_parts(dims);
     const std::int64_t rows_per_part = rows / parts, elements_per_part = x.size() / parts;
+    // Parts a few at a time (about 256 KiB of y): zeroed right before their scatter, still in cache.
+    const std::int64_t group = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / std::max<std::int64_t>(elements_per_part * static_cast<std::int64_t>(sizeof(T)), 1));
     parallel_for(parts, std::max<std::int64_t>(1, row_grain(dims) / std::max<std::int64_t>(rows_per_part, 1)),
                  [&](std::int64_t begin, std::int64_t end) {
-                   std::fill(y + begin * elements_per_part, y + end * elements_per_part, T(0));
-                   if (n == 0) return;
-                   with_selected<T>(x, dims, w.select_max, begin * rows_per_part, end * rows_per_part,
-                                    [&](std::int64_t out_row, const auto* chosen) {
-                                      for (std::int64_t o = 0; o < n; ++o)
-                                        if (chosen[o] >= 0) y[chosen[o]] += v[out_row + o];
-                                    });
+                   for (std::int64_t first = begin; first < end; first += group) {
+                     const std::int64_t last = std::min(end, first + group);
+                     std::fill(y + first * elements_per_part, y + last * elements_per_part, T(0));
+                     if (n == 0) continue;
+                     with_selected<T>(x, dims, w.select_max, first * rows_per_part, last * rows_per_part,
+                                      [&](std::int64_t out_row, const auto* chosen) {
+                                        for (std::int64_t o = 0; o < n; ++o)
+                                          if (chosen[o] >= 0) y[chosen[o]] += v[out_row + o];
+                                      });
+                   }
                  });
   };
   if (x.dtype() == DType::f32)
