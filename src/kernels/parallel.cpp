@@ -99,21 +99,28 @@ class Pool {
   std::exception_ptr error_;
 };
 
-// The pool is never destroyed: its workers sleep through static destruction and exit, and a
-// kernel called from a static destructor still finds it. A child process of fork() has none of
-// its parent's workers (and may have copied a held mutex): it starts with a fresh pool, the old
-// one left as it is.
-std::atomic<Pool*> g_pool{nullptr};
+// The pool is never destroyed: its workers sleep through static destructors and exit, and a
+// kernel called from a static destructor still finds it. A child of fork() has none of its
+// parent's workers (and may have copied a held mutex): it starts with a fresh pool, which keeps
+// the old one reachable (`before`), so leak checkers see nothing lost.
+struct PoolAndBefore {
+  Pool pool;
+  PoolAndBefore* before = nullptr;
+};
+std::atomic<PoolAndBefore*> g_pool{nullptr};
 
 Pool& pool() {
-  static Pool* const first = [] {
-    auto* p = new Pool;
-    g_pool.store(p);
-    pthread_atfork(nullptr, nullptr, [] { g_pool.store(new Pool); });
-    return p;
+  static const bool made = [] {
+    g_pool.store(new PoolAndBefore);
+    pthread_atfork(nullptr, nullptr, [] {
+      auto* fresh = new PoolAndBefore;
+      fresh->before = g_pool.load();
+      g_pool.store(fresh);
+    });
+    return true;
   }();
-  (void)first;
-  return *g_pool.load();
+  (void)made;
+  return g_pool.load()->pool;
 }
 
 }  // namespace
