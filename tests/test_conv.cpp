@@ -699,29 +699,37 @@ TEST_CASE("window kernels split across threads: values and the select pair's sca
     }
 }
 
-TEST_CASE("depthwise convolution split across threads: value and both gradients against the loops, same bits as one thread") {
-  const ConvCase c{"depthwise NHWC, 40 channels", {4, 20, 20, 40}, {3, 3, 1, 40}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 40, 1};
-  const xj::Array x = test_util::randn(c.lhs, 4100, xj::f32), w = test_util::randn(c.rhs, 4101, xj::f32);
-  xj::Shape shape;
-  const std::vector<double> want = naive_conv(c, vec(x), vec(w), shape);
-  const xj::Array ct = test_util::randn(shape, 4102, xj::f32);
-  const auto [dx, dw] = adjoint_conv(c, x, w, ct);
-  const auto run = [&](int threads) {
-    KernelThreads t(threads);
-    auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
-    auto [gx, gw] = pullback(ct);
-    return std::tuple{y, gx, gw};
+TEST_CASE("depthwise and grouped convolutions split across threads: value and both gradients against the loops, same bits as one thread") {
+  const ConvCase cases[] = {
+      {"depthwise NHWC, 40 channels", {4, 20, 20, 40}, {3, 3, 1, 40}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 40, 1},
+      // one output channel per group of 8 (the direct loop), one image: split over the groups
+      {"one image, 4 groups of 8 channels, one output each", {1, 32, 24, 24}, {4, 8, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 4, 1},
   };
-  const std::int64_t splits = xjax::detail::split_loops();
-  const auto [y3, gx3, gw3] = run(3);
-  CHECK(xjax::detail::split_loops() > splits);
-  check_all(xj::astype(y3, xj::f64), want, 1e-4);
-  check_all(xj::astype(gx3, xj::f64), dx, 1e-4);
-  check_all(xj::astype(gw3, xj::f64), dw, 1e-3);
-  const auto [y1, gx1, gw1] = run(1);
-  CHECK(vec(y1) == vec(y3));
-  CHECK(vec(gx1) == vec(gx3));
-  CHECK(vec(gw1) == vec(gw3));
+  unsigned seed = 4100;
+  for (const ConvCase& c : cases) {
+    INFO(std::string(c.what));
+    const xj::Array x = test_util::randn(c.lhs, seed++, xj::f32), w = test_util::randn(c.rhs, seed++, xj::f32);
+    xj::Shape shape;
+    const std::vector<double> want = naive_conv(c, vec(x), vec(w), shape);
+    const xj::Array ct = test_util::randn(shape, seed++, xj::f32);
+    const auto [dx, dw] = adjoint_conv(c, x, w, ct);
+    const auto run = [&](int threads) {
+      KernelThreads t(threads);
+      auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
+      auto [gx, gw] = pullback(ct);
+      return std::tuple{y, gx, gw};
+    };
+    const std::int64_t splits = xjax::detail::split_loops();
+    const auto [y3, gx3, gw3] = run(3);
+    CHECK(xjax::detail::split_loops() > splits);
+    check_all(xj::astype(y3, xj::f64), want, 1e-4);
+    check_all(xj::astype(gx3, xj::f64), dx, 1e-4);
+    check_all(xj::astype(gw3, xj::f64), dw, 1e-3);
+    const auto [y1, gx1, gw1] = run(1);
+    CHECK(vec(y1) == vec(y3));
+    CHECK(vec(gx1) == vec(gx3));
+    CHECK(vec(gw1) == vec(gw3));
+  }
 }
 
 TEST_CASE("depthwise convolution with more window offsets than the kernels tabulate: value and gradients against the loops") {

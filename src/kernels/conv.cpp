@@ -317,33 +317,34 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
   const std::int64_t image = g.image;
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
-  // Images in chunks, each output row (n, position) written by one thread.
-  const std::int64_t per_image = g.groups * g.positions * g.window * g.cg;
-  parallel_for(g.nout, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(per_image, 1)), [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t n = begin; n < end; ++n)
-      for (std::int64_t q = 0; q < g.groups; ++q) {
-        const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
-        const T* img = x + (nbase + n) * image + cbase;
-        Odometer s{g.out_extent};
-        for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next()) {
-          B acc(T(0));
-          T tail = 0;
-          Odometer k{g.window_extent};
-          for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
-            const std::int64_t off = g.offset(s.at, k.at);
-            const T* ws = w + (q * g.window + kp) * g.cg;
-            if (off < 0) {  // padding: zeros times the weights, as in the other paths
-              for (std::int64_t c = 0; c < g.cg; ++c) tail += T(0) * ws[c];
-              continue;
-            }
-            const T* xs = img + off;
-            std::int64_t c = 0;
-            for (; c + width <= g.cg; c += width) acc = xsimd::fma(B::load_unaligned(xs + c), B::load_unaligned(ws + c), acc);
-            for (; c < g.cg; ++c) tail += xs[c] * ws[c];
+  // (image, group) pairs in chunks, each output element written by one thread (a batch of one
+  // image splits over its groups).
+  const std::int64_t per_pair = g.positions * g.window * g.cg;
+  parallel_for(g.nout * g.groups, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(per_pair, 1)), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t pair = begin; pair < end; ++pair) {
+      const std::int64_t n = pair / g.groups, q = pair % g.groups;
+      const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
+      const T* img = x + (nbase + n) * image + cbase;
+      Odometer s{g.out_extent};
+      for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next()) {
+        B acc(T(0));
+        T tail = 0;
+        Odometer k{g.window_extent};
+        for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
+          const std::int64_t off = g.offset(s.at, k.at);
+          const T* ws = w + (q * g.window + kp) * g.cg;
+          if (off < 0) {  // padding: zeros times the weights, as in the other paths
+            for (std::int64_t c = 0; c < g.cg; ++c) tail += T(0) * ws[c];
+            continue;
           }
-          out[(n * g.positions + pos) * g.o + q] = xsimd::hadd(acc) + tail;
+          const T* xs = img + off;
+          std::int64_t c = 0;
+          for (; c + width <= g.cg; c += width) acc = xsimd::fma(B::load_unaligned(xs + c), B::load_unaligned(ws + c), acc);
+          for (; c < g.cg; ++c) tail += xs[c] * ws[c];
         }
+        out[(n * g.positions + pos) * g.o + q] = xsimd::hadd(acc) + tail;
       }
+    }
   });
 }
 
