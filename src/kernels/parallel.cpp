@@ -1,11 +1,13 @@
 // parallel.cpp: the worker threads behind parallel_for (parallel.hpp).
 //
 // One pool per process, grown on demand to kernel_threads() - 1 workers that sleep on a condition
-// variable between loops (a loop of k chunks wakes k - 1 of them). A loop is installed under the pool's mutex; every chunk index is taken
-// under that mutex too (a loop has at most kernel_threads() chunks), together with the loop's
-// body, so a worker can never run a chunk of one loop with another loop's body. The caller works
-// on chunks like the workers, then waits until every chunk taken has finished. One loop at a time:
-// a second caller, or a chunk calling parallel_for again, runs its loop serially.
+// variable between loops (a loop of k chunks wakes k - 1 of them; where the system refuses a new
+// thread, the workers there are take the chunks, the caller included). A loop is installed under
+// the pool's mutex; every chunk index is taken under that mutex too (a loop has at most
+// kernel_threads() chunks), together with the loop's body, so a worker can never run a chunk of
+// one loop with another loop's body. The caller works on chunks like the workers, then waits
+// until every chunk taken has finished. One loop at a time: a second caller, or a chunk calling
+// parallel_for again, runs its loop serially.
 #include "kernels/parallel.hpp"
 
 #include <cblas.h>
@@ -17,6 +19,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -36,8 +39,11 @@ class Pool {
     {
       std::lock_guard lock(mutex_);
       // a new worker starts from the generation before this loop's, so it takes part in it
-      while (static_cast<std::int64_t>(workers_.size()) < chunks - 1)
-        workers_.emplace_back([this, seen = generation_] { work_loop(seen); });
+      try {
+        while (static_cast<std::int64_t>(workers_.size()) < chunks - 1)
+          workers_.emplace_back([this, seen = generation_] { work_loop(seen); });
+      } catch (const std::system_error&) {  // no more threads now: run with those there are
+      }
       loop_ = Loop{n, chunks, chunk, context};
       next_ = 0;
       unfinished_ = chunks;
