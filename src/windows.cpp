@@ -63,6 +63,13 @@ template <class W> Shape window_out_shape(const Shape& in, const W& w) {
 
 }  // namespace
 
+std::vector<std::int64_t> WindowDim::index_table() const {
+  std::vector<std::int64_t> t(static_cast<std::size_t>(out_size * window));
+  for (std::int64_t o = 0; o < out_size; ++o)
+    for (std::int64_t k = 0; k < window; ++k) t[static_cast<std::size_t>(o * window + k)] = input_index(o, k);
+  return t;
+}
+
 std::vector<WindowDim> conv_window_dims(const Shape& lhs, const Shape& rhs, const params::ConvGeneralDilated& p) {
   std::vector<WindowDim> dims;
   for (std::size_t i = 0; i < p.window_strides.size(); ++i) {

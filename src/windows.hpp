@@ -52,12 +52,9 @@ struct WindowDim {
     return {lo, hi};
   }
   /// input_index for every (o, k), o-major: one table per dimension, computed once per kernel.
-  std::vector<std::int64_t> index_table() const {
-    std::vector<std::int64_t> t(static_cast<std::size_t>(out_size * window));
-    for (std::int64_t o = 0; o < out_size; ++o)
-      for (std::int64_t k = 0; k < window; ++k) t[static_cast<std::size_t>(o * window + k)] = input_index(o, k);
-    return t;
-  }
+  /// (Out of line, in the core: an inline copy emitted by a kernel set could be the one the linker
+  /// keeps for every caller; tests/kernel_sets/check_kernel_isa.py caught that.)
+  std::vector<std::int64_t> index_table() const;
 };
 
 /// The window of a reduce_window or select_and_* equation on an operand of shape `in`, one

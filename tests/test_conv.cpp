@@ -732,18 +732,26 @@ TEST_CASE("depthwise and grouped convolutions split across threads: value and bo
   }
 }
 
-TEST_CASE("depthwise convolution with more window offsets than the kernels tabulate: value and gradients against the loops") {
+TEST_CASE("depthwise and direct convolutions with more window offsets than the kernels tabulate: value and gradients against the loops") {
   // 1101 output positions x 1000 window positions: above conv.cpp's kMaxOffsets (2^20), so the
-  // forward computes its offsets per output row and the kernel gradient takes the general path.
-  const ConvCase c{"1-D depthwise, long window", {1, 2100, 2}, {1000, 1, 2}, {1}, {{0, 0}}, {1}, {1}, "NWC", "WIO", "NWC", 2, 1};
-  const xj::Array x = test_util::randn(c.lhs, 4200), w = test_util::randn(c.rhs, 4201);
-  xj::Shape shape;
-  const std::vector<double> want = naive_conv(c, vec(x), vec(w), shape);
-  const xj::Array ct = test_util::randn(shape, 4202);
-  const auto [dx, dw] = adjoint_conv(c, x, w, ct);
-  auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
-  auto [gx, gw] = pullback(ct);
-  check_all(y, want, 1e-11);
-  check_all(gx, dx, 1e-11);
-  check_all(gw, dw, 1e-11);
+  // depthwise and direct loops compute their offsets per output position, and the depthwise
+  // kernel gradient takes the general path.
+  const ConvCase cases[] = {
+      {"1-D depthwise, long window", {1, 2100, 2}, {1000, 1, 2}, {1}, {{0, 0}}, {1}, {1}, "NWC", "WIO", "NWC", 2, 1},
+      {"1-D, 8 channels into one (the direct loop), long window", {2, 2100, 8}, {1000, 8, 1}, {1}, {{0, 0}}, {1}, {1}, "NWC", "WIO", "NWC", 1, 1},
+  };
+  unsigned seed = 4200;
+  for (const ConvCase& c : cases) {
+    INFO(std::string(c.what));
+    const xj::Array x = test_util::randn(c.lhs, seed++), w = test_util::randn(c.rhs, seed++);
+    xj::Shape shape;
+    const std::vector<double> want = naive_conv(c, vec(x), vec(w), shape);
+    const xj::Array ct = test_util::randn(shape, seed++);
+    const auto [dx, dw] = adjoint_conv(c, x, w, ct);
+    auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
+    auto [gx, gw] = pullback(ct);
+    check_all(y, want, 1e-11);
+    check_all(gx, dx, 1e-11);
+    check_all(gw, dw, 1e-11);
+  }
 }

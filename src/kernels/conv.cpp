@@ -76,18 +76,30 @@ struct Conv {
   std::int64_t image = 0;  // elements of one channels-last lhs image (spatial..., C)
   bool batch_groups = false;
 
-  // Offset (elements) in one channels-last image of window position kpos at output position opos,
-  // or -1 when it reads padding.
-  std::int64_t offset(const std::vector<std::int64_t>& opos, const std::vector<std::int64_t>& kpos) const {
+  // Offset (elements) of window position kpos at output position opos in an image whose spatial
+  // dims have the given strides, or -1 when it reads padding.
+  std::int64_t offset(const Ints& strides, const Ints& opos, const Ints& kpos) const {
     std::int64_t off = 0;
     for (std::size_t i = 0; i < dims.size(); ++i) {
       const std::int64_t idx = table[i][static_cast<std::size_t>(opos[i] * dims[i].window + kpos[i])];
       if (idx < 0) return -1;
-      off += idx * in_stride[i];
+      off += idx * strides[i];
     }
     return off;
   }
+  // The same in one channels-last lhs image.
+  std::int64_t offset(const Ints& opos, const Ints& kpos) const { return offset(in_stride, opos, kpos); }
 };
+
+// The strides of the spatial dims of a (spatial..., channels) image, `channels` elements per position.
+Ints spatial_strides(const std::vector<WindowDim>& dims, std::int64_t channels) {
+  Ints strides(dims.size());
+  for (std::size_t i = dims.size(); i-- > 0;) {
+    strides[i] = channels;
+    channels *= dims[i].in_size;
+  }
+  return strides;
+}
 
 Conv make_conv(const Shape& lhs, const Shape& rhs, const params::ConvGeneralDilated& p) {
   Conv g;
@@ -97,14 +109,9 @@ Conv make_conv(const Shape& lhs, const Shape& rhs, const params::ConvGeneralDila
     g.out_extent.push_back(d.out_size);
     g.window_extent.push_back(d.window);
   }
-  g.in_stride.assign(g.dims.size(), 0);
   g.n = lhs[static_cast<std::size_t>(p.lhs_spec[0])];
   g.c = lhs[static_cast<std::size_t>(p.lhs_spec[1])];
-  std::int64_t stride = g.c;
-  for (std::size_t i = g.dims.size(); i-- > 0;) {
-    g.in_stride[i] = stride;
-    stride *= g.dims[i].in_size;
-  }
+  g.in_stride = spatial_strides(g.dims, g.c);
   g.o = rhs[static_cast<std::size_t>(p.rhs_spec[0])];
   g.cg = rhs[static_cast<std::size_t>(p.rhs_spec[1])];
   g.groups = p.feature_group_count * p.batch_group_count;
@@ -113,38 +120,50 @@ Conv make_conv(const Shape& lhs, const Shape& rhs, const params::ConvGeneralDila
   g.nout = g.n / p.batch_group_count;
   g.positions = shape_size(g.out_extent);
   g.window = shape_size(g.window_extent);
-  g.image = stride;  // the spatial dims' product times C, left by the stride loop above
+  g.image = g.dims.empty() ? g.c : g.in_stride[0] * g.dims[0].in_size;
   return g;
 }
 
 // The offset in one (spatial..., channels) image, `channels` elements per position, that window
 // position kpos of output position pos reads, or -1 for padding, for the output positions
 // [first, last): offsets[(pos - first) * window + kpos].
-std::vector<std::int64_t> window_offsets(const Conv& g, std::int64_t channels, std::int64_t first, std::int64_t last) {
-  std::vector<std::int64_t> stride(g.dims.size());
-  for (std::int64_t i = static_cast<std::int64_t>(g.dims.size()) - 1, s = channels; i >= 0; --i) {
-    stride[static_cast<std::size_t>(i)] = s;
-    s *= g.dims[static_cast<std::size_t>(i)].in_size;
-  }
-  std::vector<std::int64_t> offsets(static_cast<std::size_t>((last - first) * g.window));
+Ints window_offsets(const Conv& g, std::int64_t channels, std::int64_t first, std::int64_t last) {
+  const Ints strides = spatial_strides(g.dims, channels);
+  Ints offsets(static_cast<std::size_t>((last - first) * g.window));
   Odometer s{g.out_extent};
   s.seek(first);
   for (std::int64_t pos = first; pos < last; ++pos, s.next()) {
     Odometer k{g.window_extent};
-    for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
-      std::int64_t off = 0;
-      for (std::size_t i = 0; i < g.dims.size() && off >= 0; ++i) {
-        const std::int64_t idx = g.table[i][static_cast<std::size_t>(s.at[i] * g.dims[i].window + k.at[i])];
-        off = idx < 0 ? -1 : off + idx * stride[i];
-      }
-      offsets[static_cast<std::size_t>((pos - first) * g.window + kp)] = off;
-    }
+    for (std::int64_t kp = 0; kp < g.window; ++kp, k.next())
+      offsets[static_cast<std::size_t>((pos - first) * g.window + kp)] = g.offset(strides, s.at, k.at);
   }
   return offsets;
 }
 
 /// The most (output position, window position) offsets a kernel tabulates at once (8 MiB).
 constexpr std::int64_t kMaxOffsets = std::int64_t{1} << 20;
+
+/// window_offsets of every output position: tabulated once when there are at most kMaxOffsets of
+/// them (the same for every image), else computed per position when asked.
+class OffsetTable {
+ public:
+  OffsetTable(const Conv& g, std::int64_t channels)
+      : g_(g), channels_(channels), tabulated_(g.positions * g.window <= kMaxOffsets),
+        all_(tabulated_ ? window_offsets(g, channels, 0, g.positions) : Ints{}) {}
+
+  /// Output position pos's g.window offsets; valid until the next call with the same scratch.
+  const std::int64_t* row(std::int64_t pos, Ints& scratch) const {
+    if (tabulated_) return all_.data() + pos * g_.window;
+    scratch = window_offsets(g_, channels_, pos, pos + 1);
+    return scratch.data();
+  }
+
+ private:
+  const Conv& g_;
+  std::int64_t channels_;
+  bool tabulated_;
+  Ints all_;
+};
 
 // rhs as one (window position, input channel) x (output channel) matrix per group, contiguous:
 // w[q][kpos][c][oq] = rhs[q*Oq + oq, c, kpos...]: rhs viewed with its O dim split into (Q, Oq),
@@ -177,18 +196,14 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size), block = 4 * width;
   // Each window position's offset (-1: padding, read as zeros times the weights, so a non-finite
   // weight gives NaN there as in im2col's product), per output position; the same for every image.
-  // (Tabulated once for all positions where that is small, else per output row.)
-  const bool tabulated = g.positions * g.window <= kMaxOffsets;
-  const std::vector<std::int64_t> all_offsets = tabulated ? window_offsets(g, g.c, 0, g.positions) : Ints{};
+  const OffsetTable table(g, g.c);
   // Output rows (n, position) in chunks, each row written by one thread.
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.window * g.o, 1));
   parallel_for(g.nout * g.positions, grain, [&](std::int64_t begin, std::int64_t end) {
-    Ints row_offsets;
+    Ints scratch;
     for (std::int64_t row = begin; row < end; ++row) {
       T* y = out + row * g.o;
-      const std::int64_t pos = row % g.positions;
-      if (!tabulated) row_offsets = window_offsets(g, g.c, pos, pos + 1);
-      const std::int64_t* offsets = tabulated ? all_offsets.data() + pos * g.window : row_offsets.data();
+      const std::int64_t* offsets = table.row(row % g.positions, scratch);
       const T* img = x + (row / g.positions) * image;
       std::int64_t c0 = 0;
       if (m == 1)  // four batches of channels held in registers across the window
@@ -320,18 +335,19 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
   // (image, group) pairs in chunks, each output element written by one thread (a batch of one
   // image splits over its groups).
   const std::int64_t per_pair = g.positions * g.window * g.cg;
+  const OffsetTable table(g, g.c);
   parallel_for(g.nout * g.groups, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(per_pair, 1)), [&](std::int64_t begin, std::int64_t end) {
+    Ints scratch;
     for (std::int64_t pair = begin; pair < end; ++pair) {
       const std::int64_t n = pair / g.groups, q = pair % g.groups;
       const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
       const T* img = x + (nbase + n) * image + cbase;
-      Odometer s{g.out_extent};
-      for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next()) {
+      for (std::int64_t pos = 0; pos < g.positions; ++pos) {
         B acc(T(0));
         T tail = 0;
-        Odometer k{g.window_extent};
-        for (std::int64_t kp = 0; kp < g.window; ++kp, k.next()) {
-          const std::int64_t off = g.offset(s.at, k.at);
+        const std::int64_t* offsets = table.row(pos, scratch);
+        for (std::int64_t kp = 0; kp < g.window; ++kp) {
+          const std::int64_t off = offsets[kp];
           const T* ws = w + (q * g.window + kp) * g.cg;
           if (off < 0) {  // padding: zeros times the weights, as in the other paths
             for (std::int64_t c = 0; c < g.cg; ++c) tail += T(0) * ws[c];

@@ -37,41 +37,51 @@ std::int64_t row_grain(const std::vector<WindowDim>& dims) {
   return std::max<std::int64_t>(1, (std::int64_t{1} << 15) / taps);
 }
 
+WindowDim last_dim(const std::vector<WindowDim>& dims) { return dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back(); }
+
+// A kernel call's window geometry, worked out once and read by every chunk of output rows.
+struct Windows {
+  Windows(std::vector<WindowDim> d, const Shape& in_shape)
+      : dims(std::move(d)), last(last_dim(dims)), last_table(last.index_table()), strides(row_major_strides(in_shape)) {
+    for (std::size_t i = 0; i + 1 < dims.size(); ++i) {
+      out_extent.push_back(dims[i].out_size);
+      win_extent.push_back(dims[i].window);
+      tables.push_back(dims[i].index_table());
+      wins *= dims[i].window;
+    }
+  }
+  std::vector<WindowDim> dims;
+  WindowDim last;      // the last dim (a window of one over one element for a scalar operand)
+  Ints last_table;     // its input_index of each (o, k)
+  Ints strides;        // the operand's, row-major
+  // The dims before the last: output and window extents, input_index tables (no division per
+  // row), and how many window positions they span.
+  Ints out_extent, win_extent;
+  std::vector<Ints> tables;
+  std::int64_t wins = 1;
+};
+
 // Calls window(out_row_start, operand_rows) for every output row in [begin, end) (the positions
 // of the last dim, out_size of them), operand_rows being the starts of the operand rows its
 // window reads along the other dims, in window order (window positions over padding left out).
-template <class F>
-void for_each_output_row(const std::vector<WindowDim>& dims, const Shape& in_shape, std::int64_t begin, std::int64_t end,
-                         F&& window) {
-  const std::size_t r = dims.size();
-  const Ints strides = row_major_strides(in_shape);
-  std::vector<std::int64_t> out_extent, win_extent;
-  for (std::size_t i = 0; i + 1 < r; ++i) {
-    out_extent.push_back(dims[i].out_size);
-    win_extent.push_back(dims[i].window);
-  }
-  std::int64_t wins = 1;
-  for (auto e : win_extent) wins *= e;
-  const std::int64_t last_out = r == 0 ? 1 : dims[r - 1].out_size;
-  std::vector<std::vector<std::int64_t>> tables;  // input_index of each (o, k), no division per row
-  for (std::size_t i = 0; i + 1 < r; ++i) tables.push_back(dims[i].index_table());
-  std::vector<std::int64_t> rows(static_cast<std::size_t>(wins));
-  Odometer o{out_extent};
+template <class F> void for_each_output_row(const Windows& w, std::int64_t begin, std::int64_t end, F&& window) {
+  Ints rows(static_cast<std::size_t>(w.wins));
+  Odometer o{w.out_extent};
   o.seek(begin);
-  Odometer k{win_extent};  // back at the first window position after each full cycle
+  Odometer k{w.win_extent};  // back at the first window position after each full cycle
   for (std::int64_t op = begin; op < end; ++op, o.next()) {
     std::size_t count = 0;
-    for (std::int64_t kp = 0; kp < wins; ++kp, k.next()) {
+    for (std::int64_t kp = 0; kp < w.wins; ++kp, k.next()) {
       std::int64_t off = 0;
       bool inside = true;
       for (std::size_t i = 0; i < o.at.size() && inside; ++i) {
-        const std::int64_t idx = tables[i][static_cast<std::size_t>(o.at[i] * dims[i].window + k.at[i])];
+        const std::int64_t idx = w.tables[i][static_cast<std::size_t>(o.at[i] * w.dims[i].window + k.at[i])];
         inside = idx >= 0;
-        off += idx * strides[i];
+        off += idx * w.strides[i];
       }
       if (inside) rows[count++] = off;
     }
-    window(op * last_out, std::span<const std::int64_t>(rows.data(), count));
+    window(op * w.last.out_size, std::span<const std::int64_t>(rows.data(), count));
   }
 }
 
@@ -164,14 +174,12 @@ template <class Tap> void for_each_edge_tap(const std::vector<std::int64_t>& tab
     }
 }
 
-WindowDim last_dim(const std::vector<WindowDim>& dims) { return dims.empty() ? WindowDim{1, 1, 1, 0, 1, 1, 1} : dims.back(); }
-
 // Output rows [begin, end) of the reduction (each written by this call alone).
-template <class T, class Op> void reduce_window_rows(Op op, T identity, const Array& x, const std::vector<WindowDim>& dims,
-                                                     T* out, std::int64_t begin, std::int64_t end) {
+template <class T, class Op> void reduce_window_rows(Op op, T identity, const Array& x, const Windows& w, T* out,
+                                                     std::int64_t begin, std::int64_t end) {
   const T* src = in_ptr<T>(x);
-  const WindowDim last = last_dim(dims);
-  const std::vector<std::int64_t> table = last.index_table();
+  const WindowDim& last = w.last;
+  const Ints& table = w.last_table;
   const std::int64_t n = last.out_size, kw = last.window, s = last.stride, wd = last.window_dilation;
   const auto [lo, hi] = last.interior();
   // One operand row into the output row y: the edges through the table; the interior window
@@ -193,7 +201,7 @@ template <class T, class Op> void reduce_window_rows(Op op, T identity, const Ar
     });
   };
   const bool plain = is_plain(last);
-  for_each_output_row(dims, x.shape(), begin, end, [&](std::int64_t out_row, std::span<const std::int64_t> rows) {
+  for_each_output_row(w, begin, end, [&](std::int64_t out_row, std::span<const std::int64_t> rows) {
     T* y = out + out_row;
     if (!plain) {
       std::fill(y, y + n, identity);
@@ -229,12 +237,12 @@ template <class T, class Op> void reduce_window_rows(Op op, T identity, const Ar
 // One output row at a time: use_row(out_row_start, chosen) gets the row's choices (the last
 // dim's out_size of them) as soon as its window is walked, while they are in cache.
 template <class T, class I, bool SelectMax, class UseRow>
-void select_rows(const Array& x, const std::vector<WindowDim>& dims, std::int64_t begin, std::int64_t end, UseRow&& use_row) {
-  const WindowDim last = last_dim(dims);
+void select_rows(const Array& x, const Windows& w, std::int64_t begin, std::int64_t end, UseRow&& use_row) {
+  const WindowDim& last = w.last;
   std::vector<I> chosen(static_cast<std::size_t>(last.out_size), I(-1));
   std::vector<T> best(static_cast<std::size_t>(last.out_size), std::numeric_limits<T>::quiet_NaN());
   const T* src = in_ptr<T>(x);
-  const std::vector<std::int64_t> table = last.index_table();
+  const Ints& table = w.last_table;
   const std::int64_t n = last.out_size, kw = last.window, s = last.stride, wd = last.window_dilation;
   const auto [lo, hi] = last.interior();
   using Bt = simd::Batch<T>;
@@ -275,7 +283,7 @@ void select_rows(const Array& x, const std::vector<WindowDim>& dims, std::int64_
     });
   };
   const bool plain = is_plain(last);
-  for_each_output_row(dims, x.shape(), begin, end, [&](std::int64_t out_row, std::span<const std::int64_t> rows) {
+  for_each_output_row(w, begin, end, [&](std::int64_t out_row, std::span<const std::int64_t> rows) {
     I* c = chosen.data();
     T* b = best.data();
     if (!plain) {
@@ -312,14 +320,14 @@ void select_rows(const Array& x, const std::vector<WindowDim>& dims, std::int64_
 
 // select_rows (output rows [begin, end)) with the selected elements' indices in the narrowest
 // type that holds them.
-template <class T, class UseRow> void with_selected(const Array& x, const std::vector<WindowDim>& dims, bool select_max,
-                                                    std::int64_t begin, std::int64_t end, UseRow&& use_row) {
+template <class T, class UseRow> void with_selected(const Array& x, const Windows& w, bool select_max, std::int64_t begin,
+                                                    std::int64_t end, UseRow&& use_row) {
   using Same = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
   if (x.size() <= std::numeric_limits<Same>::max())
-    return select_max ? select_rows<T, Same, true>(x, dims, begin, end, use_row)
-                      : select_rows<T, Same, false>(x, dims, begin, end, use_row);
-  select_max ? select_rows<T, std::int64_t, true>(x, dims, begin, end, use_row)
-             : select_rows<T, std::int64_t, false>(x, dims, begin, end, use_row);
+    return select_max ? select_rows<T, Same, true>(x, w, begin, end, use_row)
+                      : select_rows<T, Same, false>(x, w, begin, end, use_row);
+  select_max ? select_rows<T, std::int64_t, true>(x, w, begin, end, use_row)
+             : select_rows<T, std::int64_t, false>(x, w, begin, end, use_row);
 }
 
 // How many parts of the operand the output rows scatter into without overlap: the positions of
@@ -335,16 +343,17 @@ std::int64_t disjoint_parts(const std::vector<WindowDim>& dims) {
 
 Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWindow& w, const ShapedArray& out) {
   Array result = alloc_array(out);
-  const auto dims = window_dims(x.shape(), w);
+  const Windows windows(window_dims(x.shape(), w), x.shape());
+  const auto& dims = windows.dims;
   visit_dtype(x.dtype(), [&]<class T>(std::type_identity<T>) {
     if constexpr (std::is_same_v<T, std::uint8_t>) unsupported_dtype(p, x.dtype());
     T* y = out_ptr<T>(result);
     const T identity = identity_of<T>(p);
     if (out.size() == 0) return;
     parallel_for(output_rows(dims), row_grain(dims), [&](std::int64_t begin, std::int64_t end) {
-      if (p == Primitive::reduce_window_sum) reduce_window_rows(Sum{}, identity, x, dims, y, begin, end);
-      else if (p == Primitive::reduce_window_max) reduce_window_rows(Max{}, identity, x, dims, y, begin, end);
-      else reduce_window_rows(Min{}, identity, x, dims, y, begin, end);
+      if (p == Primitive::reduce_window_sum) reduce_window_rows(Sum{}, identity, x, windows, y, begin, end);
+      else if (p == Primitive::reduce_window_max) reduce_window_rows(Max{}, identity, x, windows, y, begin, end);
+      else reduce_window_rows(Min{}, identity, x, windows, y, begin, end);
     });
   });
   return result;
@@ -353,14 +362,15 @@ Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWind
 Array select_window_kernel(Primitive p, const Array& values, const Array& x, const params::SelectWindow& w,
                            const ShapedArray& out) {
   Array result = alloc_array(out);
-  const auto dims = window_dims(x.shape(), w);
+  const Windows windows(window_dims(x.shape(), w), x.shape());
+  const auto& dims = windows.dims;
   auto run = [&]<class T>(std::type_identity<T>) {
     const T* v = in_ptr<T>(values);
     T* y = out_ptr<T>(result);
-    const std::int64_t n = last_dim(dims).out_size, rows = output_rows(dims);
+    const std::int64_t n = windows.last.out_size, rows = output_rows(dims);
     if (p == Primitive::select_and_gather_add) {  // y: the windows' shape, each row written by one chunk
       parallel_for(rows, row_grain(dims), [&](std::int64_t begin, std::int64_t end) {
-        with_selected<T>(x, dims, w.select_max, begin, end, [&](std::int64_t out_row, const auto* chosen) {
+        with_selected<T>(x, windows, w.select_max, begin, end, [&](std::int64_t out_row, const auto* chosen) {
           for (std::int64_t o = 0; o < n; ++o) y[out_row + o] = chosen[o] < 0 ? T(0) : v[chosen[o]];
         });
       });
@@ -378,7 +388,7 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
                      const std::int64_t last = std::min(end, first + group);
                      std::fill(y + first * elements_per_part, y + last * elements_per_part, T(0));
                      if (n == 0) continue;
-                     with_selected<T>(x, dims, w.select_max, first * rows_per_part, last * rows_per_part,
+                     with_selected<T>(x, windows, w.select_max, first * rows_per_part, last * rows_per_part,
                                       [&](std::int64_t out_row, const auto* chosen) {
                                         for (std::int64_t o = 0; o < n; ++o)
                                           if (chosen[o] >= 0) y[chosen[o]] += v[out_row + o];
