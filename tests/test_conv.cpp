@@ -142,6 +142,13 @@ const std::vector<ConvCase>& conv_cases() {
       {"2-D depthwise", {2, 6, 7, 4}, {3, 3, 1, 4}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 4, 1},
       {"2-D depthwise x2", {2, 6, 5, 3}, {3, 3, 1, 6}, {2, 1}, {{1, 1}, {0, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 3, 1},
       {"2-D depthwise, 70 channels (the register-blocked loop and its tail)", {2, 4, 5, 70}, {3, 3, 1, 70}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 70, 1},
+      // depthwise with the channels leading (the channels-first loop; rows of 37-40 run its vector
+      // interior and its tail, the edges through the table)
+      {"2-D depthwise NCHW", {2, 4, 7, 40}, {4, 1, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 4, 1},
+      {"2-D depthwise NCHW x2, strides, rhs dilation", {2, 3, 9, 37}, {6, 1, 3, 2}, {2, 1}, {{1, 0}, {2, 1}}, {1, 1}, {2, 3}, "NCHW", "OIHW", "NCHW", 3, 1},
+      {"2-D depthwise NCHW, HWIO kernel, negative padding", {2, 5, 6, 33}, {3, 3, 1, 5}, {1, 1}, {{0, -1}, {-2, 1}}, {1, 1}, {1, 1}, "NCHW", "HWIO", "NCHW", 5, 1},
+      {"1-D depthwise NCH, lhs dilation", {2, 3, 11}, {3, 1, 3}, {1}, {{2, 1}}, {2}, {1}, "NCH", "OIH", "NCH", 3, 1},
+      {"3-D depthwise NCDHW", {1, 2, 3, 4, 20}, {2, 1, 2, 2, 3}, {1, 1, 1}, {{1, 0}, {0, 1}, {1, 1}}, {1, 1, 1}, {1, 1, 1}, "NCDHW", "OIDHW", "NCDHW", 2, 1},
       {"2-D batch groups", {6, 2, 5, 4}, {6, 2, 2, 3}, {1, 1}, {{0, 1}, {1, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 3},
       {"2-D pointwise", {3, 4, 5, 6}, {7, 4, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
       {"1-D", {3, 2, 9}, {4, 2, 3}, {2}, {{1, 2}}, {1}, {2}, "NCH", "OIH", "NCH"},
@@ -702,6 +709,7 @@ TEST_CASE("window kernels split across threads: values and the select pair's sca
 TEST_CASE("depthwise and grouped convolutions split across threads: value and both gradients against the loops, same bits as one thread") {
   const ConvCase cases[] = {
       {"depthwise NHWC, 40 channels", {4, 20, 20, 40}, {3, 3, 1, 40}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 40, 1},
+      {"depthwise NCHW, 24 channels", {4, 24, 20, 40}, {24, 1, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 24, 1},
       // one output channel per group of 8 (the direct loop), one image: split over the groups
       {"one image, 4 groups of 8 channels, one output each", {1, 32, 24, 24}, {4, 8, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 4, 1},
   };

@@ -19,6 +19,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -343,21 +344,39 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
       const std::int64_t cbase = g.batch_groups ? 0 : q * g.cg, nbase = g.batch_groups ? q * g.nout : 0;
       const T* img = x + (nbase + n) * image + cbase;
       for (std::int64_t pos = 0; pos < g.positions; ++pos) {
-        B acc(T(0));
-        T tail = 0;
         const std::int64_t* offsets = table.row(pos, scratch);
-        for (std::int64_t kp = 0; kp < g.window; ++kp) {
+        T tail = 0;
+        // Window position kp's dot product of x's and the weights' channel runs into two chains
+        // (even and odd batches of channels).
+        const auto add = [&](std::int64_t kp, B& even, B& odd) {
           const std::int64_t off = offsets[kp];
           const T* ws = w + (q * g.window + kp) * g.cg;
           if (off < 0) {  // padding: zeros times the weights, as in the other paths
             for (std::int64_t c = 0; c < g.cg; ++c) tail += T(0) * ws[c];
-            continue;
+            return;
           }
           const T* xs = img + off;
           std::int64_t c = 0;
-          for (; c + width <= g.cg; c += width) acc = xsimd::fma(B::load_unaligned(xs + c), B::load_unaligned(ws + c), acc);
+          for (; c + 2 * width <= g.cg; c += 2 * width) {
+            even = xsimd::fma(B::load_unaligned(xs + c), B::load_unaligned(ws + c), even);
+            odd = xsimd::fma(B::load_unaligned(xs + c + width), B::load_unaligned(ws + c + width), odd);
+          }
+          if (c + width <= g.cg) {
+            even = xsimd::fma(B::load_unaligned(xs + c), B::load_unaligned(ws + c), even);
+            c += width;
+          }
           for (; c < g.cg; ++c) tail += xs[c] * ws[c];
+        };
+        // four independent chains (window position parity x batch parity) hide the multiply-add
+        // latency; the order is fixed, so the result does not depend on the thread count
+        B a0(T(0)), a1(T(0)), b0(T(0)), b1(T(0));
+        std::int64_t kp = 0;
+        for (; kp + 2 <= g.window; kp += 2) {
+          add(kp, a0, a1);
+          add(kp + 1, b0, b1);
         }
+        if (kp < g.window) add(kp, a0, a1);
+        const B acc = (a0 + a1) + (b0 + b1);
         out[(n * g.positions + pos) * g.o + q] = xsimd::hadd(acc) + tail;
       }
     }
@@ -375,6 +394,30 @@ bool is_channels_last_depthwise_filter_grad(const Conv& g, const params::ConvGen
   for (std::int64_t i = 1; i + 1 < r; ++i) spec.push_back(i);
   return p.feature_group_count == 1 && p.batch_group_count == g.n && g.o == g.n && g.oq == 1 && p.lhs_spec == spec &&
          p.rhs_spec == spec && g.positions * g.window <= kMaxOffsets;
+}
+
+// a[c ...] += sum over kp in [k0, k1) of x[offs[kp] + c ...] ct[kp * channels + c ...] for NB
+// batches of channels from c (offset -1: padding, zeros). Each batch's sum is one chain in kp
+// order whatever NB is, so the result does not depend on how channels are grouped; NB chains
+// side by side hide the multiply-add latency.
+template <int NB, class T>
+void add_taps(const T* x, const T* ct, const std::int64_t* offs, std::int64_t channels, std::int64_t k0, std::int64_t k1,
+              std::int64_t c, T* a) {
+  using B = simd::Batch<T>;
+  constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  B sum[NB];
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b) sum[b] = B(T(0));
+  for (std::int64_t kp = k0; kp < k1; ++kp) {
+    const std::int64_t off = offs[kp];
+    const T* xs = x + (off < 0 ? 0 : off) + c;
+    const T* cs = ct + kp * channels + c;
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; ++b)
+      sum[b] = xsimd::fma(off < 0 ? B(T(0)) : B::load_unaligned(xs + b * width), B::load_unaligned(cs + b * width), sum[b]);
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b) (B::load_unaligned(a + c + b * width) + sum[b]).store_unaligned(a + c + b * width);
 }
 
 template <class T> void channels_last_depthwise_filter_grad(const T* x, const T* ct, const Conv& g, T* out) {
@@ -402,14 +445,8 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
           T* a = acc.data() + pos * span - c0;
           // padding reads zeros (times the cotangent: NaN for an infinite one, as the other paths)
           std::int64_t c = c0;
-          for (; c + width <= c1; c += width) {
-            B sum(T(0));
-            for (std::int64_t kp = k0; kp < k1; ++kp) {
-              const std::int64_t off = offs[kp];
-              sum = xsimd::fma(off < 0 ? B(T(0)) : B::load_unaligned(xf + off + c), B::load_unaligned(cf + kp * channels + c), sum);
-            }
-            (B::load_unaligned(a + c) + sum).store_unaligned(a + c);
-          }
+          for (; c + 4 * width <= c1; c += 4 * width) add_taps<4>(xf, cf, offs, channels, k0, k1, c, a);
+          for (; c + width <= c1; c += width) add_taps<1>(xf, cf, offs, channels, k0, k1, c, a);
           for (; c < c1; ++c) {
             T sum(0);
             for (std::int64_t kp = k0; kp < k1; ++kp) sum += (offs[kp] < 0 ? T(0) : xf[offs[kp] + c]) * cf[kp * channels + c];
@@ -463,6 +500,87 @@ template <class T> void channels_first_pointwise(const Array& lhs, const Array& 
             out + n * g.o * g.positions, g.positions, w_t);
 }
 
+// A depthwise convolution (one input channel per group, any multiplier) with the batch and
+// feature dims leading in lhs and out (NCHW): each output plane is its input channel's plane
+// filtered by one window, no transposes of the data. Along the last spatial dim, outputs whose
+// whole window is inside the row with stride 1 go a batch at a time (the batch held in a register
+// across the window), the others one at a time through the index table; both sum each output's
+// window in window order with fused multiply-adds, so an output's value does not depend on
+// which path took it. Padding reads zeros (times the weight: NaN for a non-finite one).
+bool is_channels_first_depthwise(const Conv& g, const params::ConvGeneralDilated& p) {
+  return g.cg == 1 && !g.batch_groups && g.groups == g.c && !g.dims.empty() && is_identity(p.lhs_spec) &&
+         is_identity(p.out_spec);
+}
+
+template <class T> void channels_first_depthwise(const T* x, const T* w, const Conv& g, T* out) {
+  const std::size_t lead = g.dims.size() - 1;  // spatial dims before the last
+  const WindowDim& last = g.dims.back();
+  const Ints last_table = last.index_table();
+  const auto [lo, hi] = last.interior();
+  const std::int64_t n_out = last.out_size, kw = last.window, wd = last.window_dilation;
+  const bool unit_stride = last.stride == 1;
+  const Ints plane_strides = spatial_strides(g.dims, 1);
+  const std::int64_t in_plane = g.image / g.c, rows = n_out == 0 ? 0 : g.positions / n_out;
+  const Ints out_lead(g.out_extent.begin(), g.out_extent.begin() + static_cast<std::ptrdiff_t>(lead));
+  const Ints win_lead(g.window_extent.begin(), g.window_extent.begin() + static_cast<std::ptrdiff_t>(lead));
+  const std::int64_t lead_windows = kw == 0 ? 0 : g.window / kw;
+  using B = simd::Batch<T>;
+  constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  // (image, output channel) planes in chunks, each written by one thread
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.positions * g.window, 1));
+  parallel_for(g.n * g.o, grain, [&](std::int64_t begin, std::int64_t end) {
+    Ints row_offsets(static_cast<std::size_t>(lead_windows));  // per window row: the input row, -1 over padding
+    for (std::int64_t plane = begin; plane < end; ++plane) {
+      const std::int64_t n = plane / g.o, o = plane % g.o, q = o / g.oq, j = o % g.oq;
+      const T* xp = x + (n * g.c + q) * in_plane;
+      const auto weight = [&](std::int64_t kp) { return w[(q * g.window + kp) * g.oq + j]; };
+      Odometer orow{out_lead};
+      for (std::int64_t row = 0; row < rows; ++row, orow.next()) {
+        T* y = out + plane * g.positions + row * n_out;
+        Odometer k{win_lead};
+        for (std::int64_t kl = 0; kl < lead_windows; ++kl, k.next()) {
+          std::int64_t off = 0;
+          for (std::size_t i = 0; i < lead && off >= 0; ++i) {
+            const std::int64_t idx = g.table[i][static_cast<std::size_t>(orow.at[i] * g.dims[i].window + k.at[i])];
+            off = idx < 0 ? -1 : off + idx * plane_strides[i];
+          }
+          row_offsets[static_cast<std::size_t>(kl)] = off;
+        }
+        std::int64_t i = 0;
+        const auto one = [&](std::int64_t at_out) {  // one output through the table
+          T sum(0);
+          for (std::int64_t kl = 0; kl < lead_windows; ++kl) {
+            const std::int64_t off = row_offsets[static_cast<std::size_t>(kl)];
+            for (std::int64_t kk = 0; kk < kw; ++kk) {
+              const std::int64_t at = last_table[static_cast<std::size_t>(at_out * kw + kk)];
+              sum = std::fma(off < 0 || at < 0 ? T(0) : xp[off + at], weight(kl * kw + kk), sum);
+            }
+          }
+          y[at_out] = sum;
+        };
+        if (unit_stride)
+          for (; i < lo; ++i) one(i);
+        const auto batch = [&](std::int64_t at_out) {  // outputs [at_out, at_out + width) of the interior
+          B acc(T(0));
+          for (std::int64_t kl = 0; kl < lead_windows; ++kl) {
+            const std::int64_t off = row_offsets[static_cast<std::size_t>(kl)];
+            const T* xr = xp + (off < 0 ? 0 : off) + (at_out - last.pad_lo);  // input at_out + kk wd - pad_lo
+            for (std::int64_t kk = 0; kk < kw; ++kk)
+              acc = xsimd::fma(off < 0 ? B(T(0)) : B::load_unaligned(xr + kk * wd), B(weight(kl * kw + kk)), acc);
+          }
+          acc.store_unaligned(y + at_out);
+        };
+        if (unit_stride && hi - i >= width) {
+          for (; i + width <= hi; i += width) batch(i);
+          if (i < hi) batch(hi - width);  // the last batch overlaps the one before (same values)
+          i = hi;
+        }
+        for (; i < n_out; ++i) one(i);
+      }
+    }
+  });
+}
+
 template <class T>
 void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDilated& p, const Conv& g, T* out) {
   const T* x = in_ptr<T>(lhs_cl);
@@ -497,6 +615,13 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
       Array result = alloc_array(out);
       if (f32) channels_first_pointwise<float>(lhs, rhs, p, g, out_ptr<float>(result));
       else channels_first_pointwise<double>(lhs, rhs, p, g, out_ptr<double>(result));
+      return result;
+    }
+    if (is_channels_first_depthwise(g, p)) {
+      Array result = alloc_array(out);
+      const Array w = weight_matrices(rhs, p, g);
+      if (f32) channels_first_depthwise<float>(in_ptr<float>(lhs), in_ptr<float>(w), g, out_ptr<float>(result));
+      else channels_first_depthwise<double>(in_ptr<double>(lhs), in_ptr<double>(w), g, out_ptr<double>(result));
       return result;
     }
     if (g.groups == 1 && is_full_window(g, p)) {
