@@ -459,6 +459,85 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   });
 }
 
+// The same kernel gradient with the data channels-first (NCHW: JAX's transpose rule makes lhs and
+// rhs specs (1, 0, spatial...)): out[kpos, c] = sum over images f, cotangent positions k of
+// lhs[f, c, in(kpos, k)] rhs[f, c, k], plane by plane in place. Along the last spatial dim each
+// kernel column's reads of a cotangent row are one contiguous run of the input row (no stride in
+// the forward, no lhs dilation): a vectorized dot product; the cotangent positions that meet
+// padding go through the index table (zeros times the cotangent).
+bool is_channels_first_depthwise_filter_grad(const Conv& g, const params::ConvGeneralDilated& p) {
+  const auto r = static_cast<std::int64_t>(p.lhs_spec.size());
+  Ints spec{1, 0};
+  for (std::int64_t i = 2; i < r; ++i) spec.push_back(i);
+  return p.feature_group_count == 1 && p.batch_group_count == g.n && g.o == g.n && g.oq == 1 && !g.dims.empty() &&
+         p.lhs_spec == spec && p.rhs_spec == spec;
+}
+
+template <class T> void channels_first_depthwise_filter_grad(const T* x, const T* ct, const Conv& g, T* out) {
+  const std::int64_t channels = g.n, images = g.c;
+  const std::size_t lead = g.dims.size() - 1;
+  const WindowDim& last = g.dims.back();
+  const Ints last_table = last.index_table();
+  const std::int64_t n_k = last.out_size, n_w = last.window;  // kernel columns, cotangent columns
+  const bool runs = last.window_dilation == 1 && last.base_dilation == 1;
+  const Ints plane_strides = spatial_strides(g.dims, 1);
+  const std::int64_t in_plane = g.image / images, ct_plane = g.window;
+  const std::int64_t kernel_rows = n_k == 0 ? 0 : g.positions / n_k, ct_rows = n_w == 0 ? 0 : g.window / n_w;
+  const Ints out_lead(g.out_extent.begin(), g.out_extent.begin() + static_cast<std::ptrdiff_t>(lead));
+  const Ints win_lead(g.window_extent.begin(), g.window_extent.begin() + static_cast<std::ptrdiff_t>(lead));
+  using B = simd::Batch<T>;
+  constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  // channels in chunks, each kernel column summed by one thread in a fixed order
+  parallel_for(channels, 1, [&](std::int64_t c0, std::int64_t c1) {
+    std::vector<T> acc(static_cast<std::size_t>(g.positions));
+    for (std::int64_t c = c0; c < c1; ++c) {
+      std::fill(acc.begin(), acc.end(), T(0));
+      for (std::int64_t f = 0; f < images; ++f) {
+        const T* xp = x + (f * channels + c) * in_plane;
+        const T* cp = ct + (f * channels + c) * ct_plane;
+        Odometer krow{out_lead};
+        for (std::int64_t kr = 0; kr < kernel_rows; ++kr, krow.next()) {
+          Odometer wrow{win_lead};
+          for (std::int64_t wr = 0; wr < ct_rows; ++wr, wrow.next()) {
+            std::int64_t off = 0;  // the input row, -1 over padding
+            for (std::size_t i = 0; i < lead && off >= 0; ++i) {
+              const std::int64_t idx = g.table[i][static_cast<std::size_t>(krow.at[i] * g.dims[i].window + wrow.at[i])];
+              off = idx < 0 ? -1 : off + idx * plane_strides[i];
+            }
+            const T* cr = cp + wr * n_w;
+            for (std::int64_t o = 0; o < n_k; ++o) {
+              // cotangent columns [k_lo, k_hi) read input columns o * stride - pad_lo + k
+              const std::int64_t first = o * last.stride - last.pad_lo;
+              const std::int64_t k_lo = runs && off >= 0 ? std::clamp<std::int64_t>(-first, 0, n_w) : n_w;
+              const std::int64_t k_hi = runs && off >= 0 ? std::clamp<std::int64_t>(last.in_size - first, k_lo, n_w) : n_w;
+              T sum(0);
+              for (std::int64_t k = 0; k < k_lo; ++k) {
+                const std::int64_t at = last_table[static_cast<std::size_t>(o * n_w + k)];
+                sum += (off < 0 || at < 0 ? T(0) : xp[off + at]) * cr[k];
+              }
+              std::int64_t k = k_lo;
+              if (k_hi - k_lo >= width) {
+                const T* xr = xp + off + first + k_lo;  // input column of cotangent column k_lo
+                B dot(T(0));
+                for (; k + width <= k_hi; k += width)
+                  dot = xsimd::fma(B::load_unaligned(xr + (k - k_lo)), B::load_unaligned(cr + k), dot);
+                sum += xsimd::hadd(dot);
+              }
+              for (; k < k_hi; ++k) sum += xp[off + first + k] * cr[k];
+              for (k = k_hi; k < n_w; ++k) {
+                const std::int64_t at = last_table[static_cast<std::size_t>(o * n_w + k)];
+                sum += (off < 0 || at < 0 ? T(0) : xp[off + at]) * cr[k];
+              }
+              acc[static_cast<std::size_t>(kr * n_k + o)] += sum;
+            }
+          }
+        }
+      }
+      for (std::int64_t pos = 0; pos < g.positions; ++pos) out[pos * channels + c] = acc[static_cast<std::size_t>(pos)];
+    }
+  });
+}
+
 bool is_pointwise(const Conv& g, const params::ConvGeneralDilated& p) {
   if (g.groups != 1) return false;
   for (std::size_t i = 0; i < g.dims.size(); ++i)
@@ -644,6 +723,8 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
   const auto run = [&]<class T>(std::type_identity<T>) {
     if (is_channels_last_depthwise_filter_grad(g, p))
       channels_last_depthwise_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
+    else if (is_channels_first_depthwise_filter_grad(g, p))
+      channels_first_depthwise_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
     else
       convolve<T>(in_order(lhs, channels_last_order(p.lhs_spec)), rhs, p, g, out_ptr<T>(result));
   };
