@@ -489,15 +489,17 @@ template <class T> void channels_first_depthwise_filter_grad(const T* x, const T
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
   // channels in chunks, each kernel column summed by one thread in a fixed order
   parallel_for(channels, 1, [&](std::int64_t c0, std::int64_t c1) {
+    // per kernel position: the vectorized runs' lanes and the scalar rest, added at the end
+    std::vector<B> lanes(static_cast<std::size_t>(g.positions));
     std::vector<T> acc(static_cast<std::size_t>(g.positions));
+    Odometer krow{out_lead}, wrow{win_lead};  // each back at its start after a full cycle
     for (std::int64_t c = c0; c < c1; ++c) {
+      std::fill(lanes.begin(), lanes.end(), B(T(0)));
       std::fill(acc.begin(), acc.end(), T(0));
       for (std::int64_t f = 0; f < images; ++f) {
         const T* xp = x + (f * channels + c) * in_plane;
         const T* cp = ct + (f * channels + c) * ct_plane;
-        Odometer krow{out_lead};
         for (std::int64_t kr = 0; kr < kernel_rows; ++kr, krow.next()) {
-          Odometer wrow{win_lead};
           for (std::int64_t wr = 0; wr < ct_rows; ++wr, wrow.next()) {
             std::int64_t off = 0;  // the input row, -1 over padding
             for (std::size_t i = 0; i < lead && off >= 0; ++i) {
@@ -518,10 +520,10 @@ template <class T> void channels_first_depthwise_filter_grad(const T* x, const T
               std::int64_t k = k_lo;
               if (k_hi - k_lo >= width) {
                 const T* xr = xp + off + first + k_lo;  // input column of cotangent column k_lo
-                B dot(T(0));
+                B dot = lanes[static_cast<std::size_t>(kr * n_k + o)];
                 for (; k + width <= k_hi; k += width)
                   dot = xsimd::fma(B::load_unaligned(xr + (k - k_lo)), B::load_unaligned(cr + k), dot);
-                sum += xsimd::hadd(dot);
+                lanes[static_cast<std::size_t>(kr * n_k + o)] = dot;
               }
               for (; k < k_hi; ++k) sum += xp[off + first + k] * cr[k];
               for (k = k_hi; k < n_w; ++k) {
@@ -533,7 +535,8 @@ template <class T> void channels_first_depthwise_filter_grad(const T* x, const T
           }
         }
       }
-      for (std::int64_t pos = 0; pos < g.positions; ++pos) out[pos * channels + c] = acc[static_cast<std::size_t>(pos)];
+      for (std::int64_t pos = 0; pos < g.positions; ++pos)
+        out[pos * channels + c] = xsimd::hadd(lanes[static_cast<std::size_t>(pos)]) + acc[static_cast<std::size_t>(pos)];
     }
   });
 }
@@ -591,6 +594,31 @@ bool is_channels_first_depthwise(const Conv& g, const params::ConvGeneralDilated
          is_identity(p.out_spec);
 }
 
+// NB batches of consecutive outputs y[0 ..) of channels_first_depthwise's interior: window row kl
+// reads input row rows[kl] (-1: padding, zeros) from column `first`, window position kk of the
+// last dim kk wd further; the batches stay in registers across the window.
+template <int NB, class T>
+void interior_batches(const T* xp, const T* wp, const std::int64_t* rows, std::int64_t lead_windows, std::int64_t kw,
+                      std::int64_t wd, std::int64_t first, T* y) {
+  using B = simd::Batch<T>;
+  constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  B acc[NB];
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b) acc[b] = B(T(0));
+  for (std::int64_t kl = 0; kl < lead_windows; ++kl) {
+    const std::int64_t off = rows[kl];
+    const T* xr = xp + (off < 0 ? 0 : off + first);
+    for (std::int64_t kk = 0; kk < kw; ++kk) {
+      const B wk(wp[kl * kw + kk]);
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b)
+        acc[b] = xsimd::fma(off < 0 ? B(T(0)) : B::load_unaligned(xr + kk * wd + b * width), wk, acc[b]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int b = 0; b < NB; ++b) acc[b].store_unaligned(y + b * width);
+}
+
 template <class T> void channels_first_depthwise(const T* x, const T* w, const Conv& g, T* out) {
   const std::size_t lead = g.dims.size() - 1;  // spatial dims before the last
   const WindowDim& last = g.dims.back();
@@ -605,53 +633,81 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
   const std::int64_t lead_windows = kw == 0 ? 0 : g.window / kw;
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  // With stride 1, no lhs dilation and no cropping along the last dim, each input row is first
+  // copied with its padding as zeros (row_length elements: output i, window position kk reads
+  // element i + kk wd), so every output runs in batches, the edges too.
+  const bool padded_rows = unit_stride && last.base_dilation == 1 && last.pad_lo >= 0 && n_out >= width && last.in_size > 0;
+  const std::int64_t row_length = n_out + (kw - 1) * wd, in_rows = last.in_size == 0 ? 0 : in_plane / last.in_size;
+  Ints padded_strides(lead);  // of the lead dims in the padded plane (rows of row_length)
+  for (std::size_t i = 0; i < lead; ++i) padded_strides[i] = plane_strides[i] / std::max<std::int64_t>(last.in_size, 1) * row_length;
   // (image, output channel) planes in chunks, each written by one thread
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.positions * g.window, 1));
   parallel_for(g.n * g.o, grain, [&](std::int64_t begin, std::int64_t end) {
     Ints row_offsets(static_cast<std::size_t>(lead_windows));  // per window row: the input row, -1 over padding
+    std::vector<T> weights(static_cast<std::size_t>(g.window));  // the plane's window, contiguous
+    std::vector<T> padded(padded_rows ? static_cast<std::size_t>(in_rows * row_length) : 0);
+    Ints padded_offsets(padded_rows ? static_cast<std::size_t>(lead_windows) : 0);
+    Odometer orow{out_lead}, k{win_lead};  // each back at its start after a full cycle
     for (std::int64_t plane = begin; plane < end; ++plane) {
       const std::int64_t n = plane / g.o, o = plane % g.o, q = o / g.oq, j = o % g.oq;
       const T* xp = x + (n * g.c + q) * in_plane;
-      const auto weight = [&](std::int64_t kp) { return w[(q * g.window + kp) * g.oq + j]; };
-      Odometer orow{out_lead};
+      for (std::int64_t kp = 0; kp < g.window; ++kp) weights[static_cast<std::size_t>(kp)] = w[(q * g.window + kp) * g.oq + j];
+      const T* wp = weights.data();
+      if (padded_rows)  // a multiplier > 1 copies the same input plane again for each of its outputs
+        for (std::int64_t r = 0; r < in_rows; ++r) {
+          T* dst = padded.data() + r * row_length;
+          const std::int64_t copied = std::clamp<std::int64_t>(row_length - last.pad_lo, 0, last.in_size);
+          const std::int64_t before = std::min(last.pad_lo, row_length);
+          const T* src = xp + r * last.in_size;
+          std::int64_t t = 0;
+          for (; t < before; ++t) dst[t] = T(0);
+          T* run = dst + before;  // short rows: a copy loop, not a memmove call per row
+          std::int64_t k = 0;
+          for (; k + width <= copied; k += width) B::load_unaligned(src + k).store_unaligned(run + k);
+          for (; k < copied; ++k) run[k] = src[k];
+          for (t = before + copied; t < row_length; ++t) dst[t] = T(0);
+        }
       for (std::int64_t row = 0; row < rows; ++row, orow.next()) {
         T* y = out + plane * g.positions + row * n_out;
-        Odometer k{win_lead};
         for (std::int64_t kl = 0; kl < lead_windows; ++kl, k.next()) {
-          std::int64_t off = 0;
+          std::int64_t off = 0, padded_off = 0;
           for (std::size_t i = 0; i < lead && off >= 0; ++i) {
             const std::int64_t idx = g.table[i][static_cast<std::size_t>(orow.at[i] * g.dims[i].window + k.at[i])];
             off = idx < 0 ? -1 : off + idx * plane_strides[i];
+            padded_off += idx * padded_strides[i];
           }
           row_offsets[static_cast<std::size_t>(kl)] = off;
+          if (padded_rows) padded_offsets[static_cast<std::size_t>(kl)] = off < 0 ? -1 : padded_off;
         }
         std::int64_t i = 0;
+        if (padded_rows) {
+          const std::int64_t* rp = padded_offsets.data();
+          for (; i + 4 * width <= n_out; i += 4 * width) interior_batches<4>(padded.data(), wp, rp, lead_windows, kw, wd, i, y + i);
+          for (; i + 2 * width <= n_out; i += 2 * width) interior_batches<2>(padded.data(), wp, rp, lead_windows, kw, wd, i, y + i);
+          for (; i + width <= n_out; i += width) interior_batches<1>(padded.data(), wp, rp, lead_windows, kw, wd, i, y + i);
+          if (i < n_out)  // the last batch overlaps the one before (same values)
+            interior_batches<1>(padded.data(), wp, rp, lead_windows, kw, wd, n_out - width, y + (n_out - width));
+          continue;
+        }
         const auto one = [&](std::int64_t at_out) {  // one output through the table
           T sum(0);
           for (std::int64_t kl = 0; kl < lead_windows; ++kl) {
             const std::int64_t off = row_offsets[static_cast<std::size_t>(kl)];
             for (std::int64_t kk = 0; kk < kw; ++kk) {
               const std::int64_t at = last_table[static_cast<std::size_t>(at_out * kw + kk)];
-              sum = std::fma(off < 0 || at < 0 ? T(0) : xp[off + at], weight(kl * kw + kk), sum);
+              sum = std::fma(off < 0 || at < 0 ? T(0) : xp[off + at], wp[kl * kw + kk], sum);
             }
           }
           y[at_out] = sum;
         };
         if (unit_stride)
           for (; i < lo; ++i) one(i);
-        const auto batch = [&](std::int64_t at_out) {  // outputs [at_out, at_out + width) of the interior
-          B acc(T(0));
-          for (std::int64_t kl = 0; kl < lead_windows; ++kl) {
-            const std::int64_t off = row_offsets[static_cast<std::size_t>(kl)];
-            const T* xr = xp + (off < 0 ? 0 : off) + (at_out - last.pad_lo);  // input at_out + kk wd - pad_lo
-            for (std::int64_t kk = 0; kk < kw; ++kk)
-              acc = xsimd::fma(off < 0 ? B(T(0)) : B::load_unaligned(xr + kk * wd), B(weight(kl * kw + kk)), acc);
-          }
-          acc.store_unaligned(y + at_out);
-        };
         if (unit_stride && hi - i >= width) {
-          for (; i + width <= hi; i += width) batch(i);
-          if (i < hi) batch(hi - width);  // the last batch overlaps the one before (same values)
+          for (; i + 4 * width <= hi; i += 4 * width) interior_batches<4>(xp, wp, row_offsets.data(), lead_windows, kw, wd, i - last.pad_lo, y + i);
+          for (; i + 2 * width <= hi; i += 2 * width) interior_batches<2>(xp, wp, row_offsets.data(), lead_windows, kw, wd, i - last.pad_lo, y + i);
+          for (; i + width <= hi; i += width) interior_batches<1>(xp, wp, row_offsets.data(), lead_windows, kw, wd, i - last.pad_lo, y + i);
+          if (i < hi)  // the last batch overlaps the one before (same values)
+            interior_batches<1>(xp, wp, row_offsets.data(), lead_windows, kw, wd, hi - width - last.pad_lo, y + (hi - width));
           i = hi;
         }
         for (; i < n_out; ++i) one(i);
