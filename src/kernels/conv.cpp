@@ -14,6 +14,10 @@
 //     into the output with BLAS, accumulating over column tiles, so the patch matrix is never
 //     whole in memory.
 // The output is produced channels-last (N, spatial..., O) and transposed to out_spec's order.
+// Layouts that need no transposes are read in place instead (conv_general_dilated_kernel's first
+// branches): a 1x1 convolution with the channels leading (one GEMM per image), a depthwise one with
+// the channels leading (each plane filtered by its window), the depthwise kernel gradient in
+// either layout, and a single output position (dot_general).
 // The transposes of a convolution (its gradients) are convolutions too (transforms/transpose.cpp),
 // so they run through the same code.
 #include <cblas.h>
