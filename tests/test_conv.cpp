@@ -318,6 +318,28 @@ TEST_CASE("conv: an infinite weight meets padding as zeros in every kernel path 
   CHECK(std::isnan(depthwise[0]));  // the top-left output reads padding through the infinite tap
 }
 
+TEST_CASE("conv: a window with a dim of size 0 sums nothing (zeros) in the depthwise layouts, whatever its dilation") {
+  // Regression (2026-12-03): the channels-first depthwise loop sized its padded rows from the
+  // window's extent times its dilation and asked for a negative-size buffer.
+  for (const bool channels_first : {true, false}) {
+    INFO("channels first: " << channels_first);
+    const xj::Array x = channels_first ? xj::ones({1, 2, 3, 20}) : xj::ones({1, 3, 20, 2});
+    const xj::Array w = channels_first ? xj::ones({2, 1, 3, 0}) : xj::ones({3, 0, 1, 2});
+    const xj::ConvDimensionNumbers dn = channels_first ? xj::ConvDimensionNumbers{"NCHW", "OIHW", "NCHW"}
+                                                       : xj::ConvDimensionNumbers{"NHWC", "HWIO", "NHWC"};
+    const auto f = [&](const xj::Array& a, const xj::Array& b) {
+      return xj::conv_general_dilated(a, b, {1, 1}, xj::Padding{{0, 0}, {1, 1}}, {}, {1, 100}, dn, 2);
+    };
+    const xj::Array y = f(x, w);
+    CHECK(y.shape() == (channels_first ? xj::Shape{1, 2, 1, 23} : xj::Shape{1, 1, 23, 2}));
+    for (float v : y.to_vector<float>()) CHECK(v == 0.0f);
+    auto [out, pullback] = xj::vjp(f, x, w);
+    auto [gx, gw] = pullback(xj::ones_like(out));
+    for (float v : gx.to_vector<float>()) CHECK(v == 0.0f);
+    CHECK(gw.shape() == w.shape());
+  }
+}
+
 TEST_CASE("conv errors name the mismatching dimensions") {
   const xj::Array x = xj::zeros({2, 3, 5, 5}), w = xj::zeros({4, 2, 3, 3});
   CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::conv(x, w, {1, 1}, "SAME"); }),

@@ -594,8 +594,8 @@ template <class T> void channels_first_pointwise(const Array& lhs, const Array& 
 // window in window order with fused multiply-adds, so an output's value does not depend on
 // which path took it. Padding reads zeros (times the weight: NaN for a non-finite one).
 bool is_channels_first_depthwise(const Conv& g, const params::ConvGeneralDilated& p) {
-  return g.cg == 1 && !g.batch_groups && g.groups == g.c && !g.dims.empty() && is_identity(p.lhs_spec) &&
-         is_identity(p.out_spec);
+  return g.cg == 1 && !g.batch_groups && g.groups == g.c && !g.dims.empty() && g.window > 0 && is_identity(p.lhs_spec) &&
+         is_identity(p.out_spec);  // an empty window: convolve's zeros
 }
 
 // NB batches of consecutive outputs y[0 ..) of channels_first_depthwise's interior: window row kl
