@@ -52,8 +52,7 @@ struct WindowDim {
     return {lo, hi};
   }
   /// input_index for every (o, k), o-major: one table per dimension, computed once per kernel.
-  /// (Out of line, in the core: an inline copy emitted by a kernel set could be the one the linker
-  /// keeps for every caller; tests/kernel_sets/check_kernel_isa.py caught that.)
+  /// (Out of line, in the core: the kernel sets and the core share it.)
   std::vector<std::int64_t> index_table() const;
 };
 

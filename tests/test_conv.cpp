@@ -146,6 +146,7 @@ const std::vector<ConvCase>& conv_cases() {
       // interior and its tail, the edges through the table)
       {"2-D depthwise NCHW", {2, 4, 7, 40}, {4, 1, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 4, 1},
       {"2-D depthwise NCHW x2, strides, rhs dilation", {2, 3, 9, 37}, {6, 1, 3, 2}, {2, 1}, {{1, 0}, {2, 1}}, {1, 1}, {2, 3}, "NCHW", "OIHW", "NCHW", 3, 1},
+      {"2-D depthwise NCHW x3, stride 1 (an input plane's padded rows serve its three outputs)", {2, 2, 6, 35}, {6, 1, 3, 3}, {1, 1}, {{1, 1}, {2, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 2, 1},
       {"2-D depthwise NCHW, HWIO kernel, negative padding", {2, 5, 6, 33}, {3, 3, 1, 5}, {1, 1}, {{0, -1}, {-2, 1}}, {1, 1}, {1, 1}, "NCHW", "HWIO", "NCHW", 5, 1},
       {"1-D depthwise NCH, lhs dilation", {2, 3, 11}, {3, 1, 3}, {1}, {{2, 1}}, {2}, {1}, "NCH", "OIH", "NCH", 3, 1},
       {"3-D depthwise NCDHW", {1, 2, 3, 4, 20}, {2, 1, 2, 2, 3}, {1, 1, 1}, {{1, 0}, {0, 1}, {1, 1}}, {1, 1, 1}, {1, 1, 1}, "NCDHW", "OIDHW", "NCDHW", 2, 1},
@@ -764,8 +765,8 @@ TEST_CASE("depthwise and grouped convolutions split across threads: value and bo
 
 TEST_CASE("depthwise and direct convolutions with more window offsets than the kernels tabulate: value and gradients against the loops") {
   // 1101 output positions x 1000 window positions: above conv.cpp's kMaxOffsets (2^20), so the
-  // depthwise and direct loops compute their offsets per output position, and the depthwise
-  // kernel gradient takes the general path.
+  // depthwise and direct loops and the channels-last depthwise kernel gradient compute their
+  // offsets per output position.
   const ConvCase cases[] = {
       {"1-D depthwise, long window", {1, 2100, 2}, {1000, 1, 2}, {1}, {{0, 0}}, {1}, {1}, "NWC", "WIO", "NWC", 2, 1},
       {"1-D, 8 channels into one (the direct loop), long window", {2, 2100, 8}, {1000, 8, 1}, {1}, {{0, 0}}, {1}, {1}, "NWC", "WIO", "NWC", 1, 1},

@@ -397,7 +397,7 @@ bool is_channels_last_depthwise_filter_grad(const Conv& g, const params::ConvGen
   Ints spec{r - 1, 0};
   for (std::int64_t i = 1; i + 1 < r; ++i) spec.push_back(i);
   return p.feature_group_count == 1 && p.batch_group_count == g.n && g.o == g.n && g.oq == 1 && p.lhs_spec == spec &&
-         p.rhs_spec == spec && g.positions * g.window <= kMaxOffsets;
+         p.rhs_spec == spec;
 }
 
 // a[c ...] += sum over kp in [k0, k1) of x[offs[kp] + c ...] ct[kp * channels + c ...] for NB
@@ -428,7 +428,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   const std::int64_t channels = g.n, images = g.c, window = g.window, positions = g.positions;
   std::int64_t image = channels;  // elements of one lhs image
   for (const auto& d : g.dims) image *= d.in_size;
-  const std::vector<std::int64_t> offsets = window_offsets(g, channels, 0, positions);
+  const OffsetTable offsets(g, channels);
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
   // Channels in chunks of whole batches (each output column summed by one thread, in the same
@@ -438,6 +438,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
                [&](std::int64_t b0, std::int64_t b1) {
     const std::int64_t c0 = b0 * width, c1 = std::min(channels, b1 * width), span = c1 - c0;
     std::vector<T> acc(static_cast<std::size_t>(positions * span), T(0));
+    Ints scratch;  // a position's offsets when the table is too large to keep
     constexpr std::int64_t tile = 64;  // cotangent positions summed in registers before acc
     for (std::int64_t f = 0; f < images; ++f)
       for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
@@ -445,7 +446,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
         const T* cf = ct + f * window * channels;
         const T* xf = x + f * image;
         for (std::int64_t pos = 0; pos < positions; ++pos) {
-          const std::int64_t* offs = offsets.data() + pos * window;
+          const std::int64_t* offs = offsets.row(pos, scratch);
           T* a = acc.data() + pos * span - c0;
           // padding reads zeros (times the cotangent: NaN for an infinite one, as the other paths)
           std::int64_t c = c0;
@@ -463,6 +464,39 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   });
 }
 
+// The rows of a channels-first plane (one image, one channel: spatial dims in order, the last
+// contiguous): which input row the window row `win_at` of the output row `out_at` reads, both
+// odometer positions over the spatial dims before the last. Used by the channels-first loops,
+// which then run along the last dim themselves.
+struct LeadRows {
+  Ints out_extent, win_extent;  // the dims before the last: output rows, window rows
+  Ints row_strides;             // input rows per step of each of those dims
+  std::int64_t out_rows, win_rows;
+
+  explicit LeadRows(const Conv& g) {
+    const std::size_t lead = g.dims.size() - 1;
+    for (std::size_t i = 0; i < lead; ++i) {
+      out_extent.push_back(g.dims[i].out_size);
+      win_extent.push_back(g.dims[i].window);
+      row_strides.push_back(1);
+    }
+    for (std::size_t i = lead; i-- > 1;) row_strides[i - 1] = row_strides[i] * g.dims[i].in_size;
+    out_rows = shape_size(out_extent);
+    win_rows = shape_size(win_extent);
+  }
+
+  /// The input row (its index among the plane's rows), or -1 when it is padding.
+  std::int64_t input_row(const Conv& g, const Ints& out_at, const Ints& win_at) const {
+    std::int64_t row = 0;
+    for (std::size_t i = 0; i < row_strides.size(); ++i) {
+      const std::int64_t idx = g.table[i][static_cast<std::size_t>(out_at[i] * g.dims[i].window + win_at[i])];
+      if (idx < 0) return -1;
+      row += idx * row_strides[i];
+    }
+    return row;
+  }
+};
+
 // The same kernel gradient with the data channels-first (NCHW: JAX's transpose rule makes lhs and
 // rhs specs (1, 0, spatial...)): out[kpos, c] = sum over images f, cotangent positions k of
 // lhs[f, c, in(kpos, k)] rhs[f, c, k], plane by plane in place. Along the last spatial dim each
@@ -479,16 +513,12 @@ bool is_channels_first_depthwise_filter_grad(const Conv& g, const params::ConvGe
 
 template <class T> void channels_first_depthwise_filter_grad(const T* x, const T* ct, const Conv& g, T* out) {
   const std::int64_t channels = g.n, images = g.c;
-  const std::size_t lead = g.dims.size() - 1;
   const WindowDim& last = g.dims.back();
   const Ints last_table = last.index_table();
   const std::int64_t n_k = last.out_size, n_w = last.window;  // kernel columns, cotangent columns
   const bool runs = last.window_dilation == 1 && last.base_dilation == 1;
-  const Ints plane_strides = spatial_strides(g.dims, 1);
   const std::int64_t in_plane = g.image / images, ct_plane = g.window;
-  const std::int64_t kernel_rows = n_k == 0 ? 0 : g.positions / n_k, ct_rows = n_w == 0 ? 0 : g.window / n_w;
-  const Ints out_lead(g.out_extent.begin(), g.out_extent.begin() + static_cast<std::ptrdiff_t>(lead));
-  const Ints win_lead(g.window_extent.begin(), g.window_extent.begin() + static_cast<std::ptrdiff_t>(lead));
+  const LeadRows rows(g);  // kernel rows (the output's) and cotangent rows (the window's)
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
   // channels in chunks, each kernel column summed by one thread in a fixed order
@@ -496,20 +526,17 @@ template <class T> void channels_first_depthwise_filter_grad(const T* x, const T
     // per kernel position: the vectorized runs' lanes and the scalar rest, added at the end
     std::vector<B> lanes(static_cast<std::size_t>(g.positions));
     std::vector<T> acc(static_cast<std::size_t>(g.positions));
-    Odometer krow{out_lead}, wrow{win_lead};  // each back at its start after a full cycle
+    Odometer krow{rows.out_extent}, wrow{rows.win_extent};  // each back at its start after a full cycle
     for (std::int64_t c = c0; c < c1; ++c) {
       std::fill(lanes.begin(), lanes.end(), B(T(0)));
       std::fill(acc.begin(), acc.end(), T(0));
       for (std::int64_t f = 0; f < images; ++f) {
         const T* xp = x + (f * channels + c) * in_plane;
         const T* cp = ct + (f * channels + c) * ct_plane;
-        for (std::int64_t kr = 0; kr < kernel_rows; ++kr, krow.next()) {
-          for (std::int64_t wr = 0; wr < ct_rows; ++wr, wrow.next()) {
-            std::int64_t off = 0;  // the input row, -1 over padding
-            for (std::size_t i = 0; i < lead && off >= 0; ++i) {
-              const std::int64_t idx = g.table[i][static_cast<std::size_t>(krow.at[i] * g.dims[i].window + wrow.at[i])];
-              off = idx < 0 ? -1 : off + idx * plane_strides[i];
-            }
+        for (std::int64_t kr = 0; kr < rows.out_rows; ++kr, krow.next()) {
+          for (std::int64_t wr = 0; wr < rows.win_rows; ++wr, wrow.next()) {
+            const std::int64_t row = rows.input_row(g, krow.at, wrow.at);
+            const std::int64_t off = row < 0 ? -1 : row * last.in_size;  // -1 over padding
             const T* cr = cp + wr * n_w;
             for (std::int64_t o = 0; o < n_k; ++o) {
               // cotangent columns [k_lo, k_hi) read input columns o * stride - pad_lo + k
@@ -624,17 +651,13 @@ void interior_batches(const T* xp, const T* wp, const std::int64_t* rows, std::i
 }
 
 template <class T> void channels_first_depthwise(const T* x, const T* w, const Conv& g, T* out) {
-  const std::size_t lead = g.dims.size() - 1;  // spatial dims before the last
   const WindowDim& last = g.dims.back();
   const Ints last_table = last.index_table();
   const auto [lo, hi] = last.interior();
-  const std::int64_t n_out = last.out_size, kw = last.window, wd = last.window_dilation;
+  const std::int64_t n_out = last.out_size, kw = last.window, wd = last.window_dilation, m = g.oq;
   const bool unit_stride = last.stride == 1;
-  const Ints plane_strides = spatial_strides(g.dims, 1);
-  const std::int64_t in_plane = g.image / g.c, rows = n_out == 0 ? 0 : g.positions / n_out;
-  const Ints out_lead(g.out_extent.begin(), g.out_extent.begin() + static_cast<std::ptrdiff_t>(lead));
-  const Ints win_lead(g.window_extent.begin(), g.window_extent.begin() + static_cast<std::ptrdiff_t>(lead));
-  const std::int64_t lead_windows = kw == 0 ? 0 : g.window / kw;
+  const std::int64_t in_plane = g.image / g.c;
+  const LeadRows rows(g);  // output rows and window rows
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
   // With stride 1, no lhs dilation and no cropping along the last dim, each input row is first
@@ -642,22 +665,18 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
   // element i + kk wd), so every output runs in batches, the edges too.
   const bool padded_rows = unit_stride && last.base_dilation == 1 && last.pad_lo >= 0 && n_out >= width && last.in_size > 0;
   const std::int64_t row_length = n_out + (kw - 1) * wd, in_rows = last.in_size == 0 ? 0 : in_plane / last.in_size;
-  Ints padded_strides(lead);  // of the lead dims in the padded plane (rows of row_length)
-  for (std::size_t i = 0; i < lead; ++i) padded_strides[i] = plane_strides[i] / std::max<std::int64_t>(last.in_size, 1) * row_length;
-  // (image, output channel) planes in chunks, each written by one thread
-  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.positions * g.window, 1));
-  parallel_for(g.n * g.o, grain, [&](std::int64_t begin, std::int64_t end) {
-    Ints row_offsets(static_cast<std::size_t>(lead_windows));  // per window row: the input row, -1 over padding
-    std::vector<T> weights(static_cast<std::size_t>(g.window));  // the plane's window, contiguous
+  // (image, input channel) planes in chunks, each plane's m output planes written by one thread
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.positions * g.window * m, 1));
+  parallel_for(g.n * g.c, grain, [&](std::int64_t begin, std::int64_t end) {
+    Ints row_offsets(static_cast<std::size_t>(rows.win_rows));  // per window row: the input row's offset, -1 over padding
+    std::vector<T> weights(static_cast<std::size_t>(g.window));  // the output plane's window, contiguous
     std::vector<T> padded(padded_rows ? static_cast<std::size_t>(in_rows * row_length) : 0);
-    Ints padded_offsets(padded_rows ? static_cast<std::size_t>(lead_windows) : 0);
-    Odometer orow{out_lead}, k{win_lead};  // each back at its start after a full cycle
-    for (std::int64_t plane = begin; plane < end; ++plane) {
-      const std::int64_t n = plane / g.o, o = plane % g.o, q = o / g.oq, j = o % g.oq;
-      const T* xp = x + (n * g.c + q) * in_plane;
-      for (std::int64_t kp = 0; kp < g.window; ++kp) weights[static_cast<std::size_t>(kp)] = w[(q * g.window + kp) * g.oq + j];
-      const T* wp = weights.data();
-      if (padded_rows)  // a multiplier > 1 copies the same input plane again for each of its outputs
+    Ints padded_offsets(padded_rows ? static_cast<std::size_t>(rows.win_rows) : 0);
+    Odometer orow{rows.out_extent}, k{rows.win_extent};  // each back at its start after a full cycle
+    for (std::int64_t in = begin; in < end; ++in) {
+      const std::int64_t q = in % g.c;  // the input channel
+      const T* xp = x + in * in_plane;
+      if (padded_rows)  // once per input plane, for all of its m output planes
         for (std::int64_t r = 0; r < in_rows; ++r) {
           T* dst = padded.data() + r * row_length;
           const std::int64_t copied = std::clamp<std::int64_t>(row_length - last.pad_lo, 0, last.in_size);
@@ -666,55 +685,55 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
           std::int64_t t = 0;
           for (; t < before; ++t) dst[t] = T(0);
           T* run = dst + before;  // short rows: a copy loop, not a memmove call per row
-          std::int64_t k = 0;
-          for (; k + width <= copied; k += width) B::load_unaligned(src + k).store_unaligned(run + k);
-          for (; k < copied; ++k) run[k] = src[k];
+          std::int64_t c = 0;
+          for (; c + width <= copied; c += width) B::load_unaligned(src + c).store_unaligned(run + c);
+          for (; c < copied; ++c) run[c] = src[c];
           for (t = before + copied; t < row_length; ++t) dst[t] = T(0);
         }
-      for (std::int64_t row = 0; row < rows; ++row, orow.next()) {
-        T* y = out + plane * g.positions + row * n_out;
-        for (std::int64_t kl = 0; kl < lead_windows; ++kl, k.next()) {
-          std::int64_t off = 0, padded_off = 0;
-          for (std::size_t i = 0; i < lead && off >= 0; ++i) {
-            const std::int64_t idx = g.table[i][static_cast<std::size_t>(orow.at[i] * g.dims[i].window + k.at[i])];
-            off = idx < 0 ? -1 : off + idx * plane_strides[i];
-            padded_off += idx * padded_strides[i];
+      for (std::int64_t j = 0; j < m; ++j) {
+        const std::int64_t plane = in * m + j;  // (image, output channel q m + j)
+        for (std::int64_t kp = 0; kp < g.window; ++kp) weights[static_cast<std::size_t>(kp)] = w[(q * g.window + kp) * m + j];
+        const T* wp = weights.data();
+        for (std::int64_t row = 0; row < rows.out_rows; ++row, orow.next()) {
+          T* y = out + plane * g.positions + row * n_out;
+          for (std::int64_t kl = 0; kl < rows.win_rows; ++kl, k.next()) {
+            const std::int64_t input_row = rows.input_row(g, orow.at, k.at);
+            row_offsets[static_cast<std::size_t>(kl)] = input_row < 0 ? -1 : input_row * last.in_size;
+            if (padded_rows) padded_offsets[static_cast<std::size_t>(kl)] = input_row < 0 ? -1 : input_row * row_length;
           }
-          row_offsets[static_cast<std::size_t>(kl)] = off;
-          if (padded_rows) padded_offsets[static_cast<std::size_t>(kl)] = off < 0 ? -1 : padded_off;
-        }
-        std::int64_t i = 0;
-        if (padded_rows) {
-          const std::int64_t* rp = padded_offsets.data();
-          for (; i + 4 * width <= n_out; i += 4 * width) interior_batches<4>(padded.data(), wp, rp, lead_windows, kw, wd, i, y + i);
-          for (; i + 2 * width <= n_out; i += 2 * width) interior_batches<2>(padded.data(), wp, rp, lead_windows, kw, wd, i, y + i);
-          for (; i + width <= n_out; i += width) interior_batches<1>(padded.data(), wp, rp, lead_windows, kw, wd, i, y + i);
-          if (i < n_out)  // the last batch overlaps the one before (same values)
-            interior_batches<1>(padded.data(), wp, rp, lead_windows, kw, wd, n_out - width, y + (n_out - width));
-          continue;
-        }
-        const auto one = [&](std::int64_t at_out) {  // one output through the table
-          T sum(0);
-          for (std::int64_t kl = 0; kl < lead_windows; ++kl) {
-            const std::int64_t off = row_offsets[static_cast<std::size_t>(kl)];
-            for (std::int64_t kk = 0; kk < kw; ++kk) {
-              const std::int64_t at = last_table[static_cast<std::size_t>(at_out * kw + kk)];
-              sum = std::fma(off < 0 || at < 0 ? T(0) : xp[off + at], wp[kl * kw + kk], sum);
+          std::int64_t i = 0;
+          if (padded_rows) {
+            const std::int64_t* rp = padded_offsets.data();
+            for (; i + 4 * width <= n_out; i += 4 * width) interior_batches<4>(padded.data(), wp, rp, rows.win_rows, kw, wd, i, y + i);
+            for (; i + 2 * width <= n_out; i += 2 * width) interior_batches<2>(padded.data(), wp, rp, rows.win_rows, kw, wd, i, y + i);
+            for (; i + width <= n_out; i += width) interior_batches<1>(padded.data(), wp, rp, rows.win_rows, kw, wd, i, y + i);
+            if (i < n_out)  // the last batch overlaps the one before (same values)
+              interior_batches<1>(padded.data(), wp, rp, rows.win_rows, kw, wd, n_out - width, y + (n_out - width));
+            continue;
+          }
+          const auto one = [&](std::int64_t at_out) {  // one output through the table
+            T sum(0);
+            for (std::int64_t kl = 0; kl < rows.win_rows; ++kl) {
+              const std::int64_t off = row_offsets[static_cast<std::size_t>(kl)];
+              for (std::int64_t kk = 0; kk < kw; ++kk) {
+                const std::int64_t at = last_table[static_cast<std::size_t>(at_out * kw + kk)];
+                sum = std::fma(off < 0 || at < 0 ? T(0) : xp[off + at], wp[kl * kw + kk], sum);
+              }
             }
+            y[at_out] = sum;
+          };
+          if (unit_stride)
+            for (; i < lo; ++i) one(i);
+          if (unit_stride && hi - i >= width) {
+            for (; i + 4 * width <= hi; i += 4 * width) interior_batches<4>(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, i - last.pad_lo, y + i);
+            for (; i + 2 * width <= hi; i += 2 * width) interior_batches<2>(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, i - last.pad_lo, y + i);
+            for (; i + width <= hi; i += width) interior_batches<1>(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, i - last.pad_lo, y + i);
+            if (i < hi)  // the last batch overlaps the one before (same values)
+              interior_batches<1>(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, hi - width - last.pad_lo, y + (hi - width));
+            i = hi;
           }
-          y[at_out] = sum;
-        };
-        if (unit_stride)
-          for (; i < lo; ++i) one(i);
-        if (unit_stride && hi - i >= width) {
-          for (; i + 4 * width <= hi; i += 4 * width) interior_batches<4>(xp, wp, row_offsets.data(), lead_windows, kw, wd, i - last.pad_lo, y + i);
-          for (; i + 2 * width <= hi; i += 2 * width) interior_batches<2>(xp, wp, row_offsets.data(), lead_windows, kw, wd, i - last.pad_lo, y + i);
-          for (; i + width <= hi; i += width) interior_batches<1>(xp, wp, row_offsets.data(), lead_windows, kw, wd, i - last.pad_lo, y + i);
-          if (i < hi)  // the last batch overlaps the one before (same values)
-            interior_batches<1>(xp, wp, row_offsets.data(), lead_windows, kw, wd, hi - width - last.pad_lo, y + (hi - width));
-          i = hi;
+          for (; i < n_out; ++i) one(i);
         }
-        for (; i < n_out; ++i) one(i);
       }
     }
   });

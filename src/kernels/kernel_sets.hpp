@@ -10,6 +10,10 @@
 // (dispatch.cpp): the best one this CPU runs, or the one the XJAX_KERNELS environment variable
 // names.
 //
+// Each set keeps its own copies of the inline functions and template instantiations it emits
+// (renamed `....xjax_set_<name>` by isolate_kernel_set.py at build time), so no baseline code can
+// call a copy built for a wider set.
+//
 // Adding an entry point to a vectorized file: declare it in kernels.hpp as usual and add its line
 // to XJAX_KERNEL_SET_ENTRIES; the linker reports any entry point that is missing from either.
 #pragma once

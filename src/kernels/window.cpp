@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "kernels/kernels.hpp"
 #include "kernels/kernel_sets.hpp"
@@ -66,9 +67,7 @@ struct Windows {
 // of the last dim, out_size of them), operand_rows being the starts of the operand rows its
 // window reads along the other dims, in window order (window positions over padding left out).
 template <class F> void for_each_output_row(const Windows& w, std::int64_t begin, std::int64_t end, F&& window) {
-  // (new[], not a vector: a std::vector constructor emitted out of line here would be an AVX copy
-  // of a function the baseline may share; tests/kernel_sets/check_kernel_isa.py)
-  const std::unique_ptr<std::int64_t[]> rows(new std::int64_t[static_cast<std::size_t>(w.wins)]);
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(w.wins));
   Odometer o{w.out_extent};
   o.seek(begin);
   Odometer k{w.win_extent};  // back at the first window position after each full cycle
@@ -84,7 +83,7 @@ template <class F> void for_each_output_row(const Windows& w, std::int64_t begin
       }
       if (inside) rows[count++] = off;
     }
-    window(op * w.last.out_size, std::span<const std::int64_t>(rows.get(), count));
+    window(op * w.last.out_size, std::span<const std::int64_t>(rows.data(), count));
   }
 }
 

@@ -2,12 +2,13 @@
 """Checks that libxjax's code outside the AVX2 / AVX-512 kernel sets uses no instruction the
 baseline x86-64 lacks (src/kernels/kernel_sets.hpp).
 
-The vectorized kernel files are compiled once per kernel set; an inline function that the baseline
-and a wider set both emit is kept once by the linker, and it must be the baseline's copy (the sets
-are linked after the rest, so the first copy, the baseline's, wins). This disassembles the library
-and fails for every function that is not a set's own code (its name does not mention the set) and
-still contains AVX (VEX/EVEX-encoded, mnemonics starting with `v`) or BMI / LZCNT / MOVBE
-instructions; in the AVX2 set's own code it fails on AVX-512 registers.
+The vectorized kernel files are compiled once per kernel set; each set's copy of an inline function
+it emits is renamed `<name> [clone .xjax_set_<set>]` at build time (src/kernels/isolate_kernel_set.py),
+so no other code can bind to it. This disassembles the library and fails for every function that is
+not a set's own code (its name does not mention the set) and still contains AVX (VEX/EVEX-encoded,
+mnemonics starting with `v`) or BMI / LZCNT / MOVBE instructions; in the AVX2 set's own code it fails
+on AVX-512 registers. A set's renamed copies count as that set's code; the baseline set's must be
+baseline code, and any inline function that is *not* renamed (one the linker shares) must too.
 
 Usage: check_kernel_isa.py LIBXJAX [OBJDUMP]. Skips (exit 77) unless the library was built with
 the x86-64 kernel sets (-Dsimd=dispatch on x86-64)."""
@@ -38,7 +39,7 @@ def main():
         if m:
             function = m.group(1)
             functions += 1
-            if re.search(r"set_\w+::kernel_set\(\)", function):
+            if re.search(r"set_\w+::kernel_set\(\)", function) or "[clone .xjax_set_baseline]" in function:
                 kind = "baseline"  # each set's table: dispatch.cpp calls every set's, on any CPU
             elif "set_avx512" in function or "avx512" in function:
                 kind = "avx512"
@@ -72,6 +73,11 @@ def main():
         print(f"{function}: {instruction}")
     print(f"{functions} functions disassembled, {len(bad)} with instructions beyond their kernel set; "
           f"{wide['avx2']} ymm instructions in the avx2 set, {wide['avx512']} zmm in the avx512 set")
+    missing = [s for s in ("avx2", "avx512", "baseline") if f"[clone .xjax_set_{s}]" not in symbols]
+    if missing:
+        print(f"no renamed inline-function copies of the set(s) {missing}: "
+              "src/kernels/isolate_kernel_set.py did not run on them")
+        return 1
     if not wide["avx2"] or not wide["avx512"]:
         print("the sets' own code was not recognized (no ymm / zmm instructions in it): the check is blind")
         return 1
