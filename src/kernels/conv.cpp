@@ -400,68 +400,152 @@ bool is_channels_last_depthwise_filter_grad(const Conv& g, const params::ConvGen
          p.rhs_spec == spec;
 }
 
-// a[c ...] += sum over kp in [k0, k1) of x[offs[kp] + c ...] ct[kp * channels + c ...] for NB
-// batches of channels from c (offset -1: padding, zeros). Each batch's sum is one chain in kp
-// order whatever NB is, so the result does not depend on how channels are grouped; NB chains
-// side by side hide the multiply-add latency.
-template <int NB, class T>
-void add_taps(const T* x, const T* ct, const std::int64_t* offs, std::int64_t channels, std::int64_t k0, std::int64_t k1,
-              std::int64_t c, T* a) {
+// window_offsets for the window positions [k0, k1), window position major:
+// offsets[(kp - k0) * g.positions + pos].
+Ints offsets_by_window_position(const Conv& g, std::int64_t channels, std::int64_t k0, std::int64_t k1) {
+  const Ints strides = spatial_strides(g.dims, channels);
+  Ints offsets(static_cast<std::size_t>((k1 - k0) * g.positions));
+  Odometer k{g.window_extent};
+  k.seek(k0);
+  for (std::int64_t kp = k0; kp < k1; ++kp, k.next()) {
+    Odometer s{g.out_extent};
+    for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next())
+      offsets[static_cast<std::size_t>((kp - k0) * g.positions + pos)] = g.offset(strides, s.at, k.at);
+  }
+  return offsets;
+}
+
+// a[p * a_stride + b * width ...] += sum over kp in [0, n) of x[offs[kp * positions + p] + c + b * width ...]
+// ct[kp * channels + c + b * width ...] for the NP kernel positions p and NB batches of channels b
+// from c (offset -1: padding, zeros times the cotangent, so an infinite one gives NaN as in the
+// other paths). The NP NB sums stay in registers across the cotangent positions, each one chain in
+// kp order whatever NP and NB are (so the result does not depend on how positions and channels are
+// grouped): each cotangent row is loaded once, contiguously, for NP kernel positions.
+template <int NB, int NP, class T>
+void sum_taps(const T* x, const T* ct, const std::int64_t* offs, std::int64_t positions, std::int64_t n,
+              std::int64_t channels, std::int64_t c, T* a, std::int64_t a_stride) {
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
-  B sum[NB];
+  B sum[NP][NB];
+#pragma GCC unroll 8
+  for (int p = 0; p < NP; ++p)
 #pragma GCC unroll 4
-  for (int b = 0; b < NB; ++b) sum[b] = B(T(0));
-  for (std::int64_t kp = k0; kp < k1; ++kp) {
-    const std::int64_t off = offs[kp];
-    const T* xs = x + (off < 0 ? 0 : off) + c;
-    const T* cs = ct + kp * channels + c;
+    for (int b = 0; b < NB; ++b) sum[p][b] = B(T(0));
+  for (std::int64_t kp = 0; kp < n; ++kp) {
+    B g[NB];
 #pragma GCC unroll 4
-    for (int b = 0; b < NB; ++b)
-      sum[b] = xsimd::fma(off < 0 ? B(T(0)) : B::load_unaligned(xs + b * width), B::load_unaligned(cs + b * width), sum[b]);
+    for (int b = 0; b < NB; ++b) g[b] = B::load_unaligned(ct + kp * channels + c + b * width);
+    const std::int64_t* o = offs + kp * positions;
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p) {
+      const T* xs = x + (o[p] < 0 ? 0 : o[p]) + c;
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b)
+        sum[p][b] = xsimd::fma(o[p] < 0 ? B(T(0)) : B::load_unaligned(xs + b * width), g[b], sum[p][b]);
+    }
   }
+#pragma GCC unroll 8
+  for (int p = 0; p < NP; ++p)
 #pragma GCC unroll 4
-  for (int b = 0; b < NB; ++b) (B::load_unaligned(a + c + b * width) + sum[b]).store_unaligned(a + c + b * width);
+    for (int b = 0; b < NB; ++b) {
+      T* at = a + p * a_stride + b * width;
+      (B::load_unaligned(at) + sum[p][b]).store_unaligned(at);
+    }
+}
+
+/// The most kernel positions sum_taps keeps in registers at once with NB batches of channels:
+/// NP NB sums, NB cotangent batches and one operand in the vector registers.
+template <int NB> constexpr int kMaxTapPositions = std::min(8, (simd::kVectorRegisters - 2 - NB) / NB);
+
+template <int NB, class T>
+void sum_taps(std::int64_t np, const T* x, const T* ct, const std::int64_t* offs, std::int64_t positions, std::int64_t n,
+              std::int64_t channels, std::int64_t c, T* a, std::int64_t a_stride) {
+  constexpr int most = kMaxTapPositions<NB>;
+  switch (np) {  // (cases beyond `most` are never asked for)
+    case 1: return sum_taps<NB, 1>(x, ct, offs, positions, n, channels, c, a, a_stride);
+    case 2: return sum_taps<NB, std::min(2, most)>(x, ct, offs, positions, n, channels, c, a, a_stride);
+    case 3: return sum_taps<NB, std::min(3, most)>(x, ct, offs, positions, n, channels, c, a, a_stride);
+    case 4: return sum_taps<NB, std::min(4, most)>(x, ct, offs, positions, n, channels, c, a, a_stride);
+    case 5: return sum_taps<NB, std::min(5, most)>(x, ct, offs, positions, n, channels, c, a, a_stride);
+    case 6: return sum_taps<NB, std::min(6, most)>(x, ct, offs, positions, n, channels, c, a, a_stride);
+    case 7: return sum_taps<NB, std::min(7, most)>(x, ct, offs, positions, n, channels, c, a, a_stride);
+    default: return sum_taps<NB, most>(x, ct, offs, positions, n, channels, c, a, a_stride);
+  }
+}
+
+// sum_taps over every kernel position, in balanced groups of at most kMaxTapPositions<NB>.
+template <int NB, class T>
+void sum_all_taps(const T* x, const T* ct, const std::int64_t* offs, std::int64_t positions, std::int64_t n,
+                  std::int64_t channels, std::int64_t c, T* a, std::int64_t a_stride) {
+  const std::int64_t groups = (positions + kMaxTapPositions<NB> - 1) / kMaxTapPositions<NB>;
+  for (std::int64_t q = 0, p0 = 0; q < groups; ++q) {
+    const std::int64_t np = positions / groups + (q < positions % groups ? 1 : 0);
+    sum_taps<NB, T>(np, x, ct, offs + p0, positions, n, channels, c, a + p0 * a_stride, a_stride);
+    p0 += np;
+  }
 }
 
 template <class T> void channels_last_depthwise_filter_grad(const T* x, const T* ct, const Conv& g, T* out) {
   const std::int64_t channels = g.n, images = g.c, window = g.window, positions = g.positions;
   std::int64_t image = channels;  // elements of one lhs image
   for (const auto& d : g.dims) image *= d.in_size;
-  const OffsetTable offsets(g, channels);
+  // Cotangent positions in tiles whose offsets are tabulated together (all of them when the table
+  // is at most kMaxOffsets, computed once; else per tile by each task).
+  const std::int64_t tile = positions * window <= kMaxOffsets ? std::max<std::int64_t>(window, 1)
+                                                              : std::max<std::int64_t>(1, kMaxOffsets / positions);
+  const Ints all = tile >= window ? offsets_by_window_position(g, channels, 0, window) : Ints{};
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
-  // Channels in chunks of whole batches (each output column summed by one thread, in the same
-  // order and through the same code, vector or scalar tail, at any thread count).
-  const std::int64_t batches = (channels + width - 1) / width;
-  parallel_for(batches, std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(images * window * positions * width, 1)),
-               [&](std::int64_t b0, std::int64_t b1) {
-    const std::int64_t c0 = b0 * width, c1 = std::min(channels, b1 * width), span = c1 - c0;
-    std::vector<T> acc(static_cast<std::size_t>(positions * span), T(0));
-    Ints scratch;  // a position's offsets when the table is too large to keep
-    constexpr std::int64_t tile = 64;  // cotangent positions summed in registers before acc
-    for (std::int64_t f = 0; f < images; ++f)
+  // Tasks: (block of images, chunk of channels), both of sizes that do not depend on the thread
+  // count. Each task sums its images into a partial sum of its own; the blocks' partial sums are
+  // added in block order at the end, so the result has the same bits at any thread count. (Images,
+  // not only channels, are split: two threads reading different channels of the same rows pull
+  // each other's cache lines in, and the loop is bound by memory.)
+  const std::int64_t blocks = std::min<std::int64_t>(images, 64), chunk = 4 * width;
+  const std::int64_t chunks = (channels + chunk - 1) / chunk;
+  std::vector<T> partial(static_cast<std::size_t>(blocks * positions * channels), T(0));  // [block][pos][c]
+  const std::int64_t task_work = std::max<std::int64_t>(1, (images / std::max<std::int64_t>(blocks, 1)) * window * positions * chunk);
+  parallel_for(blocks * chunks, std::max<std::int64_t>(1, 65536 / task_work), [&](std::int64_t t0, std::int64_t t1) {
+    Ints own;  // a tile of offsets when they are not all tabulated
+    for (std::int64_t task = t0; task < t1; ++task) {
+      const std::int64_t block = task / chunks, c0 = task % chunks * chunk, c1 = std::min(channels, c0 + chunk);
+      const std::int64_t vector_end = c0 + (c1 - c0) / width * width;
+      T* acc = partial.data() + block * positions * channels;  // acc[pos * channels + c]
       for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
         const std::int64_t k1 = std::min(window, k0 + tile);
-        const T* cf = ct + f * window * channels;
-        const T* xf = x + f * image;
-        for (std::int64_t pos = 0; pos < positions; ++pos) {
-          const std::int64_t* offs = offsets.row(pos, scratch);
-          T* a = acc.data() + pos * span - c0;
-          // padding reads zeros (times the cotangent: NaN for an infinite one, as the other paths)
-          std::int64_t c = c0;
-          for (; c + 4 * width <= c1; c += 4 * width) add_taps<4>(xf, cf, offs, channels, k0, k1, c, a);
-          for (; c + width <= c1; c += width) add_taps<1>(xf, cf, offs, channels, k0, k1, c, a);
-          for (; c < c1; ++c) {
-            T sum(0);
-            for (std::int64_t kp = k0; kp < k1; ++kp) sum += (offs[kp] < 0 ? T(0) : xf[offs[kp] + c]) * cf[kp * channels + c];
-            a[c] += sum;
+        if (all.empty()) own = offsets_by_window_position(g, channels, k0, k1);
+        const std::int64_t* offs = all.empty() ? own.data() : all.data() + k0 * positions;
+        for (std::int64_t f = block * images / blocks; f < (block + 1) * images / blocks; ++f) {
+          const T* cf = ct + (f * window + k0) * channels;
+          const T* xf = x + f * image;
+          // runs of kRun cotangent positions (the input rows they read stay in cache across the
+          // chunk's channels and position groups)
+          constexpr std::int64_t kRun = 64;
+          for (std::int64_t r0 = 0; r0 < k1 - k0; r0 += kRun) {
+            const std::int64_t n = std::min(kRun, k1 - k0 - r0);
+            const T* cr = cf + r0 * channels;
+            const std::int64_t* offr = offs + r0 * positions;
+            std::int64_t c = c0;
+            for (; c + 4 * width <= vector_end; c += 4 * width) sum_all_taps<4>(xf, cr, offr, positions, n, channels, c, acc + c, channels);
+            for (; c + 2 * width <= vector_end; c += 2 * width) sum_all_taps<2>(xf, cr, offr, positions, n, channels, c, acc + c, channels);
+            for (; c < vector_end; c += width) sum_all_taps<1>(xf, cr, offr, positions, n, channels, c, acc + c, channels);
           }
+          for (std::int64_t c = vector_end; c < c1; ++c)
+            for (std::int64_t pos = 0; pos < positions; ++pos) {
+              T sum(0);
+              for (std::int64_t kp = 0; kp < k1 - k0; ++kp) {
+                const std::int64_t off = offs[kp * positions + pos];
+                sum += (off < 0 ? T(0) : xf[off + c]) * cf[kp * channels + c];
+              }
+              acc[pos * channels + c] += sum;
+            }
         }
       }
-    for (std::int64_t pos = 0; pos < positions; ++pos)
-      std::copy(acc.begin() + pos * span, acc.begin() + (pos + 1) * span, out + pos * channels + c0);
+    }
   });
+  std::fill(out, out + positions * channels, T(0));
+  for (std::int64_t block = 0; block < blocks; ++block)
+    for (std::int64_t i = 0; i < positions * channels; ++i) out[i] += partial[static_cast<std::size_t>(block * positions * channels + i)];
 }
 
 // The rows of a channels-first plane (one image, one channel: spatial dims in order, the last

@@ -35,6 +35,12 @@ template <class V> V divide(const V& a, const V& b) {
 }
 
 template <class T> using Batch = xsimd::batch<T>;
+/// The vector registers this set's ISA has (register-blocked loops size their blocks by it).
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int kVectorRegisters = 32;
+#else
+constexpr int kVectorRegisters = 16;
+#endif
 
 // out[i] = op(x[i]) with op on Batch<T>. The tail (n % batch size) is copied into a zero-padded
 // batch, so it gets exactly the same arithmetic as the body.

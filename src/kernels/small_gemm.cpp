@@ -25,11 +25,7 @@ namespace {
 
 template <class T> using Batch = xsimd::batch<T>;
 template <class T> constexpr std::int64_t kWidth = static_cast<std::int64_t>(Batch<T>::size);
-#if defined(__AVX512F__) || defined(__aarch64__)
-constexpr int kVectorRegisters = 32;
-#else
-constexpr int kVectorRegisters = 16;
-#endif
+using simd::kVectorRegisters;
 constexpr bool kWideSimd = kVectorRegisters * sizeof(Batch<float>) >= 512;
 /// Rows of C per block: 2 R accumulators + 2 batches of B + 1 broadcast fit the registers.
 constexpr int kBlockRows = kVectorRegisters >= 32 ? 8 : 6;
