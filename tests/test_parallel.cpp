@@ -173,3 +173,63 @@ TEST_CASE("large strided copies split across threads: a transpose and a slice ag
   CHECK(at == sl.size());
   CHECK(wrong == 0);
 }
+
+TEST_CASE("elementwise ops and fused chains split across threads: values against plain loops, same bits at any thread count") {
+  // 300 x 1000 elements: many chunks of blocks at three threads. A broadcast row, a scalar, a bool
+  // output and (in bf16) the narrow path's widened rows; the f32 chain once more with its input
+  // handed over, so the output is written in place of it block by block.
+  const std::int64_t rows = 300, cols = 1000;
+  const xjax::Array x64 = test_util::randn({rows, cols}, 71), b64 = test_util::randn({cols}, 72);
+  auto chain = [](const xjax::Array& x, const xjax::Array& b) {
+    const xjax::Array y = xjax::tanh(x) * 2.0 + b;
+    return std::tuple{y, y > x};
+  };
+  for (xjax::DType dtype : {xjax::f32, xjax::bf16}) {
+    INFO(xjax::dtype_name(dtype));
+    const xjax::Array x = xjax::astype(x64, dtype), b = xjax::astype(b64, dtype);
+    const auto run = [&](int threads) {
+      Threads t(threads);
+      const auto [y, above] = xjax::jit(chain)(x, b);
+      return std::pair{xjax::astype(y, xjax::f32).to_vector<float>(), above.to_vector<bool>()};
+    };
+    const std::int64_t splits = xjax::detail::split_loops();
+    const auto [y3, above3] = run(3);
+    CHECK(xjax::detail::split_loops() > splits);
+    const auto [y1, above1] = run(1);
+    CHECK(y1 == y3);
+    CHECK(above1 == above3);
+    const std::vector<double> xr = xjax::astype(x, xjax::f64).to_vector<double>(), br = xjax::astype(b, xjax::f64).to_vector<double>();
+    std::int64_t wrong = 0;
+    const double tol = dtype == xjax::bf16 ? 2e-2 : 1e-5;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const auto k = static_cast<std::size_t>(i * cols + j);
+        const double want = std::tanh(xr[k]) * 2.0 + br[static_cast<std::size_t>(j)];
+        wrong += std::abs(y3[k] - want) > tol * (1.0 + std::abs(want));
+      }
+    CHECK(wrong == 0);
+  }
+  Threads t(3);
+  {  // eager single ops (one kernel each: unary, binary, comparison, conversion)
+    const xjax::Array x = xjax::astype(x64, xjax::f32), y = xjax::astype(test_util::randn({rows, cols}, 73), xjax::f32);
+    const std::int64_t splits = xjax::detail::split_loops();
+    const auto th = xjax::tanh(x).to_vector<float>(), diff = (x - y).to_vector<float>();
+    const auto less = (x < y).to_vector<bool>();
+    const auto wide = xjax::astype(x, xjax::f64).to_vector<double>();
+    CHECK(xjax::detail::split_loops() >= splits + 4);
+    const auto xs = x.to_vector<float>(), ys = y.to_vector<float>();
+    std::int64_t wrong = 0;
+    for (std::size_t k = 0; k < xs.size(); ++k)
+      wrong += std::abs(th[k] - std::tanh(static_cast<double>(xs[k]))) > 1e-6 || diff[k] != xs[k] - ys[k] ||
+               less[k] != (xs[k] < ys[k]) || wide[k] != static_cast<double>(xs[k]);
+    CHECK(wrong == 0);
+  }
+  auto in_place = xjax::jit([](xjax::Array x) { return xjax::tanh(x) * 2.0 + 1.0; }, {.donate_argnums = {0}});
+  xjax::Array x = xjax::astype(x64, xjax::f32);
+  const std::vector<float> before = x.to_vector<float>();
+  const std::vector<float> y = in_place(std::move(x)).to_vector<float>();
+  std::int64_t wrong = 0;
+  for (std::size_t k = 0; k < y.size(); ++k)
+    wrong += std::abs(y[k] - (std::tanh(static_cast<double>(before[k])) * 2.0 + 1.0)) > 1e-5;
+  CHECK(wrong == 0);
+}

@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/kernel_sets.hpp"
+#include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 
 namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
@@ -211,6 +212,20 @@ void compare_elements(Primitive p, DType d, const void* x, const void* y, void* 
   });
 }
 
+// fn(first element, count) over [0, n), split among the kernel threads (chunks of at least
+// kParallelElements; each element is computed alone, so the split does not change any bits).
+// With no elements fn still runs once, on none: its checks (a negative integer exponent...) throw
+// whatever the size.
+template <class F> void split_elements(std::size_t n, F&& fn) {
+  if (n == 0) return fn(std::size_t{0}, std::size_t{0});
+  parallel_for(static_cast<std::int64_t>(n), kParallelElements, [&](std::int64_t begin, std::int64_t end) {
+    fn(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin));
+  });
+}
+
+// Element i of an array of dtype d at p.
+const void* element(const void* p, DType d, std::size_t i) { return static_cast<const char*>(p) + i * itemsize(d); }
+void* element(void* p, DType d, std::size_t i) { return static_cast<char*>(p) + i * itemsize(d); }
 
 /// What elementwise_into resolved: the primitive, the operands' and the output's dtype, the
 /// element count and integer_pow's exponent.
@@ -221,18 +236,24 @@ struct ElementwiseInto {
   std::int64_t y;
 };
 
-void run_elementwise_into(const void* ctx, const void* const* ins, void* const* outs) {
-  const auto& c = *static_cast<const ElementwiseInto*>(ctx);
-  if (is_float_binary(c.p))
-    return binary_elements(c.p, c.in, ins[0], ins[1], outs[0], c.n);
-  if (is_comparison(c.p)) return compare_elements(c.p, c.in, ins[0], ins[1], outs[0], c.n);
-  if (c.p == Primitive::integer_pow) return integer_pow_elements(c.in, ins[0], outs[0], c.n, c.y);
-  if (c.p == Primitive::convert_element_type) return convert_elements(c.in, c.out, ins[0], outs[0], c.n);
+// Elements [i, i + n) of c's op.
+void elementwise_range(const ElementwiseInto& c, const void* const* ins, void* const* outs, std::size_t i, std::size_t n) {
+  const void* x = element(ins[0], c.in, i);
+  void* o = element(outs[0], c.out, i);
+  if (is_float_binary(c.p)) return binary_elements(c.p, c.in, x, element(ins[1], c.in, i), o, n);
+  if (is_comparison(c.p)) return compare_elements(c.p, c.in, x, element(ins[1], c.in, i), o, n);
+  if (c.p == Primitive::integer_pow) return integer_pow_elements(c.in, x, o, n, c.y);
+  if (c.p == Primitive::convert_element_type) return convert_elements(c.in, c.out, x, o, n);
   if (c.p == Primitive::copy) {
-    if (c.n) std::memcpy(outs[0], ins[0], c.n * static_cast<std::size_t>(itemsize(c.out)));
+    if (n) std::memcpy(o, x, n * static_cast<std::size_t>(itemsize(c.out)));
     return;
   }
-  unary_elements(c.p, c.in, ins[0], outs[0], c.n);  // the unary families (else: unsupported)
+  unary_elements(c.p, c.in, x, o, n);  // the unary families (else: unsupported)
+}
+
+void run_elementwise_into(const void* ctx, const void* const* ins, void* const* outs) {
+  const auto& c = *static_cast<const ElementwiseInto*>(ctx);
+  split_elements(c.n, [&](std::size_t i, std::size_t n) { elementwise_range(c, ins, outs, i, n); });
 }
 
 }  // namespace
@@ -252,25 +273,41 @@ void convert_elements(DType from, DType to, const void* x, void* o, std::size_t 
 
 Array unary_kernel(Primitive p, const Array& x, const ShapedArray& out) {
   Array result = alloc_array(out);
-  unary_elements(p, x.dtype(), elements_of(x), mutable_data(result), count(out));
+  const void* in = elements_of(x);
+  void* o = mutable_data(result);
+  split_elements(count(out), [&](std::size_t i, std::size_t n) {
+    unary_elements(p, x.dtype(), element(in, x.dtype(), i), element(o, out.dtype, i), n);
+  });
   return result;
 }
 
 Array integer_pow_kernel(const Array& x, std::int64_t y, const ShapedArray& out) {
   Array result = alloc_array(out);
-  integer_pow_elements(x.dtype(), elements_of(x), mutable_data(result), count(out), y);
+  const void* in = elements_of(x);
+  void* o = mutable_data(result);
+  split_elements(count(out), [&](std::size_t i, std::size_t n) {
+    integer_pow_elements(x.dtype(), element(in, x.dtype(), i), element(o, out.dtype, i), n, y);
+  });
   return result;
 }
 
 Array binary_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out) {
   Array result = alloc_array(out);
-  binary_elements(p, x.dtype(), elements_of(x), elements_of(y), mutable_data(result), count(out));
+  const void *a = elements_of(x), *b = elements_of(y);
+  void* o = mutable_data(result);
+  split_elements(count(out), [&](std::size_t i, std::size_t n) {
+    binary_elements(p, x.dtype(), element(a, x.dtype(), i), element(b, x.dtype(), i), element(o, out.dtype, i), n);
+  });
   return result;
 }
 
 Array compare_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out) {
   Array result = alloc_array(out);
-  compare_elements(p, x.dtype(), elements_of(x), elements_of(y), mutable_data(result), count(out));
+  const void *a = elements_of(x), *b = elements_of(y);
+  void* o = mutable_data(result);
+  split_elements(count(out), [&](std::size_t i, std::size_t n) {
+    compare_elements(p, x.dtype(), element(a, x.dtype(), i), element(b, x.dtype(), i), element(o, out.dtype, i), n);
+  });
   return result;
 }
 
@@ -296,7 +333,11 @@ Array select_n_kernel(std::span<const Array> in, const ShapedArray& out) {
 
 Array convert_element_type_kernel(const Array& x, const ShapedArray& out) {
   Array result = alloc_array(out);
-  convert_elements(x.dtype(), out.dtype, elements_of(x), mutable_data(result), count(out));
+  const void* in = elements_of(x);
+  void* o = mutable_data(result);
+  split_elements(count(out), [&](std::size_t i, std::size_t n) {
+    convert_elements(x.dtype(), out.dtype, element(in, x.dtype(), i), element(o, out.dtype, i), n);
+  });
   return result;
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/kernels.hpp"
 #include "kernels/fused_program.hpp"
 #include "kernels/kernel_sets.hpp"
+#include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 #include "per_thread.hpp"
 
@@ -128,58 +129,39 @@ bool uniquely_owned(const Array& x) {
          impl->offset == 0;
 }
 
-/// The working rows and tables of run_typed, kept per thread.
+/// The tables of one run of a program, kept per thread (the calling thread's).
 template <class T> struct Scratch {
-  std::vector<T> rows;                       // one kBlock row per value
   std::vector<T> widened;                    // a narrow program's scalar and broadcast inputs in T
   std::vector<const void*> source;           // each input's elements as the loop reads them
-  std::vector<T*> v;                         // each value's row in the current block
-  std::vector<const std::uint8_t*> bytes;    // bool inputs read as bytes: their block
   std::vector<char> donated;                 // input i's buffer holds an output now
   std::vector<char> shares;                  // output k shares its input's buffer
 };
 
-// Runs the program block by block on its inputs' elements (in_ptr[i]) into its outputs'
-// (out_ptr[k]). prog.direct[value] >= 0: the value is a float output computed by an op, written
-// straight into that output's memory (which may be a donated input's: in place). shares[k]: output
-// k renames an input whose buffer it shares, so nothing is copied into it.
-//
-// A narrow program (storage bf16 / f16, T = float) reads its dense inputs widened into their rows
-// a block at a time, its scalar and broadcast inputs widened once, computes every op in rows (no
-// direct outputs) and rounds each float output once as it stores the block. An output may then
-// lie on an input's memory (in place) whatever reads that input: the block's reads of it are
-// from its widened row, taken before anything is stored.
+/// The rows a thread runs blocks in, kept per thread (each thread that runs blocks has its own).
+template <class T> struct BlockRows {
+  std::vector<T> rows;                       // one kBlock row per value
+  std::vector<T*> v;                         // each value's row in the current block
+  std::vector<const std::uint8_t*> bytes;    // bool inputs read as bytes: their block
+};
+
+
+// Runs blocks [b0, b1) of the program (see run_blocks) in this thread's rows.
 template <class T>
-void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const* out_ptr, Scratch<T>& scratch) {
-  auto& [rows, widened, source, v, bytes, donated, shares] = scratch;
+void run_block_range(const FusedProgram& prog, const void* const* in_ptr, void* const* out_ptr, const Scratch<T>& scratch,
+                     std::size_t b0, std::size_t b1) {
+  BlockRows<T> own;  // only while the thread is ending (its rows are gone)
+  BlockRows<T>* mine = PerThread<BlockRows<T>>::get();
+  auto& [rows, v, bytes] = mine ? *mine : own;
+  const auto& [widened, source, donated, shares] = scratch;
   const auto nv = static_cast<std::size_t>(prog.num_values);
   const std::size_t ni = prog.inputs.size();
   const auto total = static_cast<std::size_t>(shape_size(prog.shape));
-  if (total == 0) return;
   const bool narrow = prog.storage != prog.compute;
   const auto& direct = prog.direct;
   auto is_direct = [&](std::size_t value) { return !narrow && direct[value] >= 0; };  // narrow: all via rows
   if (rows.size() < nv * kBlock) rows.resize(nv * kBlock);
   v.resize(nv);
   auto row = [&](std::size_t value) { return rows.data() + value * kBlock; };
-  source.assign(in_ptr, in_ptr + ni);
-  if (narrow) {  // scalars and broadcast sources widened once (a bias row, a column of statistics)
-    // the elements of input i widened here: a scalar's one, a broadcast source's period, else none
-    auto widened_length = [&](const FusedProgram::Input& input) -> std::size_t {
-      if (input.is_bool) return 0;
-      return input.is_scalar ? 1 : static_cast<std::size_t>(input.period);
-    };
-    std::size_t count = 0;
-    for (const auto& input : prog.inputs) count += widened_length(input);
-    widened.resize(count);
-    for (std::size_t i = 0, at = 0; i < ni; ++i) {
-      const std::size_t n = widened_length(prog.inputs[i]);
-      if (n == 0) continue;
-      convert_narrow(prog.storage, prog.compute, in_ptr[i], widened.data() + at, n);
-      source[i] = widened.data() + at;
-      at += n;
-    }
-  }
   auto input_elements = [&](std::size_t i) { return static_cast<const T*>(source[i]); };
   auto input_bytes = [&](std::size_t i) { return static_cast<const std::uint8_t*>(in_ptr[i]); };
   bytes.assign(ni, nullptr);
@@ -190,7 +172,7 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
     }
   for (std::size_t i = ni; i < nv; ++i) v[i] = row(i);
 
-  for (std::size_t start = 0; start < total; start += kBlock) {
+  for (std::size_t start = b0 * kBlock; start < std::min(total, b1 * kBlock); start += kBlock) {
     const std::size_t n = std::min(kBlock, total - start);
     for (std::size_t i = 0; i < ni; ++i) {
       const auto& input = prog.inputs[i];
@@ -232,6 +214,50 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
       }
     }
   }
+}
+
+// Runs the program block by block on its inputs' elements (in_ptr[i]) into its outputs'
+// (out_ptr[k]). prog.direct[value] >= 0: the value is a float output computed by an op, written
+// straight into that output's memory (which may be a donated input's: in place). shares[k]: output
+// k renames an input whose buffer it shares, so nothing is copied into it. The blocks are split
+// among the kernel threads in chunks of at least kParallelElements elements (each block's elements depend on
+// that block's inputs only, so any split gives the same bits; an output in place of an input is
+// written block by block after the block read it).
+//
+// A narrow program (storage bf16 / f16, T = float) reads its dense inputs widened into their rows
+// a block at a time, its scalar and broadcast inputs widened once, computes every op in rows (no
+// direct outputs) and rounds each float output once as it stores the block. An output may then
+// lie on an input's memory (in place) whatever reads that input: the block's reads of it are
+// from its widened row, taken before anything is stored.
+template <class T>
+void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const* out_ptr, Scratch<T>& scratch) {
+  auto& [widened, source, donated, shares] = scratch;
+  const std::size_t ni = prog.inputs.size();
+  const auto total = static_cast<std::size_t>(shape_size(prog.shape));
+  if (total == 0) return;
+  source.assign(in_ptr, in_ptr + ni);
+  if (prog.storage != prog.compute) {  // scalars and broadcast sources widened once (a bias row, a column of statistics)
+    // the elements of input i widened here: a scalar's one, a broadcast source's period, else none
+    auto widened_length = [&](const FusedProgram::Input& input) -> std::size_t {
+      if (input.is_bool) return 0;
+      return input.is_scalar ? 1 : static_cast<std::size_t>(input.period);
+    };
+    std::size_t count = 0;
+    for (const auto& input : prog.inputs) count += widened_length(input);
+    widened.resize(count);
+    for (std::size_t i = 0, at = 0; i < ni; ++i) {
+      const std::size_t n = widened_length(prog.inputs[i]);
+      if (n == 0) continue;
+      convert_narrow(prog.storage, prog.compute, in_ptr[i], widened.data() + at, n);
+      source[i] = widened.data() + at;
+      at += n;
+    }
+  }
+  const std::size_t blocks = (total + kBlock - 1) / kBlock;
+  parallel_for(static_cast<std::int64_t>(blocks), std::max<std::int64_t>(1, kParallelElements / static_cast<std::int64_t>(kBlock)),
+               [&](std::int64_t b0, std::int64_t b1) {
+                 run_block_range<T>(prog, in_ptr, out_ptr, scratch, static_cast<std::size_t>(b0), static_cast<std::size_t>(b1));
+               });
 }
 
 template <class T> void run_typed(const FusedProgram& prog, std::span<const Array> in, std::vector<Array>& outs) {

@@ -20,6 +20,10 @@ int kernel_threads();
 /// from inside a chunk, or while another thread's loop holds the workers, runs on its caller alone.
 void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context);
 
+/// The fewest elements an elementwise loop (one op, or a fused chain of them) gives one chunk:
+/// fewer are not worth waking a thread for.
+inline constexpr std::int64_t kParallelElements = 32768;
+
 /// How many loops have run split into two chunks or more since the process started (tests check
 /// that a kernel's loop did split).
 std::int64_t split_loops();
