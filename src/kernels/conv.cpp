@@ -490,31 +490,29 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   std::int64_t image = channels;  // elements of one lhs image
   for (const auto& d : g.dims) image *= d.in_size;
   // Cotangent positions in tiles whose offsets are tabulated together (all of them when the table
-  // is at most kMaxOffsets, computed once; else per tile by each task).
+  // is at most kMaxOffsets), each tile's offsets computed once and its tasks run in parallel.
   const std::int64_t tile = positions * window <= kMaxOffsets ? std::max<std::int64_t>(window, 1)
                                                               : std::max<std::int64_t>(1, kMaxOffsets / positions);
-  const Ints all = tile >= window ? offsets_by_window_position(g, channels, 0, window) : Ints{};
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
   // Tasks: (block of images, chunk of channels), both of sizes that do not depend on the thread
-  // count. Each task sums its images into a partial sum of its own; the blocks' partial sums are
-  // added in block order at the end, so the result has the same bits at any thread count. (Images,
-  // not only channels, are split: two threads reading different channels of the same rows pull
-  // each other's cache lines in, and the loop is bound by memory.)
+  // count. Each task sums its images into a partial sum of its own (tiles in order, then images in
+  // order); the blocks' partial sums are added in block order at the end, so the result has the
+  // same bits at any thread count. (Images, not only channels, are split: two threads reading
+  // different channels of the same rows pull each other's cache lines in, and the loop is bound by
+  // memory.)
   const std::int64_t blocks = std::min<std::int64_t>(images, 64), chunk = 4 * width;
   const std::int64_t chunks = (channels + chunk - 1) / chunk;
   std::vector<T> partial(static_cast<std::size_t>(blocks * positions * channels), T(0));  // [block][pos][c]
-  const std::int64_t task_work = std::max<std::int64_t>(1, (images / std::max<std::int64_t>(blocks, 1)) * window * positions * chunk);
-  parallel_for(blocks * chunks, std::max<std::int64_t>(1, 65536 / task_work), [&](std::int64_t t0, std::int64_t t1) {
-    Ints own;  // a tile of offsets when they are not all tabulated
-    for (std::int64_t task = t0; task < t1; ++task) {
-      const std::int64_t block = task / chunks, c0 = task % chunks * chunk, c1 = std::min(channels, c0 + chunk);
-      const std::int64_t vector_end = c0 + (c1 - c0) / width * width;
-      T* acc = partial.data() + block * positions * channels;  // acc[pos * channels + c]
-      for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
-        const std::int64_t k1 = std::min(window, k0 + tile);
-        if (all.empty()) own = offsets_by_window_position(g, channels, k0, k1);
-        const std::int64_t* offs = all.empty() ? own.data() : all.data() + k0 * positions;
+  for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
+    const std::int64_t k1 = std::min(window, k0 + tile);
+    const Ints offs = offsets_by_window_position(g, channels, k0, k1);
+    const std::int64_t task_work = std::max<std::int64_t>(1, (images / std::max<std::int64_t>(blocks, 1)) * (k1 - k0) * positions * chunk);
+    parallel_for(blocks * chunks, std::max<std::int64_t>(1, 65536 / task_work), [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t task = t0; task < t1; ++task) {
+        const std::int64_t block = task / chunks, c0 = task % chunks * chunk, c1 = std::min(channels, c0 + chunk);
+        const std::int64_t vector_end = c0 + (c1 - c0) / width * width;
+        T* acc = partial.data() + block * positions * channels;  // acc[pos * channels + c]
         for (std::int64_t f = block * images / blocks; f < (block + 1) * images / blocks; ++f) {
           const T* cf = ct + (f * window + k0) * channels;
           const T* xf = x + f * image;
@@ -524,7 +522,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
           for (std::int64_t r0 = 0; r0 < k1 - k0; r0 += kRun) {
             const std::int64_t n = std::min(kRun, k1 - k0 - r0);
             const T* cr = cf + r0 * channels;
-            const std::int64_t* offr = offs + r0 * positions;
+            const std::int64_t* offr = offs.data() + r0 * positions;
             std::int64_t c = c0;
             for (; c + 4 * width <= vector_end; c += 4 * width) sum_all_taps<4>(xf, cr, offr, positions, n, channels, c, acc + c, channels);
             for (; c + 2 * width <= vector_end; c += 2 * width) sum_all_taps<2>(xf, cr, offr, positions, n, channels, c, acc + c, channels);
@@ -534,15 +532,15 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
             for (std::int64_t pos = 0; pos < positions; ++pos) {
               T sum(0);
               for (std::int64_t kp = 0; kp < k1 - k0; ++kp) {
-                const std::int64_t off = offs[kp * positions + pos];
+                const std::int64_t off = offs[static_cast<std::size_t>(kp * positions + pos)];
                 sum += (off < 0 ? T(0) : xf[off + c]) * cf[kp * channels + c];
               }
               acc[pos * channels + c] += sum;
             }
         }
       }
-    }
-  });
+    });
+  }
   std::fill(out, out + positions * channels, T(0));
   for (std::int64_t block = 0; block < blocks; ++block)
     for (std::int64_t i = 0; i < positions * channels; ++i) out[i] += partial[static_cast<std::size_t>(block * positions * channels + i)];

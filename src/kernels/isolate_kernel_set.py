@@ -12,14 +12,17 @@ set emits.
 This links the set's archive into one object (`ld -r`) and renames, in that object only, every weak
 function it defines and every vtable (`_ZN...` -> `_ZN....xjax_set_<name>`, which c++filt shows as
 `[clone .xjax_set_<name>]`): definitions and references together, so the set's code calls its own
-copies and no other object can bind to them. Weak *objects* (an inline function's static local,
-typeinfo, guard variables) keep their names: there must be one of each in the program, and they
-hold no code.
+copies and no other object can bind to them. So does a shared data object holding a pointer to
+one of those copies (a table of code pointers), and whatever points at it in turn. Other weak
+*objects* (an inline function's static local, typeinfo, guard variables) keep their names: there
+must be one of each in the program.
 
 The result is an archive holding that one object (meson links it whole into libxjax).
 
-Usage: isolate_kernel_set.py SET_NAME ARCHIVE OUTPUT_ARCHIVE [LD NM OBJCOPY AR]"""
+Usage: isolate_kernel_set.py SET_NAME ARCHIVE OUTPUT_ARCHIVE [LD NM OBJCOPY AR READELF]
+(GNU binutils: objcopy cannot rename symbols in LTO objects, so the sets are built without LTO.)"""
 import os
+import re
 import subprocess
 import sys
 
@@ -35,12 +38,40 @@ def renamed(symbol, kind):
     return kind == "W" or (kind == "V" and symbol.startswith("_ZTV"))
 
 
+def data_pointing_at(readelf, obj, targets):
+    """The global / weak / unique data objects of `obj` holding a relocation against a symbol in
+    `targets` (a table of code pointers: std::visit's jump table, a construction vtable...)."""
+    sections = {}  # relocation section name -> index of the section it applies to
+    for line in subprocess.run([readelf, "-SW", obj], capture_output=True, text=True, check=True).stdout.splitlines():
+        m = re.match(r"\s*\[\s*\d+\]\s+(\S+)\s+RELA?\s+\S+\s+\S+\s+\S+\s+\S+\s+\S*\s+\d+\s+(\d+)\s+\d+", line)
+        if m:
+            sections[m.group(1)] = int(m.group(2))
+    objects = {}  # section index -> [(start, end, name)]
+    for line in subprocess.run([readelf, "-sW", obj], capture_output=True, text=True, check=True).stdout.splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[3] == "OBJECT" and f[4] in ("GLOBAL", "WEAK", "UNIQUE") and f[6].isdigit():
+            start = int(f[1], 16)
+            objects.setdefault(int(f[6]), []).append((start, start + int(f[2]), f[7]))
+    found, section = set(), None
+    for line in subprocess.run([readelf, "-rW", obj], capture_output=True, text=True, check=True).stdout.splitlines():
+        m = re.match(r"Relocation section '(\S+)'", line)
+        if m:
+            section = sections.get(m.group(1))
+            continue
+        f = line.split()
+        if section is None or len(f) < 5 or not re.fullmatch(r"[0-9a-f]+", f[0]) or f[4] not in targets:
+            continue
+        offset = int(f[0], 16)
+        found.update(name for start, end, name in objects.get(section, []) if start <= offset < end)
+    return found
+
+
 def main():
-    if len(sys.argv) not in (4, 8):
+    if len(sys.argv) not in (4, 9):
         print(__doc__)
         return 2
     name, archive, output = sys.argv[1:4]
-    ld, nm, objcopy, ar = sys.argv[4:8] if len(sys.argv) == 8 else ("ld", "nm", "objcopy", "ar")
+    ld, nm, objcopy, ar, readelf = sys.argv[4:9] if len(sys.argv) == 9 else ("ld", "nm", "objcopy", "ar", "readelf")
     merged = output + ".merged.o"
     isolated = output + ".o"
     mapping = output + ".renames"
@@ -49,7 +80,15 @@ def main():
     # this set's group in favour of another object's, taking the renamed copies with it.
     subprocess.run([ld, "-r", "--force-group-allocation", "-o", merged, "--whole-archive", archive], check=True)
     symbols = defined_symbols(nm, merged)
-    names = sorted({symbol for symbol, kind in symbols if renamed(symbol, kind)})
+    names = {symbol for symbol, kind in symbols if renamed(symbol, kind)}
+    # A shared data object pointing at the set's copies would hand them to whichever object the
+    # linker keeps it from: it becomes the set's own too (and so, in turn, whatever points at it).
+    while True:
+        more = data_pointing_at(readelf, merged, names) - names
+        if not more:
+            break
+        names |= more
+    names = sorted(names)
     if not names:
         print(f"{archive}: no weak function to rename (not a kernel set's archive?)", file=sys.stderr)
         return 1
@@ -59,13 +98,14 @@ def main():
     # Unique objects (nm's `u`: an inline function's static local, an inline variable) were kept
     # once by their COMDAT groups; without the groups they become weak, so the linker still keeps
     # one of each.
-    unique = sorted({symbol for symbol, kind in symbols if kind == "u"})
+    unique = sorted({symbol for symbol, kind in symbols if kind == "u"} - set(names))
     subprocess.run([objcopy, f"--redefine-syms={mapping}"] + [f"--weaken-symbol={u}" for u in unique]
                    + [merged, isolated], check=True)
     if os.path.exists(output):
         os.remove(output)
     subprocess.run([ar, "rcs", output, isolated], check=True)
-    os.remove(merged)
+    for scratch in (merged, isolated, mapping):
+        os.remove(scratch)
     return 0
 
 
