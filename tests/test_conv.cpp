@@ -45,6 +45,12 @@ Ints positions(const std::string& spec, char first, char second, const std::stri
   return out;
 }
 
+Ints row_major_strides(const xj::Shape& shape) {
+  Ints strides(shape.size(), 1);
+  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+  return strides;
+}
+
 std::int64_t flat(const xj::Shape& shape, const Ints& index) {
   std::int64_t f = 0;
   for (std::size_t i = 0; i < shape.size(); ++i) f = f * shape[i] + index[i];
@@ -72,30 +78,30 @@ template <class F> xj::Shape conv_loops(const ConvCase& c, F&& visit) {
   for (std::size_t i = 0; i < ns; ++i) out_shape[O[i + 2]] = outs[i];
   std::int64_t npos = 1, nwin = 1;
   for (std::size_t i = 0; i < ns; ++i) npos *= outs[i], nwin *= win[i];
+  // flat index = sum of index * stride (row-major); the counters are reused, nothing is allocated
+  // in the loops
+  const Ints ls = row_major_strides(c.lhs), rs = row_major_strides(c.rhs), os = row_major_strides(out_shape);
+  Ints s(ns), k(ns);  // the output's spatial position, the window position
   for (std::int64_t n = 0; n < Nout; ++n)
     for (std::int64_t o = 0; o < Oc; ++o)
       for (std::int64_t sp = 0; sp < npos; ++sp) {
-        Ints s(ns);
         for (std::int64_t r = sp, i = static_cast<std::int64_t>(ns) - 1; i >= 0; --i) s[i] = r % outs[i], r /= outs[i];
-        Ints oi(ns + 2);
-        oi[O[0]] = n, oi[O[1]] = o;
-        for (std::size_t i = 0; i < ns; ++i) oi[O[i + 2]] = s[i];
+        std::int64_t of = n * os[O[0]] + o * os[O[1]];
+        for (std::size_t i = 0; i < ns; ++i) of += s[i] * os[O[i + 2]];
         const std::int64_t gf = o / (Oc / G), gb = o / (Oc / B);
         for (std::int64_t ch = 0; ch < Cg; ++ch)
           for (std::int64_t kp = 0; kp < nwin; ++kp) {
-            Ints k(ns);
             for (std::int64_t r = kp, i = static_cast<std::int64_t>(ns) - 1; i >= 0; --i) k[i] = r % win[i], r /= win[i];
-            Ints li(ns + 2), ri(ns + 2);
-            li[L[0]] = gb * Nout + n, li[L[1]] = gf * Cg + ch;
-            ri[R[0]] = o, ri[R[1]] = ch;
+            std::int64_t lf = (gb * Nout + n) * ls[L[0]] + (gf * Cg + ch) * ls[L[1]];
+            std::int64_t rf = o * rs[R[0]] + ch * rs[R[1]];
             bool inside = true;
             for (std::size_t i = 0; i < ns && inside; ++i) {
               const std::int64_t q = s[i] * c.strides[i] + k[i] * c.rhs_dil[i] - c.pads[i].first;
               inside = q >= 0 && q % c.lhs_dil[i] == 0 && q / c.lhs_dil[i] < in[i];
-              li[L[i + 2]] = q / std::max<std::int64_t>(c.lhs_dil[i], 1);
-              ri[R[i + 2]] = k[i];
+              lf += q / std::max<std::int64_t>(c.lhs_dil[i], 1) * ls[L[i + 2]];
+              rf += k[i] * rs[R[i + 2]];
             }
-            if (inside) visit(flat(out_shape, oi), flat(c.lhs, li), flat(c.rhs, ri));
+            if (inside) visit(of, lf, rf);
           }
         (void)C;
       }
@@ -170,14 +176,19 @@ const ConvCase& conv_case(const std::string& what) {
   throw std::invalid_argument("no conv case " + what);
 }
 
+// Every element within tol (relative, past 1) of want; an infinite want (a window of padding
+// only: the identity) exactly. One assertion per array, naming the first element off and the count.
 void check_all(const xj::Array& got, const std::vector<double>& want, double tol) {
   const auto g = vec(got);
   REQUIRE(g.size() == want.size());
+  std::size_t off = 0, first = 0;
   for (std::size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i << ": got " << g[i] << ", want " << want[i]);
-    if (std::isinf(want[i])) CHECK(g[i] == want[i]);  // a window of padding only: the identity
-    else CHECK(std::abs(g[i] - want[i]) <= tol * (1.0 + std::abs(want[i])));
+    const bool ok = std::isinf(want[i]) ? g[i] == want[i] : std::abs(g[i] - want[i]) <= tol * (1.0 + std::abs(want[i]));
+    if (!ok && off++ == 0) first = i;
   }
+  INFO(off << " of " << g.size() << " elements off; the first, element " << first << ": got "
+            << (off ? g[first] : 0.0) << ", want " << (off ? want[first] : 0.0));
+  CHECK(off == 0);
 }
 
 }  // namespace
@@ -436,11 +447,10 @@ template <class F> xj::Shape window_loops(const WindowCase& c, F&& visit) {
   }
   std::int64_t nout = xj::shape_size(out), nwin = 1;
   for (auto w : c.window) nwin *= w;
+  Ints o(r), k(r), in(r);  // reused: nothing is allocated in the loops
   for (std::int64_t of = 0; of < nout; ++of) {
-    Ints o(r);
     for (std::int64_t rem = of, i = static_cast<std::int64_t>(r) - 1; i >= 0; --i) o[i] = rem % out[i], rem /= out[i];
     for (std::int64_t kf = 0; kf < nwin; ++kf) {
-      Ints k(r), in(r);
       for (std::int64_t rem = kf, i = static_cast<std::int64_t>(r) - 1; i >= 0; --i) k[i] = rem % c.window[i], rem /= c.window[i];
       bool inside = true;
       for (std::size_t i = 0; i < r && inside; ++i) {
@@ -733,6 +743,10 @@ TEST_CASE("depthwise and grouped convolutions split across threads: value and bo
   const ConvCase cases[] = {
       {"depthwise NHWC, 40 channels", {4, 20, 20, 40}, {3, 3, 1, 40}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 40, 1},
       {"depthwise NCHW, 24 channels", {4, 24, 20, 40}, {24, 1, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 24, 1},
+      // more images than the kernel gradient's 64 blocks of images; then 65 x 1024 kernel entries,
+      // whose partial sums allow only 63 blocks (conv.cpp's kMaxPartialSums)
+      {"depthwise NHWC, 70 images", {70, 6, 6, 8}, {3, 3, 1, 8}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 8, 1},
+      {"depthwise NWC, 1024 channels, 70 images", {70, 66, 1024}, {65, 1, 1024}, {1}, {{0, 0}}, {1}, {1}, "NWC", "WIO", "NWC", 1024, 1},
       // one output channel per group of 8 (the direct loop), one image: split over the groups
       {"one image, 4 groups of 8 channels, one output each", {1, 32, 24, 24}, {4, 8, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 4, 1},
   };

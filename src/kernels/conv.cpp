@@ -129,20 +129,34 @@ Conv make_conv(const Shape& lhs, const Shape& rhs, const params::ConvGeneralDila
   return g;
 }
 
+/// Which index of window_offsets' table runs fastest.
+enum class OffsetOrder { window_position_fastest, output_position_fastest };
+
 // The offset in one (spatial..., channels) image, `channels` elements per position, that window
 // position kpos of output position pos reads, or -1 for padding, for the output positions
-// [first, last): offsets[(pos - first) * window + kpos].
-Ints window_offsets(const Conv& g, std::int64_t channels, std::int64_t first, std::int64_t last) {
+// [first, last) and the window positions [k0, k1): offsets[(pos - first) * (k1 - k0) + kpos - k0]
+// (window_position_fastest) or offsets[(kpos - k0) * (last - first) + pos - first].
+Ints window_offsets(const Conv& g, std::int64_t channels, std::int64_t first, std::int64_t last, std::int64_t k0,
+                    std::int64_t k1, OffsetOrder order) {
   const Ints strides = spatial_strides(g.dims, channels);
-  Ints offsets(static_cast<std::size_t>((last - first) * g.window));
+  const std::int64_t n_pos = last - first, n_k = k1 - k0;
+  Ints offsets(static_cast<std::size_t>(n_pos * n_k));
   Odometer s{g.out_extent};
   s.seek(first);
-  for (std::int64_t pos = first; pos < last; ++pos, s.next()) {
+  for (std::int64_t pos = 0; pos < n_pos; ++pos, s.next()) {
     Odometer k{g.window_extent};
-    for (std::int64_t kp = 0; kp < g.window; ++kp, k.next())
-      offsets[static_cast<std::size_t>((pos - first) * g.window + kp)] = g.offset(strides, s.at, k.at);
+    k.seek(k0);
+    for (std::int64_t kp = 0; kp < n_k; ++kp, k.next()) {
+      const std::int64_t at = order == OffsetOrder::window_position_fastest ? pos * n_k + kp : kp * n_pos + pos;
+      offsets[static_cast<std::size_t>(at)] = g.offset(strides, s.at, k.at);
+    }
   }
   return offsets;
+}
+
+// window_offsets of the output positions [first, last) and every window position.
+Ints window_offsets(const Conv& g, std::int64_t channels, std::int64_t first, std::int64_t last) {
+  return window_offsets(g, channels, first, last, 0, g.window, OffsetOrder::window_position_fastest);
 }
 
 /// The most (output position, window position) offsets a kernel tabulates at once (8 MiB).
@@ -400,21 +414,6 @@ bool is_channels_last_depthwise_filter_grad(const Conv& g, const params::ConvGen
          p.rhs_spec == spec;
 }
 
-// window_offsets for the window positions [k0, k1), window position major:
-// offsets[(kp - k0) * g.positions + pos].
-Ints offsets_by_window_position(const Conv& g, std::int64_t channels, std::int64_t k0, std::int64_t k1) {
-  const Ints strides = spatial_strides(g.dims, channels);
-  Ints offsets(static_cast<std::size_t>((k1 - k0) * g.positions));
-  Odometer k{g.window_extent};
-  k.seek(k0);
-  for (std::int64_t kp = k0; kp < k1; ++kp, k.next()) {
-    Odometer s{g.out_extent};
-    for (std::int64_t pos = 0; pos < g.positions; ++pos, s.next())
-      offsets[static_cast<std::size_t>((kp - k0) * g.positions + pos)] = g.offset(strides, s.at, k.at);
-  }
-  return offsets;
-}
-
 // a[p * a_stride + b * width ...] += sum over kp in [0, n) of x[offs[kp * positions + p] + c + b * width ...]
 // ct[kp * channels + c + b * width ...] for the NP kernel positions p and NB batches of channels b
 // from c (offset -1: padding, zeros times the cotangent, so an infinite one gives NaN as in the
@@ -501,12 +500,16 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   // same bits at any thread count. (Images, not only channels, are split: two threads reading
   // different channels of the same rows pull each other's cache lines in, and the loop is bound by
   // memory.)
-  const std::int64_t blocks = std::min<std::int64_t>(images, 64), chunk = 4 * width;
+  // (At most 64 blocks, fewer when their partial sums would pass kMaxPartialSums elements.)
+  constexpr std::int64_t kMaxPartialSums = std::int64_t{1} << 22;
+  const std::int64_t blocks = std::max<std::int64_t>(
+      1, std::min({images, std::int64_t{64}, kMaxPartialSums / std::max<std::int64_t>(1, positions * channels)}));
+  const std::int64_t chunk = 4 * width;
   const std::int64_t chunks = (channels + chunk - 1) / chunk;
   std::vector<T> partial(static_cast<std::size_t>(blocks * positions * channels), T(0));  // [block][pos][c]
   for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
     const std::int64_t k1 = std::min(window, k0 + tile);
-    const Ints offs = offsets_by_window_position(g, channels, k0, k1);
+    const Ints offs = window_offsets(g, channels, 0, positions, k0, k1, OffsetOrder::output_position_fastest);
     const std::int64_t task_work = std::max<std::int64_t>(1, (images / std::max<std::int64_t>(blocks, 1)) * (k1 - k0) * positions * chunk);
     parallel_for(blocks * chunks, std::max<std::int64_t>(1, 65536 / task_work), [&](std::int64_t t0, std::int64_t t1) {
       for (std::int64_t task = t0; task < t1; ++task) {
@@ -541,9 +544,12 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
       }
     });
   }
-  std::fill(out, out + positions * channels, T(0));
-  for (std::int64_t block = 0; block < blocks; ++block)
-    for (std::int64_t i = 0; i < positions * channels; ++i) out[i] += partial[static_cast<std::size_t>(block * positions * channels + i)];
+  const std::int64_t size = positions * channels;
+  parallel_for(size, 4096, [&](std::int64_t i0, std::int64_t i1) {
+    std::fill(out + i0, out + i1, T(0));
+    for (std::int64_t block = 0; block < blocks; ++block)
+      for (std::int64_t i = i0; i < i1; ++i) out[i] += partial[static_cast<std::size_t>(block * size + i)];
+  });
 }
 
 // The rows of a channels-first plane (one image, one channel: spatial dims in order, the last
@@ -732,6 +738,41 @@ void interior_batches(const T* xp, const T* wp, const std::int64_t* rows, std::i
   for (int b = 0; b < NB; ++b) acc[b].store_unaligned(y + b * width);
 }
 
+// Outputs y[i0, i1) (at least one batch of them) by interior_batches, reading from column
+// i + shift for output i; the last batch overlaps the one before when the run is not a multiple
+// of the width (same values).
+template <class T>
+void batch_run(const T* xp, const T* wp, const std::int64_t* rows, std::int64_t lead_windows, std::int64_t kw,
+               std::int64_t wd, std::int64_t shift, std::int64_t i0, std::int64_t i1, T* y) {
+  constexpr std::int64_t width = static_cast<std::int64_t>(simd::Batch<T>::size);
+  std::int64_t i = i0;
+  for (; i + 4 * width <= i1; i += 4 * width) interior_batches<4>(xp, wp, rows, lead_windows, kw, wd, i + shift, y + i);
+  for (; i + 2 * width <= i1; i += 2 * width) interior_batches<2>(xp, wp, rows, lead_windows, kw, wd, i + shift, y + i);
+  for (; i + width <= i1; i += width) interior_batches<1>(xp, wp, rows, lead_windows, kw, wd, i + shift, y + i);
+  if (i < i1) interior_batches<1>(xp, wp, rows, lead_windows, kw, wd, i1 - width + shift, y + (i1 - width));
+}
+
+// The plane's n_rows rows of length `length`, each copied into `row_length` elements with `pad_lo`
+// zeros before it (pad_lo >= 0) and zeros after.
+template <class T>
+void copy_padded_rows(const T* plane, std::int64_t n_rows, std::int64_t length, std::int64_t pad_lo,
+                      std::int64_t row_length, T* padded) {
+  using B = simd::Batch<T>;
+  constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  const std::int64_t copied = std::clamp<std::int64_t>(row_length - pad_lo, 0, length);
+  const std::int64_t before = std::min(pad_lo, row_length);
+  for (std::int64_t r = 0; r < n_rows; ++r) {
+    T* dst = padded + r * row_length;
+    const T* src = plane + r * length;
+    std::fill(dst, dst + before, T(0));
+    T* run = dst + before;  // short rows: a copy loop, not a memmove call per row
+    std::int64_t c = 0;
+    for (; c + width <= copied; c += width) B::load_unaligned(src + c).store_unaligned(run + c);
+    for (; c < copied; ++c) run[c] = src[c];
+    std::fill(dst + before + copied, dst + row_length, T(0));
+  }
+}
+
 template <class T> void channels_first_depthwise(const T* x, const T* w, const Conv& g, T* out) {
   const WindowDim& last = g.dims.back();
   const Ints last_table = last.index_table();
@@ -740,8 +781,7 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
   const bool unit_stride = last.stride == 1;
   const std::int64_t in_plane = g.image / g.c;
   const LeadRows rows(g);  // output rows and window rows
-  using B = simd::Batch<T>;
-  constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  constexpr std::int64_t width = static_cast<std::int64_t>(simd::Batch<T>::size);
   // With stride 1, no lhs dilation and no cropping along the last dim, each input row is first
   // copied with its padding as zeros (row_length elements: output i, window position kk reads
   // element i + kk wd), so every output runs in batches, the edges too.
@@ -758,20 +798,7 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
     for (std::int64_t in = begin; in < end; ++in) {
       const std::int64_t q = in % g.c;  // the input channel
       const T* xp = x + in * in_plane;
-      if (padded_rows)  // once per input plane, for all of its m output planes
-        for (std::int64_t r = 0; r < in_rows; ++r) {
-          T* dst = padded.data() + r * row_length;
-          const std::int64_t copied = std::clamp<std::int64_t>(row_length - last.pad_lo, 0, last.in_size);
-          const std::int64_t before = std::min(last.pad_lo, row_length);
-          const T* src = xp + r * last.in_size;
-          std::int64_t t = 0;
-          for (; t < before; ++t) dst[t] = T(0);
-          T* run = dst + before;  // short rows: a copy loop, not a memmove call per row
-          std::int64_t c = 0;
-          for (; c + width <= copied; c += width) B::load_unaligned(src + c).store_unaligned(run + c);
-          for (; c < copied; ++c) run[c] = src[c];
-          for (t = before + copied; t < row_length; ++t) dst[t] = T(0);
-        }
+      if (padded_rows) copy_padded_rows(xp, in_rows, last.in_size, last.pad_lo, row_length, padded.data());  // once for m planes
       for (std::int64_t j = 0; j < m; ++j) {
         const std::int64_t plane = in * m + j;  // (image, output channel q m + j)
         for (std::int64_t kp = 0; kp < g.window; ++kp) weights[static_cast<std::size_t>(kp)] = w[(q * g.window + kp) * m + j];
@@ -783,16 +810,11 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
             row_offsets[static_cast<std::size_t>(kl)] = input_row < 0 ? -1 : input_row * last.in_size;
             if (padded_rows) padded_offsets[static_cast<std::size_t>(kl)] = input_row < 0 ? -1 : input_row * row_length;
           }
-          std::int64_t i = 0;
           if (padded_rows) {
-            const std::int64_t* rp = padded_offsets.data();
-            for (; i + 4 * width <= n_out; i += 4 * width) interior_batches<4>(padded.data(), wp, rp, rows.win_rows, kw, wd, i, y + i);
-            for (; i + 2 * width <= n_out; i += 2 * width) interior_batches<2>(padded.data(), wp, rp, rows.win_rows, kw, wd, i, y + i);
-            for (; i + width <= n_out; i += width) interior_batches<1>(padded.data(), wp, rp, rows.win_rows, kw, wd, i, y + i);
-            if (i < n_out)  // the last batch overlaps the one before (same values)
-              interior_batches<1>(padded.data(), wp, rp, rows.win_rows, kw, wd, n_out - width, y + (n_out - width));
+            batch_run(padded.data(), wp, padded_offsets.data(), rows.win_rows, kw, wd, 0, 0, n_out, y);
             continue;
           }
+          std::int64_t i = 0;
           const auto one = [&](std::int64_t at_out) {  // one output through the table
             T sum(0);
             for (std::int64_t kl = 0; kl < rows.win_rows; ++kl) {
@@ -807,11 +829,7 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
           if (unit_stride)
             for (; i < lo; ++i) one(i);
           if (unit_stride && hi - i >= width) {
-            for (; i + 4 * width <= hi; i += 4 * width) interior_batches<4>(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, i - last.pad_lo, y + i);
-            for (; i + 2 * width <= hi; i += 2 * width) interior_batches<2>(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, i - last.pad_lo, y + i);
-            for (; i + width <= hi; i += width) interior_batches<1>(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, i - last.pad_lo, y + i);
-            if (i < hi)  // the last batch overlaps the one before (same values)
-              interior_batches<1>(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, hi - width - last.pad_lo, y + (hi - width));
+            batch_run(xp, wp, row_offsets.data(), rows.win_rows, kw, wd, -last.pad_lo, i, hi, y);
             i = hi;
           }
           for (; i < n_out; ++i) one(i);

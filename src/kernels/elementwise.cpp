@@ -223,6 +223,15 @@ template <class F> void split_elements(std::size_t n, F&& fn) {
   });
 }
 
+// A fresh array of type `out` whose element ranges [i, i + n) are filled, split across the kernel
+// threads, by fill(i, n, the output at element i).
+template <class F> Array fill_split(const ShapedArray& out, F&& fill) {
+  Array result = alloc_array(out);
+  void* o = mutable_data(result);
+  split_elements(count(out), [&](std::size_t i, std::size_t n) { fill(i, n, static_cast<char*>(o) + i * itemsize(out.dtype)); });
+  return result;
+}
+
 // Element i of an array of dtype d at p.
 const void* element(const void* p, DType d, std::size_t i) { return static_cast<const char*>(p) + i * itemsize(d); }
 void* element(void* p, DType d, std::size_t i) { return static_cast<char*>(p) + i * itemsize(d); }
@@ -272,43 +281,31 @@ void convert_elements(DType from, DType to, const void* x, void* o, std::size_t 
 // ---- entry points ------------------------------------------------------------------------------
 
 Array unary_kernel(Primitive p, const Array& x, const ShapedArray& out) {
-  Array result = alloc_array(out);
   const void* in = elements_of(x);
-  void* o = mutable_data(result);
-  split_elements(count(out), [&](std::size_t i, std::size_t n) {
-    unary_elements(p, x.dtype(), element(in, x.dtype(), i), element(o, out.dtype, i), n);
+  return fill_split(out, [&](std::size_t i, std::size_t n, void* o) {
+    unary_elements(p, x.dtype(), element(in, x.dtype(), i), o, n);
   });
-  return result;
 }
 
 Array integer_pow_kernel(const Array& x, std::int64_t y, const ShapedArray& out) {
-  Array result = alloc_array(out);
   const void* in = elements_of(x);
-  void* o = mutable_data(result);
-  split_elements(count(out), [&](std::size_t i, std::size_t n) {
-    integer_pow_elements(x.dtype(), element(in, x.dtype(), i), element(o, out.dtype, i), n, y);
+  return fill_split(out, [&](std::size_t i, std::size_t n, void* o) {
+    integer_pow_elements(x.dtype(), element(in, x.dtype(), i), o, n, y);
   });
-  return result;
 }
 
 Array binary_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out) {
-  Array result = alloc_array(out);
   const void *a = elements_of(x), *b = elements_of(y);
-  void* o = mutable_data(result);
-  split_elements(count(out), [&](std::size_t i, std::size_t n) {
-    binary_elements(p, x.dtype(), element(a, x.dtype(), i), element(b, x.dtype(), i), element(o, out.dtype, i), n);
+  return fill_split(out, [&](std::size_t i, std::size_t n, void* o) {
+    binary_elements(p, x.dtype(), element(a, x.dtype(), i), element(b, x.dtype(), i), o, n);
   });
-  return result;
 }
 
 Array compare_kernel(Primitive p, const Array& x, const Array& y, const ShapedArray& out) {
-  Array result = alloc_array(out);
   const void *a = elements_of(x), *b = elements_of(y);
-  void* o = mutable_data(result);
-  split_elements(count(out), [&](std::size_t i, std::size_t n) {
-    compare_elements(p, x.dtype(), element(a, x.dtype(), i), element(b, x.dtype(), i), element(o, out.dtype, i), n);
+  return fill_split(out, [&](std::size_t i, std::size_t n, void* o) {
+    compare_elements(p, x.dtype(), element(a, x.dtype(), i), element(b, x.dtype(), i), o, n);
   });
-  return result;
 }
 
 Array select_n_kernel(std::span<const Array> in, const ShapedArray& out) {
@@ -332,13 +329,10 @@ Array select_n_kernel(std::span<const Array> in, const ShapedArray& out) {
 }
 
 Array convert_element_type_kernel(const Array& x, const ShapedArray& out) {
-  Array result = alloc_array(out);
   const void* in = elements_of(x);
-  void* o = mutable_data(result);
-  split_elements(count(out), [&](std::size_t i, std::size_t n) {
-    convert_elements(x.dtype(), out.dtype, element(in, x.dtype(), i), element(o, out.dtype, i), n);
+  return fill_split(out, [&](std::size_t i, std::size_t n, void* o) {
+    convert_elements(x.dtype(), out.dtype, element(in, x.dtype(), i), o, n);
   });
-  return result;
 }
 
 Array copy_kernel(const Array& x, const ShapedArray& out) {
