@@ -24,6 +24,12 @@ void throw_wrong_params(std::size_t held, std::size_t wanted) {
 
 // Each struct's == is memberwise: shared_ptrs (jaxprs, objects) and vectors of them compare by
 // identity, the rest by value.
+Params::Params(const Params&) = default;
+Params::Params(Params&&) noexcept = default;
+Params& Params::operator=(const Params&) = default;
+Params& Params::operator=(Params&&) noexcept = default;
+Params::~Params() = default;
+
 bool operator==(const Params& a, const Params& b) { return a.variant() == b.variant(); }
 
 std::vector<ClosedJaxprPtr> sub_jaxprs(const Params& ps) {

@@ -108,3 +108,15 @@ TEST_CASE("internal errors: user errors and exceptions from user code are not co
   auto f = xj::checkpoint([](const xj::Array& v) { return xj::sin(xj::sin(v)); }, {.policy = bad_policy});
   CHECK_THROWS_AS(xj::grad(f)(x), int);
 }
+
+TEST_CASE("internal errors: a rule reading another primitive's parameter struct names both structs") {
+  const xj::Params pad = xj::params::Pad{};
+  const std::string msg = internal_error_of([&] { (void)pad.get<xj::params::DotGeneral>(); });
+  INFO(msg);
+  CHECK(contains(msg, "the equation holds params::Pad, a rule read params::DotGeneral"));
+  const xj::Params none;
+  CHECK(contains(internal_error_of([&] { (void)none.get<xj::params::Revolve>(); }), "holds params::None, a rule read params::Revolve"));
+  xj::Params scan = xj::params::Scan{};
+  CHECK(contains(internal_error_of([&] { (void)scan.get<xj::params::Cond>(); }), "holds params::Scan, a rule read params::Cond"));
+  CHECK(scan.get_if<xj::params::Scan>() != nullptr);
+}

@@ -297,6 +297,12 @@ using ParamsVariant =
 template <class T, class V> struct is_alternative;
 template <class T, class... Ts> struct is_alternative<T, std::variant<Ts...>> {
   static constexpr bool value = (std::is_same_v<T, Ts> || ...);
+  /// T's index among the alternatives (it is one of them once).
+  static constexpr std::size_t index() {
+    std::size_t i = 0;
+    ((std::is_same_v<T, Ts> ? false : (++i, true)) && ...);
+    return i;
+  }
 };
 /// The name of parameter struct number `index` ("DotGeneral").
 const char* params_struct_name(std::size_t index);
@@ -311,15 +317,23 @@ class Params {
   template <class T>
     requires detail::is_alternative<T, detail::ParamsVariant>::value
   Params(T p) : v_(std::move(p)) {}  // NOLINT: implicit on purpose, `bind(prim, in, params::Pad{...})`
+  // Out of line (params.cpp): the variant's copy, move and destruction of its 50 alternatives are
+  // compiled once, not in every file that copies an equation (about half of a small pass's
+  // compile time before).
+  Params(const Params&);
+  Params(Params&&) noexcept;
+  Params& operator=(const Params&);
+  Params& operator=(Params&&) noexcept;
+  ~Params();
 
   /// The struct; xj::InternalError (a bug in xjax) when the equation holds another.
   template <class T> const T& get() const {
     if (const T* p = std::get_if<T>(&v_)) return *p;
-    detail::throw_wrong_params(v_.index(), detail::ParamsVariant(std::in_place_type<T>).index());
+    detail::throw_wrong_params(v_.index(), detail::is_alternative<T, detail::ParamsVariant>::index());
   }
   template <class T> T& get() {
     if (T* p = std::get_if<T>(&v_)) return *p;
-    detail::throw_wrong_params(v_.index(), detail::ParamsVariant(std::in_place_type<T>).index());
+    detail::throw_wrong_params(v_.index(), detail::is_alternative<T, detail::ParamsVariant>::index());
   }
   /// The struct, or nullptr when the equation holds another (e.g. in a user's policy).
   template <class T> const T* get_if() const { return std::get_if<T>(&v_); }
