@@ -35,37 +35,44 @@ class HeaderReader {
     const auto k = text_.find(quoted);
     if (k == std::string::npos) bad(path_, std::string("the header has no '") + key + "' field");
     auto p = text_.find(':', k + quoted.size());
-    if (p == std::string::npos) bad(path_, std::string("the header's '") + key + "' field has no value");
+    if (p == std::string::npos) bad_field(key, "field has no value");
     return skip_spaces(p + 1);
   }
   std::string string_field(const char* key) const {
     const std::size_t p = value_at(key);
-    if (p >= text_.size() || (text_[p] != '\'' && text_[p] != '"')) bad(path_, std::string("the header's '") + key + "' is not a string");
+    if (p >= text_.size() || (text_[p] != '\'' && text_[p] != '"')) bad_field(key, "is not a string");
     const auto end = text_.find(text_[p], p + 1);
-    if (end == std::string::npos) bad(path_, std::string("the header's '") + key + "' string is not closed");
+    if (end == std::string::npos) bad_field(key, "string is not closed");
     return text_.substr(p + 1, end - p - 1);
   }
   bool bool_field(const char* key) const {
     const std::size_t p = value_at(key);
     if (text_.compare(p, 4, "True") == 0) return true;
     if (text_.compare(p, 5, "False") == 0) return false;
-    bad(path_, std::string("the header's '") + key + "' is neither True nor False");
+    bad_field(key, "is neither True nor False");
+  }
+  // (Appended, not `std::string(...) + key + ...`: GCC 12's -Warray-bounds misfires on that
+  // chain once inlined here.)
+  [[noreturn]] void bad_field(const char* key, const char* what) const {
+    std::string message = "the header's '";
+    message.append(key).append("' ").append(what);
+    bad(path_, message);
   }
   std::vector<std::uint64_t> shape_field(const char* key) const {
     std::size_t p = value_at(key);
-    if (p >= text_.size() || text_[p] != '(') bad(path_, std::string("the header's '") + key + "' is not a tuple");
+    if (p >= text_.size() || text_[p] != '(') bad_field(key, "is not a tuple");
     std::vector<std::uint64_t> s;
     p = skip_spaces(p + 1);
     while (p < text_.size() && text_[p] != ')') {
       std::size_t digits = p;
       while (digits < text_.size() && std::isdigit(static_cast<unsigned char>(text_[digits]))) ++digits;
-      if (digits == p || digits - p > 18) bad(path_, std::string("the header's '") + key + "' holds a bad dimension");
+      if (digits == p || digits - p > 18) bad_field(key, "holds a bad dimension");
       s.push_back(std::stoull(text_.substr(p, digits - p)));
       p = skip_spaces(digits);
       if (p < text_.size() && text_[p] == ',') p = skip_spaces(p + 1);
-      else if (p < text_.size() && text_[p] != ')') bad(path_, std::string("the header's '") + key + "' is not a tuple of integers");
+      else if (p < text_.size() && text_[p] != ')') bad_field(key, "is not a tuple of integers");
     }
-    if (p >= text_.size()) bad(path_, std::string("the header's '") + key + "' tuple is not closed");
+    if (p >= text_.size()) bad_field(key, "tuple is not closed");
     return s;
   }
 
