@@ -15,12 +15,12 @@ using P = Primitive;
 
 namespace {
 
-/// A TypeError naming the call unless every operand is f32 or f64 (as lax.linalg: no implicit
+/// A TypeError naming the call unless every operand is a float (bf16 / f16 compute in f32; as lax.linalg: no implicit
 /// conversion of integers or bools; the caller converts with xj::astype).
 void expect_floats(const std::string& call, std::initializer_list<const Array*> xs, std::source_location loc) {
   for (const Array* x : xs)
     if (!is_floating(x->dtype()))
-      throw TypeError(call + ": needs floating-point operands (f32 or f64); convert with xj::astype (at " +
+      throw TypeError(call + ": needs floating-point operands (f64, f32, bf16 or f16); convert with xj::astype (at " +
                       format_location(loc) + ")");
 }
 

@@ -26,7 +26,7 @@ enum class Kinds { floats, numeric, any, integers, ints };
 
 void expect_kind(Primitive p, Avals in, const ShapedArray& a, Kinds k) {
   if (k == Kinds::floats && !is_floating(a.dtype))
-    type_fail(p, in, "needs a floating-point operand (f32 or f64); convert with xj::astype");
+    type_fail(p, in, "needs a floating-point operand (f64, f32, bf16 or f16); convert with xj::astype");
   if (k == Kinds::numeric && a.dtype == bool_)
     type_fail(p, in, "does not accept bool operands; convert with xj::astype");
   if ((k == Kinds::integers || k == Kinds::ints) && is_floating(a.dtype))

@@ -88,7 +88,7 @@ std::vector<ShapedArray> conv_general_dilated_shape_rule(Avals in, const params:
   const ShapedArray &lhs = in[0], &rhs = in[1];
   if (lhs.dtype != rhs.dtype) type_fail(prim, in, "lhs and rhs must have the same dtype");
   if (!is_floating(lhs.dtype))
-    type_fail(prim, in, "needs floating-point operands (f32 or f64); convert with xj::astype");
+    type_fail(prim, in, "needs floating-point operands (f64, f32, bf16 or f16); convert with xj::astype");
   const std::int64_t rank = lhs.ndim();
   if (rhs.ndim() != rank)
     shape_fail(prim, in, "lhs and rhs must have the same rank, got " + str(rank) + " and " + str(rhs.ndim()));
@@ -150,7 +150,7 @@ std::vector<ShapedArray> select_window_shape_rule(Primitive prim, Avals in, cons
   if (in[0].dtype != in[1].dtype)
     type_fail(prim, in, "operands must have the same dtype");
   if (!is_floating(in[0].dtype))
-    type_fail(prim, in, "needs floating-point operands (f32 or f64)");
+    type_fail(prim, in, "needs floating-point operands (f64, f32, bf16 or f16)");
   const ShapedArray x = in[1];
   const ShapedArray xs[] = {x};
   check_window(prim, xs, w);

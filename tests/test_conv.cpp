@@ -211,6 +211,52 @@ TEST_CASE("conv_general_dilated: values against the definition's loops, every ca
     }
 }
 
+TEST_CASE("conv_general_dilated, its gradients and the pools in bf16 and f16: computed in f32, rounded once") {
+  // The narrow operands are widened, the f32 kernel run, its result rounded once: the same bits as
+  // rounding the f32 convolution of the widened operands, and within half an ulp of the format
+  // (plus f32's summation error) of the double loops on the narrow values.
+  const ConvCase cases[] = {conv_case("2-D NCHW strides + padding"), conv_case("2-D depthwise"),
+                            conv_case("2-D depthwise NCHW"), conv_case("2-D batch groups"), conv_case("1-D NWC")};
+  unsigned seed = 4300;
+  for (const ConvCase& c : cases)
+    for (xj::DType dtype : {xj::bf16, xj::f16}) {
+      INFO(c.what << " " << dtype);
+      const double half_ulp = dtype == xj::bf16 ? 0x1p-9 : 0x1p-12, tol = 2 * half_ulp;
+      const xj::Array x = xj::astype(test_util::randn(c.lhs, seed++, xj::f32), dtype);
+      const xj::Array w = xj::astype(test_util::randn(c.rhs, seed++, xj::f32), dtype);
+      xj::Shape shape;
+      const auto want = naive_conv(c, vec(x), vec(w), shape);
+      const xj::Array y = run_conv(c, x, w);
+      CHECK(y.dtype() == dtype);
+      check_all(y, want, tol);
+      CHECK(vec(y) == vec(xj::astype(run_conv(c, xj::astype(x, xj::f32), xj::astype(w, xj::f32)), dtype)));
+      // The gradients come back in the primal's dtype, against the adjoint loops.
+      const xj::Array ct = xj::astype(test_util::randn(shape, seed++, xj::f32), dtype);
+      const auto [dx, dw] = adjoint_conv(c, x, w, ct);
+      auto [v, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
+      auto [gx, gw] = pullback(ct);
+      CHECK(gx.dtype() == dtype);
+      CHECK(gw.dtype() == dtype);
+      check_all(gx, dx, tol);
+      check_all(gw, dw, tol);
+    }
+  // The pools: max picks an element (exact); avg sums in f32 and rounds once.
+  for (xj::DType dtype : {xj::bf16, xj::f16}) {
+    INFO(dtype);
+    const xj::Array x = xj::astype(test_util::randn({2, 7, 6, 3}, 4400, xj::f32), dtype);
+    const xj::Array x32 = xj::astype(x, xj::f32);
+    const xj::Array mp = xj::max_pool(x, {3, 2}, {2, 2}, "SAME");
+    CHECK(mp.dtype() == dtype);
+    CHECK(vec(mp) == vec(xj::max_pool(x32, {3, 2}, {2, 2}, "SAME")));
+    const xj::Array ap = xj::avg_pool(x, {2, 2}, {1, 1});
+    CHECK(ap.dtype() == dtype);
+    check_all(ap, vec(xj::avg_pool(xj::astype(x, xj::f64), {2, 2}, {1, 1})), dtype == xj::bf16 ? 0x1p-8 : 0x1p-11);
+    const xj::Array g = xj::grad([](const xj::Array& a) { return xj::sum(xj::astype(xj::max_pool(a, {3, 2}, {2, 2}, "SAME"), xj::f32)); })(x);
+    CHECK(g.dtype() == dtype);
+    CHECK(vec(g) == vec(xj::grad([](const xj::Array& a) { return xj::sum(xj::max_pool(a, {3, 2}, {2, 2}, "SAME")); })(x32)));
+  }
+}
+
 TEST_CASE("conv_general_dilated: vjp against the adjoint loops (the transpose rules), jvp against the definition") {
   unsigned seed = 100;
   for (const ConvCase& c : conv_cases()) {
