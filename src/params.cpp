@@ -24,6 +24,9 @@ void throw_wrong_params(std::size_t held, std::size_t wanted) {
 
 // Each struct's == is memberwise: shared_ptrs (jaxprs, objects) and vectors of them compare by
 // identity, the rest by value.
+static_assert(std::is_nothrow_move_constructible_v<detail::ParamsVariant> &&
+                  std::is_nothrow_move_assignable_v<detail::ParamsVariant>,
+              "Params' moves are declared noexcept: every parameter struct must move without throwing");
 Params::Params(const Params&) = default;
 Params::Params(Params&&) noexcept = default;
 Params& Params::operator=(const Params&) = default;

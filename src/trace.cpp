@@ -156,6 +156,13 @@ Array bind1(Primitive p, std::span<const Array> inputs, Params params, std::sour
   return bind(p, inputs, std::move(params), loc).at(0);
 }
 
+FlatFn::Body::~Body() = default;
+FlatFn::FlatFn(const Body* body) : body_(body) {}
+std::vector<Array> FlatFn::operator()(std::span<const Array> leaves) const {
+  if (!body_) throw Error("a flat function was called before it was given a callable");
+  return body_->call(leaves);
+}
+
 ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, std::source_location loc) {
   auto b = std::make_shared<Builder>();
   t_stack.push_back(b);

@@ -139,17 +139,18 @@ enum class OffsetOrder { window_position_fastest, output_position_fastest };
 Ints window_offsets(const Conv& g, std::int64_t channels, std::int64_t first, std::int64_t last, std::int64_t k0,
                     std::int64_t k1, OffsetOrder order) {
   const Ints strides = spatial_strides(g.dims, channels);
+  // The loop nest follows the table's order, so the table is written in sequence.
+  const bool window_fastest = order == OffsetOrder::window_position_fastest;
   const std::int64_t n_pos = last - first, n_k = k1 - k0;
   Ints offsets(static_cast<std::size_t>(n_pos * n_k));
-  Odometer s{g.out_extent};
-  s.seek(first);
-  for (std::int64_t pos = 0; pos < n_pos; ++pos, s.next()) {
-    Odometer k{g.window_extent};
-    k.seek(k0);
-    for (std::int64_t kp = 0; kp < n_k; ++kp, k.next()) {
-      const std::int64_t at = order == OffsetOrder::window_position_fastest ? pos * n_k + kp : kp * n_pos + pos;
-      offsets[static_cast<std::size_t>(at)] = g.offset(strides, s.at, k.at);
-    }
+  Odometer outer{window_fastest ? g.out_extent : g.window_extent};
+  outer.seek(window_fastest ? first : k0);
+  std::size_t at = 0;
+  for (std::int64_t i = 0; i < (window_fastest ? n_pos : n_k); ++i, outer.next()) {
+    Odometer inner{window_fastest ? g.window_extent : g.out_extent};
+    inner.seek(window_fastest ? k0 : first);
+    for (std::int64_t j = 0; j < (window_fastest ? n_k : n_pos); ++j, inner.next(), ++at)
+      offsets[at] = window_fastest ? g.offset(strides, outer.at, inner.at) : g.offset(strides, inner.at, outer.at);
   }
   return offsets;
 }
@@ -500,7 +501,8 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   // same bits at any thread count. (Images, not only channels, are split: two threads reading
   // different channels of the same rows pull each other's cache lines in, and the loop is bound by
   // memory.)
-  // (At most 64 blocks, fewer when their partial sums would pass kMaxPartialSums elements.)
+  // (At most 64 blocks, fewer when their partial sums would pass kMaxPartialSums elements; one
+  // block, whose buffer is then larger, when a single block's positions x channels passes it.)
   constexpr std::int64_t kMaxPartialSums = std::int64_t{1} << 22;
   const std::int64_t blocks = std::max<std::int64_t>(
       1, std::min({images, std::int64_t{64}, kMaxPartialSums / std::max<std::int64_t>(1, positions * channels)}));
@@ -510,7 +512,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
     const std::int64_t k1 = std::min(window, k0 + tile);
     const Ints offs = window_offsets(g, channels, 0, positions, k0, k1, OffsetOrder::output_position_fastest);
-    const std::int64_t task_work = std::max<std::int64_t>(1, (images / std::max<std::int64_t>(blocks, 1)) * (k1 - k0) * positions * chunk);
+    const std::int64_t task_work = std::max<std::int64_t>(1, (images / blocks) * (k1 - k0) * positions * chunk);
     parallel_for(blocks * chunks, std::max<std::int64_t>(1, 65536 / task_work), [&](std::int64_t t0, std::int64_t t1) {
       for (std::int64_t task = t0; task < t1; ++task) {
         const std::int64_t block = task / chunks, c0 = task % chunks * chunk, c1 = std::min(channels, c0 + chunk);

@@ -1,6 +1,6 @@
 // detail/flat.hpp: the bridge between user callables on pytrees and the flat core.
 #pragma once
-#include <functional>
+#include <memory>
 #include <source_location>
 #include <span>
 #include <tuple>
@@ -12,7 +12,37 @@
 
 namespace xjax::detail {
 
-using FlatFn = std::function<std::vector<Array>(std::span<const Array>)>;
+/// A function on flat lists of arrays (leaves in, leaves out); its copies share one callable.
+/// Not std::function: each callable costs one small class here (a constructor, a destructor and
+/// a virtual call), where std::function instantiates a manager and an invoker per callable, and
+/// every transform call of user code makes one (compile time, issue 26).
+class FlatFn {
+ public:
+  FlatFn() = default;
+  template <class G>
+    requires(!std::is_same_v<std::decay_t<G>, FlatFn> && std::is_invocable_v<const G&, std::span<const Array>>)
+  FlatFn(G g) : FlatFn(static_cast<const Body*>(new BodyOf<G>(std::move(g)))) {}
+  /// Calls the function; an Error when there is none (a default-constructed FlatFn).
+  std::vector<Array> operator()(std::span<const Array> leaves) const;
+  explicit operator bool() const { return body_ != nullptr; }
+
+ private:
+  struct Body {
+    Body() = default;
+    Body(const Body&) = delete;
+    Body& operator=(const Body&) = delete;
+    virtual ~Body();
+    virtual std::vector<Array> call(std::span<const Array> leaves) const = 0;
+  };
+  template <class G> struct BodyOf final : Body {
+    explicit BodyOf(G g) : g(std::move(g)) {}
+    std::vector<Array> call(std::span<const Array> leaves) const override { return g(leaves); }
+    G g;
+  };
+  explicit FlatFn(const Body* body);  // owns body
+  std::shared_ptr<const Body> body_;
+};
+
 /// Traces f on fresh tracers of in_avals (created_at = loc, the transform's call site).
 ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals,
                        std::source_location loc = std::source_location::current());
