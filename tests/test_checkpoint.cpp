@@ -233,7 +233,7 @@ std::pair<xj::Array, xj::None> mlp_layer(const xj::Array& y, const Weights& w) {
   return {y + xj::matmul(xj::relu(xj::matmul(y, w.first)), w.second), xj::None{}};
 }
 
-xj::Array mlp_loss(const xj::Array& W1, const xj::Array& W2, const xj::Array& y0, bool remat) {
+xj::Array two_layer_loss(const xj::Array& W1, const xj::Array& W2, const xj::Array& y0, bool remat) {
   xj::Array y = remat ? xj::scan(xj::checkpoint(mlp_layer), y0, Weights{W1, W2}).first
                       : xj::scan(mlp_layer, y0, Weights{W1, W2}).first;
   return xj::sum(y * y);
@@ -242,7 +242,7 @@ xj::Array mlp_loss(const xj::Array& W1, const xj::Array& W2, const xj::Array& y0
 /// Peak bytes allocated while computing the gradient w.r.t. (W1, W2), beyond what was live before.
 std::int64_t grad_peak(const xj::Array& W1, const xj::Array& W2, const xj::Array& y0, bool remat,
                        std::tuple<xj::Array, xj::Array>* out = nullptr) {
-  auto g = xj::grad([remat](const xj::Array& a, const xj::Array& b, const xj::Array& y) { return mlp_loss(a, b, y, remat); },
+  auto g = xj::grad([remat](const xj::Array& a, const xj::Array& b, const xj::Array& y) { return two_layer_loss(a, b, y, remat); },
                     xj::argnums<0, 1>);
   std::int64_t live_before = xj::memory_stats().live_bytes;
   xj::reset_peak_memory();

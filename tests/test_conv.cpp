@@ -178,7 +178,7 @@ const ConvCase& conv_case(const std::string& what) {
 
 // Every element within tol (relative, past 1) of want; an infinite want (a window of padding
 // only: the identity) exactly. One assertion per array, naming the first element off and the count.
-void check_all(const xj::Array& got, const std::vector<double>& want, double tol) {
+void check_close_all(const xj::Array& got, const std::vector<double>& want, double tol) {
   const auto g = vec(got);
   REQUIRE(g.size() == want.size());
   std::size_t off = 0, first = 0;
@@ -204,10 +204,10 @@ TEST_CASE("conv_general_dilated: values against the definition's loops, every ca
       const xj::Array y = run_conv(c, x, w);
       CHECK(y.shape() == shape);
       CHECK(y.dtype() == dtype);
-      check_all(y, want, dtype == xj::f32 ? 1e-5 : 1e-12);
+      check_close_all(y, want, dtype == xj::f32 ? 1e-5 : 1e-12);
       // jit runs the same kernel through a plan.
       const auto jitted = xj::jit([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); });
-      check_all(jitted(x, w), want, dtype == xj::f32 ? 1e-5 : 1e-12);
+      check_close_all(jitted(x, w), want, dtype == xj::f32 ? 1e-5 : 1e-12);
     }
 }
 
@@ -228,7 +228,7 @@ TEST_CASE("conv_general_dilated, its gradients and the pools in bf16 and f16: co
       const auto want = naive_conv(c, vec(x), vec(w), shape);
       const xj::Array y = run_conv(c, x, w);
       CHECK(y.dtype() == dtype);
-      check_all(y, want, tol);
+      check_close_all(y, want, tol);
       CHECK(vec(y) == vec(xj::astype(run_conv(c, xj::astype(x, xj::f32), xj::astype(w, xj::f32)), dtype)));
       // The gradients come back in the primal's dtype, against the adjoint loops.
       const xj::Array ct = xj::astype(test_util::randn(shape, seed++, xj::f32), dtype);
@@ -237,8 +237,8 @@ TEST_CASE("conv_general_dilated, its gradients and the pools in bf16 and f16: co
       auto [gx, gw] = pullback(ct);
       CHECK(gx.dtype() == dtype);
       CHECK(gw.dtype() == dtype);
-      check_all(gx, dx, tol);
-      check_all(gw, dw, tol);
+      check_close_all(gx, dx, tol);
+      check_close_all(gw, dw, tol);
     }
   // The pools: max picks an element (exact); avg sums in f32 and rounds once.
   for (xj::DType dtype : {xj::bf16, xj::f16}) {
@@ -250,7 +250,7 @@ TEST_CASE("conv_general_dilated, its gradients and the pools in bf16 and f16: co
     CHECK(vec(mp) == vec(xj::max_pool(x32, {3, 2}, {2, 2}, "SAME")));
     const xj::Array ap = xj::avg_pool(x, {2, 2}, {1, 1});
     CHECK(ap.dtype() == dtype);
-    check_all(ap, vec(xj::avg_pool(xj::astype(x, xj::f64), {2, 2}, {1, 1})), dtype == xj::bf16 ? 0x1p-8 : 0x1p-11);
+    check_close_all(ap, vec(xj::avg_pool(xj::astype(x, xj::f64), {2, 2}, {1, 1})), dtype == xj::bf16 ? 0x1p-8 : 0x1p-11);
     const xj::Array g = xj::grad([](const xj::Array& a) { return xj::sum(xj::astype(xj::max_pool(a, {3, 2}, {2, 2}, "SAME"), xj::f32)); })(x);
     CHECK(g.dtype() == dtype);
     CHECK(vec(g) == vec(xj::grad([](const xj::Array& a) { return xj::sum(xj::max_pool(a, {3, 2}, {2, 2}, "SAME")); })(x32)));
@@ -269,8 +269,8 @@ TEST_CASE("conv_general_dilated: vjp against the adjoint loops (the transpose ru
     const auto xv = vec(x), wv = vec(w);
     auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
     auto [gx, gw] = pullback(ct);
-    check_all(gx, dx, 1e-12);
-    check_all(gw, dw, 1e-12);
+    check_close_all(gx, dx, 1e-12);
+    check_close_all(gw, dw, 1e-12);
     // jvp: conv(dx, w) + conv(x, dw), by the loops.
     const xj::Array tx = test_util::randn(c.lhs, seed++), tw = test_util::randn(c.rhs, seed++);
     const auto txv = vec(tx), twv = vec(tw);
@@ -278,7 +278,7 @@ TEST_CASE("conv_general_dilated: vjp against the adjoint loops (the transpose ru
     conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) { want[o] += txv[l] * wv[r] + xv[l] * twv[r]; });
     auto [v, t] = xj::jvp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, std::tuple{x, w},
                           std::tuple{tx, tw});
-    check_all(t, want, 1e-12);
+    check_close_all(t, want, 1e-12);
   }
 }
 
@@ -296,7 +296,7 @@ TEST_CASE("conv_general_dilated: gradients against finite differences, second or
     const auto fd = test_util::fd_grad([&](const std::vector<double>& v) {
       return f(test_util::f64v(v, c.lhs), w).item<double>();
     }, vec(x));
-    check_all(xj::array<double>(gx, {static_cast<std::int64_t>(gx.size())}), fd, 1e-6);
+    check_close_all(xj::array<double>(gx, {static_cast<std::int64_t>(gx.size())}), fd, 1e-6);
   }
 }
 
@@ -349,7 +349,7 @@ TEST_CASE("conv_general_dilated under vmap: lhs, rhs or both batched, with group
         const xj::Array wb = wd >= 0 ? xj::take(w, xj::scalar(b, xj::i32), wd) : w;
         xj::Shape shape;
         const auto want = naive_conv(c, vec(xb), vec(wb), shape);
-        check_all(xj::take(got, xj::scalar(b, xj::i32), 0), want, 1e-12);
+        check_close_all(xj::take(got, xj::scalar(b, xj::i32), 0), want, 1e-12);
       }
     }
 }
@@ -537,7 +537,7 @@ TEST_CASE("reduce_window add / max / min: values against loops, f64, f32 and int
       const auto g = vec(y);
       for (std::size_t i = 0; i < want.size(); ++i)
         CHECK((std::isinf(want[i]) ? g[i] == want[i] : std::abs(g[i] - want[i]) < 1e-12));
-      check_all(xj::astype(run_window(c, xj::astype(x, xj::f32), op), xj::f64), want, 1e-5);
+      check_close_all(xj::astype(run_window(c, xj::astype(x, xj::f32), op), xj::f64), want, 1e-5);
       if (op != xj::WindowOp::add && xj::shape_size(shape) > 0 && std::none_of(want.begin(), want.end(), [](double v) { return std::isinf(v); })) {
         // Integers: the same windows of rounded values.
         const xj::Array xi = xj::astype(x * 10.0, xj::i32);
@@ -648,10 +648,10 @@ TEST_CASE("reduce_window derivatives: sum's transpose, max / min pass the tangen
       for (std::size_t o = 0; o < chosen.size(); ++o)
         if (chosen[o] >= 0) want[chosen[o]] += cv[o];
       auto [y, pullback] = xj::vjp([&](const xj::Array& a) { return run_window(c, a, op); }, x);
-      check_all(std::get<0>(pullback(ct)), want, 1e-12);
+      check_close_all(std::get<0>(pullback(ct)), want, 1e-12);
       // f32 (indices held in 32 bits beside the values in the vectorized select)
       auto [y32, pullback32] = xj::vjp([&](const xj::Array& a) { return run_window(c, a, op); }, xj::astype(x, xj::f32));
-      check_all(xj::astype(std::get<0>(pullback32(xj::astype(ct, xj::f32))), xj::f64), want, 1e-5);
+      check_close_all(xj::astype(std::get<0>(pullback32(xj::astype(ct, xj::f32))), xj::f64), want, 1e-5);
       // (finite differences need finite outputs: a max / min window of padding only is -inf / inf)
       const bool empty_window = op != xj::WindowOp::add && std::find(chosen.begin(), chosen.end(), -1) != chosen.end();
       if (xj::shape_size(shape) > 0 && !empty_window)
@@ -777,8 +777,8 @@ TEST_CASE("window kernels split across threads: values and the select pair's sca
       const std::int64_t splits = xjax::detail::split_loops();
       const auto [y3, dx3] = value_and_pullback(3, f, x, ct);
       CHECK(xjax::detail::split_loops() > splits);
-      check_all(xj::astype(y3, xj::f64), want, 1e-5);
-      check_all(xj::astype(dx3, xj::f64), dx, 1e-5);
+      check_close_all(xj::astype(y3, xj::f64), want, 1e-5);
+      check_close_all(xj::astype(dx3, xj::f64), dx, 1e-5);
       const auto [y1, dx1] = value_and_pullback(1, f, x, ct);
       CHECK(vec(y1) == vec(y3));
       CHECK(vec(dx1) == vec(dx3));
@@ -813,9 +813,9 @@ TEST_CASE("depthwise and grouped convolutions split across threads: value and bo
     const std::int64_t splits = xjax::detail::split_loops();
     const auto [y3, gx3, gw3] = run(3);
     CHECK(xjax::detail::split_loops() > splits);
-    check_all(xj::astype(y3, xj::f64), want, 1e-4);
-    check_all(xj::astype(gx3, xj::f64), dx, 1e-4);
-    check_all(xj::astype(gw3, xj::f64), dw, 1e-3);
+    check_close_all(xj::astype(y3, xj::f64), want, 1e-4);
+    check_close_all(xj::astype(gx3, xj::f64), dx, 1e-4);
+    check_close_all(xj::astype(gw3, xj::f64), dw, 1e-3);
     const auto [y1, gx1, gw1] = run(1);
     CHECK(vec(y1) == vec(y3));
     CHECK(vec(gx1) == vec(gx3));
@@ -841,8 +841,8 @@ TEST_CASE("depthwise and direct convolutions with more window offsets than the k
     const auto [dx, dw] = adjoint_conv(c, x, w, ct);
     auto [y, pullback] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, x, w);
     auto [gx, gw] = pullback(ct);
-    check_all(y, want, 1e-11);
-    check_all(gx, dx, 1e-11);
-    check_all(gw, dw, 1e-11);
+    check_close_all(y, want, 1e-11);
+    check_close_all(gx, dx, 1e-11);
+    check_close_all(gw, dw, 1e-11);
   }
 }

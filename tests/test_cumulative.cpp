@@ -60,7 +60,7 @@ std::vector<double> reference(const std::vector<double>& v, const xj::Shape& sha
   return out;
 }
 
-void check_all(const xj::Array& got, const std::vector<double>& want, double tol) {
+void check_elements(const xj::Array& got, const std::vector<double>& want, double tol) {
   const auto g = vec(got);
   REQUIRE(g.size() == want.size());
   for (std::size_t i = 0; i < g.size(); ++i) {
@@ -86,7 +86,7 @@ TEST_CASE("cumsum, cumprod, cummax, cummin, cumlogsumexp: every axis, both direc
           const xj::Array y = c.op(x, axis, reverse, std::source_location::current());
           CHECK(y.aval() == x.aval());
           const auto a = static_cast<std::size_t>(axis < 0 ? axis + 3 : axis);
-          check_all(y, reference(vec(x), shape, a, reverse, c.combine), dtype == xj::f32 ? 1e-5 : 1e-13);
+          check_elements(y, reference(vec(x), shape, a, reverse, c.combine), dtype == xj::f32 ? 1e-5 : 1e-13);
         }
 }
 
@@ -96,12 +96,12 @@ TEST_CASE("cumulative edges: NaN and infinities, empty axes, integers wrap aroun
   const xj::Array x = test_util::f64v(v);
   for (const Case& c : cases) {
     INFO(c.name);
-    check_all(c.op(x, 0, false, std::source_location::current()), reference(v, {6}, 0, false, c.combine), 1e-15);
-    check_all(c.op(x, 0, true, std::source_location::current()), reference(v, {6}, 0, true, c.combine), 1e-15);
+    check_elements(c.op(x, 0, false, std::source_location::current()), reference(v, {6}, 0, false, c.combine), 1e-15);
+    check_elements(c.op(x, 0, true, std::source_location::current()), reference(v, {6}, 0, true, c.combine), 1e-15);
   }
   // cumlogsumexp of -inf only stays -inf (not NaN); its gradient there is the same in forward
   // and reverse mode (review of 2026-12-02: reverse mode was NaN through the unselected branch).
-  check_all(xj::cumlogsumexp(test_util::f64v({-inf, -inf, 0.0}), 0), {-inf, -inf, 0.0}, 1e-15);
+  check_elements(xj::cumlogsumexp(test_util::f64v({-inf, -inf, 0.0}), 0), {-inf, -inf, 0.0}, 1e-15);
   const auto lse = [](const xj::Array& v) { return xj::sum(xj::cumlogsumexp(v, 0)); };
   const xj::Array at = test_util::f64v({-inf, -inf, 0.0, 1.0});
   const auto reverse_mode = vec(xj::grad(lse)(at));
@@ -165,18 +165,18 @@ TEST_CASE("associative_scan: prefix sums of any length, the order of a non-commu
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i * i % 7) - 2.5;
     const xj::Array x = test_util::f64v(v, {n});
     const auto plus = [](const xj::Array& a, const xj::Array& b) { return a + b; };
-    check_all(xj::associative_scan(plus, x), reference(v, {n}, 0, false, [](double a, double b) { return a + b; }), 1e-14);
-    check_all(xj::associative_scan(plus, x, true), reference(v, {n}, 0, true, [](double a, double b) { return a + b; }), 1e-14);
+    check_elements(xj::associative_scan(plus, x), reference(v, {n}, 0, false, [](double a, double b) { return a + b; }), 1e-14);
+    check_elements(xj::associative_scan(plus, x, true), reference(v, {n}, 0, true, [](double a, double b) { return a + b; }), 1e-14);
     if (n == 0) continue;
     // fn(a, b) = a (associative, not commutative): the first element everywhere; reversed, the
     // scan of the reversed x, so its first element, x's last.
     const auto first = [](const xj::Array& a, const xj::Array&) { return a; };
-    check_all(xj::associative_scan(first, x), std::vector<double>(v.size(), v.front()), 0);
-    check_all(xj::associative_scan(first, x, true), std::vector<double>(v.size(), v.back()), 0);
+    check_elements(xj::associative_scan(first, x), std::vector<double>(v.size(), v.front()), 0);
+    check_elements(xj::associative_scan(first, x, true), std::vector<double>(v.size(), v.back()), 0);
   }
   // Along an inner axis of a matrix, and the error for a fn that changes the shape.
   const xj::Array m = test_util::f64v({1, 2, 3, 4, 5, 6}, {2, 3});
-  check_all(xj::associative_scan([](const xj::Array& a, const xj::Array& b) { return a * b; }, m, false, 1), {1, 2, 6, 4, 20, 120}, 0);
+  check_elements(xj::associative_scan([](const xj::Array& a, const xj::Array& b) { return a * b; }, m, false, 1), {1, 2, 6, 4, 20, 120}, 0);
   CHECK(contains(test_util::message_of<xj::TypeError>([&] {
           (void)xj::associative_scan([](const xj::Array& a, const xj::Array&) { return xj::sum(a); }, m, false, 1);
         }),
@@ -185,18 +185,18 @@ TEST_CASE("associative_scan: prefix sums of any length, the order of a non-commu
 
 TEST_CASE("flip: one axis, several, negative, all; jvp and transpose are flips; logaddexp's edges") {
   const xj::Array m = test_util::f64v({1, 2, 3, 4, 5, 6}, {2, 3});
-  check_all(xj::flip(m, 1), {3, 2, 1, 6, 5, 4}, 0);
-  check_all(xj::flip(m, 0), {4, 5, 6, 1, 2, 3}, 0);
-  check_all(xj::flip(m, xj::Axes{0, -1}), {6, 5, 4, 3, 2, 1}, 0);
-  check_all(xj::flip(m), {6, 5, 4, 3, 2, 1}, 0);
+  check_elements(xj::flip(m, 1), {3, 2, 1, 6, 5, 4}, 0);
+  check_elements(xj::flip(m, 0), {4, 5, 6, 1, 2, 3}, 0);
+  check_elements(xj::flip(m, xj::Axes{0, -1}), {6, 5, 4, 3, 2, 1}, 0);
+  check_elements(xj::flip(m), {6, 5, 4, 3, 2, 1}, 0);
   CHECK(xj::flip(xj::zeros({0, 3}, xj::f32), 0).shape() == xj::Shape{0, 3});
   CHECK(xj::flip(xj::array<std::int32_t>({1, 2, 3}, {3})).to_vector<std::int64_t>() == std::vector<std::int64_t>{3, 2, 1});
   CHECK(contains(test_util::message_of<xj::Error>([&] { (void)xj::flip(m, 2); }), "flip"));
   CHECK(contains(test_util::message_of<xj::Error>([&] { (void)xj::flip(m, xj::Axes{1, -1}); }), "repeated axis"));
-  check_all(xj::flip(m, xj::Axes{}), {1, 2, 3, 4, 5, 6}, 0);  // no axes: nothing flipped (jnp.flip(x, axis=()))
+  check_elements(xj::flip(m, xj::Axes{}), {1, 2, 3, 4, 5, 6}, 0);  // no axes: nothing flipped (jnp.flip(x, axis=()))
   const xj::Array w = test_util::f64v({1, -1, 2, 0.5, 3, 7}, {2, 3});
   test_util::check_close(xj::grad([&](const xj::Array& v) { return xj::sum(xj::flip(v, 1) * w); })(m), xj::flip(w, 1), 1e-15);
   const double inf = std::numeric_limits<double>::infinity();
-  check_all(xj::logaddexp(test_util::f64v({0.0, -inf, inf, 1000.0, -inf, std::nan("")}), test_util::f64v({0.0, -inf, inf, 1000.0, 2.0, 1.0})),
+  check_elements(xj::logaddexp(test_util::f64v({0.0, -inf, inf, 1000.0, -inf, std::nan("")}), test_util::f64v({0.0, -inf, inf, 1000.0, 2.0, 1.0})),
             {std::log(2.0), -inf, inf, 1000.0 + std::log(2.0), 2.0, std::nan("")}, 1e-15);
 }

@@ -15,7 +15,7 @@ namespace {
 
 using Matrix = std::vector<double>;  // row-major n x n (or r x c)
 
-std::vector<double> values(std::size_t n, double phase) {
+std::vector<double> wave(std::size_t n, double phase) {
   std::vector<double> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = std::sin(1.3 * static_cast<double>(i) + phase);
   return v;
@@ -23,7 +23,7 @@ std::vector<double> values(std::size_t n, double phase) {
 
 // m m^T + n I for the m x m matrix of `values`: symmetric positive definite.
 Matrix spd(std::size_t n, double phase) {
-  const Matrix m = values(n * n, phase);
+  const Matrix m = wave(n * n, phase);
   Matrix a(n * n, 0.0);
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < n; ++j) {
@@ -93,7 +93,7 @@ TEST_CASE("cholesky: a matrix that is not positive definite gives NaNs (as JAX),
 
 TEST_CASE("triangular_solve: every side, triangle, transposition and unit diagonal satisfies its system") {
   const std::size_t m = 4, k = 3;
-  Matrix a = values(m * m, 0.2);
+  Matrix a = wave(m * m, 0.2);
   for (std::size_t i = 0; i < m; ++i) a[i * m + i] += 3.0;
   for (bool left : {true, false})
     for (bool lower : {true, false})
@@ -112,7 +112,7 @@ TEST_CASE("triangular_solve: every side, triangle, transposition and unit diagon
               (trans ? op[j * m + i] : op[i * m + j]) = v;
             }
           const std::size_t rows = left ? m : k, cols = left ? k : m;
-          const Matrix b = values(rows * cols, 1.1);
+          const Matrix b = wave(rows * cols, 1.1);
           const xj::Array x = linalg::triangular_solve(
               f64(a, {4, 4}), f64(b, {static_cast<std::int64_t>(rows), static_cast<std::int64_t>(cols)}),
               {.left_side = left, .lower = lower, .transpose_a = trans, .unit_diagonal = unit});
@@ -128,7 +128,7 @@ TEST_CASE("triangular_solve: every side, triangle, transposition and unit diagon
 }
 
 TEST_CASE("triangular_solve: a b one rank below a is one vector per matrix, as lax.linalg (review of 2026-12-02)") {
-  Matrix a = values(9, 0.4);
+  Matrix a = wave(9, 0.4);
   for (std::size_t i = 0; i < 3; ++i) a[i * 3 + i] += 3.0;
   const xj::Array A = f64(a, {3, 3}), b = f64({1.0, -1.0, 2.0}, {3});
   for (bool left : {true, false}) {
@@ -172,7 +172,7 @@ TEST_CASE("cho_solve: A x = b for a vector, a matrix and broadcast batches, with
     }
   }
   // One factor, a batch of two right-hand-side matrices: broadcast.
-  const xj::Array bs = f64(values(12, 0.5), {2, 3, 2});
+  const xj::Array bs = f64(wave(12, 0.5), {2, 3, 2});
   const xj::Array xs = linalg::cho_solve(L, bs);
   REQUIRE(xs.shape() == xj::Shape{2, 3, 2});
   const auto xv = xs.to_vector<double>(), bv = bs.to_vector<double>();
@@ -230,9 +230,9 @@ TEST_CASE("tril, triu and matrix_transpose on batches of rectangular matrices") 
 
 namespace {
 
-/// Entries with no low-rank structure (values(...) alone is rank 2 as a matrix: sin(1.3 i + c)).
+/// Entries with no low-rank structure (wave(...) alone is rank 2 as a matrix: sin(1.3 i + c)).
 std::vector<double> general(std::size_t n, double phase) {
-  std::vector<double> v = values(n, phase);
+  std::vector<double> v = wave(n, phase);
   for (std::size_t i = 0; i < n; ++i) v[i] += std::cos(0.37 * static_cast<double>(i * i) + 2 * phase);
   return v;
 }

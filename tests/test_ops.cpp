@@ -41,11 +41,11 @@ void check_array(const xj::Array& got, const xj::Shape& shape, xj::DType dtype, 
 }
 
 xj::Array f32v(const std::vector<float>& v, xj::Shape s) { return xj::array<float>(v, std::move(s)); }
-xj::Array f64v(const std::vector<double>& v, xj::Shape s) { return xj::array<double>(v, std::move(s)); }
+xj::Array f64_array(const std::vector<double>& v, xj::Shape s) { return xj::array<double>(v, std::move(s)); }
 xj::Array i32v(const std::vector<std::int32_t>& v, xj::Shape s) { return xj::array<std::int32_t>(v, std::move(s)); }
 
 // Values 0..n-1 scaled and shifted, as floats.
-std::vector<float> ramp(std::size_t n, float scale = 0.25f, float shift = -1.0f) {
+std::vector<float> ramp_values(std::size_t n, float scale = 0.25f, float shift = -1.0f) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i) * scale + shift;
   return v;
@@ -115,8 +115,8 @@ TEST_CASE("ops: Array accessors") {
 // ---- elementwise unary ------------------------------------------------------------------------
 
 TEST_CASE("ops: unary float elementwise ops against std::") {
-  std::vector<float> v = ramp(12, 0.3f, -1.6f);  // -1.6 .. 1.7
-  std::vector<float> pos = ramp(12, 0.4f, 0.1f);  // 0.1 .. 4.5
+  std::vector<float> v = ramp_values(12, 0.3f, -1.6f);  // -1.6 .. 1.7
+  std::vector<float> pos = ramp_values(12, 0.4f, 0.1f);  // 0.1 .. 4.5
   xj::Array x = f32v(v, {3, 4}), p = f32v(pos, {3, 4});
   const xj::Shape s{3, 4};
   check_array(xj::neg(x), s, xj::f32, map(v, [](float a) { return -a; }));
@@ -147,11 +147,11 @@ TEST_CASE("ops: unary float elementwise ops against std::") {
 
 TEST_CASE("ops: unary ops in f64 keep f64 precision") {
   std::vector<double> v{0.1, 0.2, 1.0 / 3.0};
-  xj::Array x = f64v(v, {3});
+  xj::Array x = f64_array(v, {3});
   Vec want;
   for (double a : v) want.push_back(std::exp(std::sin(a)));
   check_array(xj::exp(xj::sin(x)), {3}, xj::f64, want, 1e-14);
-  check_array(xj::logistic(f64v({-40.0, 40.0}, {2})), {2}, xj::f64, {1 / (1 + std::exp(40.0)), 1.0}, 1e-14);
+  check_array(xj::logistic(f64_array({-40.0, 40.0}, {2})), {2}, xj::f64, {1 / (1 + std::exp(40.0)), 1.0}, 1e-14);
 }
 
 TEST_CASE("ops: sign and abs on floats and ints") {
@@ -261,7 +261,7 @@ TEST_CASE("ops: softplus, logaddexp and what is built on them are smooth at thei
 // ---- elementwise binary and broadcasting ------------------------------------------------------
 
 TEST_CASE("ops: binary elementwise ops against a loop") {
-  std::vector<float> a = ramp(6, 0.5f, -1.2f), b = ramp(6, -0.3f, 2.1f);
+  std::vector<float> a = ramp_values(6, 0.5f, -1.2f), b = ramp_values(6, -0.3f, 2.1f);
   xj::Array x = f32v(a, {2, 3}), y = f32v(b, {2, 3});
   auto zip = [&](const std::function<double(float, float)>& f) {
     Vec out;
@@ -320,7 +320,7 @@ TEST_CASE("ops: broadcasting [3,1] with [4], scalars with arrays") {
   check_array(s - y, {4}, xj::f32, {-8, -18, -28, -38});
 
   // [2,1,3] with [4,1] -> [2,4,3]
-  std::vector<float> c = ramp(6), d = ramp(4, 1.0f, 0.0f);
+  std::vector<float> c = ramp_values(6), d = ramp_values(4, 1.0f, 0.0f);
   xj::Array p = f32v(c, {2, 1, 3}), q = f32v(d, {4, 1});
   Vec want;
   for (std::size_t i = 0; i < 2; ++i)
@@ -339,7 +339,7 @@ TEST_CASE("ops: C++ scalars are weakly typed") {
   check_array(x + 0.5, {3}, xj::f32, {1.5, 2.5, 3.5});
   check_array(6.0 / x, {3}, xj::f32, {6, 3, 2});
   check_array(x / 2.0, {3}, xj::f32, {0.5, 1, 1.5});
-  xj::Array d = f64v({0.1, 0.2}, {2});
+  xj::Array d = f64_array({0.1, 0.2}, {2});
   xj::Array r = d * 2.0;
   CHECK(r.dtype() == xj::f64);
   CHECK(r.to_vector<double>() == std::vector<double>{0.2, 0.4});  // exact in f64
@@ -353,7 +353,7 @@ TEST_CASE("ops: rank-0 and rank-4 arrays, size-0 dimensions") {
   check_array(xj::sin(a) + b, {}, xj::f32, {std::sin(0.5f) + 0.25f});
 
   xj::Shape s4{2, 1, 3, 2};
-  std::vector<float> v = ramp(count(s4), 0.1f, -0.5f);
+  std::vector<float> v = ramp_values(count(s4), 0.1f, -0.5f);
   xj::Array x = f32v(v, s4);
   check_array(xj::exp(x) * x, s4, xj::f32, map(v, [](float t) { return std::exp(t) * t; }));
   // rank 4 broadcast against rank 1
@@ -444,7 +444,7 @@ Vec matmul_ref(const std::vector<float>& a, const std::vector<float>& b, std::si
 }  // namespace
 
 TEST_CASE("ops: matmul 2-D, 1-D and batched with broadcasting") {
-  std::vector<float> a = ramp(6, 0.5f, -1.0f), b = ramp(12, 0.25f, -1.5f);
+  std::vector<float> a = ramp_values(6, 0.5f, -1.0f), b = ramp_values(12, 0.25f, -1.5f);
   xj::Array x = f32v(a, {2, 3}), y = f32v(b, {3, 4});
   check_array(xj::matmul(x, y), {2, 4}, xj::f32, matmul_ref(a, b, 2, 3, 4), 1e-5);
 
@@ -456,7 +456,7 @@ TEST_CASE("ops: matmul 2-D, 1-D and batched with broadcasting") {
   check_array(xj::matmul(f32v(v, {3}), f32v(v, {3})), {}, xj::f32, {1 + 4 + 0.25}, 1e-6);
 
   // batched: [2,2,3] @ [2,3,4]
-  std::vector<float> ba = ramp(12, 0.1f, -0.6f), bb = ramp(24, 0.05f, -0.5f);
+  std::vector<float> ba = ramp_values(12, 0.1f, -0.6f), bb = ramp_values(24, 0.05f, -0.5f);
   Vec want;
   for (std::size_t t = 0; t < 2; ++t) {
     std::vector<float> pa(ba.begin() + long(t * 6), ba.begin() + long(t * 6 + 6));
@@ -474,7 +474,7 @@ TEST_CASE("ops: matmul 2-D, 1-D and batched with broadcasting") {
     want2.insert(want2.end(), r.begin(), r.end());
   }
   check_array(xj::matmul(f32v(ba, {2, 2, 3}), y), {2, 2, 4}, xj::f32, want2, 1e-5);
-  std::vector<float> b5 = ramp(60, 0.01f, -0.3f);
+  std::vector<float> b5 = ramp_values(60, 0.01f, -0.3f);
   Vec want3;
   for (std::size_t t = 0; t < 5; ++t) {
     std::vector<float> pb(b5.begin() + long(t * 12), b5.begin() + long(t * 12 + 12));
@@ -488,7 +488,7 @@ TEST_CASE("ops: matmul 2-D, 1-D and batched with broadcasting") {
 
   // f64 and int
   std::vector<double> da{1, 2, 3, 4};
-  check_array(xj::matmul(f64v(da, {2, 2}), f64v(da, {2, 2})), {2, 2}, xj::f64, {7, 10, 15, 22});
+  check_array(xj::matmul(f64_array(da, {2, 2}), f64_array(da, {2, 2})), {2, 2}, xj::f64, {7, 10, 15, 22});
   check_array(xj::matmul(i32v({1, 2, 3, 4}, {2, 2}), i32v({1, 0, 0, 1}, {2, 2})), {2, 2}, xj::i32, {1, 2, 3, 4});
   // size-0 contraction gives zeros
   check_array(xj::matmul(xj::zeros({2, 0}), xj::zeros({0, 3})), {2, 3}, xj::f32, Vec(6, 0.0));
@@ -497,7 +497,7 @@ TEST_CASE("ops: matmul 2-D, 1-D and batched with broadcasting") {
 TEST_CASE("ops: dot and dot_general") {
   std::vector<float> v{1, 2, 3}, u{4, 5, 6};
   check_array(xj::dot(f32v(v, {3}), f32v(u, {3})), {}, xj::f32, {32});
-  std::vector<float> a = ramp(6), b = ramp(6, 0.5f, 0.0f);
+  std::vector<float> a = ramp_values(6), b = ramp_values(6, 0.5f, 0.0f);
   check_array(xj::dot(f32v(a, {2, 3}), f32v(b, {3, 2})), {2, 2}, xj::f32, matmul_ref(a, b, 2, 3, 2), 1e-5);
   check_array(xj::dot(f32v(a, {2, 3}), f32v(v, {3})), {2}, xj::f32, matmul_ref(a, v, 2, 3, 1), 1e-5);
   check_array(xj::dot(xj::scalar(2.0), f32v(v, {3})), {3}, xj::f32, {2, 4, 6});
@@ -517,7 +517,7 @@ TEST_CASE("ops: dot and dot_general") {
 }
 
 TEST_CASE("ops: einsum") {
-  std::vector<float> a = ramp(6, 0.5f, -1.0f), b = ramp(12, 0.25f, -1.5f);
+  std::vector<float> a = ramp_values(6, 0.5f, -1.0f), b = ramp_values(12, 0.25f, -1.5f);
   xj::Array x = f32v(a, {2, 3}), y = f32v(b, {3, 4});
   check_array(xj::einsum("ij,jk->ik", x, y), {2, 4}, xj::f32, matmul_ref(a, b, 2, 3, 4), 1e-5);
   check_array(xj::einsum("ij, jk -> ik", x, y), {2, 4}, xj::f32, matmul_ref(a, b, 2, 3, 4), 1e-5);
@@ -528,7 +528,7 @@ TEST_CASE("ops: einsum") {
     for (std::size_t i = 0; i < 2; ++i) mt.push_back(m[i * 4 + k]);
   check_array(xj::einsum("ij,jk->ki", x, y), {4, 2}, xj::f32, mt, 1e-5);
   // batched
-  std::vector<float> ba = ramp(12, 0.1f, -0.6f), bb = ramp(24, 0.05f, -0.5f);
+  std::vector<float> ba = ramp_values(12, 0.1f, -0.6f), bb = ramp_values(24, 0.05f, -0.5f);
   Vec want;
   for (std::size_t t = 0; t < 2; ++t) {
     std::vector<float> pa(ba.begin() + long(t * 6), ba.begin() + long(t * 6 + 6));
@@ -665,13 +665,13 @@ TEST_CASE("ops: logsumexp, softmax, log_softmax (stable for large inputs)") {
   check_array(xj::log_softmax(big), {3}, xj::f32, {-std::log(z), -std::log(z), -1 - std::log(z)}, 1e-6);
   check_array(xj::softmax(f32v({-1000, -1000}, {2})), {2}, xj::f32, {0.5, 0.5});
   // f64
-  check_array(xj::logsumexp(f64v({1e300, 1e300}, {2})), {}, xj::f64, {1e300}, 1e-12);
+  check_array(xj::logsumexp(f64_array({1e300, 1e300}, {2})), {}, xj::f64, {1e300}, 1e-12);
 }
 
 // ---- shape ops --------------------------------------------------------------------------------
 
 TEST_CASE("ops: reshape (with -1)") {
-  std::vector<float> v = ramp(12);
+  std::vector<float> v = ramp_values(12);
   xj::Array x = f32v(v, {3, 4});
   check_array(xj::reshape(x, {4, 3}), {4, 3}, xj::f32, as_double(v));
   check_array(xj::reshape(x, {2, -1}), {2, 6}, xj::f32, as_double(v));
@@ -686,7 +686,7 @@ TEST_CASE("ops: reshape (with -1)") {
 }
 
 TEST_CASE("ops: transpose") {
-  std::vector<float> v = ramp(24, 1.0f, 0.0f);
+  std::vector<float> v = ramp_values(24, 1.0f, 0.0f);
   xj::Array x = f32v(v, {2, 3, 4});
   // default: reverse the axes
   Vec want;
@@ -747,7 +747,7 @@ TEST_CASE("ops: concatenate and stack") {
 }
 
 TEST_CASE("ops: slice with and without strides, slice_in_dim, x[i]") {
-  std::vector<float> v = ramp(20, 1.0f, 0.0f);
+  std::vector<float> v = ramp_values(20, 1.0f, 0.0f);
   xj::Array x = f32v(v, {4, 5});
   // rows 1..3, cols 1..4
   Vec want;
@@ -770,7 +770,7 @@ TEST_CASE("ops: slice with and without strides, slice_in_dim, x[i]") {
 }
 
 TEST_CASE("ops: x[Array i] (traced-style dynamic index)") {
-  std::vector<float> v = ramp(12, 1.0f, 0.0f);
+  std::vector<float> v = ramp_values(12, 1.0f, 0.0f);
   xj::Array x = f32v(v, {3, 4});
   check_array(x[xj::scalar(1, xj::i32)], {4}, xj::f32, {4, 5, 6, 7});
   check_array(x[xj::scalar(2, xj::i64)], {4}, xj::f32, {8, 9, 10, 11});
@@ -783,7 +783,7 @@ TEST_CASE("ops: x[Array i] (traced-style dynamic index)") {
 }
 
 TEST_CASE("ops: dynamic_slice clamps, dynamic_update_slice") {
-  std::vector<float> v = ramp(20, 1.0f, 0.0f);
+  std::vector<float> v = ramp_values(20, 1.0f, 0.0f);
   xj::Array x = f32v(v, {4, 5});
   auto i = [](int k) { return xj::scalar(k, xj::i32); };
   check_array(xj::dynamic_slice(x, {i(1), i(2)}, {2, 2}), {2, 2}, xj::f32, {7, 8, 12, 13});
@@ -812,7 +812,7 @@ TEST_CASE("ops: dynamic_slice clamps, dynamic_update_slice") {
 }
 
 TEST_CASE("ops: take (negative indices count from the end, others clamp)") {
-  std::vector<float> v = ramp(12, 1.0f, 0.0f);
+  std::vector<float> v = ramp_values(12, 1.0f, 0.0f);
   xj::Array x = f32v(v, {4, 3});
   check_array(xj::take(x, i32v({2, 0}, {2})), {2, 3}, xj::f32, {6, 7, 8, 0, 1, 2});
   check_array(xj::take(x, i32v({-1}, {1})), {1, 3}, xj::f32, {9, 10, 11});

@@ -31,7 +31,7 @@ const xj::Eqn& only(const xj::Jaxpr& j, xj::Primitive p) {
   throw;
 }
 
-xj::Array run(const xj::Jaxpr& j, const std::vector<xj::Array>& args) {
+xj::Array run_jaxpr(const xj::Jaxpr& j, const std::vector<xj::Array>& args) {
   return xj::eval_jaxpr(xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(j), {}}, args).at(0);
 }
 
@@ -66,7 +66,7 @@ TEST_CASE("passes: fold_transposes makes the dot read the transpose's operand, w
   const auto& dn = dot.params.get<xj::params::DotGeneral>();
   CHECK(dn.lhs_contracting == std::vector<std::int64_t>{0});  // x's axis 0 is contracted
   const auto want = at_b(a.to_vector<double>(), b.to_vector<double>(), 5, 4, 3);
-  const auto got = run(folded, {a, b}).to_vector<double>();
+  const auto got = run_jaxpr(folded, {a, b}).to_vector<double>();
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
 }
@@ -88,7 +88,7 @@ TEST_CASE("passes: fold_transposes keeps a transpose that something else reads, 
   })(c, m);
   const xj::Jaxpr f2 = xjax::detail::fold_transposes(*reordered.jaxpr);
   CHECK(count(f2, xj::Primitive::transpose) == 1);
-  CHECK(run(f2, {c, m}).to_vector<double>() == run(*reordered.jaxpr, {c, m}).to_vector<double>());
+  CHECK(run_jaxpr(f2, {c, m}).to_vector<double>() == run_jaxpr(*reordered.jaxpr, {c, m}).to_vector<double>());
 }
 
 TEST_CASE("passes: inline_calls replaces each checkpoint by its body, renamed per inlining, and lists them") {
@@ -110,7 +110,7 @@ TEST_CASE("passes: inline_calls replaces each checkpoint by its body, renamed pe
   for (const auto& e : flat.eqns)
     for (const auto& o : e.outputs) CHECK(defined.insert(o.id()).second);
   const auto xs = x.to_vector<double>();
-  const auto got = run(flat, {x}).to_vector<double>();
+  const auto got = run_jaxpr(flat, {x}).to_vector<double>();
   REQUIRE(got.size() == xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i) {
     auto plain = [](double v) { return std::sin(std::sin(v)) * 2.0; };
@@ -147,7 +147,7 @@ TEST_CASE("passes: inline_calls also inlines custom_jvp_call and custom_vjp_call
   CHECK(std::count(inlined.begin(), inlined.end(), xj::Primitive::custom_jvp_call) == 2);
   CHECK(std::count(inlined.begin(), inlined.end(), xj::Primitive::custom_vjp_call) == 1);
   const auto xs = x.to_vector<double>();
-  const auto got = run(flat, {x}).to_vector<double>();
+  const auto got = run_jaxpr(flat, {x}).to_vector<double>();
   REQUIRE(got.size() == xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const double v = xs[i], u = std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);

@@ -27,7 +27,7 @@ using namespace test_util;
 namespace {
 
 // Deterministic values in [-2, 2), with a NaN, infinities and exact zeros sprinkled in (floats).
-xj::Array sample(std::int64_t n, xj::DType dtype, int seed) {
+xj::Array sample_array(std::int64_t n, xj::DType dtype, int seed) {
   std::vector<double> v(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 37 + static_cast<std::size_t>(seed) * 11) % 400) / 100.0 - 2.0;
   if (n > 10) {
@@ -75,7 +75,7 @@ std::tuple<xj::Array, xj::Array, xj::Array, xj::Array> mixed_chain(const xj::Arr
 
 TEST_CASE("plan: fused elementwise chains equal eager evaluation bit for bit") {
   auto jitted = xj::jit(mixed_chain);
-  const auto traced = xj::make_jaxpr(mixed_chain)(sample(17, xj::f32, 1), sample(17, xj::f32, 2));
+  const auto traced = xj::make_jaxpr(mixed_chain)(sample_array(17, xj::f32, 1), sample_array(17, xj::f32, 2));
   CHECK(xjax::detail::make_plan(*traced.jaxpr)->fused_equations == traced.jaxpr->eqns.size());  // all in one loop
   for (xj::DType dtype : {xj::f32, xj::f64})
     for (std::int64_t n : {std::int64_t{1}, std::int64_t{5}, std::int64_t{17}, std::int64_t{512},
@@ -83,7 +83,7 @@ TEST_CASE("plan: fused elementwise chains equal eager evaluation bit for bit") {
       const std::string dtype_str = xj::dtype_name(dtype);
       CAPTURE(dtype_str);
       CAPTURE(n);
-      xj::Array x = sample(n, dtype, 1), y = sample(n, dtype, 2);
+      xj::Array x = sample_array(n, dtype, 1), y = sample_array(n, dtype, 2);
       auto [d0, m0, b0, n0] = mixed_chain(x, y);
       auto [d1, m1, b1, n1] = jitted(x, y);
       check_identical(d0, d1);
@@ -97,14 +97,14 @@ TEST_CASE("plan: bf16 / f16 chains fuse, compute in f32 and round each output on
   // XLA's excess precision: the chain's values stay f32 inside the loop; each output is the f32
   // chain's value rounded once (eager rounds after every primitive instead).
   auto jitted = xj::jit(mixed_chain);
-  const auto traced = xj::make_jaxpr(mixed_chain)(xj::astype(sample(17, xj::f32, 1), xj::bf16), xj::astype(sample(17, xj::f32, 2), xj::bf16));
+  const auto traced = xj::make_jaxpr(mixed_chain)(xj::astype(sample_array(17, xj::f32, 1), xj::bf16), xj::astype(sample_array(17, xj::f32, 2), xj::bf16));
   CHECK(xjax::detail::make_plan(*traced.jaxpr)->fused_equations == traced.jaxpr->eqns.size());
   for (xj::DType dtype : {xj::bf16, xj::f16})
     for (std::int64_t n : {std::int64_t{1}, std::int64_t{17}, std::int64_t{513}, std::int64_t{3001}}) {
       const std::string dtype_str = xj::dtype_name(dtype);
       CAPTURE(dtype_str);
       CAPTURE(n);
-      const xj::Array x = xj::astype(sample(n, xj::f32, 1), dtype), y = xj::astype(sample(n, xj::f32, 2), dtype);
+      const xj::Array x = xj::astype(sample_array(n, xj::f32, 1), dtype), y = xj::astype(sample_array(n, xj::f32, 2), dtype);
       auto [d0, m0, b0, n0] = mixed_chain(xj::astype(x, xj::f32), xj::astype(y, xj::f32));  // exact widening
       auto [d1, m1, b1, n1] = jitted(x, y);
       check_identical(xj::astype(d0, dtype), d1);
@@ -117,7 +117,7 @@ TEST_CASE("plan: bf16 / f16 chains fuse, compute in f32 and round each output on
     const xj::Array next = xj::tanh(c * 0.75 + x) - xj::sin(c) * 0.5;
     return std::pair{next, next * 2.0};
   };
-  const xj::Array c0 = xj::astype(sample(700, xj::f32, 3), xj::bf16), xs = xj::astype(xj::reshape(sample(700 * 6, xj::f32, 4), {6, 700}), xj::bf16);
+  const xj::Array c0 = xj::astype(sample_array(700, xj::f32, 3), xj::bf16), xs = xj::astype(xj::reshape(sample_array(700 * 6, xj::f32, 4), {6, 700}), xj::bf16);
   auto [carry, ys] = xj::jit([&](const xj::Array& c, const xj::Array& s) { return xj::scan(step, c, s); })(c0, xs);
   xj::Array want = c0;
   for (std::int64_t t = 0; t < 6; ++t) {
@@ -134,7 +134,7 @@ TEST_CASE("plan: bf16 / f16 chains fuse, compute in f32 and round each output on
     return v;
   };
   auto jitted_chain = xj::jit(chain);
-  const xj::Array xb = xj::astype(sample(big, xj::f32, 4), xj::bf16);
+  const xj::Array xb = xj::astype(sample_array(big, xj::f32, 4), xj::bf16);
   (void)jitted_chain(xb);
   const std::int64_t live = xj::memory_stats().live_bytes;
   xj::reset_peak_memory();
@@ -147,7 +147,7 @@ TEST_CASE("plan: a fused chain of size 0 and a chain over a rank-2 shape") {
   auto f = [](const xj::Array& x) { return xj::exp(x) * 2.0 - x; };
   xj::Array empty = xj::zeros({0, 3});
   CHECK(xj::jit(f)(empty).aval() == xj::ShapedArray{{0, 3}, xj::f32});
-  xj::Array m = xj::reshape(sample(12, xj::f64, 3), {3, 4});
+  xj::Array m = xj::reshape(sample_array(12, xj::f64, 3), {3, 4});
   check_identical(xj::jit(f)(m), f(m));
 }
 
@@ -158,7 +158,7 @@ TEST_CASE("plan: a fused chain materializes no intermediate (peak = input + outp
     return y;
   };
   auto jitted = xj::jit(chain);
-  xj::Array x = sample(n, xj::f32, 4);
+  xj::Array x = sample_array(n, xj::f32, 4);
   (void)jitted(x);  // trace and plan
   const std::int64_t live = xj::memory_stats().live_bytes;
   xj::reset_peak_memory();
@@ -289,14 +289,14 @@ TEST_CASE("plan: a row broadcast (bias) is fused into its consumers") {
     const std::string dtype_str = xj::dtype_name(dtype);
     CAPTURE(dtype_str);
     // period 7 does not divide the 512-element block; c is (5, 7) under a (60, 5, 7) shape
-    xj::Array x = xj::reshape(sample(60 * 35, dtype, 5), {60, 5, 7});
-    xj::Array b = sample(7, dtype, 6);
-    xj::Array c = xj::reshape(sample(35, dtype, 7), {5, 7});
+    xj::Array x = xj::reshape(sample_array(60 * 35, dtype, 5), {60, 5, 7});
+    xj::Array b = sample_array(7, dtype, 6);
+    xj::Array c = xj::reshape(sample_array(35, dtype, 7), {5, 7});
     check_identical(xj::jit(f)(x, b, c), f(x, b, c));
   }
   constexpr std::int64_t rows = 1000, cols = 1000;
-  xj::Array x = xj::reshape(sample(rows * cols, xj::f32, 8), {rows, cols});
-  xj::Array b = sample(cols, xj::f32, 9), c = sample(cols, xj::f32, 10);
+  xj::Array x = xj::reshape(sample_array(rows * cols, xj::f32, 8), {rows, cols});
+  xj::Array b = sample_array(cols, xj::f32, 9), c = sample_array(cols, xj::f32, 10);
   auto jitted = xj::jit(f);
   (void)jitted(x, b, c);
   const std::int64_t live = xj::memory_stats().live_bytes;
@@ -322,15 +322,15 @@ TEST_CASE("plan: column and middle broadcasts (keepdims reductions) are fused, e
   for (xj::DType dtype : {xj::f32, xj::f64}) {
     const std::string dtype_str = xj::dtype_name(dtype);
     CAPTURE(dtype_str);
-    xj::Array x = xj::reshape(sample(60 * 35, dtype, 11), {60, 5, 7});
-    xj::Array m = sample(5, dtype, 12);
+    xj::Array x = xj::reshape(sample_array(60 * 35, dtype, 11), {60, 5, 7});
+    xj::Array m = sample_array(5, dtype, 12);
     check_identical(xj::jit(f)(x, m), f(x, m));
-    xj::Array x7 = xj::reshape(sample(49, dtype, 13), {7, 7}), v = sample(7, dtype, 14);
+    xj::Array x7 = xj::reshape(sample_array(49, dtype, 13), {7, 7}), v = sample_array(7, dtype, 14);
     check_identical(xj::jit(g)(x7, v), g(x7, v));
     std::vector<double> xv = vec(x7), vv = vec(v), want(49);
     for (std::size_t i = 0; i < 7; ++i)
       for (std::size_t j = 0; j < 7; ++j) want[i * 7 + j] = xv[i * 7 + j] * vv[j] + vv[i] * 3.0;
-    std::vector<double> got = vec(xj::jit(g)(x7, v));  // sample() includes infinities and NaNs
+    std::vector<double> got = vec(xj::jit(g)(x7, v));  // sample_array() includes infinities and NaNs
     for (std::size_t i = 0; i < 49; ++i) {
       CAPTURE(i);
       if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
@@ -340,7 +340,7 @@ TEST_CASE("plan: column and middle broadcasts (keepdims reductions) are fused, e
   }
   // The columns are never materialized: the jitted chain needs the output and the reduction only.
   constexpr std::int64_t rows = 1000, cols = 1000;
-  xj::Array x = xj::reshape(sample(rows * cols, xj::f32, 15), {rows, cols});
+  xj::Array x = xj::reshape(sample_array(rows * cols, xj::f32, 15), {rows, cols});
   auto h = [](const xj::Array& x) { return xj::exp(x - xj::max(x, {1}, true)) * 2.0; };
   auto jitted = xj::jit(h);
   (void)jitted(x);
@@ -480,7 +480,7 @@ TEST_CASE("plan: 8 threads evaluate, copy and re-assign jaxprs that share plans"
 
 TEST_CASE("plan: a fused output that renames an input shares its buffer") {
   auto f = [](const xj::Array& x) { return std::pair{xj::stop_gradient(x), xj::exp(x) * 2.0}; };
-  xj::Array x = sample(1000, xj::f32, 11);
+  xj::Array x = sample_array(1000, xj::f32, 11);
   auto jitted = xj::jit(f);
   auto [a, b] = jitted(x);
   CHECK(a.raw_data() == x.raw_data());  // no copy, as eager stop_gradient
@@ -528,8 +528,8 @@ TEST_CASE("plan: fused chains with bool inputs read as bytes and outputs written
   for (xj::DType dtype : {xj::f32, xj::f64})
     for (std::int64_t n : {std::int64_t{1}, std::int64_t{513}, std::int64_t{3001}}) {
       CAPTURE(n);
-      xj::Array x = sample(n, dtype, 4), y = sample(n, dtype, 5);
-      xj::Array p = sample(n, dtype, 6) > 0.0, q = sample(n, dtype, 7) > 0.3;
+      xj::Array x = sample_array(n, dtype, 4), y = sample_array(n, dtype, 5);
+      xj::Array p = sample_array(n, dtype, 6) > 0.0, q = sample_array(n, dtype, 7) > 0.3;
       auto [a0, b0, c0, d0] = f(x, y, p, q);
       auto [a1, b1, c1, d1] = jitted(x, y, p, q);
       check_identical(a0, a1);
@@ -550,7 +550,7 @@ TEST_CASE("plan: interleaved elementwise chains are scheduled together and fused
     xj::Array c = b - a;
     return std::pair{c + 1.0, m2 * 3.0};
   };
-  xj::Array x = sample(64, xj::f32, 8), w = xj::reshape(sample(9, xj::f32, 9), {3, 3});
+  xj::Array x = sample_array(64, xj::f32, 8), w = xj::reshape(sample_array(9, xj::f32, 9), {3, 3});
   auto j = xj::make_jaxpr(f)(x, w);
   auto plan = xjax::detail::make_plan(*j.jaxpr);
   // x's chain (sin, exp, mul, sub, add: the literals' broadcasts fold in) is one fused step; so is
@@ -580,7 +580,7 @@ double peak_in_square_buffers(const F& jitted, const xj::Array& a, const xj::Arr
 TEST_CASE("plan: a fused epilogue writes into the buffer of the product it consumes") {
   constexpr std::int64_t d = 256;
   auto f = [](const xj::Array& a, const xj::Array& b) { return xj::tanh(xj::matmul(a, b)) * 2.0 + 1.0; };
-  xj::Array a = xj::reshape(sample(d * d, xj::f32, 12), {d, d}), b = xj::reshape(sample(d * d, xj::f32, 13), {d, d});
+  xj::Array a = xj::reshape(sample_array(d * d, xj::f32, 12), {d, d}), b = xj::reshape(sample_array(d * d, xj::f32, 13), {d, d});
   xj::Array y;
   const double extra = peak_in_square_buffers(xj::jit(f), a, b, d, y);
   MESSAGE("peak above the inputs: " << extra << " buffers of the product's size");
@@ -589,7 +589,7 @@ TEST_CASE("plan: a fused epilogue writes into the buffer of the product it consu
 
   // The caller's arrays keep their values, also a temporary passed straight in.
   auto g = xj::jit([](const xj::Array& x) { return xj::exp(x) * 2.0 - 1.0; });
-  xj::Array x = sample(1000, xj::f32, 14);  // with a NaN: compared bit for bit
+  xj::Array x = sample_array(1000, xj::f32, 14);  // with a NaN: compared bit for bit
   const xj::Array before = x * 1.0;
   (void)g(x);
   check_identical(x, before);
@@ -607,7 +607,7 @@ TEST_CASE("plan: a broadcast literal joins its reader's run, not an earlier one"
     xj::Array z = xj::matmul(h, w);          // then a product of the same shape
     return xj::where(z > 0.0, z, 0.0);       // its 0.0 reads no variable
   };
-  xj::Array x = xj::reshape(sample(d * d, xj::f32, 15), {d, d}), w = xj::reshape(sample(d * d, xj::f32, 16), {d, d});
+  xj::Array x = xj::reshape(sample_array(d * d, xj::f32, 15), {d, d}), w = xj::reshape(sample_array(d * d, xj::f32, 16), {d, d});
   xj::Array y;
   const double extra = peak_in_square_buffers(xj::jit(f), x, w, d, y);
   MESSAGE("peak above the inputs: " << extra << " buffers of [d, d]");
@@ -623,7 +623,7 @@ TEST_CASE("plan: a checkpoint's body runs inlined as steps of the outer plan") {
   auto nested = xj::checkpoint([&](const xj::Array& x) { return block(x) - 0.5; });
   // The same body twice, and once inside another checkpoint.
   auto f = [&](const xj::Array& x) { return block(x) + block(x * 3.0) * nested(x + 1.0) + 1.0; };
-  xj::Array x = sample(64, xj::f64, 17);
+  xj::Array x = sample_array(64, xj::f64, 17);
   auto j = xj::make_jaxpr(f)(x);
   auto plan = xjax::detail::make_plan(*j.jaxpr);
   for (const auto& st : plan->steps) CHECK(st.kind != xjax::detail::EvalPlan::Kind::call);
@@ -642,7 +642,7 @@ TEST_CASE("plan: a checkpoint's body runs inlined as steps of the outer plan") {
   // Gradients through the checkpoints (the recompute runs inlined too) against finite differences
   // (at finite points: sample gives NaN and infinities from 11 elements on).
   auto loss = [&](const xj::Array& x) { return xj::sum(f(x)); };
-  x = sample(10, xj::f64, 18);
+  x = sample_array(10, xj::f64, 18);
   xj::Array g = xj::jit(xj::grad(loss))(x);
   const double h = 1e-6;
   xj::Array e = xj::zeros_like(x);
@@ -670,7 +670,7 @@ TEST_CASE("plan: inlined checkpoints whose bodies fold transposes into dots stil
 }
 
 TEST_CASE("plan: one checkpoint body read by two equations (an unrolled scan's) is inlined twice, renamed") {
-  xj::Array x = sample(8, xj::f64, 21);
+  xj::Array x = sample_array(8, xj::f64, 21);
   auto body = std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& a) { return xj::sin(a) * 2.0; })(x));
   const xj::params::Checkpoint ps{.jaxpr = body, .policy = {}, .prevent_cse = false, .differentiated = false};
   xj::Jaxpr outer;
@@ -715,10 +715,10 @@ TEST_CASE("plan: a literal result of an inlined checkpoint body outlives the jax
 }
 
 TEST_CASE("plan: a checkpoint body with consts runs as a call step") {
-  xj::Array x = sample(8, xj::f64, 19);
+  xj::Array x = sample_array(8, xj::f64, 19);
   auto body = std::make_shared<xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& a) { return xj::sin(a) * 2.0; })(x));
   // The body reads one const (moved from an input), so it cannot be inlined.
-  xj::Array c = sample(8, xj::f64, 20);
+  xj::Array c = sample_array(8, xj::f64, 20);
   auto with_const = std::make_shared<xj::Jaxpr>(*body->jaxpr);
   with_const->constvars.push_back(with_const->invars.at(0));
   with_const->invars.clear();

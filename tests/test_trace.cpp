@@ -22,7 +22,7 @@ using namespace test_util;
 
 namespace {
 
-xj::Array eval1(const xj::ClosedJaxpr& j, std::vector<xj::Array> args) {
+xj::Array eval_single(const xj::ClosedJaxpr& j, std::vector<xj::Array> args) {
   auto outs = xj::eval_jaxpr(j, args);
   REQUIRE(outs.size() == 1);
   return outs[0];
@@ -41,7 +41,7 @@ TEST_CASE("trace: a captured concrete array becomes a const, shared when used tw
   CHECK(j.consts[0].impl() == w.impl());
   CHECK(j.consts[0].is_concrete());
   xj::Array x = xj::array<float>({4, 5, 6}, {3});
-  CHECK(eval1(j, {x}).to_vector<float>() == std::vector<float>{5, 12, 21});
+  CHECK(eval_single(j, {x}).to_vector<float>() == std::vector<float>{5, 12, 21});
 }
 
 TEST_CASE("trace: a captured rank-0 array is a literal, not a const") {
@@ -89,7 +89,7 @@ TEST_CASE("trace: a tracer of an enclosing trace becomes an explicit const input
   // eval works and agrees with the math.
   std::vector<float> xs{0.1f, -0.7f, 2.0f};
   xj::Array x = xj::array<float>(xs, {3});
-  auto got = eval1(outer, {x}).to_vector<float>();
+  auto got = eval_single(outer, {x}).to_vector<float>();
   for (std::size_t i = 0; i < 3; ++i)
     CHECK(got[i] == doctest::Approx(std::sin(std::cos(xs[i])) * xs[i] + xs[i]).epsilon(1e-6));
 }
@@ -104,7 +104,7 @@ TEST_CASE("trace: the inner jaxpr with a lifted tracer evaluates with a concrete
   })(xj::zeros({2}));
   REQUIRE(inner_seen->constvars.size() == 1);
   xj::ClosedJaxpr concrete{inner_seen.jaxpr, {xj::array<float>({10, 20}, {2})}};
-  CHECK(eval1(concrete, {xj::array<float>({1, 2}, {2})}).to_vector<float>() == std::vector<float>{-9, -18});
+  CHECK(eval_single(concrete, {xj::array<float>({1, 2}, {2})}).to_vector<float>() == std::vector<float>{-9, -18});
 }
 
 TEST_CASE("trace: three levels: the middle trace lifts the outer tracer, the inner lifts both") {
@@ -121,7 +121,7 @@ TEST_CASE("trace: three levels: the middle trace lifts the outer tracer, the inn
   CHECK(inner_seen->constvars.size() == 2);
   CHECK(middle_seen->constvars.size() == 1);
   CHECK(outer->constvars.empty());
-  auto got = eval1(outer, {xj::array<float>({2, 3}, {2})}).to_vector<float>();
+  auto got = eval_single(outer, {xj::array<float>({2, 3}, {2})}).to_vector<float>();
   CHECK(got == std::vector<float>{8, 27});  // x * x * x
 }
 
@@ -165,7 +165,7 @@ TEST_CASE("trace: a tracer that leaks out of make_jaxpr raises TracerError namin
     check_message(e.what());
   }
   // The jaxpr itself is fine.
-  CHECK(eval1(j, {xj::zeros({3})}).to_vector<float>() == std::vector<float>{0, 0, 0});
+  CHECK(eval_single(j, {xj::zeros({3})}).to_vector<float>() == std::vector<float>{0, 0, 0});
 }
 
 TEST_CASE("trace: grad's leaked input tracer names the grad template in the installed header as where it was made") {
@@ -231,11 +231,11 @@ TEST_CASE("trace: eval_jaxpr of a traced jaxpr equals the eager result") {
   auto j = xj::make_jaxpr(f)(x, w, b);
   CHECK(j->invars.size() == 3);
   xj::typecheck(*j.jaxpr);
-  check_close(eval1(j, {x, w, b}), eager, 1e-6);
+  check_close(eval_single(j, {x, w, b}), eager, 1e-6);
 
   // Tracing at other values gives the same jaxpr; evaluating at other values agrees with eager.
   xj::Array x2 = xj::array<float>({1, 2, 3, 4, 5, 6}, {2, 3});
-  check_close(eval1(j, {x2, w, b}), f(x2, w, b), 1e-6);
+  check_close(eval_single(j, {x2, w, b}), f(x2, w, b), 1e-6);
 }
 
 TEST_CASE("trace: eval_jaxpr with integer, bool and shape ops") {
@@ -260,16 +260,16 @@ TEST_CASE("trace: eval_jaxpr with integer, bool and shape ops") {
 
 TEST_CASE("trace: eval_jaxpr checks its arguments") {
   auto j = xj::make_jaxpr([](const xj::Array& x) { return xj::sin(x); })(xj::zeros({3}));
-  CHECK_THROWS_AS(eval1(j, {xj::zeros({4})}), xj::TypeError);
-  CHECK_THROWS_AS(eval1(j, {xj::zeros({3}, xj::f64)}), xj::TypeError);
+  CHECK_THROWS_AS(eval_single(j, {xj::zeros({4})}), xj::TypeError);
+  CHECK_THROWS_AS(eval_single(j, {xj::zeros({3}, xj::f64)}), xj::TypeError);
   CHECK_THROWS_AS(xj::eval_jaxpr(j, std::vector<xj::Array>{}), xj::TypeError);
   xj::ClosedJaxpr missing_consts{
       xj::make_jaxpr([w = xj::ones({3})](const xj::Array& x) { return x * w; })(xj::zeros({3})).jaxpr, {}};
-  CHECK_THROWS_AS(eval1(missing_consts, {xj::zeros({3})}), xj::TypeError);
+  CHECK_THROWS_AS(eval_single(missing_consts, {xj::zeros({3})}), xj::TypeError);
   // A const of the wrong shape: an error, not a kernel reading past its end (raw plans read
   // operands by pointer).
   xj::ClosedJaxpr wrong_const{missing_consts.jaxpr, {xj::ones({2})}};
-  CHECK_THROWS_AS(eval1(wrong_const, {xj::zeros({3})}), xj::TypeError);
+  CHECK_THROWS_AS(eval_single(wrong_const, {xj::zeros({3})}), xj::TypeError);
 }
 
 TEST_CASE("trace: identity and pass-through outputs") {

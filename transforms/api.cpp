@@ -143,10 +143,6 @@ std::vector<ShapedArray> FlatArgs::avals() const {
   return out;
 }
 
-std::shared_ptr<const std::vector<TreeDef>> share_defs(const std::vector<TreeDef>& defs) {
-  return std::make_shared<const std::vector<TreeDef>>(defs);
-}
-
 GradCall::GradCall(FlatArgs args, std::initializer_list<int> argnums, bool allow_int)
     : fa(std::move(args)), diff(argnum_mask(fa, argnums)) {
   check_grad_inputs(fa, diff, allow_int);

@@ -26,7 +26,7 @@ class FlatFn {
   std::vector<Array> operator()(std::span<const Array> leaves) const;
   explicit operator bool() const { return body_ != nullptr; }
 
- private:
+  /// What a FlatFn calls; flat_fn derives its own body from it, other callables get BodyOf.
   struct Body {
     Body() = default;
     Body(const Body&) = delete;
@@ -34,12 +34,15 @@ class FlatFn {
     virtual ~Body();
     virtual std::vector<Array> call(std::span<const Array> leaves) const = 0;
   };
+  /// A FlatFn that owns `body` (its copies share it).
+  explicit FlatFn(const Body* body);
+
+ private:
   template <class G> struct BodyOf final : Body {
     explicit BodyOf(G g) : g(std::move(g)) {}
     std::vector<Array> call(std::span<const Array> leaves) const override { return g(leaves); }
     G g;
   };
-  explicit FlatFn(const Body* body);  // owns body
   std::shared_ptr<const Body> body_;
 };
 
@@ -62,9 +65,6 @@ struct FlatArgs {
   void end_arg();
   std::vector<ShapedArray> avals() const;
 };
-
-/// defs shared by the copies of a flat function (one allocation, no TreeDef copies inline).
-std::shared_ptr<const std::vector<TreeDef>> share_defs(const std::vector<TreeDef>& defs);
 
 /// Throws an Error when the argument structures `got` differ from `expected` (one TreeDef per
 /// argument): "WHAT differ from the arguments at [i]['key']...: ...".
@@ -100,18 +100,27 @@ std::tuple<Args...> unflatten_args(const std::vector<TreeDef>& defs, std::span<c
   return unflatten_args_impl<Args...>(defs, leaves, std::index_sequence_for<Args...>{});
 }
 
-/// f as a function on flat leaves; the result's structure is written to *out_def when it runs.
-template <class F, class... Args>
-FlatFn flat_fn(const F& f, const std::vector<TreeDef>& defs, TreeDef* out_def) {
-  return [f, defs = share_defs(defs), out_def](std::span<const Array> leaves) {
-    auto args = unflatten_args<std::decay_t<Args>...>(*defs, leaves);
+/// flat_fn's body: unflattens the leaves into Args, calls f, flattens its result.
+template <class F, class... Args> struct TreeFnBody final : FlatFn::Body {
+  TreeFnBody(const F& f, const std::vector<TreeDef>& defs, TreeDef* out_def) : f(f), defs(defs), out_def(out_def) {}
+  std::vector<Array> call(std::span<const Array> leaves) const override {
+    auto args = unflatten_args<std::decay_t<Args>...>(defs, leaves);
     auto result = std::apply(f, args);
     std::vector<Array> outs;
     TreeDef def;
     PyTree<std::decay_t<decltype(result)>>::flatten(result, outs, def);
     if (out_def) *out_def = def;
     return outs;
-  };
+  }
+  F f;
+  std::vector<TreeDef> defs;
+  TreeDef* out_def;
+};
+
+/// f as a function on flat leaves; the result's structure is written to *out_def when it runs.
+template <class F, class... Args>
+FlatFn flat_fn(const F& f, const std::vector<TreeDef>& defs, TreeDef* out_def) {
+  return FlatFn(new TreeFnBody<F, Args...>(f, defs, out_def));
 }
 
 }  // namespace xjax::detail

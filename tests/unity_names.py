@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Checks that no two test files compiled into one unity source define the same file-scope name.
+
+xjax-tests is a unity build (tests/meson.build: consecutive groups of `unity_size` files of
+test_src, each group one translation unit). Two files of a group that define the same helper with
+different parameters compile, and a call in the later file can silently bind to the earlier file's
+overload; this fails instead, naming both files. A name is what a line at column 0 defines: a
+function, a struct or class, an enum or a `using` alias (an alias written identically in both
+files is allowed: it names the same type). Rename one of the two helpers, or move the shared one
+to test_util.hpp.
+
+Usage: unity_names.py TESTS_DIR"""
+import collections
+import re
+import sys
+from pathlib import Path
+
+TYPE = re.compile(r"^(?:(?:struct|class|enum class|enum) (\w+)|using (\w+) =)")
+FUNCTION = re.compile(r"^(?:inline |static |constexpr |template <[^>]*> )*[\w:<>,*&\[\] ]+?[\s*&](\w+)\(")
+SKIP = ("TEST_CASE", "SUBCASE", "TEST_SUITE", "namespace", "return", "#", "//", "}")
+
+
+def defined_names(path):
+    names = {}
+    for line in path.read_text().splitlines():
+        if not line or line[0].isspace() or line.startswith(SKIP):
+            continue
+        m = TYPE.match(line) or FUNCTION.match(line)
+        if m:
+            names.setdefault(m.group(1) or m.group(2), line.strip())
+    return names
+
+
+def main():
+    tests = Path(sys.argv[1])
+    build = (tests / "meson.build").read_text()
+    sources = re.findall(r"'(test_\w+\.cpp)'", build.split("test_src = [", 1)[1].split("]", 1)[0])
+    size = int(re.search(r"unity_size=(\d+)", build).group(1))
+    clashes = 0
+    for start in range(0, len(sources), size):
+        group = sources[start:start + size]
+        where = collections.defaultdict(list)
+        for f in group:
+            for name, line in defined_names(tests / f).items():
+                where[name].append((f, line))
+        for name, defs in sorted(where.items()):
+            lines = {line for _, line in defs}
+            if len(defs) > 1 and not (len(lines) == 1 and lines.pop().startswith("using ")):
+                clashes += 1
+                print(f"{name} is defined in {', '.join(f for f, _ in defs)} (one unity source): rename one")
+    print(f"{len(sources)} files in groups of {size}: {clashes} names defined twice in a group")
+    return 1 if clashes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
