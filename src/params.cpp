@@ -22,8 +22,6 @@ void throw_wrong_params(std::size_t held, std::size_t wanted) {
 
 }  // namespace detail
 
-// Each struct's == is memberwise: shared_ptrs (jaxprs, objects) and vectors of them compare by
-// identity, the rest by value.
 static_assert(std::is_nothrow_move_constructible_v<detail::ParamsVariant> &&
                   std::is_nothrow_move_assignable_v<detail::ParamsVariant>,
               "Params' moves are declared noexcept: every parameter struct must move without throwing");
@@ -33,6 +31,8 @@ Params& Params::operator=(const Params&) = default;
 Params& Params::operator=(Params&&) noexcept = default;
 Params::~Params() = default;
 
+// Each struct's == is memberwise: shared_ptrs (jaxprs, objects) and vectors of them compare by
+// identity, the rest by value.
 bool operator==(const Params& a, const Params& b) { return a.variant() == b.variant(); }
 
 std::vector<ClosedJaxprPtr> sub_jaxprs(const Params& ps) {

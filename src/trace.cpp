@@ -157,7 +157,7 @@ Array bind1(Primitive p, std::span<const Array> inputs, Params params, std::sour
 }
 
 FlatFn::Body::~Body() = default;
-FlatFn::FlatFn(const Body* body) : body_(body) {}
+FlatFn::FlatFn(std::unique_ptr<const Body> body) : body_(std::move(body)) {}
 std::vector<Array> FlatFn::operator()(std::span<const Array> leaves) const {
   if (!body_) throw Error("a flat function was called before it was given a callable");
   return body_->call(leaves);

@@ -23,7 +23,7 @@ using namespace test_util;
 namespace {
 
 /// Central finite differences of a scalar function of an f64 vector, evaluated concretely.
-std::vector<double> fd_grad(const std::function<double(const xj::Array&)>& f, const std::vector<double>& x,
+std::vector<double> fd_grad_of_array(const std::function<double(const xj::Array&)>& f, const std::vector<double>& x,
                             double eps = 1e-6) {
   std::vector<double> g(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -98,7 +98,7 @@ TEST_CASE("cond: the jaxpr stages one cond with both branches, false_fn first") 
 TEST_CASE("cond: grad through both branches matches finite differences") {
   auto g = xj::grad(cond_fn);
   for (std::vector<double> x : {std::vector<double>{0.5, -1.0, 2.0}, std::vector<double>{-0.5, -1.0, 0.25}}) {
-    auto want = fd_grad([](const xj::Array& a) { return cond_fn(a).item<double>(); }, x);
+    auto want = fd_grad_of_array([](const xj::Array& a) { return cond_fn(a).item<double>(); }, x);
     check_values(g(f64v(x)), want, 1e-6);
     CHECK_NOTHROW(xj::check_grads(cond_fn, std::tuple{f64v(x)}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
   }
@@ -122,9 +122,9 @@ TEST_CASE("cond: grad w.r.t. values the branches close over, and through several
     auto w = f64v({0.4, -0.9, 1.5});
     CHECK_NOTHROW(xj::check_grads(f, std::tuple{x, w}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
     auto [gx, gw] = xj::grad(f, xj::argnums<0, 1>)(x, w);
-    auto want_w = fd_grad([&](const xj::Array& v) { return f(x, v).item<double>(); }, vec(w));
+    auto want_w = fd_grad_of_array([&](const xj::Array& v) { return f(x, v).item<double>(); }, vec(w));
     check_values(gw, want_w, 1e-6);
-    auto want_x = fd_grad([&](const xj::Array& v) { return f(v, w).item<double>(); }, vec(x));
+    auto want_x = fd_grad_of_array([&](const xj::Array& v) { return f(v, w).item<double>(); }, vec(x));
     check_values(gx, want_x, 1e-6);
   }
 }
@@ -205,7 +205,7 @@ TEST_CASE("cond: inside scan (grad matches a plain loop and finite differences)"
   auto xs = xj::array<double>({0.5, -1.5, 2.0, 0.1, -0.4, 1.1, 0.9, -2.0}, {4, 2});
   CHECK(f(c0, xs).item<double>() == doctest::Approx(plain(c0, xs).item<double>()));
   auto g = xj::grad(f)(c0, xs);
-  auto want = fd_grad([&](const xj::Array& c) { return plain(c, xs).item<double>(); }, vec(c0));
+  auto want = fd_grad_of_array([&](const xj::Array& c) { return plain(c, xs).item<double>(); }, vec(c0));
   check_values(g, want, 1e-6);
   CHECK_NOTHROW(xj::check_grads(f, std::tuple{c0, xs}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
 }
@@ -223,7 +223,7 @@ TEST_CASE("cond: scan inside a branch (grad matches finite differences)") {
   };
   auto xs = xj::array<double>({0.5, -1.5, 2.0, 0.1, -0.4, 1.1}, {3, 2});
   for (std::vector<double> x : {std::vector<double>{0.2, 0.7}, std::vector<double>{1.4, -0.3}}) {
-    auto want = fd_grad([&](const xj::Array& a) { return f(a, xs).item<double>(); }, x);
+    auto want = fd_grad_of_array([&](const xj::Array& a) { return f(a, xs).item<double>(); }, x);
     check_values(xj::grad(f)(f64v(x), xs), want, 1e-6);
     CHECK_NOTHROW(xj::check_grads(f, std::tuple{f64v(x), xs}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
   }
@@ -255,13 +255,13 @@ TEST_CASE("cond: switch_ with 3 branches (tuple and vector of std::function), in
     // A braced list of different lambdas, as lax.switch(i, [b0, b1, b2], x).
     CHECK(xj::switch_(idx, {b0, b1, b2}, f64v(x)).item<double>() == doctest::Approx(ref[k](x)));
     auto f = [&](const xj::Array& v) { return xj::switch_(idx, std::tuple{b0, b1, b2}, v); };
-    auto want = fd_grad([&](const xj::Array& v) { return f(v).item<double>(); }, x);
+    auto want = fd_grad_of_array([&](const xj::Array& v) { return f(v).item<double>(); }, x);
     check_values(xj::grad(f)(f64v(x)), want, 1e-6);
     CHECK_NOTHROW(xj::check_grads(f, std::tuple{f64v(x)}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
   }
   // A traced index (computed from the input) and an i64 index.
   auto g = [&](const xj::Array& v) { return xj::switch_(xj::astype(v[0] > 0.0, xj::i32) * 2, fns, v); };
-  check_values(xj::grad(g)(f64v(x)), fd_grad([&](const xj::Array& v) { return g(v).item<double>(); }, x), 1e-6);
+  check_values(xj::grad(g)(f64v(x)), fd_grad_of_array([&](const xj::Array& v) { return g(v).item<double>(); }, x), 1e-6);
   CHECK(xj::switch_(xj::scalar(1, xj::i64), fns, f64v(x)).item<double>() == doctest::Approx(ref[1](x)));
   std::string s = str(xj::make_jaxpr(g)(f64v(x)));
   INFO(s);
@@ -514,7 +514,7 @@ TEST_CASE("cond: fori_loop with static bounds lowers to scan; grad matches a pla
   auto [px, pw] = xj::grad(plain, xj::argnums<0, 1>)(x0, w);
   check_values(gx, vec(px));
   check_values(gw, vec(pw));
-  check_values(gw, fd_grad([&](const xj::Array& v) { return plain(x0, v).item<double>(); }, vec(w)), 1e-6);
+  check_values(gw, fd_grad_of_array([&](const xj::Array& v) { return plain(x0, v).item<double>(); }, vec(w)), 1e-6);
   CHECK_NOTHROW(xj::check_grads(f, std::tuple{x0, w}, {.order = 2, .modes = {xj::fwd, xj::rev}}));
   std::string s = str(xj::make_jaxpr(f)(x0, w));
   INFO(s);

@@ -243,6 +243,7 @@ TEST_CASE("conv_general_dilated, its gradients and the pools in bf16 and f16: co
       auto [v32, pullback32] = xj::vjp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); },
                                        xj::astype(x, xj::f32), xj::astype(w, xj::f32));
       auto [gx32, gw32] = pullback32(xj::astype(ct, xj::f32));
+      CHECK(vec(v) == vec(xj::astype(v32, dtype)));
       CHECK(vec(gx) == vec(xj::astype(gx32, dtype)));
       CHECK(vec(gw) == vec(xj::astype(gw32, dtype)));
     }

@@ -32,7 +32,7 @@ std::vector<double> values(std::size_t n, double phase) {
   return v;
 }
 
-void check_close(const xj::Array& got, const std::vector<double>& want, double tol) {
+void check_close_to(const xj::Array& got, const std::vector<double>& want, double tol) {
   const auto g = got.to_vector<double>();
   REQUIRE(g.size() == want.size());
   for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(want[i]).epsilon(tol));
@@ -43,18 +43,18 @@ void check_close(const xj::Array& got, const std::vector<double>& want, double t
 TEST_CASE("nn: layer_norm, standardize and rms_norm against loops in double, both axes, f64 and f32") {
   const std::vector<double> xv = values(12, 0.3), s3 = values(3, 1.1), s4 = values(4, 2.2), b4 = values(4, 0.7);
   const xj::Array x = test_util::f64v(xv, {3, 4});
-  check_close(xj::layer_norm(x, test_util::f64v(s4, {4}), test_util::f64v(b4, {4})), normalized(xv, 3, 4, 1, false, s4, b4, 1e-5), 1e-12);
-  check_close(xj::layer_norm(x, test_util::f64v(s3, {3}), std::nullopt, 0, 1e-3), normalized(xv, 3, 4, 0, false, s3, {}, 1e-3), 1e-12);
-  check_close(xj::standardize(x), normalized(xv, 3, 4, 1, false, {}, {}, 1e-5), 1e-12);
-  check_close(xj::rms_norm(x, test_util::f64v(s4, {4})), normalized(xv, 3, 4, 1, true, s4, {}, 1e-6), 1e-12);
-  check_close(xj::rms_norm(x, std::nullopt, 0, 0.5), normalized(xv, 3, 4, 0, true, {}, {}, 0.5), 1e-12);
+  check_close_to(xj::layer_norm(x, test_util::f64v(s4, {4}), test_util::f64v(b4, {4})), normalized(xv, 3, 4, 1, false, s4, b4, 1e-5), 1e-12);
+  check_close_to(xj::layer_norm(x, test_util::f64v(s3, {3}), std::nullopt, 0, 1e-3), normalized(xv, 3, 4, 0, false, s3, {}, 1e-3), 1e-12);
+  check_close_to(xj::standardize(x), normalized(xv, 3, 4, 1, false, {}, {}, 1e-5), 1e-12);
+  check_close_to(xj::rms_norm(x, test_util::f64v(s4, {4})), normalized(xv, 3, 4, 1, true, s4, {}, 1e-6), 1e-12);
+  check_close_to(xj::rms_norm(x, std::nullopt, 0, 0.5), normalized(xv, 3, 4, 0, true, {}, {}, 0.5), 1e-12);
   // f32 in, f32 out, within f32 rounding; a large common offset does not cancel the variance.
   std::vector<double> shifted = xv;
   for (auto& v : shifted) v += 1000.0;
   const xj::Array x32 = xj::astype(test_util::f64v(shifted, {3, 4}), xj::f32);
   const xj::Array y32 = xj::layer_norm(x32);
   CHECK(y32.dtype() == xj::f32);
-  check_close(y32, normalized(shifted, 3, 4, 1, false, {}, {}, 1e-5), 2e-3);
+  check_close_to(y32, normalized(shifted, 3, 4, 1, false, {}, {}, 1e-5), 2e-3);
 }
 
 TEST_CASE("nn: gradients of the normalization layers against finite differences (f64)") {
@@ -87,12 +87,12 @@ TEST_CASE("nn: silu, swish, elu, leaky_relu, log_sigmoid, glu against their form
     leaky.push_back(v >= 0 ? v : 0.2 * v);
     logsig.push_back(v < 0 ? v - std::log1p(std::exp(v)) : -std::log1p(std::exp(-v)));
   }
-  check_close(xj::silu(x), silu, 1e-14);
-  check_close(xj::swish(x), silu, 1e-14);
-  check_close(xj::elu(x), elu, 1e-14);
-  check_close(xj::elu(x, 0.5), elu2, 1e-14);
-  check_close(xj::leaky_relu(x, 0.2), leaky, 1e-14);
-  check_close(xj::log_sigmoid(x), logsig, 1e-12);
+  check_close_to(xj::silu(x), silu, 1e-14);
+  check_close_to(xj::swish(x), silu, 1e-14);
+  check_close_to(xj::elu(x), elu, 1e-14);
+  check_close_to(xj::elu(x, 0.5), elu2, 1e-14);
+  check_close_to(xj::leaky_relu(x, 0.2), leaky, 1e-14);
+  check_close_to(xj::log_sigmoid(x), logsig, 1e-12);
   CHECK(xj::leaky_relu(x).to_vector<double>()[0] == doctest::Approx(-0.3));  // JAX's default slope 0.01
   // glu: the first half times the logistic of the second, along the chosen axis
   const xj::Array m = test_util::f64v(values(12, 0.5), {2, 6});
@@ -100,7 +100,7 @@ TEST_CASE("nn: silu, swish, elu, leaky_relu, log_sigmoid, glu against their form
   std::vector<double> want;
   for (std::size_t r = 0; r < 2; ++r)
     for (std::size_t c = 0; c < 3; ++c) want.push_back(mv[r * 6 + c] / (1.0 + std::exp(-mv[r * 6 + c + 3])));
-  check_close(xj::glu(m), want, 1e-14);
+  check_close_to(xj::glu(m), want, 1e-14);
   REQUIRE(xj::glu(m, 0).shape() == xj::Shape{1, 6});
   CHECK_THROWS_WITH_AS((void)xj::glu(xj::ones({2, 3})), doctest::Contains("odd length 3"), xj::ShapeError);
 }
@@ -141,9 +141,9 @@ TEST_CASE("var and std: the centred sum of squares over N - ddof, against loops 
       for (std::size_t c = 0; c < 4; ++c) ss += (xv[r * 4 + c] - mean) * (xv[r * 4 + c] - mean);
       want.push_back(ss / static_cast<double>(4 - ddof));
     }
-    check_close(xj::var(x, {1}, ddof), want, 1e-13);
+    check_close_to(xj::var(x, {1}, ddof), want, 1e-13);
     for (auto& w : want) w = std::sqrt(w);
-    check_close(xj::std(x, {1}, ddof), want, 1e-13);
+    check_close_to(xj::std(x, {1}, ddof), want, 1e-13);
   }
   CHECK(xj::var(x, {}, 0, true).shape() == xj::Shape{1, 1});
   // integers are computed in f64; ddof >= N divides by 0 (inf, as JAX)

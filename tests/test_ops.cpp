@@ -59,7 +59,7 @@ Vec map(const std::vector<float>& v, const std::function<double(float)>& f) {
   return out;
 }
 
-std::size_t count(const xj::Shape& s) {
+std::size_t element_count(const xj::Shape& s) {
   std::size_t n = 1;
   for (auto d : s) n *= static_cast<std::size_t>(d);
   return n;
@@ -353,7 +353,7 @@ TEST_CASE("ops: rank-0 and rank-4 arrays, size-0 dimensions") {
   check_array(xj::sin(a) + b, {}, xj::f32, {std::sin(0.5f) + 0.25f});
 
   xj::Shape s4{2, 1, 3, 2};
-  std::vector<float> v = ramp_values(count(s4), 0.1f, -0.5f);
+  std::vector<float> v = ramp_values(element_count(s4), 0.1f, -0.5f);
   xj::Array x = f32v(v, s4);
   check_array(xj::exp(x) * x, s4, xj::f32, map(v, [](float t) { return std::exp(t) * t; }));
   // rank 4 broadcast against rank 1

@@ -18,7 +18,7 @@ using namespace test_util;
 
 namespace {
 
-std::size_t count(const xj::Jaxpr& j, xj::Primitive p) {
+std::size_t count_eqns(const xj::Jaxpr& j, xj::Primitive p) {
   std::size_t n = 0;
   for (const auto& e : j.eqns) n += e.prim == p;
   return n;
@@ -57,9 +57,9 @@ TEST_CASE("passes: fold_transposes makes the dot read the transpose's operand, w
   xj::Array a = xj::random::normal(xj::random::key(1), {5, 4}, xj::f64);
   xj::Array b = xj::random::normal(xj::random::key(2), {5, 3}, xj::f64);
   auto j = xj::make_jaxpr([](const xj::Array& x, const xj::Array& y) { return xj::matmul(xj::transpose(x), y); })(a, b);
-  REQUIRE(count(*j.jaxpr, xj::Primitive::transpose) == 1);
+  REQUIRE(count_eqns(*j.jaxpr, xj::Primitive::transpose) == 1);
   const xj::Jaxpr folded = xjax::detail::fold_transposes(*j.jaxpr);
-  CHECK(count(folded, xj::Primitive::transpose) == 0);
+  CHECK(count_eqns(folded, xj::Primitive::transpose) == 0);
   CHECK(same_vars(folded.invars, j.jaxpr->invars));
   const xj::Eqn& dot = only(folded, xj::Primitive::dot_general);
   CHECK(std::get<xj::Var>(dot.inputs[0]).id() == j.jaxpr->invars[0].id());  // reads x itself
@@ -79,7 +79,7 @@ TEST_CASE("passes: fold_transposes keeps a transpose that something else reads, 
     return xj::matmul(t, y) + xj::sum(t);
   })(a, b);
   const xj::Jaxpr f1 = xjax::detail::fold_transposes(*also_read.jaxpr);
-  CHECK(count(f1, xj::Primitive::transpose) == 1);  // the sum still reads it
+  CHECK(count_eqns(f1, xj::Primitive::transpose) == 1);  // the sum still reads it
   CHECK(std::get<xj::Var>(only(f1, xj::Primitive::dot_general).inputs[0]).id() == also_read.jaxpr->invars[0].id());
   xj::Array c = xj::random::normal(xj::random::key(5), {3, 2, 4}, xj::f64);
   xj::Array m = xj::random::normal(xj::random::key(6), {4, 6}, xj::f64);
@@ -87,7 +87,7 @@ TEST_CASE("passes: fold_transposes keeps a transpose that something else reads, 
     return xj::dot_general(xj::transpose(x, {1, 0, 2}), y, xj::Axes{2}, xj::Axes{0});
   })(c, m);
   const xj::Jaxpr f2 = xjax::detail::fold_transposes(*reordered.jaxpr);
-  CHECK(count(f2, xj::Primitive::transpose) == 1);
+  CHECK(count_eqns(f2, xj::Primitive::transpose) == 1);
   CHECK(run_jaxpr(f2, {c, m}).to_vector<double>() == run_jaxpr(*reordered.jaxpr, {c, m}).to_vector<double>());
 }
 
@@ -97,13 +97,13 @@ TEST_CASE("passes: inline_calls replaces each checkpoint by its body, renamed pe
   auto f = [&](const xj::Array& x) { return block(x) + block(x * 3.0) * nested(x + 1.0); };
   xj::Array x = xj::random::normal(xj::random::key(7), {6}, xj::f64);
   auto j = xj::make_jaxpr(f)(x);
-  REQUIRE(count(*j.jaxpr, xj::Primitive::checkpoint) == 3);
+  REQUIRE(count_eqns(*j.jaxpr, xj::Primitive::checkpoint) == 3);
   CHECK(xjax::detail::has_inlinable_call(*j.jaxpr));
   std::vector<xj::Primitive> inlined;
   const xj::Jaxpr flat = xjax::detail::inline_calls(*j.jaxpr, &inlined);
-  CHECK(count(flat, xj::Primitive::checkpoint) == 0);
+  CHECK(count_eqns(flat, xj::Primitive::checkpoint) == 0);
   CHECK(inlined.size() == 4);  // block twice, nested, and block inside nested
-  CHECK(count(flat, xj::Primitive::sin) == 6);
+  CHECK(count_eqns(flat, xj::Primitive::sin) == 6);
   CHECK(same_vars(flat.invars, j.jaxpr->invars));
   CHECK_FALSE(xjax::detail::has_inlinable_call(flat));
   std::set<std::uint64_t> defined;  // each inlining defines its own variables
@@ -137,13 +137,13 @@ TEST_CASE("passes: inline_calls also inlines custom_jvp_call and custom_vjp_call
   auto f = [&](const xj::Array& x) { return xj::relu(x) * 3.0 + square_vjp(xj::gelu(x)); };
   xj::Array x = xj::random::normal(xj::random::key(9), {7}, xj::f64);
   auto j = xj::make_jaxpr(f)(x);
-  REQUIRE(count(*j.jaxpr, xj::Primitive::custom_jvp_call) == 2);  // relu, gelu
-  REQUIRE(count(*j.jaxpr, xj::Primitive::custom_vjp_call) == 1);
+  REQUIRE(count_eqns(*j.jaxpr, xj::Primitive::custom_jvp_call) == 2);  // relu, gelu
+  REQUIRE(count_eqns(*j.jaxpr, xj::Primitive::custom_vjp_call) == 1);
   CHECK(xjax::detail::has_inlinable_call(*j.jaxpr));
   std::vector<xj::Primitive> inlined;
   const xj::Jaxpr flat = xjax::detail::inline_calls(*j.jaxpr, &inlined);
-  CHECK(count(flat, xj::Primitive::custom_jvp_call) == 0);
-  CHECK(count(flat, xj::Primitive::custom_vjp_call) == 0);
+  CHECK(count_eqns(flat, xj::Primitive::custom_jvp_call) == 0);
+  CHECK(count_eqns(flat, xj::Primitive::custom_vjp_call) == 0);
   CHECK(std::count(inlined.begin(), inlined.end(), xj::Primitive::custom_jvp_call) == 2);
   CHECK(std::count(inlined.begin(), inlined.end(), xj::Primitive::custom_vjp_call) == 1);
   const auto xs = x.to_vector<double>();

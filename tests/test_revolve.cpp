@@ -52,7 +52,7 @@ double max_rel(const xj::Array& a, const xj::Array& b) {
   return err / std::max(scale, 1e-300);
 }
 
-xj::Array randn(std::uint32_t seed, xj::Shape shape, xj::DType d, double scale = 1.0) {
+xj::Array randn_seed_first(std::uint32_t seed, xj::Shape shape, xj::DType d, double scale = 1.0) {
   return xj::astype(xj::random::normal(xj::random::key(seed), std::move(shape)) * scale, d);
 }
 
@@ -125,7 +125,7 @@ TEST_CASE("revolve: grad through binomial(s) runs the body's forward at most t(l
 TEST_CASE("revolve: gradients equal the unscheduled scan's on a relu stack, in f32 and f64") {
   for (xj::DType d : {xj::f32, xj::f64}) {
     const std::int64_t L = 37, N = 5, D = 6;
-    xj::Array ws = randn(1, {L, D, D}, d, 0.5), bs = randn(2, {L, D}, d, 0.1), x = randn(3, {N, D}, d);
+    xj::Array ws = randn_seed_first(1, {L, D, D}, d, 0.5), bs = randn_seed_first(2, {L, D}, d, 0.1), x = randn_seed_first(3, {N, D}, d);
     auto loss = [&](xj::ScanCheckpoints cp) {
       return [cp](const xj::Array& ws, const xj::Array& bs, const xj::Array& x) {
         auto layer = [](const xj::Array& h, const std::pair<xj::Array, xj::Array>& wb) {
@@ -149,7 +149,7 @@ TEST_CASE("revolve: gradients equal the unscheduled scan's on a relu stack, in f
 
 TEST_CASE("revolve: a checkpointed residual MLP body with save_only_these_names, reversed scan, ys and a loop-invariant const") {
   const std::int64_t L = 12, N = 4, D = 5;
-  xj::Array ws = randn(4, {L, D, D}, xj::f64, 0.4), w_shared = randn(5, {D, D}, xj::f64, 0.3), x = randn(6, {N, D}, xj::f64);
+  xj::Array ws = randn_seed_first(4, {L, D, D}, xj::f64, 0.4), w_shared = randn_seed_first(5, {D, D}, xj::f64, 0.3), x = randn_seed_first(6, {N, D}, xj::f64);
   for (bool reverse : {false, true}) {
     auto loss = [&](xj::ScanCheckpoints cp) {
       return [cp, reverse](const xj::Array& ws, const xj::Array& w_shared, const xj::Array& x) {
@@ -179,7 +179,7 @@ TEST_CASE("revolve: a checkpointed residual MLP body with save_only_these_names,
 }
 
 TEST_CASE("revolve: check_grads at orders 1 and 2 through a binomial scan") {
-  xj::Array ws = randn(7, {7, 3}, xj::f64, 0.5), c0 = randn(8, {3}, xj::f64);
+  xj::Array ws = randn_seed_first(7, {7, 3}, xj::f64, 0.5), c0 = randn_seed_first(8, {3}, xj::f64);
   auto f = [](const xj::Array& ws, const xj::Array& c0) {
     auto body = [](const xj::Array& c, const xj::Array& w) { return std::pair{xj::sin(c * w) + 0.5 * c, xj::cos(c)}; };
     auto [c, ys] = xj::scan(body, c0, ws, {.checkpoints = xj::scan_checkpoints::binomial(2)});
@@ -190,7 +190,7 @@ TEST_CASE("revolve: check_grads at orders 1 and 2 through a binomial scan") {
 }
 
 TEST_CASE("revolve: jit, vmap, grad of grad and a checkpoint around the whole scan agree with the unscheduled scan") {
-  xj::Array ws = randn(9, {9, 3}, xj::f64, 0.5), c0 = randn(10, {3}, xj::f64);
+  xj::Array ws = randn_seed_first(9, {9, 3}, xj::f64, 0.5), c0 = randn_seed_first(10, {3}, xj::f64);
   auto make = [](xj::ScanCheckpoints cp) {
     return [cp](const xj::Array& ws, const xj::Array& c0) {
       auto body = [](const xj::Array& c, const xj::Array& w) { return std::pair{xj::tanh(c * w + 0.1), xj::None{}}; };
@@ -213,7 +213,7 @@ TEST_CASE("revolve: jit, vmap, grad of grad and a checkpoint around the whole sc
   CHECK(max_rel(std::get<0>(hs), std::get<0>(hw)) < 1e-10);
   CHECK(max_rel(std::get<1>(hs), std::get<1>(hw)) < 1e-10);
   // vmap of the scheduled gradient over a batch of initial carries, against a loop.
-  xj::Array cs = randn(11, {4, 3}, xj::f64);
+  xj::Array cs = randn_seed_first(11, {4, 3}, xj::f64);
   auto g1 = [&](const xj::Array& c) { return xj::grad(sched, xj::argnums_tuple<0>)(ws, c); };
   xj::Array batched = xj::vmap([&](const xj::Array& c) { return std::get<0>(g1(c)); })(cs);
   for (std::int64_t i = 0; i < 4; ++i) CHECK(max_rel(batched[i], std::get<0>(xj::grad(plain, xj::argnums_tuple<0>)(ws, cs[i]))) < 1e-12);
@@ -231,7 +231,7 @@ TEST_CASE("revolve: jit, vmap, grad of grad and a checkpoint around the whole sc
 
 TEST_CASE("revolve: the gradient of a 1000-step scan with binomial(10) holds at most s + 4 carries beyond one step's needs") {
   const std::int64_t N = 128, D = 64, L = 1000;
-  xj::Array w = randn(12, {D, D}, xj::f32, 0.1), h0 = randn(13, {N, D}, xj::f32);
+  xj::Array w = randn_seed_first(12, {D, D}, xj::f32, 0.1), h0 = randn_seed_first(13, {N, D}, xj::f32);
   const std::int64_t carry_bytes = N * D * 4;
   auto loss = [](std::int64_t l, bool ckpt_body, xj::ScanCheckpoints cp) {
     return [=](const xj::Array& w, const xj::Array& h0) {

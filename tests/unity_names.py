@@ -4,10 +4,13 @@
 xjax-tests is a unity build (tests/meson.build: consecutive groups of `unity_size` files of
 test_src, each group one translation unit). Two files of a group that define the same helper with
 different parameters compile, and a call in the later file can silently bind to the earlier file's
-overload; this fails instead, naming both files. A name is what a line at column 0 defines: a
-function, a struct or class, an enum or a `using` alias (an alias written identically in both
-files is allowed: it names the same type). Rename one of the two helpers, or move the shared one
-to test_util.hpp.
+overload; this fails instead, naming both files. The same for a file's helper named as one of
+test_util.hpp's: every file sees test_util.hpp (the precompiled header), and a file's `using
+namespace test_util` stays in force for the later files of its group. A name is what a line at
+column 0 defines: a function, a struct or class, an enum or a `using` alias (an alias written
+identically in both files is allowed: it names the same type). A guard, not a proof: an indented
+definition, or one whose name starts a line after its return type, is not seen. Rename one of
+the two helpers, or move the shared one to test_util.hpp.
 
 Usage: unity_names.py TESTS_DIR"""
 import collections
@@ -16,7 +19,7 @@ import sys
 from pathlib import Path
 
 TYPE = re.compile(r"^(?:(?:struct|class|enum class|enum) (\w+)|using (\w+) =)")
-FUNCTION = re.compile(r"^(?:inline |static |constexpr |template <[^>]*> )*[\w:<>,*&\[\] ]+?[\s*&](\w+)\(")
+FUNCTION = re.compile(r"^(?:inline |static |constexpr |template <.*> )*[\w:<>,*&\[\]() ]+?[\s*&](\w+)\(")
 SKIP = ("TEST_CASE", "SUBCASE", "TEST_SUITE", "namespace", "return", "#", "//", "}")
 
 
@@ -37,6 +40,13 @@ def main():
     sources = re.findall(r"'(test_\w+\.cpp)'", build.split("test_src = [", 1)[1].split("]", 1)[0])
     size = int(re.search(r"unity_size=(\d+)", build).group(1))
     clashes = 0
+    # test_util.hpp is in every file (the precompiled header) and many say `using namespace
+    # test_util`, which stays in force for the files after them in their group.
+    shared = defined_names(tests / "test_util.hpp")
+    for f in sources:
+        for name in sorted(set(defined_names(tests / f)) & set(shared)):
+            clashes += 1
+            print(f"{name} is defined in {f} and in test_util.hpp: rename the file's own")
     for start in range(0, len(sources), size):
         group = sources[start:start + size]
         where = collections.defaultdict(list)

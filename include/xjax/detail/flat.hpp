@@ -21,7 +21,7 @@ class FlatFn {
   FlatFn() = default;
   template <class G>
     requires(!std::is_same_v<std::decay_t<G>, FlatFn> && std::is_invocable_v<const G&, std::span<const Array>>)
-  FlatFn(G g) : FlatFn(static_cast<const Body*>(new BodyOf<G>(std::move(g)))) {}
+  FlatFn(G g) : FlatFn(std::unique_ptr<const Body>(new BodyOf<G>(std::move(g)))) {}
   /// Calls the function; an Error when there is none (a default-constructed FlatFn).
   std::vector<Array> operator()(std::span<const Array> leaves) const;
   explicit operator bool() const { return body_ != nullptr; }
@@ -35,7 +35,7 @@ class FlatFn {
     virtual std::vector<Array> call(std::span<const Array> leaves) const = 0;
   };
   /// A FlatFn that owns `body` (its copies share it).
-  explicit FlatFn(const Body* body);
+  explicit FlatFn(std::unique_ptr<const Body> body);
 
  private:
   template <class G> struct BodyOf final : Body {
@@ -120,7 +120,7 @@ template <class F, class... Args> struct TreeFnBody final : FlatFn::Body {
 /// f as a function on flat leaves; the result's structure is written to *out_def when it runs.
 template <class F, class... Args>
 FlatFn flat_fn(const F& f, const std::vector<TreeDef>& defs, TreeDef* out_def) {
-  return FlatFn(new TreeFnBody<F, Args...>(f, defs, out_def));
+  return FlatFn(std::unique_ptr<const FlatFn::Body>(new TreeFnBody<F, Args...>(f, defs, out_def)));
 }
 
 }  // namespace xjax::detail
