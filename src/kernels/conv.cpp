@@ -140,17 +140,25 @@ Ints window_offsets(const Conv& g, std::int64_t channels, std::int64_t first, st
                     std::int64_t k1, OffsetOrder order) {
   const Ints strides = spatial_strides(g.dims, channels);
   // The loop nest follows the table's order, so the table is written in sequence.
+  struct Range {
+    const Ints& extent;
+    std::int64_t begin, end;
+  };
+  const Range positions{g.out_extent, first, last}, window{g.window_extent, k0, k1};
   const bool window_fastest = order == OffsetOrder::window_position_fastest;
-  const std::int64_t n_pos = last - first, n_k = k1 - k0;
-  Ints offsets(static_cast<std::size_t>(n_pos * n_k));
-  Odometer outer{window_fastest ? g.out_extent : g.window_extent};
-  outer.seek(window_fastest ? first : k0);
+  const Range& outer_range = window_fastest ? positions : window;
+  const Range& inner_range = window_fastest ? window : positions;
+  Ints offsets(static_cast<std::size_t>((last - first) * (k1 - k0)));
   std::size_t at = 0;
-  for (std::int64_t i = 0; i < (window_fastest ? n_pos : n_k); ++i, outer.next()) {
-    Odometer inner{window_fastest ? g.window_extent : g.out_extent};
-    inner.seek(window_fastest ? k0 : first);
-    for (std::int64_t j = 0; j < (window_fastest ? n_k : n_pos); ++j, inner.next(), ++at)
-      offsets[at] = window_fastest ? g.offset(strides, outer.at, inner.at) : g.offset(strides, inner.at, outer.at);
+  Odometer outer{outer_range.extent};
+  outer.seek(outer_range.begin);
+  for (std::int64_t i = outer_range.begin; i < outer_range.end; ++i, outer.next()) {
+    Odometer inner{inner_range.extent};
+    inner.seek(inner_range.begin);
+    const Ints& pos_at = window_fastest ? outer.at : inner.at;
+    const Ints& k_at = window_fastest ? inner.at : outer.at;
+    for (std::int64_t j = inner_range.begin; j < inner_range.end; ++j, inner.next(), ++at)
+      offsets[at] = g.offset(strides, pos_at, k_at);
   }
   return offsets;
 }
