@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "kernels/parallel.hpp"
+#include "reference/conv_loops.hpp"
 #include "test_util.hpp"
 #include "xjax/convolution.hpp"
 
@@ -24,109 +25,21 @@ using Pairs = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
 namespace {
 
-// ---- the reference convolution ------------------------------------------------------------------
+// ---- the reference convolution: tests/reference/conv_loops.hpp ------------------------------------
 
-struct ConvCase {
-  const char* what;
-  xj::Shape lhs, rhs;
-  Ints strides;
-  Pairs pads;
-  Ints lhs_dil, rhs_dil;
-  std::string dl, dr, dout;
-  std::int64_t groups = 1, batch_groups = 1;
-};
+using conv_reference::ConvCase;
+using conv_reference::naive_conv;
 
-// Positions of the named dims of a layout string: first, second, then the spatial letters in the
-// order of `rhs`'s spatial letters.
-Ints positions(const std::string& spec, char first, char second, const std::string& rhs) {
-  Ints out{static_cast<std::int64_t>(spec.find(first)), static_cast<std::int64_t>(spec.find(second))};
-  for (char ch : rhs)
-    if (ch != 'O' && ch != 'I') out.push_back(static_cast<std::int64_t>(spec.find(ch)));
-  return out;
-}
-
-Ints row_major_strides(const xj::Shape& shape) {
-  Ints strides(shape.size(), 1);
-  for (std::size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
-  return strides;
+// The adjoint loops at x, w and the cotangent ct (conv_reference::adjoint_conv).
+std::pair<std::vector<double>, std::vector<double>> adjoint_conv(const ConvCase& c, const xj::Array& x, const xj::Array& w,
+                                                                 const xj::Array& ct) {
+  return conv_reference::adjoint_conv(c, vec(x), vec(w), vec(ct));
 }
 
 std::int64_t flat(const xj::Shape& shape, const Ints& index) {
   std::int64_t f = 0;
   for (std::size_t i = 0; i < shape.size(); ++i) f = f * shape[i] + index[i];
   return f;
-}
-
-// Calls visit(out_flat, lhs_flat, rhs_flat) for every product the convolution sums, the output's
-// shape is returned: the definition of XLA's convolution written out as loops.
-template <class F> xj::Shape conv_loops(const ConvCase& c, F&& visit) {
-  const Ints L = positions(c.dl, 'N', 'C', c.dr), R = positions(c.dr, 'O', 'I', c.dr), O = positions(c.dout, 'N', 'C', c.dr);
-  const std::size_t ns = c.strides.size();
-  const std::int64_t N = c.lhs[L[0]], C = c.lhs[L[1]], Oc = c.rhs[R[0]], Cg = c.rhs[R[1]];
-  const std::int64_t G = c.groups, B = c.batch_groups, Nout = N / B;
-  Ints in(ns), win(ns), outs(ns);
-  for (std::size_t i = 0; i < ns; ++i) {
-    in[i] = c.lhs[L[i + 2]];
-    win[i] = c.rhs[R[i + 2]];
-    const std::int64_t padded = (in[i] - 1) * c.lhs_dil[i] + 1 + c.pads[i].first + c.pads[i].second;
-    const std::int64_t extent = (win[i] - 1) * c.rhs_dil[i] + 1;
-    outs[i] = padded < extent ? 0 : (padded - extent) / c.strides[i] + 1;
-  }
-  xj::Shape out_shape(ns + 2);
-  out_shape[O[0]] = Nout;
-  out_shape[O[1]] = Oc;
-  for (std::size_t i = 0; i < ns; ++i) out_shape[O[i + 2]] = outs[i];
-  std::int64_t npos = 1, nwin = 1;
-  for (std::size_t i = 0; i < ns; ++i) npos *= outs[i], nwin *= win[i];
-  // flat index = sum of index * stride (row-major); the counters are reused, nothing is allocated
-  // in the loops
-  const Ints ls = row_major_strides(c.lhs), rs = row_major_strides(c.rhs), os = row_major_strides(out_shape);
-  Ints s(ns), k(ns);  // the output's spatial position, the window position
-  for (std::int64_t n = 0; n < Nout; ++n)
-    for (std::int64_t o = 0; o < Oc; ++o)
-      for (std::int64_t sp = 0; sp < npos; ++sp) {
-        for (std::int64_t r = sp, i = static_cast<std::int64_t>(ns) - 1; i >= 0; --i) s[i] = r % outs[i], r /= outs[i];
-        std::int64_t of = n * os[O[0]] + o * os[O[1]];
-        for (std::size_t i = 0; i < ns; ++i) of += s[i] * os[O[i + 2]];
-        const std::int64_t gf = o / (Oc / G), gb = o / (Oc / B);
-        for (std::int64_t ch = 0; ch < Cg; ++ch)
-          for (std::int64_t kp = 0; kp < nwin; ++kp) {
-            for (std::int64_t r = kp, i = static_cast<std::int64_t>(ns) - 1; i >= 0; --i) k[i] = r % win[i], r /= win[i];
-            std::int64_t lf = (gb * Nout + n) * ls[L[0]] + (gf * Cg + ch) * ls[L[1]];
-            std::int64_t rf = o * rs[R[0]] + ch * rs[R[1]];
-            bool inside = true;
-            for (std::size_t i = 0; i < ns && inside; ++i) {
-              const std::int64_t q = s[i] * c.strides[i] + k[i] * c.rhs_dil[i] - c.pads[i].first;
-              inside = q >= 0 && q % c.lhs_dil[i] == 0 && q / c.lhs_dil[i] < in[i];
-              lf += q / std::max<std::int64_t>(c.lhs_dil[i], 1) * ls[L[i + 2]];
-              rf += k[i] * rs[R[i + 2]];
-            }
-            if (inside) visit(of, lf, rf);
-          }
-        (void)C;
-      }
-  return out_shape;
-}
-
-std::vector<double> naive_conv(const ConvCase& c, const std::vector<double>& x, const std::vector<double>& w,
-                               xj::Shape& out_shape) {
-  std::vector<double> out;
-  out_shape = conv_loops(c, [](std::int64_t, std::int64_t, std::int64_t) {});
-  out.assign(static_cast<std::size_t>(xj::shape_size(out_shape)), 0.0);
-  conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) { out[o] += x[l] * w[r]; });
-  return out;
-}
-
-// The adjoint of the bilinear loop: dx[l] += ct[o] w[r], dw[r] += ct[o] x[l].
-std::pair<std::vector<double>, std::vector<double>> adjoint_conv(const ConvCase& c, const xj::Array& x, const xj::Array& w,
-                                                                 const xj::Array& ct) {
-  const auto xv = vec(x), wv = vec(w), cv = vec(ct);
-  std::vector<double> dx(xv.size(), 0.0), dw(wv.size(), 0.0);
-  conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) {
-    dx[l] += cv[o] * wv[r];
-    dw[r] += cv[o] * xv[l];
-  });
-  return {dx, dw};
 }
 
 xj::Array run_conv(const ConvCase& c, const xj::Array& x, const xj::Array& w) {
@@ -281,8 +194,9 @@ TEST_CASE("conv_general_dilated: vjp against the adjoint loops (the transpose ru
     // jvp: conv(dx, w) + conv(x, dw), by the loops.
     const xj::Array tx = test_util::randn(c.lhs, seed++), tw = test_util::randn(c.rhs, seed++);
     const auto txv = vec(tx), twv = vec(tw);
-    std::vector<double> want(static_cast<std::size_t>(xj::shape_size(shape)), 0.0);
-    conv_loops(c, [&](std::int64_t o, std::int64_t l, std::int64_t r) { want[o] += txv[l] * wv[r] + xv[l] * twv[r]; });
+    std::vector<double> want = naive_conv(c, txv, wv, shape);
+    const std::vector<double> x_tw = naive_conv(c, xv, twv, shape);
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] += x_tw[i];
     auto [v, t] = xj::jvp([&](const xj::Array& a, const xj::Array& b) { return run_conv(c, a, b); }, std::tuple{x, w},
                           std::tuple{tx, tw});
     check_close_all(t, want, 1e-12);
