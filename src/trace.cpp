@@ -144,10 +144,14 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   for (const auto& x : inputs) eqn.inputs.push_back(to_atom(b, x, &loc));
   std::vector<Array> outs;
   outs.reserve(out_avals.size());
+  eqn.outputs.reserve(out_avals.size());
   for (const auto& aval : out_avals) {
     outs.push_back(b.new_tracer(aval, loc));
     eqn.outputs.push_back(outs.back().impl()->tracer->var);
   }
+  // Room for 16 equations at first: most traces are that short, and a longer one grows from there
+  // without the four smallest reallocations (each moving every equation).
+  if (b.eqns.capacity() == 0) b.eqns.reserve(16);
   b.eqns.push_back(std::move(eqn));
   return weak_if_all_inputs_weak(inputs, std::move(outs));
 }

@@ -2,6 +2,8 @@
 // fold_transposes and inline_calls, each on its own. Each keeps the signature (the same
 // invars and constvars), removes what it should and nothing else, and keeps the values, which are
 // checked against plain loops in double.
+// Also dce (the pass every transformation runs): what it drops and that it returns the jaxpr
+// itself when nothing is dead.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -162,4 +164,41 @@ TEST_CASE("passes: inline_calls also inlines custom_jvp_call and custom_vjp_call
   CHECK(xj::eval_counts()["custom_jvp_call"] == 2);
   CHECK(xj::eval_counts()["custom_vjp_call"] == 1);
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(jitted[i] == doctest::Approx(got[i]).epsilon(1e-12));
+}
+
+TEST_CASE("dce: drops what no used output needs, returns the jaxpr itself when nothing is dead") {
+  const xj::Array x = xj::random::normal(xj::random::key(3), {5}, xj::f64);
+  const xj::Array c = xj::random::normal(xj::random::key(4), {5}, xj::f64);
+  // Two outputs, sin(x) * c and exp(x); c is the jaxpr's one const.
+  auto j = xj::make_jaxpr([&](const xj::Array& a) { return std::tuple{xj::sin(a) * c, xj::exp(a)}; })(x);
+  REQUIRE(j.jaxpr->constvars.size() == 1);
+  const std::size_t n = j.jaxpr->eqns.size();
+  std::vector<bool> used_in;
+  // Nothing dead: the same shared jaxpr, not a copy, every input read.
+  const xj::ClosedJaxpr all = xjax::detail::dce(j, {true, true}, &used_in);
+  CHECK(all.jaxpr == j.jaxpr);
+  CHECK(used_in == std::vector<bool>{true});
+  // exp(x) unused: a new jaxpr without it; the original is untouched.
+  const xj::ClosedJaxpr first = xjax::detail::dce(j, {true, false}, &used_in);
+  CHECK(first.jaxpr != j.jaxpr);
+  CHECK(j.jaxpr->eqns.size() == n);
+  CHECK(count_eqns(*first.jaxpr, xj::Primitive::exp) == 0);
+  CHECK(count_eqns(*first.jaxpr, xj::Primitive::sin) == 1);
+  CHECK(first.jaxpr->outvars.size() == 1);
+  CHECK(first.consts.size() == 1);
+  xj::typecheck(*first.jaxpr);
+  const auto got = xj::eval_jaxpr(first, std::vector<xj::Array>{x}).at(0).to_vector<double>();
+  const auto xs = x.to_vector<double>(), cs = c.to_vector<double>();
+  for (std::size_t i = 0; i < xs.size(); ++i) CHECK(got[i] == doctest::Approx(std::sin(xs[i]) * cs[i]).epsilon(1e-15));
+  // Only exp(x) used: the const (and sin, mul) go.
+  const xj::ClosedJaxpr second = xjax::detail::dce(j, {false, true}, &used_in);
+  CHECK(second.consts.empty());
+  CHECK(second.jaxpr->constvars.empty());
+  CHECK(count_eqns(*second.jaxpr, xj::Primitive::sin) == 0);
+  CHECK(count_eqns(*second.jaxpr, xj::Primitive::exp) == 1);
+  CHECK(used_in == std::vector<bool>{true});
+  // No output used: no equation, x not read.
+  const xj::ClosedJaxpr none = xjax::detail::dce(j, {false, false}, &used_in);
+  CHECK(none.jaxpr->eqns.empty());
+  CHECK(used_in == std::vector<bool>{false});
 }
