@@ -18,7 +18,7 @@ using detail::bind1;
 using Ints = std::vector<std::int64_t>;
 using P = Primitive;
 
-[[noreturn]] void fail(const std::string& op, const std::string& why, const std::source_location& loc) {
+[[noreturn]] void shape_fail(const std::string& op, const std::string& why, const std::source_location& loc) {
   throw ShapeError(op + ": " + why + " (at " + format_location(loc) + ")");
 }
 
@@ -26,19 +26,19 @@ using P = Primitive;
 Ints spec_of(const std::string& spec, char first, char second, const std::string& rhs, const std::source_location& loc) {
   auto count = [&](char ch) { return std::count(spec.begin(), spec.end(), ch); };
   if (count(first) != 1 || count(second) != 1)
-    fail("conv_general_dilated", "dimension numbers \"" + spec + "\" must contain '" + first + "' and '" + second +
+    shape_fail("conv_general_dilated", "dimension numbers \"" + spec + "\" must contain '" + first + "' and '" + second +
                                      "' exactly once", loc);
   Ints out{static_cast<std::int64_t>(spec.find(first)), static_cast<std::int64_t>(spec.find(second))};
   for (char ch : rhs) {
     if (ch == 'O' || ch == 'I') continue;
     const auto at = spec.find(ch);
     if (at == std::string::npos || count(ch) != 1)
-      fail("conv_general_dilated", "dimension numbers \"" + spec + "\" and \"" + rhs + "\" must name the same spatial dims once each",
+      shape_fail("conv_general_dilated", "dimension numbers \"" + spec + "\" and \"" + rhs + "\" must name the same spatial dims once each",
            loc);
     out.push_back(static_cast<std::int64_t>(at));
   }
   if (out.size() != spec.size())
-    fail("conv_general_dilated", "dimension numbers \"" + spec + "\" and \"" + rhs + "\" must name the same spatial dims", loc);
+    shape_fail("conv_general_dilated", "dimension numbers \"" + spec + "\" and \"" + rhs + "\" must name the same spatial dims", loc);
   return out;
 }
 
@@ -56,7 +56,7 @@ void set_padding(const Padding& pad, const Ints& sizes, const Ints& windows, con
   hi.clear();
   if (pad.mode.empty()) {
     if (pad.pairs.size() != sizes.size())
-      fail(op, "padding needs " + std::to_string(sizes.size()) + " (low, high) pairs, got " + std::to_string(pad.pairs.size()),
+      shape_fail(op, "padding needs " + std::to_string(sizes.size()) + " (low, high) pairs, got " + std::to_string(pad.pairs.size()),
            loc);
     for (const auto& [l, h] : pad.pairs) {
       lo.push_back(l);
@@ -84,16 +84,16 @@ Array conv_general_dilated(const Array& lhs_in, const Array& rhs_in, const Ints&
   const auto [lhs, rhs] = same_float_dtype(lhs_in, rhs_in, loc);
   const std::int64_t rank = lhs.ndim();
   if (rhs.ndim() != rank)
-    fail("conv_general_dilated", "lhs and rhs must have the same rank, got " + std::to_string(rank) + " and " +
+    shape_fail("conv_general_dilated", "lhs and rhs must have the same rank, got " + std::to_string(rank) + " and " +
                                      std::to_string(rhs.ndim()), loc);
-  if (rank < 2) fail("conv_general_dilated", "needs operands of rank >= 2", loc);
+  if (rank < 2) shape_fail("conv_general_dilated", "needs operands of rank >= 2", loc);
   params::ConvGeneralDilated p;
   if (dn.lhs.empty() && dn.rhs.empty() && dn.out.empty()) {
     p.lhs_spec = p.rhs_spec = p.out_spec = iota(rank);
   } else {
     for (const auto* s : {&dn.lhs, &dn.rhs, &dn.out})
       if (static_cast<std::int64_t>(s->size()) != rank)
-        fail("conv_general_dilated", "dimension numbers \"" + *s + "\" must have one letter per dimension of the rank-" +
+        shape_fail("conv_general_dilated", "dimension numbers \"" + *s + "\" must have one letter per dimension of the rank-" +
                                          std::to_string(rank) + " operands", loc);
     p.rhs_spec = spec_of(dn.rhs, 'O', 'I', dn.rhs, loc);
     p.lhs_spec = spec_of(dn.lhs, 'N', 'C', dn.rhs, loc);
@@ -107,10 +107,10 @@ Array conv_general_dilated(const Array& lhs_in, const Array& rhs_in, const Ints&
   p.batch_group_count = batch_group_count;
   if (!padding.mode.empty()) {
     if (std::any_of(p.lhs_dilation.begin(), p.lhs_dilation.end(), [](std::int64_t d) { return d != 1; }))
-      fail("conv_general_dilated", "string padding is not supported with lhs_dilation; give (low, high) pairs or use conv_transpose",
+      shape_fail("conv_general_dilated", "string padding is not supported with lhs_dilation; give (low, high) pairs or use conv_transpose",
            loc);
     if (window_strides.size() != nsp || p.rhs_dilation.size() != nsp)
-      fail("conv_general_dilated", "window_strides and rhs_dilation need one entry per spatial dimension (" +
+      shape_fail("conv_general_dilated", "window_strides and rhs_dilation need one entry per spatial dimension (" +
                                        std::to_string(nsp) + ")", loc);
   }
   Ints sizes, windows;
@@ -147,21 +147,21 @@ Array conv_transpose(const Array& lhs, const Array& rhs_in, const Ints& strides,
   ConvDimensionNumbers dn = dn_in;
   if (dn.lhs.empty() && dn.rhs.empty() && dn.out.empty()) {
     static const char* spatial = "HWD";
-    if (rank < 2 || rank > 5) fail("conv_transpose", "default dimension numbers exist for ranks 2 to 5 only", loc);
+    if (rank < 2 || rank > 5) shape_fail("conv_transpose", "default dimension numbers exist for ranks 2 to 5 only", loc);
     const std::string sp(spatial, static_cast<std::size_t>(rank - 2));
     dn = {"N" + sp + "C", sp + "IO", "N" + sp + "C"};
   }
   if (static_cast<std::int64_t>(dn.rhs.size()) != rank || rhs_in.ndim() != rank)
-    fail("conv_transpose", "rhs and the dimension numbers must have lhs's rank " + std::to_string(rank), loc);
+    shape_fail("conv_transpose", "rhs and the dimension numbers must have lhs's rank " + std::to_string(rank), loc);
   const Ints rhs_spec = spec_of(dn.rhs, 'O', 'I', dn.rhs, loc);
   const auto nsp = static_cast<std::size_t>(rank - 2);
   const Ints rd = ones_if_empty(rhs_dilation, nsp);
   if (strides.size() != nsp || rd.size() != nsp)
-    fail("conv_transpose", "strides and rhs_dilation need one entry per spatial dimension (" + std::to_string(nsp) + ")", loc);
+    shape_fail("conv_transpose", "strides and rhs_dilation need one entry per spatial dimension (" + std::to_string(nsp) + ")", loc);
   Padding pads = padding;
   if (!padding.mode.empty()) {
     if (padding.mode != "SAME" && padding.mode != "VALID")
-      fail("conv_transpose", "padding must be \"SAME\", \"VALID\" or (low, high) pairs, got \"" + padding.mode + "\"", loc);
+      shape_fail("conv_transpose", "padding must be \"SAME\", \"VALID\" or (low, high) pairs, got \"" + padding.mode + "\"", loc);
     std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
     for (std::size_t i = 0; i < nsp; ++i)
       pairs.push_back(transpose_padding(detail::dilated(rhs_in.dim(rhs_spec[i + 2]), rd[i]), strides[i], padding.mode));
@@ -184,11 +184,11 @@ Array reduce_window(const Array& x, double init, WindowOp op, const Ints& window
   params::ReduceWindow w{window_dimensions, ones_if_empty(window_strides, r), {}, {},
                          ones_if_empty(base_dilation, r), ones_if_empty(window_dilation, r)};
   if (window_dimensions.size() != r || w.window_strides.size() != r || w.window_dilation.size() != r)
-    fail("reduce_window", "window_dimensions, window_strides and window_dilation need one entry per dimension of x (" +
+    shape_fail("reduce_window", "window_dimensions, window_strides and window_dilation need one entry per dimension of x (" +
                               std::to_string(r) + ")", loc);
   if (!padding.mode.empty() &&
       std::any_of(w.base_dilation.begin(), w.base_dilation.end(), [](std::int64_t d) { return d != 1; }))
-    fail("reduce_window", "string padding is not supported with base_dilation; give (low, high) pairs", loc);
+    shape_fail("reduce_window", "string padding is not supported with base_dilation; give (low, high) pairs", loc);
   Ints windows;
   for (std::size_t i = 0; i < r; ++i) windows.push_back(detail::dilated(window_dimensions[i], w.window_dilation[i]));
   set_padding(padding, x.shape(), windows, w.window_strides, w.padding_lo, w.padding_hi, "reduce_window", loc);
@@ -208,7 +208,7 @@ Array reduce_window(const Array& x, double init, WindowOp op, const Ints& window
                                                    : static_cast<double>(std::numeric_limits<std::uint32_t>::max()));
   }
   if (init != identity)
-    fail("reduce_window", "init must be the identity of the reduction (0 for add, -inf for max, +inf for min, the "
+    shape_fail("reduce_window", "init must be the identity of the reduction (0 for add, -inf for max, +inf for min, the "
                           "dtype's lowest / highest for integers), got " + std::to_string(init) +
                               "; add other values to the result instead", loc);
   return bind1(prim, {x}, w, loc);
@@ -220,10 +220,10 @@ Array pool(const Array& x, WindowOp op, const Ints& window_shape, const Ints& st
            const char* name, const std::source_location& loc) {
   const std::int64_t r = x.ndim();
   if (static_cast<std::int64_t>(window_shape.size()) + 2 != r)
-    fail(name, "x must be (batch, spatial..., features): rank " + std::to_string(window_shape.size() + 2) + " for a " +
+    shape_fail(name, "x must be (batch, spatial..., features): rank " + std::to_string(window_shape.size() + 2) + " for a " +
                    std::to_string(window_shape.size()) + "-D window, got rank " + std::to_string(r), loc);
   const Ints st = ones_if_empty(strides, window_shape.size());
-  if (st.size() != window_shape.size()) fail(name, "strides need one entry per window dimension", loc);
+  if (st.size() != window_shape.size()) shape_fail(name, "strides need one entry per window dimension", loc);
   Ints window{1}, stride{1};
   window.insert(window.end(), window_shape.begin(), window_shape.end());
   stride.insert(stride.end(), st.begin(), st.end());
@@ -243,13 +243,13 @@ Array pool(const Array& x, WindowOp op, const Ints& window_shape, const Ints& st
 
 Array max_pool(const Array& x, const Ints& window_shape, const Ints& strides, const Padding& padding,
                std::source_location loc) {
-  if (!is_floating(x.dtype())) fail("max_pool", "needs a floating-point x", loc);
+  if (!is_floating(x.dtype())) shape_fail("max_pool", "needs a floating-point x", loc);
   return pool(x, WindowOp::max, window_shape, strides, padding, "max_pool", loc);
 }
 
 Array avg_pool(const Array& x, const Ints& window_shape, const Ints& strides, const Padding& padding,
                std::source_location loc) {
-  if (!is_floating(x.dtype())) fail("avg_pool", "needs a floating-point x", loc);
+  if (!is_floating(x.dtype())) shape_fail("avg_pool", "needs a floating-point x", loc);
   std::int64_t count = 1;
   for (auto w : window_shape) count *= w;
   return div(pool(x, WindowOp::add, window_shape, strides, padding, "avg_pool", loc),

@@ -38,6 +38,8 @@ Shape checked_shape(const std::string& path, const std::string& what, const std:
   return shape;
 }
 
+void file_error(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
+
 void check_bool_bytes(const std::string& path, const std::string& what, const Array& a) {
   const auto* p = static_cast<const unsigned char*>(a.raw_data());
   for (std::int64_t i = 0; i < a.size(); ++i)

@@ -15,6 +15,8 @@ namespace xjax::detail {
 /// the file and `what`.
 Shape checked_shape(const std::string& path, const std::string& what, const std::vector<std::uint64_t>& dims,
                     std::size_t itemsize);
+/// Throws an Error "path: what" (a file's content rejected: the readers' errors name the file).
+[[noreturn]] void file_error(const std::string& path, const std::string& what);
 /// An Error naming the file and `what` when a bool array read from it holds a byte other than 0 or 1.
 void check_bool_bytes(const std::string& path, const std::string& what, const Array& a);
 

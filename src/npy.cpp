@@ -22,8 +22,6 @@ constexpr Descr kDescrs[] = {{f32, "<f4"}, {f64, "<f8"}, {i32, "<i4"}, {i64, "<i
                              {f16, "<f2"}, {i8, "|i1"}, {u8, "|u1"}, {i16, "<i2"}, {u16, "<u2"}, {u64, "<u8"}};
 constexpr char kMagic[] = "\x93NUMPY";
 
-[[noreturn]] void bad(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
-
 // The header dict's fields, read as numpy writes them (a literal dict of three keys).
 class HeaderReader {
  public:
@@ -33,7 +31,7 @@ class HeaderReader {
   std::size_t value_at(const char* key) const {
     const std::string quoted = std::string("'") + key + "'";
     const auto k = text_.find(quoted);
-    if (k == std::string::npos) bad(path_, std::string("the header has no '") + key + "' field");
+    if (k == std::string::npos) detail::file_error(path_, std::string("the header has no '") + key + "' field");
     auto p = text_.find(':', k + quoted.size());
     if (p == std::string::npos) bad_field(key, "field has no value");
     return skip_spaces(p + 1);
@@ -56,7 +54,7 @@ class HeaderReader {
   [[noreturn]] void bad_field(const char* key, const char* what) const {
     std::string message = "the header's '";
     message.append(key).append("' ").append(what);
-    bad(path_, message);
+    detail::file_error(path_, message);
   }
   std::vector<std::uint64_t> shape_field(const char* key) const {
     std::size_t p = value_at(key);
@@ -93,16 +91,16 @@ std::string shape_tuple(const Shape& s) {
 }  // namespace
 
 void save_npy(const std::string& path, const Array& a) {
-  if (!a.valid() || a.is_tracer()) bad(path, "save_npy needs a concrete array");
+  if (!a.valid() || a.is_tracer()) detail::file_error(path, "save_npy needs a concrete array");
   const char* descr = nullptr;
   for (const auto& d : kDescrs)
     if (d.dtype == a.dtype()) descr = d.descr;
-  if (!descr) bad(path, std::string("save_npy: dtype ") + dtype_name(a.dtype()) + " has no .npy description");
+  if (!descr) detail::file_error(path, std::string("save_npy: dtype ") + dtype_name(a.dtype()) + " has no .npy description");
   std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape_tuple(a.shape()) + ", }";
   const std::size_t prefix = 10;  // magic, version, 2-byte length
   header.append((64 - (prefix + header.size() + 1) % 64) % 64, ' ');
   header.push_back('\n');
-  if (header.size() > 65535) bad(path, "save_npy: the shape's header is too long for format 1.0");
+  if (header.size() > 65535) detail::file_error(path, "save_npy: the shape's header is too long for format 1.0");
   detail::AtomicFile out(path);
   out.write(kMagic, 6);
   const unsigned char version[2] = {1, 0};
@@ -116,43 +114,43 @@ void save_npy(const std::string& path, const Array& a) {
 
 Array load_npy(const std::string& path) {
   const detail::InputFile in(path);
-  if (in.size() < 10) bad(path, "truncated: not a .npy file (" + std::to_string(in.size()) + " bytes)");
+  if (in.size() < 10) detail::file_error(path, "truncated: not a .npy file (" + std::to_string(in.size()) + " bytes)");
   char head[12] = {};
   in.read_at(0, head, 10);
-  if (std::memcmp(head, kMagic, 6) != 0) bad(path, "not a .npy file (no \\x93NUMPY magic)");
+  if (std::memcmp(head, kMagic, 6) != 0) detail::file_error(path, "not a .npy file (no \\x93NUMPY magic)");
   const auto major = static_cast<unsigned char>(head[6]);
-  if (major < 1 || major > 3) bad(path, "unsupported .npy format version " + std::to_string(major));
+  if (major < 1 || major > 3) detail::file_error(path, "unsupported .npy format version " + std::to_string(major));
   std::uint64_t start = 10, header_len = 0;
   if (major == 1) {
     std::uint16_t n;
     std::memcpy(&n, head + 8, 2);
     header_len = n;
   } else {
-    if (in.size() < 12) bad(path, "truncated: no header length");
+    if (in.size() < 12) detail::file_error(path, "truncated: no header length");
     in.read_at(8, head + 8, 4);
     std::uint32_t n;
     std::memcpy(&n, head + 8, 4);
     header_len = n;
     start = 12;
   }
-  if (header_len > in.size() - start) bad(path, "the header length " + std::to_string(header_len) + " exceeds the file");
+  if (header_len > in.size() - start) detail::file_error(path, "the header length " + std::to_string(header_len) + " exceeds the file");
   std::string text(header_len, '\0');
   in.read_at(start, text.data(), header_len);
   const HeaderReader h(path, text);
   const std::string descr = h.string_field("descr");
-  if (h.bool_field("fortran_order")) bad(path, "the array is in Fortran order; only C order is read");
+  if (h.bool_field("fortran_order")) detail::file_error(path, "the array is in Fortran order; only C order is read");
   const std::vector<std::uint64_t> dims = h.shape_field("shape");
   std::optional<DType> dtype;
   for (const auto& d : kDescrs)
     if (descr == d.descr) dtype = d.dtype;
   if (!dtype)
-    bad(path, "dtype '" + descr + "' is not one xjax reads (" + std::string(descr.size() && descr[0] == '>' ? "big-endian; " : "") +
+    detail::file_error(path, "dtype '" + descr + "' is not one xjax reads (" + std::string(descr.size() && descr[0] == '>' ? "big-endian; " : "") +
                   "xjax has <f8 <f4 <f2 <i8 <i4 <i2 |i1 <u8 <u4 <u2 |u1 |b1)");
   const Shape shape = detail::checked_shape(path, "the array", dims, itemsize(*dtype));
   const ShapedArray aval{shape, *dtype};
   const std::uint64_t data = start + header_len;
   if (in.size() - data != aval.nbytes())
-    bad(path, "shape " + shape_str(shape) + " of " + descr + " needs " + std::to_string(aval.nbytes()) + " bytes of data, the file holds " +
+    detail::file_error(path, "shape " + shape_str(shape) + " of " + descr + " needs " + std::to_string(aval.nbytes()) + " bytes of data, the file holds " +
                   std::to_string(in.size() - data));
   Array a = detail::alloc_array(aval);
   if (aval.nbytes()) in.read_at(data, detail::mutable_data(a), aval.nbytes());

@@ -33,19 +33,17 @@ const char* name_of(DType d) {
   throw Error(std::string("save_safetensors: dtype ") + dtype_name(d) + " has no safetensors name");
 }
 
-[[noreturn]] void bad(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
-
 DType dtype_of(const std::string& path, const std::string& tensor, const std::string& name) {
   for (const auto& e : kDtypes)
     if (name == e.name) return e.dtype;
   for (const char* f : kForeign)
-    if (name == f) bad(path, "tensor '" + tensor + "' has dtype " + name + ", which xjax does not have");
-  bad(path, "tensor '" + tensor + "' has an unknown dtype '" + name + "'");
+    if (name == f) detail::file_error(path, "tensor '" + tensor + "' has dtype " + name + ", which xjax does not have");
+  detail::file_error(path, "tensor '" + tensor + "' has an unknown dtype '" + name + "'");
 }
 
 std::uint64_t non_negative(const std::string& path, const std::string& tensor, const char* field, const nlohmann::json& v) {
   if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0))
-    bad(path, "tensor '" + tensor + "': " + field + " must hold non-negative integers, got a " + v.type_name() +
+    detail::file_error(path, "tensor '" + tensor + "': " + field + " must hold non-negative integers, got a " + v.type_name() +
                   (v.is_number() ? " " + v.dump() : std::string()));
   return v.get<std::uint64_t>();
 }
@@ -57,13 +55,13 @@ struct Entry {
 };
 
 Entry entry_of(const std::string& path, const std::string& name, const nlohmann::json& v, std::uint64_t data_bytes) {
-  if (!v.is_object()) bad(path, "tensor '" + name + "': its header entry is not an object");
+  if (!v.is_object()) detail::file_error(path, "tensor '" + name + "': its header entry is not an object");
   for (const char* field : {"dtype", "shape", "data_offsets"})
-    if (!v.contains(field)) bad(path, "tensor '" + name + "': the header entry has no \"" + field + "\"");
-  if (!v["dtype"].is_string()) bad(path, "tensor '" + name + "': \"dtype\" is not a string");
-  if (!v["shape"].is_array()) bad(path, "tensor '" + name + "': \"shape\" is not an array");
+    if (!v.contains(field)) detail::file_error(path, "tensor '" + name + "': the header entry has no \"" + field + "\"");
+  if (!v["dtype"].is_string()) detail::file_error(path, "tensor '" + name + "': \"dtype\" is not a string");
+  if (!v["shape"].is_array()) detail::file_error(path, "tensor '" + name + "': \"shape\" is not an array");
   const auto& offsets = v["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2) bad(path, "tensor '" + name + "': \"data_offsets\" is not [begin, end]");
+  if (!offsets.is_array() || offsets.size() != 2) detail::file_error(path, "tensor '" + name + "': \"data_offsets\" is not [begin, end]");
   Entry e;
   e.name = name;
   e.aval.dtype = dtype_of(path, name, v["dtype"].get<std::string>());
@@ -73,10 +71,10 @@ Entry entry_of(const std::string& path, const std::string& name, const nlohmann:
   e.begin = non_negative(path, name, "\"data_offsets\"", offsets[0]);
   e.end = non_negative(path, name, "\"data_offsets\"", offsets[1]);
   if (e.begin > e.end || e.end > data_bytes)
-    bad(path, "tensor '" + name + "': data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+    detail::file_error(path, "tensor '" + name + "': data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
                   "] lie outside the data section (" + std::to_string(data_bytes) + " bytes)");
   if (e.aval.nbytes() != e.end - e.begin)
-    bad(path, "tensor '" + name + "': shape " + shape_str(e.aval.shape) + " of " + v["dtype"].get<std::string>() +
+    detail::file_error(path, "tensor '" + name + "': shape " + shape_str(e.aval.shape) + " of " + v["dtype"].get<std::string>() +
                   " needs " + std::to_string(e.aval.nbytes()) + " bytes, but data_offsets hold " + std::to_string(e.end - e.begin));
   return e;
 }
@@ -89,9 +87,9 @@ void save_safetensors_named(const std::string& path, const std::vector<std::pair
   std::uint64_t offset = 0;
   for (const auto& [name, a] : tensors) {
     if (name.empty() || name == "__metadata__" || !seen.insert(name).second)
-      bad(path, "cannot save tensor name '" + name + "' (empty, reserved, or used twice)");
-    if (!a.valid()) bad(path, "tensor '" + name + "' is an empty xj::Array");
-    if (a.is_tracer()) bad(path, "tensor '" + name + "' is a tracer (traced value); save concrete arrays");
+      detail::file_error(path, "cannot save tensor name '" + name + "' (empty, reserved, or used twice)");
+    if (!a.valid()) detail::file_error(path, "tensor '" + name + "' is an empty xj::Array");
+    if (a.is_tracer()) detail::file_error(path, "tensor '" + name + "' is a tracer (traced value); save concrete arrays");
     const std::uint64_t bytes = a.aval().nbytes();
     header[name] = {{"dtype", name_of(a.dtype())}, {"shape", a.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -100,7 +98,7 @@ void save_safetensors_named(const std::string& path, const std::vector<std::pair
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    bad(path, std::string("cannot write the header (a tensor name that is not UTF-8?): ") + e.what());
+    detail::file_error(path, std::string("cannot write the header (a tensor name that is not UTF-8?): ") + e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
   const std::uint64_t n = text.size();
@@ -114,20 +112,20 @@ void save_safetensors_named(const std::string& path, const std::vector<std::pair
 
 std::map<std::string, Array> load_safetensors(const std::string& path) {
   const detail::InputFile in(path);
-  if (in.size() < 8) bad(path, "truncated: " + std::to_string(in.size()) + " bytes, no 8-byte header length");
+  if (in.size() < 8) detail::file_error(path, "truncated: " + std::to_string(in.size()) + " bytes, no 8-byte header length");
   std::uint64_t n = 0;
   in.read_at(0, &n, sizeof n);
   if (n > in.size() - 8)
-    bad(path, "the header length " + std::to_string(n) + " exceeds the file (" + std::to_string(in.size()) + " bytes)");
+    detail::file_error(path, "the header length " + std::to_string(n) + " exceeds the file (" + std::to_string(in.size()) + " bytes)");
   std::string text(n, '\0');
   in.read_at(8, text.data(), n);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    bad(path, std::string("the header is not valid JSON: ") + e.what());
+    detail::file_error(path, std::string("the header is not valid JSON: ") + e.what());
   }
-  if (!header.is_object()) bad(path, "the header is not a JSON object");
+  if (!header.is_object()) detail::file_error(path, "the header is not a JSON object");
   const std::uint64_t data_start = 8 + n, data_bytes = in.size() - data_start;
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.items())
@@ -137,7 +135,7 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
   std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
   for (std::size_t i = 1; i < by_offset.size(); ++i)
     if (by_offset[i]->begin < by_offset[i - 1]->end)
-      bad(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap in the data section");
+      detail::file_error(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap in the data section");
   std::map<std::string, Array> out;
   for (const auto& e : entries) {
     Array a = detail::alloc_array(e.aval);
@@ -153,14 +151,14 @@ std::vector<Array> detail::leaves_from_tensors(const std::string& path, std::map
   std::set<std::string> seen;
   for (const auto& entry : like)
     if (const std::string name = dotted_path(entry.first); !seen.insert(name).second)
-      bad(path, "two leaves of the tree have the file key '" + name + "' (one is " + keystr(entry.first) + "): rename one");
+      detail::file_error(path, "two leaves of the tree have the file key '" + name + "' (one is " + keystr(entry.first) + "): rename one");
   std::vector<Array> leaves;
   for (const auto& [key, leaf] : like) {
     const std::string name = dotted_path(key);
     auto it = tensors.find(name);
-    if (it == tensors.end()) bad(path, "no tensor '" + name + "' (the tree's leaf " + keystr(key) + ")");
+    if (it == tensors.end()) detail::file_error(path, "no tensor '" + name + "' (the tree's leaf " + keystr(key) + ")");
     if (it->second.aval() != leaf.aval())
-      bad(path, "tensor '" + name + "' is " + it->second.aval().str() + ", the tree's leaf " + keystr(key) + " is " +
+      detail::file_error(path, "tensor '" + name + "' is " + it->second.aval().str() + ", the tree's leaf " + keystr(key) + " is " +
                     leaf.aval().str());
     leaves.push_back(std::move(it->second));
   }

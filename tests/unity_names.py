@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Checks that no two test files compiled into one unity source define the same file-scope name.
+"""Checks that no two files compiled into one unity source define the same file-scope name.
 
 xjax-tests is a unity build (tests/meson.build: consecutive groups of `unity_size` files of
-test_src, each group one translation unit). Two files of a group that define the same helper with
+test_src, each group one translation unit), and so are the library's core and transformations
+(meson.build: `library_unity`, groups of core_src and of transforms_src). Two files of a group that define the same helper with
 different parameters compile, and a call in the later file can silently bind to the earlier file's
 overload; this fails instead, naming both files. The same for a file's helper named as one of
 test_util.hpp's: every file sees test_util.hpp (the precompiled header), and a file's `using
@@ -12,7 +13,7 @@ identically in both files is allowed: it names the same type). A guard, not a pr
 definition, or one whose name starts a line after its return type, is not seen. Rename one of
 the two helpers, or move the shared one to test_util.hpp.
 
-Usage: unity_names.py TESTS_DIR"""
+Usage: unity_names.py TESTS_DIR (the project's meson.build is read from TESTS_DIR/..)"""
 import collections
 import re
 import sys
@@ -34,12 +35,41 @@ def defined_names(path):
     return names
 
 
+def group_clashes(root, sources, size):
+    """The names defined twice in one group of `size` consecutive files of `sources`; prints each."""
+    clashes = 0
+    for start in range(0, len(sources), size):
+        group = sources[start:start + size]
+        where = collections.defaultdict(list)
+        for f in group:
+            for name, line in defined_names(root / f).items():
+                where[name].append((f, line))
+        for name, defs in sorted(where.items()):
+            lines = {line for _, line in defs}
+            if len(defs) > 1 and not (len(lines) == 1 and lines.pop().startswith("using ")):
+                clashes += 1
+                print(f"{name} is defined in {', '.join(f for f, _ in defs)} (one unity source): rename one")
+    return clashes
+
+
+def library_clashes(root):
+    """The library's groups: core_src and transforms_src of the project's meson.build."""
+    build = (root / "meson.build").read_text()
+    size = int(re.search(r"^library_unity = .*unity_size=(\d+)", build, re.M).group(1))
+    clashes = 0
+    for var in ("core_src", "transforms_src"):
+        sources = re.findall(r"'([\w/]+\.cpp)'", build.split(var + " = files(", 1)[1].split(")", 1)[0])
+        clashes += group_clashes(root, sources, size)
+        print(f"{var}: {len(sources)} files in groups of {size}")
+    return clashes
+
+
 def main():
     tests = Path(sys.argv[1])
     build = (tests / "meson.build").read_text()
     sources = re.findall(r"'(test_\w+\.cpp)'", build.split("test_src = [", 1)[1].split("]", 1)[0])
     size = int(re.search(r"unity_size=(\d+)", build).group(1))
-    clashes = 0
+    clashes = library_clashes(tests.parent)
     # test_util.hpp is in every file (the precompiled header) and many say `using namespace
     # test_util`, which stays in force for the files after them in their group.
     shared = defined_names(tests / "test_util.hpp")
@@ -47,18 +77,8 @@ def main():
         for name in sorted(set(defined_names(tests / f)) & set(shared)):
             clashes += 1
             print(f"{name} is defined in {f} and in test_util.hpp: rename the file's own")
-    for start in range(0, len(sources), size):
-        group = sources[start:start + size]
-        where = collections.defaultdict(list)
-        for f in group:
-            for name, line in defined_names(tests / f).items():
-                where[name].append((f, line))
-        for name, defs in sorted(where.items()):
-            lines = {line for _, line in defs}
-            if len(defs) > 1 and not (len(lines) == 1 and lines.pop().startswith("using ")):
-                clashes += 1
-                print(f"{name} is defined in {', '.join(f for f, _ in defs)} (one unity source): rename one")
-    print(f"{len(sources)} files in groups of {size}: {clashes} names defined twice in a group")
+    clashes += group_clashes(tests, sources, size)
+    print(f"test_src: {len(sources)} files in groups of {size}; {clashes} names defined twice in a group")
     return 1 if clashes else 0
 
 

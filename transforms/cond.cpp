@@ -22,8 +22,6 @@ const std::vector<ClosedJaxprPtr>& branches_of(const Params& ps) { return ps.get
 
 Params cond_params(std::vector<ClosedJaxprPtr> bs) { return params::Cond{.branches = std::move(bs)}; }
 
-ClosedJaxprPtr share(ClosedJaxpr j) { return std::make_shared<const ClosedJaxpr>(std::move(j)); }
-
 // Branches traced separately (each perhaps closing over values) as const-free jaxprs that all
 // take (consts of branch 0..., consts of branch 1..., ..., ops...); `consts` lists those values.
 struct Joined {

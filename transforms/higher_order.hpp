@@ -49,6 +49,8 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
 std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond, const std::vector<bool>& cond_known,
                                            const std::vector<bool>& body_uk, const std::vector<bool>& carry_uk);
 
+/// j as the shared pointer an equation's params hold (scan, cond, while bodies...).
+inline ClosedJaxprPtr share(ClosedJaxpr j) { return std::make_shared<const ClosedJaxpr>(std::move(j)); }
 /// j with its invars reordered: new invars[i] = old invars[order[i]] (same for outvars).
 ClosedJaxpr permute_invars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);
 ClosedJaxpr permute_outvars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);

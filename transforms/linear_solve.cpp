@@ -17,8 +17,6 @@
 namespace xjax::detail {
 namespace {
 
-ClosedJaxprPtr share(ClosedJaxpr j) { return std::make_shared<const ClosedJaxpr>(std::move(j)); }
-
 const params::CustomLinearSolve& solve_params(const Params& ps) { return ps.get<params::CustomLinearSolve>(); }
 
 std::vector<bool> linear_in_tail(std::size_t nonlinear, std::size_t linear) {

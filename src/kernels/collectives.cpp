@@ -11,7 +11,7 @@ namespace xjax::detail::kernels {
 
 namespace {
 /// x's elements, contiguous in row-major order (every array's buffer is).
-const void* bytes_of(const Array& x) { return x.raw_data(); }
+const void* input_bytes(const Array& x) { return x.raw_data(); }
 }  // namespace
 
 Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
@@ -19,7 +19,7 @@ Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
   comm::check_same_call(p, x.aval());
   Array result = alloc_array(out);
   if (out.size() == 0) return result;
-  comm::allreduce(bytes_of(x), mutable_data(result), out.size(), out.dtype,
+  comm::allreduce(input_bytes(x), mutable_data(result), out.size(), out.dtype,
                   p == Primitive::psum ? comm::ReduceOp::sum : comm::ReduceOp::max);
   return result;
 }
@@ -30,7 +30,7 @@ Array gather_untiled(const Array& x, std::int64_t axis, std::int64_t n) {
   ShapedArray stacked{x.shape(), x.dtype()};
   stacked.shape.insert(stacked.shape.begin(), n);
   Array gathered = alloc_array(stacked);
-  if (stacked.size() > 0) comm::allgather(bytes_of(x), mutable_data(gathered), static_cast<std::int64_t>(x.aval().nbytes()));
+  if (stacked.size() > 0) comm::allgather(input_bytes(x), mutable_data(gathered), static_cast<std::int64_t>(x.aval().nbytes()));
   if (axis == 0) return gathered;
   Ints perm;
   for (std::int64_t i = 1; i <= axis; ++i) perm.push_back(i);
@@ -50,7 +50,7 @@ Array scatter_untiled(const Array& x, std::int64_t axis, const ShapedArray& out)
     front = transpose_kernel(x, perm);
   }
   Array result = alloc_array(out);
-  if (out.size() > 0) comm::reduce_scatter_sum(bytes_of(front), mutable_data(result), out.size(), out.dtype);
+  if (out.size() > 0) comm::reduce_scatter_sum(input_bytes(front), mutable_data(result), out.size(), out.dtype);
   return result;
 }
 }  // namespace
@@ -88,7 +88,7 @@ Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out) 
   Array result = alloc_array(out);
   if (out.size() == 0) return result;
   if (from < 0) std::memset(mutable_data(result), 0, out.nbytes());  // no one sends here: zeros
-  comm::sendrecv(bytes_of(x), to, mutable_data(result), from, static_cast<std::int64_t>(out.nbytes()));
+  comm::sendrecv(input_bytes(x), to, mutable_data(result), from, static_cast<std::int64_t>(out.nbytes()));
   return result;
 }
 
