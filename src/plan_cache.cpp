@@ -139,6 +139,10 @@ class PlanTable {
       }
     }
     ClosedJaxprPtr built = build();  // may trace: not under the lock
+    // A derived value that is j itself (a dce that dropped nothing returns its argument) is not
+    // kept: the entry holds its derived values strongly and j only weakly, so it would keep j, and
+    // itself, alive until clear_caches().
+    if (built->jaxpr == j) return built;
     std::unique_lock lock(mutex_);
     return entry(j, contents).derived.emplace(key, std::move(built)).first->second;
   }

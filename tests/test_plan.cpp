@@ -783,3 +783,27 @@ TEST_CASE("plan: the fusion schedule keeps unfusible equations in program order"
   CHECK(program.size() == 4);
   CHECK(planned == program);
 }
+
+TEST_CASE("the plan table's derived jaxprs: kept while their jaxpr lives, and one that is its jaxpr itself does not keep it alive") {
+  const xj::Array x = xj::random::normal(xj::random::key(5), {3}, xj::f64);
+  auto j = std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& a) { return xj::sin(a) * 2.0; })(x));
+  const std::weak_ptr<const xj::Jaxpr> watch = j->jaxpr;
+  int builds = 0;
+  // A derived jaxpr of its own is built once and returned again.
+  const auto other = [&] {
+    ++builds;
+    return std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& a) { return xj::cos(a); })(x));
+  };
+  const auto first = xjax::detail::derived_jaxpr(j->jaxpr, {7}, other);
+  CHECK(xjax::detail::derived_jaxpr(j->jaxpr, {7}, other) == first);
+  CHECK(builds == 1);
+  // A derived value that is the jaxpr itself (dce with nothing dead returns its argument, as
+  // while_loop's known prefix did): the table holding it would hold its own key forever.
+  const auto same = [&] {
+    ++builds;
+    return j;
+  };
+  CHECK(xjax::detail::derived_jaxpr(j->jaxpr, {8}, same)->jaxpr == j->jaxpr);
+  j.reset();
+  CHECK(watch.expired());
+}

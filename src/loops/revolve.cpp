@@ -58,6 +58,7 @@ void write_row(const Array& dst, std::int64_t i, const Array& src) {
 // K keeping only its first `keep` outputs (the carry, or the carry and y): the steps that do not
 // need residuals. Built once per K and kept with it (plan side table).
 ClosedJaxprPtr known_prefix(const ClosedJaxprPtr& k, std::size_t keep) {
+  if (keep == k->jaxpr->outvars.size()) return k;  // no residuals: K itself
   return derived_jaxpr(k->jaxpr, {-1, static_cast<std::int64_t>(keep)}, [&] {
     std::vector<bool> used(k->jaxpr->outvars.size(), false);
     std::fill(used.begin(), used.begin() + static_cast<std::ptrdiff_t>(keep), true);
