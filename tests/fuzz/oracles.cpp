@@ -46,6 +46,21 @@ constexpr double kFdMargin = 1e-3;      // a kink / branch point closer than thi
 constexpr double kSameMarginF64 = 1e-9; // ... closer than this: rounding may switch sides
 constexpr double kSameMarginF32 = 1e-3;
 
+/// What the residual oracle lets one entry of the schedule's residuals stand for: any of `shapes`,
+/// or with `broadcasts_to`, a shape that broadcasts to it (a mask's operand).
+struct Grant {
+  std::vector<Shape> shapes;
+  std::optional<Shape> broadcasts_to;
+  bool covers(const Shape& s) const {
+    if (std::find(shapes.begin(), shapes.end(), s) != shapes.end()) return true;
+    if (!broadcasts_to || s.size() > broadcasts_to->size()) return false;
+    const std::size_t lead = broadcasts_to->size() - s.size();
+    for (std::size_t d = 0; d < s.size(); ++d)
+      if (s[d] != 1 && s[d] != (*broadcasts_to)[lead + d]) return false;
+    return true;
+  }
+};
+
 std::string demangle(const char* name) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> s(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
@@ -599,7 +614,7 @@ class Checker {
     const std::int64_t length = scan.ints[2], slots = std::min(scan.ints[4], length);
     std::vector<Shape> env = p_.main.in;  // the main block's environment (it has no captures)
     for (const Node& n : p_.main.nodes) env.insert(env.end(), n.outs.begin(), n.outs.end());
-    std::vector<std::vector<Shape>> grants;  // each covers one entry of any of its shapes
+    std::vector<Grant> grants;  // each covers one entry of the schedule
     // The schedule stores the carries of the scan it runs, which may have more than the user's
     // (an inner jvp adds tangent carries: seed 6019216): one snapshot grant per carry of each
     // revolve_fwd in the gradient's jaxpr, and a final-carry grant for each below.
@@ -613,7 +628,7 @@ class Checker {
           const auto n = static_cast<std::size_t>(ps.num_carry);
           const std::size_t ny = ps.jaxpr->jaxpr->outvars.size() - n - static_cast<std::size_t>(ps.num_res);
           for (std::size_t k = 0; k < n; ++k) {
-            grants.push_back({e.outputs[n + ny + k].aval().shape});
+            grants.push_back(Grant{{e.outputs[n + ny + k].aval().shape}});
             known_carries.push_back(e.outputs[k].aval().shape);
           }
         }
@@ -627,12 +642,12 @@ class Checker {
       for (std::size_t k = 0; k < ncar; ++k) {
         Shape snap = scan.outs[k];
         snap.insert(snap.begin(), slots);
-        grants.push_back({snap});
+        grants.push_back(Grant{{snap}});
         known_carries.push_back(scan.outs[k]);
       }
     for (std::size_t k = ncar; k < scan.args.size(); ++k) {
       Shape x = env[static_cast<std::size_t>(scan.args[k])];
-      grants.push_back({Shape(x.begin() + 1, x.end())});
+      grants.push_back(Grant{{Shape(x.begin() + 1, x.end())}});
     }
     Runner plain_full{Mode::Full, dt_, nullptr, nullptr, true};
     auto sched = xj::saved_residuals([this](const Arrays& x) { return full_(p_, x); }, xs_);
@@ -657,15 +672,21 @@ class Checker {
     for (const Shape& carry : known_carries)
       for (const auto& r : plain)
         if (r.description.rfind("output of scan", 0) == 0 && r.aval.shape == carry) {
-          grants.push_back({carry});
+          grants.push_back(Grant{{carry}});
           break;
         }
     for (const auto& r : plain_left) {
       const Shape& sh = r.aval.shape;
       if (r.description.rfind("output of scan", 0) == 0 && !sh.empty() && sh[0] == length)
-        grants.push_back({sh, Shape(sh.begin() + 1, sh.end())});
+        grants.push_back(Grant{{sh, Shape(sh.begin() + 1, sh.end())}});
+      else if (r.aval.dtype == xj::bool_)
+        // A mask the plain run keeps may be rebuilt by the schedule's staged side from operands
+        // it keeps anyway (partial_eval's mask pass): where one operand reaches the comparison
+        // through a broadcast, the schedule keeps that smaller operand instead (seed 3937: the
+        // scan's [1,1,1] output, compared with an argument the schedule keeps for its replay).
+        grants.push_back(Grant{{sh}, sh});
       else
-        grants.push_back({sh});
+        grants.push_back(Grant{{sh}});
     }
     std::vector<Shape> need;
     std::string listed;
@@ -682,7 +703,7 @@ class Checker {
     std::vector<int> owner(grants.size(), -1);
     std::function<bool(std::size_t, std::vector<bool>&)> place = [&](std::size_t i, std::vector<bool>& seen) {
       for (std::size_t g = 0; g < grants.size(); ++g) {
-        if (seen[g] || std::find(grants[g].begin(), grants[g].end(), need[i]) == grants[g].end()) continue;
+        if (seen[g] || !grants[g].covers(need[i])) continue;
         seen[g] = true;
         if (owner[g] < 0 || place(static_cast<std::size_t>(owner[g]), seen)) {
           owner[g] = static_cast<int>(i);
