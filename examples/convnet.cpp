@@ -14,6 +14,7 @@
 //   ./convnet [--steps 60] [--layers 4] [--channels 8] [--batch 32] [--policy dots_saveable]
 #include <xjax/xjax.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>

@@ -18,6 +18,7 @@
 //   heat_adjoint [--steps N] [--grid n] [--snapshots s] [--check-steps M] [--max-plain-steps P]
 #include <xjax/xjax.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

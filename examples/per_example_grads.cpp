@@ -9,6 +9,7 @@
 // Usage: per_example_grads [--batch N] [--width D] [--repeats R]
 #include <xjax/xjax.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

@@ -2,6 +2,7 @@
 // triangular_solve primitives and compositions of them.
 #include "xjax/linalg.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 

@@ -9,7 +9,7 @@ namespace detail {
 
 const char* params_struct_name(std::size_t index) {
 #define XJAX_PARAMS_NAME(name, stem, S, family, kinds) \
-  if (ParamsVariant(std::in_place_type<params::S>).index() == index) return #S;
+  if (TypeIndex<params::S, ParamsTypes>::value == index) return #S;
   XJAX_PRIMITIVES(XJAX_PARAMS_NAME)
 #undef XJAX_PARAMS_NAME
   return index == 0 ? "None" : "?";
@@ -20,20 +20,46 @@ void throw_wrong_params(std::size_t held, std::size_t wanted) {
                                         ", a rule read params::" + params_struct_name(wanted));
 }
 
+namespace {
+/// What Params does with the struct it holds, one entry per struct, indexed as ParamsTypes.
+template <class L> struct StructOps;
+template <class... Ts> struct StructOps<TypeList<Ts...>> {
+  static_assert(sizeof...(Ts) <= 256, "Params keeps the struct's index in one byte");
+  static_assert((std::is_nothrow_move_constructible_v<Ts> && ...),
+                "Params' moves are declared noexcept: every parameter struct must move without throwing");
+  static constexpr void (*copy[])(void*, const void*) = {
+      [](void* to, const void* from) { ::new (to) Ts(*static_cast<const Ts*>(from)); }...};
+  static constexpr void (*move[])(void*, void*) = {
+      [](void* to, void* from) { ::new (to) Ts(std::move(*static_cast<Ts*>(from))); }...};
+  static constexpr void (*destroy[])(void*) = {[](void* at) { static_cast<Ts*>(at)->~Ts(); }...};
+  // Each struct's == is memberwise: shared_ptrs (jaxprs, objects) and vectors of them compare by
+  // identity, the rest by value.
+  static constexpr bool (*equal[])(const void*, const void*) = {
+      [](const void* a, const void* b) { return *static_cast<const Ts*>(a) == *static_cast<const Ts*>(b); }...};
+};
+using Ops = StructOps<ParamsTypes>;
+}  // namespace
+
 }  // namespace detail
 
-static_assert(std::is_nothrow_move_constructible_v<detail::ParamsVariant> &&
-                  std::is_nothrow_move_assignable_v<detail::ParamsVariant>,
-              "Params' moves are declared noexcept: every parameter struct must move without throwing");
-Params::Params(const Params&) = default;
-Params::Params(Params&&) noexcept = default;
-Params& Params::operator=(const Params&) = default;
-Params& Params::operator=(Params&&) noexcept = default;
-Params::~Params() = default;
+Params::Params(const Params& other) : index_(other.index_) { detail::Ops::copy[index_](storage_, other.storage_); }
+Params::Params(Params&& other) noexcept : index_(other.index_) { detail::Ops::move[index_](storage_, other.storage_); }
+Params& Params::operator=(const Params& other) {
+  if (this != &other) *this = Params(other);  // copied first: a throwing copy leaves *this as it was
+  return *this;
+}
+Params& Params::operator=(Params&& other) noexcept {
+  if (this == &other) return *this;
+  detail::Ops::destroy[index_](storage_);
+  index_ = other.index_;
+  detail::Ops::move[index_](storage_, other.storage_);
+  return *this;
+}
+Params::~Params() { detail::Ops::destroy[index_](storage_); }
 
-// Each struct's == is memberwise: shared_ptrs (jaxprs, objects) and vectors of them compare by
-// identity, the rest by value.
-bool operator==(const Params& a, const Params& b) { return a.variant() == b.variant(); }
+bool operator==(const Params& a, const Params& b) {
+  return a.index_ == b.index_ && detail::Ops::equal[a.index_](a.storage_, b.storage_);
+}
 
 std::vector<ClosedJaxprPtr> sub_jaxprs(const Params& ps) {
   std::vector<ClosedJaxprPtr> out;

@@ -76,7 +76,7 @@ std::uint64_t fingerprint(const Jaxpr& j) {
     for (const auto& in : e.inputs) h.add(in);
     h.add(0x0full);
     for (const auto& out : e.outputs) h.add(out.id());
-    h.add(e.params.variant().index());
+    h.add(e.params.index());
     for_each_param(e.params, [&](std::string_view, const auto& v) { h.add_param(v); });
     // A call's body is inlined into this plan (passes/inline_calls.cpp), or its plan held by a
     // call step: the body's jaxpr and contents are part of what this plan depends on.

@@ -110,7 +110,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   if (t_loc_override) loc = *t_loc_override;
   if (!params_match(p, params))
     throw InternalError("bind", std::string(primitive_name(p)) + " bound with params::" +
-                                    params_struct_name(params.variant().index()));
+                                    params_struct_name(params.index()));
   std::vector<ShapedArray> in_avals;
   in_avals.reserve(inputs.size());
   for (const auto& x : inputs) {

@@ -17,7 +17,7 @@ namespace {
 
 void check_params(const Eqn& e) {
   if (!params_match(e.prim, e.params))
-    fail(&e, std::string("its parameters are params::") + detail::params_struct_name(e.params.variant().index()) +
+    fail(&e, std::string("its parameters are params::") + detail::params_struct_name(e.params.index()) +
                  ", not the struct of " + std::string(primitive_name(e.prim)));
   for (const auto& sub : sub_jaxprs(e.params))
     if (sub) typecheck(*sub->jaxpr);

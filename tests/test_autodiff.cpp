@@ -3,6 +3,7 @@
 // composed to higher order; the trace cache; error messages; check_grads. Every derivative is
 // compared with a closed form written as a plain loop or with central finite differences of the
 // function evaluated concretely, never with another result of the same AD code path.
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <atomic>

@@ -2,6 +2,7 @@
 // plain C++, jvp / grad against closed forms and central finite differences (check_grads, f64),
 // cond inside scan and scan inside cond, the jaxprs the transforms build (one forward and one
 // backward cond, DCE of unused branch outputs, fori_loop lowering), and every error message.
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <cmath>

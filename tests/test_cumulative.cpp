@@ -3,6 +3,7 @@
 // edges (NaN, infinities, empty axes, integer wrap-around), derivatives where the closed form is
 // simple (cumprod at an exact zero, cummax at a tie) and the errors. Finite-difference and
 // batching checks of every rule: the gradcheck rows (tests/gradcheck).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

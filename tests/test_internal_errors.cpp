@@ -120,3 +120,43 @@ TEST_CASE("internal errors: a rule reading another primitive's parameter struct 
   CHECK(contains(internal_error_of([&] { (void)scan.get<xj::params::Cond>(); }), "holds params::Scan, a rule read params::Cond"));
   CHECK(scan.get_if<xj::params::Scan>() != nullptr);
 }
+
+TEST_CASE("params: an equation's parameters copy, move, assign and compare as the struct they hold") {
+  // Params holds its struct in place (params.hpp); these are the value semantics a variant had.
+  auto body = std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& v) { return xj::sin(v); })(xj::ones({2})));
+  xj::params::Scan s;
+  s.jaxpr = body;
+  s.length = 3;
+  xj::Params scan = s;
+  CHECK(body.use_count() == 3);  // body, s, scan
+  xj::Params copy = scan;
+  CHECK(body.use_count() == 4);
+  CHECK(copy == scan);
+  CHECK(copy.get<xj::params::Scan>().length == 3);
+  copy.get<xj::params::Scan>().length = 4;  // a copy, not a view
+  CHECK(scan.get<xj::params::Scan>().length == 3);
+  CHECK_FALSE(copy == scan);
+  xj::Params moved = std::move(copy);
+  CHECK(body.use_count() == 4);  // moved, not copied
+  CHECK(moved.get<xj::params::Scan>().length == 4);
+  // Assigning another struct destroys the one held: its jaxpr is released.
+  moved = xj::params::Pad{};
+  CHECK(body.use_count() == 3);
+  CHECK(moved.get_if<xj::params::Scan>() == nullptr);
+  CHECK(moved.get_if<xj::params::Pad>() != nullptr);
+  CHECK_FALSE(moved == scan);
+  moved = scan;
+  CHECK(body.use_count() == 4);
+  CHECK(moved == scan);
+  const xj::Params& same = moved;
+  moved = same;  // self-assignment keeps the struct
+  CHECK(body.use_count() == 4);
+  CHECK(moved.get<xj::params::Scan>().jaxpr == body);
+  // Same struct, different members; different structs with no members.
+  xj::params::Scan s2 = s;
+  s2.reverse = true;
+  CHECK_FALSE(xj::Params(s2) == scan);
+  CHECK(xj::Params() == xj::Params(xj::params::None{}));
+  CHECK_FALSE(xj::Params() == xj::Params(xj::params::Pad{}));
+  CHECK(xj::Params().empty());
+}

@@ -4,6 +4,7 @@
 // multi-index iteration), then one TEST_CASE per primitive family in the order of
 // primitives.hpp: elementwise, select_n/convert/copy, reductions, argmax, dot_general, shape ops.
 // Output avals are computed by hand here, never by the shape rules.
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <boost/math/special_functions/digamma.hpp>

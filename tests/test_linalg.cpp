@@ -2,6 +2,7 @@
 // computations in double (the factor reconstructs a, the solution satisfies the system, written
 // as plain loops), their errors, NaN for matrices that are not positive definite, batches, tril /
 // triu / matrix_transpose. Derivatives and batching: the gradcheck rows (tests/gradcheck).
+#include <algorithm>
 #include <climits>
 #include <limits>
 #include <cmath>

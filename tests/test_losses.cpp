@@ -1,6 +1,7 @@
 // test_losses.cpp: take_along_axis against plain loops (values, gradients, batching) and the
 // losses of losses.hpp against their closed forms computed in double, with gradients against the
 // closed-form derivatives, and logits of magnitude 1e4 (no inf or NaN).
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <cmath>

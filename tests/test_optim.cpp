@@ -1,6 +1,7 @@
 // test_optim.cpp: xj::optim's rules against plain loops in double written from the papers'
 // formulas (several steps each), the schedules against their closed forms, jit(update) against
 // eager, and the errors.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>

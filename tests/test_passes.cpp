@@ -4,6 +4,7 @@
 // checked against plain loops in double.
 // Also dce (the pass every transformation runs): what it drops and that it returns the jaxpr
 // itself when nothing is dead.
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // test_random.cpp: xj::random and the threefry2x32 primitive: Random123 known answers, JAX's
 // values for key/split/bits/uniform (jax_threefry_partitionable=False), determinism eagerly, in a
 // jaxpr and under autodiff, distribution statistics, dropout gradients, errors.
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <cmath>

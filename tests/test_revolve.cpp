@@ -3,6 +3,7 @@
 // schedule's cost is checked against revolve's closed form and an independent dynamic program;
 // gradients against the unscheduled scan (a different code path) and finite differences; body
 // executions with eval_counts; memory with memory_stats.
+#include <algorithm>
 #include <cmath>
 #include <map>
 

@@ -4,6 +4,7 @@
 // min / max, integer and bool dtypes, errors; derivatives against finite differences
 // (check_grads) including repeated indices and zero factors for mul, the tie rule of min / max
 // against its closed form, and vmap with batched indices against member-by-member results.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

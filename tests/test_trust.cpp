@@ -2,6 +2,7 @@
 // identity in CSE, grad tracing afresh on every call, scan's unroll=true, operators' source
 // locations, leaked-tracer advice, grad of integer arguments, reduce_prod's derivative at zeros.
 // Each case is the exact reproduction from the issue, checked against an independent value.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>

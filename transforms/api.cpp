@@ -88,6 +88,28 @@ Array jit_number(std::int64_t v) {
 
 Array jit_weak(const Array& x) { return weakly_typed(x); }
 
+struct KeyStream::Impl {
+  std::ostringstream os;
+};
+KeyStream::KeyStream() : impl_(std::make_unique<Impl>()) {}
+KeyStream::~KeyStream() = default;
+std::ostream& KeyStream::stream() { return impl_->os; }
+std::string KeyStream::str() const { return impl_->os.str(); }
+
+std::string static_key_from(const char* type_name, const std::string& value) {
+  std::string key = std::string(type_name) + "=" + value;
+  std::string escaped;
+  for (char c : key) escaped += (c == '|' || c == '\\') ? std::string{'\\', c} : std::string{c};
+  return escaped;
+}
+
+std::string static_key_bytes(const unsigned char* bytes, std::size_t n) {
+  std::ostringstream os;
+  os << std::hex;
+  for (std::size_t i = 0; i < n; ++i) os << int(bytes[i]) << '.';
+  return os.str();
+}
+
 void donate_args(FlatArgs& fa, const std::vector<int>& argnums, std::span<const Array> consts) {
   // Under an enclosing transform the call is traced: nothing is run, so nothing is donated.
   if (tracing_active()) return;

@@ -5,6 +5,7 @@
 // as is and its output tangents are zeros: no rule runs, nothing is materialized.
 // Read: the tangent helpers, the rule helpers (deflinear, zero), the rules in the order of
 // XJAX_FOR_EACH_PRIMITIVE, the rule table, then the pass.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 

@@ -114,7 +114,7 @@ class StructureWords {
         if (!use(scope, in)) return false;
       put(e.outputs.size());
       for (const auto& out : e.outputs) define(scope, out);
-      put(e.params.variant().index());
+      put(e.params.index());
       bool ok = true;
       for_each_param(e.params, [&](std::string_view, const auto& v) { ok = ok && param(v); });
       if (!ok) return false;

@@ -1,7 +1,6 @@
 // control_flow.hpp: structured control flow as primitives carrying jaxprs: scan, cond,
 // switch_, while_loop, fori_loop.
 #pragma once
-#include <algorithm>
 #include <concepts>
 #include <functional>
 #include <initializer_list>
@@ -26,7 +25,7 @@ class ScanUnroll {
   /// true when given as `true` (fully unrolled).
   constexpr bool full() const { return full_; }
   /// The iterations per step for a loop of `length` iterations.
-  constexpr std::int64_t count(std::int64_t length) const { return full_ ? std::max<std::int64_t>(length, 1) : count_; }
+  constexpr std::int64_t count(std::int64_t length) const { return full_ ? (length > 1 ? length : 1) : count_; }
 
  private:
   bool full_;
@@ -137,8 +136,9 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     };
     ClosedJaxpr j = detail::trace_flat(flat, avals);
     auto out_avals = j.out_avals();
+    const std::size_t carry_outs = out_def.children.at(0).num_leaves();
     detail::check_carry("scan", "the body", init_def, out_def.children.at(0), std::span(avals).subspan(0, ncarry),
-                        std::span(out_avals).subspan(0, std::min(out_avals.size(), out_def.children.at(0).num_leaves())), loc);
+                        std::span(out_avals).subspan(0, out_avals.size() < carry_outs ? out_avals.size() : carry_outs), loc);
     auto outs = detail::scan_flat(j, init_leaves, xs_leaves, length, opts.reverse, unroll, loc,
                                   detail::scan_snapshots(opts.checkpoints, loc));
     std::span<const Array> all(outs);
@@ -295,7 +295,8 @@ template <class Lo, class Hi, class Body, class Carry>
 Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location loc = std::source_location::current()) {
   using IC = std::pair<Array, Carry>;
   if constexpr (std::integral<Lo> && std::integral<Hi>) {
-    auto length = std::max<std::int64_t>(0, static_cast<std::int64_t>(hi) - static_cast<std::int64_t>(lo));
+    const std::int64_t trips = static_cast<std::int64_t>(hi) - static_cast<std::int64_t>(lo);
+    const std::int64_t length = trips > 0 ? trips : 0;
     auto step = [&body](const IC& ic, const None&) {
       return std::pair<IC, None>{IC{ic.first + 1, Carry(body(ic.first, ic.second))}, None{}};
     };

@@ -6,13 +6,13 @@
 //
 // Adding a parameter to a primitive is one line in its struct. Adding a primitive with
 // parameters: a struct here, named in the primitive's row of XJAX_PRIMITIVE_TABLE (primitives.hpp),
-// from which params_of and the variant of all structs are generated.
+// from which params_of and the list of all structs Params may hold are generated.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
-#include <variant>
+#include <new>
 #include <vector>
 
 #include "xjax/dtype.hpp"
@@ -277,7 +277,8 @@ XJAX_PRIMITIVES(XJAX_PARAMS_OF)
 #undef XJAX_PARAMS_OF
 
 namespace detail {
-// The variant of every struct the table names, each once, params::None first.
+// The list of every struct the table names, each once, params::None first: Params holds one of
+// them in place (a tagged union whose copy, move, destruction and == are in params.cpp).
 template <class... Ts> struct TypeList {};
 template <class L, class... Ts> struct UniqueTypes {
   using type = L;
@@ -286,23 +287,32 @@ template <class... Ls, class T, class... Ts> struct UniqueTypes<TypeList<Ls...>,
   using type = typename UniqueTypes<std::conditional_t<(std::is_same_v<T, Ls> || ...), TypeList<Ls...>, TypeList<Ls..., T>>,
                                     Ts...>::type;
 };
-template <class L> struct VariantOf;
-template <class... Ts> struct VariantOf<TypeList<Ts...>> {
-  using type = std::variant<Ts...>;
-};
 #define XJAX_PARAMS_ALTERNATIVE(name, stem, S, family, kinds) , params::S
-using ParamsVariant =
-    typename VariantOf<typename UniqueTypes<TypeList<>, params::None XJAX_PRIMITIVES(XJAX_PARAMS_ALTERNATIVE)>::type>::type;
+/// Every struct the table names, each once, params::None first (index 0).
+using ParamsTypes = typename UniqueTypes<TypeList<>, params::None XJAX_PRIMITIVES(XJAX_PARAMS_ALTERNATIVE)>::type;
 #undef XJAX_PARAMS_ALTERNATIVE
-template <class T, class V> struct is_alternative;
-template <class T, class... Ts> struct is_alternative<T, std::variant<Ts...>> {
-  static constexpr bool value = (std::is_same_v<T, Ts> || ...);
-  /// T's index among the alternatives (it is one of them once).
-  static constexpr std::size_t index() {
+template <class T, class L> struct TypeIndex;
+template <class T, class... Ts> struct TypeIndex<T, TypeList<Ts...>> {
+  static constexpr bool found = (std::is_same_v<T, Ts> || ...);
+  /// T's position in the list (it is in it once).
+  static constexpr std::size_t value = [] {
     std::size_t i = 0;
     ((std::is_same_v<T, Ts> ? false : (++i, true)) && ...);
     return i;
-  }
+  }();
+};
+template <class L> struct StorageOf;
+template <class... Ts> struct StorageOf<TypeList<Ts...>> {
+  static constexpr std::size_t size = [] {
+    std::size_t m = 0;
+    ((m = sizeof(Ts) > m ? sizeof(Ts) : m), ...);
+    return m;
+  }();
+  static constexpr std::size_t align = [] {
+    std::size_t m = 0;
+    ((m = alignof(Ts) > m ? alignof(Ts) : m), ...);
+    return m;
+  }();
 };
 /// The name of parameter struct number `index` ("DotGeneral").
 const char* params_struct_name(std::size_t index);
@@ -312,14 +322,18 @@ const char* params_struct_name(std::size_t index);
 /// The parameters of one equation: one of the params:: structs, the one params_of gives for the
 /// equation's primitive (bind and typecheck check this). Printed sorted by name, as JAX does.
 class Params {
+  using Types = detail::ParamsTypes;
+  template <class T> using Index = detail::TypeIndex<T, Types>;
+
  public:
-  Params() = default;
+  Params() : Params(params::None{}) {}
   template <class T>
-    requires detail::is_alternative<T, detail::ParamsVariant>::value
-  Params(T p) : v_(std::move(p)) {}  // NOLINT: implicit on purpose, `bind(prim, in, params::Pad{...})`
-  // Out of line (params.cpp): the variant's copy, move and destruction of its 50 alternatives are
-  // compiled once, not in every file that copies an equation (about half of a small pass's
-  // compile time before).
+    requires Index<T>::found
+  Params(T p) : index_(Index<T>::value) {  // NOLINT: implicit on purpose, `bind(prim, in, params::Pad{...})`
+    ::new (static_cast<void*>(storage_)) T(std::move(p));
+  }
+  // Out of line (params.cpp): copying, moving and destroying dispatch on the held struct there,
+  // so no file that copies an equation compiles code for all 50 structs.
   Params(const Params&);
   Params(Params&&) noexcept;
   Params& operator=(const Params&);
@@ -328,24 +342,33 @@ class Params {
 
   /// The struct; xj::InternalError (a bug in xjax) when the equation holds another.
   template <class T> const T& get() const {
-    if (const T* p = std::get_if<T>(&v_)) return *p;
-    detail::throw_wrong_params(v_.index(), detail::is_alternative<T, detail::ParamsVariant>::index());
+    if (const T* p = get_if<T>()) return *p;
+    detail::throw_wrong_params(index_, Index<T>::value);
   }
   template <class T> T& get() {
-    if (T* p = std::get_if<T>(&v_)) return *p;
-    detail::throw_wrong_params(v_.index(), detail::is_alternative<T, detail::ParamsVariant>::index());
+    if (T* p = get_if<T>()) return *p;
+    detail::throw_wrong_params(index_, Index<T>::value);
   }
   /// The struct, or nullptr when the equation holds another (e.g. in a user's policy).
-  template <class T> const T* get_if() const { return std::get_if<T>(&v_); }
-  const detail::ParamsVariant& variant() const { return v_; }
+  template <class T> const T* get_if() const {
+    static_assert(Index<T>::found, "not a parameter struct");
+    return index_ == Index<T>::value ? std::launder(reinterpret_cast<const T*>(storage_)) : nullptr;
+  }
+  template <class T> T* get_if() {
+    static_assert(Index<T>::found, "not a parameter struct");
+    return index_ == Index<T>::value ? std::launder(reinterpret_cast<T*>(storage_)) : nullptr;
+  }
+  /// The held struct's position among the parameter structs (params::None is 0).
+  std::size_t index() const { return index_; }
   /// No parameters (params::None).
-  bool empty() const { return v_.index() == 0; }
+  bool empty() const { return index_ == 0; }
 
   /// Same struct, members equal; jaxprs and objects by identity, doubles by bit pattern.
   friend bool operator==(const Params& a, const Params& b);
 
  private:
-  detail::ParamsVariant v_;
+  alignas(detail::StorageOf<Types>::align) unsigned char storage_[detail::StorageOf<Types>::size];
+  std::uint8_t index_;
 };
 
 /// Whether p's type is params_of_t<prim> (checked by bind and typecheck).

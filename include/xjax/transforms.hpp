@@ -5,7 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <sstream>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -338,12 +338,31 @@ template <class A> Array jit_number_of(A v) {
   }
 }
 
+/// A stream that collects text (an std::ostringstream kept out of this header, which is parsed by
+/// every user file).
+class KeyStream {
+ public:
+  KeyStream();
+  KeyStream(const KeyStream&) = delete;
+  KeyStream& operator=(const KeyStream&) = delete;
+  ~KeyStream();
+  std::ostream& stream();
+  std::string str() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+/// "type=value" with '|' and '\\' escaped (key parts are joined with '|': two different values
+/// never join alike).
+std::string static_key_from(const char* type_name, const std::string& value);
+/// The hex text of a floating-point value's `n` value bytes.
+std::string static_key_bytes(const unsigned char* bytes, std::size_t n);
+
 /// A static argument's part of jit's cache key: its type and printed value.
 template <class A> std::string static_key(const A& a) {
   static_assert(requires(std::ostream& os) { os << a; },
                 "xj::jit: a static argument must be printable with operator<< (it is part of the cache key)");
-  std::ostringstream os;
-  os << typeid(A).name() << '=';
   if constexpr (std::is_floating_point_v<A>) {
     // Floating-point values are keyed by their bits: no two values share a key (text would
     // merge long doubles that differ past 17 digits); 0.0 and -0.0 are different keys.
@@ -351,16 +370,12 @@ template <class A> std::string static_key(const A& a) {
     constexpr std::size_t n = std::numeric_limits<A>::digits == 64 ? 10 : sizeof(A);
     unsigned char bytes[sizeof(A)] = {};
     std::memcpy(bytes, &a, n);
-    os << std::hex;
-    for (std::size_t i = 0; i < n; ++i) os << int(bytes[i]) << '.';
+    return static_key_from(typeid(A).name(), static_key_bytes(bytes, n));
   } else {
-    os << a;
+    KeyStream text;
+    text.stream() << a;
+    return static_key_from(typeid(A).name(), text.str());
   }
-  // Key parts are joined with '|': escape it so that two different values never join alike.
-  std::string key = os.str();
-  std::string escaped;
-  for (char c : key) escaped += (c == '|' || c == '\\') ? std::string{'\\', c} : std::string{c};
-  return escaped;
 }
 
 template <class F, class... Args, std::size_t... I>

@@ -10,6 +10,7 @@
 // (FusedProgram::storage) computes in f32: its dense inputs are widened into their rows as each
 // block is read, its scalars and broadcast sources once, and every float output is rounded once
 // as the block is stored (see run_blocks).
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/kernels.hpp"

@@ -3,6 +3,7 @@
 // transforms/revolve.cpp emits and transforms them): the operand layouts they share and their
 // plain-scan expansions. Not installed.
 #pragma once
+#include <algorithm>
 #include <source_location>
 
 #include "loops/loops.hpp"

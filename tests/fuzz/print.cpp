@@ -1,5 +1,6 @@
 // print.cpp: the readable text of a Program (one line per node, sub-blocks indented; values of
 // a sub-block are primed: v'3 is value 3 of a block nested once).
+#include <algorithm>
 #include <sstream>
 
 #include "program.hpp"
