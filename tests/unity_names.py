@@ -11,7 +11,8 @@ namespace test_util` stays in force for the later files of its group. A name is 
 column 0 defines: a function, a struct or class, an enum or a `using` alias (an alias written
 identically in both files is allowed: it names the same type). A guard, not a proof: an indented
 definition, or one whose name starts a line after its return type, is not seen. Rename one of
-the two helpers, or move the shared one to test_util.hpp.
+the two helpers, or share it through a header (test_util.hpp for the tests; src/file_io.hpp's
+file_error and transforms/higher_order.hpp's share are the library's examples).
 
 Usage: unity_names.py TESTS_DIR (the project's meson.build is read from TESTS_DIR/..)"""
 import collections
@@ -78,7 +79,8 @@ def main():
             clashes += 1
             print(f"{name} is defined in {f} and in test_util.hpp: rename the file's own")
     clashes += group_clashes(tests, sources, size)
-    print(f"test_src: {len(sources)} files in groups of {size}; {clashes} names defined twice in a group")
+    print(f"test_src: {len(sources)} files in groups of {size}")
+    print(f"{clashes} names defined twice in a group (library and tests)")
     return 1 if clashes else 0
 
 
