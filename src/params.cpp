@@ -1,5 +1,7 @@
 // params.cpp: what params.hpp declares: equality of parameters (generic over the reflected
 // structs), which struct each primitive takes, and the error for reading the wrong one.
+#include <new>
+
 #include "param_reflect.hpp"
 #include "xjax/errors.hpp"
 
@@ -27,15 +29,16 @@ template <class... Ts> struct StructOps<TypeList<Ts...>> {
   static_assert(sizeof...(Ts) <= 256, "Params keeps the struct's index in one byte");
   static_assert((std::is_nothrow_move_constructible_v<Ts> && ...),
                 "Params' moves are declared noexcept: every parameter struct must move without throwing");
-  static constexpr void (*copy[])(void*, const void*) = {
-      [](void* to, const void* from) { ::new (to) Ts(*static_cast<const Ts*>(from)); }...};
-  static constexpr void (*move[])(void*, void*) = {
-      [](void* to, void* from) { ::new (to) Ts(std::move(*static_cast<Ts*>(from))); }...};
-  static constexpr void (*destroy[])(void*) = {[](void* at) { static_cast<Ts*>(at)->~Ts(); }...};
+  // The storage's address is not the struct's: each pointer is laundered, as get_if does.
+  template <class T> static T* held(void* p) { return std::launder(static_cast<T*>(p)); }
+  template <class T> static const T* held(const void* p) { return std::launder(static_cast<const T*>(p)); }
+  static constexpr void (*copy[])(void*, const void*) = {[](void* to, const void* from) { ::new (to) Ts(*held<Ts>(from)); }...};
+  static constexpr void (*move[])(void*, void*) = {[](void* to, void* from) { ::new (to) Ts(std::move(*held<Ts>(from))); }...};
+  static constexpr void (*destroy[])(void*) = {[](void* at) { held<Ts>(at)->~Ts(); }...};
   // Each struct's == is memberwise: shared_ptrs (jaxprs, objects) and vectors of them compare by
   // identity, the rest by value.
   static constexpr bool (*equal[])(const void*, const void*) = {
-      [](const void* a, const void* b) { return *static_cast<const Ts*>(a) == *static_cast<const Ts*>(b); }...};
+      [](const void* a, const void* b) { return *held<Ts>(a) == *held<Ts>(b); }...};
 };
 using Ops = StructOps<ParamsTypes>;
 }  // namespace

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -123,6 +124,8 @@ TEST_CASE("internal errors: a rule reading another primitive's parameter struct 
 
 TEST_CASE("params: an equation's parameters copy, move, assign and compare as the struct they hold") {
   // Params holds its struct in place (params.hpp); these are the value semantics a variant had.
+  static_assert(std::is_nothrow_default_constructible_v<xj::Params> && std::is_nothrow_move_constructible_v<xj::Params> &&
+                std::is_nothrow_move_assignable_v<xj::Params>);
   auto body = std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& v) { return xj::sin(v); })(xj::ones({2})));
   xj::params::Scan s;
   s.jaxpr = body;

@@ -297,7 +297,7 @@ template <class T, class... Ts> struct TypeIndex<T, TypeList<Ts...>> {
   /// T's position in the list (it is in it once).
   static constexpr std::size_t value = [] {
     std::size_t i = 0;
-    ((std::is_same_v<T, Ts> ? false : (++i, true)) && ...);
+    (void)((std::is_same_v<T, Ts> ? false : (++i, true)) && ...);
     return i;
   }();
 };
@@ -326,7 +326,7 @@ class Params {
   template <class T> using Index = detail::TypeIndex<T, Types>;
 
  public:
-  Params() : Params(params::None{}) {}
+  Params() noexcept : Params(params::None{}) {}
   template <class T>
     requires Index<T>::found
   Params(T p) : index_(Index<T>::value) {  // NOLINT: implicit on purpose, `bind(prim, in, params::Pad{...})`

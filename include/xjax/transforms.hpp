@@ -3,6 +3,7 @@
 // flat function compiled once in transforms/ (see transforms/api.cpp).
 #pragma once
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <ostream>
