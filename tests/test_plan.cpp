@@ -5,7 +5,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <ostream>
 #include <set>
+#include <string_view>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <typeinfo>
 #include <vector>
 
 #include <xjax/xjax.hpp>
@@ -512,6 +515,55 @@ TEST_CASE("jit: static arguments are part of the cache key and reach f as values
   auto g = [](const xj::Array& a, const xj::Array& b) { return a + b; };
   CHECK_THROWS_AS(xj::jit(g, {.static_argnums = {1}})(x, x), xj::TransformError);
   CHECK_THROWS_AS(xj::jit(g, {.static_argnums = {2}})(x, x), xj::TransformError);
+}
+
+namespace static_keys {
+enum class Mode { fast, exact };  // no operator<<: keyed by its value
+struct Tag {
+  std::string name;
+};
+std::ostream& operator<<(std::ostream& os, const Tag& t) { return os << "tag " << t.name; }
+}  // namespace static_keys
+
+TEST_CASE("jit: static arguments of every kind are keyed by value: numbers, enums, strings, printable types") {
+  using static_keys::Mode;
+  using static_keys::Tag;
+  int traces = 0;
+  auto f = [&traces](const xj::Array& x, Mode m, const Tag& t, bool flip, char c, const char* s) {
+    if (!x.is_concrete()) ++traces;  // traced by jit, not called eagerly
+    double k = (m == Mode::fast ? 1.0 : 2.0) + static_cast<double>(t.name.size()) + (flip ? 10.0 : 0.0) +
+               static_cast<double>(c) / 1000.0 + static_cast<double>(std::string_view(s).size()) * 100.0;
+    return x * k;
+  };
+  auto jitted = xj::jit(f);
+  xj::Array x = xj::array<double>({0.5, -2.0}, {2});
+  auto call = [&](Mode m, const char* tag, bool flip, char c, const char* s) {
+    xj::Array y = jitted(x, m, Tag{tag}, flip, c, s);
+    check_identical(y, f(x, m, Tag{tag}, flip, c, s));
+  };
+  call(Mode::fast, "a", false, 'x', "s");
+  traces = 0;
+  call(Mode::fast, "a", false, 'x', "s");  // the same values: no new trace
+  CHECK(traces == 0);
+  call(Mode::exact, "a", false, 'x', "s");
+  call(Mode::fast, "b", false, 'x', "s");
+  call(Mode::fast, "a", true, 'x', "s");
+  call(Mode::fast, "a", false, 'y', "s");
+  call(Mode::fast, "a", false, 'x', "t");
+  CHECK(traces == 5);  // each changed value traced once
+
+  // The key's parts are "|argument:type=value": values containing '|' never join alike (unescaped,
+  // ("x|2:T=y", "z") and ("x", "y|2:T=z") would make the same key "|1:T=x|2:T=y|2:T=z").
+  int joins = 0;
+  auto g = [&joins](const xj::Array& v, const std::string& a, const std::string& b) {
+    if (!v.is_concrete()) ++joins;
+    return v * static_cast<double>(a.size() * 10 + b.size());
+  };
+  auto jitted_g = xj::jit(g);
+  const std::string type = typeid(std::string).name();
+  (void)jitted_g(x, "x|2:" + type + "=y", std::string("z"));
+  (void)jitted_g(x, std::string("x"), "y|2:" + type + "=z");
+  CHECK(joins == 2);
 }
 
 // A bool input that only chooses select_n's cases is read as bytes; one also read otherwise is

@@ -3,7 +3,6 @@
 // values are saved anyway. checkpoint_name tags values for name-based policies.
 // saved_residuals reports what reverse mode keeps between the forward and backward passes.
 #pragma once
-#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <set>
@@ -13,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "xjax/detail/function.hpp"
 #include "xjax/transforms.hpp"
 
 namespace xjax {

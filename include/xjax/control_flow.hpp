@@ -2,13 +2,13 @@
 // switch_, while_loop, fori_loop.
 #pragma once
 #include <concepts>
-#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <source_location>
 #include <type_traits>
 #include <vector>
 
+#include "xjax/detail/function.hpp"
 #include "xjax/ops.hpp"
 #include "xjax/transforms.hpp"
 
@@ -229,7 +229,7 @@ auto switch_(detail::Located<Array> index, const Branches& branches, const Ops&.
   });
   if (n == 0) throw TypeError("switch_: no branches (at " + format_location(index.loc) + ")");
   Array i = detail::switch_index(index.value, n, index.loc);
-  if (n == 1) return Out(std::invoke(detail::first_branch(branches), operands...));  // as lax.switch
+  if (n == 1) return Out(detail::first_branch(branches)(operands...));  // as lax.switch
   return detail::switch_impl<Out>("switch_", i, branches, {}, index.loc, operands...);
 }
 

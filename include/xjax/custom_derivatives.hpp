@@ -1,10 +1,10 @@
 // custom_derivatives.hpp: custom_jvp, custom_vjp, custom_linear_solve and custom_root, with JAX's semantics.
 #pragma once
-#include <functional>
 #include <source_location>
 #include <tuple>
 #include <utility>
 
+#include "xjax/detail/function.hpp"
 #include "xjax/transforms.hpp"
 
 namespace xjax {

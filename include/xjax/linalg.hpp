@@ -4,12 +4,12 @@
 // are batch dimensions. float32 and float64, on LAPACK and BLAS. A matrix that is not positive
 // definite gives a factor of NaNs (as JAX), never an exception or a crash.
 #pragma once
-#include <functional>
 #include <optional>
 #include <string_view>
 #include <tuple>
 #include <utility>
 
+#include "xjax/detail/function.hpp"
 #include "xjax/ops.hpp"
 
 namespace xjax::linalg {

@@ -5,13 +5,13 @@
 // appear in the jaxpr); a C++ number mixed with an array is weakly typed (detail::Scalar). The trailing `loc` parameter records the
 // caller's source line for error messages and saved-residual reports; never pass it explicitly.
 #pragma once
-#include <functional>
 #include <optional>
 #include <source_location>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "xjax/detail/function.hpp"
 #include "xjax/array.hpp"
 
 namespace xjax {

@@ -7,12 +7,12 @@
 // Chen et al. 2023), on the leaves of the parameter tree.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "xjax/detail/function.hpp"
 #include "xjax/pytree.hpp"
 
 namespace xjax::optim {

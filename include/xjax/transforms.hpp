@@ -3,16 +3,17 @@
 // flat function compiled once in transforms/ (see transforms/api.cpp).
 #pragma once
 #include <cstring>
-#include <functional>
+#include <iosfwd>
 #include <limits>
 #include <memory>
-#include <ostream>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
 
+#include "xjax/detail/function.hpp"
 #include "xjax/detail/flat.hpp"
 
 namespace xjax {
@@ -360,10 +361,11 @@ std::string static_key_from(const char* type_name, const std::string& value);
 /// The hex text of a floating-point value's `n` value bytes.
 std::string static_key_bytes(const unsigned char* bytes, std::size_t n);
 
-/// A static argument's part of jit's cache key: its type and printed value.
+/// A static argument's part of jit's cache key: its type and its value, as text. Numbers, enums
+/// and strings are keyed here; any other type by its operator<< (through KeyStream, so that this
+/// header needs no <ostream>: the type's own operator<< brings what it needs).
 template <class A> std::string static_key(const A& a) {
-  static_assert(requires(std::ostream& os) { os << a; },
-                "xj::jit: a static argument must be printable with operator<< (it is part of the cache key)");
+  const char* type = typeid(A).name();
   if constexpr (std::is_floating_point_v<A>) {
     // Floating-point values are keyed by their bits: no two values share a key (text would
     // merge long doubles that differ past 17 digits); 0.0 and -0.0 are different keys.
@@ -371,11 +373,20 @@ template <class A> std::string static_key(const A& a) {
     constexpr std::size_t n = std::numeric_limits<A>::digits == 64 ? 10 : sizeof(A);
     unsigned char bytes[sizeof(A)] = {};
     std::memcpy(bytes, &a, n);
-    return static_key_from(typeid(A).name(), static_key_bytes(bytes, n));
+    return static_key_from(type, static_key_bytes(bytes, n));
+  } else if constexpr (std::is_integral_v<A>) {
+    return static_key_from(type, std::to_string(a));  // bool and characters by their number
+  } else if constexpr (std::is_enum_v<A>) {
+    return static_key_from(type, std::to_string(static_cast<std::underlying_type_t<A>>(a)));
+  } else if constexpr (std::is_convertible_v<const A&, std::string_view>) {
+    return static_key_from(type, std::string(std::string_view(a)));
   } else {
+    static_assert(requires(std::ostream& os) { os << a; },
+                  "xj::jit: a static argument must be a number, an enum, a string or printable with operator<< "
+                  "(it is part of the cache key)");
     KeyStream text;
     text.stream() << a;
-    return static_key_from(typeid(A).name(), text.str());
+    return static_key_from(type, text.str());
   }
 }
 
