@@ -2,9 +2,10 @@
 // linearize, jacfwd, jacrev, hessian, jit. Each is a thin template that flattens pytrees and calls a
 // flat function compiled once in transforms/ (see transforms/api.cpp).
 #pragma once
+#include <cfloat>
+#include <cstdint>
 #include <cstring>
 #include <iosfwd>
-#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -334,7 +335,7 @@ template <class A> Array jit_number_of(A v) {
   if constexpr (std::is_floating_point_v<A>) return jit_number(static_cast<double>(v), sizeof(A) == 4 ? f32 : f64);
   else {
     if constexpr (std::is_unsigned_v<A> && sizeof(A) >= sizeof(std::int64_t))
-      if (v > static_cast<A>(std::numeric_limits<std::int64_t>::max()))
+      if (v > static_cast<A>(INT64_MAX))
         throw TypeError("xj::jit: the integer argument " + std::to_string(v) + " does not fit in i64; make it static");
     return jit_number(static_cast<std::int64_t>(v));
   }
@@ -370,7 +371,7 @@ template <class A> std::string static_key(const A& a) {
     // Floating-point values are keyed by their bits: no two values share a key (text would
     // merge long doubles that differ past 17 digits); 0.0 and -0.0 are different keys.
     // x87's 80-bit long double (64 mantissa digits) holds 10 value bytes; the rest is padding.
-    constexpr std::size_t n = std::numeric_limits<A>::digits == 64 ? 10 : sizeof(A);
+    constexpr std::size_t n = std::is_same_v<A, long double> && LDBL_MANT_DIG == 64 ? 10 : sizeof(A);
     unsigned char bytes[sizeof(A)] = {};
     std::memcpy(bytes, &a, n);
     return static_key_from(type, static_key_bytes(bytes, n));
