@@ -9,6 +9,7 @@
 // Read: the helpers, the rules in the order of XJAX_FOR_EACH_PRIMITIVE (higher-order primitives'
 // rules live with their other rules), the rule table, then the pass and batch_by_loop.
 #include <algorithm>
+#include <unordered_map>
 
 #include "batching.hpp"
 #include "higher_order.hpp"
