@@ -127,7 +127,7 @@ TEST_CASE("params: an equation's parameters copy, move, assign and compare as th
   static_assert(std::is_nothrow_default_constructible_v<xj::Params> && std::is_nothrow_move_constructible_v<xj::Params> &&
                 std::is_nothrow_move_assignable_v<xj::Params>);
   auto body = std::make_shared<const xj::ClosedJaxpr>(xj::make_jaxpr([](const xj::Array& v) { return xj::sin(v); })(xj::ones({2})));
-  xj::params::Scan s;
+  xj::params::Scan s{};  // value-initialized: the structs have no member initializers
   s.jaxpr = body;
   s.length = 3;
   xj::Params scan = s;
