@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <functional>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/parallel.hpp"
 #include "reference/conv_loops.hpp"
@@ -295,6 +297,30 @@ TEST_CASE("conv: an infinite weight meets padding as zeros in every kernel path 
     if (!std::isnan(im2col[i])) CHECK(depthwise[i] == im2col[i]);
   }
   CHECK(std::isnan(depthwise[0]));  // the top-left output reads padding through the infinite tap
+}
+
+TEST_CASE("conv: the im2col tile is an arena buffer (counted in the peak, reused: a repeated convolution asks the system for nothing)") {
+  // Regression (2026-12-04): the tile was a fresh zeroed std::vector per call; around each
+  // convolution glibc grew and trimmed its heap and the tile page-faulted in again, which made
+  // examples/convnet 8x slower at two threads than at one.
+  // 1 x 4 x 8 x 8 input, 4 -> 4 channels, 3x3 SAME: one tile holds the whole patch matrix,
+  // 64 output positions x (9 window positions x 4 channels) floats.
+  const xj::Array x = xj::ones({1, 4, 8, 8}, xj::f32);
+  const xj::Array w = xj::ones({4, 4, 3, 3}, xj::f32);
+  constexpr std::int64_t tile_bytes = 64 * 9 * 4 * 4;
+  xj::reset_peak_memory();
+  const std::int64_t live = xj::memory_stats().live_bytes;
+  const xj::Array y = xj::conv(x, w, {1, 1}, "SAME");
+  // Without the tile, the convolution's buffers (the channels-last input, the weight matrix, the
+  // channels-last output and the result) are under 4 KiB.
+  CHECK(xj::memory_stats().peak_bytes - live >= tile_bytes);
+  CHECK(vec(y)[9] == doctest::Approx(36.0));  // an interior output: 3 x 3 x 4 ones
+  const char* cap = std::getenv("XJAX_ARENA_BYTES");
+  if (cap && std::string(cap) == "0") return;  // no reuse without the arena (CI's sanitizer stage)
+  (void)xj::conv(x, w, {1, 1}, "SAME");  // the first result is still alive: one more block of its size
+  const std::int64_t fresh = xj::memory_stats().system_allocations;
+  for (int i = 0; i < 3; ++i) (void)xj::conv(x, w, {1, 1}, "SAME");
+  CHECK(xj::memory_stats().system_allocations == fresh);
 }
 
 TEST_CASE("conv: a window with a dim of size 0 sums nothing (zeros) in the depthwise layouts, whatever its dilation") {

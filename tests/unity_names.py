@@ -3,13 +3,16 @@
 
 xjax-tests is a unity build (tests/meson.build: consecutive groups of `unity_size` files of
 test_src, each group one translation unit), and so are the library's core and transformations
-(meson.build: `library_unity`, groups of core_src and of transforms_src). Two files of a group that define the same helper with
+(meson.build: `library_unity`, groups of core_src and of transforms_src) and its kernel sets
+(`kernel_set_unity`, groups of kernel_set_src). Two files of a group that define the same helper with
 different parameters compile, and a call in the later file can silently bind to the earlier file's
 overload; this fails instead, naming both files. The same for a file's helper named as one of
 test_util.hpp's: every file sees test_util.hpp (the precompiled header), and a file's `using
 namespace test_util` stays in force for the later files of its group. A name is what a line at
-column 0 defines: a function, a struct or class, an enum or a `using` alias (an alias written
-identically in both files is allowed: it names the same type). A guard, not a proof: an indented
+column 0 defines: a function, a struct or class, an enum, a `using` alias (an alias written
+identically in both files is allowed: it names the same type) or a macro (`#define`: a later
+file's redefinition is an error only when it differs, and otherwise silently keeps the earlier
+file's meaning). A guard, not a proof: an indented
 definition, or one whose name starts a line after its return type, is not seen. Rename one of
 the two helpers, or share it through a header (test_util.hpp for the tests; src/file_io.hpp's
 file_error and transforms/higher_order.hpp's share are the library's examples).
@@ -20,6 +23,7 @@ import re
 import sys
 from pathlib import Path
 
+MACRO = re.compile(r"^#\s*define (\w+)")
 TYPE = re.compile(r"^(?:(?:struct|class|enum class|enum) (\w+)|using (\w+) =)")
 FUNCTION = re.compile(r"^(?:inline |static |constexpr |template <.*> )*[\w:<>,*&\[\]() ]+?[\s*&](\w+)\(")
 SKIP = ("TEST_CASE", "SUBCASE", "TEST_SUITE", "namespace", "return", "#", "//", "}")
@@ -28,6 +32,10 @@ SKIP = ("TEST_CASE", "SUBCASE", "TEST_SUITE", "namespace", "return", "#", "//", 
 def defined_names(path):
     names = {}
     for line in path.read_text().splitlines():
+        macro = MACRO.match(line)
+        if macro:
+            names.setdefault(macro.group(1), line.strip())
+            continue
         if not line or line[0].isspace() or line.startswith(SKIP):
             continue
         m = TYPE.match(line) or FUNCTION.match(line)
@@ -54,11 +62,12 @@ def group_clashes(root, sources, size):
 
 
 def library_clashes(root):
-    """The library's groups: core_src and transforms_src of the project's meson.build."""
+    """The library's groups: core_src, transforms_src and kernel_set_src of the project's meson.build."""
     build = (root / "meson.build").read_text()
-    size = int(re.search(r"^library_unity = .*unity_size=(\d+)", build, re.M).group(1))
     clashes = 0
-    for var in ("core_src", "transforms_src"):
+    for var, unity in (("core_src", "library_unity"), ("transforms_src", "library_unity"),
+                       ("kernel_set_src", "kernel_set_unity")):
+        size = int(re.search(rf"^{unity} = .*unity_size=(\d+)", build, re.M).group(1))
         sources = re.findall(r"'([\w/]+\.cpp)'", build.split(var + " = files(", 1)[1].split(")", 1)[0])
         clashes += group_clashes(root, sources, size)
         print(f"{var}: {len(sources)} files in groups of {size}")

@@ -338,15 +338,20 @@ template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* ou
   const std::int64_t cols_max = kpos_per_tile * g.cg;
   const std::int64_t rows_per_tile = std::clamp<std::int64_t>(tile_elements / std::max<std::int64_t>(cols_max, 1), 1,
                                                               std::max<std::int64_t>(rows, 1));
-  std::vector<T> patch(static_cast<std::size_t>(rows_per_tile * cols_max));
+  // From xjax's buffer arena, not a std::vector: a training step's convolutions take the same
+  // tile again without going to the system (a fresh, zeroed megabytes-large vector per call made
+  // glibc grow and trim its heap around each one, page-faulting the tile in every time), and
+  // fill_patches writes every element.
+  const Array patch_buffer = alloc_array(ShapedArray{{rows_per_tile * cols_max}, storage_dtype<T>()});
+  T* const patch = out_ptr<T>(patch_buffer);
   for (std::int64_t q = 0; q < g.groups; ++q) {
     const T* wq = w + q * g.window * g.cg * g.oq;
     for (std::int64_t r0 = 0; r0 < rows; r0 += rows_per_tile) {
       const std::int64_t r1 = std::min(rows, r0 + rows_per_tile);
       for (std::int64_t k0 = 0; k0 < g.window; k0 += kpos_per_tile) {
         const std::int64_t k1 = std::min(g.window, k0 + kpos_per_tile), cols = (k1 - k0) * g.cg;
-        fill_patches(x, g, q, r0, r1, k0, k1, patch.data());
-        gemm<T>(r1 - r0, g.oq, cols, patch.data(), cols, wq + k0 * g.cg * g.oq, g.oq, k0 == 0 ? T(0) : T(1),
+        fill_patches(x, g, q, r0, r1, k0, k1, patch);
+        gemm<T>(r1 - r0, g.oq, cols, patch, cols, wq + k0 * g.cg * g.oq, g.oq, k0 == 0 ? T(0) : T(1),
                 out + r0 * g.o + q * g.oq, g.o);
       }
     }

@@ -30,26 +30,26 @@ constexpr std::size_t kMaxPointers = 16;  // operand pointers kept on the stack 
 
 // The plain loops below are vectorized by GCC when asked (-O2 does not vectorize them).
 #if defined(__GNUC__) && !defined(__clang__)
-#define XJAX_VECTORIZE __attribute__((optimize("tree-vectorize")))
+#define XJAX_FUSED_VECTORIZE __attribute__((optimize("tree-vectorize")))
 #else
-#define XJAX_VECTORIZE
+#define XJAX_FUSED_VECTORIZE
 #endif
 
-template <class T> XJAX_VECTORIZE void fill_row(T* dst, std::size_t n, T value) {
+template <class T> XJAX_FUSED_VECTORIZE void fill_row(T* dst, std::size_t n, T value) {
   for (std::size_t k = 0; k < n; ++k) dst[k] = value;
 }
 // bool (0/1 bytes) to 0/1 in T
-template <class T> XJAX_VECTORIZE void widen(const std::uint8_t* src, T* dst, std::size_t n) {
+template <class T> XJAX_FUSED_VECTORIZE void from_bool_bytes(const std::uint8_t* src, T* dst, std::size_t n) {
   for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<T>(src[k] & 1);
 }
 // 0/1 in T to bool bytes
-template <class T> XJAX_VECTORIZE void to_bool_bytes(const T* src, std::uint8_t* dst, std::size_t n) {
+template <class T> XJAX_FUSED_VECTORIZE void to_bool_bytes(const T* src, std::uint8_t* dst, std::size_t n) {
   for (std::size_t k = 0; k < n; ++k) dst[k] = static_cast<std::uint8_t>(src[k] != T{0});
 }
 
 // o[k] = which[k] ? case1[k] : case0[k], reading the bool bytes directly (no widened row).
 template <class T>
-XJAX_VECTORIZE void select_bytes(const std::uint8_t* which, const T* case0, const T* case1, T* o, std::size_t n) {
+XJAX_FUSED_VECTORIZE void select_bytes(const std::uint8_t* which, const T* case0, const T* case1, T* o, std::size_t n) {
   for (std::size_t k = 0; k < n; ++k) {
     const T a = case0[k], b = case1[k];  // both read: the loop becomes a vector blend
     o[k] = (which[k] & 1) ? b : a;
@@ -189,7 +189,7 @@ void run_block_range(const FusedProgram& prog, const void* const* in_ptr, void* 
       } else if (input.read_as_bytes) {
         bytes[i] = input_bytes(i) + start;
       } else if (input.is_bool) {
-        widen(input_bytes(i) + start, row(i), n);
+        from_bool_bytes(input_bytes(i) + start, row(i), n);
         v[i] = row(i);
       } else if (narrow) {
         convert_narrow(prog.storage, prog.compute, static_cast<const char*>(in_ptr[i]) + start * itemsize(prog.storage),

@@ -21,12 +21,12 @@ using narrow::Format;
 
 // The compiler vectorizes these at -O2 only under the dynamic cost model: ask for it here.
 #if defined(__GNUC__) && !defined(__clang__)
-#define XJAX_VECTORIZE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#define XJAX_NARROW_VECTORIZE __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 #else
-#define XJAX_VECTORIZE
+#define XJAX_NARROW_VECTORIZE
 #endif
 
-XJAX_VECTORIZE void bf16_from_f32_loop(const float* x, std::uint16_t* o, std::size_t n) {
+XJAX_NARROW_VECTORIZE void bf16_from_f32_loop(const float* x, std::uint16_t* o, std::size_t n) {
   const auto* u = reinterpret_cast<const std::uint32_t*>(x);
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t v = u[i];
@@ -36,7 +36,7 @@ XJAX_VECTORIZE void bf16_from_f32_loop(const float* x, std::uint16_t* o, std::si
   }
 }
 
-XJAX_VECTORIZE void f32_from_bf16_loop(const std::uint16_t* x, float* o, std::size_t n) {
+XJAX_NARROW_VECTORIZE void f32_from_bf16_loop(const std::uint16_t* x, float* o, std::size_t n) {
   auto* u = reinterpret_cast<std::uint32_t*>(o);
   for (std::size_t i = 0; i < n; ++i) u[i] = static_cast<std::uint32_t>(x[i]) << 16;
 }
