@@ -4,7 +4,7 @@
 xjax-tests is a unity build (tests/meson.build: consecutive groups of `unity_size` files of
 test_src, each group one translation unit), and so are the library's core and transformations
 (meson.build: `library_unity`, groups of core_src and of transforms_src) and its kernel sets
-(`kernel_set_unity`, groups of kernel_set_src). Two files of a group that define the same helper with
+(`kernel_set_unity`, groups of kernel_set_src), and the fuzzer (tests/fuzz/meson.build). Two files of a group that define the same helper with
 different parameters compile, and a call in the later file can silently bind to the earlier file's
 overload; this fails instead, naming both files. The same for a file's helper named as one of
 test_util.hpp's: every file sees test_util.hpp (the precompiled header), and a file's `using
@@ -89,6 +89,12 @@ def main():
             print(f"{name} is defined in {f} and in test_util.hpp: rename the file's own")
     clashes += group_clashes(tests, sources, size)
     print(f"test_src: {len(sources)} files in groups of {size}")
+    # The fuzzer: its executable's sources, one group of `unity_size`.
+    fuzz = (tests / "fuzz" / "meson.build").read_text()
+    fuzz_sources = re.findall(r"'(\w+\.cpp)'", fuzz.split("executable('xjax-fuzz',", 1)[1].split("dependencies", 1)[0])
+    fuzz_size = int(re.search(r"unity_size=(\d+)", fuzz).group(1))
+    clashes += group_clashes(tests / "fuzz", fuzz_sources, fuzz_size)
+    print(f"fuzz: {len(fuzz_sources)} files in groups of {fuzz_size}")
     print(f"{clashes} names defined twice in a group (library and tests)")
     return 1 if clashes else 0
 
