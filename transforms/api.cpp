@@ -99,7 +99,11 @@ std::string KeyStream::str() const { return impl_->os.str(); }
 std::string static_key_from(const char* type_name, const std::string& value) {
   std::string key = std::string(type_name) + "=" + value;
   std::string escaped;
-  for (char c : key) escaped += (c == '|' || c == '\\') ? std::string{'\\', c} : std::string{c};
+  escaped.reserve(key.size());
+  for (char c : key) {
+    if (c == '|' || c == '\\') escaped.push_back('\\');
+    escaped.push_back(c);
+  }
   return escaped;
 }
 

@@ -685,7 +685,7 @@ class Checker {
         // it keeps anyway (partial_eval's mask pass): where one operand reaches the comparison
         // through a broadcast, the schedule keeps that smaller operand instead (seed 3937: the
         // scan's [1,1,1] output, compared with an argument the schedule keeps for its replay).
-        grants.push_back(Grant{{sh}, sh});
+        grants.push_back(Grant{{}, sh});  // covers sh itself and what broadcasts to it
       else
         grants.push_back(Grant{{sh}});
     }
