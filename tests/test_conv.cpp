@@ -323,6 +323,28 @@ TEST_CASE("conv: the im2col tile is an arena buffer (counted in the peak, reused
   CHECK(xj::memory_stats().system_allocations == fresh);
 }
 
+TEST_CASE("conv: the channels-last depthwise kernel gradient sums its image blocks in arena buffers (counted in the peak)") {
+  // Regression (2026-12-04): the blocks' partial sums were a fresh zeroed std::vector per call
+  // (up to 16 MiB), the same heap churn as the im2col tile above.
+  // 16 images of 8 x 8 x 8 channels, a 3 x 3 depthwise kernel: 16 blocks of 9 kernel positions x 8
+  // channels of partial sums; the pullback's own buffers (the kernel gradient, its layout) are
+  // 9 x 8 floats each.
+  const xj::Array x = xj::ones({16, 8, 8, 8}, xj::f32);
+  const xj::Array w = xj::ones({3, 3, 1, 8}, xj::f32);
+  const xj::ConvDimensionNumbers dn{"NHWC", "HWIO", "NHWC"};
+  auto [y, pullback] = xj::vjp([&](const xj::Array& k) { return xj::conv_general_dilated(x, k, {1, 1}, "SAME", {}, {}, dn, 8); }, w);
+  const xj::Array ct = xj::ones_like(y);
+  constexpr std::int64_t partial_bytes = 16 * 9 * 8 * 4;
+  xj::reset_peak_memory();
+  const std::int64_t live = xj::memory_stats().live_bytes;
+  const xj::Array gw = std::get<0>(pullback(ct));
+  CHECK(xj::memory_stats().peak_bytes - live >= partial_bytes);
+  const std::vector<double> g = vec(gw);
+  REQUIRE(g.size() == 72);
+  CHECK(g[4 * 8] == doctest::Approx(16 * 64));  // the centre tap sees every input position
+  CHECK(g[0] == doctest::Approx(16 * 49));       // the top-left tap misses the last row and column
+}
+
 TEST_CASE("conv: a window with a dim of size 0 sums nothing (zeros) in the depthwise layouts, whatever its dilation") {
   // Regression (2026-12-03): the channels-first depthwise loop sized its padded rows from the
   // window's extent times its dilation and asked for a negative-size buffer.

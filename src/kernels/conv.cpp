@@ -521,7 +521,11 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
       1, std::min({images, std::int64_t{64}, kMaxPartialSums / std::max<std::int64_t>(1, positions * channels)}));
   const std::int64_t chunk = 4 * width;
   const std::int64_t chunks = (channels + chunk - 1) / chunk;
-  std::vector<T> partial(static_cast<std::size_t>(blocks * positions * channels), T(0));  // [block][pos][c]
+  // [block][pos][c], from xjax's buffer arena like the im2col tile (a fresh zeroed vector of up
+  // to 16 MiB per call made glibc grow and trim its heap around each one)
+  const Array partial_buffer = alloc_array(ShapedArray{{blocks * positions * channels}, storage_dtype<T>()});
+  T* const partial = out_ptr<T>(partial_buffer);
+  std::fill_n(partial, blocks * positions * channels, T(0));
   for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
     const std::int64_t k1 = std::min(window, k0 + tile);
     const Ints offs = window_offsets(g, channels, 0, positions, k0, k1, OffsetOrder::output_position_fastest);
@@ -530,7 +534,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
       for (std::int64_t task = t0; task < t1; ++task) {
         const std::int64_t block = task / chunks, c0 = task % chunks * chunk, c1 = std::min(channels, c0 + chunk);
         const std::int64_t vector_end = c0 + (c1 - c0) / width * width;
-        T* acc = partial.data() + block * positions * channels;  // acc[pos * channels + c]
+        T* acc = partial + block * positions * channels;  // acc[pos * channels + c]
         for (std::int64_t f = block * images / blocks; f < (block + 1) * images / blocks; ++f) {
           const T* cf = ct + (f * window + k0) * channels;
           const T* xf = x + f * image;
@@ -563,7 +567,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
   parallel_for(size, 4096, [&](std::int64_t i0, std::int64_t i1) {
     std::fill(out + i0, out + i1, T(0));
     for (std::int64_t block = 0; block < blocks; ++block)
-      for (std::int64_t i = i0; i < i1; ++i) out[i] += partial[static_cast<std::size_t>(block * size + i)];
+      for (std::int64_t i = i0; i < i1; ++i) out[i] += partial[block * size + i];
   });
 }
 
