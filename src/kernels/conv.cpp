@@ -328,7 +328,38 @@ void fill_patches(const T* x, const Conv& g, std::int64_t q, std::int64_t r0, st
 // spans every row when there are few (a weight gradient's shape: few output positions, a large
 // window), so the weights are packed once; otherwise rows are tiled and the window taken whole
 // where it fits. Column tiles are whole rows of the window's last dim where possible.
+// The patch matrix's rows in tiles small enough to stay in L2 while they are multiplied, the
+// tiles split over the kernel threads, each filled and multiplied by the thread that takes it, in
+// the small-product loops (no BLAS: called from several threads at once it would split each
+// product again). For one group whose whole window fits a tile's columns and whose output
+// channels the loops take (a multiple of the SIMD width); false (nothing written) otherwise.
+// Each output element is one chain over the window in order, so the result does not depend on
+// the thread count.
+template <class T> bool im2col_small_gemm(const T* x, const T* w, const Conv& g, T* out) {
+  const std::int64_t rows = g.nout * g.positions, cols = g.window * g.cg;
+  const std::int64_t rows_per_call = small_gemm_rows<T>(g.oq, cols);
+  if (g.groups != 1 || cols > 8192 || rows_per_call < 8) return false;
+  const std::int64_t tile_rows = std::clamp<std::int64_t>(65536 / cols, 8, std::max<std::int64_t>(rows, 8));
+  const std::int64_t tiles = (rows + tile_rows - 1) / tile_rows;
+  parallel_for(tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    // each chunk its own tile, from the buffer arena (the thread's cache of freed blocks)
+    const Array patch_buffer = alloc_array(ShapedArray{{tile_rows * cols}, storage_dtype<T>()});
+    T* const patch = out_ptr<T>(patch_buffer);
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t r0 = t * tile_rows, r1 = std::min(rows, r0 + tile_rows);
+      fill_patches(x, g, 0, r0, r1, 0, g.window, patch);
+      for (std::int64_t i = r0; i < r1; i += rows_per_call) {
+        const SmallGemm product{std::min(rows_per_call, r1 - i), g.oq, cols, false, false};
+        if (!small_gemm<T>(product, patch + (i - r0) * cols, w, out + i * g.o))
+          throw Error("conv_general_dilated: internal error: the small-product loops refused a product they take");
+      }
+    }
+  });
+  return true;
+}
+
 template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* out) {
+  if (im2col_small_gemm(x, w, g, out)) return;
   constexpr std::int64_t tile_elements = std::int64_t{1} << 20;
   const std::int64_t rows = g.nout * g.positions;
   const std::int64_t kw = g.dims.empty() ? 1 : g.dims.back().window;

@@ -108,6 +108,9 @@ namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)
 /// small_gemm_f32 / _f64 as one template (small_gemm.cpp).
 template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c);
+/// The most rows m that small_gemm takes for a product of n columns and depth k with B stored
+/// [k, n]: 0 when this set has no loops for such n (small_gemm.cpp).
+template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k);
 /// convert_element_type's loop on raw elements, for every pair of dtypes (elementwise.cpp); the
 /// pairs with a narrow dtype go to convert_narrow (narrow_convert.cpp).
 void convert_elements(DType from, DType to, const void* x, void* o, std::size_t n);

@@ -110,6 +110,13 @@ bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
   }
 }
 
+template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k) {
+  if constexpr (!kWideSimd) return 0;
+  else return n <= 0 || k <= 0 || n % kWidth<T> != 0 ? 0 : kMaxMultiplyAdds / (n * k);
+}
+
+template std::int64_t small_gemm_rows<float>(std::int64_t, std::int64_t);
+template std::int64_t small_gemm_rows<double>(std::int64_t, std::int64_t);
 template bool small_gemm<float>(const SmallGemm&, const float*, const float*, float*);
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
 
