@@ -771,6 +771,8 @@ TEST_CASE("depthwise, grouped and dense convolutions split across threads: value
       // the threads, each multiplied in the small-product loops (conv.cpp's im2col_small_gemm)
       {"dense NCHW, 64 -> 32 channels", {2, 64, 20, 20}, {32, 64, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 1},
       {"dense NHWC, 64 -> 32 channels, stride 2", {2, 21, 20, 64}, {3, 3, 64, 32}, {2, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 1, 1},
+      // 3600 rows of a 1x1 convolution in products of 1024 (conv.cpp's pointwise_small_gemm)
+      {"pointwise NHWC, 64 -> 32 channels", {4, 30, 30, 64}, {1, 1, 64, 32}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 1, 1},
   };
   unsigned seed = 4100;
   for (const ConvCase& c : cases) {
@@ -799,7 +801,9 @@ TEST_CASE("depthwise, grouped and dense convolutions split across threads: value
     const auto [y1, gx1, gw1] = run(1);
     CHECK(vec(y1) == vec(y3));
     CHECK(vec(gx1) == vec(gx3));
-    CHECK(vec(gw1) == vec(gw3));
+    // A 1x1 convolution's weight gradient is one dot_general contracting every position, in BLAS
+    // (its bits may change with OpenBLAS's thread count).
+    if (!std::string(c.what).starts_with("pointwise")) CHECK(vec(gw1) == vec(gw3));
   }
 }
 

@@ -328,18 +328,42 @@ void fill_patches(const T* x, const Conv& g, std::int64_t q, std::int64_t r0, st
 // spans every row when there are few (a weight gradient's shape: few output positions, a large
 // window), so the weights are packed once; otherwise rows are tiled and the window taken whole
 // where it fits. Column tiles are whole rows of the window's last dim where possible.
-// The patch matrix's rows in tiles small enough to stay in L2 while they are multiplied, the
-// tiles split over the kernel threads, each filled and multiplied by the thread that takes it, in
-// the small-product loops (no BLAS: called from several threads at once it would split each
-// product again). For one group whose whole window fits a tile's columns and whose output
-// channels the loops take (a multiple of the SIMD width); false (nothing written) otherwise.
-// Each output element is one chain over the window in order, so the result does not depend on
-// the thread count.
+// c = a b for row-major a (m x k), b (k x n) and c (m x n) in the small-product loops, at most
+// per_call rows a product (small_gemm_rows).
+template <class T>
+void small_products_by_rows(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t per_call, const T* a, const T* b, T* c) {
+  for (std::int64_t i = 0; i < m; i += per_call)
+    if (!small_gemm<T>(SmallGemm{std::min(per_call, m - i), n, k, false, false}, a + i * k, b, c + i * n))
+      throw Error("conv_general_dilated: internal error: the small-product loops refused a product they take");
+}
+
+// The rows of the products below split over the kernel threads, each block multiplied by the
+// thread that takes it in the small-product loops (no BLAS: called from several threads at once it
+// would split each product again), for output channels the loops take (a multiple of the SIMD
+// width). Each output element is one chain over k in order, so the result does not depend on the
+// thread count.
+constexpr std::int64_t kMinRowsPerProduct = 8;
+
+// A 1x1 convolution with channels-last data: c = a b with a (m x k) the lhs, b (k x n) the
+// weights; false (nothing written) where the loops do not take n.
+template <class T> bool pointwise_small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c) {
+  const std::int64_t per_call = small_gemm_rows<T>(n, k);
+  if (per_call < kMinRowsPerProduct) return false;
+  parallel_for((m + per_call - 1) / per_call, 1, [&](std::int64_t b0, std::int64_t b1) {
+    const std::int64_t r0 = b0 * per_call, r1 = std::min(m, b1 * per_call);
+    small_products_by_rows(r1 - r0, n, k, per_call, a + r0 * k, b, c + r0 * n);
+  });
+  return true;
+}
+
+// The patch matrix's rows in tiles small enough to stay in L2 while they are multiplied, each
+// tile filled and multiplied by the thread that takes it. For one group whose whole window fits a
+// tile's columns; false (nothing written) otherwise.
 template <class T> bool im2col_small_gemm(const T* x, const T* w, const Conv& g, T* out) {
   const std::int64_t rows = g.nout * g.positions, cols = g.window * g.cg;
-  const std::int64_t rows_per_call = small_gemm_rows<T>(g.oq, cols);
-  if (g.groups != 1 || cols > 8192 || rows_per_call < 8) return false;
-  const std::int64_t tile_rows = std::clamp<std::int64_t>(65536 / cols, 8, std::max<std::int64_t>(rows, 8));
+  const std::int64_t per_call = small_gemm_rows<T>(g.oq, cols);
+  if (g.groups != 1 || cols > 8192 || per_call < kMinRowsPerProduct) return false;
+  const std::int64_t tile_rows = std::clamp<std::int64_t>(65536 / cols, kMinRowsPerProduct, std::max<std::int64_t>(rows, 8));
   const std::int64_t tiles = (rows + tile_rows - 1) / tile_rows;
   parallel_for(tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
     // each chunk its own tile, from the buffer arena (the thread's cache of freed blocks)
@@ -348,11 +372,7 @@ template <class T> bool im2col_small_gemm(const T* x, const T* w, const Conv& g,
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t r0 = t * tile_rows, r1 = std::min(rows, r0 + tile_rows);
       fill_patches(x, g, 0, r0, r1, 0, g.window, patch);
-      for (std::int64_t i = r0; i < r1; i += rows_per_call) {
-        const SmallGemm product{std::min(rows_per_call, r1 - i), g.oq, cols, false, false};
-        if (!small_gemm<T>(product, patch + (i - r0) * cols, w, out + i * g.o))
-          throw Error("conv_general_dilated: internal error: the small-product loops refused a product they take");
-      }
+      small_products_by_rows(r1 - r0, g.oq, cols, per_call, patch, w, out + r0 * g.oq);
     }
   });
   return true;
@@ -897,7 +917,7 @@ void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDi
   if (g.window == 0 || g.cg == 0) {
     std::fill(out, out + g.nout * g.positions * g.o, T(0));
   } else if (is_pointwise(g, p)) {
-    gemm<T>(g.n * g.positions, g.o, g.c, x, g.c, w, g.o, T(0), out, g.o);
+    if (!pointwise_small_gemm(g.n * g.positions, g.o, g.c, x, w, out)) gemm<T>(g.n * g.positions, g.o, g.c, x, g.c, w, g.o, T(0), out, g.o);
   } else if (is_full_window(g, p)) {
     // The patch matrix of each (batch-)group is the channels-last lhs itself.
     const std::int64_t k = g.window * g.cg, image = g.image;
