@@ -318,8 +318,7 @@ TEST_CASE("conv: the im2col tile is an arena buffer (counted in the peak, reused
   // channels-last output and the result) are under 4 KiB.
   CHECK(xj::memory_stats().peak_bytes - live >= tile_bytes);
   CHECK(vec(y)[9] == doctest::Approx(36.0));  // an interior output: 3 x 3 x 4 ones
-  const char* cap = std::getenv("XJAX_ARENA_BYTES");
-  if (cap && std::string(cap) == "0") return;  // no reuse without the arena (CI's sanitizer stage)
+  if (test_util::arena_off()) return;  // no reuse without the arena
   (void)xj::conv(x, w, {1, 1}, "SAME");  // the first result is still alive: one more block of its size
   const std::int64_t fresh = xj::memory_stats().system_allocations;
   for (int i = 0; i < 3; ++i) (void)xj::conv(x, w, {1, 1}, "SAME");

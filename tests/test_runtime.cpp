@@ -13,6 +13,7 @@
 #include <xjax/xjax.hpp>
 
 #include "small_blocks.hpp"
+#include "test_util.hpp"
 
 namespace xj = xjax;
 
@@ -261,8 +262,7 @@ TEST_CASE("runtime: eval_jaxpr of one jaxpr on two threads at once") {
 
 // Each thread keeps a cache of its freed blocks in front of the shared arena (runtime.cpp).
 TEST_CASE("runtime: a thread's cached blocks are counted, reused, and released") {
-  const char* cap = std::getenv("XJAX_ARENA_BYTES");
-  const bool arena_off = cap && std::string(cap) == "0";
+  const bool arena_off = test_util::arena_off();
   xj::release_arena_memory();
   REQUIRE(xj::memory_stats().arena_bytes == 0);
   constexpr std::int64_t n = 1 << 14;  // 64 KiB of f32
@@ -312,8 +312,7 @@ TEST_CASE("runtime: a thread's cached blocks are counted, reused, and released")
 // Array handles come from a per-thread cache of small blocks (src/small_blocks.hpp).
 TEST_CASE("runtime: small freed blocks are reused by size class, across threads without loss") {
   using xjax::detail::SmallBlocks;
-  const char* cap = std::getenv("XJAX_ARENA_BYTES");
-  const bool cache_off = cap && std::string(cap) == "0";
+  const bool cache_off = test_util::arena_off();
   void* p = SmallBlocks::take(40);
   SmallBlocks::give(p, 40);
   void* q = SmallBlocks::take(48);  // same 16-byte class (33..48)

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -60,6 +61,13 @@ inline void check_close(const xj::Array& got, const xj::Array& want, double tol 
 
 /// Whether `what` occurs in `s` (error messages).
 inline bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+/// Whether this run has xjax's buffer arena turned off (XJAX_ARENA_BYTES=0, CI's sanitizer stage):
+/// then every buffer goes to the system and nothing is reused.
+inline bool arena_off() {
+  const char* cap = std::getenv("XJAX_ARENA_BYTES");
+  return cap != nullptr && std::string(cap) == "0";
+}
 
 /// The message of the error of type E that f throws (a test failure if it throws something else
 /// or nothing).
