@@ -62,6 +62,9 @@ const std::vector<ConvCase>& conv_cases() {
       // 32 output channels, one group: the patch tiles' small-product loops (conv.cpp's
       // im2col_small_gemm) where the kernel set has them; its input gradient too (16 channels)
       {"2-D NCHW, 32 output channels", {2, 16, 9, 8}, {32, 16, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"1-D NWC, 16 output channels, stride 2, rhs dilation", {2, 30, 8}, {3, 8, 16}, {2}, {{1, 2}}, {1}, {2}, "NWC", "WIO", "NWC"},
+      {"2-D NHWC, 16 output channels, lhs dilation, negative padding", {1, 5, 6, 4}, {2, 3, 4, 16}, {1, 1}, {{-1, 1}, {1, 0}}, {2, 1}, {1, 1}, "NHWC", "HWIO", "NHWC"},
+      {"3-D NCDHW, 16 output channels", {1, 3, 4, 5, 6}, {16, 3, 2, 2, 3}, {1, 2, 1}, {{0, 1}, {1, 1}, {1, 0}}, {1, 1, 1}, {1, 1, 1}, "NCDHW", "OIDHW", "NCDHW"},
       {"2-D feature groups", {2, 6, 5, 5}, {4, 3, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 2, 1},
       {"2-D depthwise", {2, 6, 7, 4}, {3, 3, 1, 4}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 4, 1},
       {"2-D depthwise x2", {2, 6, 5, 3}, {3, 3, 1, 6}, {2, 1}, {{1, 1}, {0, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 3, 1},
@@ -115,7 +118,7 @@ TEST_CASE("conv_general_dilated: values against the definition's loops, every ca
   unsigned seed = 1;
   for (const ConvCase& c : conv_cases())
     for (xj::DType dtype : {xj::f64, xj::f32}) {
-      INFO(c.what << " " << dtype);
+      INFO(std::string(c.what) << " " << dtype);
       const xj::Array x = test_util::randn(c.lhs, seed++, dtype), w = test_util::randn(c.rhs, seed++, dtype);
       xj::Shape shape;
       const auto want = naive_conv(c, vec(x), vec(w), shape);
@@ -138,7 +141,7 @@ TEST_CASE("conv_general_dilated, its gradients and the pools in bf16 and f16: co
   unsigned seed = 4300;
   for (const ConvCase& c : cases)
     for (xj::DType dtype : {xj::bf16, xj::f16}) {
-      INFO(c.what << " " << dtype);
+      INFO(std::string(c.what) << " " << dtype);
       const double tol = dtype == xj::bf16 ? 0x1p-8 : 0x1p-11;  // half an ulp at 1, relative
       const xj::Array x = xj::astype(test_util::randn(c.lhs, seed++, xj::f32), dtype);
       const xj::Array w = xj::astype(test_util::randn(c.rhs, seed++, xj::f32), dtype);
@@ -185,7 +188,7 @@ TEST_CASE("conv_general_dilated, its gradients and the pools in bf16 and f16: co
 TEST_CASE("conv_general_dilated: vjp against the adjoint loops (the transpose rules), jvp against the definition") {
   unsigned seed = 100;
   for (const ConvCase& c : conv_cases()) {
-    INFO(c.what);
+    INFO(std::string(c.what));
     const xj::Array x = test_util::randn(c.lhs, seed++), w = test_util::randn(c.rhs, seed++);
     xj::Shape shape;
     naive_conv(c, vec(x), vec(w), shape);
@@ -213,7 +216,7 @@ TEST_CASE("conv_general_dilated: gradients against finite differences, second or
                             conv_case("2-D feature groups"), conv_case("2-D batch groups"), conv_case("3-D")};
   unsigned seed = 300;
   for (const ConvCase& c : cases) {
-    INFO(c.what);
+    INFO(std::string(c.what));
     const xj::Array x = test_util::randn(c.lhs, seed++), w = test_util::randn(c.rhs, seed++, xj::f64, 0.5);
     // A non-linear scalar of the output, so the gradient depends on both operands.
     auto f = [&](const xj::Array& a, const xj::Array& b) { return xj::sum(xj::sin(run_conv(c, a, b))); };
@@ -259,7 +262,7 @@ TEST_CASE("conv_general_dilated under vmap: lhs, rhs or both batched, with group
                             conv_case("2-D depthwise x2"), conv_case("2-D batch groups")};
   for (const ConvCase& c : cases)
     for (int which = 0; which < 3; ++which) {
-      INFO(c.what << " batched operands " << which);
+      INFO(std::string(c.what) << " batched operands " << which);
       const std::int64_t n = 3;
       xj::Shape xs = c.lhs, ws = c.rhs;
       const std::int64_t xd = which == 1 ? -1 : 1, wd = which == 0 ? -1 : 2;
@@ -494,7 +497,7 @@ TEST_CASE("reduce_window add / max / min: values against loops, f64, f32 and int
   unsigned seed = 900;
   for (const WindowCase& c : window_cases())
     for (xj::WindowOp op : {xj::WindowOp::add, xj::WindowOp::max, xj::WindowOp::min}) {
-      INFO(c.what << " op " << static_cast<int>(op));
+      INFO(std::string(c.what) << " op " << static_cast<int>(op));
       const xj::Array x = test_util::randn(c.x, seed++);
       const auto xv = vec(x);
       xj::Shape shape = window_loops(c, [](std::int64_t, std::int64_t) {});
@@ -603,7 +606,7 @@ TEST_CASE("reduce_window derivatives: sum's transpose, max / min pass the tangen
   unsigned seed = 1100;
   for (const WindowCase& c : window_cases())
     for (xj::WindowOp op : {xj::WindowOp::add, xj::WindowOp::max, xj::WindowOp::min}) {
-      INFO(c.what << " op " << static_cast<int>(op));
+      INFO(std::string(c.what) << " op " << static_cast<int>(op));
       const xj::Array x = test_util::randn(c.x, seed++);  // distinct values: no ties
       const auto xv = vec(x);
       xj::Shape shape = window_loops(c, [](std::int64_t, std::int64_t) {});
@@ -651,7 +654,7 @@ TEST_CASE("reduce_window and the select pair under vmap, against a loop") {
   unsigned seed = 1300;
   for (const WindowCase& c : window_cases())
     for (xj::WindowOp op : {xj::WindowOp::add, xj::WindowOp::max}) {
-      INFO(c.what);
+      INFO(std::string(c.what));
       xj::Shape xs = c.x;
       xs.insert(xs.begin() + static_cast<std::ptrdiff_t>(xs.size() / 2), 3);
       const xj::Array x = test_util::randn(xs, seed++);
