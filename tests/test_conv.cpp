@@ -718,6 +718,18 @@ std::pair<xj::Array, xj::Array> value_and_pullback(int threads, const std::funct
 
 }  // namespace
 
+TEST_CASE("conv: patch tiles split over threads are taken by the calling thread (release_arena_memory empties the arena)") {
+  // Regression (2026-12-05, review): each chunk took its tile on its own thread; a worker's freed
+  // tile stayed in that worker's cache, which release_arena_memory() cannot reach (arena_bytes
+  // stayed 260352 after it: one 113 x 576 float tile).
+  KernelThreads t(2);
+  const xj::Array x = xj::ones({2, 20, 20, 64}, xj::f32), w = xj::ones({3, 3, 64, 32}, xj::f32);
+  const xj::Array y = xj::conv_general_dilated(x, w, {1, 1}, "SAME", {}, {}, {"NHWC", "HWIO", "NHWC"});
+  CHECK(vec(y)[0] == doctest::Approx(4 * 64));  // a corner output: 2 x 2 taps x 64 channels of ones
+  xj::release_arena_memory();
+  CHECK(xj::memory_stats().arena_bytes == 0);
+}
+
 TEST_CASE("window kernels split across threads: values and the select pair's scatter against the loops, same bits as one thread") {
   // Big enough that each loop splits (row_grain in window.cpp); the last case windows its leading
   // dim, so the scatter cannot split by it (overlapping windows) and runs on one thread.

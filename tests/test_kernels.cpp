@@ -746,8 +746,10 @@ TEST_CASE("kernel: dot_general with batch dims and contracting dims anywhere") {
 
 // Float products small enough for the register-blocked loops (src/kernels/small_gemm.cpp; BLAS
 // otherwise): every layout of both operands, row counts that leave remainders of the 8- and 4-row
-// blocks, column counts of one, two and three SIMD batches (and some that are not a multiple of
-// a batch: BLAS), batched products, and sizes just past the limits (BLAS again).
+// blocks, column counts of one, two and three SIMD batches, of an odd number of half batches
+// (the last block in a batch of half the width: 2, 4, 12, 20, 24 columns, depending on the set and
+// dtype) and some that are not a multiple of a half batch (BLAS), batched products, and sizes just
+// past the limits (BLAS again).
 TEST_CASE("kernel: dot_general of small float matrices in every layout equals the brute-force product") {
   auto layouts = [](std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
     std::vector<DotCase> out;
@@ -771,7 +773,7 @@ TEST_CASE("kernel: dot_general of small float matrices in every layout equals th
     return out;
   };
   for (std::int64_t m : {1, 3, 4, 5, 8, 9, 12, 13, 16, 17})
-    for (std::int64_t n : {8, 16, 24, 32, 48})
+    for (std::int64_t n : {2, 4, 8, 12, 16, 20, 24, 32, 48})
       for (std::int64_t k : {2, 7, 32})
         for (const auto& c : layouts(m, n, k, 0)) {
           check_dot<float>(c);

@@ -324,10 +324,6 @@ void fill_patches(const T* x, const Conv& g, std::int64_t q, std::int64_t r0, st
   }
 }
 
-// The general case: for each group, tiles of the patch matrix times the group's weights. A tile
-// spans every row when there are few (a weight gradient's shape: few output positions, a large
-// window), so the weights are packed once; otherwise rows are tiled and the window taken whole
-// where it fits. Column tiles are whole rows of the window's last dim where possible.
 // c = a b for row-major a (m x k), b (k x n) and c (m x n) in the small-product loops, at most
 // per_call rows a product (small_gemm_rows).
 template <class T>
@@ -339,8 +335,8 @@ void small_products_by_rows(std::int64_t m, std::int64_t n, std::int64_t k, std:
 
 // The rows of the products below split over the kernel threads, each block multiplied by the
 // thread that takes it in the small-product loops (no BLAS: called from several threads at once it
-// would split each product again), for output channels the loops take (a multiple of the SIMD
-// width). Each output element is one chain over k in order, so the result does not depend on the
+// would split each product again), for output channels the loops take (a multiple of half the
+// SIMD width: small_gemm_rows). Each output element is one chain over k in order, so the result does not depend on the
 // thread count.
 constexpr std::int64_t kMinRowsPerProduct = 8;
 
@@ -356,28 +352,39 @@ template <class T> bool pointwise_small_gemm(std::int64_t m, std::int64_t n, std
   return true;
 }
 
-// The patch matrix's rows in tiles small enough to stay in L2 while they are multiplied, each
-// tile filled and multiplied by the thread that takes it. For one group whose whole window fits a
-// tile's columns; false (nothing written) otherwise.
+// The patch matrix's rows in tiles small enough to stay in L2 while they are multiplied, the
+// tiles split into one contiguous share per kernel thread, each share filled and multiplied by the
+// thread that takes it in a tile buffer of its own. For one group whose whole window fits a tile's
+// columns; false (nothing written) otherwise.
 template <class T> bool im2col_small_gemm(const T* x, const T* w, const Conv& g, T* out) {
   const std::int64_t rows = g.nout * g.positions, cols = g.window * g.cg;
   const std::int64_t per_call = small_gemm_rows<T>(g.oq, cols);
   if (g.groups != 1 || cols > 8192 || per_call < kMinRowsPerProduct) return false;
-  const std::int64_t tile_rows = std::clamp<std::int64_t>(65536 / cols, kMinRowsPerProduct, std::max<std::int64_t>(rows, 8));
+  // at most 64K elements and 16M multiply-adds a tile (many output channels: more, smaller tiles)
+  const std::int64_t tile_rows = std::clamp<std::int64_t>(std::min(65536 / cols, (std::int64_t{1} << 24) / (cols * g.oq)),
+                                                          kMinRowsPerProduct, std::max<std::int64_t>(rows, 8));
   const std::int64_t tiles = (rows + tile_rows - 1) / tile_rows;
-  parallel_for(tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
-    // each chunk its own tile, from the buffer arena (the thread's cache of freed blocks)
-    const Array patch_buffer = alloc_array(ShapedArray{{tile_rows * cols}, storage_dtype<T>()});
-    T* const patch = out_ptr<T>(patch_buffer);
-    for (std::int64_t t = t0; t < t1; ++t) {
-      const std::int64_t r0 = t * tile_rows, r1 = std::min(rows, r0 + tile_rows);
-      fill_patches(x, g, 0, r0, r1, 0, g.window, patch);
-      small_products_by_rows(r1 - r0, g.oq, cols, per_call, patch, w, out + r0 * g.oq);
+  const std::int64_t shares = std::min<std::int64_t>(kernel_threads(), tiles);
+  // The shares' tiles, taken here from the buffer arena: a buffer taken and freed on a worker
+  // thread would stay in that thread's cache, out of reach of release_arena_memory().
+  const Array patch_buffers = alloc_array(ShapedArray{{shares * tile_rows * cols}, storage_dtype<T>()});
+  parallel_for(shares, 1, [&](std::int64_t s0, std::int64_t s1) {
+    for (std::int64_t share = s0; share < s1; ++share) {
+      T* const patch = out_ptr<T>(patch_buffers) + share * tile_rows * cols;
+      for (std::int64_t t = share * tiles / shares; t < (share + 1) * tiles / shares; ++t) {
+        const std::int64_t r0 = t * tile_rows, r1 = std::min(rows, r0 + tile_rows);
+        fill_patches(x, g, 0, r0, r1, 0, g.window, patch);
+        small_products_by_rows(r1 - r0, g.oq, cols, per_call, patch, w, out + r0 * g.oq);
+      }
     }
   });
   return true;
 }
 
+// The general case: for each group, tiles of the patch matrix times the group's weights. A tile
+// spans every row when there are few (a weight gradient's shape: few output positions, a large
+// window), so the weights are packed once; otherwise rows are tiled and the window taken whole
+// where it fits. Column tiles are whole rows of the window's last dim where possible.
 template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* out) {
   if (im2col_small_gemm(x, w, g, out)) return;
   constexpr std::int64_t tile_elements = std::int64_t{1} << 20;

@@ -16,6 +16,8 @@
 // 2026-12-01: 16x32x32 0.16 us against 0.46 us); AVX2 figures in docs/performance.md. Where the
 // registers hold less than 512 bytes (SSE2's 16 x 16 bytes) BLAS stays: a 6 x 8 block of floats
 // is too small to beat it. This file is compiled once per kernel set (kernel_sets.hpp).
+#include <type_traits>
+
 #include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"
 #include "kernels/transpose_block.hpp"
@@ -25,6 +27,13 @@ namespace {
 
 template <class T> using Batch = xsimd::batch<T>;
 template <class T> constexpr std::int64_t kWidth = static_cast<std::int64_t>(Batch<T>::size);
+/// A batch of half the width (the AVX-512 set: AVX2's; the AVX2 set: SSE's) for a last block of
+/// columns, so that n need only be a multiple of half the width (8 channels take the loops on
+/// both sets); void where the set has none.
+template <class T> using HalfBatch = xsimd::make_sized_batch_t<T, Batch<T>::size / 2>;
+template <class T> constexpr bool kHasHalf = !std::is_void_v<HalfBatch<T>>;
+/// What n must be a multiple of.
+template <class T> constexpr std::int64_t kColumnStep = kHasHalf<T> ? kWidth<T> / 2 : kWidth<T>;
 using simd::kVectorRegisters;
 constexpr bool kWideSimd = kVectorRegisters * sizeof(Batch<float>) >= 512;
 /// Rows of C per block: 2 R accumulators + 2 batches of B + 1 broadcast fit the registers.
@@ -40,22 +49,23 @@ template <class T> struct Lhs {
   T at(std::int64_t i, std::int64_t k) const { return a[i * row + k * col]; }
 };
 
-/// c[i0 .. i0 + R, j0 .. j0 + C * width) of A B, where b is [K, N] row-major.
+/// c[i0 .. i0 + R, j0 .. j0 + C * width) of A B in batches B of T, where b is [K, N] row-major.
 // The loops over r and q are unrolled (GCC at -O2 would not), so acc stays in registers.
-template <class T, int R, int C>
+template <class B, int R, int C, class T>
 void block(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, std::int64_t i0, std::int64_t j0) {
-  Batch<T> acc[R][C];
+  constexpr auto width = static_cast<std::int64_t>(B::size);
+  B acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int q = 0; q < C; ++q) acc[r][q] = Batch<T>(T(0));
+    for (int q = 0; q < C; ++q) acc[r][q] = B(T(0));
   for (std::int64_t p = 0; p < k; ++p) {
-    Batch<T> bp[C];
+    B bp[C];
 #pragma GCC unroll 2
-    for (int q = 0; q < C; ++q) bp[q] = Batch<T>::load_unaligned(b + p * n + j0 + q * kWidth<T>);
+    for (int q = 0; q < C; ++q) bp[q] = B::load_unaligned(b + p * n + j0 + q * width);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const Batch<T> ar(a.at(i0 + r, p));
+      const B ar(a.at(i0 + r, p));
 #pragma GCC unroll 2
       for (int q = 0; q < C; ++q) acc[r][q] = xsimd::fma(ar, bp[q], acc[r][q]);
     }
@@ -63,18 +73,24 @@ void block(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, st
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int q = 0; q < C; ++q) acc[r][q].store_unaligned(c + (i0 + r) * n + j0 + q * kWidth<T>);
+    for (int q = 0; q < C; ++q) acc[r][q].store_unaligned(c + (i0 + r) * n + j0 + q * width);
 }
 
-/// Rows i0 .. i0 + R of C: pairs of batches of columns, then one batch if n is odd in batches.
+/// Rows i0 .. i0 + R of C: pairs of batches of columns, then one batch if n is odd in batches,
+/// then one half batch if n is odd in half batches.
 template <class T, int R>
 void rows(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, std::int64_t i0) {
   std::int64_t j0 = 0;
-  for (; j0 + 2 * kWidth<T> <= n; j0 += 2 * kWidth<T>) block<T, R, 2>(a, b, c, n, k, i0, j0);
-  if (j0 < n) block<T, R, 1>(a, b, c, n, k, i0, j0);
+  for (; j0 + 2 * kWidth<T> <= n; j0 += 2 * kWidth<T>) block<Batch<T>, R, 2>(a, b, c, n, k, i0, j0);
+  if (j0 + kWidth<T> <= n) {
+    block<Batch<T>, R, 1>(a, b, c, n, k, i0, j0);
+    j0 += kWidth<T>;
+  }
+  if constexpr (kHasHalf<T>)
+    if (j0 < n) block<HalfBatch<T>, R, 1>(a, b, c, n, k, i0, j0);
 }
 
-/// C = A B with b [K, N] row-major and n a multiple of the batch width.
+/// C = A B with b [K, N] row-major and n a multiple of kColumnStep.
 template <class T> void product(const Lhs<T>& a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k) {
   std::int64_t i0 = 0;
   for (; i0 + kBlockRows <= m; i0 += kBlockRows) rows<T, kBlockRows>(a, b, c, n, k, i0);
@@ -96,7 +112,7 @@ bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
   if constexpr (!kWideSimd) {
     return false;
   } else {
-    if (s.n % kWidth<T> != 0 || s.m * s.n * s.k > kMaxMultiplyAdds) return false;
+    if (s.n % kColumnStep<T> != 0 || s.m * s.n * s.k > kMaxMultiplyAdds) return false;
     if (s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxPackedBytes) return false;
     const Lhs<T> lhs{a, s.a_transposed ? 1 : s.k, s.a_transposed ? s.m : 1};
     if (!s.b_transposed) {
@@ -112,7 +128,7 @@ bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
 
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k) {
   if constexpr (!kWideSimd) return 0;
-  else return n <= 0 || k <= 0 || n % kWidth<T> != 0 ? 0 : kMaxMultiplyAdds / (n * k);
+  else return n <= 0 || k <= 0 || n % kColumnStep<T> != 0 ? 0 : kMaxMultiplyAdds / (n * k);
 }
 
 template std::int64_t small_gemm_rows<float>(std::int64_t, std::int64_t);
