@@ -365,12 +365,10 @@ template <class T> bool im2col_small_gemm(const T* x, const T* w, const Conv& g,
                                                           kMinRowsPerProduct, std::max<std::int64_t>(rows, 8));
   const std::int64_t tiles = (rows + tile_rows - 1) / tile_rows;
   const std::int64_t shares = std::min<std::int64_t>(kernel_threads(), tiles);
-  // The shares' tiles, taken here from the buffer arena: a buffer taken and freed on a worker
-  // thread would stay in that thread's cache, out of reach of release_arena_memory().
-  const Array patch_buffers = alloc_array(ShapedArray{{shares * tile_rows * cols}, storage_dtype<T>()});
+  const ArenaScratch<T> patches(shares * tile_rows * cols);  // the shares' tiles
   parallel_for(shares, 1, [&](std::int64_t s0, std::int64_t s1) {
     for (std::int64_t share = s0; share < s1; ++share) {
-      T* const patch = out_ptr<T>(patch_buffers) + share * tile_rows * cols;
+      T* const patch = patches.data + share * tile_rows * cols;
       for (std::int64_t t = share * tiles / shares; t < (share + 1) * tiles / shares; ++t) {
         const std::int64_t r0 = t * tile_rows, r1 = std::min(rows, r0 + tile_rows);
         fill_patches(x, g, 0, r0, r1, 0, g.window, patch);
@@ -396,12 +394,8 @@ template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* ou
   const std::int64_t cols_max = kpos_per_tile * g.cg;
   const std::int64_t rows_per_tile = std::clamp<std::int64_t>(tile_elements / std::max<std::int64_t>(cols_max, 1), 1,
                                                               std::max<std::int64_t>(rows, 1));
-  // From xjax's buffer arena, not a std::vector: a training step's convolutions take the same
-  // tile again without going to the system (a fresh, zeroed megabytes-large vector per call made
-  // glibc grow and trim its heap around each one, page-faulting the tile in every time), and
-  // fill_patches writes every element.
-  const Array patch_buffer = alloc_array(ShapedArray{{rows_per_tile * cols_max}, storage_dtype<T>()});
-  T* const patch = out_ptr<T>(patch_buffer);
+  const ArenaScratch<T> tile(rows_per_tile * cols_max);  // fill_patches writes every element
+  T* const patch = tile.data;
   for (std::int64_t q = 0; q < g.groups; ++q) {
     const T* wq = w + q * g.window * g.cg * g.oq;
     for (std::int64_t r0 = 0; r0 < rows; r0 += rows_per_tile) {
@@ -579,10 +573,8 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
       1, std::min({images, std::int64_t{64}, kMaxPartialSums / std::max<std::int64_t>(1, positions * channels)}));
   const std::int64_t chunk = 4 * width;
   const std::int64_t chunks = (channels + chunk - 1) / chunk;
-  // [block][pos][c], from xjax's buffer arena like the im2col tile (a fresh zeroed vector of up
-  // to 16 MiB per call made glibc grow and trim its heap around each one)
-  const Array partial_buffer = alloc_array(ShapedArray{{blocks * positions * channels}, storage_dtype<T>()});
-  T* const partial = out_ptr<T>(partial_buffer);
+  const ArenaScratch<T> partial_sums(blocks * positions * channels);  // [block][pos][c], up to 16 MiB
+  T* const partial = partial_sums.data;
   std::fill_n(partial, blocks * positions * channels, T(0));
   for (std::int64_t k0 = 0; k0 < window; k0 += tile) {
     const std::int64_t k1 = std::min(window, k0 + tile);

@@ -223,17 +223,14 @@ void gemm_tile(const WideBlock& a, const WideBlock& b, std::int64_t mi, std::int
               static_cast<blasint>(a.ld), b.data, static_cast<blasint>(b.ld), beta, c, static_cast<blasint>(ldc));
 }
 
-float* f32_buffer(std::vector<Array>& keep, std::int64_t n) {
-  keep.push_back(alloc_array(ShapedArray{{n}, DType::f32}));
-  return out_ptr<float>(keep.back());
-}
+float* f32_buffer(std::vector<ArenaScratch<float>>& keep, std::int64_t n) { return keep.emplace_back(n).data; }
 
 // c (m x n, row-major, of dtype out) = a * b for bf16 / f16 a (m x k) and b (k x n), k >= 1.
 void narrow_gemm(const NarrowMatrix& a, const NarrowMatrix& b, DType out, char* c) {
   const std::int64_t m = a.rows, k = a.cols, n = b.cols;
   const bool wide_out = out == DType::f32;
   const std::size_t out_size = itemsize(out);
-  std::vector<Array> keep;
+  std::vector<ArenaScratch<float>> keep;
   auto narrow_rows = [&](const float* from, std::int64_t rows, std::int64_t cols, std::int64_t ld_from, char* to) {
     for (std::int64_t i = 0; i < rows; ++i)
       convert_narrow(DType::f32, out, from + i * ld_from, to + static_cast<std::size_t>(i * n) * out_size, static_cast<std::size_t>(cols));

@@ -106,6 +106,18 @@ template <class T> constexpr DType storage_dtype() {
   else return dtype_of_v<T>;
 }
 
+/// A kernel's scratch memory: n elements of T from xjax's buffer arena, uninitialized, alive while
+/// `buffer` is. Counted in the peak and reused from call to call: a fresh, zeroed, megabytes-large
+/// std::vector per call made glibc grow and trim its heap around each one and page-fault it in
+/// again (the convolution's im2col tile, 2026-12-04). Take it on the calling thread, not on a
+/// kernel worker: a block freed there stays in that worker's cache, out of reach of
+/// release_arena_memory().
+template <class T> struct ArenaScratch {
+  Array buffer;
+  T* data;
+  explicit ArenaScratch(std::int64_t n) : buffer(alloc_array(ShapedArray{{n}, storage_dtype<T>()})), data(out_ptr<T>(buffer)) {}
+};
+
 /// A kernel writing into memory its caller provides (flat plans, flat_plan.hpp): it reads operand
 /// i's elements at ins[i] and writes output k's at outs[k], memory that overlaps no operand's.
 /// Resolved once for fixed operand and output avals; `ctx` holds what it was resolved with.
