@@ -8,6 +8,7 @@
 #include "plan.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -246,15 +247,28 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
   st.kind = EvalPlan::Kind::fused;
   std::unordered_map<std::uint64_t, std::int32_t> value_of;  // var id -> value defined in the run (-1 while collecting)
   // The program's inputs, one per operand and layout (an array broadcast as a row and as a column
-  // in one run is read two ways): keyed by the atom (var id, or literal address) and the layout.
-  using InputKey = std::tuple<bool, std::uint64_t, std::int64_t, std::int64_t>;  // (is literal, id or address, layout)
+  // in one run is read two ways): keyed by the atom and the layout. A scalar literal is keyed by
+  // its dtype and bits, so equal constants (the zeros of relu and of its derivative) are one
+  // input, one row filled, and one value the program's simplifications can match.
+  using InputKey = std::tuple<int, std::uint64_t, std::int64_t, std::int64_t>;  // (kind, id / address / bits, layout)
+  enum InputKind : int { kVarInput, kLiteralInput, kScalarLiteralInput };  // the last: + dtype
+  auto input_key = [](const Atom& a, BroadcastLayout layout) -> InputKey {
+    if (auto* v = std::get_if<Var>(&a)) return {kVarInput, v->id(), layout.period, layout.repeat};
+    const Literal& l = std::get<Literal>(a);
+    const ShapedArray& av = l.value.aval();
+    if (av.ndim() == 0 && av.nbytes() <= sizeof(std::uint64_t)) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, l.value.raw_data(), av.nbytes());
+      return {kScalarLiteralInput + static_cast<int>(av.dtype), bits, layout.period, layout.repeat};
+    }
+    return {kLiteralInput, static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&l)), layout.period, layout.repeat};
+  };
   std::map<InputKey, std::int32_t> input_value;
   auto value = [&](const Atom& a, BroadcastLayout layout = {}) -> std::int32_t {
     auto* v = std::get_if<Var>(&a);
     if (v)
       if (auto it = value_of.find(v->id()); it != value_of.end()) return it->second;
-    const InputKey key{!v, v ? v->id() : static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&std::get<Literal>(a))),
-                       layout.period, layout.repeat};
+    const InputKey key = input_key(a, layout);
     if (auto it = input_value.find(key); it != input_value.end()) return it->second;
     auto n = static_cast<std::int32_t>(prog->inputs.size());
     const ShapedArray& av = atom_aval(a);
@@ -300,6 +314,7 @@ EvalPlan::Step fuse(const EqnList& eqns, std::size_t first, std::size_t last, co
     prog->outputs.push_back({value_of.at(out.id()), out.aval().dtype == DType::bool_});
     st.outs.push_back(0);  // slot assigned by make_plan
   }
+  kernels::simplify_program(*prog);
   kernels::finish_program(*prog);
   st.fused = std::move(prog);
   return st;

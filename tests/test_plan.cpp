@@ -614,6 +614,41 @@ TEST_CASE("plan: interleaved elementwise chains are scheduled together and fused
   check_identical(m0, m1);
 }
 
+// relu's derivative reads its mask from its output: where(where(x > 0, x, 0) > 0, g, 0). In one
+// fused chain that second comparison is the first one (the select gives x where x > 0, and 0 > 0
+// is false), so the program drops it and the select only it read; equal scalar constants are one
+// input. Non-strict comparisons and other shapes of the pattern stay. Checked bit for bit against
+// eager evaluation on NaN, infinities, zeros and values at the bounds.
+TEST_CASE("plan: a strict comparison of a select against its own mask's bound is that mask") {
+  auto f = [](const xj::Array& x, const xj::Array& g) {
+    xj::Array a = xj::where(xj::where(x > 0.0, x, 0.0) > 0.0, g, 0.0);    // folds: gt
+    xj::Array b = xj::where(xj::where(x < 1.0, x, 1.0) < 1.0, g, 2.0);    // folds: lt
+    xj::Array c = xj::where(xj::where(x >= 0.5, x, 0.5) >= 0.5, g, 0.0);  // stays: 0.5 >= 0.5 holds
+    xj::Array d = xj::where(xj::where(x > 0.0, 0.0, x) > 0.0, g, 0.0);    // stays: cases swapped
+    xj::Array e = xj::where(xj::where(x > 0.0, x, 0.25) > 0.25, g, 0.0);  // stays: another bound
+    return std::tuple{a, b, c, d, e};
+  };
+  const std::int64_t n = 515;  // two blocks
+  std::vector<float> xv = sample_array(n, xj::f32, 3).to_vector<float>();
+  xv[20] = 0.0f, xv[21] = -0.0f, xv[22] = 1.0f, xv[23] = 0.5f, xv[24] = 0.25f, xv[25] = std::nextafter(0.0f, 1.0f);
+  xj::Array x = xj::array<float>(xv, {n}), g = sample_array(n, xj::f32, 4);
+  auto j = xj::make_jaxpr(f)(x, g);
+  auto plan = xjax::detail::make_plan(*j.jaxpr);
+  REQUIRE(plan->steps.size() == 1);
+  const auto& prog = *plan->steps[0].fused;
+  // 20 comparisons and selects in the jaxpr; a's and b's second comparison and first select go.
+  CHECK(prog.ops.size() == 20 - 4);
+  // x, g and the constants 0, 1, 2, 0.5, 0.25 (each once, however many literals spell it).
+  CHECK(prog.inputs.size() == 7);
+  auto [a0, b0, c0, d0, e0] = f(x, g);
+  auto [a1, b1, c1, d1, e1] = xj::jit(f)(x, g);
+  check_identical(a0, a1);
+  check_identical(b0, b1);
+  check_identical(c0, c1);
+  check_identical(d0, d1);
+  check_identical(e0, e1);
+}
+
 // The peak of jitted(a, b) above what was live before it (its inputs), in buffers of [d, d]
 // float32, measured on a second call (the first traces and plans); `out` receives the result.
 template <class F>

@@ -2,6 +2,8 @@
 // (compiled once, not per kernel set): its completion, renamed outputs, in-place pairs.
 #include "kernels/fused_program.hpp"
 
+#include <algorithm>
+
 namespace xjax::detail::kernels {
 
 std::int64_t renamed_input(const FusedProgram& prog, std::size_t k) {
@@ -31,6 +33,68 @@ void finish_program(FusedProgram& prog) {
       if (o.value == value) only_predicate = false;
     input.read_as_bytes = only_predicate;
   }
+}
+
+namespace {
+
+// Each use of a value read through `to` (a value folded into another).
+void read_through(FusedProgram& prog, const std::vector<std::int32_t>& to) {
+  for (auto& op : prog.ops)
+    for (auto& src : op.src) src = to[static_cast<std::size_t>(src)];
+  for (auto& o : prog.outputs) o.value = to[static_cast<std::size_t>(o.value)];
+}
+
+// cmp(select_n(p, c, x), c) = p where p = cmp(x, c) and cmp is < or >: where p holds the select
+// gives x, and cmp(x, c) is p; elsewhere it gives c, and cmp(c, c) is false (NaN too).
+void fold_masks_of_selected_values(FusedProgram& prog) {
+  const auto nv = static_cast<std::size_t>(prog.num_values);
+  std::vector<std::int32_t> to(nv);
+  for (std::size_t v = 0; v < nv; ++v) to[v] = static_cast<std::int32_t>(v);
+  std::vector<const FusedProgram::Op*> defined_by(nv, nullptr);
+  bool folded = false;
+  for (auto& op : prog.ops) {
+    for (auto& src : op.src) src = to[static_cast<std::size_t>(src)];
+    defined_by[static_cast<std::size_t>(op.dst)] = &op;
+    if (op.prim != Primitive::gt && op.prim != Primitive::lt) continue;
+    const FusedProgram::Op* select = defined_by[static_cast<std::size_t>(op.src[0])];
+    if (!select || select->prim != Primitive::select_n || select->src[1] != op.src[1]) continue;
+    const FusedProgram::Op* mask = defined_by[static_cast<std::size_t>(select->src[0])];
+    if (!mask || mask->prim != op.prim || mask->src[0] != select->src[2] || mask->src[1] != op.src[1]) continue;
+    to[static_cast<std::size_t>(op.dst)] = mask->dst;
+    folded = true;
+  }
+  if (folded) read_through(prog, to);
+}
+
+// Drops the ops whose values no later op and no output reads, and numbers the values of the
+// others consecutively after the inputs.
+void drop_unread_ops(FusedProgram& prog) {
+  const auto nv = static_cast<std::size_t>(prog.num_values);
+  std::vector<char> read(nv, 0);
+  for (const auto& o : prog.outputs) read[static_cast<std::size_t>(o.value)] = 1;
+  std::vector<FusedProgram::Op> kept;
+  for (auto op = prog.ops.rbegin(); op != prog.ops.rend(); ++op) {
+    if (!read[static_cast<std::size_t>(op->dst)]) continue;
+    for (int k = 0; k < 3; ++k) read[static_cast<std::size_t>(op->src[k])] = 1;
+    kept.push_back(*op);
+  }
+  if (kept.size() == prog.ops.size()) return;
+  std::reverse(kept.begin(), kept.end());
+  std::vector<std::int32_t> to(nv);
+  for (std::size_t v = 0; v < prog.inputs.size(); ++v) to[v] = static_cast<std::int32_t>(v);
+  auto next = static_cast<std::int32_t>(prog.inputs.size());
+  for (const auto& op : kept) to[static_cast<std::size_t>(op.dst)] = next++;
+  prog.ops = std::move(kept);
+  for (auto& op : prog.ops) op.dst = to[static_cast<std::size_t>(op.dst)];
+  read_through(prog, to);
+  prog.num_values = next;
+}
+
+}  // namespace
+
+void simplify_program(FusedProgram& prog) {
+  fold_masks_of_selected_values(prog);
+  drop_unread_ops(prog);
 }
 
 InPlacePairs in_place_outputs(const FusedProgram& prog, const std::function<bool(std::size_t)>& usable) {

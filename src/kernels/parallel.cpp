@@ -137,7 +137,9 @@ int kernel_threads() { return std::max(1, openblas_get_num_threads()); }
 
 void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
   if (n <= 0) return;
-  const std::int64_t chunks = std::min<std::int64_t>(kernel_threads(), n / std::max<std::int64_t>(grain, 1));
+  const std::int64_t most = n / std::max<std::int64_t>(grain, 1);  // chunks of at least grain
+  if (most < 2) return chunk(context, 0, n);  // one chunk: no thread count asked (a call to BLAS)
+  const std::int64_t chunks = std::min<std::int64_t>(kernel_threads(), most);
   if (chunks < 2 || t_inside_chunk || !pool().run(n, chunks, chunk, context)) chunk(context, 0, n);
 }
 
