@@ -51,6 +51,14 @@ class Table {
     if (m.shared) x.fetch_add(1, std::memory_order_relaxed);
     else x.store(x.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
+  template <class Counts> static void count_evals(const Counts& counts) {
+    Mine m = mine();
+    for (const auto& c : counts) {
+      auto& x = m.slot->evals[static_cast<std::size_t>(c.prim)];
+      if (m.shared) x.fetch_add(c.n, std::memory_order_relaxed);
+      else x.store(x.load(std::memory_order_relaxed) + c.n, std::memory_order_relaxed);
+    }
+  }
   /// The sum of `read(slot)` over the slots in use and the retired counts.
   template <class Read> std::int64_t total(Read read) const {
     std::int64_t n = read(retired_);

@@ -127,6 +127,12 @@ bool tracer_in_active_trace(const Tracer& t);
 
 /// Counts one execution of p (eval_counts()).
 void count_eval(Primitive p);
+/// Counts n executions of p, for each (p, n) (a raw plan's run: one call for all its steps).
+struct EvalCount {
+  Primitive prim;
+  std::int64_t n;
+};
+void count_evals(std::span<const EvalCount> counts);
 
 /// The jaxpr's variables in printing order: a, b, ..., z, ba, bb, ...
 std::string var_name(std::size_t index);

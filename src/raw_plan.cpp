@@ -100,6 +100,13 @@ void place_in_place_outputs(const EvalPlan& plan, const EvalPlan::Step& st, std:
   }
 }
 
+// One more execution of p in counts.
+void add_count(std::vector<EvalCount>& counts, Primitive p) {
+  for (auto& c : counts)
+    if (c.prim == p) return void(++c.n);
+  counts.push_back({p, 1});
+}
+
 }  // namespace
 
 std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
@@ -204,9 +211,10 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     for (std::size_t s : st.free_after)
       if (values[s].place == Place::workspace && std::find(handed_on.begin(), handed_on.end(), s) == handed_on.end())
         workspace.give(values[s].index, plan.slot_avals[s].nbytes());
+    for (Primitive p : st.counted) add_count(fp->counted, p);
     f.counted = st.counted;
   }
-  fp->counted = plan.inlined_calls;
+  for (Primitive p : plan.inlined_calls) add_count(fp->counted, p);
   fp->workspace_bytes = workspace.size();
   return fp;
 }
@@ -234,18 +242,25 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
       case Place::discard: where[i] = nullptr; break;
     }
   }
-  for (const auto& st : plan.steps) {
-    scratch.ins.clear();
-    for (std::size_t v : st.ins) scratch.ins.push_back(where[v]);
-    scratch.outs.clear();
-    for (std::size_t v : st.outs) scratch.outs.push_back(const_cast<void*>(where[v]));
-    if (st.into) st.into(scratch.ins.data(), scratch.outs.data());
-    else run_on_views(st, scratch);
-    for (Primitive p : st.counted) count_eval(p);
+  std::size_t done = 0;  // steps run
+  try {
+    for (const auto& st : plan.steps) {
+      scratch.ins.clear();
+      for (std::size_t v : st.ins) scratch.ins.push_back(where[v]);
+      scratch.outs.clear();
+      for (std::size_t v : st.outs) scratch.outs.push_back(const_cast<void*>(where[v]));
+      if (st.into) st.into(scratch.ins.data(), scratch.outs.data());
+      else run_on_views(st, scratch);
+      ++done;
+    }
+  } catch (...) {
+    for (std::size_t i = 0; i < done; ++i)
+      for (Primitive p : plan.steps[i].counted) count_eval(p);
+    throw;
   }
   for (const auto& c : plan.copies)
     if (c.bytes && outputs[c.output]) std::memcpy(outputs[c.output], where[c.value], c.bytes);
-  for (Primitive p : plan.counted) count_eval(p);
+  count_evals(plan.counted);
 }
 
 std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array> consts, std::span<const Array> args) {

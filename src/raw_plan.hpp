@@ -40,7 +40,7 @@ struct RawPlan {
     std::vector<ShapedArray> in_avals;  // kernel: the operands' avals (for the views)
     std::size_t out_bytes = 0;          // kernel: the output's size
     std::vector<std::size_t> ins, outs;  // values
-    std::vector<Primitive> counted;      // eval_counts after the step (as the Array executor)
+    std::vector<Primitive> counted;      // eval_counts of the step (counted one by one only when a later step throws)
   };
   /// An output not written by a step (an input or literal passed through, an input renamed by a
   /// fused chain, a value output twice).
@@ -56,7 +56,10 @@ struct RawPlan {
   std::size_t num_inputs = 0, num_outputs = 0;
   std::vector<ShapedArray> output_avals;
   std::size_t workspace_bytes = 0, output_bytes = 0;
-  std::vector<Primitive> counted;  // eval_counts after the steps: the inlined checkpoints
+  /// eval_counts of a run, each primitive once with its number (the steps' equations and the
+  /// inlined calls), counted after the steps in one call. When a step throws, the steps before
+  /// it are counted instead, as the Array executor (counting after each step) leaves them.
+  std::vector<EvalCount> counted;
 };
 
 /// The plan's raw form, or nullptr when it has a step that runs sub-jaxprs (impl or call), which

@@ -258,6 +258,10 @@ void count_eval(Primitive p) {
   Table::count_eval(static_cast<std::size_t>(p));
 }
 
+void count_evals(std::span<const EvalCount> counts) {
+  Table::count_evals(counts);
+}
+
 }  // namespace detail
 
 MemoryStats memory_stats() {

@@ -156,7 +156,7 @@ void run_block_range(const FusedProgram& prog, const void* const* in_ptr, void* 
   const auto& [widened, source, donated, shares] = scratch;
   const auto nv = static_cast<std::size_t>(prog.num_values);
   const std::size_t ni = prog.inputs.size();
-  const auto total = static_cast<std::size_t>(shape_size(prog.shape));
+  const auto total = static_cast<std::size_t>(prog.size);
   const bool narrow = prog.storage != prog.compute;
   const auto& direct = prog.direct;
   auto is_direct = [&](std::size_t value) { return !narrow && direct[value] >= 0; };  // narrow: all via rows
@@ -234,7 +234,7 @@ template <class T>
 void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const* out_ptr, Scratch<T>& scratch) {
   auto& [widened, source, donated, shares] = scratch;
   const std::size_t ni = prog.inputs.size();
-  const auto total = static_cast<std::size_t>(shape_size(prog.shape));
+  const auto total = static_cast<std::size_t>(prog.size);
   if (total == 0) return;
   source.assign(in_ptr, in_ptr + ni);
   if (prog.storage != prog.compute) {  // scalars and broadcast sources widened once (a bias row, a column of statistics)
@@ -306,7 +306,7 @@ template <class T> void run_typed(const FusedProgram& prog, std::span<const Arra
 // an output that only renames an input, given a null pointer.
 template <class T> void run_into(const void* ctx, const void* const* in, void* const* out) {
   const auto& prog = *static_cast<const FusedProgram*>(ctx);
-  if (shape_size(prog.shape) == 0) return;  // nothing to write (and empty outputs have no address)
+  if (prog.size == 0) return;  // nothing to write (and empty outputs have no address)
   Scratch<T> own;
   Scratch<T>* mine = PerThread<Scratch<T>>::get();
   Scratch<T>& scratch = mine ? *mine : own;

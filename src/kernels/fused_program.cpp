@@ -15,6 +15,7 @@ std::int64_t renamed_input(const FusedProgram& prog, std::size_t k) {
 }
 
 void finish_program(FusedProgram& prog) {
+  prog.size = shape_size(prog.shape);
   // direct (see run_blocks): each value's first float output, when an op computes it.
   prog.direct.assign(static_cast<std::size_t>(prog.num_values), -1);
   for (std::size_t k = 0; k < prog.outputs.size(); ++k) {

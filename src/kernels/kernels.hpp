@@ -256,6 +256,7 @@ struct FusedProgram {
   /// Per value: the output an op computes it straight into (its first float output), or -1.
   /// Set by finish_program.
   std::vector<std::int64_t> direct;
+  std::int64_t size = 0;  // elements of `shape` (set by finish_program)
 };
 
 /// Completes a built program: Input::read_as_bytes for the bool inputs that only choose a
