@@ -333,11 +333,12 @@ void small_products_by_rows(std::int64_t m, std::int64_t n, std::int64_t k, std:
       throw Error("conv_general_dilated: internal error: the small-product loops refused a product they take");
 }
 
-// The rows of the products below split over the kernel threads, each block multiplied by the
+// The products below split their rows over the kernel threads, each block multiplied by the
 // thread that takes it in the small-product loops (no BLAS: called from several threads at once it
 // would split each product again), for output channels the loops take (a multiple of half the
-// SIMD width: small_gemm_rows). Each output element is one chain over k in order, so the result does not depend on the
-// thread count.
+// SIMD width: small_gemm_rows). Each output element is one chain over k in order, so the result
+// does not depend on the thread count. They take a product only where the loops accept at least
+// kMinRowsPerProduct rows at a time (fewer: BLAS's blocking wins).
 constexpr std::int64_t kMinRowsPerProduct = 8;
 
 // A 1x1 convolution with channels-last data: c = a b with a (m x k) the lhs, b (k x n) the
@@ -362,7 +363,7 @@ template <class T> bool im2col_small_gemm(const T* x, const T* w, const Conv& g,
   if (g.groups != 1 || cols > 8192 || per_call < kMinRowsPerProduct) return false;
   // at most 64K elements and 16M multiply-adds a tile (many output channels: more, smaller tiles)
   const std::int64_t tile_rows = std::clamp<std::int64_t>(std::min(65536 / cols, (std::int64_t{1} << 24) / (cols * g.oq)),
-                                                          kMinRowsPerProduct, std::max<std::int64_t>(rows, 8));
+                                                          kMinRowsPerProduct, std::max(rows, kMinRowsPerProduct));
   const std::int64_t tiles = (rows + tile_rows - 1) / tile_rows;
   const std::int64_t shares = std::min<std::int64_t>(kernel_threads(), tiles);
   const ArenaScratch<T> patches(shares * tile_rows * cols);  // the shares' tiles
