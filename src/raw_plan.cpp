@@ -72,8 +72,8 @@ class WorkspacePacker {
 // the result, which is copied into place, before the step ends).
 void run_on_views(const RawPlan::Step& st, RawScratch& scratch) {
   std::vector<Array> views;
-  views.reserve(st.ins.size());
-  for (std::size_t i = 0; i < st.ins.size(); ++i) views.push_back(external_array(scratch.ins[i], st.in_avals[i], nullptr));
+  views.reserve(st.num_ins);
+  for (std::size_t i = 0; i < st.num_ins; ++i) views.push_back(external_array(scratch.ins[i], st.in_avals[i], nullptr));
   const Array result = st.kernel(views);
   if (st.out_bytes) std::memcpy(scratch.outs[0], result.raw_data(), st.out_bytes);
 }
@@ -177,7 +177,11 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
   WorkspacePacker workspace;
   for (const auto& st : plan.steps) {
     RawPlan::Step& f = fp->steps.emplace_back();
-    for (const auto& op : st.ins) f.ins.push_back(value_of(op));
+    auto& operands = fp->operands;
+    f.first = static_cast<std::uint32_t>(operands.size());
+    f.num_ins = static_cast<std::uint32_t>(st.ins.size());
+    f.num_outs = static_cast<std::uint32_t>(st.outs.size());
+    for (const auto& op : st.ins) operands.push_back(value_of(op));
     std::vector<std::pair<std::size_t, std::size_t>> unread;  // (offset, bytes) of outputs nothing reads
     std::vector<std::size_t> handed_on;  // dying inputs whose place an output took
     if (st.kind == EvalPlan::Kind::fused) place_in_place_outputs(plan, st, values, placed, handed_on);
@@ -186,18 +190,18 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
       if (s == EvalPlan::npos) {  // kernel steps only (a fused step outputs only what is read)
         const std::size_t bytes = st.eqn->outputs[k].aval().nbytes();
         unread.emplace_back(workspace.take(bytes), bytes);
-        f.outs.push_back(values.size());
+        operands.push_back(values.size());
         values.push_back({Place::workspace, unread.back().first, nullptr});
         continue;
       }
       if (input_held_by_slot[s] != EvalPlan::npos) {  // a renamed input: the step skips a null output
         if (discard == EvalPlan::npos) discard = values.size(), values.push_back({Place::discard, 0, nullptr});
-        f.outs.push_back(discard);
+        operands.push_back(discard);
         continue;
       }
       if (!placed[s]) values[s] = {Place::workspace, workspace.take(plan.slot_avals[s].nbytes()), nullptr};
       placed[s] = 1;
-      f.outs.push_back(s);
+      operands.push_back(s);
     }
     if (st.kind == EvalPlan::Kind::fused) {
       f.into = kernels::fused_into(st.fused);
@@ -246,9 +250,9 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
   try {
     for (const auto& st : plan.steps) {
       scratch.ins.clear();
-      for (std::size_t v : st.ins) scratch.ins.push_back(where[v]);
+      for (std::size_t v : plan.ins(st)) scratch.ins.push_back(where[v]);
       scratch.outs.clear();
-      for (std::size_t v : st.outs) scratch.outs.push_back(const_cast<void*>(where[v]));
+      for (std::size_t v : plan.outs(st)) scratch.outs.push_back(const_cast<void*>(where[v]));
       if (st.into) st.into(scratch.ins.data(), scratch.outs.data());
       else run_on_views(st, scratch);
       ++done;

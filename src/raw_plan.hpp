@@ -33,15 +33,20 @@ struct RawPlan {
     const void* literal = nullptr;
   };
   /// One step: an IntoKernel, or (for a primitive without one) its Array kernel run on views of
-  /// the operands, the result copied into place.
+  /// the operands, the result copied into place. What every run reads comes first, its operands'
+  /// values in the plan's one `operands` list (a plan of many small steps runs from memory that
+  /// is not in cache: fewer lines touched per step).
   struct Step {
     kernels::IntoKernel into;
+    std::uint32_t first = 0;  // operands[first ..]: num_ins input values, then num_outs output values
+    std::uint32_t num_ins = 0, num_outs = 0;
     KernelFn kernel;
     std::vector<ShapedArray> in_avals;  // kernel: the operands' avals (for the views)
     std::size_t out_bytes = 0;          // kernel: the output's size
-    std::vector<std::size_t> ins, outs;  // values
-    std::vector<Primitive> counted;      // eval_counts of the step (counted one by one only when a later step throws)
+    std::vector<Primitive> counted;     // eval_counts of the step (counted one by one only when a later step throws)
   };
+  std::span<const std::size_t> ins(const Step& st) const { return {operands.data() + st.first, st.num_ins}; }
+  std::span<const std::size_t> outs(const Step& st) const { return {operands.data() + st.first + st.num_ins, st.num_outs}; }
   /// An output not written by a step (an input or literal passed through, an input renamed by a
   /// fused chain, a value output twice).
   struct Copy {
@@ -52,6 +57,7 @@ struct RawPlan {
   /// (the jaxpr's literal may be replaced by an equal one, which keeps the plan).
   std::vector<Array> literals;
   std::vector<Step> steps;
+  std::vector<std::size_t> operands;  // the steps' operand values, step after step
   std::vector<Copy> copies;
   std::size_t num_inputs = 0, num_outputs = 0;
   std::vector<ShapedArray> output_avals;

@@ -193,8 +193,8 @@ TEST_CASE("raw plan: a fused chain after a product works in the product's place"
   REQUIRE(plan->raw);
   const auto& raw = *plan->raw;
   REQUIRE(raw.steps.size() == 3);  // product, fused relu and scale, product
-  const auto& product = raw.values[raw.steps[0].outs[0]];
-  const auto& scaled = raw.values[raw.steps[1].outs[0]];
+  const auto& product = raw.values[raw.outs(raw.steps[0])[0]];
+  const auto& scaled = raw.values[raw.outs(raw.steps[1])[0]];
   CHECK(product.place == xj::detail::RawPlan::Place::workspace);
   CHECK(scaled.place == xj::detail::RawPlan::Place::workspace);
   CHECK(scaled.index == product.index);

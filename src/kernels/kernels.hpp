@@ -243,20 +243,22 @@ struct FusedProgram {
     std::int32_t value = 0;
     bool is_bool = false;
   };
+  // The fields a run reads first, together (a plan of many small steps runs from memory that
+  // is not in cache: fewer lines touched per step).
   DType compute = DType::f32;  // f32 or f64
   /// The dtype of the float inputs and outputs in memory: `compute`, or bf16 / f16 (then compute
   /// is f32, each dense input is widened a block at a time and each output rounded once when it is
   /// stored: a narrow chain keeps its intermediates in f32, XLA's excess precision).
   DType storage = DType::f32;
-  Shape shape;
+  std::int32_t num_values = 0;
+  std::int64_t size = 0;  // elements of `shape` (set by finish_program)
   std::vector<Input> inputs;
   std::vector<Op> ops;
   std::vector<Output> outputs;
-  std::int32_t num_values = 0;
   /// Per value: the output an op computes it straight into (its first float output), or -1.
   /// Set by finish_program.
   std::vector<std::int64_t> direct;
-  std::int64_t size = 0;  // elements of `shape` (set by finish_program)
+  Shape shape;
 };
 
 /// Completes a built program: Input::read_as_bytes for the bool inputs that only choose a
