@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "counters.hpp"
+#include "kernels/parallel.hpp"
 #include "per_thread.hpp"
 #include "internal.hpp"
 
@@ -179,6 +180,11 @@ class ThreadCache {
     for (const ThreadCache* c : registry()) n += c->published_.load(std::memory_order_relaxed);
     return n;
   }
+  /// Hands every cached block to the shared arena (to the system if a release was asked for).
+  void hand_back() {
+    if (flush_requested_.load(std::memory_order_relaxed)) release();
+    else if (bytes_ > 0) flush();
+  }
   /// Releases the calling thread's cache; the others release theirs at their next use.
   static void release_everywhere() {
     ThreadCache* own = mine();
@@ -260,6 +266,10 @@ void count_eval(Primitive p) {
 
 void count_evals(std::span<const EvalCount> counts) {
   Table::count_evals(counts);
+}
+
+void flush_thread_cache() {
+  if (ThreadCache* cache = ThreadCache::mine()) cache->hand_back();
 }
 
 }  // namespace detail

@@ -233,3 +233,20 @@ TEST_CASE("elementwise ops and fused chains split across threads: values against
     wrong += std::abs(y[k] - (std::tanh(static_cast<double>(before[k])) * 2.0 + 1.0)) > 1e-5;
   CHECK(wrong == 0);
 }
+
+TEST_CASE("parallel_for: what chunks free on the workers is released by release_arena_memory while they sleep") {
+  // Review finding: a worker's thread cache held the blocks its chunks freed until the worker
+  // next allocated, out of reach of release_arena_memory (and of every other thread) meanwhile.
+  Threads t(4);
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int> on_workers{0};
+  for (int round = 0; round < 20 && on_workers == 0; ++round)
+    parallel_for(4, 1, [&](std::int64_t, std::int64_t) {
+      if (std::this_thread::get_id() != caller) ++on_workers;
+      const xjax::Array scratch = xjax::detail::alloc_array(xjax::ShapedArray{{4096}, xjax::f32});  // freed here
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // so that every chunk is taken by its own thread
+    });
+  REQUIRE(on_workers > 0);
+  xjax::release_arena_memory();
+  CHECK(xjax::memory_stats().arena_bytes == 0);
+}

@@ -22,6 +22,7 @@
 #include <xjax/xjax.hpp>
 
 #include "plan.hpp"
+#include "raw_plan.hpp"
 #include "test_util.hpp"
 
 namespace xj = xjax;
@@ -626,7 +627,12 @@ TEST_CASE("plan: a strict comparison of a select against its own mask's bound is
     xj::Array c = xj::where(xj::where(x >= 0.5, x, 0.5) >= 0.5, g, 0.0);  // stays: 0.5 >= 0.5 holds
     xj::Array d = xj::where(xj::where(x > 0.0, 0.0, x) > 0.0, g, 0.0);    // stays: cases swapped
     xj::Array e = xj::where(xj::where(x > 0.0, x, 0.25) > 0.25, g, 0.0);  // stays: another bound
-    return std::tuple{a, b, c, d, e};
+    xj::Array f = xj::where(xj::where(x > 0.0, x, 0.25) > 0.0, g, 0.0);   // stays: the select's other case is not the bound
+    xj::Array h = xj::where(xj::where(x > 0.0, g, 0.0) > 0.0, g, 0.0);    // stays: the select picks another value
+    xj::Array k = xj::where(xj::where(x > 0.0, x, 0.0) < 0.0, g, 0.0);    // stays: another comparison
+    xj::Array r = xj::where(x < -1.0, x, -1.0);                           // kept: an output
+    xj::Array m = r < -1.0;                                               // folds, and is an output
+    return std::tuple{a, b, c, d, e, f, h, k, r, m};
   };
   const std::int64_t n = 515;  // two blocks
   std::vector<float> xv = sample_array(n, xj::f32, 3).to_vector<float>();
@@ -636,17 +642,16 @@ TEST_CASE("plan: a strict comparison of a select against its own mask's bound is
   auto plan = xjax::detail::make_plan(*j.jaxpr);
   REQUIRE(plan->steps.size() == 1);
   const auto& prog = *plan->steps[0].fused;
-  // 20 comparisons and selects in the jaxpr; a's and b's second comparison and first select go.
-  CHECK(prog.ops.size() == 20 - 4);
-  // x, g and the constants 0, 1, 2, 0.5, 0.25 (each once, however many literals spell it).
-  CHECK(prog.inputs.size() == 7);
-  auto [a0, b0, c0, d0, e0] = f(x, g);
-  auto [a1, b1, c1, d1, e1] = xj::jit(f)(x, g);
-  check_identical(a0, a1);
-  check_identical(b0, b1);
-  check_identical(c0, c1);
-  check_identical(d0, d1);
-  check_identical(e0, e1);
+  // 35 comparisons and selects in the jaxpr; a's and b's second comparison and first select go,
+  // and m's comparison.
+  CHECK(prog.ops.size() == 35 - 5);
+  // x, g and the constants 0, 1, 2, 0.5, 0.25, -1 (each once, however many literals spell it).
+  CHECK(prog.inputs.size() == 8);
+  const auto eager = f(x, g);
+  const auto jitted = xj::jit(f)(x, g);
+  std::apply([&](const auto&... e) { std::apply([&](const auto&... j) { (check_identical(e, j), ...); }, jitted); }, eager);
+  xjax::detail::RawPlansOff arrays;  // the Array executor's run of the same program
+  std::apply([&](const auto&... e) { std::apply([&](const auto&... j) { (check_identical(e, j), ...); }, xj::jit(f)(x, g)); }, eager);
 }
 
 // The peak of jitted(a, b) above what was live before it (its inputs), in buffers of [d, d]

@@ -28,6 +28,7 @@ namespace xjax::detail {
 namespace {
 
 thread_local bool t_inside_chunk = false;  // this thread runs a chunk (a worker, or a caller at work)
+thread_local bool t_pool_worker = false;    // this thread is one of the pool's workers
 std::atomic<std::int64_t> g_split_loops{0};
 
 class Pool {
@@ -80,6 +81,7 @@ class Pool {
         error = std::current_exception();
       }
       t_inside_chunk = false;
+      if (t_pool_worker) flush_thread_cache();  // before the loop counts the chunk done
       lock.lock();
       if (error && !error_) error_ = error;
       if (--unfinished_ == 0) done_.notify_all();
@@ -87,6 +89,7 @@ class Pool {
   }
 
   void work_loop(std::uint64_t seen) {
+    t_pool_worker = true;
     std::unique_lock lock(mutex_);
     for (;;) {
       wake_.wait(lock, [&] { return generation_ != seen; });

@@ -28,6 +28,11 @@ inline constexpr std::int64_t kParallelElements = 32768;
 /// that a kernel's loop did split).
 std::int64_t split_loops();
 
+/// Hands the calling thread's cache of freed buffers to the shared arena (runtime.cpp). A worker
+/// calls it after each chunk: what a chunk freed stays reachable by other threads and by
+/// release_arena_memory while the worker sleeps (a sleeping worker never answers a release).
+void flush_thread_cache();
+
 /// parallel_chunks with a callable body(begin, end).
 template <class Body> void parallel_for(std::int64_t n, std::int64_t grain, Body&& body) {
   using B = std::remove_reference_t<Body>;

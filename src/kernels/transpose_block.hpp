@@ -79,10 +79,8 @@ void transpose_block(const T* src, std::int64_t src_stride, T* dst, std::int64_t
   whole_rows = rows - rows % tile;
   const std::int64_t whole_cols = cols - cols % tile;
   for (std::int64_t r0 = 0; r0 < whole_rows; r0 += tile) {
-    const T* s = src + r0 * src_stride;
-    T* d = dst + r0;
-    for (std::int64_t c0 = 0; c0 < whole_cols; c0 += tile, s += tile, d += tile * dst_stride)
-      transpose_tile(s, src_stride, d, dst_stride);
+    const T* band = src + r0 * src_stride;
+    for (std::int64_t c0 = 0; c0 < whole_cols; c0 += tile) transpose_tile(band + c0, src_stride, dst + c0 * dst_stride + r0, dst_stride);
   }
   if (whole_cols < cols)  // the whole-tile rows' remaining columns
     for (std::int64_t r = 0; r < whole_rows; ++r)
