@@ -98,6 +98,10 @@ std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_locati
 }
 
 Array binary(P p, const Array& a, const Array& b, const std::source_location& loc) {
+  if (a.dtype() == b.dtype() && !detail::is_weak(a) && !detail::is_weak(b)) {  // nothing to promote: no operand list
+    auto [x, y] = broadcast_pair(p, a, b, loc);
+    return bind1(p, {x, y}, {}, loc);
+  }
   auto ab = promoted(p, {a, b}, loc);
   auto [x, y] = broadcast_pair(p, ab[0], ab[1], loc);
   return bind1(p, {x, y}, {}, loc);

@@ -6,7 +6,8 @@
 // 3-4% of an overhead-bound loop. PerThread keeps only a pointer and a flag in the initial TLS
 // block (initial-exec model: one instruction to read; a few bytes, well within what a library
 // loaded with dlopen may use) and builds the T itself on first use with an ordinary
-// thread_local.
+// thread_local. The small thread_locals read on every operation (the trace stack, the promotion
+// mode, the raw-plan switch, the pool's flags) take XJAX_INITIAL_EXEC_TLS themselves.
 #pragma once
 
 #if defined(__GNUC__)

@@ -8,6 +8,7 @@
 
 #include "xjax/errors.hpp"
 #include "xjax/ops.hpp"
+#include "per_thread.hpp"
 
 namespace xjax {
 namespace {
@@ -93,7 +94,7 @@ DType dtype_at(Node n, DType a, DType b) {
               "(a bug in promotion.cpp)");
 }
 
-thread_local PromotionMode t_mode = PromotionMode::standard;
+thread_local PromotionMode t_mode XJAX_INITIAL_EXEC_TLS = PromotionMode::standard;
 
 // Strong operands whose join is the weak float f* (u64 with a signed integer): JAX gives its
 // canonical float, f64 with x64 enabled.

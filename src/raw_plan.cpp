@@ -14,7 +14,7 @@
 namespace xjax::detail {
 namespace {
 
-thread_local bool t_raw_plans = true;
+thread_local bool t_raw_plans XJAX_INITIAL_EXEC_TLS = true;
 
 constexpr std::size_t kAlign = 64;  // every workspace value starts on a cache line
 

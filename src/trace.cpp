@@ -10,6 +10,7 @@
 #include "internal.hpp"
 #include "small_blocks.hpp"
 #include "xjax/runtime.hpp"
+#include "per_thread.hpp"
 
 namespace xjax {
 
@@ -48,8 +49,8 @@ struct Builder : std::enable_shared_from_this<Builder> {
 
 namespace {
 
-thread_local std::vector<std::shared_ptr<Builder>> t_stack;
-thread_local const std::source_location* t_loc_override = nullptr;
+thread_local std::vector<std::shared_ptr<Builder>> t_stack XJAX_INITIAL_EXEC_TLS;
+thread_local const std::source_location* t_loc_override XJAX_INITIAL_EXEC_TLS = nullptr;
 
 bool on_stack(const Builder* b) {
   for (const auto& s : t_stack)

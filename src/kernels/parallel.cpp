@@ -9,6 +9,7 @@
 // until every chunk taken has finished. One loop at a time: a second caller, or a chunk calling
 // parallel_for again, runs its loop serially.
 #include "kernels/parallel.hpp"
+#include "per_thread.hpp"
 
 #include <cblas.h>
 
@@ -27,8 +28,8 @@
 namespace xjax::detail {
 namespace {
 
-thread_local bool t_inside_chunk = false;  // this thread runs a chunk (a worker, or a caller at work)
-thread_local bool t_pool_worker = false;    // this thread is one of the pool's workers
+thread_local bool t_inside_chunk XJAX_INITIAL_EXEC_TLS = false;  // this thread runs a chunk (a worker, or a caller at work)
+thread_local bool t_pool_worker XJAX_INITIAL_EXEC_TLS = false;   // this thread is one of the pool's workers
 std::atomic<std::int64_t> g_split_loops{0};
 
 class Pool {
