@@ -313,6 +313,20 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
   // Eager dot_general is called directly: its closure would copy the four dim lists.
   if (p == Primitive::dot_general && in.size() == 2)
     return {dot_general_kernel(in[0], in[1], params.get<params::DotGeneral>(), out_avals[0])};
+  // The elementwise families too, without building their closure (a std::function holding a copy
+  // of the output's aval, per eager op): the entry points resolve_kernel_impl's cases call.
+  switch (family_of(p)) {
+    case Family::float_unary:
+    case Family::numeric_unary: return {unary_kernel(p, in[0], out_avals[0])};
+    case Family::binary: return {binary_kernel(p, in[0], in[1], out_avals[0])};
+    case Family::comparison: return {compare_kernel(p, in[0], in[1], out_avals[0])};
+    case Family::power:
+    case Family::structural:
+    case Family::factorization:
+    case Family::collective:
+    case Family::higher_order:
+    case Family::control_flow: break;
+  }
   return {resolve_kernel_impl(p, params, out_avals[0])(in)};
 }
 
