@@ -44,8 +44,11 @@ std::size_t rounded(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; 
 
 /// The shared arena: freed blocks kept by rounded size and handed to the next buffer of that
 /// size, so a plan that runs again (a scan body, a jitted step) allocates nothing from the system.
-/// It keeps at most `cap` bytes (XJAX_ARENA_BYTES, default 512 MiB); release_arena_memory()
-/// empties it. Each thread keeps a small cache of its own in front of it (ThreadCache below).
+/// It keeps at most `cap` bytes (XJAX_ARENA_BYTES, default 512 MiB): a block freed when it is
+/// full takes the place of the blocks of the size least recently taken or freed (what an earlier
+/// computation left, which the running one does not use), and goes to the system only when
+/// those do not make room. release_arena_memory() empties it. Each thread keeps a small cache of
+/// its own in front of it (ThreadCache below).
 class Arena {
  public:
   /// A block of `size` bytes: a cached one, or one from the system.
@@ -57,28 +60,47 @@ class Arena {
   void* reuse(std::size_t size) {
     std::lock_guard lock(mutex_);
     auto it = free_.find(size);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
-    it->second.pop_back();
+    if (it == free_.end() || it->second.blocks.empty()) return nullptr;
+    it->second.last_use = ++tick_;
+    void* p = it->second.blocks.back();
+    it->second.blocks.pop_back();
     cached_.fetch_sub(static_cast<std::int64_t>(size), std::memory_order_relaxed);
     return p;
   }
-  /// Keeps p for reuse when the cap allows, else returns it to the system.
+  /// Keeps p for reuse, making room under the cap by returning the least recently used sizes'
+  /// blocks to the system; p itself goes there when that does not make room.
   void give(void* p, std::size_t size) {
+    std::vector<std::pair<void*, std::size_t>> evicted;  // freed after the lock
     {
       std::lock_guard lock(mutex_);
-      if (cached_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(size) <= cap_) {
-        free_[size].push_back(p);
-        cached_.fetch_add(static_cast<std::int64_t>(size), std::memory_order_relaxed);
-        return;
+      SizeClass& mine = free_[size];
+      mine.last_use = ++tick_;
+      const auto bytes = static_cast<std::int64_t>(size);
+      while (cached_.load(std::memory_order_relaxed) + bytes > cap_) {
+        SizeClass* oldest = nullptr;
+        std::size_t oldest_size = 0;
+        for (auto& [s, c] : free_)
+          if (s != size && !c.blocks.empty() && (!oldest || c.last_use < oldest->last_use)) oldest = &c, oldest_size = s;
+        if (!oldest) break;
+        while (!oldest->blocks.empty() && cached_.load(std::memory_order_relaxed) + bytes > cap_) {
+          evicted.emplace_back(oldest->blocks.back(), oldest_size);
+          oldest->blocks.pop_back();
+          cached_.fetch_sub(static_cast<std::int64_t>(oldest_size), std::memory_order_relaxed);
+        }
+      }
+      if (cached_.load(std::memory_order_relaxed) + bytes <= cap_) {
+        mine.blocks.push_back(p);
+        cached_.fetch_add(bytes, std::memory_order_relaxed);
+        p = nullptr;
       }
     }
-    system_free(p, size);
+    for (auto [q, s] : evicted) system_free(q, s);
+    if (p) system_free(p, size);
   }
   void release() {
     std::lock_guard lock(mutex_);
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) system_free(p, size);
+    for (auto& [size, c] : free_)
+      for (void* p : c.blocks) system_free(p, size);
     free_.clear();
     cached_.store(0);
   }
@@ -102,8 +124,14 @@ class Arena {
     const char* v = std::getenv("XJAX_ARENA_BYTES");
     return v ? std::strtoll(v, nullptr, 10) : std::int64_t{512} << 20;
   }
+  /// The cached blocks of one size, and when that size was last taken or freed (tick_).
+  struct SizeClass {
+    std::vector<void*> blocks;
+    std::uint64_t last_use = 0;
+  };
   std::mutex mutex_;
-  std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::unordered_map<std::size_t, SizeClass> free_;
+  std::uint64_t tick_ = 0;
   std::atomic<std::int64_t> cached_{0};
   const std::int64_t cap_ = cap_from_env();
 };
