@@ -27,6 +27,9 @@ template <class T> class PerThread {
     if (T* p = ptr_) return p;
     return make();
   }
+  /// The calling thread's T if it has one already (nothing is made: no thread_local destructor
+  /// is registered for a thread that never used it), else nullptr.
+  static T* existing() { return ptr_; }
 
  private:
   struct Owner {

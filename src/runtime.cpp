@@ -297,7 +297,9 @@ void count_evals(std::span<const EvalCount> counts) {
 }
 
 void flush_thread_cache() {
-  if (ThreadCache* cache = ThreadCache::mine()) cache->hand_back();
+  // A worker that never allocated has no cache, and gets none (a thread_local destructor
+  // registered for nothing: a child of fork() inherits the record and LeakSanitizer reports it).
+  if (ThreadCache* cache = detail::PerThread<ThreadCache>::existing()) cache->hand_back();
 }
 
 }  // namespace detail
