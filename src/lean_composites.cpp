@@ -2,7 +2,9 @@
 // one too), so reverse mode keeps what PyTorch's autograd keeps for them: softmax its output,
 // log_softmax exp(output), gelu one array the size of its input (its derivative), relu its output. Differentiated
 // as compositions they kept three to four arrays each (issue 32). The rules are written with
-// ordinary ops, so they are differentiable again (higher orders), batch and jit.
+// ordinary ops, so they are differentiable again (higher orders), batch and jit. Each rule is
+// made with a key naming what it computes (rule_key), so grad without jit remembers the programs
+// that use these functions (transforms/transform_memo.cpp) instead of transforming them per call.
 #include <cmath>
 #include <numbers>
 
@@ -13,6 +15,15 @@ namespace xjax {
 namespace {
 
 using Loc = std::source_location;
+
+/// The composites whose rules this file makes.
+enum class Composite : std::uint64_t { relu = 1, softmax, log_softmax, gelu_tanh, gelu_erf, softplus };
+
+/// The key of a composite's rule (custom_jvp_call_flat's rule_key): the composite and its axis.
+/// With the location of its equation, which the memo compares too, it fixes what the rule does.
+std::uint64_t rule_key(Composite c, std::int64_t axis = 0) {
+  return static_cast<std::uint64_t>(c) | (static_cast<std::uint64_t>(axis) << 8);
+}
 
 Array plain_softmax(const Array& x, std::int64_t axis, const Loc& loc) {
   const Array m = stop_gradient(max(x, {axis}, true, loc), loc);
@@ -27,11 +38,11 @@ Array plain_log_softmax(const Array& x, std::int64_t axis, const Loc& loc) {
 
 // f(x) with derivative f'(x) elementwise: a custom_jvp whose tangent is dx * f'(x), so reverse
 // mode keeps f'(x) alone.
-template <class F, class D> Array elementwise_with_derivative(const Array& x, F f, D deriv, const Loc& loc) {
-  return custom_jvp(f, [f, deriv](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+template <class F, class D> Array elementwise_with_derivative(const Array& x, F f, D deriv, Composite c, const Loc& loc) {
+  return detail::keyed_custom_jvp(f, [f, deriv](const std::tuple<Array>& p, const std::tuple<Array>& t) {
     const Array& v = std::get<0>(p);
     return std::pair{f(v), mul(std::get<0>(t), deriv(v))};
-  }, loc)(x);
+  }, loc, rule_key(c))(x);
 }
 
 }  // namespace
@@ -39,21 +50,21 @@ template <class F, class D> Array elementwise_with_derivative(const Array& x, F 
 // d softmax(x) = y (dx - sum(y dx)), y = softmax(x): the output is all the derivative needs.
 Array softmax(const Array& x, std::int64_t axis, Loc loc) {
   auto f = [axis, loc](const Array& v) { return plain_softmax(v, axis, loc); };
-  return custom_jvp(f, [f, axis, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+  return detail::keyed_custom_jvp(f, [f, axis, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
     const Array y = f(std::get<0>(p));
     const Array& dx = std::get<0>(t);
     return std::pair{y, mul(y, sub(dx, sum(mul(y, dx, loc), {axis}, true, loc), loc), loc)};
-  }, loc)(x);
+  }, loc, rule_key(Composite::softmax, axis))(x);
 }
 
 // d log_softmax(x) = dx - sum(exp(y) dx), y = log_softmax(x) (exp(y) = softmax(x)).
 Array log_softmax(const Array& x, std::int64_t axis, Loc loc) {
   auto f = [axis, loc](const Array& v) { return plain_log_softmax(v, axis, loc); };
-  return custom_jvp(f, [f, axis, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+  return detail::keyed_custom_jvp(f, [f, axis, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
     const Array y = f(std::get<0>(p));
     const Array& dx = std::get<0>(t);
     return std::pair{y, sub(dx, sum(mul(exp(y, loc), dx, loc), {axis}, true, loc), loc)};
-  }, loc)(x);
+  }, loc, rule_key(Composite::log_softmax, axis))(x);
 }
 
 // relu(x) = select(x > 0, x, 0); d relu = select(relu(x) > 0, dx, 0): x > 0 exactly where
@@ -66,12 +77,12 @@ Array relu(const Array& x, Loc loc) {
     return where(gt(v, zero, loc), v, zero, loc);
   };
   if (!is_floating(x.dtype())) return f(x);
-  return custom_jvp(f, [f, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
+  return detail::keyed_custom_jvp(f, [f, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
     const Array y = f(std::get<0>(p));
     const Array& dx = std::get<0>(t);
     const Array zero = broadcast_to(scalar_like(0.0, y), y.shape(), loc);
     return std::pair{y, where(gt(y, zero, loc), dx, broadcast_to(scalar_like(0.0, dx), dx.shape(), loc), loc)};
-  }, loc)(x);
+  }, loc, rule_key(Composite::relu))(x);
 }
 
 // softplus(x) = log(1 + e^x), computed as max(x, 0) + log1p(e^-|x|) (no overflow); its
@@ -83,7 +94,7 @@ Array softplus(const Array& x, Loc loc) {
     return add(maximum(v, scalar_like(0.0, v), loc), log1p(exp(neg(abs(v, loc), loc), loc), loc), loc);
   };
   if (!is_floating(x.dtype())) return f(x);
-  return elementwise_with_derivative(x, f, [loc](const Array& v) { return logistic(v, loc); }, loc);
+  return elementwise_with_derivative(x, f, [loc](const Array& v) { return logistic(v, loc); }, Composite::softplus, loc);
 }
 
 // gelu(x) = x/2 (1 + tanh(u)), u = c (x + 0.044715 x^3), c = sqrt(2/pi):
@@ -100,7 +111,7 @@ Array gelu(const Array& x, Loc loc) {
     const Array du = mul(add(mul(square(v, loc), scalar_like(3 * k, v), loc), scalar_like(1.0, v), loc), scalar_like(c, v), loc);
     return add(half_one_plus_t, mul(mul(mul(v, scalar_like(0.5, v), loc), sub(scalar_like(1.0, v), square(t, loc), loc), loc), du, loc), loc);
   };
-  return elementwise_with_derivative(x, f, deriv, loc);
+  return elementwise_with_derivative(x, f, deriv, Composite::gelu_tanh, loc);
 }
 
 // gelu(x) = x Phi(x) exactly: gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
@@ -114,7 +125,7 @@ Array gelu(const Array& x, bool approximate, Loc loc) {
     const Array density = mul(exp(mul(square(v, loc), scalar_like(-0.5, v), loc), loc), scalar_like(1.0 / std::sqrt(2.0 * std::numbers::pi), v), loc);
     return add(phi_cdf(v), mul(v, density, loc), loc);
   };
-  return elementwise_with_derivative(x, f, deriv, loc);
+  return elementwise_with_derivative(x, f, deriv, Composite::gelu_erf, loc);
 }
 
 }  // namespace xjax

@@ -66,6 +66,58 @@ TEST_CASE("memo: grad: the same structure is transformed once; anything else is 
   CHECK(hits_after(*memo3, ckpt(pol::save_only_these_names({"a"})), x) == 2);  // its names: identity only
 }
 
+TEST_CASE("memo: grad: the library's custom_jvp composites (relu, softmax, gelu ...) are remembered") {
+  // Their rules are made by the library, known by what they compute (name, axis, location):
+  // a program using them is transformed once, not on every call (since relu, softmax, gelu and
+  // softplus became custom_jvp functions, every grad without jit of a network re-transformed).
+  xj::Array x = f64v({0.5, -1.0, 2.0, 0.25, -0.75, 1.5}, {2, 3});
+  using Fn = std::function<xj::Array(const xj::Array&)>;
+  const std::vector<Fn> fns = {
+      [](const xj::Array& y) { return xj::sum(xj::relu(y) * y); },
+      [](const xj::Array& y) { return xj::sum(xj::softmax(y, 0) * y); },
+      [](const xj::Array& y) { return xj::sum(xj::log_softmax(y, 1) * y); },
+      [](const xj::Array& y) { return xj::sum(xj::gelu(y) * y); },
+      [](const xj::Array& y) { return xj::sum(xj::gelu(y, false) * y); },
+      [](const xj::Array& y) { return xj::sum(xj::softplus(y) * y); },
+      [](const xj::Array& y) { return xj::sum(xj::vmap([](const xj::Array& r) { return xj::softmax(r); })(y) * y); },
+  };
+  for (std::size_t i = 0; i < fns.size(); ++i) {
+    CAPTURE(i);
+    auto memo = xd::new_transform_memo();
+    CHECK(hits_after(*memo, fns[i], x) == 0);
+    CHECK(hits_after(*memo, fns[i], x) == 1);
+    CHECK(hits_after(*memo, fns[i], f64v({1.0, 2.0, 3.0, -4.0, 5.0, -6.0}, {2, 3})) == 2);
+  }
+}
+
+TEST_CASE("memo: grad: softmax along another axis is another program (its rule reads the axis)") {
+  // d/dx sum(w * softmax(x)) = y (w - sum(y w)) along the axis, y = softmax(x): written with loops.
+  const std::vector<double> xv = {0.5, -1.0, 2.0, 0.25, -0.75, 1.5}, wv = {1.0, -2.0, 0.5, 3.0, 0.25, -1.0};
+  auto expected = [&](std::int64_t axis) {
+    std::vector<double> g(6);
+    for (int outer = 0; outer < (axis == 0 ? 3 : 2); ++outer) {
+      auto at = [&](int k) { return axis == 0 ? k * 3 + outer : outer * 3 + k; };
+      const int n = axis == 0 ? 2 : 3;
+      double m = -1e300, z = 0, yw = 0;
+      for (int k = 0; k < n; ++k) m = std::max(m, xv[static_cast<std::size_t>(at(k))]);
+      for (int k = 0; k < n; ++k) z += std::exp(xv[static_cast<std::size_t>(at(k))] - m);
+      for (int k = 0; k < n; ++k) yw += std::exp(xv[static_cast<std::size_t>(at(k))] - m) / z * wv[static_cast<std::size_t>(at(k))];
+      for (int k = 0; k < n; ++k) {
+        const auto j = static_cast<std::size_t>(at(k));
+        g[j] = std::exp(xv[j] - m) / z * (wv[j] - yw);
+      }
+    }
+    return g;
+  };
+  std::int64_t axis = 0;
+  xj::Array w = f64v(wv, {2, 3});
+  auto g = xj::grad([&](const xj::Array& y) { return xj::sum(xj::softmax(y, axis) * w); });
+  for (std::int64_t a : {0, 1, 0, 1}) {
+    axis = a;
+    check_values(g(f64v(xv, {2, 3})), expected(a), 1e-14);
+  }
+}
+
 TEST_CASE("memo: grad: a captured array's new values are used (consts are inputs, not part of the program)") {
   std::vector<double> wv = {2.0, -1.0, 0.5};
   xj::Array w = f64v(wv);

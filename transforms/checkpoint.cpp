@@ -84,25 +84,20 @@ namespace {
 struct PolicyObject : ParamObject {
   std::optional<Policy> policy;  // none: nothing saveable
   std::string repr() const override { return policy ? "<policy>" : "None"; }
+  /// Known without calling it: no policy, or one of the captureless built-in policies; anything
+  /// else (a user's policy, save_only_these_names, a narrowed one ...) by identity.
+  std::optional<std::uint64_t> structure_key() const override {
+    if (!policy) return 1;
+    // Captureless lambdas: a policy holding one of these types behaves as that one.
+    namespace cp = checkpoint_policies;
+    const Policy* known[] = {&cp::everything_saveable, &cp::nothing_saveable, &cp::dots_saveable,
+                             &cp::dots_with_no_batch_dims_saveable, &cp::save_collectives};
+    if (policy->residual_dtype()) return std::nullopt;
+    for (std::size_t i = 0; i < std::size(known); ++i)
+      if (policy->function().target_type() == known[i]->function().target_type()) return 2 + i;
+    return std::nullopt;
+  }
 };
-
-}  // namespace
-
-std::optional<std::uint64_t> policy_identity(const ParamObject& obj) {
-  const auto* p = dynamic_cast<const PolicyObject*>(&obj);
-  if (!p) return std::nullopt;
-  if (!p->policy) return 1;
-  // Captureless lambdas: a policy holding one of these types behaves as that one.
-  namespace cp = checkpoint_policies;
-  const Policy* known[] = {&cp::everything_saveable, &cp::nothing_saveable, &cp::dots_saveable,
-                           &cp::dots_with_no_batch_dims_saveable, &cp::save_collectives};
-  if (p->policy->residual_dtype()) return std::nullopt;  // by identity
-  for (std::size_t i = 0; i < std::size(known); ++i)
-    if (p->policy->function().target_type() == known[i]->function().target_type()) return 2 + i;
-  return std::nullopt;
-}
-
-namespace {
 
 const ClosedJaxpr& body_of(const Params& ps) { return *ps.get<params::Checkpoint>().jaxpr; }
 

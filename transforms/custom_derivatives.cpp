@@ -7,6 +7,7 @@
 // custom_lin calls bwd. So grad uses the user's bwd. Forward mode the user asked for (jvp,
 // linearize, jacfwd: AdMode::forward) of a custom_vjp function is an error as soon as its jvp rule
 // runs, whether or not the result is used (JAX's rule), so the outcome never depends on DCE.
+#include "../src/fnv_hash.hpp"
 #include "higher_order.hpp"
 #include "loops/custom_objects.hpp"
 #include "xjax/custom_derivatives.hpp"
@@ -26,9 +27,10 @@ std::vector<Array> with_consts(const ClosedJaxpr& j, std::span<const Array> args
 // ---- custom_jvp_call -------------------------------------------------------------------------
 
 std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args,
-                                        std::source_location loc) {
+                                        std::source_location loc, std::optional<std::uint64_t> rule_key) {
   auto obj = std::make_shared<JvpRuleObject>();
   obj->rule = std::move(rule);
+  obj->key = rule_key;
   params::CustomJvpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(consts_as_inputs(f)),
                            .jvp = obj,
                            .num_consts = static_cast<std::int64_t>(f.consts.size())};
@@ -192,6 +194,23 @@ std::vector<bool> tail(const std::vector<bool>& v, std::size_t from) {
   return std::vector<bool>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
 }
 
+// The key of a keyed rule batched over `size` members: its own key with what the batching adds
+// (each argument's member type and whether it is batched); none for a rule without one.
+std::optional<std::uint64_t> batched_rule_key(std::optional<std::uint64_t> key, std::span<const ShapedArray> member,
+                                              const std::vector<bool>& batched, std::int64_t size) {
+  if (!key) return std::nullopt;
+  Fnv1a h;
+  h.add(*key);
+  h.add(static_cast<std::uint64_t>(size));
+  for (std::size_t i = 0; i < member.size(); ++i) {
+    h.add(batched[i]);
+    h.add(static_cast<std::uint64_t>(member[i].dtype));
+    h.add(member[i].shape.size());
+    for (auto d : member[i].shape) h.add(static_cast<std::uint64_t>(d));
+  }
+  return h.value();
+}
+
 }  // namespace
 
 // custom_jvp_call(f, rule)[b] = custom_jvp_call(vmap f, vmap rule)
@@ -210,6 +229,7 @@ BatchOut custom_jvp_call_batch(const BatchArgs& a) {
   std::vector<bool> batched_pt = args_batched;
   batched_pt.insert(batched_pt.end(), args_batched.begin(), args_batched.end());
   auto obj = std::make_shared<JvpRuleObject>();
+  obj->key = batched_rule_key(object<JvpRuleObject>(ps.jvp).key, member_pt, batched_pt, a.size);
   obj->rule = [rule = object<JvpRuleObject>(ps.jvp).rule, member_pt, batched_pt,
                size = a.size](std::span<const Array> p, std::span<const Array> t) {
     std::size_t n = p.size();

@@ -60,9 +60,4 @@ ClosedJaxpr prune_invars(const ClosedJaxpr& j, const std::vector<bool>& keep);
 /// the atoms of its outputs. (j must have no constvars.)
 std::vector<Atom> inline_jaxpr(const Jaxpr& j, std::span<const Atom> inputs, std::vector<Eqn>& out);
 
-/// A number standing for what a checkpoint policy object does, where that is known without
-/// calling it (no policy, or one of the captureless built-in policies); nullopt for anything
-/// else (a user's policy, save_only_these_names, ...) and for objects that are not policies.
-std::optional<std::uint64_t> policy_identity(const ParamObject& obj);
-
 }  // namespace xjax::detail

@@ -7,8 +7,10 @@
 // dtype, shape and bytes), outputs' types and source line, nested jaxprs by the same rules. The
 // traced program's consts are passed as leading inputs, so their values are never part of a
 // remembered program: a captured array with new values reuses the entry and sees the new values.
-// Whatever is compared only by identity (a custom rule, a user's checkpoint policy, consts inside
-// a nested jaxpr) makes a program unremembered: it is transformed on every call, as before.
+// Whatever is compared only by identity (a user's custom rule or checkpoint policy, consts inside
+// a nested jaxpr) makes a program unremembered: it is transformed on every call, as before. A
+// parameter object with a structure_key (built-in policies, the rules of the library's own
+// custom_jvp composites such as relu and softmax) is compared by that key.
 //
 // A memo belongs to one transformed function object (and its copies), holds its last kMaxEntries
 // programs, and is thread-safe.
@@ -86,7 +88,7 @@ class StructureWords {
       return std::all_of(v.begin(), v.end(), [&](const ClosedJaxprPtr& c) { return closed(c); });
     } else {
       static_assert(std::is_same_v<T, params::Object>);
-      std::optional<std::uint64_t> k = v ? policy_identity(*v) : std::optional<std::uint64_t>{0};
+      std::optional<std::uint64_t> k = v ? v->structure_key() : std::optional<std::uint64_t>{0};
       if (!k) return false;
       put(*k);
     }

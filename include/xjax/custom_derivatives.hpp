@@ -1,5 +1,7 @@
 // custom_derivatives.hpp: custom_jvp, custom_vjp, custom_linear_solve and custom_root, with JAX's semantics.
 #pragma once
+#include <cstdint>
+#include <optional>
 #include <source_location>
 #include <tuple>
 #include <utility>
@@ -12,8 +14,12 @@ namespace detail {
 
 using JvpFlatRule = std::function<std::pair<std::vector<Array>, std::vector<Array>>(std::span<const Array>, std::span<const Array>)>;
 using BwdFlat = std::function<std::vector<Array>(std::span<const Array> res, std::span<const Array> cts)>;
+/// `rule_key`: a number standing for what `rule` computes, given only by the library's own
+/// composites (relu, softmax ...: lean_composites.cpp), so that programs holding them can be
+/// remembered by structure (ParamObject::structure_key); a user's rule has none.
 std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args,
-                                        std::source_location loc = std::source_location::current());
+                                        std::source_location loc = std::source_location::current(),
+                                        std::optional<std::uint64_t> rule_key = std::nullopt);
 std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_out, BwdFlat bwd, std::span<const Array> args);
 
 template <class T> std::vector<Array> leaves_of(const T& tree) { return tree_flatten(tree).first; }
@@ -23,13 +29,10 @@ bool tracing_active();
 
 }  // namespace detail
 
-/// custom_jvp(f, rule): f with a user-defined forward derivative.
-/// rule(std::tuple<Args...> primals, std::tuple<Args...> tangents) -> std::pair{out, tangent_out}.
-/// Reverse mode works by transposing the rule's (linear) tangent computation, as in JAX.
-/// `loc` (where custom_jvp is called) is the location its equations, and those its rule makes
-/// under differentiation, record (saved_residuals' descriptions).
-template <class F, class Rule> auto custom_jvp(F f, Rule rule, std::source_location loc = std::source_location::current()) {
-  return [f, rule, loc]<class... Args>(const Args&... args) {
+namespace detail {
+/// custom_jvp with the rule's key (custom_jvp_call_flat's rule_key).
+template <class F, class Rule> auto keyed_custom_jvp(F f, Rule rule, std::source_location loc, std::optional<std::uint64_t> rule_key) {
+  return [f, rule, loc, rule_key]<class... Args>(const Args&... args) {
     using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
     // Outside any trace nothing can differentiate the call: it is f itself (as JAX's eager
     // evaluation calls the function directly), without tracing f into a jaxpr first.
@@ -49,8 +52,18 @@ template <class F, class Rule> auto custom_jvp(F f, Rule rule, std::source_locat
       detail::check_same_tree("custom_jvp: the rule's tangent output differs from f's output", out_def, tout_def);
       return std::pair{std::move(out_leaves), std::move(tout_leaves)};
     };
-    return tree_unflatten<R>(out_def, detail::custom_jvp_call_flat(j, flat_rule, fa.leaves, loc));
+    return tree_unflatten<R>(out_def, detail::custom_jvp_call_flat(j, flat_rule, fa.leaves, loc, rule_key));
   };
+}
+}  // namespace detail
+
+/// custom_jvp(f, rule): f with a user-defined forward derivative.
+/// rule(std::tuple<Args...> primals, std::tuple<Args...> tangents) -> std::pair{out, tangent_out}.
+/// Reverse mode works by transposing the rule's (linear) tangent computation, as in JAX.
+/// `loc` (where custom_jvp is called) is the location its equations, and those its rule makes
+/// under differentiation, record (saved_residuals' descriptions).
+template <class F, class Rule> auto custom_jvp(F f, Rule rule, std::source_location loc = std::source_location::current()) {
+  return detail::keyed_custom_jvp(std::move(f), std::move(rule), loc, std::nullopt);
 }
 
 /// custom_vjp(f, fwd, bwd): f with a user-defined reverse derivative.

@@ -12,7 +12,9 @@ namespace xjax::detail {
 
 struct JvpRuleObject : ParamObject {
   JvpFlatRule rule;
+  std::optional<std::uint64_t> key;  // what the rule computes, where the library made it (custom_jvp_call_flat)
   std::string repr() const override { return "<custom jvp rule>"; }
+  std::optional<std::uint64_t> structure_key() const override { return key; }
 };
 
 struct BwdObject : ParamObject {
