@@ -146,6 +146,7 @@ std::vector<ShapedArray> dot_general_shape_rule(Avals in, const params::DotGener
       shape_fail(p, in, "contracting dimensions differ: " + std::to_string(dim(lhs, lc[i])) + " vs " +
                             std::to_string(dim(rhs, rc[i])));
   Shape out;
+  out.reserve(lb.size() + (static_cast<std::size_t>(lhs.ndim()) - lall.size()) + (static_cast<std::size_t>(rhs.ndim()) - rall.size()));
   for (std::size_t i = 0; i < lb.size(); ++i) {
     if (dim(lhs, lb[i]) != dim(rhs, rb[i])) shape_fail(p, in, "batch dimensions differ");
     out.push_back(dim(lhs, lb[i]));
