@@ -98,18 +98,25 @@ std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_locati
   return xs;
 }
 
-// promoted for two operands; one dtype and neither weakly typed (the common case, an eager op's
-// cost) returns them as they are without building an operand list.
-std::pair<Array, Array> promoted_pair(P p, const Array& a, const Array& b, const std::source_location& loc) {
-  if (a.dtype() == b.dtype() && !detail::is_weak(a) && !detail::is_weak(b)) return {a, b};
-  auto ab = promoted(p, {a, b}, loc);
-  return {std::move(ab[0]), std::move(ab[1])};
+// True when two operands need no promotion: one dtype, neither weakly typed. The common case,
+// taken without building an operand list or copying the operands (an eager op's cost).
+bool same_strong_dtype(const Array& a, const Array& b) {
+  return a.dtype() == b.dtype() && !detail::is_weak(a) && !detail::is_weak(b);
+}
+
+// f(a, b) with a and b promoted to their common dtype.
+template <class F> Array with_promoted(P p, const Array& a, const Array& b, const std::source_location& loc, F f) {
+  if (same_strong_dtype(a, b)) return f(a, b);
+  const auto ab = promoted(p, {a, b}, loc);
+  return f(ab[0], ab[1]);
 }
 
 Array binary(P p, const Array& a, const Array& b, const std::source_location& loc) {
-  const auto [pa, pb] = promoted_pair(p, a, b, loc);
-  const auto [x, y] = broadcast_pair(p, pa, pb, loc);
-  return bind1(p, {x, y}, {}, loc);
+  return with_promoted(p, a, b, loc, [&](const Array& pa, const Array& pb) {
+    if (pa.shape() == pb.shape()) return bind1(p, {pa, pb}, {}, loc);  // nothing to broadcast
+    const auto [x, y] = broadcast_pair(p, pa, pb, loc);
+    return bind1(p, {x, y}, {}, loc);
+  });
 }
 
 // A C++ number mixed with `other` (weak typing); in strict mode it adopts other's dtype.
@@ -269,10 +276,11 @@ Array ge(const Array& a, const Array& b, std::source_location loc) { return bina
 Array where(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
   if (pred.dtype() != bool_)
     throw TypeError("where: the predicate must be bool, got " + pred.aval().str() + " (at " + format_location(loc) + ")");
-  const auto [pa, pb] = promoted_pair(P::select_n, a, b, loc);
-  Shape s = broadcast_operands(P::select_n, {&pred.shape(), &a.shape(), &b.shape()}, {&pred, &b, &a}, loc);
-  auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
-  return bind1(P::select_n, {fit(pred), fit(pb), fit(pa)}, {}, loc);
+  return with_promoted(P::select_n, a, b, loc, [&](const Array& pa, const Array& pb) {
+    Shape s = broadcast_operands(P::select_n, {&pred.shape(), &a.shape(), &b.shape()}, {&pred, &b, &a}, loc);
+    auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
+    return bind1(P::select_n, {fit(pred), fit(pb), fit(pa)}, {}, loc);
+  });
 }
 Array where(const Array& pred, const Array& a, detail::Scalar b, std::source_location loc) {
   return where(pred, a, weak_scalar(b, a), loc);
@@ -288,9 +296,10 @@ Array select(const Array& pred, const Array& a, const Array& b, std::source_loca
 
 Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc, const Axes& lb,
                   const Axes& rb, std::source_location loc) {
-  const auto [pa, pb] = promoted_pair(P::dot_general, a, b, loc);
-  return bind1(P::dot_general, {pa, pb},
-               params::DotGeneral{.lhs_contracting = lc, .rhs_contracting = rc, .lhs_batch = lb, .rhs_batch = rb}, loc);
+  return with_promoted(P::dot_general, a, b, loc, [&](const Array& pa, const Array& pb) {
+    return bind1(P::dot_general, {pa, pb},
+                 params::DotGeneral{.lhs_contracting = lc, .rhs_contracting = rc, .lhs_batch = lb, .rhs_batch = rb}, loc);
+  });
 }
 
 Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc, const Axes& lb, const Axes& rb,
@@ -971,8 +980,8 @@ Array logaddexp_tangent(const Array& a, const Array& b, const Array& out, const 
 // in value and slope: differentiated twice it gave 0 there instead of 1/4 (as softplus did;
 // src/lean_composites.cpp). So the derivative is a rule, as JAX's logaddexp's is.
 Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
-  const auto [pa, pb] = promoted_pair(P::max, a, b, loc);
-  const auto [x, y] = broadcast_pair(P::max, pa, pb, loc);
+  const auto ab = promoted(P::max, {a, b}, loc);
+  const auto [x, y] = broadcast_pair(P::max, ab[0], ab[1], loc);
   auto f = [loc](const Array& u, const Array& v) { return logaddexp_value(u, v, loc); };
   if (!is_floating(x.dtype())) return f(x, y);
   return custom_jvp(f, [f, loc](const std::tuple<Array, Array>& p, const std::tuple<Array, Array>& t) {
