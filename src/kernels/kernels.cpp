@@ -305,10 +305,11 @@ std::vector<Array> run_kernel(Primitive p, std::span<const Array> in, const Para
   if (out_avals.size() != 1)
     throw Error("run_kernel(" + std::string(primitive_name(p)) + "): expected one output aval, got " +
                 std::to_string(out_avals.size()));
-  const bool panel_dot = in.size() == 2 && is_panel_dot(p, in[0].dtype(), in[1].dtype(), out_avals[0].dtype);
-  const bool narrow = !takes_narrow_as_is(p) && !panel_dot &&
-                      (is_narrow(out_avals[0].dtype) ||
-                       std::any_of(in.begin(), in.end(), [](const Array& a) { return is_narrow(a.dtype()); }));
+  // The dtypes first: most eager ops have no narrow operand and ask nothing else.
+  const bool narrow = (is_narrow(out_avals[0].dtype) ||
+                       std::any_of(in.begin(), in.end(), [](const Array& a) { return is_narrow(a.dtype()); })) &&
+                      !takes_narrow_as_is(p) &&
+                      !(in.size() == 2 && is_panel_dot(p, in[0].dtype(), in[1].dtype(), out_avals[0].dtype));
   if (narrow) return {widened_kernel(p, params, out_avals[0])(in)};
   // Eager dot_general is called directly: its closure would copy the four dim lists.
   if (p == Primitive::dot_general && in.size() == 2)
