@@ -175,10 +175,12 @@ TEST_CASE("large strided copies split across threads: a transpose and a slice ag
 }
 
 TEST_CASE("elementwise ops and fused chains split across threads: values against plain loops, same bits at any thread count") {
-  // 300 x 1000 elements: many chunks of blocks at three threads. A broadcast row, a scalar, a bool
-  // output and (in bf16) the narrow path's widened rows; the f32 chain once more with its input
-  // handed over, so the output is written in place of it block by block.
-  const std::int64_t rows = 300, cols = 1000;
+  // 400 x 1000 elements: three chunks of blocks at three threads (chunks of at least
+  // kParallelElements). A broadcast row, a scalar, a bool output and (in bf16) the narrow path's
+  // widened rows; the f32 chain once more with its input handed over, so the output is written in
+  // place of it block by block.
+  const std::int64_t rows = 400, cols = 1000;
+  static_assert(400 * 1000 >= 3 * xjax::detail::kParallelElements, "three chunks at three threads");
   const xjax::Array x64 = test_util::randn({rows, cols}, 71), b64 = test_util::randn({cols}, 72);
   auto chain = [](const xjax::Array& x, const xjax::Array& b) {
     const xjax::Array y = xjax::tanh(x) * 2.0 + b;

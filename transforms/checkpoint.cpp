@@ -86,16 +86,22 @@ struct PolicyObject : ParamObject {
   std::string repr() const override { return policy ? "<policy>" : "None"; }
   /// Known without calling it: no policy, or one of the captureless built-in policies; anything
   /// else (a user's policy, save_only_these_names, a narrowed one ...) by identity.
-  std::optional<std::uint64_t> structure_key() const override {
-    if (!policy) return 1;
+  bool structure_words(std::vector<std::uint64_t>& out) const override {
+    if (!policy) {
+      out.push_back(1);
+      return true;
+    }
     // Captureless lambdas: a policy holding one of these types behaves as that one.
     namespace cp = checkpoint_policies;
     const Policy* known[] = {&cp::everything_saveable, &cp::nothing_saveable, &cp::dots_saveable,
                              &cp::dots_with_no_batch_dims_saveable, &cp::save_collectives};
-    if (policy->residual_dtype()) return std::nullopt;
+    if (policy->residual_dtype()) return false;
     for (std::size_t i = 0; i < std::size(known); ++i)
-      if (policy->function().target_type() == known[i]->function().target_type()) return 2 + i;
-    return std::nullopt;
+      if (policy->function().target_type() == known[i]->function().target_type()) {
+        out.push_back(2 + i);
+        return true;
+      }
+    return false;
   }
 };
 

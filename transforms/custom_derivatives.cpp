@@ -7,7 +7,6 @@
 // custom_lin calls bwd. So grad uses the user's bwd. Forward mode the user asked for (jvp,
 // linearize, jacfwd: AdMode::forward) of a custom_vjp function is an error as soon as its jvp rule
 // runs, whether or not the result is used (JAX's rule), so the outcome never depends on DCE.
-#include "../src/fnv_hash.hpp"
 #include "higher_order.hpp"
 #include "loops/custom_objects.hpp"
 #include "xjax/custom_derivatives.hpp"
@@ -30,7 +29,7 @@ std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, 
                                         std::source_location loc, std::optional<std::uint64_t> rule_key) {
   auto obj = std::make_shared<JvpRuleObject>();
   obj->rule = std::move(rule);
-  obj->key = rule_key;
+  if (rule_key) obj->key = std::vector<std::uint64_t>{*rule_key};
   params::CustomJvpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(consts_as_inputs(f)),
                            .jvp = obj,
                            .num_consts = static_cast<std::int64_t>(f.consts.size())};
@@ -194,21 +193,22 @@ std::vector<bool> tail(const std::vector<bool>& v, std::size_t from) {
   return std::vector<bool>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
 }
 
-// The key of a keyed rule batched over `size` members: its own key with what the batching adds
-// (each argument's member type and whether it is batched); none for a rule without one.
-std::optional<std::uint64_t> batched_rule_key(std::optional<std::uint64_t> key, std::span<const ShapedArray> member,
-                                              const std::vector<bool>& batched, std::int64_t size) {
+// The key of a keyed rule batched over `size` members: its own key, then what the batching adds
+// (the size, each argument's member type and whether it is batched); none for a rule without one.
+std::optional<std::vector<std::uint64_t>> batched_rule_key(const std::optional<std::vector<std::uint64_t>>& key,
+                                                           std::span<const ShapedArray> member,
+                                                           const std::vector<bool>& batched, std::int64_t size) {
   if (!key) return std::nullopt;
-  Fnv1a h;
-  h.add(*key);
-  h.add(static_cast<std::uint64_t>(size));
+  std::vector<std::uint64_t> w = *key;
+  w.push_back(static_cast<std::uint64_t>(size));
+  w.push_back(member.size());
   for (std::size_t i = 0; i < member.size(); ++i) {
-    h.add(batched[i]);
-    h.add(static_cast<std::uint64_t>(member[i].dtype));
-    h.add(member[i].shape.size());
-    for (auto d : member[i].shape) h.add(static_cast<std::uint64_t>(d));
+    w.push_back(batched[i]);
+    w.push_back(static_cast<std::uint64_t>(member[i].dtype));
+    w.push_back(member[i].shape.size());
+    for (auto d : member[i].shape) w.push_back(static_cast<std::uint64_t>(d));
   }
-  return h.value();
+  return w;
 }
 
 }  // namespace

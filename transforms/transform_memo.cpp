@@ -9,8 +9,8 @@
 // remembered program: a captured array with new values reuses the entry and sees the new values.
 // Whatever is compared only by identity (a user's custom rule or checkpoint policy, consts inside
 // a nested jaxpr) makes a program unremembered: it is transformed on every call, as before. A
-// parameter object with a structure_key (built-in policies, the rules of the library's own
-// custom_jvp composites such as relu and softmax) is compared by that key.
+// parameter object with structure_words (built-in policies, the rules of the library's own
+// custom_jvp composites such as relu and softmax) is compared by those words.
 //
 // A memo belongs to one transformed function object (and its copies), holds its last kMaxEntries
 // programs, and is thread-safe.
@@ -88,9 +88,16 @@ class StructureWords {
       return std::all_of(v.begin(), v.end(), [&](const ClosedJaxprPtr& c) { return closed(c); });
     } else {
       static_assert(std::is_same_v<T, params::Object>);
-      std::optional<std::uint64_t> k = v ? v->structure_key() : std::optional<std::uint64_t>{0};
-      if (!k) return false;
-      put(*k);
+      if (!v) {
+        put(0);
+        return true;
+      }
+      // The object's words, after a mark and their count: a sequence of objects reads back one way only.
+      put(1);
+      const std::size_t count_at = words_.size();
+      put(0);
+      if (!v->structure_words(words_)) return false;
+      words_[count_at] = words_.size() - count_at - 1;
     }
     return true;
   }

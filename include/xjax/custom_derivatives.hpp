@@ -16,7 +16,7 @@ using JvpFlatRule = std::function<std::pair<std::vector<Array>, std::vector<Arra
 using BwdFlat = std::function<std::vector<Array>(std::span<const Array> res, std::span<const Array> cts)>;
 /// `rule_key`: a number standing for what `rule` computes, given only by the library's own
 /// composites (relu, softmax ...: lean_composites.cpp), so that programs holding them can be
-/// remembered by structure (ParamObject::structure_key); a user's rule has none.
+/// remembered by structure (ParamObject::structure_words); a user's rule has none.
 std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args,
                                         std::source_location loc = std::source_location::current(),
                                         std::optional<std::uint64_t> rule_key = std::nullopt);

@@ -13,7 +13,6 @@
 #include <string>
 #include <type_traits>
 #include <new>
-#include <optional>
 #include <vector>
 
 #include "xjax/dtype.hpp"
@@ -29,11 +28,15 @@ using ClosedJaxprPtr = std::shared_ptr<const ClosedJaxpr>;
 struct ParamObject {
   virtual ~ParamObject() = default;
   virtual std::string repr() const = 0;
-  /// A number standing for what the object does, equal for objects that behave the same in any
-  /// program that holds them (a built-in checkpoint policy, a rule the library makes); nullopt,
-  /// the default, where only identity says that (a user's function). The memo of transformed
-  /// programs (transforms/transform_memo.cpp) remembers a program whose objects all have one.
-  virtual std::optional<std::uint64_t> structure_key() const { return std::nullopt; }
+  /// Appends words standing for what the object does and returns true, where objects with equal
+  /// words behave the same in any program that holds them (a built-in checkpoint policy, a rule
+  /// the library makes); false, the default, where only identity says that (a user's function).
+  /// The memo of transformed programs (transforms/transform_memo.cpp) remembers a program whose
+  /// objects all have words.
+  virtual bool structure_words(std::vector<std::uint64_t>& out) const {
+    (void)out;
+    return false;
+  }
 };
 
 // XJAX_PARAMS_STRUCT_BODY(S, (T1, m1), (T2, m2), ...) declares the members of struct S, its

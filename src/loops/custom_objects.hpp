@@ -12,9 +12,15 @@ namespace xjax::detail {
 
 struct JvpRuleObject : ParamObject {
   JvpFlatRule rule;
-  std::optional<std::uint64_t> key;  // what the rule computes, where the library made it (custom_jvp_call_flat)
+  // What the rule computes, where the library made it (custom_jvp_call_flat's rule_key, and what
+  // batching added); none for a user's rule.
+  std::optional<std::vector<std::uint64_t>> key;
   std::string repr() const override { return "<custom jvp rule>"; }
-  std::optional<std::uint64_t> structure_key() const override { return key; }
+  bool structure_words(std::vector<std::uint64_t>& out) const override {
+    if (!key) return false;
+    out.insert(out.end(), key->begin(), key->end());
+    return true;
+  }
 };
 
 struct BwdObject : ParamObject {
