@@ -87,10 +87,13 @@ std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_locati
     if (x.dtype() != t) {
       if (promotion_mode() == PromotionMode::strict && !detail::is_weak(x)) {
         std::vector<ShapedArray> avals;
-        for (const auto& y : xs) avals.push_back(y.aval());
-        throw TypeError(detail::describe_application(p, avals) + ": operands of dtypes " + dtype_name(xs[0].dtype()) +
-                        " and " + dtype_name(x.dtype()) + " under strict dtype promotion; convert one with xj::astype (at " +
-                        format_location(loc) + ")");
+        std::string dtypes;  // "f32 and f64", "f32, f32 and f64"
+        for (std::size_t i = 0; i < xs.size(); ++i) {
+          avals.push_back(xs[i].aval());
+          dtypes += (i == 0 ? "" : i + 1 == xs.size() ? " and " : ", ") + std::string(dtype_name(xs[i].dtype()));
+        }
+        throw TypeError(detail::describe_application(p, avals) + ": operands of dtypes " + dtypes +
+                        " under strict dtype promotion; convert one with xj::astype (at " + format_location(loc) + ")");
       }
       // A weak operand converted stays weak (a C++ integer times a C++ double is a weak float).
       x = detail::is_weak(x) ? detail::weakly_typed(astype(x, t, loc)) : astype(x, t, loc);
