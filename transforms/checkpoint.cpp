@@ -87,6 +87,7 @@ struct PolicyObject : ParamObject {
   /// Known without calling it: no policy, or one of the captureless built-in policies; anything
   /// else (a user's policy, save_only_these_names, a narrowed one ...) by identity.
   bool structure_words(std::vector<std::uint64_t>& out) const override {
+    out.push_back(0x706f6c6963790000ull);  // "policy": no other kind of object's words start so
     if (!policy) {
       out.push_back(1);
       return true;

@@ -18,6 +18,7 @@ struct JvpRuleObject : ParamObject {
   std::string repr() const override { return "<custom jvp rule>"; }
   bool structure_words(std::vector<std::uint64_t>& out) const override {
     if (!key) return false;
+    out.push_back(0x6a76702072756c65ull);  // "jvp rule": no other kind of object's words start so
     out.insert(out.end(), key->begin(), key->end());
     return true;
   }
