@@ -397,6 +397,27 @@ template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* ou
                                                               std::max<std::int64_t>(rows, 1));
   const ArenaScratch<T> tile(rows_per_tile * cols_max);  // fill_patches writes every element
   T* const patch = tile.data;
+  if (g.groups == 1 && small_gemm_rows<T>(g.oq, 1) > 0 && rows >= kMinRowsPerProduct) {
+    // The product loops, each tile's rows split into one share per kernel thread, each share
+    // filled and multiplied by the thread that takes it (a weight gradient's 576 x 64 by 1792 tiles
+    // ran in OpenBLAS, whose Haswell kernels Debian 12's 0.3.21 picks on AMD's AVX-512 CPUs, while
+    // the fill ran on one thread). Each output element is one chain over the window in order.
+    for (std::int64_t r0 = 0; r0 < rows; r0 += rows_per_tile) {
+      const std::int64_t r1 = std::min(rows, r0 + rows_per_tile);
+      const std::int64_t blocks = (r1 - r0 + kMinRowsPerProduct - 1) / kMinRowsPerProduct;
+      for (std::int64_t k0 = 0; k0 < g.window; k0 += kpos_per_tile) {
+        const std::int64_t k1 = std::min(g.window, k0 + kpos_per_tile), cols = (k1 - k0) * g.cg;
+        const std::int64_t per_thread = std::max<std::int64_t>(1, blocks / kernel_threads());
+        parallel_for(blocks, per_thread, [&](std::int64_t b0, std::int64_t b1) {
+          const std::int64_t s0 = r0 + b0 * kMinRowsPerProduct, s1 = std::min(r1, r0 + b1 * kMinRowsPerProduct);
+          T* const share = patch + (s0 - r0) * cols;
+          fill_patches(x, g, 0, s0, s1, k0, k1, share);
+          looped_gemm<T>(s1 - s0, g.oq, cols, share, w + k0 * g.cg * g.oq, out + s0 * g.o, k0 > 0);
+        });
+      }
+    }
+    return;
+  }
   for (std::int64_t q = 0; q < g.groups; ++q) {
     const T* wq = w + q * g.window * g.cg * g.oq;
     for (std::int64_t r0 = 0; r0 < rows; r0 += rows_per_tile) {

@@ -16,6 +16,8 @@
 // 2026-12-01: 16x32x32 0.16 us against 0.46 us); AVX2 figures in docs/performance.md. Where the
 // registers hold less than 512 bytes (SSE2's 16 x 16 bytes) BLAS stays: a 6 x 8 block of floats
 // is too small to beat it. This file is compiled once per kernel set (kernel_sets.hpp).
+#include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "kernels/kernel_sets.hpp"
@@ -49,16 +51,19 @@ template <class T> struct Lhs {
   T at(std::int64_t i, std::int64_t k) const { return a[i * row + k * col]; }
 };
 
-/// c[i0 .. i0 + R, j0 .. j0 + C * width) of A B in batches B of T, where b is [K, N] row-major.
+/// c[i0 .. i0 + R, j0 .. j0 + C * width) of A B in batches B of T, where b is [K, N] row-major;
+/// added to what c holds when `accumulate` (each element's chain goes on from it).
 // The loops over r and q are unrolled (GCC at -O2 would not), so acc stays in registers.
 template <class B, int R, int C, class T>
-void block(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, std::int64_t i0, std::int64_t j0) {
+void block(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, std::int64_t i0, std::int64_t j0,
+           bool accumulate) {
   constexpr auto width = static_cast<std::int64_t>(B::size);
   B acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
-    for (int q = 0; q < C; ++q) acc[r][q] = B(T(0));
+    for (int q = 0; q < C; ++q)
+      acc[r][q] = accumulate ? B::load_unaligned(c + (i0 + r) * n + j0 + q * width) : B(T(0));
   for (std::int64_t p = 0; p < k; ++p) {
     B bp[C];
 #pragma GCC unroll 2
@@ -79,30 +84,31 @@ void block(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, st
 /// Rows i0 .. i0 + R of C: pairs of batches of columns, then one batch if n is odd in batches,
 /// then one half batch if n is odd in half batches.
 template <class T, int R>
-void rows(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, std::int64_t i0) {
+void rows(const Lhs<T>& a, const T* b, T* c, std::int64_t n, std::int64_t k, std::int64_t i0, bool accumulate) {
   std::int64_t j0 = 0;
-  for (; j0 + 2 * kWidth<T> <= n; j0 += 2 * kWidth<T>) block<Batch<T>, R, 2>(a, b, c, n, k, i0, j0);
+  for (; j0 + 2 * kWidth<T> <= n; j0 += 2 * kWidth<T>) block<Batch<T>, R, 2>(a, b, c, n, k, i0, j0, accumulate);
   if (j0 + kWidth<T> <= n) {
-    block<Batch<T>, R, 1>(a, b, c, n, k, i0, j0);
+    block<Batch<T>, R, 1>(a, b, c, n, k, i0, j0, accumulate);
     j0 += kWidth<T>;
   }
   if constexpr (kHasHalf<T>)
-    if (j0 < n) block<HalfBatch<T>, R, 1>(a, b, c, n, k, i0, j0);
+    if (j0 < n) block<HalfBatch<T>, R, 1>(a, b, c, n, k, i0, j0, accumulate);
 }
 
-/// C = A B with b [K, N] row-major and n a multiple of kColumnStep.
-template <class T> void product(const Lhs<T>& a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k) {
+/// C = A B (C += A B when `accumulate`) with b [K, N] row-major and n a multiple of kColumnStep.
+template <class T>
+void product(const Lhs<T>& a, const T* b, T* c, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate = false) {
   std::int64_t i0 = 0;
-  for (; i0 + kBlockRows <= m; i0 += kBlockRows) rows<T, kBlockRows>(a, b, c, n, k, i0);
+  for (; i0 + kBlockRows <= m; i0 += kBlockRows) rows<T, kBlockRows>(a, b, c, n, k, i0, accumulate);
   if (i0 + 4 <= m) {
-    rows<T, 4>(a, b, c, n, k, i0);
+    rows<T, 4>(a, b, c, n, k, i0, accumulate);
     i0 += 4;
   }
   if (i0 + 2 <= m) {
-    rows<T, 2>(a, b, c, n, k, i0);
+    rows<T, 2>(a, b, c, n, k, i0, accumulate);
     i0 += 2;
   }
-  if (i0 < m) rows<T, 1>(a, b, c, n, k, i0);
+  if (i0 < m) rows<T, 1>(a, b, c, n, k, i0, accumulate);
 }
 
 }  // namespace
@@ -126,6 +132,21 @@ bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
   }
 }
 
+template <class T>
+void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c, bool accumulate) {
+  if constexpr (!kWideSimd) {
+    throw Error("internal error: looped_gemm called in a kernel set without product loops");
+  } else {
+    if (n % kColumnStep<T> != 0) throw Error("internal error: looped_gemm called with n = " + std::to_string(n));
+    // Depth chunks whose rows of b fill about 32 KiB (L1) and at least 64 rows: every block of c
+    // reads the chunk again, so it stays in cache; c is read back and written once a chunk.
+    const std::int64_t chunk = std::clamp<std::int64_t>(32768 / (n * std::int64_t{sizeof(T)}), 64, 512);
+    for (std::int64_t p0 = 0; p0 < k; p0 += chunk)
+      product(Lhs<T>{a + p0, k, 1}, b + p0 * n, c, m, n, std::min(chunk, k - p0), accumulate || p0 > 0);
+    if (k == 0 && !accumulate) std::fill(c, c + m * n, T(0));
+  }
+}
+
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k) {
   if constexpr (!kWideSimd) return 0;
   else return n <= 0 || k <= 0 || n % kColumnStep<T> != 0 ? 0 : kMaxMultiplyAdds / (n * k);
@@ -135,6 +156,8 @@ template std::int64_t small_gemm_rows<float>(std::int64_t, std::int64_t);
 template std::int64_t small_gemm_rows<double>(std::int64_t, std::int64_t);
 template bool small_gemm<float>(const SmallGemm&, const float*, const float*, float*);
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
+template void looped_gemm<float>(std::int64_t, std::int64_t, std::int64_t, const float*, const float*, float*, bool);
+template void looped_gemm<double>(std::int64_t, std::int64_t, std::int64_t, const double*, const double*, double*, bool);
 
 bool small_gemm_f32(const SmallGemm& s, const float* a, const float* b, float* c) { return small_gemm(s, a, b, c); }
 bool small_gemm_f64(const SmallGemm& s, const double* a, const double* b, double* c) { return small_gemm(s, a, b, c); }
