@@ -140,6 +140,19 @@ TEST_CASE("kernel sets: build_info names the sets, and an unknown or unrunnable 
 #if defined(XJAX_KERNEL_DISPATCH)
   CHECK(info.kernel_sets == std::vector<std::string>{"avx512", "avx2", "baseline"});
 #endif
+  // OpenBLAS's kernels are named; narrower than the CPU only where the CPU has AVX-512 and the
+  // kernels are not OpenBLAS's AVX-512 ones
+  CHECK(!info.blas_core.empty());
+  const std::string blas = info.blas_core + (info.blas_below_cpu_width ? " (narrower than this CPU's AVX-512)" : "");
+  MESSAGE("OpenBLAS kernels: ", blas);
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx512f")) CHECK(!info.blas_below_cpu_width);
+  if (info.blas_core == "SkylakeX" || info.blas_core == "Cooperlake" || info.blas_core == "SapphireRapids")
+    CHECK(!info.blas_below_cpu_width);
+  if (info.blas_core == "Haswell" && __builtin_cpu_supports("avx512f")) CHECK(info.blas_below_cpu_width);
+#else
+  CHECK(!info.blas_below_cpu_width);
+#endif
 }
 
 TEST_CASE("kernel sets: every set this CPU runs computes what the others compute, to rounding") {

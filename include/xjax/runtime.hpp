@@ -45,6 +45,15 @@ struct BuildInfo {
   std::vector<std::string> kernel_sets;     // the sets built, best first
   std::vector<std::string> runnable_sets;   // those of them this CPU runs
   bool mpi = false;                         // collectives over MPI (else every run is one process)
+  /// The kernels OpenBLAS runs (its openblas_get_corename(): "Haswell" and "Zen" are AVX2 ones,
+  /// "SkylakeX", "Cooperlake" and "SapphireRapids" AVX-512 ones). Large products, and the libtorch
+  /// rows' GEMMs in xjax-bench, run at this rate.
+  std::string blas_core;
+  /// True where the CPU has AVX-512 but OpenBLAS runs narrower kernels: Debian 12's OpenBLAS 0.3.21
+  /// on AMD Zen 4 / Zen 5 runs its Haswell ones, at about half the products' possible rate there
+  /// (docs/performance.md, "OpenBLAS's kernels on AMD's AVX-512 CPUs"); OPENBLAS_CORETYPE=SkylakeX
+  /// set before the program starts makes it run its AVX-512 ones. xjax changes nothing by itself.
+  bool blas_below_cpu_width = false;
 };
 BuildInfo build_info();
 

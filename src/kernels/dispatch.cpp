@@ -1,5 +1,7 @@
 // dispatch.cpp: the entry points of the vectorized kernels forward to the active kernel set, and
 // the choice of that set (kernel_sets.hpp), and xj::build_info. Compiled once, for the baseline ISA.
+#include <cblas.h>
+
 #include <atomic>
 #include <cstdlib>
 
@@ -117,6 +119,11 @@ BuildInfo build_info() {
   }
 #if defined(XJAX_HAVE_MPI)
   info.mpi = true;
+#endif
+  info.blas_core = openblas_get_corename();
+#if defined(__x86_64__)
+  const bool avx512_blas = info.blas_core == "SkylakeX" || info.blas_core == "Cooperlake" || info.blas_core == "SapphireRapids";
+  info.blas_below_cpu_width = __builtin_cpu_supports("avx512f") && !avx512_blas;
 #endif
   return info;
 }
