@@ -23,7 +23,7 @@ void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, st
 /// The fewest elements an elementwise loop (one op, or a fused chain of them) gives one chunk:
 /// fewer are not worth waking a thread for. Waking a sleeping worker costs 10-30 us in a VM (an
 /// idle vCPU woken by an interrupt), as much as a cheap op on 100k-200k floats: measured at two
-/// threads, jitted, 2026-12-05 (AMD EPYC Zen 4 VM), a product of 65536 / 131072 / 262144 floats
+/// threads, jitted, 2026-12-05 (AMD EPYC VM, CPU family 26: Zen 5), a product of 65536 / 131072 / 262144 floats
 /// took 10-24 / 34-37 / 41-43 us split in two against 6-9 / 16-17 / 32-35 us on one thread, and
 /// tanh(1.1 x + 0.3) 36-43 / 35-63 / 64-67 against 21-24 / 42-48 / 84-95 us; from 524288 floats
 /// (and from 262144 for the tanh chain) the split wins. At 32768, V2's 65536-element products
