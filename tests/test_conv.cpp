@@ -306,6 +306,34 @@ TEST_CASE("conv: an infinite weight meets padding as zeros in every kernel path 
   CHECK(std::isnan(depthwise[0]));  // the top-left output reads padding through the infinite tap
 }
 
+TEST_CASE("conv: an infinite cotangent meets padding as zeros in the channels-last kernel gradient (NaN, as the general path)") {
+  // The kernel gradient of a channels-last convolution with 8 output channels reads the input and
+  // the cotangent in place (conv.cpp's channels_last_dense_filter_grad), skipping the padding; the
+  // same convolution channels-first goes through the general path's patch matrix, whose padding
+  // is zeros: both give NaN where the infinite cotangent element meets padding, inf elsewhere.
+  const xj::Array x = xj::ones({1, 3, 3, 2}, xj::f64);
+  const xj::Array w = xj::ones({3, 3, 2, 8}, xj::f64);
+  std::vector<double> ctv(9 * 8, 1.0);
+  ctv[0] = INFINITY;  // position (0, 0), output channel 0
+  const xj::Array ct = test_util::f64v(ctv, {1, 3, 3, 8});
+  const xj::ConvDimensionNumbers nhwc{"NHWC", "HWIO", "NHWC"}, nchw{"NCHW", "OIHW", "NCHW"};
+  const xj::Padding same{{1, 1}, {1, 1}};
+  auto [y1, pb1] = xj::vjp([&](const xj::Array& b) { return xj::conv_general_dilated(x, b, {1, 1}, same, {}, {}, nhwc, 1); }, w);
+  auto [y2, pb2] = xj::vjp([&](const xj::Array& b) { return xj::conv_general_dilated(xj::transpose(x, {0, 3, 1, 2}), b, {1, 1}, same, {}, {}, nchw, 1); },
+                           xj::transpose(w, {3, 2, 0, 1}));
+  const auto channels_last = vec(xj::transpose(std::get<0>(pb1(ct)), {3, 2, 0, 1}));  // as OIHW
+  const auto general = vec(std::get<0>(pb2(xj::transpose(ct, {0, 3, 1, 2}))));
+  REQUIRE(channels_last.size() == general.size());
+  int nans = 0;
+  for (std::size_t i = 0; i < general.size(); ++i) {
+    INFO("element " << i);
+    CHECK(std::isnan(channels_last[i]) == std::isnan(general[i]));
+    if (!std::isnan(general[i])) CHECK(channels_last[i] == general[i]);
+    nans += std::isnan(general[i]) ? 1 : 0;
+  }
+  CHECK(nans == 2 * 5);  // output channel 0, both input channels, the 5 taps with kh = 0 or kw = 0
+}
+
 TEST_CASE("conv: the im2col tile is an arena buffer (counted in the peak, reused: a repeated convolution asks the system for nothing)") {
   // Regression (2026-12-04): the tile was a fresh zeroed std::vector per call; around each
   // convolution glibc grew and trimmed its heap and the tile page-faulted in again, which made

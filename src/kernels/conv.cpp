@@ -412,7 +412,7 @@ template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* ou
           const std::int64_t s0 = r0 + b0 * kMinRowsPerProduct, s1 = std::min(r1, r0 + b1 * kMinRowsPerProduct);
           T* const share = patch + (s0 - r0) * cols;
           fill_patches(x, g, 0, s0, s1, k0, k1, share);
-          looped_gemm<T>(s1 - s0, g.oq, cols, share, w + k0 * g.cg * g.oq, out + s0 * g.o, k0 > 0);
+          looped_gemm<T>(s1 - s0, g.oq, cols, share, cols, 1, w + k0 * g.cg * g.oq, out + s0 * g.o, k0 > 0);
         });
       }
     }
@@ -682,6 +682,94 @@ struct LeadRows {
 // kernel column's reads of a cotangent row are one contiguous run of the input row (no stride in
 // the forward, no lhs dilation): a vectorized dot product; the cotangent positions that meet
 // padding go through the index table (zeros times the cotangent).
+// A dense convolution's kernel gradient with channels-last data, as JAX's transpose rule writes
+// it (the depthwise one's layout with one group): lhs (the layer's input) stored (images,
+// spatial..., channels), rhs (the output cotangent) (images, spatial..., output channels), no base
+// dilation. out[c, kpos, o] = sum over images f and cotangent positions s of
+// x[f, in(kpos, s), c] ct[f, s, o]. For set kernel position and cotangent row, the positions s along
+// the last dim that read the input form one run, and the input rows they read are evenly spaced
+// runs of channels: one product (channels x run) (run x output channels) per (image, cotangent
+// row, kernel position), both operands read in place (no transposes into the general layout, no
+// patch matrix).
+bool is_channels_last_dense_filter_grad(const Conv& g, const params::ConvGeneralDilated& p) {
+  const auto r = static_cast<std::int64_t>(p.lhs_spec.size());
+  Ints spec{r - 1, 0};
+  for (std::int64_t i = 1; i + 1 < r; ++i) spec.push_back(i);
+  const bool undilated = std::all_of(g.dims.begin(), g.dims.end(), [](const WindowDim& d) { return d.base_dilation == 1; });
+  return p.feature_group_count == 1 && p.batch_group_count == 1 && !g.dims.empty() && undilated && p.lhs_spec == spec &&
+         p.rhs_spec == spec;
+}
+
+template <class T> void channels_last_dense_filter_grad(const T* x, const T* ct, const Conv& g, T* out) {
+  const std::int64_t channels = g.n, images = g.c, outs = g.o, positions = g.positions, window = g.window;
+  const std::size_t r = g.dims.size();
+  const WindowDim& last = g.dims.back();
+  const Ints x_stride = spatial_strides(g.dims, channels);  // of x's spatial dims
+  const std::int64_t image = x_stride[0] * g.dims[0].in_size;
+  const std::int64_t ct_rows = window / std::max<std::int64_t>(last.window, 1);  // cotangent positions but the last dim
+  // Per kernel position along the last dim: the cotangent positions [lo, hi) that read the input
+  // (an interval: no base dilation).
+  std::vector<std::pair<std::int64_t, std::int64_t>> run(static_cast<std::size_t>(last.out_size), {0, 0});
+  for (std::int64_t k = 0; k < last.out_size; ++k) {
+    std::int64_t lo = 0;
+    while (lo < last.window && last.input_index(k, lo) < 0) ++lo;
+    std::int64_t hi = lo;
+    while (hi < last.window && last.input_index(k, hi) >= 0) ++hi;
+    run[static_cast<std::size_t>(k)] = {lo, hi};
+  }
+  // Each kernel position's and each cotangent row's index along every dim.
+  const auto unravel = [](std::int64_t flat, const Ints& extent, std::int64_t* idx, std::size_t dims) {
+    for (std::size_t i = dims; i-- > 0;) {
+      idx[i] = flat % extent[i];
+      flat /= extent[i];
+    }
+  };
+  Ints kernel_index(static_cast<std::size_t>(positions) * r), row_index(static_cast<std::size_t>(ct_rows) * (r - 1) + 1);
+  for (std::int64_t k = 0; k < positions; ++k) unravel(k, g.out_extent, kernel_index.data() + k * r, r);
+  for (std::int64_t s = 0; s < ct_rows; ++s) unravel(s, g.window_extent, row_index.data() + s * (r - 1), r - 1);
+  const std::int64_t step = last.window_dilation * x_stride[r - 1];  // between the inputs of s and s + 1
+  const ArenaScratch<T> sum_buffer(positions * channels * outs);      // [kpos][c][o]
+  T* const sums = sum_buffer.data;
+  // Blocks of 8 channels (rows of each product) split over the threads: each output element is one
+  // chain over (image, cotangent row, s) in order, whatever the thread count.
+  constexpr std::int64_t kBlock = 8;
+  const std::int64_t blocks = (channels + kBlock - 1) / kBlock;
+  parallel_for(blocks, std::max<std::int64_t>(1, blocks / kernel_threads()), [&](std::int64_t b0, std::int64_t b1) {
+    const std::int64_t c0 = b0 * kBlock, c1 = std::min(channels, b1 * kBlock), m = c1 - c0;
+    for (std::int64_t k = 0; k < positions; ++k) std::fill_n(sums + (k * channels + c0) * outs, m * outs, T(0));
+    // zeros (padding) times the cotangent: nothing, except NaN where the cotangent is not finite,
+    // as in the other paths (XLA's products)
+    const auto add_padding = [&](std::int64_t k, const T* ct_at, std::int64_t count) {
+      for (std::int64_t i = 0; i < count * outs; ++i)
+        if (!std::isfinite(ct_at[i]))
+          for (std::int64_t c = c0; c < c1; ++c) sums[(k * channels + c) * outs + i % outs] += T(0) * ct_at[i];
+    };
+    for (std::int64_t f = 0; f < images; ++f)
+      for (std::int64_t s = 0; s < ct_rows; ++s) {
+        const T* ct_row = ct + (f * window + s * last.window) * outs;
+        for (std::int64_t k = 0; k < positions; ++k) {
+          const std::int64_t* kidx = kernel_index.data() + k * r;
+          std::int64_t offset = f * image;
+          bool padding = false;
+          for (std::size_t i = 0; i + 1 < r; ++i) {
+            const std::int64_t idx = g.dims[i].input_index(kidx[i], row_index[static_cast<std::size_t>(s) * (r - 1) + i]);
+            padding = padding || idx < 0;
+            offset += idx * x_stride[i];
+          }
+          const auto [lo, hi] = padding ? std::pair<std::int64_t, std::int64_t>{0, 0} : run[static_cast<std::size_t>(kidx[r - 1])];
+          if (hi > lo)
+            looped_gemm<T>(m, outs, hi - lo, x + offset + last.input_index(kidx[r - 1], lo) * x_stride[r - 1] + c0, 1, step,
+                           ct_row + lo * outs, sums + (k * channels + c0) * outs, true);
+          add_padding(k, ct_row, lo);
+          add_padding(k, ct_row + hi * outs, last.window - hi);
+        }
+      }
+    for (std::int64_t c = c0; c < c1; ++c)
+      for (std::int64_t k = 0; k < positions; ++k)
+        std::copy_n(sums + (k * channels + c) * outs, outs, out + (c * positions + k) * outs);
+  });
+}
+
 bool is_channels_first_depthwise_filter_grad(const Conv& g, const params::ConvGeneralDilated& p) {
   const auto r = static_cast<std::int64_t>(p.lhs_spec.size());
   Ints spec{1, 0};
@@ -993,6 +1081,8 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
   const auto run = [&]<class T>(std::type_identity<T>) {
     if (is_channels_last_depthwise_filter_grad(g, p))
       channels_last_depthwise_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
+    else if (is_channels_last_dense_filter_grad(g, p) && small_gemm_rows<T>(g.o, 1) > 0)
+      channels_last_dense_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
     else if (is_channels_first_depthwise_filter_grad(g, p))
       channels_first_depthwise_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
     else

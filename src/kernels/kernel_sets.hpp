@@ -111,11 +111,13 @@ template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T
 /// The most rows m that small_gemm takes for a product of n columns and depth k with B stored
 /// [k, n]: 0 when this set has no loops for such n (small_gemm.cpp).
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k);
-/// c = a b (c += a b when `accumulate`) for row-major a (m x k), b (k x n), c (m x n) of any size
-/// in the small-product loops, the depth in cache-sized chunks; only where small_gemm_rows<T>(n, 1)
-/// is positive (this set has loops for n columns) (small_gemm.cpp). Each element of c is one chain over k in order.
+/// c = a b (c += a b when `accumulate`) for a (m x k) with element (i, p) at a[i a_row + p a_col],
+/// row-major b (k x n) and c (m x n), of any size, in the small-product loops, the depth in
+/// cache-sized chunks; only where small_gemm_rows<T>(n, 1) is positive (this set has loops for n
+/// columns; small_gemm.cpp). Each element of c is one chain over k in order.
 template <class T>
-void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c, bool accumulate);
+void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t a_row, std::int64_t a_col, const T* b,
+                 T* c, bool accumulate);
 /// convert_element_type's loop on raw elements, for every pair of dtypes (elementwise.cpp); the
 /// pairs with a narrow dtype go to convert_narrow (narrow_convert.cpp).
 void convert_elements(DType from, DType to, const void* x, void* o, std::size_t n);

@@ -133,7 +133,8 @@ bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
 }
 
 template <class T>
-void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c, bool accumulate) {
+void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t a_row, std::int64_t a_col, const T* b,
+                 T* c, bool accumulate) {
   if constexpr (!kWideSimd) {
     throw Error("internal error: looped_gemm called in a kernel set without product loops");
   } else {
@@ -142,7 +143,7 @@ void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, con
     // reads the chunk again, so it stays in cache; c is read back and written once a chunk.
     const std::int64_t chunk = std::clamp<std::int64_t>(32768 / (n * std::int64_t{sizeof(T)}), 64, 512);
     for (std::int64_t p0 = 0; p0 < k; p0 += chunk)
-      product(Lhs<T>{a + p0, k, 1}, b + p0 * n, c, m, n, std::min(chunk, k - p0), accumulate || p0 > 0);
+      product(Lhs<T>{a + p0 * a_col, a_row, a_col}, b + p0 * n, c, m, n, std::min(chunk, k - p0), accumulate || p0 > 0);
     if (k == 0 && !accumulate) std::fill(c, c + m * n, T(0));
   }
 }
@@ -156,8 +157,10 @@ template std::int64_t small_gemm_rows<float>(std::int64_t, std::int64_t);
 template std::int64_t small_gemm_rows<double>(std::int64_t, std::int64_t);
 template bool small_gemm<float>(const SmallGemm&, const float*, const float*, float*);
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
-template void looped_gemm<float>(std::int64_t, std::int64_t, std::int64_t, const float*, const float*, float*, bool);
-template void looped_gemm<double>(std::int64_t, std::int64_t, std::int64_t, const double*, const double*, double*, bool);
+template void looped_gemm<float>(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, const float*,
+                                 float*, bool);
+template void looped_gemm<double>(std::int64_t, std::int64_t, std::int64_t, const double*, std::int64_t, std::int64_t,
+                                  const double*, double*, bool);
 
 bool small_gemm_f32(const SmallGemm& s, const float* a, const float* b, float* c) { return small_gemm(s, a, b, c); }
 bool small_gemm_f64(const SmallGemm& s, const double* a, const double* b, double* c) { return small_gemm(s, a, b, c); }
