@@ -87,6 +87,10 @@ const std::vector<ConvCase>& conv_cases() {
       {"window larger than output (a weight gradient's shape)", {4, 3, 9, 8}, {2, 3, 7, 8}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
       {"full window (one output position), batch groups", {4, 3, 5, 4}, {6, 3, 5, 4}, {2, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 2},
       {"2-D pointwise, rhs stored (I, O)", {2, 3, 4, 5}, {3, 4, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "IOHW", "NCHW"},
+      // 8 x 8 positions per image: the product loops (conv.cpp's channels_first_pointwise), both
+      // storages of the kernel
+      {"2-D pointwise, 8 x 8 positions", {3, 5, 8, 8}, {7, 5, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"2-D pointwise, 8 x 8 positions, rhs stored (I, O)", {2, 3, 8, 8}, {3, 6, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "IOHW", "NCHW"},
       {"empty output", {1, 2, 2, 2}, {3, 2, 3, 3}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
   };
   return cases;
@@ -827,6 +831,8 @@ TEST_CASE("depthwise, grouped and dense convolutions split across threads: value
       {"dense NCHW, 16 -> 16 channels, 8 images of 40 x 40", {8, 16, 40, 40}, {16, 16, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 1},
       // 3600 rows of a 1x1 convolution in products of 1024 (conv.cpp's pointwise_small_gemm)
       {"pointwise NHWC, 64 -> 32 channels", {4, 30, 30, 64}, {1, 1, 64, 32}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 1, 1},
+      // images split over the threads, each product in the loops (conv.cpp's channels_first_pointwise)
+      {"pointwise NCHW, 32 -> 16 channels, 5 images", {5, 32, 8, 8}, {16, 32, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 1},
   };
   unsigned seed = 4100;
   for (const ConvCase& c : cases) {

@@ -875,6 +875,16 @@ template <class T> void channels_first_pointwise(const Array& lhs, const Array& 
   const T* x = in_ptr<T>(lhs);
   const T* w = in_ptr<T>(rhs);
   const bool w_t = p.rhs_spec[0] == 1;  // stored (I, O): w^T
+  if (small_gemm_rows<T>(g.positions, 1) > 0) {
+    // the product loops, the images split over the kernel threads (one small BLAS call per image
+    // split each product over the threads again: 1.1-1.2x faster at two threads than at one)
+    parallel_for(g.n, std::max<std::int64_t>(1, g.n / kernel_threads()), [&](std::int64_t n0, std::int64_t n1) {
+      for (std::int64_t n = n0; n < n1; ++n)
+        looped_gemm<T>(g.o, g.positions, g.c, w, w_t ? 1 : g.c, w_t ? g.o : 1, x + n * g.c * g.positions,
+                       out + n * g.o * g.positions, false);
+    });
+    return;
+  }
   for (std::int64_t n = 0; n < g.n; ++n)
     gemm<T>(g.o, g.positions, g.c, w, w_t ? g.o : g.c, x + n * g.c * g.positions, g.positions, T(0),
             out + n * g.o * g.positions, g.positions, w_t);

@@ -5,8 +5,10 @@
 // (bench_torch.cpp). See docs/performance.md.
 #include <cblas.h>
 #include <lapacke.h>
+#include <malloc.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <chrono>
 #include <cmath>
@@ -833,7 +835,8 @@ std::string json_str(const std::string& s) {
 std::string torch_line() {
 #if XJAX_BENCH_TORCH
   return std::string("libtorch ") + bench_torch::version() + ", intra-op threads: " +
-         std::to_string(g_torch_threads) + " (torch::set_num_threads; its GEMMs use OpenBLAS's threads)";
+         std::to_string(g_torch_threads) +
+         " (torch::set_num_threads; its GEMMs use OpenBLAS's threads); glibc keeps freed blocks up to 32 MiB (mallopt)";
 #else
   return "libtorch rows skipped: built without libtorch (libtorch-dev not installed, or -Dtorch=disabled)";
 #endif
@@ -1217,6 +1220,14 @@ int main(int argc, char** argv) {
   }
   auto run = [&](const char* workload) { return only.empty() || only == workload; };
   std::vector<Row> rows;
+  // glibc returns freed blocks above its (adaptive) mmap threshold to the system, so a library
+  // that allocates its tensors with malloc (libtorch) may touch fresh pages on every step: in this
+  // project's VMs a page fault is expensive, and the libtorch rows moved up to 10x between runs
+  // (2026-12-05: oneDNN's convolution kernels spent a third of a C2 run in page faults). xjax
+  // keeps freed blocks in its own arena. Fixed thresholds keep glibc's freed blocks (up to 32 MiB
+  // each, the most glibc allows) for reuse too, so both sides run on recycled memory.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
 #if XJAX_BENCH_TORCH
   g_torch_threads = bench_torch::set_threads(torch_threads());
 #endif
