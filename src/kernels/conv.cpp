@@ -860,6 +860,25 @@ bool is_full_window(const Conv& g, const params::ConvGeneralDilated& p) {
   return true;
 }
 
+// A convolution whose lhs and rhs are both stored (feature, batch, spatial...) (their specs list
+// the batch dim second, the feature dim first): a channels-first convolution's kernel gradient,
+// the images the contracted feature dim.
+bool is_channels_first_weight_grad(const params::ConvGeneralDilated& p) {
+  Ints spec{1, 0};
+  for (std::size_t i = 2; i < p.lhs_spec.size(); ++i) spec.push_back(static_cast<std::int64_t>(i));
+  return p.batch_group_count == 1 && p.lhs_spec == spec && p.rhs_spec == spec;
+}
+
+// out (nout x o) = sum over images f of x[f] (nout x window) ct[f]^T (window x o): one BLAS
+// product per image into the same output (is_full_window: the window is the whole image).
+template <class T> void channels_first_weight_grad(const T* x, const T* ct, const Conv& g, T* out) {
+  const std::int64_t images = g.c, size = g.window;
+  if (images == 0 || size == 0) std::fill_n(out, g.nout * g.o, T(0));
+  for (std::int64_t f = 0; f < images; ++f)
+    gemm<T>(g.nout, g.o, size, x + f * g.nout * size, size, ct + f * g.o * size, size, f == 0 ? T(0) : T(1), out, g.o,
+            false, true);
+}
+
 // A 1x1 convolution with the batch and feature dims leading in lhs and out (NCHW) and O, I
 // leading in rhs in either order: per image, out (O x spatial) = w (O x C) x (C x spatial), no
 // transposes of the data.
@@ -1070,6 +1089,16 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
       if (f32) channels_first_depthwise<float>(in_ptr<float>(lhs), in_ptr<float>(w), g, out_ptr<float>(result));
       else channels_first_depthwise<double>(in_ptr<double>(lhs), in_ptr<double>(w), g, out_ptr<double>(result));
       return result;
+    }
+    if (g.groups == 1 && is_full_window(g, p) && is_channels_first_weight_grad(p)) {
+      // A channels-first 1x1 convolution's kernel gradient: per image f, out (C x O) +=
+      // x[f] (C x spatial) ct[f]^T (spatial x O), both read in place (as one dot_general, both
+      // operands were copied into (channels, images x spatial) order first).
+      Array result = alloc_array(ShapedArray{{g.nout, g.o}, out.dtype});
+      if (f32) channels_first_weight_grad<float>(in_ptr<float>(lhs), in_ptr<float>(rhs), g, out_ptr<float>(result));
+      else channels_first_weight_grad<double>(in_ptr<double>(lhs), in_ptr<double>(rhs), g, out_ptr<double>(result));
+      if (p.out_spec[0] > p.out_spec[1]) result = transpose_kernel(result, Ints{1, 0});
+      return share_buffer(result, out);
     }
     if (g.groups == 1 && is_full_window(g, p)) {
       // One output position: a contraction of lhs's features and spatial dims with rhs's input
