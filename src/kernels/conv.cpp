@@ -860,6 +860,29 @@ bool is_full_window(const Conv& g, const params::ConvGeneralDilated& p) {
   return true;
 }
 
+// out (C x O) = sum over rows k of x[k, :]^T ct[k, :] for x (K x C) and ct (K x O) stored
+// row-major, K = images x positions (a channels-last 1x1 convolution's kernel gradient). The
+// contraction is cut into a fixed number of chunks (whatever the thread count), each chunk's
+// product computed by one thread in the product loops into a partial sum of its own, and the
+// partial sums added in chunk order: the result has the same bits at any thread count.
+template <class T> void channels_last_weight_grad(const T* x, const T* ct, const Conv& g, T* out) {
+  const std::int64_t rows = g.c * g.window, channels = g.nout, outs = g.o;
+  const std::int64_t chunks = std::clamp<std::int64_t>(rows / 4096, 1, 32);
+  const ArenaScratch<T> partial_sums(chunks * channels * outs);
+  T* const partial = partial_sums.data;
+  parallel_for(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t chunk = c0; chunk < c1; ++chunk) {
+      const std::int64_t k0 = chunk * rows / chunks, k1 = (chunk + 1) * rows / chunks;
+      looped_gemm<T>(channels, outs, k1 - k0, x + k0 * channels, 1, channels, ct + k0 * outs, partial + chunk * channels * outs,
+                     false);
+    }
+  });
+  const std::int64_t size = channels * outs;
+  std::copy_n(partial, size, out);
+  for (std::int64_t chunk = 1; chunk < chunks; ++chunk)
+    for (std::int64_t i = 0; i < size; ++i) out[i] += partial[chunk * size + i];
+}
+
 // A convolution whose lhs and rhs are both stored (feature, batch, spatial...) (their specs list
 // the batch dim second, the feature dim first): a channels-first convolution's kernel gradient,
 // the images the contracted feature dim.
@@ -1097,6 +1120,17 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
       Array result = alloc_array(ShapedArray{{g.nout, g.o}, out.dtype});
       if (f32) channels_first_weight_grad<float>(in_ptr<float>(lhs), in_ptr<float>(rhs), g, out_ptr<float>(result));
       else channels_first_weight_grad<double>(in_ptr<double>(lhs), in_ptr<double>(rhs), g, out_ptr<double>(result));
+      if (p.out_spec[0] > p.out_spec[1]) result = transpose_kernel(result, Ints{1, 0});
+      return share_buffer(result, out);
+    }
+    if (g.groups == 1 && is_full_window(g, p) && is_channels_last_dense_filter_grad(g, p) &&
+        (f32 ? small_gemm_rows<float>(g.o, 1) : small_gemm_rows<double>(g.o, 1)) > 0) {
+      // A channels-last 1x1 convolution's kernel gradient: out (C x O) = x^T ct over every image
+      // and position, in fixed chunks of the contraction split over the threads (one skinny BLAS
+      // product split its long contraction poorly: 1.6x libtorch's step at two threads).
+      Array result = alloc_array(ShapedArray{{g.nout, g.o}, out.dtype});
+      if (f32) channels_last_weight_grad<float>(in_ptr<float>(lhs), in_ptr<float>(rhs), g, out_ptr<float>(result));
+      else channels_last_weight_grad<double>(in_ptr<double>(lhs), in_ptr<double>(rhs), g, out_ptr<double>(result));
       if (p.out_spec[0] > p.out_spec[1]) result = transpose_kernel(result, Ints{1, 0});
       return share_buffer(result, out);
     }
