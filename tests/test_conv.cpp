@@ -338,6 +338,26 @@ TEST_CASE("conv: an infinite cotangent meets padding as zeros in the channels-la
   CHECK(nans == 2 * 5);  // output channel 0, both input channels, the 5 taps with kh = 0 or kw = 0
 }
 
+TEST_CASE("conv: an infinite weight meets padding as zeros in the row-by-row channels-last loop (NaN), inf elsewhere") {
+  // 16 input channels, 8 outputs along each row: conv.cpp's direct_rows, which skips padding
+  // (closed form: every output reads tap (0, 0), through padding on the top row and left column)
+  const xj::Array x = xj::ones({1, 9, 9, 16}, xj::f64);
+  std::vector<double> wv(3 * 3 * 16 * 8, 1.0);
+  wv[0] = INFINITY;  // tap (0, 0), input channel 0, output channel 0
+  const xj::Array w = test_util::f64v(wv, {3, 3, 16, 8});
+  const auto y = vec(xj::conv_general_dilated(x, w, {1, 1}, xj::Padding{{1, 1}, {1, 1}}, {}, {}, {"NHWC", "HWIO", "NHWC"}, 1));
+  REQUIRE(y.size() == 9 * 9 * 8);
+  for (int h = 0; h < 9; ++h)
+    for (int v = 0; v < 9; ++v) {
+      INFO("output (" << h << ", " << v << ")");
+      const double taps = (3.0 - (h == 0 || h == 8)) * (3.0 - (v == 0 || v == 8));
+      const double first = y[static_cast<std::size_t>((h * 9 + v) * 8)];
+      if (h == 0 || v == 0) CHECK(std::isnan(first));
+      else CHECK(first == INFINITY);
+      for (int o = 1; o < 8; ++o) CHECK(y[static_cast<std::size_t>((h * 9 + v) * 8 + o)] == 16.0 * taps);
+    }
+}
+
 TEST_CASE("conv: the im2col tile is an arena buffer (counted in the peak, reused: a repeated convolution asks the system for nothing)") {
   // Regression (2026-12-04): the tile was a fresh zeroed std::vector per call; around each
   // convolution glibc grew and trimmed its heap and the tile page-faulted in again, which made

@@ -1070,6 +1070,104 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
   });
 }
 
+// A dense convolution of channels-last data with a small window and at least 8 outputs along the
+// last dim, no base dilation: for each output row (image, output position along the leading
+// dims) and window position, one product of the input row's channels (the outputs that read
+// inside the row, evenly spaced runs of channels) by the window position's weights, added into
+// the output row in the product loops; the rows split over the threads. The input is read in
+// place (im2col copied every window position's channels into a patch matrix first). Each output
+// element is one chain over (window position, input channel) in order, as im2col's patch columns:
+// the same bits. Padding adds nothing, except NaN where a weight is not finite (0 times it, as in
+// im2col's zeros).
+bool is_direct_rows(const Conv& g) {
+  const bool undilated = std::all_of(g.dims.begin(), g.dims.end(), [](const WindowDim& d) { return d.base_dilation == 1; });
+  return g.groups == 1 && !g.dims.empty() && undilated && g.dims.back().out_size >= kMinRowsPerProduct && g.window <= 64 &&
+         g.cg >= 16;
+}
+
+template <class T> void direct_rows(const T* x, const T* w, const Conv& g, T* out) {
+  const WindowDim& last = g.dims.back();
+  const LeadRows rows(g);
+  const std::int64_t n_out = last.out_size, kw = last.window, channels = g.c, outs = g.o;
+  const std::int64_t in_row = last.in_size * channels;  // elements of one input row
+  // per window position along the last dim: the outputs [lo, hi) that read inside the row
+  std::vector<std::pair<std::int64_t, std::int64_t>> run(static_cast<std::size_t>(kw));
+  for (std::int64_t kk = 0; kk < kw; ++kk) {
+    std::int64_t lo = 0;
+    while (lo < n_out && last.input_index(lo, kk) < 0) ++lo;
+    std::int64_t hi = lo;
+    while (hi < n_out && last.input_index(hi, kk) >= 0) ++hi;
+    run[static_cast<std::size_t>(kk)] = {lo, hi};
+  }
+  // the outputs that read inside the row at every window position
+  std::pair<std::int64_t, std::int64_t> interior{0, n_out};
+  for (const auto& [lo, hi] : run) interior = {std::max(interior.first, lo), std::min(interior.second, hi)};
+  if (interior.second < interior.first) interior = {0, 0};
+  // per window position: 0 times its weights summed over the channels, where one is not finite
+  std::vector<std::vector<T>> padding_terms(static_cast<std::size_t>(g.window));
+  for (std::int64_t kp = 0; kp < g.window; ++kp) {
+    const T* wk = w + kp * channels * outs;
+    if (std::all_of(wk, wk + channels * outs, [](T v) { return std::isfinite(v); })) continue;
+    auto& terms = padding_terms[static_cast<std::size_t>(kp)];
+    terms.assign(static_cast<std::size_t>(outs), T(0));
+    for (std::int64_t c = 0; c < channels; ++c)
+      for (std::int64_t o = 0; o < outs; ++o) terms[static_cast<std::size_t>(o)] += T(0) * wk[c * outs + o];
+  }
+  const auto add_padding = [&](std::int64_t kp, T* y, std::int64_t count) {
+    const auto& terms = padding_terms[static_cast<std::size_t>(kp)];
+    if (terms.empty()) return;
+    for (std::int64_t i = 0; i < count; ++i)
+      for (std::int64_t o = 0; o < outs; ++o) y[i * outs + o] += terms[static_cast<std::size_t>(o)];
+  };
+  const std::int64_t tasks = g.nout * rows.out_rows;
+  const std::int64_t per_task = std::max<std::int64_t>(1, n_out * outs * channels * g.window);
+  parallel_for(tasks, std::max<std::int64_t>(1, (std::int64_t{1} << 20) / per_task), [&](std::int64_t t0, std::int64_t t1) {
+    Ints out_at(rows.out_extent.size()), win_at(rows.win_extent.size());
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t image = t / rows.out_rows;
+      for (std::size_t i = out_at.size(), r = static_cast<std::size_t>(t % rows.out_rows); i-- > 0;) {
+        out_at[i] = static_cast<std::int64_t>(r) % rows.out_extent[i];
+        r /= static_cast<std::size_t>(rows.out_extent[i]);
+      }
+      T* y = out + t * n_out * outs;
+      std::fill_n(y, n_out * outs, T(0));
+      for (std::int64_t kl = 0; kl < rows.win_rows; ++kl) {
+        for (std::size_t i = win_at.size(), r = static_cast<std::size_t>(kl); i-- > 0;) {
+          win_at[i] = static_cast<std::int64_t>(r) % rows.win_extent[i];
+          r /= static_cast<std::size_t>(rows.win_extent[i]);
+        }
+        const std::int64_t input_row = rows.input_row(g, out_at, win_at);
+        const T* x_row = x + image * g.image + input_row * in_row;
+        // Without dilation the outputs whose whole window row is inside the input row read one run
+        // of kw x channels elements each: one product of depth kw x channels for all of them.
+        const std::int64_t whole_lo = input_row < 0 || last.window_dilation != 1 ? 0 : interior.first;
+        const std::int64_t whole_hi = input_row < 0 || last.window_dilation != 1 ? 0 : interior.second;
+        if (whole_hi > whole_lo)
+          looped_gemm<T>(whole_hi - whole_lo, outs, kw * channels, x_row + last.input_index(whole_lo, 0) * channels,
+                         last.stride * channels, 1, w + kl * kw * channels * outs, y + whole_lo * outs, true);
+        for (std::int64_t kk = 0; kk < kw; ++kk) {
+          const std::int64_t kp = kl * kw + kk;
+          const auto [lo, hi] = input_row < 0 ? std::pair<std::int64_t, std::int64_t>{0, 0} : run[static_cast<std::size_t>(kk)];
+          // the outputs of [lo, hi) outside [whole_lo, whole_hi), one window position at a time
+          const auto part = [&](std::int64_t a, std::int64_t b) {
+            if (b > a)
+              looped_gemm<T>(b - a, outs, channels, x_row + last.input_index(a, kk) * channels, last.stride * channels, 1,
+                             w + kp * channels * outs, y + a * outs, true);
+          };
+          if (whole_hi > whole_lo) {
+            part(lo, std::min(hi, whole_lo));
+            part(std::max(lo, whole_hi), hi);
+          } else {
+            part(lo, hi);
+          }
+          add_padding(kp, y, lo);
+          add_padding(kp, y + hi * outs, n_out - hi);
+        }
+      }
+    }
+  });
+}
+
 template <class T>
 void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDilated& p, const Conv& g, T* out) {
   const T* x = in_ptr<T>(lhs_cl);
@@ -1088,6 +1186,8 @@ void convolve(const Array& lhs_cl, const Array& rhs, const params::ConvGeneralDi
     depthwise(x, depthwise_weights(w, g).data(), g, out);
   } else if (g.oq == 1 && g.cg >= 8) {
     direct(x, w, g, out);
+  } else if (is_direct_rows(g) && small_gemm_rows<T>(g.o, 1) > 0) {
+    direct_rows(x, w, g, out);
   } else {
     im2col_gemm(x, w, g, out);
   }
