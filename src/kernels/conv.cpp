@@ -9,15 +9,18 @@
 //   - multiplies the channels-last lhs directly (1x1 windows without stride, padding or dilation),
 //   - runs the depthwise loop (one input channel per group, no GEMM: each output channel is a
 //     short dot along the window), or
+//   - multiplies the input rows in place (direct_rows: small windows, at least 8 outputs a row),
 //   - im2col: gathers tiles of the patch matrix (rows: output positions; columns: kernel
 //     position x channel, each a contiguous run of the channels-last lhs) and multiplies each tile
-//     into the output with BLAS, accumulating over column tiles, so the patch matrix is never
-//     whole in memory.
+//     into the output (the product loops where they take the output channels, else BLAS),
+//     accumulating over column tiles, so the patch matrix is never whole in memory.
 // The output is produced channels-last (N, spatial..., O) and transposed to out_spec's order.
 // Layouts that need no transposes are read in place instead (conv_general_dilated_kernel's first
-// branches): a 1x1 convolution with the channels leading (one GEMM per image), a depthwise one with
-// the channels leading (each plane filtered by its window), the depthwise kernel gradient in
-// either layout, and a single output position (dot_general).
+// branches): a 1x1 convolution with the channels leading (one product per image), a depthwise one
+// with the channels leading (each plane filtered by its window), the depthwise kernel gradient in
+// either layout, the dense kernel gradient with the channels last (products of input rows by
+// cotangent rows), the 1x1 kernel gradients (per image, or in chunks of positions), and a single
+// output position (dot_general).
 // The transposes of a convolution (its gradients) are convolutions too (transforms/transpose.cpp),
 // so they run through the same code.
 #include <cblas.h>
