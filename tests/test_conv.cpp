@@ -90,6 +90,7 @@ const std::vector<ConvCase>& conv_cases() {
       // 8 x 8 positions per image: the product loops (conv.cpp's channels_first_pointwise), both
       // storages of the kernel
       {"2-D pointwise, 8 x 8 positions", {3, 5, 8, 8}, {7, 5, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
+      {"2-D pointwise, an empty spatial dim (its kernel gradient: zeros, no product)", {2, 3, 0, 4}, {8, 3, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
       {"2-D pointwise, 8 x 8 positions, rhs stored (I, O)", {2, 3, 8, 8}, {3, 6, 1, 1}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "IOHW", "NCHW"},
       {"empty output", {1, 2, 2, 2}, {3, 2, 3, 3}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW"},
   };

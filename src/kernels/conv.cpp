@@ -899,7 +899,10 @@ bool is_channels_first_weight_grad(const params::ConvGeneralDilated& p) {
 // product per image into the same output (is_full_window: the window is the whole image).
 template <class T> void channels_first_weight_grad(const T* x, const T* ct, const Conv& g, T* out) {
   const std::int64_t images = g.c, size = g.window;
-  if (images == 0 || size == 0) std::fill_n(out, g.nout * g.o, T(0));
+  if (images == 0 || size == 0) {  // (BLAS refuses a leading dimension of 0)
+    std::fill_n(out, g.nout * g.o, T(0));
+    return;
+  }
   for (std::int64_t f = 0; f < images; ++f)
     gemm<T>(g.nout, g.o, size, x + f * g.nout * size, size, ct + f * g.o * size, size, f == 0 ? T(0) : T(1), out, g.o,
             false, true);
@@ -1140,7 +1143,7 @@ template <class T> void direct_rows(const T* x, const T* w, const Conv& g, T* ou
           r /= static_cast<std::size_t>(rows.win_extent[i]);
         }
         const std::int64_t input_row = rows.input_row(g, out_at, win_at);
-        const T* x_row = x + image * g.image + input_row * in_row;
+        const T* x_row = input_row < 0 ? x : x + image * g.image + input_row * in_row;  // (unread over padding)
         // Without dilation the outputs whose whole window row is inside the input row read one run
         // of kw x channels elements each: one product of depth kw x channels for all of them.
         const std::int64_t whole_lo = input_row < 0 || last.window_dilation != 1 ? 0 : interior.first;
