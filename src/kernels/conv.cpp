@@ -731,45 +731,60 @@ template <class T> void channels_last_dense_filter_grad(const T* x, const T* ct,
   for (std::int64_t k = 0; k < positions; ++k) unravel(k, g.out_extent, kernel_index.data() + k * r, r);
   for (std::int64_t s = 0; s < ct_rows; ++s) unravel(s, g.window_extent, row_index.data() + s * (r - 1), r - 1);
   const std::int64_t step = last.window_dilation * x_stride[r - 1];  // between the inputs of s and s + 1
-  const ArenaScratch<T> sum_buffer(positions * channels * outs);      // [kpos][c][o]
-  T* const sums = sum_buffer.data;
-  // Blocks of 8 channels (rows of each product) split over the threads: each output element is one
-  // chain over (image, cotangent row, s) in order, whatever the thread count.
-  constexpr std::int64_t kBlock = 8;
-  const std::int64_t blocks = (channels + kBlock - 1) / kBlock;
-  parallel_for(blocks, std::max<std::int64_t>(1, blocks / kernel_threads()), [&](std::int64_t b0, std::int64_t b1) {
-    const std::int64_t c0 = b0 * kBlock, c1 = std::min(channels, b1 * kBlock), m = c1 - c0;
-    for (std::int64_t k = 0; k < positions; ++k) std::fill_n(sums + (k * channels + c0) * outs, m * outs, T(0));
-    // zeros (padding) times the cotangent: nothing, except NaN where the cotangent is not finite,
-    // as in the other paths (XLA's products)
-    const auto add_padding = [&](std::int64_t k, const T* ct_at, std::int64_t count) {
-      for (std::int64_t i = 0; i < count * outs; ++i)
-        if (!std::isfinite(ct_at[i]))
-          for (std::int64_t c = c0; c < c1; ++c) sums[(k * channels + c) * outs + i % outs] += T(0) * ct_at[i];
-    };
-    for (std::int64_t f = 0; f < images; ++f)
-      for (std::int64_t s = 0; s < ct_rows; ++s) {
-        const T* ct_row = ct + (f * window + s * last.window) * outs;
-        for (std::int64_t k = 0; k < positions; ++k) {
-          const std::int64_t* kidx = kernel_index.data() + k * r;
-          std::int64_t offset = f * image;
-          bool padding = false;
-          for (std::size_t i = 0; i + 1 < r; ++i) {
-            const std::int64_t idx = g.dims[i].input_index(kidx[i], row_index[static_cast<std::size_t>(s) * (r - 1) + i]);
-            padding = padding || idx < 0;
-            offset += idx * x_stride[i];
+  // Fixed blocks of images (at most 8, never depending on the thread count) split over the threads, each
+  // summing its images into a partial sum of its own ([block][kpos][c][o]); the partial sums are
+  // added in block order at the end, so the result has the same bits at any thread count. (Split
+  // by channels instead, every thread read every cotangent row: 1.2x from one thread to two.)
+  // (Fewer blocks when their partial sums would pass 4M elements, 16 MiB of floats.)
+  const std::int64_t size = positions * channels * outs;
+  const std::int64_t blocks =
+      std::max<std::int64_t>(1, std::min({images, std::int64_t{8}, (std::int64_t{1} << 22) / std::max<std::int64_t>(size, 1)}));
+  const ArenaScratch<T> sum_buffer(blocks * size);
+  T* const sums_of_blocks = sum_buffer.data;
+  parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t block = b0; block < b1; ++block) {
+      T* const sums = sums_of_blocks + block * size;
+      std::fill_n(sums, size, T(0));
+      // zeros (padding) times the cotangent: nothing, except NaN where the cotangent is not
+      // finite, as in the other paths (XLA's products)
+      const auto add_padding = [&](std::int64_t k, const T* ct_at, std::int64_t count) {
+        for (std::int64_t i = 0; i < count * outs; ++i)
+          if (!std::isfinite(ct_at[i]))
+            for (std::int64_t c = 0; c < channels; ++c) sums[(k * channels + c) * outs + i % outs] += T(0) * ct_at[i];
+      };
+      for (std::int64_t f = block * images / blocks; f < (block + 1) * images / blocks; ++f)
+        for (std::int64_t s = 0; s < ct_rows; ++s) {
+          const T* ct_row = ct + (f * window + s * last.window) * outs;
+          for (std::int64_t k = 0; k < positions; ++k) {
+            const std::int64_t* kidx = kernel_index.data() + k * r;
+            std::int64_t offset = f * image;
+            bool padding = false;
+            for (std::size_t i = 0; i + 1 < r; ++i) {
+              const std::int64_t idx = g.dims[i].input_index(kidx[i], row_index[static_cast<std::size_t>(s) * (r - 1) + i]);
+              padding = padding || idx < 0;
+              offset += idx * x_stride[i];
+            }
+            const auto [lo, hi] = padding ? std::pair<std::int64_t, std::int64_t>{0, 0} : run[static_cast<std::size_t>(kidx[r - 1])];
+            if (hi > lo)
+              looped_gemm<T>(channels, outs, hi - lo, x + offset + last.input_index(kidx[r - 1], lo) * x_stride[r - 1], 1, step,
+                             ct_row + lo * outs, sums + k * channels * outs, true);
+            add_padding(k, ct_row, lo);
+            add_padding(k, ct_row + hi * outs, last.window - hi);
           }
-          const auto [lo, hi] = padding ? std::pair<std::int64_t, std::int64_t>{0, 0} : run[static_cast<std::size_t>(kidx[r - 1])];
-          if (hi > lo)
-            looped_gemm<T>(m, outs, hi - lo, x + offset + last.input_index(kidx[r - 1], lo) * x_stride[r - 1] + c0, 1, step,
-                           ct_row + lo * outs, sums + (k * channels + c0) * outs, true);
-          add_padding(k, ct_row, lo);
-          add_padding(k, ct_row + hi * outs, last.window - hi);
+        }
+    }
+  });
+  // out[c, kpos, o] = the blocks' partial sums in block order
+  parallel_for(channels, std::max<std::int64_t>(1, channels / kernel_threads()), [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t c = c0; c < c1; ++c)
+      for (std::int64_t k = 0; k < positions; ++k) {
+        T* const to = out + (c * positions + k) * outs;
+        std::copy_n(sums_of_blocks + (k * channels + c) * outs, outs, to);
+        for (std::int64_t block = 1; block < blocks; ++block) {
+          const T* from = sums_of_blocks + block * size + (k * channels + c) * outs;
+          for (std::int64_t o = 0; o < outs; ++o) to[o] += from[o];
         }
       }
-    for (std::int64_t c = c0; c < c1; ++c)
-      for (std::int64_t k = 0; k < positions; ++k)
-        std::copy_n(sums + (k * channels + c) * outs, outs, out + (c * positions + k) * outs);
   });
 }
 
