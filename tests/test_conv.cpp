@@ -499,6 +499,8 @@ const std::vector<WindowCase>& window_cases() {
       {"negative padding", {6, 7}, {2, 2}, {1, 2}, {{-1, 0}, {0, -1}}, {1, 1}, {1, 1}},
       {"window larger than padded operand", {2, 2}, {3, 3}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}},
       {"a pool over the leading dims, 37 channels (the vectorized rows)", {2, 5, 37}, {2, 3, 1}, {1, 2, 1}, {{0, 0}, {1, 1}, {0, 0}}, {1, 1, 1}, {1, 1, 1}},
+      // 87 channels: four batches at a time, then one at a time, then a tail, in every kernel set
+      {"a pool over the leading dims, 87 channels (batches four at a time)", {3, 5, 87}, {2, 3, 1}, {1, 2, 1}, {{0, 0}, {1, 1}, {0, 0}}, {1, 1, 1}, {1, 1, 1}},
       // long windowed last dims: their interiors (every tap inside) run in batches, the edges
       // through the index table
       {"NCHW pool rows of 75, stride 2 (the vectorized interior)", {2, 2, 5, 75}, {1, 1, 3, 3}, {1, 1, 2, 2}, {{0, 0}, {0, 0}, {1, 1}, {1, 0}}, {1, 1, 1, 1}, {1, 1, 1, 1}},
@@ -701,6 +703,16 @@ TEST_CASE("reduce_window derivatives: sum's transpose, max / min pass the tangen
                                          return xj::sum(xj::reduce_window(v, init, op, {3}, {2}, "VALID"));
                                        })(xj::ones({41}, dt)), xj::f64));
       for (std::size_t i = 0; i < row.size(); ++i) CHECK(row[i] == (i % 2 == 0 && i <= 38 ? 1.0 : 0.0));
+    }
+  // Ties along an unwindowed last dim of 87 (whole rows compared, batches four at a time): each
+  // window's first row takes the tangent.
+  for (xj::DType dt : {xj::f32, xj::f64})
+    for (xj::WindowOp op : {xj::WindowOp::max, xj::WindowOp::min}) {
+      const double init = op == xj::WindowOp::max ? -INFINITY : INFINITY;
+      const auto rows = vec(xj::astype(xj::grad([&](const xj::Array& v) {
+                                          return xj::sum(xj::reduce_window(v, init, op, {2, 1}, {1, 1}, "VALID"));
+                                        })(xj::ones({3, 87}, dt)), xj::f64));
+      for (std::size_t i = 0; i < rows.size(); ++i) CHECK(rows[i] == (i < 2 * 87 ? 1.0 : 0.0));
     }
 }
 

@@ -210,11 +210,26 @@ template <class T, class Op> void reduce_window_rows(Op op, T identity, const Ar
       for (const std::int64_t in_row : rows) reduce_row(src + in_row, y);
       return;
     }
-    // a batch of outputs held in a register across the whole window
+    // batches of outputs held in registers across the whole window: four at a time (four
+    // independent chains of max or add, whose latency one chain would wait on), then one
     std::int64_t o = 0;
     if constexpr (std::is_floating_point_v<T>) {
       using B = simd::Batch<T>;
       constexpr auto width = static_cast<std::int64_t>(B::size);
+      for (; o + 4 * width <= n; o += 4 * width) {
+        B acc0(identity), acc1(identity), acc2(identity), acc3(identity);
+        for (const std::int64_t in_row : rows) {
+          const T* p = src + in_row + o;
+          acc0 = op.batch(acc0, B::load_unaligned(p));
+          acc1 = op.batch(acc1, B::load_unaligned(p + width));
+          acc2 = op.batch(acc2, B::load_unaligned(p + 2 * width));
+          acc3 = op.batch(acc3, B::load_unaligned(p + 3 * width));
+        }
+        acc0.store_unaligned(y + o);
+        acc1.store_unaligned(y + o + width);
+        acc2.store_unaligned(y + o + 2 * width);
+        acc3.store_unaligned(y + o + 3 * width);
+      }
       for (; o + width <= n; o += width) {
         B acc(identity);
         for (const std::int64_t in_row : rows) acc = op.batch(acc, B::load_unaligned(src + in_row + o));
@@ -236,8 +251,9 @@ template <class T, class Op> void reduce_window_rows(Op op, T identity, const Ar
 // always taken, as XLA starts from it. Updates are selects, not branches. Indices are I: the
 // integer of T's width where it can hold every index (so a batch of them has T's lane count and
 // the plain rows update both with one mask), else int64 and the scalar loop.
-// One output row at a time: use_row(out_row_start, chosen) gets the row's choices (the last
-// dim's out_size of them) as soon as its window is walked, while they are in cache.
+// One output row at a time: use_row(out_row_start, chosen, rows) gets the row's choices (the last
+// dim's out_size of them) as soon as its window is walked, while they are in cache, and the
+// starts of the operand rows its window read (for_each_output_row's).
 template <class T, class I, bool SelectMax, class UseRow>
 void select_rows(const Array& x, const Windows& w, std::int64_t begin, std::int64_t end, UseRow&& use_row) {
   const WindowDim& last = w.last;
@@ -292,12 +308,37 @@ void select_rows(const Array& x, const Windows& w, std::int64_t begin, std::int6
       std::fill(c, c + n, I(-1));
       std::fill(b, b + n, std::numeric_limits<T>::quiet_NaN());
       for (const std::int64_t in_row : rows) select_row(in_row, c, b);
-      use_row(out_row, c);
+      use_row(out_row, c, rows);
       return;
     }
-    // a batch of choices and their values held in registers across the whole window
+    // batches of choices and their values held in registers across the whole window: four at a
+    // time (independent chains), then one
     std::int64_t o = 0;
     if constexpr (batched) {
+      const auto step = [](Bt& current, Bt& choice, const T* at, std::int64_t index, const Bi& lanes) {
+        const Bt next = Bt::load_unaligned(at);
+        const auto keep = SelectMax ? current >= next : current <= next;
+        current = xsimd::select(keep, current, next);
+        choice = xsimd::select(keep, choice, xsimd::bitwise_cast<Bt>(Bi(static_cast<I>(index)) + lanes));
+      };
+      const Bi lane1 = lane + Bi(static_cast<I>(width)), lane2 = lane1 + Bi(static_cast<I>(width)),
+               lane3 = lane2 + Bi(static_cast<I>(width));
+      for (; o + 4 * width <= n; o += 4 * width) {
+        const Bt nan(std::numeric_limits<T>::quiet_NaN()), none = xsimd::bitwise_cast<Bt>(Bi(I(-1)));
+        Bt current0 = nan, current1 = nan, current2 = nan, current3 = nan;
+        Bt choice0 = none, choice1 = none, choice2 = none, choice3 = none;
+        for (const std::int64_t in_row : rows) {
+          const T* at = src + in_row + o;
+          step(current0, choice0, at, in_row + o, lane);
+          step(current1, choice1, at + width, in_row + o, lane1);
+          step(current2, choice2, at + 2 * width, in_row + o, lane2);
+          step(current3, choice3, at + 3 * width, in_row + o, lane3);
+        }
+        xsimd::bitwise_cast<Bi>(choice0).store_unaligned(c + o);
+        xsimd::bitwise_cast<Bi>(choice1).store_unaligned(c + o + width);
+        xsimd::bitwise_cast<Bi>(choice2).store_unaligned(c + o + 2 * width);
+        xsimd::bitwise_cast<Bi>(choice3).store_unaligned(c + o + 3 * width);
+      }
       for (; o + width <= n; o += width) {
         Bt current(std::numeric_limits<T>::quiet_NaN());
         Bt choice = xsimd::bitwise_cast<Bt>(Bi(I(-1)));
@@ -316,7 +357,7 @@ void select_rows(const Array& x, const Windows& w, std::int64_t begin, std::int6
       for (const std::int64_t in_row : rows) visit(choice, value, src[in_row + o], in_row + o);
       c[o] = choice;
     }
-    use_row(out_row, c);
+    use_row(out_row, c, rows);
   });
 }
 
@@ -330,6 +371,35 @@ template <class T, class UseRow> void with_selected(const Array& x, const Window
                       : select_rows<T, Same, false>(x, w, begin, end, use_row);
   select_max ? select_rows<T, std::int64_t, true>(x, w, begin, end, use_row)
              : select_rows<T, std::int64_t, false>(x, w, begin, end, use_row);
+}
+
+// Adds each output's cotangent at its selected operand element (y[chosen[o]] += v[o], the outputs
+// in order). Where the last dim is plain, output o's choice is r + o for one of the window's
+// operand row starts r (rows), so a batch of outputs at a time: for each row, the lanes that chose
+// it take their cotangent (a select on the bits: no other element changes, not even a -0.0).
+template <class T, class I> void scatter_row(T* y, const T* v, const I* chosen, std::int64_t n, bool plain,
+                                             std::span<const std::int64_t> rows) {
+  std::int64_t o = 0;
+  if constexpr (std::is_floating_point_v<T> && sizeof(I) == sizeof(T)) {
+    using Bt = simd::Batch<T>;
+    using Bi = xsimd::batch<I>;
+    constexpr auto width = static_cast<std::int64_t>(Bt::size);
+    const Bi lane = lane_offsets<I>(1);
+    if (plain)
+      for (; o + width <= n; o += width) {
+        const Bi choice = Bi::load_unaligned(chosen + o);
+        const Bt add = Bt::load_unaligned(v + o);
+        for (const std::int64_t r : rows) {
+          T* at = y + r + o;
+          const Bt old = Bt::load_unaligned(at);
+          const auto hit = choice == Bi(static_cast<I>(r + o)) + lane;
+          xsimd::bitwise_cast<Bt>(xsimd::select(hit, xsimd::bitwise_cast<Bi>(old + add), xsimd::bitwise_cast<Bi>(old)))
+              .store_unaligned(at);
+        }
+      }
+  }
+  for (; o < n; ++o)
+    if (chosen[o] >= 0) y[chosen[o]] += v[o];
 }
 
 // How many parts of the operand the output rows scatter into without overlap: the positions of
@@ -372,7 +442,7 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
     const std::int64_t n = windows.last.out_size, rows = output_rows(dims);
     if (p == Primitive::select_and_gather_add) {  // y: the windows' shape, each row written by one chunk
       parallel_for(rows, row_grain(dims), [&](std::int64_t begin, std::int64_t end) {
-        with_selected<T>(x, windows, w.select_max, begin, end, [&](std::int64_t out_row, const auto* chosen) {
+        with_selected<T>(x, windows, w.select_max, begin, end, [&](std::int64_t out_row, const auto* chosen, auto) {
           for (std::int64_t o = 0; o < n; ++o) y[out_row + o] = chosen[o] < 0 ? T(0) : v[chosen[o]];
         });
       });
@@ -381,6 +451,7 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
     // y: the operand's shape, v: the windows'; windows overlap, so chunks split only where their
     // scatters cannot meet
     const std::int64_t parts = rows == 0 || n == 0 ? 1 : disjoint_parts(dims);
+    const bool plain = is_plain(windows.last);
     const std::int64_t rows_per_part = rows / parts, elements_per_part = x.size() / parts;
     // Parts a few at a time (about 256 KiB of y): zeroed right before their scatter, still in cache.
     const std::int64_t group = std::max<std::int64_t>(1, (std::int64_t{1} << 18) / std::max<std::int64_t>(elements_per_part * static_cast<std::int64_t>(sizeof(T)), 1));
@@ -391,9 +462,8 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
                      std::fill(y + first * elements_per_part, y + last * elements_per_part, T(0));
                      if (n == 0) continue;
                      with_selected<T>(x, windows, w.select_max, first * rows_per_part, last * rows_per_part,
-                                      [&](std::int64_t out_row, const auto* chosen) {
-                                        for (std::int64_t o = 0; o < n; ++o)
-                                          if (chosen[o] >= 0) y[chosen[o]] += v[out_row + o];
+                                      [&](std::int64_t out_row, const auto* chosen, std::span<const std::int64_t> rows) {
+                                        scatter_row(y, v + out_row, chosen, n, plain, rows);
                                       });
                    }
                  });
