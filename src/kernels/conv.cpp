@@ -189,6 +189,9 @@ class OffsetTable {
     return scratch.data();
   }
 
+  /// Output position pos's offsets where they are tabulated, else null (nothing computed).
+  const std::int64_t* tabulated_row(std::int64_t pos) const { return tabulated_ ? all_.data() + pos * g_.window : nullptr; }
+
  private:
   const Conv& g_;
   std::int64_t channels_;
@@ -218,6 +221,16 @@ Array weight_matrices(const Array& rhs, const params::ConvGeneralDilated& p, con
   return transpose_kernel(share_buffer(rhs, split), perm);
 }
 
+// Asks the caches for the count elements from p (a hint: no fault, nothing waited on).
+template <class T> void prefetch_run(const T* p, std::int64_t count) {
+  const char* bytes = reinterpret_cast<const char*>(p);
+  const std::int64_t size = count * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t b = 0; b < size; b += 64) __builtin_prefetch(bytes + b);
+}
+
+/// How many output rows ahead the depthwise loop asks for its input (8 to 32 measured alike).
+constexpr std::int64_t kDepthwiseAhead = 12;
+
 // One input channel per group (depthwise): out[n, s, o] = sum_k x[n, pos(s, k), o / m] w[k, o],
 // m = Oq output channels per input channel. Vectorizes along the channels when m = 1.
 template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out) {
@@ -229,11 +242,19 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
   // weight gives NaN there as in im2col's product), per output position; the same for every image.
   const OffsetTable table(g, g.c);
   // Output rows (n, position) in chunks, each row written by one thread.
+  const std::int64_t rows = g.nout * g.positions;
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(g.window * g.o, 1));
-  parallel_for(g.nout * g.positions, grain, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(rows, grain, [&](std::int64_t begin, std::int64_t end) {
     Ints scratch;
     for (std::int64_t row = begin; row < end; ++row) {
       T* y = out + row * g.o;
+      // The input that the row kDepthwiseAhead rows on reads at its last window position (its
+      // other positions were read by the rows before it), asked for now: the hardware's
+      // prefetchers do not follow the several input rows a window spans (forward 1.2-1.4x at C2's
+      // depthwise size on a Zen 5).
+      if (g.window > 0 && row + kDepthwiseAhead < rows)
+        if (const std::int64_t* ahead = table.tabulated_row((row + kDepthwiseAhead) % g.positions); ahead && ahead[g.window - 1] >= 0)
+          prefetch_run(x + ((row + kDepthwiseAhead) / g.positions) * image + ahead[g.window - 1], g.c);
       const std::int64_t* offsets = table.row(row % g.positions, scratch);
       const T* img = x + (row / g.positions) * image;
       std::int64_t c0 = 0;
