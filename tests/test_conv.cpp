@@ -858,9 +858,12 @@ TEST_CASE("depthwise, grouped and dense convolutions split across threads: value
       // the threads, each multiplied in the small-product loops (conv.cpp's im2col_small_gemm)
       {"dense NCHW, 64 -> 32 channels", {2, 64, 20, 20}, {32, 64, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 1},
       {"dense NHWC, 64 -> 32 channels, stride 2", {2, 21, 20, 64}, {3, 3, 64, 32}, {2, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 1, 1},
-      // the kernel gradient of a dense convolution: 144 rows (3 x 3 x 16) of 1600 window
-      // positions x 8 images, in two column tiles accumulated in the product loops (conv.cpp's
-      // im2col_gemm), the rows split over the threads
+      // the kernel gradient of a dense convolution whose input and output layouts differ: 144
+      // rows (3 x 3 x 16) of 1600 window positions x 8 images, in two column tiles accumulated in
+      // the product loops (conv.cpp's im2col_gemm), the rows split over the threads
+      {"dense, NCHW in and NHWC out, 16 -> 16 channels, 8 images of 40 x 40", {8, 16, 40, 40}, {16, 16, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NHWC", 1, 1},
+      // the same channels-first: its kernel gradient transposed into channels-last order
+      // (conv.cpp's channels_first_dense_filter_grad), 8 images in blocks over the threads
       {"dense NCHW, 16 -> 16 channels, 8 images of 40 x 40", {8, 16, 40, 40}, {16, 16, 3, 3}, {1, 1}, {{1, 1}, {1, 1}}, {1, 1}, {1, 1}, "NCHW", "OIHW", "NCHW", 1, 1},
       // 3600 rows of a 1x1 convolution in products of 1024 (conv.cpp's pointwise_small_gemm)
       {"pointwise NHWC, 64 -> 32 channels", {4, 30, 30, 64}, {1, 1, 64, 32}, {1, 1}, {{0, 0}, {0, 0}}, {1, 1}, {1, 1}, "NHWC", "HWIO", "NHWC", 1, 1},

@@ -513,15 +513,23 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
   });
 }
 
+// The operand spec of a kernel gradient as JAX's transpose rule writes it (the layer's images its
+// feature dim, the layer's channels its batch / output-feature dim), for rank r operands stored
+// channels-last, (images, spatial..., channels): (r-1, 0, 1, ..., r-2); or channels-first,
+// (images, channels, spatial...): (1, 0, 2, ..., r-1).
+Ints filter_grad_spec(std::int64_t r, bool channels_last) {
+  Ints spec{channels_last ? r - 1 : 1, 0};
+  for (std::int64_t i = 1; i + 1 < r; ++i) spec.push_back(channels_last ? i : i + 1);
+  return spec;
+}
+
 // A depthwise convolution's kernel gradient with channels-last data, as JAX's transpose rule
 // writes it: lhs (the layer's input) and rhs (the output cotangent) both stored (images,
 // spatial..., channels), the channels their batch / output-feature dim, the images their feature
 // dim, one batch group per channel. Read in place (no transposes into the general layout):
 // out[kpos, c] = sum over images f and cotangent positions k of lhs[f, in(kpos, k), c] rhs[f, k, c].
 bool is_channels_last_depthwise_filter_grad(const Conv& g, const params::ConvGeneralDilated& p) {
-  const auto r = static_cast<std::int64_t>(p.lhs_spec.size());
-  Ints spec{r - 1, 0};
-  for (std::int64_t i = 1; i + 1 < r; ++i) spec.push_back(i);
+  const Ints spec = filter_grad_spec(static_cast<std::int64_t>(p.lhs_spec.size()), true);
   return p.feature_group_count == 1 && p.batch_group_count == g.n && g.o == g.n && g.oq == 1 && p.lhs_spec == spec &&
          p.rhs_spec == spec;
 }
@@ -700,12 +708,6 @@ struct LeadRows {
   }
 };
 
-// The same kernel gradient with the data channels-first (NCHW: JAX's transpose rule makes lhs and
-// rhs specs (1, 0, spatial...)): out[kpos, c] = sum over images f, cotangent positions k of
-// lhs[f, c, in(kpos, k)] rhs[f, c, k], plane by plane in place. Along the last spatial dim each
-// kernel column's reads of a cotangent row are one contiguous run of the input row (no stride in
-// the forward, no lhs dilation): a vectorized dot product; the cotangent positions that meet
-// padding go through the index table (zeros times the cotangent).
 // A dense convolution's kernel gradient with channels-last data, as JAX's transpose rule writes
 // it (the depthwise one's layout with one group): lhs (the layer's input) stored (images,
 // spatial..., channels), rhs (the output cotangent) (images, spatial..., output channels), no base
@@ -715,10 +717,8 @@ struct LeadRows {
 // runs of channels: one product (channels x run) (run x output channels) per (image, cotangent
 // row, kernel position), both operands read in place (no transposes into the general layout, no
 // patch matrix).
-bool is_channels_last_dense_filter_grad(const Conv& g, const params::ConvGeneralDilated& p) {
-  const auto r = static_cast<std::int64_t>(p.lhs_spec.size());
-  Ints spec{r - 1, 0};
-  for (std::int64_t i = 1; i + 1 < r; ++i) spec.push_back(i);
+bool is_dense_filter_grad(const Conv& g, const params::ConvGeneralDilated& p, bool channels_last) {
+  const Ints spec = filter_grad_spec(static_cast<std::int64_t>(p.lhs_spec.size()), channels_last);
   const bool undilated = std::all_of(g.dims.begin(), g.dims.end(), [](const WindowDim& d) { return d.base_dilation == 1; });
   return p.feature_group_count == 1 && p.batch_group_count == 1 && !g.dims.empty() && undilated && p.lhs_spec == spec &&
          p.rhs_spec == spec;
@@ -809,10 +809,29 @@ template <class T> void channels_last_dense_filter_grad(const T* x, const T* ct,
   });
 }
 
-bool is_channels_first_depthwise_filter_grad(const Conv& g, const params::ConvGeneralDilated& p) {
+// The same kernel gradient with channels-first data (lhs and rhs stored (images, channels,
+// spatial...)): both transposed into channels-last order, then channels_last_dense_filter_grad
+// (the general path transposes them too, into (channels, spatial..., images), and multiplies
+// patch tiles: as fast at one thread at C1's size, 1.3x slower at two).
+template <class T> void channels_first_dense_filter_grad(const Array& lhs, const Array& rhs, const params::ConvGeneralDilated& p, T* out) {
   const auto r = static_cast<std::int64_t>(p.lhs_spec.size());
-  Ints spec{1, 0};
-  for (std::int64_t i = 2; i < r; ++i) spec.push_back(i);
+  Ints to_channels_last{0};
+  for (std::int64_t i = 2; i < r; ++i) to_channels_last.push_back(i);
+  to_channels_last.push_back(1);
+  const Array x = transpose_kernel(lhs, to_channels_last), ct = transpose_kernel(rhs, to_channels_last);
+  params::ConvGeneralDilated q = p;
+  q.lhs_spec = q.rhs_spec = filter_grad_spec(r, true);
+  channels_last_dense_filter_grad(in_ptr<T>(x), in_ptr<T>(ct), make_conv(x.shape(), ct.shape(), q), out);
+}
+
+// The depthwise kernel gradient with the data channels-first (NCHW: JAX's transpose rule makes lhs and
+// rhs specs (1, 0, spatial...)): out[kpos, c] = sum over images f, cotangent positions k of
+// lhs[f, c, in(kpos, k)] rhs[f, c, k], plane by plane in place. Along the last spatial dim each
+// kernel column's reads of a cotangent row are one contiguous run of the input row (no stride in
+// the forward, no lhs dilation): a vectorized dot product; the cotangent positions that meet
+// padding go through the index table (zeros times the cotangent).
+bool is_channels_first_depthwise_filter_grad(const Conv& g, const params::ConvGeneralDilated& p) {
+  const Ints spec = filter_grad_spec(static_cast<std::int64_t>(p.lhs_spec.size()), false);
   return p.feature_group_count == 1 && p.batch_group_count == g.n && g.o == g.n && g.oq == 1 && !g.dims.empty() &&
          p.lhs_spec == spec && p.rhs_spec == spec;
 }
@@ -1265,7 +1284,7 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
       if (p.out_spec[0] > p.out_spec[1]) result = transpose_kernel(result, Ints{1, 0});
       return share_buffer(result, out);
     }
-    if (g.groups == 1 && is_full_window(g, p) && is_channels_last_dense_filter_grad(g, p) &&
+    if (g.groups == 1 && is_full_window(g, p) && is_dense_filter_grad(g, p, true) &&
         (f32 ? small_gemm_rows<float>(g.o, 1) : small_gemm_rows<double>(g.o, 1)) > 0) {
       // A channels-last 1x1 convolution's kernel gradient: out (C x O) = x^T ct over every image
       // and position, in fixed chunks of the contraction split over the threads (one skinny BLAS
@@ -1296,8 +1315,10 @@ Array conv_general_dilated_kernel(const Array& lhs, const Array& rhs, const para
   const auto run = [&]<class T>(std::type_identity<T>) {
     if (is_channels_last_depthwise_filter_grad(g, p))
       channels_last_depthwise_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
-    else if (is_channels_last_dense_filter_grad(g, p) && small_gemm_rows<T>(g.o, 1) > 0)
+    else if (is_dense_filter_grad(g, p, true) && small_gemm_rows<T>(g.o, 1) > 0)
       channels_last_dense_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
+    else if (is_dense_filter_grad(g, p, false) && small_gemm_rows<T>(g.o, 1) > 0)
+      channels_first_dense_filter_grad<T>(lhs, rhs, p, out_ptr<T>(result));
     else if (is_channels_first_depthwise_filter_grad(g, p))
       channels_first_depthwise_filter_grad(in_ptr<T>(lhs), in_ptr<T>(rhs), g, out_ptr<T>(result));
     else
