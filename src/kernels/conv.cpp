@@ -35,6 +35,7 @@
 #include "kernels/kernel_sets.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
+#include "kernels/transpose_block.hpp"
 #include "windows.hpp"
 
 namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
@@ -219,6 +220,17 @@ Array weight_matrices(const Array& rhs, const params::ConvGeneralDilated& p, con
   perm.push_back(at(p.rhs_spec[1]));
   perm.push_back(odim + 1);
   return transpose_kernel(share_buffer(rhs, split), perm);
+}
+
+// out[i] = partial[0][i] + partial[1][i] + ... in block order (partial: blocks x size, the
+// partial sums of fixed blocks of a kernel's work), the elements split over the threads: the
+// result does not depend on the thread count.
+template <class T> void add_in_block_order(const T* partial, std::int64_t blocks, std::int64_t size, T* out) {
+  parallel_for(size, 4096, [&](std::int64_t i0, std::int64_t i1) {
+    std::copy(partial + i0, partial + i1, out + i0);
+    for (std::int64_t block = 1; block < blocks; ++block)
+      for (std::int64_t i = i0; i < i1; ++i) out[i] += partial[block * size + i];
+  });
 }
 
 // Asks the caches for the count elements from p (a hint: no fault, nothing waited on).
@@ -667,12 +679,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
       }
     });
   }
-  const std::int64_t size = positions * channels;
-  parallel_for(size, 4096, [&](std::int64_t i0, std::int64_t i1) {
-    std::fill(out + i0, out + i1, T(0));
-    for (std::int64_t block = 0; block < blocks; ++block)
-      for (std::int64_t i = i0; i < i1; ++i) out[i] += partial[block * size + i];
-  });
+  add_in_block_order(partial, blocks, positions * channels, out);
 }
 
 // The rows of a channels-first plane (one image, one channel: spatial dims in order, the last
@@ -935,10 +942,7 @@ template <class T> void channels_last_weight_grad(const T* x, const T* ct, const
                      false);
     }
   });
-  const std::int64_t size = channels * outs;
-  std::copy_n(partial, size, out);
-  for (std::int64_t chunk = 1; chunk < chunks; ++chunk)
-    for (std::int64_t i = 0; i < size; ++i) out[i] += partial[chunk * size + i];
+  add_in_block_order(partial, chunks, channels * outs, out);
 }
 
 // A convolution whose lhs and rhs are both stored (feature, batch, spatial...) (their specs list
@@ -950,17 +954,43 @@ bool is_channels_first_weight_grad(const params::ConvGeneralDilated& p) {
   return p.batch_group_count == 1 && p.lhs_spec == spec && p.rhs_spec == spec;
 }
 
-// out (nout x o) = sum over images f of x[f] (nout x window) ct[f]^T (window x o): one BLAS
-// product per image into the same output (is_full_window: the window is the whole image).
+// out (nout x o) = sum over images f of x[f] (nout x window) ct[f]^T (window x o) (is_full_window:
+// the window is the whole image). Where the product loops take o: fixed blocks of images (at most
+// 8, whatever the thread count) split over the threads, each block's images summed into a partial
+// sum of its own, ct[f]^T formed a piece of positions at a time in a buffer of the thread's, the
+// partial sums added in block order (the same bits at any thread count). Otherwise one BLAS
+// product per image into the output (OpenBLAS gained nothing from a second thread on C2's 64 x 64
+// products of depth 3136).
 template <class T> void channels_first_weight_grad(const T* x, const T* ct, const Conv& g, T* out) {
-  const std::int64_t images = g.c, size = g.window;
+  const std::int64_t images = g.c, size = g.window, rows = g.nout, outs = g.o;
   if (images == 0 || size == 0) {  // (BLAS refuses a leading dimension of 0)
-    std::fill_n(out, g.nout * g.o, T(0));
+    std::fill_n(out, rows * outs, T(0));
     return;
   }
-  for (std::int64_t f = 0; f < images; ++f)
-    gemm<T>(g.nout, g.o, size, x + f * g.nout * size, size, ct + f * g.o * size, size, f == 0 ? T(0) : T(1), out, g.o,
-            false, true);
+  if (small_gemm_rows<T>(outs, 1) <= 0) {
+    for (std::int64_t f = 0; f < images; ++f)
+      gemm<T>(rows, outs, size, x + f * rows * size, size, ct + f * outs * size, size, f == 0 ? T(0) : T(1), out, outs,
+              false, true);
+    return;
+  }
+  constexpr std::int64_t kPiece = 512;  // positions of ct[f]^T formed at a time
+  const std::int64_t blocks = std::min<std::int64_t>(images, 8), part = rows * outs;
+  const ArenaScratch<T> partial_sums(blocks * part);
+  T* const partial = partial_sums.data;
+  parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    std::vector<T> piece(static_cast<std::size_t>(std::min(kPiece, size) * outs));
+    for (std::int64_t block = b0; block < b1; ++block) {
+      T* const sums = partial + block * part;
+      std::fill_n(sums, part, T(0));
+      for (std::int64_t f = block * images / blocks; f < (block + 1) * images / blocks; ++f)
+        for (std::int64_t p0 = 0; p0 < size; p0 += kPiece) {
+          const std::int64_t len = std::min(kPiece, size - p0);
+          transpose_block(ct + f * outs * size + p0, size, piece.data(), outs, outs, len);  // piece[p][o]
+          looped_gemm<T>(rows, outs, len, x + f * rows * size + p0, size, 1, piece.data(), sums, true);
+        }
+    }
+  });
+  add_in_block_order(partial, blocks, part, out);
 }
 
 // A 1x1 convolution with the batch and feature dims leading in lhs and out (NCHW) and O, I
