@@ -5,6 +5,7 @@
 // reductions and dot products accumulated in f32, the 8- and 16-bit integers (wrap-around, the
 // bit operations, saturating float conversion), u64 beyond INT64_MAX, finfo / iinfo, printing,
 // files, random numbers, and gradients that come back in the primal's dtype.
+#include <cblas.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -172,6 +173,27 @@ TEST_CASE("dtypes: known answers at the edges of bf16 and f16, both ways") {
       }
     }
   }
+}
+
+TEST_CASE("dtypes: bf16 -> f32 of a large array (streamed past the caches) keeps every bit pattern, at one and two threads") {
+  // 9M elements: a thread's share passes narrow_convert.cpp's kStreamBytes at one thread and at
+  // two (the second share starting off a 16-byte boundary); every bf16 pattern, NaNs included.
+  const std::size_t n = 9'000'011;
+  std::vector<xj::bfloat16_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = xj::bfloat16_t::from_bits(static_cast<std::uint16_t>(i * 40503u));
+  const xj::Array x = xj::array<xj::bfloat16_t>(v, {static_cast<std::int64_t>(n)});
+  const int before = openblas_get_num_threads();
+  for (int threads : {1, 2}) {
+    openblas_set_num_threads(threads);
+    (void)xj::full({static_cast<std::int64_t>(n)}, 3.0, xj::f32);  // freed at once: the next block of its size holds 3.0s
+    const xj::Array y = xj::astype(x, xj::f32);
+    const auto* got = static_cast<const std::uint32_t*>(y.raw_data());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) bad += got[i] != static_cast<std::uint32_t>(v[i].bits) << 16 ? 1 : 0;
+    INFO("threads " << threads);
+    CHECK(bad == 0);
+  }
+  openblas_set_num_threads(before);
 }
 
 TEST_CASE("dtypes: bf16 / f16 arithmetic is the f32 result rounded once (double arithmetic rounded by the oracle)") {

@@ -956,11 +956,11 @@ bool is_channels_first_weight_grad(const params::ConvGeneralDilated& p) {
 
 // out (nout x o) = sum over images f of x[f] (nout x window) ct[f]^T (window x o) (is_full_window:
 // the window is the whole image). Where the product loops take o: fixed blocks of images (at most
-// 8, whatever the thread count) split over the threads, each block's images summed into a partial
-// sum of its own, ct[f]^T formed a piece of positions at a time in a buffer of the thread's, the
-// partial sums added in block order (the same bits at any thread count). Otherwise one BLAS
-// product per image into the output (OpenBLAS gained nothing from a second thread on C2's 64 x 64
-// products of depth 3136).
+// 8, fewer past 4M partial sums; never depending on the thread count) split over the threads,
+// each block's images summed into a partial sum of its own, ct[f]^T formed a piece of positions at
+// a time in a buffer of the thread's, the partial sums added in block order (the same bits at any
+// thread count). Otherwise one BLAS product per image into the output (OpenBLAS gained nothing
+// from a second thread on C2's 64 x 64 products of depth 3136).
 template <class T> void channels_first_weight_grad(const T* x, const T* ct, const Conv& g, T* out) {
   const std::int64_t images = g.c, size = g.window, rows = g.nout, outs = g.o;
   if (images == 0 || size == 0) {  // (BLAS refuses a leading dimension of 0)
@@ -974,7 +974,9 @@ template <class T> void channels_first_weight_grad(const T* x, const T* ct, cons
     return;
   }
   constexpr std::int64_t kPiece = 512;  // positions of ct[f]^T formed at a time
-  const std::int64_t blocks = std::min<std::int64_t>(images, 8), part = rows * outs;
+  // (fewer blocks when their partial sums would pass 4M elements, 16 MiB of floats)
+  const std::int64_t part = rows * outs;
+  const std::int64_t blocks = std::max<std::int64_t>(1, std::min({images, std::int64_t{8}, (std::int64_t{1} << 22) / part}));
   const ArenaScratch<T> partial_sums(blocks * part);
   T* const partial = partial_sums.data;
   parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {

@@ -8,8 +8,13 @@
 // f32 <-> bf16, the conversions mixed-precision training runs most, are loops the compiler
 // vectorizes.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "kernels/kernel_sets.hpp"
 #include "kernels/narrow_float.hpp"
@@ -36,9 +41,35 @@ XJAX_NARROW_VECTORIZE void bf16_from_f32_loop(const float* x, std::uint16_t* o, 
   }
 }
 
-XJAX_NARROW_VECTORIZE void f32_from_bf16_loop(const std::uint16_t* x, float* o, std::size_t n) {
-  auto* u = reinterpret_cast<std::uint32_t*>(o);
+XJAX_NARROW_VECTORIZE void f32_from_bf16_plain(const std::uint16_t* x, std::uint32_t* u, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) u[i] = static_cast<std::uint32_t>(x[i]) << 16;
+}
+
+/// Outputs at least this large (a thread's share) are written with non-temporal stores: past the
+/// last-level cache an ordinary store reads each line before writing it (the widening then ran at
+/// half of memcpy's rate on a Zen 5 with 32 MiB of L3).
+constexpr std::size_t kStreamBytes = std::size_t{16} << 20;
+
+void f32_from_bf16_loop(const std::uint16_t* x, float* o, std::size_t n) {
+  auto* u = reinterpret_cast<std::uint32_t*>(o);
+#if defined(__SSE2__)
+  if (n * sizeof(float) >= kStreamBytes) {
+    // up to a 16-byte boundary of o, then 8 elements a step: each bf16 into the high half of a
+    // 32-bit lane (interleaved with zeros), streamed past the caches
+    const std::size_t head = std::min(n, (16 - reinterpret_cast<std::uintptr_t>(o) % 16) % 16 / sizeof(float));
+    f32_from_bf16_plain(x, u, head);
+    const __m128i zero = _mm_setzero_si128();
+    std::size_t i = head;
+    for (; i + 8 <= n; i += 8) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(u + i), _mm_unpacklo_epi16(zero, v));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(u + i + 4), _mm_unpackhi_epi16(zero, v));
+    }
+    _mm_sfence();
+    return f32_from_bf16_plain(x + i, u + i, n - i);
+  }
+#endif
+  f32_from_bf16_plain(x, u, n);
 }
 
 template <class From> double as_double(From v) {
