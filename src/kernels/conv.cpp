@@ -233,6 +233,13 @@ template <class T> void add_in_block_order(const T* partial, std::int64_t blocks
   });
 }
 
+// How many fixed blocks of images a kernel gradient sums separately (then add_in_block_order):
+// at most 8, whatever the thread count, fewer when their partial sums (part elements each) would
+// pass 4M elements (16 MiB of floats), at least 1.
+std::int64_t image_blocks(std::int64_t images, std::int64_t part) {
+  return std::max<std::int64_t>(1, std::min({images, std::int64_t{8}, (std::int64_t{1} << 22) / std::max<std::int64_t>(part, 1)}));
+}
+
 // Asks the caches for the count elements from p (a hint: no fault, nothing waited on).
 template <class T> void prefetch_run(const T* p, std::int64_t count) {
   const char* bytes = reinterpret_cast<const char*>(p);
@@ -765,8 +772,7 @@ template <class T> void channels_last_dense_filter_grad(const T* x, const T* ct,
   // by channels instead, every thread read every cotangent row: 1.2x from one thread to two.)
   // (Fewer blocks when their partial sums would pass 4M elements, 16 MiB of floats.)
   const std::int64_t size = positions * channels * outs;
-  const std::int64_t blocks =
-      std::max<std::int64_t>(1, std::min({images, std::int64_t{8}, (std::int64_t{1} << 22) / std::max<std::int64_t>(size, 1)}));
+  const std::int64_t blocks = image_blocks(images, size);
   const ArenaScratch<T> sum_buffer(blocks * size);
   T* const sums_of_blocks = sum_buffer.data;
   parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
@@ -974,9 +980,7 @@ template <class T> void channels_first_weight_grad(const T* x, const T* ct, cons
     return;
   }
   constexpr std::int64_t kPiece = 512;  // positions of ct[f]^T formed at a time
-  // (fewer blocks when their partial sums would pass 4M elements, 16 MiB of floats)
-  const std::int64_t part = rows * outs;
-  const std::int64_t blocks = std::max<std::int64_t>(1, std::min({images, std::int64_t{8}, (std::int64_t{1} << 22) / part}));
+  const std::int64_t part = rows * outs, blocks = image_blocks(images, part);
   const ArenaScratch<T> partial_sums(blocks * part);
   T* const partial = partial_sums.data;
   parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
