@@ -4,6 +4,8 @@
 // multi-index iteration), then one TEST_CASE per primitive family in the order of
 // primitives.hpp: elementwise, select_n/convert/copy, reductions, argmax, dot_general, shape ops.
 // Output avals are computed by hand here, never by the shape rules.
+#include <cblas.h>
+
 #include <algorithm>
 #include <doctest/doctest.h>
 
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "internal.hpp"
+#include "xjax/runtime.hpp"
 
 namespace {
 
@@ -785,6 +788,50 @@ TEST_CASE("kernel: dot_general of small float matrices in every layout equals th
   }
   for (const auto& c : layouts(4, 128, 64, 0)) check_dot<float>(c);   // B transposed too large to pack
   for (const auto& c : layouts(136, 128, 128, 0)) check_dot<float>(c);  // past m n k = 128^3
+}
+
+// Products past the small loops' sizes run in the same loops, rows split over the threads, where
+// OpenBLAS's kernels are narrower than the AVX-512 set's batches (blocked_gemm, small_gemm.cpp):
+// there each element is one fused multiply-add chain over k in order from +0, so it equals such a
+// chain written here bit for bit, at one thread and at two. Elsewhere BLAS runs them: within
+// rounding of the same chain. Shapes: rows leaving 8-, 4-, 2- and 1-row remainders and groups of
+// rows split unevenly over two threads; columns of two batches, one, and a half batch; depths
+// spanning several of the loops' depth chunks; all four layouts.
+template <class T> void check_blocked_product(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb) {
+  std::vector<T> a = sample<T>(m * k, -3, 3, 0.37), b = sample<T>(k * n, -2, 4, 0.29);
+  std::vector<T> want(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      T acc = T(0);
+      for (std::int64_t p = 0; p < k; ++p)
+        acc = std::fma(a[static_cast<std::size_t>(ta ? p * m + i : i * k + p)], b[static_cast<std::size_t>(tb ? j * k + p : p * n + j)], acc);
+      want[static_cast<std::size_t>(i * n + j)] = acc;
+    }
+  const xjax::BuildInfo info = xjax::build_info();
+  const bool loops = info.blas_below_cpu_width && info.kernel_set == "avx512";
+  Params ps = xjax::params::DotGeneral{.lhs_contracting = {ta ? 0 : 1}, .rhs_contracting = {tb ? 1 : 0}, .lhs_batch = {}, .rhs_batch = {}};
+  const int before = openblas_get_num_threads();
+  for (int threads : {1, 2}) {
+    openblas_set_num_threads(threads);
+    std::vector<T> got = values_of<T>(run(Primitive::dot_general, {make(a, ta ? Shape{k, m} : Shape{m, k}), make(b, tb ? Shape{n, k} : Shape{k, n})},
+                                          {{m, n}, xjax::dtype_of_v<T>}, ps));
+    INFO("m n k " << m << " " << n << " " << k << ", transposed " << ta << tb << ", threads " << threads << ", loops " << loops);
+    REQUIRE(got.size() == want.size());
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (loops ? got[i] != want[i] : std::abs(got[i] - want[i]) > (std::is_same_v<T, float> ? 1e-4 : 1e-11) * (1 + std::abs(want[i]))) ++off;
+    CHECK(off == 0);
+  }
+  openblas_set_num_threads(before);
+}
+
+TEST_CASE("kernel: float products past the small loops' sizes, in every layout (the blocked loops where they outrun BLAS)") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_blocked_product<float>(203, 72, 300, ta, tb);
+      check_blocked_product<double>(203, 40, 700, ta, tb);
+      check_blocked_product<float>(13, 136, 1200, ta, tb);
+    }
 }
 
 TEST_CASE("kernel: small float products propagate NaN and infinity as a sum of products does") {

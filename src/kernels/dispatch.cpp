@@ -96,6 +96,19 @@ void use_kernel_set(const std::string& name) {
   active.store(&find_runnable(name, "use_kernel_set"), std::memory_order_release);
 }
 
+bool blas_below_cpu_width() {
+#if defined(__x86_64__)
+  static const bool below = [] {
+    const std::string core = openblas_get_corename();
+    const bool avx512_blas = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+    return __builtin_cpu_supports("avx512f") && !avx512_blas;
+  }();
+  return below;
+#else
+  return false;
+#endif
+}
+
 #define XJAX_FORWARD(name, ret, params, args) \
   ret name params { return active_kernel_set().name args; }
 XJAX_KERNEL_SET_ENTRIES(XJAX_FORWARD)
@@ -121,10 +134,7 @@ BuildInfo build_info() {
   info.mpi = true;
 #endif
   info.blas_core = openblas_get_corename();
-#if defined(__x86_64__)
-  const bool avx512_blas = info.blas_core == "SkylakeX" || info.blas_core == "Cooperlake" || info.blas_core == "SapphireRapids";
-  info.blas_below_cpu_width = __builtin_cpu_supports("avx512f") && !avx512_blas;
-#endif
+  info.blas_below_cpu_width = detail::kernels::blas_below_cpu_width();
   return info;
 }
 

@@ -117,7 +117,7 @@ void gemm_floats(const T* pa, bool a_t, const T* pb, bool b_t, const GemmShape& 
   for (std::int64_t i = 0; i < s.batch; ++i) {
     const T *ai = pa + i * s.m * s.k, *bi = pb + i * s.k * s.n;
     T* ci = c + i * s.m * s.n;
-    if (!small_gemm<T>(small, ai, bi, ci)) blas_gemm<T>(ta, tb, s, ai, lda, bi, ldb, ci);
+    if (!small_gemm<T>(small, ai, bi, ci) && !blocked_gemm<T>(small, ai, bi, ci)) blas_gemm<T>(ta, tb, s, ai, lda, bi, ldb, ci);
   }
 }
 

@@ -95,6 +95,10 @@ const KernelSet& active_kernel_set();
 /// dot_general steps); their other steps call the entry points and follow the switch.
 /// xj::Error naming the sets there are if `name` was not built or does not run here.
 void use_kernel_set(const std::string& name);
+/// Whether OpenBLAS runs kernels narrower than this CPU's vectors: an x86-64 CPU with AVX-512
+/// whose OpenBLAS core is not one of its AVX-512 ones (Debian's 0.3.21 picks its Haswell kernels
+/// on AMD's AVX-512 CPUs). Read once (dispatch.cpp); xj::build_info reports it.
+bool blas_below_cpu_width();
 
 }  // namespace xjax::detail::kernels
 
@@ -108,6 +112,11 @@ namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)
 /// small_gemm_f32 / _f64 as one template (small_gemm.cpp).
 template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c);
+/// A product past small_gemm's sizes in the same loops, rows of C split over the kernel threads:
+/// writes C and returns true only where this set's batches are 64 bytes and the BLAS runs
+/// narrower kernels (blas_below_cpu_width); otherwise writes nothing and returns false (use
+/// BLAS). Each element of C is one chain over k in order: the same bits at any thread count.
+template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c);
 /// The most rows m that small_gemm takes for a product of n columns and depth k with B stored
 /// [k, n]: 0 when this set has no loops for such n (small_gemm.cpp).
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k);

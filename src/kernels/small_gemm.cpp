@@ -16,11 +16,20 @@
 // 2026-12-01: 16x32x32 0.16 us against 0.46 us); AVX2 figures in docs/performance.md. Where the
 // registers hold less than 512 bytes (SSE2's 16 x 16 bytes) BLAS stays: a 6 x 8 block of floats
 // is too small to beat it. This file is compiled once per kernel set (kernel_sets.hpp).
+//
+// Larger products (blocked_gemm) run in the same loops, rows split over the threads, only where
+// OpenBLAS's kernels are narrower than the set's 64-byte batches (Debian's OpenBLAS 0.3.21 runs
+// its Haswell kernels on AMD's AVX-512 CPUs): there, at one thread on Zen 5, 1.3-2.0x its speed
+// from 1024 x 128 x 128 to 1024^3 (docs/performance.md, "Products past 128^3"). Where BLAS runs
+// kernels as wide as the set's, its packed blocking wins and these products stay with it.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <type_traits>
 
 #include "kernels/kernel_sets.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
 #include "kernels/transpose_block.hpp"
 
@@ -148,6 +157,35 @@ void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std
   }
 }
 
+template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
+  if constexpr (!kWideSimd || sizeof(Batch<T>) < 64) {
+    return false;
+  } else {
+    if (s.n % kColumnStep<T> != 0 || !blas_below_cpu_width()) return false;
+    // B stored [n, k]: transposed once into scratch memory ([k, n]), read by every row group.
+    std::optional<ArenaScratch<T>> packed;
+    if (s.b_transposed) {
+      packed.emplace(s.k * s.n);
+      transpose_block(b, s.k, packed->data, s.n, s.n, s.k);  // packed[p n + j] = b[j k + p]
+      b = packed->data;
+    }
+    const std::int64_t a_row = s.a_transposed ? 1 : s.k, a_col = s.a_transposed ? s.m : 1;
+    // Groups of rows over the threads (at most kGroupRows each, so that a group's rows of A stay
+    // in L2 while its blocks sweep B), a whole number of register blocks.
+    constexpr std::int64_t kGroupRows = 64;
+    const std::int64_t per_thread = (s.m + kernel_threads() - 1) / kernel_threads();
+    const std::int64_t group = std::clamp<std::int64_t>((per_thread + kBlockRows - 1) / kBlockRows * kBlockRows, kBlockRows,
+                                                        kGroupRows / kBlockRows * kBlockRows);
+    parallel_for((s.m + group - 1) / group, 1, [&](std::int64_t g0, std::int64_t g1) {
+      for (std::int64_t g = g0; g < g1; ++g) {
+        const std::int64_t i0 = g * group, rows = std::min(group, s.m - i0);
+        looped_gemm<T>(rows, s.n, s.k, a + i0 * a_row, a_row, a_col, b, c + i0 * s.n, false);
+      }
+    });
+    return true;
+  }
+}
+
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k) {
   if constexpr (!kWideSimd) return 0;
   else return n <= 0 || k <= 0 || n % kColumnStep<T> != 0 ? 0 : kMaxMultiplyAdds / (n * k);
@@ -157,6 +195,8 @@ template std::int64_t small_gemm_rows<float>(std::int64_t, std::int64_t);
 template std::int64_t small_gemm_rows<double>(std::int64_t, std::int64_t);
 template bool small_gemm<float>(const SmallGemm&, const float*, const float*, float*);
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
+template bool blocked_gemm<float>(const SmallGemm&, const float*, const float*, float*);
+template bool blocked_gemm<double>(const SmallGemm&, const double*, const double*, double*);
 template void looped_gemm<float>(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, const float*,
                                  float*, bool);
 template void looped_gemm<double>(std::int64_t, std::int64_t, std::int64_t, const double*, std::int64_t, std::int64_t,
