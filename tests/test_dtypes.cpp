@@ -281,11 +281,13 @@ TEST_CASE("dtypes: bf16 / f16 products larger than a panel: split by rows, colum
   // 3 * 2^18 f32 elements), split along the largest of m, n, k; these sizes take two panels in
   // each split (2621 rows, columns or contraction indices in the first). Small integers: every
   // sum is exact in f32 whatever the panel order, so each output is the exact sum rounded once,
-  // as the oracle rounds it.
+  // as the oracle rounds it. Columns a multiple of 8 (the last two cases) take the f32 loops of
+  // small_gemm.cpp where those run the larger products (blocked_gemm), the contraction's panels
+  // accumulating in them; the others BLAS.
   struct Case {
     std::int64_t m, k, n;
   };
-  for (const Case c : {Case{2700, 300, 250}, Case{250, 300, 2700}, Case{250, 2700, 300}})
+  for (const Case c : {Case{2700, 300, 250}, Case{250, 300, 2700}, Case{250, 2700, 300}, Case{2700, 300, 256}, Case{250, 2700, 304}})
     for (const xj::DType dt : {xj::bf16, xj::f16})
       for (const bool a_t : {false, true})
         for (const bool b_t : {false, true}) {

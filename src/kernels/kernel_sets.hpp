@@ -113,10 +113,11 @@ XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)
 /// small_gemm_f32 / _f64 as one template (small_gemm.cpp).
 template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c);
 /// A product past small_gemm's sizes in the same loops, rows of C split over the kernel threads:
-/// writes C and returns true only where this set's batches are 64 bytes and the BLAS runs
-/// narrower kernels (blas_below_cpu_width); otherwise writes nothing and returns false (use
-/// BLAS). Each element of C is one chain over k in order: the same bits at any thread count.
-template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c);
+/// writes C (adds A B to it when `accumulate`) and returns true only where this set's batches are
+/// 64 bytes and the BLAS runs narrower kernels (blas_below_cpu_width); otherwise writes nothing
+/// and returns false (use BLAS). Each element of C is one chain over k in order (from what C
+/// holds when accumulating): the same bits at any thread count.
+template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate = false);
 /// The most rows m that small_gemm takes for a product of n columns and depth k with B stored
 /// [k, n]: 0 when this set has no loops for such n (small_gemm.cpp).
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k);

@@ -157,7 +157,7 @@ void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std
   }
 }
 
-template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
+template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate) {
   if constexpr (!kWideSimd || sizeof(Batch<T>) < 64) {
     return false;
   } else {
@@ -179,7 +179,7 @@ template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b,
     parallel_for((s.m + group - 1) / group, 1, [&](std::int64_t g0, std::int64_t g1) {
       for (std::int64_t g = g0; g < g1; ++g) {
         const std::int64_t i0 = g * group, rows = std::min(group, s.m - i0);
-        looped_gemm<T>(rows, s.n, s.k, a + i0 * a_row, a_row, a_col, b, c + i0 * s.n, false);
+        looped_gemm<T>(rows, s.n, s.k, a + i0 * a_row, a_row, a_col, b, c + i0 * s.n, accumulate);
       }
     });
     return true;
@@ -195,8 +195,8 @@ template std::int64_t small_gemm_rows<float>(std::int64_t, std::int64_t);
 template std::int64_t small_gemm_rows<double>(std::int64_t, std::int64_t);
 template bool small_gemm<float>(const SmallGemm&, const float*, const float*, float*);
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
-template bool blocked_gemm<float>(const SmallGemm&, const float*, const float*, float*);
-template bool blocked_gemm<double>(const SmallGemm&, const double*, const double*, double*);
+template bool blocked_gemm<float>(const SmallGemm&, const float*, const float*, float*, bool);
+template bool blocked_gemm<double>(const SmallGemm&, const double*, const double*, double*, bool);
 template void looped_gemm<float>(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, const float*,
                                  float*, bool);
 template void looped_gemm<double>(std::int64_t, std::int64_t, std::int64_t, const double*, std::int64_t, std::int64_t,
