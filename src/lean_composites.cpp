@@ -104,14 +104,19 @@ Array gelu(const Array& x, Loc loc) {
   auto tanh_of = [=](const Array& v) {
     return tanh(mul(add(v, mul(integer_pow(v, 3, loc), scalar_like(k, v), loc), loc), scalar_like(c, v), loc), loc);
   };
-  auto f = [=](const Array& v) { return mul(mul(v, scalar_like(0.5, v), loc), add(tanh_of(v), scalar_like(1.0, v), loc), loc); };
-  auto deriv = [=](const Array& v) {
+  auto from_t = [=](const Array& v, const Array& t) { return mul(mul(v, scalar_like(0.5, v), loc), add(t, scalar_like(1.0, v), loc), loc); };
+  auto f = [=](const Array& v) { return from_t(v, tanh_of(v)); };
+  // The rule computes t once for the output and the derivative (a forward pass that keeps the
+  // derivative evaluates one tanh per element, not two).
+  return detail::keyed_custom_jvp(f, [=](const std::tuple<Array>& p, const std::tuple<Array>& tangents) {
+    const Array& v = std::get<0>(p);
     const Array t = tanh_of(v);
     const Array half_one_plus_t = mul(add(t, scalar_like(1.0, v), loc), scalar_like(0.5, v), loc);
     const Array du = mul(add(mul(square(v, loc), scalar_like(3 * k, v), loc), scalar_like(1.0, v), loc), scalar_like(c, v), loc);
-    return add(half_one_plus_t, mul(mul(mul(v, scalar_like(0.5, v), loc), sub(scalar_like(1.0, v), square(t, loc), loc), loc), du, loc), loc);
-  };
-  return elementwise_with_derivative(x, f, deriv, Composite::gelu_tanh, loc);
+    const Array deriv =
+        add(half_one_plus_t, mul(mul(mul(v, scalar_like(0.5, v), loc), sub(scalar_like(1.0, v), square(t, loc), loc), loc), du, loc), loc);
+    return std::pair{from_t(v, t), mul(std::get<0>(tangents), deriv, loc)};
+  }, loc, rule_key(Composite::gelu_tanh))(x);
 }
 
 // gelu(x) = x Phi(x) exactly: gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
