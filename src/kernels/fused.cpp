@@ -3,8 +3,9 @@
 // The output shape is cut into blocks of kBlock elements. For each block every value gets a
 // pointer: dense float inputs point into their array, bool inputs are widened into a scratch row
 // (or read as bytes when they only choose a select_n's case), row-broadcast inputs are copied into
-// one, scalars point at a row filled once, and each op writes its own scratch row, or straight
-// into the output array when its value is a float output. The ops run in order over the block
+// one, scalars point at a row filled once, and each op writes a scratch row (shared with values
+// no longer read: FusedProgram::row_of), or straight into the output array when its value is a
+// float output. The ops run in order over the block
 // with the vectorized loops of simd.hpp, then the other outputs are copied out (narrowed to uint8
 // for bools). Intermediates only ever occupy one block-sized row. A bf16 / f16 program
 // (FusedProgram::storage) computes in f32: its dense inputs are widened into their rows as each
@@ -140,7 +141,7 @@ template <class T> struct Scratch {
 
 /// The rows a thread runs blocks in, kept per thread (each thread that runs blocks has its own).
 template <class T> struct BlockRows {
-  std::vector<T> rows;                       // one kBlock row per value
+  std::vector<T> rows;                       // prog.rows rows of kBlock elements
   std::vector<T*> v;                         // each value's row in the current block
   std::vector<const std::uint8_t*> bytes;    // bool inputs read as bytes: their block
 };
@@ -160,9 +161,10 @@ void run_block_range(const FusedProgram& prog, const void* const* in_ptr, void* 
   const bool narrow = prog.storage != prog.compute;
   const auto& direct = prog.direct;
   auto is_direct = [&](std::size_t value) { return !narrow && direct[value] >= 0; };  // narrow: all via rows
-  if (rows.size() < nv * kBlock) rows.resize(nv * kBlock);
+  const auto nr = static_cast<std::size_t>(prog.rows);
+  if (rows.size() < nr * kBlock) rows.resize(nr * kBlock);
   v.resize(nv);
-  auto row = [&](std::size_t value) { return rows.data() + value * kBlock; };
+  auto row = [&](std::size_t value) { return rows.data() + static_cast<std::size_t>(prog.row_of[value]) * kBlock; };
   auto input_elements = [&](std::size_t i) { return static_cast<const T*>(source[i]); };
   auto input_bytes = [&](std::size_t i) { return static_cast<const std::uint8_t*>(in_ptr[i]); };
   bytes.assign(ni, nullptr);
@@ -322,7 +324,7 @@ template <class T> void run_into(const void* ctx, const void* const* in, void* c
 
 /// Throws xj::Error (naming `who`) unless finish_program completed prog.
 void check_finished(const FusedProgram& prog, const char* who) {
-  if (prog.direct.size() != static_cast<std::size_t>(prog.num_values))
+  if (prog.direct.size() != static_cast<std::size_t>(prog.num_values) || prog.row_of.size() != static_cast<std::size_t>(prog.num_values))
     throw Error(std::string(who) + ": a FusedProgram run before finish_program");
 }
 

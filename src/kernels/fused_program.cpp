@@ -14,6 +14,49 @@ std::int64_t renamed_input(const FusedProgram& prog, std::size_t k) {
   return !input.is_scalar && input.period == 0 && input.is_bool == o.is_bool ? static_cast<std::int64_t>(value) : -1;
 }
 
+namespace {
+
+// row_of and rows (kernels.hpp): the inputs' rows first, then each op's value in the lowest row
+// free when the op runs; a value's row is freed after the last op that reads it, unless an
+// output reads it (outputs are copied out at the end of the block).
+void assign_rows(FusedProgram& prog) {
+  const auto nv = static_cast<std::size_t>(prog.num_values);
+  const std::size_t ni = prog.inputs.size();
+  std::vector<std::int64_t> last_read(nv, -1);
+  for (std::size_t j = 0; j < prog.ops.size(); ++j)
+    for (auto src : prog.ops[j].src) last_read[static_cast<std::size_t>(src)] = static_cast<std::int64_t>(j);
+  for (const auto& o : prog.outputs) last_read[static_cast<std::size_t>(o.value)] = static_cast<std::int64_t>(prog.ops.size());
+  prog.row_of.assign(nv, 0);
+  for (std::size_t i = 0; i < ni; ++i) prog.row_of[i] = static_cast<std::int32_t>(i);
+  std::vector<std::int32_t> free_rows;  // kept sorted, lowest last
+  auto next_row = static_cast<std::int32_t>(ni);
+  for (std::size_t j = 0; j < prog.ops.size(); ++j) {
+    const auto& op = prog.ops[j];
+    std::int32_t row = next_row;
+    if (free_rows.empty()) ++next_row;
+    else {
+      row = free_rows.back();
+      free_rows.pop_back();
+    }
+    prog.row_of[static_cast<std::size_t>(op.dst)] = row;
+    auto give_back = [&](std::int32_t value) {
+      if (static_cast<std::size_t>(value) < ni) return;
+      free_rows.push_back(prog.row_of[static_cast<std::size_t>(value)]);
+      std::sort(free_rows.rbegin(), free_rows.rend());
+    };
+    for (int k = 0; k < 3; ++k) {
+      const auto src = op.src[k];
+      bool first = true;  // a value read twice by this op is given back once
+      for (int q = 0; q < k; ++q) first = first && op.src[q] != src;
+      if (first && last_read[static_cast<std::size_t>(src)] == static_cast<std::int64_t>(j)) give_back(src);
+    }
+    if (last_read[static_cast<std::size_t>(op.dst)] < 0) give_back(op.dst);  // read by nothing
+  }
+  prog.rows = next_row;
+}
+
+}  // namespace
+
 void finish_program(FusedProgram& prog) {
   prog.size = shape_size(prog.shape);
   // direct (see run_blocks): each value's first float output, when an op computes it.
@@ -34,6 +77,7 @@ void finish_program(FusedProgram& prog) {
       if (o.value == value) only_predicate = false;
     input.read_as_bytes = only_predicate;
   }
+  assign_rows(prog);
 }
 
 namespace {

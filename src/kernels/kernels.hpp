@@ -258,11 +258,17 @@ struct FusedProgram {
   /// Per value: the output an op computes it straight into (its first float output), or -1.
   /// Set by finish_program.
   std::vector<std::int64_t> direct;
+  /// Per value: the scratch row it occupies in a block. Input i has row i; an op's value takes a
+  /// row no value still read holds (a value nothing reads after an op gives its row back after
+  /// that op's value took one, so no op writes a row it reads), so a long chain works in a few
+  /// rows that stay in L1. `rows`: how many. Set by finish_program.
+  std::vector<std::int32_t> row_of;
+  std::int32_t rows = 0;
   Shape shape;
 };
 
 /// Completes a built program: Input::read_as_bytes for the bool inputs that only choose a
-/// select_n's case, and `direct`.
+/// select_n's case, `direct`, and the values' rows.
 void finish_program(FusedProgram& prog);
 /// Simplifies a built program (before finish_program) without changing what any output holds,
 /// bit for bit: a strict comparison of a select against its own predicate's bound is the
