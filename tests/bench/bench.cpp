@@ -911,8 +911,10 @@ void bench_optimizers(std::vector<Row>& rows, std::int64_t n, int steps) {
 
 // T1's floor: the matrix products of one training step alone, with the model's shapes (each
 // forward product C = A B and its two backward products dA = dC B^T, dB = A^T dC; recompute:
-// the blocks' forward products once more), as cblas_sgemm calls on preallocated buffers. Both
-// xjax and libtorch run their products on OpenBLAS, so no implementation on it beats this time.
+// the blocks' forward products once more), as cblas_sgemm calls on preallocated buffers.
+// libtorch runs its products on OpenBLAS, so it cannot beat this time; xjax runs them on OpenBLAS
+// too, except where OpenBLAS's kernels are narrower than the CPU's AVX-512 (build_info's
+// blas_below_cpu_width: then its own loops, small_gemm.cpp blocked_gemm, which can).
 double gemm_floor_seconds(std::int64_t T, std::int64_t d, std::int64_t heads, std::int64_t L, std::int64_t B,
                           std::int64_t V, bool recompute, int reps) {
   struct Product {
@@ -1033,7 +1035,10 @@ void bench_transformer(std::vector<Row>& rows, const std::string& size, std::int
       const double floor = gemm_floor_seconds(T, d, heads, L, B, V, policy != "none", reps);
       rows.push_back({"T1", variant, "GEMMs only", floor, floor / m.ref_s, flops / floor * 1e-9, 0, 0,
                       "the step's matrix products alone (cblas_sgemm); libtorch / this = " + fmt("%.2f", m.ref_s / floor) +
-                          ": the most any implementation on OpenBLAS's products could gain over libtorch"});
+                          ": the most any implementation on OpenBLAS's products could gain over libtorch" +
+                          (xj::build_info().blas_below_cpu_width && xj::build_info().kernel_set == "avx512"
+                               ? " (xjax's products here: its own loops, OpenBLAS's kernels being narrower than the CPU's)"
+                               : "")});
     }
   }
   openblas_set_num_threads(blas_threads);
