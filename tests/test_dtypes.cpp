@@ -309,6 +309,9 @@ TEST_CASE("dtypes: bf16 / f16 products larger than a panel: split by rows, colum
           REQUIRE(out.dtype() == dt);
           REQUIRE(out.shape() == xj::Shape{c.m, c.n});
           const auto got = bits_of(out);
+          // the same product with an f32 result: the exact sums (every one fits f32's 24 bits)
+          const std::vector<float> wide =
+              xj::dot_general(a, b, {a_t ? 0 : 1}, {b_t ? 1 : 0}, {}, {}, {.preferred_element_type = xj::f32}).to_vector<float>();
           int bad = 0;
           for (std::int64_t i = 0; i < c.m && bad < 3; i += 7)
             for (std::int64_t j = 0; j < c.n && bad < 3; j += 5) {
@@ -318,6 +321,10 @@ TEST_CASE("dtypes: bf16 / f16 products larger than a panel: split by rows, colum
               if (got[static_cast<std::size_t>(i * c.n + j)] != oracle(sum, f)) {
                 ++bad;
                 FAIL_CHECK("out[" << i << ", " << j << "] = " << f.value(got[static_cast<std::size_t>(i * c.n + j)]) << ", want " << sum);
+              }
+              if (static_cast<double>(wide[static_cast<std::size_t>(i * c.n + j)]) != sum) {
+                ++bad;
+                FAIL_CHECK("f32 out[" << i << ", " << j << "] = " << wide[static_cast<std::size_t>(i * c.n + j)] << ", want " << sum);
               }
             }
         }

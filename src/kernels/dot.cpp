@@ -14,7 +14,9 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/kernel_sets.hpp"
+#include "kernels/parallel.hpp"
 #include "kernels/simd.hpp"
+#include "kernels/transpose_block.hpp"
 
 namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
@@ -208,8 +210,10 @@ WideBlock widen_block(const NarrowMatrix& x, std::int64_t r0, std::int64_t nr, s
   const std::int64_t ld = x.transposed ? x.rows : x.cols;
   const std::int64_t first = x.transposed ? c0 : r0, lines = x.transposed ? nc : nr;  // stored rows
   const std::int64_t skip = x.transposed ? r0 : c0, width = x.transposed ? nr : nc;   // stored cols
-  for (std::int64_t r = 0; r < lines; ++r)
-    convert_narrow(x.dtype, DType::f32, x.data + (first + r) * ld + skip, buf + r * width, static_cast<std::size_t>(width));
+  parallel_for(lines, std::max<std::int64_t>(1, kParallelElements / std::max<std::int64_t>(width, 1)), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      convert_narrow(x.dtype, DType::f32, x.data + (first + r) * ld + skip, buf + r * width, static_cast<std::size_t>(width));
+  });
   return {buf, x.transposed, width};
 }
 
@@ -226,6 +230,41 @@ void gemm_tile(const WideBlock& a, const WideBlock& b, std::int64_t mi, std::int
 
 float* f32_buffer(std::vector<ArenaScratch<float>>& keep, std::int64_t n) { return keep.emplace_back(n).data; }
 
+// narrow_gemm where xjax's f32 loops run the product (blocked_gemm_runs) and A has the most
+// rows: B widened once into [k, n], then groups of A's rows over the threads, each widened,
+// multiplied and narrowed into the output while its rows are in cache (no panels: the 3 MiB
+// panel buffers and their serial widening cost bf16 products a fifth of their speed at two
+// threads against f32's). Each output element is the loops' chain over k in order: the same bits
+// at any thread count.
+void narrow_gemm_by_row_groups(const NarrowMatrix& a, const NarrowMatrix& b, DType out, char* c) {
+  const std::int64_t m = a.rows, k = a.cols, n = b.cols;
+  const bool wide_out = out == DType::f32;
+  std::vector<ArenaScratch<float>> keep;
+  const float* wb = widen_block(b, 0, k, 0, n, f32_buffer(keep, k * n)).data;
+  if (b.transposed) {  // widened as stored, [n, k]
+    float* plain = f32_buffer(keep, k * n);
+    transpose_block(wb, k, plain, n, n, k);  // plain[p n + j] = wb[j k + p]
+    wb = plain;
+  }
+  constexpr std::int64_t kGroupRows = 64;
+  const std::int64_t groups = (m + kGroupRows - 1) / kGroupRows;
+  const std::int64_t tasks = std::min<std::int64_t>(groups, kernel_threads());
+  const std::int64_t per_task = kGroupRows * (k + (wide_out ? 0 : n));  // a group's A rows, then its C rows
+  float* scratch = f32_buffer(keep, tasks * per_task);
+  parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      float* abuf = scratch + t * per_task;
+      for (std::int64_t g = t * groups / tasks; g < (t + 1) * groups / tasks; ++g) {
+        const std::int64_t r0 = g * kGroupRows, nr = std::min(kGroupRows, m - r0);
+        const WideBlock wa = widen_block(a, r0, nr, 0, k, abuf);  // [nr, k], or [k, nr] when a is transposed
+        float* cbuf = wide_out ? reinterpret_cast<float*>(c) + r0 * n : abuf + kGroupRows * k;
+        looped_gemm<float>(nr, n, k, wa.data, a.transposed ? 1 : k, a.transposed ? nr : 1, wb, cbuf, false);
+        if (!wide_out) convert_narrow(DType::f32, out, cbuf, c + static_cast<std::size_t>(r0 * n) * itemsize(out), static_cast<std::size_t>(nr * n));
+      }
+    }
+  });
+}
+
 // c (m x n, row-major, of dtype out) = a * b for bf16 / f16 a (m x k) and b (k x n), k >= 1.
 void narrow_gemm(const NarrowMatrix& a, const NarrowMatrix& b, DType out, char* c) {
   const std::int64_t m = a.rows, k = a.cols, n = b.cols;
@@ -233,13 +272,16 @@ void narrow_gemm(const NarrowMatrix& a, const NarrowMatrix& b, DType out, char* 
   const std::size_t out_size = itemsize(out);
   std::vector<ArenaScratch<float>> keep;
   auto narrow_rows = [&](const float* from, std::int64_t rows, std::int64_t cols, std::int64_t ld_from, char* to) {
-    for (std::int64_t i = 0; i < rows; ++i)
-      convert_narrow(DType::f32, out, from + i * ld_from, to + static_cast<std::size_t>(i * n) * out_size, static_cast<std::size_t>(cols));
+    parallel_for(rows, std::max<std::int64_t>(1, kParallelElements / std::max<std::int64_t>(cols, 1)), [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i)
+        convert_narrow(DType::f32, out, from + i * ld_from, to + static_cast<std::size_t>(i * n) * out_size, static_cast<std::size_t>(cols));
+    });
   };
   auto tile = [](std::int64_t split_len, std::int64_t across) {
     return std::clamp<std::int64_t>(kNarrowPanel / std::max<std::int64_t>(across, 1), 1, split_len);
   };
   const bool by_rows = m >= n && m >= k;
+  if (by_rows && blocked_gemm_runs<float>(n)) return narrow_gemm_by_row_groups(a, b, out, c);
   if (by_rows || n >= k) {  // panels of A's rows (B whole) or of B's columns (A whole)
     const std::int64_t len = by_rows ? m : n, step = tile(len, by_rows ? std::max(k, n) : std::max(k, m));
     const WideBlock whole = by_rows ? widen_block(b, 0, k, 0, n, f32_buffer(keep, k * n))

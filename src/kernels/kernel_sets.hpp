@@ -118,6 +118,8 @@ template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T
 /// and returns false (use BLAS). Each element of C is one chain over k in order (from what C
 /// holds when accumulating): the same bits at any thread count.
 template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate = false);
+/// Whether blocked_gemm runs products of n columns here (and looped_gemm outruns the BLAS at any size).
+template <class T> bool blocked_gemm_runs(std::int64_t n);
 /// The most rows m that small_gemm takes for a product of n columns and depth k with B stored
 /// [k, n]: 0 when this set has no loops for such n (small_gemm.cpp).
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k);

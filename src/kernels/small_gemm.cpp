@@ -157,11 +157,16 @@ void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std
   }
 }
 
+template <class T> bool blocked_gemm_runs(std::int64_t n) {
+  if constexpr (!kWideSimd || sizeof(Batch<T>) < 64) return false;
+  else return n % kColumnStep<T> == 0 && blas_below_cpu_width();
+}
+
 template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate) {
   if constexpr (!kWideSimd || sizeof(Batch<T>) < 64) {
     return false;
   } else {
-    if (s.n % kColumnStep<T> != 0 || !blas_below_cpu_width()) return false;
+    if (!blocked_gemm_runs<T>(s.n)) return false;
     // B stored [n, k]: transposed once into scratch memory ([k, n]), read by every row group.
     std::optional<ArenaScratch<T>> packed;
     if (s.b_transposed) {
@@ -195,6 +200,8 @@ template std::int64_t small_gemm_rows<float>(std::int64_t, std::int64_t);
 template std::int64_t small_gemm_rows<double>(std::int64_t, std::int64_t);
 template bool small_gemm<float>(const SmallGemm&, const float*, const float*, float*);
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
+template bool blocked_gemm_runs<float>(std::int64_t);
+template bool blocked_gemm_runs<double>(std::int64_t);
 template bool blocked_gemm<float>(const SmallGemm&, const float*, const float*, float*, bool);
 template bool blocked_gemm<double>(const SmallGemm&, const double*, const double*, double*, bool);
 template void looped_gemm<float>(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, const float*,
