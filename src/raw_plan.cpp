@@ -100,6 +100,23 @@ void place_in_place_outputs(const EvalPlan& plan, const EvalPlan::Step& st, std:
   }
 }
 
+// A reshape, squeeze or expand_dims step keeps every byte where it is: its output may take the
+// place of its input when that input is a workspace value dying at the step (read by nothing
+// later), and the step then moves nothing (a dot's output reshaped into heads was copied whole).
+bool renames_dying_input(const EvalPlan& plan, const EvalPlan::Step& st, const std::vector<RawPlan::Value>& values,
+                         const std::vector<char>& placed) {
+  if (st.kind != EvalPlan::Kind::kernel || st.ins.size() != 1 || st.outs.size() != 1 || st.outs[0] == EvalPlan::npos) return false;
+  const Primitive p = st.eqn->prim;
+  if (p != Primitive::reshape && p != Primitive::squeeze && p != Primitive::expand_dims) return false;
+  const auto& in = st.ins[0];
+  return !in.literal && !placed[st.outs[0]] && values[in.slot].place == RawPlan::Place::workspace &&
+         std::find(st.free_after.begin(), st.free_after.end(), in.slot) != st.free_after.end() &&
+         plan.slot_avals[in.slot].nbytes() == plan.slot_avals[st.outs[0]].nbytes();
+}
+
+// The kernel of a step whose output is its input's bytes in place: nothing to do.
+void nothing_to_move(const void*, const void* const*, void* const*) {}
+
 // One more execution of p in counts.
 void add_count(std::vector<EvalCount>& counts, Primitive p) {
   for (auto& c : counts)
@@ -185,6 +202,12 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     std::vector<std::pair<std::size_t, std::size_t>> unread;  // (offset, bytes) of outputs nothing reads
     std::vector<std::size_t> handed_on;  // dying inputs whose place an output took
     if (st.kind == EvalPlan::Kind::fused) place_in_place_outputs(plan, st, values, placed, handed_on);
+    const bool renamed = renames_dying_input(plan, st, values, placed);
+    if (renamed) {
+      values[st.outs[0]] = values[st.ins[0].slot];
+      placed[st.outs[0]] = 1;
+      handed_on.push_back(st.ins[0].slot);
+    }
     for (std::size_t k = 0; k < st.outs.size(); ++k) {
       const std::size_t s = st.outs[k];
       if (s == EvalPlan::npos) {  // kernel steps only (a fused step outputs only what is read)
@@ -205,6 +228,8 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     }
     if (st.kind == EvalPlan::Kind::fused) {
       f.into = kernels::fused_into(st.fused);
+    } else if (renamed) {
+      f.into.fn = nothing_to_move;
     } else if (!(f.into = st.into)) {
       f.kernel = st.kernel;
       for (const auto& op : st.ins) f.in_avals.push_back(aval_of(op));

@@ -207,6 +207,60 @@ TEST_CASE("raw plan: a fused chain after a product works in the product's place"
   });
 }
 
+TEST_CASE("raw plan: a reshape of a value dying there takes its place and moves nothing; one read later is copied") {
+  // h = x w reshaped into heads (read by nothing else: renamed), then squeezed after a product;
+  // g = 2x w read again after its reshape (copied).
+  auto f = [](const xj::Array& x, const xj::Array& w) {
+    const xj::Array heads = xj::reshape(xj::matmul(x, w), {8, 2, 8});
+    const xj::Array g = xj::matmul(x * 2.0f, w);
+    const xj::Array g3 = xj::reshape(g, {1, 8, 16});
+    const xj::Array one = xj::squeeze(xj::matmul(g3, xj::transpose(w, {1, 0})), {0});
+    return std::pair{xj::sum(heads, {2}) + 1.0f, one + xj::sum(g)};
+  };
+  xj::Array x = ramp({8, 16}, 0.1f, 0.6f), w = ramp({16, 16}, 0.05f, 0.3f);
+  xj::ClosedJaxpr cj = xj::make_jaxpr([&](const xj::Array& a, const xj::Array& b) {
+    auto [p, q] = f(a, b);
+    return std::vector<xj::Array>{p, q};
+  })(x, w);
+  auto plan = xj::detail::make_plan(*cj.jaxpr);
+  REQUIRE(plan->raw);
+  const auto& raw = *plan->raw;
+  std::size_t renamed = 0, copied = 0;
+  for (std::size_t i = 0; i < raw.steps.size(); ++i) {
+    const auto& st = raw.steps[i];
+    if (st.counted.size() != 1 || (st.counted[0] != xj::Primitive::reshape && st.counted[0] != xj::Primitive::squeeze)) continue;
+    const auto& in = raw.values[raw.ins(st)[0]];
+    const auto& out = raw.values[raw.outs(st)[0]];
+    if (in.place == out.place && in.index == out.index) ++renamed;
+    else ++copied;
+  }
+  CHECK(renamed == 2);  // heads' reshape and the squeeze
+  CHECK(copied == 1);   // g3: g is read again
+  // In a scan: the Array executor's bytes, and a plain loop's values.
+  xj::Array ws = ramp({3, 16, 16}, 0.05f, 0.3f);
+  auto got = same_both_ways([&] {
+    auto [c, ys] = xj::scan([&](const xj::Array& c, const xj::Array& wl) {
+      auto [p, q] = f(c, wl);
+      return std::pair{q * 0.01f + c, p};
+    }, x, ws);
+    return std::vector<xj::Array>{c, ys};
+  });
+  xj::Array c = x;  // the loop, op by op
+  std::vector<xj::Array> ys;
+  for (std::int64_t l = 0; l < 3; ++l) {
+    auto [p, q] = f(c, ws[l]);
+    ys.push_back(p);
+    c = q * 0.01f + c;
+  }
+  auto close = [](const xj::Array& a, const xj::Array& b) {
+    REQUIRE(a.shape() == b.shape());
+    const auto va = a.to_vector<float>(), vb = b.to_vector<float>();
+    for (std::size_t i = 0; i < va.size(); ++i) CHECK(std::abs(va[i] - vb[i]) <= 1e-5f * (1.0f + std::abs(vb[i])));
+  };
+  close(got[0], c);
+  close(got[1], xj::stack(ys, 0));
+}
+
 namespace {
 
 // Buffers made by run() once its plans exist (a first call builds them).
