@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "internal.hpp"
+#include "kernels/parallel.hpp"
 #include "xjax/runtime.hpp"
 
 namespace {
@@ -832,6 +833,31 @@ TEST_CASE("kernel: float products past the small loops' sizes, in every layout (
       check_blocked_product<double>(203, 40, 700, ta, tb);
       check_blocked_product<float>(13, 136, 1200, ta, tb);
     }
+}
+
+// A stack of small products (attention's heads) is split over the threads by its entries: the
+// same bits at one thread and at two, each entry the brute-force product.
+TEST_CASE("kernel: a stack of small float products split over the threads") {
+  const Shape lhs{40, 64, 32}, rhs{40, 32, 48};
+  std::vector<float> a = sample<float>(size_of(lhs), -3, 3, 0.37), b = sample<float>(size_of(rhs), -2, 4, 0.29);
+  const DotCase c{lhs, rhs, {2}, {1}, {0}, {0}};
+  auto [out_shape, want] = dot_reference(c, a, b);
+  Params ps = xjax::params::DotGeneral{.lhs_contracting = c.lc, .rhs_contracting = c.rc, .lhs_batch = c.lb, .rhs_batch = c.rb};
+  const int before = openblas_get_num_threads();
+  std::vector<std::vector<float>> got;
+  const std::int64_t splits_before = xjax::detail::split_loops();
+  for (int threads : {1, 2}) {
+    openblas_set_num_threads(threads);
+    got.push_back(values_of<float>(run(Primitive::dot_general, {make(a, lhs), make(b, rhs)}, {out_shape, DType::f32}, ps)));
+  }
+  openblas_set_num_threads(before);
+  if (xjax::build_info().kernel_set != "baseline")  // the set with product loops (baseline's SSE2 has none: BLAS)
+    CHECK(xjax::detail::split_loops() > splits_before);  // the two-thread run split its entries
+  REQUIRE(got[0].size() == want.size());
+  CHECK(got[0] == got[1]);
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) off += std::abs(got[0][i] - want[i]) > 1e-4 * (1 + std::abs(want[i]));
+  CHECK(off == 0);
 }
 
 TEST_CASE("kernel: small float products propagate NaN and infinity as a sum of products does") {

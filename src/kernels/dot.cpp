@@ -116,6 +116,16 @@ void gemm_floats(const T* pa, bool a_t, const T* pb, bool b_t, const GemmShape& 
   const auto ta = a_t ? CblasTrans : CblasNoTrans;
   const auto tb = b_t ? CblasTrans : CblasNoTrans;
   const SmallGemm small{s.m, s.n, s.k, a_t, b_t};
+  if (s.batch > 1 && small_gemm_takes<T>(small)) {
+    // A stack of small products (attention's heads): the entries over the threads, a chunk at
+    // least kParallelProduct multiply-adds (each entry is its own chains: any split, same bits).
+    constexpr std::int64_t kParallelProduct = std::int64_t{1} << 20;
+    parallel_for(s.batch, std::max<std::int64_t>(1, kParallelProduct / std::max<std::int64_t>(s.m * s.n * s.k, 1)),
+                 [&](std::int64_t i0, std::int64_t i1) {
+                   for (std::int64_t i = i0; i < i1; ++i) small_gemm<T>(small, pa + i * s.m * s.k, pb + i * s.k * s.n, c + i * s.m * s.n);
+                 });
+    return;
+  }
   for (std::int64_t i = 0; i < s.batch; ++i) {
     const T *ai = pa + i * s.m * s.k, *bi = pb + i * s.k * s.n;
     T* ci = c + i * s.m * s.n;

@@ -112,6 +112,8 @@ namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)
 /// small_gemm_f32 / _f64 as one template (small_gemm.cpp).
 template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c);
+/// Whether small_gemm takes the product s (then it never calls BLAS).
+template <class T> bool small_gemm_takes(const SmallGemm& s);
 /// A product past small_gemm's sizes in the same loops, rows of C split over the kernel threads:
 /// writes C (adds A B to it when `accumulate`) and returns true only where this set's batches are
 /// 64 bytes and the BLAS runs narrower kernels (blas_below_cpu_width); otherwise writes nothing

@@ -122,13 +122,19 @@ void product(const Lhs<T>& a, const T* b, T* c, std::int64_t m, std::int64_t n, 
 
 }  // namespace
 
+template <class T> bool small_gemm_takes(const SmallGemm& s) {
+  if constexpr (!kWideSimd) return false;
+  else
+    return s.n % kColumnStep<T> == 0 && s.m * s.n * s.k <= kMaxMultiplyAdds &&
+           (!s.b_transposed || static_cast<std::size_t>(s.k * s.n) * sizeof(T) <= kMaxPackedBytes);
+}
+
 template <class T>
 bool small_gemm(const SmallGemm& s, const T* a, const T* b, T* c) {
   if constexpr (!kWideSimd) {
     return false;
   } else {
-    if (s.n % kColumnStep<T> != 0 || s.m * s.n * s.k > kMaxMultiplyAdds) return false;
-    if (s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxPackedBytes) return false;
+    if (!small_gemm_takes<T>(s)) return false;
     const Lhs<T> lhs{a, s.a_transposed ? 1 : s.k, s.a_transposed ? s.m : 1};
     if (!s.b_transposed) {
       product(lhs, b, c, s.m, s.n, s.k);
@@ -200,6 +206,8 @@ template std::int64_t small_gemm_rows<float>(std::int64_t, std::int64_t);
 template std::int64_t small_gemm_rows<double>(std::int64_t, std::int64_t);
 template bool small_gemm<float>(const SmallGemm&, const float*, const float*, float*);
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
+template bool small_gemm_takes<float>(const SmallGemm&);
+template bool small_gemm_takes<double>(const SmallGemm&);
 template bool blocked_gemm_runs<float>(std::int64_t);
 template bool blocked_gemm_runs<double>(std::int64_t);
 template bool blocked_gemm<float>(const SmallGemm&, const float*, const float*, float*, bool);
