@@ -1043,6 +1043,33 @@ TEST_CASE("kernel: pad with negative, positive and interior padding") {
   CHECK(values_of<float>(e) == std::vector<float>{7, 7, 7});
 }
 
+// A pad's padding is a fill (memset where every byte of the value is equal, doubling copies
+// otherwise): runs of 1 to 5000 elements of 1, 2, 4 and 8 bytes, around the 4 KiB fill block,
+// each element checked.
+TEST_CASE("kernel: pad fills long runs with any padding value") {
+  for (std::int64_t n : {1, 3, 511, 512, 513, 1023, 1024, 1025, 2047, 2049, 5000}) {
+    INFO("n = " << n);
+    const Shape out_shape{n + 2};
+    const xjax::params::Pad ps{.lo = Ints{n}, .hi = Ints{0}, .interior = Ints{0}};
+    auto check = [&](auto value, DType dtype) {
+      using T = decltype(value);
+      const std::vector<T> x = {T(1), T(2)};
+      const std::vector<T> got = values_of<T>(run(Primitive::pad, {make<T>(x, {2}), make<T>({value}, {})}, {out_shape, dtype}, ps));
+      std::size_t off = 0;
+      for (std::int64_t i = 0; i < n; ++i) off += std::memcmp(&got[static_cast<std::size_t>(i)], &value, sizeof(T)) != 0;
+      CHECK(off == 0);
+      CHECK(got[static_cast<std::size_t>(n)] == T(1));
+      CHECK(got[static_cast<std::size_t>(n + 1)] == T(2));
+    };
+    check(-2.25, DType::f64);
+    check(0.0, DType::f64);
+    check(1.5f, DType::f32);
+    check(std::int32_t{0x01010101}, DType::i32);  // every byte equal: the memset
+    check(std::int16_t{-3}, DType::i16);
+    check(std::uint8_t{7}, DType::u8);
+  }
+}
+
 TEST_CASE("kernel: dynamic_slice clamps its starts") {
   Array x = make<float>(iota_values<float>(20), {4, 5});
   auto slice_at = [&](Array s0, Array s1) {

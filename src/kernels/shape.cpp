@@ -51,11 +51,20 @@ void copy_words(Byte* dst, std::int64_t dst_stride, const Byte* src, std::int64_
     std::memcpy(dst + i * dst_stride * sizeof(W), src + i * src_stride * sizeof(W), sizeof(W));
 }
 
-// One element repeated along a contiguous run (a broadcast's innermost dim): a fill.
+// One element repeated along a contiguous run (a broadcast's innermost dim, a pad's padding): a
+// fill. An element whose bytes are all equal (zero, mostly) is a memset; another is written once
+// and then copied in doubling blocks up to kFillBlock bytes, that block then over and over (so the
+// copies read from L1). Element by element, a pad's 1.5 MiB of zeros had taken 0.1-0.2 ms.
 template <class W> void fill_words(Byte* dst, const Byte* src, std::int64_t n) {
-  W v;
-  std::memcpy(&v, src, sizeof(W));
-  for (std::int64_t i = 0; i < n; ++i) std::memcpy(dst + i * static_cast<std::int64_t>(sizeof(W)), &v, sizeof(W));
+  if (n <= 0) return;
+  const auto bytes = static_cast<std::size_t>(n) * sizeof(W);
+  if (std::all_of(src, src + sizeof(W), [&](Byte b) { return b == src[0]; })) return static_cast<void>(std::memset(dst, src[0], bytes));
+  constexpr std::size_t kFillBlock = 4096;
+  std::memcpy(dst, src, sizeof(W));
+  std::size_t done = sizeof(W);
+  for (; done < bytes && done < kFillBlock; done *= 2) std::memcpy(dst + done, dst, std::min(done, bytes - done));
+  const std::size_t block = std::min(done, bytes);
+  for (; done < bytes; done += block) std::memcpy(dst + done, dst, std::min(block, bytes - done));
 }
 
 void copy_run(Byte* dst, const Byte* src, const BoxDim& d, std::size_t item) {
