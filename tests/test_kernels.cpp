@@ -837,6 +837,29 @@ TEST_CASE("kernel: float products past the small loops' sizes, in every layout (
 
 // A stack of small products (attention's heads) is split over the threads by its entries: the
 // same bits at one thread and at two, each entry the brute-force product.
+// A B stored transposed is copied whole into [k, n] for the loops only up to 16 MiB; a larger one
+// (a vocabulary's output projection in the backward pass) stays with BLAS, which packs it a block
+// at a time: the product's peak holds its operands and output, no copy of B.
+TEST_CASE("kernel: a product whose transposed B passes 16 MiB makes no copy of it") {
+  const std::int64_t m = 16, k = 1024, n = 4160;  // B: 4160 x 1024 floats, 17 MB
+  std::vector<float> a = sample<float>(m * k, -3, 3, 0.37), b = sample<float>(n * k, -2, 4, 0.29);
+  const Array lhs = make(a, {m, k}), rhs = make(b, {n, k});
+  Params ps = xjax::params::DotGeneral{.lhs_contracting = {1}, .rhs_contracting = {1}, .lhs_batch = {}, .rhs_batch = {}};
+  xjax::reset_peak_memory();
+  const std::int64_t before = xjax::memory_stats().live_bytes;
+  const Array out = run(Primitive::dot_general, {lhs, rhs}, {{m, n}, DType::f32}, ps);
+  CHECK(xjax::memory_stats().peak_bytes - before <= m * n * 4 + 4096);
+  const std::vector<float> got = values_of<float>(out);
+  std::size_t off = 0;
+  for (std::int64_t i = 0; i < m; i += 5)
+    for (std::int64_t j = 0; j < n; j += 97) {
+      double want = 0;
+      for (std::int64_t p = 0; p < k; ++p) want += double(a[static_cast<std::size_t>(i * k + p)]) * double(b[static_cast<std::size_t>(j * k + p)]);
+      off += std::abs(got[static_cast<std::size_t>(i * n + j)] - want) > 1e-3 * (1 + std::abs(want));
+    }
+  CHECK(off == 0);
+}
+
 TEST_CASE("kernel: a stack of small float products split over the threads") {
   const Shape lhs{40, 64, 32}, rhs{40, 32, 48};
   std::vector<float> a = sample<float>(size_of(lhs), -3, 3, 0.37), b = sample<float>(size_of(rhs), -2, 4, 0.29);

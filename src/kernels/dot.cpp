@@ -250,11 +250,13 @@ void narrow_gemm_by_row_groups(const NarrowMatrix& a, const NarrowMatrix& b, DTy
   const std::int64_t m = a.rows, k = a.cols, n = b.cols;
   const bool wide_out = out == DType::f32;
   std::vector<ArenaScratch<float>> keep;
-  const float* wb = widen_block(b, 0, k, 0, n, f32_buffer(keep, k * n)).data;
-  if (b.transposed) {  // widened as stored, [n, k]
-    float* plain = f32_buffer(keep, k * n);
-    transpose_block(wb, k, plain, n, n, k);  // plain[p n + j] = wb[j k + p]
-    wb = plain;
+  float* const wb = f32_buffer(keep, k * n);  // B widened, [k, n]
+  if (!b.transposed) {
+    widen_block(b, 0, k, 0, n, wb);
+  } else {  // widened as stored ([n, k]) into a buffer freed once transposed into wb
+    const ArenaScratch<float> stored(k * n);
+    widen_block(b, 0, k, 0, n, stored.data);
+    transpose_block(stored.data, k, wb, n, n, k);  // wb[p n + j] = stored[j k + p]
   }
   constexpr std::int64_t kGroupRows = 64;
   const std::int64_t groups = (m + kGroupRows - 1) / kGroupRows;

@@ -173,7 +173,11 @@ template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b,
     return false;
   } else {
     if (!blocked_gemm_runs<T>(s.n)) return false;
-    // B stored [n, k]: transposed once into scratch memory ([k, n]), read by every row group.
+    // B stored [n, k]: transposed once into scratch memory ([k, n]), read by every row group;
+    // past kMaxTransposedBytes BLAS keeps it (it packs a block at a time: a vocabulary's output
+    // projection, 768 x 50257, would otherwise be copied whole in the backward pass).
+    constexpr std::size_t kMaxTransposedBytes = std::size_t{16} << 20;
+    if (s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxTransposedBytes) return false;
     std::optional<ArenaScratch<T>> packed;
     if (s.b_transposed) {
       packed.emplace(s.k * s.n);
