@@ -345,6 +345,34 @@ TEST_CASE("dtypes: bf16 / f16 products larger than a panel: split by rows, colum
       }
 }
 
+// Where xjax's f32 loops run bf16 products by groups of A's rows (narrow_gemm_by_row_groups), a
+// B stored transposed is widened and then transposed into a second buffer; past 16 MiB widened
+// it takes the panel path instead, as f32 products leave such a B to BLAS (one predicate,
+// blocked_gemm_runs): the product's peak holds one widened copy of B, not two.
+TEST_CASE("dtypes: a bf16 product whose transposed B widens past 16 MiB holds one widened copy of it") {
+  const std::int64_t m = 2064, k = 2048, n = 2064;  // B widened: 2064 x 2048 floats, 16.9 MB
+  std::vector<double> av(static_cast<std::size_t>(m * k)), bv(static_cast<std::size_t>(n * k));
+  for (std::size_t i = 0; i < av.size(); ++i) av[i] = static_cast<double>((i * 7 + 3) % 13) - 6;
+  for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<double>((i * 5 + 1) % 11) - 5;
+  const xj::Array a = xj::astype(f64v(av, {m, k}), xj::bf16), b = xj::astype(f64v(bv, {n, k}), xj::bf16);  // b stored [n, k]
+  xj::reset_peak_memory();
+  const std::int64_t before = xj::memory_stats().live_bytes;
+  const xj::Array out = xj::dot_general(a, b, {1}, {1}, {}, {});
+  const std::int64_t widened_b = k * n * 4, panels = std::int64_t{8} << 20, out_bytes = m * n * 2;
+  CHECK(xj::memory_stats().peak_bytes - before <= out_bytes + widened_b + panels);
+  const auto got = bits_of(out);
+  int bad = 0;
+  for (std::int64_t i = 0; i < m && bad < 3; i += 97)
+    for (std::int64_t j = 0; j < n && bad < 3; j += 89) {
+      double sum = 0;  // small integers: exact in f32, rounded once to bf16
+      for (std::int64_t p = 0; p < k; ++p) sum += av[static_cast<std::size_t>(i * k + p)] * bv[static_cast<std::size_t>(j * k + p)];
+      if (got[static_cast<std::size_t>(i * n + j)] != oracle(sum, kBf16)) {
+        ++bad;
+        FAIL_CHECK("out[" << i << ", " << j << "] = " << kBf16.value(got[static_cast<std::size_t>(i * n + j)]) << ", want " << sum);
+      }
+    }
+}
+
 TEST_CASE("dtypes: 8- and 16-bit integers wrap, shift and count bits in their own width; u64 above INT64_MAX") {
   const xj::Array a = xj::array<std::int8_t>({100, -128, -1, 7}), b = xj::array<std::int8_t>({100, -1, 1, 2});
   CHECK((a + b).dtype() == xj::i8);

@@ -849,8 +849,6 @@ TEST_CASE("kernel: float products past the small loops' sizes, in every layout (
     }
 }
 
-// A stack of small products (attention's heads) is split over the threads by its entries: the
-// same bits at one thread and at two, each entry the brute-force product.
 // A B stored transposed is copied whole into [k, n] for the loops only up to 16 MiB; a larger one
 // (a vocabulary's output projection in the backward pass) stays with BLAS, which packs it a block
 // at a time: the product's peak holds its operands and output, no copy of B.
@@ -874,6 +872,8 @@ TEST_CASE("kernel: a product whose transposed B passes 16 MiB makes no copy of i
   CHECK(off == 0);
 }
 
+// A stack of small products (attention's heads) is split over the threads by its entries: the
+// same bits at one thread and at two, each entry the brute-force product.
 TEST_CASE("kernel: a stack of small float products split over the threads") {
   const Shape lhs{40, 64, 32}, rhs{40, 32, 48};
   std::vector<float> a = sample<float>(size_of(lhs), -3, 3, 0.37), b = sample<float>(size_of(rhs), -2, 4, 0.29);

@@ -215,15 +215,24 @@ struct WideBlock {
   std::int64_t ld;
 };
 
+// rows x width elements converted from `from` (dtype from_type, a row every from_ld elements)
+// into `to` (to_type, a row every to_ld elements), the rows split over the threads.
+void convert_rows(DType from_type, const void* from, std::int64_t from_ld, DType to_type, void* to, std::int64_t to_ld,
+                  std::int64_t rows, std::int64_t width) {
+  const std::size_t from_row = static_cast<std::size_t>(from_ld) * itemsize(from_type), to_row = static_cast<std::size_t>(to_ld) * itemsize(to_type);
+  parallel_for(rows, std::max<std::int64_t>(1, kParallelElements / std::max<std::int64_t>(width, 1)), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      convert_narrow(from_type, to_type, static_cast<const char*>(from) + static_cast<std::size_t>(r) * from_row,
+                     static_cast<char*>(to) + static_cast<std::size_t>(r) * to_row, static_cast<std::size_t>(width));
+  });
+}
+
 // Rows [r0, r0 + nr) x cols [c0, c0 + nc) of x, widened into buf (nr * nc elements).
 WideBlock widen_block(const NarrowMatrix& x, std::int64_t r0, std::int64_t nr, std::int64_t c0, std::int64_t nc, float* buf) {
   const std::int64_t ld = x.transposed ? x.rows : x.cols;
   const std::int64_t first = x.transposed ? c0 : r0, lines = x.transposed ? nc : nr;  // stored rows
   const std::int64_t skip = x.transposed ? r0 : c0, width = x.transposed ? nr : nc;   // stored cols
-  parallel_for(lines, std::max<std::int64_t>(1, kParallelElements / std::max<std::int64_t>(width, 1)), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r)
-      convert_narrow(x.dtype, DType::f32, x.data + (first + r) * ld + skip, buf + r * width, static_cast<std::size_t>(width));
-  });
+  convert_rows(x.dtype, x.data + first * ld + skip, ld, DType::f32, buf, width, lines, width);
   return {buf, x.transposed, width};
 }
 
@@ -241,7 +250,7 @@ void gemm_tile(const WideBlock& a, const WideBlock& b, std::int64_t mi, std::int
 float* f32_buffer(std::vector<ArenaScratch<float>>& keep, std::int64_t n) { return keep.emplace_back(n).data; }
 
 // narrow_gemm where xjax's f32 loops run the product (blocked_gemm_runs) and A has the most
-// rows: B widened once into [k, n], then groups of A's rows over the threads, each widened,
+// rows: B widened once into [k, n], then groups of A's rows over the threads (for_row_groups), each widened,
 // multiplied and narrowed into the output while its rows are in cache (no panels: the 3 MiB
 // panel buffers and their serial widening cost bf16 products a fifth of their speed at two
 // threads against f32's). Each output element is the loops' chain over k in order: the same bits
@@ -258,22 +267,14 @@ void narrow_gemm_by_row_groups(const NarrowMatrix& a, const NarrowMatrix& b, DTy
     widen_block(b, 0, k, 0, n, stored.data);
     transpose_block(stored.data, k, wb, n, n, k);  // wb[p n + j] = stored[j k + p]
   }
-  constexpr std::int64_t kGroupRows = 64;
-  const std::int64_t groups = (m + kGroupRows - 1) / kGroupRows;
-  const std::int64_t tasks = std::min<std::int64_t>(groups, kernel_threads());
-  const std::int64_t per_task = kGroupRows * (k + (wide_out ? 0 : n));  // a group's A rows, then its C rows
-  float* scratch = f32_buffer(keep, tasks * per_task);
-  parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
-    for (std::int64_t t = t0; t < t1; ++t) {
-      float* abuf = scratch + t * per_task;
-      for (std::int64_t g = t * groups / tasks; g < (t + 1) * groups / tasks; ++g) {
-        const std::int64_t r0 = g * kGroupRows, nr = std::min(kGroupRows, m - r0);
-        const WideBlock wa = widen_block(a, r0, nr, 0, k, abuf);  // [nr, k], or [k, nr] when a is transposed
-        float* cbuf = wide_out ? reinterpret_cast<float*>(c) + r0 * n : abuf + kGroupRows * k;
-        looped_gemm<float>(nr, n, k, wa.data, a.transposed ? 1 : k, a.transposed ? nr : 1, wb, cbuf, false);
-        if (!wide_out) convert_narrow(DType::f32, out, cbuf, c + static_cast<std::size_t>(r0 * n) * itemsize(out), static_cast<std::size_t>(nr * n));
-      }
-    }
+  const std::int64_t per_task = kMaxGroupRows * (k + (wide_out ? 0 : n));  // a group's A rows, then its C rows
+  float* scratch = f32_buffer(keep, row_group_tasks(m) * per_task);
+  for_row_groups(m, [&](std::int64_t task, std::int64_t r0, std::int64_t nr) {
+    float* abuf = scratch + task * per_task;
+    const WideBlock wa = widen_block(a, r0, nr, 0, k, abuf);  // [nr, k], or [k, nr] when a is transposed
+    float* cbuf = wide_out ? reinterpret_cast<float*>(c) + r0 * n : abuf + kMaxGroupRows * k;
+    looped_gemm<float>(nr, n, k, wa.data, a.transposed ? 1 : k, a.transposed ? nr : 1, wb, cbuf, false);
+    if (!wide_out) convert_narrow(DType::f32, out, cbuf, c + static_cast<std::size_t>(r0 * n) * itemsize(out), static_cast<std::size_t>(nr * n));
   });
 }
 
@@ -284,16 +285,13 @@ void narrow_gemm(const NarrowMatrix& a, const NarrowMatrix& b, DType out, char* 
   const std::size_t out_size = itemsize(out);
   std::vector<ArenaScratch<float>> keep;
   auto narrow_rows = [&](const float* from, std::int64_t rows, std::int64_t cols, std::int64_t ld_from, char* to) {
-    parallel_for(rows, std::max<std::int64_t>(1, kParallelElements / std::max<std::int64_t>(cols, 1)), [&](std::int64_t i0, std::int64_t i1) {
-      for (std::int64_t i = i0; i < i1; ++i)
-        convert_narrow(DType::f32, out, from + i * ld_from, to + static_cast<std::size_t>(i * n) * out_size, static_cast<std::size_t>(cols));
-    });
+    convert_rows(DType::f32, from, ld_from, out, to, n, rows, cols);
   };
   auto tile = [](std::int64_t split_len, std::int64_t across) {
     return std::clamp<std::int64_t>(kNarrowPanel / std::max<std::int64_t>(across, 1), 1, split_len);
   };
   const bool by_rows = m >= n && m >= k;
-  if (by_rows && blocked_gemm_runs<float>(n)) return narrow_gemm_by_row_groups(a, b, out, c);
+  if (by_rows && blocked_gemm_runs<float>(SmallGemm{m, n, k, a.transposed, b.transposed})) return narrow_gemm_by_row_groups(a, b, out, c);
   if (by_rows || n >= k) {  // panels of A's rows (B whole) or of B's columns (A whole)
     const std::int64_t len = by_rows ? m : n, step = tile(len, by_rows ? std::max(k, n) : std::max(k, m));
     const WideBlock whole = by_rows ? widen_block(b, 0, k, 0, n, f32_buffer(keep, k * n))

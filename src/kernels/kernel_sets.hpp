@@ -17,6 +17,7 @@
 // Adding an entry point to a vectorized file: declare it in kernels.hpp as usual and add its line
 // to XJAX_KERNEL_SET_ENTRIES; the linker reports any entry point that is missing from either.
 #pragma once
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -120,8 +121,14 @@ template <class T> bool small_gemm_takes(const SmallGemm& s);
 /// and returns false (use BLAS). Each element of C is one chain over k in order (from what C
 /// holds when accumulating): the same bits at any thread count.
 template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate = false);
-/// Whether blocked_gemm runs products of n columns here (and looped_gemm outruns the BLAS at any size).
-template <class T> bool blocked_gemm_runs(std::int64_t n);
+/// Whether blocked_gemm runs the product s here (looped_gemm outruns the BLAS at any size and a
+/// transposed B is small enough to copy).
+template <class T> bool blocked_gemm_runs(const SmallGemm& s);
+/// Rows [0, m) of a product in groups of at most 64 rows over the kernel threads, as blocked_gemm
+/// splits them: body(task, first_row, rows) per group, task < row_group_tasks(m) naming the
+/// thread's share (for its scratch memory) (small_gemm.cpp).
+void for_row_groups(std::int64_t m, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& body);
+std::int64_t row_group_tasks(std::int64_t m);
 /// The most rows m that small_gemm takes for a product of n columns and depth k with B stored
 /// [k, n]: 0 when this set has no loops for such n (small_gemm.cpp).
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k);

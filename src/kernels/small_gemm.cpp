@@ -23,6 +23,7 @@
 // from 1024 x 128 x 128 to 1024^3 (docs/performance.md, "Products past 128^3"). Where BLAS runs
 // kernels as wide as the set's, its packed blocking wins and these products stay with it.
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -163,21 +164,43 @@ void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std
   }
 }
 
-template <class T> bool blocked_gemm_runs(std::int64_t n) {
+// B stored [n, k] is transposed once into scratch memory ([k, n]) read by every row group; past
+// kMaxTransposedBytes BLAS keeps it (it packs a block at a time: a vocabulary's output
+// projection, 768 x 50257, would otherwise be copied whole in the backward pass).
+constexpr std::size_t kMaxTransposedBytes = std::size_t{16} << 20;
+
+template <class T> bool blocked_gemm_runs(const SmallGemm& s) {
   if constexpr (!kWideSimd || sizeof(Batch<T>) < 64) return false;
-  else return n % kColumnStep<T> == 0 && blas_below_cpu_width();
+  else
+    return s.n % kColumnStep<T> == 0 && blas_below_cpu_width() &&
+           !(s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxTransposedBytes);
+}
+
+// Groups of at most kMaxGroupRows rows, a whole number of register blocks, as many groups as
+// threads where the rows allow.
+std::int64_t group_rows(std::int64_t m) {
+  const std::int64_t per_thread = (m + kernel_threads() - 1) / kernel_threads();
+  return std::clamp<std::int64_t>((per_thread + kBlockRows - 1) / kBlockRows * kBlockRows, kBlockRows,
+                                  kMaxGroupRows / kBlockRows * kBlockRows);
+}
+
+std::int64_t row_group_tasks(std::int64_t m) {
+  return std::clamp<std::int64_t>((m + group_rows(m) - 1) / group_rows(m), 1, kernel_threads());
+}
+
+void for_row_groups(std::int64_t m, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& body) {
+  const std::int64_t group = group_rows(m), groups = (m + group - 1) / group, tasks = row_group_tasks(m);
+  parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t)
+      for (std::int64_t g = t * groups / tasks; g < (t + 1) * groups / tasks; ++g) body(t, g * group, std::min(group, m - g * group));
+  });
 }
 
 template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate) {
   if constexpr (!kWideSimd || sizeof(Batch<T>) < 64) {
     return false;
   } else {
-    if (!blocked_gemm_runs<T>(s.n)) return false;
-    // B stored [n, k]: transposed once into scratch memory ([k, n]), read by every row group;
-    // past kMaxTransposedBytes BLAS keeps it (it packs a block at a time: a vocabulary's output
-    // projection, 768 x 50257, would otherwise be copied whole in the backward pass).
-    constexpr std::size_t kMaxTransposedBytes = std::size_t{16} << 20;
-    if (s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxTransposedBytes) return false;
+    if (!blocked_gemm_runs<T>(s)) return false;
     std::optional<ArenaScratch<T>> packed;
     if (s.b_transposed) {
       packed.emplace(s.k * s.n);
@@ -185,17 +208,8 @@ template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b,
       b = packed->data;
     }
     const std::int64_t a_row = s.a_transposed ? 1 : s.k, a_col = s.a_transposed ? s.m : 1;
-    // Groups of rows over the threads (at most kGroupRows each, so that a group's rows of A stay
-    // in L2 while its blocks sweep B), a whole number of register blocks.
-    constexpr std::int64_t kGroupRows = 64;
-    const std::int64_t per_thread = (s.m + kernel_threads() - 1) / kernel_threads();
-    const std::int64_t group = std::clamp<std::int64_t>((per_thread + kBlockRows - 1) / kBlockRows * kBlockRows, kBlockRows,
-                                                        kGroupRows / kBlockRows * kBlockRows);
-    parallel_for((s.m + group - 1) / group, 1, [&](std::int64_t g0, std::int64_t g1) {
-      for (std::int64_t g = g0; g < g1; ++g) {
-        const std::int64_t i0 = g * group, rows = std::min(group, s.m - i0);
-        looped_gemm<T>(rows, s.n, s.k, a + i0 * a_row, a_row, a_col, b, c + i0 * s.n, accumulate);
-      }
+    for_row_groups(s.m, [&](std::int64_t, std::int64_t i0, std::int64_t rows) {
+      looped_gemm<T>(rows, s.n, s.k, a + i0 * a_row, a_row, a_col, b, c + i0 * s.n, accumulate);
     });
     return true;
   }
@@ -212,8 +226,8 @@ template bool small_gemm<float>(const SmallGemm&, const float*, const float*, fl
 template bool small_gemm<double>(const SmallGemm&, const double*, const double*, double*);
 template bool small_gemm_takes<float>(const SmallGemm&);
 template bool small_gemm_takes<double>(const SmallGemm&);
-template bool blocked_gemm_runs<float>(std::int64_t);
-template bool blocked_gemm_runs<double>(std::int64_t);
+template bool blocked_gemm_runs<float>(const SmallGemm&);
+template bool blocked_gemm_runs<double>(const SmallGemm&);
 template bool blocked_gemm<float>(const SmallGemm&, const float*, const float*, float*, bool);
 template bool blocked_gemm<double>(const SmallGemm&, const double*, const double*, double*, bool);
 template void looped_gemm<float>(std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, const float*,

@@ -14,4 +14,8 @@ struct SmallGemm {
   bool a_transposed, b_transposed;
 };
 
+/// The most rows of one group when a product's rows are split over the threads (for_row_groups):
+/// a group's rows of A stay in L2 while its blocks sweep B.
+constexpr std::int64_t kMaxGroupRows = 64;
+
 }  // namespace xjax::detail::kernels
