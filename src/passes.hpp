@@ -22,6 +22,12 @@ ClosedJaxpr cse(const ClosedJaxpr& j);
 /// readers goes. The planner runs it: a copy of the operand would be pure overhead.
 Jaxpr fold_transposes(const Jaxpr& j);
 
+/// concatenate_padded_sums : Jaxpr -> Jaxpr. A sum (a chain of adds) of zero pads whose pieces
+/// tile one axis exactly is the concatenation of the pieces (the cotangent of a value cut into
+/// slices: attention's q, k, v), which writes the array once; only where the pads and inner adds
+/// have no other readers. The planner runs it. Values agree but for a zero's sign.
+Jaxpr concatenate_padded_sums(const Jaxpr& j);
+
 /// inline_calls : Jaxpr -> Jaxpr. Each checkpoint, custom_jvp_call and custom_vjp_call equation
 /// whose jaxpr has no consts is replaced by that jaxpr's equations (fresh variables, its inputs
 /// bound to the operands): these calls mean only "recompute / differentiate this way", so

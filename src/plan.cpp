@@ -326,14 +326,17 @@ bool has(const Jaxpr& j, Primitive p) {
   return std::any_of(j.eqns.begin(), j.eqns.end(), [p](const Eqn& e) { return e.prim == p; });
 }
 
-/// source rewritten for execution by the passes (passes.hpp): calls inlined, transposes
-/// folded into the dots that read them; null when they would not change it. The inlined
+/// source rewritten for execution by the passes (passes.hpp): calls inlined, sums of pads
+/// tiling an axis concatenated, transposes folded into the dots that read them; null when they would not change it. The inlined
 /// calls are appended to `inlined`.
 std::shared_ptr<const Jaxpr> rewritten_for_execution(const Jaxpr& source, std::vector<Primitive>& inlined) {
   const bool inline_bodies = has_inlinable_call(source);
-  if (!inline_bodies && !(has(source, Primitive::transpose) && has(source, Primitive::dot_general))) return nullptr;
+  auto folds = [](const Jaxpr& j) { return has(j, Primitive::transpose) && has(j, Primitive::dot_general); };
+  auto concatenates = [](const Jaxpr& j) { return has(j, Primitive::pad) && has(j, Primitive::add); };
+  if (!inline_bodies && !folds(source) && !concatenates(source)) return nullptr;
   Jaxpr j = inline_bodies ? inline_calls(source, &inlined) : source;
-  if (has(j, Primitive::transpose) && has(j, Primitive::dot_general)) j = fold_transposes(j);
+  if (concatenates(j)) j = concatenate_padded_sums(j);
+  if (folds(j)) j = fold_transposes(j);
   return std::make_shared<const Jaxpr>(std::move(j));
 }
 

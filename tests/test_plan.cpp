@@ -306,6 +306,50 @@ TEST_CASE("plan: transposes feeding a dot_general are folded into it") {
   }
 }
 
+// The cotangent of a value cut into slices is a sum of zero pads; where the slices tile one axis
+// the planner runs it as one concatenate (passes/concatenate_padded_sums.cpp). Gradients against
+// their closed form (d/dx of sum(c_i * x[piece i]) is c_i on piece i, summed where pieces
+// overlap), run jitted; counted: which primitives the plan ran.
+TEST_CASE("plan: a sum of zero pads tiling an axis runs as one concatenate") {
+  const xj::Array x = xj::random::normal(xj::random::key(12), {3, 9, 2}, xj::f64);
+  struct Case {
+    const char* name;
+    std::vector<std::pair<std::int64_t, std::int64_t>> pieces;  // [begin, end) along axis 1
+    std::int64_t concatenates, pads;                             // run by the jitted gradient
+  };
+  const std::vector<Case> cases = {
+      {"three pieces tiling the axis (attention's q, k, v)", {{0, 3}, {3, 6}, {6, 9}}, 1, 0},
+      {"two pieces in reverse order", {{4, 9}, {0, 4}}, 1, 0},
+      {"a gap: pads kept", {{0, 3}, {4, 9}}, 0, 2},
+      {"an overlap: pads kept", {{0, 5}, {3, 9}}, 0, 2},
+      {"not reaching the end: pads kept", {{0, 3}, {3, 8}}, 0, 2},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(std::string(c.name));
+    auto loss = [&](const xj::Array& v) {
+      xj::Array total = xj::zeros({}, xj::f64);
+      for (std::size_t i = 0; i < c.pieces.size(); ++i) {
+        const auto [b, e] = c.pieces[i];
+        total = total + xj::sum(xj::slice(v, {0, b, 0}, {3, e, 2}) * static_cast<double>(i + 2));
+      }
+      return total;
+    };
+    auto grad = xj::jit(xj::grad(loss));
+    (void)grad(x);
+    xj::reset_eval_counts();
+    const std::vector<double> got = grad(x).to_vector<double>();
+    auto counts = xj::eval_counts();
+    CHECK(counts["concatenate"] == c.concatenates);
+    CHECK(counts["pad"] == c.pads);
+    std::vector<double> want(got.size(), 0.0);
+    for (std::int64_t r = 0; r < 3; ++r)
+      for (std::size_t i = 0; i < c.pieces.size(); ++i)
+        for (std::int64_t col = c.pieces[i].first; col < c.pieces[i].second; ++col)
+          for (std::int64_t k = 0; k < 2; ++k) want[static_cast<std::size_t>((r * 9 + col) * 2 + k)] += static_cast<double>(i + 2);
+    CHECK(got == want);
+  }
+}
+
 TEST_CASE("plan: a row broadcast (bias) is fused into its consumers") {
   auto f = [](const xj::Array& x, const xj::Array& b, const xj::Array& c) {
     return xj::tanh(x + b) * 2.0 - xj::relu(x * c);

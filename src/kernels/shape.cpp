@@ -162,7 +162,8 @@ void copy_box(Byte* dst, const Byte* src, std::vector<BoxDim> dims, std::size_t 
   std::int64_t elements = 1;
   for (const BoxDim& d : dims) elements *= d.size;
   constexpr std::int64_t kChunkBytes = std::int64_t{1} << 17;
-  if (dims.size() < 2 || elements * static_cast<std::int64_t>(item) < 2 * kChunkBytes)
+  const std::int64_t min_split = find_tiling_dim(dims) < dims.size() ? std::int64_t{1} << 20 : std::int64_t{4} << 20;
+  if (dims.size() < 2 || elements * static_cast<std::int64_t>(item) < min_split)
     return copy_simple_box(dst, src, std::move(dims), item);
   const auto split = static_cast<std::size_t>(
       std::max_element(dims.begin(), dims.end() - 1, [](const BoxDim& a, const BoxDim& b) { return a.size < b.size; }) -
