@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -100,7 +101,14 @@ struct Measured {
   double xj_s, ref_s;
   std::int64_t xj_peak, ref_peak;
 };
-Measured measure(int reps, const std::function<void()>& run_xj, const std::function<void()>& run_ref) {
+/// settle_s: an idle pause after each reference run, so that the reference's idle threads are
+/// asleep when xjax's run starts. OpenBLAS's workers spin for 2^28 TSC cycles (its THREAD_TIMEOUT,
+/// about 0.1 s) after each call: a libtorch step at two OpenBLAS threads left one spinning on the
+/// second core through most of xjax's next step (T1 small at two threads, Zen 5 VM, 2026-12-05:
+/// xjax 0.094 s a step measured right after libtorch's, 0.073 s with OPENBLAS_THREAD_TIMEOUT=4,
+/// 0.076 s after a 150 ms pause; 30 ms was not enough: 0.090 s).
+Measured measure(int reps, const std::function<void()>& run_xj, const std::function<void()>& run_ref, double settle_s = 0);
+Measured measure(int reps, const std::function<void()>& run_xj, const std::function<void()>& run_ref, double settle_s) {
   std::vector<double> tx, tr;
   std::int64_t px = 0, pr = 0;
   for (int r = -1; r < reps; ++r) {  // r = -1: warm-up (trace, transform, first allocations)
@@ -118,6 +126,7 @@ Measured measure(int reps, const std::function<void()>& run_xj, const std::funct
     t1 = now();
     if (r >= 0) tr.push_back(t1 - t0);
     pr = std::max(pr, g_mem.peak - ref_before);
+    if (settle_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(settle_s));
   }
   return {median(tx), median(tr), px, pr};
 }
@@ -1020,7 +1029,7 @@ void bench_transformer(std::vector<Row>& rows, const std::string& size, std::int
                               fmt(", parameters to %.2g lr", worst_param);
     for (int threads : {1, 2}) {
       openblas_set_num_threads(threads);
-      Measured m = measure(reps, run_xj, run_torch);
+      Measured m = measure(reps, run_xj, run_torch, threads > 1 ? 0.15 : 0.0);
       const std::string variant = size + " " + policy + ", " + std::to_string(threads) + " thread" + (threads > 1 ? "s" : "");
       const double peak = double(m.xj_peak) / (1024.0 * 1024.0);
       if (policy == "none" && threads == 1) peak_none = peak;
@@ -1254,8 +1263,10 @@ int main(int argc, char** argv) {
 #if XJAX_BENCH_TORCH
     if (run("O1")) bench_optimizers(rows, quick ? 1000 : 100000, 20);
     if (run("T1")) {  // T = 64, d = 128, 4 heads, 6 layers, batch 16; T = 128, d = 256, 8 heads, 8 layers, batch 8
-      bench_transformer(rows, "small", quick ? 16 : 64, quick ? 32 : 128, quick ? 2 : 4, quick ? 2 : 6, quick ? 4 : 16, reps);
-      if (!quick) bench_transformer(rows, "medium", 128, 256, 8, 8, 8, reps);
+      // 9 timed steps each: medians of 5 moved by 10-15% between invocations in a noisy VM
+      const int steps = quick ? reps : 9;
+      bench_transformer(rows, "small", quick ? 16 : 64, quick ? 32 : 128, quick ? 2 : 4, quick ? 2 : 6, quick ? 4 : 16, steps);
+      if (!quick) bench_transformer(rows, "medium", 128, 256, 8, 8, 8, steps);
     }
 #endif
     if (only.empty() || only == "C1" || only == "C2" || only == "C3") {
