@@ -14,9 +14,10 @@
 namespace xjax::detail {
 namespace {
 
-// A piece of the sum: a pad's operand and its interval [lo, size - hi) along the tiled axis.
+// A piece of the sum: a pad's operand (in the source jaxpr) and its interval [lo, size - hi)
+// along the tiled axis.
 struct Piece {
-  Atom operand;
+  const Atom* operand = nullptr;
   std::int64_t lo = 0;
   const params::Pad* pad = nullptr;
 };
@@ -54,7 +55,7 @@ class Finder {
       if (d.prim == Primitive::add) {
         if (!pieces_of(it->second, pieces, consumed)) return false;
       } else if (d.prim == Primitive::pad && is_zero_literal(d.inputs[1])) {
-        pieces.push_back({d.inputs[0], 0, &d.params.get<params::Pad>()});
+        pieces.push_back({&d.inputs[0], 0, &d.params.get<params::Pad>()});
       } else {
         return false;
       }
@@ -107,7 +108,7 @@ Jaxpr concatenate_padded_sums(const Jaxpr& j) {
     const std::int64_t axis = tiled_axis(pieces, j.eqns[i].outputs[0].aval().shape);
     if (axis < 0) continue;
     Eqn concat{Primitive::concatenate, {}, j.eqns[i].outputs, params::Concatenate{.dimension = axis}, j.eqns[i].loc};
-    for (const Piece& p : pieces) concat.inputs.push_back(p.operand);
+    for (const Piece& p : pieces) concat.inputs.push_back(*p.operand);
     replaced.emplace(i, std::move(concat));
     for (std::size_t c : consumed) dropped[c] = 1;
   }
