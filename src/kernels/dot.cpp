@@ -237,11 +237,14 @@ WideBlock widen_block(const NarrowMatrix& x, std::int64_t r0, std::int64_t nr, s
 }
 
 // c (mi x nj, leading dim ldc) = a * b + beta c, beta 0 or 1. Dense tiles take gemm_floats
-// without accumulation (its small-product loops where they apply), blocked_gemm with it.
+// without accumulation (its small-product loops where they apply), blocked_gemm with it; others
+// go to BLAS with their leading dims.
 void gemm_tile(const WideBlock& a, const WideBlock& b, std::int64_t mi, std::int64_t nj, std::int64_t ki, float beta,
                float* c, std::int64_t ldc) {
-  if (beta == 0.0f && ldc == nj) return gemm_floats<float>(a.data, a.transposed, b.data, b.transposed, GemmShape{1, mi, nj, ki}, c);
-  if (beta == 1.0f && ldc == nj && blocked_gemm<float>(SmallGemm{mi, nj, ki, a.transposed, b.transposed}, a.data, b.data, c, true)) return;
+  // The loops read dense operands: a's rows ki long (mi when stored transposed), b's nj (ki).
+  const bool dense = ldc == nj && a.ld == (a.transposed ? mi : ki) && b.ld == (b.transposed ? ki : nj);
+  if (dense && beta == 0.0f) return gemm_floats<float>(a.data, a.transposed, b.data, b.transposed, GemmShape{1, mi, nj, ki}, c);
+  if (dense && beta == 1.0f && blocked_gemm<float>(SmallGemm{mi, nj, ki, a.transposed, b.transposed}, a.data, b.data, c, true)) return;
   cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(mi), static_cast<blasint>(nj), static_cast<blasint>(ki), 1.0f, a.data,
               static_cast<blasint>(a.ld), b.data, static_cast<blasint>(b.ld), beta, c, static_cast<blasint>(ldc));
