@@ -11,6 +11,7 @@
 #include "internal.hpp"
 #include "per_thread.hpp"
 #include "plan.hpp"
+#include "step_profile.hpp"
 
 namespace xjax {
 
@@ -148,9 +149,11 @@ void run_steps(const detail::EvalPlan& plan, PlanFrame& frame, std::vector<Array
   };
   std::vector<Array>& ins = frame.ins;
   std::vector<Array>& outs = frame.outs;
+  detail::StepTimer timer;
   for (const auto& st : plan.steps) {
     ins.clear();
     for (const auto& op : st.ins) ins.push_back(op.last_use ? std::move(slots[op.slot]) : read(op));
+    timer.start();
     switch (st.kind) {
       case EvalPlan::Kind::kernel:
         outs.clear();
@@ -162,6 +165,7 @@ void run_steps(const detail::EvalPlan& plan, PlanFrame& frame, std::vector<Array
       case EvalPlan::Kind::fused: detail::kernels::run_fused(*st.fused, ins, outs); break;
       case EvalPlan::Kind::call: run_plan_into(*st.body_plan, *st.body, ins, outs); break;
     }
+    timer.stop(st.label);
     for (Primitive p : st.counted) detail::count_eval(p);
     ins.clear();
     for (auto s : st.free_after) slots[s] = Array();

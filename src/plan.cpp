@@ -340,6 +340,16 @@ std::shared_ptr<const Jaxpr> rewritten_for_execution(const Jaxpr& source, std::v
   return std::make_shared<const Jaxpr>(std::move(j));
 }
 
+// "dot_general f32[1024,384]", "fused(mul,add,tanh) f32[1024,512]"; empty for a step that runs
+// sub-jaxprs (StepProfile times their steps).
+std::string step_label(const EvalPlan::Step& st) {
+  if (st.kind == EvalPlan::Kind::call || (st.kind == EvalPlan::Kind::impl && !sub_jaxprs(st.eqn->params).empty())) return "";
+  if (st.kind != EvalPlan::Kind::fused) return std::string(primitive_name(st.eqn->prim)) + " " + st.eqn->outputs[0].aval().str();
+  std::string names;
+  for (Primitive p : st.counted) names += (names.empty() ? "" : ",") + std::string(primitive_name(p));
+  return "fused(" + names + ") " + ShapedArray{st.fused->shape, st.fused->storage}.str();
+}
+
 }  // namespace
 
 std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
@@ -442,6 +452,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     i = end;
   }
   for (const auto& o : *outvars) plan->outs.push_back(operand(o));
+  for (auto& st : plan->steps) st.label = step_label(st);
   plan->raw = make_raw_plan(*plan);
   return plan;
 }

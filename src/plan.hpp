@@ -42,6 +42,9 @@ struct EvalPlan {
     std::vector<Operand> ins;
     std::vector<std::size_t> outs;        // npos: output never read
     std::vector<std::size_t> free_after;  // slots to drop after this step
+    /// StepProfile's name of the step: its primitives and first output; empty for a step that
+    /// runs sub-jaxprs (a loop, a conditional, a call: their steps are timed instead).
+    std::string label;
   };
   /// The jaxpr the steps run when the passes run before planning changed the source (calls
   /// inlined, transposes folded into dots: passes.hpp), owned by the plan; null when they left it

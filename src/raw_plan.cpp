@@ -9,6 +9,7 @@
 
 #include "per_thread.hpp"
 #include "plan.hpp"
+#include "step_profile.hpp"
 #include "xjax/detail/external.hpp"
 
 namespace xjax::detail {
@@ -242,6 +243,7 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
         workspace.give(values[s].index, plan.slot_avals[s].nbytes());
     for (Primitive p : st.counted) add_count(fp->counted, p);
     f.counted = st.counted;
+    f.label = st.label;
   }
   for (Primitive p : plan.inlined_calls) add_count(fp->counted, p);
   fp->workspace_bytes = workspace.size();
@@ -272,14 +274,17 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
     }
   }
   std::size_t done = 0;  // steps run
+  StepTimer timer;
   try {
     for (const auto& st : plan.steps) {
       scratch.ins.clear();
       for (std::size_t v : plan.ins(st)) scratch.ins.push_back(where[v]);
       scratch.outs.clear();
       for (std::size_t v : plan.outs(st)) scratch.outs.push_back(const_cast<void*>(where[v]));
+      timer.start();
       if (st.into) st.into(scratch.ins.data(), scratch.outs.data());
       else run_on_views(st, scratch);
+      timer.stop(st.label);
       ++done;
     }
   } catch (...) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "internal.hpp"
@@ -44,6 +45,7 @@ struct RawPlan {
     std::vector<ShapedArray> in_avals;  // kernel: the operands' avals (for the views)
     std::size_t out_bytes = 0;          // kernel: the output's size
     std::vector<Primitive> counted;     // eval_counts of the step (counted one by one only when a later step throws)
+    std::string label;                  // StepProfile's (the EvalPlan step's)
   };
   std::span<const std::size_t> ins(const Step& st) const { return {operands.data() + st.first, st.num_ins}; }
   std::span<const std::size_t> outs(const Step& st) const { return {operands.data() + st.first + st.num_ins, st.num_outs}; }

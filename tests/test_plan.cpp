@@ -350,6 +350,49 @@ TEST_CASE("plan: a sum of zero pads tiling an axis runs as one concatenate") {
   }
 }
 
+// StepProfile: the steps of the plans run on its thread while it lives, by label and count; a
+// scan is not a step (its body's are, once per iteration); the innermost live profile collects;
+// other threads' runs are not seen.
+TEST_CASE("plan: StepProfile times each step of the plans run on its thread") {
+  const xj::Array w = xj::random::normal(xj::random::key(13), {16, 8}), x = xj::random::normal(xj::random::key(14), {5, 16});
+  const xj::Array xs = xj::random::normal(xj::random::key(15), {7, 8});
+  auto layer = xj::jit([](const xj::Array& x, const xj::Array& w) { return xj::tanh(xj::matmul(x, w)) * 2.0f; });
+  auto loop = xj::jit([](const xj::Array& c0, const xj::Array& xs) {
+    return xj::scan([](const xj::Array& c, const xj::Array& x) { return std::pair{xj::sin(c) + x, c}; }, c0, xs).first;
+  });
+  (void)layer(x, w);
+  (void)loop(xj::zeros({8}), xs);
+  auto count_of = [](const xj::StepProfile& p, const std::string& label) {
+    for (const auto& e : p.entries())
+      if (e.step == label) return e.count;
+    return std::int64_t{0};
+  };
+  xj::StepProfile outer;
+  for (int i = 0; i < 3; ++i) (void)layer(x, w);
+  CHECK(count_of(outer, "dot_general f32[5,8]") == 3);
+  CHECK(count_of(outer, "fused(tanh,broadcast_in_dim,mul) f32[5,8]") == 3);
+  {
+    xj::StepProfile inner;
+    (void)layer(x, w);
+    (void)loop(xj::zeros({8}), xs);
+    CHECK(count_of(inner, "dot_general f32[5,8]") == 1);
+    CHECK(count_of(inner, "fused(sin,add) f32[8]") == 7);  // the body, once an iteration
+    for (const auto& e : inner.entries()) {
+      CHECK(e.step.find("scan") == std::string::npos);
+      CHECK(e.seconds >= 0.0);
+    }
+    std::thread other([&] { (void)layer(x, w); });
+    other.join();
+    CHECK(count_of(inner, "dot_general f32[5,8]") == 1);
+  }
+  CHECK(count_of(outer, "dot_general f32[5,8]") == 3);  // the inner profile's runs were its own
+  (void)layer(x, w);
+  CHECK(count_of(outer, "dot_general f32[5,8]") == 4);
+  const auto all = outer.entries();
+  CHECK(std::is_sorted(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; }));
+  CHECK(outer.str().find("dot_general f32[5,8]") != std::string::npos);
+}
+
 TEST_CASE("plan: a row broadcast (bias) is fused into its consumers") {
   auto f = [](const xj::Array& x, const xj::Array& b, const xj::Array& c) {
     return xj::tanh(x + b) * 2.0 - xj::relu(x * c);

@@ -35,6 +35,37 @@ void release_arena_memory();
 std::map<std::string, std::int64_t> eval_counts();
 void reset_eval_counts();
 
+/// Where a program's time goes: while a StepProfile lives, the execution plans run on the
+/// calling thread (jitted programs, loop bodies, eval_jaxpr) time each of their steps into it. A
+/// step is labelled by its primitives and first output, "dot_general f32[1024,384]" or
+/// "fused(mul,add,tanh) f32[1024,512]"; loops, conditionals and checkpoints are not steps of
+/// their own (their bodies' steps are), so the seconds add up to the programs' time. The
+/// innermost live profile of the thread collects; other threads are not seen. Costs a clock read
+/// per step while alive, and one check per plan run otherwise. Not thread-safe itself: read it on
+/// its thread.
+class StepProfile {
+ public:
+  struct Entry {
+    std::string step;
+    double seconds = 0;
+    std::int64_t count = 0;
+  };
+  StepProfile();
+  ~StepProfile();
+  StepProfile(const StepProfile&) = delete;
+  StepProfile& operator=(const StepProfile&) = delete;
+  /// The steps seen, most total time first.
+  std::vector<Entry> entries() const;
+  /// The first `lines` entries as a table: seconds, count, label.
+  std::string str(std::size_t lines = 40) const;
+  /// Adds one step's time (the plan runners call it).
+  void record(const std::string& step, double seconds);
+
+ private:
+  std::map<std::string, Entry> by_step_;
+  StepProfile* outer_;
+};
+
 /// How this library was built and which of its vectorized kernels run (docs/performance.md,
 /// "Kernel sets"). The default x86-64 build has three kernel sets, best first: "avx512"
 /// (x86-64-v4), "avx2" (x86-64-v3: AVX2 and FMA) and "baseline" (x86-64); -Dsimd=native builds one,
