@@ -243,7 +243,7 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
         workspace.give(values[s].index, plan.slot_avals[s].nbytes());
     for (Primitive p : st.counted) add_count(fp->counted, p);
     f.counted = st.counted;
-    f.label = st.label;
+    fp->labels.push_back(st.label);
   }
   for (Primitive p : plan.inlined_calls) add_count(fp->counted, p);
   fp->workspace_bytes = workspace.size();
@@ -284,7 +284,7 @@ void run_raw(const RawPlan& plan, std::span<const void* const> inputs, std::span
       timer.start();
       if (st.into) st.into(scratch.ins.data(), scratch.outs.data());
       else run_on_views(st, scratch);
-      timer.stop(st.label);
+      timer.stop(plan.labels[done]);
       ++done;
     }
   } catch (...) {

@@ -45,7 +45,6 @@ struct RawPlan {
     std::vector<ShapedArray> in_avals;  // kernel: the operands' avals (for the views)
     std::size_t out_bytes = 0;          // kernel: the output's size
     std::vector<Primitive> counted;     // eval_counts of the step (counted one by one only when a later step throws)
-    std::string label;                  // StepProfile's (the EvalPlan step's)
   };
   std::span<const std::size_t> ins(const Step& st) const { return {operands.data() + st.first, st.num_ins}; }
   std::span<const std::size_t> outs(const Step& st) const { return {operands.data() + st.first + st.num_ins, st.num_outs}; }
@@ -59,6 +58,7 @@ struct RawPlan {
   /// (the jaxpr's literal may be replaced by an equal one, which keeps the plan).
   std::vector<Array> literals;
   std::vector<Step> steps;
+  std::vector<std::string> labels;  // StepProfile's name of each step (the EvalPlan step's), apart: read only when profiling
   std::vector<std::size_t> operands;  // the steps' operand values, step after step
   std::vector<Copy> copies;
   std::size_t num_inputs = 0, num_outputs = 0;
