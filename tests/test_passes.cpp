@@ -74,6 +74,40 @@ TEST_CASE("passes: fold_transposes makes the dot read the transpose's operand, w
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
 }
 
+// Review findings: the pass walked each add's chain again for every add of it (a 20000-add
+// chain that does not tile took 355 s to plan), recursively (100000 adds overflowed the stack),
+// and read every equation's first output (an equation with none, a scan of None, crashed).
+// Chains of pads of one element into [n], summed one after the other: traced, not run.
+TEST_CASE("passes: concatenate_padded_sums on 100000-add chains, tiling or not, and beside equations without outputs") {
+  constexpr std::int64_t n = 100000;
+  auto chain = [](std::int64_t first) {
+    return [first](const xj::Array& v) {
+      const xj::Array zero = xj::zeros({}, xj::f32);
+      xj::Array total = xj::pad(v, zero, {first}, {n - 1 - first});
+      for (std::int64_t i = first + 1; i < n; ++i) total = total + xj::pad(v, zero, {i}, {n - 1 - i});
+      return total;
+    };
+  };
+  const xj::Array v = xj::ones({1}, xj::f32);
+  const auto tiling = xj::make_jaxpr(chain(0))(v), short_of_it = xj::make_jaxpr(chain(1))(v);
+  const xj::Jaxpr joined = xjax::detail::concatenate_padded_sums(*tiling.jaxpr);
+  REQUIRE(joined.eqns.size() == 1);
+  CHECK(joined.eqns[0].prim == xj::Primitive::concatenate);
+  CHECK(joined.eqns[0].inputs.size() == static_cast<std::size_t>(n));
+  const xj::Jaxpr kept = xjax::detail::concatenate_padded_sums(*short_of_it.jaxpr);
+  CHECK(kept.eqns.size() == short_of_it.jaxpr->eqns.size());
+  CHECK(count_eqns(kept, xj::Primitive::concatenate) == 0);
+  // a scan whose carry and outputs are None: an equation with no outputs, beside a sum that tiles
+  auto body = [](const xj::Array& c, const xj::Array& x) {
+    (void)xj::scan([](const xj::None&, const xj::Array&) { return std::make_pair(xj::None{}, xj::None{}); }, xj::None{}, x);
+    const xj::Array zero = xj::zeros({}, x.dtype());
+    return std::make_pair(c + (xj::pad(x, zero, {0}, {3}) + xj::pad(x * 2.0f, zero, {3}, {0})), xj::None{});
+  };
+  const xj::Array xs = xj::reshape(xj::arange(6, xj::f32), {2, 3});
+  const auto [c, ys] = xj::scan(body, xj::zeros({6}, xj::f32), xs);
+  CHECK(c.to_vector<float>() == std::vector<float>{3, 5, 7, 6, 10, 14});
+}
+
 TEST_CASE("passes: fold_transposes keeps a transpose that something else reads, or whose fold would reorder the output") {
   xj::Array a = xj::random::normal(xj::random::key(3), {5, 4}, xj::f64);
   xj::Array b = xj::random::normal(xj::random::key(4), {5, 3}, xj::f64);

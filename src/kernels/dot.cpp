@@ -271,8 +271,9 @@ void narrow_gemm_by_row_groups(const NarrowMatrix& a, const NarrowMatrix& b, DTy
     transpose_block(stored.data, k, wb, n, n, k);  // wb[p n + j] = stored[j k + p]
   }
   const std::int64_t per_task = kMaxGroupRows * (k + (wide_out ? 0 : n));  // a group's A rows, then its C rows
-  float* scratch = f32_buffer(keep, row_group_tasks(m) * per_task);
-  for_row_groups(m, [&](std::int64_t task, std::int64_t r0, std::int64_t nr) {
+  const RowGroups groups = row_groups(m);
+  float* scratch = f32_buffer(keep, groups.tasks * per_task);
+  for_row_groups(groups, [&](std::int64_t task, std::int64_t r0, std::int64_t nr) {
     float* abuf = scratch + task * per_task;
     const WideBlock wa = widen_block(a, r0, nr, 0, k, abuf);  // [nr, k], or [k, nr] when a is transposed
     float* cbuf = wide_out ? reinterpret_cast<float*>(c) + r0 * n : abuf + kMaxGroupRows * k;

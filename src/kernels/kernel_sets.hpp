@@ -124,11 +124,15 @@ template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b,
 /// Whether blocked_gemm runs the product s here (looped_gemm outruns the BLAS at any size and a
 /// transposed B is small enough to copy).
 template <class T> bool blocked_gemm_runs(const SmallGemm& s);
-/// Rows [0, m) of a product in groups of at most 64 rows over the kernel threads, as blocked_gemm
-/// splits them: body(task, first_row, rows) per group, task < row_group_tasks(m) naming the
-/// thread's share (for its scratch memory) (small_gemm.cpp).
-void for_row_groups(std::int64_t m, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& body);
-std::int64_t row_group_tasks(std::int64_t m);
+/// Rows [0, m) of a product in groups of at most 64 rows (kMaxGroupRows) over the kernel threads,
+/// as blocked_gemm splits them: `tasks` shares of whole groups, decided once (row_groups reads
+/// the thread count), then for_row_groups calls body(task, first_row, rows) per group, task <
+/// tasks naming the share (for its scratch memory) (small_gemm.cpp).
+struct RowGroups {
+  std::int64_t rows, group, groups, tasks;
+};
+RowGroups row_groups(std::int64_t m);
+void for_row_groups(const RowGroups& g, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& body);
 /// The most rows m that small_gemm takes for a product of n columns and depth k with B stored
 /// [k, n]: 0 when this set has no loops for such n (small_gemm.cpp).
 template <class T> std::int64_t small_gemm_rows(std::int64_t n, std::int64_t k);

@@ -177,22 +177,20 @@ template <class T> bool blocked_gemm_runs(const SmallGemm& s) {
 }
 
 // Groups of at most kMaxGroupRows rows, a whole number of register blocks, as many groups as
-// threads where the rows allow.
-std::int64_t group_rows(std::int64_t m) {
-  const std::int64_t per_thread = (m + kernel_threads() - 1) / kernel_threads();
-  return std::clamp<std::int64_t>((per_thread + kBlockRows - 1) / kBlockRows * kBlockRows, kBlockRows,
-                                  kMaxGroupRows / kBlockRows * kBlockRows);
+// threads where the rows allow; the thread count read once.
+RowGroups row_groups(std::int64_t m) {
+  const std::int64_t threads = kernel_threads(), per_thread = (m + threads - 1) / threads;
+  const std::int64_t group = std::clamp<std::int64_t>((per_thread + kBlockRows - 1) / kBlockRows * kBlockRows, kBlockRows,
+                                                      kMaxGroupRows / kBlockRows * kBlockRows);
+  const std::int64_t groups = (m + group - 1) / group;
+  return {m, group, groups, std::clamp<std::int64_t>(groups, 1, threads)};
 }
 
-std::int64_t row_group_tasks(std::int64_t m) {
-  return std::clamp<std::int64_t>((m + group_rows(m) - 1) / group_rows(m), 1, kernel_threads());
-}
-
-void for_row_groups(std::int64_t m, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& body) {
-  const std::int64_t group = group_rows(m), groups = (m + group - 1) / group, tasks = row_group_tasks(m);
-  parallel_for(tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
+void for_row_groups(const RowGroups& g, const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& body) {
+  parallel_for(g.tasks, 1, [&](std::int64_t t0, std::int64_t t1) {
     for (std::int64_t t = t0; t < t1; ++t)
-      for (std::int64_t g = t * groups / tasks; g < (t + 1) * groups / tasks; ++g) body(t, g * group, std::min(group, m - g * group));
+      for (std::int64_t i = t * g.groups / g.tasks; i < (t + 1) * g.groups / g.tasks; ++i)
+        body(t, i * g.group, std::min(g.group, g.rows - i * g.group));
   });
 }
 
@@ -208,7 +206,7 @@ template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b,
       b = packed->data;
     }
     const std::int64_t a_row = s.a_transposed ? 1 : s.k, a_col = s.a_transposed ? s.m : 1;
-    for_row_groups(s.m, [&](std::int64_t, std::int64_t i0, std::int64_t rows) {
+    for_row_groups(row_groups(s.m), [&](std::int64_t, std::int64_t i0, std::int64_t rows) {
       looped_gemm<T>(rows, s.n, s.k, a + i0 * a_row, a_row, a_col, b, c + i0 * s.n, accumulate);
     });
     return true;

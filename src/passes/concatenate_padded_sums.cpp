@@ -29,44 +29,68 @@ bool is_zero_literal(const Atom& a) {
   return std::all_of(bytes, bytes + lit->value.aval().nbytes(), [](unsigned char b) { return b == 0; });
 }
 
-class Finder {
+// The sums of pads in a jaxpr: every add whose operands are each a zero pad or another such add
+// with this add as its only reader (a tree of adds over pads, each equation in one tree), and
+// the outermost add of each tree. Built in one pass over the equations (an add's operands come
+// before it); a tree is walked once, with an explicit stack (a chain of 100000 adds is deep).
+class PadSums {
  public:
-  explicit Finder(const Jaxpr& j) : j_(j) {
+  explicit PadSums(const Jaxpr& j) : j_(j), kind_(j.eqns.size(), Kind::other), read_by_sum_(j.eqns.size(), 0) {
+    std::unordered_map<std::uint64_t, std::size_t> readers;
     for (std::size_t i = 0; i < j.eqns.size(); ++i) {
-      defined_by_[j.eqns[i].outputs[0].id()] = i;
       for (const auto& in : j.eqns[i].inputs)
-        if (const auto* v = std::get_if<Var>(&in)) ++readers_[v->id()];
+        if (const auto* v = std::get_if<Var>(&in)) ++readers[v->id()];
+      for (const auto& o : j.eqns[i].outputs) defined_by_[o.id()] = i;
     }
     for (const auto& o : j.outvars)
-      if (const auto* v = std::get_if<Var>(&o)) ++readers_[v->id()];
+      if (const auto* v = std::get_if<Var>(&o)) ++readers[v->id()];
+    for (std::size_t i = 0; i < j.eqns.size(); ++i) {
+      const Eqn& e = j.eqns[i];
+      if (e.prim == Primitive::pad && is_zero_literal(e.inputs[1])) kind_[i] = Kind::pad;
+      if (e.prim != Primitive::add) continue;
+      std::vector<std::size_t> parts;
+      for (const Atom& in : e.inputs) {
+        const auto* v = std::get_if<Var>(&in);
+        if (!v || v->aval() != e.outputs[0].aval() || readers[v->id()] != 1) break;
+        const auto it = defined_by_.find(v->id());
+        if (it == defined_by_.end() || kind_[it->second] == Kind::other) break;
+        parts.push_back(it->second);
+      }
+      if (parts.size() != e.inputs.size()) continue;
+      kind_[i] = Kind::sum;
+      for (std::size_t part : parts) read_by_sum_[part] = 1;
+    }
   }
 
-  // The pieces whose sum the add at `root` computes, the equations that only serve it in
-  // `consumed`; false where the sum is not a tiling of pads.
-  bool pieces_of(std::size_t root, std::vector<Piece>& pieces, std::vector<std::size_t>& consumed) const {
-    const Eqn& e = j_.eqns[root];
-    for (const Atom& in : e.inputs) {
-      const auto* v = std::get_if<Var>(&in);
-      if (!v || v->aval() != e.outputs[0].aval()) return false;
-      const auto it = defined_by_.find(v->id());
-      if (it == defined_by_.end() || readers_.at(v->id()) != 1) return false;
-      const Eqn& d = j_.eqns[it->second];
-      consumed.push_back(it->second);
-      if (d.prim == Primitive::add) {
-        if (!pieces_of(it->second, pieces, consumed)) return false;
-      } else if (d.prim == Primitive::pad && is_zero_literal(d.inputs[1])) {
-        pieces.push_back({&d.inputs[0], 0, &d.params.get<params::Pad>()});
-      } else {
-        return false;
+  /// The outermost adds of the trees.
+  std::vector<std::size_t> roots() const {
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < kind_.size(); ++i)
+      if (kind_[i] == Kind::sum && !read_by_sum_[i]) out.push_back(i);
+    return out;
+  }
+
+  /// The pads under `root` (its pieces) and the equations of its tree but the root.
+  void tree(std::size_t root, std::vector<Piece>& pieces, std::vector<std::size_t>& members) const {
+    std::vector<std::size_t> todo{root};
+    while (!todo.empty()) {
+      const Eqn& e = j_.eqns[todo.back()];
+      todo.pop_back();
+      for (const Atom& in : e.inputs) {
+        const std::size_t part = defined_by_.at(std::get<Var>(in).id());
+        members.push_back(part);
+        if (kind_[part] == Kind::sum) todo.push_back(part);
+        else pieces.push_back({&j_.eqns[part].inputs[0], 0, &j_.eqns[part].params.get<params::Pad>()});
       }
     }
-    return true;
   }
 
  private:
+  enum class Kind : std::uint8_t { other, pad, sum };
   const Jaxpr& j_;
+  std::vector<Kind> kind_;
+  std::vector<char> read_by_sum_;
   std::unordered_map<std::uint64_t, std::size_t> defined_by_;
-  std::unordered_map<std::uint64_t, std::size_t> readers_;
 };
 
 // The axis the pieces tile (sorted along it), or -1.
@@ -97,20 +121,19 @@ std::int64_t tiled_axis(std::vector<Piece>& pieces, const Shape& shape) {
 }  // namespace
 
 Jaxpr concatenate_padded_sums(const Jaxpr& j) {
-  const Finder finder(j);
+  const PadSums sums(j);
   std::vector<char> dropped(j.eqns.size(), 0);
   std::unordered_map<std::size_t, Eqn> replaced;  // root add -> its concatenate
-  for (std::size_t i = j.eqns.size(); i-- > 0;) {  // the outermost add of a chain first
-    if (j.eqns[i].prim != Primitive::add || dropped[i]) continue;
+  for (std::size_t root : sums.roots()) {
     std::vector<Piece> pieces;
-    std::vector<std::size_t> consumed;
-    if (!finder.pieces_of(i, pieces, consumed)) continue;
-    const std::int64_t axis = tiled_axis(pieces, j.eqns[i].outputs[0].aval().shape);
+    std::vector<std::size_t> members;
+    sums.tree(root, pieces, members);
+    const std::int64_t axis = tiled_axis(pieces, j.eqns[root].outputs[0].aval().shape);
     if (axis < 0) continue;
-    Eqn concat{Primitive::concatenate, {}, j.eqns[i].outputs, params::Concatenate{.dimension = axis}, j.eqns[i].loc};
+    Eqn concat{Primitive::concatenate, {}, j.eqns[root].outputs, params::Concatenate{.dimension = axis}, j.eqns[root].loc};
     for (const Piece& p : pieces) concat.inputs.push_back(*p.operand);
-    replaced.emplace(i, std::move(concat));
-    for (std::size_t c : consumed) dropped[c] = 1;
+    replaced.emplace(root, std::move(concat));
+    for (std::size_t m : members) dropped[m] = 1;
   }
   if (replaced.empty()) return j;
   Jaxpr out{j.constvars, j.invars, {}, j.outvars};
