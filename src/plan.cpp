@@ -347,7 +347,8 @@ std::string step_label(const EvalPlan::Step& st) {
   if (st.kind != EvalPlan::Kind::fused) return std::string(primitive_name(st.eqn->prim)) + " " + st.eqn->outputs[0].aval().str();
   std::string names;
   for (Primitive p : st.counted) names += (names.empty() ? "" : ",") + std::string(primitive_name(p));
-  return "fused(" + names + ") " + ShapedArray{st.fused->shape, st.fused->storage}.str();
+  const DType first_out = st.fused->outputs.empty() || !st.fused->outputs[0].is_bool ? st.fused->storage : DType::bool_;
+  return "fused(" + names + ") " + ShapedArray{st.fused->shape, first_out}.str();
 }
 
 }  // namespace

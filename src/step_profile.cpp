@@ -13,9 +13,17 @@ thread_local StepProfile* t_innermost = nullptr;
 
 StepProfile* detail::active_step_profile() { return t_innermost; }
 
-StepProfile::StepProfile() : outer_(t_innermost) { t_innermost = this; }
+StepProfile::StepProfile() : outer_(t_innermost), head_(&t_innermost) { t_innermost = this; }
 
-StepProfile::~StepProfile() { t_innermost = outer_; }
+// Unlinked from its thread's chain wherever it sits in it (profiles destroyed out of order: the
+// one made after it now reports to the one made before it).
+StepProfile::~StepProfile() {
+  for (StepProfile** link = head_; *link; link = &(*link)->outer_)
+    if (*link == this) {
+      *link = outer_;
+      return;
+    }
+}
 
 void StepProfile::record(const std::string& step, double seconds) {
   Entry& e = by_step_[step];

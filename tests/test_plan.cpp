@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <ostream>
+#include <memory>
 #include <set>
 #include <string_view>
 #include <atomic>
@@ -323,6 +324,10 @@ TEST_CASE("plan: a sum of zero pads tiling an axis runs as one concatenate") {
       {"a gap: pads kept", {{0, 3}, {4, 9}}, 0, 2},
       {"an overlap: pads kept", {{0, 5}, {3, 9}}, 0, 2},
       {"not reaching the end: pads kept", {{0, 3}, {3, 8}}, 0, 2},
+      // the cotangents add up last slice first: (pad [4, 9) + pad [0, 4)) + pad [2, 6), whose
+      // inner sum tiles the axis (review finding: only whole trees had been tried)
+      {"two pieces tiling, a third overlapping: the two concatenated", {{2, 6}, {0, 4}, {4, 9}}, 1, 1},
+      {"an empty piece among them", {{0, 4}, {4, 4}, {4, 9}}, 1, 0},
   };
   for (const Case& c : cases) {
     CAPTURE(std::string(c.name));
@@ -391,6 +396,22 @@ TEST_CASE("plan: StepProfile times each step of the plans run on its thread") {
   const auto all = outer.entries();
   CHECK(std::is_sorted(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; }));
   CHECK(outer.str().find("dot_general f32[5,8]") != std::string::npos);
+  // Profiles ended out of order (review finding: the thread's chain kept a freed one): the later
+  // one collects until it ends, then nothing does.
+  auto first = std::make_unique<xj::StepProfile>(), second = std::make_unique<xj::StepProfile>();
+  first.reset();
+  (void)layer(x, w);
+  CHECK(count_of(*second, "dot_general f32[5,8]") == 1);
+  second.reset();
+  (void)layer(x, w);
+  CHECK(count_of(outer, "dot_general f32[5,8]") == 5);
+  // a fused step is labelled by its first output (a comparison's: bool)
+  auto positive = xj::jit([](const xj::Array& v) { return xj::sin(v) > 0.0f; });
+  (void)positive(x);
+  xj::StepProfile bools;
+  (void)positive(x);
+  CHECK(bools.entries().size() == 1);
+  CHECK(bools.entries().at(0).step.find("bool[5,16]") != std::string::npos);
 }
 
 TEST_CASE("plan: a row broadcast (bias) is fused into its consumers") {

@@ -40,9 +40,10 @@ void reset_eval_counts();
 /// step is labelled by its primitives and first output, "dot_general f32[1024,384]" or
 /// "fused(mul,add,tanh) f32[1024,512]"; loops, conditionals and checkpoints are not steps of
 /// their own (their bodies' steps are), so the seconds add up to the programs' time. The
-/// innermost live profile of the thread collects; other threads are not seen. Costs a clock read
-/// per step while alive, and one check per plan run otherwise. Not thread-safe itself: read it on
-/// its thread.
+/// innermost live profile of the thread collects; other threads are not seen. Profiles may end
+/// in any order. Costs a clock read per step while alive, and one check per plan run otherwise.
+/// Not thread-safe itself: read and destroy it on the thread that made it (it lives in that
+/// thread's chain of profiles).
 class StepProfile {
  public:
   struct Entry {
@@ -63,7 +64,8 @@ class StepProfile {
 
  private:
   std::map<std::string, Entry> by_step_;
-  StepProfile* outer_;
+  StepProfile* outer_;   // the profile made before it on its thread, collecting again once it ends
+  StepProfile** head_;   // its thread's innermost live profile
 };
 
 /// How this library was built and which of its vectorized kernels run (docs/performance.md,
