@@ -15,12 +15,16 @@
 namespace xjax::detail {
 namespace {
 
-// A piece of the sum: a pad's operand (in the source jaxpr) and its interval [lo, size - hi)
-// along the tiled axis.
+// The run [lo, end) of `axis` that a pad's piece, or a sum's pieces, cover without gaps or
+// overlaps (axis -1: none such).
+struct Span {
+  std::int64_t axis = -1, lo = 0, end = 0;
+};
+
+// A piece of the sum: a pad's operand (in the source jaxpr) and the run it fills.
 struct Piece {
   const Atom* operand = nullptr;
-  std::int64_t lo = 0;
-  const params::Pad* pad = nullptr;
+  Span span;
 };
 
 bool is_zero_literal(const Atom& a) {
@@ -106,18 +110,13 @@ class PadSums {
         const std::size_t part = defined_by_.at(std::get<Var>(in).id());
         members.push_back(part);
         if (kind_[part] == Kind::sum) todo.push_back(part);
-        else pieces.push_back({&j_.eqns[part].inputs[0], 0, &j_.eqns[part].params.get<params::Pad>()});
+        else pieces.push_back({&j_.eqns[part].inputs[0], span_[part]});
       }
     }
   }
 
  private:
   enum class Kind : std::uint8_t { other, pad, sum };
-  // The run [lo, end) of `axis` a pad's piece, or a sum's pieces, cover without gaps or overlaps
-  // (axis -1: none such).
-  struct Span {
-    std::int64_t axis = -1, lo = 0, end = 0;
-  };
   static Span pad_span(const Eqn& pad) {
     const auto& p = pad.params.get<params::Pad>();
     const Shape& shape = pad.outputs[0].aval().shape;
@@ -143,28 +142,16 @@ class PadSums {
 
 // The axis the pieces tile (sorted along it), or -1.
 std::int64_t tiled_axis(std::vector<Piece>& pieces, const Shape& shape) {
-  const auto rank = static_cast<std::int64_t>(shape.size());
-  std::int64_t axis = -1;
-  for (const Piece& p : pieces)
-    for (std::int64_t d = 0; d < rank; ++d) {
-      const auto i = static_cast<std::size_t>(d);
-      if (p.pad->interior[i] != 0 || p.pad->lo[i] < 0 || p.pad->hi[i] < 0) return -1;
-      if ((p.pad->lo[i] != 0 || p.pad->hi[i] != 0) && axis != d) {
-        if (axis >= 0) return -1;  // padded along two axes
-        axis = d;
-      }
-    }
-  if (axis < 0) return -1;
-  const auto a = static_cast<std::size_t>(axis);
-  for (Piece& p : pieces) p.lo = p.pad->lo[a];
-  auto end_of = [&](const Piece& p) { return shape[a] - p.pad->hi[a]; };
-  std::sort(pieces.begin(), pieces.end(), [&](const Piece& x, const Piece& y) { return std::pair{x.lo, end_of(x)} < std::pair{y.lo, end_of(y)}; });
+  const std::int64_t axis = pieces.empty() ? -1 : pieces[0].span.axis;
+  if (axis < 0 || std::any_of(pieces.begin(), pieces.end(), [&](const Piece& p) { return p.span.axis != axis; })) return -1;
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& x, const Piece& y) { return std::pair{x.span.lo, x.span.end} < std::pair{y.span.lo, y.span.end}; });
   std::int64_t next = 0;  // where the next piece must start
   for (const Piece& p : pieces) {
-    if (p.lo != next) return -1;
-    next = shape[a] - p.pad->hi[a];
+    if (p.span.lo != next) return -1;
+    next = p.span.end;
   }
-  return next == shape[a] ? axis : -1;
+  return next == shape[static_cast<std::size_t>(axis)] ? axis : -1;
 }
 
 }  // namespace
