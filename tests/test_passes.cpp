@@ -201,6 +201,27 @@ TEST_CASE("passes: inline_calls also inlines custom_jvp_call and custom_vjp_call
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(jitted[i] == doctest::Approx(got[i]).epsilon(1e-12));
 }
 
+TEST_CASE("cse: merges equal literals' equations, but never a weakly typed literal's with a strong one's") {
+  // Regression (fuzz seed 1921608): a gradient's strong zeros had been merged into the user's weak
+  // 0.0, and the gradient came back weakly typed where the jaxpr was evaluated inside a trace.
+  const xj::ShapedArray aval{{3}, xj::f32};
+  const xj::Array strong = xj::scalar(0.0, xj::f32), weak = xjax::detail::weakly_typed(strong);
+  auto zeros_eqn = [&](const xj::Array& literal, const xj::Var& out) {
+    return xj::Eqn{xj::Primitive::broadcast_in_dim, {xj::Literal{literal}}, {out},
+                   xj::params::BroadcastInDim{.shape = {3}, .broadcast_dimensions = {}}, {}};
+  };
+  auto j = std::make_shared<xj::Jaxpr>();
+  const xj::Var w(aval), s1(aval), s2(aval), w2(aval);
+  j->eqns = {zeros_eqn(weak, w), zeros_eqn(strong, s1), zeros_eqn(strong, s2), zeros_eqn(weak, w2)};
+  j->outvars = {w, s1, s2, w2};
+  const xj::ClosedJaxpr merged = xjax::detail::cse(xj::ClosedJaxpr{j, {}});
+  REQUIRE(merged.jaxpr->eqns.size() == 2);
+  const auto& outs = merged.jaxpr->outvars;
+  CHECK(std::get<xj::Var>(outs[2]) == std::get<xj::Var>(outs[1]));
+  CHECK(std::get<xj::Var>(outs[3]) == std::get<xj::Var>(outs[0]));
+  CHECK(!(std::get<xj::Var>(outs[1]) == std::get<xj::Var>(outs[0])));
+}
+
 TEST_CASE("dce: drops what no used output needs, returns the jaxpr itself when nothing is dead") {
   const xj::Array x = xj::random::normal(xj::random::key(3), {5}, xj::f64);
   const xj::Array c = xj::random::normal(xj::random::key(4), {5}, xj::f64);

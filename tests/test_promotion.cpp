@@ -154,6 +154,12 @@ TEST_CASE("promotion: C++ numbers are weakly typed: integers adopt the array's d
   CHECK((2 - f64s).dtype() == xj::f64);
   CHECK(ints(i < 1.5) == std::vector<std::int32_t>{1, 0, 0});  // compared as floats
   CHECK(xj::pow(i, 0.5).dtype() == xj::f32);
+  // astype makes a traced C++ number strongly typed, even to its own dtype (JAX's rule).
+  xj::Array f32s = xj::array<float>({1.5f, 2.5f}, {2});
+  auto by_f64 = [](const xj::Array& a, const xj::Array& k) { return a * xj::astype(k, xj::f64); };
+  CHECK(xj::jit(by_f64)(f32s, 2.0).dtype() == xj::f64);
+  auto by_weak = [](const xj::Array& a, const xj::Array& k) { return a * k; };
+  CHECK(xj::jit(by_weak)(f32s, 2.0).dtype() == xj::f32);
 }
 
 TEST_CASE("promotion: strict mode (a scope) gives the TypeError naming both dtypes, and ends with its scope") {
@@ -197,4 +203,19 @@ TEST_CASE("promotion: gradients come back in the primal's dtype") {
   xj::Array gb = xj::jit(xj::vmap(xj::grad(loss)))(batch);
   REQUIRE(gb.dtype() == xj::f32);
   check_close(gb[0], g, 1e-6);
+}
+
+// Regression (fuzz seed 1921608): CSE merged the strong zero of an unused input's gradient with a
+// weakly typed zero of the same value (logaddexp's where(..., 0.0)), so the gradient came back
+// weakly typed, and a C++ number multiplying it under jit made it f64.
+TEST_CASE("promotion: an unused input's zero gradient stays strongly typed beside a weak zero of the same value") {
+  xj::Array x = xj::array<float>({0.5f, 0.25f}, {1, 2});
+  auto loss = [](const std::vector<xj::Array>& a) { return xj::sum(xj::logaddexp(a[1], a[1])); };
+  auto scaled_grad = [&](const xj::Array& a, const xj::Array& k) {
+    return xj::grad(loss)(std::vector<xj::Array>{a, a}).at(0) * k;
+  };
+  xj::Array g = xj::jit(scaled_grad)(x, 2.0);  // 2.0: a weakly typed f64, adopting f32
+  CHECK(g.dtype() == xj::f32);
+  CHECK(xj::max(xj::abs(g)).item<double>() == 0.0);
+  CHECK(xj::grad(loss)(std::vector<xj::Array>{x, x}).at(0).dtype() == xj::f32);
 }

@@ -2,8 +2,9 @@
 // cse : Jaxpr -> Jaxpr. Two equations with the same primitive, parameters and operands compute
 // the same values (every primitive is pure), so the later one is dropped and its outputs renamed
 // to the earlier one's. Equations carrying prevent_cse=True (a checkpoint's recompute) are never
-// merged. Keys are exact: a literal is its dtype and bit pattern (so 0.0 and -0.0 are different
-// keys, and two NaNs are one key only when their bits agree: CSE never changes a result). No
+// merged. Keys are exact: a literal is its dtype, weak type and bit pattern (so 0.0 and -0.0 are
+// different keys, and two NaNs are one key only when their bits agree: CSE never changes a result;
+// nor a weak type, which decides promotion when the jaxpr is evaluated inside a trace). No
 // parameter is a floating-point number; param_key's static_assert makes whoever adds one decide
 // its key.
 #include <bit>
@@ -35,12 +36,13 @@ template <class T> std::string param_key(const T& v) {
   return os.str();
 }
 
-/// A rank-0 literal's identity: its dtype and the bytes of its value, in hex.
+/// A rank-0 literal's identity: its dtype, whether it is weakly typed, and the bytes of its value,
+/// in hex.
 std::string literal_key(const Array& x) {
   const auto* bytes = static_cast<const unsigned char*>(x.raw_data());
   std::size_t n = x.aval().nbytes();
   static constexpr char hex[] = "0123456789abcdef";
-  std::string key = x.aval().str() + ":";
+  std::string key = x.aval().str() + (is_weak(x) ? "weak:" : ":");
   for (std::size_t i = 0; i < n; ++i) {
     key += hex[bytes[i] >> 4];
     key += hex[bytes[i] & 15];
