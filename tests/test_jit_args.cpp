@@ -246,3 +246,23 @@ TEST_CASE("jit: a traced integer times a traced double stays weak (review findin
   CHECK(y.dtype() == xj::f32);
   CHECK(y.to_vector<float>() == std::vector<float>{1, 2});
 }
+
+TEST_CASE("jit: an output computed from traced numbers only stays weakly typed, called alone or inside a trace") {
+  // JAX's jit keeps an output's weak_type: 3.0 * 2 from jit is a weak f64, adopting an f32
+  // array's dtype. The plan's concrete outputs had been strong, so the same expression gave f64
+  // called alone and f32 inside an enclosing trace (where the jit is inlined).
+  auto twice = xj::jit([](const xj::Array& k) { return k * 2.0; });
+  const xj::Array w = twice(3.0);
+  CHECK(w.dtype() == xj::f64);
+  CHECK(w.item<double>() == 6.0);
+  const xj::Array x = f32_iota(2, 1.0);
+  const xj::Array alone = x * w;
+  CHECK(alone.dtype() == xj::f32);
+  CHECK(alone.to_vector<float>() == std::vector<float>{6, 12});
+  auto inside = xj::jit([&](const xj::Array& a) { return a * twice(3.0); });
+  CHECK(inside(x).dtype() == xj::f32);
+  // An output the trace computed from an array is strongly typed: it promotes.
+  auto scaled = xj::jit([](const xj::Array& a, const xj::Array& k) { return a * k; });
+  const xj::Array strong = scaled(test_util::f64v({1.0}), 2.0);
+  CHECK((x * strong).dtype() == xj::f64);
+}

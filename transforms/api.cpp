@@ -88,6 +88,20 @@ Array jit_number(std::int64_t v) {
 
 Array jit_weak(const Array& x) { return weakly_typed(x); }
 
+std::vector<char> weak_flags(std::span<const Array> xs) {
+  std::vector<char> out;
+  for (const Array& x : xs) out.push_back(is_weak(x) ? 1 : 0);
+  return out;
+}
+
+// Inside a trace the outputs are tracers whose weak types the binding already derived from the
+// caller's operands; only concrete outputs (the plan's) are marked.
+std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak) {
+  for (std::size_t i = 0; i < outs.size() && i < weak.size(); ++i)
+    if (weak[i] && !outs[i].is_tracer()) outs[i] = weakly_typed(outs[i]);
+  return outs;
+}
+
 struct KeyStream::Impl {
   std::ostringstream os;
 };

@@ -54,6 +54,9 @@ struct Traced {
   /// jit: the jaxpr's execution plan, built once. The jaxpr has no owner outside this entry, so
   /// it cannot change and a call need not look the plan up (which hashes every equation).
   std::shared_ptr<const EvalPlan> plan;
+  /// jit: which outputs the trace computed from weakly typed values only (a C++ number times 2):
+  /// a call's concrete outputs keep that weak type, as JAX's jit keeps an output's weak_type.
+  std::vector<char> out_weak;
 };
 /// The cached result for `key`, or build() stored under it (only when its consts are concrete:
 /// a jaxpr closing over tracers of an enclosing trace is not reusable). Thread-safe.
@@ -306,6 +309,10 @@ Array jit_number(double v, DType dtype);
 Array jit_number(std::int64_t v);
 /// A traced input marked weakly typed (the tracer f receives for a C++ number).
 Array jit_weak(const Array& x);
+/// Whether each of xs is weakly typed.
+std::vector<char> weak_flags(std::span<const Array> xs);
+/// outs, each concrete one marked weakly typed where `weak` says so (jit's outputs, Traced::out_weak).
+std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak);
 /// Replaces the leaves of the donated arguments by handles that own their buffers, and
 /// invalidates the caller's (jit's donate_argnums); not under a trace, and not a leaf that is
 /// also one of `consts` (captured by the function).
@@ -439,6 +446,7 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
       R out = f(rebuild(std::integral_constant<std::size_t, I>{})...);
       std::vector<Array> outs;
       PyTree<R>::flatten(out, outs, t.out_def);
+      t.out_weak = weak_flags(outs);
       return outs;
     };
     t.jaxpr = jit_prepare(trace_flat(flat, fa.avals()));
@@ -446,9 +454,11 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     return t;
   });
   if (opts.donate_argnums.empty())
-    return tree_unflatten<R>(traced->out_def, eval_jaxpr_with_plan(traced->jaxpr, *traced->plan, fa.leaves));
+    return tree_unflatten<R>(traced->out_def,
+                             with_weak_types(eval_jaxpr_with_plan(traced->jaxpr, *traced->plan, fa.leaves), traced->out_weak));
   donate_args(fa, opts.donate_argnums, traced->jaxpr.consts);
-  return tree_unflatten<R>(traced->out_def, eval_jaxpr_consuming(traced->jaxpr, *traced->plan, std::move(fa.leaves)));
+  return tree_unflatten<R>(traced->out_def, with_weak_types(eval_jaxpr_consuming(traced->jaxpr, *traced->plan, std::move(fa.leaves)),
+                                                            traced->out_weak));
 }
 }  // namespace detail
 
