@@ -265,4 +265,10 @@ TEST_CASE("jit: an output computed from traced numbers only stays weakly typed, 
   auto scaled = xj::jit([](const xj::Array& a, const xj::Array& k) { return a * k; });
   const xj::Array strong = scaled(test_util::f64v({1.0}), 2.0);
   CHECK((x * strong).dtype() == xj::f64);
+  // A weak array passed to a jit is traced weak (its weak type is part of the cache key): the
+  // same jit gives f32 for the weak f64 and f64 for a strong one.
+  auto times = xj::jit([](const xj::Array& a, const xj::Array& b) { return a * b; });
+  CHECK(times(x, w).dtype() == xj::f32);
+  CHECK(times(x, test_util::f64v({6.0})).dtype() == xj::f64);
+  CHECK(times(x, w).to_vector<float>() == std::vector<float>{6, 12});
 }

@@ -94,11 +94,11 @@ std::vector<char> weak_flags(std::span<const Array> xs) {
   return out;
 }
 
-// Inside a trace the outputs are tracers whose weak types the binding already derived from the
-// caller's operands; only concrete outputs (the plan's) are marked.
-std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak) {
+// Inside a trace jit's outputs are tracers whose weak types the binding already derived from the
+// caller's operands; only concrete outputs (the plan's) are marked there.
+std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak, bool tracers_too) {
   for (std::size_t i = 0; i < outs.size() && i < weak.size(); ++i)
-    if (weak[i] && !outs[i].is_tracer()) outs[i] = weakly_typed(outs[i]);
+    if (weak[i] && (tracers_too || !outs[i].is_tracer())) outs[i] = weakly_typed(outs[i]);
   return outs;
 }
 

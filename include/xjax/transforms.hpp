@@ -311,8 +311,9 @@ Array jit_number(std::int64_t v);
 Array jit_weak(const Array& x);
 /// Whether each of xs is weakly typed.
 std::vector<char> weak_flags(std::span<const Array> xs);
-/// outs, each concrete one marked weakly typed where `weak` says so (jit's outputs, Traced::out_weak).
-std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak);
+/// outs, each one marked weakly typed where `weak` says so: only the concrete ones (jit's outputs,
+/// Traced::out_weak), or tracers too (jit's inputs).
+std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak, bool tracers_too = false);
 /// Replaces the leaves of the donated arguments by handles that own their buffers, and
 /// invalidates the caller's (jit's donate_argnums); not under a trace, and not a leaf that is
 /// also one of `consts` (captured by the function).
@@ -434,12 +435,18 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     fa.end_arg();
   };
   (flatten_one(std::integral_constant<std::size_t, I>{}), ...);
+  // A weakly typed leaf (a traced number, a weak output of another jit) is traced weak: its weak
+  // type is part of the key, as in JAX.
+  const std::vector<char> in_weak = weak_flags(fa.leaves);
+  for (std::size_t k = 0; k < in_weak.size(); ++k)
+    if (in_weak[k]) statics += "|w" + std::to_string(k);
   auto traced = cached(cache, signature_key(fa, std::vector<bool>(fa.leaves.size(), false)) + statics, [&] {
     Traced t;
-    FlatFn flat = [&](std::span<const Array> xs) {
+    FlatFn flat = [&](std::span<const Array> tracers) {
+      const std::vector<Array> xs = with_weak_types({tracers.begin(), tracers.end()}, in_weak, /*tracers_too=*/true);
       auto rebuild = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
         using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
-        if constexpr (Tree<A>) return tree_unflatten<A>(fa.defs[K], xs.subspan(fa.offsets[K], fa.offsets[K + 1] - fa.offsets[K]));
+        if constexpr (Tree<A>) return tree_unflatten<A>(fa.defs[K], std::span<const Array>(xs).subspan(fa.offsets[K], fa.offsets[K + 1] - fa.offsets[K]));
         else if constexpr (jit_traces_number<K, F, Args...>()) return is_static[K] ? static_numbers[K] : jit_weak(xs[fa.offsets[K]]);
         else return std::get<K>(args);
       };
