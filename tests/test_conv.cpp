@@ -359,6 +359,33 @@ TEST_CASE("conv: an infinite weight meets padding as zeros in the row-by-row cha
     }
 }
 
+TEST_CASE("conv: the channels-first depthwise kernel gradient leaves out input elements no cotangent element reads (inf stays out)") {
+  // A VALID 3x3 depthwise convolution of 2 channels of 3 x 20: kernel column kx sums input columns
+  // kx .. kx + 17 against the cotangent's 18. The input's last column is infinite in row 1: only
+  // kx = 2 reads it (inf); kx = 0 and 1 must stay finite (18 ones). The plain 2-D loop runs whole
+  // vectors over padded rows: its lanes past the cotangent row read that column and must drop it
+  // (a product with a zero cotangent would make NaN).
+  for (const xj::DType dt : {xj::f32, xj::f64}) {
+    std::vector<double> xv(2 * 3 * 20, 1.0);
+    for (int c = 0; c < 2; ++c) xv[static_cast<std::size_t>((c * 3 + 1) * 20 + 19)] = INFINITY;
+    const xj::Array x = xj::astype(test_util::f64v(xv, {1, 2, 3, 20}), dt);
+    const xj::Array w = xj::ones({2, 1, 3, 3}, dt), ct = xj::ones({1, 2, 1, 18}, dt);
+    auto [y, pullback] = xj::vjp([](const xj::Array& a, const xj::Array& b) {
+      return xj::conv_general_dilated(a, b, {1, 1}, "VALID", {}, {}, {"NCHW", "OIHW", "NCHW"}, 2);
+    }, x, w);
+    const auto dw = vec(std::get<1>(pullback(ct)));
+    REQUIRE(dw.size() == 2 * 9);
+    for (int c = 0; c < 2; ++c)
+      for (int ky = 0; ky < 3; ++ky)
+        for (int kx = 0; kx < 3; ++kx) {
+          INFO(xj::dtype_name(dt) << " channel " << c << " tap (" << ky << ", " << kx << ")");
+          const double got = dw[static_cast<std::size_t>((c * 3 + ky) * 3 + kx)];
+          if (ky == 1 && kx == 2) CHECK(got == INFINITY);
+          else CHECK(got == 18.0);
+        }
+  }
+}
+
 TEST_CASE("conv: the im2col tile is an arena buffer (counted in the peak, reused: a repeated convolution asks the system for nothing)") {
   // Regression (2026-12-04): the tile was a fresh zeroed std::vector per call; around each
   // convolution glibc grew and trimmed its heap and the tile page-faulted in again, which made
