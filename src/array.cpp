@@ -126,13 +126,6 @@ Array weakly_typed(const Array& x) {
   return Array(std::move(impl));
 }
 
-Array strongly_typed(const Array& x) {
-  if (!is_weak(x)) return x;
-  auto impl = std::make_shared<ArrayImpl>(*x.impl());
-  impl->weak = false;
-  return Array(std::move(impl));
-}
-
 void check_not_donated(const Array& x, const char* use) {
   if (x.valid() && x.impl()->donated)
     throw Error("an xj::Array " + x.aval().str() + " was " + use + " after it was donated to a jit call (" +

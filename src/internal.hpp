@@ -62,8 +62,6 @@ Array gather_index(const Array& i, const std::source_location& loc);
 
 /// x, marked weakly typed (a new handle: the same value or tracer).
 Array weakly_typed(const Array& x);
-/// x, strongly typed (a new handle when x is weak: the same value or tracer).
-Array strongly_typed(const Array& x);
 inline bool is_weak(const Array& x) { return x.valid() && x.impl()->weak; }
 /// Throws an Error naming what x was donated as, if it was donated (`use` says where it is used).
 void check_not_donated(const Array& x, const char* use);

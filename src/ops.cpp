@@ -207,7 +207,7 @@ Array integer_pow(const Array& x, std::int64_t n, std::source_location loc) {
 }
 
 Array astype(const Array& x, DType dtype, std::source_location loc) {
-  if (x.dtype() == dtype) return detail::strongly_typed(x);  // JAX: astype's result is never weak
+  if (x.dtype() == dtype) return x;  // stays weak if x is (JAX: strong; docs/status.md says why)
   return bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = dtype}, loc);
 }
 

@@ -149,6 +149,24 @@ TEST_CASE("memo: grad: a captured flag or scalar that changes the program is see
   check_values(grads, {3 * 1.5 * 1.5 * -1.0, 3 * 4.0 * -1.0}, 1e-15);
 }
 
+TEST_CASE("memo: grad: a weakly typed literal and a strong one of the same value are different programs") {
+  // Review finding (2026-12-05): the memo keyed a literal by its dtype and bytes only, so a program
+  // whose literal is weakly typed reused the transformed program of a strong one; evaluated inside
+  // a trace, that gave the strong literal's promotion (f16 * strong f64 -> f64, weak -> f16).
+  const xj::Array x16 = xj::astype(xj::array<float>({1.f, 2.f}, {2}), xj::f16);
+  const xj::Array weak2 = xj::jit([](const xj::Array& k) { return k * 1.0; })(2.0);  // a weak f64 2.0
+  const xj::Array strong2 = xj::scalar(2.0, xj::f64);
+  bool use_weak = false;
+  auto f = [&](const xj::Array& a) { return std::pair{xj::sum(a * a), (use_weak ? weak2 : strong2) * 3.0}; };
+  auto g = xj::grad(f, {.has_aux = true});
+  auto times_aux = [&] { return xj::jit([&](const xj::Array& a) { return a * g(a).second; })(x16); };
+  CHECK(times_aux().dtype() == xj::f64);
+  use_weak = true;
+  const xj::Array y = times_aux();
+  CHECK(y.dtype() == xj::f16);
+  CHECK(xj::astype(y, xj::f64).to_vector<double>() == std::vector<double>{6.0, 12.0});
+}
+
 TEST_CASE("memo: grad: a custom_vjp rule reading changed state is called again") {
   double slope = 2.0;
   auto custom = xj::custom_vjp([](const xj::Array& y) { return y * y; },

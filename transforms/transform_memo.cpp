@@ -63,6 +63,7 @@ class StructureWords {
     const Array& x = std::get<Literal>(a).value;
     put(1);
     aval(x.aval());
+    put(is_weak(x) ? 1 : 0);  // decides promotion where the program is evaluated inside a trace
     const std::size_t n = x.aval().nbytes();
     const auto* bytes = static_cast<const unsigned char*>(x.raw_data());
     for (std::size_t i = 0; i < n; i += 8) {
