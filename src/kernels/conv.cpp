@@ -856,7 +856,7 @@ bool is_channels_first_depthwise_filter_grad(const Conv& g, const params::ConvGe
 // general loop's vector dot had a scalar tail and edge cases per row: 5x slower on 56-wide rows).
 // The cotangent's last vector is zero past the row and the input lanes there are dropped (a
 // select, not a product with zero: an infinite input read by no cotangent element stays out).
-// Planes past kMaxPaddedPlaneBytes go to the general loop.
+// Planes (with the sums) past kMaxPaddedPlaneBytes go to the general loop.
 constexpr std::size_t kMaxPaddedPlaneBytes = 256 * 1024;
 
 bool plain_2d_filter_grad(const Conv& g) {
@@ -869,14 +869,16 @@ bool plain_2d_filter_grad(const Conv& g) {
 template <class T> bool channels_first_depthwise_filter_grad_2d(const T* x, const T* ct, const Conv& g, T* out) {
   using B = simd::Batch<T>;
   constexpr std::int64_t width = static_cast<std::int64_t>(B::size);
+  if (!plain_2d_filter_grad(g) || g.dims[0].window == 0 || g.dims[1].window == 0) return false;
   const WindowDim &d0 = g.dims[0], &d1 = g.dims[1];
   const std::int64_t channels = g.n, images = g.c;
   const std::int64_t vectors = (d1.window + width - 1) / width;            // per cotangent row
   const std::int64_t ct_stride = vectors * width;                          // a padded cotangent row
   const std::int64_t x_rows = d0.out_size + d0.window - 1;                 // input rows any position reads
   const std::int64_t x_stride = d1.out_size - 1 + ct_stride;               // a padded input row
-  const std::size_t plane_bytes = static_cast<std::size_t>(x_rows * x_stride + d0.window * ct_stride) * sizeof(T);
-  if (!plain_2d_filter_grad(g) || plane_bytes > kMaxPaddedPlaneBytes || d0.window == 0 || d1.window == 0) return false;
+  const std::size_t plane_bytes =  // the two padded planes and the kernel positions' vector sums
+      static_cast<std::size_t>(x_rows * x_stride + d0.window * ct_stride) * sizeof(T) + static_cast<std::size_t>(g.positions) * sizeof(B);
+  if (plane_bytes > kMaxPaddedPlaneBytes) return false;
   const std::int64_t tail = d1.window - (vectors - 1) * width;  // lanes of the last vector inside the row
   alignas(64) T lane_index[64];
   for (std::int64_t k = 0; k < width; ++k) lane_index[k] = T(k);
