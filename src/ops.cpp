@@ -83,6 +83,8 @@ DType promoted_dtype(std::span<const Array> xs) {
 // changes), or, in strict mode, a TypeError naming both dtypes (a weak operand still converts).
 std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_location& loc) {
   const DType t = promoted_dtype(xs);
+  // JAX's rule: each conversion is weakly typed when the result is (every operand weak)
+  const bool weak_result = std::all_of(xs.begin(), xs.end(), [](const Array& x) { return detail::is_weak(x); });
   for (auto& x : xs)
     if (x.dtype() != t) {
       if (promotion_mode() == PromotionMode::strict && !detail::is_weak(x)) {
@@ -95,8 +97,8 @@ std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_locati
         throw TypeError(detail::describe_application(p, avals) + ": operands of dtypes " + dtypes +
                         " under strict dtype promotion; convert one with xj::astype (at " + format_location(loc) + ")");
       }
-      // A weak operand converted stays weak (a C++ integer times a C++ double is a weak float).
-      x = detail::is_weak(x) ? detail::weakly_typed(astype(x, t, loc)) : astype(x, t, loc);
+      // (a C++ integer times a C++ double is a weak float)
+      x = bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = t, .weak_type = weak_result}, loc);
     }
   return xs;
 }
@@ -207,8 +209,10 @@ Array integer_pow(const Array& x, std::int64_t n, std::source_location loc) {
 }
 
 Array astype(const Array& x, DType dtype, std::source_location loc) {
-  if (x.dtype() == dtype) return x;  // stays weak if x is (JAX: strong; docs/status.md says why)
-  return bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = dtype}, loc);
+  // A weak array to its own dtype: a conversion that only makes it strong (JAX's astype), an
+  // equation when traced so that the jaxpr records it.
+  if (x.dtype() == dtype && !detail::is_weak(x)) return x;
+  return bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = dtype, .weak_type = false}, loc);
 }
 
 // ---- binary -----------------------------------------------------------------------------------

@@ -477,8 +477,8 @@ TEST_CASE("dtypes: random bf16 / f16 draws lie in [min, max), gradients come bac
   // bf16 + f16: both converted to f32, as JAX's jaxpr shows; i8 + u8: i16
   CHECK(str(xj::make_jaxpr([](const xj::Array& p, const xj::Array& q) { return p + q; })(b, h)) ==
         "{ lambda ; a:bf16[2] b:f16[2]. let\n"
-        "    c:f32[2] = convert_element_type[new_dtype=float32] a\n"
-        "    d:f32[2] = convert_element_type[new_dtype=float32] b\n"
+        "    c:f32[2] = convert_element_type[new_dtype=float32 weak_type=False] a\n"
+        "    d:f32[2] = convert_element_type[new_dtype=float32 weak_type=False] b\n"
         "    e:f32[2] = add c d\n"
         "  in (e,) }");
   const xj::Array small = xj::array<std::int8_t>({-100, 100}) + xj::array<std::uint8_t>({200, 200});

@@ -441,7 +441,7 @@ TEST_CASE("kernel: select_n with bool and i32 which") {
 
 TEST_CASE("kernel: convert_element_type") {
   auto convert = [](const Array& x, DType to) {
-    return run(Primitive::convert_element_type, {x}, {x.shape(), to}, xjax::params::ConvertElementType{.new_dtype = to});
+    return run(Primitive::convert_element_type, {x}, {x.shape(), to}, xjax::params::ConvertElementType{.new_dtype = to, .weak_type = false});
   };
   const float nan = std::nanf("");
   Array f = make<float>({-2.7f, 2.7f, 0.f, 1e20f, -1e20f, nan}, {6});

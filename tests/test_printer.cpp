@@ -86,7 +86,7 @@ TEST_CASE("printer: int, dtype and empty-list params") {
   CHECK(str(j) ==
         "{ lambda ; a:f32[2]. let\n"
         "    b:f32[2] = integer_pow[y=3] a\n"
-        "    c:f64[2] = convert_element_type[new_dtype=float64] b\n"
+        "    c:f64[2] = convert_element_type[new_dtype=float64 weak_type=False] b\n"
         "  in (c,) }");
 
   auto k = xj::make_jaxpr([](const xj::Array& x) { return xj::sum(x, {0, 1}); })(xj::zeros({2, 5}));
@@ -115,7 +115,7 @@ TEST_CASE("printer: scalar literals carry their type") {
   auto fi = xj::make_jaxpr([](const xj::Array& x) { return x - 7.5; })(xj::scalar(1, xj::i32));
   CHECK(str(fi) ==
         "{ lambda ; a:i32[]. let\n"
-        "    b:f32[] = convert_element_type[new_dtype=float32] a\n"
+        "    b:f32[] = convert_element_type[new_dtype=float32 weak_type=False] a\n"
         "    c:f32[] = sub b 7.5:f32[]\n"
         "  in (c,) }");
 

@@ -104,7 +104,7 @@ TEST_CASE("promotion: mixed binary operations insert convert_element_type where 
   auto j = xj::make_jaxpr([](const xj::Array& a, const xj::Array& b) { return a + b; })(x, y);
   CHECK(str(j) ==
         "{ lambda ; a:f32[3] b:f64[3]. let\n"
-        "    c:f64[3] = convert_element_type[new_dtype=float64] a\n"
+        "    c:f64[3] = convert_element_type[new_dtype=float64 weak_type=False] a\n"
         "    d:f64[3] = add c b\n"
         "  in (d,) }");
   xj::Array z = x + y;
@@ -154,13 +154,21 @@ TEST_CASE("promotion: C++ numbers are weakly typed: integers adopt the array's d
   CHECK((2 - f64s).dtype() == xj::f64);
   CHECK(ints(i < 1.5) == std::vector<std::int32_t>{1, 0, 0});  // compared as floats
   CHECK(xj::pow(i, 0.5).dtype() == xj::f32);
-  // A traced C++ number adopts the array's dtype; astype to its own dtype leaves it weak (JAX would
-  // make it strong: docs/status.md, "Promotion and API.md").
+  // A traced C++ number adopts the array's dtype; astype makes it strongly typed, even to its own
+  // dtype (JAX's rule: a convert_element_type with weak_type=False in the jaxpr, so the same jit
+  // called alone or inside an enclosing trace agrees).
   xj::Array f32s = xj::array<float>({1.5f, 2.5f}, {2});
   auto by_weak = [](const xj::Array& a, const xj::Array& k) { return a * k; };
   CHECK(xj::jit(by_weak)(f32s, 2.0).dtype() == xj::f32);
   auto by_f64 = [](const xj::Array& a, const xj::Array& k) { return a * xj::astype(k, xj::f64); };
-  CHECK(xj::jit(by_f64)(f32s, 2.0).dtype() == xj::f32);
+  CHECK(xj::jit(by_f64)(f32s, 2.0).to_vector<double>() == std::vector<double>{3.0, 5.0});  // f64, the same-dtype conversion run
+  CHECK(xj::jit([&](const xj::Array& a) { return a * xj::jit(by_f64)(f32s, 2.0); })(f32s).dtype() == xj::f64);
+  // A traced integer converted by promotion to meet a double stays weak, in the jaxpr too: an f16
+  // array times it is f16 called alone and inside an enclosing jit (it had been f32 there).
+  const xj::Array h = xj::astype(f32s, xj::f16);
+  auto twice = xj::jit([](const xj::Array& k) { return k * 2.0; });
+  CHECK((h * twice(3)).dtype() == xj::f16);
+  CHECK(xj::jit([&](const xj::Array& a) { return a * twice(3); })(h).dtype() == xj::f16);
 }
 
 TEST_CASE("promotion: strict mode (a scope) gives the TypeError naming both dtypes, and ends with its scope") {

@@ -136,8 +136,8 @@ TEST_CASE("shape rules: select_n") {
 }
 
 TEST_CASE("shape rules: convert_element_type, stop_gradient, copy") {
-  CHECK(eval1(Primitive::convert_element_type, {f32({2, 2})}, xj::params::ConvertElementType{.new_dtype = xj::i64}) == i64({2, 2}));
-  CHECK(eval1(Primitive::convert_element_type, {bool_({})}, xj::params::ConvertElementType{.new_dtype = xj::f64}) == f64({}));
+  CHECK(eval1(Primitive::convert_element_type, {f32({2, 2})}, xj::params::ConvertElementType{.new_dtype = xj::i64, .weak_type = false}) == i64({2, 2}));
+  CHECK(eval1(Primitive::convert_element_type, {bool_({})}, xj::params::ConvertElementType{.new_dtype = xj::f64, .weak_type = false}) == f64({}));
   CHECK_THROWS_AS(xj::detail::abstract_eval(Primitive::convert_element_type, std::vector{f32({2})}, {}), xj::Error);
   for (Primitive p : {Primitive::stop_gradient, Primitive::copy}) {
     CHECK(eval1(p, {u32({7})}) == u32({7}));

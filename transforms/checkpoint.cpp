@@ -139,11 +139,11 @@ void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
     const ShapedArray& aval = v->aval();
     if (!is_floating(aval.dtype) || itemsize(aval.dtype) <= itemsize(to)) continue;
     const Var narrow(ShapedArray{aval.shape, to});
-    known.eqns.push_back(Eqn{Primitive::convert_element_type, {*v}, {narrow}, params::ConvertElementType{.new_dtype = to}, loc});
+    known.eqns.push_back(Eqn{Primitive::convert_element_type, {*v}, {narrow}, params::ConvertElementType{.new_dtype = to, .weak_type = false}, loc});
     known.outvars[first + r] = narrow;
     pe.residual_vars[r] = narrow;
     const Var wide = staged.invars[r], narrow_in(ShapedArray{aval.shape, to});
-    widen.push_back(Eqn{Primitive::convert_element_type, {narrow_in}, {wide}, params::ConvertElementType{.new_dtype = aval.dtype}, loc});
+    widen.push_back(Eqn{Primitive::convert_element_type, {narrow_in}, {wide}, params::ConvertElementType{.new_dtype = aval.dtype, .weak_type = false}, loc});
     staged.invars[r] = narrow_in;
   }
   if (widen.empty()) return;

@@ -83,8 +83,11 @@ struct None {
 struct IntegerPow {
   XJAX_PARAMS_STRUCT_BODY(IntegerPow, (std::int64_t, y))
 };
+/// weak_type: the output is weakly typed (JAX's parameter): a weak operand promotion converts
+/// stays weak, so a jaxpr evaluated again inside a trace gives every value the weak type its
+/// trace gave it; xj::astype's conversions are strong.
 struct ConvertElementType {
-  XJAX_PARAMS_STRUCT_BODY(ConvertElementType, (DType, new_dtype))
+  XJAX_PARAMS_STRUCT_BODY(ConvertElementType, (DType, new_dtype), (bool, weak_type))
 };
 /// out[batch, lhs free, rhs free] = sum over contracting dims of lhs * rhs.
 struct DotGeneral {

@@ -275,7 +275,7 @@ std::vector<Row> build() {
                     // f32 -> f64 -> f32 (exact); for f64 inputs an f64 -> f64 conversion bound directly
                     // (the user op elides it), since an f64 -> f32 round trip is not f64-accurate.
                     if (x[0].dtype() == f32) return astype(sin(astype(x[0], f64)) * astype(x[0], f64), f32);
-                    Array y = detail::bind1(P::convert_element_type, {x[0]}, params::ConvertElementType{.new_dtype = f64});
+                    Array y = detail::bind1(P::convert_element_type, {x[0]}, params::ConvertElementType{.new_dtype = f64, .weak_type = false});
                     return sin(y) * y;
                   },
                   uniform_gen(s, -2, 2)));
