@@ -77,15 +77,17 @@ template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_lo
 }
 
 // JAX's weak-type rule: a result computed from weakly typed operands only is weak itself when it
-// keeps their dtype (a comparison's bool is not); a conversion's output is weak when its
-// weak_type parameter says so (`converted_weak`), whatever its operand.
-std::vector<Array> weak_if_all_inputs_weak(std::span<const Array> inputs, std::vector<Array> outs,
+// keeps their dtype (a comparison's bool is not); select_n's selector does not count (its cases
+// are the operands); a conversion's output is weak when its weak_type parameter says so
+// (`converted_weak`), whatever its operand.
+std::vector<Array> weak_if_all_inputs_weak(Primitive p, std::span<const Array> inputs, std::vector<Array> outs,
                                            std::optional<bool> converted_weak) {
   if (converted_weak) {
     if (*converted_weak)
       for (auto& o : outs) o = weakly_typed(o);
     return outs;
   }
+  if (p == Primitive::select_n && !inputs.empty()) inputs = inputs.subspan(1);
   if (inputs.empty() || !std::all_of(inputs.begin(), inputs.end(), [](const Array& x) { return is_weak(x); }))
     return outs;
   for (auto& o : outs)
@@ -146,7 +148,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
     ImplRule impl = impl_rule(p);
     auto outs = impl ? impl(inputs, params) : run_kernel(p, inputs, params, out_avals);
     count_eval(p);
-    return weak_if_all_inputs_weak(inputs, std::move(outs), converted_weak);
+    return weak_if_all_inputs_weak(p, inputs, std::move(outs), converted_weak);
   }
 
   Builder& b = *t_stack.back();
@@ -164,7 +166,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   // without the four smallest reallocations (each moving every equation).
   if (b.eqns.capacity() == 0) b.eqns.reserve(16);
   b.eqns.push_back(std::move(eqn));
-  return weak_if_all_inputs_weak(inputs, std::move(outs), converted_weak);
+  return weak_if_all_inputs_weak(p, inputs, std::move(outs), converted_weak);
 }
 
 Array bind1(Primitive p, std::span<const Array> inputs, Params params, std::source_location loc) {

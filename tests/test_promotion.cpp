@@ -169,6 +169,11 @@ TEST_CASE("promotion: C++ numbers are weakly typed: integers adopt the array's d
   auto twice = xj::jit([](const xj::Array& k) { return k * 2.0; });
   CHECK((h * twice(3)).dtype() == xj::f16);
   CHECK(xj::jit([&](const xj::Array& a) { return a * twice(3); })(h).dtype() == xj::f16);
+  // where's cases decide its weak type, not the (strong bool) selector (JAX's select_n rule).
+  auto chosen = xj::jit([](const xj::Array& k) { return xj::where(k > 1, k, 2.5); });
+  CHECK((h * chosen(3)).dtype() == xj::f16);
+  CHECK(xj::jit([&](const xj::Array& a) { return a * chosen(3); })(h).dtype() == xj::f16);
+  CHECK(xj::astype(h * chosen(3), xj::f64).to_vector<double>() == std::vector<double>{4.5, 7.5});
 }
 
 TEST_CASE("promotion: strict mode (a scope) gives the TypeError naming both dtypes, and ends with its scope") {
