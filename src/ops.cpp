@@ -79,6 +79,11 @@ DType promoted_dtype(std::span<const Array> xs) {
   return t.value();
 }
 
+// x converted to dtype by a convert_element_type (weakly typed when `weak`).
+Array converted(const Array& x, DType dtype, bool weak, const std::source_location& loc) {
+  return bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = dtype, .weak_type = weak}, loc);
+}
+
 // The operands converted to their promoted dtype (convert_element_type equations where a dtype
 // changes), or, in strict mode, a TypeError naming both dtypes (a weak operand still converts).
 std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_location& loc) {
@@ -98,7 +103,7 @@ std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_locati
                         " under strict dtype promotion; convert one with xj::astype (at " + format_location(loc) + ")");
       }
       // (a C++ integer times a C++ double is a weak float)
-      x = bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = t, .weak_type = weak_result}, loc);
+      x = converted(x, t, weak_result, loc);
     }
   return xs;
 }
@@ -212,7 +217,7 @@ Array astype(const Array& x, DType dtype, std::source_location loc) {
   // A weak array to its own dtype: a conversion that only makes it strong (JAX's astype), an
   // equation when traced so that the jaxpr records it.
   if (x.dtype() == dtype && !detail::is_weak(x)) return x;
-  return bind1(P::convert_element_type, {x}, params::ConvertElementType{.new_dtype = dtype, .weak_type = false}, loc);
+  return converted(x, dtype, false, loc);
 }
 
 // ---- binary -----------------------------------------------------------------------------------

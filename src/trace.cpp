@@ -76,22 +76,25 @@ template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_lo
   throw E(std::string(e.what()) + " (at " + format_location(loc) + ")");
 }
 
-// JAX's weak-type rule: a result computed from weakly typed operands only is weak itself when it
-// keeps their dtype (a comparison's bool is not); select_n's selector does not count (its cases
-// are the operands); a conversion's output is weak when its weak_type parameter says so
-// (`converted_weak`), whatever its operand.
-std::vector<Array> weak_if_all_inputs_weak(Primitive p, std::span<const Array> inputs, std::vector<Array> outs,
-                                           std::optional<bool> converted_weak) {
-  if (converted_weak) {
-    if (*converted_weak)
-      for (auto& o : outs) o = weakly_typed(o);
-    return outs;
+// JAX's weak-type rule, the dtype an equation's outputs are weak in (nullopt: none is weak): a
+// conversion's is its weak_type parameter's; otherwise the operands' dtype when every operand is
+// weak (a comparison's bool output is not), select_n's selector not counted (its cases are).
+std::optional<DType> weak_output_dtype(Primitive p, const Params& params, std::span<const Array> inputs) {
+  if (p == Primitive::convert_element_type) {
+    const auto& c = params.get<params::ConvertElementType>();
+    return c.weak_type ? std::optional(c.new_dtype) : std::nullopt;
   }
   if (p == Primitive::select_n && !inputs.empty()) inputs = inputs.subspan(1);
   if (inputs.empty() || !std::all_of(inputs.begin(), inputs.end(), [](const Array& x) { return is_weak(x); }))
-    return outs;
-  for (auto& o : outs)
-    if (o.valid() && o.dtype() == inputs[0].dtype()) o = weakly_typed(o);
+    return std::nullopt;
+  return inputs[0].dtype();
+}
+
+// outs, those of dtype `weak` marked weakly typed.
+std::vector<Array> with_weak_outputs(std::optional<DType> weak, std::vector<Array> outs) {
+  if (weak)
+    for (auto& o : outs)
+      if (o.valid() && o.dtype() == *weak) o = weakly_typed(o);
   return outs;
 }
 
@@ -122,8 +125,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   if (!params_match(p, params))
     throw InternalError("bind", std::string(primitive_name(p)) + " bound with params::" +
                                     params_struct_name(params.index()));
-  std::optional<bool> converted_weak;  // a conversion's weak_type parameter
-  if (p == Primitive::convert_element_type) converted_weak = params.get<params::ConvertElementType>().weak_type;
+  const std::optional<DType> weak = weak_output_dtype(p, params, inputs);
   std::vector<ShapedArray> in_avals;
   in_avals.reserve(inputs.size());
   for (const auto& x : inputs) {
@@ -148,7 +150,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
     ImplRule impl = impl_rule(p);
     auto outs = impl ? impl(inputs, params) : run_kernel(p, inputs, params, out_avals);
     count_eval(p);
-    return weak_if_all_inputs_weak(p, inputs, std::move(outs), converted_weak);
+    return with_weak_outputs(weak, std::move(outs));
   }
 
   Builder& b = *t_stack.back();
@@ -166,7 +168,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   // without the four smallest reallocations (each moving every equation).
   if (b.eqns.capacity() == 0) b.eqns.reserve(16);
   b.eqns.push_back(std::move(eqn));
-  return weak_if_all_inputs_weak(p, inputs, std::move(outs), converted_weak);
+  return with_weak_outputs(weak, std::move(outs));
 }
 
 Array bind1(Primitive p, std::span<const Array> inputs, Params params, std::source_location loc) {

@@ -447,7 +447,7 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
       auto rebuild = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
         using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
         if constexpr (Tree<A>) return tree_unflatten<A>(fa.defs[K], std::span<const Array>(xs).subspan(fa.offsets[K], fa.offsets[K + 1] - fa.offsets[K]));
-        else if constexpr (jit_traces_number<K, F, Args...>()) return is_static[K] ? static_numbers[K] : jit_weak(xs[fa.offsets[K]]);
+        else if constexpr (jit_traces_number<K, F, Args...>()) return is_static[K] ? static_numbers[K] : xs[fa.offsets[K]];  // weak (a number's leaf)
         else return std::get<K>(args);
       };
       R out = f(rebuild(std::integral_constant<std::size_t, I>{})...);

@@ -879,7 +879,7 @@ template <class T> bool channels_first_depthwise_filter_grad_2d(const T* x, cons
   const std::size_t plane_bytes =  // the two padded planes and the kernel positions' vector sums
       static_cast<std::size_t>(x_rows * x_stride + d0.window * ct_stride) * sizeof(T) + static_cast<std::size_t>(g.positions) * sizeof(B);
   if (plane_bytes > kMaxPaddedPlaneBytes) return false;
-  const std::int64_t tail = d1.window - (vectors - 1) * width;  // lanes of the last vector inside the row
+  const std::int64_t last = (vectors - 1) * width, tail = d1.window - last;  // the last vector: its offset, its lanes inside the row
   alignas(64) T lane_index[64];
   for (std::int64_t k = 0; k < width; ++k) lane_index[k] = T(k);
   const auto in_tail = B::load_unaligned(lane_index) < B(T(tail));
@@ -913,7 +913,6 @@ template <class T> bool channels_first_depthwise_filter_grad_2d(const T* x, cons
               B row_sum(T(0));
               for (std::int64_t v = 0; v + 1 < vectors; ++v)
                 row_sum = xsimd::fma(B::load_unaligned(xr + v * width), B::load_unaligned(cr + v * width), row_sum);
-              const std::int64_t last = (vectors - 1) * width;
               const B x_last = xsimd::select(in_tail, B::load_unaligned(xr + last), B(T(0)));
               sum += xsimd::fma(x_last, B::load_unaligned(cr + last), row_sum);
             }
