@@ -1,12 +1,16 @@
 // test_parallel.cpp: the workers behind xjax's own kernel loops (src/kernels/parallel.hpp): every
 // index in exactly one chunk, chunks run at the same time, the thread count follows OpenBLAS's,
-// exceptions reach the caller, nested and concurrent loops stay correct.
+// exceptions reach the caller, nested and concurrent loops stay correct; each for xjax's own
+// workers and for OpenBLAS's (loops whose chunks call no BLAS; run again with
+// XJAX_LOOP_THREADS=own, the test 'parallel_own_threads').
 #include <cblas.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -20,7 +24,12 @@
 
 namespace {
 
+using xjax::detail::ChunkCalls;
 using xjax::detail::parallel_for;
+
+constexpr ChunkCalls kBothKinds[] = {ChunkCalls::may_call_blas, ChunkCalls::no_blas};
+
+const char* kind_name(ChunkCalls calls) { return calls == ChunkCalls::no_blas ? "no_blas" : "may_call_blas"; }
 
 /// Sets OpenBLAS's (and so xjax's) thread count for a scope.
 struct Threads {
@@ -35,9 +44,10 @@ TEST_CASE("parallel_for: every index once, at most kernel_threads() chunks, none
   for (int threads : {1, 2, 3, 4}) {
     Threads t(threads);
     CHECK(xjax::detail::kernel_threads() == threads);
+    for (ChunkCalls calls : kBothKinds)
     for (std::int64_t n : {0, 1, 7, 1000})
       for (std::int64_t grain : {1, 10, 400}) {
-        INFO("threads " << threads << " n " << n << " grain " << grain);
+        INFO("threads " << threads << " n " << n << " grain " << grain << " " << kind_name(calls));
         std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
         std::atomic<int> chunks{0};
         std::mutex m;
@@ -50,7 +60,7 @@ TEST_CASE("parallel_for: every index once, at most kernel_threads() chunks, none
             ids.insert(std::this_thread::get_id());
           }
           for (std::int64_t i = begin; i < end; ++i) ++hits[static_cast<std::size_t>(i)];
-        });
+        }, calls);
         for (const auto& h : hits) CHECK(h == 1);
         const std::int64_t most = std::max<std::int64_t>(1, std::min<std::int64_t>(threads, n / grain));
         CHECK(chunks <= std::max<std::int64_t>(most, n > 0 ? 1 : 0));
@@ -65,34 +75,67 @@ TEST_CASE("parallel_for: every index once, at most kernel_threads() chunks, none
 TEST_CASE("parallel_for: every chunk runs at the same time, on workers made for this very loop") {
   // Six chunks need five workers; the tests above made at most three, so two start in this loop
   // and must take part in it (review finding: a new worker slept through the loop that made it).
+  // OpenBLAS makes its five workers when its thread count is raised to six.
   Threads t(6);
-  const std::int64_t before = xjax::detail::split_loops();
-  std::atomic<int> arrived{0};
-  std::atomic<bool> met{true};
-  parallel_for(6, 1, [&](std::int64_t, std::int64_t) {
-    ++arrived;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (arrived < 6)  // a chunk run after another on the same thread never sees all six
-      if (std::chrono::steady_clock::now() > deadline) {
-        met = false;
-        return;
-      }
-  });
-  CHECK(met);
-  CHECK(xjax::detail::split_loops() == before + 1);
+  for (ChunkCalls calls : kBothKinds) {
+    INFO(kind_name(calls));
+    const std::int64_t before = xjax::detail::split_loops();
+    std::atomic<int> arrived{0};
+    std::atomic<bool> met{true};
+    parallel_for(6, 1, [&](std::int64_t, std::int64_t) {
+      ++arrived;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (arrived < 6)  // a chunk run after another on the same thread never sees all six
+        if (std::chrono::steady_clock::now() > deadline) {
+          met = false;
+          return;
+        }
+    }, calls);
+    CHECK(met);
+    CHECK(xjax::detail::split_loops() == before + 1);
+  }
+}
+
+TEST_CASE("parallel_for: loops whose chunks call no BLAS run on OpenBLAS's workers where it lends them") {
+  // OpenBLAS's pthreads build exports gotoblas_pthread; XJAX_LOOP_THREADS=own keeps xjax's own.
+  const char* env = std::getenv("XJAX_LOOP_THREADS");
+  const bool own_asked = env && std::string(env) == "own";
+  const bool lends = openblas_get_parallel() == 1 && !own_asked;
+  CHECK(std::string(xjax::detail::loop_threads()) == (lends ? "openblas" : "own"));
+  Threads t(2);
+  const std::int64_t before = xjax::detail::loops_on_blas_threads();
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int> elsewhere{0};
+  parallel_for(2, 1, [&](std::int64_t, std::int64_t) { elsewhere += std::this_thread::get_id() != caller; }, ChunkCalls::no_blas);
+  if (lends) CHECK(elsewhere == 1);  // job 1 is a worker's (xjax's own pool lets the caller take both when it is first)
+  CHECK(xjax::detail::loops_on_blas_threads() == before + (lends ? 1 : 0));
+  parallel_for(2, 1, [&](std::int64_t, std::int64_t) {}, ChunkCalls::may_call_blas);  // never there
+  CHECK(xjax::detail::loops_on_blas_threads() == before + (lends ? 1 : 0));
+  // a product right after, at two threads, on the workers that just ran the chunks
+  const xjax::Array a = test_util::randn({200, 300}, 3), b = test_util::randn({300, 100}, 4);
+  const auto got = xjax::matmul(xjax::astype(a, xjax::f32), xjax::astype(b, xjax::f32)).to_vector<float>();
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < 200; ++i)
+    for (std::int64_t j = 0; j < 100; ++j) {
+      double want = 0;
+      for (std::int64_t k = 0; k < 300; ++k) want += av[static_cast<std::size_t>(i * 300 + k)] * bv[static_cast<std::size_t>(k * 100 + j)];
+      wrong += std::abs(got[static_cast<std::size_t>(i * 100 + j)] - want) > 1e-4 * (1 + std::abs(want));
+    }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("parallel_for: a child of fork() runs its loops and exits normally") {
   Threads t(2);
   std::atomic<std::int64_t> sum{0};
-  parallel_for(100, 1, [&](std::int64_t begin, std::int64_t end) { sum += end - begin; });
-  REQUIRE(sum == 100);
+  for (ChunkCalls calls : kBothKinds) parallel_for(100, 1, [&](std::int64_t begin, std::int64_t end) { sum += end - begin; }, calls);
+  REQUIRE(sum == 200);
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {  // the parent's workers do not exist here
     std::atomic<std::int64_t> s{0};
-    parallel_for(1000, 1, [&](std::int64_t begin, std::int64_t end) { s += end - begin; });
-    std::exit(s == 1000 ? 0 : 1);  // static destructors run: they must not wait for the parent's workers
+    for (ChunkCalls calls : kBothKinds) parallel_for(1000, 1, [&](std::int64_t begin, std::int64_t end) { s += end - begin; }, calls);
+    std::exit(s == 2000 ? 0 : 1);  // static destructors run: they must not wait for the parent's workers
   }
   int status = 0;
   bool ended = false;
@@ -110,27 +153,32 @@ TEST_CASE("parallel_for: a child of fork() runs its loops and exits normally") {
 
 TEST_CASE("parallel_for: a chunk's exception reaches the caller; the workers stay usable") {
   Threads t(3);
-  CHECK_THROWS_WITH_AS(parallel_for(300, 1, [](std::int64_t begin, std::int64_t) {
-                         if (begin > 0) throw std::runtime_error("chunk failed");
-                       }),
-                       "chunk failed", std::runtime_error);
-  std::atomic<std::int64_t> sum{0};
-  parallel_for(300, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) sum += i;
-  });
-  CHECK(sum == 300 * 299 / 2);
+  for (ChunkCalls calls : kBothKinds) {
+    INFO(kind_name(calls));
+    CHECK_THROWS_WITH_AS(parallel_for(300, 1, [](std::int64_t begin, std::int64_t) {
+                           if (begin > 0) throw std::runtime_error("chunk failed");
+                         }, calls),
+                         "chunk failed", std::runtime_error);
+    std::atomic<std::int64_t> sum{0};
+    parallel_for(300, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) sum += i;
+    }, calls);
+    CHECK(sum == 300 * 299 / 2);
+  }
 }
 
 TEST_CASE("parallel_for: nested loops and loops from several threads at once") {
   Threads t(2);
+  for (ChunkCalls calls : kBothKinds) {
+  INFO(kind_name(calls));
   // nested: the inner loop runs on its chunk's thread
   std::vector<std::atomic<int>> grid(64 * 64);
   parallel_for(64, 1, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r)
       parallel_for(64, 1, [&](std::int64_t c0, std::int64_t c1) {
         for (std::int64_t c = c0; c < c1; ++c) ++grid[static_cast<std::size_t>(r * 64 + c)];
-      });
-  });
+      }, calls);
+  }, calls);
   for (const auto& g : grid) CHECK(g == 1);
   // concurrent callers: one holds the workers, the others run alone; every sum is right
   std::vector<std::int64_t> sums(4, 0);
@@ -141,12 +189,13 @@ TEST_CASE("parallel_for: nested loops and loops from several threads at once") {
         std::vector<std::int64_t> part(1000, 0);
         parallel_for(1000, 50, [&](std::int64_t begin, std::int64_t end) {
           for (std::int64_t i = begin; i < end; ++i) part[static_cast<std::size_t>(i)] = i * static_cast<std::int64_t>(k + 1);
-        });
+        }, calls);
         for (auto v : part) sums[k] += v;
       }
     });
   for (auto& c : callers) c.join();
   for (std::size_t k = 0; k < sums.size(); ++k) CHECK(sums[k] == 200 * 499500 * static_cast<std::int64_t>(k + 1));
+  }
 }
 
 TEST_CASE("large strided copies split across threads: a transpose and a slice against index loops") {
@@ -241,14 +290,17 @@ TEST_CASE("parallel_for: what chunks free on the workers is released by release_
   // next allocated, out of reach of release_arena_memory (and of every other thread) meanwhile.
   Threads t(4);
   const auto caller = std::this_thread::get_id();
-  std::atomic<int> on_workers{0};
-  for (int round = 0; round < 20 && on_workers == 0; ++round)
-    parallel_for(4, 1, [&](std::int64_t, std::int64_t) {
-      if (std::this_thread::get_id() != caller) ++on_workers;
-      const xjax::Array scratch = xjax::detail::alloc_array(xjax::ShapedArray{{4096}, xjax::f32});  // freed here
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // so that every chunk is taken by its own thread
-    });
-  REQUIRE(on_workers > 0);
-  xjax::release_arena_memory();
-  CHECK(xjax::memory_stats().arena_bytes == 0);
+  for (ChunkCalls calls : kBothKinds) {
+    INFO(kind_name(calls));
+    std::atomic<int> on_workers{0};
+    for (int round = 0; round < 20 && on_workers == 0; ++round)
+      parallel_for(4, 1, [&](std::int64_t, std::int64_t) {
+        if (std::this_thread::get_id() != caller) ++on_workers;
+        const xjax::Array scratch = xjax::detail::alloc_array(xjax::ShapedArray{{4096}, xjax::f32});  // freed here
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // so that every chunk is taken by its own thread
+      }, calls);
+    REQUIRE(on_workers > 0);
+    xjax::release_arena_memory();
+    CHECK(xjax::memory_stats().arena_bytes == 0);
+  }
 }

@@ -123,7 +123,7 @@ void gemm_floats(const T* pa, bool a_t, const T* pb, bool b_t, const GemmShape& 
     parallel_for(s.batch, std::max<std::int64_t>(1, kParallelProduct / std::max<std::int64_t>(s.m * s.n * s.k, 1)),
                  [&](std::int64_t i0, std::int64_t i1) {
                    for (std::int64_t i = i0; i < i1; ++i) small_gemm<T>(small, pa + i * s.m * s.k, pb + i * s.k * s.n, c + i * s.m * s.n);
-                 });
+                 }, ChunkCalls::no_blas);
     return;
   }
   for (std::int64_t i = 0; i < s.batch; ++i) {
@@ -224,7 +224,7 @@ void convert_rows(DType from_type, const void* from, std::int64_t from_ld, DType
     for (std::int64_t r = r0; r < r1; ++r)
       convert_narrow(from_type, to_type, static_cast<const char*>(from) + static_cast<std::size_t>(r) * from_row,
                      static_cast<char*>(to) + static_cast<std::size_t>(r) * to_row, static_cast<std::size_t>(width));
-  });
+  }, ChunkCalls::no_blas);
 }
 
 // Rows [r0, r0 + nr) x cols [c0, c0 + nc) of x, widened into buf (nr * nc elements).

@@ -127,7 +127,8 @@ template <class T> bool blocked_gemm_runs(const SmallGemm& s);
 /// Rows [0, m) of a product in groups of at most 64 rows (kMaxGroupRows) over the kernel threads,
 /// as blocked_gemm splits them: `tasks` shares of whole groups, decided once (row_groups reads
 /// the thread count), then for_row_groups calls body(task, first_row, rows) per group, task <
-/// tasks naming the share (for its scratch memory) (small_gemm.cpp).
+/// tasks naming the share (for its scratch memory) (small_gemm.cpp). The body must not call BLAS
+/// (the shares may run on OpenBLAS's workers: ChunkCalls::no_blas, parallel.hpp).
 struct RowGroups {
   std::int64_t rows, group, groups, tasks;
 };

@@ -13,11 +13,14 @@
 
 #include <cblas.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <system_error>
@@ -31,6 +34,7 @@ namespace {
 thread_local bool t_inside_chunk XJAX_INITIAL_EXEC_TLS = false;  // this thread runs a chunk (a worker, or a caller at work)
 thread_local bool t_pool_worker XJAX_INITIAL_EXEC_TLS = false;   // this thread is one of the pool's workers
 std::atomic<std::int64_t> g_split_loops{0};
+std::atomic<std::int64_t> g_loops_on_blas_threads{0};
 
 class Pool {
  public:
@@ -133,18 +137,114 @@ Pool& pool() {
   return g_pool.load()->pool;
 }
 
+// ---- loops on OpenBLAS's workers ------------------------------------------------------------
+// OpenBLAS's pthreads server keeps each worker spinning (sched_yield) for 2^28 cycles after the
+// last job it ran before sleeping. A program that runs products between its other loops keeps them
+// spinning: one of xjax's own workers, woken for an elementwise loop, then waits for a core behind
+// the caller (no core is idle) and runs its chunk only once the caller's is done. Measured on
+// T1 small at two threads (AMD EPYC VM, CPU family 25 model 17: Zen 4, 2 vCPUs, 2026-12-06):
+// gelu's chain of 524288 floats took 1.56 ms split in two and 1.61 ms on one thread; with
+// OPENBLAS_THREAD_TIMEOUT=4 (workers that sleep at once) 0.76 ms. OpenBLAS exports
+// gotoblas_pthread(threads, function, args, stride), which runs function(args + i stride) for
+// i < threads, the first on the caller and the others as jobs of its workers (mode BLAS_PTHREAD),
+// and returns when all are done: a spinning worker takes its job within microseconds.
+
+/// gotoblas_pthread's signature (OpenBLAS's driver/others/blas_server.c, exported since GotoBLAS2).
+using BlasThreadsRun = int (*)(int threads, void* function, void* args, int stride);
+
+/// OpenBLAS's gotoblas_pthread where its own pthreads server runs the threaded calls and the
+/// environment does not ask for xjax's own workers; else nullptr. Looked up once.
+BlasThreadsRun blas_threads_run() {
+  static const BlasThreadsRun run = []() -> BlasThreadsRun {
+    const char* wanted = std::getenv("XJAX_LOOP_THREADS");
+    if (wanted && std::strcmp(wanted, "own") == 0) return nullptr;
+    if (openblas_get_parallel() != 1) return nullptr;  // 0: sequential build, 2: OpenMP (no such server)
+    void* symbol = dlsym(RTLD_DEFAULT, "gotoblas_pthread");
+    BlasThreadsRun f = nullptr;
+    static_assert(sizeof f == sizeof symbol);
+    std::memcpy(&f, &symbol, sizeof f);
+    return f;
+  }();
+  return run;
+}
+
+/// One loop handed to OpenBLAS's workers: the chunks, and the first exception one threw.
+struct BlasLoop {
+  std::int64_t n = 0, chunks = 0;
+  void (*chunk)(void*, std::int64_t, std::int64_t) = nullptr;
+  void* context = nullptr;
+  std::mutex error_mutex;
+  std::exception_ptr error;
+};
+
+/// The argument of one job: its loop and chunk index (job 0 runs on the caller).
+struct BlasJob {
+  BlasLoop* loop;
+  std::int64_t index;
+};
+
+// A job's function: runs its chunk, keeping exceptions out of OpenBLAS's C frames.
+void run_blas_job(void* arg) noexcept {
+  const BlasJob& job = *static_cast<const BlasJob*>(arg);
+  BlasLoop& loop = *job.loop;
+  t_inside_chunk = true;
+  try {
+    loop.chunk(loop.context, loop.n * job.index / loop.chunks, loop.n * (job.index + 1) / loop.chunks);
+  } catch (...) {
+    std::lock_guard lock(loop.error_mutex);
+    if (!loop.error) loop.error = std::current_exception();
+  }
+  t_inside_chunk = false;
+  if (job.index != 0) flush_thread_cache();  // an OpenBLAS worker: what it freed stays reachable while it sleeps
+}
+
+/// Held by the thread whose loop OpenBLAS's workers run (one at a time; others run alone).
+std::mutex g_blas_loop;
+
+/// Runs the loop's chunks on the caller and OpenBLAS's workers; false if another loop holds them.
+bool run_on_blas_threads(BlasThreadsRun run, std::int64_t n, std::int64_t chunks,
+                         void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
+  std::unique_lock owner(g_blas_loop, std::try_to_lock);
+  if (!owner.owns_lock()) return false;
+  BlasLoop loop;
+  loop.n = n;
+  loop.chunks = chunks;
+  loop.chunk = chunk;
+  loop.context = context;
+  std::vector<BlasJob> jobs;
+  for (std::int64_t i = 0; i < chunks; ++i) jobs.push_back({&loop, i});
+  void (*function)(void*) noexcept = run_blas_job;
+  void* function_pointer = nullptr;
+  std::memcpy(&function_pointer, &function, sizeof function);
+  g_split_loops.fetch_add(1, std::memory_order_relaxed);
+  g_loops_on_blas_threads.fetch_add(1, std::memory_order_relaxed);
+  run(static_cast<int>(chunks), function_pointer, jobs.data(), static_cast<int>(sizeof(BlasJob)));
+  if (loop.error) std::rethrow_exception(loop.error);
+  return true;
+}
+
 }  // namespace
 
+const char* loop_threads() { return blas_threads_run() ? "openblas" : "own"; }
+
 std::int64_t split_loops() { return g_split_loops.load(std::memory_order_relaxed); }
+std::int64_t loops_on_blas_threads() { return g_loops_on_blas_threads.load(std::memory_order_relaxed); }
 
 int kernel_threads() { return std::max(1, openblas_get_num_threads()); }
 
-void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
+void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context,
+                     ChunkCalls calls) {
   if (n <= 0) return;
   const std::int64_t most = n / std::max<std::int64_t>(grain, 1);  // chunks of at least grain
   if (most < 2) return chunk(context, 0, n);  // one chunk: no thread count asked (a call to BLAS)
   const std::int64_t chunks = std::min<std::int64_t>(kernel_threads(), most);
-  if (chunks < 2 || t_inside_chunk || !pool().run(n, chunks, chunk, context)) chunk(context, 0, n);
+  if (chunks < 2 || t_inside_chunk) return chunk(context, 0, n);
+  if (calls == ChunkCalls::no_blas)
+    if (const BlasThreadsRun run = blas_threads_run()) {
+      if (!run_on_blas_threads(run, n, chunks, chunk, context)) chunk(context, 0, n);
+      return;
+    }
+  if (!pool().run(n, chunks, chunk, context)) chunk(context, 0, n);
 }
 
 }  // namespace xjax::detail

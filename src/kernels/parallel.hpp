@@ -14,11 +14,25 @@ namespace xjax::detail {
 /// The threads xjax's kernel loops may use now: OpenBLAS's thread count (at least 1).
 int kernel_threads();
 
+/// What a loop's chunks may call. OpenBLAS's pthreads build keeps its worker threads spinning for
+/// about 0.1 s after each threaded call, so in a program that multiplies matrices between its
+/// other loops, xjax's own sleeping workers find the other cores taken and a loop split in two
+/// runs no faster than one thread (measured: parallel.cpp). A loop whose chunks never call BLAS
+/// runs on OpenBLAS's workers instead (its exported gotoblas_pthread, where the build has it); a
+/// chunk that calls BLAS must not (OpenBLAS would wait for the very thread running it).
+enum class ChunkCalls { may_call_blas, no_blas };
+
 /// Runs chunk(context, begin, end) over [0, n) split into contiguous chunks of at least `grain`
 /// units (at most kernel_threads() of them; one when n < 2 grain), the calling thread taking its
 /// share; returns when all are done and rethrows the first exception a chunk threw. A call made
 /// from inside a chunk, or while another thread's loop holds the workers, runs on its caller alone.
-void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context);
+void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context,
+                     ChunkCalls calls = ChunkCalls::may_call_blas);
+
+/// Which threads the loops of ChunkCalls::no_blas run on: "openblas" (OpenBLAS's workers) or
+/// "own" (xjax's, where OpenBLAS lends none: a sequential or OpenMP build, or XJAX_LOOP_THREADS=own
+/// in the environment, read at the first loop).
+const char* loop_threads();
 
 /// The fewest elements an elementwise loop (one op, or a fused chain of them) gives one chunk:
 /// fewer are not worth waking a thread for. Waking a sleeping worker costs 10-30 us in a VM (an
@@ -31,8 +45,9 @@ void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, st
 inline constexpr std::int64_t kParallelElements = std::int64_t{1} << 17;
 
 /// How many loops have run split into two chunks or more since the process started (tests check
-/// that a kernel's loop did split).
+/// that a kernel's loop did split), and how many of them ran on OpenBLAS's workers.
 std::int64_t split_loops();
+std::int64_t loops_on_blas_threads();
 
 /// Hands the calling thread's cache of freed buffers to the shared arena (runtime.cpp). A worker
 /// calls it after each chunk: what a chunk freed stays reachable by other threads and by
@@ -40,11 +55,11 @@ std::int64_t split_loops();
 void flush_thread_cache();
 
 /// parallel_chunks with a callable body(begin, end).
-template <class Body> void parallel_for(std::int64_t n, std::int64_t grain, Body&& body) {
+template <class Body> void parallel_for(std::int64_t n, std::int64_t grain, Body&& body, ChunkCalls calls = ChunkCalls::may_call_blas) {
   using B = std::remove_reference_t<Body>;
   parallel_chunks(
       n, grain, [](void* b, std::int64_t begin, std::int64_t end) { (*static_cast<B*>(b))(begin, end); },
-      const_cast<void*>(static_cast<const void*>(&body)));
+      const_cast<void*>(static_cast<const void*>(&body)), calls);
 }
 
 }  // namespace xjax::detail

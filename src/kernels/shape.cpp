@@ -178,7 +178,7 @@ void copy_box(Byte* dst, const Byte* src, std::vector<BoxDim> dims, std::size_t 
     std::vector<BoxDim> part = dims;
     part[split].size = end - begin;
     copy_simple_box(dst + begin * dims[split].dst_stride * step, src + begin * dims[split].src_stride * step, std::move(part), item);
-  });
+  }, ChunkCalls::no_blas);
 }
 
 // ---- small helpers ----------------------------------------------------------------------------

@@ -191,7 +191,7 @@ void for_row_groups(const RowGroups& g, const std::function<void(std::int64_t, s
     for (std::int64_t t = t0; t < t1; ++t)
       for (std::int64_t i = t * g.groups / g.tasks; i < (t + 1) * g.groups / g.tasks; ++i)
         body(t, i * g.group, std::min(g.group, g.rows - i * g.group));
-  });
+  }, ChunkCalls::no_blas);
 }
 
 template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate) {

@@ -426,7 +426,7 @@ Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWind
       if (p == Primitive::reduce_window_sum) reduce_window_rows(Sum{}, identity, x, windows, y, begin, end);
       else if (p == Primitive::reduce_window_max) reduce_window_rows(Max{}, identity, x, windows, y, begin, end);
       else reduce_window_rows(Min{}, identity, x, windows, y, begin, end);
-    });
+    }, ChunkCalls::no_blas);
   });
   return result;
 }
@@ -445,7 +445,7 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
         with_selected<T>(x, windows, w.select_max, begin, end, [&](std::int64_t out_row, const auto* chosen, auto) {
           for (std::int64_t o = 0; o < n; ++o) y[out_row + o] = chosen[o] < 0 ? T(0) : v[chosen[o]];
         });
-      });
+      }, ChunkCalls::no_blas);
       return;
     }
     // y: the operand's shape, v: the windows'; windows overlap, so chunks split only where their
@@ -466,7 +466,7 @@ Array select_window_kernel(Primitive p, const Array& values, const Array& x, con
                                         scatter_row(y, v + out_row, chosen, n, plain, rows);
                                       });
                    }
-                 });
+                 }, ChunkCalls::no_blas);
   };
   if (x.dtype() == DType::f32)
     run(std::type_identity<float>{});
