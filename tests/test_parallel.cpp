@@ -125,6 +125,25 @@ TEST_CASE("parallel_for: loops whose chunks call no BLAS run on OpenBLAS's worke
   CHECK(wrong == 0);
 }
 
+TEST_CASE("parallel_for: a BLAS call from a chunk of a no_blas loop is an InternalError, not a hang") {
+  // On OpenBLAS's workers such a call would wait for the very worker running it. (101 columns: no
+  // multiple of any SIMD width, so xjax's own product loops never take it; it goes to BLAS.)
+  Threads t(2);
+  const xjax::Array a = xjax::astype(test_util::randn({200, 300}, 5), xjax::f32), b = xjax::astype(test_util::randn({300, 101}, 6), xjax::f32);
+  for (std::int64_t n : {1, 2}) {  // serial (one chunk) and split
+    INFO("chunks " << n);
+    CHECK_THROWS_AS(parallel_for(n, 1, [&](std::int64_t, std::int64_t) { (void)xjax::matmul(a, b).to_vector<float>(); }, ChunkCalls::no_blas),
+                    xjax::InternalError);
+    std::atomic<int> done{0};
+    parallel_for(n, 1, [&](std::int64_t, std::int64_t) {
+      (void)xjax::matmul(a, b).to_vector<float>();
+      ++done;
+    }, ChunkCalls::may_call_blas);
+    CHECK(done == n);
+  }
+  CHECK(xjax::matmul(a, b).shape() == xjax::Shape{200, 101});  // and outside any loop
+}
+
 TEST_CASE("parallel_for: a child of fork() runs its loops and exits normally") {
   Threads t(2);
   std::atomic<std::int64_t> sum{0};

@@ -46,6 +46,7 @@ namespace {
 template <class T> void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
                              std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool a_t = false, bool b_t = false) {
   if (m == 0 || n == 0) return;
+  check_blas_allowed("conv_general_dilated");
   for (std::int64_t v : {m, n, k, lda, ldb, ldc})
     if (v > std::numeric_limits<blasint>::max())
       throw Error("conv_general_dilated: a matrix product dimension of " + std::to_string(v) +
@@ -230,7 +231,7 @@ template <class T> void add_in_block_order(const T* partial, std::int64_t blocks
     std::copy(partial + i0, partial + i1, out + i0);
     for (std::int64_t block = 1; block < blocks; ++block)
       for (std::int64_t i = i0; i < i1; ++i) out[i] += partial[block * size + i];
-  });
+  }, ChunkCalls::no_blas);
 }
 
 // How many fixed blocks of images a kernel gradient sums separately (then add_in_block_order):
@@ -302,7 +303,7 @@ template <class T> void depthwise(const T* x, const T* w, const Conv& g, T* out)
         for (std::int64_t j = c0; j < g.o; ++j) y[j] += (off < 0 ? T(0) : img[off + j / m]) * ws[j];
       }
     }
-  });
+  }, ChunkCalls::no_blas);
 }
 
 // The depthwise weights: w[kpos][o] = rhs[o, 0, kpos...] (the general matrices with Cg = 1,
@@ -392,7 +393,7 @@ template <class T> bool pointwise_small_gemm(std::int64_t m, std::int64_t n, std
   parallel_for((m + per_call - 1) / per_call, 1, [&](std::int64_t b0, std::int64_t b1) {
     const std::int64_t r0 = b0 * per_call, r1 = std::min(m, b1 * per_call);
     small_products_by_rows(r1 - r0, n, k, per_call, a + r0 * k, b, c + r0 * n);
-  });
+  }, ChunkCalls::no_blas);
   return true;
 }
 
@@ -419,7 +420,7 @@ template <class T> bool im2col_small_gemm(const T* x, const T* w, const Conv& g,
         small_products_by_rows(r1 - r0, g.oq, cols, per_call, patch, w, out + r0 * g.oq);
       }
     }
-  });
+  }, ChunkCalls::no_blas);
   return true;
 }
 
@@ -456,7 +457,7 @@ template <class T> void im2col_gemm(const T* x, const T* w, const Conv& g, T* ou
           T* const share = patch + (s0 - r0) * cols;
           fill_patches(x, g, 0, s0, s1, k0, k1, share);
           looped_gemm<T>(s1 - s0, g.oq, cols, share, cols, 1, w + k0 * g.cg * g.oq, out + s0 * g.o, k0 > 0);
-        });
+        }, ChunkCalls::no_blas);
       }
     }
     return;
@@ -529,7 +530,7 @@ template <class T> void direct(const T* x, const T* w, const Conv& g, T* out) {
         out[(n * g.positions + pos) * g.o + q] = xsimd::hadd(acc) + tail;
       }
     }
-  });
+  }, ChunkCalls::no_blas);
 }
 
 // The operand spec of a kernel gradient as JAX's transpose rule writes it (the layer's images its
@@ -684,7 +685,7 @@ template <class T> void channels_last_depthwise_filter_grad(const T* x, const T*
             }
         }
       }
-    });
+    }, ChunkCalls::no_blas);
   }
   add_in_block_order(partial, blocks, positions * channels, out);
 }
@@ -807,7 +808,7 @@ template <class T> void channels_last_dense_filter_grad(const T* x, const T* ct,
           }
         }
     }
-  });
+  }, ChunkCalls::no_blas);
   // out[c, kpos, o] = the blocks' partial sums in block order
   parallel_for(channels, std::max<std::int64_t>(1, channels / kernel_threads()), [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t c = c0; c < c1; ++c)
@@ -819,7 +820,7 @@ template <class T> void channels_last_dense_filter_grad(const T* x, const T* ct,
           for (std::int64_t o = 0; o < outs; ++o) to[o] += from[o];
         }
       }
-  });
+  }, ChunkCalls::no_blas);
 }
 
 // The same kernel gradient with channels-first data (lhs and rhs stored (images, channels,
@@ -921,7 +922,7 @@ template <class T> bool channels_first_depthwise_filter_grad_2d(const T* x, cons
       }
       for (std::int64_t pos = 0; pos < g.positions; ++pos) out[pos * channels + c] = xsimd::hadd(sums[static_cast<std::size_t>(pos)]);
     }
-  });
+  }, ChunkCalls::no_blas);
   return true;
 }
 
@@ -984,7 +985,7 @@ template <class T> void channels_first_depthwise_filter_grad(const T* x, const T
       for (std::int64_t pos = 0; pos < g.positions; ++pos)
         out[pos * channels + c] = xsimd::hadd(lanes[static_cast<std::size_t>(pos)]) + acc[static_cast<std::size_t>(pos)];
     }
-  });
+  }, ChunkCalls::no_blas);
 }
 
 bool is_pointwise(const Conv& g, const params::ConvGeneralDilated& p) {
@@ -1024,7 +1025,7 @@ template <class T> void channels_last_weight_grad(const T* x, const T* ct, const
       looped_gemm<T>(channels, outs, k1 - k0, x + k0 * channels, 1, channels, ct + k0 * outs, partial + chunk * channels * outs,
                      false);
     }
-  });
+  }, ChunkCalls::no_blas);
   add_in_block_order(partial, chunks, channels * outs, out);
 }
 
@@ -1072,7 +1073,7 @@ template <class T> void channels_first_weight_grad(const T* x, const T* ct, cons
           looped_gemm<T>(rows, outs, len, x + f * rows * size + p0, size, 1, piece.data(), sums, true);
         }
     }
-  });
+  }, ChunkCalls::no_blas);
   add_in_block_order(partial, blocks, part, out);
 }
 
@@ -1098,7 +1099,7 @@ template <class T> void channels_first_pointwise(const Array& lhs, const Array& 
       for (std::int64_t n = n0; n < n1; ++n)
         looped_gemm<T>(g.o, g.positions, g.c, w, w_t ? 1 : g.c, w_t ? g.o : 1, x + n * g.c * g.positions,
                        out + n * g.o * g.positions, false);
-    });
+    }, ChunkCalls::no_blas);
     return;
   }
   for (std::int64_t n = 0; n < g.n; ++n)
@@ -1241,7 +1242,7 @@ template <class T> void channels_first_depthwise(const T* x, const T* w, const C
         }
       }
     }
-  });
+  }, ChunkCalls::no_blas);
 }
 
 // A dense convolution of channels-last data with a small window and at least 8 outputs along the
@@ -1339,7 +1340,7 @@ template <class T> void direct_rows(const T* x, const T* w, const Conv& g, T* ou
         }
       }
     }
-  });
+  }, ChunkCalls::no_blas);
 }
 
 template <class T>

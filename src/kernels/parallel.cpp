@@ -10,6 +10,7 @@
 // parallel_for again, runs its loop serially.
 #include "kernels/parallel.hpp"
 #include "per_thread.hpp"
+#include "xjax/errors.hpp"
 
 #include <cblas.h>
 
@@ -33,6 +34,7 @@ namespace {
 
 thread_local bool t_inside_chunk XJAX_INITIAL_EXEC_TLS = false;  // this thread runs a chunk (a worker, or a caller at work)
 thread_local bool t_pool_worker XJAX_INITIAL_EXEC_TLS = false;   // this thread is one of the pool's workers
+thread_local bool t_no_blas_chunk XJAX_INITIAL_EXEC_TLS = false;  // this thread runs a chunk of a ChunkCalls::no_blas loop
 std::atomic<std::int64_t> g_split_loops{0};
 std::atomic<std::int64_t> g_loops_on_blas_threads{0};
 
@@ -187,14 +189,14 @@ struct BlasJob {
 void run_blas_job(void* arg) noexcept {
   const BlasJob& job = *static_cast<const BlasJob*>(arg);
   BlasLoop& loop = *job.loop;
-  t_inside_chunk = true;
+  t_inside_chunk = t_no_blas_chunk = true;
   try {
     loop.chunk(loop.context, loop.n * job.index / loop.chunks, loop.n * (job.index + 1) / loop.chunks);
   } catch (...) {
     std::lock_guard lock(loop.error_mutex);
     if (!loop.error) loop.error = std::current_exception();
   }
-  t_inside_chunk = false;
+  t_inside_chunk = t_no_blas_chunk = false;
   if (job.index != 0) flush_thread_cache();  // an OpenBLAS worker: what it freed stays reachable while it sleeps
 }
 
@@ -223,9 +225,37 @@ bool run_on_blas_threads(BlasThreadsRun run, std::int64_t n, std::int64_t chunks
   return true;
 }
 
+// A ChunkCalls::no_blas loop: on OpenBLAS's workers where it lends them, else on xjax's; every
+// chunk (the serial ones too) marked, so that check_blas_allowed sees a BLAS call from any of them.
+void no_blas_loop(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
+  const std::int64_t most = n / std::max<std::int64_t>(grain, 1);
+  const std::int64_t chunks = most < 2 ? 1 : std::min<std::int64_t>(kernel_threads(), most);
+  const BlasThreadsRun run = blas_threads_run();
+  if (chunks >= 2 && !t_inside_chunk && run && run_on_blas_threads(run, n, chunks, chunk, context)) return;
+  struct Marked {
+    void (*chunk)(void*, std::int64_t, std::int64_t);
+    void* context;
+  } marked{chunk, context};
+  auto mark = [](void* m, std::int64_t begin, std::int64_t end) {
+    const auto& mk = *static_cast<const Marked*>(m);
+    const bool was = std::exchange(t_no_blas_chunk, true);
+    struct Restore {
+      bool was;
+      ~Restore() { t_no_blas_chunk = was; }
+    } restore{was};
+    mk.chunk(mk.context, begin, end);
+  };
+  if (chunks < 2 || t_inside_chunk || !pool().run(n, chunks, mark, &marked)) mark(&marked, 0, n);
+}
+
 }  // namespace
 
 const char* loop_threads() { return blas_threads_run() ? "openblas" : "own"; }
+
+void check_blas_allowed(const char* who) {
+  if (t_no_blas_chunk)
+    throw InternalError(who, "a BLAS call from a chunk of a loop declared ChunkCalls::no_blas (it may run on OpenBLAS's workers)");
+}
 
 std::int64_t split_loops() { return g_split_loops.load(std::memory_order_relaxed); }
 std::int64_t loops_on_blas_threads() { return g_loops_on_blas_threads.load(std::memory_order_relaxed); }
@@ -236,15 +266,10 @@ void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, st
                      ChunkCalls calls) {
   if (n <= 0) return;
   const std::int64_t most = n / std::max<std::int64_t>(grain, 1);  // chunks of at least grain
+  if (calls == ChunkCalls::no_blas) return no_blas_loop(n, grain, chunk, context);
   if (most < 2) return chunk(context, 0, n);  // one chunk: no thread count asked (a call to BLAS)
   const std::int64_t chunks = std::min<std::int64_t>(kernel_threads(), most);
-  if (chunks < 2 || t_inside_chunk) return chunk(context, 0, n);
-  if (calls == ChunkCalls::no_blas)
-    if (const BlasThreadsRun run = blas_threads_run()) {
-      if (!run_on_blas_threads(run, n, chunks, chunk, context)) chunk(context, 0, n);
-      return;
-    }
-  if (!pool().run(n, chunks, chunk, context)) chunk(context, 0, n);
+  if (chunks < 2 || t_inside_chunk || !pool().run(n, chunks, chunk, context)) chunk(context, 0, n);
 }
 
 }  // namespace xjax::detail

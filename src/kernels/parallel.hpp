@@ -29,6 +29,11 @@ enum class ChunkCalls { may_call_blas, no_blas };
 void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context,
                      ChunkCalls calls = ChunkCalls::may_call_blas);
 
+/// Throws InternalError naming `who` when called from a chunk of a ChunkCalls::no_blas loop, on
+/// any thread: xjax's BLAS calls check it, so a chunk that calls BLAS after all fails in the tests
+/// instead of hanging an OpenBLAS worker.
+void check_blas_allowed(const char* who);
+
 /// Which threads the loops of ChunkCalls::no_blas run on: "openblas" (OpenBLAS's workers) or
 /// "own" (xjax's, where OpenBLAS lends none: a sequential or OpenMP build, or XJAX_LOOP_THREADS=own
 /// in the environment, read at the first loop).
