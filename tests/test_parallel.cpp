@@ -102,6 +102,7 @@ TEST_CASE("parallel_for: loops whose chunks call no BLAS run on OpenBLAS's worke
   const bool own_asked = env && std::string(env) == "own";
   const bool lends = openblas_get_parallel() == 1 && !own_asked;
   CHECK(std::string(xjax::detail::loop_threads()) == (lends ? "openblas" : "own"));
+  CHECK(xjax::build_info().loop_threads == xjax::detail::loop_threads());
   Threads t(2);
   const std::int64_t before = xjax::detail::loops_on_blas_threads();
   const auto caller = std::this_thread::get_id();

@@ -87,6 +87,11 @@ struct BuildInfo {
   /// (docs/performance.md, "OpenBLAS's kernels on AMD's AVX-512 CPUs"); OPENBLAS_CORETYPE=SkylakeX
   /// set before the program starts makes it run its AVX-512 ones. xjax changes nothing by itself.
   bool blas_below_cpu_width = false;
+  /// The threads xjax's own kernel loops run on besides the caller: "openblas" (OpenBLAS's
+  /// workers, lent through its pthreads server; they spin between products, so a job starts at
+  /// once) or "own" (xjax's workers: OpenBLAS's OpenMP or sequential builds, or
+  /// XJAX_LOOP_THREADS=own in the environment). Either way as many as OpenBLAS's thread count.
+  std::string loop_threads;
 };
 BuildInfo build_info();
 

@@ -8,6 +8,7 @@
 #include "xjax/runtime.hpp"
 
 #include "kernels/kernel_sets.hpp"
+#include "kernels/parallel.hpp"
 
 // The sets meson.build compiles, best first: x86-64's three with -Dsimd=dispatch, else the one.
 #if defined(XJAX_KERNEL_DISPATCH)
@@ -135,6 +136,7 @@ BuildInfo build_info() {
 #endif
   info.blas_core = openblas_get_corename();
   info.blas_below_cpu_width = detail::kernels::blas_below_cpu_width();
+  info.loop_threads = detail::loop_threads();
   return info;
 }
 

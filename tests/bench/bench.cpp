@@ -869,10 +869,10 @@ void print_json(const std::vector<Row>& rows, bool quick) {
 
 void print_table(const std::vector<Row>& rows, bool quick) {
   const xjax::BuildInfo info = xjax::build_info();
-  std::printf("xjax-bench (%s sizes, float32, OpenBLAS threads: %d; xjax kernel set %s; OpenBLAS kernels %s%s)\n%s\n\n",
+  std::printf("xjax-bench (%s sizes, float32, OpenBLAS threads: %d; xjax kernel set %s; OpenBLAS kernels %s%s; xjax's loops on %s workers)\n%s\n\n",
               quick ? "quick" : "full", openblas_get_num_threads(), info.kernel_set.c_str(), info.blas_core.c_str(),
               info.blas_below_cpu_width ? ", narrower than this CPU's AVX-512 (OPENBLAS_CORETYPE=SkylakeX runs its AVX-512 ones)" : "",
-              torch_line().c_str());
+              info.loop_threads == "openblas" ? "OpenBLAS's" : "xjax's own", torch_line().c_str());
   std::printf("| workload | variant | impl | median s | ratio | GFLOP/s | peak MiB | / ideal bytes | note |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---|\n");
   for (const Row& r : rows) {
