@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cfenv>
 #include <cstdlib>
 #include <string>
 #include <chrono>
@@ -127,6 +128,19 @@ TEST_CASE("parallel_for: loops whose chunks call no BLAS run on OpenBLAS's worke
 }
 
 TEST_CASE("parallel_for: a BLAS call from a chunk of a no_blas loop is an InternalError, not a hang") {
+  {  // review finding: a nested loop that split cleared the outer chunk's mark
+    Threads t(2);
+    bool caught_after_nested = false;
+    parallel_for(1, 1, [&](std::int64_t, std::int64_t) {
+      parallel_for(2, 1, [](std::int64_t, std::int64_t) {}, ChunkCalls::no_blas);
+      try {
+        xjax::detail::check_blas_allowed("test");
+      } catch (const xjax::InternalError&) {
+        caught_after_nested = true;
+      }
+    }, ChunkCalls::no_blas);
+    CHECK(caught_after_nested);
+  }
   // On OpenBLAS's workers such a call would wait for the very worker running it. (101 columns: no
   // multiple of any SIMD width, so xjax's own product loops never take it; it goes to BLAS.)
   Threads t(2);
@@ -169,6 +183,81 @@ TEST_CASE("parallel_for: a child of fork() runs its loops and exits normally") {
   }
   CHECK(ended);
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+}
+
+TEST_CASE("parallel_for: fork() while another thread runs loops: neither the parent's loops nor the child hang") {
+  // Review finding: OpenBLAS's fork handler joins its workers; a loop on them at that moment
+  // waited forever for a free worker. A stuck loop shows as no progress for 10 s.
+  Threads t(2);
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> loops{0};
+  std::thread looping([&] {
+    while (!stop) {
+      std::atomic<std::int64_t> s{0};
+      parallel_for(4096, 1, [&](std::int64_t begin, std::int64_t end) { s += end - begin; }, ChunkCalls::no_blas);
+      if (s == 4096) ++loops;
+    }
+  });
+  bool children_ok = true, parent_progressed = true;
+  for (int fork_number = 0; fork_number < 40 && children_ok && parent_progressed; ++fork_number) {
+    const pid_t child = fork();
+    if (child == 0) {
+      std::atomic<std::int64_t> s{0};
+      for (ChunkCalls calls : kBothKinds) parallel_for(1000, 1, [&](std::int64_t begin, std::int64_t end) { s += end - begin; }, calls);
+      std::_Exit(s == 2000 ? 0 : 1);
+    }
+    int status = 0;
+    bool ended = false;
+    for (int i = 0; i < 1000 && !ended; ++i) {
+      ended = waitpid(child, &status, WNOHANG) == child;
+      if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!ended) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+    }
+    children_ok = ended && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    const std::int64_t before = loops;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (loops == before && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    parent_progressed = loops > before;
+  }
+  CHECK(children_ok);
+  if (!parent_progressed) {  // the looping thread is stuck: joining it would hang the suite
+    FAIL_CHECK("the looping thread made no progress after a fork");
+    std::fflush(nullptr);
+    std::_Exit(3);
+  }
+  stop = true;
+  looping.join();
+}
+
+TEST_CASE("parallel_for: every chunk computes under the caller's rounding mode") {
+  // Review finding: OpenBLAS's workers kept the float control they started with (a -ffast-math
+  // program's flush-to-zero, or fesetround in the caller, reached only the caller's chunk).
+  Threads t(2);
+  const int before = std::fegetround();
+  for (ChunkCalls calls : kBothKinds)
+    for (int mode : {FE_UPWARD, FE_DOWNWARD}) {
+      INFO(kind_name(calls) << " mode " << mode);
+      REQUIRE(std::fesetround(mode) == 0);
+      std::vector<float> thirds(2, 0.0f);
+      std::vector<int> modes(2, -1);
+      volatile float one = 1.0f, three = 3.0f;
+      parallel_for(2, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) {
+          thirds[static_cast<std::size_t>(i)] = one / three;
+          modes[static_cast<std::size_t>(i)] = std::fegetround();
+        }
+      }, calls);
+      const float want = one / three;
+      std::fesetround(before);
+      CHECK(modes[0] == mode);
+      CHECK(modes[1] == mode);
+      CHECK(thirds[0] == want);
+      CHECK(thirds[1] == want);
+    }
+  std::fesetround(before);
 }
 
 TEST_CASE("parallel_for: a chunk's exception reaches the caller; the workers stay usable") {

@@ -16,6 +16,10 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <cfenv>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +28,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -37,6 +42,46 @@ thread_local bool t_pool_worker XJAX_INITIAL_EXEC_TLS = false;   // this thread 
 thread_local bool t_no_blas_chunk XJAX_INITIAL_EXEC_TLS = false;  // this thread runs a chunk of a ChunkCalls::no_blas loop
 std::atomic<std::int64_t> g_split_loops{0};
 std::atomic<std::int64_t> g_loops_on_blas_threads{0};
+
+/// A thread's floating-point environment (rounding mode, and on x86 also the whole MXCSR, whose
+/// flush-to-zero / denormals-are-zero bits a -ffast-math program's startup sets). A worker runs
+/// each chunk under its caller's, so a loop computes as its caller does on any thread (workers
+/// keep whatever they started with: OpenBLAS's, from when the library loaded).
+class FloatControl {
+ public:
+  static FloatControl current() {
+    FloatControl c;
+    std::fegetenv(&c.env_);
+#if defined(__SSE__)
+    c.csr_ = _mm_getcsr();
+#endif
+    return c;
+  }
+  void apply() const {
+    std::fesetenv(&env_);
+#if defined(__SSE__)
+    _mm_setcsr(csr_);
+#endif
+  }
+
+ private:
+  std::fenv_t env_{};
+#if defined(__SSE__)
+  unsigned csr_ = 0;
+#endif
+};
+
+/// Runs a scope under another thread's float control, then restores this thread's own.
+class UnderFloatControl {
+ public:
+  explicit UnderFloatControl(const FloatControl& caller) : own_(FloatControl::current()) { caller.apply(); }
+  ~UnderFloatControl() { own_.apply(); }
+  UnderFloatControl(const UnderFloatControl&) = delete;
+  UnderFloatControl& operator=(const UnderFloatControl&) = delete;
+
+ private:
+  FloatControl own_;
+};
 
 class Pool {
  public:
@@ -52,7 +97,7 @@ class Pool {
           workers_.emplace_back([this, seen = generation_] { work_loop(seen); });
       } catch (const std::system_error&) {  // no more threads now: run with those there are
       }
-      loop_ = Loop{n, chunks, chunk, context};
+      loop_ = Loop{n, chunks, chunk, context, FloatControl::current()};
       next_ = 0;
       unfinished_ = chunks;
       error_ = nullptr;
@@ -72,6 +117,7 @@ class Pool {
     std::int64_t n = 0, chunks = 0;
     void (*chunk)(void*, std::int64_t, std::int64_t) = nullptr;
     void* context = nullptr;
+    FloatControl caller_control;  // the caller's, for the chunks the workers run
   };
 
   // Takes chunks of loop `generation` until none is left (lock held between chunks).
@@ -83,6 +129,8 @@ class Pool {
       std::exception_ptr error;
       t_inside_chunk = true;
       try {
+        std::optional<UnderFloatControl> as_caller;
+        if (t_pool_worker) as_caller.emplace(loop.caller_control);
         loop.chunk(loop.context, loop.n * i / loop.chunks, loop.n * (i + 1) / loop.chunks);
       } catch (...) {
         error = std::current_exception();
@@ -151,6 +199,32 @@ Pool& pool() {
 // i < threads, the first on the caller and the others as jobs of its workers (mode BLAS_PTHREAD),
 // and returns when all are done: a spinning worker takes its job within microseconds.
 
+/// Held by the thread whose loop OpenBLAS's workers run (one at a time; others run alone), and
+/// by a thread calling fork() (prepare_fork).
+std::mutex g_blas_loop;
+thread_local bool t_holds_blas_loop XJAX_INITIAL_EXEC_TLS = false;   // this thread's loop is on OpenBLAS's workers
+thread_local bool t_locked_for_fork XJAX_INITIAL_EXEC_TLS = false;   // this thread took g_blas_loop in prepare_fork
+std::atomic<bool> g_forked_child{false};  // this process is a child of fork(): loops stay on xjax's workers
+
+// fork() and OpenBLAS: its own prepare handler (blas_thread_shutdown) joins its workers, and a
+// loop on them at that moment would wait forever for a free worker (review finding: a thread
+// looping while another forked hung). These handlers, registered after OpenBLAS's (so run before
+// it), wait for the loop in flight and keep new ones off OpenBLAS's workers until the fork is
+// done; a child never lends them again (a worker busy in the parent at the fork leaves a state
+// its first loop could wait on).
+void prepare_fork() {
+  if (t_holds_blas_loop) return;  // forked from inside a chunk of its own loop: nothing to wait for
+  g_blas_loop.lock();
+  t_locked_for_fork = true;
+}
+void parent_after_fork() {
+  if (std::exchange(t_locked_for_fork, false)) g_blas_loop.unlock();
+}
+void child_after_fork() {
+  g_forked_child.store(true);
+  if (std::exchange(t_locked_for_fork, false)) g_blas_loop.unlock();
+}
+
 /// gotoblas_pthread's signature (OpenBLAS's driver/others/blas_server.c, exported since GotoBLAS2).
 using BlasThreadsRun = int (*)(int threads, void* function, void* args, int stride);
 
@@ -165,16 +239,19 @@ BlasThreadsRun blas_threads_run() {
     BlasThreadsRun f = nullptr;
     static_assert(sizeof f == sizeof symbol);
     std::memcpy(&f, &symbol, sizeof f);
+    if (f && pthread_atfork(prepare_fork, parent_after_fork, child_after_fork) != 0) return nullptr;
     return f;
   }();
-  return run;
+  return g_forked_child.load(std::memory_order_relaxed) ? nullptr : run;
 }
 
-/// One loop handed to OpenBLAS's workers: the chunks, and the first exception one threw.
+/// One loop handed to OpenBLAS's workers: the chunks, the caller's float control, and the first
+/// exception a chunk threw.
 struct BlasLoop {
   std::int64_t n = 0, chunks = 0;
   void (*chunk)(void*, std::int64_t, std::int64_t) = nullptr;
   void* context = nullptr;
+  FloatControl caller_control = FloatControl::current();
   std::mutex error_mutex;
   std::exception_ptr error;
 };
@@ -185,29 +262,35 @@ struct BlasJob {
   std::int64_t index;
 };
 
-// A job's function: runs its chunk, keeping exceptions out of OpenBLAS's C frames.
+// A job's function: runs its chunk under the caller's float control (job 0 is the caller's own),
+// keeping exceptions out of OpenBLAS's C frames, the thread's marks restored after.
 void run_blas_job(void* arg) noexcept {
   const BlasJob& job = *static_cast<const BlasJob*>(arg);
   BlasLoop& loop = *job.loop;
-  t_inside_chunk = t_no_blas_chunk = true;
+  const bool was_inside = std::exchange(t_inside_chunk, true), was_no_blas = std::exchange(t_no_blas_chunk, true);
   try {
+    std::optional<UnderFloatControl> as_caller;
+    if (job.index != 0) as_caller.emplace(loop.caller_control);
     loop.chunk(loop.context, loop.n * job.index / loop.chunks, loop.n * (job.index + 1) / loop.chunks);
   } catch (...) {
     std::lock_guard lock(loop.error_mutex);
     if (!loop.error) loop.error = std::current_exception();
   }
-  t_inside_chunk = t_no_blas_chunk = false;
+  t_inside_chunk = was_inside;
+  t_no_blas_chunk = was_no_blas;
   if (job.index != 0) flush_thread_cache();  // an OpenBLAS worker: what it freed stays reachable while it sleeps
 }
 
-/// Held by the thread whose loop OpenBLAS's workers run (one at a time; others run alone).
-std::mutex g_blas_loop;
 
 /// Runs the loop's chunks on the caller and OpenBLAS's workers; false if another loop holds them.
 bool run_on_blas_threads(BlasThreadsRun run, std::int64_t n, std::int64_t chunks,
                          void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
   std::unique_lock owner(g_blas_loop, std::try_to_lock);
   if (!owner.owns_lock()) return false;
+  t_holds_blas_loop = true;
+  struct Release {
+    ~Release() { t_holds_blas_loop = false; }
+  } release;
   BlasLoop loop;
   loop.n = n;
   loop.chunks = chunks;
