@@ -127,6 +127,22 @@ TEST_CASE("parallel_for: loops whose chunks call no BLAS run on OpenBLAS's worke
   CHECK(wrong == 0);
 }
 
+TEST_CASE("parallel_elements: the smaller grain only while OpenBLAS's workers are lent and known to spin") {
+  const bool lends = std::string(xjax::detail::loop_threads()) == "openblas";
+  Threads t(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // nothing ran on them for longer than the window
+  CHECK(xjax::detail::parallel_elements() == xjax::detail::kParallelElements);
+  parallel_for(2, 1, [](std::int64_t, std::int64_t) {}, ChunkCalls::no_blas);
+  CHECK(xjax::detail::parallel_elements() == (lends ? xjax::detail::kParallelElementsWarm : xjax::detail::kParallelElements));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(xjax::detail::parallel_elements() == xjax::detail::kParallelElements);
+  xjax::detail::note_blas_product(std::int64_t{1} << 18);  // a product OpenBLAS threads
+  CHECK(xjax::detail::parallel_elements() == (lends ? xjax::detail::kParallelElementsWarm : xjax::detail::kParallelElements));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  xjax::detail::note_blas_product(1000);  // one it runs on the caller
+  CHECK(xjax::detail::parallel_elements() == xjax::detail::kParallelElements);
+}
+
 TEST_CASE("parallel_for: a BLAS call from a chunk of a no_blas loop is an InternalError, not a hang") {
   {  // review finding: a nested loop that split cleared the outer chunk's mark
     Threads t(2);

@@ -58,6 +58,7 @@ template <class T> void gemm(std::int64_t m, std::int64_t n, std::int64_t k, con
     cblas_sgemm(CblasRowMajor, ta, tb, bi(m), bi(n), bi(k), 1.0f, a, bi(lda), b, bi(ldb), beta, c, bi(ldc));
   else
     cblas_dgemm(CblasRowMajor, ta, tb, bi(m), bi(n), bi(k), 1.0, a, bi(lda), b, bi(ldb), beta, c, bi(ldc));
+  note_blas_product(m * n * k);
 }
 
 bool is_identity(const Ints& perm) {

@@ -92,6 +92,7 @@ template <class T> void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, const 
   else
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, static_cast<blasint>(lda), b,
                 static_cast<blasint>(ldb), 0.0, c, n);
+  note_blas_product(s.m * s.n * s.k);
 }
 
 // Outer products (a contraction of size 1): c[bi, i, :] = a[bi, i] * b[bi, :], each output row
@@ -221,7 +222,7 @@ struct WideBlock {
 void convert_rows(DType from_type, const void* from, std::int64_t from_ld, DType to_type, void* to, std::int64_t to_ld,
                   std::int64_t rows, std::int64_t width) {
   const std::size_t from_row = static_cast<std::size_t>(from_ld) * itemsize(from_type), to_row = static_cast<std::size_t>(to_ld) * itemsize(to_type);
-  parallel_for(rows, std::max<std::int64_t>(1, kParallelElements / std::max<std::int64_t>(width, 1)), [&](std::int64_t r0, std::int64_t r1) {
+  parallel_for(rows, std::max<std::int64_t>(1, parallel_elements() / std::max<std::int64_t>(width, 1)), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r)
       convert_narrow(from_type, to_type, static_cast<const char*>(from) + static_cast<std::size_t>(r) * from_row,
                      static_cast<char*>(to) + static_cast<std::size_t>(r) * to_row, static_cast<std::size_t>(width));
@@ -250,6 +251,7 @@ void gemm_tile(const WideBlock& a, const WideBlock& b, std::int64_t mi, std::int
   cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(mi), static_cast<blasint>(nj), static_cast<blasint>(ki), 1.0f, a.data,
               static_cast<blasint>(a.ld), b.data, static_cast<blasint>(b.ld), beta, c, static_cast<blasint>(ldc));
+  note_blas_product(mi * nj * ki);
 }
 
 float* f32_buffer(std::vector<ArenaScratch<float>>& keep, std::int64_t n) { return keep.emplace_back(n).data; }

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -206,6 +207,16 @@ thread_local bool t_holds_blas_loop XJAX_INITIAL_EXEC_TLS = false;   // this thr
 thread_local bool t_locked_for_fork XJAX_INITIAL_EXEC_TLS = false;   // this thread took g_blas_loop in prepare_fork
 std::atomic<bool> g_forked_child{false};  // this process is a child of fork(): loops stay on xjax's workers
 
+/// Until when (steady clock, ns) OpenBLAS's workers are known to spin: a few milliseconds after
+/// the last lent loop or threaded product, well inside their 2^28 cycles.
+std::atomic<std::int64_t> g_workers_spin_until{0};
+constexpr std::int64_t kSpinKnownNs = 5'000'000;
+
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+void workers_just_ran() { g_workers_spin_until.store(steady_ns() + kSpinKnownNs, std::memory_order_relaxed); }
+
 // fork() and OpenBLAS: its own prepare handler (blas_thread_shutdown) joins its workers, and a
 // loop on them at that moment would wait forever for a free worker (review finding: a thread
 // looping while another forked hung). These handlers, registered after OpenBLAS's (so run before
@@ -304,6 +315,7 @@ bool run_on_blas_threads(BlasThreadsRun run, std::int64_t n, std::int64_t chunks
   g_split_loops.fetch_add(1, std::memory_order_relaxed);
   g_loops_on_blas_threads.fetch_add(1, std::memory_order_relaxed);
   run(static_cast<int>(chunks), function_pointer, jobs.data(), static_cast<int>(sizeof(BlasJob)));
+  workers_just_ran();
   if (loop.error) std::rethrow_exception(loop.error);
   return true;
 }
@@ -334,6 +346,15 @@ void no_blas_loop(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::
 }  // namespace
 
 const char* loop_threads() { return blas_threads_run() ? "openblas" : "own"; }
+
+std::int64_t parallel_elements() {
+  if (g_workers_spin_until.load(std::memory_order_relaxed) < steady_ns() || !blas_threads_run()) return kParallelElements;
+  return kParallelElementsWarm;
+}
+
+void note_blas_product(std::int64_t multiply_adds) {
+  if (multiply_adds >= (std::int64_t{1} << 18) && openblas_get_num_threads() > 1) workers_just_ran();
+}
 
 void check_blas_allowed(const char* who) {
   if (t_no_blas_chunk)

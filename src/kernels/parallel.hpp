@@ -49,6 +49,21 @@ const char* loop_threads();
 /// ran 4-10% slower at two threads than before the split existed (bf16293).
 inline constexpr std::int64_t kParallelElements = std::int64_t{1} << 17;
 
+/// The same when the loops are lent to OpenBLAS's workers and these are known to be spinning (a
+/// lent loop or a threaded product ended within the last few milliseconds: they spin 2^28
+/// cycles, 67 ms or more, after each job): a job then starts within microseconds. T1 small at two
+/// threads (Zen 4 VM, 2026-12-06), its layer-sized chains of 131072 floats split: 1<<17 gave
+/// 0.072-0.080 s a step, 1<<15 0.068-0.077 and 1<<14 0.068-0.077 (interleaved runs).
+inline constexpr std::int64_t kParallelElementsWarm = std::int64_t{1} << 15;
+
+/// kParallelElementsWarm while OpenBLAS's workers are lent and spinning, else kParallelElements:
+/// what elementwise loops pass as their grain.
+std::int64_t parallel_elements();
+
+/// Called after a BLAS product of `multiply_adds` returns: one large enough for OpenBLAS to run it
+/// on its threads (from 2^18, its threshold) leaves its workers spinning.
+void note_blas_product(std::int64_t multiply_adds);
+
 /// How many loops have run split into two chunks or more since the process started (tests check
 /// that a kernel's loop did split), and how many of them ran on OpenBLAS's workers.
 std::int64_t split_loops();
