@@ -25,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -72,16 +73,24 @@ class FloatControl {
 #endif
 };
 
-/// Runs a scope under another thread's float control, then restores this thread's own.
+/// Runs a scope (a worker's chunk) under the caller's float control, then adds the exception
+/// flags it raised to `raised` (the caller raises them after the loop, as if it had run the chunk)
+/// and restores this thread's own control.
 class UnderFloatControl {
  public:
-  explicit UnderFloatControl(const FloatControl& caller) : own_(FloatControl::current()) { caller.apply(); }
-  ~UnderFloatControl() { own_.apply(); }
+  UnderFloatControl(const FloatControl& caller, std::atomic<int>& raised) : own_(FloatControl::current()), raised_(raised) {
+    caller.apply();
+  }
+  ~UnderFloatControl() {
+    raised_.fetch_or(std::fetestexcept(FE_ALL_EXCEPT), std::memory_order_relaxed);
+    own_.apply();
+  }
   UnderFloatControl(const UnderFloatControl&) = delete;
   UnderFloatControl& operator=(const UnderFloatControl&) = delete;
 
  private:
   FloatControl own_;
+  std::atomic<int>& raised_;
 };
 
 class Pool {
@@ -90,6 +99,7 @@ class Pool {
   bool run(std::int64_t n, std::int64_t chunks, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
     std::unique_lock owner(one_loop_, std::try_to_lock);
     if (!owner.owns_lock()) return false;
+    std::atomic<int> raised{0};  // the float exceptions the workers' chunks raised
     {
       std::lock_guard lock(mutex_);
       // a new worker starts from the generation before this loop's, so it takes part in it
@@ -98,7 +108,7 @@ class Pool {
           workers_.emplace_back([this, seen = generation_] { work_loop(seen); });
       } catch (const std::system_error&) {  // no more threads now: run with those there are
       }
-      loop_ = Loop{n, chunks, chunk, context, FloatControl::current()};
+      loop_ = Loop{n, chunks, chunk, context, FloatControl::current(), &raised};
       next_ = 0;
       unfinished_ = chunks;
       error_ = nullptr;
@@ -109,6 +119,7 @@ class Pool {
     std::unique_lock lock(mutex_);
     run_chunks(lock, generation_);
     done_.wait(lock, [&] { return unfinished_ == 0; });
+    if (const int flags = raised.load(std::memory_order_relaxed)) std::feraiseexcept(flags);
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
     return true;
   }
@@ -119,6 +130,7 @@ class Pool {
     void (*chunk)(void*, std::int64_t, std::int64_t) = nullptr;
     void* context = nullptr;
     FloatControl caller_control;  // the caller's, for the chunks the workers run
+    std::atomic<int>* raised = nullptr;  // where they add the float exceptions they raised
   };
 
   // Takes chunks of loop `generation` until none is left (lock held between chunks).
@@ -131,7 +143,7 @@ class Pool {
       t_inside_chunk = true;
       try {
         std::optional<UnderFloatControl> as_caller;
-        if (t_pool_worker) as_caller.emplace(loop.caller_control);
+        if (t_pool_worker) as_caller.emplace(loop.caller_control, *loop.raised);
         loop.chunk(loop.context, loop.n * i / loop.chunks, loop.n * (i + 1) / loop.chunks);
       } catch (...) {
         error = std::current_exception();
@@ -205,6 +217,7 @@ Pool& pool() {
 std::mutex g_blas_loop;
 thread_local bool t_holds_blas_loop XJAX_INITIAL_EXEC_TLS = false;   // this thread's loop is on OpenBLAS's workers
 thread_local bool t_locked_for_fork XJAX_INITIAL_EXEC_TLS = false;   // this thread took g_blas_loop in prepare_fork
+thread_local bool t_in_lent_job XJAX_INITIAL_EXEC_TLS = false;       // this thread runs a chunk of a lent loop
 std::atomic<bool> g_forked_child{false};  // this process is a child of fork(): loops stay on xjax's workers
 
 /// Until when (steady clock, ns) OpenBLAS's workers are known to spin: a few milliseconds after
@@ -222,9 +235,16 @@ void workers_just_ran() { g_workers_spin_until.store(steady_ns() + kSpinKnownNs,
 // looping while another forked hung). These handlers, registered after OpenBLAS's (so run before
 // it), wait for the loop in flight and keep new ones off OpenBLAS's workers until the fork is
 // done; a child never lends them again (a worker busy in the parent at the fork leaves a state
-// its first loop could wait on).
+// its first loop could wait on). A chunk must not fork (OpenBLAS's handler would wait forever for
+// the worker running the loop: an abort with a message instead of a hang) and must not wait for
+// a lock that a forking thread may hold (the usual pthread_atfork contract; xjax's chunks take
+// none of the caller's).
 void prepare_fork() {
-  if (t_holds_blas_loop) return;  // forked from inside a chunk of its own loop: nothing to wait for
+  if (t_in_lent_job || t_holds_blas_loop) {
+    std::fputs("xjax: fork() called from a chunk of a parallel loop running on OpenBLAS's workers; OpenBLAS's fork "
+               "handler would wait forever for them. Aborting.\n", stderr);
+    std::abort();
+  }
   g_blas_loop.lock();
   t_locked_for_fork = true;
 }
@@ -263,6 +283,7 @@ struct BlasLoop {
   void (*chunk)(void*, std::int64_t, std::int64_t) = nullptr;
   void* context = nullptr;
   FloatControl caller_control = FloatControl::current();
+  std::atomic<int> raised{0};  // the float exceptions the workers' chunks raised
   std::mutex error_mutex;
   std::exception_ptr error;
 };
@@ -279,9 +300,10 @@ void run_blas_job(void* arg) noexcept {
   const BlasJob& job = *static_cast<const BlasJob*>(arg);
   BlasLoop& loop = *job.loop;
   const bool was_inside = std::exchange(t_inside_chunk, true), was_no_blas = std::exchange(t_no_blas_chunk, true);
+  const bool was_lent = std::exchange(t_in_lent_job, true);
   try {
     std::optional<UnderFloatControl> as_caller;
-    if (job.index != 0) as_caller.emplace(loop.caller_control);
+    if (job.index != 0) as_caller.emplace(loop.caller_control, loop.raised);
     loop.chunk(loop.context, loop.n * job.index / loop.chunks, loop.n * (job.index + 1) / loop.chunks);
   } catch (...) {
     std::lock_guard lock(loop.error_mutex);
@@ -289,6 +311,7 @@ void run_blas_job(void* arg) noexcept {
   }
   t_inside_chunk = was_inside;
   t_no_blas_chunk = was_no_blas;
+  t_in_lent_job = was_lent;
   if (job.index != 0) flush_thread_cache();  // an OpenBLAS worker: what it freed stays reachable while it sleeps
 }
 
@@ -316,6 +339,7 @@ bool run_on_blas_threads(BlasThreadsRun run, std::int64_t n, std::int64_t chunks
   g_loops_on_blas_threads.fetch_add(1, std::memory_order_relaxed);
   run(static_cast<int>(chunks), function_pointer, jobs.data(), static_cast<int>(sizeof(BlasJob)));
   workers_just_ran();
+  if (const int flags = loop.raised.load(std::memory_order_relaxed)) std::feraiseexcept(flags);
   if (loop.error) std::rethrow_exception(loop.error);
   return true;
 }
@@ -353,7 +377,7 @@ std::int64_t parallel_elements() {
 }
 
 void note_blas_product(std::int64_t multiply_adds) {
-  if (multiply_adds >= (std::int64_t{1} << 18) && openblas_get_num_threads() > 1) workers_just_ran();
+  if (multiply_adds > (std::int64_t{1} << 18) && openblas_get_num_threads() > 1) workers_just_ran();
 }
 
 void check_blas_allowed(const char* who) {

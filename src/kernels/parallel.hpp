@@ -61,7 +61,7 @@ inline constexpr std::int64_t kParallelElementsWarm = std::int64_t{1} << 15;
 std::int64_t parallel_elements();
 
 /// Called after a BLAS product of `multiply_adds` returns: one large enough for OpenBLAS to run it
-/// on its threads (from 2^18, its threshold) leaves its workers spinning.
+/// on its threads (above 2^18, its threshold) leaves its workers spinning.
 void note_blas_product(std::int64_t multiply_adds);
 
 /// How many loops have run split into two chunks or more since the process started (tests check
