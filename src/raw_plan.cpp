@@ -101,18 +101,58 @@ void place_in_place_outputs(const EvalPlan& plan, const EvalPlan::Step& st, std:
   }
 }
 
+// True when step st is a reshape, squeeze or expand_dims of one array operand into one read
+// output: a step that only renames bytes.
+bool renames_bytes(const EvalPlan::Step& st) {
+  if (st.kind != EvalPlan::Kind::kernel || st.ins.size() != 1 || st.outs.size() != 1 || st.outs[0] == EvalPlan::npos ||
+      st.ins[0].literal)
+    return false;
+  const Primitive p = st.eqn->prim;
+  return p == Primitive::reshape || p == Primitive::squeeze || p == Primitive::expand_dims;
+}
+
 // A reshape, squeeze or expand_dims step keeps every byte where it is: its output may take the
 // place of its input when that input is a workspace value dying at the step (read by nothing
 // later), and the step then moves nothing (a dot's output reshaped into heads was copied whole).
 bool renames_dying_input(const EvalPlan& plan, const EvalPlan::Step& st, const std::vector<RawPlan::Value>& values,
                          const std::vector<char>& placed) {
-  if (st.kind != EvalPlan::Kind::kernel || st.ins.size() != 1 || st.outs.size() != 1 || st.outs[0] == EvalPlan::npos) return false;
-  const Primitive p = st.eqn->prim;
-  if (p != Primitive::reshape && p != Primitive::squeeze && p != Primitive::expand_dims) return false;
+  if (!renames_bytes(st)) return false;
   const auto& in = st.ins[0];
-  return !in.literal && !placed[st.outs[0]] && values[in.slot].place == RawPlan::Place::workspace &&
+  return !placed[st.outs[0]] && values[in.slot].place == RawPlan::Place::workspace &&
          std::find(st.free_after.begin(), st.free_after.end(), in.slot) != st.free_after.end() &&
          plan.slot_avals[in.slot].nbytes() == plan.slot_avals[st.outs[0]].nbytes();
+}
+
+// Likewise when the input lives in memory no step writes after its producer: a plan input (the
+// caller's array or a const) or a plan output. The output then reads the same bytes, live or not
+// (a layer's input reshaped for its product while the layer reads it again).
+bool renames_read_only_bytes(const EvalPlan::Step& st, const std::vector<RawPlan::Value>& values, const std::vector<char>& placed) {
+  if (!renames_bytes(st) || placed[st.outs[0]]) return false;
+  const auto place = values[st.ins[0].slot].place;
+  return place == RawPlan::Place::input || place == RawPlan::Place::output;
+}
+
+// Places the value a renaming step reads in the memory of the plan output it renames into, when
+// that value dies at the step and has no place yet: its producer then writes the output's bytes
+// and the step moves nothing (a residual reshaped to (B T, d) for its product was copied into the
+// body's output each step). Steps are visited last to first, so a chain of renames ending in an
+// output is placed whole. Sets moves_nothing[step] for each such step. Output memory is written by
+// its producer alone (no step works in place on anything but workspace), so the value is whole for
+// its every reader.
+void place_renamed_outputs(const EvalPlan& plan, std::vector<RawPlan::Value>& values, std::vector<char>& placed,
+                           std::vector<char>& moves_nothing) {
+  for (std::size_t i = plan.steps.size(); i-- > 0;) {
+    const auto& st = plan.steps[i];
+    if (!renames_bytes(st)) continue;
+    const std::size_t in = st.ins[0].slot, out = st.outs[0];
+    if (placed[in] || !placed[out] || values[out].place != RawPlan::Place::output ||
+        plan.slot_avals[in].nbytes() != plan.slot_avals[out].nbytes() ||
+        std::find(st.free_after.begin(), st.free_after.end(), in) == st.free_after.end())
+      continue;
+    values[in] = values[out];
+    placed[in] = 1;
+    moves_nothing[i] = 1;
+  }
 }
 
 // The kernel of a step whose output is its input's bytes in place: nothing to do.
@@ -192,8 +232,11 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
       fp->copies.push_back({value_of(op), k, aval_of(op).nbytes()});
     }
   }
+  std::vector<char> moves_nothing(plan.steps.size(), 0);
+  place_renamed_outputs(plan, values, placed, moves_nothing);
   WorkspacePacker workspace;
-  for (const auto& st : plan.steps) {
+  for (std::size_t step = 0; step < plan.steps.size(); ++step) {
+    const auto& st = plan.steps[step];
     RawPlan::Step& f = fp->steps.emplace_back();
     auto& operands = fp->operands;
     f.first = static_cast<std::uint32_t>(operands.size());
@@ -203,11 +246,16 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     std::vector<std::pair<std::size_t, std::size_t>> unread;  // (offset, bytes) of outputs nothing reads
     std::vector<std::size_t> handed_on;  // dying inputs whose place an output took
     if (st.kind == EvalPlan::Kind::fused) place_in_place_outputs(plan, st, values, placed, handed_on);
-    const bool renamed = renames_dying_input(plan, st, values, placed);
-    if (renamed) {
+    bool renamed = moves_nothing[step] != 0;
+    if (!renamed && renames_dying_input(plan, st, values, placed)) {
       values[st.outs[0]] = values[st.ins[0].slot];
       placed[st.outs[0]] = 1;
       handed_on.push_back(st.ins[0].slot);
+      renamed = true;
+    } else if (!renamed && renames_read_only_bytes(st, values, placed)) {
+      values[st.outs[0]] = values[st.ins[0].slot];
+      placed[st.outs[0]] = 1;
+      renamed = true;
     }
     for (std::size_t k = 0; k < st.outs.size(); ++k) {
       const std::size_t s = st.outs[k];

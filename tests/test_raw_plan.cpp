@@ -261,6 +261,60 @@ TEST_CASE("raw plan: a reshape of a value dying there takes its place and moves 
   close(got[1], xj::stack(ys, 0));
 }
 
+TEST_CASE("raw plan: a reshape of an input or output reads its bytes; a value renamed into an output is computed there") {
+  // xr: the input x reshaped and x read again (the bytes of x, no copy); a2: a fused value that
+  // dies at its reshape into an output (computed in the output); v: two renames into an output
+  // (both placed there); a: read again after its reshape (copied, workspace).
+  auto f = [](const xj::Array& x, const xj::Array& w) {
+    const xj::Array xr = xj::reshape(x, {16, 8});
+    const xj::Array a = xj::matmul(x, w);
+    const xj::Array out1 = xj::reshape(a * 2.0f + 1.0f, {2, 4, 16});
+    const xj::Array out2 = xj::expand_dims(xj::reshape(xj::tanh(a), {128}), 0);
+    const xj::Array ar = xj::reshape(a, {16, 8});
+    return std::vector<xj::Array>{out1, out2, xr * 3.0f + xj::sum(a) + ar};
+  };
+  xj::Array x = ramp({8, 16}, 0.1f, 0.6f), w = ramp({16, 16}, 0.05f, 0.3f);
+  xj::ClosedJaxpr cj = xj::make_jaxpr(f)(x, w);
+  auto plan = xj::detail::make_plan(*cj.jaxpr);
+  REQUIRE(plan->raw);
+  const auto& raw = *plan->raw;
+  using Place = xj::detail::RawPlan::Place;
+  std::map<Place, int> renamed;
+  int copied = 0;
+  for (const auto& st : raw.steps) {
+    if (st.counted.size() != 1 || (st.counted[0] != xj::Primitive::reshape && st.counted[0] != xj::Primitive::expand_dims)) continue;
+    const auto& in = raw.values[raw.ins(st)[0]];
+    const auto& out = raw.values[raw.outs(st)[0]];
+    if (in.place == out.place && in.index == out.index) ++renamed[in.place];
+    else ++copied;
+  }
+  CHECK(renamed[Place::input] == 1);   // xr
+  CHECK(renamed[Place::output] == 3);  // out1's reshape, out2's two
+  CHECK(copied == 1);                  // ar
+  // Values: the top-level raw run against the Array executor, and against the ops one by one.
+  auto both = same_both_ways([&] { return xj::eval_jaxpr(cj, std::vector<xj::Array>{x, w}); });
+  const auto a = xj::matmul(x, w).to_vector<float>();
+  const auto xv = x.to_vector<float>();
+  double total = 0;
+  for (float e : a) total += e;
+  const auto o1 = both[0].to_vector<float>(), o2 = both[1].to_vector<float>(), o3 = both[2].to_vector<float>();
+  REQUIRE(o1.size() == a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(o1[i] == doctest::Approx(a[i] * 2.0f + 1.0f).epsilon(1e-6));
+    CHECK(o2[i] == doctest::Approx(std::tanh(a[i])).epsilon(1e-6));
+    CHECK(o3[i] == doctest::Approx(xv[i] * 3.0 + total + a[i]).epsilon(1e-5));
+  }
+  // The same body in a scan (its plan runs raw per iteration): the Array executor's bytes.
+  xj::Array ws = ramp({3, 16, 16}, 0.05f, 0.3f);
+  same_both_ways([&] {
+    auto [c, ys] = xj::scan([&](const xj::Array& c, const xj::Array& wl) {
+      auto r = f(c, wl);
+      return std::pair{xj::reshape(r[1], {8, 16}) + c, r[0]};
+    }, x, ws);
+    return std::vector<xj::Array>{c, ys};
+  });
+}
+
 namespace {
 
 // Buffers made by run() once its plans exist (a first call builds them).
