@@ -125,9 +125,12 @@ bool renames_dying_input(const EvalPlan& plan, const EvalPlan::Step& st, const s
 
 // Likewise when the input lives in memory no step writes after its producer: a plan input (the
 // caller's array or a const) or a plan output. The output then reads the same bytes, live or not
-// (a layer's input reshaped for its product while the layer reads it again).
-bool renames_read_only_bytes(const EvalPlan::Step& st, const std::vector<RawPlan::Value>& values, const std::vector<char>& placed) {
-  if (!renames_bytes(st) || placed[st.outs[0]]) return false;
+// (a layer's input reshaped for its product while the layer reads it again). Not for a plan
+// output (one output twice is copied after the steps, and at top level a copy from an input's
+// place shares that input's array, whose shape is not the output's).
+bool renames_read_only_bytes(const EvalPlan::Step& st, const std::vector<RawPlan::Value>& values, const std::vector<char>& placed,
+                             const std::vector<std::size_t>& times_output) {
+  if (!renames_bytes(st) || placed[st.outs[0]] || times_output[st.outs[0]] > 0) return false;
   const auto place = values[st.ins[0].slot].place;
   return place == RawPlan::Place::input || place == RawPlan::Place::output;
 }
@@ -252,7 +255,7 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
       placed[st.outs[0]] = 1;
       handed_on.push_back(st.ins[0].slot);
       renamed = true;
-    } else if (!renamed && renames_read_only_bytes(st, values, placed)) {
+    } else if (!renamed && renames_read_only_bytes(st, values, placed, times_output)) {
       values[st.outs[0]] = values[st.ins[0].slot];
       placed[st.outs[0]] = 1;
       renamed = true;

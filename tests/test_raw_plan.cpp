@@ -315,6 +315,21 @@ TEST_CASE("raw plan: a reshape of an input or output reads its bytes; a value re
   });
 }
 
+TEST_CASE("raw plan: a reshape of an input output twice is its own array of its shape") {
+  // r is output twice (copied after the steps); its bytes are the input's, its shape is not.
+  auto f = xj::jit([](const xj::Array& a) {
+    const xj::Array r = xj::reshape(a, {3, 4});
+    return std::vector<xj::Array>{r, r, a * 2.0f};
+  });
+  const xj::Array x = ramp({12}, 0.5f);
+  const auto out = f(x);
+  REQUIRE(out.size() == 3);
+  for (int k = 0; k < 2; ++k) {
+    CHECK(out[static_cast<std::size_t>(k)].shape() == xj::Shape{3, 4});
+    CHECK(out[static_cast<std::size_t>(k)].to_vector<float>() == x.to_vector<float>());
+  }
+}
+
 namespace {
 
 // Buffers made by run() once its plans exist (a first call builds them).
