@@ -195,6 +195,26 @@ TEST_CASE("parallel_for: a BLAS call from a chunk of a no_blas loop is an Intern
   CHECK(xjax::matmul(a, b).shape() == xjax::Shape{200, 101});  // and outside any loop
 }
 
+namespace {
+
+// Waits up to `limit` for the child to end: true when it exited with status 0; a child still
+// running then is killed (and false).
+bool exited_normally(pid_t child, std::chrono::milliseconds limit) {
+  int status = 0;
+  bool ended = false;
+  for (auto waited = std::chrono::milliseconds(0); waited < limit && !ended; waited += std::chrono::milliseconds(10)) {
+    ended = waitpid(child, &status, WNOHANG) == child;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!ended) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  return ended && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
 TEST_CASE("parallel_for: a child of fork() runs its loops and exits normally") {
   Threads t(2);
   std::atomic<std::int64_t> sum{0};
@@ -208,18 +228,7 @@ TEST_CASE("parallel_for: a child of fork() runs its loops and exits normally") {
     for (ChunkCalls calls : kBothKinds) parallel_for(1000, 1, [&](std::int64_t begin, std::int64_t end) { s += end - begin; }, calls);
     std::exit(s == 2000 ? 0 : 1);  // static destructors run: they must not wait for the parent's workers
   }
-  int status = 0;
-  bool ended = false;
-  for (int i = 0; i < 400 && !ended; ++i) {
-    ended = waitpid(child, &status, WNOHANG) == child;
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (!ended) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
-  CHECK(ended);
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(exited_normally(child, std::chrono::seconds(20)));
 }
 
 TEST_CASE("parallel_for: fork() while another thread runs loops: neither the parent's loops nor the child hang") {
@@ -244,17 +253,7 @@ TEST_CASE("parallel_for: fork() while another thread runs loops: neither the par
       for (ChunkCalls calls : kBothKinds) parallel_for(1000, 1, [&](std::int64_t begin, std::int64_t end) { s += end - begin; }, calls);
       std::_Exit(s == 2000 ? 0 : 1);
     }
-    int status = 0;
-    bool ended = false;
-    for (int i = 0; i < 1000 && !ended; ++i) {
-      ended = waitpid(child, &status, WNOHANG) == child;
-      if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!ended) {
-      kill(child, SIGKILL);
-      waitpid(child, &status, 0);
-    }
-    children_ok = ended && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    children_ok = exited_normally(child, std::chrono::seconds(10));
     const std::int64_t before = loops;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (loops == before && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));

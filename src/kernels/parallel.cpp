@@ -22,6 +22,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -330,14 +331,18 @@ bool run_on_blas_threads(BlasThreadsRun run, std::int64_t n, std::int64_t chunks
   loop.chunks = chunks;
   loop.chunk = chunk;
   loop.context = context;
-  std::vector<BlasJob> jobs;
-  for (std::int64_t i = 0; i < chunks; ++i) jobs.push_back({&loop, i});
+  // The jobs' arguments: on the stack for the thread counts machines have, else on the heap.
+  constexpr std::int64_t kStackJobs = 64;
+  std::array<BlasJob, kStackJobs> stack_jobs;
+  std::vector<BlasJob> heap_jobs(chunks > kStackJobs ? static_cast<std::size_t>(chunks) : 0);
+  BlasJob* jobs = chunks > kStackJobs ? heap_jobs.data() : stack_jobs.data();
+  for (std::int64_t i = 0; i < chunks; ++i) jobs[i] = {&loop, i};
   void (*function)(void*) noexcept = run_blas_job;
   void* function_pointer = nullptr;
   std::memcpy(&function_pointer, &function, sizeof function);
   g_split_loops.fetch_add(1, std::memory_order_relaxed);
   g_loops_on_blas_threads.fetch_add(1, std::memory_order_relaxed);
-  run(static_cast<int>(chunks), function_pointer, jobs.data(), static_cast<int>(sizeof(BlasJob)));
+  run(static_cast<int>(chunks), function_pointer, jobs, static_cast<int>(sizeof(BlasJob)));
   workers_just_ran();
   if (const int flags = loop.raised.load(std::memory_order_relaxed)) std::feraiseexcept(flags);
   if (loop.error) std::rethrow_exception(loop.error);
@@ -346,9 +351,7 @@ bool run_on_blas_threads(BlasThreadsRun run, std::int64_t n, std::int64_t chunks
 
 // A ChunkCalls::no_blas loop: on OpenBLAS's workers where it lends them, else on xjax's; every
 // chunk (the serial ones too) marked, so that check_blas_allowed sees a BLAS call from any of them.
-void no_blas_loop(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
-  const std::int64_t most = n / std::max<std::int64_t>(grain, 1);
-  const std::int64_t chunks = most < 2 ? 1 : std::min<std::int64_t>(kernel_threads(), most);
+void no_blas_loop(std::int64_t n, std::int64_t chunks, void (*chunk)(void*, std::int64_t, std::int64_t), void* context) {
   const BlasThreadsRun run = blas_threads_run();
   if (chunks >= 2 && !t_inside_chunk && run && run_on_blas_threads(run, n, chunks, chunk, context)) return;
   struct Marked {
@@ -393,10 +396,10 @@ int kernel_threads() { return std::max(1, openblas_get_num_threads()); }
 void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, std::int64_t, std::int64_t), void* context,
                      ChunkCalls calls) {
   if (n <= 0) return;
-  const std::int64_t most = n / std::max<std::int64_t>(grain, 1);  // chunks of at least grain
-  if (calls == ChunkCalls::no_blas) return no_blas_loop(n, grain, chunk, context);
-  if (most < 2) return chunk(context, 0, n);  // one chunk: no thread count asked (a call to BLAS)
-  const std::int64_t chunks = std::min<std::int64_t>(kernel_threads(), most);
+  // chunks of at least grain; one chunk asks no thread count (a call to BLAS)
+  const std::int64_t most = n / std::max<std::int64_t>(grain, 1);
+  const std::int64_t chunks = most < 2 ? 1 : std::min<std::int64_t>(kernel_threads(), most);
+  if (calls == ChunkCalls::no_blas) return no_blas_loop(n, chunks, chunk, context);
   if (chunks < 2 || t_inside_chunk || !pool().run(n, chunks, chunk, context)) chunk(context, 0, n);
 }
 
