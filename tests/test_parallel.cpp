@@ -142,25 +142,29 @@ TEST_CASE("parallel_elements: the smaller grain only while OpenBLAS's workers ar
   // (The warm grain lasts 5 ms: a thread descheduled longer between the loop and the check sees
   // the cold one, so each warm check gets a few tries; the cold ones cannot flake.)
   const bool lends = std::string(xjax::detail::loop_threads()) == "openblas";
+  const std::int64_t big = 2 * xjax::detail::kParallelElementsWarm;  // a loop the grain can split
   const std::int64_t warm = lends ? xjax::detail::kParallelElementsWarm : xjax::detail::kParallelElements;
   auto warm_after = [&](const auto& use_workers) {
     bool seen = false;
     for (int attempt = 0; attempt < 20 && !seen; ++attempt) {
       use_workers();
-      seen = xjax::detail::parallel_elements() == warm;
+      seen = xjax::detail::parallel_elements(big) == warm;
     }
     return seen;
   };
   Threads t(2);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // nothing ran on them for longer than the window
-  CHECK(xjax::detail::parallel_elements() == xjax::detail::kParallelElements);
+  CHECK(xjax::detail::parallel_elements(big) == xjax::detail::kParallelElements);
   CHECK(warm_after([] { parallel_for(2, 1, [](std::int64_t, std::int64_t) {}, ChunkCalls::no_blas); }));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  CHECK(xjax::detail::parallel_elements() == xjax::detail::kParallelElements);
+  CHECK(xjax::detail::parallel_elements(big) == xjax::detail::kParallelElements);
   CHECK(warm_after([] { xjax::detail::note_blas_product((std::int64_t{1} << 18) + 1); }));  // a product OpenBLAS threads
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   xjax::detail::note_blas_product(std::int64_t{1} << 18);  // one it runs on the caller (at most 2^18)
-  CHECK(xjax::detail::parallel_elements() == xjax::detail::kParallelElements);
+  CHECK(xjax::detail::parallel_elements(big) == xjax::detail::kParallelElements);
+  // A loop too short to split at either grain gets the cold one, spinning workers or not.
+  CHECK(warm_after([] { xjax::detail::note_blas_product((std::int64_t{1} << 18) + 1); }));
+  CHECK(xjax::detail::parallel_elements(big - 1) == xjax::detail::kParallelElements);
 }
 
 TEST_CASE("parallel_for: a BLAS call from a chunk of a no_blas loop is an InternalError, not a hang") {

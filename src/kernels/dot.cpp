@@ -222,7 +222,7 @@ struct WideBlock {
 void convert_rows(DType from_type, const void* from, std::int64_t from_ld, DType to_type, void* to, std::int64_t to_ld,
                   std::int64_t rows, std::int64_t width) {
   const std::size_t from_row = static_cast<std::size_t>(from_ld) * itemsize(from_type), to_row = static_cast<std::size_t>(to_ld) * itemsize(to_type);
-  parallel_for(rows, std::max<std::int64_t>(1, parallel_elements() / std::max<std::int64_t>(width, 1)), [&](std::int64_t r0, std::int64_t r1) {
+  parallel_for(rows, std::max<std::int64_t>(1, parallel_elements(rows * width) / std::max<std::int64_t>(width, 1)), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r)
       convert_narrow(from_type, to_type, static_cast<const char*>(from) + static_cast<std::size_t>(r) * from_row,
                      static_cast<char*>(to) + static_cast<std::size_t>(r) * to_row, static_cast<std::size_t>(width));

@@ -218,7 +218,7 @@ void compare_elements(Primitive p, DType d, const void* x, const void* y, void* 
 // whatever the size.
 template <class F> void split_elements(std::size_t n, F&& fn) {
   if (n == 0) return fn(std::size_t{0}, std::size_t{0});
-  parallel_for(static_cast<std::int64_t>(n), parallel_elements(), [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(static_cast<std::int64_t>(n), parallel_elements(static_cast<std::int64_t>(n)), [&](std::int64_t begin, std::int64_t end) {
     fn(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin));
   }, ChunkCalls::no_blas);
 }

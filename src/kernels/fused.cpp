@@ -257,7 +257,7 @@ void run_blocks(const FusedProgram& prog, const void* const* in_ptr, void* const
     }
   }
   const std::size_t blocks = (total + kBlock - 1) / kBlock;
-  parallel_for(static_cast<std::int64_t>(blocks), std::max<std::int64_t>(1, parallel_elements() / static_cast<std::int64_t>(kBlock)),
+  parallel_for(static_cast<std::int64_t>(blocks), std::max<std::int64_t>(1, parallel_elements(static_cast<std::int64_t>(total)) / static_cast<std::int64_t>(kBlock)),
                [&](std::int64_t b0, std::int64_t b1) {
                  run_block_range<T>(prog, in_ptr, out_ptr, scratch, static_cast<std::size_t>(b0), static_cast<std::size_t>(b1));
                }, ChunkCalls::no_blas);

@@ -374,8 +374,8 @@ void no_blas_loop(std::int64_t n, std::int64_t chunks, void (*chunk)(void*, std:
 
 const char* loop_threads() { return blas_threads_run() ? "openblas" : "own"; }
 
-std::int64_t parallel_elements() {
-  if (g_workers_spin_until.load(std::memory_order_relaxed) < steady_ns() || !blas_threads_run()) return kParallelElements;
+std::int64_t parallel_elements(std::int64_t n) {
+  if (n < 2 * kParallelElementsWarm || g_workers_spin_until.load(std::memory_order_relaxed) < steady_ns() || !blas_threads_run()) return kParallelElements;
   return kParallelElementsWarm;
 }
 

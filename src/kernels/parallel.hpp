@@ -56,9 +56,11 @@ inline constexpr std::int64_t kParallelElements = std::int64_t{1} << 17;
 /// 0.072-0.080 s a step, 1<<15 0.068-0.077 and 1<<14 0.068-0.077 (interleaved runs).
 inline constexpr std::int64_t kParallelElementsWarm = std::int64_t{1} << 15;
 
-/// kParallelElementsWarm while OpenBLAS's workers are lent and spinning, else kParallelElements:
-/// what elementwise loops pass as their grain.
-std::int64_t parallel_elements();
+/// The grain an elementwise loop of n elements passes: kParallelElementsWarm while OpenBLAS's
+/// workers are lent and spinning, else kParallelElements. A loop too short to split either way
+/// gets kParallelElements without a look at the clock (P2's 2000 small chains a call read it
+/// 2000 times: 1.6% of the call).
+std::int64_t parallel_elements(std::int64_t n);
 
 /// Called after a BLAS product of `multiply_adds` returns: one large enough for OpenBLAS to run it
 /// on its threads (above 2^18, its threshold) leaves its workers spinning.
