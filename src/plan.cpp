@@ -444,6 +444,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
         st.into = kernels::dot_general_into(e.params.get<params::DotGeneral>(), in_avals[0], in_avals[1], e.outputs[0].aval());
       else
         st.into = kernels::elementwise_into(e.prim, e.params, in_avals, e.outputs[0].aval());
+      if (!st.into) st.into = kernels::shape_into(e.prim, e.params, in_avals, e.outputs[0].aval());
     }
     for (const auto& in : e.inputs) st.ins.push_back(operand(in));
     st.free_after = dying(i, i + 1);

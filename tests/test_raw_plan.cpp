@@ -330,6 +330,48 @@ TEST_CASE("raw plan: a reshape of an input output twice is its own array of its 
   }
 }
 
+TEST_CASE("raw plan: transpose, slice, rev, broadcast_in_dim and concatenate write into place; values against loops") {
+  // x (4, 6): t = x^T, s = x[1:4:2, ::3] (strided), r = rev(x, 1), b = broadcast of row 0 to
+  // (3, 6) via a (6,) slice, c = concatenate(x, t^T * 2) along 1; each step an IntoKernel.
+  auto f = [](const xj::Array& x) {
+    const xj::Array t = xj::transpose(x, {1, 0});
+    const xj::Array s = xj::slice(x, {1, 0}, {4, 6}, {2, 3});
+    const xj::Array r = xj::flip(x, 1);
+    const xj::Array row = xj::reshape(xj::slice(x, {0, 0}, {1, 6}), {6});
+    const xj::Array b = xj::broadcast_in_dim(row, {3, 6}, {1});
+    const xj::Array c = xj::concatenate({x, xj::transpose(t * 2.0f, {1, 0})}, 1);
+    return std::vector<xj::Array>{t, s, r, b, c};
+  };
+  const xj::Array x = ramp({4, 6}, 0.25f, 1.0f);
+  xj::ClosedJaxpr cj = xj::make_jaxpr(f)(x);
+  auto plan = xj::detail::make_plan(*cj.jaxpr);
+  REQUIRE(plan->raw);
+  std::map<xj::Primitive, int> into;
+  for (const auto& st : plan->raw->steps)
+    if (st.into && st.counted.size() == 1) ++into[st.counted[0]];
+  CHECK(into[xj::Primitive::transpose] == 2);
+  CHECK(into[xj::Primitive::slice] == 2);
+  CHECK(into[xj::Primitive::rev] == 1);
+  CHECK(into[xj::Primitive::broadcast_in_dim] == 1);
+  CHECK(into[xj::Primitive::concatenate] == 1);
+  const auto out = same_both_ways([&] { return xj::eval_jaxpr(cj, std::vector<xj::Array>{x}); });
+  const auto xv = x.to_vector<float>();
+  auto at = [&](std::int64_t i, std::int64_t j) { return xv[static_cast<std::size_t>(i * 6 + j)]; };
+  const auto t = out[0].to_vector<float>(), sl = out[1].to_vector<float>(), r = out[2].to_vector<float>();
+  const auto b = out[3].to_vector<float>(), c = out[4].to_vector<float>();
+  REQUIRE((out[1].shape() == xj::Shape{2, 2} && out[4].shape() == xj::Shape{4, 12}));
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 6; ++j) {
+      CHECK(t[static_cast<std::size_t>(j * 4 + i)] == at(i, j));
+      CHECK(r[static_cast<std::size_t>(i * 6 + j)] == at(i, 5 - j));
+      CHECK(c[static_cast<std::size_t>(i * 12 + j)] == at(i, j));
+      CHECK(c[static_cast<std::size_t>(i * 12 + 6 + j)] == at(i, j) * 2.0f);
+      if (i < 3) CHECK(b[static_cast<std::size_t>(i * 6 + j)] == at(0, j));
+    }
+  for (std::int64_t i = 0; i < 2; ++i)
+    for (std::int64_t j = 0; j < 2; ++j) CHECK(sl[static_cast<std::size_t>(i * 2 + j)] == at(1 + 2 * i, 3 * j));
+}
+
 namespace {
 
 // Buffers made by run() once its plans exist (a first call builds them).

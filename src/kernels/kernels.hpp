@@ -357,6 +357,9 @@ Array pad_kernel(const Array& x, const Array& padding_value, const Ints& lo, con
 Array dynamic_slice_kernel(std::span<const Array> in, const ShapedArray& out);
 Array dynamic_update_slice_kernel(std::span<const Array> in, const ShapedArray& out);
 Array concatenate_kernel(std::span<const Array> in, std::int64_t dimension, const ShapedArray& out);
+/// broadcast_in_dim, transpose, slice, rev and concatenate as IntoKernels (their strided copies
+/// worked out once from the avals); empty for other primitives.
+IntoKernel shape_into(Primitive p, const Params& ps, std::span<const ShapedArray> in, const ShapedArray& out);
 Array gather_kernel(const Array& x, const Array& indices, const params::Gather& ps, const ShapedArray& out);
 /// scatter, scatter_add, scatter_mul, scatter_min, scatter_max (params::Scatter).
 Array scatter_kernel(Primitive p, const Array& x, const Array& indices, const Array& updates,

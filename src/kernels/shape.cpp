@@ -314,65 +314,116 @@ void scatter_with(Primitive p, T* out, const T* updates, const std::vector<std::
   throw Error("scatter_kernel: " + std::string(primitive_name(p)) + " is not a scatter");
 }
 
+// ---- the copies of the box-copy primitives, from avals alone ---------------------------------------
+
+// One strided copy that makes (part of) an output: operand `operand`'s elements from src_offset on,
+// into the output from dst_offset on (offsets in elements).
+struct BoxPart {
+  std::size_t operand = 0;
+  std::int64_t dst_offset = 0, src_offset = 0;
+  std::vector<BoxDim> box;
+};
+
+// What transpose, slice, broadcast_in_dim, rev and concatenate copy: their parts, and the item size.
+struct BoxCopies {
+  std::vector<BoxPart> parts;
+  std::size_t item = 0;
+};
+
+BoxCopies broadcast_copies(const ShapedArray& x, const Ints& broadcast_dimensions, const ShapedArray& out) {
+  const Ints x_strides = row_major_strides(x.shape);
+  Ints src_strides(out.shape.size(), 0);  // broadcast dims read the same element again
+  for (std::size_t k = 0; k < broadcast_dimensions.size(); ++k)
+    if (x.shape[k] != 1) src_strides[static_cast<std::size_t>(broadcast_dimensions[k])] = x_strides[k];
+  return {{{0, 0, 0, make_box(out.shape, row_major_strides(out.shape), src_strides)}}, item_of(out)};
+}
+
+BoxCopies transpose_copies(const ShapedArray& x, std::span<const std::int64_t> perm) {
+  Shape shape;
+  const Ints x_strides = row_major_strides(x.shape);
+  Ints src_strides;
+  for (auto d : perm) {
+    shape.push_back(x.shape[static_cast<std::size_t>(d)]);
+    src_strides.push_back(x_strides[static_cast<std::size_t>(d)]);
+  }
+  return {{{0, 0, 0, make_box(shape, row_major_strides(shape), src_strides)}}, item_of(x)};
+}
+
+BoxCopies slice_copies(const ShapedArray& x, const Ints& start, const Ints& strides, const ShapedArray& out) {
+  const Ints x_strides = row_major_strides(x.shape);
+  Ints src_strides;
+  for (std::size_t d = 0; d < x_strides.size(); ++d) src_strides.push_back(x_strides[d] * (strides.empty() ? 1 : strides[d]));
+  const std::int64_t origin = out.size() > 0 ? offset_of(start, x_strides) : 0;
+  return {{{0, 0, origin, make_box(out.shape, row_major_strides(out.shape), src_strides)}}, item_of(out)};
+}
+
+// Reading starts at the last element of each reversed dim and walks it with a negated stride.
+BoxCopies rev_copies(const ShapedArray& x, const Ints& dimensions, const ShapedArray& out) {
+  Ints src_strides = row_major_strides(x.shape);
+  std::int64_t origin = 0;
+  if (out.size() > 0)
+    for (auto d : dimensions) {
+      const auto k = static_cast<std::size_t>(d);
+      origin += (x.shape[k] - 1) * src_strides[k];
+      src_strides[k] = -src_strides[k];
+    }
+  return {{{0, 0, origin, make_box(out.shape, row_major_strides(out.shape), src_strides)}}, item_of(out)};
+}
+
+// Each output row (the dims before `dimension`) is the inputs' rows laid end to end.
+BoxCopies concatenate_copies(std::span<const ShapedArray> in, std::int64_t dimension, const ShapedArray& out) {
+  BoxCopies c{{}, item_of(out)};
+  if (out.size() == 0) return c;
+  const std::int64_t outer = product(out.shape, 0, static_cast<std::size_t>(dimension));
+  const std::int64_t out_row = out.size() / outer;
+  std::int64_t column = 0;  // where the current input starts within an output row, in elements
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i].size() == 0) continue;
+    const std::int64_t row = in[i].size() / outer;
+    c.parts.push_back({i, column, 0, {{outer, out_row, row}, {row, 1, 1}}});
+    column += row;
+  }
+  return c;
+}
+
+// Runs the copies from the operands' elements at ins into the output's at out.
+void run_copies(const BoxCopies& c, const void* const* ins, void* out) {
+  const auto step = static_cast<std::int64_t>(c.item);
+  for (const BoxPart& part : c.parts)
+    copy_box(static_cast<Byte*>(out) + part.dst_offset * step, static_cast<const Byte*>(ins[part.operand]) + part.src_offset * step,
+             part.box, c.item);
+}
+
+// The same into a fresh array of aval `out`.
+Array copied_array(const BoxCopies& c, std::span<const Array> in, const ShapedArray& out) {
+  Array result = alloc_array(out);
+  std::vector<const void*> ins;
+  for (const Array& x : in) ins.push_back(x.raw_data());
+  run_copies(c, ins.data(), mutable_data(result));
+  return result;
+}
+
 }  // namespace
 
 // ---- entry points ------------------------------------------------------------------------------
 
 Array broadcast_in_dim_kernel(const Array& x, const Ints& broadcast_dimensions,
                               const ShapedArray& out) {
-  Array result = alloc_array(out);
-  const Ints x_strides = row_major_strides(x.shape());
-  Ints src_strides(out.shape.size(), 0);  // broadcast dims read the same element again
-  for (std::size_t k = 0; k < broadcast_dimensions.size(); ++k)
-    if (x.shape()[k] != 1) src_strides[static_cast<std::size_t>(broadcast_dimensions[k])] = x_strides[k];
-  copy_box(bytes_of_new(result), bytes_of(x),
-           make_box(out.shape, row_major_strides(out.shape), src_strides), item_of(out));
-  return result;
+  return copied_array(broadcast_copies(x.aval(), broadcast_dimensions, out), {&x, 1}, out);
 }
 
 Array transpose_kernel(const Array& x, std::span<const std::int64_t> perm) {
   ShapedArray out{{}, x.dtype()};
-  const Ints x_strides = row_major_strides(x.shape());
-  Ints src_strides;
-  for (auto d : perm) {
-    out.shape.push_back(x.shape()[static_cast<std::size_t>(d)]);
-    src_strides.push_back(x_strides[static_cast<std::size_t>(d)]);
-  }
-  Array result = alloc_array(out);
-  copy_box(bytes_of_new(result), bytes_of(x),
-           make_box(out.shape, row_major_strides(out.shape), src_strides), item_of(out));
-  return result;
+  for (auto d : perm) out.shape.push_back(x.shape()[static_cast<std::size_t>(d)]);
+  return copied_array(transpose_copies(x.aval(), perm), {&x, 1}, out);
 }
 
 Array slice_kernel(const Array& x, const Ints& start, const Ints& strides, const ShapedArray& out) {
-  Array result = alloc_array(out);
-  const Ints x_strides = row_major_strides(x.shape());
-  Ints src_strides;
-  for (std::size_t d = 0; d < x_strides.size(); ++d)
-    src_strides.push_back(x_strides[d] * (strides.empty() ? 1 : strides[d]));
-  const std::size_t item = item_of(out);
-  const Byte* origin = bytes_of(x);
-  if (out.size() > 0) origin += offset_of(start, x_strides) * static_cast<std::int64_t>(item);
-  copy_box(bytes_of_new(result), origin,
-           make_box(out.shape, row_major_strides(out.shape), src_strides), item);
-  return result;
+  return copied_array(slice_copies(x.aval(), start, strides, out), {&x, 1}, out);
 }
 
-// Reading starts at the last element of each reversed dim and walks it with a negated stride.
 Array rev_kernel(const Array& x, const Ints& dimensions, const ShapedArray& out) {
-  Array result = alloc_array(out);
-  if (out.size() == 0) return result;
-  Ints src_strides = row_major_strides(x.shape());
-  std::int64_t origin = 0;
-  for (auto d : dimensions) {
-    const auto k = static_cast<std::size_t>(d);
-    origin += (x.shape()[k] - 1) * src_strides[k];
-    src_strides[k] = -src_strides[k];
-  }
-  const std::size_t item = item_of(out);
-  copy_box(bytes_of_new(result), bytes_of(x) + origin * static_cast<std::int64_t>(item),
-           make_box(out.shape, row_major_strides(out.shape), src_strides), item);
-  return result;
+  return copied_array(rev_copies(x.aval(), dimensions, out), {&x, 1}, out);
 }
 
 // Input element i of a dim lands at lo + i * (interior + 1); elements landing outside are dropped
@@ -431,23 +482,30 @@ Array dynamic_update_slice_kernel(std::span<const Array> in, const ShapedArray& 
   return result;
 }
 
-// Each output row (the dims before `dimension`) is the inputs' rows laid end to end.
 Array concatenate_kernel(std::span<const Array> in, std::int64_t dimension, const ShapedArray& out) {
-  Array result = alloc_array(out);
-  if (out.size() == 0) return result;
-  const std::size_t item = item_of(out);
-  const std::int64_t outer = product(out.shape, 0, static_cast<std::size_t>(dimension));
-  const std::int64_t out_row = out.size() / outer;
-  Byte* dst = bytes_of_new(result);
-  std::int64_t column = 0;  // where the current input starts within an output row, in elements
-  for (const Array& x : in) {
-    if (x.size() == 0) continue;
-    const std::int64_t row = x.size() / outer;
-    copy_box(dst + column * static_cast<std::int64_t>(item), bytes_of(x),
-             {{outer, out_row, row}, {row, 1, 1}}, item);
-    column += row;
-  }
-  return result;
+  std::vector<ShapedArray> avals;
+  for (const Array& x : in) avals.push_back(x.aval());
+  return copied_array(concatenate_copies(avals, dimension, out), in, out);
+}
+
+IntoKernel shape_into(Primitive p, const Params& ps, std::span<const ShapedArray> in, const ShapedArray& out) {
+  std::optional<BoxCopies> copies;
+  if (p == Primitive::broadcast_in_dim)
+    copies = broadcast_copies(in[0], ps.get<params::BroadcastInDim>().broadcast_dimensions, out);
+  else if (p == Primitive::transpose)
+    copies = transpose_copies(in[0], ps.get<params::Transpose>().permutation);
+  else if (p == Primitive::slice)
+    copies = slice_copies(in[0], ps.get<params::Slice>().start_indices, ps.get<params::Slice>().strides, out);
+  else if (p == Primitive::rev)
+    copies = rev_copies(in[0], ps.get<params::Rev>().dimensions, out);
+  else if (p == Primitive::concatenate)
+    copies = concatenate_copies(in, ps.get<params::Concatenate>().dimension, out);
+  else
+    return {};
+  IntoKernel k;
+  k.ctx = std::make_shared<const BoxCopies>(std::move(*copies));
+  k.fn = [](const void* ctx, const void* const* ins, void* const* outs) { run_copies(*static_cast<const BoxCopies*>(ctx), ins, outs[0]); };
+  return k;
 }
 
 namespace {
