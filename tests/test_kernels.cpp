@@ -567,6 +567,50 @@ TEST_CASE("kernel: reductions over every set of axes") {
       }
 }
 
+// Rows are folded a batch width of rows at a time (their partial batches transposed), the rest
+// one by one: 19 rows of every length up to 70, each with a NaN or an infinity somewhere, every
+// row against a loop.
+template <class T> void check_row_extrema() {
+  constexpr std::int64_t rows = 19;
+  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  for (std::int64_t n = 1; n <= 70; ++n) {
+    const std::vector<T> base = sample<T>(rows * n, -9, 9, 0.737);
+    for (Primitive p : {Primitive::reduce_max, Primitive::reduce_min}) {
+      const bool is_max = p == Primitive::reduce_max;
+      auto reduce_rows = [&](const std::vector<T>& x) {
+        return values_of<T>(run(p, {make<T>(x, {rows, n})}, {{rows}, xjax::dtype_of_v<T>}, xjax::params::Reduce{.axes = Ints{1}}));
+      };
+      auto loop = [&](const std::vector<T>& x, std::int64_t r) {
+        T m = x[static_cast<std::size_t>(r * n)];
+        for (std::int64_t k = 0; k < n; ++k) {
+          const T v = x[static_cast<std::size_t>(r * n + k)];
+          m = v != v || m != m ? nan : is_max ? std::max(m, v) : std::min(m, v);
+        }
+        return m;
+      };
+      for (std::int64_t at = 0; at < n; ++at) {
+        std::vector<T> x = base;
+        x[static_cast<std::size_t>((at % rows) * n + at)] = nan;
+        x[static_cast<std::size_t>(((at + 5) % rows) * n + at)] = is_max ? inf : -inf;
+        const std::vector<T> got = reduce_rows(x);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const T want = loop(x, r);
+          if (want != want) CHECK(std::isnan(got[static_cast<std::size_t>(r)]));
+          else CHECK(got[static_cast<std::size_t>(r)] == want);
+        }
+      }
+      std::vector<T> zeros(static_cast<std::size_t>(rows * n), T(-0.0));
+      zeros[static_cast<std::size_t>(n / 2)] = T(0);
+      CHECK(reduce_rows(zeros)[0] == T(0));  // either zero: they compare equal
+    }
+  }
+}
+
+TEST_CASE("kernel: max and min of 19 rows of every length up to 70, with NaNs, infinities or signed zeros anywhere") {
+  check_row_extrema<float>();
+  check_row_extrema<double>();
+}
+
 TEST_CASE("kernel: reductions of empty and special inputs") {
   Array empty = make<float>({}, {3, 0});
   CHECK(values_of<float>(run(Primitive::reduce_sum, {empty}, {{3}, DType::f32}, xjax::params::Reduce{.axes = Ints{1}})) ==

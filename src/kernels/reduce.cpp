@@ -12,6 +12,7 @@
 #include "kernels/kernels.hpp"
 #include "kernels/kernel_sets.hpp"
 #include "kernels/simd.hpp"  // xsimd, with the GCC 12 warning workaround
+#include "kernels/transpose_block.hpp"
 
 namespace xjax::detail::kernels::XJAX_KERNEL_SET_NAMESPACE {
 namespace {
@@ -23,6 +24,7 @@ using Bool = std::uint8_t;  // bool storage
 // init(): the identity; apply(a, b): V is T or Batch<T> (batches only for floating T).
 
 template <class T> struct SumOp {
+  static constexpr bool order_free = false;  // a float sum's bits depend on the order: kept fixed
   static T init() { return T{0}; }
   template <class V> static V apply(const V& a, const V& b) {
     if constexpr (std::is_integral_v<V>) return wrap_add(a, b);
@@ -31,6 +33,7 @@ template <class T> struct SumOp {
 };
 
 template <class T> struct ProdOp {
+  static constexpr bool order_free = false;
   static T init() { return T{1}; }
   template <class V> static V apply(const V& a, const V& b) {
     if constexpr (std::is_integral_v<V>) return wrap_mul(a, b);
@@ -38,8 +41,11 @@ template <class T> struct ProdOp {
   }
 };
 
-// max/min propagate NaN (as XLA does). For bool, max is `any` and min is `all`.
+// max/min propagate NaN (as XLA does). For bool, max is `any` and min is `all`. Their folds may
+// group the elements in any order (order_free): the value is the same, up to which NaN or which of
+// two equal zeros is kept.
 template <class T> struct MaxOp {
+  static constexpr bool order_free = true;
   static T init() {
     if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
     else return std::numeric_limits<T>::lowest();
@@ -52,6 +58,7 @@ template <class T> struct MaxOp {
 };
 
 template <class T> struct MinOp {
+  static constexpr bool order_free = true;
   static T init() {
     if constexpr (std::is_same_v<T, Bool>) return Bool{1};
     else if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
@@ -105,6 +112,41 @@ template <class T, class Op> T fold_contiguous(const T* x, std::int64_t n) {
   return acc;
 }
 
+// A row of n >= width elements folded into one batch (lane l: the elements at l mod width), its
+// tail padded with Op::init().
+template <class T, class Op> Batch<T> fold_into_batch(const T* x, std::int64_t n) {
+  constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
+  Batch<T> partial = Batch<T>::load_unaligned(x);
+  std::int64_t i = width;
+  for (; i + width <= n; i += width) partial = Op::apply(partial, Batch<T>::load_unaligned(x + i));
+  if (i < n) {
+    alignas(64) T tail[width];
+    std::fill(tail, tail + width, Op::init());
+    std::copy(x + i, x + n, tail);
+    partial = Op::apply(partial, Batch<T>::load_aligned(tail));
+  }
+  return partial;
+}
+
+// out[r] = op(out[r], fold of row r) for rows rows of n >= width contiguous elements, by an
+// order-free op (max, min): width rows at a time, each folded into a batch, the batches
+// transposed so that one more batch fold gives the width results. Folding each row's lanes one
+// by one branched on every lane: softmax's max over rows of 64 took 6x a sum's time (110 against
+// 19 us for 4096 rows, AVX-512 set, Zen 5; now 29 us).
+template <class T, class Op> void fold_rows(T* out, const T* x, std::int64_t rows, std::int64_t n) {
+  constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
+  alignas(64) T partials[width * width], columns[width * width];
+  std::int64_t r = 0;
+  for (; r + width <= rows; r += width) {
+    for (std::int64_t k = 0; k < width; ++k) fold_into_batch<T, Op>(x + (r + k) * n, n).store_aligned(partials + k * width);
+    transpose_block(partials, width, columns, width, width, width);  // columns[l width + k]: row k's lane l
+    Batch<T> acc = Batch<T>::load_unaligned(out + r);
+    for (std::int64_t l = 0; l < width; ++l) acc = Op::apply(acc, Batch<T>::load_aligned(columns + l * width));
+    acc.store_unaligned(out + r);
+  }
+  for (; r < rows; ++r) out[r] = Op::apply(out[r], fold_contiguous<T, Op>(x + r * n, n));
+}
+
 // out[j] = op(out[j], x[j]) for j < n.
 template <class T, class Op> void accumulate_row(T* out, const T* x, std::int64_t n) {
   std::int64_t i = 0;
@@ -120,6 +162,9 @@ template <class T, class Op> void accumulate_row(T* out, const T* x, std::int64_
 // Walks x once in row-major order. All runs but the last are an odometer that tracks the output
 // offset; the last run is handled by fold_contiguous (reduced) or accumulate_row (kept).
 template <class T, class Op> void reduce_into(T* out, const T* x, const std::vector<Run>& runs) {
+  if constexpr (std::is_floating_point_v<T> && Op::order_free)
+    if (runs.size() == 2 && !runs[0].reduced && runs[1].reduced && runs[1].size >= static_cast<std::int64_t>(Batch<T>::size))
+      return fold_rows<T, Op>(out, x, runs[0].size, runs[1].size);
   const std::size_t outer_runs = runs.size() - 1;
   std::vector<std::int64_t> out_stride(outer_runs, 0);
   std::int64_t kept_size = runs.back().reduced ? 1 : runs.back().size;
