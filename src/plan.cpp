@@ -153,8 +153,10 @@ bool is_scalar_arithmetic(const Eqn& e) {
 /// dependences allow: a list schedule that takes, among the equations whose inputs are all
 /// computed, one continuing the current fusion run if there is one (same key, reading a value of
 /// the run), else the first in the original order. A fusible equation reading no variable (a
-/// broadcast literal) is placed right before its first reader, so it joins that reader's run instead of
-/// being materialized early. Between runs, ready scalar arithmetic (is_scalar_arithmetic) goes
+/// broadcast literal), and a fusible broadcast_in_dim of a variable, is placed right before its
+/// first reader, so it joins that reader's run instead of being materialized early (a transposed
+/// layer_norm's row statistics, broadcast at the top of a scan body, had been a fused program of
+/// four broadcasts writing full arrays); its readers then also wait for what it reads. Between runs, ready scalar arithmetic (is_scalar_arithmetic) goes
 /// first. Other equations that cannot fuse keep their relative order (so do collectives), and an
 /// equation only moves ahead of others when it is fusible or scalar arithmetic.
 EqnList schedule_for_fusion(const EqnList& eqns) {
@@ -166,19 +168,29 @@ EqnList schedule_for_fusion(const EqnList& eqns) {
   std::unordered_map<std::uint64_t, std::size_t> producer;
   for (std::size_t i = 0; i < n; ++i)
     for (const auto& o : eqns[i]->outputs) producer[o.id()] = i;
-  std::vector<bool> sinks(n);  // fusible, reads no variable: placed before its first reader
+  std::vector<bool> sinks(n);  // fusible, reads no variable or is a broadcast: placed before its first reader
   for (std::size_t i = 0; i < n; ++i)
-    sinks[i] = key[i].has_value() && std::none_of(eqns[i]->inputs.begin(), eqns[i]->inputs.end(),
-                            [](const Atom& a) { return std::holds_alternative<Var>(a); });
+    sinks[i] = key[i].has_value() && (eqns[i]->prim == Primitive::broadcast_in_dim ||
+                                      std::none_of(eqns[i]->inputs.begin(), eqns[i]->inputs.end(),
+                                                   [](const Atom& a) { return std::holds_alternative<Var>(a); }));
   std::vector<std::size_t> waiting(n, 0);           // inputs from scheduled equations not computed yet
-  std::vector<std::vector<std::size_t>> readers(n);  // equations reading i's outputs
-  for (std::size_t i = 0; i < n; ++i)
-    for (const auto& in : eqns[i]->inputs)
+  std::vector<std::vector<std::size_t>> readers(n);  // equations waiting for i's outputs
+  // Equation i waits for the producers of equation `of`'s inputs (of = i, then the sinks it reads:
+  // a sink is emitted with its reader, so what the sink reads must be computed by then).
+  auto wait_for_inputs = [&](std::size_t i, std::size_t of, auto& self) -> void {
+    for (const auto& in : eqns[of]->inputs)
       if (auto* v = std::get_if<Var>(&in))
-        if (auto it = producer.find(v->id()); it != producer.end() && !sinks[it->second]) {
-          ++waiting[i];
-          readers[it->second].push_back(i);
+        if (auto it = producer.find(v->id()); it != producer.end()) {
+          if (sinks[it->second]) {
+            self(i, it->second, self);
+          } else {
+            ++waiting[i];
+            readers[it->second].push_back(i);
+          }
         }
+  };
+  for (std::size_t i = 0; i < n; ++i)
+    if (!sinks[i]) wait_for_inputs(i, i, wait_for_inputs);
   std::vector<std::size_t> ready;  // sorted by original position
   for (std::size_t i = 0; i < n; ++i)
     if (!sinks[i] && !waiting[i]) ready.push_back(i);
@@ -204,6 +216,14 @@ EqnList schedule_for_fusion(const EqnList& eqns) {
           return true;
     return false;
   };
+  auto emit_sinks_read_by = [&](std::size_t i, auto& self) -> void {
+    for (const auto& in : eqns[i]->inputs)
+      if (auto* v = std::get_if<Var>(&in))
+        if (auto it = producer.find(v->id()); it != producer.end() && sinks[it->second] && !emitted[it->second]) {
+          self(it->second, self);
+          emit(it->second);
+        }
+  };
   while (!ready.empty()) {
     auto pick = ready.begin();
     if (current) {
@@ -218,16 +238,16 @@ EqnList schedule_for_fusion(const EqnList& eqns) {
     }
     const std::size_t i = *pick;
     ready.erase(pick);
-    for (const auto& in : eqns[i]->inputs)  // its literal-only producers first
-      if (auto* v = std::get_if<Var>(&in))
-        if (auto it = producer.find(v->id()); it != producer.end() && sinks[it->second] && !emitted[it->second])
-          emit(it->second);
+    emit_sinks_read_by(i, emit_sinks_read_by);  // its sinks first (and theirs before them)
     emit(i);
     for (std::size_t r : readers[i])
       if (--waiting[r] == 0) ready.insert(std::lower_bound(ready.begin(), ready.end(), r), r);
   }
   for (std::size_t i = 0; i < n; ++i)  // unread (an output of the jaxpr, or dead)
-    if (!emitted[i]) emit(i);
+    if (!emitted[i]) {
+      emit_sinks_read_by(i, emit_sinks_read_by);
+      emit(i);
+    }
   return order;
 }
 

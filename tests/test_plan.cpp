@@ -836,6 +836,35 @@ TEST_CASE("plan: a broadcast literal joins its reader's run, not an earlier one"
   check_identical(y, f(x, w));
 }
 
+TEST_CASE("plan: broadcasts of variables computed before a product join their reader's run after it") {
+  // b and c, s broadcast across the columns and down the rows, traced before the product:
+  // scheduled with their reader, so they are read by their layouts inside its fused step instead
+  // of being written out first (a transposed layer_norm's statistics were so).
+  constexpr std::int64_t d = 64;
+  auto f = [](const xj::Array& x, const xj::Array& s, const xj::Array& w) {
+    const xj::Array b = xj::broadcast_in_dim(s, {d, d}, {0, 1});
+    const xj::Array c = xj::broadcast_in_dim(xj::reshape(s, {1, d}), {d, d}, {0, 1});
+    const xj::Array z = xj::matmul(x, w);
+    return z * b + c;
+  };
+  const xj::Array x = xj::reshape(sample_array(d * d, xj::f32, 15), {d, d}), w = xj::reshape(sample_array(d * d, xj::f32, 16), {d, d});
+  const xj::Array s = xj::reshape(sample_array(d, xj::f32, 17), {d, 1});
+  const xj::ClosedJaxpr cj = xj::make_jaxpr(f)(x, s, w);
+  REQUIRE(cj.jaxpr->eqns.front().prim == xj::Primitive::broadcast_in_dim);  // traced first
+  const auto plan = xj::detail::make_plan(*cj.jaxpr);
+  int steps_with_broadcasts = 0;
+  for (const auto& st : plan->steps) {
+    const auto broadcasts = std::count(st.counted.begin(), st.counted.end(), xj::Primitive::broadcast_in_dim);
+    if (broadcasts == 0) continue;
+    ++steps_with_broadcasts;
+    CHECK(st.kind == xj::detail::EvalPlan::Kind::fused);
+    CHECK(broadcasts == 2);
+    CHECK(std::count(st.counted.begin(), st.counted.end(), xj::Primitive::mul) == 1);
+  }
+  CHECK(steps_with_broadcasts == 1);
+  check_identical(xj::eval_jaxpr(cj, std::vector<xj::Array>{x, s, w})[0], f(x, s, w));
+}
+
 // A checkpoint evaluates as its body: a plan inlines the body's equations as its own steps (no
 // nested plan run per execution; fusion sees across the boundary), renamed per inlining, and
 // still counts one checkpoint execution. A body with consts runs as a call of its own plan.
