@@ -599,9 +599,19 @@ template <class T> void check_row_extrema() {
           else CHECK(got[static_cast<std::size_t>(r)] == want);
         }
       }
-      std::vector<T> zeros(static_cast<std::size_t>(rows * n), T(-0.0));
-      zeros[static_cast<std::size_t>(n / 2)] = T(0);
-      CHECK(reduce_rows(zeros)[0] == T(0));  // either zero: they compare equal
+      // Rows of +0 ending in -0 (review finding: grouped rows kept the other zero than rows folded
+      // one by one): every row the zero a fold in order keeps, on every kernel set.
+      std::vector<T> zeros(static_cast<std::size_t>(rows * n), T(0));
+      for (std::int64_t r = 0; r < rows; ++r) zeros[static_cast<std::size_t>(r * n + n - 1)] = T(-0.0);
+      const std::vector<T> kept = reduce_rows(zeros);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        T in_order = is_max ? -inf : inf;  // MaxOp / MinOp: a tie keeps the later element
+        for (std::int64_t k = 0; k < n; ++k) {
+          const T v = zeros[static_cast<std::size_t>(r * n + k)];
+          in_order = (is_max ? in_order > v : in_order < v) ? in_order : v;
+        }
+        CHECK(std::signbit(kept[static_cast<std::size_t>(r)]) == std::signbit(in_order));
+      }
     }
   }
 }
