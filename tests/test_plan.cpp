@@ -440,6 +440,33 @@ TEST_CASE("plan: a row broadcast (bias) is fused into its consumers") {
   check_identical(y, f(x, b, c));
 }
 
+TEST_CASE("plan: a row broadcast whose period divides the block is read the same in every block") {
+  // periods 128, 256, 512 and 64 divide the 512-element block (the row is filled once per run);
+  // shapes of several blocks, a partial last block, and one large enough to split over threads.
+  auto f = [](const xj::Array& x, const xj::Array& b) { return xj::tanh(x + b) * b - 1.5; };
+  for (xj::DType dtype : {xj::f32, xj::f64, xj::bf16}) {
+    for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{40, 128}, {37, 256}, {9, 512}, {33, 64}, {1100, 256}}) {
+      const std::string what = std::string(xj::dtype_name(dtype)) + " " + std::to_string(rows) + "x" + std::to_string(cols);
+      CAPTURE(what);
+      const xj::Array x = xj::astype(xj::reshape(sample_array(rows * cols, xj::f32, 21), {rows, cols}), dtype);
+      const xj::Array b = xj::astype(sample_array(cols, xj::f32, 22), dtype);
+      const xj::Array y = xj::jit(f)(x, b);
+      if (dtype == xj::bf16)  // a bf16 chain computes in f32 and rounds its output once
+        check_identical(y, xj::astype(f(xj::astype(x, xj::f32), xj::astype(b, xj::f32)), xj::bf16));
+      else
+        check_identical(y, f(x, b));
+      if (dtype != xj::f64) continue;
+      const std::vector<double> xv = vec(x), bv = vec(b), got = vec(y);  // against a loop
+      for (std::int64_t i = 0; i < rows * cols; i += 7) {
+        const double want = std::tanh(xv[static_cast<std::size_t>(i)] + bv[static_cast<std::size_t>(i % cols)]) * bv[static_cast<std::size_t>(i % cols)] - 1.5;
+        if (std::isnan(want)) CHECK(std::isnan(got[static_cast<std::size_t>(i)]));
+        else if (std::isinf(want)) CHECK(got[static_cast<std::size_t>(i)] == want);
+        else CHECK(got[static_cast<std::size_t>(i)] == doctest::Approx(want).epsilon(1e-12));
+      }
+    }
+  }
+}
+
 TEST_CASE("plan: column and middle broadcasts (keepdims reductions) are fused, each operand read by its layout") {
   // softmax-like: x - max(x, -1, keepdims) is a column broadcast; m (of shape [5]) under a
   // (60, 5, 7) shape is a middle one (period 5, repeat 7, not dividing the 512-element block).
