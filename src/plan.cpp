@@ -156,8 +156,8 @@ bool is_scalar_arithmetic(const Eqn& e) {
 /// broadcast literal), and a fusible broadcast_in_dim of a variable, is placed right before its
 /// first reader, so it joins that reader's run instead of being materialized early (a transposed
 /// layer_norm's row statistics, broadcast at the top of a scan body, had been a fused program of
-/// four broadcasts writing full arrays); its readers then also wait for what it reads. Between runs, ready scalar arithmetic (is_scalar_arithmetic) goes
-/// first. Other equations that cannot fuse keep their relative order (so do collectives), and an
+/// four broadcasts writing full arrays); its readers then also wait for what it reads. Between
+/// runs, ready scalar arithmetic (is_scalar_arithmetic) goes first. Other equations that cannot fuse keep their relative order (so do collectives), and an
 /// equation only moves ahead of others when it is fusible or scalar arithmetic.
 EqnList schedule_for_fusion(const EqnList& eqns) {
   const std::size_t n = eqns.size();

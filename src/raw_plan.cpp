@@ -249,15 +249,13 @@ std::shared_ptr<const RawPlan> make_raw_plan(const EvalPlan& plan) {
     std::vector<std::pair<std::size_t, std::size_t>> unread;  // (offset, bytes) of outputs nothing reads
     std::vector<std::size_t> handed_on;  // dying inputs whose place an output took
     if (st.kind == EvalPlan::Kind::fused) place_in_place_outputs(plan, st, values, placed, handed_on);
+    // A rename placed before the steps, or one taking its operand's place now.
     bool renamed = moves_nothing[step] != 0;
-    if (!renamed && renames_dying_input(plan, st, values, placed)) {
+    const bool takes_dying = !renamed && renames_dying_input(plan, st, values, placed);
+    if (takes_dying || (!renamed && renames_read_only_bytes(st, values, placed, times_output))) {
       values[st.outs[0]] = values[st.ins[0].slot];
       placed[st.outs[0]] = 1;
-      handed_on.push_back(st.ins[0].slot);
-      renamed = true;
-    } else if (!renamed && renames_read_only_bytes(st, values, placed, times_output)) {
-      values[st.outs[0]] = values[st.ins[0].slot];
-      placed[st.outs[0]] = 1;
+      if (takes_dying) handed_on.push_back(st.ins[0].slot);
       renamed = true;
     }
     for (std::size_t k = 0; k < st.outs.size(); ++k) {

@@ -126,9 +126,8 @@ template <class T, class Op> Batch<T> fold_into_batch(const T* x, std::int64_t n
 // transposed so that one more batch fold gives the width results, then each row's tail (n mod
 // width elements): fold_contiguous's order, so the same bits, a zero's sign included (a tail
 // folded into the lanes first kept the other zero of a row of +0 ending in -0: review finding).
-// Folding each row's lanes one
-// by one branched on every lane: softmax's max over rows of 64 took 6x a sum's time (110 against
-// 19 us for 4096 rows, AVX-512 set, Zen 5; now 29 us).
+// Folding each row's lanes one by one branched on every lane: softmax's max over rows of 64 took
+// 6x a sum's time (110 against 19 us for 4096 rows, AVX-512 set, Zen 5; now 29 us).
 template <class T, class Op> void fold_rows(T* out, const T* x, std::int64_t rows, std::int64_t n) {
   constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
   alignas(64) T partials[width * width], columns[width * width];
