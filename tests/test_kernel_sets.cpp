@@ -140,18 +140,27 @@ TEST_CASE("kernel sets: build_info names the sets, and an unknown or unrunnable 
 #if defined(XJAX_KERNEL_DISPATCH)
   CHECK(info.kernel_sets == std::vector<std::string>{"avx512", "avx2", "baseline"});
 #endif
-  // OpenBLAS's kernels are named; narrower than the CPU only where the CPU has AVX-512 and the
-  // kernels are not OpenBLAS's AVX-512 ones
+  // OpenBLAS's kernels are named and their width known for the cores of Debian's OpenBLAS; they
+  // are narrower than the CPU where the CPU's widest vectors are wider, and xjax's loops take the
+  // large products where the active set's batches are wider than them
   CHECK(!info.blas_core.empty());
-  const std::string blas = info.blas_core + (info.blas_below_cpu_width ? " (narrower than this CPU's AVX-512)" : "");
+  const std::string blas = info.blas_core + " (" + std::to_string(info.blas_vector_bytes) + "-byte vectors" +
+                           (info.blas_below_cpu_width ? ", narrower than this CPU's" : "") +
+                           (info.own_large_products ? "; xjax's loops run the large products" : "") + ")";
   MESSAGE("OpenBLAS kernels: ", blas);
+  CHECK(info.blas_vector_bytes > 0);
 #if defined(__x86_64__)
-  if (!__builtin_cpu_supports("avx512f")) CHECK(!info.blas_below_cpu_width);
   if (info.blas_core == "SkylakeX" || info.blas_core == "Cooperlake" || info.blas_core == "SapphireRapids")
-    CHECK(!info.blas_below_cpu_width);
-  if (info.blas_core == "Haswell" && __builtin_cpu_supports("avx512f")) CHECK(info.blas_below_cpu_width);
+    CHECK(info.blas_vector_bytes == 64);
+  if (info.blas_core == "Haswell" || info.blas_core == "Zen") CHECK(info.blas_vector_bytes == 32);
+  if (info.blas_core == "Prescott" || info.blas_core == "Nehalem") CHECK(info.blas_vector_bytes == 16);
+  const int cpu_bytes = __builtin_cpu_supports("avx512f") ? 64 : __builtin_cpu_supports("avx") ? 32 : 16;
+  CHECK(info.blas_below_cpu_width == (info.blas_vector_bytes < cpu_bytes));
+  const int set_bytes = info.kernel_set == "avx512" ? 64 : info.kernel_set == "avx2" ? 32 : 0;  // baseline: no product loops
+  if (info.kernel_set != "native") CHECK(info.own_large_products == (set_bytes > info.blas_vector_bytes));
 #else
   CHECK(!info.blas_below_cpu_width);
+  CHECK(!info.own_large_products);
 #endif
 }
 

@@ -846,7 +846,7 @@ TEST_CASE("kernel: dot_general of small float matrices in every layout equals th
 }
 
 // Products past the small loops' sizes run in the same loops, rows split over the threads, where
-// OpenBLAS's kernels are narrower than the AVX-512 set's batches (blocked_gemm, small_gemm.cpp):
+// OpenBLAS's kernels are narrower than the active set's batches (blocked_gemm, small_gemm.cpp):
 // there each element is one multiply-add chain over k in order from +0, so it equals such a chain
 // written here bit for bit, at one thread and at two: fused, or in a build at -O1 (the sanitizer
 // stage) a product rounded before each add in the 64-byte batches (xsimd 8's AVX-512 fma is a
@@ -871,7 +871,7 @@ template <class T> void check_blocked_product(std::int64_t m, std::int64_t n, st
       unfused[static_cast<std::size_t>(i * n + j)] = acc2;
     }
   const xjax::BuildInfo info = xjax::build_info();
-  const bool loops = info.blas_below_cpu_width && info.kernel_set == "avx512";
+  const bool loops = info.own_large_products;
   Params ps = xjax::params::DotGeneral{.lhs_contracting = {ta ? 0 : 1}, .rhs_contracting = {tb ? 1 : 0}, .lhs_batch = {}, .rhs_batch = {}};
   const int before = openblas_get_num_threads();
   for (int threads : {1, 2}) {

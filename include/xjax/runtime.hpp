@@ -79,14 +79,24 @@ struct BuildInfo {
   std::vector<std::string> runnable_sets;   // those of them this CPU runs
   bool mpi = false;                         // collectives over MPI (else every run is one process)
   /// The kernels OpenBLAS runs (its openblas_get_corename(): "Haswell" and "Zen" are AVX2 ones,
-  /// "SkylakeX", "Cooperlake" and "SapphireRapids" AVX-512 ones). Large products, and the libtorch
-  /// rows' GEMMs in xjax-bench, run at this rate.
+  /// "SkylakeX", "Cooperlake" and "SapphireRapids" AVX-512 ones, "Prescott" its SSE3 fallback for
+  /// a CPU it does not know). Large products, and the libtorch rows' GEMMs in xjax-bench, run at
+  /// this rate.
   std::string blas_core;
-  /// True where the CPU has AVX-512 but OpenBLAS runs narrower kernels: Debian 12's OpenBLAS 0.3.21
-  /// on AMD Zen 4 / Zen 5 runs its Haswell ones, at about half the products' possible rate there
-  /// (docs/performance.md, "OpenBLAS's kernels on AMD's AVX-512 CPUs"); OPENBLAS_CORETYPE=SkylakeX
-  /// set before the program starts makes it run its AVX-512 ones. xjax changes nothing by itself.
+  /// The width of those kernels' vectors in bytes: 16 (SSE), 32 (AVX / AVX2), 64 (AVX-512); 0 for
+  /// a core xjax does not know.
+  int blas_vector_bytes = 0;
+  /// True where OpenBLAS runs kernels narrower than the CPU's widest vectors: Debian 12's OpenBLAS
+  /// 0.3.21 runs its Haswell ones on AMD Zen 4 / Zen 5 (half the products' possible rate there,
+  /// docs/performance.md, "OpenBLAS's kernels on AMD's AVX-512 CPUs") and its SSE3 "Prescott" ones
+  /// on Intel CPUs newer than it (Emerald Rapids, family 6 model 207, measured). OPENBLAS_CORETYPE
+  /// set before the program starts (SkylakeX on AVX-512 CPUs, Haswell on AVX2 ones) makes it run
+  /// wider ones. xjax changes nothing in the environment by itself.
   bool blas_below_cpu_width = false;
+  /// True where xjax's own loops (small_gemm.cpp, blocked_gemm) run the float products past the
+  /// small sizes: the active kernel set's vectors are wider than OpenBLAS's kernels' (a known
+  /// core's), so those loops outrun it. Elsewhere OpenBLAS runs them.
+  bool own_large_products = false;
   /// The threads xjax's own kernel loops run on besides the caller: "openblas" (OpenBLAS's
   /// workers, lent through its pthreads server; they spin between products, so a job starts at
   /// once) or "own" (xjax's workers: OpenBLAS's OpenMP or sequential builds, or

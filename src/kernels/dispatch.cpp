@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 
 #include "xjax/runtime.hpp"
@@ -97,12 +98,38 @@ void use_kernel_set(const std::string& name) {
   active.store(&find_runnable(name, "use_kernel_set"), std::memory_order_release);
 }
 
+namespace {
+
+/// The vector width in bytes of OpenBLAS's kernels for `core` (openblas_get_corename(), compared
+/// without case: a build for one target names it in capitals), 0 when not listed here.
+int vector_bytes_of_core(std::string core) {
+  for (char& ch : core) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* name : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (core == name) return 64;
+  for (const char* name : {"sandybridge", "haswell", "zen", "bulldozer", "piledriver", "steamroller", "excavator"})
+    if (core == name) return 32;
+  for (const char* name : {"katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2", "penryn",
+                           "dunnington", "nehalem", "athlon", "opteron", "opteron(sse3)", "barcelona", "nano", "bobcat"})
+    if (core == name) return 16;
+  return 0;
+}
+
+}  // namespace
+
+int blas_vector_bytes() {
+#if defined(__x86_64__)
+  static const int bytes = vector_bytes_of_core(openblas_get_corename());
+  return bytes;
+#else
+  return 0;  // the BLAS's vectors are taken to be as wide as the set's (NEON's 16 bytes either way)
+#endif
+}
+
 bool blas_below_cpu_width() {
 #if defined(__x86_64__)
   static const bool below = [] {
-    const std::string core = openblas_get_corename();
-    const bool avx512_blas = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
-    return __builtin_cpu_supports("avx512f") && !avx512_blas;
+    const int cpu = __builtin_cpu_supports("avx512f") ? 64 : __builtin_cpu_supports("avx") ? 32 : 16;
+    return blas_vector_bytes() > 0 && blas_vector_bytes() < cpu;
   }();
   return below;
 #else
@@ -135,7 +162,13 @@ BuildInfo build_info() {
   info.mpi = true;
 #endif
   info.blas_core = openblas_get_corename();
+  info.blas_vector_bytes = detail::kernels::blas_vector_bytes();
   info.blas_below_cpu_width = detail::kernels::blas_below_cpu_width();
+  try {
+    info.own_large_products = detail::kernels::large_products_in_loops();
+  } catch (const Error&) {
+    // as for kernel_set above
+  }
   info.loop_threads = detail::loop_threads();
   return info;
 }

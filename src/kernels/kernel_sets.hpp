@@ -67,13 +67,14 @@ namespace xjax::detail::kernels {
     (dn, lhs, rhs, out))                                                                                            \
   X(small_gemm_f32, bool, (const SmallGemm& s, const float* a, const float* b, float* c), (s, a, b, c))             \
   X(small_gemm_f64, bool, (const SmallGemm& s, const double* a, const double* b, double* c), (s, a, b, c))             \
+  X(large_products_in_loops, bool, (), ())                                                                          \
   X(transpose_items, bool,                                                                                          \
     (std::size_t item, const void* src, std::int64_t src_stride, void* dst, std::int64_t dst_stride,               \
      std::int64_t rows, std::int64_t cols),                                                                         \
     (item, src, src_stride, dst, dst_stride, rows, cols))
 
 #define XJAX_KERNEL_SET_DECLARE(name, ret, params, args) ret name params;
-XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)  // small_gemm_f32 / _f64, transpose_items; the others are in kernels.hpp
+XJAX_KERNEL_SET_ENTRIES(XJAX_KERNEL_SET_DECLARE)  // small_gemm_f32 / _f64, large_products_in_loops, transpose_items; the others are in kernels.hpp
 
 /// One kernel set: its name and a pointer to each entry point compiled for it.
 struct KernelSet {
@@ -96,9 +97,14 @@ const KernelSet& active_kernel_set();
 /// dot_general steps); their other steps call the entry points and follow the switch.
 /// xj::Error naming the sets there are if `name` was not built or does not run here.
 void use_kernel_set(const std::string& name);
-/// Whether OpenBLAS runs kernels narrower than this CPU's vectors: an x86-64 CPU with AVX-512
-/// whose OpenBLAS core is not one of its AVX-512 ones (Debian's 0.3.21 picks its Haswell kernels
-/// on AMD's AVX-512 CPUs). Read once (dispatch.cpp); xj::build_info reports it.
+/// The width in bytes of the vectors of the kernels OpenBLAS runs (its core's name, read once):
+/// 16 (SSE cores: Prescott, its fallback for an Intel CPU it does not know, Nehalem ...), 32
+/// (Sandybridge, Haswell, Zen ...), 64 (SkylakeX, Cooperlake, SapphireRapids); 0 for a core not
+/// listed here (a newer OpenBLAS's name: then its kernels are taken to be as wide as any set's).
+int blas_vector_bytes();
+/// Whether OpenBLAS runs kernels narrower than this CPU's widest vectors (Debian's 0.3.21: its
+/// Haswell kernels on AMD's AVX-512 CPUs, Prescott on Intel's newer than it). xj::build_info
+/// reports it.
 bool blas_below_cpu_width();
 
 }  // namespace xjax::detail::kernels
@@ -116,9 +122,9 @@ template <class T> bool small_gemm(const SmallGemm& s, const T* a, const T* b, T
 /// Whether small_gemm takes the product s (then it never calls BLAS).
 template <class T> bool small_gemm_takes(const SmallGemm& s);
 /// A product past small_gemm's sizes in the same loops, rows of C split over the kernel threads:
-/// writes C (adds A B to it when `accumulate`) and returns true only where this set's batches are
-/// 64 bytes and the BLAS runs narrower kernels (blas_below_cpu_width); otherwise writes nothing
-/// and returns false (use BLAS). Each element of C is one chain over k in order (from what C
+/// writes C (adds A B to it when `accumulate`) and returns true only where this set has the
+/// register-blocked loops (AVX2, AVX-512) and its batches are wider than the vectors of the BLAS's
+/// kernels (blas_vector_bytes, a known core); otherwise writes nothing and returns false (use BLAS). Each element of C is one chain over k in order (from what C
 /// holds when accumulating): the same bits at any thread count.
 template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate = false);
 /// Whether blocked_gemm runs the product s here (looped_gemm outruns the BLAS at any size and a

@@ -18,9 +18,10 @@
 // is too small to beat it. This file is compiled once per kernel set (kernel_sets.hpp).
 //
 // Larger products (blocked_gemm) run in the same loops, rows split over the threads, only where
-// OpenBLAS's kernels are narrower than the set's 64-byte batches (Debian's OpenBLAS 0.3.21 runs
-// its Haswell kernels on AMD's AVX-512 CPUs): there, at one thread on Zen 5, 1.3-2.0x its speed
-// from 1024 x 128 x 128 to 1024^3 (docs/performance.md, "Products past 128^3"). Where BLAS runs
+// OpenBLAS's kernels are narrower than the set's batches (Debian's OpenBLAS 0.3.21 runs its
+// Haswell kernels on AMD's AVX-512 CPUs, and its SSE3 Prescott ones on Intel CPUs newer than it):
+// at one thread on Zen 5, 1.3-2.0x the Haswell kernels' speed from 1024 x 128 x 128 to 1024^3
+// (docs/performance.md, "Products past 128^3"; the Prescott figures there too). Where BLAS runs
 // kernels as wide as the set's, its packed blocking wins and these products stay with it.
 #include <algorithm>
 #include <functional>
@@ -169,12 +170,22 @@ void looped_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std
 // projection, 768 x 50257, would otherwise be copied whole in the backward pass).
 constexpr std::size_t kMaxTransposedBytes = std::size_t{16} << 20;
 
-template <class T> bool blocked_gemm_runs(const SmallGemm& s) {
-  if constexpr (!kWideSimd || sizeof(Batch<T>) < 64) return false;
-  else
-    return s.n % kColumnStep<T> == 0 && blas_below_cpu_width() &&
-           !(s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxTransposedBytes);
+/// Whether this set's batches of T are wider than the vectors of the BLAS's kernels (a known
+/// core's): then looped_gemm outruns the BLAS at any size (AVX-512 batches against Haswell's
+/// 32-byte kernels, AVX2 or AVX-512 ones against Prescott's 16-byte SSE3 fallback).
+namespace {
+template <class T> bool wider_than_blas() {
+  if constexpr (!kWideSimd) return false;
+  else return blas_vector_bytes() > 0 && static_cast<int>(sizeof(Batch<T>)) > blas_vector_bytes();
 }
+}  // namespace
+
+template <class T> bool blocked_gemm_runs(const SmallGemm& s) {
+  return s.n % kColumnStep<T> == 0 && wider_than_blas<T>() &&
+         !(s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxTransposedBytes);
+}
+
+bool large_products_in_loops() { return wider_than_blas<float>(); }
 
 // Groups of at most kMaxGroupRows rows, a whole number of register blocks, as many groups as
 // threads where the rows allow; the thread count read once.
@@ -195,7 +206,7 @@ void for_row_groups(const RowGroups& g, const std::function<void(std::int64_t, s
 }
 
 template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate) {
-  if constexpr (!kWideSimd || sizeof(Batch<T>) < 64) {
+  if constexpr (!kWideSimd) {
     return false;
   } else {
     if (!blocked_gemm_runs<T>(s)) return false;

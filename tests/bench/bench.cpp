@@ -867,11 +867,21 @@ void print_json(const std::vector<Row>& rows, bool quick) {
   std::printf("]}\n");
 }
 
+// Where OpenBLAS's kernels are narrower than the CPU's vectors: which, and how to widen them.
+std::string blas_width_note(const xjax::BuildInfo& info) {
+  if (!info.blas_below_cpu_width) return "";
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f"))
+    return ", narrower than this CPU's AVX-512 (OPENBLAS_CORETYPE=SkylakeX runs its AVX-512 ones)";
+#endif
+  return ", narrower than this CPU's AVX2 (OPENBLAS_CORETYPE=Haswell runs its AVX2 ones)";
+}
+
 void print_table(const std::vector<Row>& rows, bool quick) {
   const xjax::BuildInfo info = xjax::build_info();
   std::printf("xjax-bench (%s sizes, float32, OpenBLAS threads: %d; xjax kernel set %s; OpenBLAS kernels %s%s; xjax's loops on %s workers)\n%s\n\n",
               quick ? "quick" : "full", openblas_get_num_threads(), info.kernel_set.c_str(), info.blas_core.c_str(),
-              info.blas_below_cpu_width ? ", narrower than this CPU's AVX-512 (OPENBLAS_CORETYPE=SkylakeX runs its AVX-512 ones)" : "",
+              blas_width_note(info).c_str(),
               info.loop_threads == "openblas" ? "OpenBLAS's" : "xjax's own", torch_line().c_str());
   std::printf("| workload | variant | impl | median s | ratio | GFLOP/s | peak MiB | / ideal bytes | note |\n");
   std::printf("|---|---|---|---:|---:|---:|---:|---:|---|\n");
@@ -922,8 +932,8 @@ void bench_optimizers(std::vector<Row>& rows, std::int64_t n, int steps) {
 // forward product C = A B and its two backward products dA = dC B^T, dB = A^T dC; recompute:
 // the blocks' forward products once more), as cblas_sgemm calls on preallocated buffers.
 // libtorch runs its products on OpenBLAS, so it cannot beat this time; xjax runs them on OpenBLAS
-// too, except where OpenBLAS's kernels are narrower than the CPU's AVX-512 (build_info's
-// blas_below_cpu_width: then its own loops, small_gemm.cpp blocked_gemm, which can).
+// too, except where OpenBLAS's kernels are narrower than xjax's kernel set's (build_info's
+// own_large_products: then its own loops, small_gemm.cpp blocked_gemm, which can).
 double gemm_floor_seconds(std::int64_t T, std::int64_t d, std::int64_t heads, std::int64_t L, std::int64_t B,
                           std::int64_t V, bool recompute, int reps) {
   struct Product {
@@ -1045,7 +1055,7 @@ void bench_transformer(std::vector<Row>& rows, const std::string& size, std::int
       rows.push_back({"T1", variant, "GEMMs only", floor, floor / m.ref_s, flops / floor * 1e-9, 0, 0,
                       "the step's matrix products alone (cblas_sgemm); libtorch / this = " + fmt("%.2f", m.ref_s / floor) +
                           ": the most any implementation on OpenBLAS's products could gain over libtorch" +
-                          (xj::build_info().blas_below_cpu_width && xj::build_info().kernel_set == "avx512"
+                          (xj::build_info().own_large_products
                                ? " (xjax's products here: its own loops, OpenBLAS's kernels being narrower than the CPU's)"
                                : "")});
     }
