@@ -26,7 +26,7 @@ namespace {
 
 using namespace simd;
 
-constexpr std::size_t kBlock = 512;  // elements per block: rows of 2-4 KiB stay in L1
+constexpr auto kBlock = static_cast<std::size_t>(FusedProgram::kBlock);
 constexpr std::size_t kMaxPointers = 16;  // operand pointers kept on the stack (more: a vector)
 
 // The plain loops below are vectorized by GCC when asked (-O2 does not vectorize them).
@@ -168,17 +168,13 @@ void run_block_range(const FusedProgram& prog, const void* const* in_ptr, void* 
   auto input_elements = [&](std::size_t i) { return static_cast<const T*>(source[i]); };
   auto input_bytes = [&](std::size_t i) { return static_cast<const std::uint8_t*>(in_ptr[i]); };
   bytes.assign(ni, nullptr);
-  // A row broadcast whose period divides kBlock (a bias of 128 floats) reads the same elements in
-  // every block (blocks start at multiples of kBlock): its row is filled once, like a scalar's
-  // (copied per block, it cost as much as a one-op chain's arithmetic).
-  auto same_every_block = [](const FusedProgram::Input& input) {
-    return input.period > 0 && input.repeat == 1 && kBlock % static_cast<std::size_t>(input.period) == 0;
-  };
+  // A row broadcast whose period divides kBlock (a bias of 128 floats) has its row filled once,
+  // like a scalar's (copied per block, it cost as much as a one-op chain's arithmetic).
   for (std::size_t i = 0; i < ni; ++i)
     if (prog.inputs[i].is_scalar) {
       const T value = prog.inputs[i].is_bool ? (input_bytes(i)[0] != 0 ? T{1} : T{0}) : input_elements(i)[0];
       fill_row(row(i), std::min(kBlock, total), value);
-    } else if (same_every_block(prog.inputs[i])) {
+    } else if (prog.inputs[i].same_every_block) {
       periodic_row(input_elements(i), static_cast<std::size_t>(prog.inputs[i].period), 0, row(i), std::min(kBlock, total));
     }
   for (std::size_t i = ni; i < nv; ++i) v[i] = row(i);
@@ -187,7 +183,7 @@ void run_block_range(const FusedProgram& prog, const void* const* in_ptr, void* 
     const std::size_t n = std::min(kBlock, total - start);
     for (std::size_t i = 0; i < ni; ++i) {
       const auto& input = prog.inputs[i];
-      if (input.is_scalar || same_every_block(input)) {
+      if (input.is_scalar || input.same_every_block) {
         v[i] = row(i);
       } else if (input.period > 0) {
         if (input.repeat == 1)

@@ -76,6 +76,7 @@ void finish_program(FusedProgram& prog) {
     for (const auto& o : prog.outputs)
       if (o.value == value) only_predicate = false;
     input.read_as_bytes = only_predicate;
+    input.same_every_block = input.period > 0 && input.repeat == 1 && FusedProgram::kBlock % input.period == 0;
   }
   assign_rows(prog);
 }

@@ -231,7 +231,13 @@ struct FusedProgram {
     /// A bool array read only as select_n's predicate: read as bytes, not widened (set by
     /// finish_program when the program is built).
     bool read_as_bytes = false;
+    /// A row broadcast (repeat 1) whose period divides kBlock: every block reads the same
+    /// elements (blocks start at multiples of kBlock), so its row is filled once per run, like a
+    /// scalar's. Set by finish_program.
+    bool same_every_block = false;
   };
+  /// Elements per block of a run (fused.cpp): rows of 2-4 KiB stay in L1.
+  static constexpr std::int64_t kBlock = 512;
   struct Op {
     Primitive prim;  // unary, integer_pow, binary, comparison, select_n (2 cases), convert
     std::int32_t dst = 0;
