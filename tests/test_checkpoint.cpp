@@ -257,8 +257,10 @@ std::int64_t grad_peak(const xj::Array& W1, const xj::Array& W2, const xj::Array
 // loops take them (blocked_gemm: OpenBLAS's kernels narrower than the set's), and 50 GFLOP at
 // d = 256 took 319 s on a Zen 5: there only d = 64 runs (16x fewer flops). The plain build
 // checks both widths.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__)  // GCC's
 constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+constexpr bool kSanitized = __has_feature(address_sanitizer);  // clang's
 #else
 constexpr bool kSanitized = false;
 #endif

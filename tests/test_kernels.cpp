@@ -871,7 +871,9 @@ template <class T> void check_blocked_product(std::int64_t m, std::int64_t n, st
       unfused[static_cast<std::size_t>(i * n + j)] = acc2;
     }
   const xjax::BuildInfo info = xjax::build_info();
-  const bool loops = info.own_large_products;
+  // the loops take n in multiples of half a batch (the AVX-512 set's 8 floats, the AVX2 set's 4)
+  const auto column_step = static_cast<std::int64_t>((info.kernel_set == "avx512" ? 64 : 32) / sizeof(T) / 2);
+  const bool loops = info.own_large_products && n % column_step == 0;
   Params ps = xjax::params::DotGeneral{.lhs_contracting = {ta ? 0 : 1}, .rhs_contracting = {tb ? 1 : 0}, .lhs_batch = {}, .rhs_batch = {}};
   const int before = openblas_get_num_threads();
   for (int threads : {1, 2}) {
@@ -900,6 +902,10 @@ TEST_CASE("kernel: float products past the small loops' sizes, in every layout (
       check_blocked_product<float>(203, 72, 300, ta, tb);
       check_blocked_product<double>(203, 40, 700, ta, tb);
       check_blocked_product<float>(13, 136, 1200, ta, tb);
+      // the AVX2 set's blocks (6 rows, batches of 8 floats / 4 doubles): a 2-row remainder and a
+      // half batch of columns; 4- and 1-row remainders in double
+      check_blocked_product<float>(14, 76, 2100, ta, tb);
+      check_blocked_product<double>(17, 38, 3300, ta, tb);
     }
 }
 

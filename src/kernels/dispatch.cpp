@@ -106,10 +106,13 @@ int vector_bytes_of_core(std::string core) {
   for (char& ch : core) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   for (const char* name : {"skylakex", "cooperlake", "sapphirerapids"})
     if (core == name) return 64;
-  for (const char* name : {"sandybridge", "haswell", "zen", "bulldozer", "piledriver", "steamroller", "excavator"})
+  for (const char* name : {"sandybridge", "haswell", "zen"})
     if (core == name) return 32;
+  // The SSE cores, and AMD's AVX ones (Bulldozer to Excavator), whose sgemm / dgemm kernels in
+  // OpenBLAS use 16-byte registers.
   for (const char* name : {"katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2", "penryn",
-                           "dunnington", "nehalem", "athlon", "opteron", "opteron(sse3)", "barcelona", "nano", "bobcat"})
+                           "dunnington", "nehalem", "athlon", "opteron", "opteron_sse3", "opteron(sse3)", "barcelona",
+                           "nano", "bobcat", "bulldozer", "piledriver", "steamroller", "excavator"})
     if (core == name) return 16;
   return 0;
 }

@@ -98,9 +98,10 @@ const KernelSet& active_kernel_set();
 /// xj::Error naming the sets there are if `name` was not built or does not run here.
 void use_kernel_set(const std::string& name);
 /// The width in bytes of the vectors of the kernels OpenBLAS runs (its core's name, read once):
-/// 16 (SSE cores: Prescott, its fallback for an Intel CPU it does not know, Nehalem ...), 32
-/// (Sandybridge, Haswell, Zen ...), 64 (SkylakeX, Cooperlake, SapphireRapids); 0 for a core not
-/// listed here (a newer OpenBLAS's name: then its kernels are taken to be as wide as any set's).
+/// 16 (SSE cores: Prescott, its fallback for an Intel CPU it does not know, Nehalem ...; and
+/// Bulldozer to Excavator, whose kernels use 16-byte registers), 32 (Sandybridge, Haswell, Zen),
+/// 64 (SkylakeX, Cooperlake, SapphireRapids); 0 for a core not listed here (a newer OpenBLAS's
+/// name, or off x86-64: then its kernels are taken to be as wide as any set's).
 int blas_vector_bytes();
 /// Whether OpenBLAS runs kernels narrower than this CPU's widest vectors (Debian's 0.3.21: its
 /// Haswell kernels on AMD's AVX-512 CPUs, Prescott on Intel's newer than it). xj::build_info
