@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cfenv>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <chrono>
@@ -18,6 +19,9 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include "kernels/parallel.hpp"
 #include "test_util.hpp"
@@ -300,6 +304,32 @@ TEST_CASE("parallel_for: every chunk computes under the caller's rounding mode")
     }
   std::fesetround(before);
 }
+
+#if defined(__SSE__)
+TEST_CASE("parallel_for: every chunk computes under the caller's flush-to-zero and denormals-are-zero") {
+  // docs/guide.md tells a program that wants JAX's flushed subnormals to set these MXCSR bits in
+  // the calling thread: every chunk, on any thread, must then flush, and must not once they are
+  // cleared again.
+  Threads t(2);
+  const unsigned before = _mm_getcsr();
+  constexpr unsigned kFlush = 0x8040;  // FTZ (bit 15) and DAZ (bit 6)
+  for (ChunkCalls calls : kBothKinds)
+    for (bool flush : {true, false}) {
+      INFO(kind_name(calls) << (flush ? ", flushing" : ", IEEE"));
+      _mm_setcsr(flush ? (before | kFlush) : (before & ~kFlush));
+      volatile float a = 1e-30f, b = 1e-10f;  // a b = 1e-40: subnormal
+      std::vector<float> products(2, 1.0f);
+      parallel_for(2, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) products[static_cast<std::size_t>(i)] = a * b;
+      }, calls);
+      _mm_setcsr(before);
+      for (float p : products) {
+        if (flush) CHECK(p == 0.0f);
+        else CHECK(std::fpclassify(p) == FP_SUBNORMAL);
+      }
+    }
+}
+#endif
 
 TEST_CASE("parallel_for: float exceptions a worker's chunk raises are raised on the caller after the loop") {
   // Review finding: a NaN made in the caller's chunk left FE_INVALID set, one made on a worker did not.
