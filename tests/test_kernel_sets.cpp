@@ -159,10 +159,12 @@ TEST_CASE("kernel sets: build_info names the sets, and an unknown or unrunnable 
   // a core not known (0) is taken to be as wide as any set: BLAS keeps the products
   const bool known = info.blas_vector_bytes > 0;
   const int cpu_bytes = __builtin_cpu_supports("avx512f") ? 64 : __builtin_cpu_supports("avx") ? 32 : 16;
+  CHECK(info.cpu_vector_bytes == cpu_bytes);
   CHECK(info.blas_below_cpu_width == (known && info.blas_vector_bytes < cpu_bytes));
   const int set_bytes = info.kernel_set == "avx512" ? 64 : info.kernel_set == "avx2" ? 32 : 0;  // baseline: no product loops
   if (info.kernel_set != "native") CHECK(info.own_large_products == (known && set_bytes > info.blas_vector_bytes));
 #else
+  CHECK(info.cpu_vector_bytes == 16);   // NEON
   CHECK(info.blas_vector_bytes == 0);  // not read off x86-64
   CHECK(!info.blas_below_cpu_width);
   CHECK(!info.own_large_products);

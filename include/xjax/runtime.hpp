@@ -83,6 +83,8 @@ struct BuildInfo {
   /// a CPU it does not know). Large products, and the libtorch rows' GEMMs in xjax-bench, run at
   /// this rate.
   std::string blas_core;
+  /// The width in bytes of this CPU's widest vectors: 64 (AVX-512F), 32 (AVX), 16 (SSE2, NEON).
+  int cpu_vector_bytes = 0;
   /// The width of those kernels' vectors in bytes: 16 (SSE), 32 (AVX / AVX2), 64 (AVX-512); 0 for
   /// a core xjax does not know.
   int blas_vector_bytes = 0;

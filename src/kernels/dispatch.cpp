@@ -111,7 +111,7 @@ int vector_bytes_of_core(std::string core) {
   // The SSE cores, and AMD's AVX ones (Bulldozer to Excavator), whose sgemm / dgemm kernels in
   // OpenBLAS use 16-byte registers.
   for (const char* name : {"katmai", "coppermine", "northwood", "prescott", "banias", "atom", "core2", "penryn",
-                           "dunnington", "nehalem", "athlon", "opteron", "opteron_sse3", "opteron(sse3)", "barcelona",
+                           "dunnington", "nehalem", "athlon", "opteron", "opteron_sse3", "barcelona",
                            "nano", "bobcat", "bulldozer", "piledriver", "steamroller", "excavator"})
     if (core == name) return 16;
   return 0;
@@ -128,16 +128,17 @@ int blas_vector_bytes() {
 #endif
 }
 
-bool blas_below_cpu_width() {
+int cpu_vector_bytes() {
 #if defined(__x86_64__)
-  static const bool below = [] {
-    const int cpu = __builtin_cpu_supports("avx512f") ? 64 : __builtin_cpu_supports("avx") ? 32 : 16;
-    return blas_vector_bytes() > 0 && blas_vector_bytes() < cpu;
-  }();
-  return below;
+  return __builtin_cpu_supports("avx512f") ? 64 : __builtin_cpu_supports("avx") ? 32 : 16;
 #else
-  return false;
+  return 16;  // NEON
 #endif
+}
+
+bool blas_below_cpu_width() {
+  const int blas = blas_vector_bytes();
+  return blas > 0 && blas < cpu_vector_bytes();
 }
 
 #define XJAX_FORWARD(name, ret, params, args) \
@@ -165,6 +166,7 @@ BuildInfo build_info() {
   info.mpi = true;
 #endif
   info.blas_core = openblas_get_corename();
+  info.cpu_vector_bytes = detail::kernels::cpu_vector_bytes();
   info.blas_vector_bytes = detail::kernels::blas_vector_bytes();
   info.blas_below_cpu_width = detail::kernels::blas_below_cpu_width();
   try {

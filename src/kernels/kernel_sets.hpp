@@ -103,6 +103,8 @@ void use_kernel_set(const std::string& name);
 /// 64 (SkylakeX, Cooperlake, SapphireRapids); 0 for a core not listed here (a newer OpenBLAS's
 /// name, or off x86-64: then its kernels are taken to be as wide as any set's).
 int blas_vector_bytes();
+/// The width in bytes of this CPU's widest vectors: 64 (AVX-512F), 32 (AVX), 16 (SSE2, NEON).
+int cpu_vector_bytes();
 /// Whether OpenBLAS runs kernels narrower than this CPU's widest vectors (Debian's 0.3.21: its
 /// Haswell kernels on AMD's AVX-512 CPUs, Prescott on Intel's newer than it). xj::build_info
 /// reports it.
@@ -125,8 +127,9 @@ template <class T> bool small_gemm_takes(const SmallGemm& s);
 /// A product past small_gemm's sizes in the same loops, rows of C split over the kernel threads:
 /// writes C (adds A B to it when `accumulate`) and returns true only where this set has the
 /// register-blocked loops (AVX2, AVX-512) and its batches are wider than the vectors of the BLAS's
-/// kernels (blas_vector_bytes, a known core); otherwise writes nothing and returns false (use BLAS). Each element of C is one chain over k in order (from what C
-/// holds when accumulating): the same bits at any thread count.
+/// kernels (blas_vector_bytes, a known core); otherwise writes nothing and returns false (use
+/// BLAS). Each element of C is one chain over k in order (from what C holds when accumulating):
+/// the same bits at any thread count.
 template <class T> bool blocked_gemm(const SmallGemm& s, const T* a, const T* b, T* c, bool accumulate = false);
 /// Whether blocked_gemm runs the product s here (looped_gemm outruns the BLAS at any size and a
 /// transposed B is small enough to copy).

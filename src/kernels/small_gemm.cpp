@@ -174,18 +174,19 @@ constexpr std::size_t kMaxTransposedBytes = std::size_t{16} << 20;
 /// core's): then looped_gemm outruns the BLAS at any size (AVX-512 batches against Haswell's
 /// 32-byte kernels, AVX2 or AVX-512 ones against Prescott's 16-byte SSE3 fallback).
 namespace {
-template <class T> bool wider_than_blas() {
+bool wider_than_blas() {
   if constexpr (!kWideSimd) return false;
-  else return blas_vector_bytes() > 0 && static_cast<int>(sizeof(Batch<T>)) > blas_vector_bytes();
+  const int blas = blas_vector_bytes();
+  return blas > 0 && static_cast<int>(sizeof(Batch<float>)) > blas;  // double's batches are as wide
 }
 }  // namespace
 
 template <class T> bool blocked_gemm_runs(const SmallGemm& s) {
-  return s.n % kColumnStep<T> == 0 && wider_than_blas<T>() &&
+  return s.n % kColumnStep<T> == 0 && wider_than_blas() &&
          !(s.b_transposed && static_cast<std::size_t>(s.k * s.n) * sizeof(T) > kMaxTransposedBytes);
 }
 
-bool large_products_in_loops() { return wider_than_blas<float>(); }
+bool large_products_in_loops() { return wider_than_blas(); }
 
 // Groups of at most kMaxGroupRows rows, a whole number of register blocks, as many groups as
 // threads where the rows allow; the thread count read once.

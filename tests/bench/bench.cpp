@@ -870,10 +870,8 @@ void print_json(const std::vector<Row>& rows, bool quick) {
 // Where OpenBLAS's kernels are narrower than the CPU's vectors: which, and how to widen them.
 std::string blas_width_note(const xjax::BuildInfo& info) {
   if (!info.blas_below_cpu_width) return "";
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f"))
+  if (info.cpu_vector_bytes == 64)
     return ", narrower than this CPU's AVX-512 (OPENBLAS_CORETYPE=SkylakeX runs its AVX-512 ones)";
-#endif
   return ", narrower than this CPU's AVX2 (OPENBLAS_CORETYPE=Haswell runs its AVX2 ones)";
 }
 
