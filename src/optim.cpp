@@ -3,7 +3,9 @@
 // tests/test_optim.cpp.
 #include "xjax/optim.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "xjax/ops.hpp"
@@ -28,7 +30,12 @@ namespace {
 
 Array count_f64(const Array& count) { return astype(count, f64); }
 Array f64_scalar(double v) { return scalar(v, f64); }
-Array increment(const Array& count) { return add(count, scalar(1, i32)); }
+// count + 1, staying at the largest i32 once there (optax's safe_int32_increment: a count that
+// wrapped would turn Adam's bias correction to -inf and restart the schedules).
+Array increment(const Array& count) {
+  const Array below_max = lt(count, scalar(static_cast<double>(std::numeric_limits<std::int32_t>::max()), i32));
+  return add(count, astype(below_max, i32));
+}
 Array zero_count() { return scalar(0, i32); }
 
 // v (a rank-0 array) in x's dtype, to scale x without promoting it.
@@ -69,6 +76,7 @@ Schedule constant_schedule(double value) {
 
 Schedule linear_schedule(double init_value, double end_value, std::int64_t transition_steps, std::int64_t transition_begin) {
   if (transition_steps <= 0) return constant_schedule(init_value);
+  transition_begin = std::max<std::int64_t>(transition_begin, 0);  // optax: a negative begin is 0
   return [=](const Array& count) {
     // frac = 1 - clip(t - begin, 0, steps) / steps; value = (init - end) frac + end.
     const Array t = clip_steps(count_f64(count), transition_begin, transition_steps);
@@ -305,11 +313,15 @@ GradientTransformation scale_by_learning_rate(ScalarOrSchedule learning_rate) {
 GradientTransformation clip_by_global_norm(double max_norm) {
   return stateless("clip_by_global_norm", [=](const Leaves& u, const Leaves&, const std::vector<std::string>&) {
     // Unchanged when ||u|| < max_norm, else u * max_norm / ||u||.
+    // Scaled in the norm's dtype (f32 or wider), then rounded to the leaf's: an f16 leaf would
+    // otherwise be divided by a norm past f16's range (inf) and come back as zeros.
     const Array norm = global_norm_of(u);
     const Array within = lt(norm, scalar(max_norm, norm.dtype()));
     Leaves out;
-    for (const auto& x : u)
-      out.push_back(where(within, x, mul(div(x, as_dtype_of(norm, x)), scalar(max_norm, x.dtype()))));
+    for (const auto& x : u) {
+      const Array clipped = mul(div(astype(x, norm.dtype()), norm), scalar(max_norm, norm.dtype()));
+      out.push_back(where(within, x, astype(clipped, x.dtype())));
+    }
     return out;
   });
 }
@@ -345,18 +357,23 @@ GradientTransformation lion(ScalarOrSchedule learning_rate, double b1, double b2
 }
 
 Array global_norm_of(const Leaves& leaves) {
-  if (leaves.empty()) return scalar(0.0, f32);
-  Array total;
-  for (const auto& x : leaves) {
-    const Array s = sum(square(x));
-    total = total.valid() ? add(total, s) : s;
-  }
+  // Squares summed in f32 or wider (the leaves' dtypes promoted with f32): a bf16 / f16 leaf's
+  // squares would round or overflow (an f16 gradient of 300 squares to inf).
+  DType wide = f32;
+  for (const auto& x : leaves) wide = promote_types(wide, x.dtype());
+  Array total = scalar(0.0, wide);
+  for (const auto& x : leaves) total = add(total, sum(square(astype(x, wide))));
   return sqrt(total);
 }
 
 Leaves apply_updates_to(const Leaves& params, const Leaves& updates) {
   Leaves out;
-  for (std::size_t i = 0; i < params.size(); ++i) out.push_back(add(params[i], astype(updates[i], params[i].dtype())));
+  // (p + u) in the dtype both promote to, then p's dtype (optax's rule): one rounding, where
+  // rounding u to a bf16 p's dtype first would round twice.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const DType sum_dtype = promote_types(params[i].dtype(), updates[i].dtype());
+    out.push_back(astype(add(astype(params[i], sum_dtype), astype(updates[i], sum_dtype)), params[i].dtype()));
+  }
   return out;
 }
 

@@ -120,11 +120,20 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
   std::string text(n, '\0');
   in.read_at(8, text.data(), n);
   nlohmann::json header;
+  std::set<std::string> names;  // the header's top-level keys: a repeated one is an error (the format's rule)
+  std::string repeated;
+  const auto note_repeats = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second &&
+        repeated.empty())
+      repeated = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(text);
+    header = nlohmann::json::parse(text, note_repeats);
   } catch (const nlohmann::json::exception& e) {
     detail::file_error(path, std::string("the header is not valid JSON: ") + e.what());
   }
+  if (!repeated.empty()) detail::file_error(path, "the header names '" + repeated + "' twice");
   if (!header.is_object()) detail::file_error(path, "the header is not a JSON object");
   const std::uint64_t data_start = 8 + n, data_bytes = in.size() - data_start;
   std::vector<Entry> entries;
@@ -132,10 +141,24 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
     if (name != "__metadata__") entries.push_back(entry_of(path, name, v, data_bytes));
   std::vector<const Entry*> by_offset;
   for (const auto& e : entries) by_offset.push_back(&e);
-  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
-  for (std::size_t i = 1; i < by_offset.size(); ++i)
-    if (by_offset[i]->begin < by_offset[i - 1]->end)
-      detail::file_error(path, "tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap in the data section");
+  // The tensors tile the data section exactly, as the format requires (no overlap, no hole, no
+  // bytes past the last): sorted by (begin, end), an empty tensor comes before one starting where it does.
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const Entry* a, const Entry* b) { return std::pair(a->begin, a->end) < std::pair(b->begin, b->end); });
+  std::uint64_t covered = 0;
+  for (std::size_t i = 0; i < by_offset.size(); ++i) {
+    const Entry& e = *by_offset[i];
+    if (e.begin < covered)
+      detail::file_error(path, "tensors '" + by_offset[i - 1]->name + "' and '" + e.name + "' overlap in the data section");
+    if (e.begin > covered)
+      detail::file_error(path, "the data section has " + std::to_string(e.begin - covered) + " bytes no tensor covers, before tensor '" +
+                                   e.name + "' (offset " + std::to_string(e.begin) + ")");
+    covered = e.end;
+  }
+  if (covered != data_bytes)
+    detail::file_error(path, "the data section has " + std::to_string(data_bytes - covered) +
+                                 " bytes past the last tensor's (the header's offsets cover " + std::to_string(covered) + " of " +
+                                 std::to_string(data_bytes) + ")");
   std::map<std::string, Array> out;
   for (const auto& e : entries) {
     Array a = detail::alloc_array(e.aval);

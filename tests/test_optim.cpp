@@ -211,3 +211,49 @@ TEST_CASE("optim: errors for a foreign state, missing parameters, mismatched tre
   CHECK_THROWS_AS((void)optim::cosine_decay_schedule(1.0, 0), xj::Error);
   CHECK_THROWS_AS((void)optim::warmup_cosine_decay_schedule(0.0, 1.0, 10, 5), xj::Error);
 }
+
+TEST_CASE("optim regressions from review: saturating counts, negative transition_begin, narrow leaves' norm, one rounding in apply_updates") {
+  // The count stays at 2^31 - 1: it wrapped to -2^31, which made Adam's bias correction -inf
+  // (every update 0) and restarted the schedules at their initial value.
+  const Params p{{"w", test_util::f64v({1.0}, {1})}}, g{{"w", test_util::f64v({0.5}, {1})}};
+  const auto adam = optim::adam(0.1);
+  optim::OptState s = adam.init(p);
+  s[0] = xj::scalar(2147483647.0, xj::i32);
+  auto [u, s2] = adam.update(g, s, p);
+  CHECK(s2[0].item<std::int32_t>() == 2147483647);
+  // the first moments from zero: mu = 0.1 g, nu = 0.001 g^2; bias corrections are 1 at t = 2^31 - 1
+  CHECK(u.at("w").item<double>() == doctest::Approx(-0.1 * (0.1 * 0.5) / (std::sqrt(0.001 * 0.25) + 1e-8)).epsilon(1e-12));
+  const auto sched = optim::scale_by_schedule(optim::linear_schedule(1.0, 0.0, 100));
+  optim::OptState ss = sched.init(p);
+  ss[0] = xj::scalar(2147483647.0, xj::i32);
+  auto [u1, ss1] = sched.update(g, ss, p);
+  auto [u2, ss2] = sched.update(g, ss1, p);
+  CHECK(u2.at("w").item<double>() == 0.0);  // stays at the end value
+  // A negative transition_begin is 0 (optax), not a shift of the schedule.
+  const auto lin = optim::linear_schedule(1.0, 0.0, 10, -5);
+  for (int t : {0, 5, 10, 20})
+    CHECK(lin(xj::scalar(t, xj::i32)).item<double>() == doctest::Approx(1.0 - std::min(t, 10) / 10.0));
+  // The norm of f16 / bf16 leaves is summed in f32: 300^2 overflowed f16 (inf), and clipping then
+  // returned zeros.
+  const std::map<std::string, xj::Array> narrow{{"w", xj::full({2}, 300.0, xj::f16)}};
+  const xj::Array n = optim::global_norm(narrow);
+  CHECK(n.dtype() == xj::f32);
+  CHECK(n.item<float>() == doctest::Approx(300.0 * std::sqrt(2.0)).epsilon(1e-6));
+  auto [clipped, cs] = optim::clip_by_global_norm(1.0).update(narrow, optim::OptState{});
+  CHECK(clipped.at("w").dtype() == xj::f16);
+  for (double x : xj::astype(clipped.at("w"), xj::f64).to_vector<double>()) CHECK(x == doctest::Approx(std::sqrt(0.5)).epsilon(1e-3));
+  const std::map<std::string, xj::Array> many{{"w", xj::astype(xj::full({1000}, 1.0), xj::bf16)}};
+  CHECK(optim::global_norm(many).item<float>() == doctest::Approx(std::sqrt(1000.0)).epsilon(1e-6));
+  // apply_updates rounds p + u once to p's dtype: bf16 1 + f32 (2^-8 + 2^-20) is 1 + 2^-7 (the
+  // nearest bf16 above the midpoint), where rounding u to bf16 first (2^-8) made a tie that went
+  // to even (1).
+  const std::map<std::string, xj::Array> pb{{"w", xj::astype(xj::ones({1}), xj::bf16)}};
+  const std::map<std::string, xj::Array> ub{{"w", xj::full({1}, 0.00390625 + std::ldexp(1.0, -20), xj::f32)}};
+  const auto applied = optim::apply_updates(pb, ub);
+  CHECK(applied.at("w").dtype() == xj::bf16);
+  CHECK(xj::astype(applied.at("w"), xj::f64).item<double>() == 1.0078125);
+  // Under strict promotion too (the optimizer's own arithmetic promotes explicitly).
+  const xj::DtypePromotion strict;
+  CHECK(xj::astype(optim::apply_updates(pb, ub).at("w"), xj::f64).item<double>() == 1.0078125);
+  CHECK(optim::global_norm(narrow).item<float>() == doctest::Approx(300.0 * std::sqrt(2.0)).epsilon(1e-6));
+}

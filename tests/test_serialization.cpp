@@ -18,6 +18,11 @@ namespace {
 struct Attn {
   BOOST_HANA_DEFINE_STRUCT(Attn, (xj::Array, q), (xj::Array, k));
 };
+/// Leaves in an order that is not the names' (the file's header lists them by name).
+struct EmptyFirst {
+  BOOST_HANA_DEFINE_STRUCT(EmptyFirst, (xj::Array, w), (xj::Array, b));
+};
+
 struct Model {
   BOOST_HANA_DEFINE_STRUCT(Model, (std::vector<Attn>, blocks), (std::map<std::string, xj::Array>, layers),
                            (std::tuple<xj::Array, xj::Array>, extra));
@@ -154,6 +159,50 @@ TEST_CASE("safetensors: bad input is an Error naming the file and the problem") 
   CHECK_THROWS_WITH_AS((void)xj::load_safetensors(p, wants_b), doctest::Contains((p + ": no tensor 'b' (the tree's leaf ['b'])").c_str()), xj::Error);
   const std::map<std::string, xj::Array> wants_3{{"a", xj::zeros({3})}};
   CHECK_THROWS_WITH_AS((void)xj::load_safetensors(p, wants_3), doctest::Contains("tensor 'a' is f32[2], the tree's leaf ['a'] is f32[3]"), xj::Error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("safetensors regressions from review: empty tensors sharing an offset load; repeated names, holes and trailing bytes are errors") {
+  const fs::path dir = scratch("st_tiling");
+  const std::string p = (dir / "t.safetensors").string();
+  // An empty leaf before a non-empty one: xjax wrote 'w' at [0, 0] and 'b' at [0, 8] and then
+  // refused its own file ('b' sorted before 'w' and was taken to overlap it).
+  const EmptyFirst tree{xj::zeros({0, 3}), xj::array<float>({1.5f, -2.0f}, {2})};
+  xj::save_safetensors(p, tree);
+  const EmptyFirst back = xj::load_safetensors(p, tree);
+  CHECK(back.w.shape() == xj::Shape{0, 3});
+  CHECK(back.b.to_vector<float>() == std::vector<float>{1.5f, -2.0f});
+  // The reference writer's order (dtype, then name): an empty F64 'z' at [0, 0] before 'a'.
+  std::string data(8, '\0');
+  const float two[2] = {3.0f, 4.0f};
+  std::memcpy(data.data(), two, 8);
+  write_bytes(p, safetensors_bytes(R"({"z":{"dtype":"F64","shape":[0],"data_offsets":[0,0]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                                   data));
+  const auto loaded = xj::load_safetensors(p);
+  CHECK(loaded.at("a").to_vector<float>() == std::vector<float>{3.0f, 4.0f});
+  CHECK(loaded.at("z").shape() == xj::Shape{0});
+  // The format's rules: no name twice (the JSON parser kept the last one silently), the tensors
+  // tile the data section (no hole, nothing past the last).
+  auto expect = [&](const std::string& bytes, const std::string& what) {
+    write_bytes(p, bytes);
+    CAPTURE(what);
+    CHECK_THROWS_WITH_AS((void)xj::load_safetensors(p), doctest::Contains((p + ": " + what).c_str()), xj::Error);
+  };
+  expect(safetensors_bytes(R"({"x":{"dtype":"Q7","shape":[1],"data_offsets":[0,4]},"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                           std::string(8, '\0')),
+         "the header names 'x' twice");
+  expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, '\0')),
+         "the data section has 4 bytes no tensor covers, before tensor 'x' (offset 4)");
+  expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"y":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                           std::string(12, '\0')),
+         "the data section has 4 bytes no tensor covers, before tensor 'y' (offset 8)");
+  expect(safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", std::string(12, '\0')),
+         "the data section has 8 bytes past the last tensor's (the header's offsets cover 4 of 12)");
+  expect(safetensors_bytes("{}", std::string(8, '\0')), "the data section has 8 bytes past the last tensor's");
+  // A repeated name inside an entry's own object is the JSON's business, not the format's: the
+  // top level only is checked (a nested object's keys may repeat the tensors' names).
+  write_bytes(p, safetensors_bytes(R"({"__metadata__":{"x":"1"},"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", std::string(4, '\0')));
+  CHECK(xj::load_safetensors(p).at("x").shape() == xj::Shape{1});
   fs::remove_all(dir);
 }
 

@@ -24,7 +24,8 @@ using Schedule = std::function<Array(const Array& count)>;
 /// `value` at every step.
 Schedule constant_schedule(double value);
 /// From init_value to end_value linearly over transition_steps steps, starting at
-/// transition_begin (init_value before, end_value after).
+/// transition_begin (init_value before, end_value after; a negative transition_begin is 0, as
+/// optax's).
 Schedule linear_schedule(double init_value, double end_value, std::int64_t transition_steps,
                          std::int64_t transition_begin = 0);
 /// init_value * ((1 - alpha) * (0.5 (1 + cos(pi min(t, decay_steps) / decay_steps)))^exponent + alpha).
@@ -37,7 +38,8 @@ Schedule warmup_cosine_decay_schedule(double init_value, double peak_value, std:
 /// A learning rate (or other hyperparameter): a number or a schedule.
 using ScalarOrSchedule = std::variant<double, Schedule>;
 
-/// An optimizer's state: a flat list of arrays (step counts, moments per leaf). A pytree.
+/// An optimizer's state: a flat list of arrays (step counts, moments per leaf). A pytree. Step
+/// counts are i32 and stay at 2^31 - 1 once there (optax's safe_int32_increment).
 using OptState = std::vector<Array>;
 using Leaves = std::vector<Array>;
 
@@ -119,7 +121,8 @@ GradientTransformation scale_by_schedule(Schedule step_size_fn);
 GradientTransformation scale_by_learning_rate(ScalarOrSchedule learning_rate);
 /// updates * factor.
 GradientTransformation scale(double factor);
-/// Scales all updates by max_norm / global_norm when the global norm exceeds max_norm.
+/// Scales all updates by max_norm / global_norm when the global norm exceeds max_norm (computed
+/// in the norm's dtype, f32 or wider, and rounded to each leaf's).
 GradientTransformation clip_by_global_norm(double max_norm);
 
 // Optimizers.
@@ -144,7 +147,8 @@ template <class P> Array global_norm(const P& tree) {
   return global_norm_of(leaves);
 }
 
-/// params + updates, leaf by leaf, in each parameter's dtype.
+/// params + updates, leaf by leaf: added in the dtype both promote to, then rounded once to the
+/// parameter's dtype (optax's `(p + u).astype(p.dtype)`).
 Leaves apply_updates_to(const Leaves& params, const Leaves& updates);
 template <class P> P apply_updates(const P& params, const P& updates) {
   std::vector<Array> p, u;
