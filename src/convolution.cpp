@@ -65,7 +65,13 @@ void set_padding(const Padding& pad, const Ints& sizes, const Ints& windows, con
     return;
   }
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    const auto [l, h] = detail::padding_for(pad.mode, sizes[i], windows[i], strides[i], op);
+    std::pair<std::int64_t, std::int64_t> lh;
+    try {
+      lh = detail::padding_for(pad.mode, sizes[i], windows[i], strides[i], op);
+    } catch (const ShapeError& e) {
+      throw ShapeError(std::string(e.what()) + " (at " + format_location(loc) + ")");
+    }
+    const auto [l, h] = lh;
     lo.push_back(l);
     hi.push_back(h);
   }
@@ -198,14 +204,10 @@ Array reduce_window(const Array& x, double init, WindowOp op, const Ints& window
   P prim = P::reduce_window_sum;
   if (op == WindowOp::max) {
     prim = P::reduce_window_max;
-    identity = floating ? -inf : (x.dtype() == i32 ? std::numeric_limits<std::int32_t>::lowest()
-                                 : x.dtype() == i64 ? static_cast<double>(std::numeric_limits<std::int64_t>::lowest())
-                                                    : 0.0);
+    identity = floating ? -inf : static_cast<double>(iinfo(x.dtype()).min);
   } else if (op == WindowOp::min) {
     prim = P::reduce_window_min;
-    identity = floating ? inf : (x.dtype() == i32 ? std::numeric_limits<std::int32_t>::max()
-                                : x.dtype() == i64 ? static_cast<double>(std::numeric_limits<std::int64_t>::max())
-                                                   : static_cast<double>(std::numeric_limits<std::uint32_t>::max()));
+    identity = floating ? inf : static_cast<double>(iinfo(x.dtype()).max);
   }
   if (init != identity)
     shape_fail("reduce_window", "init must be the identity of the reduction (0 for add, -inf for max, +inf for min, the "
@@ -231,6 +233,9 @@ Array pool(const Array& x, WindowOp op, const Ints& window_shape, const Ints& st
   stride.push_back(1);
   Padding pad = padding;
   if (padding.mode.empty()) {
+    if (padding.pairs.size() != window_shape.size())
+      shape_fail(name, "padding needs " + std::to_string(window_shape.size()) + " (low, high) pairs, one per window dimension, got " +
+                           std::to_string(padding.pairs.size()), loc);
     std::vector<std::pair<std::int64_t, std::int64_t>> pairs{{0, 0}};
     pairs.insert(pairs.end(), padding.pairs.begin(), padding.pairs.end());
     pairs.emplace_back(0, 0);

@@ -273,7 +273,13 @@ Array remainder(const Array& x, const Array& y, std::source_location loc) {
 }
 Array mod(const Array& x, const Array& y, std::source_location loc) { return remainder(x, y, loc); }
 Array pow(const Array& a, double b, std::source_location loc) {
-  if (b == std::floor(b) && std::abs(b) <= 64) return integer_pow(a, static_cast<std::int64_t>(b), loc);
+  if (b == std::floor(b) && std::abs(b) <= 64) {
+    // A C++ double is a weak float: an integer or bool base is promoted to the float dtype first
+    // (jnp.power takes integer_pow for Python ints only), whole exponent or not. Strict mode
+    // keeps the base's dtype.
+    const DType d = is_floating(a.dtype()) ? a.dtype() : weak_scalar(b, a).dtype();
+    return integer_pow(d == a.dtype() ? a : astype(a, d, loc), static_cast<std::int64_t>(b), loc);
+  }
   return pow(a, weak_scalar(b, a), loc);
 }
 Array maximum(const Array& a, const Array& b, std::source_location loc) { return binary(P::max, a, b, loc); }

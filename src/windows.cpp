@@ -4,6 +4,7 @@
 #include "windows.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include "shape_errors.hpp"
 
@@ -163,9 +164,10 @@ std::vector<ShapedArray> select_window_shape_rule(Primitive prim, Avals in, cons
   return {x};
 }
 
-std::pair<std::int64_t, std::int64_t> padding_for(const std::string& mode, std::int64_t n, std::int64_t w,
+std::pair<std::int64_t, std::int64_t> padding_for(std::string mode, std::int64_t n, std::int64_t w,
                                                   std::int64_t s, const std::string& op) {
   if (s < 1) throw ShapeError(op + ": window strides must be >= 1, got " + std::to_string(s));
+  for (char& ch : mode) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));  // JAX's padding.upper()
   if (mode == "VALID") return {0, 0};
   if (mode != "SAME" && mode != "SAME_LOWER")
     throw ShapeError(op + ": padding must be \"SAME\", \"SAME_LOWER\", \"VALID\" or explicit (low, high) pairs, got \"" +

@@ -101,8 +101,9 @@ void vjp_lhs_padding(const Shape& in, const Shape& window, const Shape& out, con
                      const Ints& base_dilation, const Ints& window_dilation, Ints& lo, Ints& hi);
 
 /// The (lo, hi) padding of JAX's "SAME" (output size ceil(n / stride), the extra pad at the end)
-/// or "VALID" (none) for operand size n, dilated window extent w and stride s.
-std::pair<std::int64_t, std::int64_t> padding_for(const std::string& mode, std::int64_t n, std::int64_t w,
+/// or "VALID" (none) for operand size n, dilated window extent w and stride s; the mode's case
+/// does not matter (JAX upper-cases it).
+std::pair<std::int64_t, std::int64_t> padding_for(std::string mode, std::int64_t n, std::int64_t w,
                                                   std::int64_t s, const std::string& op);
 
 /// Row-major position counter over `extent` (the odometer of a nested loop of any depth): the

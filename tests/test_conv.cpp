@@ -955,3 +955,51 @@ TEST_CASE("depthwise and direct convolutions with more window offsets than the k
     check_close_all(gw, dw, 1e-11);
   }
 }
+
+TEST_CASE("reduce_window regressions from review: every integer dtype's identity, narrow all-padding windows, string padding errors") {
+  // The identity was computed for i32 and i64 only: i8's -128 (max) or u8's 255 (min) was refused
+  // and 0 accepted for an i8 max; a window wholly in padding then wrapped i32's identity to 0.
+  const xj::Array base = xj::array<int>({-5, -3, -7, -2}, {4});
+  for (xj::DType d : {xj::i8, xj::i16, xj::u8, xj::u16, xj::i32, xj::u32, xj::i64, xj::u64}) {
+    CAPTURE(xj::dtype_name(d));
+    const xj::Array x = xj::astype(xj::is_signed_integer(d) ? base : xj::neg(base), d);
+    const auto info = xj::iinfo(d);
+    const double lo = static_cast<double>(info.min), hi = static_cast<double>(info.max);
+    // windows of 2, stride 1, one pad each side: the first and last windows hold one element
+    // each; with window 2 and pads (2, 2), the outer windows hold none (the identity).
+    const xj::Padding pads(std::vector<std::pair<std::int64_t, std::int64_t>>{{2, 2}});
+    const auto mx = xj::astype(xj::reduce_window(x, lo, xj::WindowOp::max, {2}, {1}, pads), xj::f64).to_vector<double>();
+    const auto mn = xj::astype(xj::reduce_window(x, hi, xj::WindowOp::min, {2}, {1}, pads), xj::f64).to_vector<double>();
+    const auto xv = xj::astype(x, xj::f64).to_vector<double>();
+    REQUIRE(mx.size() == 7);
+    CHECK(mx.front() == lo);
+    CHECK(mx.back() == lo);
+    CHECK(mn.front() == hi);
+    CHECK(mn.back() == hi);
+    for (std::size_t o = 1; o < 6; ++o) {
+      double want_max = lo, want_min = hi;
+      for (std::size_t i = o > 2 ? o - 2 : 0; i < std::min<std::size_t>(o, 4); ++i) {
+        want_max = std::max(want_max, xv[i]);
+        want_min = std::min(want_min, xv[i]);
+      }
+      CHECK(mx[o] == want_max);
+      CHECK(mn[o] == want_min);
+    }
+    if (lo != 0.0)
+      CHECK_THROWS_AS((void)xj::reduce_window(x, 0.0, xj::WindowOp::max, {2}, {1}, "VALID"), xj::ShapeError);
+  }
+  // String padding's errors carry the caller's line, as every other shape error; the mode's case
+  // does not matter (JAX upper-cases it); a pool's pairs are counted per window dimension.
+  const std::string zero_stride = test_util::message_of<xj::ShapeError>([&] {
+    (void)xj::conv(xj::zeros({1, 3, 6, 6}), xj::zeros({4, 3, 3, 3}), {0, 1}, "SAME");
+  });
+  CHECK(contains(zero_stride, "test_conv.cpp"));
+  CHECK(xj::conv(xj::ones({1, 1, 5}), xj::ones({1, 1, 3}), {1}, "same").shape() == xj::Shape{1, 1, 5});
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::conv(xj::ones({1, 1, 5}), xj::ones({1, 1, 3}), {1}, "Full"); }),
+                 "test_conv.cpp"));
+  const std::string pairs = test_util::message_of<xj::ShapeError>([&] {
+    (void)xj::max_pool(xj::zeros({1, 4, 4, 1}), {2, 2}, {1, 1}, xj::Padding(std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}}));
+  });
+  CHECK(contains(pairs, "max_pool"));
+  CHECK(contains(pairs, "padding needs 2 (low, high) pairs, one per window dimension, got 1"));
+}

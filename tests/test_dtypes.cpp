@@ -660,3 +660,45 @@ TEST_CASE("dtypes: review regressions: narrow and u64 indices, C++ numbers on na
   const xj::Policy both = cp::save_from_both_policies(cp::save_only_these_names({"h"}).as(xj::bf16), cp::dots_saveable);
   CHECK(both.residual_dtype() == xj::bf16);
 }
+
+TEST_CASE("dtype regressions from review: pow of an integer array by a whole double; empty max / min of i8 / i16") {
+  // A C++ double is a weak float, whole or not: pow(i32, 2.0) was i32 (and pow(u8, 10.0) wrapped,
+  // pow(i32, -1.0) and pow(bool, 2.0) threw) while pow(i32, 2.5) was f32.
+  const xj::Array x = xj::array<int>({1, 2, 3}, {3});
+  const xj::DType weak_float = xj::result_type(x, 2.5);
+  for (double b : {2.0, 10.0, -1.0, 0.0, 2.5}) {
+    CAPTURE(b);
+    for (xj::DType d : {xj::i32, xj::u8, xj::i64}) {
+      const xj::Array y = xj::pow(xj::astype(x, d), b);
+      CHECK(y.dtype() == xj::result_type(xj::astype(x, d), 2.5));
+      const auto v = xj::astype(y, xj::f64).to_vector<double>();
+      for (int i = 0; i < 3; ++i) CHECK(v[static_cast<std::size_t>(i)] == doctest::Approx(std::pow(i + 1.0, b)).epsilon(1e-6));
+    }
+  }
+  CHECK(xj::pow(x, 2.0).dtype() == weak_float);
+  const xj::Array flags = xj::astype(xj::array<std::uint8_t>({1, 0}, {2}), xj::bool_);
+  CHECK(xj::astype(xj::pow(flags, 2.0), xj::f64).to_vector<double>() == std::vector<double>{1.0, 0.0});
+  {
+    const xj::DtypePromotion strict;  // strict mode keeps the base's dtype, as before
+    CHECK(xj::pow(x, 2.0).dtype() == xj::i32);
+  }
+  // max / min over no elements give the dtype's identity (lax's); i8 / i16 ran in i32 and wrapped
+  // i32's identity to 0 / -1. Eager and jitted.
+  for (xj::DType d : {xj::i8, xj::i16, xj::u8, xj::u16, xj::i32}) {
+    CAPTURE(xj::dtype_name(d));
+    const xj::Array empty = xj::zeros({2, 0}, d);
+    const auto info = xj::iinfo(d);
+    const auto as_f64 = [](const xj::Array& a) { return xj::astype(a, xj::f64).to_vector<double>(); };
+    const std::vector<double> lows(2, static_cast<double>(info.min)), highs(2, static_cast<double>(info.max));
+    CHECK(as_f64(xj::max(empty, xj::Axes{1})) == lows);
+    CHECK(as_f64(xj::min(empty, xj::Axes{1})) == highs);
+    auto jitted = xj::jit([](const xj::Array& a) { return std::pair{xj::max(a, xj::Axes{1}), xj::min(a, xj::Axes{1})}; });
+    const auto [mx, mn] = jitted(empty);
+    CHECK(as_f64(mx) == lows);
+    CHECK(as_f64(mn) == highs);
+    // and non-empty rows are unchanged: the extremes of the dtype's range included
+    const xj::Array full_range = xj::astype(xj::array<double>({static_cast<double>(info.min), 1.0, static_cast<double>(info.max)}, {1, 3}), d);
+    CHECK(as_f64(xj::max(full_range, xj::Axes{1})) == std::vector<double>{static_cast<double>(info.max)});
+    CHECK(as_f64(xj::min(full_range, xj::Axes{1})) == std::vector<double>{static_cast<double>(info.min)});
+  }
+}

@@ -283,6 +283,21 @@ Array blockwise_kernel(Primitive p, const Params& params, std::span<const Array>
   return result;
 }
 
+// An empty max / min (a reduction over no elements, a window wholly in padding) holds the wide
+// dtype's identity, i32's lowest / highest, which the conversion to i8 / i16 wraps (to 0 / -1):
+// clamped first, it becomes the narrow dtype's (JAX's identity). Every other value is in range.
+// (u8 / u16 widen to u32, whose 0 and all-ones wrap to their own 0 and all-ones.)
+Array with_narrow_identities(Primitive p, Array wide, DType narrow) {
+  const bool identity_possible = p == Primitive::reduce_max || p == Primitive::reduce_min ||
+                                 p == Primitive::reduce_window_max || p == Primitive::reduce_window_min;
+  if (!identity_possible || wide.dtype() != DType::i32 || (narrow != DType::i8 && narrow != DType::i16)) return wide;
+  const std::int32_t lo = narrow == DType::i8 ? std::numeric_limits<std::int8_t>::lowest() : std::numeric_limits<std::int16_t>::lowest();
+  const std::int32_t hi = narrow == DType::i8 ? std::numeric_limits<std::int8_t>::max() : std::numeric_limits<std::int16_t>::max();
+  auto* v = static_cast<std::int32_t*>(mutable_data(wide));
+  for (std::int64_t i = 0, n = wide.aval().size(); i < n; ++i) v[i] = std::clamp(v[i], lo, hi);
+  return wide;
+}
+
 // The kernel of p on narrow operands or output: the wide kernel on widened operands (a block at a
 // time for the elementwise families), its result converted once to the output's dtype.
 KernelFn widened_kernel(Primitive p, const Params& params, const ShapedArray& out) {
@@ -294,7 +309,7 @@ KernelFn widened_kernel(Primitive p, const Params& params, const ShapedArray& ou
     std::vector<Array> widened;
     widened.reserve(in.size());
     for (const Array& x : in) widened.push_back(widen(p, x));
-    return narrow_to(wide(widened), out);
+    return narrow_to(with_narrow_identities(p, wide(widened), out.dtype), out);
   };
 }
 
