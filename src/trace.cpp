@@ -183,6 +183,11 @@ std::vector<Array> FlatFn::operator()(std::span<const Array> leaves) const {
 }
 
 ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, std::source_location loc) {
+  return trace_flat(f, in_avals, {}, loc);
+}
+
+ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, std::span<const char> weak,
+                       std::source_location loc) {
   auto b = std::make_shared<Builder>();
   t_stack.push_back(b);
   struct Pop {
@@ -193,6 +198,7 @@ ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, s
   for (const auto& aval : in_avals) {
     args.push_back(b->new_tracer(aval, loc));
     b->invars.push_back(args.back().impl()->tracer->var);
+    if (args.size() <= weak.size() && weak[args.size() - 1]) args.back() = weakly_typed(args.back());
   }
   std::vector<Array> outs = f(args);
   auto jaxpr = std::make_shared<Jaxpr>();

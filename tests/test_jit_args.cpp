@@ -272,3 +272,43 @@ TEST_CASE("jit: an output computed from traced numbers only stays weakly typed, 
   CHECK(times(x, test_util::f64v({6.0})).dtype() == xj::f64);
   CHECK(times(x, w).to_vector<float>() == std::vector<float>{6, 12});
 }
+
+TEST_CASE("weak arguments stay weak through vmap, jvp, vjp, grad, checkpoint and custom rules (review finding: they promoted to f64)") {
+  // JAX's tracers keep their avals' weak_type: jit(vmap(a * s))(f32 array, 0.5) is f32, as jit(a * s)
+  // is. These transforms traced their arguments strong, so the weak f64 promoted the f32 array.
+  const xj::Array x = f32_iota(2, 1.0);
+  auto mul = [](const xj::Array& a, const xj::Array& s) { return a * s; };
+  const auto in_jit = [&](auto g) { return xj::jit([g](const xj::Array& a, const xj::Array& s) { return g(a, s); })(x, 0.5); };
+  const auto check_f32 = [&](const xj::Array& r) {
+    CHECK(r.dtype() == xj::f32);
+    CHECK(r.to_vector<float>() == std::vector<float>{0.5f, 1.0f});
+  };
+  check_f32(in_jit(mul));
+  check_f32(in_jit([&](const xj::Array& a, const xj::Array& s) { return xj::vmap(mul, std::make_tuple(0, xj::None{}))(a, s); }));
+  check_f32(in_jit([&](const xj::Array& a, const xj::Array& s) {
+    return xj::jvp(mul, std::tuple{a, s}, std::tuple{xj::zeros_like(a), xj::ones_like(s)}).first;
+  }));
+  check_f32(in_jit([&](const xj::Array& a, const xj::Array& s) { return xj::vjp(mul, a, s).first; }));
+  check_f32(in_jit([&](const xj::Array& a, const xj::Array& s) { return xj::checkpoint(mul)(a, s); }));
+  auto cj = xj::custom_jvp(mul, [](const std::tuple<xj::Array, xj::Array>& p, const std::tuple<xj::Array, xj::Array>& t) {
+    const auto& [a, s] = p;
+    const auto& [da, ds] = t;
+    return std::pair{a * s, da * s + a * ds};
+  });
+  check_f32(in_jit([&](const xj::Array& a, const xj::Array& s) { return cj(a, s); }));
+  // A weak array a user holds (a jit output), outside any trace: vmap and value_and_grad agree
+  // with the eager product, and the gradient comes back in the primal's dtype (f64).
+  const xj::Array weak = xj::jit([](const xj::Array& k) { return k * 2.0; })(0.25);
+  check_f32(x * weak);
+  check_f32(xj::vmap(mul, std::make_tuple(0, xj::None{}))(x, weak));
+  const auto [value, g] = xj::value_and_grad([&](const xj::Array& w) { return xj::sum(x * w); })(weak);
+  CHECK(value.dtype() == xj::f32);
+  CHECK(value.item<float>() == 1.5f);
+  CHECK(g.dtype() == xj::f64);
+  CHECK(g.item<double>() == 3.0);
+  // grad of the same function at a strong f64 traces again (the memo tells the two programs
+  // apart): the value is f64 there.
+  const auto [strong_value, strong_g] = xj::value_and_grad([&](const xj::Array& w) { return xj::sum(x * w); })(test_util::f64v({0.5}, {}));
+  CHECK(strong_value.dtype() == xj::f64);
+  CHECK(strong_g.item<double>() == 3.0);
+}

@@ -191,7 +191,7 @@ GradCall::GradCall(FlatArgs args, std::initializer_list<int> argnums, bool allow
 GradCall::~GradCall() = default;
 
 void GradCall::run(TransformMemo* memo, const FlatFn& flat, bool has_aux, bool with_value, std::source_location loc) {
-  std::vector<Array> outs = eval_grad(memo, trace_flat(flat, fa.avals(), loc), fa.leaves, diff, has_aux, with_value);
+  std::vector<Array> outs = eval_grad(memo, trace_flat(flat, fa.avals(), weak_flags(fa.leaves), loc), fa.leaves, diff, has_aux, with_value);
   const std::size_t nout = out_def.num_leaves() - (with_value ? 0 : 1);
   full.assign(fa.leaves.size(), Array());
   for (std::size_t k = 0, g = nout; k < full.size(); ++k)

@@ -142,7 +142,7 @@ auto checkpoint_call(const auto& f, const CheckpointOptions& opts, const std::tu
   (void)trees;
   std::vector<ShapedArray> avals;
   for (const auto& x : leaves) avals.push_back(x.aval());
-  ClosedJaxpr body = trace_flat(flat, avals);
+  ClosedJaxpr body = trace_flat(flat, avals, weak_flags(leaves));
   auto outs = checkpoint_flat(body, leaves, opts);
   return tree_unflatten<R>(out_def, outs);
 }

@@ -41,7 +41,7 @@ template <class F, class Rule> auto keyed_custom_jvp(F f, Rule rule, std::source
     TreeDef out_def;
     auto flat = detail::flat_fn<F, Args...>(f, fa.defs, &out_def);
     auto avals = fa.avals();
-    ClosedJaxpr j = detail::trace_flat(flat, avals);
+    ClosedJaxpr j = detail::trace_flat(flat, avals, detail::weak_flags(fa.leaves));
     detail::JvpFlatRule flat_rule = [rule, defs = fa.defs, out_def](std::span<const Array> p, std::span<const Array> t) {
       auto primals = detail::unflatten_args<Args...>(defs, p);
       auto tangents = detail::unflatten_args<Args...>(defs, t);
@@ -81,7 +81,7 @@ template <class F, class Fwd, class Bwd> auto custom_vjp(F f, Fwd fwd, Bwd bwd) 
     TreeDef fwd_def;
     auto flat = detail::flat_fn<Fwd, Args...>(fwd, fa.defs, &fwd_def);
     auto avals = fa.avals();
-    ClosedJaxpr j = detail::trace_flat(flat, avals);
+    ClosedJaxpr j = detail::trace_flat(flat, avals, detail::weak_flags(fa.leaves));
     TreeDef out_def = fwd_def.children.at(0), res_def = fwd_def.children.at(1);
     TreeDef args_def;
     args_def.kind = TreeDef::Kind::node;

@@ -215,7 +215,7 @@ template <class F, class... Args> std::pair<ClosedJaxpr, TreeDef> trace_tree(con
   TreeDef out_def;
   auto flat = flat_fn<F, Args...>(f, fa.defs, &out_def);
   auto avals = fa.avals();
-  ClosedJaxpr j = trace_flat(flat, avals);
+  ClosedJaxpr j = trace_flat(flat, avals, weak_flags(fa.leaves));
   return {std::move(j), std::move(out_def)};
 }
 }  // namespace detail
@@ -309,8 +309,6 @@ Array jit_number(double v, DType dtype);
 Array jit_number(std::int64_t v);
 /// A traced input marked weakly typed (the tracer f receives for a C++ number).
 Array jit_weak(const Array& x);
-/// Whether each of xs is weakly typed.
-std::vector<char> weak_flags(std::span<const Array> xs);
 /// outs, each one marked weakly typed where `weak` says so: only the concrete ones (jit's outputs,
 /// Traced::out_weak), or tracers too (jit's inputs).
 std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak, bool tracers_too = false);

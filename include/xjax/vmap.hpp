@@ -111,7 +111,7 @@ auto vmap(F f, const InAxes& in_axes = 0, const OutAxes& out_axes = 0, VmapOptio
     auto member = detail::vmap_member_avals(fa, in_dims);
     TreeDef out_def;
     auto flat = detail::flat_fn<F, decltype(args)...>(f, fa.defs, &out_def);
-    ClosedJaxpr j = detail::trace_flat(flat, member);
+    ClosedJaxpr j = detail::trace_flat(flat, member, detail::weak_flags(fa.leaves));
     std::vector<std::int64_t> out_dims = detail::vmap_out_dims(out, out_def, j.out_avals());
     std::vector<Array> outs = detail::vmap_flat(j, fa.leaves, in_dims, size, out_dims);
     return tree_unflatten<R>(out_def, outs);

@@ -49,6 +49,13 @@ class FlatFn {
 /// Traces f on fresh tracers of in_avals (created_at = loc, the transform's call site).
 ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals,
                        std::source_location loc = std::source_location::current());
+/// The same, each tracer weakly typed where `weak` says so: a transform traces an argument that
+/// is weak (a C++ number jit traced, a weak jit output) weak, as JAX's tracers keep their avals'
+/// weak_type (promotion inside f then treats it as the number it stands for).
+ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, std::span<const char> weak,
+                       std::source_location loc = std::source_location::current());
+/// Whether each of xs is weakly typed.
+std::vector<char> weak_flags(std::span<const Array> xs);
 
 /// The arguments of a call, flattened: all leaves in order, and one TreeDef per argument.
 struct FlatArgs {
