@@ -129,10 +129,12 @@ Array gelu(const Array& x, Loc loc) {
 }
 
 // gelu(x) = x Phi(x) exactly: gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+// Phi(x) = erfc(-x / sqrt 2) / 2, as JAX computes it: (1 + erf(x / sqrt 2)) / 2 cancels for
+// negative x (gelu(-6) was 0 in f32, its value -5.9e-9).
 Array gelu(const Array& x, bool approximate, Loc loc) {
   if (approximate) return gelu(x, loc);
   auto phi_cdf = [=](const Array& v) {
-    return mul(add(erf(mul(v, scalar_like(M_SQRT1_2, v), loc), loc), scalar_like(1.0, v), loc), scalar_like(0.5, v), loc);
+    return mul(erfc(mul(v, scalar_like(-M_SQRT1_2, v), loc), loc), scalar_like(0.5, v), loc);
   };
   auto f = [=](const Array& v) { return mul(v, phi_cdf(v), loc); };
   auto deriv = [=](const Array& v) {

@@ -37,6 +37,9 @@ Array along_axis(const char* fn, const char* what, const Array& p, const Array& 
 // d y = r (dx - mean(dx) - y mean(y dx)).
 Array standardize(const Array& x, std::int64_t axis, double epsilon, std::source_location loc) {
   const std::int64_t a = normalized_axis("standardize", x, axis, loc);
+  // bf16 / f16: the statistics in f32, as flax computes them (in bf16 the mean of 1000, 1000,
+  // 1000, 1004 rounds to 1000), the result rounded once to x's dtype.
+  if (x.dtype() == bf16 || x.dtype() == f16) return astype(standardize(astype(x, f32, loc), a, epsilon, loc), x.dtype(), loc);
   // (x - mean) * rsqrt(mean((x - mean)^2) + eps): the variance of the centred values, which
   // loses no precision to cancellation as E[x^2] - E[x]^2 would.
   const auto rstd_and_y = [a, epsilon, loc](const Array& v) {
@@ -68,6 +71,10 @@ Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::o
 Array rms_norm(const Array& x, const std::optional<Array>& scale, std::int64_t axis, double epsilon,
                std::source_location loc) {
   const std::int64_t a = normalized_axis("rms_norm", x, axis, loc);
+  if (x.dtype() == bf16 || x.dtype() == f16) {  // the statistics in f32, as standardize's
+    const Array y = astype(rms_norm(astype(x, f32, loc), std::nullopt, a, epsilon, loc), x.dtype(), loc);
+    return scale ? mul(y, along_axis("rms_norm", "scale", *scale, x, a, loc), loc) : y;
+  }
   const auto rstd_and_y = [a, epsilon, loc](const Array& v) {
     const Array ms = mean(square(v, loc), {a}, true, loc);
     const Array r = rsqrt(add(ms, scalar_like(epsilon, ms), loc), loc);

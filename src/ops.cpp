@@ -476,14 +476,16 @@ Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location
   Array s = sum(x, axes, keepdims, loc);
   return div(s, scalar_like(n, s), loc);
 }
-// var = sum((x - mean x)^2) / max(N - ddof, 0), the centred form (no cancellation as in
-// E[x^2] - E[x]^2); integers and bools are computed in f64, as JAX's inexact promotion (x64)
+// var = sum((x - mean x)^2) / (N - ddof), the centred form (no cancellation as in
+// E[x^2] - E[x]^2), NaN where N - ddof <= 0 (JAX's rule); integers and bools are computed in
+// f64, as JAX's inexact promotion (x64)
 Array var(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, std::source_location loc) {
   const Array xf = is_floating(x.dtype()) ? x : astype(x, f64, loc);
   const auto n = static_cast<double>(reduced_count(xf, axes, loc));
   const Array centred = sub(xf, mean(xf, axes, true, loc), loc);
   const Array squares = sum(square(centred, loc), axes, keepdims, loc);
-  return div(squares, scalar_like(std::max(n - static_cast<double>(ddof), 0.0), squares), loc);
+  const double dof = n - static_cast<double>(ddof);
+  return div(squares, scalar_like(dof > 0 ? dof : std::numeric_limits<double>::quiet_NaN(), squares), loc);
 }
 Array std(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, std::source_location loc) {
   return sqrt(var(x, axes, ddof, keepdims, loc), loc);
@@ -492,9 +494,11 @@ Array argmax(const Array& x, std::int64_t axis, DType index_dtype, std::source_l
   return bind1(P::argmax, {x}, params::Argmax{.axes = Axes{norm_axis(axis, x.ndim(), "argmax", x, loc)}, .index_dtype = index_dtype}, loc);
 }
 
-// logsumexp(x) = m + log(sum(exp(x - m))), m = max(x) held constant (it cancels in the derivative)
+// logsumexp(x) = m + log(sum(exp(x - m))), m = max(x) held constant (it cancels in the derivative);
+// m is 0 where the max is not finite (JAX's rule: all -inf gives -inf, an inf gives inf, not NaN)
 Array logsumexp(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  Array m = stop_gradient(max(x, axes, true, loc), loc);
+  const Array top = max(x, axes, true, loc);
+  Array m = stop_gradient(is_floating(top.dtype()) ? where(is_finite(top, loc), top, zeros_like(top), loc) : top, loc);
   Array r = add(log(sum(exp(sub(x, m, loc), loc), axes, true, loc), loc), m, loc);
   if (keepdims) return r;
   return squeeze(r, norm_axes(axes, x.ndim(), "logsumexp", x, loc), loc);
@@ -587,15 +591,41 @@ Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::
   return slice(x, s, l, {}, loc);
 }
 
+namespace {
+// JAX's _dynamic_slice_indices: a negative start counts from the end of its axis (start + dim);
+// the primitives then clamp it into range. A concrete start is mapped here, a traced one by a
+// select in the program. (The transpose rules bind the primitives on starts mapped already.)
+std::vector<Array> starts_from_end(const Array& x, const std::vector<Array>& starts, const std::source_location& loc) {
+  std::vector<Array> out;
+  for (std::size_t k = 0; k < starts.size(); ++k) {
+    const Array& s = starts[k];
+    if (k >= static_cast<std::size_t>(x.ndim()) || !s.valid() || !is_signed_integer(s.dtype()) || s.ndim() != 0) {
+      out.push_back(s);  // the shape rule names what is wrong with it
+      continue;
+    }
+    const auto dim = static_cast<double>(x.shape()[k]);
+    if (!s.is_tracer()) {
+      const auto v = s.item<std::int64_t>();
+      out.push_back(v < 0 ? scalar(static_cast<double>(v) + dim, s.dtype()) : s);
+    } else {
+      out.push_back(where(lt(s, scalar(0, s.dtype()), loc), add(s, scalar(dim, s.dtype()), loc), s, loc));
+    }
+  }
+  return out;
+}
+}  // namespace
+
 Array dynamic_slice(const Array& x, const std::vector<Array>& starts, const Shape& sizes, std::source_location loc) {
   std::vector<Array> ins{x};
-  ins.insert(ins.end(), starts.begin(), starts.end());
+  const std::vector<Array> mapped = starts_from_end(x, starts, loc);
+  ins.insert(ins.end(), mapped.begin(), mapped.end());
   return bind1(P::dynamic_slice, ins, params::DynamicSlice{.slice_sizes = sizes}, loc);
 }
 
 Array dynamic_update_slice(const Array& x, const Array& update, const std::vector<Array>& starts, std::source_location loc) {
   std::vector<Array> ins{x, update};
-  ins.insert(ins.end(), starts.begin(), starts.end());
+  const std::vector<Array> mapped = starts_from_end(x, starts, loc);
+  ins.insert(ins.end(), mapped.begin(), mapped.end());
   return bind1(P::dynamic_update_slice, ins, {}, loc);
 }
 
@@ -633,9 +663,14 @@ Array take_along_axis(const Array& x, const Array& indices, std::int64_t axis, s
   // has size 1) and the index, normalized and clamped, on `axis`.
   const DType it = x.size() > std::int64_t{1} << 30 ? i64 : i32;
   const std::int64_t n = x.shape()[a];
-  Array idx = astype(indices, it, loc);
+  // Normalized and clamped in i32 or i64 (u32 / u64 widened, u64 capped: gather_index), then
+  // narrowed: an i64 index past i32's range had been narrowed first and wrapped.
+  Array idx = detail::gather_index(indices, loc);
+  if (it == i64 && idx.dtype() != i64) idx = astype(idx, i64, loc);
+  const DType wide = idx.dtype();
   idx = where(idx < 0, idx + n, idx, loc);
-  idx = minimum(maximum(idx, scalar(0, it), loc), scalar(static_cast<double>(std::max<std::int64_t>(n - 1, 0)), it), loc);
+  idx = minimum(maximum(idx, scalar(0, wide), loc), scalar(static_cast<double>(std::max<std::int64_t>(n - 1, 0)), wide), loc);
+  if (wide != it) idx = astype(idx, it, loc);
   std::int64_t stride = 1;
   Array flat = scalar(0, it);
   for (std::size_t d = out.size(); d-- > 0;) {
@@ -1078,6 +1113,8 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, bool en
   const double div = endpoint ? static_cast<double>(num - 1) : static_cast<double>(num);
   for (std::int64_t i = 0; i < num; ++i) v[static_cast<std::size_t>(i)] = div > 0 ? start + static_cast<double>(i) * ((stop - start) / div) : start;
   if (endpoint && num > 1) v.back() = stop;
+  if (is_integer(dtype))
+    for (double& e : v) e = std::floor(e);  // JAX floors into an integer dtype (astype truncates)
   return astype(array<double>(v, {num}), dtype, loc);
 }
 

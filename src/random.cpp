@@ -126,10 +126,13 @@ Array uniform(const Array& key, const Shape& shape, DType dtype, double minval, 
   const std::int64_t n = checked_count(shape, dtype == f64 ? 2 : 1, "uniform", loc) / (dtype == f64 ? 2 : 1);
   Array u = reshape(unit_floats(key, n, dtype, loc), shape, loc);
   if (minval == 0.0 && maxval == 1.0) return u;  // u * 1 + 0 clamped at 0 is u itself
-  // JAX: u * (maxval - minval) + minval in the dtype, clamped below at minval
+  // JAX: u * (maxval - minval) + minval in the dtype, clamped below at minval; and above at the
+  // dtype's value below maxval (JAX's can round up to maxval: 25% of f16 draws in [1000, 1001)),
+  // so that every draw lies in [minval, maxval) as the header promises.
   const double lo = in_dtype(minval, dtype);
   const double span = in_dtype(in_dtype(maxval, dtype) - lo, dtype);
-  return maximum(u * span + lo, scalar(lo, dtype), loc);
+  const Array below_max = nextafter(scalar(in_dtype(maxval, dtype), dtype), scalar(lo, dtype), loc);
+  return minimum(maximum(u * span + lo, scalar(lo, dtype), loc), below_max, loc);
 }
 
 Array normal(const Array& key, const Shape& shape, DType dtype, std::source_location loc) {

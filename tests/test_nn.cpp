@@ -1,6 +1,9 @@
 // test_nn.cpp: the normalization layers (nn.hpp) against plain loops in double, their gradients
 // against finite differences (check_grads at f64), and their shape errors.
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <tuple>
 
 #include "test_util.hpp"
 
@@ -146,10 +149,82 @@ TEST_CASE("var and std: the centred sum of squares over N - ddof, against loops 
     check_close_to(xj::std(x, {1}, ddof), want, 1e-13);
   }
   CHECK(xj::var(x, {}, 0, true).shape() == xj::Shape{1, 1});
-  // integers are computed in f64; ddof >= N divides by 0 (inf, as JAX)
+  // integers are computed in f64; ddof >= N is NaN (JAX's _var: where(normalizer > 0, result, nan))
   const xj::Array ints = xj::array<std::int32_t>({1, 2, 3, 4}, {4});
   CHECK(xj::var(ints).dtype() == xj::f64);
   CHECK(xj::var(ints).to_vector<double>()[0] == doctest::Approx(1.25));
-  CHECK(std::isinf(xj::var(ints, {}, 4).to_vector<double>()[0]));
+  CHECK(std::isnan(xj::var(ints, {}, 4).to_vector<double>()[0]));
   xj::check_grads([](const xj::Array& v) { return xj::std(v, {0}, 1); }, std::tuple{x}, {.order = 2});
+}
+
+TEST_CASE("nn and math regressions from review: logsumexp of infinite maxima, atan2's zeros and infinities, lgamma / digamma of negatives, exact gelu's tail, d|x| at 0, bf16 statistics, uniform below maxval") {
+  const double inf = std::numeric_limits<double>::infinity();
+  // logsumexp: JAX's max is 0 where not finite: an all -inf row gives -inf, an inf gives inf (NaN before)
+  const xj::Array rows = test_util::f64v({-inf, -inf, -inf, 1.0, 2.0, 0.5}, {2, 3});
+  const auto lse = xj::logsumexp(rows, {1}).to_vector<double>();
+  CHECK(lse[0] == -inf);
+  CHECK(lse[1] == doctest::Approx(std::log(std::exp(1.0) + std::exp(2.0) + std::exp(0.5))).epsilon(1e-15));
+  CHECK(xj::logsumexp(test_util::f64v({inf, 0.0}, {2})).item<double>() == inf);
+  // and its gradient on a finite row is still softmax
+  const auto g = xj::grad([](const xj::Array& v) { return xj::logsumexp(v); })(test_util::f64v({1.0, 2.0}, {2})).to_vector<double>();
+  CHECK(g[0] == doctest::Approx(1.0 / (1.0 + std::exp(1.0))).epsilon(1e-14));
+  // atan2 against C's for signed zeros and infinities, f32 and f64
+  for (double y : {0.0, -0.0, inf, -inf, 1.0})
+    for (double x : {0.0, -0.0, inf, -inf, 2.0}) {
+      CAPTURE(y);
+      CAPTURE(x);
+      const double want = std::atan2(y, x);
+      const double got = xj::atan2(test_util::f64v({y}, {}), test_util::f64v({x}, {})).item<double>();
+      CHECK(got == doctest::Approx(want).epsilon(1e-15));
+      CHECK(std::signbit(got) == std::signbit(want));
+      const float got32 = xj::atan2(xj::scalar(y, xj::f32), xj::scalar(x, xj::f32)).item<float>();
+      CHECK(got32 == doctest::Approx(static_cast<float>(want)).epsilon(1e-6));
+      CHECK(std::signbit(got32) == std::signbit(want));
+    }
+  // lgamma / digamma of negatives: the reflection on v - round(v) (pi v lost it), +inf at +-inf
+  for (double v : {-6.99999332, -2.5, -1000.25, -325.841675, -1e6 - 0.3}) {
+    CAPTURE(v);
+    CHECK(xj::lgamma(test_util::f64v({v}, {})).item<double>() == doctest::Approx(std::lgamma(v)).epsilon(1e-12));
+    const auto f = static_cast<float>(v);
+    CHECK(xj::lgamma(xj::scalar(f, xj::f32)).item<float>() == doctest::Approx(std::lgamma(static_cast<double>(f))).epsilon(2e-5));
+  }
+  CHECK(xj::lgamma(test_util::f64v({inf, -inf}, {2})).to_vector<double>() == std::vector<double>{inf, inf});
+  // digamma(v) = digamma(1 - v) - pi / tan(pi v), the right side in long double as the oracle
+  const auto psi = [](long double x) {  // x >= 1: recurrence up to 20, then the asymptotic series
+    long double shift = 0;
+    for (; x < 20; x += 1) shift -= 1 / x;
+    const long double r = 1 / (x * x);
+    return std::log(x) - 0.5L / x - r * (1.0L / 12 - r * (1.0L / 120 - r * (1.0L / 252 - r / 240))) + shift;
+  };
+  for (double v : {-1000.25, -325.841675, -4.75, -1e9 - 0.25}) {
+    CAPTURE(v);
+    const long double pi = 3.141592653589793238462643383279502884L;
+    const long double want = psi(1.0L - v) - pi / std::tan(pi * (static_cast<long double>(v) - std::round(static_cast<long double>(v))));
+    CHECK(xj::digamma(test_util::f64v({v}, {})).item<double>() == doctest::Approx(static_cast<double>(want)).epsilon(1e-9));
+  }
+  // exact gelu = x Phi(x), Phi by erfc: no cancellation for negative x
+  for (double v : {-5.0, -6.0, -8.0, -10.0, 0.3, 4.0}) {
+    CAPTURE(v);
+    const double want = v * 0.5 * std::erfc(-v / std::sqrt(2.0));
+    CHECK(xj::gelu(test_util::f64v({v}, {}), false).item<double>() == doctest::Approx(want).epsilon(1e-12));
+    if (v > -7) CHECK(xj::gelu(xj::scalar(v, xj::f32), false).item<float>() == doctest::Approx(want).epsilon(1e-5));
+  }
+  // layer_norm / standardize / rms_norm of bf16: statistics in f32, the result rounded once
+  const xj::Array big = xj::astype(test_util::f64v({1000, 1000, 1000, 1004}, {1, 4}), xj::bf16);
+  const xj::Array ln = xj::layer_norm(big);
+  CHECK(ln.dtype() == xj::bf16);
+  const double sd = std::sqrt(3.0);  // mean 1001, deviations -1, -1, -1, 3: variance 3
+  const auto ln_v = xj::astype(ln, xj::f64).to_vector<double>();
+  for (std::size_t i = 0; i < 4; ++i) CHECK(ln_v[i] == doctest::Approx((i == 3 ? 3.0 : -1.0) / sd).epsilon(1e-2));
+  CHECK(xj::rms_norm(big).dtype() == xj::bf16);
+  CHECK(xj::astype(xj::rms_norm(big), xj::f64).to_vector<double>()[3] ==
+        doctest::Approx(1004.0 / std::sqrt((3 * 1000.0 * 1000.0 + 1004.0 * 1004.0) / 4.0)).epsilon(1e-2));
+  // uniform: never maxval, in every float dtype (f16 in [1000, 1001) rounded up a quarter of its draws)
+  const xj::Array key = xj::random::key(7);
+  for (const auto& [dtype, lo, hi] : {std::tuple{xj::f16, 1000.0, 1001.0}, std::tuple{xj::bf16, 2.0, 3.0}, std::tuple{xj::f32, 100.0, 101.0}}) {
+    CAPTURE(xj::dtype_name(dtype));
+    const auto draws = xj::astype(xj::random::uniform(key, {200000}, dtype, lo, hi), xj::f64).to_vector<double>();
+    CHECK(*std::max_element(draws.begin(), draws.end()) < hi);
+    CHECK(*std::min_element(draws.begin(), draws.end()) >= lo);
+  }
 }

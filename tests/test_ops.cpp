@@ -789,7 +789,8 @@ TEST_CASE("ops: dynamic_slice clamps, dynamic_update_slice") {
   check_array(xj::dynamic_slice(x, {i(1), i(2)}, {2, 2}), {2, 2}, xj::f32, {7, 8, 12, 13});
   // starts clamped to [0, dim - size]
   check_array(xj::dynamic_slice(x, {i(3), i(4)}, {2, 2}), {2, 2}, xj::f32, {13, 14, 18, 19});
-  check_array(xj::dynamic_slice(x, {i(-5), i(-1)}, {2, 2}), {2, 2}, xj::f32, {0, 1, 5, 6});
+  // a negative start counts from the end (JAX's rule), then clamps: -5 + 4 = -1 -> 0; -1 + 5 = 4 -> 3
+  check_array(xj::dynamic_slice(x, {i(-5), i(-1)}, {2, 2}), {2, 2}, xj::f32, {3, 4, 8, 9});
   check_array(xj::dynamic_slice(x, {i(0), xj::scalar(1, xj::i64)}, {4, 5}), {4, 5}, xj::f32, as_double(v));
   check_array(xj::dynamic_slice(x, {i(2), i(2)}, {0, 3}), {0, 3}, xj::f32, {});
 
@@ -808,7 +809,8 @@ TEST_CASE("ops: dynamic_slice clamps, dynamic_update_slice") {
   want2[3 * 5 + 3] = -3;
   want2[3 * 5 + 4] = -4;
   check_array(xj::dynamic_update_slice(x, u, {i(9), i(9)}), {4, 5}, xj::f32, want2);
-  check_array(xj::dynamic_update_slice(f32v({1, 2, 3}, {3}), f32v({9}, {1}), {i(-2)}), {3}, xj::f32, {9, 2, 3});
+  // a negative start counts from the end (JAX): -2 + 3 = 1
+  check_array(xj::dynamic_update_slice(f32v({1, 2, 3}, {3}), f32v({9}, {1}), {i(-2)}), {3}, xj::f32, {1, 9, 3});
 }
 
 TEST_CASE("ops: take (negative indices count from the end, others clamp)") {
@@ -982,4 +984,45 @@ TEST_CASE("pad: edges, negative crops, interior, the value converted; its deriva
   CHECK_THROWS_AS(xj::pad(x, xj::scalar(0.0, xj::f64), {-2}, {-2}), xj::ShapeError);
   xj::check_grads([](const xj::Array& a, const xj::Array& v) { return xj::sin(xj::pad(a, v, {2, 0}, {-1, 1}, {1, 0})); },
                   std::tuple{xj::reshape(xj::iota(xj::f64, {6}), {3, 2}) * 0.3, xj::scalar(0.5, xj::f64)});
+}
+
+TEST_CASE("ops regressions from review: negative dynamic starts count from the end; take_along_axis clamps wide indices; linspace floors integers; var with ddof >= N is NaN") {
+  // dynamic_slice / dynamic_update_slice / x[i] with a negative traced or concrete start: JAX adds
+  // the dimension first (then clamps); these clamped -1 to 0 and read the first rows.
+  const xj::Array x = xj::astype(xj::arange(10, xj::i32), xj::f32);
+  const xj::Array minus_one = xj::scalar(-1, xj::i32);
+  check_array(xj::dynamic_slice(x, {minus_one}, {3}), {3}, xj::f32, {7, 8, 9});
+  auto sliced = xj::jit([](const xj::Array& a, const xj::Array& s) { return xj::dynamic_slice(a, {s}, {3}); });
+  check_array(sliced(x, minus_one), {3}, xj::f32, {7, 8, 9});
+  check_array(sliced(x, xj::scalar(-4, xj::i32)), {3}, xj::f32, {6, 7, 8});
+  const xj::Array u = f32v({-1, -2, -3}, {3});
+  check_array(xj::dynamic_update_slice(x, u, {minus_one}), {10}, xj::f32, {0, 1, 2, 3, 4, 5, 6, -1, -2, -3});
+  auto updated = xj::jit([&](const xj::Array& a, const xj::Array& s) { return xj::dynamic_update_slice(a, u, {s}); });
+  check_array(updated(x, xj::scalar(-5, xj::i32)), {10}, xj::f32, {0, 1, 2, 3, 4, -1, -2, -3, 8, 9});
+  CHECK(x[minus_one].item<float>() == 9.0f);
+  check_array(xj::reshape(x, {5, 2})[xj::scalar(-2, xj::i32)], {2}, xj::f32, {6, 7});
+  // batched starts, one per member
+  const xj::Array starts = xj::array<int>({-1, 0, -9, 2}, {4});
+  const xj::Array rows = xj::vmap([&](const xj::Array& s) { return xj::dynamic_slice(x, {s}, {2}); })(starts);
+  check_array(rows, {4, 2}, xj::f32, {8, 9, 0, 1, 1, 2, 2, 3});
+  // the gradient lands where the values came from
+  const xj::Array g = xj::grad([&](const xj::Array& a) { return xj::sum(xj::dynamic_slice(a, {minus_one}, {3})); })(x);
+  check_array(g, {10}, xj::f32, {0, 0, 0, 0, 0, 0, 0, 1, 1, 1});
+  const xj::Array gu = xj::grad([&](const xj::Array& v) { return xj::sum(xj::dynamic_update_slice(x, v, {minus_one}) * x); })(u);
+  check_array(gu, {3}, xj::f32, {7, 8, 9});
+  // take_along_axis: i64 / u32 indices past i32's range clamp to the last element (they wrapped)
+  const xj::Array t = f32v({10, 11, 12, 13}, {4});
+  const xj::Array wide = xj::array<std::int64_t>({std::int64_t{1} << 32, (std::int64_t{1} << 32) + 1, 3000000000}, {3});
+  check_array(xj::take_along_axis(t, wide, 0), {3}, xj::f32, {13, 13, 13});
+  check_array(xj::take_along_axis(t, xj::array<std::uint32_t>({4000000000u, 3u}, {2}), 0), {2}, xj::f32, {13, 13});
+  check_array(xj::take_along_axis(t, xj::array<std::int64_t>({-1, -4, -(std::int64_t{1} << 33)}, {3}), 0), {3}, xj::f32, {13, 10, 10});
+  // linspace into integers floors (JAX's rule), not truncates toward zero
+  check_array(xj::linspace(0, -10, 4, xj::i32), {4}, xj::i32, {0, -4, -7, -10});
+  check_array(xj::linspace(-1, 1, 5, xj::i32), {5}, xj::i32, {-1, -1, 0, 0, 1});
+  // var / std with no degrees of freedom left: NaN (JAX), not inf
+  const xj::Array four = f32v({1, 2, 3, 4}, {4});
+  CHECK(std::isnan(xj::var(four, {}, 4).item<float>()));
+  CHECK(std::isnan(xj::var(four, {}, 5).item<float>()));
+  CHECK(std::isnan(xj::std(four, {}, 4).item<float>()));
+  CHECK(xj::var(four, {}, 3).item<float>() == doctest::Approx(5.0));
 }

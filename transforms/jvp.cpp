@@ -186,7 +186,9 @@ JvpOut erf_inv_jvp(const JvpArgs& a) {
 // floor and ceil are piecewise constant: zero tangent (as JAX)
 JvpOut floor_jvp(const JvpArgs& a) { return zero_jvp(a); }
 JvpOut ceil_jvp(const JvpArgs& a) { return zero_jvp(a); }
-// d |x| = sign(x) dx
+// d |x| = sign(x) dx (0 at x = 0, where JAX's rule gives 1: softplus' and logaddexp's
+// compositions, max(a, b) + log1p(e^-|a - b|), then differentiate at their kink as the smooth
+// function does, since max's tie split 1/2 and sign(0) = 0 add up to the slope; docs/status.md)
 JvpOut abs_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Array&) { return sign(x); }); }
 // d sign x = 0
 JvpOut sign_jvp(const JvpArgs& a) { return zero_jvp(a); }

@@ -384,18 +384,29 @@ Cts pad_transpose(const TransposeArgs& a) {
   if (a.in[1].is_linear()) out[1] = sub(sum(c), sum(t_op));
   return out;
 }
+// The primitive dynamic_update_slice at starts the primal equation received (mapped from the end
+// already: xj::dynamic_update_slice would map a start still negative a second time).
+Array update_slice_at(const Array& x, const Array& update, const std::vector<Array>& starts, const std::source_location& loc) {
+  std::vector<Array> ins{x, update};
+  ins.insert(ins.end(), starts.begin(), starts.end());
+  return bind1(P::dynamic_update_slice, ins, {}, loc);
+}
 // dynamic_slice^T ct = zeros with ct written at the same (clamped) start
 Cts dynamic_slice_transpose(const TransposeArgs& a) {
   auto idx = index_operands(a, 1);
-  return unary_linear(a, [&](const Array& c) { return dynamic_update_slice(zeros_of(a.in[0].aval), c, idx); });
+  return unary_linear(a, [&](const Array& c) { return update_slice_at(zeros_of(a.in[0].aval), c, idx, a.loc); });
 }
 // dynamic_update_slice^T ct = (ct with the window zeroed, ct's window)
 Cts dynamic_update_slice_transpose(const TransposeArgs& a) {
   auto idx = index_operands(a, 2);
   Array c = ct0(a);
   Cts out = zeros_for(a);
-  if (a.in[0].is_linear()) out[0] = dynamic_update_slice(c, zeros_of(a.in[1].aval), idx);
-  if (a.in[1].is_linear()) out[1] = dynamic_slice(c, idx, a.in[1].aval.shape);
+  if (a.in[0].is_linear()) out[0] = update_slice_at(c, zeros_of(a.in[1].aval), idx, a.loc);
+  if (a.in[1].is_linear()) {
+    std::vector<Array> ins{c};
+    ins.insert(ins.end(), idx.begin(), idx.end());
+    out[1] = bind1(P::dynamic_slice, ins, params::DynamicSlice{.slice_sizes = a.in[1].aval.shape}, a.loc);
+  }
   return out;
 }
 // concatenate^T ct = the slices of ct

@@ -168,8 +168,10 @@ template <> struct UnaryMath<Primitive::lgamma> {
     const V stirling = (x - V(T(0.5))) * xsimd::log(x) - x + V(T(0.91893853320467274178)) + horner(r, c) / x;
     const V positive = stirling - xsimd::log(product);
     const V pi(static_cast<T>(3.141592653589793238));
-    const V reflected = xsimd::log(pi / xsimd::abs(xsimd::sin(pi * v))) - positive;
-    const auto pole = (v <= V(0)) & (xsimd::floor(v) == v);
+    // |sin(pi v)| = |sin(pi (v - round v))|: v's distance to the nearest integer is exact, pi v
+    // rounded would lose it (lgamma(-6.99999332f) was 3.457, its value 3.392).
+    const V reflected = xsimd::log(pi / xsimd::abs(xsimd::sin(pi * (v - xsimd::round(v))))) - positive;
+    const auto pole = ((v <= V(0)) & (xsimd::floor(v) == v)) | xsimd::isinf(v);  // +-inf: +inf (XLA's)
     return xsimd::select(pole, V(std::numeric_limits<T>::infinity()), xsimd::select(negative, reflected, positive));
   }
 };
@@ -190,7 +192,7 @@ template <> struct UnaryMath<Primitive::digamma> {
     static constexpr double c[] = {1.0 / 12, -1.0 / 120, 1.0 / 252, -1.0 / 240, 1.0 / 132, -691.0 / 32760, 1.0 / 12};
     const V psi = xsimd::log(x) - V(T(0.5)) / x - r * horner(r, c) + shift;
     const V pi(static_cast<T>(3.141592653589793238));
-    const V reflected = psi - pi / xsimd::tan(pi * v);
+    const V reflected = psi - pi / xsimd::tan(pi * (v - xsimd::round(v)));  // tan's period is pi: v reduced exactly
     const auto pole = (v <= V(0)) & (xsimd::floor(v) == v);
     return xsimd::select(pole, V(std::numeric_limits<T>::quiet_NaN()), xsimd::select(negative, reflected, psi));
   }
@@ -327,7 +329,19 @@ template <> struct BinaryMath<Primitive::div> { template <class V> V operator()(
 template <> struct BinaryMath<Primitive::max> { template <class V> V operator()(const V& a, const V& b) const { return nan_max(a, b); } };
 template <> struct BinaryMath<Primitive::min> { template <class V> V operator()(const V& a, const V& b) const { return nan_min(a, b); } };
 template <> struct BinaryMath<Primitive::pow> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::pow(a, b); } };
-template <> struct BinaryMath<Primitive::atan2> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::atan2(a, b); } };
+// atan2(y, x), with C's values where xsimd's divides 0 / 0 or inf / inf into NaN: both zero gives
+// +-0 (x +0) or +-pi (x -0), both infinite +-pi/4 (x +inf) or +-3pi/4 (x -inf), the sign y's.
+template <> struct BinaryMath<Primitive::atan2> {
+  template <class V> V operator()(const V& y, const V& x) const {
+    using T = typename V::value_type;
+    const V pi(static_cast<T>(3.141592653589793238));
+    const auto x_negative = xsimd::copysign(V(1), x) < V(0);  // -0 included
+    const V zeros = xsimd::copysign(xsimd::select(x_negative, pi, V(0)), y);
+    const V infinities = xsimd::copysign(xsimd::select(x_negative, V(T(0.75)) * pi, V(T(0.25)) * pi), y);
+    const V r = xsimd::atan2(y, x);
+    return xsimd::select((y == V(0)) & (x == V(0)), zeros, xsimd::select(xsimd::isinf(y) & xsimd::isinf(x), infinities, r));
+  }
+};
 // One ulp from a toward b, on the bits (xsimd 8's nextafter steps the wrong way for negative a):
 // the pattern of a (sign and magnitude) moves by one, up when the step goes away from zero; from
 // +-0 the smallest subnormal with b's sign; b when a == b; NaN when either is NaN (C's nextafter).
