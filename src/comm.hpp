@@ -23,7 +23,12 @@ int size();
 /// otherwise hang or corrupt memory inside MPI.
 void check_same_call(Primitive p, const ShapedArray& aval, std::span<const std::int64_t> params = {});
 
-/// out = op over processes of in (count elements of dtype each).
+/// Joins the cross-process check of the collective this process was about to run as a mismatch,
+/// where its own checks (arguments, shape rule) failed: every other process then raises at the
+/// same call instead of pairing its check with this process's next collective. The caller throws.
+void join_as_mismatch();
+
+/// out = op over processes of in (count elements of dtype each; max keeps NaN, as lax.max).
 void allreduce(const void* in, void* out, std::int64_t count, DType dtype, ReduceOp op);
 /// out = the processes' `bytes` bytes each, in process order.
 void allgather(const void* in, void* out, std::int64_t bytes);

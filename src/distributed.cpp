@@ -5,10 +5,12 @@
 // A run has several processes when it was started by mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE or
 // PMIX_RANK in the environment) and xjax was built with MPI; then initialize calls
 // MPI_Init_thread. Otherwise it is one process and no MPI call is ever made.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <string>
 
@@ -102,8 +104,12 @@ void start(int* argc, char*** argv) {
   if (s.initialized) return;
 #if defined(XJAX_HAVE_MPI)
   if (launched_by_mpirun()) {
-    int already = 0;
+    int already = 0, finalized = 0;
     MPI_Initialized(&already);
+    MPI_Finalized(&finalized);
+    if (finalized)
+      throw Error("xj::distributed::initialize: MPI was finalized already (xj::distributed::finalize or a Session's "
+                  "end); MPI cannot start twice in one process");
     if (!already) {
       int provided = 0;
       check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
@@ -166,7 +172,10 @@ Session::Session(int& argc, char**& argv) : exceptions_at_start_(std::uncaught_e
 
 Session::~Session() {
   if (std::uncaught_exceptions() > exceptions_at_start_) {
-    std::string what = "aborting the run: an exception ended the distributed session";
+    // The exception in flight is not reachable here (std::current_exception is empty while the
+    // stack unwinds towards its handler): catch it inside the session's scope to print it.
+    std::string what = "aborting the run: an exception ended the distributed session (catch it inside the Session's "
+                       "scope to see its message)";
     if (auto e = std::current_exception()) {
       try {
         std::rethrow_exception(e);
@@ -221,6 +230,44 @@ void check_same_call(Primitive p, const ShapedArray& aval, std::span<const std::
 #endif
 }
 
+void join_as_mismatch() {
+  if (!state().mpi || state().size == 1) return;
+#if defined(XJAX_HAVE_MPI)
+  std::uint64_t mine[2] = {~std::uint64_t{0}, ~std::uint64_t{0}}, all[2] = {0, 0};  // max(h) != ~max(~h) everywhere
+  std::lock_guard lock(comm_mutex());
+  MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);  // its own error is the caller's to raise
+#endif
+}
+
+#if defined(XJAX_HAVE_MPI)
+namespace {
+/// One MPI call's count: MPI's counts are int; past 2^31 - 1 an Error naming the collective, where
+/// MPI would abort the run.
+int mpi_count(std::int64_t n, const char* unit, const char* what) {
+  if (n > std::numeric_limits<int>::max())
+    throw Error(std::string(what) + ": " + std::to_string(n) + " " + unit + " per process exceed MPI's count limit of 2^31 - 1 "
+                "for one call; split the array");
+  return static_cast<int>(n);
+}
+
+// max over processes keeping NaN (lax.max's, xjax's max): MPI_MAX drops a NaN or keeps it
+// depending on which process holds it.
+template <class T> void nan_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i)
+    if (a[i] != a[i] || a[i] > b[i]) b[i] = a[i];
+}
+MPI_Op max_op(DType d) {
+  if (d != DType::f32 && d != DType::f64) return MPI_MAX;
+  static MPI_Op f32_max = MPI_OP_NULL, f64_max = MPI_OP_NULL;  // created once, under comm_mutex
+  MPI_Op& op = d == DType::f32 ? f32_max : f64_max;
+  if (op == MPI_OP_NULL) check(MPI_Op_create(d == DType::f32 ? &nan_max<float> : &nan_max<double>, 1, &op), "MPI_Op_create");
+  return op;
+}
+}  // namespace
+#endif
+
 void allreduce(const void* in, void* out, std::int64_t count, DType dtype, ReduceOp op) {
   xjax::count(count * static_cast<std::int64_t>(itemsize(dtype)));
   if (!state().mpi) {
@@ -229,8 +276,8 @@ void allreduce(const void* in, void* out, std::int64_t count, DType dtype, Reduc
   }
 #if defined(XJAX_HAVE_MPI)
   std::lock_guard lock(comm_mutex());
-  check(MPI_Allreduce(in, out, static_cast<int>(count), mpi_type(dtype), op == ReduceOp::sum ? MPI_SUM : MPI_MAX,
-                      MPI_COMM_WORLD),
+  check(MPI_Allreduce(in, out, mpi_count(count, "elements", "psum / pmax"), mpi_type(dtype),
+                      op == ReduceOp::sum ? MPI_SUM : max_op(dtype), MPI_COMM_WORLD),
         "MPI_Allreduce");
 #endif
 }
@@ -243,8 +290,8 @@ void allgather(const void* in, void* out, std::int64_t bytes) {
   }
 #if defined(XJAX_HAVE_MPI)
   std::lock_guard lock(comm_mutex());
-  check(MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
-        "MPI_Allgather");
+  const int n = mpi_count(bytes, "bytes", "all_gather");
+  check(MPI_Allgather(in, n, MPI_BYTE, out, n, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather");
 #endif
 }
 
@@ -256,7 +303,8 @@ void reduce_scatter_sum(const void* in, void* out, std::int64_t count, DType dty
   }
 #if defined(XJAX_HAVE_MPI)
   std::lock_guard lock(comm_mutex());
-  check(MPI_Reduce_scatter_block(in, out, static_cast<int>(count), mpi_type(dtype), MPI_SUM, MPI_COMM_WORLD),
+  check(MPI_Reduce_scatter_block(in, out, mpi_count(count, "elements", "psum_scatter"), mpi_type(dtype), MPI_SUM,
+                                 MPI_COMM_WORLD),
         "MPI_Reduce_scatter_block");
 #endif
 }
@@ -269,10 +317,15 @@ void sendrecv(const void* in, int to, void* out, int from, std::int64_t bytes) {
   }
 #if defined(XJAX_HAVE_MPI)
   std::lock_guard lock(comm_mutex());
-  check(MPI_Sendrecv(in, static_cast<int>(bytes), MPI_BYTE, to < 0 ? MPI_PROC_NULL : to, 0, out,
-                     static_cast<int>(bytes), MPI_BYTE, from < 0 ? MPI_PROC_NULL : from, 0, MPI_COMM_WORLD,
-                     MPI_STATUS_IGNORE),
-        "MPI_Sendrecv");
+  // In pieces of at most 1 GiB: MPI's counts are int (a 2 GiB operand aborted the run).
+  constexpr std::int64_t kPiece = std::int64_t{1} << 30;
+  for (std::int64_t at = 0; at < bytes; at += kPiece) {
+    const int n = static_cast<int>(std::min(kPiece, bytes - at));
+    check(MPI_Sendrecv(static_cast<const char*>(in) + at, n, MPI_BYTE, to < 0 ? MPI_PROC_NULL : to, 0,
+                       static_cast<char*>(out) + at, n, MPI_BYTE, from < 0 ? MPI_PROC_NULL : from, 0, MPI_COMM_WORLD,
+                       MPI_STATUS_IGNORE),
+          "MPI_Sendrecv");
+  }
 #endif
 }
 
@@ -288,11 +341,38 @@ std::int64_t process_count_for(P p) {
   detail::comm::require_initialized(p);
   return distributed::process_count();
 }
+
+/// bind1(p, {x}, params) after the collective's checks on this process (`validate`, then its
+/// shape rule): where they fail, it joins the cross-process check as a mismatch before throwing
+/// (comm::join_as_mismatch), so that the other processes raise at the same call and every process
+/// stays in step (the others had paired their check with this process's next collective).
+template <class Validate> Array collective(P p, const Array& x, const Params& params, Validate validate,
+                                           const std::source_location& loc) {
+  try {
+    validate();
+  } catch (...) {
+    detail::comm::join_as_mismatch();
+    throw;
+  }
+  bool rule_fails = false;
+  try {
+    const ShapedArray in[] = {x.aval()};
+    (void)detail::abstract_eval(p, in, params);
+  } catch (...) {
+    rule_fails = true;
+  }
+  if (rule_fails) {
+    detail::comm::join_as_mismatch();
+    (void)bind1(p, {x}, params, loc);  // raises the shape rule's error again, with the caller's line, before any communication
+    throw Error("internal error: " + std::string(primitive_name(p)) + "'s shape rule failed once and then passed");
+  }
+  return bind1(p, {x}, params, loc);
+}
 }  // namespace
 
 Array psum(const Array& x, std::source_location loc) {
   detail::comm::require_initialized(P::psum);
-  return bind1(P::psum, {x}, {}, loc);
+  return collective(P::psum, x, {}, [] {}, loc);
 }
 
 Array pmean(const Array& x, std::source_location loc) {
@@ -302,44 +382,49 @@ Array pmean(const Array& x, std::source_location loc) {
 
 Array pmax(const Array& x, std::source_location loc) {
   detail::comm::require_initialized(P::pmax);
-  return bind1(P::pmax, {x}, {}, loc);
+  return collective(P::pmax, x, {}, [] {}, loc);
 }
 
 Array all_gather(const Array& x, std::int64_t axis, CollectiveOptions opts, std::source_location loc) {
   std::int64_t n = process_count_for(P::all_gather);
   const std::int64_t rank = x.ndim() + (opts.tiled ? 0 : 1);  // the output's
   std::int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank)
-    throw ShapeError("all_gather: axis " + std::to_string(axis) + " out of range for " + x.aval().str() +
-                     (opts.tiled ? " (tiled)" : "") + " (at " + format_location(loc) + ")");
-  return bind1(P::all_gather, {x}, params::AllGather{.axis = a, .axis_size = n, .tiled = opts.tiled}, loc);
+  return collective(P::all_gather, x, params::AllGather{.axis = a, .axis_size = n, .tiled = opts.tiled}, [&] {
+    if (a < 0 || a >= rank)
+      throw ShapeError("all_gather: axis " + std::to_string(axis) + " out of range for " + x.aval().str() +
+                       (opts.tiled ? " (tiled)" : "") + " (at " + format_location(loc) + ")");
+  }, loc);
 }
 
 Array psum_scatter(const Array& x, std::int64_t axis, CollectiveOptions opts, std::source_location loc) {
   std::int64_t n = process_count_for(P::psum_scatter);
   std::int64_t a = axis < 0 ? axis + x.ndim() : axis;
-  if (a < 0 || a >= x.ndim())
-    throw ShapeError("psum_scatter: axis " + std::to_string(axis) + " out of range for " + x.aval().str() + " (at " +
-                     format_location(loc) + ")");
-  return bind1(P::psum_scatter, {x}, params::PsumScatter{.axis = a, .axis_size = n, .tiled = opts.tiled}, loc);
+  return collective(P::psum_scatter, x, params::PsumScatter{.axis = a, .axis_size = n, .tiled = opts.tiled}, [&] {
+    if (a < 0 || a >= x.ndim())
+      throw ShapeError("psum_scatter: axis " + std::to_string(axis) + " out of range for " + x.aval().str() + " (at " +
+                       format_location(loc) + ")");
+  }, loc);
 }
 
 Array ppermute(const Array& x, const std::vector<std::pair<int, int>>& perm, std::source_location loc) {
   std::int64_t n = process_count_for(P::ppermute);
-  std::vector<bool> src_seen(static_cast<std::size_t>(n), false), dst_seen(static_cast<std::size_t>(n), false);
   params::Ints flat;
   for (auto [s, d] : perm) {
-    if (s < 0 || s >= n || d < 0 || d >= n)
-      throw Error("ppermute: the pair (" + std::to_string(s) + ", " + std::to_string(d) + ") names a process outside [0, " +
-                  std::to_string(n) + ") (at " + format_location(loc) + ")");
-    if (src_seen[static_cast<std::size_t>(s)] || dst_seen[static_cast<std::size_t>(d)])
-      throw Error("ppermute: each process may appear at most once as a source and once as a destination (at " +
-                  format_location(loc) + ")");
-    src_seen[static_cast<std::size_t>(s)] = dst_seen[static_cast<std::size_t>(d)] = true;
     flat.push_back(s);
     flat.push_back(d);
   }
-  return bind1(P::ppermute, {x}, params::Ppermute{.perm = flat}, loc);
+  return collective(P::ppermute, x, params::Ppermute{.perm = flat}, [&] {
+    std::vector<bool> src_seen(static_cast<std::size_t>(n), false), dst_seen(static_cast<std::size_t>(n), false);
+    for (auto [s, d] : perm) {
+      if (s < 0 || s >= n || d < 0 || d >= n)
+        throw Error("ppermute: the pair (" + std::to_string(s) + ", " + std::to_string(d) + ") names a process outside [0, " +
+                    std::to_string(n) + ") (at " + format_location(loc) + ")");
+      if (src_seen[static_cast<std::size_t>(s)] || dst_seen[static_cast<std::size_t>(d)])
+        throw Error("ppermute: each process may appear at most once as a source and once as a destination (at " +
+                    format_location(loc) + ")");
+      src_seen[static_cast<std::size_t>(s)] = dst_seen[static_cast<std::size_t>(d)] = true;
+    }
+  }, loc);
 }
 
 }  // namespace xjax

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -241,6 +242,41 @@ TEST_CASE("distributed: misuse is a clear error on every process, not a hang") {
   CHECK(contains(msg, "not at the same collective"));
   // The processes are still in step afterwards.
   CHECK(xj::psum(xj::scalar(1.0, xj::f64)).item<double>() == static_cast<double>(n()));
+}
+
+TEST_CASE("distributed regressions from review: a check that fails on one process only, pmax's NaN, bf16 gathers, MPI started twice") {
+  // psum_scatter's shape rule failing on process 1 only (an axis of n + 1 there, n here): process
+  // 0 went on into the cross-process check and paired it with process 1's next collective (its
+  // psums then summed the wrong partners, then hung). Now both raise at the same call and stay in step.
+  const xj::Array uneven = xj::ones({static_cast<std::int64_t>(n() + (me() == 1 ? 1 : 0)), 3});
+  CHECK_THROWS_AS((void)xj::psum_scatter(uneven, 0), xj::ShapeError);
+  for (int k = 1; k <= 3; ++k) CHECK(xj::psum(xj::scalar(static_cast<double>(k), xj::f64)).item<double>() == k * n());
+  // all_gather's axis out of range on one process only; ppermute pairs invalid on one process only
+  CHECK_THROWS_AS((void)xj::all_gather(xj::ones({2}), me() == 0 ? 0 : 5), xj::ShapeError);
+  CHECK(xj::psum(xj::scalar(1.0, xj::f64)).item<double>() == static_cast<double>(n()));
+  CHECK_THROWS_AS((void)xj::ppermute(xj::ones({2}), me() == 0 ? std::vector<std::pair<int, int>>{{0, 1}} : std::vector<std::pair<int, int>>{{0, 7}}),
+                  xj::Error);
+  CHECK(xj::psum(xj::scalar(1.0, xj::f64)).item<double>() == static_cast<double>(n()));
+  // ... and under jit: the failing process raises while tracing, the others at the collective
+  auto gather_rows = xj::jit([](const xj::Array& a) { return xj::psum_scatter(a, 0); });
+  CHECK_THROWS_AS((void)gather_rows(uneven), xj::ShapeError);
+  CHECK(xj::psum(xj::scalar(2.0, xj::f64)).item<double>() == 2.0 * n());
+  // pmax keeps a NaN whichever process holds it (lax.max's rule); MPI_MAX dropped process 1's
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (xj::DType d : {xj::f32, xj::f64, xj::bf16}) {
+    const xj::Array x = xj::astype(f64v({me() == 0 ? nan : 1.0, me() == 1 ? nan : 1.0, 2.0 + me()}, {3}), d);
+    const auto m = xj::astype(xj::pmax(x), xj::f64).to_vector<double>();
+    CHECK(std::isnan(m[0]));
+    CHECK(std::isnan(m[1]));
+    CHECK(m[2] == 1.0 + n());
+  }
+  // a bf16 all_gather and ppermute move bf16 bytes (they widened to f32: twice the traffic)
+  const xj::Array h = xj::astype(input_of(me(), {1000}), xj::bf16);
+  xj::distributed::reset_communication_stats();
+  const xj::Array gathered = xj::all_gather(h, 0);
+  CHECK(gathered.dtype() == xj::bf16);
+  CHECK(xj::distributed::communication_stats().bytes == 2000);
+  CHECK(xj::astype(gathered, xj::f64).to_vector<double>() == xj::astype(xj::all_gather(xj::astype(h, xj::f32), 0), xj::f64).to_vector<double>());
 }
 
 int main(int argc, char** argv) {

@@ -41,8 +41,8 @@ void reset_communication_stats();
 [[noreturn]] void abort(const char* message, int code = 1);
 
 /// initialize() for the scope; finalize() when it ends. If the scope ends by an exception, the
-/// whole run is aborted with its message (the other processes would otherwise wait in their
-/// next collective).
+/// whole run is aborted (the other processes would otherwise wait in their next collective); the
+/// exception's message is not reachable while it unwinds: catch it inside the scope to print it.
 class Session {
  public:
   Session(int& argc, char**& argv);

@@ -146,7 +146,8 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
 
 // ---- narrow dtypes: the wide kernel between two conversions ------------------------------------
 
-// Primitives whose kernels move elements as opaque words of their itemsize (shape.cpp) and so
+// Primitives whose kernels move elements as opaque words of their itemsize (shape.cpp,
+// collectives.cpp) and so
 // take any dtype as it is, and convert_element_type, which converts every pair itself: no
 // widening (widening would convert a whole stacked array to read one slice of it).
 bool takes_narrow_as_is(Primitive p) {
@@ -154,7 +155,8 @@ bool takes_narrow_as_is(Primitive p) {
       Primitive::convert_element_type, Primitive::copy, Primitive::stop_gradient, Primitive::reshape,
       Primitive::squeeze, Primitive::expand_dims, Primitive::name, Primitive::broadcast_in_dim,
       Primitive::transpose, Primitive::slice, Primitive::rev, Primitive::pad, Primitive::dynamic_slice,
-      Primitive::dynamic_update_slice, Primitive::concatenate, Primitive::gather, Primitive::select_n};
+      Primitive::dynamic_update_slice, Primitive::concatenate, Primitive::gather, Primitive::select_n,
+      Primitive::all_gather, Primitive::ppermute};  // the collectives that move bytes: a bf16 gather sent f32
   return std::find(std::begin(as_is), std::end(as_is), p) != std::end(as_is);
 }
 
