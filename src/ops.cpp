@@ -3,6 +3,7 @@
 #include "xjax/ops.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -324,6 +325,22 @@ Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc
                   const DotOptions& options, std::source_location loc) {
   if (!options.preferred_element_type) return dot_general(a, b, lc, rc, lb, rb, loc);
   const DType to = *options.preferred_element_type;
+  // JAX's _validate_preferred_element_type: an integer (or bool) operand may ask for a float;
+  // otherwise the kind and an integer's signedness must match, and the type may not be narrower
+  // (these converted the operands: an f32 product asked for i32 truncated them first).
+  for (const Array* x : {&a, &b}) {
+    const DType in = x->dtype();
+    const bool in_float = is_floating(in), to_float = is_floating(to);
+    std::string why;
+    if (to == bool_ && in != bool_) why = "bool is not a wider type";
+    else if (in == bool_) why = "";
+    else if (in_float && !to_float) why = "a floating-point operand needs a floating-point one";
+    else if (!in_float && !to_float && is_signed_integer(in) != is_signed_integer(to)) why = "it must have the operand's signedness";
+    else if (in_float == to_float && itemsize(to) < itemsize(in)) why = "it must not be narrower than the operand";
+    if (!why.empty())
+      throw TypeError(std::string("dot_general(") + a.aval().str() + ", " + b.aval().str() + "): preferred_element_type " +
+                      dtype_name(to) + " for a " + dtype_name(in) + " operand: " + why + " (at " + format_location(loc) + ")");
+  }
   return dot_general(a.dtype() == to ? a : astype(a, to, loc), b.dtype() == to ? b : astype(b, to, loc), lc, rc, lb, rb, loc);
 }
 
@@ -390,7 +407,42 @@ EinsumSpec parse_einsum(const std::string& spec, std::size_t n) {
   strip(s.output);
   if (s.inputs.size() != n)
     throw Error("einsum: spec " + spec + " names " + std::to_string(s.inputs.size()) + " operands, got " + std::to_string(n));
+  // Letters only: no second arrow, no ellipsis (not supported); every output letter once, and
+  // found in an input.
+  const auto letters_only = [&spec](const std::string& t) {
+    for (char c : t)
+      if (!std::isalpha(static_cast<unsigned char>(c)))
+        throw Error("einsum: spec " + spec + ": '" + std::string(1, c) + "' is not a letter (one '->', letters only; '...' is not supported)");
+  };
+  for (const std::string& t : s.inputs) letters_only(t);
+  letters_only(s.output);
+  for (std::size_t i = 0; i < s.output.size(); ++i) {
+    const char c = s.output[i];
+    if (s.output.find(c, i + 1) != std::string::npos)
+      throw Error("einsum: spec " + spec + ": the output names '" + std::string(1, c) + "' twice");
+    if (std::none_of(s.inputs.begin(), s.inputs.end(), [c](const std::string& t) { return t.find(c) != std::string::npos; }))
+      throw Error("einsum: spec " + spec + ": the output's '" + std::string(1, c) + "' is in no operand");
+  }
   return s;
+}
+
+// A letter repeated within one operand ("ii", "iji") takes the diagonal of its axes (JAX's
+// sum_repeats: the elements off it masked to zero, one of the axes summed out), until each
+// letter labels one axis.
+Array diagonal_of_repeats(Array x, std::string& labels, const std::string& spec, const std::source_location& loc) {
+  for (std::size_t p = 0; p < labels.size(); ++p) {
+    std::size_t q;
+    while ((q = labels.find(labels[p], p + 1)) != std::string::npos) {
+      if (x.shape()[p] != x.shape()[q])
+        throw ShapeError("einsum " + spec + ": the axes labelled '" + std::string(1, labels[p]) + "' of " + x.aval().str() +
+                         " differ in size (at " + format_location(loc) + ")");
+      const Array on_diagonal = eq(iota(i32, x.shape(), static_cast<std::int64_t>(p), loc),
+                                   iota(i32, x.shape(), static_cast<std::int64_t>(q), loc), loc);
+      x = sum(where(on_diagonal, x, zeros_like(x), loc), {static_cast<std::int64_t>(q)}, false, loc);
+      labels.erase(q, 1);
+    }
+  }
+  return x;
 }
 
 // Sums out the letters of x (labelled `labels`) that are not in `keep`.
@@ -424,7 +476,7 @@ Array einsum(const std::string& spec, const Array& a, std::source_location loc) 
   EinsumSpec s = parse_einsum(spec, 1);
   check_labels(s.inputs[0], a, spec);
   std::string la = s.inputs[0];
-  Array x = sum_letters(a, la, s.output, loc);
+  Array x = sum_letters(diagonal_of_repeats(a, la, spec, loc), la, s.output, loc);
   return permute_to(x, la, s.output, loc);
 }
 
@@ -433,9 +485,10 @@ Array einsum(const std::string& spec, const Array& a, const Array& b, std::sourc
   check_labels(s.inputs[0], a, spec);
   check_labels(s.inputs[1], b, spec);
   std::string la = s.inputs[0], lb = s.inputs[1];
+  const Array ad = diagonal_of_repeats(a, la, spec, loc), bd = diagonal_of_repeats(b, lb, spec, loc);
   // Letters only in one operand and not in the output are summed out first.
-  Array x = sum_letters(a, la, lb + s.output, loc);
-  Array y = sum_letters(b, lb, la + s.output, loc);
+  Array x = sum_letters(ad, la, lb + s.output, loc);
+  Array y = sum_letters(bd, lb, la + s.output, loc);
   Axes lc, rc, lbat, rbat;
   std::string result;
   for (std::size_t i = 0; i < la.size(); ++i) {
@@ -767,6 +820,8 @@ Array Array::operator[](detail::Located<std::int64_t> index) const {
 
 Array Array::operator[](detail::Located<Array> index) const {
   const Array& i = index.value;
+  if (valid() && ndim() == 0)  // a rank-0 x wrote sizes[0] of an empty shape (a crash)
+    throw ShapeError("x[i] indexes the leading axis; " + aval().str() + " has none (at " + format_location(index.loc) + ")");
   std::vector<Array> starts{i};
   for (std::int64_t d = 1; d < ndim(); ++d) starts.push_back(scalar(0, i.dtype()));
   Shape sizes = shape();
@@ -1122,9 +1177,15 @@ std::ostream& operator<<(std::ostream& os, const Array& x) {
   if (!x.valid()) return os << "Array(empty)";
   if (x.is_tracer()) return os << "Traced<" << x.aval() << ">";
   os << x.aval() << " [";
-  auto v = x.to_vector<double>();
-  for (std::size_t i = 0; i < v.size() && i < 64; ++i) os << (i ? ", " : "") << v[i];
-  if (v.size() > 64) os << ", ...";
+  // At most 64 elements; integers exactly (through double they printed 2147483647 as 2.14748e+09).
+  const Array shown = x.size() > 64 ? slice(reshape(x, {x.size()}), {0}, {64}) : x;
+  const auto print_all = [&](const auto& v) {
+    for (std::size_t i = 0; i < v.size() && i < 64; ++i) os << (i ? ", " : "") << v[i];
+  };
+  if (x.dtype() == u64) print_all(shown.to_vector<std::uint64_t>());
+  else if (is_integer(x.dtype())) print_all(shown.to_vector<std::int64_t>());
+  else print_all(shown.to_vector<double>());
+  if (x.size() > 64) os << ", ...";
   return os << "]";
 }
 

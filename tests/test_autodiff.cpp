@@ -1030,3 +1030,33 @@ TEST_CASE("autodiff: d(a / b) = (da - db y) / b stays finite for a tiny b (fuzz 
   CHECK(std::isfinite(g32));
   CHECK(g32 == doctest::Approx(-1e38).epsilon(1e-3));
 }
+
+TEST_CASE("API regressions from review: check_grads compares a custom rule's primal output and uses narrow dtypes' tolerances; jacrev of an integer output; tree_map names the tree that differs") {
+  // A custom_jvp whose rule returns a wrong primal output (sin x + 0.5) with the right tangent:
+  // check_grads passed (JAX's check_jvp compares the primal too).
+  auto wrong_primal = xj::custom_jvp([](const xj::Array& v) { return xj::sin(v); },
+                                     [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                                       const xj::Array& v = std::get<0>(p);
+                                       return std::pair{xj::sin(v) + 0.5, xj::cos(v) * std::get<0>(t)};
+                                     });
+  const xj::Array x = test_util::f64v({0.3, -0.7, 1.1}, {3});
+  CHECK_THROWS_AS(xj::check_grads(wrong_primal, std::tuple{x}, {.order = 1, .modes = {xj::fwd}}), xj::Error);
+  auto right = xj::custom_jvp([](const xj::Array& v) { return xj::sin(v); },
+                              [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                                const xj::Array& v = std::get<0>(p);
+                                return std::pair{xj::sin(v), xj::cos(v) * std::get<0>(t)};
+                              });
+  xj::check_grads(right, std::tuple{x}, {.order = 2});
+  // f16 / bf16 arguments get JAX's tolerances (1e-2, 1e-1): 2 v in f16 failed at f64's 1e-5
+  const auto twice = [](const xj::Array& v) { return v * 2.0; };
+  xj::check_grads(twice, std::tuple{xj::astype(x, xj::f16)}, {.order = 1, .eps = 0.25});
+  xj::check_grads(twice, std::tuple{xj::astype(x, xj::bf16)}, {.order = 1, .eps = 0.25});
+  // jacrev of an integer output is an error, as grad's (it returned zeros)
+  CHECK_THROWS_AS((void)xj::jacrev([](const xj::Array& v) { return xj::astype(v, xj::i32); })(x), xj::TypeError);
+  // tree_map: the tree of `rest` that differs is named by its position (it always said "tree 1")
+  const std::vector<xj::Array> two{x, x}, one{x};
+  const std::string msg = test_util::message_of<xj::Error>([&] {
+    (void)xj::tree_map([](const xj::Array& p, const xj::Array&, const xj::Array&) { return p; }, two, two, one);
+  });
+  CHECK(contains(msg, "tree 2 of rest"));
+}

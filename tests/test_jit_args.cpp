@@ -312,3 +312,29 @@ TEST_CASE("weak arguments stay weak through vmap, jvp, vjp, grad, checkpoint and
   CHECK(strong_value.dtype() == xj::f64);
   CHECK(strong_g.item<double>() == 3.0);
 }
+
+namespace {
+struct SgdLike {
+  BOOST_HANA_DEFINE_STRUCT(SgdLike, (xj::Array, w), (xj::Array, b));
+};
+struct AdamLike {
+  BOOST_HANA_DEFINE_STRUCT(AdamLike, (xj::Array, w), (xj::Array, b));
+};
+// Overloaded on argument types that flatten alike.
+struct ByType {
+  xj::Array operator()(const SgdLike& s) const { return s.w - s.b * 0.1; }
+  xj::Array operator()(const AdamLike& s) const { return s.w - s.b * 0.5; }
+  xj::Array operator()(const std::tuple<xj::Array, xj::Array>& t) const { return std::get<0>(t) + std::get<1>(t); }
+  xj::Array operator()(const std::vector<xj::Array>& v) const { return v[0] * v[1]; }
+};
+}  // namespace
+
+TEST_CASE("jit: the argument's C++ type is part of the cache key (review finding: a struct or container flattening alike reused another's trace)") {
+  auto f = xj::jit(ByType{});
+  const xj::Array one = test_util::f64v({1.0}), two = test_util::f64v({2.0});
+  CHECK(f(SgdLike{one, one}).item<double>() == doctest::Approx(0.9));
+  CHECK(f(AdamLike{one, one}).item<double>() == doctest::Approx(0.5));
+  CHECK(f(std::tuple{one, two}).item<double>() == 3.0);
+  CHECK(f(std::vector<xj::Array>{one, two}).item<double>() == 2.0);
+  CHECK(f(SgdLike{one, one}).item<double>() == doctest::Approx(0.9));  // its own trace again
+}

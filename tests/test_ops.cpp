@@ -1026,3 +1026,44 @@ TEST_CASE("ops regressions from review: negative dynamic starts count from the e
   CHECK(std::isnan(xj::std(four, {}, 4).item<float>()));
   CHECK(xj::var(four, {}, 3).item<float>() == doctest::Approx(5.0));
 }
+
+TEST_CASE("ops regressions from review: einsum's repeated letters and bad specs, x[i] of a rank-0 array, preferred_element_type's rules, integers printed exactly") {
+  const xj::Array a = xj::array<double>({1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3});
+  // a letter repeated within an operand takes the diagonal (JAX's sum_repeats): "ii->" summed
+  // every entry (45), "ii->i" returned a unchanged
+  CHECK(xj::einsum("ii->", a).item<double>() == 15.0);
+  check_array(xj::einsum("ii->i", a), {3}, xj::f64, {1, 5, 9});
+  const xj::Array c = xj::array<double>({1, 2, 3}, {3});
+  check_array(xj::einsum("ii,i->i", a, c), {3}, xj::f64, {1, 10, 27});
+  std::vector<double> bv(18);
+  for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<double>(i);
+  const xj::Array b = xj::array<double>(bv, {3, 2, 3});
+  // "iji->j": sum over i of b[i, j, i]
+  std::vector<double> want(2, 0.0);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) want[static_cast<std::size_t>(j)] += bv[static_cast<std::size_t>(i * 6 + j * 3 + i)];
+  check_array(xj::einsum("iji->j", b), {2}, xj::f64, want);
+  // its gradient lands on the diagonal
+  check_array(xj::grad([](const xj::Array& m) { return xj::einsum("ii->", m); })(a), {3, 3}, xj::f64, {1, 0, 0, 0, 1, 0, 0, 0, 1});
+  CHECK_THROWS_AS((void)xj::einsum("ii->", xj::zeros({2, 3}, xj::f64)), xj::ShapeError);
+  // bad specs name the spec (they failed inside transpose)
+  for (const char* spec : {"ij->ik", "ij->ii", "ij->j->i", "...ij->ij"})
+    CHECK(contains(test_util::message_of<xj::Error>([&] { (void)xj::einsum(spec, xj::zeros({2, 3}, xj::f64)); }), spec));
+  // x[i] of a rank-0 array is an error (it wrote past an empty shape and crashed)
+  CHECK_THROWS_AS((void)xj::scalar(1.0)[xj::scalar(0, xj::i32)], xj::ShapeError);
+  // preferred_element_type: JAX's rules (these converted the operands first: f32 asked for i32 truncated them)
+  const xj::Array f = xj::array<float>({0.5f, 1.5f, 2.5f}, {3}), ones = xj::ones({3});
+  const xj::Array i = xj::array<std::int32_t>({100, 100, 100}, {3});
+  CHECK_THROWS_AS((void)xj::dot_general(f, ones, {0}, {0}, {}, {}, {.preferred_element_type = xj::i32}), xj::TypeError);
+  CHECK_THROWS_AS((void)xj::dot_general(f, ones, {0}, {0}, {}, {}, {.preferred_element_type = xj::bf16}), xj::TypeError);
+  CHECK_THROWS_AS((void)xj::dot_general(i, i, {0}, {0}, {}, {}, {.preferred_element_type = xj::i8}), xj::TypeError);
+  CHECK_THROWS_AS((void)xj::dot_general(i, i, {0}, {0}, {}, {}, {.preferred_element_type = xj::u32}), xj::TypeError);
+  CHECK(xj::dot_general(i, i, {0}, {0}, {}, {}, {.preferred_element_type = xj::i64}).item<std::int64_t>() == 30000);
+  CHECK(xj::dot_general(i, i, {0}, {0}, {}, {}, {.preferred_element_type = xj::f32}).item<float>() == 30000.0f);
+  CHECK(xj::dot_general(f, ones, {0}, {0}, {}, {}, {.preferred_element_type = xj::f64}).item<double>() == 4.5);
+  // integers print exactly (through double: 2.14748e+09)
+  std::ostringstream os;
+  os << xj::array<std::int32_t>({1234567, 2147483647}, {2}) << xj::array<std::uint64_t>({18446744073709551615ull}, {1});
+  CHECK(contains(os.str(), "1234567, 2147483647"));
+  CHECK(contains(os.str(), "18446744073709551615"));
+}

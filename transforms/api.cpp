@@ -337,6 +337,9 @@ void expect_unary(const ClosedJaxpr& j, const char* who) {
   if (j->invars.size() != 1 || j->outvars.size() != 1)
     throw TypeError(std::string(who) + ": the function must map one array to one array");
   if (!differentiable(j->invars[0].aval())) throw TypeError(std::string(who) + ": the input must be f32 or f64");
+  // JAX: "jacrev requires real-valued outputs" (an integer output's rows were zeros, where grad refuses it)
+  if (std::string(who) == "jacrev" && !differentiable(j.out_avals()[0]))
+    throw TypeError("jacrev: the output must be a float array, got " + j.out_avals()[0].str());
 }
 
 /// The basis of aval's space: [aval.size(), aval.shape...], member i one at element i.

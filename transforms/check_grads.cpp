@@ -2,6 +2,7 @@
 // check_jvp: jvp(f)(x, v) against (f(x + eps v) - f(x - eps v)) / (2 eps).
 // check_vjp: <vjp(f)(x)(u), v> against <u, numerical jvp along v>.
 // Order n > 1 recurses: fwd on (x, v) -> jvp(f)(x, v), rev on x -> vjp(f)(x)(f(x)).
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -17,10 +18,12 @@ struct Tol {
   double atol, rtol, eps;
 };
 
+// JAX's default_gradient_tolerance for the widest-tolerance dtype among the arguments: f64 1e-5,
+// f32 2e-3, f16 1e-2, bf16 1e-1 (f16 / bf16 had f64's).
 Tol tolerance(const std::vector<Array>& args, const CheckGradsOptions& o) {
   double t = 1e-5;
   for (const auto& a : args)
-    if (a.dtype() == f32) t = 2e-3;
+    t = std::max(t, a.dtype() == bf16 ? 1e-1 : a.dtype() == f16 ? 1e-2 : a.dtype() == f32 ? 2e-3 : 1e-5);
   return {o.atol.value_or(t), o.rtol.value_or(t), o.eps.value_or(1e-4)};
 }
 
@@ -95,6 +98,7 @@ void check_jvp(const FlatFn& f, const std::vector<Array>& x, const Tol& tol, int
   std::vector<Array> v;
   for (const auto& a : x) v.push_back(random_like(a, rng));
   auto [outs, touts] = jvp_flat(trace_at(f, x), x, v);
+  check_close(outs, f(x), tol, order, "fwd (the primal output against f)");  // JAX's check_jvp: a custom rule's primal too
   auto expected = numerical_jvp(f, x, v, tol.eps);
   check_close(touts, expected, tol, order, "fwd");
 }

@@ -242,8 +242,9 @@ template <class T, class F, class... Rest> T tree_map(F&& f, const T& tree, cons
     std::size_t k = 0;
     auto flat_rest = [&](const auto& r) {
       auto [other, other_def] = tree_flatten(r);
+      const std::size_t index = ++k;  // counted for every tree of rest, not only the one that differs
       std::string diff = detail::tree_difference(def, other_def);
-      if (!diff.empty()) detail::tree_mismatch("tree_map: tree " + std::to_string(++k) + " of rest differs from the first " + diff);
+      if (!diff.empty()) detail::tree_mismatch("tree_map: tree " + std::to_string(index) + " of rest differs from the first " + diff);
       return other;
     };
     std::array<std::vector<Array>, sizeof...(Rest)> others{flat_rest(rest)...};

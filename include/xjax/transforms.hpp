@@ -419,6 +419,10 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     fa.begin_arg();
     if constexpr (Tree<A>) {
       PyTree<A>::flatten(std::get<K>(args), fa.leaves, fa.defs.back());
+      // The C++ type is part of the key, as a treedef's node types are JAX's: a tuple and a
+      // vector (or two structs with the same member names) flatten alike, and a function
+      // overloaded on them reused the first one's trace.
+      statics += "|" + std::to_string(K) + ":" + typeid(A).name();
     } else if constexpr (jit_traces_number<K, F, Args...>()) {
       if (is_static[K]) {
         static_numbers[K] = jit_number_of(std::get<K>(args));
