@@ -112,6 +112,9 @@ std::int64_t Array::element_as_int(std::int64_t i) const {
 namespace detail {
 
 Array alloc_array(const ShapedArray& aval) {
+  // 2^60 elements of at most 8 bytes: nbytes() (a size_t product) cannot wrap below it.
+  if (aval.size() > (std::int64_t{1} << 60))
+    throw Error("cannot allocate " + aval.str() + ": " + std::to_string(aval.size()) + " elements exceed any memory");
   // Both from the per-thread small-block cache: a plan makes one per step output.
   auto impl = std::allocate_shared<ArrayImpl>(SmallBlockAllocator<ArrayImpl>{});
   impl->aval = aval;
@@ -170,6 +173,8 @@ Array external_array(const void* data, const ShapedArray& aval, std::shared_ptr<
 }
 
 Array array_from_bytes(const void* data, const ShapedArray& aval) {
+  for (auto d : aval.shape)  // (-2) x (-3) = 6 values were accepted as f32[-2,-3]
+    if (d < 0) throw ShapeError("xj::array: negative dimension in shape " + shape_str(aval.shape));
   Array out = alloc_array(aval);
   if (aval.nbytes()) std::memcpy(mutable_data(out), data, aval.nbytes());
   return out;
@@ -202,6 +207,7 @@ Array arange(std::int64_t n, DType dtype) {
 }
 
 Array eye(std::int64_t n, DType dtype) {
+  if (n < 0) throw ShapeError("xj::eye: negative size " + std::to_string(n));
   Array out = zeros({n, n}, dtype);
   char* p = static_cast<char*>(detail::mutable_data(out));
   auto sz = static_cast<std::int64_t>(itemsize(dtype));

@@ -343,15 +343,18 @@ std::int64_t process_count_for(P p) {
 }
 
 /// bind1(p, {x}, params) after the collective's checks on this process (`validate`, then its
-/// shape rule): where they fail, it joins the cross-process check as a mismatch before throwing
-/// (comm::join_as_mismatch), so that the other processes raise at the same call and every process
-/// stays in step (the others had paired their check with this process's next collective).
+/// shape rule): where they fail in eager execution, it joins the cross-process check as a mismatch
+/// before throwing (comm::join_as_mismatch), so that the other processes raise at the same call
+/// and every process stays in step (the others had paired their check with this process's next
+/// collective). Not while tracing: a trace may run on one process only (make_jaxpr to print a
+/// program), and a jitted program's collectives check when it runs.
 template <class Validate> Array collective(P p, const Array& x, const Params& params, Validate validate,
                                            const std::source_location& loc) {
+  const bool eager = !detail::tracing_active();
   try {
     validate();
   } catch (...) {
-    detail::comm::join_as_mismatch();
+    if (eager) detail::comm::join_as_mismatch();
     throw;
   }
   bool rule_fails = false;
@@ -362,7 +365,7 @@ template <class Validate> Array collective(P p, const Array& x, const Params& pa
     rule_fails = true;
   }
   if (rule_fails) {
-    detail::comm::join_as_mismatch();
+    if (eager) detail::comm::join_as_mismatch();
     (void)bind1(p, {x}, params, loc);  // raises the shape rule's error again, with the caller's line, before any communication
     throw Error("internal error: " + std::string(primitive_name(p)) + "'s shape rule failed once and then passed");
   }

@@ -104,7 +104,9 @@ std::ostream& operator<<(std::ostream& os, DType d) { return os << dtype_name(d)
 
 std::int64_t shape_size(const Shape& s) {
   std::int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s)
+    if (__builtin_mul_overflow(n, d, &n))  // wrapped silently: 2^62 x 4 elements was an array of size 0
+      throw ShapeError("shape " + shape_str(s) + " has more than 2^63 - 1 elements");
   return n;
 }
 

@@ -325,8 +325,9 @@ Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc
                   const DotOptions& options, std::source_location loc) {
   if (!options.preferred_element_type) return dot_general(a, b, lc, rc, lb, rb, loc);
   const DType to = *options.preferred_element_type;
-  // JAX's _validate_preferred_element_type: an integer (or bool) operand may ask for a float;
-  // otherwise the kind and an integer's signedness must match, and the type may not be narrower
+  // JAX's _validate_preferred_element_type: an integer (or bool) operand may ask for a float, an
+  // unsigned one for a signed integer; a float operand needs a float, a signed one a signed
+  // integer or a float; and the type may not be narrower
   // (these converted the operands: an f32 product asked for i32 truncated them first).
   for (const Array* x : {&a, &b}) {
     const DType in = x->dtype();
@@ -335,8 +336,8 @@ Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc
     if (to == bool_ && in != bool_) why = "bool is not a wider type";
     else if (in == bool_) why = "";
     else if (in_float && !to_float) why = "a floating-point operand needs a floating-point one";
-    else if (!in_float && !to_float && is_signed_integer(in) != is_signed_integer(to)) why = "it must have the operand's signedness";
-    else if (in_float == to_float && itemsize(to) < itemsize(in)) why = "it must not be narrower than the operand";
+    else if (is_signed_integer(in) && !to_float && !is_signed_integer(to)) why = "a signed operand needs a signed one";
+    else if (itemsize(to) < itemsize(in)) why = "it must not be narrower than the operand";
     if (!why.empty())
       throw TypeError(std::string("dot_general(") + a.aval().str() + ", " + b.aval().str() + "): preferred_element_type " +
                       dtype_name(to) + " for a " + dtype_name(in) + " operand: " + why + " (at " + format_location(loc) + ")");
@@ -1178,13 +1179,12 @@ std::ostream& operator<<(std::ostream& os, const Array& x) {
   if (x.is_tracer()) return os << "Traced<" << x.aval() << ">";
   os << x.aval() << " [";
   // At most 64 elements; integers exactly (through double they printed 2147483647 as 2.14748e+09).
-  const Array shown = x.size() > 64 ? slice(reshape(x, {x.size()}), {0}, {64}) : x;
   const auto print_all = [&](const auto& v) {
     for (std::size_t i = 0; i < v.size() && i < 64; ++i) os << (i ? ", " : "") << v[i];
   };
-  if (x.dtype() == u64) print_all(shown.to_vector<std::uint64_t>());
-  else if (is_integer(x.dtype())) print_all(shown.to_vector<std::int64_t>());
-  else print_all(shown.to_vector<double>());
+  if (x.dtype() == u64) print_all(x.to_vector<std::uint64_t>());
+  else if (is_integer(x.dtype())) print_all(x.to_vector<std::int64_t>());
+  else print_all(x.to_vector<double>());
   if (x.size() > 64) os << ", ...";
   return os << "]";
 }

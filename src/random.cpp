@@ -131,8 +131,9 @@ Array uniform(const Array& key, const Shape& shape, DType dtype, double minval, 
   // so that every draw lies in [minval, maxval) as the header promises.
   const double lo = in_dtype(minval, dtype);
   const double span = in_dtype(in_dtype(maxval, dtype) - lo, dtype);
-  const Array below_max = nextafter(scalar(in_dtype(maxval, dtype), dtype), scalar(lo, dtype), loc);
-  return minimum(maximum(u * span + lo, scalar(lo, dtype), loc), below_max, loc);
+  const Array draws = maximum(u * span + lo, scalar(lo, dtype), loc);
+  if (!(in_dtype(maxval, dtype) > lo)) return draws;  // an empty or reversed range: minval, as JAX's
+  return minimum(draws, nextafter(scalar(in_dtype(maxval, dtype), dtype), scalar(lo, dtype), loc), loc);
 }
 
 Array normal(const Array& key, const Shape& shape, DType dtype, std::source_location loc) {

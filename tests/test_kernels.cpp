@@ -22,7 +22,9 @@
 
 #include "internal.hpp"
 #include "kernels/parallel.hpp"
+#include "xjax/ops.hpp"
 #include "xjax/runtime.hpp"
+#include "xjax/transforms.hpp"
 
 namespace {
 

@@ -227,4 +227,6 @@ TEST_CASE("nn and math regressions from review: logsumexp of infinite maxima, at
     CHECK(*std::max_element(draws.begin(), draws.end()) < hi);
     CHECK(*std::min_element(draws.begin(), draws.end()) >= lo);
   }
+  // a reversed range gives minval, as JAX's (the upper clamp must not apply there)
+  CHECK(xj::random::uniform(key, {4}, xj::f32, 3.0, 1.0).to_vector<float>() == std::vector<float>(4, 3.0f));
 }

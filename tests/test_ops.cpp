@@ -1005,6 +1005,9 @@ TEST_CASE("ops regressions from review: negative dynamic starts count from the e
   const xj::Array starts = xj::array<int>({-1, 0, -9, 2}, {4});
   const xj::Array rows = xj::vmap([&](const xj::Array& s) { return xj::dynamic_slice(x, {s}, {2}); })(starts);
   check_array(rows, {4, 2}, xj::f32, {8, 9, 0, 1, 1, 2, 2, 3});
+  // batched u64 starts past i64's range clamp to the end (~0 had become -1, then 0)
+  const xj::Array huge = xj::array<std::uint64_t>({18446744073709551615ull, 1}, {2});
+  check_array(xj::vmap([&](const xj::Array& s) { return xj::dynamic_slice(x, {s}, {2}); })(huge), {2, 2}, xj::f32, {8, 9, 1, 2});
   // the gradient lands where the values came from
   const xj::Array g = xj::grad([&](const xj::Array& a) { return xj::sum(xj::dynamic_slice(a, {minus_one}, {3})); })(x);
   check_array(g, {10}, xj::f32, {0, 0, 0, 0, 0, 0, 0, 1, 1, 1});
@@ -1061,9 +1064,49 @@ TEST_CASE("ops regressions from review: einsum's repeated letters and bad specs,
   CHECK(xj::dot_general(i, i, {0}, {0}, {}, {}, {.preferred_element_type = xj::i64}).item<std::int64_t>() == 30000);
   CHECK(xj::dot_general(i, i, {0}, {0}, {}, {}, {.preferred_element_type = xj::f32}).item<float>() == 30000.0f);
   CHECK(xj::dot_general(f, ones, {0}, {0}, {}, {}, {.preferred_element_type = xj::f64}).item<double>() == 4.5);
+  // an integer asking for a narrower float is refused too (i32 -> f16 overflowed to inf); an
+  // unsigned operand may ask for a wider signed integer
+  CHECK_THROWS_AS((void)xj::dot_general(i, i, {0}, {0}, {}, {}, {.preferred_element_type = xj::f16}), xj::TypeError);
+  CHECK_THROWS_AS((void)xj::dot_general(xj::astype(i, xj::i64), xj::astype(i, xj::i64), {0}, {0}, {}, {}, {.preferred_element_type = xj::f32}),
+                  xj::TypeError);
+  const xj::Array u = xj::astype(xj::array<std::int32_t>({200, 200}, {2}), xj::u8);
+  CHECK(xj::dot_general(u, u, {0}, {0}, {}, {}, {.preferred_element_type = xj::i32}).item<std::int32_t>() == 80000);
+  // a concrete array of more than 64 elements prints inside a trace too (the first 64)
+  std::ostringstream inside;
+  (void)xj::jit([&](const xj::Array& v) {
+    inside << xj::arange(100, xj::i32);
+    return v;
+  })(u);
+  CHECK(contains(inside.str(), "62, 63, ..."));
   // integers print exactly (through double: 2.14748e+09)
   std::ostringstream os;
   os << xj::array<std::int32_t>({1234567, 2147483647}, {2}) << xj::array<std::uint64_t>({18446744073709551615ull}, {1});
   CHECK(contains(os.str(), "1234567, 2147483647"));
   CHECK(contains(os.str(), "18446744073709551615"));
+}
+
+TEST_CASE("creation regressions from review: negative and overflowing shapes, item / to_vector converting as astype, fori_loop bounds past i32") {
+  // (-2) x (-3) = 6 values were accepted as f32[-2,-3]; 2^62 x 4 elements wrapped to a size-0
+  // array (then a crash); 2^61 f64 wrapped nbytes to 0
+  CHECK_THROWS_AS((void)xj::array<float>({1, 2, 3, 4, 5, 6}, {-2, -3}), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::full({std::int64_t{1} << 62, 4}, 1.0), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::zeros({std::int64_t{1} << 61}, xj::f64), xj::Error);
+  CHECK_THROWS_AS((void)xj::arange(std::int64_t{1} << 62), xj::Error);
+  CHECK_THROWS_AS((void)xj::eye(3037000500), xj::ShapeError);
+  CHECK(contains(test_util::message_of<xj::ShapeError>([] { (void)xj::eye(-1); }), "xj::eye"));
+  // item / to_vector to an integer type convert as astype does (a C++ cast of NaN or 3e9 to int
+  // is undefined: it gave INT_MIN)
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const xj::Array x = xj::array<float>({static_cast<float>(nan), 3e9f, -3e9f, 1e20f, -1.5f, 300.0f}, {6});
+  CHECK(x.to_vector<std::int32_t>() == xj::astype(x, xj::i32).to_vector<std::int32_t>());
+  CHECK(x.to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 2147483647, -2147483647 - 1, 2147483647, -1, 300});
+  CHECK(x.to_vector<std::int8_t>() == std::vector<std::int8_t>{0, 127, -128, 127, -1, 127});
+  CHECK(x.to_vector<std::uint64_t>() == std::vector<std::uint64_t>{0, 3000000000u, 0, 18446744073709551615ull, 0, 300});
+  CHECK(x[3].item<std::int64_t>() == std::numeric_limits<std::int64_t>::max());
+  // fori_loop: a bound outside the i32 counter's range is an error (the counter wrapped)
+  const auto last = [](const xj::Array& i, const xj::Array&) { return xj::astype(i, xj::i64); };
+  CHECK_THROWS_AS((void)xj::fori_loop(3000000000LL, 3000000002LL, last, xj::scalar(0, xj::i64)), xj::Error);
+  CHECK_THROWS_AS((void)xj::fori_loop(xj::scalar(3e9, xj::i64), xj::scalar(3e9 + 2, xj::i64), last, xj::scalar(0, xj::i64)), xj::Error);
+  CHECK(xj::fori_loop(xj::scalar(5, xj::i64), xj::scalar(7, xj::i64), last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 6);
+  CHECK(xj::fori_loop(0, 3, last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 2);
 }

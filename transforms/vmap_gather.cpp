@@ -11,6 +11,7 @@
 // fill_or_drop mode sent past every member's rows), so a member's offset never reaches another
 // member's elements and the result is the loop's, element for element. Empty windows or batches
 // go member by member.
+#include <cmath>
 #include <algorithm>
 
 #include "batching.hpp"
@@ -31,7 +32,10 @@ Array clamp(const Array& x, std::int64_t lo, std::int64_t hi, DType t) {
 /// Every member's start of window dim k (operand `operand`), clamped to [0, n - s] in 64 bits:
 /// shape [B] when batched, a scalar when not.
 Array clamped_start(const BatchArgs& a, std::size_t operand, std::int64_t n, std::int64_t s) {
-  return clamp(astype(a.x[operand], i64, a.loc), 0, std::max<std::int64_t>(n - s, 0), i64);
+  Array start = a.x[operand];
+  // a u64 start past i64's range is past every axis: capped first (converted, ~0 became -1 -> 0)
+  if (start.dtype() == u64) start = minimum(start, scalar(std::ldexp(1.0, 62), u64));
+  return clamp(astype(start, i64, a.loc), 0, std::max<std::int64_t>(n - s, 0), i64);
 }
 
 /// Rows of a batched operand ([B] + n, batch at 0) with its leading dims [B] + n[:k] and axis k

@@ -5,6 +5,7 @@
 // nothing live reads) and the flat entry the API (xj::while_loop, xj::fori_loop with Array bounds
 // in control_flow.hpp) calls.
 #include <algorithm>
+#include <limits>
 
 #include "higher_order.hpp"
 #include "loops/loops.hpp"
@@ -298,7 +299,17 @@ std::vector<Array> while_flat(const ClosedJaxpr& cond, const ClosedJaxpr& body, 
 Array fori_bound(const Array& b, std::source_location loc) {
   if (b.ndim() != 0 || is_floating(b.dtype()) || b.dtype() == bool_)
     throw TypeError("fori_loop: a bound must be an integer scalar, got " + b.aval().str() + " (at " + format_location(loc) + ")");
+  if (b.dtype() != i32 && !b.is_tracer()) {  // a traced bound converts as astype does (documented)
+    const bool too_big = b.dtype() == u64 ? b.item<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())
+                                          : b.item<std::int64_t>() > std::numeric_limits<std::int32_t>::max() ||
+                                                b.item<std::int64_t>() < std::numeric_limits<std::int32_t>::min();
+    if (too_big) fori_bound_out_of_range(b.dtype() == u64 ? std::to_string(b.item<std::uint64_t>()) : std::to_string(b.item<std::int64_t>()), loc);
+  }
   return b.dtype() == i32 ? b : astype(b, i32, loc);
+}
+
+void fori_bound_out_of_range(const std::string& value, std::source_location loc) {
+  throw Error("fori_loop: the bound " + value + " is outside the i32 range of the loop counter (at " + format_location(loc) + ")");
 }
 
 void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <source_location>
 #include <span>
@@ -85,12 +86,27 @@ template <class T> T Array::item() const {
   return to_vector<T>()[0];
 }
 
+namespace detail {
+/// v as T, as astype converts (XLA's rule) where a C++ cast would be undefined: to an integer,
+/// truncated toward zero, saturated at T's range, NaN to 0.
+template <class T> T converted_from_double(double v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (v != v) return T(0);
+    if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+}  // namespace detail
+
 template <class T> std::vector<T> Array::to_vector() const {
   (void)raw_data();  // throws for tracers
   std::vector<T> out(static_cast<std::size_t>(size()));
   for (std::int64_t i = 0; i < size(); ++i) {
     if (is_floating(dtype()))
-      out[static_cast<std::size_t>(i)] = static_cast<T>(element_as_double(i));
+      out[static_cast<std::size_t>(i)] = detail::converted_from_double<T>(element_as_double(i));
     else if (dtype() == DType::u64)  // values above INT64_MAX: element_as_int keeps their bits
       out[static_cast<std::size_t>(i)] = static_cast<T>(static_cast<std::uint64_t>(element_as_int(i)));
     else

@@ -3,9 +3,12 @@
 #pragma once
 #include <concepts>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <source_location>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "xjax/detail/function.hpp"
@@ -260,9 +263,15 @@ std::int64_t while_snapshots(const ScanCheckpoints& c, std::source_location loc)
 /// TypeError unless cond_fn returns bool[] and body_fn returns the carry's structure and types.
 void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
                  std::span<const ShapedArray> out, std::span<const ShapedArray> pred, std::source_location loc);
-/// A fori_loop bound as an i32 scalar (integers, or integer scalar Arrays).
+/// A fori_loop bound as an i32 scalar (integers, or integer scalar Arrays); a number or concrete
+/// array outside i32's range is an Error (the counter wrapped).
 Array fori_bound(const Array& b, std::source_location loc);
-inline Array fori_bound(std::integral auto b, std::source_location) { return scalar(static_cast<double>(b), i32); }
+[[noreturn]] void fori_bound_out_of_range(const std::string& value, std::source_location loc);
+inline Array fori_bound(std::integral auto b, std::source_location loc) {
+  if (std::cmp_less(b, std::numeric_limits<std::int32_t>::min()) || std::cmp_greater(b, std::numeric_limits<std::int32_t>::max()))
+    fori_bound_out_of_range(std::to_string(b), loc);
+  return scalar(static_cast<double>(b), i32);
+}
 }  // namespace detail
 
 /// while_loop(cond_fn, body_fn, init): carry = init; while (cond_fn(carry)) carry = body_fn(carry);
