@@ -14,6 +14,8 @@
 
 #include <xjax/xjax.hpp>
 
+#include "test_util.hpp"
+
 namespace xj = xjax;
 
 namespace {
@@ -1051,7 +1053,7 @@ TEST_CASE("ops regressions from review: einsum's repeated letters and bad specs,
   CHECK_THROWS_AS((void)xj::einsum("ii->", xj::zeros({2, 3}, xj::f64)), xj::ShapeError);
   // bad specs name the spec (they failed inside transpose)
   for (const char* spec : {"ij->ik", "ij->ii", "ij->j->i", "...ij->ij"})
-    CHECK(contains(test_util::message_of<xj::Error>([&] { (void)xj::einsum(spec, xj::zeros({2, 3}, xj::f64)); }), spec));
+    CHECK(test_util::contains(test_util::message_of<xj::Error>([&] { (void)xj::einsum(spec, xj::zeros({2, 3}, xj::f64)); }), spec));
   // x[i] of a rank-0 array is an error (it wrote past an empty shape and crashed)
   CHECK_THROWS_AS((void)xj::scalar(1.0)[xj::scalar(0, xj::i32)], xj::ShapeError);
   // preferred_element_type: JAX's rules (these converted the operands first: f32 asked for i32 truncated them)
@@ -1077,12 +1079,12 @@ TEST_CASE("ops regressions from review: einsum's repeated letters and bad specs,
     inside << xj::arange(100, xj::i32);
     return v;
   })(u);
-  CHECK(contains(inside.str(), "62, 63, ..."));
+  CHECK(test_util::contains(inside.str(), "62, 63, ..."));
   // integers print exactly (through double: 2.14748e+09)
   std::ostringstream os;
   os << xj::array<std::int32_t>({1234567, 2147483647}, {2}) << xj::array<std::uint64_t>({18446744073709551615ull}, {1});
-  CHECK(contains(os.str(), "1234567, 2147483647"));
-  CHECK(contains(os.str(), "18446744073709551615"));
+  CHECK(test_util::contains(os.str(), "1234567, 2147483647"));
+  CHECK(test_util::contains(os.str(), "18446744073709551615"));
 }
 
 TEST_CASE("creation regressions from review: negative and overflowing shapes, item / to_vector converting as astype, fori_loop bounds past i32") {
@@ -1093,7 +1095,7 @@ TEST_CASE("creation regressions from review: negative and overflowing shapes, it
   CHECK_THROWS_AS((void)xj::zeros({std::int64_t{1} << 61}, xj::f64), xj::Error);
   CHECK_THROWS_AS((void)xj::arange(std::int64_t{1} << 62), xj::Error);
   CHECK_THROWS_AS((void)xj::eye(3037000500), xj::ShapeError);
-  CHECK(contains(test_util::message_of<xj::ShapeError>([] { (void)xj::eye(-1); }), "xj::eye"));
+  CHECK(test_util::contains(test_util::message_of<xj::ShapeError>([] { (void)xj::eye(-1); }), "xj::eye"));
   // item / to_vector to an integer type convert as astype does (a C++ cast of NaN or 3e9 to int
   // is undefined: it gave INT_MIN)
   const double nan = std::numeric_limits<double>::quiet_NaN();
