@@ -103,6 +103,8 @@ template struct Float16Storage<5>;
 std::ostream& operator<<(std::ostream& os, DType d) { return os << dtype_name(d); }
 
 std::int64_t shape_size(const Shape& s) {
+  for (auto d : s)
+    if (d == 0) return 0;  // whatever the other dimensions: none of them overflows an empty count
   std::int64_t n = 1;
   for (auto d : s)
     if (__builtin_mul_overflow(n, d, &n))  // wrapped silently: 2^62 x 4 elements was an array of size 0

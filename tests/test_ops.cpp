@@ -1111,4 +1111,14 @@ TEST_CASE("creation regressions from review: negative and overflowing shapes, it
   CHECK_THROWS_AS((void)xj::fori_loop(xj::scalar(3e9, xj::i64), xj::scalar(3e9 + 2, xj::i64), last, xj::scalar(0, xj::i64)), xj::Error);
   CHECK(xj::fori_loop(xj::scalar(5, xj::i64), xj::scalar(7, xj::i64), last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 6);
   CHECK(xj::fori_loop(0, 3, last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 2);
+  CHECK_THROWS_AS((void)xj::fori_loop(std::int64_t{2147483646}, std::int64_t{2147483649}, last, xj::scalar(0, xj::i64)), xj::Error);
+  CHECK(xj::fori_loop(false, 4, last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 3);  // bool and char bounds compile
+  CHECK(xj::fori_loop(char{1}, 4u, last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 3);
+  // a zero dimension empties the count wherever it stands
+  CHECK(xj::zeros({std::int64_t{1} << 62, 4, 0}).size() == 0);
+  // check_grads: a NaN primal output matched by f's NaN is close (numpy's allclose)
+  const auto nan_at_zero = [](const xj::Array& v) {
+    return xj::where(xj::eq(v, xj::zeros_like(v)), xj::ones_like(v) * std::numeric_limits<double>::quiet_NaN(), xj::ones_like(v)) + v * 0.0;
+  };
+  xj::check_grads(nan_at_zero, std::tuple{xj::array<double>({0.0, 0.5, -0.7}, {3})}, {.order = 1});
 }

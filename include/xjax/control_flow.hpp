@@ -267,9 +267,15 @@ void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const 
 /// array outside i32's range is an Error (the counter wrapped).
 Array fori_bound(const Array& b, std::source_location loc);
 [[noreturn]] void fori_bound_out_of_range(const std::string& value, std::source_location loc);
-inline Array fori_bound(std::integral auto b, std::source_location loc) {
-  if (std::cmp_less(b, std::numeric_limits<std::int32_t>::min()) || std::cmp_greater(b, std::numeric_limits<std::int32_t>::max()))
-    fori_bound_out_of_range(std::to_string(b), loc);
+template <std::integral I> Array fori_bound(I b, std::source_location loc) {
+  if constexpr (sizeof(I) >= sizeof(std::int32_t) && !std::is_same_v<I, bool>) {  // narrower types always fit
+    const bool out_of_range = std::is_signed_v<I> ? static_cast<std::int64_t>(b) < std::numeric_limits<std::int32_t>::min() ||
+                                                        static_cast<std::int64_t>(b) > std::numeric_limits<std::int32_t>::max()
+                                                  : static_cast<std::uint64_t>(b) > std::uint64_t{std::numeric_limits<std::int32_t>::max()};
+    if (out_of_range)
+      fori_bound_out_of_range(std::is_signed_v<I> ? std::to_string(static_cast<std::int64_t>(b)) : std::to_string(static_cast<std::uint64_t>(b)),
+                              loc);
+  }
   return scalar(static_cast<double>(b), i32);
 }
 }  // namespace detail
@@ -304,6 +310,7 @@ template <class Lo, class Hi, class Body, class Carry>
 Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location loc = std::source_location::current()) {
   using IC = std::pair<Array, Carry>;
   if constexpr (std::integral<Lo> && std::integral<Hi>) {
+    (void)detail::fori_bound(hi, loc);  // both bounds in the counter's range (the counter wrapped past hi)
     const std::int64_t trips = static_cast<std::int64_t>(hi) - static_cast<std::int64_t>(lo);
     const std::int64_t length = trips > 0 ? trips : 0;
     auto step = [&body](const IC& ic, const None&) {
