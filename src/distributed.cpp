@@ -350,11 +350,14 @@ std::int64_t process_count_for(P p) {
 /// program), and a jitted program's collectives check when it runs.
 template <class Validate> Array collective(P p, const Array& x, const Params& params, Validate validate,
                                            const std::source_location& loc) {
-  const bool eager = !detail::tracing_active();
+  if (detail::tracing_active()) {  // nothing to join: bind's shape rule raises on this process alone
+    validate();
+    return bind1(p, {x}, params, loc);
+  }
   try {
     validate();
   } catch (...) {
-    if (eager) detail::comm::join_as_mismatch();
+    detail::comm::join_as_mismatch();
     throw;
   }
   bool rule_fails = false;
@@ -365,7 +368,7 @@ template <class Validate> Array collective(P p, const Array& x, const Params& pa
     rule_fails = true;
   }
   if (rule_fails) {
-    if (eager) detail::comm::join_as_mismatch();
+    detail::comm::join_as_mismatch();
     (void)bind1(p, {x}, params, loc);  // raises the shape rule's error again, with the caller's line, before any communication
     throw Error("internal error: " + std::string(primitive_name(p)) + "'s shape rule failed once and then passed");
   }
