@@ -77,6 +77,28 @@ TEST_CASE("vmap: the batch dim stays where it is through a chain of elementwise 
   check_close(xj::vmap(f)(randn({8, 4}, 4)), loop(f, randn({8, 4}, 4)), 1e-12);
 }
 
+TEST_CASE("vmap: a batched broadcast puts the batch axis first, so it meets batch-0 operands without a transpose") {
+  // Regression (fuzz seed 24102849): the rule put a broadcast scalar's batch axis last, so
+  // s * v + v transposed between the broadcast and v, which split a fused bf16 chain (one more
+  // rounding than the loop). JAX's rule puts it first.
+  auto f = [](const xj::Array& s, const xj::Array& v) { return s * v + v; };
+  xj::Array ss = randn({5}, 11), vs = randn({5, 3, 2}, 12);
+  std::string printed = str(xj::make_jaxpr(xj::vmap(f))(ss, vs));
+  INFO(printed);
+  CHECK(count(printed, "transpose[") == 0);
+  CHECK(count(printed, "broadcast_dimensions=(0,)") == 1);
+  std::vector<xj::Array> members;
+  for (std::int64_t i = 0; i < 5; ++i) members.push_back(f(member(ss, i), member(vs, i)));
+  check_close(xj::vmap(f)(ss, vs), xj::stack(members), 1e-12);
+  // The operand batched at a later axis: moved to the front first, the values unchanged.
+  auto g = [](const xj::Array& r) { return xj::broadcast_to(r, {4, 3}); };
+  xj::Array rs = randn({3, 6}, 13);  // six rows of 3, batched at axis 1
+  std::vector<xj::Array> rows;
+  for (std::int64_t i = 0; i < 6; ++i) rows.push_back(g(member(rs, i, 1)));
+  check_close(xj::vmap(g, 1)(rs), xj::stack(rows), 1e-15);
+  check_close(xj::vmap(g, 1, 2)(rs), xj::stack(rows, 2), 1e-15);
+}
+
 TEST_CASE("vmap: in_axes per argument (None, negative, pytrees) and axis_size") {
   xj::Array xs = randn({4, 3}, 5), y = randn({3}, 6), zs = randn({3, 4}, 7);
   auto f = [](const xj::Array& x, const xj::Array& y, const xj::Array& z) { return x * y + xj::exp(z); };

@@ -241,22 +241,15 @@ BatchOut reduce_window_min_batch(const BatchArgs& a) { return window_batch<param
 BatchOut select_and_gather_add_batch(const BatchArgs& a) { return window_batch<params::SelectWindow>(a); }
 BatchOut select_and_scatter_add_batch(const BatchArgs& a) { return window_batch<params::SelectWindow>(a); }
 
-// broadcast_in_dim(x)[b]: the batch axis goes into the output just before the axis operand dim d
-// maps to, so broadcast_dimensions stay increasing.
+// broadcast_in_dim(x)[b]: the batch axis first, in the operand and in the output (as JAX), so a
+// broadcast joins operands batched at 0 without a transpose between them.
 BatchOut broadcast_in_dim_batch(const BatchArgs& a) {
   const auto& ps = a.params.get<params::BroadcastInDim>();
-  std::int64_t d = a.dims[0];
-  const Ints& bd = ps.broadcast_dimensions;
-  std::int64_t p = d < static_cast<std::int64_t>(bd.size()) ? bd[static_cast<std::size_t>(d)]
-                                                            : static_cast<std::int64_t>(ps.shape.size());
-  Ints shape = inserted(ps.shape, p, a.size);
-  Ints dims;
-  for (std::size_t i = 0; i < bd.size(); ++i) {
-    if (static_cast<std::int64_t>(i) == d) dims.push_back(p);
-    dims.push_back(bd[i] >= p ? bd[i] + 1 : bd[i]);
-  }
-  if (d == static_cast<std::int64_t>(bd.size())) dims.push_back(p);
-  return one(bind1(a.prim, a.x, params::BroadcastInDim{.shape = shape, .broadcast_dimensions = dims}, a.loc), p);
+  const Array x = move_batch_dim(a.x[0], a.dims[0], 0, a.size);
+  Ints dims{0};
+  for (auto d : ps.broadcast_dimensions) dims.push_back(d + 1);
+  const Ints shape = inserted(ps.shape, 0, a.size);
+  return one(bind1(a.prim, {x}, params::BroadcastInDim{.shape = shape, .broadcast_dimensions = dims}, a.loc), 0);
 }
 
 // reshape(x)[b]: the batch axis first, then the member's new shape.
