@@ -313,6 +313,44 @@ TEST_CASE("weak arguments stay weak through vmap, jvp, vjp, grad, checkpoint and
   CHECK(strong_g.item<double>() == 3.0);
 }
 
+TEST_CASE("derivatives of custom_jvp / custom_vjp functions called with a traced C++ number (regression: the rule got it strong)") {
+  // jit(grad(f))(x, 0.5) with f a custom rule of (f32 array, number): the passes re-tracing the
+  // call's jaxpr gave the rule a strong f64 primal, so its output was f64 and the call raised
+  // "the rule's output 0 is f64[2], the function's is f32[2]" (custom_vjp: bwd's cotangent).
+  // Oracle: d/da sum(sin(a) * s) = cos(a) * s, d/ds = sum(sin(a)), in double.
+  const xj::Array x = f32_iota(2, 1.0);
+  using Pair = std::tuple<xj::Array, xj::Array>;
+  auto cj = xj::custom_jvp([](const xj::Array& a, const xj::Array& s) { return xj::sin(a) * s; },
+                           [](const Pair& p, const Pair& t) {
+                             const auto& [a, s] = p;
+                             const auto& [da, ds] = t;
+                             return std::pair{xj::sin(a) * s, xj::cos(a) * s * da + xj::sin(a) * ds};
+                           });
+  auto cv = xj::custom_vjp([](const xj::Array& a, const xj::Array& s) { return xj::sin(a) * s; },
+                           [](const xj::Array& a, const xj::Array& s) { return std::pair{xj::sin(a) * s, Pair{a, s}}; },
+                           [](const Pair& r, const xj::Array& g) {
+                             const auto& [a, s] = r;
+                             return Pair{xj::cos(a) * s * g, xj::sum(xj::sin(a) * g)};
+                           });
+  const auto check_da = [&](const xj::Array& g) {
+    CHECK(g.dtype() == xj::f32);
+    const auto got = g.to_vector<float>();
+    for (std::size_t i = 0; i < 2; ++i) CHECK(got[i] == doctest::Approx(std::cos(1.0 + static_cast<double>(i)) * 0.5).epsilon(1e-6));
+  };
+  const double ds_want = std::sin(1.0) + std::sin(2.0);
+  const auto loss = [](auto fn) { return [fn](const xj::Array& a, const xj::Array& s) { return xj::sum(fn(a, s)); }; };
+  check_da(xj::jit(xj::grad(loss(cj)))(x, 0.5));
+  check_da(xj::jit(xj::grad(loss(cv)))(x, 0.5));
+  CHECK(xj::jit(xj::grad(loss(cj), xj::argnums<1>))(x, 0.5).item<double>() == doctest::Approx(ds_want).epsilon(1e-6));
+  CHECK(xj::jit(xj::grad(loss(cv), xj::argnums<1>))(x, 0.5).item<double>() == doctest::Approx(ds_want).epsilon(1e-6));
+  // Batched: the rules run per member, the number shared.
+  const xj::Array xs = xj::stack({x, x});
+  const xj::Array gv = xj::jit(xj::vmap(xj::grad(loss(cv)), std::make_tuple(0, xj::None{})))(xs, 0.5);
+  const xj::Array gj = xj::jit(xj::vmap(xj::grad(loss(cj)), std::make_tuple(0, xj::None{})))(xs, 0.5);
+  check_da(gv[1]);
+  check_da(gj[1]);
+}
+
 namespace {
 struct SgdLike {
   BOOST_HANA_DEFINE_STRUCT(SgdLike, (xj::Array, w), (xj::Array, b));

@@ -30,6 +30,7 @@ std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, 
   auto obj = std::make_shared<JvpRuleObject>();
   obj->rule = std::move(rule);
   if (rule_key) obj->key = std::vector<std::uint64_t>{*rule_key};
+  obj->weak = weak_flags(args);
   params::CustomJvpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(consts_as_inputs(f)),
                            .jvp = obj,
                            .num_consts = static_cast<std::int64_t>(f.consts.size())};
@@ -42,8 +43,10 @@ JvpOut custom_jvp_call_jvp(const JvpArgs& a) {
   auto nc = static_cast<std::size_t>(ps.num_consts);
   std::vector<Array> tangents;
   for (std::size_t i = nc; i < a.t.size(); ++i) tangents.push_back(a.t[i].instantiate());
-  const auto& rule = object<JvpRuleObject>(ps.jvp).rule;
-  auto [outs, touts] = call_user([&] { return rule(a.x.subspan(nc), tangents); });
+  const auto& obj = object<JvpRuleObject>(ps.jvp);
+  const std::vector<Array> primals = with_weak_types({a.x.begin() + static_cast<std::ptrdiff_t>(nc), a.x.end()}, obj.weak, true);
+  tangents = with_weak_types(std::move(tangents), obj.weak, true);
+  auto [outs, touts] = call_user([&] { return obj.rule(primals, tangents); });
   JvpOut r{outs, {}};
   auto avals = ps.call_jaxpr->out_avals();
   if (outs.size() != avals.size() || touts.size() != avals.size())
@@ -72,6 +75,7 @@ std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_
   auto outs = fwd.out_avals();
   obj->out_avals.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(num_out));
   for (const auto& x : args) obj->in_avals.push_back(x.aval());
+  obj->in_weak = weak_flags(args);
   obj->num_res = outs.size() - num_out;
   params::CustomVjpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(dce(fwd_in, keep)),
                            .fwd_jaxpr = std::make_shared<const ClosedJaxpr>(fwd_in),
@@ -119,6 +123,11 @@ std::vector<Tangent> custom_lin_transpose(const TransposeArgs& a) {
   std::vector<Tangent> out;
   for (std::size_t i = 0; i < obj.num_res; ++i) out.push_back(Tangent::zero(a.in[i].aval));
   for (std::size_t k = 0; k < got.size(); ++k) {
+    // A weakly typed argument's dtype stands for a C++ number: its cotangent comes in that dtype.
+    const bool weak_arg = k < obj.in_weak.size() && obj.in_weak[k];
+    if (weak_arg && got[k].shape() == obj.in_avals[k].shape && got[k].dtype() != obj.in_avals[k].dtype &&
+        is_floating(got[k].dtype()))
+      got[k] = astype(got[k], obj.in_avals[k].dtype);
     if (got[k].aval() != obj.in_avals[k])
       throw TypeError("custom_vjp: bwd's cotangent " + std::to_string(k) + " is " + got[k].aval().str() +
                       ", the argument is " + obj.in_avals[k].str());
@@ -171,6 +180,7 @@ std::shared_ptr<BwdObject> batched_bwd(const BwdObject& obj, std::vector<ShapedA
                                        const std::vector<bool>& arg_batched) {
   auto out = std::make_shared<BwdObject>();
   out->num_res = obj.num_res;
+  out->in_weak = obj.in_weak;
   for (const auto& a : obj.out_avals) out->out_avals.push_back(batched_aval(a, size));
   for (std::size_t k = 0; k < obj.in_avals.size(); ++k)
     out->in_avals.push_back(arg_batched[k] ? batched_aval(obj.in_avals[k], size) : obj.in_avals[k]);
@@ -230,12 +240,16 @@ BatchOut custom_jvp_call_batch(const BatchArgs& a) {
   batched_pt.insert(batched_pt.end(), args_batched.begin(), args_batched.end());
   auto obj = std::make_shared<JvpRuleObject>();
   obj->key = batched_rule_key(object<JvpRuleObject>(ps.jvp).key, member_pt, batched_pt, a.size);
-  obj->rule = [rule = object<JvpRuleObject>(ps.jvp).rule, member_pt, batched_pt,
+  obj->weak = object<JvpRuleObject>(ps.jvp).weak;
+  obj->rule = [rule = object<JvpRuleObject>(ps.jvp).rule, weak = obj->weak, member_pt, batched_pt,
                size = a.size](std::span<const Array> p, std::span<const Array> t) {
     std::size_t n = p.size();
     std::size_t m = 0;
-    auto fn = [&](std::span<const Array> args) {
-      auto [outs, touts] = rule(args.subspan(0, n), args.subspan(n));
+    auto fn = [&](std::span<const Array> args) {  // the member's tracers, weak where the call's arguments were
+      const auto part = [&](std::size_t from, std::size_t count) {
+        return with_weak_types({args.begin() + static_cast<std::ptrdiff_t>(from), args.begin() + static_cast<std::ptrdiff_t>(from + count)}, weak, true);
+      };
+      auto [outs, touts] = rule(part(0, n), part(n, n));
       m = outs.size();
       outs.insert(outs.end(), touts.begin(), touts.end());
       return outs;

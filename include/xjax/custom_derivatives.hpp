@@ -81,13 +81,21 @@ template <class F, class Fwd, class Bwd> auto custom_vjp(F f, Fwd fwd, Bwd bwd) 
     TreeDef fwd_def;
     auto flat = detail::flat_fn<Fwd, Args...>(fwd, fa.defs, &fwd_def);
     auto avals = fa.avals();
-    ClosedJaxpr j = detail::trace_flat(flat, avals, detail::weak_flags(fa.leaves));
+    std::vector<char> fwd_weak;  // which of fwd's output leaves are weakly typed (a residual standing for a C++ number)
+    auto recording = [&flat, &fwd_weak](std::span<const Array> xs) {
+      std::vector<Array> outs = flat(xs);
+      fwd_weak = detail::weak_flags(outs);
+      return outs;
+    };
+    ClosedJaxpr j = detail::trace_flat(recording, avals, detail::weak_flags(fa.leaves));
     TreeDef out_def = fwd_def.children.at(0), res_def = fwd_def.children.at(1);
     TreeDef args_def;
     args_def.kind = TreeDef::Kind::node;
     args_def.children = fa.defs;
-    detail::BwdFlat flat_bwd = [bwd, out_def, res_def, args_def](std::span<const Array> res, std::span<const Array> cts) {
-      Res r = tree_unflatten<Res>(res_def, res);
+    // bwd gets its residuals weak where fwd made them weak (a pass re-tracing the jaxpr has strong tracers).
+    std::vector<char> res_weak(fwd_weak.begin() + static_cast<std::ptrdiff_t>(out_def.num_leaves()), fwd_weak.end());
+    detail::BwdFlat flat_bwd = [bwd, out_def, res_def, args_def, res_weak](std::span<const Array> res, std::span<const Array> cts) {
+      Res r = tree_unflatten<Res>(res_def, detail::with_weak_types({res.begin(), res.end()}, res_weak, /*tracers_too=*/true));
       R ct = tree_unflatten<R>(out_def, cts);
       auto [leaves, def] = tree_flatten(bwd(r, ct));
       detail::check_same_tree("custom_vjp: bwd must return a std::tuple of one cotangent per argument, each of its "

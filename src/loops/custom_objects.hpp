@@ -15,6 +15,10 @@ struct JvpRuleObject : ParamObject {
   // What the rule computes, where the library made it (custom_jvp_call_flat's rule_key, and what
   // batching added); none for a user's rule.
   std::optional<std::vector<std::uint64_t>> key;
+  // Per argument (consts excluded): whether it was weakly typed where the call was bound (a traced
+  // C++ number). A pass re-tracing the call's jaxpr has strong tracers there, so the rule gets its
+  // primals and tangents weak again, as JAX's tracers keep their weak_type.
+  std::vector<char> weak;
   std::string repr() const override { return "<custom jvp rule>"; }
   bool structure_words(std::vector<std::uint64_t>& out) const override {
     if (!key) return false;
@@ -28,6 +32,7 @@ struct BwdObject : ParamObject {
   BwdFlat bwd;
   std::vector<ShapedArray> out_avals;  // avals of the tangent outputs (f's outputs)
   std::vector<ShapedArray> in_avals;   // avals of the primal arguments (bwd's results)
+  std::vector<char> in_weak;           // which arguments were weakly typed (a traced C++ number)
   std::size_t num_res = 0;
   std::string repr() const override { return "<custom vjp bwd>"; }
 };
