@@ -207,12 +207,14 @@ EqnList schedule_for_fusion(const EqnList& eqns) {
     emitted[i] = true;
     order.push_back(eqns[i]);
   };
-  // Reads a value of the current run. Pulling ahead an equation that reads only older values
-  // would allocate its output early and keep it alive longer, for no fusion of data.
+  // Reads a value of the current run, a sink the run emitted included (a broadcast of an older
+  // value: left out, the run ended before a ready reader of it and split a bf16 chain, fuzz seed
+  // 24109860). Pulling ahead an equation that reads only older values would allocate its output
+  // early and keep it alive longer, for no fusion of data.
   auto continues_run = [&](std::size_t i) {
     for (const auto& in : eqns[i]->inputs)
       if (auto* v = std::get_if<Var>(&in))
-        if (auto it = producer.find(v->id()); it != producer.end() && !sinks[it->second] && run_of[it->second] == run)
+        if (auto it = producer.find(v->id()); it != producer.end() && emitted[it->second] && run_of[it->second] == run)
           return true;
     return false;
   };

@@ -892,6 +892,28 @@ TEST_CASE("plan: broadcasts of variables computed before a product join their re
   check_identical(xj::eval_jaxpr(cj, std::vector<xj::Array>{x, s, w})[0], f(x, s, w));
 }
 
+TEST_CASE("plan: a ready equation reading a broadcast its run emitted continues the run (regression: fuzz seed 24109860)") {
+  // k and m are the same bf16 value, B + column broadcast of sum(B). The broadcast is emitted with
+  // k's run; m reads it and B (older) only, so the scheduler did not count it as continuing the
+  // run, emitted the unrelated w + w first and split the chain: k was stored rounded to bf16 and m
+  // kept in f32, so k - m was a bf16 rounding instead of 0 (a vmapped Hessian 1% off its loop).
+  auto f = [](const xj::Array& b, const xj::Array& w) {
+    const xj::Array column = xj::broadcast_in_dim(xj::sum(b, xj::Axes{1}), {3, 3}, {0});
+    const xj::Array k = (b * 0.5 + b * 0.5) + column;
+    const xj::Array other = w + w;  // another shape between the two
+    const xj::Array m = b + column;
+    return std::pair{k - m, other};
+  };
+  const xj::Array b = xj::astype(test_util::f64v({0.31, -0.77, 0.52, 0.113, 0.919, -0.4, 1.7, 0.3, -0.05}, {3, 3}), xj::bf16);
+  const xj::Array w = xj::astype(test_util::f64v({1, 2, 3}, {3}), xj::bf16);
+  const auto [eager, eager_other] = f(b, w);
+  const auto [jitted, jitted_other] = xj::jit(f)(b, w);
+  // Eager rounds k and m alike (each add to bf16): exactly zero; one fused f32 chain: zero too.
+  for (double v : xj::astype(eager, xj::f64).to_vector<double>()) CHECK(v == 0.0);
+  for (double v : xj::astype(jitted, xj::f64).to_vector<double>()) CHECK(v == 0.0);
+  check_identical(jitted_other, eager_other);
+}
+
 // A checkpoint evaluates as its body: a plan inlines the body's equations as its own steps (no
 // nested plan run per execution; fusion sees across the boundary), renamed per inlining, and
 // still counts one checkpoint execution. A body with consts runs as a call of its own plan.
