@@ -141,10 +141,9 @@ Array pivot_sign(const Array& pivots, DType dtype, std::source_location loc) {
 Array cho_solve(const Array& c, const Array& b, bool lower, std::source_location loc) {
   const std::string call = "cho_solve(" + c.aval().str() + ", " + b.aval().str() + ")";
   expect_square(call, c, "c", loc);
-  expect_floats(call, {&c, &b}, loc);
   auto [rhs, vector] = right_hand_side(call, c, b, loc);
-  // f32 with f64: both f64 (the solves need one dtype).
-  const DType dtype = promote_types(c.dtype(), b.dtype());
+  // f32 with f64: both f64 (the solves need one dtype); integers f64 (promote_dtypes_inexact).
+  const DType dtype = inexact_dtype({&c, &b});
   const std::vector<Array> xs = with_common_batch(call, {astype(c, dtype, loc), astype(rhs, dtype, loc)}, {2, 2}, loc);
   // A = c c^T: c y = b, then c^T x = y (lower); A = c^T c: c^T y = b, then c x = y.
   const Array y = triangular_solve(xs[0], xs[1], {.left_side = true, .lower = lower, .transpose_a = !lower}, loc);
@@ -166,19 +165,18 @@ Array lu_pivots_to_permutation(const Array& pivots, std::int64_t permutation_siz
 
 std::pair<Array, Array> lu_factor(const Array& a, std::source_location loc) {
   expect_square("lu_factor(" + a.aval().str() + ")", a, "a", loc);
-  auto [factors, pivots, permutation] = lu(a, loc);
+  auto [factors, pivots, permutation] = lu(astype(a, inexact_dtype({&a}), loc), loc);
   return {factors, pivots};
 }
 
 Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans, std::source_location loc) {
   const std::string call = "lu_solve(" + lu.aval().str() + ", " + pivots.aval().str() + ", " + b.aval().str() + ")";
   expect_square(call, lu, "lu", loc);
-  expect_floats(call, {&lu, &b}, loc);
   if (pivots.dtype() != DType::i32 || pivots.ndim() < 1 || pivots.dim(-1) != lu.dim(-1))
     shape_fail(call, "pivots must be i32 (..., n), as lu_factor gives them", loc);
   if (trans < 0 || trans > 2) throw Error(call + ": trans must be 0, 1 or 2, got " + std::to_string(trans) + " (at " + format_location(loc) + ")");
   auto [rhs, vector] = right_hand_side(call, lu, b, loc);
-  const DType dtype = promote_types(lu.dtype(), b.dtype());
+  const DType dtype = inexact_dtype({&lu, &b});
   const Array permutation = lu_pivots_to_permutation(pivots, lu.dim(-1), loc);
   const std::vector<Array> xs = with_common_batch(call, {astype(lu, dtype, loc), permutation, astype(rhs, dtype, loc)}, {2, 1, 2}, loc);
   const Array x = lu_solve_matrices(xs[0], xs[1], xs[2], trans, loc);
@@ -267,16 +265,15 @@ std::pair<Array, Array> qr(const Array& a, const std::string& mode, std::source_
   if (mode != "reduced" && mode != "complete")
     throw Error(call + ": mode must be \"reduced\" or \"complete\" (at " + format_location(loc) + ")");
   if (a.ndim() < 2) shape_fail(call, "needs matrices in the last two dimensions (..., m, n)", loc);
-  expect_floats(call, {&a}, loc);
-  std::vector<Array> outs = detail::bind(P::qr, std::vector<Array>{a}, params::Qr{.full_matrices = mode == "complete"}, loc);
+  std::vector<Array> outs = detail::bind(P::qr, std::vector<Array>{astype(a, inexact_dtype({&a}), loc)}, params::Qr{.full_matrices = mode == "complete"}, loc);
   return {outs[0], outs[1]};
 }
 
 std::pair<Array, Array> eigh(const Array& a, bool lower, bool symmetrize_input, std::source_location loc) {
   const std::string call = "eigh(" + a.aval().str() + ")";
   expect_square(call, a, "a", loc);
-  expect_floats(call, {&a}, loc);
-  const Array x = symmetrize_input ? mul(add(a, matrix_transpose(a, loc), loc), scalar_like(0.5, a), loc) : a;
+  const Array f = astype(a, inexact_dtype({&a}), loc);
+  const Array x = symmetrize_input ? mul(add(f, matrix_transpose(f, loc), loc), scalar_like(0.5, f), loc) : f;
   std::vector<Array> outs = detail::bind(P::eigh, std::vector<Array>{x}, params::Eigh{.lower = lower}, loc);
   return {outs[1], outs[0]};
 }
@@ -284,17 +281,15 @@ std::pair<Array, Array> eigh(const Array& a, bool lower, bool symmetrize_input, 
 std::tuple<Array, Array, Array> svd(const Array& a, bool full_matrices, std::source_location loc) {
   const std::string call = "svd(" + a.aval().str() + ")";
   if (a.ndim() < 2) shape_fail(call, "needs matrices in the last two dimensions (..., m, n)", loc);
-  expect_floats(call, {&a}, loc);
   std::vector<Array> outs =
-      detail::bind(P::svd, std::vector<Array>{a}, params::Svd{.full_matrices = full_matrices, .compute_uv = true}, loc);
+      detail::bind(P::svd, std::vector<Array>{astype(a, inexact_dtype({&a}), loc)}, params::Svd{.full_matrices = full_matrices, .compute_uv = true}, loc);
   return {outs[1], outs[0], outs[2]};
 }
 
 Array svdvals(const Array& a, std::source_location loc) {
   const std::string call = "svdvals(" + a.aval().str() + ")";
   if (a.ndim() < 2) shape_fail(call, "needs matrices in the last two dimensions (..., m, n)", loc);
-  expect_floats(call, {&a}, loc);
-  return detail::bind(P::svd, std::vector<Array>{a}, params::Svd{.full_matrices = false, .compute_uv = false}, loc)[0];
+  return detail::bind(P::svd, std::vector<Array>{astype(a, inexact_dtype({&a}), loc)}, params::Svd{.full_matrices = false, .compute_uv = false}, loc)[0];
 }
 
 namespace {
@@ -322,10 +317,15 @@ Array norm_of(const Array& x0, const NormOrder& ord, std::optional<Axes> axes_in
     if (d < 0) d += x.ndim();
   }
   const Array ax = abs(x, loc);
+  // A max or min over no elements (NumPy and jnp raise: "zero-size array to reduction operation").
+  auto expect_elements = [&](std::int64_t extent) {
+    if (extent == 0) shape_fail(call, "this order takes a maximum or minimum over an axis of size 0", loc);
+  };
   if (axes.size() == 1) {
     if (!ord.name.empty()) shape_fail(call, "the order " + ord.str() + " is a matrix norm's; a vector norm (one axis) takes a number", loc);
     const double p = ord.p.value_or(2.0);
     if (p == 2.0) return sqrt(sum(mul(x, x, loc), axes, keepdims, loc), loc);
+    if (p == INFINITY || p == -INFINITY) expect_elements(x.dim(axes[0]));
     if (p == INFINITY) return max(ax, axes, keepdims, loc);
     if (p == -INFINITY) return min(ax, axes, keepdims, loc);
     if (p == 0.0) return sum(astype(ne(x, scalar_like(0.0, x), loc), x.dtype(), loc), axes, keepdims, loc);
@@ -343,6 +343,7 @@ Array norm_of(const Array& x0, const NormOrder& ord, std::optional<Axes> axes_in
   if (ord.name == "fro" || (!ord.p && ord.name.empty())) return sqrt(sum(mul(x, x, loc), axes, keepdims, loc), loc);
   // Sums over one axis, then the max or min over the other (the other's index shifts when it follows).
   auto sum_then = [&](std::int64_t summed, std::int64_t other, bool largest) {
+    expect_elements(x.dim(other));
     const Array s = sum(ax, {summed}, false, loc);
     const std::int64_t o = other > summed ? other - 1 : other;
     return keep(largest ? max(s, {o}, false, loc) : min(s, {o}, false, loc));
@@ -355,6 +356,7 @@ Array norm_of(const Array& x0, const NormOrder& ord, std::optional<Axes> axes_in
       if (d != rows && d != cols) perm.push_back(d);
     perm.push_back(rows);
     perm.push_back(cols);
+    if (ord.name.empty()) expect_elements(std::min(x.dim(rows), x.dim(cols)));
     const Array s = svdvals(transpose(x, perm, loc), loc);
     const Array r = ord.name == "nuc" ? sum(s, {-1}, false, loc) : *ord.p > 0 ? max(s, {-1}, false, loc) : min(s, {-1}, false, loc);
     return keep(r);

@@ -324,13 +324,12 @@ std::vector<ShapedArray> gather_shape_rule(Avals in, const params::Gather& ps) {
   return {ShapedArray{gather_shape(Primitive::gather, in, ps.axis), in[0].dtype}};
 }
 
-// scatter(x, i, u) and its combining forms: u has the shape take(x, i, axis) has; scatter (set)
-// takes any dtype, the others numbers.
+// scatter(x, i, u) and its combining forms: u has the shape take(x, i, axis) has; every dtype, as
+// lax's scatters (on bool, add is `or`, mul `and`, min `and`, max `or`).
 std::vector<ShapedArray> scatter_shape_rule(Primitive p, Avals in, const params::Scatter& ps) {
   expect_arity(p, in, 3);
   ShapedArray upd{gather_shape(p, in, ps.axis), in[0].dtype};
   if (in[2] != upd) shape_fail(p, in, "updates must be " + upd.str());
-  if (p != Primitive::scatter) expect_kind(p, in, in[0], Kinds::numeric);
   return {in[0]};
 }
 

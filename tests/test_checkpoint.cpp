@@ -477,6 +477,21 @@ TEST_CASE("checkpoint: static_argnums: an int layer count and a concrete Array a
   }
   // Not static, the Array is traced inside the block and item() cannot read it.
   CHECK_THROWS(xj::checkpoint(repeat_sin_array)(f64(0.8), xj::scalar(2, xj::i32)));
+  // Review finding: a negative index was never static and one out of range was ignored (JAX
+  // counts a negative from the end and raises for one out of range). Same for jit's.
+  auto last = xj::checkpoint(repeat_sin_array, {.static_argnums = {-1}});
+  CHECK(last(f64(0.8), xj::scalar(2, xj::i32)).item<double>() == doctest::Approx(std::sin(std::sin(0.8))).epsilon(1e-15));
+  CHECK(xj::grad([&](const xj::Array& x) { return last(x, xj::scalar(3, xj::i32)); })(f64(0.8)).item<double>() ==
+        doctest::Approx(repeat_sin_grad(0.8, 3)).epsilon(1e-13));
+  for (int bad : {2, 5, -3}) {
+    const std::string msg = test_util::message_of<xj::TransformError>(
+        [&] { (void)xj::checkpoint(repeat_sin_array, {.static_argnums = {bad}})(f64(0.8), xj::scalar(2, xj::i32)); });
+    CHECK(test_util::contains(msg, "static_argnums lists argument " + std::to_string(bad) + " of a call with 2 arguments"));
+  }
+  auto jitted = xj::jit([](const xj::Array& x, int n) { return x * static_cast<double>(n); }, {.static_argnums = {-1}});
+  CHECK(jitted(f64(0.5), 3).item<double>() == 1.5);
+  CHECK_THROWS_AS(xj::jit([](const xj::Array& x, int n) { return x * static_cast<double>(n); }, {.static_argnums = {-3}})(f64(0.5), 3),
+                  xj::TransformError);
 }
 
 // ---- nesting ----------------------------------------------------------------------------------

@@ -142,15 +142,18 @@ TEST_CASE("triangular_solve: a b one rank below a is one vector per matrix, as l
   }
 }
 
-TEST_CASE("cho_solve: f32 with f64 computes in f64; integers are a TypeError naming cho_solve; the vector rule in errors") {
+TEST_CASE("cho_solve: f32 with f64 computes in f64; integers compute in f64 (JAX's promote_dtypes_inexact); the vector rule in errors") {
   const Matrix a = spd(3, 0.2);
   const xj::Array L = linalg::cholesky(f64(a, {3, 3}));
   const xj::Array x = linalg::cho_solve(L, xj::astype(f64({1.0, 2.0, 3.0}, {3}), xj::f32));
   CHECK(x.dtype() == xj::f64);
   const auto want = linalg::cho_solve(L, f64({1.0, 2.0, 3.0}, {3})).to_vector<double>(), got = x.to_vector<double>();
   for (std::size_t i = 0; i < 3; ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-12));
-  CHECK_THROWS_WITH_AS(linalg::cho_solve(L, xj::zeros({3}, xj::i32)), doctest::Contains("cho_solve(f64[3,3], i32[3])"),
-                       xj::TypeError);
+  // Review finding (twenty-fifth session): integers were a TypeError; jax.scipy.linalg.cho_solve promotes.
+  const xj::Array from_ints = linalg::cho_solve(L, xj::array<std::int32_t>({1, 2, 3}, {3}));
+  CHECK(from_ints.dtype() == xj::f64);
+  const auto got_ints = from_ints.to_vector<double>();
+  for (std::size_t i = 0; i < 3; ++i) CHECK(got_ints[i] == doctest::Approx(want[i]).epsilon(1e-12));
   // (2, 3, 3) with (3, 2): b has one axis less, so it is vectors of length 2, not n = 3.
   CHECK_THROWS_WITH_AS(linalg::cho_solve(xj::zeros({2, 3, 3}, xj::f64), xj::zeros({3, 2}, xj::f64)),
                        doctest::Contains("read as vectors"), xj::ShapeError);
@@ -559,7 +562,42 @@ TEST_CASE("svd: u diag(s) vh = a, s descending and non-negative, u and v orthono
       }
     }
   CHECK_THROWS_WITH_AS(linalg::svd(xj::zeros({3}, xj::f64)), doctest::Contains("svd(f64[3])"), xj::ShapeError);
-  CHECK_THROWS_AS(linalg::svdvals(xj::zeros({2, 2}, xj::i32)), xj::TypeError);
+}
+
+TEST_CASE("qr, eigh, svd, svdvals, lu_factor, lu_solve of integers compute in f64, as jnp.linalg / jax.scipy.linalg (review finding: a TypeError)") {
+  // Each against the same call on the matrix converted to f64 by hand; the lax-level cholesky,
+  // lu and triangular_solve still refuse integers (tests above).
+  const xj::Array ai = xj::array<std::int32_t>({4, 1, 2, 1, 3, 0, 2, 0, 5}, {3, 3});
+  const xj::Array af = xj::astype(ai, xj::f64);
+  const auto same = [](const xj::Array& got, const xj::Array& want) {
+    REQUIRE(got.dtype() == xj::f64);
+    REQUIRE(got.shape() == want.shape());
+    const auto g = got.to_vector<double>(), w = want.to_vector<double>();
+    for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(w[i]).epsilon(1e-13).scale(1.0));
+  };
+  same(linalg::qr(ai).second, linalg::qr(af).second);
+  same(linalg::eigh(ai).first, linalg::eigh(af).first);
+  same(std::get<1>(linalg::svd(ai)), std::get<1>(linalg::svd(af)));
+  same(linalg::svdvals(xj::astype(ai, xj::bool_)), linalg::svdvals(xj::astype(xj::astype(ai, xj::bool_), xj::f64)));
+  const auto [lu_i, piv_i] = linalg::lu_factor(ai);
+  const auto [lu_f, piv_f] = linalg::lu_factor(af);
+  same(lu_i, lu_f);
+  const xj::Array bi = xj::array<std::int32_t>({1, -2, 3}, {3});
+  same(linalg::lu_solve(lu_f, piv_f, bi), linalg::lu_solve(lu_f, piv_f, xj::astype(bi, xj::f64)));
+  // The solution itself against a x = b in double.
+  const auto x = linalg::lu_solve(lu_i, piv_i, bi).to_vector<double>();
+  const std::vector<double> a{4, 1, 2, 1, 3, 0, 2, 0, 5}, b{1, -2, 3};
+  for (std::size_t r = 0; r < 3; ++r) CHECK(a[3 * r] * x[0] + a[3 * r + 1] * x[1] + a[3 * r + 2] * x[2] == doctest::Approx(b[r]).epsilon(1e-12));
+}
+
+TEST_CASE("norm: an order that takes a maximum or minimum over an axis of size 0 is a ShapeError (review finding: -inf), as NumPy") {
+  for (double ord : {2.0, -2.0, 1.0, -1.0, HUGE_VAL, -HUGE_VAL})
+    CHECK_THROWS_WITH_AS(linalg::norm(xj::zeros({0, 0}, xj::f64), ord), doctest::Contains("size 0"), xj::ShapeError);
+  CHECK_THROWS_AS(linalg::norm(xj::zeros({0}, xj::f64), HUGE_VAL, xj::Axes{0}), xj::ShapeError);
+  // What has elements to reduce stays: sums of empty columns are 0, and so is their maximum.
+  CHECK(linalg::norm(xj::zeros({0, 3}, xj::f64), 1.0).item<double>() == 0.0);
+  CHECK(linalg::norm(xj::zeros({0, 0}, xj::f64), "fro").item<double>() == 0.0);
+  CHECK(linalg::norm(xj::zeros({0, 0}, xj::f64), "nuc").item<double>() == 0.0);
 }
 
 TEST_CASE("matrix_power: repeated products in double for n = -2..5, batched; the identity for 0") {

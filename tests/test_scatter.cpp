@@ -141,11 +141,27 @@ TEST_CASE("at: errors name the operation and the operands") {
   CHECK(test_util::contains(test_util::message_of<xj::TypeError>([&] { (void)xj::at(x, test_util::f64v({0.0})).get(); }),
                             "indices must be integers, got f64"));
   CHECK_THROWS_AS((void)xj::at(x, i32s({0, 1}, {2})).set(test_util::randn({3, 2}, 6)), xj::ShapeError);
-  CHECK(test_util::contains(test_util::message_of<xj::TypeError>([&] {
-                              const xj::Array t = xj::astype(i32s({1}, {1}), xj::bool_);
-                              (void)xj::at(t, i32s({0}, {1})).add(t);
-                            }),
-                            "scatter_add"));
+}
+
+TEST_CASE("at: add / mul / min / max of bool arrays are or / and / and / or, as lax's scatters (review finding: a TypeError)") {
+  // Against loops over the same indices in plain C++ (repeated index 0 included).
+  const std::vector<int> x0{0, 1, 0, 1}, idx{0, 3, 0, 2}, upd{1, 0, 0, 1};
+  const xj::Array x = xj::astype(i32s(x0, {4}), xj::bool_), u = xj::astype(i32s(upd, {4}), xj::bool_);
+  const xj::Array ids = i32s(idx, {4});
+  const auto loop = [&](auto combine) {
+    std::vector<double> r(x0.begin(), x0.end());
+    for (std::size_t j = 0; j < idx.size(); ++j) r[static_cast<std::size_t>(idx[j])] = combine(r[static_cast<std::size_t>(idx[j])] != 0, upd[j] != 0);
+    return r;
+  };
+  const auto check_bool = [](const xj::Array& got, const std::vector<double>& want) {
+    CHECK(got.dtype() == xj::bool_);
+    CHECK(vec(got) == want);
+  };
+  check_bool(xj::at(x, ids).add(u), loop([](bool d, bool v) { return d || v; }));
+  check_bool(xj::at(x, ids).mul(u), loop([](bool d, bool v) { return d && v; }));
+  check_bool(xj::at(x, ids).min(u), loop([](bool d, bool v) { return d && v; }));
+  check_bool(xj::at(x, ids).max(u), loop([](bool d, bool v) { return d || v; }));
+  check_bool(xj::jit([&](const xj::Array& a) { return xj::at(a, ids).add(u); })(x), loop([](bool d, bool v) { return d || v; }));
 }
 
 TEST_CASE("at: derivatives against finite differences (repeated indices, zero factors, dropped updates)") {

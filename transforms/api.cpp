@@ -65,15 +65,15 @@ void jit_static_array(std::size_t index) {
                        "argument must be a hashable value: pass an int, double, string, ...)");
 }
 
-void jit_static_out_of_range(int index, std::size_t num_args) {
-  throw TransformError("xj::jit: static_argnums lists argument " + std::to_string(index) + " of a call with " +
-                       std::to_string(num_args) + " arguments");
+std::size_t normalized_argnum(int index, std::size_t num_args, const char* where) {
+  const auto n = static_cast<std::int64_t>(num_args);
+  if (index < -n || index >= n)
+    throw TransformError(std::string(where) + " lists argument " + std::to_string(index) + " of a call with " +
+                         std::to_string(num_args) + " arguments");
+  return static_cast<std::size_t>(index < 0 ? index + n : index);
 }
 
-void jit_donated_not_array(int index, std::size_t num_args) {
-  if (index < 0 || static_cast<std::size_t>(index) >= num_args)
-    throw TransformError("xj::jit: donate_argnums lists argument " + std::to_string(index) + " of a call with " +
-                         std::to_string(num_args) + " arguments");
+void jit_donated_not_array(std::size_t index) {
   throw TransformError("xj::jit: donate_argnums lists argument " + std::to_string(index) +
                        ", which is not an array pytree (only arrays have buffers to donate)");
 }

@@ -3,6 +3,7 @@
 // values are saved anyway. checkpoint_name tags values for name-based policies.
 // saved_residuals reports what reverse mode keeps between the forward and backward passes.
 #pragma once
+#include <algorithm>
 #include <iosfwd>
 #include <optional>
 #include <set>
@@ -79,7 +80,8 @@ struct CheckpointOptions {
   /// effect: see docs/checkpointing.md).
   bool prevent_cse = true;
   /// Arguments that are compile-time values (their concrete value is baked into the block).
-  /// Arguments that are not pytrees (ints, doubles, ...) are always static.
+  /// Arguments that are not pytrees (ints, doubles, ...) are always static. A negative index
+  /// counts from the end; one out of range is an xj::TransformError (as JAX's ValueError).
   std::vector<int> static_argnums{};
 };
 
@@ -100,11 +102,10 @@ void print_residuals_to_stdout(const std::vector<Residual>& rs);
 template <class... Args, std::size_t... I>
 auto checkpoint_call(const auto& f, const CheckpointOptions& opts, const std::tuple<const Args&...>& args,
                      std::index_sequence<I...>) {
+  std::vector<std::size_t> listed;  // static_argnums as positions (negative ones count from the end)
+  for (int argnum : opts.static_argnums) listed.push_back(normalized_argnum(argnum, sizeof...(Args), "xj::checkpoint: static_argnums"));
   auto is_static = [&](std::size_t i, bool tree) {
-    if (!tree) return true;
-    for (int s : opts.static_argnums)
-      if (static_cast<std::size_t>(s) == i) return true;
-    return false;
+    return !tree || std::find(listed.begin(), listed.end(), i) != listed.end();
   };
   constexpr bool trees[] = {Tree<std::decay_t<Args>>...};
   bool statics[] = {is_static(I, Tree<std::decay_t<Args>>)...};

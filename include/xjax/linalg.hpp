@@ -36,7 +36,7 @@ Array triangular_solve(const Array& a, const Array& b, const TriangularSolveOpti
 /// jax.scipy.linalg.cho_solve((c, lower), b): x with A x = b, for A = c c^T (lower) or c^T c,
 /// c a Cholesky factor (..., n, n); b is read as vectors (..., n) when it has one axis less than
 /// c (JAX's rule), else as matrices (..., n, k); the batch axes broadcast (JAX requires them
-/// equal), f32 with f64 computes in f64. (JAX passes (c, lower) as a tuple; here they are two
+/// equal), f32 with f64 computes in f64, integers and bools in f64. (JAX passes (c, lower) as a tuple; here they are two
 /// arguments.)
 Array cho_solve(const Array& c, const Array& b, bool lower = true, XJAX_LOC);
 
@@ -51,13 +51,14 @@ std::tuple<Array, Array, Array> lu(const Array& a, XJAX_LOC);
 /// (..., k) i32 describe (row i exchanged with row pivots[i], i = 0..k-1, in order).
 Array lu_pivots_to_permutation(const Array& pivots, std::int64_t permutation_size, XJAX_LOC);
 
-/// jax.scipy.linalg.lu_factor: {lu, pivots} of lu(a) for square matrices (..., n, n).
+/// jax.scipy.linalg.lu_factor: {lu, pivots} of lu(a) for square matrices (..., n, n); integers
+/// and bools are factored in f64.
 std::pair<Array, Array> lu_factor(const Array& a, XJAX_LOC);
 
 /// jax.scipy.linalg.lu_solve((lu, pivots), b, trans): x with a x = b (trans 0) or a^T x = b
 /// (trans 1 or 2: real matrices), lu and pivots as lu_factor gives them. b is read as vectors
 /// (..., n) when it has one axis less than lu (JAX's rule), else as matrices (..., n, k); batch
-/// axes broadcast.
+/// axes broadcast; integers and bools compute in f64.
 Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans = 0, XJAX_LOC);
 
 /// jnp.linalg.solve: x with a x = b, a (..., n, n); b is one vector (n) when it is 1-D, else
@@ -86,6 +87,7 @@ std::pair<Array, Array> slogdet(const Array& a, XJAX_LOC);
 /// jnp.linalg.qr(a, mode): {q, r} with a = q r, q's columns orthonormal and r upper triangular;
 /// mode "reduced" (q (..., m, k), r (..., k, n), k = min(m, n)) or "complete" (q (..., m, m),
 /// r (..., m, n)). Differentiable where JAX's is: m >= n, and "complete" only for square a.
+/// Here and in eigh, svd and svdvals integers and bools compute in f64 (jnp's inexact promotion).
 std::pair<Array, Array> qr(const Array& a, const std::string& mode = "reduced", XJAX_LOC);
 
 /// jnp.linalg.eigh: {w, v} of each symmetric matrix (..., n, n), a = v diag(w) v^T, the

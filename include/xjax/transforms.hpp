@@ -292,7 +292,8 @@ struct JitOptions {
   /// parameter that takes an Array reaches f as a concrete rank-0 array (not traced); any other
   /// static argument reaches f as it is (f may branch on it). Arguments that are neither pytrees
   /// nor numbers traced (see jit) are always static; they must be printable with operator<< (that
-  /// is their key).
+  /// is their key). Here and in donate_argnums a negative index counts from the end (as JAX's);
+  /// one out of range is an xj::TransformError.
   std::vector<int> static_argnums{};
   /// Array arguments whose buffers the call may reuse for its outputs (JAX's donate_argnums):
   /// after the call, every leaf of a donated argument is invalid (using it is an xj::Error naming
@@ -302,8 +303,10 @@ struct JitOptions {
 
 namespace detail {
 [[noreturn]] void jit_static_array(std::size_t index);
-[[noreturn]] void jit_static_out_of_range(int index, std::size_t num_args);
-[[noreturn]] void jit_donated_not_array(int index, std::size_t num_args);
+/// An argument index of static_argnums / donate_argnums (`where` names the option) as a position:
+/// a negative one counts from the end (as JAX's); out of range is a TransformError.
+std::size_t normalized_argnum(int index, std::size_t num_args, const char* where);
+[[noreturn]] void jit_donated_not_array(std::size_t index);
 /// A C++ number passed to jit as a weakly typed rank-0 array: f64 (double), f32 (float), i64 (integers).
 Array jit_number(double v, DType dtype);
 Array jit_number(std::int64_t v);
@@ -403,14 +406,14 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
   using R = std::decay_t<std::invoke_result_t<const F&, JitParam<I, F, Args...>...>>;
   constexpr bool trees[] = {true, Tree<std::decay_t<Args>>...};
   std::vector<char> is_static(sizeof...(Args), 0);
-  for (int s : opts.static_argnums) {
-    if (s < 0 || static_cast<std::size_t>(s) >= sizeof...(Args)) jit_static_out_of_range(s, sizeof...(Args));
-    if (trees[static_cast<std::size_t>(s) + 1]) jit_static_array(static_cast<std::size_t>(s));
-    is_static[static_cast<std::size_t>(s)] = 1;
+  for (int argnum : opts.static_argnums) {
+    const std::size_t s = normalized_argnum(argnum, sizeof...(Args), "xj::jit: static_argnums");
+    if (trees[s + 1]) jit_static_array(s);
+    is_static[s] = 1;
   }
-  for (int d : opts.donate_argnums)
-    if (d < 0 || static_cast<std::size_t>(d) >= sizeof...(Args) || !trees[static_cast<std::size_t>(d) + 1])
-      jit_donated_not_array(d, sizeof...(Args));
+  for (int argnum : opts.donate_argnums)
+    if (const std::size_t d = normalized_argnum(argnum, sizeof...(Args), "xj::jit: donate_argnums"); !trees[d + 1])
+      jit_donated_not_array(d);
   FlatArgs fa;
   std::string statics;
   std::vector<Array> static_numbers(sizeof...(Args));
