@@ -111,16 +111,20 @@ Array conv_general_dilated(const Array& lhs_in, const Array& rhs_in, const Ints&
   p.rhs_dilation = ones_if_empty(rhs_dilation, nsp);
   p.feature_group_count = feature_group_count;
   p.batch_group_count = batch_group_count;
+  // The padding's pairs are counted against the window sizes below: a short rhs_dilation is named
+  // as such first (review finding: it was reported as a padding with too many pairs).
+  if (p.rhs_dilation.size() != nsp)
+    shape_fail("conv_general_dilated", "rhs_dilation needs " + std::to_string(nsp) + " entries (one per spatial dimension), got " +
+                                           std::to_string(p.rhs_dilation.size()), loc);
   if (!padding.mode.empty()) {
     if (std::any_of(p.lhs_dilation.begin(), p.lhs_dilation.end(), [](std::int64_t d) { return d != 1; }))
       shape_fail("conv_general_dilated", "string padding is not supported with lhs_dilation; give (low, high) pairs or use conv_transpose",
            loc);
-    if (window_strides.size() != nsp || p.rhs_dilation.size() != nsp)
-      shape_fail("conv_general_dilated", "window_strides and rhs_dilation need one entry per spatial dimension (" +
-                                       std::to_string(nsp) + ")", loc);
+    if (window_strides.size() != nsp)
+      shape_fail("conv_general_dilated", "window_strides need one entry per spatial dimension (" + std::to_string(nsp) + ")", loc);
   }
   Ints sizes, windows;
-  for (std::size_t i = 0; i < nsp && i < p.rhs_dilation.size(); ++i) {
+  for (std::size_t i = 0; i < nsp; ++i) {
     sizes.push_back(lhs.dim(p.lhs_spec[i + 2]));
     windows.push_back(detail::dilated(rhs.dim(p.rhs_spec[i + 2]), p.rhs_dilation[i]));
   }

@@ -67,15 +67,13 @@ Array log_softmax(const Array& x, std::int64_t axis, Loc loc) {
   }, loc, rule_key(Composite::log_softmax, axis))(x);
 }
 
-// relu(x) = select(x > 0, x, 0); d relu = select(relu(x) > 0, dx, 0): x > 0 exactly where
-// relu(x) > 0, so the mask is read from the output, which the next layer's product keeps anyway,
-// and partial eval rebuilds the mask from it instead of keeping one (PyTorch's relu keeps its
-// output alone; jax.nn.relu's rule reads x, whose mask JAX keeps).
+// relu(x) = max(x, 0) (NaN stays NaN, as jax.nn.relu); d relu = select(relu(x) > 0, dx, 0):
+// x > 0 exactly where relu(x) > 0, so the mask is read from the output, which the next layer's
+// product keeps anyway, and partial eval rebuilds the mask from it instead of keeping one
+// (PyTorch's relu keeps its output alone; jax.nn.relu's rule reads x, whose mask JAX keeps).
+// A fused chain that recomputes the output for the mask compares x itself (simplify_program).
 Array relu(const Array& x, Loc loc) {
-  auto f = [loc](const Array& v) {
-    const Array zero = broadcast_to(scalar_like(0.0, v), v.shape(), loc);
-    return where(gt(v, zero, loc), v, zero, loc);
-  };
+  auto f = [loc](const Array& v) { return maximum(v, broadcast_to(scalar_like(0.0, v), v.shape(), loc), loc); };
   if (!is_floating(x.dtype())) return f(x);
   return detail::keyed_custom_jvp(f, [f, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
     const Array y = f(std::get<0>(p));

@@ -104,7 +104,8 @@ Array fold_in(const Array& key, std::uint32_t data, std::source_location loc) {
 
 Array fold_in(const Array& key, const Array& data, std::source_location loc) {
   check_key(key, "fold_in", loc);
-  if (!data.valid() || data.ndim() != 0 || !(data.dtype() == u32 || data.dtype() == i32 || data.dtype() == i64))
+  // Any integer or bool, as JAX's jnp.uint32(data) (i64 / u64 keep their low 32 bits).
+  if (!data.valid() || data.ndim() != 0 || !(is_integer(data.dtype()) || data.dtype() == bool_))
     throw TypeError(at("fold_in", loc) + ": data must be a rank-0 integer array, got " +
                     (data.valid() ? data.aval().str() : std::string("an empty Array")));
   // JAX: the data as u32 is the counter pair (0, data)
@@ -129,11 +130,20 @@ Array uniform(const Array& key, const Shape& shape, DType dtype, double minval, 
   // JAX: u * (maxval - minval) + minval in the dtype, clamped below at minval; and above at the
   // dtype's value below maxval (JAX's can round up to maxval: 25% of f16 draws in [1000, 1001)),
   // so that every draw lies in [minval, maxval) as the header promises.
-  const double lo = in_dtype(minval, dtype);
-  const double span = in_dtype(in_dtype(maxval, dtype) - lo, dtype);
-  const Array draws = maximum(u * span + lo, scalar(lo, dtype), loc);
-  if (!(in_dtype(maxval, dtype) > lo)) return draws;  // an empty or reversed range: minval, as JAX's
-  return minimum(draws, nextafter(scalar(in_dtype(maxval, dtype), dtype), scalar(lo, dtype), loc), loc);
+  // bf16 / f16 map in f32 and round once, so eager and jitted draws agree (two bf16 operations
+  // round twice eagerly, once in a fused chain). A span past the dtype's range (f32 [-3e38, 3e38))
+  // maps as the convex combination u hi + (1 - u) lo, which cannot overflow.
+  const double lo = in_dtype(minval, dtype), hi = in_dtype(maxval, dtype);
+  if (!std::isfinite(lo) || !std::isfinite(hi))
+    throw Error(at("uniform", loc) + ": minval and maxval must be finite in " + std::string(dtype_name(dtype)) + ", got " +
+                std::to_string(minval) + " and " + std::to_string(maxval));
+  const DType work = dtype == bf16 || dtype == f16 ? f32 : dtype;
+  const Array w = astype(u, work, loc);
+  const double span = in_dtype(hi - lo, work);
+  const Array mapped = std::isfinite(span) ? w * span + lo : w * hi + (1.0 - w) * lo;
+  const Array draws = maximum(astype(mapped, dtype, loc), scalar(lo, dtype), loc);
+  if (!(hi > lo)) return draws;  // an empty or reversed range: minval, as JAX's
+  return minimum(draws, nextafter(scalar(hi, dtype), scalar(lo, dtype), loc), loc);
 }
 
 Array normal(const Array& key, const Shape& shape, DType dtype, std::source_location loc) {

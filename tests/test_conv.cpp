@@ -1003,3 +1003,12 @@ TEST_CASE("reduce_window regressions from review: every integer dtype's identity
   CHECK(contains(pairs, "max_pool"));
   CHECK(contains(pairs, "padding needs 2 (low, high) pairs, one per window dimension, got 1"));
 }
+
+TEST_CASE("conv: a short rhs_dilation with padding pairs is named as such (review finding: blamed the padding)") {
+  const xj::Array x = xj::zeros({2, 2, 5, 5}), w = xj::zeros({3, 2, 3, 3});
+  const std::string msg = test_util::message_of<xj::ShapeError>([&] {
+    (void)xj::conv_general_dilated(x, w, {1, 1}, xj::Padding(std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 0}, {0, 0}}), {}, {2},
+                                   {"NCHW", "OIHW", "NCHW"});
+  });
+  CHECK(test_util::contains(msg, "rhs_dilation needs 2 entries"));
+}

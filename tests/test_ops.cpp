@@ -1132,3 +1132,59 @@ TEST_CASE("creation regressions from review: negative and overflowing shapes, it
   };
   xj::check_grads(nan_at_zero, std::tuple{xj::array<double>({0.0, 0.5, -0.7}, {3})}, {.order = 1});
 }
+
+// ---- found by the twenty-fifth session's narrow-dtype review (the kernels' special values) -----
+
+TEST_CASE("ops: pow has C's special values on every kernel path (review finding: 0^0 was 0, (-1)^1e10 was -1)") {
+  // xsimd's pow gave 0 for a zero base whatever the exponent, took even exponents past 2^24 for
+  // odd and NaN for a -inf base. Oracle: std::pow on each pair, in double and in float.
+  const double inf = INFINITY, nan = std::nan("");
+  const std::vector<double> as{0, 0, -0.0, -0.0, 0, -inf, -inf, -1, -1, -2, nan, 1, -2, 2, 0.5, 0.5, -1, inf, 2.5, -2.5, -8, 3, -3};
+  const std::vector<double> bs{0, -1, -3, 3, nan, 0.5, -3, 1e10, inf, 1e10, 0, nan, -inf, inf, inf, -inf, -inf, -2, 1.5, 0.5, 1.0 / 3, 2, 3};
+  const auto n = static_cast<std::int64_t>(as.size());
+  for (const xj::DType dt : {xj::f64, xj::f32}) {
+    const xj::Array a = xj::astype(test_util::f64v(as, {n}), dt), b = xj::astype(test_util::f64v(bs, {n}), dt);
+    const xj::Array eager = xj::pow(a, b), fused = xj::jit([](const xj::Array& x, const xj::Array& y) { return xj::pow(x, y) * 1.0; })(a, b);
+    for (const xj::Array& r : {eager, fused}) {
+      const auto got = xj::astype(r, xj::f64).to_vector<double>();
+      for (std::size_t i = 0; i < as.size(); ++i) {
+        const double want = dt == xj::f64 ? std::pow(as[i], bs[i]) : static_cast<double>(std::pow(static_cast<float>(as[i]), static_cast<float>(bs[i])));
+        CAPTURE(as[i]);
+        CAPTURE(bs[i]);
+        if (std::isnan(want)) CHECK(std::isnan(got[i]));
+        else if (std::isinf(want) || want == 0) CHECK((got[i] == want && std::signbit(got[i]) == std::signbit(want)));
+        else CHECK(got[i] == doctest::Approx(want).epsilon(1e-6));
+      }
+    }
+  }
+  // The derivative in the base at b = 0 is 0 (JAX's select), at (0, 1) it is 1.
+  const auto dbase = xj::grad([](const xj::Array& x, const xj::Array& y) { return xj::sum(xj::pow(x, y)); });
+  CHECK(dbase(test_util::f64v({0.0, 0.0}), test_util::f64v({0.0, 1.0})).to_vector<double>() == std::vector<double>{0.0, 1.0});
+}
+
+TEST_CASE("ops: acosh below 1 is NaN, neg(+0) is -0 and relu keeps NaN (review findings)") {
+  // xsimd's acosh rounded large negative inputs to -inf, 0 or inf; its AVX-512 neg is 0 - v.
+  for (const xj::DType dt : {xj::f32, xj::f64, xj::bf16}) {
+    const auto got = xj::astype(xj::acosh(xj::astype(test_util::f64v({-5, -1e4, -1e8, -1e20, 0.5, 1, 2}), dt)), xj::f64).to_vector<double>();
+    for (std::size_t i = 0; i < 5; ++i) CHECK(std::isnan(got[i]));
+    CHECK(got[5] == 0.0);
+    CHECK(got[6] == doctest::Approx(std::acosh(2.0)).epsilon(1e-2));
+  }
+  for (const xj::DType dt : {xj::f32, xj::f64, xj::f16}) {
+    const xj::Array z = xj::zeros({19}, dt);
+    for (const xj::Array& r : {xj::neg(z), xj::jit([](const xj::Array& x) { return -x; })(z), xj::jit([](const xj::Array& x) { return -(x * 1.0); })(z)})
+      for (double v : xj::astype(r, xj::f64).to_vector<double>()) CHECK((v == 0.0 && std::signbit(v)));
+  }
+  // jax.nn.relu is max(x, 0): NaN stays NaN, eager and fused; the derivative mask stays x > 0.
+  const xj::Array x = xj::array<float>({std::nanf(""), -1.0f, 2.0f, 0.0f, -0.0f});
+  for (const xj::Array& r : {xj::relu(x), xj::jit([](const xj::Array& v) { return xj::relu(v) * 1.0; })(x)}) {
+    const auto v = r.to_vector<float>();
+    CHECK(std::isnan(v[0]));
+    CHECK(v[1] == 0.0f);
+    CHECK(v[2] == 2.0f);
+    CHECK(v[3] == 0.0f);
+    CHECK(v[4] == 0.0f);
+  }
+  CHECK(xj::grad([](const xj::Array& v) { return xj::sum(xj::relu(v)); })(test_util::f64v({-1.0, 2.0, 0.0, 3.0})).to_vector<double>() ==
+        std::vector<double>{0, 1, 0, 1});
+}

@@ -811,6 +811,33 @@ TEST_CASE("plan: a strict comparison of a select against its own mask's bound is
   std::apply([&](const auto&... e) { std::apply([&](const auto&... j) { (check_identical(e, j), ...); }, xj::jit(f)(x, g)); }, eager);
 }
 
+TEST_CASE("plan: max(x, c) > c compares x, and min(x, c) < c too (relu's mask from its recomputed output)") {
+  auto f = [](const xj::Array& x, const xj::Array& g) {
+    const xj::Array zero = xj::scalar_like(0.0, x), one = xj::scalar_like(1.0, x);
+    xj::Array a = xj::where(xj::maximum(x, zero) > 0.0, g, 0.0);   // folds: x > 0, the max goes
+    xj::Array b = xj::where(xj::minimum(one, x) < 1.0, g, 2.0);    // folds: x < 1 (operands swapped)
+    xj::Array c = xj::where(xj::maximum(x, zero) > 0.25, g, 0.0);  // stays: another bound
+    xj::Array d = xj::where(xj::maximum(x, zero) < 0.0, g, 0.0);   // stays: another comparison
+    return std::tuple{a, b, c, d};
+  };
+  const std::int64_t n = 515;
+  std::vector<float> xv = sample_array(n, xj::f32, 3).to_vector<float>();
+  xv[20] = 0.0f, xv[21] = -0.0f, xv[22] = 1.0f, xv[23] = std::nanf(""), xv[24] = 0.25f;
+  const xj::Array x = xj::array<float>(xv, {n}), g = sample_array(n, xj::f32, 4);
+  const auto j = xj::make_jaxpr(f)(x, g);
+  const auto plan = xjax::detail::make_plan(*j.jaxpr);
+  REQUIRE(plan->steps.size() == 1);
+  // 4 x (clamp, comparison, select) in the jaxpr, the clamps of c and d shared by CSE-free tracing:
+  // a's and b's clamps go once their comparisons read x.
+  const std::size_t ops_in_jaxpr = j.jaxpr->eqns.size() - static_cast<std::size_t>(std::count_if(j.jaxpr->eqns.begin(), j.jaxpr->eqns.end(), [](const auto& e) {
+                                     return e.prim == xj::Primitive::broadcast_in_dim;
+                                   }));
+  CHECK(plan->steps[0].fused->ops.size() == ops_in_jaxpr - 2);
+  const auto eager = f(x, g);
+  const auto jitted = xj::jit(f)(x, g);
+  std::apply([&](const auto&... e) { std::apply([&](const auto&... jj) { (check_identical(e, jj), ...); }, jitted); }, eager);
+}
+
 // The peak of jitted(a, b) above what was live before it (its inputs), in buffers of [d, d]
 // float32, measured on a second call (the first traces and plans); `out` receives the result.
 template <class F>

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <set>
 #include <utility>
 #include <vector>
@@ -379,4 +380,40 @@ TEST_CASE("random: invalid keys, dtypes and shapes are rejected") {
   CHECK_THROWS_WITH_AS(xj::random::uniform(xj::zeros({2}), {3}),
                        doctest::Contains("xj::random::uniform (at "), xj::TypeError);
   CHECK_THROWS_AS(threefry(k, xj::zeros({3}, xj::u32)), xj::ShapeError);
+}
+
+TEST_CASE("random: bf16 / f16 uniform draws the same numbers eagerly and under jit; huge spans spread; fold_in of any integer (review findings)") {
+  // The affine map was two bf16 operations: rounded twice eagerly, once in a fused chain.
+  const xj::Array k = xj::random::key(2024);
+  for (const xj::DType dt : {xj::bf16, xj::f16}) {
+    auto f = [dt](const xj::Array& key) { return xj::random::uniform(key, {1000}, dt, -1.7, 3.3); };
+    const auto eager = xj::astype(f(k), xj::f64).to_vector<double>(), jitted = xj::astype(xj::jit(f)(k), xj::f64).to_vector<double>();
+    CHECK(eager == jitted);
+    // Each draw is the f32 map of the same unit draw rounded once (oracle: the unit draws in f32).
+    const auto unit = xj::astype(xj::random::uniform(k, {1000}, dt), xj::f64).to_vector<double>();
+    const auto rounded = [dt](double v) { return xj::astype(xj::scalar(v, xj::f64), dt).item<double>(); };
+    const auto lo = static_cast<float>(rounded(-1.7)), span = static_cast<float>(rounded(3.3)) - lo;  // minval, maxval in the dtype
+    for (std::size_t i = 0; i < 1000; i += 97) {
+      const float product = static_cast<float>(unit[i]) * span;  // in f32, each operation rounded
+      CHECK(eager[i] == rounded(static_cast<double>(product + lo)));
+    }
+  }
+  // A span past f32's range (every draw was 3e38 clamped below maxval): spread over the range,
+  // and f16's [-60000, 60000) too.
+  const auto big = xj::random::uniform(k, {4000}, xj::f32, -3e38, 3e38).to_vector<float>();
+  const double mean = std::accumulate(big.begin(), big.end(), 0.0) / 4000.0;
+  CHECK(std::abs(mean) < 0.05 * 3e38);  // |mean| ~ 3e38 / sqrt(3 * 4000) ~ 2.7e36 expected
+  CHECK(*std::min_element(big.begin(), big.end()) < -2.9e38f);
+  CHECK(*std::max_element(big.begin(), big.end()) > 2.9e38f);
+  const auto half = xj::astype(xj::random::uniform(k, {4000}, xj::f16, -60000, 60000), xj::f64).to_vector<double>();
+  CHECK(*std::min_element(half.begin(), half.end()) < -50000);
+  CHECK(*std::max_element(half.begin(), half.end()) > 50000);
+  CHECK(std::none_of(half.begin(), half.end(), [](double v) { return std::isnan(v) || std::isinf(v); }));
+  CHECK_THROWS_AS(xj::random::uniform(k, {2}, xj::f32, 0.0, INFINITY), xj::Error);
+  CHECK_THROWS_AS(xj::random::uniform(k, {2}, xj::f16, 0.0, 1e6), xj::Error);  // past f16's range
+  // fold_in: any integer width or bool, as JAX's jnp.uint32(data).
+  const auto want = xj::random::fold_in(k, 5u).to_vector<std::uint32_t>();
+  for (const xj::DType dt : {xj::u8, xj::i8, xj::i16, xj::u16, xj::u64, xj::i64})
+    CHECK(xj::random::fold_in(k, xj::astype(xj::scalar(5, xj::i32), dt)).to_vector<std::uint32_t>() == want);
+  CHECK(xj::random::fold_in(k, xj::scalar(1, xj::bool_)).to_vector<std::uint32_t>() == xj::random::fold_in(k, 1u).to_vector<std::uint32_t>());
 }

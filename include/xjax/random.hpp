@@ -35,11 +35,13 @@ Array key(std::uint64_t seed);
 Array split(const Array& key, std::int64_t n = 2, XJAX_LOC);
 /// A new key from `key` and an integer: u32[2].
 Array fold_in(const Array& key, std::uint32_t data, XJAX_LOC);
-/// As above with a rank-0 integer array (may be traced, e.g. a scan's layer index).
+/// As above with a rank-0 integer (any width) or bool array (may be traced, e.g. a scan's layer
+/// index); taken as u32 as JAX's jnp.uint32(data) (wider ones keep their low 32 bits).
 Array fold_in(const Array& key, const Array& data, XJAX_LOC);
 /// Uniformly random u32 words of the given shape.
 Array bits(const Array& key, const Shape& shape = {}, XJAX_LOC);
-/// Uniform in [minval, maxval) of a float dtype (f32 or f64).
+/// Uniform in [minval, maxval) of a float dtype (f32, f64, bf16, f16: the last two mapped in f32
+/// and rounded once); minval and maxval finite in the dtype (else an xj::Error).
 Array uniform(const Array& key, const Shape& shape = {}, DType dtype = f32, double minval = 0.0,
               double maxval = 1.0, XJAX_LOC);
 /// Standard normal of a float dtype (f32 or f64).

@@ -90,6 +90,23 @@ void read_through(FusedProgram& prog, const std::vector<std::int32_t>& to) {
   for (auto& o : prog.outputs) o.value = to[static_cast<std::size_t>(o.value)];
 }
 
+// max(x, c) > c is x > c, and min(x, c) < c is x < c (either operand order): where x beats c
+// both hold; elsewhere max gives c (false) or NaN when x is NaN (false again, as NaN > c).
+// Rewrites the comparison to read x, so a max only it read is dropped (relu's mask read from its
+// recomputed output).
+void compare_clamped_operand(FusedProgram& prog) {
+  std::vector<const FusedProgram::Op*> defined_by(static_cast<std::size_t>(prog.num_values), nullptr);
+  for (auto& op : prog.ops) {
+    defined_by[static_cast<std::size_t>(op.dst)] = &op;
+    const Primitive clamp = op.prim == Primitive::gt ? Primitive::max : op.prim == Primitive::lt ? Primitive::min : Primitive::add;
+    if (clamp == Primitive::add) continue;
+    const FusedProgram::Op* c = defined_by[static_cast<std::size_t>(op.src[0])];
+    if (!c || c->prim != clamp) continue;
+    if (c->src[1] == op.src[1]) op.src[0] = c->src[0];
+    else if (c->src[0] == op.src[1]) op.src[0] = c->src[1];
+  }
+}
+
 // cmp(select_n(p, c, x), c) = p where p = cmp(x, c) and cmp is < or >: where p holds the select
 // gives x, and cmp(x, c) is p; elsewhere it gives c, and cmp(c, c) is false (NaN too).
 void fold_masks_of_selected_values(FusedProgram& prog) {
@@ -139,6 +156,7 @@ void drop_unread_ops(FusedProgram& prog) {
 }  // namespace
 
 void simplify_program(FusedProgram& prog) {
+  compare_clamped_operand(prog);
   fold_masks_of_selected_values(prog);
   drop_unread_ops(prog);
 }

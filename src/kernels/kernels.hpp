@@ -278,8 +278,8 @@ struct FusedProgram {
 void finish_program(FusedProgram& prog);
 /// Simplifies a built program (before finish_program) without changing what any output holds,
 /// bit for bit: a strict comparison of a select against its own predicate's bound is the
-/// predicate (relu's derivative mask read from its output, relu(x) > 0, is x > 0 where x > 0 was
-/// computed), and ops nothing reads any more are dropped (values renumbered).
+/// predicate, max(x, c) > c compares x (relu's derivative mask read from its recomputed output,
+/// relu(x) > 0, is x > 0), and ops nothing reads any more are dropped (values renumbered).
 void simplify_program(FusedProgram& prog);
 /// add sub mul div max min pow: the binary primitives of float_binary (simd.hpp).
 constexpr bool is_float_binary(Primitive p) { return family_of(p) == Family::binary; }

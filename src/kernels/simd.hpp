@@ -101,7 +101,15 @@ template <class V> inline constexpr bool dependent_false = false;
 template <Primitive P> struct UnaryMath {
   template <class V> V operator()(const V&) const { static_assert(dependent_false<V>, "UnaryMath<P>: no float math"); }
 };
-template <> struct UnaryMath<Primitive::neg> { template <class V> V operator()(const V& v) const { return -v; } };
+// -v; a float batch's sign bit flipped, since xsimd's AVX-512 neg is 0 - v (+0 for +0).
+template <class V> V negated(const V& v) {
+  if constexpr (requires { typename V::value_type; }) {
+    using T = typename V::value_type;
+    if constexpr (std::is_floating_point_v<T>) return xsimd::bitwise_xor(v, V(T(-0.0)));
+  }
+  return -v;
+}
+template <> struct UnaryMath<Primitive::neg> { template <class V> V operator()(const V& v) const { return negated(v); } };
 template <> struct UnaryMath<Primitive::exp> { template <class V> V operator()(const V& v) const { return xsimd::exp(v); } };
 template <> struct UnaryMath<Primitive::log> { template <class V> V operator()(const V& v) const { return xsimd::log(v); } };
 template <> struct UnaryMath<Primitive::log1p> { template <class V> V operator()(const V& v) const { return xsimd::log1p(v); } };
@@ -123,7 +131,13 @@ template <> struct UnaryMath<Primitive::atan> { template <class V> V operator()(
 template <> struct UnaryMath<Primitive::sinh> { template <class V> V operator()(const V& v) const { return xsimd::sinh(v); } };
 template <> struct UnaryMath<Primitive::cosh> { template <class V> V operator()(const V& v) const { return xsimd::cosh(v); } };
 template <> struct UnaryMath<Primitive::asinh> { template <class V> V operator()(const V& v) const { return xsimd::asinh(v); } };
-template <> struct UnaryMath<Primitive::acosh> { template <class V> V operator()(const V& v) const { return xsimd::acosh(v); } };
+// acosh, NaN below 1 (xsimd's log1p form rounds large negative inputs to -inf, 0 or inf).
+template <> struct UnaryMath<Primitive::acosh> {
+  template <class V> V operator()(const V& v) const {
+    if constexpr (std::is_floating_point_v<V>) return std::acosh(v);
+    else return xsimd::select(v < V(1), V(std::numeric_limits<typename V::value_type>::quiet_NaN()), xsimd::acosh(v));
+  }
+};
 template <> struct UnaryMath<Primitive::atanh> { template <class V> V operator()(const V& v) const { return xsimd::atanh(v); } };
 // erf / erfc: xsimd's in float (within a few ulp); in double the C library's, lane by lane:
 // xsimd's double erf is off by up to about 70 ulp and its erfc by 6e-9 relative at x = 26
@@ -347,7 +361,31 @@ template <> struct BinaryMath<Primitive::mul> { template <class V> V operator()(
 template <> struct BinaryMath<Primitive::div> { template <class V> V operator()(const V& a, const V& b) const { return divide(a, b); } };
 template <> struct BinaryMath<Primitive::max> { template <class V> V operator()(const V& a, const V& b) const { return nan_max(a, b); } };
 template <> struct BinaryMath<Primitive::min> { template <class V> V operator()(const V& a, const V& b) const { return nan_min(a, b); } };
-template <> struct BinaryMath<Primitive::pow> { template <class V> V operator()(const V& a, const V& b) const { return xsimd::pow(a, b); } };
+// a^b with C's special values (XLA's): xsimd's pow gives 0 for a zero base whatever b (0^0, 0^-1),
+// calls every even b past 2^24 (f32) odd (-1^1e10 = -1) and NaN for a -inf base. Here xsimd's pow
+// of |a| for a finite nonzero base, and the cases by rule: x^0 = 1^y = (-1)^+-inf = 1; 0^b is 0,
+// inf or NaN by b's sign, inf^b the reverse; a finite negative base needs an integer b (else NaN);
+// an odd b keeps the base's sign (+-inf count as even integers).
+template <> struct BinaryMath<Primitive::pow> {
+  template <class V> V operator()(const V& a, const V& b) const {
+    if constexpr (std::is_floating_point_v<V>) {
+      return std::pow(a, b);
+    } else {
+      using T = typename V::value_type;
+      const V zero(T(0)), one(T(1)), inf(std::numeric_limits<T>::infinity());
+      const V ax = xsimd::abs(a);
+      const auto b_integer = xsimd::floor(b) == b;
+      const V half = b * V(T(0.5));
+      const auto b_odd = b_integer && (xsimd::floor(half) != half);
+      const V zero_base = xsimd::select(b < zero, inf, xsimd::select(b > zero, zero, b));  // b = 0 below
+      const V inf_base = xsimd::select(b < zero, zero, xsimd::select(b > zero, inf, b));
+      V m = xsimd::select(ax == zero, zero_base, xsimd::select(ax == inf, inf_base, xsimd::pow(ax, b)));
+      m = xsimd::select(b_odd && (xsimd::copysign(one, a) < zero), negated(m), m);
+      m = xsimd::select((a < zero) && (a != -inf) && !b_integer, V(std::numeric_limits<T>::quiet_NaN()), m);
+      return xsimd::select((b == zero) || (a == one) || ((ax == one) && (xsimd::abs(b) == inf)), one, m);
+    }
+  }
+};
 // atan2(y, x), with C's values where xsimd's divides 0 / 0 or inf / inf into NaN: both zero gives
 // +-0 (x +0) or +-pi (x -0), both infinite +-pi/4 (x +inf) or +-3pi/4 (x -inf), the sign y's.
 template <> struct BinaryMath<Primitive::atan2> {
