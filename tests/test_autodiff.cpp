@@ -1041,6 +1041,8 @@ TEST_CASE("API regressions from review: check_grads compares a custom rule's pri
                                      });
   const xj::Array x = test_util::f64v({0.3, -0.7, 1.1}, {3});
   CHECK_THROWS_AS(xj::check_grads(wrong_primal, std::tuple{x}, {.order = 1, .modes = {xj::fwd}}), xj::Error);
+  // Reverse mode too (twenty-fifth session's review: only check_jvp compared it).
+  CHECK_THROWS_AS(xj::check_grads(wrong_primal, std::tuple{x}, {.order = 1, .modes = {xj::rev}}), xj::Error);
   auto right = xj::custom_jvp([](const xj::Array& v) { return xj::sin(v); },
                               [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
                                 const xj::Array& v = std::get<0>(p);
@@ -1059,4 +1061,17 @@ TEST_CASE("API regressions from review: check_grads compares a custom rule's pri
     (void)xj::tree_map([](const xj::Array& p, const xj::Array&, const xj::Array&) { return p; }, two, two, one);
   });
   CHECK(contains(msg, "tree 2 of rest"));
+}
+
+TEST_CASE("grad: the value must be one array, not a pytree, with or without has_aux (review finding: a tuple's first leaf was differentiated)") {
+  const xj::Array x = test_util::f64v({0.3, -0.7, 1.2}, {3});
+  using Two = std::tuple<xj::Array, xj::Array>;
+  const auto tuple_value = [](const xj::Array& a) { return std::pair<Two, xj::Array>{{xj::sum(a), xj::sum(a * a)}, a}; };
+  CHECK_THROWS_WITH_AS((void)xj::value_and_grad(tuple_value, {.has_aux = true})(x), doctest::Contains("one scalar array"), xj::TypeError);
+  CHECK_THROWS_WITH_AS((void)xj::grad(tuple_value, {.has_aux = true})(x), doctest::Contains("a pytree of 2 leaves"), xj::TypeError);
+  CHECK_THROWS_AS((void)xj::grad([](const xj::Array& a) { return std::tuple<xj::Array>{xj::sum(a * a)}; })(x), xj::TypeError);
+  // One array with its aux still works: d sum(a^2) = 2a.
+  const auto [g, aux] = xj::grad([](const xj::Array& a) { return std::pair{xj::sum(a * a), a + 1.0}; }, {.has_aux = true})(x);
+  CHECK(g.to_vector<double>() == std::vector<double>{0.6, -1.4, 2.4});
+  CHECK(aux.to_vector<double>() == (x + 1.0).to_vector<double>());
 }

@@ -191,7 +191,16 @@ GradCall::GradCall(FlatArgs args, std::initializer_list<int> argnums, bool allow
 GradCall::~GradCall() = default;
 
 void GradCall::run(TransformMemo* memo, const FlatFn& flat, bool has_aux, bool with_value, std::source_location loc) {
-  std::vector<Array> outs = eval_grad(memo, trace_flat(flat, fa.avals(), weak_flags(fa.leaves), loc), fa.leaves, diff, has_aux, with_value);
+  ClosedJaxpr traced = trace_flat(flat, fa.avals(), weak_flags(fa.leaves), loc);
+  // The value is one array, not a pytree (JAX: "Gradient only defined for scalar-output
+  // functions"): a tuple of values had its first leaf differentiated and the rest taken as aux.
+  const TreeDef& value_def = has_aux ? out_def.children.at(0) : out_def;
+  if (value_def.kind != TreeDef::Kind::leaf)
+    throw TypeError(std::string("grad: the function must return one scalar array") +
+                    (has_aux ? " as the first of its (value, aux) pair" : "") + ", got a pytree of " +
+                    std::to_string(value_def.num_leaves()) + " leaves; use vjp or jacrev for other outputs (at " +
+                    format_location(loc) + ")");
+  std::vector<Array> outs = eval_grad(memo, traced, fa.leaves, diff, has_aux, with_value);
   const std::size_t nout = out_def.num_leaves() - (with_value ? 0 : 1);
   full.assign(fa.leaves.size(), Array());
   for (std::size_t k = 0, g = nout; k < full.size(); ++k)

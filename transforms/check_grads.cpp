@@ -109,6 +109,7 @@ void check_vjp(const FlatFn& f, const std::vector<Array>& x, const Tol& tol, int
   for (const auto& a : x) v.push_back(random_like(a, rng));
   std::vector<Array> outs;
   auto state = vjp_forward(trace_at(f, x), x, &outs);
+  check_close(outs, f(x), tol, order, "rev (the primal output against f)");  // JAX's check_vjp: a custom rule's primal too
   auto u = random_cotangents(outs, rng);
   auto ct = vjp_backward(*state, u);
   double got = inner(ct, v);
