@@ -146,6 +146,8 @@ Array take_donated(const Array& x, const std::string& what) {
   return Array(std::move(taken));
 }
 
+std::shared_ptr<const void> buffer_keeper(const Array& a) { return a.impl()->buffer; }
+
 void* mutable_data(const Array& a) { return static_cast<char*>(a.impl()->buffer->data) + a.impl()->offset; }
 
 Array buffer_view(const Array& x, std::size_t byte_offset, const ShapedArray& aval) {

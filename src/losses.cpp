@@ -16,6 +16,10 @@ void same_shape(const char* fn, const Array& a, const Array& b, const std::sourc
 }
 
 Array error_of(const Array& predictions, const std::optional<Array>& targets, const char* fn, const std::source_location& loc) {
+  // optax asserts float predictions (chex.assert_type): an integer error made 0.5 e^2 an integer 0.
+  if (!is_floating(predictions.dtype()))
+    throw TypeError(std::string(fn) + ": predictions must be floats (as optax's), got " + predictions.aval().str() + " (at " +
+                    format_location(loc) + ")");
   if (!targets) return predictions;
   same_shape(fn, predictions, *targets, loc);
   return sub(predictions, *targets, loc);

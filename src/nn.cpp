@@ -102,7 +102,8 @@ Array elu(const Array& x, double alpha, std::source_location loc) {
 }
 
 Array leaky_relu(const Array& x, double negative_slope, std::source_location loc) {
-  return where(ge(x, zeros_like(x), loc), x, mul(x, scalar_like(negative_slope, x), loc), loc);
+  // The slope as a C++ number (weak): integers become floats, as jnp's negative_slope * x.
+  return where(ge(x, zeros_like(x), loc), x, x * negative_slope, loc);
 }
 
 Array log_sigmoid(const Array& x, std::source_location loc) { return neg(softplus(neg(x, loc), loc), loc); }

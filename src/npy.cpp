@@ -22,64 +22,107 @@ constexpr Descr kDescrs[] = {{f32, "<f4"}, {f64, "<f8"}, {i32, "<i4"}, {i64, "<i
                              {f16, "<f2"}, {i8, "|i1"}, {u8, "|u1"}, {i16, "<i2"}, {u16, "<u2"}, {u64, "<u8"}};
 constexpr char kMagic[] = "\x93NUMPY";
 
-// The header dict's fields, read as numpy writes them (a literal dict of three keys).
-class HeaderReader {
- public:
-  HeaderReader(std::string path, std::string text) : path_(std::move(path)), text_(std::move(text)) {}
+// The header: a Python dict literal of exactly the keys 'descr' (a string), 'fortran_order'
+// (True or False) and 'shape' (a tuple of integers; one element needs its comma), each once, with
+// an optional trailing comma, then spaces and a newline. Anything else is an error naming the
+// file, as numpy's safe_eval refuses it (a repeated key numpy would read as its last value, an
+// extra key, `(3)`, `Falsehood`, a leading zero).
+struct Header {
+  std::string descr;
+  bool fortran_order = false;
+  std::vector<std::uint64_t> shape;
+};
 
-  // The text right after 'key': (spaces skipped).
-  std::size_t value_at(const char* key) const {
-    const std::string quoted = std::string("'") + key + "'";
-    const auto k = text_.find(quoted);
-    if (k == std::string::npos) detail::file_error(path_, std::string("the header has no '") + key + "' field");
-    auto p = text_.find(':', k + quoted.size());
-    if (p == std::string::npos) bad_field(key, "field has no value");
-    return skip_spaces(p + 1);
-  }
-  std::string string_field(const char* key) const {
-    const std::size_t p = value_at(key);
-    if (p >= text_.size() || (text_[p] != '\'' && text_[p] != '"')) bad_field(key, "is not a string");
-    const auto end = text_.find(text_[p], p + 1);
-    if (end == std::string::npos) bad_field(key, "string is not closed");
-    return text_.substr(p + 1, end - p - 1);
-  }
-  bool bool_field(const char* key) const {
-    const std::size_t p = value_at(key);
-    if (text_.compare(p, 4, "True") == 0) return true;
-    if (text_.compare(p, 5, "False") == 0) return false;
-    bad_field(key, "is neither True nor False");
-  }
-  // (Appended, not `std::string(...) + key + ...`: GCC 12's -Warray-bounds misfires on that
-  // chain once inlined here.)
-  [[noreturn]] void bad_field(const char* key, const char* what) const {
-    std::string message = "the header's '";
-    message.append(key).append("' ").append(what);
-    detail::file_error(path_, message);
-  }
-  std::vector<std::uint64_t> shape_field(const char* key) const {
-    std::size_t p = value_at(key);
-    if (p >= text_.size() || text_[p] != '(') bad_field(key, "is not a tuple");
-    std::vector<std::uint64_t> s;
-    p = skip_spaces(p + 1);
-    while (p < text_.size() && text_[p] != ')') {
-      std::size_t digits = p;
-      while (digits < text_.size() && std::isdigit(static_cast<unsigned char>(text_[digits]))) ++digits;
-      if (digits == p || digits - p > 18) bad_field(key, "holds a bad dimension");
-      s.push_back(std::stoull(text_.substr(p, digits - p)));
-      p = skip_spaces(digits);
-      if (p < text_.size() && text_[p] == ',') p = skip_spaces(p + 1);
-      else if (p < text_.size() && text_[p] != ')') bad_field(key, "is not a tuple of integers");
+class HeaderParser {
+ public:
+  HeaderParser(std::string path, std::string text) : path_(std::move(path)), text_(std::move(text)) {}
+
+  Header parse() {
+    Header h;
+    bool seen[3] = {false, false, false};
+    expect('{', "does not start with '{'");
+    while (true) {
+      skip_spaces();
+      if (peek() == '}') break;
+      const std::string key = quoted("a key");
+      skip_spaces();
+      expect(':', "has a key without ':'");
+      skip_spaces();
+      const int which = key == "descr" ? 0 : key == "fortran_order" ? 1 : key == "shape" ? 2 : -1;
+      if (which < 0) fail("has the key '" + key + "' (only 'descr', 'fortran_order' and 'shape')");
+      if (seen[which]) fail("repeats the key '" + key + "'");
+      seen[which] = true;
+      if (which == 0) h.descr = quoted("'descr'");
+      else if (which == 1) h.fortran_order = boolean();
+      else h.shape = tuple();
+      skip_spaces();
+      if (peek() == ',') ++p_;
+      else if (peek() != '}') fail("has no ',' or '}' after the value of '" + key + "'");
     }
-    if (p >= text_.size()) bad_field(key, "tuple is not closed");
-    return s;
+    ++p_;
+    while (p_ < text_.size() && (text_[p_] == ' ' || text_[p_] == '\n')) ++p_;
+    if (p_ != text_.size()) fail("has text after its dict");
+    for (int k = 0; k < 3; ++k)
+      if (!seen[k]) fail(std::string("has no '") + (k == 0 ? "descr" : k == 1 ? "fortran_order" : "shape") + "' key");
+    return h;
   }
 
  private:
-  std::size_t skip_spaces(std::size_t p) const {
-    while (p < text_.size() && text_[p] == ' ') ++p;
-    return p;
+  char peek() const { return p_ < text_.size() ? text_[p_] : '\0'; }
+  void skip_spaces() {
+    while (p_ < text_.size() && text_[p_] == ' ') ++p_;
   }
+  [[noreturn]] void fail(const std::string& what) const { detail::file_error(path_, "the .npy header " + what); }
+  void expect(char c, const char* what) {
+    if (peek() != c) fail(what);
+    ++p_;
+  }
+  std::string quoted(const std::string& what) {
+    const char q = peek();
+    if (q != '\'' && q != '"') fail("has " + what + " that is not a string");
+    const auto end = text_.find(q, p_ + 1);
+    if (end == std::string::npos) fail("has " + what + " whose string is not closed");
+    std::string out = text_.substr(p_ + 1, end - p_ - 1);
+    p_ = end + 1;
+    return out;
+  }
+  bool boolean() {
+    for (const auto& [word, value] : {std::pair{std::string("True"), true}, std::pair{std::string("False"), false}})
+      if (text_.compare(p_, word.size(), word) == 0) {
+        const std::size_t after = p_ + word.size();
+        if (after < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[after])) || text_[after] == '_')) break;
+        p_ = after;
+        return value;
+      }
+    fail("'fortran_order' is neither True nor False");
+  }
+  std::vector<std::uint64_t> tuple() {
+    expect('(', "'shape' is not a tuple");
+    std::vector<std::uint64_t> dims;
+    bool comma_after_last = false;
+    skip_spaces();
+    while (peek() != ')') {
+      const std::size_t first = p_;
+      while (std::isdigit(static_cast<unsigned char>(peek()))) ++p_;
+      const std::size_t digits = p_ - first;
+      if (digits == 0 || digits > 18 || (digits > 1 && text_[first] == '0')) fail("'shape' holds a bad dimension");
+      dims.push_back(std::stoull(text_.substr(first, digits)));
+      skip_spaces();
+      comma_after_last = peek() == ',';
+      if (comma_after_last) {
+        ++p_;
+        skip_spaces();
+      } else if (peek() != ')') {
+        fail("'shape' is not a tuple of integers");
+      }
+    }
+    if (dims.size() == 1 && !comma_after_last) fail("'shape' (n) is an integer, not a tuple (n,)");
+    ++p_;
+    return dims;
+  }
+
   std::string path_, text_;
+  std::size_t p_ = 0;
 };
 
 std::string shape_tuple(const Shape& s) {
@@ -118,8 +161,9 @@ Array load_npy(const std::string& path) {
   char head[12] = {};
   in.read_at(0, head, 10);
   if (std::memcmp(head, kMagic, 6) != 0) detail::file_error(path, "not a .npy file (no \\x93NUMPY magic)");
-  const auto major = static_cast<unsigned char>(head[6]);
-  if (major < 1 || major > 3) detail::file_error(path, "unsupported .npy format version " + std::to_string(major));
+  const auto major = static_cast<unsigned char>(head[6]), minor = static_cast<unsigned char>(head[7]);
+  if (major < 1 || major > 3 || minor != 0)
+    detail::file_error(path, "unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor) + " (1.0, 2.0 and 3.0 are)");
   std::uint64_t start = 10, header_len = 0;
   if (major == 1) {
     std::uint16_t n;
@@ -136,10 +180,10 @@ Array load_npy(const std::string& path) {
   if (header_len > in.size() - start) detail::file_error(path, "the header length " + std::to_string(header_len) + " exceeds the file");
   std::string text(header_len, '\0');
   in.read_at(start, text.data(), header_len);
-  const HeaderReader h(path, text);
-  const std::string descr = h.string_field("descr");
-  if (h.bool_field("fortran_order")) detail::file_error(path, "the array is in Fortran order; only C order is read");
-  const std::vector<std::uint64_t> dims = h.shape_field("shape");
+  const Header h = HeaderParser(path, text).parse();
+  const std::string& descr = h.descr;
+  if (h.fortran_order) detail::file_error(path, "the array is in Fortran order; only C order is read");
+  const std::vector<std::uint64_t>& dims = h.shape;
   std::optional<DType> dtype;
   for (const auto& d : kDescrs)
     if (descr == d.descr) dtype = d.dtype;

@@ -264,7 +264,7 @@ Array floor_divide(const Array& x, const Array& y, std::source_location loc) {
   const Array one = scalar(1.0, r.dtype());
   if (!is_floating(r.dtype())) return where(floor_differs(r, y, loc), sub(div(x, y, loc), one, loc), div(x, y, loc), loc);
   const Array q = div(sub(x, r, loc), y, loc);
-  const Array rounded = floor(add(q, scalar(0.5, q.dtype()), loc), loc);
+  const Array rounded = round(q, RoundingMethod::away_from_zero, loc);  // q is an integer up to rounding (floor(q + 0.5) rounded odd q past 2^23 up)
   return where(floor_differs(r, y, loc), sub(rounded, one, loc), rounded, loc);
 }
 
@@ -513,7 +513,10 @@ Array einsum(const std::string& spec, const Array& a, const Array& b, std::sourc
 
 // ---- reductions -------------------------------------------------------------------------------
 
+// sum / prod / mean of bool count in the default integer (i64, JAX's int_ with x64) / float, as
+// jnp's (the true entries of a mask); lax's reduce_sum takes no bool.
 Array sum(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  if (x.dtype() == bool_) return sum(astype(x, i64, loc), axes, keepdims, loc);
   return reduce(P::reduce_sum, x, axes, keepdims, loc);
 }
 Array max(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
@@ -523,9 +526,11 @@ Array min(const Array& x, const Axes& axes, bool keepdims, std::source_location 
   return reduce(P::reduce_min, x, axes, keepdims, loc);
 }
 Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  if (x.dtype() == bool_) return prod(astype(x, i64, loc), axes, keepdims, loc);
   return reduce(P::reduce_prod, x, axes, keepdims, loc);
 }
 Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  if (x.dtype() == bool_) return mean(astype(x, f64, loc), axes, keepdims, loc);
   // bf16 / f16: the sum and the division in f32, rounded once (JAX upcasts them too; the count
   // itself may not be representable in the narrow type)
   if (x.dtype() == bf16 || x.dtype() == f16) return astype(mean(astype(x, f32, loc), axes, keepdims, loc), x.dtype(), loc);
@@ -537,6 +542,8 @@ Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location
 // E[x^2] - E[x]^2), NaN where N - ddof <= 0 (JAX's rule); integers and bools are computed in
 // f64, as JAX's inexact promotion (x64)
 Array var(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, std::source_location loc) {
+  // bf16 / f16 in f32, rounded once (JAX's _var_promote_types): the centring lost the spread.
+  if (x.dtype() == bf16 || x.dtype() == f16) return astype(var(astype(x, f32, loc), axes, ddof, keepdims, loc), x.dtype(), loc);
   const Array xf = is_floating(x.dtype()) ? x : astype(x, f64, loc);
   const auto n = static_cast<double>(reduced_count(xf, axes, loc));
   const Array centred = sub(xf, mean(xf, axes, true, loc), loc);
@@ -1148,7 +1155,8 @@ std::vector<Array> split(const Array& x, std::int64_t sections, std::int64_t axi
 }
 
 // The pieces between consecutive split points, clipped to the axis (NumPy: a point past the end
-// gives empty pieces).
+// gives empty pieces, a point before the previous one an empty piece, and the next piece starts
+// at it).
 std::vector<Array> split(const Array& x, const std::vector<std::int64_t>& indices, std::int64_t axis, std::source_location loc) {
   const std::int64_t a = norm_axis(axis, x.ndim(), "split", x, loc), n = x.dim(a);
   std::vector<Array> out;
@@ -1157,7 +1165,7 @@ std::vector<Array> split(const Array& x, const std::vector<std::int64_t>& indice
   for (std::size_t k = 0; k <= indices.size(); ++k) {
     const std::int64_t to = k < indices.size() ? clip(indices[k]) : n;
     out.push_back(slice_in_dim(x, from, std::max(from, to), a, loc));
-    from = std::max(from, to);
+    from = to;
   }
   return out;
 }

@@ -77,7 +77,9 @@ std::optional<BroadcastLayout> broadcast_layout(const Eqn& e) {
   const ShapedArray& in = atom_aval(e.inputs[0]);
   const Shape& out = e.outputs[0].aval().shape;
   const Ints& dims = e.params.get<params::BroadcastInDim>().broadcast_dimensions;
-  if (in.ndim() == 0 || dims.size() != in.shape.size()) return std::nullopt;
+  // An empty operand has period 0, which marks a dense input of the chain's shape: the output
+  // was taken for a rename of the operand (review finding: jit returned [0,1] for [0,5]).
+  if (in.ndim() == 0 || dims.size() != in.shape.size() || in.size() == 0) return std::nullopt;
   std::int64_t a = -1, b = -1;  // the run of output dims the operand's dims of size > 1 map to
   for (std::size_t i = 0; i < dims.size(); ++i) {
     if (i > 0 && dims[i] <= dims[i - 1]) return std::nullopt;

@@ -336,6 +336,8 @@ std::vector<ShapedArray> scatter_shape_rule(Primitive p, Avals in, const params:
 std::vector<ShapedArray> iota_shape_rule(Avals in, const params::Iota& ps) {
   expect_arity(Primitive::iota, in, 0);
   const Ints& shape = ps.shape;
+  for (auto d : shape)
+    if (d < 0) shape_fail(Primitive::iota, in, "negative dimension in shape " + shape_str(shape));
   norm_axis(Primitive::iota, in, ps.dimension, static_cast<std::int64_t>(shape.size()));
   return {ShapedArray{shape, ps.dtype}};
 }

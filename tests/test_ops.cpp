@@ -1188,3 +1188,45 @@ TEST_CASE("ops: acosh below 1 is NaN, neg(+0) is -0 and relu keeps NaN (review f
   CHECK(xj::grad([](const xj::Array& v) { return xj::sum(xj::relu(v)); })(test_util::f64v({-1.0, 2.0, 0.0, 3.0})).to_vector<double>() ==
         std::vector<double>{0, 1, 0, 1});
 }
+
+TEST_CASE("ops: review findings of the twenty-fifth session: floor_divide of large quotients, var of bf16, leaky_relu of ints, iota, split") {
+  // floor_divide rounded (x - rem) / y with floor(q + 0.5): q + 0.5 ties to even where the
+  // spacing is 1 (f32 past 2^23, bf16 past 128). Oracle: std::floor of the quotient in double.
+  const xj::Array big = xj::floor_divide(xj::array<float>({8388609.0f, -8388609.0f, 7.0f, -7.0f}), xj::array<float>({1.0f, 1.0f, 2.0f, 2.0f}));
+  CHECK(big.to_vector<float>() == std::vector<float>{8388609.0f, -8388609.0f, 3.0f, -4.0f});
+  const xj::Array b = xj::astype(test_util::f64v({129, 255, 200}), xj::bf16), one = xj::astype(test_util::f64v({1, 1, 3}), xj::bf16);
+  const auto eager = xj::astype(xj::floor_divide(b, one), xj::f64).to_vector<double>();
+  CHECK(eager == std::vector<double>{129, 255, 66});
+  CHECK(xj::astype(xj::jit([](const xj::Array& p, const xj::Array& q) { return xj::floor_divide(p, q); })(b, one), xj::f64).to_vector<double>() == eager);
+  CHECK(std::signbit(xj::floor_divide(test_util::f64v({0.0}), test_util::f64v({-1.0})).to_vector<double>()[0]));  // -0, as numpy
+  // var / std of bf16 / f16 in f32 (the bf16 mean rounded before centring: 8 for 4).
+  CHECK(xj::astype(xj::var(xj::astype(test_util::f64v({1000, 1004}), xj::bf16)), xj::f64).item<double>() == 4.0);
+  CHECK(xj::astype(xj::std(xj::astype(test_util::f64v({2048, 2050}), xj::f16), {}, 1), xj::f64).item<double>() ==
+        doctest::Approx(std::sqrt(2.0)).epsilon(1e-3));
+  // leaky_relu of integers is float (the slope 0.01 became an integer 0).
+  const xj::Array lr = xj::leaky_relu(xj::array<std::int32_t>({-5, 3}, {2}));
+  CHECK(xj::is_floating(lr.dtype()));
+  CHECK(xj::astype(lr, xj::f64).to_vector<double>()[0] == doctest::Approx(-0.05));
+  CHECK_THROWS_AS((void)xj::optim::l2_loss(xj::array<std::int32_t>({3}, {1})), xj::TypeError);  // optax asserts floats
+  // iota with a negative dimension is an error (was an array of negative size).
+  CHECK_THROWS_AS((void)xj::iota(xj::i32, {-2, 3}, 0), xj::ShapeError);
+  // split at decreasing points: numpy's pieces [0:3], [3:1] (empty), [1:6].
+  const auto pieces = xj::split(xj::arange(6), std::vector<std::int64_t>{3, 1});
+  REQUIRE(pieces.size() == 3);
+  CHECK(pieces[1].size() == 0);
+  CHECK(xj::astype(pieces[2], xj::f64).to_vector<double>() == std::vector<double>{1, 2, 3, 4, 5});
+}
+
+TEST_CASE("autodiff: pow's mixed second derivative at b = 0 is 1/a, and jit's negative donate_argnums donate (review findings)") {
+  // d2(a^b)/da db = a^(b-1) (1 + b log a): 1/a at b = 0. A select of the whole slope at b = 0 made it 0.
+  const auto dadb = xj::grad([](const xj::Array& y) { return xj::grad([&](const xj::Array& x) { return xj::pow(x, y); })(xj::scalar(2.0, xj::f64)); });
+  CHECK(dadb(xj::scalar(0.0, xj::f64)).item<double>() == doctest::Approx(0.5).epsilon(1e-12));
+  CHECK(xj::grad([](const xj::Array& x) { return xj::pow(x, xj::scalar(0.0, xj::f64)); })(xj::scalar(0.0, xj::f64)).item<double>() == 0.0);
+  // donate_argnums {-1} is the last argument: reading it afterwards is the donation error.
+  const xj::Array a = test_util::f64v({1, 2, 3}) * 1.0;
+  xj::Array b = test_util::f64v({1, 2, 3}) * 2.0;
+  const auto add = [](const xj::Array& p, const xj::Array& q) { return p + q; };
+  CHECK(xj::jit(add, {.donate_argnums = {-1}})(a, b).to_vector<double>() == std::vector<double>{3, 6, 9});
+  CHECK_THROWS_AS((void)b.to_vector<double>(), xj::Error);
+  CHECK(a.to_vector<double>() == std::vector<double>{1, 2, 3});
+}

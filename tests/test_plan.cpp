@@ -1133,3 +1133,19 @@ TEST_CASE("the plan table's derived jaxprs: kept while their jaxpr lives, and on
   j.reset();
   CHECK(watch.expired());
 }
+
+TEST_CASE("plan: a zero-size broadcast that is returned and read by a chain keeps its shape (review finding: jit returned the operand's)") {
+  auto f = [](const xj::Array& x) {
+    const xj::Array b = xj::broadcast_to(x, {0, 5});
+    return std::vector<xj::Array>{b, b * 2.0f};
+  };
+  const xj::Array x = xj::zeros({0, 1});
+  const auto out = xj::jit(f)(x);
+  CHECK(out[0].shape() == xj::Shape{0, 5});
+  CHECK(out[1].shape() == xj::Shape{0, 5});
+  auto g = [](const xj::Array& x) {
+    const xj::Array b = xj::broadcast_to(x, {2, 0, 5});
+    return std::vector<xj::Array>{b, b + 1.0f};
+  };
+  CHECK(xj::jit(g)(xj::zeros({2, 0, 1}))[0].shape() == xj::Shape{2, 0, 5});
+}

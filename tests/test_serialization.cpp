@@ -268,8 +268,34 @@ TEST_CASE("npy: every dtype and rank round-trips; the header is numpy's, 64-byte
   expect(header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }") + std::string(8, '\0'), "the array is in Fortran order; only C order is read");
   expect(header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + std::string(8, '\0'), "dtype '>f4' is not one xjax reads (big-endian");
   expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }") + std::string(5, '\0'), "shape [2] of <f4 needs 8 bytes of data, the file holds 5");
-  expect(header("{'descr': '<f4', 'fortran_order': False, }"), "the header has no 'shape' field");
-  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }"), "the header's 'shape' holds a bad dimension");
+  expect(header("{'descr': '<f4', 'fortran_order': False, }"), "the .npy header has no 'shape' key");
+  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }"), "the .npy header 'shape' holds a bad dimension");
+  // Review finding (twenty-fifth session): the header was searched for each key's first mention,
+  // so a repeated key was read as its first value (numpy's dict keeps the last: another dtype,
+  // another shape, no error) and malformed dicts numpy refuses were accepted.
+  const std::string f4x3(12, '\0');
+  expect(header("{'descr': '<i4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,), }") + f4x3, "the .npy header repeats the key 'descr'");
+  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'shape': (1,), }") + f4x3, "the .npy header repeats the key 'shape'");
+  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'foo': 1, }") + f4x3, "the .npy header has the key 'foo'");
+  expect(header("'descr': '<f4', 'fortran_order': False, 'shape': (3,), ") + f4x3, "the .npy header does not start with '{'");
+  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (3), }") + f4x3, "the .npy header 'shape' (n) is an integer, not a tuple");
+  expect(header("{'descr': '<f4', 'fortran_order': Falsehood, 'shape': (3,), }") + f4x3, "the .npy header 'fortran_order' is neither True nor False");
+  expect(header("{'descr': '<f4'x, 'fortran_order': False, 'shape': (3,), }") + f4x3, "the .npy header has no ',' or '}' after the value of 'descr'");
+  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (3,)(5,), }") + f4x3, "the .npy header has no ',' or '}' after the value of 'shape'");
+  expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (03,), }") + f4x3, "the .npy header 'shape' holds a bad dimension");
+  std::string minor5 = header("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }") + f4x3;
+  minor5[7] = 5;
+  expect(minor5, "unsupported .npy format version 1.5");
+  // What numpy writes (spaces, no trailing comma, double quotes, rank 0 and 2) still loads.
+  for (const std::string& dict : {std::string("{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}"),
+                                  std::string("{\"descr\":\"<f4\",\"fortran_order\":False,\"shape\":(3, )}")}) {
+    write_bytes(p, header(dict) + f4x3);
+    CHECK(xj::load_npy(p).shape() == xj::Shape{3});
+  }
+  write_bytes(p, header("{'descr': '<f4', 'fortran_order': False, 'shape': (), }") + std::string(4, '\0'));
+  CHECK(xj::load_npy(p).shape() == xj::Shape{});
+  write_bytes(p, header("{'shape': (1, 3), 'fortran_order': False, 'descr': '<f4'}") + f4x3);
+  CHECK(xj::load_npy(p).shape() == xj::Shape{1, 3});
   fs::remove_all(dir);
 }
 
@@ -318,5 +344,21 @@ TEST_CASE("serialization regressions from review: sizes that overflow, deep JSON
   const Nested clash{{"a", {{"b.c", xj::zeros({1})}}}, {"a.b", {{"c", xj::zeros({1})}}}};
   CHECK_THROWS_AS(xj::save_safetensors(st, clash), xj::Error);
   CHECK_THROWS_WITH_AS((void)xj::load_safetensors(st, clash), doctest::Contains("two leaves of the tree have the file key 'a.b.c'"), xj::Error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("files: a load refused because the path is not a regular file closes what it opened (review finding: a descriptor leaked per call)") {
+  const auto open_descriptors = [] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  const fs::path dir = scratch("fd_leak");
+  const std::size_t before = open_descriptors();
+  for (int i = 0; i < 50; ++i) {
+    CHECK_THROWS_AS((void)xj::load_npy(dir.string()), xj::Error);
+    CHECK_THROWS_AS((void)xj::load_npy("/dev/null"), xj::Error);
+  }
+  CHECK(open_descriptors() <= before + 1);  // +1: the directory_iterator's own
   fs::remove_all(dir);
 }

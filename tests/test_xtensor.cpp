@@ -304,3 +304,15 @@ TEST_CASE("xtensor: errors") {
   CHECK_THROWS_AS((void)xj::detail::external_array(nullptr, {{2}, xj::f32}, nullptr), xj::Error);
   CHECK(xj::detail::external_array(nullptr, {{0}, xj::f32}, nullptr).size() == 0);
 }
+
+TEST_CASE("xtensor: an as_xtensor view keeps its elements when the array is donated to jit (review finding: it read freed memory)") {
+  auto f = xj::jit([](const xj::Array& x) { return x * 2.0f + 1.0f; }, {.donate_argnums = {0}});
+  xj::Array x = xj::full({1024}, 3.0, xj::f32);
+  const auto view = xj::as_xtensor<float>(x);
+  {
+    const xj::Array y = f(x);  // may not write into the buffer the view reads
+    CHECK(y.to_vector<float>()[0] == 7.0f);
+  }
+  const xj::Array z = xj::full({1024}, 42.0, xj::f32);  // the arena may hand out a freed block
+  for (std::size_t i = 0; i < 1024; i += 111) CHECK(view(i) == 3.0f);
+}

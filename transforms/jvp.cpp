@@ -242,10 +242,11 @@ JvpOut min_jvp(const JvpArgs& a) { return minmax_jvp(a, false); }
 JvpOut pow_jvp(const JvpArgs& a) {
   Array y = primal1(a);
   const Array &x0 = a.x[0], &x1 = a.x[1];
-  // b = 0: the slope is 0 (JAX's select), not 0 * x^-1 (NaN at x = 0, where x^-1 is inf).
+  // At a = b = 0 the base is taken as 1, so the slope is 0 there (not 0 * 0^-1 = NaN) while its
+  // derivative in b elsewhere stays a^-1 (a select of the whole slope lost d2/da db at b = 0).
   Tangent l = tmap(a.t[0], y.aval(), [&](const Array& t) {
-    const Array slope = mul(x1, pow(x0, sub(x1, c(1, x1))));
-    return mul(t, where(eq(x1, c(0, x1)), zeros_like(slope), slope));
+    const Array base = where(logical_and(eq(x0, c(0, x0)), eq(x1, c(0, x1))), broadcast_to(c(1, x0), x0.shape()), x0);
+    return mul(t, mul(x1, pow(base, sub(x1, c(1, x1)))));
   });
   Tangent r = tmap(a.t[1], y.aval(), [&](const Array& t) {
     Array safe_log = log(where(eq(x0, c(0, x0)), c(1, x0), x0));

@@ -411,9 +411,12 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     if (trees[s + 1]) jit_static_array(s);
     is_static[s] = 1;
   }
-  for (int argnum : opts.donate_argnums)
-    if (const std::size_t d = normalized_argnum(argnum, sizeof...(Args), "xj::jit: donate_argnums"); !trees[d + 1])
-      jit_donated_not_array(d);
+  std::vector<int> donated;  // donate_argnums as positions
+  for (int argnum : opts.donate_argnums) {
+    const std::size_t d = normalized_argnum(argnum, sizeof...(Args), "xj::jit: donate_argnums");
+    if (!trees[d + 1]) jit_donated_not_array(d);
+    donated.push_back(static_cast<int>(d));
+  }
   FlatArgs fa;
   std::string statics;
   std::vector<Array> static_numbers(sizeof...(Args));
@@ -465,10 +468,10 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     t.plan = plan_for_jit(t.jaxpr);  // plan now, once, rather than on the first call's evaluation
     return t;
   });
-  if (opts.donate_argnums.empty())
+  if (donated.empty())
     return tree_unflatten<R>(traced->out_def,
                              with_weak_types(eval_jaxpr_with_plan(traced->jaxpr, *traced->plan, fa.leaves), traced->out_weak));
-  donate_args(fa, opts.donate_argnums, traced->jaxpr.consts);
+  donate_args(fa, donated, traced->jaxpr.consts);
   return tree_unflatten<R>(traced->out_def, with_weak_types(eval_jaxpr_consuming(traced->jaxpr, *traced->plan, std::move(fa.leaves)),
                                                             traced->out_weak));
 }

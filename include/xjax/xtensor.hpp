@@ -90,6 +90,10 @@ template <class T> const T* checked_data(const Array& a, const char* fn) {
   }
 }
 
+/// What keeps concrete array a's elements alive: its buffer itself (not the array's handle, which
+/// donating the array empties while the buffer goes on to the call's outputs).
+std::shared_ptr<const void> buffer_keeper(const Array& a);
+
 /// True when the container's elements are contiguous in row-major order (always so for the
 /// default xt::xarray<T> and xt::xtensor<T, N>; not for column-major ones).
 template <class C> bool is_row_major_contiguous(const C& c) {
@@ -164,11 +168,11 @@ Array adapt(xt::xtensor_container<EC, N, L, Tag>&& c) {
 /// A read-only, row-major xtensor view of concrete array `a`'s elements, no copy:
 /// `as_xtensor<float>(a).data() == a.raw_data()`. Usable in any xtensor expression (xt::mean,
 /// xt::argmax, views, ...). The view holds a reference to the array's buffer, so it stays valid
-/// after `a` is gone. T must be the C++ type of a's dtype (TypeError otherwise); a tracer throws
+/// after `a` is gone, and after `a` is donated to a jit call (the call then writes elsewhere). T must be the C++ type of a's dtype (TypeError otherwise); a tracer throws
 /// TracerError (use it on results, outside transformed functions).
 template <class T> auto as_xtensor(const Array& a) {
   const T* data = detail::checked_data<T>(a, "xj::as_xtensor");
-  return xt::adapt_smart_ptr(data, detail::to_xt_shape(a.shape()), a.impl());
+  return xt::adapt_smart_ptr(data, detail::to_xt_shape(a.shape()), detail::buffer_keeper(a));
 }
 
 /// An xt::xarray<T> copy of concrete array `a` (row-major). T must be the C++ type of a's dtype

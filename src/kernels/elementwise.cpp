@@ -213,13 +213,19 @@ void compare_elements(Primitive p, DType d, const void* x, const void* y, void* 
 }
 
 // fn(first element, count) over [0, n), split among the kernel threads (chunks of at least
-// kParallelElements; each element is computed alone, so the split does not change any bits).
+// kParallelElements), each chunk starting at a multiple of 16 elements: SIMD batches then group
+// the same lanes at any thread count and as a fused chain's 512-element blocks do, so the bits do
+// not depend on the split even where xsimd's math picks one path for a whole batch (sin / cos /
+// tan reduce a batch by its largest lane: review finding, 1 ulp between thread counts).
 // With no elements fn still runs once, on none: its checks (a negative integer exponent...) throw
 // whatever the size.
 template <class F> void split_elements(std::size_t n, F&& fn) {
   if (n == 0) return fn(std::size_t{0}, std::size_t{0});
-  parallel_for(static_cast<std::int64_t>(n), parallel_elements(static_cast<std::int64_t>(n)), [&](std::int64_t begin, std::int64_t end) {
-    fn(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin));
+  constexpr std::int64_t kGroup = 16;  // elements: a multiple of every batch width (64-byte f32 batches)
+  const auto total = static_cast<std::int64_t>(n), groups = (total + kGroup - 1) / kGroup;
+  parallel_for(groups, std::max<std::int64_t>(1, parallel_elements(total) / kGroup), [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t first = begin * kGroup, last = std::min(end * kGroup, total);
+    fn(static_cast<std::size_t>(first), static_cast<std::size_t>(last - first));
   }, ChunkCalls::no_blas);
 }
 
