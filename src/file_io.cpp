@@ -107,7 +107,9 @@ void AtomicFile::commit() {
 
 InputFile::InputFile(std::string path) : path_(std::move(path)) {
   errno = 0;
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a named pipe would wait for a writer before the regular-file check below
+  // (review finding: a load of a FIFO hung); cleared again for the reads.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) fail(path_, "cannot open it");
   // A throwing constructor runs no destructor: the descriptor is closed here before each error
   // (review finding: every refused directory leaked one).
@@ -121,6 +123,8 @@ InputFile::InputFile(std::string path) : path_(std::move(path)) {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) close_and_fail("cannot read its size", true);
   if (!S_ISREG(st.st_mode)) close_and_fail("not a regular file", false);
+  if (const int flags = ::fcntl(fd_, F_GETFL); flags < 0 || ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    close_and_fail("cannot set it to blocking reads", true);
   size_ = static_cast<std::uint64_t>(st.st_size);
 }
 

@@ -530,7 +530,8 @@ Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location
   return reduce(P::reduce_prod, x, axes, keepdims, loc);
 }
 Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  if (x.dtype() == bool_) return mean(astype(x, f64, loc), axes, keepdims, loc);
+  // Integers and bools in f64, as jnp's (an i8 sum wrapped before the division: mean(100, 100) was -28).
+  if (!is_floating(x.dtype())) return mean(astype(x, f64, loc), axes, keepdims, loc);
   // bf16 / f16: the sum and the division in f32, rounded once (JAX upcasts them too; the count
   // itself may not be representable in the narrow type)
   if (x.dtype() == bf16 || x.dtype() == f16) return astype(mean(astype(x, f32, loc), axes, keepdims, loc), x.dtype(), loc);
@@ -561,8 +562,10 @@ Array argmax(const Array& x, std::int64_t axis, DType index_dtype, std::source_l
 // logsumexp(x) = m + log(sum(exp(x - m))), m = max(x) held constant (it cancels in the derivative);
 // m is 0 where the max is not finite (JAX's rule: all -inf gives -inf, an inf gives inf, not NaN)
 Array logsumexp(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
+  // Integers and bools in f64, as jnp's promote_dtypes_inexact (x64).
+  if (!is_floating(x.dtype())) return logsumexp(astype(x, f64, loc), axes, keepdims, loc);
   const Array top = max(x, axes, true, loc);
-  Array m = stop_gradient(is_floating(top.dtype()) ? where(is_finite(top, loc), top, zeros_like(top), loc) : top, loc);
+  Array m = stop_gradient(where(is_finite(top, loc), top, zeros_like(top), loc), loc);
   Array r = add(log(sum(exp(sub(x, m, loc), loc), axes, true, loc), loc), m, loc);
   if (keepdims) return r;
   return squeeze(r, norm_axes(axes, x.ndim(), "logsumexp", x, loc), loc);

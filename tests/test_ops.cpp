@@ -2,7 +2,11 @@
 // compared against a plain C++ reference loop.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -1229,4 +1233,24 @@ TEST_CASE("autodiff: pow's mixed second derivative at b = 0 is 1/a, and jit's ne
   CHECK(xj::jit(add, {.donate_argnums = {-1}})(a, b).to_vector<double>() == std::vector<double>{3, 6, 9});
   CHECK_THROWS_AS((void)b.to_vector<double>(), xj::Error);
   CHECK(a.to_vector<double>() == std::vector<double>{1, 2, 3});
+}
+
+TEST_CASE("ops: logsumexp of integers and bools computes in f64, as jnp (it raised)") {
+  const xj::Array r = xj::logsumexp(xj::array<std::int32_t>({1, 2, 3, 4}, {2, 2}), {1});
+  CHECK(r.dtype() == xj::f64);
+  const auto v = r.to_vector<double>();
+  CHECK(v[0] == doctest::Approx(std::log(std::exp(1.0) + std::exp(2.0))).epsilon(1e-14));
+  CHECK(v[1] == doctest::Approx(std::log(std::exp(3.0) + std::exp(4.0))).epsilon(1e-14));
+  CHECK(xj::logsumexp(xj::array<std::int32_t>({1, 0}, {2}) > 0).item<double>() == doctest::Approx(std::log(std::exp(1.0) + 1.0)).epsilon(1e-14));
+}
+
+TEST_CASE("ops: mean of integers is f64, as jnp (review finding: an i8 mean of 100 and 100 was -28); a FIFO is refused, not waited on") {
+  CHECK(xj::mean(xj::astype(xj::array<std::int32_t>({100, 100}, {2}), xj::i8)).item<double>() == 100.0);
+  const xj::Array m = xj::mean(xj::array<std::int32_t>({1, 2, 3, 5}, {2, 2}), {1});
+  CHECK(m.dtype() == xj::f64);
+  CHECK(m.to_vector<double>() == std::vector<double>{1.5, 4.0});
+  const std::string fifo = "/tmp/xjax_test_fifo_" + std::to_string(::getpid()) + ".npy";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS((void)xj::load_npy(fifo), doctest::Contains("not a regular file"), xj::Error);
+  std::remove(fifo.c_str());
 }

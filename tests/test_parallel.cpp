@@ -27,6 +27,8 @@
 #include "test_util.hpp"
 #include "xjax/xjax.hpp"
 
+namespace xj = xjax;
+
 // A child of fork() inherits the thread-local blocks of the parent's other threads (OpenBLAS's
 // workers, which ran lent chunks, among them) with nothing in the child referring to them:
 // LeakSanitizer, checking at the child's exit, would report them. The children of these tests

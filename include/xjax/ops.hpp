@@ -183,7 +183,8 @@ Array einsum(const std::string& spec, const Array& a, const Array& b, XJAX_LOC);
 Array einsum(const std::string& spec, const Array& a, XJAX_LOC);
 
 // ---- reductions (empty axes = all axes; negative axes count from the end) ---------------------
-// sum and prod of bool count in i64, mean of bool is f64 (jnp's; integers otherwise keep their dtype).
+// sum and prod of bool count in i64 (other integers keep their dtype, as lax's); mean of integers
+// and bools is f64 (jnp's).
 Array sum(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array mean(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 /// jnp.var: the mean of (x - mean(x))^2 over `axes` (all when empty), divided by N - ddof
