@@ -294,8 +294,12 @@ Array ge(const Array& a, const Array& b, std::source_location loc) { return bina
 
 // jnp.where: a predicate of any other dtype is pred != 0.
 Array where(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
-  if (pred.dtype() != bool_) return select(ne(pred, scalar_like(0.0, pred), loc), a, b, loc);
-  return select(pred, a, b, loc);
+  if (pred.dtype() != bool_) return where(ne(pred, scalar_like(0.0, pred), loc), a, b, loc);
+  return with_promoted(P::select_n, a, b, loc, [&](const Array& pa, const Array& pb) {
+    Shape s = broadcast_operands(P::select_n, {&pred.shape(), &a.shape(), &b.shape()}, {&pred, &b, &a}, loc);
+    auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
+    return bind1(P::select_n, {fit(pred), fit(pb), fit(pa)}, {}, loc);
+  });
 }
 Array where(const Array& pred, const Array& a, detail::Scalar b, std::source_location loc) {
   return where(pred, a, weak_scalar(b, a), loc);
@@ -303,16 +307,8 @@ Array where(const Array& pred, const Array& a, detail::Scalar b, std::source_loc
 Array where(const Array& pred, detail::Scalar a, const Array& b, std::source_location loc) {
   return where(pred, weak_scalar(a, b), b, loc);
 }
-// lax.select: the predicate must be bool.
-Array select(const Array& pred, const Array& a, const Array& b, std::source_location loc) {
-  if (pred.dtype() != bool_)
-    throw TypeError("select: the predicate must be bool, got " + pred.aval().str() + " (at " + format_location(loc) + ")");
-  return with_promoted(P::select_n, a, b, loc, [&](const Array& pa, const Array& pb) {
-    Shape s = broadcast_operands(P::select_n, {&pred.shape(), &a.shape(), &b.shape()}, {&pred, &b, &a}, loc);
-    auto fit = [&](const Array& x) { return x.shape() == s ? x : broadcast_to(x, s, loc); };
-    return bind1(P::select_n, {fit(pred), fit(pb), fit(pa)}, {}, loc);
-  });
-}
+// where's alias (API.md).
+Array select(const Array& pred, const Array& a, const Array& b, std::source_location loc) { return where(pred, a, b, loc); }
 
 // ---- linear algebra ---------------------------------------------------------------------------
 

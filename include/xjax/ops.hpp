@@ -150,7 +150,7 @@ Array le(const Array& a, const Array& b, XJAX_LOC);
 Array gt(const Array& a, const Array& b, XJAX_LOC);
 Array ge(const Array& a, const Array& b, XJAX_LOC);
 /// pred ? a : b elementwise, all three broadcast (jnp.where: a predicate that is not bool counts
-/// where it is nonzero). `select` (lax.select) takes bool predicates only.
+/// where it is nonzero). `select` is its alias (API.md).
 Array where(const Array& pred, const Array& a, const Array& b, XJAX_LOC);
 Array where(const Array& pred, const Array& a, detail::Scalar b, XJAX_LOC);
 Array where(const Array& pred, detail::Scalar a, const Array& b, XJAX_LOC);
