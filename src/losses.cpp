@@ -38,6 +38,10 @@ Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array
   if (logits.ndim() == 0 || labels.shape() != rows)
     throw ShapeError("softmax_cross_entropy_with_integer_labels(" + logits.aval().str() + ", " + labels.aval().str() +
                      "): labels must have the logits' shape without its last (class) axis (at " + format_location(loc) + ")");
+  // optax asserts float logits (chex.assert_type), as its companions here refuse integer ones.
+  if (!is_floating(logits.dtype()))
+    throw TypeError("softmax_cross_entropy_with_integer_labels: logits must be floats (as optax's), got " + logits.aval().str() +
+                    " (at " + format_location(loc) + ")");
   // logsumexp - the label's logit, both of the logits shifted by their row max (a constant: the
   // difference does not depend on it), so that large logits lose no precision to cancellation.
   const Array shifted = sub(logits, stop_gradient(max(logits, {-1}, true, loc), loc), loc);

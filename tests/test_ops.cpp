@@ -1211,6 +1211,9 @@ TEST_CASE("ops: review findings of the twenty-fifth session: floor_divide of lar
   CHECK(xj::is_floating(lr.dtype()));
   CHECK(xj::astype(lr, xj::f64).to_vector<double>()[0] == doctest::Approx(-0.05));
   CHECK_THROWS_AS((void)xj::optim::l2_loss(xj::array<std::int32_t>({3}, {1})), xj::TypeError);  // optax asserts floats
+  CHECK_THROWS_AS((void)xj::optim::softmax_cross_entropy_with_integer_labels(xj::array<std::int32_t>({1, 2, 3}, {1, 3}),
+                                                                              xj::array<std::int32_t>({2}, {1})),
+                  xj::TypeError);
   // iota with a negative dimension is an error (was an array of negative size).
   CHECK_THROWS_AS((void)xj::iota(xj::i32, {-2, 3}, 0), xj::ShapeError);
   // split at decreasing points: numpy's pieces [0:3], [3:1] (empty), [1:6].
