@@ -53,7 +53,7 @@ xj::Array apply(const xj::At& at, How how, const xj::Array& u, xj::IndexMode mod
   return {};
 }
 
-void check_same(const std::vector<double>& got, const std::vector<double>& want) {
+void check_same_values(const std::vector<double>& got, const std::vector<double>& want) {
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
     INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
@@ -75,13 +75,13 @@ TEST_CASE("at: set / add / mul / min / max along the first axis against loops (n
   const xj::Array ids = xj::array<std::int64_t>(idx, {m});
   for (How how : {How::set, How::add, How::mul, How::min, How::max}) {
     CAPTURE(static_cast<int>(how));
-    check_same(vec(apply(xj::at(x, ids), how, u)), reference(vec(x), n, w, idx, vec(u), how));
-    check_same(vec(apply(xj::at(x, ids), how, u, xj::IndexMode::clip)), reference(vec(x), n, w, idx, vec(u), how, true));
+    check_same_values(vec(apply(xj::at(x, ids), how, u)), reference(vec(x), n, w, idx, vec(u), how));
+    check_same_values(vec(apply(xj::at(x, ids), how, u, xj::IndexMode::clip)), reference(vec(x), n, w, idx, vec(u), how, true));
     // f32 and i32 operands, i32 indices.
     const xj::Array xf = xj::astype(x, xj::f32), uf = xj::astype(u, xj::f32);
-    check_same(vec(apply(xj::at(xf, xj::astype(ids, xj::i32)), how, uf)), reference<float>(vec(xf), n, w, idx, vec(uf), how));
+    check_same_values(vec(apply(xj::at(xf, xj::astype(ids, xj::i32)), how, uf)), reference<float>(vec(xf), n, w, idx, vec(uf), how));
     const xj::Array xi = xj::astype(x * 4.0, xj::i32), ui = xj::astype(u * 4.0, xj::i32);
-    check_same(vec(apply(xj::at(xi, ids), how, ui)), reference(vec(xi), n, w, idx, vec(ui), how));
+    check_same_values(vec(apply(xj::at(xi, ids), how, ui)), reference(vec(xi), n, w, idx, vec(ui), how));
   }
   // x itself is unchanged; set with repeated indices keeps the last update (row 1: update 3).
   CHECK(vec(x) == vec(test_util::randn({n, w}, 1)));
@@ -100,8 +100,8 @@ TEST_CASE("at: one index per leading axis, broadcast together; an update outside
     const std::int64_t a = iv[k] < 0 ? iv[k] + 3 : iv[k], b = jv[k] < 0 ? jv[k] + 4 : jv[k];
     flat.push_back(a >= 0 && a < 3 && b >= 0 && b < 4 ? a * 4 + b : 100);
   }
-  check_same(vec(xj::at(x, {i, j}).add(u)), reference(vec(x), 12, 2, flat, vec(u), How::add));
-  check_same(vec(xj::at(x, {i, j}).set(u)), reference(vec(x), 12, 2, flat, vec(u), How::set));
+  check_same_values(vec(xj::at(x, {i, j}).add(u)), reference(vec(x), 12, 2, flat, vec(u), How::add));
+  check_same_values(vec(xj::at(x, {i, j}).set(u)), reference(vec(x), 12, 2, flat, vec(u), How::set));
   // get clamps each index: (3, 2) reads (2, 2), (1, 9) reads (1, 3).
   const auto got = vec(xj::at(x, {i, j}).get());
   const auto xv = vec(x);
@@ -125,13 +125,13 @@ TEST_CASE("at: min / max propagate NaN, bool set, empty updates") {
   const double nan = std::nan("");
   const xj::Array x = test_util::f64v({1.0, nan, 3.0, 4.0});
   const xj::Array ids = i32s({0, 2, 3}, {3});
-  check_same(vec(xj::at(x, ids).min(test_util::f64v({nan, 2.0, 5.0}))), {nan, nan, 2.0, 4.0});
-  check_same(vec(xj::at(x, ids).max(test_util::f64v({0.0, 2.0, 5.0}))), {1.0, nan, 3.0, 5.0});
+  check_same_values(vec(xj::at(x, ids).min(test_util::f64v({nan, 2.0, 5.0}))), {nan, nan, 2.0, 4.0});
+  check_same_values(vec(xj::at(x, ids).max(test_util::f64v({0.0, 2.0, 5.0}))), {1.0, nan, 3.0, 5.0});
   const xj::Array b = xj::astype(i32s({0, 0, 1}, {3}), xj::bool_);
   const xj::Array set_b = xj::at(b, i32s({0, 2}, {2})).set(xj::astype(i32s({1, 0}, {2}), xj::bool_));
   CHECK(set_b.dtype() == xj::bool_);
   CHECK(vec(set_b) == std::vector<double>{1, 0, 0});
-  check_same(vec(xj::at(x, i32s({}, {0})).add(test_util::f64v({}, {0}))), vec(x));
+  check_same_values(vec(xj::at(x, i32s({}, {0})).add(test_util::f64v({}, {0}))), vec(x));
 }
 
 TEST_CASE("at: errors name the operation and the operands") {
@@ -208,12 +208,12 @@ TEST_CASE("at: vmap with batched indices, operands and updates equals member-by-
       const xj::Array batched = xj::vmap(one)(x, ids, u);
       for (std::int64_t b = 0; b < 3; ++b) {
         auto member = [&](const xj::Array& a) { return xj::squeeze(xj::slice_in_dim(a, b, b + 1, 0), {0}); };
-        check_same(vec(member(batched)), vec(one(member(x), member(ids), member(u))));
+        check_same_values(vec(member(batched)), vec(one(member(x), member(ids), member(u))));
       }
       // Shared operand, batched indices only.
       const xj::Array x0 = xj::reshape(xj::slice_in_dim(x, 0, 1, 0), {4, 2});
       const xj::Array shared = xj::vmap([&](const xj::Array& i, const xj::Array& v) { return one(x0, i, v); })(ids, u);
-      check_same(vec(xj::slice_in_dim(shared, 2, 3, 0)),
+      check_same_values(vec(xj::slice_in_dim(shared, 2, 3, 0)),
                  vec(one(x0, xj::reshape(xj::slice_in_dim(ids, 2, 3, 0), {2}), xj::reshape(xj::slice_in_dim(u, 2, 3, 0), {2, 2}))));
     }
   // get with batched indices.
