@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "xjax/dtype.hpp"
 #include "xjax/primitives.hpp"
@@ -27,6 +28,10 @@ void check_same_call(Primitive p, const ShapedArray& aval, std::span<const std::
 /// where its own checks (arguments, shape rule) failed: every other process then raises at the
 /// same call instead of pairing its check with this process's next collective. The caller throws.
 void join_as_mismatch();
+
+/// What is wrong with ppermute's flattened (source, destination) pairs on n processes (a process
+/// outside [0, n), a source or destination named twice), or empty.
+std::string pairs_problem(std::span<const std::int64_t> flat, std::int64_t n);
 
 /// out = op over processes of in (count elements of dtype each; max keeps NaN, as lax.max).
 void allreduce(const void* in, void* out, std::int64_t count, DType dtype, ReduceOp op);

@@ -376,14 +376,19 @@ template <class Validate> Array collective(P p, const Array& x, const Params& pa
 }
 }  // namespace
 
+// psum of bools counts them in i32, as JAX's psum.
 Array psum(const Array& x, std::source_location loc) {
   detail::comm::require_initialized(P::psum);
+  if (x.dtype() == bool_) return psum(astype(x, i32, loc), loc);
   return collective(P::psum, x, {}, [] {}, loc);
 }
 
+// pmean = psum(x) / n, a true division by a weakly typed n (JAX's): integers and bools give f64
+// (x64; they floor-divided), a weakly typed x stays weak.
 Array pmean(const Array& x, std::source_location loc) {
   Array s = psum(x, loc);
-  return div(s, scalar_like(static_cast<double>(distributed::process_count()), s), loc);
+  if (!is_floating(s.dtype())) s = astype(s, f64, loc);
+  return div(s, detail::weakly_typed(scalar(static_cast<double>(distributed::process_count()), s.dtype())), loc);
 }
 
 Array pmax(const Array& x, std::source_location loc) {
@@ -420,17 +425,25 @@ Array ppermute(const Array& x, const std::vector<std::pair<int, int>>& perm, std
     flat.push_back(d);
   }
   return collective(P::ppermute, x, params::Ppermute{.perm = flat}, [&] {
-    std::vector<bool> src_seen(static_cast<std::size_t>(n), false), dst_seen(static_cast<std::size_t>(n), false);
-    for (auto [s, d] : perm) {
-      if (s < 0 || s >= n || d < 0 || d >= n)
-        throw Error("ppermute: the pair (" + std::to_string(s) + ", " + std::to_string(d) + ") names a process outside [0, " +
-                    std::to_string(n) + ") (at " + format_location(loc) + ")");
-      if (src_seen[static_cast<std::size_t>(s)] || dst_seen[static_cast<std::size_t>(d)])
-        throw Error("ppermute: each process may appear at most once as a source and once as a destination (at " +
-                    format_location(loc) + ")");
-      src_seen[static_cast<std::size_t>(s)] = dst_seen[static_cast<std::size_t>(d)] = true;
-    }
+    if (std::string problem = detail::comm::pairs_problem(flat, n); !problem.empty())
+      throw Error("ppermute: " + problem + " (at " + format_location(loc) + ")");
   }, loc);
 }
+
+namespace detail::comm {
+std::string pairs_problem(std::span<const std::int64_t> flat, std::int64_t n) {
+  if (flat.size() % 2 != 0) return "the pairs list has an odd length";
+  std::vector<bool> src_seen(static_cast<std::size_t>(n), false), dst_seen(static_cast<std::size_t>(n), false);
+  for (std::size_t i = 0; i < flat.size(); i += 2) {
+    const std::int64_t s = flat[i], d = flat[i + 1];
+    if (s < 0 || s >= n || d < 0 || d >= n)
+      return "the pair (" + std::to_string(s) + ", " + std::to_string(d) + ") names a process outside [0, " + std::to_string(n) + ")";
+    if (src_seen[static_cast<std::size_t>(s)] || dst_seen[static_cast<std::size_t>(d)])
+      return "each process may appear at most once as a source and once as a destination";
+    src_seen[static_cast<std::size_t>(s)] = dst_seen[static_cast<std::size_t>(d)] = true;
+  }
+  return {};
+}
+}  // namespace detail::comm
 
 }  // namespace xjax

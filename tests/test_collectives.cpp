@@ -31,7 +31,9 @@ TEST_CASE("collectives: an error before initialize; in one process, the identiti
   CHECK_THROWS_AS(xj::ppermute(x, {{0, 1}}), xj::Error);                 // process 1 does not exist
   CHECK_THROWS_AS(xj::psum_scatter(x, 0), xj::ShapeError);               // axis 0 is not of size 1
   CHECK_THROWS_AS(xj::all_gather(x, 3), xj::ShapeError);                 // new axis beyond rank + 1
-  CHECK_THROWS_AS(xj::psum(xj::zeros({2}, xj::bool_)), xj::TypeError);   // a sum needs numbers
+  const xj::Array counted = xj::psum(xj::ones({2}, xj::bool_));           // bools count in i32, as JAX's psum
+  CHECK(counted.dtype() == xj::i32);
+  check_close(xj::astype(counted, xj::f64), xj::ones({2}, xj::f64), 1e-15);
   check_close(xj::all_gather(x, -1), xj::expand_dims(x, 2), 1e-15);      // negative: from the end
   // tiled: one process's concatenation is x itself; the checks see the tiled shape rules.
   check_close(xj::all_gather(x, 1, {.tiled = true}), x, 1e-15);

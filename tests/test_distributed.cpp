@@ -280,6 +280,62 @@ TEST_CASE("distributed regressions from review: a check that fails on one proces
   CHECK(xj::astype(gathered, xj::f64).to_vector<double>() == xj::astype(xj::all_gather(xj::astype(h, xj::f32), 0), xj::f64).to_vector<double>());
 }
 
+namespace {
+// One equation applied to one operand: a jaxpr as a user could build it for eval_jaxpr.
+xj::ClosedJaxpr one_equation(xj::Primitive p, xj::Params params, const xj::ShapedArray& in, const xj::ShapedArray& out) {
+  auto j = std::make_shared<xj::Jaxpr>();
+  xj::Var a(in), b(out);
+  j->invars = {a};
+  j->eqns.push_back(xj::Eqn{p, {a}, {b}, std::move(params), std::source_location::current()});
+  j->outvars = {b};
+  return xj::ClosedJaxpr{j, {}};
+}
+}  // namespace
+
+TEST_CASE("distributed regressions from the twenty-sixth session: pmean of integers, narrow dtype mismatches, psum of bools, hand-built jaxprs") {
+  // pmean divided by a strong scalar of x's dtype: integers floor-divided (1 and 2 gave 1), and a
+  // weakly typed operand came back f64 against an f32 array
+  const xj::Array k = xj::full({2}, 1 + me(), xj::i32);
+  const xj::Array mean_k = xj::pmean(k);
+  CHECK(mean_k.dtype() == xj::f64);
+  check_values(mean_k, std::vector<double>(2, (n() + 1) / 2.0), 1e-15);
+  const auto shifted = xj::jit([](const xj::Array& a, const xj::Array& b) { return xj::pmean(a) + b; })(1.5, xj::ones({2}, xj::f32));
+  CHECK(shifted.dtype() == xj::f32);
+  check_values(shifted, {2.5, 2.5}, 1e-15);
+  // psum of bools counts them in i32 (JAX's psum)
+  const xj::Array counted = xj::psum(xj::full({2}, me() == 0, xj::bool_));
+  CHECK(counted.dtype() == xj::i32);
+  check_values(counted, {1, 1}, 1e-15);
+  // a narrow dtype on one process against a wide one on another: psum, pmax and psum_scatter
+  // widened before their check and each process got another result (i8 wrapped on one)
+  CHECK_THROWS_AS((void)xj::psum(xj::full({2}, 100, me() == 0 ? xj::i8 : xj::i32)), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::psum(xj::full({2}, 1.0, me() == 0 ? xj::bf16 : xj::f32)), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::pmax(xj::full({2}, 1, me() == 0 ? xj::u8 : xj::u16)), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::psum_scatter(xj::ones({static_cast<std::int64_t>(n()), 2}, me() == 0 ? xj::f16 : xj::bf16), 0), xj::ShapeError);
+  CHECK(xj::psum(xj::scalar(1.0, xj::f64)).item<double>() == static_cast<double>(n()));
+  // narrow operands still reduce in their compute dtype and round once
+  const xj::Array h = xj::astype(f64v({0.5 + me(), 200.0}, {2}), xj::bf16);
+  const xj::Array hs = xj::psum(h);
+  CHECK(hs.dtype() == xj::bf16);
+  check_values(xj::astype(hs, xj::f64), {0.5 * n() + n() * (n() - 1) / 2.0, 200.0 * n()}, 1e-15);
+  check_values(xj::astype(xj::psum(xj::full({2}, 100, xj::i8)), xj::f64), std::vector<double>(2, static_cast<double>(static_cast<std::int8_t>(100 * n()))), 1e-15);
+  // a jaxpr built by hand reached the kernels unchecked: an all_gather sized for another process
+  // count overflowed its buffer, a ppermute to process 5 killed the job
+  const xj::Array x = xj::full({4}, 1.0f + static_cast<float>(me()));
+  std::vector<xj::Array> args{x};
+  const auto bad_gather = one_equation(xj::Primitive::all_gather, xj::params::AllGather{.axis = 0, .axis_size = n() + 1, .tiled = false},
+                                       x.aval(), xj::ShapedArray{{n() + 1, 4}, xj::f32});
+  CHECK(contains(message_of<xj::ShapeError>([&] { (void)xj::eval_jaxpr(bad_gather, args); }), "axis_size"));
+  const auto bad_scatter = one_equation(xj::Primitive::psum_scatter, xj::params::PsumScatter{.axis = 0, .axis_size = 1, .tiled = true},
+                                        x.aval(), x.aval());
+  CHECK_THROWS_AS((void)xj::eval_jaxpr(bad_scatter, args), xj::ShapeError);
+  for (const xj::params::Ints& pairs : {xj::params::Ints{0, 5}, xj::params::Ints{0, 1, 1, 1}}) {
+    const auto bad_permute = one_equation(xj::Primitive::ppermute, xj::params::Ppermute{.perm = pairs}, x.aval(), x.aval());
+    CHECK_THROWS_AS((void)xj::eval_jaxpr(bad_permute, args), xj::Error);
+  }
+  CHECK(xj::psum(xj::scalar(1.0, xj::f64)).item<double>() == static_cast<double>(n()));
+}
+
 int main(int argc, char** argv) {
   xj::distributed::Session session(argc, argv);
   doctest::Context context(argc, argv);

@@ -3,6 +3,8 @@
 #include <array>
 #include <cstring>
 #include <numeric>
+#include <string>
+#include <tuple>
 
 #include "comm.hpp"
 #include "kernels/kernels.hpp"
@@ -12,16 +14,36 @@ namespace xjax::detail::kernels {
 namespace {
 /// x's elements, contiguous in row-major order (every array's buffer is).
 const void* input_bytes(const Array& x) { return x.raw_data(); }
+
+// psum, pmax and psum_scatter of a narrow operand (bf16, f16, i8 ...) run in its compute dtype and
+// round once, as XLA's CPU backend does; the cross-process check sees the dtype the caller passed
+// first (widened before it, bf16 on one process and f32 on another passed unnoticed).
+Array widened(const Array& x) {
+  return is_narrow(x.dtype()) ? convert_element_type_kernel(x, ShapedArray{x.shape(), compute_dtype(x.dtype())}) : x;
+}
+ShapedArray widened(const ShapedArray& out) { return {out.shape, is_narrow(out.dtype) ? compute_dtype(out.dtype) : out.dtype}; }
+Array narrowed(const Array& wide, const ShapedArray& out) {
+  return wide.dtype() == out.dtype ? wide : convert_element_type_kernel(wide, out);
+}
+
+// A jaxpr built by hand (eval_jaxpr) reaches the kernels without the user-level checks: a gather
+// or scatter over another process count than the run's sizes its buffers wrongly.
+void check_axis_size(Primitive p, std::int64_t axis_size) {
+  if (axis_size != comm::size())
+    throw ShapeError(std::string(primitive_name(p)) + ": axis_size " + std::to_string(axis_size) + " on a run of " +
+                     std::to_string(comm::size()) + " processes");
+}
 }  // namespace
 
 Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
   comm::require_initialized(p);
   comm::check_same_call(p, x.aval());
-  Array result = alloc_array(out);
-  if (out.size() == 0) return result;
-  comm::allreduce(input_bytes(x), mutable_data(result), out.size(), out.dtype,
+  if (out.size() == 0) return alloc_array(out);
+  const Array wide = widened(x);
+  Array result = alloc_array(widened(out));
+  comm::allreduce(input_bytes(wide), mutable_data(result), out.size(), result.dtype(),
                   p == Primitive::psum ? comm::ReduceOp::sum : comm::ReduceOp::max);
-  return result;
+  return narrowed(result, out);
 }
 
 namespace {
@@ -56,30 +78,36 @@ Array scatter_untiled(const Array& x, std::int64_t axis, const ShapedArray& out)
 }  // namespace
 
 // Tiled, the result is the untiled one's bytes: [..., n, d, ...] read as [..., n d, ...].
-Array all_gather_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out) {
+Array all_gather_kernel(const Array& x, const params::AllGather& ps, const ShapedArray& out) {
+  const auto [axis, axis_size, tiled] = std::tuple{ps.axis, ps.axis_size, ps.tiled};
   comm::require_initialized(Primitive::all_gather);
-  comm::check_same_call(Primitive::all_gather, x.aval(), std::array{axis, std::int64_t{tiled}});
+  comm::check_same_call(Primitive::all_gather, x.aval(), std::array{axis, axis_size, std::int64_t{tiled}});
+  check_axis_size(Primitive::all_gather, axis_size);
   if (!tiled) return gather_untiled(x, axis, out.shape[static_cast<std::size_t>(axis)]);
   if (x.dim(axis) == 0) return alloc_array(out);
   return buffer_view(gather_untiled(x, axis, out.shape[static_cast<std::size_t>(axis)] / x.dim(axis)), 0, out);
 }
 
 // Tiled, x is read as [..., n, d / n, ...] (the same bytes).
-Array psum_scatter_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out) {
+Array psum_scatter_kernel(const Array& x, const params::PsumScatter& ps, const ShapedArray& out) {
+  const auto [axis, axis_size, tiled] = std::tuple{ps.axis, ps.axis_size, ps.tiled};
   comm::require_initialized(Primitive::psum_scatter);
-  comm::check_same_call(Primitive::psum_scatter, x.aval(), std::array{axis, std::int64_t{tiled}});
-  if (!tiled) return scatter_untiled(x, axis, out);
+  comm::check_same_call(Primitive::psum_scatter, x.aval(), std::array{axis, axis_size, std::int64_t{tiled}});
+  check_axis_size(Primitive::psum_scatter, axis_size);
+  const Array wide = widened(x);
+  if (!tiled) return narrowed(scatter_untiled(wide, axis, widened(out)), out);
   const std::int64_t chunk = out.shape[static_cast<std::size_t>(axis)];
   if (chunk == 0) return alloc_array(out);
-  ShapedArray split = x.aval();
+  ShapedArray split = wide.aval();
   split.shape[static_cast<std::size_t>(axis)] = chunk;
   split.shape.insert(split.shape.begin() + axis, x.dim(axis) / chunk);
-  return scatter_untiled(buffer_view(x, 0, split), axis, out);
+  return narrowed(scatter_untiled(buffer_view(wide, 0, split), axis, widened(out)), out);
 }
 
 Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out) {
   comm::require_initialized(Primitive::ppermute);
   comm::check_same_call(Primitive::ppermute, x.aval(), perm);
+  if (std::string problem = comm::pairs_problem(perm, comm::size()); !problem.empty()) throw Error("ppermute: " + problem);
   int me = comm::rank(), to = -1, from = -1;
   for (std::size_t i = 0; i + 1 < perm.size(); i += 2) {
     if (perm[i] == me) to = static_cast<int>(perm[i + 1]);

@@ -135,9 +135,9 @@ KernelFn resolve_kernel_impl(Primitive p, const Params& ps, const ShapedArray& o
     case Primitive::psum:
     case Primitive::pmax: return [p, out](In in) { return allreduce_kernel(p, in[0], out); };
     case Primitive::all_gather:
-      return [ps = ps.get<params::AllGather>(), out](In in) { return all_gather_kernel(in[0], ps.axis, ps.tiled, out); };
+      return [ps = ps.get<params::AllGather>(), out](In in) { return all_gather_kernel(in[0], ps, out); };
     case Primitive::psum_scatter:
-      return [ps = ps.get<params::PsumScatter>(), out](In in) { return psum_scatter_kernel(in[0], ps.axis, ps.tiled, out); };
+      return [ps = ps.get<params::PsumScatter>(), out](In in) { return psum_scatter_kernel(in[0], ps, out); };
     case Primitive::ppermute:
       return [perm = ps.get<params::Ppermute>().perm, out](In in) { return ppermute_kernel(in[0], perm, out); };
   }
@@ -156,7 +156,8 @@ bool takes_narrow_as_is(Primitive p) {
       Primitive::squeeze, Primitive::expand_dims, Primitive::name, Primitive::broadcast_in_dim,
       Primitive::transpose, Primitive::slice, Primitive::rev, Primitive::pad, Primitive::dynamic_slice,
       Primitive::dynamic_update_slice, Primitive::concatenate, Primitive::gather, Primitive::select_n,
-      Primitive::all_gather, Primitive::ppermute};  // the collectives that move bytes: a bf16 gather sent f32
+      Primitive::all_gather, Primitive::ppermute,  // the collectives that move bytes: a bf16 gather sent f32
+      Primitive::psum, Primitive::pmax, Primitive::psum_scatter};  // widened after the cross-process check (collectives.cpp)
   return std::find(std::begin(as_is), std::end(as_is), p) != std::end(as_is);
 }
 

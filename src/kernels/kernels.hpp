@@ -374,13 +374,14 @@ Array iota_kernel(std::int64_t dimension, const ShapedArray& out);
 
 // ---- collectives.cpp (communication: src/comm.hpp) ---------------------------------------------
 
-/// psum (op sum) and pmax (op max) over the processes.
+/// psum (op sum) and pmax (op max) over the processes. The collectives check that every process
+/// is at the same call, with the process count the parameters name.
 Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out);
 /// tiled: concatenated along axis (the same bytes as stacked along a new axis at `axis`).
-Array all_gather_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out);
+Array all_gather_kernel(const Array& x, const params::AllGather& ps, const ShapedArray& out);
 /// tiled: axis split into out's size chunks (the same bytes as an axis of one entry per process
 /// followed by the chunk's).
-Array psum_scatter_kernel(const Array& x, std::int64_t axis, bool tiled, const ShapedArray& out);
+Array psum_scatter_kernel(const Array& x, const params::PsumScatter& ps, const ShapedArray& out);
 Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out);
 
 }  // namespace xjax::detail::kernels
