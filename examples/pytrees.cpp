@@ -75,12 +75,9 @@ int main() {
   double first = 0, last = 0;
   for (int it = 0; it <= 300; ++it) {
     auto [loss, grads] = step(params, x, y);
-    // xj::tree_map maps one tree; to combine two trees of the same structure, flatten both,
-    // combine the leaves and unflatten into the same struct.
-    auto [pl, def] = xj::tree_flatten(params);
-    auto gl = xj::tree_flatten(grads).first;
-    for (std::size_t i = 0; i < pl.size(); ++i) pl[i] = pl[i] - gl[i] * lr;
-    params = xj::tree_unflatten<Mlp>(def, pl);
+    // xj::tree_map(f, tree, rest...) maps f over the leaves at the same place in several trees of
+    // one structure (JAX's tree_map(f, tree, *rest)): here the parameters and their gradients.
+    params = xj::tree_map([lr](const xj::Array& p, const xj::Array& g) { return p - g * lr; }, params, grads);
     if (it == 0) first = loss.item<double>();
     last = loss.item<double>();
     if (it % 50 == 0) std::printf("step %3d  loss %.5f\n", it, last);
