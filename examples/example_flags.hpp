@@ -83,6 +83,19 @@ class Flags {
       return "";
     });
   }
+  // One of `choices`.
+  void choice(const std::string& flag, std::string& target, const std::vector<std::string>& choices) {
+    std::string names;
+    for (const std::string& c : choices) names += (names.empty() ? "" : ", ") + c;
+    value(flag, [&target, choices, names](const std::string& v) -> std::string {
+      for (const std::string& c : choices)
+        if (v == c) {
+          target = v;
+          return "";
+        }
+      return "needs one of " + names;
+    });
+  }
   void text(const std::string& flag, std::string& target) {
     value(flag, [&target](const std::string& v) -> std::string {
       if (v.empty()) return "needs a non-empty value";
