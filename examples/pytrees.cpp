@@ -6,6 +6,8 @@
 // the gradient as the same struct, so a training step is one tree_map per parameter set.
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -36,7 +38,8 @@ xj::Array mse(const Mlp& p, const xj::Array& x, const xj::Array& y) {
   return xj::mean(err * err);
 }
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("pytrees", "usage: pytrees   (no flags)\n").parse(argc, argv);
   int failures = 0;
   auto expect = [&](bool ok, const char* what) {
     if (!ok) {
@@ -99,3 +102,5 @@ int main() {
   std::cout << "pytrees: all checks passed\n";
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("pytrees", example_main, argc, argv); }
