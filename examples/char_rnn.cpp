@@ -10,10 +10,11 @@
 //   char_rnn [--steps S] [--lr LR]     (defaults: 300 steps, learning rate 0.5)
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <string>
@@ -49,18 +50,13 @@ xj::Array loss(const Rnn& p, const xj::Array& inputs, const xj::Array& targets) 
   return -xj::mean(xj::sum(targets * xj::log_softmax(logits, -1), {-1}));
 }
 
-int main(int argc, char** argv) {
-  int steps = 300;
+int example_main(int argc, char** argv) {
+  std::int64_t steps = 300;
   double lr = 0.5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (a == "--lr") lr = std::atof(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: char_rnn [--steps S] [--lr LR]\n");
-      return 2;
-    }
-  }
+  example_flags::Flags flags("char_rnn", "usage: char_rnn [--steps S] [--lr LR]   (defaults: 300 steps, learning rate 0.5)\n");
+  flags.integer("--steps", steps, 1);
+  flags.real("--lr", lr);
+  flags.parse(argc, argv);
 
   // The vocabulary and the one-hot encoding, on the host.
   std::string vocab = text;
@@ -85,11 +81,11 @@ int main(int argc, char** argv) {
 
   auto vg = xj::value_and_grad(loss);  // traced and transformed on the first call only
   double first = 0, last = 0;
-  for (int it = 0; it <= steps; ++it) {
+  for (std::int64_t it = 0; it <= steps; ++it) {
     auto [value, g] = vg(p, inputs, targets);
     last = value.item<double>();
     if (it == 0) first = last;
-    if (it % 50 == 0 || it == steps) std::printf("step %4d  loss %.4f\n", it, last);
+    if (it % 50 == 0 || it == steps) std::printf("step %4lld  loss %.4f\n", static_cast<long long>(it), last);
     if (it == steps) break;
     // Plain SGD, leaf by leaf (Rnn is a pytree: flatten, update, unflatten).
     auto [leaves, def] = xj::tree_flatten(p);
@@ -119,3 +115,5 @@ int main(int argc, char** argv) {
   std::printf("char_rnn: the loss went down\n");
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("char_rnn", example_main, argc, argv); }

@@ -14,6 +14,8 @@
 //   ./convnet [--steps 60] [--layers 4] [--channels 8] [--batch 32] [--policy dots_saveable]
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -50,6 +52,8 @@ std::pair<xj::Array, xj::None> block(const xj::Array& h, const Block& p) {
   return {h + conv3x3(xj::relu(z + p.b1), p.w2), xj::None{}};
 }
 
+const std::vector<std::string> policy_names = {"none", "nothing_saveable", "dots_saveable", "conv1"};
+
 using BlockFn = std::function<std::pair<xj::Array, xj::None>(const xj::Array&, const Block&)>;
 
 BlockFn body_for(const std::string& policy) {
@@ -57,7 +61,7 @@ BlockFn body_for(const std::string& policy) {
   if (policy == "nothing_saveable") return xj::checkpoint(block);
   if (policy == "dots_saveable") return xj::checkpoint(block, {.policy = policies::dots_saveable});
   if (policy == "conv1") return xj::checkpoint(block, {.policy = policies::save_only_these_names({"conv1"})});
-  throw std::invalid_argument("--policy: none, nothing_saveable, dots_saveable or conv1");
+  throw std::invalid_argument("unknown policy '" + policy + "'");
 }
 
 xj::Array logits_of(const Net& p, const xj::Array& images, const BlockFn& body) {
@@ -100,22 +104,18 @@ std::pair<xj::Array, xj::Array> make_batch(std::int64_t n, std::mt19937_64& rng)
   return {xj::array<float>(px, {n, 16, 16, 1}), xj::array<std::int32_t>(labels, {n})};
 }
 
-int main(int argc, char** argv) {
+int example_main(int argc, char** argv) {
   std::int64_t steps = 60, layers = 4, channels = 8, batch = 32;
   std::string policy = "dots_saveable";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return std::string(argv[++i]);
-    };
-    if (a == "--steps") steps = std::stoll(next());
-    else if (a == "--layers") layers = std::stoll(next());
-    else if (a == "--channels") channels = std::stoll(next());
-    else if (a == "--batch") batch = std::stoll(next());
-    else if (a == "--policy") policy = next();
-    else throw std::invalid_argument("unknown argument " + a);
-  }
+  example_flags::Flags flags("convnet",
+                             "usage: convnet [--steps 60] [--layers 4] [--channels 8] [--batch 32] [--policy dots_saveable]\n"
+                             "  policy: none | nothing_saveable | dots_saveable | conv1\n");
+  flags.integer("--steps", steps, 1);
+  flags.integer("--layers", layers, 1);
+  flags.integer("--channels", channels, 1);
+  flags.integer("--batch", batch, 1);
+  flags.choice("--policy", policy, policy_names);
+  flags.parse(argc, argv);
   int failures = 0;
   std::mt19937_64 rng(7);
   Net params = init(layers, channels);
@@ -126,13 +126,13 @@ int main(int argc, char** argv) {
   const Block one{params.blocks.w1[0], params.blocks.b1[0], params.blocks.w2[0]};
   const xj::Array h0 = xj::zeros({batch, 8, 8, channels});
   Net reference_grad;
-  for (const char* name : {"none", "nothing_saveable", "dots_saveable", "conv1"}) {
+  for (const std::string& name : policy_names) {
     const BlockFn body = body_for(name);
     const auto residuals = xj::saved_residuals([&](const xj::Array& h, const Block& b) { return body(h, b).first; }, h0, one);
-    std::printf("\n  %s: %zu\n", name, residuals.size());
+    std::printf("\n  %s: %zu\n", name.c_str(), residuals.size());
     xj::print_saved_residuals([&](const xj::Array& h, const Block& b) { return body(h, b).first; }, h0, one);
     const Net g = xj::grad([&](const Net& p) { return loss_of(p, probe_x, probe_y, body); })(params);
-    if (std::string(name) == "none") {
+    if (name == "none") {
       reference_grad = g;
       continue;
     }
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     for (std::size_t k = 0; k < a.size(); ++k) worst = std::max(worst, xj::max(xj::abs(a[k] - b[k])).item<double>());
     std::printf("  gradient vs no checkpoint: max |difference| %.1e\n", worst);
     if (worst > 1e-5) {
-      std::fprintf(stderr, "convnet: FAILED: policy %s changes the gradient by %g\n", name, worst);
+      std::fprintf(stderr, "convnet: FAILED: policy %s changes the gradient by %g\n", name.c_str(), worst);
       ++failures;
     }
   }
@@ -183,3 +183,5 @@ int main(int argc, char** argv) {
   }
   return failures == 0 ? 0 : 1;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("convnet", example_main, argc, argv); }

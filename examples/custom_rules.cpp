@@ -7,6 +7,8 @@
 //   computation, so grad uses it too. Here: a numerically stable derivative of log(1 + e^x).
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -36,7 +38,8 @@ auto log1pexp = xj::custom_jvp(
       return std::pair{out, t * (1.0 - 1.0 / (1.0 + xj::exp(x)))};  // linear in t
     });
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("custom_rules", "usage: custom_rules   (no flags)\n").parse(argc, argv);
   int failures = 0;
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) {
@@ -91,3 +94,5 @@ int main() {
   std::cout << "custom_rules: all checks passed\n";
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("custom_rules", example_main, argc, argv); }

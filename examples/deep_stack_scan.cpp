@@ -27,17 +27,21 @@
 // chart of peak memory and time against depth (one line per strategy).
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace xj = xjax;
@@ -197,12 +201,8 @@ const std::vector<std::string> all_strategies = {"none", "checkpoint", "dots_sav
 // binomial:K -> K (0 for the other strategies).
 std::int64_t binomial_snapshots(const std::string& s) {
   if (s.rfind("binomial:", 0) != 0) return 0;
-  try {
-    std::size_t used = 0;
-    long long k = std::stoll(s.substr(9), &used);
-    if (used == s.size() - 9 && k > 0) return k;
-  } catch (const std::exception&) {
-  }
+  std::int64_t k = 0;
+  if (example_flags::parse_integer(s.substr(9), k) && k > 0) return k;
   throw std::invalid_argument("strategy '" + s + "': binomial:K needs a positive number of snapshots K");
 }
 
@@ -430,73 +430,63 @@ void write_svg(const std::string& path, const Config& c, const std::vector<Resul
 
 // ---- command line ------------------------------------------------------------------------------
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr,
-               "deep_stack_scan: %s\n"
-               "usage: deep_stack_scan [--layers L] [--width d] [--batch N] [--hidden H] [--strategy S]\n"
-               "                       [--repeats R] [--plot FILE.svg] [--depths 8,16,32,64] [--skip-part1]\n"
-               "  S: none | checkpoint | dots_saveable | names | binomial:K | all\n",
-               msg.c_str());
-  std::exit(2);
-}
-
-std::int64_t positive(const std::string& flag, const std::string& v) {
-  try {
-    std::size_t used = 0;
-    long long n = std::stoll(v, &used);
-    if (used == v.size() && n > 0) return n;
-  } catch (const std::exception&) {
-  }
-  usage_error(flag + " needs a positive integer, got '" + v + "'");
-}
+const char* const usage =
+    "usage: deep_stack_scan [--layers L] [--width d] [--batch N] [--hidden H] [--strategy S]\n"
+    "                       [--repeats R] [--plot FILE.svg] [--depths 8,16,32,64] [--skip-part1]\n"
+    "  defaults: 32 layers, width 128, batch 128, hidden 4 x width, strategy all, 3 repeats\n"
+    "  S: none | checkpoint | dots_saveable | names | binomial:K | all (binomial:8 among them)\n"
+    "  --plot FILE.svg also runs every selected strategy at each depth of --depths and charts memory and time\n";
 
 Config parse(int argc, char** argv) {
   Config c;
-  std::string strategy = "all";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--layers") c.layers = positive(a, value());
-    else if (a == "--width") c.width = positive(a, value());
-    else if (a == "--batch") c.batch = positive(a, value());
-    else if (a == "--hidden") c.hidden = positive(a, value());
-    else if (a == "--repeats") c.repeats = static_cast<int>(positive(a, value()));
-    else if (a == "--strategy") strategy = value();
-    else if (a == "--plot") c.plot = value();
-    else if (a == "--skip-part1") c.part1 = false;
-    else if (a == "--depths") {
-      c.depths.clear();
-      std::istringstream in(value());
-      for (std::string t; std::getline(in, t, ',');) c.depths.push_back(positive("--depths", t));
-      std::sort(c.depths.begin(), c.depths.end());
-      if (c.depths.empty()) usage_error("--depths needs a comma-separated list such as 8,16,32,64");
-    } else if (a == "-h" || a == "--help") {
-      std::printf("see the comment at the top of examples/deep_stack_scan.cpp\n");
-      usage_error("help");
-    } else usage_error("unknown argument '" + a + "'");
-  }
-  if (c.hidden == 0) c.hidden = 4 * c.width;
-  if (strategy == "all") c.strategies = all_strategies;
-  else if (std::find(all_strategies.begin(), all_strategies.end(), strategy) != all_strategies.end())
-    c.strategies = {strategy};
-  else if (strategy.rfind("binomial:", 0) == 0) {
-    try {
-      (void)binomial_snapshots(strategy);
-    } catch (const std::invalid_argument& e) {
-      usage_error(e.what());
+  example_flags::Flags flags("deep_stack_scan", usage);
+  flags.integer("--layers", c.layers, 1);
+  flags.integer("--width", c.width, 1);
+  flags.integer("--batch", c.batch, 1);
+  flags.integer("--hidden", c.hidden, 1);
+  flags.integer("--repeats", c.repeats, 1);
+  flags.value("--strategy", [&c](const std::string& v) -> std::string {
+    if (v == "all") c.strategies = all_strategies;
+    else if (std::find(all_strategies.begin(), all_strategies.end(), v) != all_strategies.end()) c.strategies = {v};
+    else if (v.rfind("binomial:", 0) == 0) {
+      try {
+        (void)binomial_snapshots(v);
+      } catch (const std::invalid_argument&) {
+        return "binomial:K needs a positive number of snapshots K";
+      }
+      c.strategies = {v};
+    } else return "needs none, checkpoint, dots_saveable, names, binomial:K or all";
+    return "";
+  });
+  flags.text("--plot", c.plot);
+  flags.toggle("--skip-part1", [&c] { c.part1 = false; });
+  flags.value("--depths", [&c](const std::string& v) -> std::string {
+    c.depths.clear();
+    std::istringstream in(v);
+    std::int64_t d = 0;
+    for (std::string t; std::getline(in, t, ',');) {
+      if (!example_flags::parse_integer(t, d) || d < 1) return "needs a comma-separated list of positive integers such as 8,16,32,64";
+      c.depths.push_back(d);
     }
-    c.strategies = {strategy};
+    if (c.depths.empty()) return "needs a comma-separated list such as 8,16,32,64";
+    std::sort(c.depths.begin(), c.depths.end());
+    return "";
+  });
+  c.strategies = all_strategies;
+  flags.parse(argc, argv);
+  if (c.hidden == 0) c.hidden = 4 * c.width;
+  if (!c.plot.empty()) {  // find out now, not after the sweep, that the chart cannot be written
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(c.plot, ec);
+    if (!std::ofstream(c.plot, std::ios::app)) flags.fail("--plot: cannot write " + c.plot);
+    if (!existed) std::filesystem::remove(c.plot, ec);
   }
-  else usage_error("unknown strategy '" + strategy + "'");
   return c;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int example_main(int argc, char** argv) {
   Config c = parse(argc, argv);
 
   if (c.part1) {
@@ -529,8 +519,12 @@ int main(int argc, char** argv) {
         expect(residual_bytes(r.residuals) <= residual_bytes(other.residuals),
                r.strategy + " keeps no more residual bytes per layer than none");
   }
-  std::printf("\nall strategies give the same gradient (max difference <= 1e-5 of its largest entry): %s\n",
-              failures == failures_before ? "yes" : "NO");
+  if (results.size() > 1)
+    std::printf("\nall strategies give the same gradient (max difference <= 1e-5 of its largest entry): %s\n",
+                failures == failures_before ? "yes" : "NO");
+  else
+    std::printf("\none strategy (%s): no other gradient to compare with (--strategy all compares them)\n",
+                results[0].strategy.c_str());
 
   if (!c.plot.empty()) {
     std::vector<Result> sweep;
@@ -550,3 +544,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("deep_stack_scan", example_main, argc, argv); }

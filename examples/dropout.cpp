@@ -6,6 +6,8 @@
 // gradient is exactly the one without checkpointing. Keys are split, never reused.
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,7 +37,8 @@ xj::Array loss(const xj::Array& W, const xj::Array& x, const xj::Array& key, boo
   return xj::sum(y * y);
 }
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("dropout", "usage: dropout   (no flags)\n").parse(argc, argv);
   int failures = 0;
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) {
@@ -89,3 +92,5 @@ int main() {
   std::printf("dropout: all checks passed\n");
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("dropout", example_main, argc, argv); }

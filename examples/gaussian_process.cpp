@@ -10,6 +10,8 @@
 // dK/dθ_i (a path that never differentiates a factorization). Exits non-zero on a mismatch.
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <numbers>
@@ -71,7 +73,8 @@ std::vector<double> closed_form_gradient(const xj::Array& theta, const Data& d) 
 
 }  // namespace
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("gaussian_process", "usage: gaussian_process   (no flags)\n").parse(argc, argv);
   int failures = 0;
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) {
@@ -126,3 +129,5 @@ int main() {
   expect(std::exp(t[2]) < 0.3, "the fitted noise level moves toward the data's 0.1");
   return failures == 0 ? 0 : 1;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("gaussian_process", example_main, argc, argv); }

@@ -18,11 +18,12 @@
 //   heat_adjoint [--steps N] [--grid n] [--snapshots s] [--check-steps M] [--max-plain-steps P]
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -111,22 +112,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int example_main(int argc, char** argv) {
   std::int64_t steps = 100000, check_steps = 400, snapshots = 20, max_plain_steps = 100000;
   Problem p;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const std::int64_t v = std::atoll(argv[i + 1]);
-    if (a == "--steps") steps = v;
-    else if (a == "--grid") p.n = v;
-    else if (a == "--snapshots") snapshots = v;
-    else if (a == "--check-steps") check_steps = v;
-    else if (a == "--max-plain-steps") max_plain_steps = v;
-    else {
-      std::fprintf(stderr, "usage: heat_adjoint [--steps N] [--grid n] [--snapshots s] [--check-steps M] [--max-plain-steps P]\n");
-      return 2;
-    }
-  }
+  example_flags::Flags flags("heat_adjoint",
+                             "usage: heat_adjoint [--steps N] [--grid n] [--snapshots s] [--check-steps M] [--max-plain-steps P]\n"
+                             "  defaults: 100000 steps, grid 64, 20 snapshots, 400 check steps; the plain scan runs up to P = 100000 steps\n");
+  flags.integer("--steps", steps, 1);
+  flags.integer("--grid", p.n, 1);
+  flags.integer("--snapshots", snapshots, 1);
+  flags.integer("--check-steps", check_steps, 1);
+  flags.integer("--max-plain-steps", max_plain_steps, 0);
+  flags.parse(argc, argv);
   int failures = 0;
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) {
@@ -212,3 +209,5 @@ int main(int argc, char** argv) {
   }
   return failures == 0 ? 0 : 1;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("heat_adjoint", example_main, argc, argv); }

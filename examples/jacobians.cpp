@@ -5,6 +5,8 @@
 // array of shape f(x).shape + x.shape. hessian(f) = jacfwd(jacrev(f)) for scalar f.
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -13,7 +15,8 @@
 
 namespace xj = xjax;
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("jacobians", "usage: jacobians   (no flags)\n").parse(argc, argv);
   int failures = 0;
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) {
@@ -75,3 +78,5 @@ int main() {
   std::cout << "jacobians: all checks passed\n";
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("jacobians", example_main, argc, argv); }

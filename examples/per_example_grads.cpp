@@ -9,11 +9,12 @@
 // Usage: per_example_grads [--batch N] [--width D] [--repeats R]
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -52,15 +53,15 @@ double norm_of(const Mlp& g) {
   return std::sqrt(s);
 }
 
-int main(int argc, char** argv) {
+int example_main(int argc, char** argv) {
   std::int64_t batch = 64, width = 64;
   int repeats = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--batch") batch = std::atoll(argv[i + 1]);
-    else if (a == "--width") width = std::atoll(argv[i + 1]);
-    else if (a == "--repeats") repeats = std::atoi(argv[i + 1]);
-  }
+  example_flags::Flags flags("per_example_grads",
+                             "usage: per_example_grads [--batch N] [--width D] [--repeats R]   (defaults: 64 examples, width 64, 3 repeats)\n");
+  flags.integer("--batch", batch, 1);
+  flags.integer("--width", width, 1);
+  flags.integer("--repeats", repeats, 1);
+  flags.parse(argc, argv);
   auto k = xj::random::split(xj::random::key(0), 4);
   auto scale = 1.0 / std::sqrt(static_cast<double>(width));
   Mlp p{xj::random::normal(k[0], {width, width}, xj::f64) * scale, xj::zeros({width}, xj::f64),
@@ -92,7 +93,9 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < looped.size(); ++i) worst = std::max(worst, std::abs(batched[i] - looped[i]) / looped[i]);
   std::printf("per-example gradient norms of a %lld-wide MLP, %lld examples\n", static_cast<long long>(width),
               static_cast<long long>(batch));
-  std::printf("  first norms: %.6f %.6f %.6f\n", batched[0], batched[1], batched[2]);
+  std::printf("  first norms:");
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, batched.size()); ++i) std::printf(" %.6f", batched[i]);
+  std::printf("\n");
   std::printf("  vmap(grad): %.3f ms   loop of grad: %.3f ms   (%.1fx)\n", t_vmap * 1e3, t_loop * 1e3, t_loop / t_vmap);
   std::printf("  largest relative difference between the two: %.2e\n", worst);
   if (!(worst < 1e-10)) {
@@ -102,3 +105,5 @@ int main(int argc, char** argv) {
   std::printf("OK\n");
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("per_example_grads", example_main, argc, argv); }

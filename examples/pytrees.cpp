@@ -6,6 +6,8 @@
 // the gradient as the same struct, so a training step is one tree_map per parameter set.
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -36,7 +38,8 @@ xj::Array mse(const Mlp& p, const xj::Array& x, const xj::Array& y) {
   return xj::mean(err * err);
 }
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("pytrees", "usage: pytrees   (no flags)\n").parse(argc, argv);
   int failures = 0;
   auto expect = [&](bool ok, const char* what) {
     if (!ok) {
@@ -75,12 +78,9 @@ int main() {
   double first = 0, last = 0;
   for (int it = 0; it <= 300; ++it) {
     auto [loss, grads] = step(params, x, y);
-    // xj::tree_map maps one tree; to combine two trees of the same structure, flatten both,
-    // combine the leaves and unflatten into the same struct.
-    auto [pl, def] = xj::tree_flatten(params);
-    auto gl = xj::tree_flatten(grads).first;
-    for (std::size_t i = 0; i < pl.size(); ++i) pl[i] = pl[i] - gl[i] * lr;
-    params = xj::tree_unflatten<Mlp>(def, pl);
+    // xj::tree_map(f, tree, rest...) maps f over the leaves at the same place in several trees of
+    // one structure (JAX's tree_map(f, tree, *rest)): here the parameters and their gradients.
+    params = xj::tree_map([lr](const xj::Array& p, const xj::Array& g) { return p - g * lr; }, params, grads);
     if (it == 0) first = loss.item<double>();
     last = loss.item<double>();
     if (it % 50 == 0) std::printf("step %3d  loss %.5f\n", it, last);
@@ -102,3 +102,5 @@ int main() {
   std::cout << "pytrees: all checks passed\n";
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("pytrees", example_main, argc, argv); }

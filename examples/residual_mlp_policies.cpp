@@ -7,6 +7,8 @@
 // each line printed here.
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -26,7 +28,8 @@ xj::Array layer(const xj::Array& y, const xj::Array& w1, const xj::Array& w2) {
   return y + xj::matmul(h, w2);
 }
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("residual_mlp_policies", "usage: residual_mlp_policies   (no flags)\n").parse(argc, argv);
   int failures = 0;
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) {
@@ -121,3 +124,5 @@ int main() {
   std::cout << "residual_mlp_policies: all checks passed\n";
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("residual_mlp_policies", example_main, argc, argv); }

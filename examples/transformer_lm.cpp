@@ -15,6 +15,7 @@
 //                  [--lr LR] [--policy P] [--text FILE] [--out FILE] [--check-grads]
 // The run fails (exit 1) if the loss does not go down. --check-grads checks the gradient of the
 // loss against finite differences at f64 on a tiny model instead of training.
+#include "example_flags.hpp"
 #include "transformer_model.hpp"
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace xj = xjax;
@@ -41,13 +43,31 @@ struct Config {
   std::int64_t vocab = 256, context = 64, width = 128, heads = 4, layers = 6, batch = 16, steps = 300;
   double lr = 3e-3;
   std::string policy = "attn_out", text = "/usr/share/common-licenses/GPL-3", out = "transformer_lm.safetensors";
+  bool text_given = false;  // --text named a file: it must be there and long enough
   bool check_grads = false;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+// gpt::body_for's policies.
+const std::vector<std::string> policy_names = {"none", "nothing_saveable", "dots_saveable", "attn_out"};
+
+const char* const usage =
+    "usage: transformer_lm [--steps N] [--layers L] [--width D] [--heads H] [--context T] [--batch B]\n"
+    "                      [--lr LR] [--policy P] [--text FILE] [--out FILE] [--check-grads]\n"
+    "  defaults: 300 steps, 6 layers, width 128, 4 heads, context 64, batch 16, lr 3e-3, policy attn_out,\n"
+    "  text /usr/share/common-licenses/GPL-3 (a built-in text where it is missing), out transformer_lm.safetensors\n"
+    "  P: none | nothing_saveable | dots_saveable | attn_out; D must be a multiple of H\n";
+
+// The training text: the file --text names (exit 2 if it cannot be read), or the default
+// license, or where that is missing (a minimal system) a text of our own.
+std::string read_text(const Config& c, const example_flags::Flags& flags) {
+  std::error_code ec;
+  if (c.text_given && !std::filesystem::exists(c.text, ec)) flags.fail("--text: no such file: " + c.text);
+  if (c.text_given && !std::filesystem::is_regular_file(c.text, ec)) flags.fail("--text: not a regular file: " + c.text);
+  std::ifstream in(c.text, std::ios::binary);
+  if (!in && c.text_given) flags.fail("--text: cannot open " + c.text);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() < 1024) {  // not there (a minimal system): a text of our own
+  if (in.bad() && c.text_given) flags.fail("--text: cannot read " + c.text);
+  if (!c.text_given && text.size() < 1024) {
     text.clear();
     for (int i = 0; i < 200; ++i)
       text += "Everyone is permitted to copy and distribute verbatim copies of this license document, but changing it is not allowed. ";
@@ -76,31 +96,33 @@ int check_gradients() {
   return 0;
 }
 
-int main(int argc, char** argv) try {
+int example_main(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--steps") c.steps = std::stoll(next());
-    else if (a == "--layers") c.layers = std::stoll(next());
-    else if (a == "--width") c.width = std::stoll(next());
-    else if (a == "--heads") c.heads = std::stoll(next());
-    else if (a == "--context") c.context = std::stoll(next());
-    else if (a == "--batch") c.batch = std::stoll(next());
-    else if (a == "--lr") c.lr = std::stod(next());
-    else if (a == "--policy") c.policy = next();
-    else if (a == "--text") c.text = next();
-    else if (a == "--out") c.out = next();
-    else if (a == "--check-grads") c.check_grads = true;
-    else throw std::invalid_argument("unknown argument " + a);
-  }
+  example_flags::Flags flags("transformer_lm", usage);
+  flags.integer("--steps", c.steps, 1);
+  flags.integer("--layers", c.layers, 1);
+  flags.integer("--width", c.width, 1);
+  flags.integer("--heads", c.heads, 1);
+  flags.integer("--context", c.context, 1);
+  flags.integer("--batch", c.batch, 1);
+  flags.real("--lr", c.lr);
+  flags.choice("--policy", c.policy, policy_names);
+  flags.value("--text", [&c](const std::string& v) -> std::string {
+    if (v.empty()) return "needs a file name";
+    c.text = v;
+    c.text_given = true;
+    return "";
+  });
+  flags.text("--out", c.out);
+  flags.toggle("--check-grads", [&c] { c.check_grads = true; });
+  flags.parse(argc, argv);
   if (c.check_grads) return check_gradients();
-  if (c.width % c.heads != 0) throw std::invalid_argument("--width must be a multiple of --heads");
+  if (c.width % c.heads != 0) flags.fail("--width (" + std::to_string(c.width) + ") must be a multiple of --heads (" + std::to_string(c.heads) + ")");
 
-  const std::string text = read_text(c.text);
+  const std::string text = read_text(c, flags);
+  if (text.size() < static_cast<std::size_t>(c.context) + 2)
+    flags.fail("the text (" + c.text + ") has " + std::to_string(text.size()) + " bytes; --context " + std::to_string(c.context) +
+               " needs at least " + std::to_string(c.context + 2));
   std::printf("text: %zu bytes; model: d=%lld, %lld heads, %lld layers, context %lld, batch %lld, policy %s\n", text.size(),
               (long long)c.width, (long long)c.heads, (long long)c.layers, (long long)c.context, (long long)c.batch, c.policy.c_str());
   const xj::Array causal = causal_mask(c.context, xj::f32);
@@ -119,7 +141,7 @@ int main(int argc, char** argv) try {
   Gpt params = gpt::init(c.vocab, c.context, c.width, c.layers, xj::f32, 0);
   const xj::Array probe = batch();
   std::printf("\n%-17s %14s %16s\n", "policy", "residuals/layer", "gradient peak MiB");
-  for (const char* policy : {"none", "nothing_saveable", "dots_saveable", "attn_out"}) {
+  for (const std::string& policy : policy_names) {
     const BlockFn body = body_for(policy, causal, c.heads);
     auto residuals = xj::saved_residuals([&](const xj::Array& x, const Block& b) { return body(x, b).first; },
                                          xj::zeros({c.batch, c.context, c.width}), xj::tree_map([](const xj::Array& a) { return a[0]; }, params.blocks));
@@ -131,7 +153,7 @@ int main(int argc, char** argv) try {
     xj::reset_peak_memory();
     (void)grad(params, probe);
     const double peak = static_cast<double>(xj::memory_stats().peak_bytes - live) / (1 << 20);
-    std::printf("%-17s %8zu, %.2f MiB %16.2f\n", policy, residuals.size(), bytes / (1 << 20), peak);
+    std::printf("%-17s %8zu, %.2f MiB %16.2f\n", policy.c_str(), residuals.size(), bytes / (1 << 20), peak);
   }
 
   // Training.
@@ -183,7 +205,6 @@ int main(int argc, char** argv) try {
     return 1;
   }
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "transformer_lm: %s\n", e.what());
-  return 1;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("transformer_lm", example_main, argc, argv); }

@@ -12,6 +12,8 @@
 #include <xjax/xjax.hpp>
 #include <xjax/xtensor.hpp>
 
+#include "example_flags.hpp"
+
 #include <xtensor/xbuilder.hpp>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xnorm.hpp>
@@ -136,10 +138,13 @@ void mlp_classifier() {
 
 }  // namespace
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("xtensor_interop", "usage: xtensor_interop   (no flags)\n").parse(argc, argv);
   linear_regression();
   mlp_classifier();
   if (failures) return 1;
   std::puts("xtensor_interop: all checks passed");
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("xtensor_interop", example_main, argc, argv); }
