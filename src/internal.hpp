@@ -60,6 +60,10 @@ struct ArrayImpl {
 /// they are (the shape rule names a wrong dtype).
 Array gather_index(const Array& i, const std::source_location& loc);
 
+/// jnp's promote_dtypes_inexact for one operand (x64): floats as they are, integers and bools in
+/// f64 (mean, var, logsumexp, softmax, softplus ... of integers).
+Array as_inexact(const Array& x, const std::source_location& loc);
+
 /// x, marked weakly typed (a new handle: the same value or tracer).
 Array weakly_typed(const Array& x);
 inline bool is_weak(const Array& x) { return x.valid() && x.impl()->weak; }

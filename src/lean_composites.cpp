@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "internal.hpp"
 #include "xjax/custom_derivatives.hpp"
 #include "xjax/ops.hpp"
 
@@ -48,7 +49,9 @@ template <class F, class D> Array elementwise_with_derivative(const Array& x, F 
 }  // namespace
 
 // d softmax(x) = y (dx - sum(y dx)), y = softmax(x): the output is all the derivative needs.
+// Integers and bools in f64, as jax.nn.softmax's jnp.exp (so log_softmax, softplus).
 Array softmax(const Array& x, std::int64_t axis, Loc loc) {
+  if (!is_floating(x.dtype())) return softmax(detail::as_inexact(x, loc), axis, loc);
   auto f = [axis, loc](const Array& v) { return plain_softmax(v, axis, loc); };
   return detail::keyed_custom_jvp(f, [f, axis, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
     const Array y = f(std::get<0>(p));
@@ -59,6 +62,7 @@ Array softmax(const Array& x, std::int64_t axis, Loc loc) {
 
 // d log_softmax(x) = dx - sum(exp(y) dx), y = log_softmax(x) (exp(y) = softmax(x)).
 Array log_softmax(const Array& x, std::int64_t axis, Loc loc) {
+  if (!is_floating(x.dtype())) return log_softmax(detail::as_inexact(x, loc), axis, loc);
   auto f = [axis, loc](const Array& v) { return plain_log_softmax(v, axis, loc); };
   return detail::keyed_custom_jvp(f, [f, axis, loc](const std::tuple<Array>& p, const std::tuple<Array>& t) {
     const Array y = f(std::get<0>(p));
@@ -91,7 +95,7 @@ Array softplus(const Array& x, Loc loc) {
   auto f = [loc](const Array& v) {
     return add(maximum(v, scalar_like(0.0, v), loc), log1p(exp(neg(abs(v, loc), loc), loc), loc), loc);
   };
-  if (!is_floating(x.dtype())) return f(x);
+  if (!is_floating(x.dtype())) return softplus(detail::as_inexact(x, loc), loc);
   return elementwise_with_derivative(x, f, [loc](const Array& v) { return logistic(v, loc); }, Composite::softplus, loc);
 }
 

@@ -2,6 +2,7 @@
 // optax/losses/_classification.py and _regression.py and written here from the math).
 #include "xjax/losses.hpp"
 
+#include <limits>
 #include <string>
 
 #include "xjax/ops.hpp"
@@ -46,12 +47,22 @@ Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array
   // difference does not depend on it), so that large logits lose no precision to cancellation.
   const Array shifted = sub(logits, stop_gradient(max(logits, {-1}, true, loc), loc), loc);
   Array picked = take_along_axis(shifted, expand_dims(labels, -1, loc), -1, loc);
-  return sub(logsumexp(shifted, {-1}, false, loc), squeeze(picked, {-1}, loc), loc);
+  const Array loss = sub(logsumexp(shifted, {-1}, false, loc), squeeze(picked, {-1}, loc), loc);
+  // A label outside [0, classes) gives NaN, as optax's (jnp's take_along_axis fills what it reads
+  // out of bounds with NaN; take_along_axis here clamps, which gave the last class's loss).
+  const Array label = astype(labels, i64, loc);
+  const Array in_range = logical_and(ge(label, zeros_like(label), loc), lt(label, scalar(logits.dim(-1), i64), loc), loc);
+  return where(in_range, loss, std::numeric_limits<double>::quiet_NaN(), loc);
 }
 
+// optax's: float logits, the labels converted to their dtype (a bf16 loss stays bf16, f32 logits
+// with f64 labels f32; promoting them widened the loss and its gradient).
 Array sigmoid_binary_cross_entropy(const Array& logits, const Array& labels, std::source_location loc) {
   same_shape("sigmoid_binary_cross_entropy", logits, labels, loc);
-  return sub(softplus(logits, loc), mul(labels, logits, loc), loc);
+  if (!is_floating(logits.dtype()))
+    throw TypeError("sigmoid_binary_cross_entropy: logits must be floats (as optax's), got " + logits.aval().str() + " (at " +
+                    format_location(loc) + ")");
+  return sub(softplus(logits, loc), mul(astype(labels, logits.dtype(), loc), logits, loc), loc);
 }
 
 Array l2_loss(const Array& predictions, const std::optional<Array>& targets, std::source_location loc) {

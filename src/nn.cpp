@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "internal.hpp"
 #include "xjax/custom_derivatives.hpp"
 #include "xjax/ops.hpp"
 
@@ -57,9 +58,31 @@ Array standardize(const Array& x, std::int64_t axis, double epsilon, std::source
   }, loc)(x);
 }
 
+namespace {
+// A bf16 / f16 layer is computed in f32 (or the parameters' wider float) and rounded once to the
+// result's dtype, as flax's _normalize: rounding after the standardization, the scale and the bias
+// each lost up to 2 ulps (every digit of outputs near zero). The wide dtype, or nullopt where x
+// is not narrow, or where strict promotion is to refuse mixed parameters (mul raises then).
+std::optional<DType> narrow_layer_compute_dtype(const Array& x, const std::optional<Array>& scale, const std::optional<Array>& bias,
+                                                DType& result) {
+  if (x.dtype() != bf16 && x.dtype() != f16) return std::nullopt;
+  result = x.dtype();
+  for (const std::optional<Array>* p : {&scale, &bias})
+    if (*p) result = promote_types(result, (*p)->dtype());
+  if (promotion_mode() == PromotionMode::strict && result != x.dtype()) return std::nullopt;
+  return promote_types(result, f32);
+}
+std::optional<Array> converted(const std::optional<Array>& p, DType d, const std::source_location& loc) {
+  return p ? std::optional<Array>(astype(*p, d, loc)) : std::nullopt;
+}
+}  // namespace
+
 Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::optional<Array>& bias,
                  std::int64_t axis, double epsilon, std::source_location loc) {
   const std::int64_t a = normalized_axis("layer_norm", x, axis, loc);
+  DType result = x.dtype();
+  if (const auto wide = narrow_layer_compute_dtype(x, scale, bias, result))
+    return astype(layer_norm(astype(x, *wide, loc), converted(scale, *wide, loc), converted(bias, *wide, loc), a, epsilon, loc), result, loc);
   Array y = standardize(x, a, epsilon, loc);
   if (scale) y = mul(y, along_axis("layer_norm", "scale", *scale, x, a, loc), loc);
   if (bias) y = add(y, along_axis("layer_norm", "bias", *bias, x, a, loc), loc);
@@ -71,10 +94,9 @@ Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::o
 Array rms_norm(const Array& x, const std::optional<Array>& scale, std::int64_t axis, double epsilon,
                std::source_location loc) {
   const std::int64_t a = normalized_axis("rms_norm", x, axis, loc);
-  if (x.dtype() == bf16 || x.dtype() == f16) {  // the statistics in f32, as standardize's
-    const Array y = astype(rms_norm(astype(x, f32, loc), std::nullopt, a, epsilon, loc), x.dtype(), loc);
-    return scale ? mul(y, along_axis("rms_norm", "scale", *scale, x, a, loc), loc) : y;
-  }
+  DType result = x.dtype();
+  if (const auto wide = narrow_layer_compute_dtype(x, scale, std::nullopt, result))
+    return astype(rms_norm(astype(x, *wide, loc), converted(scale, *wide, loc), a, epsilon, loc), result, loc);
   const auto rstd_and_y = [a, epsilon, loc](const Array& v) {
     const Array ms = mean(square(v, loc), {a}, true, loc);
     const Array r = rsqrt(add(ms, scalar_like(epsilon, ms), loc), loc);
@@ -95,6 +117,7 @@ Array silu(const Array& x, std::source_location loc) { return mul(x, logistic(x,
 Array swish(const Array& x, std::source_location loc) { return silu(x, loc); }
 
 Array elu(const Array& x, double alpha, std::source_location loc) {
+  if (!is_floating(x.dtype())) return elu(detail::as_inexact(x, loc), alpha, loc);  // jnp.where(x > 0, 0., x): f64
   const Array positive = gt(x, zeros_like(x), loc);
   // expm1 of the non-positive part only: no overflow (and no inf * 0 in the derivative) for large x
   const Array negative_part = mul(expm1(where(positive, zeros_like(x), x, loc), loc), scalar_like(alpha, x), loc);

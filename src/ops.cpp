@@ -400,9 +400,13 @@ Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location
   if (x.dtype() == bool_) return prod(astype(x, i64, loc), axes, keepdims, loc);
   return reduce(P::reduce_prod, x, axes, keepdims, loc);
 }
+namespace detail {
+Array as_inexact(const Array& x, const std::source_location& loc) { return is_floating(x.dtype()) ? x : astype(x, f64, loc); }
+}  // namespace detail
+
 Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
   // Integers and bools in f64, as jnp's (an i8 sum wrapped before the division: mean(100, 100) was -28).
-  if (!is_floating(x.dtype())) return mean(astype(x, f64, loc), axes, keepdims, loc);
+  if (!is_floating(x.dtype())) return mean(detail::as_inexact(x, loc), axes, keepdims, loc);
   // bf16 / f16: the sum and the division in f32, rounded once (JAX upcasts them too; the count
   // itself may not be representable in the narrow type)
   if (x.dtype() == bf16 || x.dtype() == f16) return astype(mean(astype(x, f32, loc), axes, keepdims, loc), x.dtype(), loc);
@@ -416,7 +420,7 @@ Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location
 Array var(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, std::source_location loc) {
   // bf16 / f16 in f32, rounded once (JAX's _var_promote_types): the centring lost the spread.
   if (x.dtype() == bf16 || x.dtype() == f16) return astype(var(astype(x, f32, loc), axes, ddof, keepdims, loc), x.dtype(), loc);
-  const Array xf = is_floating(x.dtype()) ? x : astype(x, f64, loc);
+  const Array xf = detail::as_inexact(x, loc);
   const auto n = static_cast<double>(reduced_count(xf, axes, loc));
   const Array centred = sub(xf, mean(xf, axes, true, loc), loc);
   const Array squares = sum(square(centred, loc), axes, keepdims, loc);
@@ -434,7 +438,7 @@ Array argmax(const Array& x, std::int64_t axis, DType index_dtype, std::source_l
 // m is 0 where the max is not finite (JAX's rule: all -inf gives -inf, an inf gives inf, not NaN)
 Array logsumexp(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
   // Integers and bools in f64, as jnp's promote_dtypes_inexact (x64).
-  if (!is_floating(x.dtype())) return logsumexp(astype(x, f64, loc), axes, keepdims, loc);
+  if (!is_floating(x.dtype())) return logsumexp(detail::as_inexact(x, loc), axes, keepdims, loc);
   const Array top = max(x, axes, true, loc);
   Array m = stop_gradient(where(is_finite(top, loc), top, zeros_like(top), loc), loc);
   Array r = add(log(sum(exp(sub(x, m, loc), loc), axes, true, loc), loc), m, loc);
@@ -814,8 +818,9 @@ Array clamp(const Array& lo, const Array& x, const Array& hi, std::source_locati
     if ((i == 1 || ops[i].ndim() != 0) && ops[i].shape() != shape) ops[i] = broadcast_to(ops[i], shape, loc);
   return bind1(P::clamp, ops, {}, loc);
 }
-Array clamp(double lo, const Array& x, double hi, std::source_location loc) {
-  return clamp(scalar_like(lo, x), x, scalar_like(hi, x), loc);
+// The bounds weakly typed (they were converted to x's dtype: -0.5 on an i32 array became 0).
+Array clamp(detail::Scalar lo, const Array& x, detail::Scalar hi, std::source_location loc) {
+  return clamp(weak_scalar(lo, x), x, weak_scalar(hi, x), loc);
 }
 
 // ---- roll, tile, repeat, split, linspace (compositions) ---------------------------------------

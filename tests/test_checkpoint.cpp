@@ -809,3 +809,26 @@ TEST_CASE("checkpoint: relu keeps its output, not a mask; a comparison of kept v
   const auto X = x.to_vector<double>(), G = gw.to_vector<double>();
   for (std::size_t i = 0; i < X.size(); ++i) CHECK(G[i] == doctest::Approx(std::sin(X[i]) > 0.3 ? std::sin(X[i]) : 1.0).epsilon(1e-14));
 }
+
+TEST_CASE("checkpoint regressions from the twenty-sixth session: an empty Policy, where a narrowed residual comes from") {
+  namespace pol = xj::checkpoint_policies;
+  const auto f = [](const xj::Array& a) { return xj::sum(xj::sin(xj::sin(a))); };
+  const xj::Array x = xj::ones({4}, xj::f64);
+  // a default-constructed Policy failed inside grad as a bare std::bad_function_call
+  CHECK_THROWS_AS((void)xj::checkpoint(f, {.policy = xj::Policy{}})(x), xj::TypeError);
+  CHECK_THROWS_AS((void)pol::save_from_both_policies(xj::Policy{}, pol::dots_saveable), xj::TypeError);
+  CHECK_THROWS_AS((void)xj::Policy{}.as(xj::bf16), xj::TypeError);
+  // a residual a narrowed policy converts is described by its source and this file's line, not as
+  // "output of convert_element_type from .../checkpoint.cpp"
+  const xj::Array y = xj::ones({4});
+  const auto block = [](const xj::Array& a) { return xj::tanh(xj::sin(a)) * a; };
+  const auto rs = xj::saved_residuals([&](const xj::Array& a) { return xj::sum(xj::checkpoint(block, {.policy = pol::everything_saveable.as(xj::bf16)})(a)); }, y);
+  bool described = false;
+  for (const xj::Residual& r : rs) {
+    CAPTURE(r.description);
+    CHECK(!test_util::contains(r.description, "transforms/checkpoint.cpp"));
+    described = described || (test_util::contains(r.description, "output of tanh from") && test_util::contains(r.description, "test_checkpoint.cpp") &&
+                              test_util::contains(r.description, "saved as bf16"));
+  }
+  CHECK(described);
+}

@@ -230,3 +230,75 @@ TEST_CASE("nn and math regressions from review: logsumexp of infinite maxima, at
   // a reversed range gives minval, as JAX's (the upper clamp must not apply there)
   CHECK(xj::random::uniform(key, {4}, xj::f32, 3.0, 1.0).to_vector<float>() == std::vector<float>(4, 3.0f));
 }
+
+TEST_CASE("nn, losses and clamp regressions from the twenty-sixth session's review") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // bf16 layer_norm with scale and bias rounded after each step (up to 2 ulps, nothing left of
+  // outputs near zero); now once, as flax: within half an ulp of the f64 layer (plus f32's own error)
+  const std::size_t rows = 16, cols = 48;
+  const std::vector<double> xv = values(rows * cols, 0.3), sv = values(cols, 1.1), bv = values(cols, 2.9);
+  const auto in_bf16 = [](const std::vector<double>& v, const xj::Shape& s) { return xj::astype(test_util::f64v(v, s), xj::bf16); };
+  const auto rounded = [](const xj::Array& a) { return xj::astype(a, xj::f64).to_vector<double>(); };
+  const xj::Array xb = in_bf16(xv, {16, 48}), sb = in_bf16(sv, {48}), bb = in_bf16(bv, {48});
+  for (const bool rms : {false, true}) {
+    CAPTURE(rms);
+    const xj::Array got = rms ? xj::rms_norm(xb, sb) : xj::layer_norm(xb, sb, bb);
+    CHECK(got.dtype() == xj::bf16);
+    const auto want = normalized(rounded(xb), rows, cols, 1, rms, rounded(sb), rms ? std::vector<double>{} : rounded(bb), rms ? 1e-6 : 1e-5);
+    const auto g = rounded(got);
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const double half_ulp = std::ldexp(1.0, std::ilogb(want[i]) - 8);  // bf16: 8 significant bits
+      CHECK(std::abs(g[i] - want[i]) <= half_ulp + 1e-6 * std::abs(want[i]));
+    }
+  }
+  // a bf16 layer with f32 parameters is f32 (the promoted dtype), computed in f32
+  CHECK(xj::layer_norm(xb, xj::astype(sb, xj::f32), bb).dtype() == xj::f32);
+  // sigmoid_binary_cross_entropy converts the labels to the logits' dtype (optax's): f32 logits with
+  // f64 labels gave f64, bf16 logits with f32 labels f32; integer logits are refused
+  const xj::Array z = test_util::f64v({0.5, -2.0, 3.0}, {3}), y = test_util::f64v({1.0, 0.0, 0.3}, {3});
+  CHECK(xj::optim::sigmoid_binary_cross_entropy(xj::astype(z, xj::f32), y).dtype() == xj::f32);
+  CHECK(xj::optim::sigmoid_binary_cross_entropy(xj::astype(z, xj::bf16), xj::astype(y, xj::f32)).dtype() == xj::bf16);
+  CHECK_THROWS_AS((void)xj::optim::sigmoid_binary_cross_entropy(xj::astype(z, xj::i32), y), xj::TypeError);
+  // an integer label outside [0, classes) gives NaN as optax's (it gave the last class's loss)
+  const xj::Array logits = test_util::f64v({0.1, 0.7, -0.4, 1.0, 2.0, 3.0, 0.0, 0.0, 0.0}, {3, 3});
+  const auto loss = xj::optim::softmax_cross_entropy_with_integer_labels(logits, xj::array<std::int32_t>({3, -1, 1}, {3})).to_vector<double>();
+  CHECK(std::isnan(loss[0]));
+  CHECK(std::isnan(loss[1]));
+  CHECK(loss[2] == doctest::Approx(std::log(3.0)));
+  CHECK(std::isnan(xj::optim::softmax_cross_entropy_with_integer_labels(xj::zeros({2, 0}), xj::zeros({2}, xj::i32)).to_vector<double>()[0]));
+  // softmax, log_softmax, softplus and elu of integers compute in f64 (jnp.exp / logaddexp promote)
+  const xj::Array k = xj::array<std::int32_t>({-2, 0, 3}, {3});
+  const xj::Array kf = xj::astype(k, xj::f64);
+  for (const auto& [got, want] : {std::pair{xj::softmax(k), xj::softmax(kf)}, std::pair{xj::log_softmax(k), xj::log_softmax(kf)},
+                                  std::pair{xj::softplus(k), xj::softplus(kf)}, std::pair{xj::elu(k), xj::elu(kf)}}) {
+    CHECK(got.dtype() == xj::f64);
+    check_close_to(got, want.to_vector<double>(), 1e-15);
+  }
+  // clamp's C++ bounds are weakly typed (jnp.clip): -0.5 on an i32 array was truncated to 0
+  const xj::Array ki = xj::array<std::int32_t>({-3, 0, 3}, {3});
+  const xj::Array fl = xj::clamp(-0.5, ki, 2.5);
+  CHECK(xj::is_floating(fl.dtype()));
+  check_close_to(xj::astype(fl, xj::f64), {-0.5, 0.0, 2.5}, 1e-15);
+  const xj::Array in = xj::clamp(0, ki, 2);
+  CHECK(in.dtype() == xj::i32);
+  CHECK(in.to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 0, 2});
+  // a NaN operand passes no tangent through max / min / clamp (JAX's rules): 1 - w0 sent all of
+  // it to the second operand, and cummax's gradient reached an element it never selected
+  const auto [g0, g1] = xj::grad([](const xj::Array& a, const xj::Array& b) { return xj::maximum(a, b); }, xj::argnums<0, 1>)(
+      xj::scalar(0.0, xj::f64), xj::scalar(nan, xj::f64));
+  CHECK(g0.item<double>() == 0.0);
+  CHECK(g1.item<double>() == 0.0);
+  const auto [h0, h1] = xj::grad([](const xj::Array& a, const xj::Array& b) { return xj::minimum(a, b); }, xj::argnums<0, 1>)(
+      xj::scalar(nan, xj::f64), xj::scalar(2.0, xj::f64));
+  CHECK(h0.item<double>() == 0.0);
+  CHECK(h1.item<double>() == 0.0);
+  const auto gc = xj::grad([](const xj::Array& a) { return xj::cummax(a, 0)[2]; })(test_util::f64v({nan, 0.0, 1.0}, {3})).to_vector<double>();
+  CHECK(gc == std::vector<double>{0.0, 0.0, 0.0});
+  CHECK(xj::grad([](const xj::Array& a) { return xj::clamp(0.0, a, 1.0); })(xj::scalar(nan, xj::f64)).item<double>() == 0.0);
+  // ties and ordinary points keep their rules
+  const auto [t0, t1] = xj::grad([](const xj::Array& a, const xj::Array& b) { return xj::maximum(a, b); }, xj::argnums<0, 1>)(
+      xj::scalar(1.0, xj::f64), xj::scalar(1.0, xj::f64));
+  CHECK(t0.item<double>() == 0.5);
+  CHECK(t1.item<double>() == 0.5);
+  CHECK(xj::grad([](const xj::Array& a) { return xj::clamp(0.0, a, 1.0); })(xj::scalar(0.5, xj::f64)).item<double>() == 1.0);
+}

@@ -21,6 +21,7 @@
 namespace xjax {
 
 Policy Policy::as(DType dtype) const {
+  if (!fn_) throw TypeError("Policy::as: the policy is empty (a default-constructed xj::Policy)");
   if (!is_floating(dtype))
     throw TypeError(std::string("Policy::as: residuals are saved in a floating dtype, got ") + dtype_name(dtype));
   Policy p = *this;
@@ -69,6 +70,7 @@ const Policy save_collectives = [](const Primitive& p, std::span<const ShapedArr
          p == Primitive::ppermute;
 };
 Policy save_from_both_policies(Policy a, Policy b) {
+  if (!a || !b) throw TypeError("save_from_both_policies: a policy is empty (a default-constructed xj::Policy)");
   // A residual dtype given to either (a's first) stays with the combination.
   const std::optional<DType> as = a.residual_dtype() ? a.residual_dtype() : b.residual_dtype();
   Policy both = [a = std::move(a), b = std::move(b)](const Primitive& p, std::span<const ShapedArray> in, const Params& ps) {
@@ -139,7 +141,12 @@ void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
     const ShapedArray& aval = v->aval();
     if (!is_floating(aval.dtype) || itemsize(aval.dtype) <= itemsize(to)) continue;
     const Var narrow(ShapedArray{aval.shape, to});
-    known.eqns.push_back(Eqn{Primitive::convert_element_type, {*v}, {narrow}, params::ConvertElementType{.new_dtype = to, .weak_type = false}, loc});
+    // the convert carries the location of the equation whose output it narrows (describe reads
+    // it as "..., saved as bf16")
+    std::source_location at = loc;
+    for (const Eqn& e : known.eqns)
+      if (std::find(e.outputs.begin(), e.outputs.end(), *v) != e.outputs.end()) at = e.loc;
+    known.eqns.push_back(Eqn{Primitive::convert_element_type, {*v}, {narrow}, params::ConvertElementType{.new_dtype = to, .weak_type = false}, at});
     known.outvars[first + r] = narrow;
     pe.residual_vars[r] = narrow;
     const Var wide = staged.invars[r], narrow_in(ShapedArray{aval.shape, to});
@@ -170,10 +177,14 @@ std::vector<Array> bind_checkpoint(const Params& ps, const ClosedJaxpr& body, st
 }  // namespace
 
 std::vector<Array> checkpoint_flat(const ClosedJaxpr& body, std::span<const Array> args, const CheckpointOptions& opts) {
+  // An empty Policy (default-constructed) failed later as a bare std::bad_function_call.
+  if (opts.policy && !*opts.policy)
+    throw TypeError("checkpoint: the policy is empty (a default-constructed xj::Policy; leave .policy out to save nothing) (at " +
+                    format_location(opts.loc) + ")");
   auto pol = std::make_shared<PolicyObject>();
   pol->policy = opts.policy;
   Params ps = params::Checkpoint{.jaxpr = nullptr, .policy = pol, .prevent_cse = opts.prevent_cse, .differentiated = false};
-  return bind_checkpoint(ps, body, std::vector<Array>(args.begin(), args.end()), false, std::source_location::current());
+  return bind_checkpoint(ps, body, std::vector<Array>(args.begin(), args.end()), false, opts.loc);
 }
 
 Array name_flat(const Array& x, const std::string& name, std::source_location loc) {
@@ -295,10 +306,12 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
     for (std::size_t k = 0; k < e.outputs.size(); ++k) {
       if (!(e.outputs[k] == v)) continue;
       if (e.prim == Primitive::name) return "named '" + e.params.get<params::Name>().name + "' from " + format_location(e.loc);
-      // A named value converted (a Policy::as residual, or the user's astype of it).
+      // A named value converted (a Policy::as residual, or the user's astype of it), or a
+      // Policy::as convert of an unnamed one (it carries its source equation's location).
       if (e.prim == Primitive::convert_element_type)
         if (auto* in = std::get_if<Var>(&e.inputs[0]))
-          if (std::string d = describe(j, *in, inputs); d.starts_with("named"))
+          if (std::string d = describe(j, *in, inputs);
+              d.starts_with("named") || d.ends_with(" from " + format_location(e.loc)))
             return d + ", saved as " + dtype_name(e.outputs[0].aval().dtype);
       if (e.prim == Primitive::checkpoint) {
         const Jaxpr& b = *body_of(e.params).jaxpr;

@@ -224,14 +224,16 @@ JvpOut div_jvp(const JvpArgs& a) {
   Tangent numerator = tadd(a.t[0], tmap(a.t[1], y.aval(), [&](const Array& t) { return neg(mul(t, y)); }));
   return {{y}, {tmap(numerator, y.aval(), [&](const Array& t) { return div(t, b); })}};
 }
-// d max(a, b) = da [a > b] + db [b > a], ties split half and half (as JAX)
+// d max(a, b) = da [a > b] + db [b > a], ties split half and half, and a NaN operand (neither
+// wins nor ties) passes neither tangent (JAX's _balanced_eq; 1 - w0 sent all of it to b)
 JvpOut minmax_jvp(const JvpArgs& a, bool is_max) {
   Array y = primal1(a);
   const Array &x0 = a.x[0], &x1 = a.x[1];
   Array wins0 = is_max ? gt(x0, x1) : lt(x0, x1);
+  Array wins1 = is_max ? gt(x1, x0) : lt(x1, x0);
   Array half = where(eq(x0, x1), c(0.5, y), c(0, y));
   Array w0 = where(wins0, c(1, y), half);
-  Array w1 = sub(c(1, y), w0);
+  Array w1 = where(wins1, c(1, y), half);
   Tangent l = tmap(a.t[0], y.aval(), [&](const Array& t) { return mul(t, w0); });
   Tangent r = tmap(a.t[1], y.aval(), [&](const Array& t) { return mul(t, w1); });
   return {{y}, {tadd(l, r)}};
@@ -401,7 +403,9 @@ JvpOut clamp_jvp(const JvpArgs& a) {
   auto bound_part = [&](std::size_t i, const Array& where_bound) {
     return tmap(a.t[i], y.aval(), [&](const Array& t) { return where(where_bound, broadcast_to(t, y.shape(), a.loc), 0.0, a.loc); });
   };
-  const Tangent inside = tmap(a.t[1], y.aval(), [&](const Array& t) { return where(logical_or(below, above, a.loc), 0.0, t, a.loc); });
+  // strictly inside (lo < x < hi): a NaN x passes no tangent, as JAX's rule
+  const Array inside_mask = logical_and(gt(x, lo, a.loc), lt(x, hi, a.loc), a.loc);
+  const Tangent inside = tmap(a.t[1], y.aval(), [&](const Array& t) { return where(inside_mask, t, 0.0, a.loc); });
   return {{y}, {tadd(tadd(inside, bound_part(0, below)), bound_part(2, above))}};
 }
 // cumsum is linear; the other cumulative primitives take JAX's derivative, that of

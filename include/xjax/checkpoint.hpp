@@ -83,6 +83,9 @@ struct CheckpointOptions {
   /// Arguments that are not pytrees (ints, doubles, ...) are always static. A negative index
   /// counts from the end; one out of range is an xj::TransformError (as JAX's ValueError).
   std::vector<int> static_argnums{};
+  /// Where the block is made (the caller's line by default): the location its equation and the
+  /// converts of a narrowed policy's residuals carry in jaxprs and messages.
+  std::source_location loc = std::source_location::current();
 };
 
 /// One value reverse mode saves: its type and where it comes from, in JAX's words.

@@ -16,11 +16,13 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels,
                             std::source_location loc = std::source_location::current());
 /// logsumexp(logits, -1) - logits[..., label]: labels integer class indices, one per row
 /// (logits' shape without its last axis). Its gradient is softmax(logits) - one_hot(labels),
-/// and the residual reverse mode keeps is the softmax-sized exp, not a one-hot matrix.
+/// and the residual reverse mode keeps is the softmax-sized exp, not a one-hot matrix. A label
+/// outside [0, classes) gives NaN, as optax's.
 Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array& labels,
                                                 std::source_location loc = std::source_location::current());
 /// -labels log(sigmoid(logits)) - (1 - labels) log(1 - sigmoid(logits)) elementwise, computed as
-/// softplus(logits) - labels * logits (finite for any finite logits).
+/// softplus(logits) - labels * logits (finite for any finite logits); float logits, the labels
+/// converted to their dtype (optax's).
 Array sigmoid_binary_cross_entropy(const Array& logits, const Array& labels,
                                    std::source_location loc = std::source_location::current());
 /// 0.5 (predictions - targets)^2 elementwise (targets default to zeros).

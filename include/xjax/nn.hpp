@@ -16,12 +16,14 @@ namespace xjax {
 Array standardize(const Array& x, std::int64_t axis = -1, double epsilon = 1e-5,
                   std::source_location loc = std::source_location::current());
 /// Layer normalization (flax.linen.LayerNorm over one axis): standardize(x, axis, epsilon) * scale
-/// + bias, with scale and bias 1-D of x's length along `axis` (either may be left out).
+/// + bias, with scale and bias 1-D of x's length along `axis` (either may be left out). epsilon
+/// defaults to 1e-5, PyTorch's LayerNorm's and jax.nn.standardize's (flax's LayerNorm uses 1e-6).
+/// A bf16 / f16 x is normalized, scaled and shifted in f32 and rounded once (flax's).
 Array layer_norm(const Array& x, const std::optional<Array>& scale = std::nullopt,
                  const std::optional<Array>& bias = std::nullopt, std::int64_t axis = -1, double epsilon = 1e-5,
                  std::source_location loc = std::source_location::current());
 /// RMS normalization (flax.linen.RMSNorm over one axis): x / sqrt(mean(x^2) + epsilon) * scale,
-/// with scale 1-D of x's length along `axis` (may be left out).
+/// with scale 1-D of x's length along `axis` (may be left out); bf16 / f16 in f32, rounded once.
 Array rms_norm(const Array& x, const std::optional<Array>& scale = std::nullopt, std::int64_t axis = -1,
                double epsilon = 1e-6, std::source_location loc = std::source_location::current());
 
@@ -29,7 +31,7 @@ Array rms_norm(const Array& x, const std::optional<Array>& scale = std::nullopt,
 Array silu(const Array& x, XJAX_LOC);
 /// jax.nn.swish: silu.
 Array swish(const Array& x, XJAX_LOC);
-/// jax.nn.elu: x where x > 0, else alpha (exp(x) - 1).
+/// jax.nn.elu: x where x > 0, else alpha (exp(x) - 1) (integers and bools in f64).
 Array elu(const Array& x, double alpha = 1.0, XJAX_LOC);
 /// jax.nn.leaky_relu: x where x >= 0, else negative_slope x.
 Array leaky_relu(const Array& x, double negative_slope = 0.01, XJAX_LOC);

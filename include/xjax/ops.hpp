@@ -129,6 +129,7 @@ Array gelu(const Array& x, XJAX_LOC);
 /// jax.nn.gelu(x, approximate): the tanh form above when true, else the exact
 /// x Phi(x) = x (1 + erf(x / sqrt 2)) / 2.
 Array gelu(const Array& x, bool approximate, XJAX_LOC);
+/// jax.nn.softplus: log(1 + e^x) (integers and bools in f64, as softmax and log_softmax).
 Array softplus(const Array& x, XJAX_LOC);
 Array integer_pow(const Array& x, std::int64_t n, XJAX_LOC);
 Array stop_gradient(const Array& x, XJAX_LOC);
@@ -213,9 +214,10 @@ Array logical_not(const Array& x, XJAX_LOC);
 Array is_finite(const Array& x, XJAX_LOC);
 /// lax.clamp(lo, x, hi) = min(max(x, lo), hi) elementwise (lo and hi broadcast; hi when lo > hi;
 /// NaN when any operand is). Its derivative goes to x strictly inside the interval and to the
-/// bound it equals otherwise (lax's gives 0 at a tie).
+/// bound it equals otherwise (lax's gives 0 at a tie; a NaN x passes none). C++ numbers as bounds
+/// are weakly typed, as jnp.clip's: clamp(-0.5, i32 array, 2.5) is a float, clamp(0, it, 9) i32.
 Array clamp(const Array& lo, const Array& x, const Array& hi, XJAX_LOC);
-Array clamp(double lo, const Array& x, double hi, XJAX_LOC);
+Array clamp(detail::Scalar lo, const Array& x, detail::Scalar hi, XJAX_LOC);
 Array logsumexp(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array softmax(const Array& x, std::int64_t axis = -1, XJAX_LOC);
 Array log_softmax(const Array& x, std::int64_t axis = -1, XJAX_LOC);
