@@ -693,8 +693,11 @@ Array trace(const Array& x, std::int64_t offset, std::int64_t axis1, std::int64_
   return sum(diagonal(x, offset, axis1, axis2, loc), {-1}, false, loc);
 }
 
+// Of two bool arrays, the AND (jnp.multiply of bools; mul takes no bools, as lax.mul).
 Array outer(const Array& a, const Array& b, std::source_location loc) {
-  return mul(reshape(a, {a.size(), 1}, loc), reshape(b, {1, b.size()}, loc), loc);
+  const Array column = reshape(a, {a.size(), 1}, loc), row = reshape(b, {1, b.size()}, loc);
+  if (a.dtype() == bool_ && b.dtype() == bool_) return logical_and(column, row, loc);
+  return mul(column, row, loc);
 }
 
 Array Array::operator[](detail::Located<std::int64_t> index) const {

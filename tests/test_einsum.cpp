@@ -104,6 +104,10 @@ TEST_CASE("einsum: bools give the OR of ANDs, mixed dtypes promote (strict mode 
   check_values(r, {0, 1, 1, 0, 0, 0, 1, 1});
   CHECK(xj::einsum("ij->", p).item<double>() == 1.0);
   CHECK(xj::einsum("ij->ji", p).dtype() == xj::bool_);
+  // outer of two bool arrays is their AND (jnp.multiply of bools); mul refused them
+  const xj::Array o = xj::outer(bool_array({1, 0, 1}, {3}), bool_array({1, 1}, {2}));
+  CHECK(o.dtype() == xj::bool_);
+  check_values(o, {1, 1, 0, 0, 1, 1});
   const xj::Array a = randn({2, 3}, 20, xj::f32), b = randn({3, 4}, 21);
   CHECK(xj::einsum("ij,jk->ik", a, b).dtype() == xj::f64);
   // a bool mask summed on its own axis, then contracted with f32: f32, the mask's counts

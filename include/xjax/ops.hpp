@@ -315,7 +315,7 @@ Array matrix_transpose(const Array& x, XJAX_LOC);
 Array diagonal(const Array& x, std::int64_t offset = 0, std::int64_t axis1 = 0, std::int64_t axis2 = 1, XJAX_LOC);
 /// jnp.trace: the sums of diagonal(x, offset, axis1, axis2).
 Array trace(const Array& x, std::int64_t offset = 0, std::int64_t axis1 = 0, std::int64_t axis2 = 1, XJAX_LOC);
-/// jnp.outer: out[i, j] = a.ravel()[i] * b.ravel()[j].
+/// jnp.outer: out[i, j] = a.ravel()[i] * b.ravel()[j] (of two bool arrays, the AND).
 Array outer(const Array& a, const Array& b, XJAX_LOC);
 
 // ---- operators --------------------------------------------------------------------------------

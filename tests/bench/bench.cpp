@@ -131,13 +131,16 @@ Measured measure(int reps, const std::function<void()>& run_xj, const std::funct
   return {median(tx), median(tr), px, pr};
 }
 
+/// ideal_bytes 0: no ideal defined (the column prints '-'); ref_peak_measured false where the
+/// reference is an xjax program too (its allocations are not the reference counter's).
 void add_rows(std::vector<Row>& rows, const std::string& workload, const std::string& variant, const Measured& m,
-              double flops, double ideal_bytes, const std::string& note) {
+              double flops, double ideal_bytes, const std::string& note, bool ref_peak_measured = true) {
   const double mib = 1024.0 * 1024.0;
+  const auto over_ideal = [ideal_bytes](double bytes) { return ideal_bytes > 0 ? bytes / ideal_bytes : unmeasured; };
   rows.push_back({workload, variant, "xjax", m.xj_s, m.xj_s / m.ref_s, flops / m.xj_s * 1e-9, double(m.xj_peak) / mib,
-                  double(m.xj_peak) / ideal_bytes, note});
-  rows.push_back({workload, variant, "reference", m.ref_s, 1.0, flops / m.ref_s * 1e-9, double(m.ref_peak) / mib,
-                  double(m.ref_peak) / ideal_bytes, ""});
+                  over_ideal(double(m.xj_peak)), note});
+  rows.push_back({workload, variant, "reference", m.ref_s, 1.0, flops / m.ref_s * 1e-9,
+                  ref_peak_measured ? double(m.ref_peak) / mib : unmeasured, ref_peak_measured ? over_ideal(double(m.ref_peak)) : unmeasured, ""});
 }
 
 #if XJAX_BENCH_TORCH
@@ -256,7 +259,7 @@ void bench_relu_chain(std::vector<Row>& rows, const std::string& name, std::int6
     auto g_traced = xj::grad(loss, xj::argnums<0>);
     Measured t = measure(reps, [&] { gx = xj::Array(); gx = g_traced(W, y0); }, [&] { gx = xj::Array(); gx = g(W, y0); });
     rows.push_back({name, std::string(ckpt ? "scan(checkpoint)" : "scan") + ", grad without jit", "xjax", t.xj_s,
-                    t.xj_s / m.ref_s, flops / t.xj_s * 1e-9, 0, 0, fmt("%.2f", t.xj_s / t.ref_s) + "x jit(grad)"});
+                    t.xj_s / m.ref_s, flops / t.xj_s * 1e-9, unmeasured, unmeasured, fmt("%.2f", t.xj_s / t.ref_s) + "x jit(grad)"});
     if (!ckpt && d * N <= 4096) {
       // The same stack written as a C++ loop of layers (no scan): a jaxpr of L layers whose
       // top-level plan runs raw (small values), against the same reference.
@@ -503,12 +506,12 @@ void bench_mixed_precision(std::vector<Row>& rows, std::int64_t L, std::int64_t 
     Measured m = measure(reps, [&] { a = {}; a = g16(W1, W2, y0); }, [&] { b = {}; b = g32(W1, W2, y0); });
     const double err = grads_err(a, b);
     rows.push_back({"B2", "save_only_these_names(hidden, layer_input).as(bf16) vs f32", "xjax", m.xj_s, m.xj_s / m.ref_s,
-                    flops / m.xj_s * 1e-9, double(m.xj_peak) / (1024.0 * 1024.0), 0,
+                    flops / m.xj_s * 1e-9, double(m.xj_peak) / (1024.0 * 1024.0), unmeasured,
                     sizes + " residual bytes " + fmt("%.2f", r16 / r32) + "x (" + fmt("%.0f", r16 / 1048576.0) + " of " +
                         fmt("%.0f", r32 / 1048576.0) + " MiB; with the arguments " + fmt("%.2f", a16 / a32) +
                         "x); grad rel. diff " + fmt("%.1e", err)});
     rows.push_back({"B2", "save_only_these_names(hidden, layer_input).as(bf16) vs f32", "reference", m.ref_s, 1.0,
-                    flops / m.ref_s * 1e-9, double(m.ref_peak) / (1024.0 * 1024.0), 0, "the f32 policy"});
+                    flops / m.ref_s * 1e-9, unmeasured, unmeasured, "the f32 policy (an xjax program: its peak is in the xjax row's note)"});
   }
 }
 
@@ -645,15 +648,15 @@ void bench_per_example(std::vector<Row>& rows, std::int64_t d, std::int64_t B, i
     auto a = row.to_vector<float>(), b = g_loop[static_cast<std::size_t>(i)].w1.to_vector<float>();
     err = std::max(err, rel_err(a.data(), b.data(), static_cast<std::int64_t>(a.size())));
   }
-  add_rows(rows, "V1", "vmap(grad) vs loop of grad", m, flops, 1.0, sizes + " err=" + fmt("%.1e", err));
+  add_rows(rows, "V1", "vmap(grad) vs loop of grad", m, flops, 0, sizes + " err=" + fmt("%.1e", err), false);
   Measured m2 = measure(reps, [&] { g_vmap = batched(p, x, y); }, [&] { g_whole = whole(p, x, y); });
-  add_rows(rows, "V1", "vmap(grad) vs grad of the summed loss", m2, flops, 1.0, sizes);
+  add_rows(rows, "V1", "vmap(grad) vs grad of the summed loss", m2, flops, 0, sizes, false);
   // The floor of any per-example computation: writing its result once (a memset of a buffer of
   // the per-example gradients' size, allocated before timing).
   Buf out(B * (2 * d * d + d));
   Measured m3 = measure(reps, [&] { g_vmap = batched(p, x, y); },
                         [&] { std::memset(out.data(), 0, static_cast<std::size_t>(out.size()) * sizeof(float)); });
-  add_rows(rows, "V1", "vmap(grad) vs writing its result once", m3, flops, 1.0,
+  add_rows(rows, "V1", "vmap(grad) vs writing its result once", m3, flops, 0,
            sizes + fmt(" (%.0f MiB)", double(out.size()) * 4.0 / 1048576.0));
 }
 
@@ -691,10 +694,10 @@ void bench_jacrev(std::vector<Row>& rows, std::int64_t d, int reps) {
                           [&] {
                             for (std::int64_t i = 0; i < d; ++i) rows_loop[static_cast<std::size_t>(i)] = pullback(x, basis[i]);
                           });
-  add_rows(rows, "V2", "jacrev vs loop over basis vectors", loop, flops, 1.0, sizes);
+  add_rows(rows, "V2", "jacrev vs loop over basis vectors", loop, flops, 0, sizes, false);
   Measured m = measure(reps, [&] { J = jac(x); }, hand);
   std::vector<float> ref(Jref.data(), Jref.data() + d * d);
-  add_rows(rows, "V2", "jacrev vs hand-written batched", m, flops, 1.0,
+  add_rows(rows, "V2", "jacrev vs hand-written batched", m, flops, 0,
            sizes + " err=" + fmt("%.1e", rel_err(J.to_vector<float>().data(), ref.data(), d * d)));
 }
 
@@ -812,10 +815,10 @@ void bench_eager(std::vector<Row>& rows, std::int64_t n_ops, int reps) {
                               },
                               [] {});
     const double us = 1e6 / static_cast<double>(n_ops);
-    rows.push_back({"E1", std::string(name) + " 32x32 eager", "xjax", eager.xj_s, eager.xj_s / eager.ref_s, 0, 0, 0,
+    rows.push_back({"E1", std::string(name) + " 32x32 eager", "xjax", eager.xj_s, eager.xj_s / eager.ref_s, 0, unmeasured, unmeasured,
                     fmt("%.2f", eager.xj_s * us) + " us/op eager, " + fmt("%.2f", jitted.xj_s * us) + " us/op jit, " +
                         fmt("%.3f", eager.ref_s * us) + " us/op reference; " + std::to_string(n_ops) + " ops"});
-    rows.push_back({"E1", std::string(name) + " 32x32 eager", "reference", eager.ref_s, 1.0, 0, 0, 0, ""});
+    rows.push_back({"E1", std::string(name) + " 32x32 eager", "reference", eager.ref_s, 1.0, 0, unmeasured, unmeasured, ""});
 #if XJAX_BENCH_TORCH
     bench_torch::Eager torch_ops(av, bv, d, op);
     Measured tt = measure(reps, [&] { torch_ops.run(n_ops); }, run_ref);
@@ -861,7 +864,8 @@ void print_json(const std::vector<Row>& rows, bool quick) {
                 "\"gflops\": %s, \"peak_mib\": %s, \"ideal_bytes_ratio\": %s, \"note\": %s}%s\n",
                 json_str(r.workload).c_str(), json_str(r.variant).c_str(), json_str(r.impl).c_str(), r.median_s,
                 p4 ? "null" : fmt("%.4g", r.ratio).c_str(), p4 ? "null" : fmt("%.4g", r.gflops).c_str(),
-                mem ? fmt("%.4g", r.peak_mib).c_str() : "null", mem ? fmt("%.4g", r.ideal_ratio).c_str() : "null",
+                mem && std::isfinite(r.peak_mib) ? fmt("%.4g", r.peak_mib).c_str() : "null",
+                mem && std::isfinite(r.ideal_ratio) ? fmt("%.4g", r.ideal_ratio).c_str() : "null",
                 json_str(r.note).c_str(), i + 1 < rows.size() ? "," : "");
   }
   std::printf("]}\n");
@@ -887,8 +891,8 @@ void print_table(const std::vector<Row>& rows, bool quick) {
     bool p4 = r.workload == "P4", mem = r.has_mem();
     std::printf("| %s | %s | %s | %.4g | %s | %s | %s | %s | %s |\n", r.workload.c_str(), r.variant.c_str(),
                 r.impl.c_str(), r.median_s, p4 ? "-" : fmt("%.2f", r.ratio).c_str(),
-                p4 ? "-" : fmt("%.2f", r.gflops).c_str(), mem ? fmt("%.1f", r.peak_mib).c_str() : "-",
-                mem ? fmt("%.2f", r.ideal_ratio).c_str() : "-", r.note.c_str());
+                p4 ? "-" : fmt("%.2f", r.gflops).c_str(), mem && std::isfinite(r.peak_mib) ? fmt("%.1f", r.peak_mib).c_str() : "-",
+                mem && std::isfinite(r.ideal_ratio) ? fmt("%.2f", r.ideal_ratio).c_str() : "-", r.note.c_str());
   }
 }
 
@@ -1240,6 +1244,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // --only names one workload of the usage line; its rows alone are printed (C1..C3 and B1 / B2
+  // are measured together)
+  const std::vector<std::string> workloads{"P1", "P2", "P3", "P4", "V1", "V2", "S1", "E1", "F1", "L1", "K1",
+                                           "K2", "B1", "B2", "D1", "O1", "T1", "C1", "C2", "C3", "G1"};
+  if (!only.empty() && std::find(workloads.begin(), workloads.end(), only) == workloads.end()) {
+    std::fprintf(stderr, "xjax-bench: unknown workload '%s' (--only P1|P2|P3|P4|V1|V2|S1|E1|F1|L1|K1|K2|B1|B2|D1|O1|T1|C1|C2|C3|G1)\n", only.c_str());
+    return 2;
+  }
+#if !XJAX_BENCH_TORCH
+  if (only == "O1" || only == "T1") {
+    std::fprintf(stderr, "xjax-bench: %s compares with libtorch, which this build has not\n", only.c_str());
+    return 2;
+  }
+#endif
   auto run = [&](const char* workload) { return only.empty() || only == workload; };
   std::vector<Row> rows;
   // glibc returns freed blocks above its (adaptive) mmap threshold to the system, so a library
@@ -1290,6 +1308,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "xjax-bench: %s\n", e.what());
     return 1;
   }
+  if (!only.empty()) std::erase_if(rows, [&](const Row& r) { return r.workload != only; });
   if (json) print_json(rows, quick);
   else print_table(rows, quick);
   return 0;

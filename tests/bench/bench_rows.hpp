@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ inline double rel_err(const float* a, const float* b, std::int64_t n) {
 }
 
 // ---- results ---------------------------------------------------------------------------------
+
+/// A peak or ideal-bytes column a row did not measure (printed as '-', JSON null).
+inline constexpr double unmeasured = std::numeric_limits<double>::quiet_NaN();
 
 struct Row {
   std::string workload, variant, impl;
