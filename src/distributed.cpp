@@ -387,7 +387,7 @@ Array psum(const Array& x, std::source_location loc) {
 // (x64; they floor-divided), a weakly typed x stays weak.
 Array pmean(const Array& x, std::source_location loc) {
   Array s = psum(x, loc);
-  if (!is_floating(s.dtype())) s = astype(s, f64, loc);
+  s = detail::as_inexact(s, loc);
   return div(s, detail::weakly_typed(scalar(static_cast<double>(distributed::process_count()), s.dtype())), loc);
 }
 

@@ -1,6 +1,6 @@
 // einsum: NumPy's / JAX's subscripts ("bij,bjk->bik"; an implicit output as in "ij,jk"; an
 // ellipsis "...ij"; size-1 axes broadcast against their label's size) lowered to diagonals,
-// sums, one dot_general per further operand (left to right) and a transpose.
+// sums, one dot_general per further operand (chosen greedily) and a transpose.
 
 #include <algorithm>
 #include <cctype>
@@ -124,9 +124,10 @@ Array diagonal_of_repeats(Array x, Labels& labels, const std::string& spec, cons
 }
 
 // Each label's size is the largest among its axes; an axis of size 1 broadcasts against it
-// (squeezed here, as JAX's einsum drops it), any other disagreement is a ShapeError.
-void broadcast_unit_axes(std::vector<Array>& xs, std::vector<Labels>& labels, const std::string& spec,
-                         const std::source_location& loc) {
+// (squeezed here, as JAX's einsum drops it), any other disagreement is a ShapeError. Returns the
+// sizes.
+std::map<char, std::int64_t> broadcast_unit_axes(std::vector<Array>& xs, std::vector<Labels>& labels, const std::string& spec,
+                                                 const std::source_location& loc) {
   std::map<char, std::int64_t> size;
   for (std::size_t i = 0; i < xs.size(); ++i)
     for (std::size_t a = 0; a < labels[i].size(); ++a) {
@@ -150,6 +151,15 @@ void broadcast_unit_axes(std::vector<Array>& xs, std::vector<Labels>& labels, co
     xs[i] = squeeze(xs[i], unit, loc);
     labels[i] = kept;
   }
+  return size;
+}
+
+// The labels of a and b, each once.
+Labels label_union(const Labels& a, const Labels& b) {
+  Labels u = a;
+  for (char c : b)
+    if (u.find(c) == std::string::npos) u += c;
+  return u;
 }
 
 // Sums out the labels of x that are not in `keep`.
@@ -187,6 +197,28 @@ Array contract(const Array& x, Labels& lx, const Array& y, const Labels& ly, con
   return dot_general(x, y, lc, rc, lbat, rbat, loc);
 }
 
+// The operand to contract with x next: the one whose product with x (after the sums) is the
+// smallest, the earliest among equals (a greedy path, as opt_einsum's greedy; left to right, "ij,
+// kl,jk->il" made a [300,300,300,300] product of two 300x300 matrices first).
+std::size_t next_operand(const Labels& lx, const std::vector<Labels>& rest, const Labels& output,
+                         const std::map<char, std::int64_t>& size) {
+  std::size_t best = 0;
+  double best_elements = 0;
+  for (std::size_t j = 0; j < rest.size(); ++j) {
+    Labels later = output;
+    for (std::size_t k = 0; k < rest.size(); ++k)
+      if (k != j) later += rest[k];
+    double elements = 1;
+    for (char c : label_union(lx, rest[j]))
+      if (later.find(c) != std::string::npos) elements *= static_cast<double>(size.at(c));
+    if (j == 0 || elements < best_elements) {
+      best = j;
+      best_elements = elements;
+    }
+  }
+  return best;
+}
+
 Array permute_to(const Array& x, const Labels& labels, const Labels& out, const std::source_location& loc) {
   Axes perm;
   for (char c : out) perm.push_back(static_cast<std::int64_t>(labels.find(c)));
@@ -200,26 +232,30 @@ Array permute_to(const Array& x, const Labels& labels, const Labels& out, const 
 Array einsum(const std::string& spec, const std::vector<Array>& operands, std::source_location loc) {
   if (operands.empty()) throw Error("einsum: spec " + spec + " with no operands");
   Subscripts s = parse_subscripts(spec, operands);
-  std::vector<Array> xs = operands;
-  // Mixed dtypes promote first (unless strict: dot_general then names both); bools compute as
-  // the OR of ANDs (JAX's), here a count in i64 compared with zero.
-  DType common = xs[0].dtype();
-  for (const Array& x : xs) common = promote_types(common, x.dtype());
-  const bool all_bool = common == bool_;
-  for (Array& x : xs)
-    if (all_bool) x = astype(x, i64, loc);
-    else if (x.dtype() != common && promotion_mode() == PromotionMode::standard) x = astype(x, common, loc);
+  // Mixed dtypes promote first, as a product's operands (weakly typed ones adopt the others'
+  // dtype; strict mode raises), so that the sums below run in the result's dtype; bools compute
+  // as the OR of ANDs (JAX's), here a count in i64 compared with zero.
+  std::vector<Array> xs = detail::promoted_operands(Primitive::dot_general, operands, loc);
+  const bool all_bool = xs[0].dtype() == bool_;
+  if (all_bool)
+    for (Array& x : xs) x = astype(x, i64, loc);
   for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = diagonal_of_repeats(xs[i], s.inputs[i], spec, loc);
-  broadcast_unit_axes(xs, s.inputs, spec, loc);
+  const std::map<char, std::int64_t> size = broadcast_unit_axes(xs, s.inputs, spec, loc);
   Array x = xs[0];
   Labels lx = s.inputs[0];
-  for (std::size_t j = 1; j < xs.size(); ++j) {
+  std::vector<Array> rest(xs.begin() + 1, xs.end());
+  std::vector<Labels> rest_labels(s.inputs.begin() + 1, s.inputs.end());
+  while (!rest.empty()) {
+    const std::size_t j = next_operand(lx, rest_labels, s.output, size);
+    const Array y_in = rest[j];
+    Labels ly = rest_labels[j];
+    rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(j));
+    rest_labels.erase(rest_labels.begin() + static_cast<std::ptrdiff_t>(j));
     Labels later = s.output;
-    for (std::size_t k = j + 1; k < xs.size(); ++k) later += s.inputs[k];
-    Labels ly = s.inputs[j];
+    for (const Labels& l : rest_labels) later += l;
     // labels only one side has and nothing later needs are summed before the product
     x = sum_labels(x, lx, ly + later, loc);
-    const Array y = sum_labels(xs[j], ly, lx + later, loc);
+    const Array y = sum_labels(y_in, ly, lx + later, loc);
     x = contract(x, lx, y, ly, later, loc);
   }
   x = sum_labels(x, lx, s.output, loc);

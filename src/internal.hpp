@@ -61,8 +61,11 @@ struct ArrayImpl {
 Array gather_index(const Array& i, const std::source_location& loc);
 
 /// jnp's promote_dtypes_inexact for one operand (x64): floats as they are, integers and bools in
-/// f64 (mean, var, logsumexp, softmax, softplus ... of integers).
+/// f64 (mean, var, logsumexp, softmax, softplus ... of integers); a weakly typed x stays weak.
 Array as_inexact(const Array& x, const std::source_location& loc);
+/// The operands converted to their promoted dtype as p's operands are (weakly typed ones adopt
+/// the strong operands' dtype; strict mode: a TypeError naming p and the dtypes).
+std::vector<Array> promoted_operands(Primitive p, std::vector<Array> xs, const std::source_location& loc);
 
 /// x, marked weakly typed (a new handle: the same value or tracer).
 Array weakly_typed(const Array& x);

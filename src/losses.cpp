@@ -48,10 +48,12 @@ Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array
   const Array shifted = sub(logits, stop_gradient(max(logits, {-1}, true, loc), loc), loc);
   Array picked = take_along_axis(shifted, expand_dims(labels, -1, loc), -1, loc);
   const Array loss = sub(logsumexp(shifted, {-1}, false, loc), squeeze(picked, {-1}, loc), loc);
-  // A label outside [0, classes) gives NaN, as optax's (jnp's take_along_axis fills what it reads
-  // out of bounds with NaN; take_along_axis here clamps, which gave the last class's loss).
+  // A label outside [-classes, classes) gives NaN, as optax's (jnp's take_along_axis counts a
+  // negative index from the end and fills what it reads out of bounds with NaN; take_along_axis
+  // here clamps, which gave the last class's loss).
   const Array label = astype(labels, i64, loc);
-  const Array in_range = logical_and(ge(label, zeros_like(label), loc), lt(label, scalar(logits.dim(-1), i64), loc), loc);
+  const std::int64_t classes = logits.dim(-1);
+  const Array in_range = logical_and(ge(label, scalar(-classes, i64), loc), lt(label, scalar(classes, i64), loc), loc);
   return where(in_range, loss, std::numeric_limits<double>::quiet_NaN(), loc);
 }
 

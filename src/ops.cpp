@@ -401,7 +401,13 @@ Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location
   return reduce(P::reduce_prod, x, axes, keepdims, loc);
 }
 namespace detail {
-Array as_inexact(const Array& x, const std::source_location& loc) { return is_floating(x.dtype()) ? x : astype(x, f64, loc); }
+Array as_inexact(const Array& x, const std::source_location& loc) {
+  if (is_floating(x.dtype())) return x;
+  return is_weak(x) ? weakly_typed(astype(x, f64, loc)) : astype(x, f64, loc);
+}
+std::vector<Array> promoted_operands(Primitive p, std::vector<Array> xs, const std::source_location& loc) {
+  return promoted(p, std::move(xs), loc);
+}
 }  // namespace detail
 
 Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
@@ -822,8 +828,16 @@ Array clamp(const Array& lo, const Array& x, const Array& hi, std::source_locati
   return bind1(P::clamp, ops, {}, loc);
 }
 // The bounds weakly typed (they were converted to x's dtype: -0.5 on an i32 array became 0).
+// An integer bound past a narrow integer x's range saturates to it (clamping a u8 to 300 is
+// clamping it to 255; the bound wrapped to 44). 64-bit ranges are not exact in a double: those
+// bounds convert as any C++ number does.
 Array clamp(detail::Scalar lo, const Array& x, detail::Scalar hi, std::source_location loc) {
-  return clamp(weak_scalar(lo, x), x, weak_scalar(hi, x), loc);
+  const auto in_range = [&x](detail::Scalar s) {
+    if (!s.integer || !is_integer(x.dtype()) || itemsize(x.dtype()) == 8) return s;
+    const IntInfo r = iinfo(x.dtype());
+    return detail::Scalar(static_cast<std::int64_t>(std::clamp(s.value, static_cast<double>(r.min), static_cast<double>(r.max))));
+  };
+  return clamp(weak_scalar(in_range(lo), x), x, weak_scalar(in_range(hi), x), loc);
 }
 
 // ---- roll, tile, repeat, split, linspace (compositions) ---------------------------------------

@@ -818,6 +818,10 @@ TEST_CASE("checkpoint regressions from the twenty-sixth session: an empty Policy
   CHECK_THROWS_AS((void)xj::checkpoint(f, {.policy = xj::Policy{}})(x), xj::TypeError);
   CHECK_THROWS_AS((void)pol::save_from_both_policies(xj::Policy{}, pol::dots_saveable), xj::TypeError);
   CHECK_THROWS_AS((void)xj::Policy{}.as(xj::bf16), xj::TypeError);
+  // the error names the caller's line, however the options were made
+  xj::CheckpointOptions options;
+  options.policy = xj::Policy{};
+  CHECK(test_util::contains(test_util::message_of<xj::TypeError>([&] { (void)xj::checkpoint(f, options)(x); }), "test_checkpoint.cpp"));
   // a residual a narrowed policy converts is described by its source and this file's line, not as
   // "output of convert_element_type from .../checkpoint.cpp"
   const xj::Array y = xj::ones({4});

@@ -93,6 +93,7 @@ TEST_CASE("einsum: implicit outputs, ellipses, size-1 broadcasting and several o
   check_against_loop("i,j,k->ijk", {{"i", randn({2}, 14)}, {"j", randn({3}, 15)}, {"k", randn({4}, 16)}}, "ijk", {2, 3, 4});
   check_against_loop("ij,jk,kl,lm", {{"ij", a}, {"jk", b}, {"kl", c}, {"lm", randn({2, 3}, 17)}}, "im", {2, 3});
   check_against_loop("bi,bj,bk->bk", {{"bi", a}, {"bj", a}, {"bk", randn({2, 5}, 18)}}, "bk", {2, 5});
+  check_against_loop("ij,kl,jk->il", {{"ij", a}, {"kl", c}, {"jk", b}}, "il", {2, 2});
 }
 
 TEST_CASE("einsum: bools give the OR of ANDs, mixed dtypes promote (strict mode refuses)") {
@@ -122,8 +123,24 @@ TEST_CASE("einsum: bools give the OR of ANDs, mixed dtypes promote (strict mode 
   check_values(xj::einsum("i,j->j", narrow, xj::array<std::int32_t>({1, 2, 3}, {3})), {300, 600, 900});
   check_values(xj::einsum("i,j->", narrow, xj::array<float>({1.5f}, {1})), {450});
   check_values(xj::einsum("i,j->j", xj::ones({257}, xj::bf16), xj::ones({1}, xj::f32)), {257});
+  // a weakly typed operand (a C++ number under jit) adopts the others' dtype, as in a product
+  const auto scaled = xj::jit([](const xj::Array& s, const xj::Array& v) { return xj::einsum(",i->i", s, v); })(2.0, xj::ones({3}, xj::bf16));
+  CHECK(scaled.dtype() == xj::bf16);
+  check_values(xj::astype(scaled, xj::f64), {2, 2, 2});
   xj::DtypePromotion strict;
   CHECK_THROWS_AS((void)xj::einsum("ij,jk->ik", a, b), xj::TypeError);
+}
+
+TEST_CASE("einsum: several operands contract in a greedy order, not left to right") {
+  // "ij,kl,jk->il" left to right made [n,n,n,n] from two n x n matrices first; the greedy order
+  // contracts the chain, each product n x n
+  const std::int64_t n = 40;
+  const xj::Array a = randn({n, n}, 40), b = randn({n, n}, 41), c = randn({n, n}, 42);
+  const std::string text = test_util::str(xj::make_jaxpr([](const xj::Array& x, const xj::Array& y, const xj::Array& z) {
+    return xj::einsum("ij,kl,jk->il", {x, y, z});
+  })(a, b, c));
+  CHECK(!test_util::contains(text, "[40,40,40"));
+  check_values(xj::einsum("ij,kl,jk->il", {a, b, c}), vec(xj::matmul(xj::matmul(a, c), b)), 1e-9);
 }
 
 TEST_CASE("einsum: errors name the spec and the disagreeing axes") {

@@ -261,10 +261,13 @@ TEST_CASE("nn, losses and clamp regressions from the twenty-sixth session's revi
   CHECK_THROWS_AS((void)xj::optim::sigmoid_binary_cross_entropy(xj::astype(z, xj::i32), y), xj::TypeError);
   // an integer label outside [0, classes) gives NaN as optax's (it gave the last class's loss)
   const xj::Array logits = test_util::f64v({0.1, 0.7, -0.4, 1.0, 2.0, 3.0, 0.0, 0.0, 0.0}, {3, 3});
-  const auto loss = xj::optim::softmax_cross_entropy_with_integer_labels(logits, xj::array<std::int32_t>({3, -1, 1}, {3})).to_vector<double>();
+  const auto loss = xj::optim::softmax_cross_entropy_with_integer_labels(logits, xj::array<std::int32_t>({3, -4, 1}, {3})).to_vector<double>();
   CHECK(std::isnan(loss[0]));
   CHECK(std::isnan(loss[1]));
   CHECK(loss[2] == doctest::Approx(std::log(3.0)));
+  // a negative label counts from the end (jnp.take_along_axis): -1 is the last class
+  const double last = xj::optim::softmax_cross_entropy_with_integer_labels(logits, xj::array<std::int32_t>({-1, 0, 0}, {3})).to_vector<double>()[0];
+  CHECK(last == doctest::Approx(std::log(std::exp(0.1) + std::exp(0.7) + std::exp(-0.4)) + 0.4));
   CHECK(std::isnan(xj::optim::softmax_cross_entropy_with_integer_labels(xj::zeros({2, 0}), xj::zeros({2}, xj::i32)).to_vector<double>()[0]));
   // softmax, log_softmax, softplus and elu of integers compute in f64 (jnp.exp / logaddexp promote)
   const xj::Array k = xj::array<std::int32_t>({-2, 0, 3}, {3});
@@ -282,6 +285,11 @@ TEST_CASE("nn, losses and clamp regressions from the twenty-sixth session's revi
   const xj::Array in = xj::clamp(0, ki, 2);
   CHECK(in.dtype() == xj::i32);
   CHECK(in.to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 0, 2});
+  // integer bounds past a narrow type's range saturate (300 on u8 wrapped to 44, -1 to 255)
+  const xj::Array bytes = xj::array<std::uint8_t>({0, 5, 200, 255}, {4});
+  CHECK(xj::clamp(0, bytes, 300).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 5, 200, 255});
+  CHECK(xj::clamp(-1, bytes, 10).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 5, 10, 10});
+  CHECK(xj::clamp(std::numeric_limits<std::int64_t>::min(), ki, 1000).to_vector<std::int32_t>() == std::vector<std::int32_t>{-3, 0, 3});
   // a NaN operand passes no tangent through max / min / clamp (JAX's rules): 1 - w0 sent all of
   // it to the second operand, and cummax's gradient reached an element it never selected
   const auto [g0, g1] = xj::grad([](const xj::Array& a, const xj::Array& b) { return xj::maximum(a, b); }, xj::argnums<0, 1>)(

@@ -176,15 +176,16 @@ std::vector<Array> bind_checkpoint(const Params& ps, const ClosedJaxpr& body, st
 
 }  // namespace
 
-std::vector<Array> checkpoint_flat(const ClosedJaxpr& body, std::span<const Array> args, const CheckpointOptions& opts) {
+std::vector<Array> checkpoint_flat(const ClosedJaxpr& body, std::span<const Array> args, const CheckpointOptions& opts,
+                                   std::source_location loc) {
   // An empty Policy (default-constructed) failed later as a bare std::bad_function_call.
   if (opts.policy && !*opts.policy)
     throw TypeError("checkpoint: the policy is empty (a default-constructed xj::Policy; leave .policy out to save nothing) (at " +
-                    format_location(opts.loc) + ")");
+                    format_location(loc) + ")");
   auto pol = std::make_shared<PolicyObject>();
   pol->policy = opts.policy;
   Params ps = params::Checkpoint{.jaxpr = nullptr, .policy = pol, .prevent_cse = opts.prevent_cse, .differentiated = false};
-  return bind_checkpoint(ps, body, std::vector<Array>(args.begin(), args.end()), false, opts.loc);
+  return bind_checkpoint(ps, body, std::vector<Array>(args.begin(), args.end()), false, loc);
 }
 
 Array name_flat(const Array& x, const std::string& name, std::source_location loc) {

@@ -83,9 +83,6 @@ struct CheckpointOptions {
   /// Arguments that are not pytrees (ints, doubles, ...) are always static. A negative index
   /// counts from the end; one out of range is an xj::TransformError (as JAX's ValueError).
   std::vector<int> static_argnums{};
-  /// Where the block is made (the caller's line by default): the location its equation and the
-  /// converts of a narrowed policy's residuals carry in jaxprs and messages.
-  std::source_location loc = std::source_location::current();
 };
 
 /// One value reverse mode saves: its type and where it comes from, in JAX's words.
@@ -95,7 +92,9 @@ struct Residual {
 };
 
 namespace detail {
-std::vector<Array> checkpoint_flat(const ClosedJaxpr& body, std::span<const Array> args, const CheckpointOptions& opts);
+/// loc: where the block is made (checkpoint's caller), the location its equation carries.
+std::vector<Array> checkpoint_flat(const ClosedJaxpr& body, std::span<const Array> args, const CheckpointOptions& opts,
+                                   std::source_location loc);
 Array name_flat(const Array& x, const std::string& name, std::source_location loc);
 std::vector<Residual> saved_residuals_flat(const ClosedJaxpr& j, const FlatArgs& fa);
 void print_residuals(std::ostream& os, const std::vector<Residual>& rs);
@@ -103,8 +102,8 @@ void print_residuals(std::ostream& os, const std::vector<Residual>& rs);
 void print_residuals_to_stdout(const std::vector<Residual>& rs);
 
 template <class... Args, std::size_t... I>
-auto checkpoint_call(const auto& f, const CheckpointOptions& opts, const std::tuple<const Args&...>& args,
-                     std::index_sequence<I...>) {
+auto checkpoint_call(const auto& f, const CheckpointOptions& opts, const std::source_location& loc,
+                     const std::tuple<const Args&...>& args, std::index_sequence<I...>) {
   std::vector<std::size_t> listed;  // static_argnums as positions (negative ones count from the end)
   for (int argnum : opts.static_argnums) listed.push_back(normalized_argnum(argnum, sizeof...(Args), "xj::checkpoint: static_argnums"));
   auto is_static = [&](std::size_t i, bool tree) {
@@ -147,18 +146,21 @@ auto checkpoint_call(const auto& f, const CheckpointOptions& opts, const std::tu
   std::vector<ShapedArray> avals;
   for (const auto& x : leaves) avals.push_back(x.aval());
   ClosedJaxpr body = trace_flat(flat, avals, weak_flags(leaves));
-  auto outs = checkpoint_flat(body, leaves, opts);
+  auto outs = checkpoint_flat(body, leaves, opts, loc);
   return tree_unflatten<R>(out_def, outs);
 }
 }  // namespace detail
 
-/// checkpoint(f, {.policy, .prevent_cse, .static_argnums}): f as one rematerialized block.
-template <class F> auto checkpoint(F f, CheckpointOptions opts = {}) {
-  return [f, opts]<class... Args>(const Args&... args) {
-    return detail::checkpoint_call<Args...>(f, opts, std::tuple<const Args&...>(args...), std::index_sequence_for<Args...>{});
+/// checkpoint(f, {.policy, .prevent_cse, .static_argnums}): f as one rematerialized block (its
+/// equation, and a narrowed policy's converts, carry the caller's line).
+template <class F> auto checkpoint(F f, CheckpointOptions opts = {}, std::source_location loc = std::source_location::current()) {
+  return [f, opts, loc]<class... Args>(const Args&... args) {
+    return detail::checkpoint_call<Args...>(f, opts, loc, std::tuple<const Args&...>(args...), std::index_sequence_for<Args...>{});
   };
 }
-template <class F> auto remat(F f, CheckpointOptions opts = {}) { return checkpoint(std::move(f), std::move(opts)); }
+template <class F> auto remat(F f, CheckpointOptions opts = {}, std::source_location loc = std::source_location::current()) {
+  return checkpoint(std::move(f), std::move(opts), loc);
+}
 
 /// Tags every leaf of x with `name` for name-based policies (the identity on values).
 template <class T> T checkpoint_name(const T& x, const std::string& name, std::source_location loc = std::source_location::current()) {

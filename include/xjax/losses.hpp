@@ -16,8 +16,8 @@ Array softmax_cross_entropy(const Array& logits, const Array& labels,
                             std::source_location loc = std::source_location::current());
 /// logsumexp(logits, -1) - logits[..., label]: labels integer class indices, one per row
 /// (logits' shape without its last axis). Its gradient is softmax(logits) - one_hot(labels),
-/// and the residual reverse mode keeps is the softmax-sized exp, not a one-hot matrix. A label
-/// outside [0, classes) gives NaN, as optax's.
+/// and the residual reverse mode keeps is the softmax-sized exp, not a one-hot matrix. A negative
+/// label counts from the end; one outside [-classes, classes) gives NaN, as optax's.
 Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array& labels,
                                                 std::source_location loc = std::source_location::current());
 /// -labels log(sigmoid(logits)) - (1 - labels) log(1 - sigmoid(logits)) elementwise, computed as

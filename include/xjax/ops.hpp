@@ -182,7 +182,8 @@ Array dot(const Array& a, const Array& b, XJAX_LOC);
 /// jnp.einsum: "bij,bjk->bik"; without "->" the output is the letters named once, sorted (NumPy's
 /// implicit mode); "..." stands for the axes an operand's letters leave (broadcast, right-aligned;
 /// an explicit output without "..." sums them); an axis of size 1 broadcasts against its label's
-/// size. Operands contract left to right; bools give the OR of ANDs.
+/// size. Operands contract pairwise in a greedy order (the smallest product next); bools give
+/// the OR of ANDs.
 Array einsum(const std::string& spec, const std::vector<Array>& operands, XJAX_LOC);
 Array einsum(const std::string& spec, const Array& a, const Array& b, XJAX_LOC);
 Array einsum(const std::string& spec, const Array& a, XJAX_LOC);
