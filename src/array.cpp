@@ -148,6 +148,11 @@ Array take_donated(const Array& x, const std::string& what) {
 
 std::shared_ptr<const void> buffer_keeper(const Array& a) { return a.impl()->buffer; }
 
+Array fresh_handle(const Array& x) {
+  if (!x.is_concrete()) return x;
+  return Array(std::make_shared<ArrayImpl>(*x.impl()));
+}
+
 void* mutable_data(const Array& a) { return static_cast<char*>(a.impl()->buffer->data) + a.impl()->offset; }
 
 Array buffer_view(const Array& x, std::size_t byte_offset, const ShapedArray& aval) {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -49,7 +50,25 @@ void check_bool_bytes(const std::string& path, const std::string& what, const Ar
     }
 }
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(path_ + ".tmp.XXXXXX") {
+// A symbolic link is written through (a latest.npy -> ckpt_100.npy layout keeps its link, as
+// np.save's open() does; the rename replaced the link itself), and an existing file the caller may
+// not write is refused (rename ignores the file's own permissions).
+namespace {
+std::string file_written_through(const std::string& path) {
+  struct stat link {};
+  if (::lstat(path.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) return path;
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (!resolved) return path;  // a dangling link: replaced, as before
+  std::string target = resolved;
+  std::free(resolved);
+  return target;
+}
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path)
+    : path_(std::move(path)), target_(file_written_through(path_)), temp_(target_ + ".tmp.XXXXXX") {
+  errno = 0;
+  if (::access(target_.c_str(), F_OK) == 0 && ::access(target_.c_str(), W_OK) != 0) fail(path_, "the file is not writable");
   std::vector<char> name(temp_.begin(), temp_.end());
   name.push_back('\0');
   errno = 0;
@@ -60,7 +79,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(path_ +
   // (mkstemp makes it 0600).
   struct stat old {};
   mode_t mode;
-  if (::stat(path_.c_str(), &old) == 0) {
+  if (::stat(target_.c_str(), &old) == 0) {
     mode = old.st_mode & 07777;
   } else {
     const mode_t mask = ::umask(0);
@@ -95,10 +114,10 @@ void AtomicFile::commit() {
     fail(path_, "writing failed (close)");
   }
   fd_ = -1;
-  if (::rename(temp_.c_str(), path_.c_str()) != 0) fail(path_, "cannot replace it with the written file " + temp_);
+  if (::rename(temp_.c_str(), target_.c_str()) != 0) fail(path_, "cannot replace it with the written file " + temp_);
   temp_.clear();
   // The rename reaches the disk with its directory's entry.
-  const std::string dir = path_.find('/') == std::string::npos ? "." : path_.substr(0, path_.rfind('/') + 1);
+  const std::string dir = target_.find('/') == std::string::npos ? "." : target_.substr(0, target_.rfind('/') + 1);
   if (const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
     (void)::fsync(d);
     ::close(d);

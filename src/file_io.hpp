@@ -33,7 +33,9 @@ class AtomicFile {
   void commit();
 
  private:
-  std::string path_, temp_;
+  std::string path_;    // as the caller named it (in messages)
+  std::string target_;  // the file replaced: path_, or where a symbolic link path_ leads
+  std::string temp_;
   int fd_ = -1;
 };
 

@@ -70,6 +70,10 @@ std::vector<Array> promoted_operands(Primitive p, std::vector<Array> xs, const s
 /// x, marked weakly typed (a new handle: the same value or tracer).
 Array weakly_typed(const Array& x);
 inline bool is_weak(const Array& x) { return x.valid() && x.impl()->weak; }
+/// A new handle on a concrete x's buffer (a tracer as it is): what a jitted function returns for
+/// an input or a captured array it passes through, so that donating that output does not mark the
+/// caller's array (or the jit's captured constant) donated too.
+Array fresh_handle(const Array& x);
 /// Throws an Error naming what x was donated as, if it was donated (`use` says where it is used).
 void check_not_donated(const Array& x, const char* use);
 /// jit's donation: a new handle on x's value, which x loses (any later use of x is an Error

@@ -91,8 +91,15 @@ std::vector<Array> eval_by_binding(const ClosedJaxpr& cj, std::span<const Array>
     auto outs = detail::bind(e.prim, ins, e.params, e.loc);
     for (std::size_t k = 0; k < outs.size(); ++k) env[e.outputs[k].id()] = std::move(outs[k]);
   }
+  // an input or constant passed through comes back as a new handle on its buffer (donating the
+  // output then leaves the caller's array and the jaxpr's constant alone)
+  const auto passed_through = [&j](const Atom& o) {
+    const Var* v = std::get_if<Var>(&o);
+    return v && (std::find(j.invars.begin(), j.invars.end(), *v) != j.invars.end() ||
+                 std::find(j.constvars.begin(), j.constvars.end(), *v) != j.constvars.end());
+  };
   std::vector<Array> result;
-  for (const auto& o : j.outvars) result.push_back(read(o));
+  for (const auto& o : j.outvars) result.push_back(passed_through(o) ? detail::fresh_handle(read(o)) : read(o));
   return result;
 }
 

@@ -2,9 +2,12 @@
 // and minor version byte, the header length (2 bytes little-endian in 1.0, 4 in 2.0 and 3.0),
 // then a Python dict literal {'descr': ..., 'fortran_order': ..., 'shape': (...), } padded with
 // spaces and a newline so that the data starts 64-byte aligned, then the elements in C order.
+#include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cstring>
 #include <optional>
+#include <string_view>
 
 #include "file_io.hpp"
 #include "internal.hpp"
@@ -21,6 +24,26 @@ struct Descr {
 constexpr Descr kDescrs[] = {{f32, "<f4"}, {f64, "<f8"}, {i32, "<i4"}, {i64, "<i8"}, {u32, "<u4"}, {bool_, "|b1"},
                              {f16, "<f2"}, {i8, "|i1"}, {u8, "|u1"}, {i16, "<i2"}, {u16, "<u2"}, {u64, "<u8"}};
 constexpr char kMagic[] = "\x93NUMPY";
+
+// numpy's descr as numpy reads it: a byte-order mark ('<' little, '=' native, '|' none, '>' big,
+// or none: native) and a type code with its size ('?' is 'b1'); one-byte types have no order.
+// Big-endian multi-byte types are not read (nullopt, as an unknown type).
+std::optional<DType> dtype_of_descr(const std::string& descr) {
+  std::string code = descr;
+  char order = '=';
+  if (!code.empty() && std::string_view("<>=|").find(code[0]) != std::string_view::npos) {
+    order = code[0];
+    code.erase(0, 1);
+  }
+  if (code == "?") code = "b1";
+  for (const auto& d : kDescrs)
+    if (code == d.descr + 1) {
+      const bool one_byte = itemsize(d.dtype) == 1;
+      const bool little = order == '<' || ((order == '=' || order == '|') && std::endian::native == std::endian::little);
+      if (one_byte || (little && order != '|')) return d.dtype;
+    }
+  return std::nullopt;
+}
 
 // The header: a Python dict literal of exactly the keys 'descr' (a string), 'fortran_order'
 // (True or False) and 'shape' (a tuple of integers; one element needs its comma), each once, with
@@ -182,11 +205,12 @@ Array load_npy(const std::string& path) {
   in.read_at(start, text.data(), header_len);
   const Header h = HeaderParser(path, text).parse();
   const std::string& descr = h.descr;
-  if (h.fortran_order) detail::file_error(path, "the array is in Fortran order; only C order is read");
   const std::vector<std::uint64_t>& dims = h.shape;
-  std::optional<DType> dtype;
-  for (const auto& d : kDescrs)
-    if (descr == d.descr) dtype = d.dtype;
+  // Fortran order lays out an array of at most one axis longer than 1 as C order does (numpy
+  // writers mark 0-d and 1-d arrays either way)
+  if (h.fortran_order && std::count_if(dims.begin(), dims.end(), [](std::uint64_t n) { return n > 1; }) > 1)
+    detail::file_error(path, "the array is in Fortran order; only C order is read");
+  const std::optional<DType> dtype = dtype_of_descr(descr);
   if (!dtype)
     detail::file_error(path, "dtype '" + descr + "' is not one xjax reads (" + std::string(descr.size() && descr[0] == '>' ? "big-endian; " : "") +
                   "xjax has <f8 <f4 <f2 <i8 <i4 <i2 |i1 <u8 <u4 <u2 |u1 |b1)");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -1091,7 +1092,19 @@ std::ostream& operator<<(std::ostream& os, const Array& x) {
   };
   if (x.dtype() == u64) print_all(x.to_vector<std::uint64_t>());
   else if (is_integer(x.dtype())) print_all(x.to_vector<std::int64_t>());
-  else print_all(x.to_vector<double>());
+  else if (!is_floating(x.dtype())) print_all(x.to_vector<double>());
+  else {
+    // floats in their shortest round-trip form (6 significant digits made 1.0000001 print as 1),
+    // NaN unsigned ("nan", as numpy; glibc printed "-nan")
+    std::vector<std::string> shown;
+    for (double v : x.to_vector<double>()) {
+      char buf[64];
+      const auto end = x.dtype() == f64 ? std::to_chars(buf, buf + sizeof buf, v).ptr : std::to_chars(buf, buf + sizeof buf, static_cast<float>(v)).ptr;
+      shown.push_back(std::isnan(v) ? "nan" : std::string(buf, end));
+      if (shown.size() == 64) break;
+    }
+    print_all(shown);
+  }
   if (x.size() > 64) os << ", ...";
   return os << "]";
 }

@@ -102,7 +102,9 @@ std::string narrow_float_repr(double v, DType d) {
 
 std::string format_number(const Array& x) {
   const DType d = x.dtype();
+  // 64-bit integers exactly (through a double 2^53 + 1 printed rounded, INT64_MAX negative)
   if (d == u64) return std::to_string(x.to_vector<std::uint64_t>()[0]);
+  if (d == i64) return std::to_string(x.to_vector<std::int64_t>()[0]);
   const double v = x.item<double>();
   if (d == bool_) return v != 0 ? "True" : "False";
   if (!is_floating(d)) return std::to_string(static_cast<std::int64_t>(v));

@@ -14,6 +14,7 @@
 #include "counters.hpp"
 #include "kernels/parallel.hpp"
 #include "per_thread.hpp"
+#include "small_blocks.hpp"
 #include "internal.hpp"
 
 namespace xjax {
@@ -120,10 +121,7 @@ class Arena {
   }
 
  private:
-  static std::int64_t cap_from_env() {
-    const char* v = std::getenv("XJAX_ARENA_BYTES");
-    return v ? std::strtoll(v, nullptr, 10) : std::int64_t{512} << 20;
-  }
+  static std::int64_t cap_from_env() { return detail::arena_cap_from_env(); }
   /// The cached blocks of one size, and when that size was last taken or freed (tick_).
   struct SizeClass {
     std::vector<void*> blocks;

@@ -2,22 +2,41 @@
 #include "small_blocks.hpp"
 
 #include <array>
+#include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "per_thread.hpp"
 
 namespace xjax::detail {
+
+long long arena_cap_from_env() {
+  static const long long cap = [] {
+    constexpr long long fallback = 512LL << 20;
+    const char* v = std::getenv("XJAX_ARENA_BYTES");
+    if (!v) return fallback;
+    const std::string_view text(v);
+    long long n = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || n < 0) {
+      std::fprintf(stderr, "xjax: XJAX_ARENA_BYTES='%s' is not a byte count (digits only, 0 turns the arena off); using %lld\n", v, fallback);
+      return fallback;
+    }
+    return n;
+  }();
+  return cap;
+}
+
 namespace {
 
 constexpr std::size_t kClasses = SmallBlocks::kMaxBytes / SmallBlocks::kClassBytes;
 
 bool cache_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("XJAX_ARENA_BYTES");
-    return !(v && std::strtoll(v, nullptr, 10) == 0);
-  }();
+  static const bool on = arena_cap_from_env() != 0;
   return on;
 }
 

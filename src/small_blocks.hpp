@@ -12,6 +12,11 @@
 
 namespace xjax::detail {
 
+/// XJAX_ARENA_BYTES: the buffer arena's cap in bytes (digits only; 0 turns the arena and the
+/// small-block cache off), 512 MiB when unset. Any other value ("64MiB", "-1") is reported once on
+/// stderr and the default used (strtoll read "64MiB" as a 64-byte cap: the arena was off in effect).
+long long arena_cap_from_env();
+
 class SmallBlocks {
  public:
   static constexpr std::size_t kMaxBytes = 256, kClassBytes = 16, kKeep = 256;

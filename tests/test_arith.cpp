@@ -215,3 +215,45 @@ TEST_CASE("nextafter against the C library: both directions, signs, zeros, subno
   CHECK(vec(gx) == std::vector<double>{1.0, 1.0});
   CHECK(vec(gy) == std::vector<double>{0.0, 0.0});
 }
+
+TEST_CASE("math regressions from the twenty-sixth session: exp's top binade, subnormal logs, pow, lgamma near 0-, trigamma, atanh' and acosh' near 1") {
+  using ld = long double;
+  const auto f64s = [](std::vector<double> v) { return test_util::f64v(v); };
+  const auto f32s = [](std::vector<double> v) { return xj::astype(test_util::f64v(v), xj::f32); };
+  const auto ulps_f32 = [](double got, double want) { return std::abs(got - want) / (std::abs(want) * 0x1p-23); };
+  // exp / exp2 / expm1 overflowed to inf about 0.35 below the largest finite result
+  check_same(xj::exp(f64s({709.5, 709.78})), {std::exp(709.5), std::exp(709.78)}, 2);
+  check_same(xj::exp2(f64s({1023.0, 1023.5})), {std::ldexp(1.0, 1023), std::exp2(1023.5)}, 2);
+  check_same(xj::expm1(f64s({709.78})), {std::expm1(709.78)}, 2);
+  const auto e32 = vec(xj::exp(f32s({88.5, 88.7})));
+  CHECK(ulps_f32(e32[0], static_cast<float>(std::exp(88.5))) <= 2);
+  CHECK(ulps_f32(e32[1], static_cast<float>(std::exp(static_cast<double>(88.7f)))) <= 2);
+  CHECK(vec(xj::exp2(f32s({127.0})))[0] == std::ldexp(1.0, 127));
+  // f64 log, log2, cbrt of subnormals (xsimd took them as normal numbers: log(1e-310) = -746.5)
+  check_same(xj::log(f64s({1e-310, 5e-324, 2.225073858507201e-308})), {std::log(1e-310), std::log(5e-324), std::log(2.225073858507201e-308)}, 2);
+  check_same(xj::log2(f64s({5e-324, 1e-310})), {-1074.0, std::log2(1e-310)}, 2);
+  check_same(xj::cbrt(f64s({5e-324, -1e-310})), {std::cbrt(5e-324), std::cbrt(-1e-310)}, 2);
+  // pow is C's (glibc's, within an ulp): 2^1000 was no power of two, 3^10 not 59049
+  check_same(xj::pow(f64s({2.0, 3.0, 10.0, 1.7976931348623157e308}), f64s({1000.0, 10.0, 10.0, 1.0})),
+             {std::ldexp(1.0, 1000), 59049.0, 1e10, 1.7976931348623157e308});
+  CHECK(vec(xj::pow(f32s({10.0}), f32s({5.0})))[0] == 100000.0);
+  // lgamma of tiny negatives: log(pi / |sin|) overflowed to inf
+  check_same(xj::lgamma(f64s({-1e-310, -1e-300})), {std::lgamma(-1e-310), std::lgamma(-1e-300)}, 4);
+  CHECK(ulps_f32(vec(xj::lgamma(f32s({-1e-39})))[0], static_cast<float>(std::lgamma(static_cast<double>(-1e-39f)))) <= 4);
+  // trigamma (digamma's derivative) at negatives: sin(pi x) is reduced first. Oracle:
+  // psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x), psi1(z) ~ 1/z + 1/(2z^2) + 1/(6z^3) - 1/(30z^5) at large z
+  const double x = -100000.3;
+  const ld z = 1.0L - x, r = static_cast<ld>(x - std::round(x));
+  const ld s = std::sin(3.14159265358979323846264338L * r);
+  const ld want = 9.86960440108935861883449099L / (s * s) - (1 / z + 1 / (2 * z * z) + 1 / (6 * z * z * z) - 1 / (30 * z * z * z * z * z));
+  const double got = xj::grad([](const xj::Array& v) { return xj::digamma(v); })(xj::scalar(x, xj::f64)).item<double>();
+  CHECK(std::abs(got - static_cast<double>(want)) <= 1e-13 * static_cast<double>(want));
+  // atanh' and acosh' near 1 in the factored forms (x^2 - 1 lost 1e5 ulps there)
+  const double a = 0.999999, b = 1.000001;
+  const ld datanh = 1 / ((1 - static_cast<ld>(a)) * (1 + static_cast<ld>(a)));
+  const ld dacosh = 1 / std::sqrt((static_cast<ld>(b) - 1) * (static_cast<ld>(b) + 1));
+  CHECK(std::abs(xj::grad([](const xj::Array& v) { return xj::atanh(v); })(xj::scalar(a, xj::f64)).item<double>() - static_cast<double>(datanh)) <=
+        1e-14 * static_cast<double>(datanh));
+  CHECK(std::abs(xj::grad([](const xj::Array& v) { return xj::acosh(v); })(xj::scalar(b, xj::f64)).item<double>() - static_cast<double>(dacosh)) <=
+        1e-14 * static_cast<double>(dacosh));
+}

@@ -376,3 +376,30 @@ TEST_CASE("jit: the argument's C++ type is part of the cache key (review finding
   CHECK(f(std::vector<xj::Array>{one, two}).item<double>() == 2.0);
   CHECK(f(SgdLike{one, one}).item<double>() == doctest::Approx(0.9));  // its own trace again
 }
+
+TEST_CASE("jit regressions from the twenty-sixth session: the promotion mode keys the trace; a passed-through array's donation stays its own") {
+  // a strict trace answered a standard call with its dtypes (i32 for i32 * 2.5)
+  const auto scaled = xj::jit([](const xj::Array& a) { return a * 2.5; });
+  const xj::Array xi = xj::array<std::int32_t>({1, 2, 3}, {3});
+  {
+    xj::DtypePromotion strict;
+    CHECK(scaled(xi).dtype() == xj::i32);
+  }
+  const xj::Array standard = scaled(xi);
+  CHECK(xj::is_floating(standard.dtype()));
+  CHECK(xj::astype(standard, xj::f64).to_vector<double>() == std::vector<double>{2.5, 5.0, 7.5});
+  // donating a jit output that is a captured array passed through marked the captured array (and
+  // the jit's constant) donated: every later call of that jit failed
+  const auto twice_plus_one = xj::jit([](const xj::Array& a) { return a * 2.f + 1.f; }, {.donate_argnums = {0}});
+  const xj::Array c = xj::array<float>({5, 6, 7}, {3});
+  const auto passes_c = xj::jit([c](const xj::Array&) { return c; });
+  const xj::Array o = passes_c(xj::zeros({3}));
+  CHECK(twice_plus_one(o).to_vector<float>() == std::vector<float>{11, 13, 15});
+  CHECK(c.to_vector<float>() == std::vector<float>{5, 6, 7});
+  CHECK(passes_c(xj::zeros({3})).to_vector<float>() == std::vector<float>{5, 6, 7});
+  // an argument passed through likewise
+  const xj::Array x = xj::array<float>({1, 2}, {2});
+  const xj::Array y = xj::jit([](const xj::Array& a) { return a; })(x);
+  CHECK(twice_plus_one(y).to_vector<float>() == std::vector<float>{3, 5});
+  CHECK(x.to_vector<float>() == std::vector<float>{1, 2});
+}

@@ -355,3 +355,17 @@ TEST_CASE("printer: a Primitive streams as its jaxpr name") {
   os << xj::Primitive::dot_general << " " << xj::Primitive::while_;
   CHECK(os.str() == "dot_general while");
 }
+
+TEST_CASE("printer regressions from the twenty-sixth session: i64 literals exactly; arrays print floats in their shortest round-trip form") {
+  const xj::Array big = xj::array<std::int64_t>(std::vector<std::int64_t>{std::numeric_limits<std::int64_t>::max()}, xj::Shape{});
+  const xj::Array odd = xj::array<std::int64_t>(std::vector<std::int64_t>{(std::int64_t{1} << 53) + 1}, xj::Shape{});
+  const std::string text = test_util::str(xj::make_jaxpr([&](const xj::Array& a) { return std::make_tuple(a + big, a + odd); })(xj::zeros({}, xj::i64)));
+  CHECK(test_util::contains(text, "9223372036854775807:i64[]"));
+  CHECK(test_util::contains(text, "9007199254740993:i64[]"));
+  std::ostringstream os;
+  os << xj::array<double>({1.0000001, 123456789.0, std::nan("")}, {3});
+  CHECK(os.str() == "f64[3] [1.0000001, 123456789, nan]");
+  std::ostringstream os32;
+  os32 << xj::array<float>({0.1f, -2.5f}, {2});
+  CHECK(os32.str() == "f32[2] [0.1, -2.5]");
+}

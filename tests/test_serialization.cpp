@@ -265,7 +265,29 @@ TEST_CASE("npy: every dtype and rank round-trips; the header is numpy's, 64-byte
     CHECK_THROWS_WITH_AS((void)xj::load_npy(p), doctest::Contains((p + ": " + what).c_str()), xj::Error);
   };
   expect("PK\x03\x04 not npy at all", "not a .npy file");
-  expect(header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }") + std::string(8, '\0'), "the array is in Fortran order; only C order is read");
+  expect(header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }") + std::string(24, '\0'), "the array is in Fortran order; only C order is read");
+  // descriptions numpy reads and other writers use (cnpy's '<u1', '=f4', a bare 'u1', '?'), and
+  // Fortran order on an array with at most one axis longer than 1 (C order's bytes): refused before
+  const auto loads = [&](const std::string& dict, const std::string& data, xj::DType dtype, const xj::Shape& shape) {
+    CAPTURE(dict);
+    write_bytes(p, header(dict) + data);
+    const xj::Array a = xj::load_npy(p);
+    CHECK(a.dtype() == dtype);
+    CHECK(a.shape() == shape);
+    return a;
+  };
+  const std::string bytes3("\x01\x00\x07", 3);
+  for (const char* d : {"<u1", ">u1", "=u1", "u1"}) loads(std::string("{'descr': '") + d + "', 'fortran_order': False, 'shape': (3,), }", bytes3, xj::u8, {3});
+  CHECK(loads("{'descr': '<b1', 'fortran_order': False, 'shape': (3,), }", bytes3.substr(0, 2) + std::string(1, '\1'), xj::bool_, {3}).to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{1, 0, 1});
+  loads("{'descr': '?', 'fortran_order': False, 'shape': (2,), }", std::string("\x01\x00", 2), xj::bool_, {2});
+  loads("{'descr': '<i1', 'fortran_order': False, 'shape': (1,), }", std::string(1, '\xff'), xj::i8, {1});
+  const float f4[3] = {1.5f, -2.0f, 0.25f};
+  const std::string f4_bytes(reinterpret_cast<const char*>(f4), sizeof f4);
+  CHECK(loads("{'descr': '=f4', 'fortran_order': False, 'shape': (3,), }", f4_bytes, xj::f32, {3}).to_vector<float>() == std::vector<float>{1.5f, -2.0f, 0.25f});
+  CHECK(loads("{'descr': 'f4', 'fortran_order': True, 'shape': (3,), }", f4_bytes, xj::f32, {3}).to_vector<float>() == std::vector<float>{1.5f, -2.0f, 0.25f});
+  loads("{'descr': '<f4', 'fortran_order': True, 'shape': (1, 3, 1), }", f4_bytes, xj::f32, {1, 3, 1});
+  expect(header("{'descr': '|f4', 'fortran_order': False, 'shape': (3,), }") + f4_bytes, "dtype '|f4' is not one xjax reads");
   expect(header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + std::string(8, '\0'), "dtype '>f4' is not one xjax reads (big-endian");
   expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }") + std::string(5, '\0'), "shape [2] of <f4 needs 8 bytes of data, the file holds 5");
   expect(header("{'descr': '<f4', 'fortran_order': False, }"), "the .npy header has no 'shape' key");
@@ -360,5 +382,17 @@ TEST_CASE("files: a load refused because the path is not a regular file closes w
     CHECK_THROWS_AS((void)xj::load_npy("/dev/null"), xj::Error);
   }
   CHECK(open_descriptors() <= before + 1);  // +1: the directory_iterator's own
+  fs::remove_all(dir);
+}
+
+TEST_CASE("npy and safetensors regressions from the twenty-sixth session: a save through a symbolic link writes its target") {
+  const fs::path dir = scratch("symlink");
+  const fs::path target = dir / "ckpt_100.npy", link = dir / "latest.npy";
+  xj::save_npy(target.string(), xj::array<float>({1.0f, 2.0f}, {2}));
+  fs::create_symlink(target, link);
+  // the rename replaced the link with a regular file, leaving the target's old data
+  xj::save_npy(link.string(), xj::array<float>({3.0f, 4.0f}, {2}));
+  CHECK(fs::is_symlink(link));
+  CHECK(xj::load_npy(target.string()).to_vector<float>() == std::vector<float>{3.0f, 4.0f});
   fs::remove_all(dir);
 }

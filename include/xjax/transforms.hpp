@@ -418,7 +418,9 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
     donated.push_back(static_cast<int>(d));
   }
   FlatArgs fa;
-  std::string statics;
+  // The calling thread's dtype promotion mode changes what a trace computes (JAX keys jit on
+  // jax_numpy_dtype_promotion): a strict trace answered standard calls with its dtypes.
+  std::string statics = promotion_mode() == PromotionMode::strict ? "|strict" : "";
   std::vector<Array> static_numbers(sizeof...(Args));
   auto flatten_one = [&]<std::size_t K>(std::integral_constant<std::size_t, K>) {
     using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;

@@ -110,10 +110,49 @@ template <class V> V negated(const V& v) {
   return -v;
 }
 template <> struct UnaryMath<Primitive::neg> { template <class V> V operator()(const V& v) const { return negated(v); } };
-template <> struct UnaryMath<Primitive::exp> { template <class V> V operator()(const V& v) const { return xsimd::exp(v); } };
-template <> struct UnaryMath<Primitive::log> { template <class V> V operator()(const V& v) const { return xsimd::log(v); } };
+// xsimd's exp and exp2 overflow to inf about 0.35 (exp2: 1) below the largest finite result (2^n
+// is formed before the reduced argument's factor brings it back): past `top`, exp(x) =
+// exp(x - 1) e and exp2(x) = exp2(x - 1) 2, x - 1 exact there.
+template <class V> V exp_to_the_top(const V& v) {
+  using T = typename V::value_type;
+  const auto high = v > V(T(std::is_same_v<T, double> ? 709.0 : 88.0));
+  if (!xsimd::any(high)) return xsimd::exp(v);
+  return xsimd::select(high, xsimd::exp(v - V(T(1))) * V(T(2.71828182845904523536)), xsimd::exp(v));
+}
+template <class V> V exp2_to_the_top(const V& v) {
+  using T = typename V::value_type;
+  const auto high = v >= V(T(std::is_same_v<T, double> ? 1022.0 : 126.0));
+  if (!xsimd::any(high)) return xsimd::exp2(v);
+  return xsimd::select(high, xsimd::exp2(v - V(T(1))) * V(T(2)), xsimd::exp2(v));
+}
+// xsimd's double log, log2 and cbrt take a subnormal as if it were normal (log(1e-310) = -746.5,
+// not -713.8): those are scaled by 2^54 first and the scale taken back out.
+template <class V, class F, class Unscale> V with_subnormals_scaled(const V& v, F f, Unscale unscale) {
+  using T = typename V::value_type;
+  if constexpr (std::is_same_v<T, double>) {
+    const auto tiny = (xsimd::abs(v) < V(std::numeric_limits<double>::min())) & (v != V(0));
+    if (xsimd::any(tiny)) return xsimd::select(tiny, unscale(f(v * V(0x1p54))), f(v));
+  }
+  return f(v);
+}
+template <> struct UnaryMath<Primitive::exp> { template <class V> V operator()(const V& v) const { return exp_to_the_top(v); } };
+template <> struct UnaryMath<Primitive::log> {
+  template <class V> V operator()(const V& v) const {
+    using T = typename V::value_type;
+    return with_subnormals_scaled(v, [](const V& x) { return xsimd::log(x); },
+                                  [](const V& y) { return y - V(T(54) * T(0.69314718055994530942)); });
+  }
+};
 template <> struct UnaryMath<Primitive::log1p> { template <class V> V operator()(const V& v) const { return xsimd::log1p(v); } };
-template <> struct UnaryMath<Primitive::expm1> { template <class V> V operator()(const V& v) const { return xsimd::expm1(v); } };
+// expm1(x) = exp(x) where the -1 is below exp(x)'s rounding (x past exp's cutoff)
+template <> struct UnaryMath<Primitive::expm1> {
+  template <class V> V operator()(const V& v) const {
+    using T = typename V::value_type;
+    const auto high = v > V(T(std::is_same_v<T, double> ? 709.0 : 88.0));
+    if (!xsimd::any(high)) return xsimd::expm1(v);
+    return xsimd::select(high, exp_to_the_top(v), xsimd::expm1(v));
+  }
+};
 template <> struct UnaryMath<Primitive::sin> { template <class V> V operator()(const V& v) const { return xsimd::sin(v); } };
 template <> struct UnaryMath<Primitive::cos> { template <class V> V operator()(const V& v) const { return xsimd::cos(v); } };
 template <> struct UnaryMath<Primitive::tan> { template <class V> V operator()(const V& v) const { return xsimd::tan(v); } };
@@ -160,9 +199,19 @@ template <> struct UnaryMath<Primitive::erfc> {
     else return xsimd::erfc(v);
   }
 };
-template <> struct UnaryMath<Primitive::cbrt> { template <class V> V operator()(const V& v) const { return xsimd::cbrt(v); } };
-template <> struct UnaryMath<Primitive::exp2> { template <class V> V operator()(const V& v) const { return xsimd::exp2(v); } };
-template <> struct UnaryMath<Primitive::log2> { template <class V> V operator()(const V& v) const { return xsimd::log2(v); } };
+template <> struct UnaryMath<Primitive::cbrt> {
+  template <class V> V operator()(const V& v) const {
+    using T = typename V::value_type;
+    return with_subnormals_scaled(v, [](const V& x) { return xsimd::cbrt(x); }, [](const V& y) { return y * V(T(0x1p-18)); });
+  }
+};
+template <> struct UnaryMath<Primitive::exp2> { template <class V> V operator()(const V& v) const { return exp2_to_the_top(v); } };
+template <> struct UnaryMath<Primitive::log2> {
+  template <class V> V operator()(const V& v) const {
+    using T = typename V::value_type;
+    return with_subnormals_scaled(v, [](const V& x) { return xsimd::log2(x); }, [](const V& y) { return y - V(T(54)); });
+  }
+};
 template <> struct UnaryMath<Primitive::floor> { template <class V> V operator()(const V& v) const { return xsimd::floor(v); } };
 template <> struct UnaryMath<Primitive::ceil> { template <class V> V operator()(const V& v) const { return xsimd::ceil(v); } };
 /// Horner's rule: c[0] + w (c[1] + w (c[2] + ...)), for a batch or a scalar.
@@ -203,7 +252,9 @@ template <> struct UnaryMath<Primitive::lgamma> {
     const V pi(static_cast<T>(3.141592653589793238));
     // |sin(pi v)| = |sin(pi (v - round v))|: v's distance to the nearest integer is exact, pi v
     // rounded would lose it (lgamma(-6.99999332f) was 3.457, its value 3.392).
-    const V reflected = xsimd::log(pi / xsimd::abs(xsimd::sin(pi * (v - xsimd::round(v))))) - positive;
+    // log(pi) - log|sin|, not log(pi / |sin|): the quotient overflows for tiny v (lgamma(-1e-39f) was inf)
+    // (the log takes subnormal sines too: lgamma(-1e-310))
+    const V reflected = V(T(1.14472988584940017414)) - UnaryMath<Primitive::log>{}(xsimd::abs(xsimd::sin(pi * (v - xsimd::round(v))))) - positive;
     const auto pole = ((v <= V(0)) & (xsimd::floor(v) == v)) | xsimd::isinf(v);  // +-inf: +inf (XLA's)
     return xsimd::select(pole, V(std::numeric_limits<T>::infinity()), xsimd::select(negative, reflected, positive));
   }
@@ -361,28 +412,21 @@ template <> struct BinaryMath<Primitive::mul> { template <class V> V operator()(
 template <> struct BinaryMath<Primitive::div> { template <class V> V operator()(const V& a, const V& b) const { return divide(a, b); } };
 template <> struct BinaryMath<Primitive::max> { template <class V> V operator()(const V& a, const V& b) const { return nan_max(a, b); } };
 template <> struct BinaryMath<Primitive::min> { template <class V> V operator()(const V& a, const V& b) const { return nan_min(a, b); } };
-// a^b with C's special values (XLA's): xsimd's pow gives 0 for a zero base whatever b (0^0, 0^-1),
-// calls every even b past 2^24 (f32) odd (-1^1e10 = -1) and NaN for a -inf base. Here xsimd's pow
-// of |a| for a finite nonzero base, and the cases by rule: x^0 = 1^y = (-1)^+-inf = 1; 0^b is 0,
-// inf or NaN by b's sign, inf^b the reverse; a finite negative base needs an integer b (else NaN);
-// an odd b keeps the base's sign (+-inf count as even integers).
+// a^b by C's pow, lane by lane (its special values are XLA's: x^0 = 1^y = 1, 0^b and inf^b by b's
+// sign, a negative base needs an integer b, an odd b keeps the sign). xsimd's pow, exp(b log a)
+// without extra precision, was 300 ulp off in f64 (2^1000 not a power of two) and 100 in f32, and
+// overflowed below the largest finite result; glibc's is within an ulp.
 template <> struct BinaryMath<Primitive::pow> {
   template <class V> V operator()(const V& a, const V& b) const {
     if constexpr (std::is_floating_point_v<V>) {
       return std::pow(a, b);
     } else {
       using T = typename V::value_type;
-      const V zero(T(0)), one(T(1)), inf(std::numeric_limits<T>::infinity());
-      const V ax = xsimd::abs(a);
-      const auto b_integer = xsimd::floor(b) == b;
-      const V half = b * V(T(0.5));
-      const auto b_odd = b_integer && (xsimd::floor(half) != half);
-      const V zero_base = xsimd::select(b < zero, inf, xsimd::select(b > zero, zero, b));  // b = 0 below
-      const V inf_base = xsimd::select(b < zero, zero, xsimd::select(b > zero, inf, b));
-      V m = xsimd::select(ax == zero, zero_base, xsimd::select(ax == inf, inf_base, xsimd::pow(ax, b)));
-      m = xsimd::select(b_odd && (xsimd::copysign(one, a) < zero), negated(m), m);
-      m = xsimd::select((a < zero) && (a != -inf) && !b_integer, V(std::numeric_limits<T>::quiet_NaN()), m);
-      return xsimd::select((b == zero) || (a == one) || ((ax == one) && (xsimd::abs(b) == inf)), one, m);
+      alignas(64) T base[V::size], exponent[V::size];
+      a.store_aligned(base);
+      b.store_aligned(exponent);
+      for (std::size_t i = 0; i < V::size; ++i) base[i] = std::pow(base[i], exponent[i]);
+      return V::load_aligned(base);
     }
   }
 };
