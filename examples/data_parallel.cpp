@@ -10,6 +10,8 @@
 // without mpirun, it runs as one process (the shard is the whole batch).
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +39,8 @@ xj::Array mean_loss(const Weights& p, const xj::Array& x, const xj::Array& y) {
 Weights sgd(const Weights& p, const Weights& g, double lr) { return {p.w1 - g.w1 * lr, p.w2 - g.w2 * lr}; }
 
 int main(int argc, char** argv) {
+  // every process reads the same arguments: a bad one ends them all before MPI starts
+  example_flags::Flags("data_parallel", "usage: mpirun -np N data_parallel   (no flags; one process without mpirun)\n").parse(argc, argv);
   xj::distributed::Session session(argc, argv);  // aborts the whole run if an exception escapes
   const int n = xj::distributed::process_count(), me = xj::distributed::process_index();
   const std::int64_t layers = 4, d = 16, hidden = 32, batch = 64, steps = 20;

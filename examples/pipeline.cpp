@@ -13,6 +13,8 @@
 // whole stack on one process, to 1e-5 (relative). Started without mpirun, it is one stage.
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +30,8 @@ xj::Array stage(const xj::Array& ws, const xj::Array& h) { return xj::scan(xj::c
 xj::Array micro(const xj::Array& a, std::int64_t m) { return xj::squeeze(xj::slice_in_dim(a, m, m + 1), {0}); }
 
 int main(int argc, char** argv) {
+  // every process reads the same arguments: a bad one ends them all before MPI starts
+  example_flags::Flags("pipeline", "usage: mpirun -np N pipeline   (no flags; one process without mpirun)\n").parse(argc, argv);
   xj::distributed::Session session(argc, argv);
   const int n = xj::distributed::process_count(), p = xj::distributed::process_index();
   const std::int64_t layers = 8, d = 16, micro_batches = 4, rows = 8;
