@@ -91,15 +91,8 @@ std::vector<Array> eval_by_binding(const ClosedJaxpr& cj, std::span<const Array>
     auto outs = detail::bind(e.prim, ins, e.params, e.loc);
     for (std::size_t k = 0; k < outs.size(); ++k) env[e.outputs[k].id()] = std::move(outs[k]);
   }
-  // an input or constant passed through comes back as a new handle on its buffer (donating the
-  // output then leaves the caller's array and the jaxpr's constant alone)
-  const auto passed_through = [&j](const Atom& o) {
-    const Var* v = std::get_if<Var>(&o);
-    return v && (std::find(j.invars.begin(), j.invars.end(), *v) != j.invars.end() ||
-                 std::find(j.constvars.begin(), j.constvars.end(), *v) != j.constvars.end());
-  };
   std::vector<Array> result;
-  for (const auto& o : j.outvars) result.push_back(passed_through(o) ? detail::fresh_handle(read(o)) : read(o));
+  for (const auto& o : j.outvars) result.push_back(read(o));
   return result;
 }
 
@@ -230,11 +223,29 @@ namespace {
 
 // eval_jaxpr: inside a trace (or on tracers) bind every equation, else run cj's plan (the one
 // given, or the plan table's).
+// The handles of the arrays a run is given (its inputs and constants).
+std::vector<const void*> handles_of(std::span<const Array> args, std::span<const Array> consts) {
+  std::vector<const void*> given;
+  for (const auto* xs : {&args, &consts})
+    for (const Array& x : *xs) given.push_back(x.impl().get());
+  return given;
+}
+
+// An output that is one of the given arrays' own handles (an input or constant passed through, a
+// loop that ran no step) comes back as a new handle on its buffer: donating that output then
+// leaves the caller's array and the jaxpr's constant alone (it marked them donated: a jit's
+// constant failed every later call).
+std::vector<Array> renewed(std::vector<Array> result, const std::vector<const void*>& given) {
+  for (Array& r : result)
+    if (r.valid() && std::find(given.begin(), given.end(), r.impl().get()) != given.end()) r = detail::fresh_handle(r);
+  return result;
+}
+
 std::vector<Array> evaluate(const ClosedJaxpr& cj, const detail::EvalPlan* plan, std::span<const Array> args) try {
   check_args(*cj.jaxpr, args, cj.consts);
   detail::LocationScope own_locations(nullptr);
   if (detail::tracing_active() || any_tracer(args) || any_tracer(cj.consts)) return eval_by_binding(cj, args);
-  return detail::run_plan(plan ? *plan : *detail::plan_of(cj.jaxpr), cj, args);
+  return renewed(detail::run_plan(plan ? *plan : *detail::plan_of(cj.jaxpr), cj, args), handles_of(args, cj.consts));
 } catch (...) {
   detail::rethrow_internal("eval_jaxpr");
 }
@@ -259,11 +270,12 @@ std::vector<Array> detail::eval_jaxpr_consuming(const ClosedJaxpr& j, const Eval
   // The Array executor (not the raw plan, which places every output in fresh memory): each input
   // is handed to the plan, so a fused chain at the input's last use may write in its buffer.
   FrameLease lease;
+  const std::vector<const void*> given = handles_of(args, j.consts);
   load_slots(plan, j, args, &args, *lease);
   args.clear();
   std::vector<Array> result;
   run_steps(plan, *lease, result);
-  return result;
+  return renewed(std::move(result), given);
 } catch (...) {
   detail::rethrow_internal("eval_jaxpr");
 }

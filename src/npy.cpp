@@ -25,8 +25,9 @@ constexpr Descr kDescrs[] = {{f32, "<f4"}, {f64, "<f8"}, {i32, "<i4"}, {i64, "<i
                              {f16, "<f2"}, {i8, "|i1"}, {u8, "|u1"}, {i16, "<i2"}, {u16, "<u2"}, {u64, "<u8"}};
 constexpr char kMagic[] = "\x93NUMPY";
 
-// numpy's descr as numpy reads it: a byte-order mark ('<' little, '=' native, '|' none, '>' big,
-// or none: native) and a type code with its size ('?' is 'b1'); one-byte types have no order.
+// numpy's descr as numpy reads it: a byte-order mark ('<' little, '=' native, '|' not applicable,
+// read as native, '>' big, or none: native) and a type code with its size ('?' is 'b1');
+// one-byte types have no order.
 // Big-endian multi-byte types are not read (nullopt, as an unknown type).
 std::optional<DType> dtype_of_descr(const std::string& descr) {
   std::string code = descr;
@@ -39,8 +40,9 @@ std::optional<DType> dtype_of_descr(const std::string& descr) {
   for (const auto& d : kDescrs)
     if (code == d.descr + 1) {
       const bool one_byte = itemsize(d.dtype) == 1;
+      // ('|', "not applicable", numpy reads as native too)
       const bool little = order == '<' || ((order == '=' || order == '|') && std::endian::native == std::endian::little);
-      if (one_byte || (little && order != '|')) return d.dtype;
+      if (one_byte || little) return d.dtype;
     }
   return std::nullopt;
 }
@@ -208,7 +210,8 @@ Array load_npy(const std::string& path) {
   const std::vector<std::uint64_t>& dims = h.shape;
   // Fortran order lays out an array of at most one axis longer than 1 as C order does (numpy
   // writers mark 0-d and 1-d arrays either way)
-  if (h.fortran_order && std::count_if(dims.begin(), dims.end(), [](std::uint64_t n) { return n > 1; }) > 1)
+  const bool empty = std::find(dims.begin(), dims.end(), std::uint64_t{0}) != dims.end();
+  if (h.fortran_order && !empty && std::count_if(dims.begin(), dims.end(), [](std::uint64_t n) { return n > 1; }) > 1)
     detail::file_error(path, "the array is in Fortran order; only C order is read");
   const std::optional<DType> dtype = dtype_of_descr(descr);
   if (!dtype)

@@ -829,12 +829,20 @@ Array clamp(const Array& lo, const Array& x, const Array& hi, std::source_locati
   return bind1(P::clamp, ops, {}, loc);
 }
 // The bounds weakly typed (they were converted to x's dtype: -0.5 on an i32 array became 0).
-// An integer bound past a narrow integer x's range saturates to it (clamping a u8 to 300 is
-// clamping it to 255; the bound wrapped to 44). 64-bit ranges are not exact in a double: those
-// bounds convert as any C++ number does.
+// Integer bounds on a narrow integer x (the result x's dtype) saturate to its range (clamping a
+// u8 to 300 is clamping it to 255; the bound wrapped to 44); with a float bound the result is a
+// float and the bounds stand. 64-bit ranges are not exact in a double: those bounds convert as
+// any C++ number does.
 Array clamp(detail::Scalar lo, const Array& x, detail::Scalar hi, std::source_location loc) {
-  const auto in_range = [&x](detail::Scalar s) {
-    if (!s.integer || !is_integer(x.dtype()) || itemsize(x.dtype()) == 8) return s;
+  // a float bound on an integer x: both bounds made in the float dtype the result has (an
+  // integer bound made in x's dtype first wrapped: 200 on i8 was -56)
+  if (!is_floating(x.dtype()) && (!lo.integer || !hi.integer) && promotion_mode() == PromotionMode::standard) {
+    const DType d = detail::weak_result(x.dtype(), false);
+    return clamp(detail::weakly_typed(scalar(lo.value, d)), x, detail::weakly_typed(scalar(hi.value, d)), loc);
+  }
+  const bool keeps_dtype = lo.integer && hi.integer && is_integer(x.dtype()) && itemsize(x.dtype()) < 8;
+  const auto in_range = [&x, keeps_dtype](detail::Scalar s) {
+    if (!keeps_dtype) return s;
     const IntInfo r = iinfo(x.dtype());
     return detail::Scalar(static_cast<std::int64_t>(std::clamp(s.value, static_cast<double>(r.min), static_cast<double>(r.max))));
   };
@@ -1100,7 +1108,19 @@ std::ostream& operator<<(std::ostream& os, const Array& x) {
     for (double v : x.to_vector<double>()) {
       char buf[64];
       const auto end = x.dtype() == f64 ? std::to_chars(buf, buf + sizeof buf, v).ptr : std::to_chars(buf, buf + sizeof buf, static_cast<float>(v)).ptr;
-      shown.push_back(std::isnan(v) ? "nan" : std::string(buf, end));
+      std::string text(buf, end);
+      // bf16 / f16: the fewest digits that read back to the same narrow value (0.1, not 0.100097656)
+      if (x.dtype() == bf16 || x.dtype() == f16)
+        for (int digits = 1; digits <= 9; ++digits) {
+          const auto [short_end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, digits);
+          const double back = std::strtod(std::string(buf, short_end).c_str(), nullptr);
+          const bool same = x.dtype() == bf16 ? bfloat16_t(back).bits == bfloat16_t(v).bits : float16_t(back).bits == float16_t(v).bits;
+          if (ec == std::errc() && same) {
+            text.assign(buf, short_end);
+            break;
+          }
+        }
+      shown.push_back(std::isnan(v) ? "nan" : text);
       if (shown.size() == 64) break;
     }
     print_all(shown);

@@ -364,13 +364,13 @@ std::vector<Array> run_raw_to_arrays(const RawPlan& plan, std::span<const Array>
   inputs.reserve(consts.size() + args.size());
   append_addresses(inputs, consts);
   append_addresses(inputs, args);
-  // An output that is an input passed through is a new handle on that input's buffer, as the
-  // Array executor returns it (no copy: run_raw skips a copy into a null output).
+  // An output that is an input passed through is that input's array, as the Array executor
+  // returns it (no copy: run_raw skips a copy into a null output; eval_jaxpr renews the handle).
   std::vector<Array> result(plan.num_outputs);
   std::vector<void*> outputs(plan.num_outputs, nullptr);
   for (const auto& c : plan.copies)
     if (const auto& v = plan.values[c.value]; v.place == RawPlan::Place::input)
-      result[c.output] = fresh_handle(v.index < consts.size() ? consts[v.index] : args[v.index - consts.size()]);
+      result[c.output] = v.index < consts.size() ? consts[v.index] : args[v.index - consts.size()];
   for (std::size_t k = 0; k < plan.num_outputs; ++k)
     if (!result[k].valid()) {
       result[k] = alloc_array(plan.output_avals[k]);

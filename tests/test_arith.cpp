@@ -240,6 +240,13 @@ TEST_CASE("math regressions from the twenty-sixth session: exp's top binade, sub
   // lgamma of tiny negatives: log(pi / |sin|) overflowed to inf
   check_same(xj::lgamma(f64s({-1e-310, -1e-300})), {std::lgamma(-1e-310), std::lgamma(-1e-300)}, 4);
   CHECK(ulps_f32(vec(xj::lgamma(f32s({-1e-39})))[0], static_cast<float>(std::lgamma(static_cast<double>(-1e-39f)))) <= 4);
+  check_same(xj::lgamma(f64s({-5e-324, -1e-320, 1e-300})), {std::lgamma(-5e-324), std::lgamma(-1e-320), std::lgamma(1e-300)}, 4);
+  // lgamma''' at positive integers: psi''(n) = -2 zeta(3) + 2 sum_{k<n} 1/k^3 (the reflection's
+  // unused branch was inf there, and inf times a zero cotangent NaN)
+  const double zeta3 = 1.2020569031595942854;
+  const auto third = xj::grad(xj::grad(xj::grad([](const xj::Array& v) { return xj::lgamma(v); })));
+  CHECK(third(xj::scalar(1.0, xj::f64)).item<double>() == doctest::Approx(-2 * zeta3).epsilon(1e-12));
+  CHECK(third(xj::scalar(2.0, xj::f64)).item<double>() == doctest::Approx(-2 * zeta3 + 2).epsilon(1e-12));
   // trigamma (digamma's derivative) at negatives: sin(pi x) is reduced first. Oracle:
   // psi1(x) = pi^2 / sin^2(pi x) - psi1(1 - x), psi1(z) ~ 1/z + 1/(2z^2) + 1/(6z^3) - 1/(30z^5) at large z
   const double x = -100000.3;

@@ -397,6 +397,19 @@ TEST_CASE("jit regressions from the twenty-sixth session: the promotion mode key
   CHECK(twice_plus_one(o).to_vector<float>() == std::vector<float>{11, 13, 15});
   CHECK(c.to_vector<float>() == std::vector<float>{5, 6, 7});
   CHECK(passes_c(xj::zeros({3})).to_vector<float>() == std::vector<float>{5, 6, 7});
+  // the Array executor too (outputs past 64 KiB, or a jit with a loop): it returned the handles
+  const xj::Array big = xj::full({100000}, 3.0f);
+  const auto passes_big = xj::jit([big](const xj::Array& a) { return std::pair{big, a + big}; });
+  const auto [same_big, sum_big] = passes_big(xj::ones({100000}));
+  (void)twice_plus_one(same_big);
+  CHECK(big.to_vector<float>()[0] == 3.0f);
+  CHECK(passes_big(xj::ones({100000})).second.to_vector<float>()[0] == 4.0f);
+  const xj::Array start = xj::array<float>({1, 2}, {2});
+  const xj::Array looped = xj::jit([](const xj::Array& a) {
+    return xj::while_loop([](const xj::Array& v) { return xj::sum(v) > 100.0f; }, [](const xj::Array& v) { return v * 2.0f; }, a);
+  })(start);
+  (void)twice_plus_one(looped);
+  CHECK(start.to_vector<float>() == std::vector<float>{1, 2});
   // an argument passed through likewise
   const xj::Array x = xj::array<float>({1, 2}, {2});
   const xj::Array y = xj::jit([](const xj::Array& a) { return a; })(x);

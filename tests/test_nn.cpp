@@ -290,6 +290,9 @@ TEST_CASE("nn, losses and clamp regressions from the twenty-sixth session's revi
   CHECK(xj::clamp(0, bytes, 300).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 5, 200, 255});
   CHECK(xj::clamp(-1, bytes, 10).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 5, 10, 10});
   CHECK(xj::clamp(std::numeric_limits<std::int64_t>::min(), ki, 1000).to_vector<std::int32_t>() == std::vector<std::int32_t>{-3, 0, 3});
+  // with a float bound the result is a float and the integer bound stands (it saturated to i8's 127)
+  const xj::Array small = xj::array<std::int8_t>({-100, 0, 100}, {3});
+  check_close_to(xj::astype(xj::clamp(200, small, 1000.5), xj::f64), {200, 200, 200}, 1e-15);
   // a NaN operand passes no tangent through max / min / clamp (JAX's rules): 1 - w0 sent all of
   // it to the second operand, and cummax's gradient reached an element it never selected
   const auto [g0, g1] = xj::grad([](const xj::Array& a, const xj::Array& b) { return xj::maximum(a, b); }, xj::argnums<0, 1>)(

@@ -368,4 +368,7 @@ TEST_CASE("printer regressions from the twenty-sixth session: i64 literals exact
   std::ostringstream os32;
   os32 << xj::array<float>({0.1f, -2.5f}, {2});
   CHECK(os32.str() == "f32[2] [0.1, -2.5]");
+  std::ostringstream os16;
+  os16 << xj::astype(xj::array<float>({0.1f, 3.0f}, {2}), xj::bf16);
+  CHECK(os16.str() == "bf16[2] [0.1, 3]");
 }

@@ -287,7 +287,9 @@ TEST_CASE("npy: every dtype and rank round-trips; the header is numpy's, 64-byte
   CHECK(loads("{'descr': '=f4', 'fortran_order': False, 'shape': (3,), }", f4_bytes, xj::f32, {3}).to_vector<float>() == std::vector<float>{1.5f, -2.0f, 0.25f});
   CHECK(loads("{'descr': 'f4', 'fortran_order': True, 'shape': (3,), }", f4_bytes, xj::f32, {3}).to_vector<float>() == std::vector<float>{1.5f, -2.0f, 0.25f});
   loads("{'descr': '<f4', 'fortran_order': True, 'shape': (1, 3, 1), }", f4_bytes, xj::f32, {1, 3, 1});
-  expect(header("{'descr': '|f4', 'fortran_order': False, 'shape': (3,), }") + f4_bytes, "dtype '|f4' is not one xjax reads");
+  loads("{'descr': '|f4', 'fortran_order': False, 'shape': (3,), }", f4_bytes, xj::f32, {3});
+  loads("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 0, 3), }", "", xj::f32, {2, 0, 3});
+  expect(header("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }") + f4_bytes, "dtype '>f4' is not one xjax reads");
   expect(header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + std::string(8, '\0'), "dtype '>f4' is not one xjax reads (big-endian");
   expect(header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }") + std::string(5, '\0'), "shape [2] of <f4 needs 8 bytes of data, the file holds 5");
   expect(header("{'descr': '<f4', 'fortran_order': False, }"), "the .npy header has no 'shape' key");

@@ -176,8 +176,11 @@ Array trigamma(const Array& x0) {
   const Array inv = reciprocal(x);
   const Array positive = add(shift, add(inv, add(mul(c(0.5, x), r), mul(mul(r, inv), series))));
   // sin(pi x) = +-sin(pi (x - round x)): x's distance to the nearest integer is exact, pi x
-  // rounded is not (the kernels reduce the same way; trigamma(-100000.3) was 3% off)
-  const Array sin_pi = sin(mul(c(std::numbers::pi, x0), sub(x0, round(x0))));
+  // rounded is not (the kernels reduce the same way; trigamma(-100000.3) was 3% off). The
+  // reflection reads 1/2 where x >= 0: at positive integers its sine is exactly 0, and the
+  // unused branch's inf times a zero cotangent made NaN in third derivatives of lgamma.
+  const Array xr = where(negative, x0, c(0.5, x0));
+  const Array sin_pi = sin(mul(c(std::numbers::pi, x0), sub(xr, round(xr))));
   const Array reflected = sub(div(c(std::numbers::pi * std::numbers::pi, x0), square(sin_pi)), positive);
   return where(negative, reflected, positive);
 }

@@ -256,7 +256,12 @@ template <> struct UnaryMath<Primitive::lgamma> {
     // (the log takes subnormal sines too: lgamma(-1e-310))
     const V reflected = V(T(1.14472988584940017414)) - UnaryMath<Primitive::log>{}(xsimd::abs(xsimd::sin(pi * (v - xsimd::round(v))))) - positive;
     const auto pole = ((v <= V(0)) & (xsimd::floor(v) == v)) | xsimd::isinf(v);  // +-inf: +inf (XLA's)
-    return xsimd::select(pole, V(std::numeric_limits<T>::infinity()), xsimd::select(negative, reflected, positive));
+    // |v| below 2^-54 (f32: 2^-25): lgamma(v) = -log|v| to the last bit (gamma v is below its
+    // rounding); pi v rounded in the subnormal range moved the reflection (lgamma(-5e-324))
+    const auto tiny = xsimd::abs(v) < V(T(std::is_same_v<T, double> ? 0x1p-54 : 0x1p-25));
+    const V near_zero = negated(UnaryMath<Primitive::log>{}(xsimd::abs(v)));
+    return xsimd::select(pole, V(std::numeric_limits<T>::infinity()),
+                         xsimd::select(tiny, near_zero, xsimd::select(negative, reflected, positive)));
   }
 };
 
