@@ -16,11 +16,16 @@ void same_shape(const char* fn, const Array& a, const Array& b, const std::sourc
                      format_location(loc) + ")");
 }
 
-Array error_of(const Array& predictions, const std::optional<Array>& targets, const char* fn, const std::source_location& loc) {
-  // optax asserts float predictions (chex.assert_type): an integer error made 0.5 e^2 an integer 0.
-  if (!is_floating(predictions.dtype()))
-    throw TypeError(std::string(fn) + ": predictions must be floats (as optax's), got " + predictions.aval().str() + " (at " +
+// optax asserts float predictions and logits (chex.assert_type): an integer error made 0.5 e^2 an
+// integer 0, integer logits reached logsumexp's integer path.
+void require_floats(const char* fn, const char* what, const Array& x, const std::source_location& loc) {
+  if (!is_floating(x.dtype()))
+    throw TypeError(std::string(fn) + ": " + what + " must be floats (as optax's), got " + x.aval().str() + " (at " +
                     format_location(loc) + ")");
+}
+
+Array error_of(const Array& predictions, const std::optional<Array>& targets, const char* fn, const std::source_location& loc) {
+  require_floats(fn, "predictions", predictions, loc);
   if (!targets) return predictions;
   same_shape(fn, predictions, *targets, loc);
   return sub(predictions, *targets, loc);
@@ -39,10 +44,7 @@ Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array
   if (logits.ndim() == 0 || labels.shape() != rows)
     throw ShapeError("softmax_cross_entropy_with_integer_labels(" + logits.aval().str() + ", " + labels.aval().str() +
                      "): labels must have the logits' shape without its last (class) axis (at " + format_location(loc) + ")");
-  // optax asserts float logits (chex.assert_type), as its companions here refuse integer ones.
-  if (!is_floating(logits.dtype()))
-    throw TypeError("softmax_cross_entropy_with_integer_labels: logits must be floats (as optax's), got " + logits.aval().str() +
-                    " (at " + format_location(loc) + ")");
+  require_floats("softmax_cross_entropy_with_integer_labels", "logits", logits, loc);
   // logsumexp - the label's logit, both of the logits shifted by their row max (a constant: the
   // difference does not depend on it), so that large logits lose no precision to cancellation.
   const Array shifted = sub(logits, stop_gradient(max(logits, {-1}, true, loc), loc), loc);
@@ -61,9 +63,7 @@ Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array
 // with f64 labels f32; promoting them widened the loss and its gradient).
 Array sigmoid_binary_cross_entropy(const Array& logits, const Array& labels, std::source_location loc) {
   same_shape("sigmoid_binary_cross_entropy", logits, labels, loc);
-  if (!is_floating(logits.dtype()))
-    throw TypeError("sigmoid_binary_cross_entropy: logits must be floats (as optax's), got " + logits.aval().str() + " (at " +
-                    format_location(loc) + ")");
+  require_floats("sigmoid_binary_cross_entropy", "logits", logits, loc);
   return sub(softplus(logits, loc), mul(astype(labels, logits.dtype(), loc), logits, loc), loc);
 }
 
