@@ -18,13 +18,7 @@ const void* input_bytes(const Array& x) { return x.raw_data(); }
 // psum, pmax and psum_scatter of a narrow operand (bf16, f16, i8 ...) run in its compute dtype and
 // round once, as XLA's CPU backend does; the cross-process check sees the dtype the caller passed
 // first (widened before it, bf16 on one process and f32 on another passed unnoticed).
-Array widened(const Array& x) {
-  return is_narrow(x.dtype()) ? convert_element_type_kernel(x, ShapedArray{x.shape(), compute_dtype(x.dtype())}) : x;
-}
 ShapedArray widened(const ShapedArray& out) { return {out.shape, is_narrow(out.dtype) ? compute_dtype(out.dtype) : out.dtype}; }
-Array narrowed(const Array& wide, const ShapedArray& out) {
-  return wide.dtype() == out.dtype ? wide : convert_element_type_kernel(wide, out);
-}
 
 // A jaxpr built by hand (eval_jaxpr) reaches the kernels without the user-level checks: a gather
 // or scatter over another process count than the run's sizes its buffers wrongly.
@@ -39,11 +33,11 @@ Array allreduce_kernel(Primitive p, const Array& x, const ShapedArray& out) {
   comm::require_initialized(p);
   comm::check_same_call(p, x.aval());
   if (out.size() == 0) return alloc_array(out);
-  const Array wide = widened(x);
+  const Array wide = widen(p, x);
   Array result = alloc_array(widened(out));
   comm::allreduce(input_bytes(wide), mutable_data(result), out.size(), result.dtype(),
                   p == Primitive::psum ? comm::ReduceOp::sum : comm::ReduceOp::max);
-  return narrowed(result, out);
+  return narrow_to(result, out);
 }
 
 namespace {
@@ -94,14 +88,14 @@ Array psum_scatter_kernel(const Array& x, const params::PsumScatter& ps, const S
   comm::require_initialized(Primitive::psum_scatter);
   comm::check_same_call(Primitive::psum_scatter, x.aval(), std::array{axis, axis_size, std::int64_t{tiled}});
   check_axis_size(Primitive::psum_scatter, axis_size);
-  const Array wide = widened(x);
-  if (!tiled) return narrowed(scatter_untiled(wide, axis, widened(out)), out);
+  const Array wide = widen(Primitive::psum_scatter, x);
+  if (!tiled) return narrow_to(scatter_untiled(wide, axis, widened(out)), out);
   const std::int64_t chunk = out.shape[static_cast<std::size_t>(axis)];
   if (chunk == 0) return alloc_array(out);
   ShapedArray split = wide.aval();
   split.shape[static_cast<std::size_t>(axis)] = chunk;
   split.shape.insert(split.shape.begin() + axis, x.dim(axis) / chunk);
-  return narrowed(scatter_untiled(buffer_view(wide, 0, split), axis, widened(out)), out);
+  return narrow_to(scatter_untiled(buffer_view(wide, 0, split), axis, widened(out)), out);
 }
 
 Array ppermute_kernel(const Array& x, const Ints& perm, const ShapedArray& out) {

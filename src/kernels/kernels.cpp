@@ -173,17 +173,6 @@ DType read_as(Primitive p, DType d) {
   return d;
 }
 
-Array widen(Primitive p, const Array& x) {
-  if (!is_narrow(x.dtype())) return x;
-  const DType as = read_as(p, x.dtype());
-  const Array view = as == x.dtype() ? x : share_buffer(x, ShapedArray{x.shape(), as});
-  return convert_element_type_kernel(view, ShapedArray{x.shape(), compute_dtype(as)});
-}
-
-Array narrow_to(const Array& wide, const ShapedArray& out) {
-  return wide.dtype() == out.dtype ? wide : convert_element_type_kernel(wide, out);
-}
-
 // dot_general of two bf16 (or two f16) operands into their dtype or f32 runs in f32 a panel at a
 // time (dot.cpp), not through whole widened copies.
 bool is_panel_dot(Primitive p, DType lhs, DType rhs, DType out) {
@@ -368,6 +357,17 @@ DType compute_dtype(DType d) {
   if (d == DType::i8 || d == DType::i16) return DType::i32;
   if (d == DType::u8 || d == DType::u16) return DType::u32;
   return d;
+}
+
+Array widen(Primitive p, const Array& x) {
+  if (!is_narrow(x.dtype())) return x;
+  const DType as = read_as(p, x.dtype());
+  const Array view = as == x.dtype() ? x : share_buffer(x, ShapedArray{x.shape(), as});
+  return convert_element_type_kernel(view, ShapedArray{x.shape(), compute_dtype(as)});
+}
+
+Array narrow_to(const Array& wide, const ShapedArray& out) {
+  return wide.dtype() == out.dtype ? wide : convert_element_type_kernel(wide, out);
 }
 
 std::vector<Array> run_widened(Primitive p, std::span<const Array> in,

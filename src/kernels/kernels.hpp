@@ -78,6 +78,11 @@ template <class T> T* out_ptr(const Array& a) { return reinterpret_cast<T*>(elem
 /// wide kernel and converts its result back once, as XLA's CPU backend computes bf16 in f32.
 bool is_narrow(DType d);
 DType compute_dtype(DType d);
+/// x in its compute dtype (x itself if it is not narrow), its bits read as `p` reads them (see
+/// read_as in kernels.cpp: the bit operations read a narrow integer's low bits).
+Array widen(Primitive p, const Array& x);
+/// A wide result converted back to out's dtype (itself if it has it already).
+Array narrow_to(const Array& wide, const ShapedArray& out);
 /// A several-output kernel (sort, top_k, the factorizations) on narrow operands: `kernel` run on
 /// them widened, the outputs that carry an operand's values converted back to its dtype.
 std::vector<Array> run_widened(Primitive p, std::span<const Array> in,
