@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <numeric>
 #include <ostream>
@@ -44,7 +45,15 @@ Axes norm_axes(const Axes& axes, std::int64_t rank, const char* op, const Array&
   return out;
 }
 
-Array unary(P p, const Array& x, const std::source_location& loc) { return bind1(p, {x}, {}, loc); }
+// jnp's float functions (exp, sqrt, sin ...) of integers and bools compute in f64
+// (promote_args_inexact); floor and ceil give an integer back as it is.
+Array unary(P p, const Array& x, const std::source_location& loc) {
+  if (family_of(p) == Family::float_unary && !is_floating(x.dtype())) {
+    if (p == P::floor || p == P::ceil) return x;
+    return bind1(p, {detail::as_inexact(x, loc)}, {}, loc);
+  }
+  return bind1(p, {x}, {}, loc);
+}
 
 // The NumPy broadcast of the shapes of p's operands xs. A mismatch is a ShapeError naming p, the
 // operand types and the caller's line, like the errors of the shape rules.
@@ -131,10 +140,30 @@ Array binary(P p, const Array& a, const Array& b, const std::source_location& lo
   });
 }
 
-// A C++ number mixed with `other` (weak typing); in strict mode it adopts other's dtype.
+// A C++ integer that an integer dtype cannot hold is an error, as JAX's OverflowError (300 added
+// to a u8 array wrapped to 44; -1 to a u32 array to 2^32 - 1).
+void require_representable(detail::Scalar s, DType d) {
+  if (!s.integer || !is_integer(d)) return;
+  const IntInfo r = iinfo(d);
+  if (s.value >= static_cast<double>(r.min) && s.value <= static_cast<double>(r.max)) return;
+  char value[32];
+  std::snprintf(value, sizeof value, "%.0f", s.value);  // s.value may lie past long long's range
+  throw TypeError(std::string("the C++ integer ") + value + " is out of " + dtype_name(d) +
+                  "'s range [" + std::to_string(r.min) + ", " + std::to_string(r.max) +
+                  "] (JAX raises OverflowError); convert the array or the number first");
+}
+
+// A C++ number mixed with `other` (weak typing); in strict mode it adopts other's dtype within
+// its kind only (JAX's strict lattice: a float with an integer array, or an integer with a bool
+// one, has no join; 0.5 on an i32 array was truncated to 0).
 Array weak_scalar(detail::Scalar s, const Array& other) {
-  if (promotion_mode() == PromotionMode::strict) return detail::weakly_typed(scalar(s.value, other.dtype()));
-  return detail::weakly_typed(scalar(s.value, detail::weak_result(other.dtype(), s.integer)));
+  const bool strict = promotion_mode() == PromotionMode::strict;
+  if (strict && ((!s.integer && !is_floating(other.dtype())) || other.dtype() == bool_))
+    throw TypeError(std::string("a C++ ") + (s.integer ? "integer" : "floating-point number") + " mixed with a " +
+                    dtype_name(other.dtype()) + " array under strict dtype promotion; convert one with xj::astype");
+  const DType d = strict ? other.dtype() : detail::weak_result(other.dtype(), s.integer);
+  require_representable(s, d);
+  return detail::weakly_typed(scalar(s.value, d));
 }
 
 Array reduce(P p, const Array& x, const Axes& axes, bool keepdims, const std::source_location& loc) {
@@ -209,7 +238,7 @@ Array logistic(const Array& x, std::source_location loc) { return unary(P::logis
 Array sigmoid(const Array& x, std::source_location loc) { return unary(P::logistic, x, loc); }
 Array stop_gradient(const Array& x, std::source_location loc) { return unary(P::stop_gradient, x, loc); }
 Array square(const Array& x, std::source_location loc) { return integer_pow(x, 2, loc); }
-Array reciprocal(const Array& x, std::source_location loc) { return integer_pow(x, -1, loc); }
+Array reciprocal(const Array& x, std::source_location loc) { return integer_pow(detail::as_inexact(x, loc), -1, loc); }
 
 Array integer_pow(const Array& x, std::int64_t n, std::source_location loc) {
   return bind1(P::integer_pow, {x}, params::IntegerPow{.y = n}, loc);
@@ -224,10 +253,25 @@ Array astype(const Array& x, DType dtype, std::source_location loc) {
 
 // ---- binary -----------------------------------------------------------------------------------
 
-Array add(const Array& a, const Array& b, std::source_location loc) { return binary(P::add, a, b, loc); }
+// jnp.add / jnp.multiply of two bool arrays: logical or / and (lax's add and mul refuse bools).
+Array add(const Array& a, const Array& b, std::source_location loc) {
+  if (a.dtype() == bool_ && b.dtype() == bool_) return bitwise_or(a, b, loc);
+  return binary(P::add, a, b, loc);
+}
 Array sub(const Array& a, const Array& b, std::source_location loc) { return binary(P::sub, a, b, loc); }
-Array mul(const Array& a, const Array& b, std::source_location loc) { return binary(P::mul, a, b, loc); }
+Array mul(const Array& a, const Array& b, std::source_location loc) {
+  if (a.dtype() == bool_ && b.dtype() == bool_) return bitwise_and(a, b, loc);
+  return binary(P::mul, a, b, loc);
+}
 Array div(const Array& a, const Array& b, std::source_location loc) { return binary(P::div, a, b, loc); }
+// jnp.true_divide: integers and bools divide in f64 (promote_args_inexact), floats as div.
+Array true_divide(const Array& a, const Array& b, std::source_location loc) {
+  if (is_floating(a.dtype()) && is_floating(b.dtype())) return div(a, b, loc);
+  const auto ab = promoted(P::div, {a, b}, loc);
+  if (is_floating(ab[0].dtype())) return div(ab[0], ab[1], loc);
+  return div(detail::as_inexact(ab[0], loc), detail::as_inexact(ab[1], loc), loc);
+}
+Array divide(const Array& a, const Array& b, std::source_location loc) { return true_divide(a, b, loc); }
 Array pow(const Array& a, const Array& b, std::source_location loc) { return binary(P::pow, a, b, loc); }
 Array atan2(const Array& y, const Array& x, std::source_location loc) { return binary(P::atan2, y, x, loc); }
 Array rem(const Array& x, const Array& y, std::source_location loc) { return binary(P::rem, x, y, loc); }
@@ -274,7 +318,14 @@ Array remainder(const Array& x, const Array& y, std::source_location loc) {
   return where(floor_differs(r, y, loc), add(r, y, loc), r, loc);
 }
 Array mod(const Array& x, const Array& y, std::source_location loc) { return remainder(x, y, loc); }
-Array pow(const Array& a, double b, std::source_location loc) {
+Array pow(const Array& a, detail::Scalar exponent, std::source_location loc) {
+  const double b = exponent.value;
+  // A C++ integer is jnp.power's concrete integer power: integer_pow in the base's dtype (a bool
+  // base as an integer); a negative one on an integer base is integer_pow's error, as JAX's.
+  if (exponent.integer && std::abs(b) <= 9.2e18) {
+    const DType d = a.dtype() == bool_ ? weak_scalar(exponent, a).dtype() : a.dtype();
+    return integer_pow(d == a.dtype() ? a : astype(a, d, loc), static_cast<std::int64_t>(b), loc);
+  }
   if (b == std::floor(b) && std::abs(b) <= 64) {
     // A C++ double is a weak float: an integer or bool base is promoted to the float dtype first
     // (jnp.power takes integer_pow for Python ints only), whole exponent or not. Strict mode
@@ -747,15 +798,15 @@ Array operator~(ArrayOperand x) { return bitwise_not(checked(x), x.loc); }
 Array operator+(ArrayOperand a, ArrayOperand b) { return add(checked(a), checked(b), a.loc); }
 Array operator-(ArrayOperand a, ArrayOperand b) { return sub(checked(a), checked(b), a.loc); }
 Array operator*(ArrayOperand a, ArrayOperand b) { return mul(checked(a), checked(b), a.loc); }
-Array operator/(ArrayOperand a, ArrayOperand b) { return div(checked(a), checked(b), a.loc); }
+Array operator/(ArrayOperand a, ArrayOperand b) { return true_divide(checked(a), checked(b), a.loc); }
 Array operator+(ArrayOperand a, detail::Scalar b) { return add(checked(a), weak_scalar(b, checked(a)), a.loc); }
 Array operator-(ArrayOperand a, detail::Scalar b) { return sub(checked(a), weak_scalar(b, checked(a)), a.loc); }
 Array operator*(ArrayOperand a, detail::Scalar b) { return mul(checked(a), weak_scalar(b, checked(a)), a.loc); }
-Array operator/(ArrayOperand a, detail::Scalar b) { return div(checked(a), weak_scalar(b, checked(a)), a.loc); }
+Array operator/(ArrayOperand a, detail::Scalar b) { return true_divide(checked(a), weak_scalar(b, checked(a)), a.loc); }
 Array operator+(detail::Scalar a, ArrayOperand b) { return add(weak_scalar(a, checked(b)), checked(b), b.loc); }
 Array operator-(detail::Scalar a, ArrayOperand b) { return sub(weak_scalar(a, checked(b)), checked(b), b.loc); }
 Array operator*(detail::Scalar a, ArrayOperand b) { return mul(weak_scalar(a, checked(b)), checked(b), b.loc); }
-Array operator/(detail::Scalar a, ArrayOperand b) { return div(weak_scalar(a, checked(b)), checked(b), b.loc); }
+Array operator/(detail::Scalar a, ArrayOperand b) { return true_divide(weak_scalar(a, checked(b)), checked(b), b.loc); }
 Array operator==(ArrayOperand a, ArrayOperand b) { return eq(checked(a), checked(b), a.loc); }
 Array operator!=(ArrayOperand a, ArrayOperand b) { return ne(checked(a), checked(b), a.loc); }
 Array operator<(ArrayOperand a, ArrayOperand b) { return lt(checked(a), checked(b), a.loc); }
@@ -777,11 +828,11 @@ Array operator>=(detail::Scalar a, ArrayOperand b) { return ge(weak_scalar(a, ch
 Array& operator+=(Array& a, ArrayOperand b) { return a = add(a, checked(b), b.loc); }
 Array& operator-=(Array& a, ArrayOperand b) { return a = sub(a, checked(b), b.loc); }
 Array& operator*=(Array& a, ArrayOperand b) { return a = mul(a, checked(b), b.loc); }
-Array& operator/=(Array& a, ArrayOperand b) { return a = div(a, checked(b), b.loc); }
+Array& operator/=(Array& a, ArrayOperand b) { return a = true_divide(a, checked(b), b.loc); }
 Array& operator+=(Array& a, detail::Located<detail::Scalar> b) { return a = add(a, weak_scalar(b.value, a), b.loc); }
 Array& operator-=(Array& a, detail::Located<detail::Scalar> b) { return a = sub(a, weak_scalar(b.value, a), b.loc); }
 Array& operator*=(Array& a, detail::Located<detail::Scalar> b) { return a = mul(a, weak_scalar(b.value, a), b.loc); }
-Array& operator/=(Array& a, detail::Located<detail::Scalar> b) { return a = div(a, weak_scalar(b.value, a), b.loc); }
+Array& operator/=(Array& a, detail::Located<detail::Scalar> b) { return a = true_divide(a, weak_scalar(b.value, a), b.loc); }
 
 // ---- logic, clamp, argmin (compositions) ------------------------------------------------------
 
@@ -831,8 +882,8 @@ Array clamp(const Array& lo, const Array& x, const Array& hi, std::source_locati
 // The bounds weakly typed (they were converted to x's dtype: -0.5 on an i32 array became 0).
 // Integer bounds on a narrow integer x (the result x's dtype) saturate to its range (clamping a
 // u8 to 300 is clamping it to 255; the bound wrapped to 44); with a float bound the result is a
-// float and the bounds stand. 64-bit ranges are not exact in a double: those bounds convert as
-// any C++ number does.
+// float and the bounds stand. 64-bit ranges are not exact in a double: those bounds are checked
+// as any C++ number mixed with an array (outside the range, an error).
 Array clamp(detail::Scalar lo, const Array& x, detail::Scalar hi, std::source_location loc) {
   // a float bound on an integer x: both bounds made in the float dtype the result has (an
   // integer bound made in x's dtype first wrapped: 200 on i8 was -56)

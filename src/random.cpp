@@ -70,17 +70,17 @@ Array unit_floats(const Array& key, std::int64_t n, DType dtype, const std::sour
     // the top nmant bits of each word: k / 2^nmant, exact in the dtype (JAX draws them from bits too)
     const int nmant = finfo(dtype).nmant;
     Array w = raw_words(key, n, loc);
-    return astype(w / (1 << (32 - nmant)), dtype, loc) * std::ldexp(1.0, -nmant);  // integer division
+    return astype(div(w, scalar(std::ldexp(1.0, 32 - nmant), u32), loc), dtype, loc) * std::ldexp(1.0, -nmant);  // integer division
   }
   if (dtype == f32) {
     // top 23 bits of each word: the mantissa of a float in [1, 2), minus 1
     Array w = raw_words(key, n, loc);
-    return astype(w / 512, f32, loc) * std::ldexp(1.0, -23);  // w / 512: integer division (w >> 9)
+    return astype(div(w, scalar(512.0, u32), loc), f32, loc) * std::ldexp(1.0, -23);  // w / 512: integer division (w >> 9)
   }
   // f64: 52 bits from a high word (first half) and a low word (second half)
   Array w = raw_words(key, 2 * n, loc);
   Array hi = astype(slice_in_dim(w, 0, n, 0, loc), f64, loc);
-  Array lo = astype(slice_in_dim(w, n, 2 * n, 0, loc) / 4096, f64, loc);  // integer division (>> 12)
+  Array lo = astype(div(slice_in_dim(w, n, 2 * n, 0, loc), scalar(4096.0, u32), loc), f64, loc);  // integer division (>> 12)
   return hi * std::ldexp(1.0, -32) + lo * std::ldexp(1.0, -52);
 }
 

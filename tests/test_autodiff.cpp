@@ -1075,3 +1075,34 @@ TEST_CASE("grad: the value must be one array, not a pytree, with or without has_
   CHECK(g.to_vector<double>() == std::vector<double>{0.6, -1.4, 2.4});
   CHECK(aux.to_vector<double>() == (x + 1.0).to_vector<double>());
 }
+
+TEST_CASE("custom_jvp / custom_vjp: differentiating with respect to a captured value is an error, not a silent zero (twenty-seventh session's review)") {
+  // JAX raises CustomJVPException / CustomVJPException; the gradient through the capture was 0
+  const xj::Array x = xj::array<double>({1.0, 2.0}, {2});
+  const auto vjp_loss = [&](const xj::Array& a) {
+    auto f = xj::custom_vjp([a](const xj::Array& y) { return a * y; },
+                            [a](const xj::Array& y) { return std::pair{a * y, a}; },
+                            [](const xj::Array& r, const xj::Array& ct) { return std::tuple{r * ct}; });
+    return xj::sum(f(x));
+  };
+  const xj::Array a0 = xj::array<double>({2.0, 3.0}, {2});
+  CHECK(vjp_loss(a0).item<double>() == 8.0);
+  CHECK_THROWS_WITH_AS((void)xj::grad(vjp_loss)(a0), doctest::Contains("captures"), xj::TransformError);
+  CHECK_THROWS_AS((void)xj::jit(xj::grad(vjp_loss))(a0), xj::TransformError);
+  const auto jvp_loss = [&](const xj::Array& a) {
+    auto f = xj::custom_jvp([a](const xj::Array& y) { return a * xj::sin(y); },
+                            [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                              return std::pair{xj::sin(std::get<0>(p)), xj::cos(std::get<0>(p)) * std::get<0>(t)};
+                            });
+    return xj::sum(f(x));
+  };
+  CHECK_THROWS_WITH_AS((void)xj::grad(jvp_loss)(a0), doctest::Contains("captures"), xj::TransformError);
+  // a captured value that is not differentiated is fine: d/dy sum(a * y) = a
+  const auto by_y = [&](const xj::Array& y) {
+    auto f = xj::custom_vjp([a0](const xj::Array& v) { return a0 * v; },
+                            [a0](const xj::Array& v) { return std::pair{a0 * v, a0}; },
+                            [](const xj::Array& r, const xj::Array& ct) { return std::tuple{r * ct}; });
+    return xj::sum(f(y));
+  };
+  CHECK(xj::grad(by_y)(x).to_vector<double>() == std::vector<double>{2.0, 3.0});
+}

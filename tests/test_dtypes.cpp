@@ -642,8 +642,16 @@ TEST_CASE("dtypes: review regressions: narrow and u64 indices, C++ numbers on na
   CHECK(xj::dynamic_slice(x, {big}, {2}).to_vector<double>() == std::vector<double>{40, 50});  // clamped
   CHECK(xj::at(x, big).set(0.0).to_vector<double>() == x.to_vector<double>());                  // dropped
   CHECK(xj::take(x, xj::reshape(big, {1})).to_vector<double>() == std::vector<double>{50});     // clamped
-  // C++ numbers: truncated and wrapped to the dtype's width (no undefined conversion)
-  CHECK((xj::array<std::uint8_t>({1, 2}) + 300).to_vector<int>() == std::vector<int>{45, 46});  // 300 = 256 + 44
+  // C++ numbers: a float saturates (no undefined conversion); an integer outside an integer
+  // dtype's range is a TypeError, as JAX's OverflowError (300 on u8 wrapped to 44)
+  CHECK_THROWS_WITH_AS(xj::array<std::uint8_t>({1, 2}) + 300, doctest::Contains("300 is out of u8's range [0, 255]"), xj::TypeError);
+  CHECK_THROWS_AS(xj::array<std::uint32_t>({1, 2}) + -1, xj::TypeError);
+  CHECK_THROWS_AS(xj::array<std::int8_t>({1}) * 128, xj::TypeError);
+  CHECK_THROWS_AS(xj::where(xj::astype(xj::array<std::uint8_t>({1}), xj::bool_), xj::array<std::uint16_t>({1}), 70000), xj::TypeError);
+  CHECK_THROWS_AS(xj::array<std::int32_t>({1}) + (std::int64_t{1} << 40), xj::TypeError);
+  CHECK((xj::array<std::int8_t>({1, 2}) + -128).to_vector<int>() == std::vector<int>{-127, -126});  // the ends hold
+  CHECK((xj::array<std::uint8_t>({1, 2}) * 255).to_vector<int>() == std::vector<int>{255, 254});    // 510 wraps (lax)
+  CHECK(xj::is_floating((xj::array<std::int32_t>({1}) + 2.5).dtype()));  // a float is not checked: the result is a float
   CHECK(xj::full({2}, 1e20, xj::u64).to_vector<std::uint64_t>() == std::vector<std::uint64_t>(2, std::numeric_limits<std::uint64_t>::max()));
   CHECK((xj::array<std::uint64_t>({1, 2}) + (std::uint64_t{1} << 63)).to_vector<std::uint64_t>() ==
         std::vector<std::uint64_t>{(std::uint64_t{1} << 63) + 1, (std::uint64_t{1} << 63) + 2});
@@ -679,8 +687,9 @@ TEST_CASE("dtype regressions from review: pow of an integer array by a whole dou
   const xj::Array flags = xj::astype(xj::array<std::uint8_t>({1, 0}, {2}), xj::bool_);
   CHECK(xj::astype(xj::pow(flags, 2.0), xj::f64).to_vector<double>() == std::vector<double>{1.0, 0.0});
   {
-    const xj::DtypePromotion strict;  // strict mode keeps the base's dtype, as before
-    CHECK(xj::pow(x, 2.0).dtype() == xj::i32);
+    const xj::DtypePromotion strict;  // a C++ float on an integer array has no join in JAX's strict lattice
+    CHECK_THROWS_AS((void)xj::pow(x, 2.0), xj::TypeError);
+    CHECK(xj::pow(x, 2).dtype() == xj::i32);  // a C++ integer power stays in the base's dtype
   }
   // max / min over no elements give the dtype's identity (lax's); i8 / i16 ran in i32 and wrapped
   // i32's identity to 0 / -1. Eager and jitted.

@@ -380,7 +380,13 @@ TEST_CASE("kernel: float max/min propagate NaN; bool max/min are or/and") {
   CHECK(values_of<U8>(run(Primitive::min, {a, b}, {{4}, DType::bool_})) == std::vector<U8>{0, 0, 0, 1});
   CHECK_THROWS_AS(run(Primitive::add, {a, b}, {{4}, DType::bool_}), xjax::Error);
   Array i = make<std::int32_t>({1}, {1});
-  CHECK_THROWS_AS(run(Primitive::pow, {i, i}, {{1}, DType::i32}), xjax::Error);
+  // integer powers wrap; a negative one is 1 / x^|y| truncated
+  Array base = make<std::int32_t>({3, -2, 1, -1, -1, 2, 0, 7}, {8}), ex = make<std::int32_t>({4, 3, -5, -3, -4, -1, -2, 40}, {8});
+  std::int64_t seven_40 = 1;
+  for (int k = 0; k < 40; ++k) seven_40 = static_cast<std::int64_t>(static_cast<std::uint64_t>(seven_40) * 7u);
+  CHECK(values_of<std::int32_t>(run(Primitive::pow, {base, ex}, {{8}, DType::i32})) ==
+        std::vector<std::int32_t>{81, -8, 1, -1, 1, 0, 0, static_cast<std::int32_t>(static_cast<std::uint32_t>(seven_40))});
+  (void)i;
 }
 
 // ---- comparisons -------------------------------------------------------------------------------

@@ -305,9 +305,16 @@ TEST_CASE("ops: where (and its alias select) takes a predicate of any dtype as p
   CHECK(xj::select(xj::array<std::int32_t>({1, 0, 1, 1}, {4}), a, b).to_vector<double>() == want);
 }
 
-TEST_CASE("ops: integer arithmetic (division truncates toward zero)") {
+TEST_CASE("ops: integer arithmetic (div truncates toward zero; the operator / is jnp's true division)") {
   xj::Array a = i32v({7, -7, 7, -7, 0}, {5}), b = i32v({2, 2, -2, -2, 3}, {5});
-  check_array(a / b, {5}, xj::i32, {3, -3, -3, 3, 0});
+  check_array(xj::div(a, b), {5}, xj::i32, {3, -3, -3, 3, 0});
+  check_array(a / b, {5}, xj::f64, {3.5, -3.5, -3.5, 3.5, 0.0});
+  check_array(a / 2, {5}, xj::f64, {3.5, -3.5, 3.5, -3.5, 0.0});
+  check_array(1 / b, {5}, xj::f64, {0.5, 0.5, -0.5, -0.5, 1.0 / 3.0});
+  check_array(xj::astype(a, xj::f32) / b, {5}, xj::f32, {3.5, -3.5, -3.5, 3.5, 0.0});  // a float operand keeps its dtype
+  xj::Array q = a;
+  q /= 2;
+  CHECK(q.dtype() == xj::f64);
   check_array(a * b, {5}, xj::i32, {14, -14, -14, 14, 0});
   check_array(a - b, {5}, xj::i32, {5, -9, 9, -5, -3});
   check_array(xj::maximum(a, b), {5}, xj::i32, {7, 2, 7, -2, 3});

@@ -233,3 +233,43 @@ TEST_CASE("promotion: an unused input's zero gradient stays strongly typed besid
   CHECK(xj::max(xj::abs(g)).item<double>() == 0.0);
   CHECK(xj::grad(loss)(std::vector<xj::Array>{x, x}).at(0).dtype() == xj::f32);
 }
+
+TEST_CASE("promotion regressions from the twenty-seventh session's review: jnp's float functions, true division, powers and bools") {
+  const xj::Array i = xj::array<std::int32_t>({-2, 0, 3}, {3});
+  // exp / sqrt / sin ... of integers and bools compute in f64 (jnp); they raised a TypeError
+  const xj::Array e = xj::exp(i);
+  CHECK(e.dtype() == xj::f64);
+  const auto ev = e.to_vector<double>();
+  CHECK(ev[0] == std::exp(-2.0));
+  CHECK(ev[2] == std::exp(3.0));
+  CHECK(xj::sqrt(xj::array<std::uint8_t>({4, 9}, {2})).to_vector<double>() == std::vector<double>{2.0, 3.0});
+  CHECK(xj::floor(i).dtype() == xj::i32);  // floor / ceil of integers: the integers themselves
+  CHECK(xj::reciprocal(xj::array<std::int32_t>({2, 4}, {2})).to_vector<double>() == std::vector<double>{0.5, 0.25});
+  // pow by a C++ integer: integer_pow in the base's dtype (3037000499^2 exact in i64; it went through f32)
+  const xj::Array big = xj::array<std::int64_t>({3037000499LL}, {1});
+  CHECK(xj::pow(big, 2).dtype() == xj::i64);
+  CHECK(xj::pow(big, 2).to_vector<std::int64_t>() == std::vector<std::int64_t>{3037000499LL * 3037000499LL});
+  CHECK_THROWS_AS((void)xj::pow(big, -1), xj::TypeError);  // as JAX's integer_pow
+  CHECK(xj::pow(xj::astype(i, xj::f32), 2).dtype() == xj::f32);
+  // pow of two integer arrays: integer powers (they raised); checked against a loop
+  const xj::Array ex = xj::array<std::int64_t>({3, 5, -1}, {3});
+  const auto pv = xj::pow(xj::astype(i, xj::i64), ex).to_vector<std::int64_t>();
+  CHECK(pv == std::vector<std::int64_t>{-8, 0, 0});
+  CHECK(xj::jit([](const xj::Array& a, const xj::Array& b) { return xj::pow(a, b); })(xj::astype(i, xj::i64), ex)
+            .to_vector<std::int64_t>() == pv);
+  // bool + bool is logical or, bool * bool logical and (jnp)
+  const xj::Array t = xj::astype(xj::array<std::uint8_t>({0, 0, 1, 1}, {4}), xj::bool_);
+  const xj::Array u = xj::astype(xj::array<std::uint8_t>({0, 1, 0, 1}, {4}), xj::bool_);
+  CHECK((t + u).dtype() == xj::bool_);
+  CHECK(xj::astype(t + u, xj::i32).to_vector<int>() == std::vector<int>{0, 1, 1, 1});
+  CHECK(xj::astype(t * u, xj::i32).to_vector<int>() == std::vector<int>{0, 0, 0, 1});
+  // strict mode: a C++ float with an integer array, or an integer with a bool array, has no join
+  // (0.5 times an i32 array was truncated to 0)
+  {
+    const xj::DtypePromotion strict;
+    CHECK_THROWS_AS((void)(i * 0.5), xj::TypeError);
+    CHECK_THROWS_AS((void)(t + 1), xj::TypeError);
+    CHECK((i * 2).dtype() == xj::i32);
+    CHECK((xj::astype(i, xj::f32) * 2).dtype() == xj::f32);  // an integer joins a float array
+  }
+}

@@ -110,7 +110,8 @@ TEST_CASE("shape rules: binary arithmetic") {
   CHECK(eval1(Primitive::min, {bool_({3}), bool_({3})}) == bool_({3}));
 
   CHECK(eval1(Primitive::pow, {f64({2}), f64({2})}) == f64({2}));
-  check_rule_error<xj::TypeError>(Primitive::pow, {i32({2}), i32({2})}, {}, {"i32[2], i32[2]", "floating"});
+  CHECK(eval1(Primitive::pow, {i32({2}), i32({2})}) == i32({2}));  // integer powers (jnp.power)
+  check_rule_error<xj::TypeError>(Primitive::pow, {bool_({2}), bool_({2})}, {}, {"bool[2], bool[2]"});
 }
 
 TEST_CASE("shape rules: comparisons give bool") {
@@ -285,14 +286,17 @@ TEST_CASE("shape rules: dtype mistakes in user ops raise TypeError naming op, ty
     check_user_error<xj::TypeError>([&] { (void)xj::mul(f, i); }, {"mul", "f32[3], i32[3]"});
     check_user_error<xj::TypeError>([&] { (void)xj::concatenate({f, i}); }, {"concatenate", "f32[3], i32[3]"});
   }
-  check_user_error<xj::TypeError>([&] { (void)xj::sin(i); }, {"sin", "i32[3]"});
-  check_user_error<xj::TypeError>([&] { (void)xj::exp(xj::zeros({}, xj::bool_)); }, {"exp", "bool[]"});
-  check_user_error<xj::TypeError>([&] { (void)xj::pow(i, i); }, {"pow", "i32[3], i32[3]"});
+  // the lax primitives want floats; the user ops promote integers and bools to f64 (jnp's)
+  check_rule_error<xj::TypeError>(Primitive::sin, {i32({3})}, {}, {"i32[3]", "floating"});
+  CHECK(xj::sin(i).dtype() == xj::f64);
+  CHECK(xj::exp(xj::zeros({}, xj::bool_)).dtype() == xj::f64);
+  check_user_error<xj::TypeError>([&] { (void)xj::pow(xj::zeros({3}, xj::bool_), xj::zeros({3}, xj::bool_)); }, {"pow", "bool[3], bool[3]"});
+  check_user_error<xj::TypeError>([&] { (void)xj::integer_pow(i, -1); }, {"integer_pow", "i32[3]"});
   // where (and its alias select) reads a non-bool predicate as pred != 0 (jnp.where); the
   // primitive's rule still wants bool (select_n's tests).
   CHECK_NOTHROW((void)xj::where(f, f, f));
   check_user_error<xj::TypeError>(
-      [&] { (void)xj::make_jaxpr([](const xj::Array& x) { return xj::log(x); })(i); }, {"log", "i32[3]"});
+      [&] { (void)xj::make_jaxpr([](const xj::Array& x) { return xj::integer_pow(x, -2); })(i); }, {"integer_pow", "i32[3]"});
 }
 
 TEST_CASE("shape rules: reshape") {

@@ -21,6 +21,17 @@ std::vector<Array> with_consts(const ClosedJaxpr& j, std::span<const Array> args
   return in;
 }
 
+// A captured value (one of the call's `nc` leading consts) with a tangent: the user's rule
+// speaks of the explicit arguments only, so its derivative would be dropped (a silent zero). JAX
+// raises CustomJVPException / CustomVJPException here.
+void require_constant_captures(const char* what, const JvpArgs& a, std::size_t nc) {
+  for (std::size_t i = 0; i < nc; ++i)
+    if (!a.t[i].is_zero())
+      throw TransformError(std::string(what) + ": differentiated with respect to a value its function captures (a " +
+                           a.t[i].aval().str() + " closed over, at " + format_location(a.loc) +
+                           "); the rule only covers the explicit arguments: pass that value as an argument");
+}
+
 }  // namespace
 
 // ---- custom_jvp_call -------------------------------------------------------------------------
@@ -41,6 +52,7 @@ std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, 
 JvpOut custom_jvp_call_jvp(const JvpArgs& a) {
   const auto& ps = a.params.get<params::CustomJvpCall>();
   auto nc = static_cast<std::size_t>(ps.num_consts);
+  require_constant_captures("custom_jvp", a, nc);
   std::vector<Array> tangents;
   for (std::size_t i = nc; i < a.t.size(); ++i) tangents.push_back(a.t[i].instantiate());
   const auto& obj = object<JvpRuleObject>(ps.jvp);
@@ -89,6 +101,7 @@ JvpOut custom_vjp_call_jvp(const JvpArgs& a) {
   if (ad_mode() == AdMode::forward) custom_vjp_no_forward_mode();
   const auto& ps = a.params.get<params::CustomVjpCall>();
   auto nc = static_cast<std::size_t>(ps.num_consts);
+  require_constant_captures("custom_vjp", a, nc);
   const auto& obj = object<BwdObject>(ps.bwd);
   std::vector<Array> all = eval_jaxpr(*ps.fwd_jaxpr, a.x);
   std::size_t nout = obj.out_avals.size();

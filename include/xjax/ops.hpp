@@ -139,9 +139,17 @@ Array astype(const Array& x, DType dtype, XJAX_LOC);
 Array add(const Array& a, const Array& b, XJAX_LOC);
 Array sub(const Array& a, const Array& b, XJAX_LOC);
 Array mul(const Array& a, const Array& b, XJAX_LOC);
+/// lax.div: integers divide with truncation toward zero (x / 0 = 0); `/` is true_divide.
 Array div(const Array& a, const Array& b, XJAX_LOC);
+/// jnp.true_divide (alias divide, and the operator `/`): integers and bools in f64, as jnp.
+Array true_divide(const Array& a, const Array& b, XJAX_LOC);
+Array divide(const Array& a, const Array& b, XJAX_LOC);
+/// jnp.power: integers raised to integer powers wrap; a negative integer power of an integer is
+/// 1 / x^|y| truncated (1 at x = 1, +-1 at x = -1, else 0).
 Array pow(const Array& a, const Array& b, XJAX_LOC);
-Array pow(const Array& a, double b, XJAX_LOC);
+/// A C++ integer exponent is integer_pow in the base's dtype (jnp.power's concrete integer
+/// powers; a negative one on integers is a TypeError); a double is a weak float.
+Array pow(const Array& a, detail::Scalar b, XJAX_LOC);
 Array maximum(const Array& a, const Array& b, XJAX_LOC);
 Array minimum(const Array& a, const Array& b, XJAX_LOC);
 Array eq(const Array& a, const Array& b, XJAX_LOC);

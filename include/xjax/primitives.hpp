@@ -74,7 +74,7 @@
   X(div, div, None, binary, numeric, Y)                                                              \
   X(max, max, None, binary, any, Y)                                                                  \
   X(min, min, None, binary, any, Y)                                                                  \
-  X(pow, pow, None, binary, floats, Y)                                                               \
+  X(pow, pow, None, binary, numeric, Y)                                                              \
   X(atan2, atan2, None, binary, floats, Y)                                                           \
   X(rem, rem, None, binary, numeric, Y)                                                              \
   X(nextafter, nextafter, None, binary, floats, Y)                                                   \

@@ -55,13 +55,22 @@ template <class T> void int_integer_pow(const T* x, T* o, std::size_t n, std::in
 
 // ---- binary ------------------------------------------------------------------------------------
 
+// x^y of integers (jnp.power), wrapping; a negative power is 1 / x^|y| truncated toward zero: 1 at
+// x = 1, +-1 at x = -1, else 0 (also at x = 0, as x / 0 = 0).
+template <class T> T int_pow(T x, T y) {
+  if constexpr (std::is_signed_v<T>)
+    if (y < 0) return x == T{1} ? T{1} : x == T(-1) ? ((y & 1) != 0 ? T(-1) : T{1}) : T{0};
+  return pow_by_squaring(x, static_cast<std::uint64_t>(y), T{1}, wrap_mul<T>);
+}
+
 template <class T> void int_binary(Primitive p, const T* x, const T* y, T* o, std::size_t n) {
-  // Integers wrap around (two's complement) and divide safely; pow and atan2 have no integer kernel.
+  // Integers wrap around (two's complement) and divide safely; atan2 has no integer kernel.
   if (p == Primitive::add) return loop2(x, y, o, n, wrap_add<T>);
   if (p == Primitive::sub) return loop2(x, y, o, n, wrap_sub<T>);
   if (p == Primitive::mul) return loop2(x, y, o, n, wrap_mul<T>);
   if (p == Primitive::div) return loop2(x, y, o, n, safe_div<T>);
   if (p == Primitive::rem) return loop2(x, y, o, n, safe_rem<T>);
+  if (p == Primitive::pow) return loop2(x, y, o, n, int_pow<T>);
   if (p == Primitive::bitwise_and) return loop2(x, y, o, n, [](T a, T b) { return static_cast<T>(a & b); });
   if (p == Primitive::bitwise_or) return loop2(x, y, o, n, [](T a, T b) { return static_cast<T>(a | b); });
   if (p == Primitive::bitwise_xor) return loop2(x, y, o, n, [](T a, T b) { return static_cast<T>(a ^ b); });
