@@ -61,6 +61,7 @@ void check_args(const Jaxpr& j, std::span<const Array> args, std::span<const Arr
     throw TypeError("eval_jaxpr: " + std::to_string(args.size()) + " arguments for a jaxpr of " +
                     std::to_string(j.invars.size()) + " inputs");
   for (std::size_t i = 0; i < args.size(); ++i) detail::check_not_donated(args[i], "passed to a jitted function (or eval_jaxpr)");
+  for (const Array& c : consts) detail::check_not_donated(c, "a constant of the jaxpr evaluated");
   for (std::size_t i = 0; i < args.size(); ++i)
     if (!args[i].valid() || args[i].aval() != j.invars[i].aval())
       throw TypeError("eval_jaxpr: argument " + std::to_string(i) + " is " +
@@ -173,7 +174,9 @@ void run_steps(const detail::EvalPlan& plan, PlanFrame& frame, std::vector<Array
   }
   for (Primitive p : plan.inlined_calls) detail::count_eval(p);
   result.clear();
-  for (const auto& op : plan.outs) result.push_back(read(op));
+  // A literal output, or a value returned twice, comes back as a handle of its own: donating it
+  // must leave the jaxpr's literal and the other output alone (XLA gives each output a buffer).
+  for (const auto& op : plan.outs) result.push_back(op.literal || op.repeated ? detail::fresh_handle(read(op)) : read(op));
 }
 
 // Puts the consts, then the inputs (moved when `args` is owned), into their slots.

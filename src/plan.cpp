@@ -431,7 +431,7 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     // select_n kernel picks each element through a case index; the fused loop blends with SIMD.
     // Not in bf16 / f16: the kernel moves their bits as they are (NaN payloads too), where the
     // loop would widen and round them.
-    const bool lone_select = end - i == 1 && e.prim == Primitive::select_n && !is_narrow(key->storage);
+    const bool lone_select = key && end - i == 1 && e.prim == Primitive::select_n && !is_narrow(key->storage);
     if (key && (end - i >= 2 || lone_select)) {
       EvalPlan::Step st = fuse(eqns, i, end, *key, last_use, operand);
       std::size_t k = 0;
@@ -477,7 +477,12 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& source) {
     plan->steps.push_back(std::move(st));
     i = end;
   }
-  for (const auto& o : *outvars) plan->outs.push_back(operand(o));
+  for (const auto& o : *outvars) {
+    EvalPlan::Operand op = operand(o);
+    op.repeated = !op.literal && std::any_of(plan->outs.begin(), plan->outs.end(),
+                                             [&](const EvalPlan::Operand& q) { return !q.literal && q.slot == op.slot; });
+    plan->outs.push_back(op);
+  }
   for (auto& st : plan->steps) st.label = step_label(st);
   plan->raw = make_raw_plan(*plan);
   return plan;

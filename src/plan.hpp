@@ -24,6 +24,7 @@ struct EvalPlan {
     std::size_t slot = 0;
     const Literal* literal = nullptr;
     bool last_use = false;  // the step is the slot's last reader (and reads it once): moved out
+    bool repeated = false;  // in `outs`: an earlier output reads the same slot
   };
   /// call: a checkpoint, whose evaluation is its body's: the body's plan runs directly (no impl
   /// rule, no plan lookup per execution; the body belongs to the equation's params).

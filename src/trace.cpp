@@ -21,6 +21,7 @@ struct Builder : std::enable_shared_from_this<Builder> {
   std::vector<Var> invars;
   std::vector<Var> constvars;
   std::vector<Array> consts;
+  std::vector<Array> captured;  // the caller's handles of consts (see add_const)
   std::unordered_map<const ArrayImpl*, Var> const_of;
   std::vector<Eqn> eqns;
 
@@ -37,12 +38,17 @@ struct Builder : std::enable_shared_from_this<Builder> {
     return Array(std::move(impl));
   }
 
+  // A captured concrete array is held through a handle of the jaxpr's own (on the same buffer):
+  // donating the caller's array to another jit then leaves this jaxpr's value alone (it reset the
+  // one handle both shared: a later call read freed memory). `captured` keeps the caller's handle
+  // alive so that `const_of`'s keys stay unique while the trace lasts.
   Var add_const(const Array& a) {
     auto it = const_of.find(a.impl().get());
     if (it != const_of.end()) return it->second;
     Var v(a.aval());
     constvars.push_back(v);
-    consts.push_back(a);
+    consts.push_back(detail::fresh_handle(a));
+    captured.push_back(a);
     const_of.emplace(a.impl().get(), v);
     return v;
   }
@@ -63,7 +69,10 @@ Atom to_atom(Builder& b, const Array& a, const std::source_location* used_at = n
   if (!a.valid()) throw Error("an empty xj::Array (default-constructed) was passed to an operation");
   const auto& im = *a.impl();
   if (!im.tracer) {
-    if (im.aval.ndim() == 0) return Literal{a};
+    detail::check_not_donated(a, "used in a traced function");
+    // a literal of its own handle, as consts (add_const): donating the caller's scalar later
+    // leaves the jaxpr's value, and an output that is this literal is not the caller's array
+    if (im.aval.ndim() == 0) return Literal{detail::fresh_handle(a)};
     return b.add_const(a);
   }
   auto owner = im.tracer->builder.lock();

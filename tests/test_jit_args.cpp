@@ -417,3 +417,55 @@ TEST_CASE("jit regressions from the twenty-sixth session: the promotion mode key
   CHECK(twice_plus_one(y).to_vector<float>() == std::vector<float>{3, 5});
   CHECK(x.to_vector<float>() == std::vector<float>{1, 2});
 }
+
+TEST_CASE("jit regressions from the twenty-seventh session's review: donating an array another jit captured, a literal output, an output returned twice") {
+  const auto donating = xj::jit([](const xj::Array& y) { return y + 1.0f; }, {.donate_argnums = {0}});
+  // a captured scalar (a literal of f's jaxpr) donated to another jit: f read freed memory (42s)
+  {
+    const xj::Array s = xj::scalar(3.0f);
+    const auto f = xj::jit([s](const xj::Array& x) { return x * s; });
+    const xj::Array x = xj::ones({4});
+    CHECK(f(x).to_vector<float>() == std::vector<float>(4, 3.0f));
+    (void)donating(s);
+    const xj::Array junk = xj::full({}, 42.0f);
+    CHECK(f(x).to_vector<float>() == std::vector<float>(4, 3.0f));
+    CHECK(junk.item<float>() == 42.0f);
+  }
+  // a captured array past the raw plans' size donated to another jit: the next call crashed
+  {
+    const xj::Array c = xj::ones({100000});
+    const auto uses_c = xj::jit([c](const xj::Array& x) { return x * c + 1.0f; });
+    const xj::Array x = xj::full({100000}, 2.0f);
+    CHECK(uses_c(x).to_vector<float>()[7] == 3.0f);
+    (void)xj::jit([](const xj::Array& y) { return y * 2.0f; }, {.donate_argnums = {0}})(c);
+    const auto again = uses_c(x).to_vector<float>();
+    CHECK(again[7] == 3.0f);
+    CHECK(again[99999] == 3.0f);
+  }
+  // an output that is a captured scalar is not the caller's handle: donating it leaves s and f
+  {
+    const xj::Array s = xj::scalar(3.0f);
+    const auto f = xj::jit([s](const xj::Array& x) { return std::vector<xj::Array>{x * 2.0f, s}; });
+    const auto r = f(xj::ones({100000}));
+    CHECK(r[1].impl() != s.impl());
+    (void)donating(r[1]);
+    CHECK(s.item<float>() == 3.0f);
+    CHECK(f(xj::ones({100000}))[1].item<float>() == 3.0f);
+  }
+  // one value returned twice is two handles (the Array executor returned one)
+  {
+    const auto f = xj::jit([](const xj::Array& a) {
+      const xj::Array t = a * 2.0f;
+      return std::vector<xj::Array>{t, t};
+    });
+    const auto r = f(xj::ones({100000}));
+    (void)donating(r[0]);
+    CHECK(r[1].to_vector<float>()[5] == 2.0f);
+  }
+  // a donated array cannot be captured
+  {
+    xj::Array d = xj::ones({3});
+    (void)donating(d);
+    CHECK_THROWS_WITH_AS((void)xj::jit([d](const xj::Array& x) { return x + d; })(xj::ones({3})), doctest::Contains("donated"), xj::Error);
+  }
+}
