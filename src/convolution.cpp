@@ -224,13 +224,15 @@ namespace {
 // The window of a pool over x's spatial dims (x: batch, spatial..., features).
 Array pool(const Array& x, WindowOp op, const Ints& window_shape, const Ints& strides, const Padding& padding,
            const char* name, const std::source_location& loc) {
-  const std::int64_t r = x.ndim();
-  if (static_cast<std::int64_t>(window_shape.size()) + 2 != r)
-    shape_fail(name, "x must be (batch, spatial..., features): rank " + std::to_string(window_shape.size() + 2) + " for a " +
-                   std::to_string(window_shape.size()) + "-D window, got rank " + std::to_string(r), loc);
+  // flax's pool: any number of leading batch dims (none too), each with a window of 1
+  const std::int64_t r = x.ndim(), batch_dims = r - static_cast<std::int64_t>(window_shape.size()) - 1;
+  if (batch_dims < 0)
+    shape_fail(name, "x must be (batch..., spatial..., features): rank at least " + std::to_string(window_shape.size() + 1) +
+                   " for a " + std::to_string(window_shape.size()) + "-D window, got rank " + std::to_string(r), loc);
   const Ints st = ones_if_empty(strides, window_shape.size());
   if (st.size() != window_shape.size()) shape_fail(name, "strides need one entry per window dimension", loc);
-  Ints window{1}, stride{1};
+  const auto leading = static_cast<std::size_t>(batch_dims);
+  Ints window(leading, 1), stride(leading, 1);
   window.insert(window.end(), window_shape.begin(), window_shape.end());
   stride.insert(stride.end(), st.begin(), st.end());
   window.push_back(1);
@@ -240,7 +242,7 @@ Array pool(const Array& x, WindowOp op, const Ints& window_shape, const Ints& st
     if (padding.pairs.size() != window_shape.size())
       shape_fail(name, "padding needs " + std::to_string(window_shape.size()) + " (low, high) pairs, one per window dimension, got " +
                            std::to_string(padding.pairs.size()), loc);
-    std::vector<std::pair<std::int64_t, std::int64_t>> pairs{{0, 0}};
+    std::vector<std::pair<std::int64_t, std::int64_t>> pairs(leading, {0, 0});
     pairs.insert(pairs.end(), padding.pairs.begin(), padding.pairs.end());
     pairs.emplace_back(0, 0);
     pad = Padding(pairs);

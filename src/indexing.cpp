@@ -137,6 +137,12 @@ std::vector<Array> meshgrid(const std::vector<Array>& xs, const std::string& ind
 
 namespace detail {
 
+void require_takeable(const char* what, const Array& x, std::int64_t axis, std::int64_t count, const std::source_location& loc) {
+  if (count == 0 || x.dim(axis) != 0) return;
+  throw ShapeError(std::string(what) + "(" + x.aval().str() + "): cannot take " + std::to_string(count) +
+                   " elements from the empty axis " + std::to_string(axis) + " (at " + format_location(loc) + ")");
+}
+
 Array gather_index(const Array& i, const std::source_location& loc) {
   if (i.dtype() == i32 || i.dtype() == i64 || !is_integer(i.dtype())) return i;  // gather's rule names a wrong dtype
   // u64 beyond 2^62 indexes past any array: capped so that i64 keeps it positive

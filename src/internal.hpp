@@ -59,6 +59,10 @@ struct ArrayImpl {
 /// and u64 to i64 (u64 capped at 2^62, past any array, so that it stays positive); others as
 /// they are (the shape rule names a wrong dtype).
 Array gather_index(const Array& i, const std::source_location& loc);
+/// An Error unless `count` indices can be taken along x's axis: none from an empty axis (jnp.take's
+/// IndexError; the clamped gather read zeros there; jnp.take_along_axis and at[].get fill
+/// instead, and xjax's read zeros). `what` names the operation.
+void require_takeable(const char* what, const Array& x, std::int64_t axis, std::int64_t count, const std::source_location& loc);
 
 /// jnp's promote_dtypes_inexact for one operand (x64): floats as they are, integers and bools in
 /// f64 (mean, var, logsumexp, softmax, softplus ... of integers); a weakly typed x stays weak.

@@ -16,6 +16,17 @@ void same_shape(const char* fn, const Array& a, const Array& b, const std::sourc
                      format_location(loc) + ")");
 }
 
+// optax broadcasts the labels of the cross entropies and huber_loss's targets (its l2_loss /
+// squared_error asserts equal shapes).
+void broadcastable(const char* fn, const Array& a, const Array& b, const std::source_location& loc) {
+  try {
+    (void)broadcast_shapes(a.shape(), b.shape());
+  } catch (const ShapeError&) {
+    throw ShapeError(std::string(fn) + "(" + a.aval().str() + ", " + b.aval().str() + "): the operands' shapes do not broadcast (at " +
+                     format_location(loc) + ")");
+  }
+}
+
 // optax asserts float predictions and logits (chex.assert_type): an integer error made 0.5 e^2 an
 // integer 0, integer logits reached logsumexp's integer path.
 void require_floats(const char* fn, const char* what, const Array& x, const std::source_location& loc) {
@@ -24,17 +35,21 @@ void require_floats(const char* fn, const char* what, const Array& x, const std:
                     format_location(loc) + ")");
 }
 
-Array error_of(const Array& predictions, const std::optional<Array>& targets, const char* fn, const std::source_location& loc) {
+Array error_of(const Array& predictions, const std::optional<Array>& targets, const char* fn, bool broadcasts,
+               const std::source_location& loc) {
   require_floats(fn, "predictions", predictions, loc);
   if (!targets) return predictions;
-  same_shape(fn, predictions, *targets, loc);
+  if (broadcasts)
+    broadcastable(fn, predictions, *targets, loc);
+  else
+    same_shape(fn, predictions, *targets, loc);
   return sub(predictions, *targets, loc);
 }
 
 }  // namespace
 
 Array softmax_cross_entropy(const Array& logits, const Array& labels, std::source_location loc) {
-  same_shape("softmax_cross_entropy", logits, labels, loc);
+  broadcastable("softmax_cross_entropy", logits, labels, loc);
   return neg(sum(mul(labels, log_softmax(logits, -1, loc), loc), {-1}, false, loc), loc);
 }
 
@@ -62,18 +77,18 @@ Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array
 // optax's: float logits, the labels converted to their dtype (a bf16 loss stays bf16, f32 logits
 // with f64 labels f32; promoting them widened the loss and its gradient).
 Array sigmoid_binary_cross_entropy(const Array& logits, const Array& labels, std::source_location loc) {
-  same_shape("sigmoid_binary_cross_entropy", logits, labels, loc);
+  broadcastable("sigmoid_binary_cross_entropy", logits, labels, loc);
   require_floats("sigmoid_binary_cross_entropy", "logits", logits, loc);
   return sub(softplus(logits, loc), mul(astype(labels, logits.dtype(), loc), logits, loc), loc);
 }
 
 Array l2_loss(const Array& predictions, const std::optional<Array>& targets, std::source_location loc) {
-  const Array e = error_of(predictions, targets, "l2_loss", loc);
+  const Array e = error_of(predictions, targets, "l2_loss", false, loc);
   return mul(square(e, loc), scalar_like(0.5, e), loc);
 }
 
 Array huber_loss(const Array& predictions, const std::optional<Array>& targets, double delta, std::source_location loc) {
-  const Array e = error_of(predictions, targets, "huber_loss", loc);
+  const Array e = error_of(predictions, targets, "huber_loss", true, loc);
   const Array size = abs(e, loc);
   const Array quadratic = minimum(size, scalar_like(delta, e), loc);
   const Array linear = sub(size, quadratic, loc);  // |e| - delta beyond delta, else 0

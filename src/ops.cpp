@@ -82,9 +82,10 @@ std::pair<Array, Array> broadcast_pair(P p, const Array& a, const Array& b, cons
 // (C++ numbers, values computed from them only) adopt as JAX's weak types do; all weak: theirs.
 DType promoted_dtype(std::span<const Array> xs) {
   const bool any_strong = std::any_of(xs.begin(), xs.end(), [](const Array& x) { return !detail::is_weak(x); });
-  std::optional<DType> t;
+  std::vector<DType> joined;
   for (const auto& x : xs)
-    if (!any_strong || !detail::is_weak(x)) t = t ? promote_types(*t, x.dtype()) : x.dtype();
+    if (!any_strong || !detail::is_weak(x)) joined.push_back(x.dtype());
+  std::optional<DType> t = detail::promote_types_of(joined);
   for (const auto& x : xs)
     if (any_strong && detail::is_weak(x)) t = detail::weak_result(*t, !is_floating(x.dtype()));
   return t.value();
@@ -308,14 +309,19 @@ Array floor_divide(const Array& x, const Array& y, std::source_location loc) {
   const Array r = rem(x, y, loc);
   const Array one = scalar(1.0, r.dtype());
   if (!is_floating(r.dtype())) return where(floor_differs(r, y, loc), sub(div(x, y, loc), one, loc), div(x, y, loc), loc);
-  const Array q = div(sub(x, r, loc), y, loc);
+  // x / 0 is +-inf or NaN as the division gives it (jnp's divmod; x - rem(x, 0) was NaN)
+  const Array q = div(where(eq(y, scalar(0.0, y.dtype()), loc), x, sub(x, r, loc), loc), y, loc);
   const Array rounded = round(q, RoundingMethod::away_from_zero, loc);  // q is an integer up to rounding (floor(q + 0.5) rounded odd q past 2^23 up)
   return where(floor_differs(r, y, loc), sub(rounded, one, loc), rounded, loc);
 }
 
+// Integers: x mod 0 = 0, as jnp's (it reads a zero divisor as 1; rem gives x there).
 Array remainder(const Array& x, const Array& y, std::source_location loc) {
-  const Array r = rem(x, y, loc);
-  return where(floor_differs(r, y, loc), add(r, y, loc), r, loc);
+  auto xy = promoted(P::rem, {x, y}, loc);
+  if (!is_floating(xy[1].dtype()))
+    xy[1] = where(eq(xy[1], scalar(0.0, xy[1].dtype()), loc), scalar(1.0, xy[1].dtype()), xy[1], loc);
+  const Array r = rem(xy[0], xy[1], loc);
+  return where(floor_differs(r, xy[1], loc), add(r, xy[1], loc), r, loc);
 }
 Array mod(const Array& x, const Array& y, std::source_location loc) { return remainder(x, y, loc); }
 Array pow(const Array& a, detail::Scalar exponent, std::source_location loc) {
@@ -638,6 +644,7 @@ Array pad(const Array& x, const Array& padding_value, const Axes& lo, const Axes
 
 Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
   axis = norm_axis(axis, x.ndim(), "take", x, loc);
+  detail::require_takeable("take", x, axis, indices.size(), loc);
   return bind1(P::gather, {x, detail::gather_index(indices, loc)}, params::Gather{.axis = axis, .fill_or_drop = false}, loc);
 }
 
@@ -679,7 +686,9 @@ Array take_along_axis(const Array& x, const Array& indices, std::int64_t axis, s
     stride *= x.shape()[d];
   }
   flat = broadcast_to(flat, out, loc);
-  return reshape(take(reshape(x, {x.size()}, loc), reshape(flat, {shape_size(out)}, loc), 0, loc), out, loc);
+  // the clamped gather itself: take refuses an empty axis, where take_along_axis reads zeros
+  const Array rows = reshape(x, {x.size()}, loc), index = detail::gather_index(reshape(flat, {shape_size(out)}, loc), loc);
+  return reshape(bind1(P::gather, {rows, index}, params::Gather{.axis = 0, .fill_or_drop = false}, loc), out, loc);
 }
 
 Array iota(DType dtype, const Shape& shape, std::int64_t dimension, std::source_location loc) {
@@ -1054,11 +1063,12 @@ Array logaddexp_tangent(const Array& a, const Array& b, const Array& out, const 
 // The value's composition is smooth, but its pieces' kinks at a == b (max, |a - b|) cancel only
 // in value and slope: differentiated twice it gave 0 there instead of 1/4 (as softplus did;
 // src/lean_composites.cpp). So the derivative is a rule, as JAX's logaddexp's is.
+// Integers and bools in f64 (jnp's promote_args_inexact: a - b wrapped in i8).
 Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
-  const auto ab = promoted(P::max, {a, b}, loc);
+  auto ab = promoted(P::max, {a, b}, loc);
+  if (!is_floating(ab[0].dtype())) ab = {detail::as_inexact(ab[0], loc), detail::as_inexact(ab[1], loc)};
   const auto [x, y] = broadcast_pair(P::max, ab[0], ab[1], loc);
   auto f = [loc](const Array& u, const Array& v) { return logaddexp_value(u, v, loc); };
-  if (!is_floating(x.dtype())) return f(x, y);
   return custom_jvp(f, [f, loc](const std::tuple<Array, Array>& p, const std::tuple<Array, Array>& t) {
     const auto& [u, v] = p;
     const auto& [du, dv] = t;

@@ -119,6 +119,13 @@ DType weak_result(DType array_dtype, bool integer) {
   return dtype_at(join(node_of(array_dtype), wi), array_dtype, array_dtype);
 }
 
+DType promote_types_of(std::span<const DType> dtypes) {
+  if (dtypes.empty()) throw TypeError("promote_types: no dtypes");
+  Node n = node_of(dtypes.front());
+  for (DType d : dtypes.subspan(1)) n = join(n, node_of(d));
+  return strong_at(n, dtypes.front(), dtypes.back());
+}
+
 DType result_type_of(std::span<const TypeOperand> operands) {
   if (operands.empty()) throw TypeError("result_type: no operands");
   Node n = operands[0].weak ? (operands[0].integer ? wi : wf) : node_of(operands[0].dtype);

@@ -75,11 +75,12 @@ TEST_CASE("rem, floor_divide, remainder on integers: C's and Python's rules, div
     CHECK(q[i] == q_want[i]);
     CHECK(r[i] == r_want[i]);
   }
-  // Division by zero: xjax's div gives 0 and rem gives x; floor_divide and mod keep them.
+  // Division by zero: xjax's div gives 0 and rem gives x; floor_divide keeps div's 0, and mod
+  // gives 0, as jnp's remainder (it reads a zero divisor as 1; it gave x)
   CHECK(q[5] == 0);
-  CHECK(r[5] == 5);
+  CHECK(r[5] == 0);
   CHECK(q[8] == 0);
-  CHECK(r[8] == -5);
+  CHECK(r[8] == 0);
   CHECK(r[6] == 0);
   CHECK(xj::rem(x, y).dtype() == xj::i32);
   // Every pair in a range against Python's floor rules written out.
@@ -263,4 +264,32 @@ TEST_CASE("math regressions from the twenty-sixth session: exp's top binade, sub
         1e-14 * static_cast<double>(datanh));
   CHECK(std::abs(xj::grad([](const xj::Array& v) { return xj::acosh(v); })(xj::scalar(b, xj::f64)).item<double>() - static_cast<double>(dacosh)) <=
         1e-14 * static_cast<double>(dacosh));
+}
+
+TEST_CASE("floor_divide and remainder regressions from the twenty-seventh session's review: float x // 0, integer x mod 0, logaddexp of integers") {
+  // x // 0 is x / 0 (+-inf, NaN for 0 / 0), as jnp's and Python's divmod; it was NaN
+  const auto q = xj::floor_divide(test_util::f64v({1.5, -1.5, 0.0, -1.5}), test_util::f64v({0.0, 0.0, 0.0, -0.0})).to_vector<double>();
+  CHECK(q[0] == std::numeric_limits<double>::infinity());
+  CHECK(q[1] == -std::numeric_limits<double>::infinity());
+  CHECK(std::isnan(q[2]));
+  CHECK(q[3] == std::numeric_limits<double>::infinity());
+  CHECK(xj::floor_divide(xj::array<float>({3.0f}, {1}), xj::array<float>({0.0f}, {1})).to_vector<float>()[0] ==
+        std::numeric_limits<float>::infinity());
+  // integers: x mod 0 = 0 in every dtype
+  for (xj::DType d : {xj::i8, xj::u8, xj::i32, xj::u32, xj::i64, xj::u64}) {
+    CAPTURE(xj::dtype_name(d));
+    const xj::Array x = xj::astype(xj::array<std::int32_t>({5, 7, 0}, {3}), d);
+    CHECK(xj::remainder(x, xj::zeros({3}, d)).to_vector<double>() == std::vector<double>{0, 0, 0});
+    CHECK(xj::remainder(x, xj::astype(xj::array<std::int32_t>({0, 3, 0}, {3}), d)).to_vector<double>() == std::vector<double>{0, 1, 0});
+  }
+  // logaddexp of integers in f64 (a - b wrapped in i8: 127 and -127 gave 127.127); bools too
+  const xj::Array l = xj::logaddexp(xj::array<std::int8_t>({127, 100}, {2}), xj::array<std::int8_t>({-127, -100}, {2}));
+  CHECK(l.dtype() == xj::f64);
+  const auto lv = l.to_vector<double>();
+  CHECK(lv[0] == doctest::Approx(127.0 + std::log1p(std::exp(-254.0))));
+  CHECK(lv[1] == doctest::Approx(100.0 + std::log1p(std::exp(-200.0))));
+  const xj::Array t = xj::astype(xj::array<std::uint8_t>({1, 0}, {2}), xj::bool_);
+  const auto lb = xj::logaddexp(t, t).to_vector<double>();
+  CHECK(lb[0] == doctest::Approx(1.0 + std::log(2.0)));
+  CHECK(lb[1] == doctest::Approx(std::log(2.0)));
 }

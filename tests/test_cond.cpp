@@ -544,7 +544,11 @@ TEST_CASE("cond: fori_loop with Array bounds lowers to while_loop (evaluation an
   auto [y, t] = xj::jvp([&](const xj::Array& v) { return f(xj::scalar(4, xj::i32), v); }, std::tuple{x}, std::tuple{f64v({1.0, 2.0})});
   check_values(y, {6.0, 3.0});
   check_values(t, {6.0, 12.0});
-  // An i64 bound Array and a mixed (integer, Array) pair of bounds.
-  auto m = xj::fori_loop(0, xj::scalar(3, xj::i64), [](const xj::Array& i, const xj::Array& c) { return c + i; }, xj::scalar(0, xj::i32));
-  CHECK(m.item<int>() == 3);
+  // An i64 bound Array and a mixed (integer, Array) pair of bounds: an i64 counter (the bounds'
+  // result type, as lax.fori_loop's), so an i32 carry plus i would change the carry's dtype.
+  auto m = xj::fori_loop(0, xj::scalar(3, xj::i64), [](const xj::Array& i, const xj::Array& c) { return c + i; }, xj::scalar(0, xj::i64));
+  CHECK(m.item<std::int64_t>() == 3);
+  CHECK_THROWS_AS((void)xj::fori_loop(0, xj::scalar(3, xj::i64), [](const xj::Array& i, const xj::Array& c) { return c + i; },
+                                      xj::scalar(0, xj::i32)),
+                  xj::TypeError);
 }

@@ -785,7 +785,7 @@ TEST_CASE("max_pool and avg_pool (flax's layout: batch, spatial..., features)") 
     for (std::int64_t h = 4; h < 6; ++h) want = std::max(want, at(1, h, 4, c));
     CHECK(vec(mp)[static_cast<std::size_t>(((1 * 3 + 2) * 3 + 2) * 3 + c)] == want);
   }
-  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::max_pool(x, {3}); }), "rank 3 for a 1-D window"));
+  CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::max_pool(xj::zeros({4}), {3}); }), "rank at least 2 for a 1-D window"));
   CHECK(contains(test_util::message_of<xj::ShapeError>([&] { (void)xj::reduce_window(x, 1.0, xj::WindowOp::add, {1, 1, 1, 1}, {}, "VALID"); }),
                  "identity"));
 }
@@ -1011,4 +1011,26 @@ TEST_CASE("conv: a short rhs_dilation with padding pairs is named as such (revie
                                    {"NCHW", "OIHW", "NCHW"});
   });
   CHECK(test_util::contains(msg, "rhs_dilation needs 2 entries"));
+}
+
+TEST_CASE("pooling regressions from the twenty-seventh session's review: max_pool / avg_pool take any number of batch dims, none too (flax)") {
+  const xj::Array x = test_util::randn({2, 3, 4, 4, 2}, 17);  // two batch dims, 4 x 4, 2 features
+  const xj::Array two = xj::max_pool(x, {2, 2}, {2, 2});
+  CHECK(two.shape() == xj::Shape{2, 3, 2, 2, 2});
+  const auto xv = x.to_vector<double>(), tv = two.to_vector<double>();
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 3; ++b)
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j)
+          for (int c = 0; c < 2; ++c) {
+            double m = -1e300;
+            for (int di = 0; di < 2; ++di)
+              for (int dj = 0; dj < 2; ++dj) m = std::max(m, xv[((((a * 3 + b) * 4 + 2 * i + di) * 4) + 2 * j + dj) * 2 + c]);
+            CHECK(tv[(((a * 3 + b) * 2 + i) * 2 + j) * 2 + c] == m);
+          }
+  // no batch dim: the batched result of a batch of one
+  const xj::Array one = xj::reshape(xj::slice(x, {0, 0, 0, 0, 0}, {1, 1, 4, 4, 2}), {4, 4, 2});
+  CHECK(xj::avg_pool(one, {3, 3}, {1, 1}, "SAME").to_vector<double>() ==
+        xj::avg_pool(xj::reshape(one, {1, 4, 4, 2}), {3, 3}, {1, 1}, "SAME").to_vector<double>());
+  CHECK_THROWS_AS((void)xj::max_pool(xj::zeros({4, 4}), {2, 2}), xj::ShapeError);  // no feature dim
 }

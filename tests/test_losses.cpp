@@ -143,3 +143,23 @@ TEST_CASE("losses: sigmoid binary cross-entropy, l2 and huber against closed for
   expect_values(xj::grad(hub)(p), {-0.5, -1.0, 1.0}, 1e-15);
   CHECK_THROWS_AS((void)xj::optim::l2_loss(p, f64s({1.0}, {1})), xj::ShapeError);
 }
+
+TEST_CASE("losses regressions from the twenty-seventh session's review: labels and targets broadcast as optax's") {
+  const xj::Array logits = xj::array<double>({1.0, 2.0, 0.5, -1.0, 0.0, 3.0}, {2, 3});
+  const xj::Array shared = xj::array<double>({0.2, 0.3, 0.5}, {3});  // one distribution for every row
+  const auto got = xj::optim::softmax_cross_entropy(logits, shared).to_vector<double>();
+  const auto lv = logits.to_vector<double>(), sv = shared.to_vector<double>();
+  for (int r = 0; r < 2; ++r) {
+    double z = 0, want = 0;
+    for (int c = 0; c < 3; ++c) z += std::exp(lv[3 * r + c]);
+    for (int c = 0; c < 3; ++c) want -= sv[c] * (lv[3 * r + c] - std::log(z));
+    CHECK(got[r] == doctest::Approx(want).epsilon(1e-14));
+  }
+  const auto bce = xj::optim::sigmoid_binary_cross_entropy(logits, xj::array<double>({1.0, 0.0, 1.0}, {3})).to_vector<double>();
+  CHECK(bce[1] == doctest::Approx(std::log1p(std::exp(2.0))));  // label 0: softplus(2)
+  const auto hub = xj::optim::huber_loss(xj::array<double>({0.5, 3.0, -2.0}, {3, 1}), xj::array<double>({0.0, 1.0}, {2})).to_vector<double>();
+  REQUIRE(hub.size() == 6);
+  CHECK(hub == std::vector<double>{0.125, 0.125, 2.5, 1.5, 1.5, 2.5});  // e = p - t per pair, 0.5 e^2 or |e| - 0.5
+  CHECK_THROWS_AS((void)xj::optim::softmax_cross_entropy(logits, xj::zeros({4}, xj::f64)), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::optim::l2_loss(xj::zeros({3, 1}, xj::f64), xj::zeros({3}, xj::f64)), xj::ShapeError);  // optax asserts
+}

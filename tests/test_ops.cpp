@@ -1129,7 +1129,17 @@ TEST_CASE("creation regressions from review: negative and overflowing shapes, it
   // fori_loop: a bound outside the i32 counter's range is an error (the counter wrapped)
   const auto last = [](const xj::Array& i, const xj::Array&) { return xj::astype(i, xj::i64); };
   CHECK_THROWS_AS((void)xj::fori_loop(3000000000LL, 3000000002LL, last, xj::scalar(0, xj::i64)), xj::Error);
-  CHECK_THROWS_AS((void)xj::fori_loop(xj::scalar(3e9, xj::i64), xj::scalar(3e9 + 2, xj::i64), last, xj::scalar(0, xj::i64)), xj::Error);
+  // i64 Array bounds count in i64 (lax.fori_loop's counter has the bounds' dtype), eager and
+  // traced (a traced i64 bound was converted to i32: 2^32 + 2 ran 2 trips)
+  CHECK(xj::fori_loop(xj::scalar(3e9, xj::i64), xj::scalar(3e9 + 2, xj::i64), last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 3000000001LL);
+  const auto trips = [](const xj::Array& lo, const xj::Array& hi) {
+    return xj::fori_loop(lo, hi, [](const xj::Array&, const xj::Array& c) { return c + 1.0f; }, xj::scalar(0.0f));
+  };
+  CHECK(xj::jit(trips)(xj::scalar(2147483646.0, xj::i64), xj::scalar(2147483649.0, xj::i64)).item<float>() == 3.0f);
+  CHECK(xj::jit([](const xj::Array& hi) {
+          return xj::fori_loop(4294967290LL - 4294967290LL, hi, [](const xj::Array& i, const xj::Array&) { return i; }, xj::scalar(0, xj::i64));
+        })(xj::scalar(5.0, xj::i64)).item<std::int64_t>() == 4);  // a C++ lower bound with an i64 upper: an i64 counter
+  CHECK_THROWS_AS((void)xj::fori_loop(xj::scalar(0, xj::u64), xj::reshape(xj::array<std::uint64_t>({std::uint64_t{1} << 63}), {}), last, xj::scalar(0, xj::i64)), xj::Error);
   CHECK(xj::fori_loop(xj::scalar(5, xj::i64), xj::scalar(7, xj::i64), last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 6);
   CHECK(xj::fori_loop(0, 3, last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 2);
   CHECK_THROWS_AS((void)xj::fori_loop(std::int64_t{2147483646}, std::int64_t{2147483649}, last, xj::scalar(0, xj::i64)), xj::Error);
@@ -1263,4 +1273,12 @@ TEST_CASE("ops: mean of integers is f64, as jnp (review finding: an i8 mean of 1
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   CHECK_THROWS_WITH_AS((void)xj::load_npy(fifo), doctest::Contains("not a regular file"), xj::Error);
   std::remove(fifo.c_str());
+}
+
+TEST_CASE("ops: take from an empty axis is an error, as jnp.take's (review finding: the clamped gather read zeros)") {
+  CHECK_THROWS_WITH_AS((void)xj::take(xj::zeros({0}), xj::array<std::int32_t>({0, 1}, {2})), doctest::Contains("empty axis"), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::take(xj::zeros({3, 0}), xj::array<std::int32_t>({0}, {1}), 1), xj::ShapeError);
+  // taking nothing from an empty axis is fine, and so is taking from a non-empty axis of an empty array
+  CHECK(xj::take(xj::zeros({0}), xj::zeros({0}, xj::i32)).shape() == xj::Shape{0});
+  CHECK(xj::take(xj::zeros({0, 3}), xj::array<std::int32_t>({2}, {1}), 1).shape() == xj::Shape{0, 1});
 }

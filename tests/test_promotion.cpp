@@ -273,3 +273,17 @@ TEST_CASE("promotion regressions from the twenty-seventh session's review: jnp's
     CHECK((xj::astype(i, xj::f32) * 2).dtype() == xj::f32);  // an integer joins a float array
   }
 }
+
+TEST_CASE("promotion: three or more operands join at once (JAX's promote_dtypes), in any order") {
+  // i64 and u64 meet at the weak float f*, which f32 absorbs: f32 (folding pairwise gave f64 when
+  // i64 and u64 came first)
+  const xj::Array i = xj::array<std::int64_t>({1}, {1});
+  const xj::Array u = xj::array<std::uint64_t>({2}, {1});
+  const xj::Array f = xj::array<float>({3.f}, {1});
+  CHECK(xj::result_type(i, u, f) == xj::f32);
+  CHECK(xj::concatenate({i, u, f}).dtype() == xj::f32);
+  CHECK(xj::concatenate({f, i, u}).dtype() == xj::f32);
+  CHECK(xj::concatenate({u, f, i}).to_vector<float>() == std::vector<float>{2, 3, 1});
+  CHECK(xj::stack({i, u, xj::astype(f, xj::bf16)}).dtype() == xj::bf16);
+  CHECK(xj::concatenate({i, u}).dtype() == xj::f64);  // the two alone: JAX's canonical float
+}

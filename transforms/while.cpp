@@ -299,17 +299,19 @@ std::vector<Array> while_flat(const ClosedJaxpr& cond, const ClosedJaxpr& body, 
 Array fori_bound(const Array& b, std::source_location loc) {
   if (b.ndim() != 0 || is_floating(b.dtype()) || b.dtype() == bool_)
     throw TypeError("fori_loop: a bound must be an integer scalar, got " + b.aval().str() + " (at " + format_location(loc) + ")");
-  if (b.dtype() != i32 && !b.is_tracer()) {  // a traced bound converts as astype does (documented)
-    const bool too_big = b.dtype() == u64 ? b.item<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())
-                                          : b.item<std::int64_t>() > std::numeric_limits<std::int32_t>::max() ||
-                                                b.item<std::int64_t>() < std::numeric_limits<std::int32_t>::min();
-    if (too_big) fori_bound_out_of_range(b.dtype() == u64 ? std::to_string(b.item<std::uint64_t>()) : std::to_string(b.item<std::int64_t>()), loc);
-  }
-  return b.dtype() == i32 ? b : astype(b, i32, loc);
+  // i64, u32 and u64 bounds count in i64 (lax.fori_loop's counter has the bounds' dtype; a traced
+  // i64 bound converted to i32 wrapped: 2^32 + 2 ran 2 trips); a traced u64 past i64's range
+  // converts as astype does (documented)
+  const bool wide = b.dtype() == i64 || b.dtype() == u32 || b.dtype() == u64;
+  if (b.dtype() == u64 && !b.is_tracer() && b.item<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    fori_bound_out_of_range(std::to_string(b.item<std::uint64_t>()), loc);
+  const DType counter = wide ? i64 : i32;
+  return b.dtype() == counter ? b : astype(b, counter, loc);
 }
 
 void fori_bound_out_of_range(const std::string& value, std::source_location loc) {
-  throw Error("fori_loop: the bound " + value + " is outside the i32 range of the loop counter (at " + format_location(loc) + ")");
+  throw Error("fori_loop: the bound " + value + " is outside the range of the loop counter (i32 for a C++ integer, i64 for an "
+              "i64 / u32 / u64 array; at " + format_location(loc) + ")");
 }
 
 void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,

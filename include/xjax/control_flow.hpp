@@ -263,8 +263,9 @@ std::int64_t while_snapshots(const ScanCheckpoints& c, std::source_location loc)
 /// TypeError unless cond_fn returns bool[] and body_fn returns the carry's structure and types.
 void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
                  std::span<const ShapedArray> out, std::span<const ShapedArray> pred, std::source_location loc);
-/// A fori_loop bound as an i32 scalar (integers, or integer scalar Arrays); a number or concrete
-/// array outside i32's range is an Error (the counter wrapped).
+/// A fori_loop bound as a counter scalar: a C++ integer as i32 (outside i32's range an Error: the
+/// counter wrapped); an integer scalar Array as i32, or as i64 when its dtype is i64, u32 or u64
+/// (a concrete u64 past i64's range is an Error).
 Array fori_bound(const Array& b, std::source_location loc);
 [[noreturn]] void fori_bound_out_of_range(const std::string& value, std::source_location loc);
 template <std::integral I> Array fori_bound(I b, std::source_location loc) {
@@ -302,7 +303,8 @@ Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init, WhileOptions
 }
 
 /// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), with i an i32 scalar
-/// Array, as lax.fori_loop. With integer (compile-time known) bounds it lowers to scan, so every
+/// Array (i64 where an Array bound is i64, u32 or u64: the bounds' result type, as
+/// lax.fori_loop's), as lax.fori_loop. With integer (compile-time known) bounds it lowers to scan, so every
 /// transform including reverse mode works; with Array bounds it lowers to while_loop (evaluation
 /// and forward mode only).
 template <class Lo, class Hi, class Body, class Carry>
@@ -320,10 +322,14 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
     (void)ys;
     return out.second;
   } else {
-    Array upper = detail::fori_bound(hi, loc);
+    Array lower = detail::fori_bound(lo, loc), upper = detail::fori_bound(hi, loc);
+    if (lower.dtype() != upper.dtype()) {  // i32 and i64: an i64 counter (a traced i64 bound wrapped in i32)
+      lower = astype(lower, i64, loc);
+      upper = astype(upper, i64, loc);
+    }
     auto c = [upper](const IC& ic) { return lt(ic.first, upper); };
     auto b = [&body](const IC& ic) { return IC{ic.first + 1, Carry(body(ic.first, ic.second))}; };
-    return while_loop(c, b, IC{detail::fori_bound(lo, loc), init}, {}, loc).second;
+    return while_loop(c, b, IC{lower, init}, {}, loc).second;
   }
 }
 

@@ -71,9 +71,9 @@ Array reduce_window(const Array& x, double init, WindowOp op, const std::vector<
                     const std::vector<std::int64_t>& window_dilation = {},
                     std::source_location loc = std::source_location::current());
 
-/// flax.linen.max_pool: x is (batch, spatial..., features); the window and strides (empty: 1)
-/// cover the spatial dims. Padding "VALID" by default. The gradient flows to each window's
-/// first maximum.
+/// flax.linen.max_pool: x is (batch..., spatial..., features), with any number of batch dims
+/// (none too, as flax's); the window and strides (empty: 1) cover the spatial dims. Padding
+/// "VALID" by default. The gradient flows to each window's first maximum.
 Array max_pool(const Array& x, const std::vector<std::int64_t>& window_shape,
                const std::vector<std::int64_t>& strides = {}, const Padding& padding = "VALID",
                std::source_location loc = std::source_location::current());

@@ -11,7 +11,8 @@
 
 namespace xjax::optim {
 
-/// -sum(labels * log_softmax(logits), axis=-1): labels a probability distribution per row.
+/// -sum(labels * log_softmax(logits), axis=-1): labels a probability distribution per row
+/// (broadcast against the logits, as optax's).
 Array softmax_cross_entropy(const Array& logits, const Array& labels,
                             std::source_location loc = std::source_location::current());
 /// logsumexp(logits, -1) - logits[..., label]: labels integer class indices, one per row
@@ -22,14 +23,15 @@ Array softmax_cross_entropy_with_integer_labels(const Array& logits, const Array
                                                 std::source_location loc = std::source_location::current());
 /// -labels log(sigmoid(logits)) - (1 - labels) log(1 - sigmoid(logits)) elementwise, computed as
 /// softplus(logits) - labels * logits (finite for any finite logits); float logits, the labels
-/// converted to their dtype (optax's).
+/// converted to their dtype and broadcast (optax's).
 Array sigmoid_binary_cross_entropy(const Array& logits, const Array& labels,
                                    std::source_location loc = std::source_location::current());
-/// 0.5 (predictions - targets)^2 elementwise (targets default to zeros).
+/// 0.5 (predictions - targets)^2 elementwise (targets default to zeros; shapes equal, as optax's
+/// squared_error asserts).
 Array l2_loss(const Array& predictions, const std::optional<Array>& targets = std::nullopt,
               std::source_location loc = std::source_location::current());
 /// Huber loss elementwise, optax's: 0.5 e^2 where |e| <= delta, else delta (|e| - 0.5 delta), with
-/// e = predictions - targets (targets default to zeros).
+/// e = predictions - targets (targets default to zeros, or broadcast against the predictions).
 Array huber_loss(const Array& predictions, const std::optional<Array>& targets = std::nullopt, double delta = 1.0,
                  std::source_location loc = std::source_location::current());
 

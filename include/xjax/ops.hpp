@@ -42,6 +42,9 @@ inline TypeOperand type_operand(Scalar s) { return {f32, true, s.integer}; }
 DType result_type_of(std::span<const TypeOperand> operands);
 /// The dtype of a C++ number (integer or not) mixed with an array of `array_dtype`.
 DType weak_result(DType array_dtype, bool integer);
+/// The join of strong dtypes all at once (JAX's promote_dtypes): folding promote_types pairwise is
+/// not associative where u64 and a signed integer meet at f* (i64, u64, f32 gave f64, f32 first f32).
+DType promote_types_of(std::span<const DType> dtypes);
 }  // namespace detail
 
 /// JAX's result_type: the dtype an operation on these operands computes in and returns (Arrays,
