@@ -69,6 +69,19 @@ AtomicFile::AtomicFile(std::string path)
     : path_(std::move(path)), target_(file_written_through(path_)), temp_(target_ + ".tmp.XXXXXX") {
   errno = 0;
   if (::access(target_.c_str(), F_OK) == 0 && ::access(target_.c_str(), W_OK) != 0) fail(path_, "the file is not writable");
+  // Only a regular file is replaced: a character device or a named pipe is written through, as
+  // np.save's open() does (the rename replaced /dev/null with a regular file, as root); anything
+  // else (a directory, a block device, a socket) is refused.
+  struct stat existing {};
+  if (::stat(target_.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
+    if (!S_ISCHR(existing.st_mode) && !S_ISFIFO(existing.st_mode)) fail(path_, "not a regular file");
+    errno = 0;
+    fd_ = ::open(target_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) fail(path_, "cannot open it to write");
+    direct_ = true;
+    temp_.clear();
+    return;
+  }
   std::vector<char> name(temp_.begin(), temp_.end());
   name.push_back('\0');
   errno = 0;
@@ -108,6 +121,12 @@ void AtomicFile::write(const void* data, std::size_t n) {
 
 void AtomicFile::commit() {
   errno = 0;
+  if (direct_) {  // nothing to rename or sync (fsync of /dev/null fails with EINVAL)
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail(path_, "writing failed (close)");
+    return;
+  }
   if (::fsync(fd_) != 0) fail(path_, "writing failed (fsync)");
   if (::close(fd_) != 0) {
     fd_ = -1;

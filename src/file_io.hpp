@@ -37,6 +37,7 @@ class AtomicFile {
   std::string target_;  // the file replaced: path_, or where a symbolic link path_ leads
   std::string temp_;
   int fd_ = -1;
+  bool direct_ = false;  // a character device or named pipe (/dev/null, a FIFO): written as it is
 };
 
 /// A file opened for reading, its size known; read_at throws naming the file when it ends early.

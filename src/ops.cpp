@@ -537,7 +537,11 @@ Array transpose(const Array& x, const Axes& perm, std::source_location loc) {
 }
 
 Array broadcast_in_dim(const Array& x, const Shape& shape, const Axes& bd, std::source_location loc) {
-  if (x.shape() == shape) return x;  // bd is then the identity (checked by the shape rule otherwise)
+  // the same shape with the identity dims is x itself; other dims go to the shape rule's checks
+  // (they were accepted unchecked: {1, 0} on a [2, 3] target)
+  bool identity = x.shape() == shape && bd.size() == shape.size();
+  for (std::size_t i = 0; identity && i < bd.size(); ++i) identity = bd[i] == static_cast<std::int64_t>(i);
+  if (identity) return x;
   return bind1(P::broadcast_in_dim, {x}, params::BroadcastInDim{.shape = shape, .broadcast_dimensions = bd}, loc);
 }
 
@@ -1142,6 +1146,8 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, bool en
   if (num < 0)
     throw ShapeError("linspace(" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(num) +
                      "): num must be non-negative (at " + format_location(loc) + ")");
+  if (static_cast<std::uint64_t>(num) > std::vector<double>().max_size())  // std::length_error escaped
+    throw Error("linspace: " + std::to_string(num) + " elements exceed any memory (at " + format_location(loc) + ")");
   std::vector<double> v(static_cast<std::size_t>(num));
   const double div = endpoint ? static_cast<double>(num - 1) : static_cast<double>(num);
   for (std::int64_t i = 0; i < num; ++i) v[static_cast<std::size_t>(i)] = div > 0 ? start + static_cast<double>(i) * ((stop - start) / div) : start;

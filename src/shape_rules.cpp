@@ -239,7 +239,7 @@ std::vector<ShapedArray> slice_shape_rule(Avals in, const params::Slice& ps) {
       shape_fail(p, in, "slice [" + std::to_string(start[i]) + ":" + std::to_string(limit[i]) +
                             "] out of bounds for dimension " + std::to_string(i) + " of size " +
                             std::to_string(in[0].shape[i]));
-    out.push_back((limit[i] - start[i] + s - 1) / s);
+    out.push_back(limit[i] == start[i] ? 0 : (limit[i] - start[i] - 1) / s + 1);  // (l - s0 + s - 1) / s wrapped for a huge s
   }
   return {ShapedArray{out, in[0].dtype}};
 }
@@ -256,8 +256,11 @@ std::vector<ShapedArray> pad_shape_rule(Avals in, const params::Pad& ps) {
   Shape out;
   for (std::size_t i = 0; i < r; ++i) {
     if (interior[i] < 0) shape_fail(p, in, "interior padding must be non-negative");
-    std::int64_t n = in[0].shape[i];
-    std::int64_t size = lo[i] + hi[i] + n + (n > 0 ? (n - 1) * interior[i] : 0);
+    const std::int64_t n = in[0].shape[i];
+    std::int64_t size = 0;  // lo + hi + n + (n - 1) interior, each step checked (it wrapped to a small size)
+    if ((n > 0 && __builtin_mul_overflow(n - 1, interior[i], &size)) || __builtin_add_overflow(size, n, &size) ||
+        __builtin_add_overflow(size, lo[i], &size) || __builtin_add_overflow(size, hi[i], &size))
+      shape_fail(p, in, "the padded size of dimension " + std::to_string(i) + " exceeds 2^63 - 1");
     if (size < 0) shape_fail(p, in, "negative padding removes more than the dimension holds");
     out.push_back(size);
   }

@@ -24,6 +24,20 @@ void expect_count(Primitive p, Avals in, const Ints& v, std::size_t n, const cha
                           str(static_cast<std::int64_t>(v.size())));
 }
 
+// A dimension's padded, base-dilated operand extent and its dilated window must fit in an int64
+// (past it they wrapped: a window dilation of 2^63 - 1 gave a negative output size, a huge
+// padding a small one).
+void expect_representable(Primitive p, Avals in, std::size_t i, std::int64_t n, std::int64_t base_dilation,
+                          std::int64_t lo, std::int64_t hi, std::int64_t window, std::int64_t window_dilation) {
+  std::int64_t extent = 0, window_extent = 0;
+  const bool wraps = (n > 0 && (__builtin_mul_overflow(n - 1, base_dilation, &extent) || __builtin_add_overflow(extent, 1, &extent))) ||
+                     __builtin_add_overflow(extent, lo, &extent) || __builtin_add_overflow(extent, hi, &extent) ||
+                     (window > 0 && (__builtin_mul_overflow(window - 1, window_dilation, &window_extent) ||
+                                     __builtin_add_overflow(window_extent, 1, &window_extent)));
+  if (wraps)
+    shape_fail(p, in, "the padded or dilated extent of dimension " + str(static_cast<std::int64_t>(i)) + " exceeds 2^63 - 1");
+}
+
 void expect_positive(Primitive p, Avals in, const Ints& v, const char* what) {
   for (auto x : v)
     if (x < 1) shape_fail(p, in, std::string(what) + " must be >= 1, got " + str(x));
@@ -51,6 +65,8 @@ template <class W> void check_window(Primitive p, Avals in, const W& w) {
   expect_positive(p, in, w.window_dilation, "window_dilation");
   for (std::size_t i = 0; i < r; ++i) {
     if (w.window_dimensions[i] < 1) shape_fail(p, in, "window_dimensions must be >= 1, got " + str(w.window_dimensions[i]));
+    expect_representable(p, in, i, in[0].shape[i], w.base_dilation[i], w.padding_lo[i], w.padding_hi[i], w.window_dimensions[i],
+                         w.window_dilation[i]);
     if (dilated(in[0].shape[i], w.base_dilation[i]) + w.padding_lo[i] + w.padding_hi[i] < 0)
       shape_fail(p, in, "negative padding of dimension " + str(static_cast<std::int64_t>(i)) + " is larger than its size");
   }
@@ -126,6 +142,10 @@ std::vector<ShapedArray> conv_general_dilated_shape_rule(Avals in, const params:
   Shape out(static_cast<std::size_t>(rank));
   out[static_cast<std::size_t>(p.out_spec[0])] = n / B;
   out[static_cast<std::size_t>(p.out_spec[1])] = o;
+  for (std::size_t s = 0; s < nsp; ++s)
+    expect_representable(prim, in, static_cast<std::size_t>(p.lhs_spec[s + 2]), lhs.shape[static_cast<std::size_t>(p.lhs_spec[s + 2])],
+                         p.lhs_dilation[s], p.padding_lo[s], p.padding_hi[s], rhs.shape[static_cast<std::size_t>(p.rhs_spec[s + 2])],
+                         p.rhs_dilation[s]);
   const auto dims = conv_window_dims(lhs.shape, rhs.shape, p);
   for (std::size_t s = 0; s < nsp; ++s) {
     if (dilated(dims[s].in_size, dims[s].base_dilation) + p.padding_lo[s] + p.padding_hi[s] < 0)

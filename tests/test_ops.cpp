@@ -1282,3 +1282,23 @@ TEST_CASE("ops: take from an empty axis is an error, as jnp.take's (review findi
   CHECK(xj::take(xj::zeros({0}), xj::zeros({0}, xj::i32)).shape() == xj::Shape{0});
   CHECK(xj::take(xj::zeros({0, 3}), xj::array<std::int32_t>({2}, {1}), 1).shape() == xj::Shape{0, 1});
 }
+
+TEST_CASE("ops regressions from the twenty-seventh session's review: huge strides, paddings and dilations, broadcast_in_dim's dims") {
+  const xj::Array x = xj::reshape(xj::arange(6, xj::f32), {2, 3});
+  constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  // a stride past the size takes the first element (it wrapped to a size of -1: a crash)
+  const xj::Array s = xj::slice(x, {0, 0}, {2, 3}, {big, 1});
+  CHECK(s.shape() == xj::Shape{1, 3});
+  CHECK(s.to_vector<float>() == std::vector<float>{0, 1, 2});
+  CHECK(xj::slice(x, {0, 1}, {2, 3}, {1, big}).to_vector<float>() == std::vector<float>{1, 4});
+  // sizes past 2^63 - 1 are errors (they wrapped to small or negative shapes)
+  CHECK_THROWS_WITH_AS((void)xj::pad(xj::ones({4}), xj::scalar(0.0f), {big}, {big}), doctest::Contains("exceeds"), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::pad(xj::ones({3}), xj::scalar(0.0f), {0}, {0}, {big}), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::reduce_window(xj::arange(10, xj::f32), 0, xj::WindowOp::add, {2}, {1}, "VALID", {}, {big}), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::conv(xj::ones({1, 1, 5, 5}), xj::ones({1, 1, 2, 2}), {1, 1}, xj::Padding(std::vector<std::pair<std::int64_t, std::int64_t>>{{big, big}, {0, 0}})), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::linspace(0, 1, big), xj::Error);
+  // broadcast_in_dim to the operand's own shape checks its dims (they were accepted unchecked)
+  CHECK_THROWS_AS((void)xj::broadcast_in_dim(x, {2, 3}, {1, 0}), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::broadcast_in_dim(x, {2, 3}, {0, big}), xj::ShapeError);
+  CHECK(xj::broadcast_in_dim(x, {2, 3}, {0, 1}).to_vector<float>() == x.to_vector<float>());
+}

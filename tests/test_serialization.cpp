@@ -3,9 +3,14 @@
 // reader), each kind of bad input an Error naming the file and the problem, and atomic writes.
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
@@ -396,5 +401,43 @@ TEST_CASE("npy and safetensors regressions from the twenty-sixth session: a save
   xj::save_npy(link.string(), xj::array<float>({3.0f, 4.0f}, {2}));
   CHECK(fs::is_symlink(link));
   CHECK(xj::load_npy(target.string()).to_vector<float>() == std::vector<float>{3.0f, 4.0f});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("npy regressions from the twenty-seventh session: a named pipe is written through, not replaced; a directory is refused") {
+  // the rename replaced any target: as root, save_npy("/dev/null", a) turned /dev/null into a file
+  const fs::path dir = scratch("fifo");
+  const fs::path pipe = dir / "pipe.npy", regular = dir / "regular.npy";
+  REQUIRE(::mkfifo(pipe.c_str(), 0600) == 0);
+  const int reader_fd = ::open(pipe.c_str(), O_RDONLY | O_NONBLOCK);  // a reader first, so the writer's open returns
+  REQUIRE(reader_fd >= 0);
+  std::string received;
+  std::atomic<bool> saved{false};
+  std::thread reader([&] {
+    char buf[4096];
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+      const bool writer_done = saved.load();  // read before the read: EOF after it means all arrived
+      const ssize_t n = ::read(reader_fd, buf, sizeof buf);
+      if (n > 0) {
+        received.append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 && writer_done) {
+        break;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  });
+  const xj::Array a = xj::array<float>({1.0f, 2.0f, 3.0f}, {3});
+  xj::save_npy(pipe.string(), a);
+  saved = true;
+  reader.join();
+  ::close(reader_fd);
+  CHECK(fs::is_fifo(pipe));
+  xj::save_npy(regular.string(), a);
+  std::ifstream in(regular, std::ios::binary);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(received == written);
+  CHECK_THROWS_WITH_AS(xj::save_npy(dir.string(), a), doctest::Contains("not a regular file"), xj::Error);
   fs::remove_all(dir);
 }
