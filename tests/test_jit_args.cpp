@@ -2,6 +2,7 @@
 // rank-0 inputs (one trace for every value), static_argnums keeping a number static, and buffer
 // donation (donate_argnums): outputs written into the donated buffers, the donated arrays invalid.
 #include <cmath>
+#include <functional>
 #include <tuple>
 
 #include "test_util.hpp"
@@ -468,4 +469,21 @@ TEST_CASE("jit regressions from the twenty-seventh session's review: donating an
     (void)donating(d);
     CHECK_THROWS_WITH_AS((void)xj::jit([d](const xj::Array& x) { return x + d; })(xj::ones({3})), doctest::Contains("donated"), xj::Error);
   }
+}
+
+TEST_CASE("jit: a function that calls its own jit while tracing keeps the outermost trace (review finding: the next call ran the innermost)") {
+  int depth = 0;
+  std::function<xj::Array(const xj::Array&)> inner;
+  const auto jf = xj::jit([&](const xj::Array& a) { return inner(a); });
+  inner = [&](const xj::Array& a) -> xj::Array {
+    if (depth >= 3) return a * 2.0f;
+    ++depth;
+    xj::Array r = jf(a) + 1.0f;
+    --depth;
+    return r;
+  };
+  const xj::Array x = xj::array<float>({1.0f, 2.0f}, {2});
+  const std::vector<float> want{5.0f, 7.0f};  // 2 x + 3
+  CHECK(jf(x).to_vector<float>() == want);
+  CHECK(jf(x).to_vector<float>() == want);
 }

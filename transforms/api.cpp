@@ -38,8 +38,11 @@ std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, 
   }
   auto t = std::make_shared<const Traced>(build());  // outside the lock: tracing may nest transforms
   if (all_consts_concrete(t->jaxpr)) {
+    // the last trace to finish is kept: a jit that calls itself while tracing finishes its
+    // innermost trace first, and the outermost is the call's (emplace kept the innermost: the
+    // next call ran only the recursion's last level)
     std::lock_guard<std::mutex> lock(cache.mu);
-    cache.entries.emplace(key, t);
+    cache.entries.insert_or_assign(key, t);
   }
   return t;
 }
