@@ -61,16 +61,19 @@ Array standardize(const Array& x, std::int64_t axis, double epsilon, std::source
 namespace {
 // A bf16 / f16 layer is computed in f32 (or the parameters' wider float) and rounded once to the
 // result's dtype, as flax's _normalize: rounding after the standardization, the scale and the bias
-// each lost up to 2 ulps (every digit of outputs near zero). The wide dtype, or nullopt where x
+// each lost up to 2 ulps (every digit of outputs near zero). The dtypes, or nullopt where x
 // is not narrow, or where strict promotion is to refuse mixed parameters (mul raises then).
-std::optional<DType> narrow_layer_compute_dtype(const Array& x, const std::optional<Array>& scale, const std::optional<Array>& bias,
-                                                DType& result) {
+struct LayerDtypes {
+  DType compute;  // the wide dtype the layer runs in
+  DType result;   // x's promoted with the parameters'
+};
+std::optional<LayerDtypes> narrow_layer_dtypes(const Array& x, const std::optional<Array>& scale, const std::optional<Array>& bias) {
   if (x.dtype() != bf16 && x.dtype() != f16) return std::nullopt;
-  result = x.dtype();
+  DType result = x.dtype();
   for (const std::optional<Array>* p : {&scale, &bias})
     if (*p) result = promote_types(result, (*p)->dtype());
   if (promotion_mode() == PromotionMode::strict && result != x.dtype()) return std::nullopt;
-  return promote_types(result, f32);
+  return LayerDtypes{promote_types(result, f32), result};
 }
 std::optional<Array> converted(const std::optional<Array>& p, DType d, const std::source_location& loc) {
   return p ? std::optional<Array>(astype(*p, d, loc)) : std::nullopt;
@@ -80,9 +83,11 @@ std::optional<Array> converted(const std::optional<Array>& p, DType d, const std
 Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::optional<Array>& bias,
                  std::int64_t axis, double epsilon, std::source_location loc) {
   const std::int64_t a = normalized_axis("layer_norm", x, axis, loc);
-  DType result = x.dtype();
-  if (const auto wide = narrow_layer_compute_dtype(x, scale, bias, result))
-    return astype(layer_norm(astype(x, *wide, loc), converted(scale, *wide, loc), converted(bias, *wide, loc), a, epsilon, loc), result, loc);
+  if (const auto narrow = narrow_layer_dtypes(x, scale, bias)) {
+    const DType wide = narrow->compute;
+    return astype(layer_norm(astype(x, wide, loc), converted(scale, wide, loc), converted(bias, wide, loc), a, epsilon, loc),
+                  narrow->result, loc);
+  }
   Array y = standardize(x, a, epsilon, loc);
   if (scale) y = mul(y, along_axis("layer_norm", "scale", *scale, x, a, loc), loc);
   if (bias) y = add(y, along_axis("layer_norm", "bias", *bias, x, a, loc), loc);
@@ -94,9 +99,9 @@ Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::o
 Array rms_norm(const Array& x, const std::optional<Array>& scale, std::int64_t axis, double epsilon,
                std::source_location loc) {
   const std::int64_t a = normalized_axis("rms_norm", x, axis, loc);
-  DType result = x.dtype();
-  if (const auto wide = narrow_layer_compute_dtype(x, scale, std::nullopt, result))
-    return astype(rms_norm(astype(x, *wide, loc), converted(scale, *wide, loc), a, epsilon, loc), result, loc);
+  if (const auto narrow = narrow_layer_dtypes(x, scale, std::nullopt))
+    return astype(rms_norm(astype(x, narrow->compute, loc), converted(scale, narrow->compute, loc), a, epsilon, loc),
+                  narrow->result, loc);
   const auto rstd_and_y = [a, epsilon, loc](const Array& v) {
     const Array ms = mean(square(v, loc), {a}, true, loc);
     const Array r = rsqrt(add(ms, scalar_like(epsilon, ms), loc), loc);
