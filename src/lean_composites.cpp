@@ -104,6 +104,9 @@ Array softplus(const Array& x, Loc loc) {
 // Written with x^2 once and (1 + t) shared, the forward pass that keeps the derivative is 15
 // elementwise ops (the expanded forms took 22: its fused chain ran about a third longer).
 Array gelu(const Array& x, Loc loc) {
+  // integers and bools in f64, as the float functions of integers (their constants rounded to
+  // the integer dtype gave zeros once tanh took integers)
+  if (!is_floating(x.dtype())) return gelu(detail::as_inexact(x, loc), loc);
   const double c = std::sqrt(2.0 / std::numbers::pi), k = 0.044715;
   // t and the pieces the derivative reuses: x^2, h = x/2 and 1 + t
   struct Pieces {
@@ -135,6 +138,7 @@ Array gelu(const Array& x, Loc loc) {
 // negative x (gelu(-6) was 0 in f32, its value -5.9e-9).
 Array gelu(const Array& x, bool approximate, Loc loc) {
   if (approximate) return gelu(x, loc);
+  if (!is_floating(x.dtype())) return gelu(detail::as_inexact(x, loc), false, loc);
   auto phi_cdf = [=](const Array& v) {
     return mul(erfc(mul(v, scalar_like(-M_SQRT1_2, v), loc), loc), scalar_like(0.5, v), loc);
   };

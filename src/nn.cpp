@@ -99,6 +99,7 @@ Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::o
 Array rms_norm(const Array& x, const std::optional<Array>& scale, std::int64_t axis, double epsilon,
                std::source_location loc) {
   const std::int64_t a = normalized_axis("rms_norm", x, axis, loc);
+  if (!is_floating(x.dtype())) return rms_norm(detail::as_inexact(x, loc), scale, a, epsilon, loc);  // x^2 wrapped in i8
   if (const auto narrow = narrow_layer_dtypes(x, scale, std::nullopt))
     return astype(rms_norm(astype(x, narrow->compute, loc), converted(scale, narrow->compute, loc), a, epsilon, loc),
                   narrow->result, loc);

@@ -158,6 +158,7 @@ void require_representable(detail::Scalar s, DType d) {
 // its kind only (JAX's strict lattice: a float with an integer array, or an integer with a bool
 // one, has no join; 0.5 on an i32 array was truncated to 0).
 Array weak_scalar(detail::Scalar s, const Array& other) {
+  if (s.boolean) return scalar(s.value, bool_);  // a strong bool: promoted as any bool array
   const bool strict = promotion_mode() == PromotionMode::strict;
   if (strict && ((!s.integer && !is_floating(other.dtype())) || other.dtype() == bool_))
     throw TypeError(std::string("a C++ ") + (s.integer ? "integer" : "floating-point number") + " mixed with a " +
@@ -273,7 +274,14 @@ Array true_divide(const Array& a, const Array& b, std::source_location loc) {
   return div(detail::as_inexact(ab[0], loc), detail::as_inexact(ab[1], loc), loc);
 }
 Array divide(const Array& a, const Array& b, std::source_location loc) { return true_divide(a, b, loc); }
-Array pow(const Array& a, const Array& b, std::source_location loc) { return binary(P::pow, a, b, loc); }
+// A float base with an integer exponent array keeps the exponent exact (jnp.power passes it to
+// lax.pow unconverted): both in f64, the result rounded once to the base's dtype (converting the
+// exponent to a bf16 base's dtype made 257 into 256, flipping (-1)^257).
+Array pow(const Array& a, const Array& b, std::source_location loc) {
+  if (is_floating(a.dtype()) && is_integer(b.dtype()) && !detail::is_weak(a) && a.dtype() != f64)
+    return astype(binary(P::pow, astype(a, f64, loc), astype(b, f64, loc), loc), a.dtype(), loc);
+  return binary(P::pow, a, b, loc);
+}
 Array atan2(const Array& y, const Array& x, std::source_location loc) { return binary(P::atan2, y, x, loc); }
 Array rem(const Array& x, const Array& y, std::source_location loc) { return binary(P::rem, x, y, loc); }
 Array nextafter(const Array& x, const Array& y, std::source_location loc) { return binary(P::nextafter, x, y, loc); }
@@ -329,7 +337,7 @@ Array pow(const Array& a, detail::Scalar exponent, std::source_location loc) {
   // A C++ integer is jnp.power's concrete integer power: integer_pow in the base's dtype (a bool
   // base as an integer); a negative one on an integer base is integer_pow's error, as JAX's.
   if (exponent.integer && std::abs(b) <= 9.2e18) {
-    const DType d = a.dtype() == bool_ ? weak_scalar(exponent, a).dtype() : a.dtype();
+    const DType d = a.dtype() == bool_ ? detail::weak_result(bool_, true) : a.dtype();  // jnp: a bool base as an integer
     return integer_pow(d == a.dtype() ? a : astype(a, d, loc), static_cast<std::int64_t>(b), loc);
   }
   if (b == std::floor(b) && std::abs(b) <= 64) {

@@ -287,3 +287,44 @@ TEST_CASE("promotion: three or more operands join at once (JAX's promote_dtypes)
   CHECK(xj::stack({i, u, xj::astype(f, xj::bf16)}).dtype() == xj::bf16);
   CHECK(xj::concatenate({i, u}).dtype() == xj::f64);  // the two alone: JAX's canonical float
 }
+
+TEST_CASE("promotion regressions from the twenty-seventh session's diff review: C++ bools, gelu / rms_norm of integers, exact integer exponents") {
+  const xj::Array b = xj::array<std::int32_t>({1, 0}, {2}) > 0;
+  // a C++ bool is a strong bool, as a Python bool in JAX (it converted through double: f32 [2, 1])
+  CHECK((b + true).dtype() == xj::bool_);
+  CHECK(xj::astype(b + true, xj::i32).to_vector<int>() == std::vector<int>{1, 1});
+  CHECK((xj::astype(b, xj::i8) + true).dtype() == xj::i8);
+  CHECK(xj::where(b, b, true).dtype() == xj::bool_);
+  CHECK((xj::array<float>({2.0f}, {1}) * true).dtype() == xj::f32);
+  CHECK(xj::result_type(b, true) == xj::bool_);
+  {
+    const xj::DtypePromotion strict;
+    CHECK(xj::astype(b == true, xj::i32).to_vector<int>() == std::vector<int>{1, 0});
+  }
+  // gelu of integers in f64 (its constants rounded to the integer dtype gave zeros)
+  const xj::Array i = xj::array<std::int32_t>({-2, 0, 3}, {3});
+  const auto exact = xj::gelu(i, false).to_vector<double>();
+  for (std::size_t k = 0; k < 3; ++k) {
+    const double v = std::vector<double>{-2, 0, 3}[k];
+    CHECK(exact[k] == doctest::Approx(v * 0.5 * std::erfc(-v / std::sqrt(2.0))));
+  }
+  CHECK(xj::gelu(i).to_vector<double>()[2] == doctest::Approx(3.0 * 0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * (3.0 + 0.044715 * 27.0)))));
+  // rms_norm of integers in f64 (x^2 wrapped in i8: [25, -25])
+  const auto rn = xj::rms_norm(xj::astype(xj::array<std::int32_t>({100, -100}, {2}), xj::i8)).to_vector<double>();
+  CHECK(rn[0] == doctest::Approx(1.0));
+  CHECK(rn[1] == doctest::Approx(-1.0));
+  // a float base with an integer exponent array: the exponent stays exact (257 became 256 in bf16)
+  const xj::Array base = xj::astype(xj::array<float>({-1.0f, 1.0078125f}, {2}), xj::bf16);
+  const xj::Array p = xj::pow(base, xj::array<std::int32_t>({257, 257}, {2}));
+  CHECK(p.dtype() == xj::bf16);
+  const auto pv = xj::astype(p, xj::f64).to_vector<double>();
+  CHECK(pv[0] == -1.0);
+  CHECK(pv[1] == doctest::Approx(std::pow(1.0078125, 257.0)).epsilon(0.01));
+  CHECK(xj::pow(xj::array<float>({-1.0f}, {1}), xj::array<std::int32_t>({16777217}, {1})).to_vector<float>()[0] == -1.0f);
+  // pow of a bool array by a C++ integer: the bools as integers, in strict mode too, big exponents too
+  CHECK(xj::astype(xj::pow(b, std::int64_t{1} << 40), xj::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 0});
+  {
+    const xj::DtypePromotion strict;
+    CHECK(xj::astype(xj::pow(b, 2), xj::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 0});
+  }
+}

@@ -22,11 +22,14 @@ using Axes = std::vector<std::int64_t>;
 namespace detail {
 /// A C++ number mixed with an array, weakly typed (JAX's Python scalars): an integer adopts the
 /// array's dtype (bool arrays become i32); a floating-point number adopts a float array's dtype
-/// and makes an operation on integers or bools a float one (f32, xjax's default float).
+/// and makes an operation on integers or bools a float one (f32, xjax's default float). A C++
+/// bool is a strong bool, as a Python bool in JAX (`b + true` is a bool; it was a float).
 struct Scalar {
   double value;
   bool integer;
+  bool boolean = false;
   Scalar(double v) : value(v), integer(false) {}  // NOLINT: implicit on purpose
+  Scalar(bool v) : value(v ? 1.0 : 0.0), integer(false), boolean(true) {}  // NOLINT: implicit on purpose
   template <class T>
     requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
   Scalar(T v) : value(static_cast<double>(v)), integer(true) {}  // NOLINT: implicit on purpose
@@ -38,7 +41,7 @@ struct TypeOperand {
 };
 inline TypeOperand type_operand(const Array& a) { return {a.dtype()}; }
 inline TypeOperand type_operand(DType d) { return {d}; }
-inline TypeOperand type_operand(Scalar s) { return {f32, true, s.integer}; }
+inline TypeOperand type_operand(Scalar s) { return s.boolean ? TypeOperand{bool_} : TypeOperand{f32, true, s.integer}; }
 DType result_type_of(std::span<const TypeOperand> operands);
 /// The dtype of a C++ number (integer or not) mixed with an array of `array_dtype`.
 DType weak_result(DType array_dtype, bool integer);
