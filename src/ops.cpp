@@ -336,7 +336,7 @@ Array pow(const Array& a, detail::Scalar exponent, std::source_location loc) {
   const double b = exponent.value;
   // A C++ integer is jnp.power's concrete integer power: integer_pow in the base's dtype (a bool
   // base as an integer); a negative one on an integer base is integer_pow's error, as JAX's.
-  if (exponent.integer && std::abs(b) <= 9.2e18) {
+  if ((exponent.integer || exponent.boolean) && std::abs(b) <= 9.2e18) {  // a bool is operator.index's 0 / 1
     const DType d = a.dtype() == bool_ ? detail::weak_result(bool_, true) : a.dtype();  // jnp: a bool base as an integer
     return integer_pow(d == a.dtype() ? a : astype(a, d, loc), static_cast<std::int64_t>(b), loc);
   }
@@ -908,7 +908,8 @@ Array clamp(const Array& lo, const Array& x, const Array& hi, std::source_locati
 Array clamp(detail::Scalar lo, const Array& x, detail::Scalar hi, std::source_location loc) {
   // a float bound on an integer x: both bounds made in the float dtype the result has (an
   // integer bound made in x's dtype first wrapped: 200 on i8 was -56)
-  if (!is_floating(x.dtype()) && (!lo.integer || !hi.integer) && promotion_mode() == PromotionMode::standard) {
+  const auto is_float = [](const detail::Scalar& s) { return !s.integer && !s.boolean; };  // a C++ bool is a bool
+  if (!is_floating(x.dtype()) && (is_float(lo) || is_float(hi)) && promotion_mode() == PromotionMode::standard) {
     const DType d = detail::weak_result(x.dtype(), false);
     return clamp(detail::weakly_typed(scalar(lo.value, d)), x, detail::weakly_typed(scalar(hi.value, d)), loc);
   }

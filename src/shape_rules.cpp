@@ -257,9 +257,11 @@ std::vector<ShapedArray> pad_shape_rule(Avals in, const params::Pad& ps) {
   for (std::size_t i = 0; i < r; ++i) {
     if (interior[i] < 0) shape_fail(p, in, "interior padding must be non-negative");
     const std::int64_t n = in[0].shape[i];
-    std::int64_t size = 0;  // lo + hi + n + (n - 1) interior, each step checked (it wrapped to a small size)
+    // (lo + hi) + n + (n - 1) interior, each step checked (it wrapped to a small size); the pads
+    // first, so that (-big, big) and (big, -big) both cancel (the transpose pads the other way)
+    std::int64_t size = 0, pads = 0;
     if ((n > 0 && __builtin_mul_overflow(n - 1, interior[i], &size)) || __builtin_add_overflow(size, n, &size) ||
-        __builtin_add_overflow(size, lo[i], &size) || __builtin_add_overflow(size, hi[i], &size))
+        __builtin_add_overflow(lo[i], hi[i], &pads) || __builtin_add_overflow(size, pads, &size))
       shape_fail(p, in, "the padded size of dimension " + std::to_string(i) + " exceeds 2^63 - 1");
     if (size < 0) shape_fail(p, in, "negative padding removes more than the dimension holds");
     out.push_back(size);

@@ -328,3 +328,26 @@ TEST_CASE("promotion regressions from the twenty-seventh session's diff review: 
     CHECK(xj::astype(xj::pow(b, 2), xj::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 0});
   }
 }
+
+TEST_CASE("promotion: C++ bools in clamp and pow are bools, and pointers, long doubles and enums do not become bools (late review)") {
+  const xj::Array i = xj::array<std::int32_t>({-1, 0, 2}, {3});
+  const xj::Array b = xj::astype(xj::array<std::uint8_t>({1, 0, 1}, {3}), xj::bool_);
+  CHECK(xj::clamp(false, i, true).dtype() == xj::i32);  // a strong bool joins the array's dtype (it made f32)
+  CHECK(xj::clamp(false, i, true).to_vector<int>() == std::vector<int>{0, 0, 1});
+  CHECK(xj::clamp(0, i, true).dtype() == xj::i32);
+  CHECK(xj::pow(i, true).dtype() == xj::i32);  // jnp.power takes operator.index(True) = 1
+  CHECK(xj::pow(i, true).to_vector<int>() == std::vector<int>{-1, 0, 2});
+  CHECK(xj::astype(xj::pow(b, false), xj::i32).to_vector<int>() == std::vector<int>{1, 1, 1});
+  static_assert(!std::is_convertible_v<const char*, xj::detail::Scalar>);
+  static_assert(!std::is_convertible_v<int*, xj::detail::Scalar>);
+  enum Level { kLow = 2, kHigh = 5 };
+  const xj::Array f = xj::array<float>({1.0f, 2.0f}, {2});
+  CHECK((f * kHigh).to_vector<float>() == std::vector<float>{5.0f, 10.0f});
+  const long double k = 2.5L;
+  CHECK((f * k).to_vector<float>() == std::vector<float>{2.5f, 5.0f});
+  // pad's bounds cancel in either order (the transpose pads the other way)
+  constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const xj::Array x = xj::arange(5, xj::f32);
+  CHECK(xj::pad(x, xj::scalar(0.0f), {big}, {-big}).shape() == xj::Shape{5});
+  CHECK(xj::pad(x, xj::scalar(0.0f), {-big}, {big}).shape() == xj::Shape{5});
+}

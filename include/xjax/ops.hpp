@@ -29,7 +29,9 @@ struct Scalar {
   bool integer;
   bool boolean = false;
   Scalar(double v) : value(v), integer(false) {}  // NOLINT: implicit on purpose
-  Scalar(bool v) : value(v ? 1.0 : 0.0), integer(false), boolean(true) {}  // NOLINT: implicit on purpose
+  template <class T>
+    requires std::is_same_v<T, bool>  // a template: a pointer, long double or enum must not reach it
+  Scalar(T v) : value(v ? 1.0 : 0.0), integer(false), boolean(true) {}  // NOLINT: implicit on purpose
   template <class T>
     requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
   Scalar(T v) : value(static_cast<double>(v)), integer(true) {}  // NOLINT: implicit on purpose
