@@ -22,6 +22,15 @@ using P = Primitive;
   throw ShapeError(op + ": " + why + " (at " + format_location(loc) + ")");
 }
 
+// A window's dilated extent (n - 1) d + 1, an error naming `op` past 2^63 - 1 (it wrapped before
+// the padding was worked out and the shape rule could say so).
+std::int64_t dilated_extent(const char* op, std::int64_t n, std::int64_t d, const std::source_location& loc) {
+  std::int64_t extent = 0;
+  if (n > 0 && (__builtin_mul_overflow(n - 1, d, &extent) || __builtin_add_overflow(extent, 1, &extent)))
+    shape_fail(op, "a dilated window's extent exceeds 2^63 - 1", loc);
+  return extent;
+}
+
 // JAX's conv_general_permutations: the dims of (N or O, C or I, spatial in rhs's order).
 Ints spec_of(const std::string& spec, char first, char second, const std::string& rhs, const std::source_location& loc) {
   auto count = [&](char ch) { return std::count(spec.begin(), spec.end(), ch); };
@@ -126,7 +135,7 @@ Array conv_general_dilated(const Array& lhs_in, const Array& rhs_in, const Ints&
   Ints sizes, windows;
   for (std::size_t i = 0; i < nsp; ++i) {
     sizes.push_back(lhs.dim(p.lhs_spec[i + 2]));
-    windows.push_back(detail::dilated(rhs.dim(p.rhs_spec[i + 2]), p.rhs_dilation[i]));
+    windows.push_back(dilated_extent("conv_general_dilated", rhs.dim(p.rhs_spec[i + 2]), p.rhs_dilation[i], loc));
   }
   set_padding(padding, sizes, windows, window_strides, p.padding_lo, p.padding_hi, "conv_general_dilated", loc);
   return bind1(P::conv_general_dilated, {lhs, rhs}, p, loc);
@@ -174,7 +183,7 @@ Array conv_transpose(const Array& lhs, const Array& rhs_in, const Ints& strides,
       shape_fail("conv_transpose", "padding must be \"SAME\", \"VALID\" or (low, high) pairs, got \"" + padding.mode + "\"", loc);
     std::vector<std::pair<std::int64_t, std::int64_t>> pairs;
     for (std::size_t i = 0; i < nsp; ++i)
-      pairs.push_back(transpose_padding(detail::dilated(rhs_in.dim(rhs_spec[i + 2]), rd[i]), strides[i], padding.mode));
+      pairs.push_back(transpose_padding(dilated_extent("conv_transpose", rhs_in.dim(rhs_spec[i + 2]), rd[i], loc), strides[i], padding.mode));
     pads = Padding(pairs);
   }
   Array rhs = rhs_in;
@@ -200,7 +209,7 @@ Array reduce_window(const Array& x, double init, WindowOp op, const Ints& window
       std::any_of(w.base_dilation.begin(), w.base_dilation.end(), [](std::int64_t d) { return d != 1; }))
     shape_fail("reduce_window", "string padding is not supported with base_dilation; give (low, high) pairs", loc);
   Ints windows;
-  for (std::size_t i = 0; i < r; ++i) windows.push_back(detail::dilated(window_dimensions[i], w.window_dilation[i]));
+  for (std::size_t i = 0; i < r; ++i) windows.push_back(dilated_extent("reduce_window", window_dimensions[i], w.window_dilation[i], loc));
   set_padding(padding, x.shape(), windows, w.window_strides, w.padding_lo, w.padding_hi, "reduce_window", loc);
   const bool floating = is_floating(x.dtype());
   const double inf = std::numeric_limits<double>::infinity();

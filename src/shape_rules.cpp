@@ -254,8 +254,11 @@ std::vector<ShapedArray> pad_shape_rule(Avals in, const params::Pad& ps) {
   if (lo.size() != r || hi.size() != r || interior.size() != r)
     shape_fail(p, in, "lo, hi and interior need one entry per dimension");
   Shape out;
+  constexpr std::int64_t kMaxPad = std::int64_t{1} << 61;  // the kernel's index arithmetic stays in range
   for (std::size_t i = 0; i < r; ++i) {
     if (interior[i] < 0) shape_fail(p, in, "interior padding must be non-negative");
+    if (lo[i] > kMaxPad || lo[i] < -kMaxPad || hi[i] > kMaxPad || hi[i] < -kMaxPad || interior[i] > kMaxPad)
+      shape_fail(p, in, "padding of dimension " + std::to_string(i) + " beyond 2^61 is not supported");
     const std::int64_t n = in[0].shape[i];
     // (lo + hi) + n + (n - 1) interior, each step checked (it wrapped to a small size); the pads
     // first, so that (-big, big) and (big, -big) both cancel (the transpose pads the other way)

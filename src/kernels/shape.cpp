@@ -352,7 +352,9 @@ BoxCopies transpose_copies(const ShapedArray& x, std::span<const std::int64_t> p
 BoxCopies slice_copies(const ShapedArray& x, const Ints& start, const Ints& strides, const ShapedArray& out) {
   const Ints x_strides = row_major_strides(x.shape);
   Ints src_strides;
-  for (std::size_t d = 0; d < x_strides.size(); ++d) src_strides.push_back(x_strides[d] * (strides.empty() ? 1 : strides[d]));
+  // a dim of at most one output element never steps (its stride may be past the size: x * s wrapped)
+  for (std::size_t d = 0; d < x_strides.size(); ++d)
+    src_strides.push_back(out.shape[d] <= 1 ? 0 : x_strides[d] * (strides.empty() ? 1 : strides[d]));
   const std::int64_t origin = out.size() > 0 ? offset_of(start, x_strides) : 0;
   return {{{0, 0, origin, make_box(out.shape, row_major_strides(out.shape), src_strides)}}, item_of(out)};
 }
@@ -443,7 +445,8 @@ Array pad_kernel(const Array& x, const Array& padding_value, const Ints& lo, con
     const std::int64_t last_pos = out.shape[d] - 1 - lo[d];  // last i with lo + i*step <= dim-1
     const std::int64_t last = last_pos < 0 ? -1 : std::min(n - 1, last_pos / step);
     const std::int64_t count = std::max<std::int64_t>(last - first + 1, 0);
-    box.push_back({count, out_strides[d] * step, x_strides[d]});
+    if (count == 0) return result;  // nothing of x is kept (before first's offsets, which may lie past any size)
+    box.push_back({count, count <= 1 ? 0 : out_strides[d] * step, x_strides[d]});  // one element never steps
     src_offset += first * x_strides[d];
     dst_offset += (lo[d] + first * step) * out_strides[d];
   }
