@@ -1106,3 +1106,71 @@ TEST_CASE("custom_jvp / custom_vjp: differentiating with respect to a captured v
   };
   CHECK(xj::grad(by_y)(x).to_vector<double>() == std::vector<double>{2.0, 3.0});
 }
+
+TEST_CASE("custom_jvp / custom_vjp: rules capturing a traced value that is not differentiated compute, as in JAX (was a TracerError)") {
+  // The rules are traced where the call is made, their captures riding along as operands.
+  const xj::Array x = xj::array<double>({0.5, -1.25}, {2});
+  const xj::Array s0 = xj::array<double>({2.0, 3.0}, {2});
+  // f(y) = s * sin(y) with the rule's tangent s * cos(y) dy; s traced but outside argnums.
+  const auto scaled_sin = [](const xj::Array& s) {
+    return xj::custom_jvp([s](const xj::Array& y) { return s * xj::sin(y); },
+                          [s](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                            return std::pair{s * xj::sin(std::get<0>(p)), s * xj::cos(std::get<0>(p)) * std::get<0>(t)};
+                          });
+  };
+  const auto loss = [&](const xj::Array& y, const xj::Array& s) { return xj::sum(scaled_sin(s)(y)); };
+  const std::vector<double> xv = x.to_vector<double>(), sv = s0.to_vector<double>();
+  const xj::Array g = xj::grad(loss)(x, s0);
+  const xj::Array gj = xj::jit(xj::grad(loss))(x, s0);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(g.to_vector<double>()[i] == doctest::Approx(sv[i] * std::cos(xv[i])));
+    CHECK(gj.to_vector<double>()[i] == doctest::Approx(sv[i] * std::cos(xv[i])));
+  }
+  // differentiating s itself (the function captures it) stays JAX's error; so does a value only
+  // the rule captures (its tangent would be dropped)
+  CHECK_THROWS_AS((void)xj::grad(loss, xj::argnums<1>)(x, s0), xj::TransformError);
+  const auto rule_only = [&](const xj::Array& y, const xj::Array& s) {
+    auto f = xj::custom_jvp([](const xj::Array& v) { return xj::sin(v); },
+                            [s](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                              return std::pair{xj::sin(std::get<0>(p)), s * xj::cos(std::get<0>(p)) * std::get<0>(t)};
+                            });
+    return xj::sum(f(y));
+  };
+  CHECK_THROWS_WITH_AS((void)xj::grad(rule_only, xj::argnums<1>)(x, s0), doctest::Contains("its rule captures"), xj::TransformError);
+  // the rule's scale s (not differentiated) scales the gradient in y: s cos(y)
+  const xj::Array gr = xj::grad(rule_only)(x, s0);
+  for (std::size_t i = 0; i < 2; ++i) CHECK(gr.to_vector<double>()[i] == doctest::Approx(sv[i] * std::cos(xv[i])));
+  // a stop_gradient value captured by the rule
+  const auto stopped = [&](const xj::Array& y) { return xj::sum(scaled_sin(xj::stop_gradient(y * 2.0))(y)); };
+  const xj::Array gs = xj::grad(stopped)(x);
+  for (std::size_t i = 0; i < 2; ++i) CHECK(gs.to_vector<double>()[i] == doctest::Approx(2.0 * xv[i] * std::cos(xv[i])));
+  // grad(vmap(...)): the rule captures the member's row, batched by the enclosing vmap
+  const xj::Array rows = xj::array<double>({1.0, 2.0, 3.0, 4.0}, {2, 2});
+  const auto batched = [&](const xj::Array& y) {
+    return xj::sum(xj::vmap([&](const xj::Array& r) { return scaled_sin(r)(y); })(rows));
+  };
+  const xj::Array gb = xj::grad(batched)(x);
+  for (std::size_t i = 0; i < 2; ++i)
+    CHECK(gb.to_vector<double>()[i] == doctest::Approx((i == 0 ? 1.0 + 3.0 : 2.0 + 4.0) * std::cos(xv[i])));  // sum of the rows' column i
+  // a slice of scan's xs captured in the body's rule, under grad: d/dc sum_t s_t sin(c) = sum_t s_t cos(c)
+  const auto scanned = [&](const xj::Array& c0) {
+    auto [c, ys] = xj::scan([&](const xj::Array& c, const xj::Array& s) { return std::pair{c, scaled_sin(s)(c)}; }, c0, rows);
+    return xj::sum(ys);
+  };
+  const xj::Array gsc = xj::grad(scanned)(x);
+  for (std::size_t i = 0; i < 2; ++i)
+    CHECK(gsc.to_vector<double>()[i] == doctest::Approx((i == 0 ? 4.0 : 6.0) * std::cos(xv[i])));
+  // custom_vjp's bwd capturing s (outside argnums): d/dy sum(s * y^2) by the bwd 2 s y ct
+  const auto vjp_loss = [&](const xj::Array& y, const xj::Array& s) {
+    auto f = xj::custom_vjp([s](const xj::Array& v) { return s * v * v; },
+                            [s](const xj::Array& v) { return std::pair{s * v * v, v}; },
+                            [s](const xj::Array& v, const xj::Array& ct) { return std::tuple{2.0 * s * v * ct}; });
+    return xj::sum(f(y));
+  };
+  for (const xj::Array& gv : {xj::grad(vjp_loss)(x, s0), xj::jit(xj::grad(vjp_loss))(x, s0)})
+    for (std::size_t i = 0; i < 2; ++i) CHECK(gv.to_vector<double>()[i] == doctest::Approx(2.0 * sv[i] * xv[i]));
+  // and under vmap of grad, the captured s batched
+  const xj::Array gvm = xj::vmap([&](const xj::Array& s) { return xj::grad(vjp_loss)(x, s); })(rows);
+  const std::vector<double> gvv = gvm.to_vector<double>(), rv = rows.to_vector<double>();
+  for (std::size_t k = 0; k < 4; ++k) CHECK(gvv[k] == doctest::Approx(2.0 * rv[k] * xv[k % 2]));
+}

@@ -21,15 +21,39 @@ std::vector<Array> with_consts(const ClosedJaxpr& j, std::span<const Array> args
   return in;
 }
 
-// A captured value (one of the call's `nc` leading consts) with a tangent: the user's rule
-// speaks of the explicit arguments only, so its derivative would be dropped (a silent zero). JAX
-// raises CustomJVPException / CustomVJPException here.
-void require_constant_captures(const char* what, const JvpArgs& a, std::size_t nc) {
+// A captured value (one of the call's `nc` leading consts, the last `nrc` of them the rule's)
+// with a tangent: the user's rule speaks of the explicit arguments only, so its derivative would
+// be dropped (a silent zero). JAX raises CustomJVPException / CustomVJPException here.
+void require_constant_captures(const char* what, const JvpArgs& a, std::size_t nc, std::size_t nrc = 0) {
   for (std::size_t i = 0; i < nc; ++i)
     if (!a.t[i].is_zero())
-      throw TransformError(std::string(what) + ": differentiated with respect to a value its function captures (a " +
-                           a.t[i].aval().str() + " closed over, at " + format_location(a.loc) +
+      throw TransformError(std::string(what) + ": differentiated with respect to a value its " +
+                           (i + nrc >= nc ? "rule" : "function") + " captures (a " + a.t[i].aval().str() +
+                           " closed over, at " + format_location(a.loc) +
                            "); the rule only covers the explicit arguments: pass that value as an argument");
+}
+
+/// The call's jaxpr taking j's consts, then `extra` inputs it does not read (values its rules
+/// carry), then j's inputs.
+ClosedJaxpr with_unused_inputs(const ClosedJaxpr& j, std::span<const Array> extra) {
+  auto out = std::make_shared<Jaxpr>(*j.jaxpr);
+  out->invars = j->constvars;
+  for (const auto& x : extra) out->invars.emplace_back(x.aval());
+  out->invars.insert(out->invars.end(), j->invars.begin(), j->invars.end());
+  out->constvars.clear();
+  return ClosedJaxpr{out, {}};
+}
+
+/// custom_jvp_call(f) with `obj` as its rule, which reads `rule_consts` (operands after f's consts).
+std::vector<Array> bind_custom_jvp_call(const ClosedJaxpr& f, std::shared_ptr<JvpRuleObject> obj,
+                                        std::span<const Array> rule_consts, std::span<const Array> args,
+                                        std::source_location loc) {
+  obj->weak = weak_flags(args);
+  obj->num_rule_consts = rule_consts.size();
+  params::CustomJvpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(with_unused_inputs(f, rule_consts)),
+                           .jvp = obj,
+                           .num_consts = static_cast<std::int64_t>(f.consts.size() + rule_consts.size())};
+  return bind(Primitive::custom_jvp_call, cat(cat(f.consts, rule_consts), args), std::move(ps), loc);
 }
 
 }  // namespace
@@ -41,22 +65,47 @@ std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, 
   auto obj = std::make_shared<JvpRuleObject>();
   obj->rule = std::move(rule);
   if (rule_key) obj->key = std::vector<std::uint64_t>{*rule_key};
-  obj->weak = weak_flags(args);
-  params::CustomJvpCall ps{.call_jaxpr = std::make_shared<const ClosedJaxpr>(consts_as_inputs(f)),
-                           .jvp = obj,
-                           .num_consts = static_cast<std::int64_t>(f.consts.size())};
-  return bind(Primitive::custom_jvp_call, with_consts(f, args), std::move(ps), loc);
+  return bind_custom_jvp_call(f, std::move(obj), {}, args, loc);
+}
+
+// The rule traced at the arguments' types ((primals, tangents) -> (outs, tangent outs)); what it
+// captures (rc) becomes operands of the call, handed back to it before the primals.
+std::vector<Array> custom_jvp_call_user(const ClosedJaxpr& f, const JvpFlatRule& rule, std::span<const Array> args,
+                                        std::source_location loc) {
+  const std::size_t n = args.size();
+  const std::vector<ShapedArray> avals = avals_of(args);
+  const std::vector<char> weak = weak_flags(args);
+  std::size_t nout = 0;
+  const ClosedJaxpr traced = trace_flat(
+      [&](std::span<const Array> xs) {
+        auto [outs, touts] = call_user([&] { return rule(xs.first(n), xs.subspan(n)); });
+        nout = outs.size();
+        outs.insert(outs.end(), touts.begin(), touts.end());
+        return outs;
+      },
+      cat(avals, avals), cat(weak, weak), loc);
+  auto obj = std::make_shared<JvpRuleObject>();
+  obj->rule = [rule_in = consts_as_inputs(traced), nout](std::span<const Array> rc_and_p, std::span<const Array> t) {
+    std::vector<Array> all = eval_jaxpr(rule_in, cat(std::vector<Array>(rc_and_p.begin(), rc_and_p.end()), t));
+    return std::pair{std::vector<Array>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nout)),
+                     std::vector<Array>(all.begin() + static_cast<std::ptrdiff_t>(nout), all.end())};
+  };
+  return bind_custom_jvp_call(f, std::move(obj), traced.consts, args, loc);
 }
 
 // d f(x) = rule(x, dx): the user's rule (its own operations are differentiated normally later)
 JvpOut custom_jvp_call_jvp(const JvpArgs& a) {
   const auto& ps = a.params.get<params::CustomJvpCall>();
   auto nc = static_cast<std::size_t>(ps.num_consts);
-  require_constant_captures("custom_jvp", a, nc);
+  const auto& obj = object<JvpRuleObject>(ps.jvp);
+  require_constant_captures("custom_jvp", a, nc, obj.num_rule_consts);
   std::vector<Array> tangents;
   for (std::size_t i = nc; i < a.t.size(); ++i) tangents.push_back(a.t[i].instantiate());
-  const auto& obj = object<JvpRuleObject>(ps.jvp);
-  const std::vector<Array> primals = with_weak_types({a.x.begin() + static_cast<std::ptrdiff_t>(nc), a.x.end()}, obj.weak, true);
+  // the rule's consts, then the arguments
+  std::vector<Array> primals(a.x.begin() + static_cast<std::ptrdiff_t>(nc - obj.num_rule_consts),
+                             a.x.begin() + static_cast<std::ptrdiff_t>(nc));
+  for (auto& p : with_weak_types({a.x.begin() + static_cast<std::ptrdiff_t>(nc), a.x.end()}, obj.weak, true))
+    primals.push_back(std::move(p));
   tangents = with_weak_types(std::move(tangents), obj.weak, true);
   auto [outs, touts] = call_user([&] { return obj.rule(primals, tangents); });
   JvpOut r{outs, {}};
@@ -78,12 +127,49 @@ std::vector<Tangent> custom_jvp_call_transpose(const TransposeArgs& a) {
 
 // ---- custom_vjp_call -------------------------------------------------------------------------
 
-std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_out, BwdFlat bwd, std::span<const Array> args) {
+namespace {
+
+/// fwd returning, after its own residuals, `extra` values (consts of the result).
+ClosedJaxpr with_extra_residuals(const ClosedJaxpr& fwd, std::span<const Array> extra) {
+  auto out = std::make_shared<Jaxpr>(*fwd.jaxpr);
+  for (const auto& x : extra) {
+    out->constvars.emplace_back(x.aval());
+    out->outvars.emplace_back(out->constvars.back());
+  }
+  return ClosedJaxpr{out, cat(fwd.consts, extra)};
+}
+
+}  // namespace
+
+// Under a trace, bwd is traced at the residuals' and outputs' types now: what it captures (bc)
+// travels as residuals that fwd passes through, so bwd(res..., bc..., cts) never holds a tracer of
+// a trace that has ended by the time the transpose calls it.
+std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd_user, std::size_t num_out, BwdFlat bwd,
+                                        std::span<const Array> args) {
+  ClosedJaxpr fwd = fwd_user;
+  std::size_t nbc = 0;
+  if (tracing_active()) {
+    const std::vector<ShapedArray> fwd_outs = fwd.out_avals();
+    const std::size_t nres = fwd_outs.size() - num_out;
+    std::vector<ShapedArray> in(fwd_outs.begin() + static_cast<std::ptrdiff_t>(num_out), fwd_outs.end());
+    in.insert(in.end(), fwd_outs.begin(), fwd_outs.begin() + static_cast<std::ptrdiff_t>(num_out));
+    const ClosedJaxpr traced = trace_flat(
+        [&](std::span<const Array> xs) { return call_user([&] { return bwd(xs.first(nres), xs.subspan(nres)); }); }, in);
+    nbc = traced.consts.size();
+    fwd = with_extra_residuals(fwd, traced.consts);
+    bwd = [bwd_in = consts_as_inputs(traced), nres, nbc](std::span<const Array> res, std::span<const Array> cts) {
+      std::vector<Array> all(res.begin() + static_cast<std::ptrdiff_t>(nres), res.end());  // bc
+      all.insert(all.end(), res.begin(), res.begin() + static_cast<std::ptrdiff_t>(nres));
+      all.insert(all.end(), cts.begin(), cts.end());
+      return eval_jaxpr(bwd_in, all);
+    };
+  }
   ClosedJaxpr fwd_in = consts_as_inputs(fwd);
   std::vector<bool> keep(fwd->outvars.size(), false);
   for (std::size_t k = 0; k < num_out; ++k) keep[k] = true;
   auto obj = std::make_shared<BwdObject>();
   obj->bwd = std::move(bwd);
+  obj->num_bwd_consts = nbc;
   auto outs = fwd.out_avals();
   obj->out_avals.assign(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(num_out));
   for (const auto& x : args) obj->in_avals.push_back(x.aval());
@@ -101,8 +187,8 @@ JvpOut custom_vjp_call_jvp(const JvpArgs& a) {
   if (ad_mode() == AdMode::forward) custom_vjp_no_forward_mode();
   const auto& ps = a.params.get<params::CustomVjpCall>();
   auto nc = static_cast<std::size_t>(ps.num_consts);
-  require_constant_captures("custom_vjp", a, nc);
   const auto& obj = object<BwdObject>(ps.bwd);
+  require_constant_captures("custom_vjp", a, nc, obj.num_bwd_consts);
   std::vector<Array> all = eval_jaxpr(*ps.fwd_jaxpr, a.x);
   std::size_t nout = obj.out_avals.size();
   JvpOut r{std::vector<Array>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nout)), {}};
@@ -193,6 +279,7 @@ std::shared_ptr<BwdObject> batched_bwd(const BwdObject& obj, std::vector<ShapedA
                                        const std::vector<bool>& arg_batched) {
   auto out = std::make_shared<BwdObject>();
   out->num_res = obj.num_res;
+  out->num_bwd_consts = obj.num_bwd_consts;
   out->in_weak = obj.in_weak;
   for (const auto& a : obj.out_avals) out->out_avals.push_back(batched_aval(a, size));
   for (std::size_t k = 0; k < obj.in_avals.size(); ++k)
@@ -244,25 +331,30 @@ BatchOut custom_jvp_call_batch(const BatchArgs& a) {
   auto nout = ps.call_jaxpr->jaxpr->outvars.size();
   ClosedJaxpr call = batch_jaxpr_leading(*ps.call_jaxpr, batched, a.size, std::vector<bool>(nout, true), nullptr);
   auto nc = static_cast<std::size_t>(ps.num_consts);
-  // The rule takes (primals, tangents) of the arguments; a tangent is batched as its primal is.
-  std::vector<bool> args_batched = tail(batched, nc);
-  std::vector<ShapedArray> member = member_avals(std::span<const Array>(ops).subspan(nc), args_batched);
-  std::vector<ShapedArray> member_pt = member;
-  member_pt.insert(member_pt.end(), member.begin(), member.end());
-  std::vector<bool> batched_pt = args_batched;
-  batched_pt.insert(batched_pt.end(), args_batched.begin(), args_batched.end());
+  const auto& old = object<JvpRuleObject>(ps.jvp);
+  const std::size_t nrc = old.num_rule_consts, first = nc - nrc;
+  // The rule takes (its consts and the primals, tangents); a tangent is batched as its primal is.
+  std::vector<bool> batched_pt = tail(batched, first);
+  std::vector<ShapedArray> member_pt = member_avals(std::span<const Array>(ops).subspan(first), batched_pt);
+  const std::vector<ShapedArray> member_t(member_pt.begin() + static_cast<std::ptrdiff_t>(nrc), member_pt.end());
+  const std::vector<bool> batched_t(batched_pt.begin() + static_cast<std::ptrdiff_t>(nrc), batched_pt.end());
+  member_pt.insert(member_pt.end(), member_t.begin(), member_t.end());
+  batched_pt.insert(batched_pt.end(), batched_t.begin(), batched_t.end());
   auto obj = std::make_shared<JvpRuleObject>();
-  obj->key = batched_rule_key(object<JvpRuleObject>(ps.jvp).key, member_pt, batched_pt, a.size);
-  obj->weak = object<JvpRuleObject>(ps.jvp).weak;
-  obj->rule = [rule = object<JvpRuleObject>(ps.jvp).rule, weak = obj->weak, member_pt, batched_pt,
+  obj->key = batched_rule_key(old.key, member_pt, batched_pt, a.size);
+  obj->weak = old.weak;
+  obj->num_rule_consts = nrc;
+  obj->rule = [rule = old.rule, weak = obj->weak, nrc, member_pt, batched_pt,
                size = a.size](std::span<const Array> p, std::span<const Array> t) {
-    std::size_t n = p.size();
+    const std::size_t n = t.size();
     std::size_t m = 0;
     auto fn = [&](std::span<const Array> args) {  // the member's tracers, weak where the call's arguments were
       const auto part = [&](std::size_t from, std::size_t count) {
         return with_weak_types({args.begin() + static_cast<std::ptrdiff_t>(from), args.begin() + static_cast<std::ptrdiff_t>(from + count)}, weak, true);
       };
-      auto [outs, touts] = rule(part(0, n), part(n, n));
+      std::vector<Array> primals(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(nrc));
+      for (auto& x : part(nrc, n)) primals.push_back(std::move(x));
+      auto [outs, touts] = rule(primals, part(nrc + n, n));
       m = outs.size();
       outs.insert(outs.end(), touts.begin(), touts.end());
       return outs;

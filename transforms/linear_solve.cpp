@@ -202,12 +202,6 @@ struct RootProblem {
   std::size_t nsc = 0, nlc = 0, ntheta = 0;
 };
 
-std::vector<ShapedArray> avals_of(std::span<const Array> xs) {
-  std::vector<ShapedArray> r;
-  for (const auto& x : xs) r.push_back(x.aval());
-  return r;
-}
-
 /// The tangent of f (theta, x) -> f in x alone, along v.
 std::vector<Array> tangent_in_x(const ClosedJaxpr& f, std::span<const Array> theta_and_x, std::size_t ntheta,
                                 std::span<const Array> v) {

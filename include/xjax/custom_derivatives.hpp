@@ -20,6 +20,12 @@ using BwdFlat = std::function<std::vector<Array>(std::span<const Array> res, std
 std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, std::span<const Array> args,
                                         std::source_location loc = std::source_location::current(),
                                         std::optional<std::uint64_t> rule_key = std::nullopt);
+/// custom_jvp_call_flat for a user's rule: the rule is traced here, while the values it captures
+/// are live, and they travel as operands of the call (a traced value outside the differentiated
+/// arguments, captured by the rule, then has a value when the rule runs).
+std::vector<Array> custom_jvp_call_user(const ClosedJaxpr& f, const JvpFlatRule& rule, std::span<const Array> args,
+                                        std::source_location loc);
+/// Under a trace, bwd is traced here, the values it captures travelling as residuals.
 std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_out, BwdFlat bwd, std::span<const Array> args);
 
 template <class T> std::vector<Array> leaves_of(const T& tree) { return tree_flatten(tree).first; }
@@ -52,6 +58,8 @@ template <class F, class Rule> auto keyed_custom_jvp(F f, Rule rule, std::source
       detail::check_same_tree("custom_jvp: the rule's tangent output differs from f's output", out_def, tout_def);
       return std::pair{std::move(out_leaves), std::move(tout_leaves)};
     };
+    // The library's keyed rules capture no traced value; a user's rule is traced at the call.
+    if (!rule_key) return tree_unflatten<R>(out_def, detail::custom_jvp_call_user(j, flat_rule, fa.leaves, loc));
     return tree_unflatten<R>(out_def, detail::custom_jvp_call_flat(j, flat_rule, fa.leaves, loc, rule_key));
   };
 }

@@ -9,6 +9,12 @@
 
 namespace xjax::detail {
 
+std::vector<ShapedArray> avals_of(std::span<const Array> xs) {
+  std::vector<ShapedArray> r;
+  for (const auto& x : xs) r.push_back(x.aval());
+  return r;
+}
+
 ClosedJaxpr consts_as_inputs(const ClosedJaxpr& j) {
   auto out = std::make_shared<Jaxpr>(*j.jaxpr);
   out->invars = j->constvars;

@@ -19,6 +19,9 @@ struct JvpRuleObject : ParamObject {
   // C++ number). A pass re-tracing the call's jaxpr has strong tracers there, so the rule gets its
   // primals and tangents weak again, as JAX's tracers keep their weak_type.
   std::vector<char> weak;
+  // How many of the call's consts (its last ones) the rule reads: what a user's rule, traced where
+  // the call was made, captured. The rule takes them before the primals (custom_jvp_call_user).
+  std::size_t num_rule_consts = 0;
   std::string repr() const override { return "<custom jvp rule>"; }
   bool structure_words(std::vector<std::uint64_t>& out) const override {
     if (!key) return false;
@@ -33,7 +36,8 @@ struct BwdObject : ParamObject {
   std::vector<ShapedArray> out_avals;  // avals of the tangent outputs (f's outputs)
   std::vector<ShapedArray> in_avals;   // avals of the primal arguments (bwd's results)
   std::vector<char> in_weak;           // which arguments were weakly typed (a traced C++ number)
-  std::size_t num_res = 0;
+  std::size_t num_res = 0;         // residuals, the last num_bwd_consts of them what bwd captured
+  std::size_t num_bwd_consts = 0;  // which are also the call's last consts (custom_vjp_call_flat)
   std::string repr() const override { return "<custom vjp bwd>"; }
 };
 

@@ -49,6 +49,8 @@ template <class T> std::vector<T> cat(std::vector<T> a, std::span<const T> b) {
   return a;
 }
 template <class T> std::vector<T> cat(std::vector<T> a, const std::vector<T>& b) { return cat(std::move(a), std::span<const T>(b)); }
+/// The avals of xs.
+std::vector<ShapedArray> avals_of(std::span<const Array> xs);
 
 /// A jaxpr whose constvars became its leading invars (closure conversion for a primitive that
 /// stores a jaxpr in its params: consts, perhaps tracers, are passed as operands instead).
