@@ -36,20 +36,32 @@ template <class F> decltype(auto) visit_element_type(DType d, F&& f) {
   throw Error("invalid dtype");
 }
 
-// v as an element of type T: floats rounded, integers truncated and wrapped to T's width as a
-// C++ integer conversion would (C++ numbers are doubles here: exact up to 2^53; NaN -> 0, and
-// beyond +-2^64 saturated: a double-to-integer cast out of range is undefined).
+// v as an element of type T: floats rounded; integers as astype converts (truncated toward zero,
+// saturated at T's range, NaN to 0: JAX's convert_element_type of a float fill value). C++
+// numbers are doubles here, exact up to 2^53; INT64_MAX rounds to 2^63 and saturates back.
 template <class T> T element_of(double v) {
   if constexpr (std::is_class_v<T> || std::is_floating_point_v<T>) {
     return static_cast<T>(v);
   } else {
-    if (std::isnan(v)) return T{0};
-    const double t = std::trunc(v);
-    if (t >= 0x1p64) return std::numeric_limits<T>::max();
-    if (t < -0x1p63) return std::numeric_limits<T>::lowest();
-    const std::uint64_t bits = t >= 0x1p63 ? static_cast<std::uint64_t>(t) : static_cast<std::uint64_t>(static_cast<std::int64_t>(t));
-    return static_cast<T>(bits);  // modular
+    return detail::converted_from_double<T>(v);
   }
+}
+
+// A C++ integer as an element of type T, exactly: to an integer type modular (C++20's conversion,
+// numpy's astype of a Python int: jnp.full(2, -1, uint32) holds 2^32 - 1), to a float rounded,
+// to bool v != 0.
+template <class T, class V> T element_of_integer(V v, DType d) {
+  if (d == DType::bool_) return static_cast<T>(v != 0);
+  if constexpr (std::is_class_v<T>) return static_cast<T>(static_cast<double>(v));
+  else return static_cast<T>(v);
+}
+
+template <class V> void fill_integer(void* dst, DType d, std::int64_t n, V v) {
+  visit_element_type(d, [&]<class T>(T) {
+    T* p = static_cast<T*>(dst);
+    const T e = element_of_integer<T>(v, d);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = e;
+  });
 }
 
 void fill(void* dst, DType d, std::int64_t n, double v) {
@@ -189,13 +201,32 @@ Array array_from_bytes(const void* data, const ShapedArray& aval) {
 
 }  // namespace detail
 
-Array full(const Shape& shape, double value, DType dtype) {
+namespace {
+Array uninitialized_full(const Shape& shape, DType dtype) {
   for (auto d : shape)
     if (d < 0) throw ShapeError("xj::full: negative dimension in shape " + shape_str(shape));
-  Array out = detail::alloc_array({shape, dtype});
+  return detail::alloc_array({shape, dtype});
+}
+}  // namespace
+
+Array full(const Shape& shape, double value, DType dtype) {
+  Array out = uninitialized_full(shape, dtype);
   fill(detail::mutable_data(out), dtype, out.size(), value);
   return out;
 }
+
+namespace detail {
+Array full_of_integer(const Shape& shape, std::int64_t value, DType dtype) {
+  Array out = uninitialized_full(shape, dtype);
+  fill_integer(detail::mutable_data(out), dtype, out.size(), value);
+  return out;
+}
+Array full_of_integer(const Shape& shape, std::uint64_t value, DType dtype) {
+  Array out = uninitialized_full(shape, dtype);
+  fill_integer(detail::mutable_data(out), dtype, out.size(), value);
+  return out;
+}
+}  // namespace detail
 
 Array scalar(double v, DType dtype) { return full({}, v, dtype); }
 Array zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
@@ -208,8 +239,7 @@ Array arange(std::int64_t n, DType dtype) {
   Array out = detail::alloc_array({{n}, dtype});
   void* p = detail::mutable_data(out);
   for (std::int64_t i = 0; i < n; ++i)
-    fill(static_cast<char*>(p) + i * static_cast<std::int64_t>(itemsize(dtype)), dtype, 1,
-         static_cast<double>(i));
+    fill_integer(static_cast<char*>(p) + i * static_cast<std::int64_t>(itemsize(dtype)), dtype, 1, i);  // wraps, as iota
   return out;
 }
 

@@ -46,6 +46,10 @@ Selection select_along_leading(const Array& x, const std::vector<Array>& indices
   const Shape rest(shape.begin() + static_cast<std::ptrdiff_t>(k), shape.end());
   Shape common = indices[0].shape();
   for (std::size_t d = 1; d < k; ++d) common = broadcast_shapes(common, indices[d].shape());
+  // an index into an empty axis is an error, as jnp's IndexError (the clamped gather read zeros)
+  std::int64_t count = 1;
+  for (auto d : common) count *= d;
+  for (std::size_t d = 0; d < k; ++d) detail::require_takeable("at", x, static_cast<std::int64_t>(d), count, loc);
   Shape selected = common;
   selected.insert(selected.end(), rest.begin(), rest.end());
   if (k == 1) return {x, detail::gather_index(indices[0], loc), selected};

@@ -836,3 +836,61 @@ TEST_CASE("checkpoint regressions from the twenty-sixth session: an empty Policy
   }
   CHECK(described);
 }
+
+TEST_CASE("Policy::as: a comparison mask is not rebuilt from a narrowed residual (twenty-eighth session's hunt: the gradient was 0)") {
+  // exp(x) = 0.5004 rounds to 0.5 in bf16: a mask y > 0.5 rebuilt from the bf16 residual flipped
+  const float x0 = std::log(0.5004f);
+  const xj::Array x = xj::array<float>({x0}, {1});
+  const auto body = [](const xj::Array& v) {
+    const xj::Array y = xj::checkpoint_name(xj::exp(v), "y");
+    return xj::where(y > 0.5, y * y, xj::zeros_like(y));
+  };
+  const double y = std::exp(static_cast<double>(x0));
+  for (const xj::Policy& p : {pol::everything_saveable, pol::everything_saveable.as(xj::bf16),
+                              pol::save_only_these_names({"y"}).as(xj::bf16), pol::nothing_saveable.as(xj::bf16)}) {
+    const xj::Array g = xj::grad([&](const xj::Array& v) { return xj::sum(xj::checkpoint(body, {.policy = p})(v)); })(x);
+    CHECK(g.item<double>() == doctest::Approx(2.0 * y * y).epsilon(1e-2));  // d/dx exp(x)^2 = 2 y^2; bf16 reads: 2^-8
+  }
+  // relu's mask of its output is still rebuilt under a full-precision policy (the byte is not kept)
+  const xj::Array r = xj::array<float>({0.5f, -1.0f, 2.0f}, {3});
+  const auto relu_block = [](const xj::Array& v) { return xj::relu(xj::sin(v)); };
+  const xj::Array g = xj::grad([&](const xj::Array& v) {
+    return xj::sum(xj::checkpoint(relu_block, {.policy = pol::everything_saveable.as(xj::bf16)})(v));
+  })(r);
+  const std::vector<float> rv = r.to_vector<float>();
+  for (std::size_t i = 0; i < 3; ++i)
+    CHECK(g.to_vector<double>()[i] == doctest::Approx(std::sin(rv[i]) > 0 ? std::cos(rv[i]) : 0.0).epsilon(1e-2));
+  // in f16 a tiny positive output rounds to 0: relu's mask is saved then (d relu(1e-8 v)/dv = 1e-8 at v > 0)
+  const auto tiny = [](const xj::Array& v) { return xj::relu(xj::sin(v) * 1e-8f); };
+  const xj::Array g16 = xj::grad([&](const xj::Array& v) {
+    return xj::sum(xj::checkpoint(tiny, {.policy = pol::everything_saveable.as(xj::f16)})(v));
+  })(r);
+  for (std::size_t i = 0; i < 3; ++i)
+    CHECK(g16.to_vector<double>()[i] == doctest::Approx(std::sin(rv[i]) > 0 ? 1e-8 * std::cos(rv[i]) : 0.0).epsilon(1e-2));
+}
+
+TEST_CASE("saved_residuals inside a checkpoint: a residual computed without a tangent names its own line (twenty-eighth session's hunt)") {
+  namespace pol = xj::checkpoint_policies;
+  // exp of an integer argument carries no tangent; it was described at the checkpoint call's line
+  const auto body = [](const xj::Array& x, const xj::Array& i) {
+    const xj::Array w = xj::exp(xj::astype(i, xj::f64));  // the line saved_residuals names
+    return xj::sum(xj::sin(x * w));
+  };
+  const int exp_line = __LINE__ - 3;
+  const xj::Array x = xj::ones({2}, xj::f64), i = xj::array<std::int32_t>({1, 2});
+  const auto rs = xj::saved_residuals(xj::checkpoint(body, {.policy = pol::everything_saveable}), x, i);
+  bool found = false;
+  for (const xj::Residual& r : rs) {
+    CAPTURE(r.description);
+    if (!test_util::contains(r.description, "output of exp")) continue;
+    found = true;
+    CHECK(test_util::contains(r.description, "test_checkpoint.cpp:" + std::to_string(exp_line)));
+  }
+  CHECK(found);
+  // max's jvp converts its mask at the user's line: that is no Policy::as narrowing ("saved as f64")
+  const auto m = [](const xj::Array& a) { return xj::max(xj::exp(a), {0}); };
+  for (const xj::Residual& r : xj::saved_residuals(xj::checkpoint(m, {.policy = pol::everything_saveable}), x)) {
+    CAPTURE(r.description);
+    CHECK(!test_util::contains(r.description, "saved as"));
+  }
+}

@@ -5,6 +5,9 @@
 // gradients that come back in the primal's dtype.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -351,4 +354,43 @@ TEST_CASE("promotion: C++ bools in clamp and pow are bools, and pointers, long d
   CHECK(xj::pad(x, xj::scalar(0.0f), {big}, {-big}).to_vector<float>() == std::vector<float>(5, 0.0f));
   CHECK(xj::pad(x, xj::scalar(0.0f), {-big}, {big}).to_vector<float>() == std::vector<float>(5, 0.0f));
   CHECK_THROWS_AS((void)xj::pad(x, xj::scalar(0.0f), {-std::numeric_limits<std::int64_t>::max()}, {std::numeric_limits<std::int64_t>::max()}), xj::ShapeError);
+}
+
+TEST_CASE("C++ numbers in integer arrays, twenty-eighth session's hunt: INT64_MAX keeps its sign, a float fill saturates as astype, an integer fill is exact and wraps") {
+  constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const xj::Array i = xj::array<std::int64_t>({-5, 7});
+  // INT64_MAX rounds to 2^63 as a double; it converted to INT64_MIN (the comparison flipped)
+  CHECK((i < big).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{1, 1});
+  CHECK(xj::jit([](const xj::Array& x) { return x < std::numeric_limits<std::int64_t>::max(); })(i).to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{1, 1});
+  CHECK(xj::clamp(0, i, big).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 7});
+  CHECK(xj::where(i > 0, i, big).to_vector<std::int64_t>() == std::vector<std::int64_t>{big, 7});
+  // a C++ integer fill is exact (past 2^53 too) and wraps to the dtype's width (numpy's astype of an int)
+  CHECK(xj::full({1}, big, xj::i64).item<std::int64_t>() == big);
+  CHECK(xj::full({1}, big - 1, xj::i64).item<std::int64_t>() == big - 1);
+  CHECK(xj::full({1}, std::numeric_limits<std::uint64_t>::max(), xj::u64).item<std::uint64_t>() ==
+        std::numeric_limits<std::uint64_t>::max());
+  CHECK(xj::full({1}, -1, xj::u32).item<std::uint32_t>() == 4294967295u);
+  CHECK(xj::scalar(300, xj::u8).item<std::uint8_t>() == 44);
+  CHECK(xj::scalar(2, xj::bool_).item<std::uint8_t>() == 1);
+  CHECK(xj::scalar(-3, xj::f16).item<double>() == -3.0);
+  CHECK(xj::arange(300, xj::u8).to_vector<std::uint8_t>()[299] == 43);  // iota wraps
+  // a floating-point fill converts as astype: truncated, saturated, NaN to 0 (it wrapped: 300.7 -> 44)
+  for (double v : {-1.5, 300.7, 3e9, -3e9, 1e19, -1e19, std::nan("")}) {
+    for (xj::DType d : {xj::u8, xj::i8, xj::i32, xj::u32, xj::i64, xj::u64}) {
+      CAPTURE(v);
+      CAPTURE(xj::dtype_name(d));
+      const xj::Array expected = xj::astype(xj::scalar(v, xj::f64), d);
+      CHECK(xj::full({1}, v, d).to_vector<double>() == expected.to_vector<double>());
+    }
+  }
+  CHECK(xj::full({1}, -1.5, xj::u8).item<std::uint8_t>() == 0);
+  CHECK(xj::full({1}, 300.7, xj::u8).item<std::uint8_t>() == 255);
+  // at().set / max / min with a C++ float on an integer array: converted as astype (JAX's scatter)
+  const xj::Array x = xj::array<std::int32_t>({1, 2});
+  CHECK(xj::at(x, 0).set(3e9).to_vector<std::int32_t>() == std::vector<std::int32_t>{2147483647, 2});
+  CHECK(xj::at(x, 0).max(3e9).to_vector<std::int32_t>() == std::vector<std::int32_t>{2147483647, 2});
+  const xj::Array u = xj::array<std::uint8_t>({1, 2});
+  CHECK(xj::at(u, 0).set(-2.7).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 2});
+  CHECK(xj::at(u, 0).min(-1.0).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 2});
 }

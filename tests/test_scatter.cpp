@@ -272,3 +272,17 @@ TEST_CASE("at: the second derivative of mul at a subnormal update is exact (fuzz
     CHECK(vec(h) == std::vector<double>{0.0, 0.0});
   }
 }
+
+TEST_CASE("at: an index into an empty axis raises, as jnp's IndexError (twenty-eighth session's hunt: get read zeros)") {
+  const xj::Array e = xj::zeros({0, 2});
+  const xj::Array idx = xj::array<std::int32_t>({0, 1});
+  CHECK_THROWS_AS((void)xj::at(e, idx).get(), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::at(e, 0).get(), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::at(e, idx).set(1.0), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::at(e, idx).add(1.0, xj::IndexMode::drop), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::at(xj::zeros({2, 0}), {idx, idx}).get(), xj::ShapeError);
+  // no index at all reads nothing: fine
+  CHECK(xj::at(e, xj::zeros({0}, xj::i32)).get().shape() == xj::Shape{0, 2});
+  // a non-empty axis still clamps (and drops) as before
+  CHECK(xj::at(xj::array<float>({1.f, 2.f}), 5).get().item<float>() == 2.f);
+}

@@ -82,8 +82,12 @@ struct PartialEval {
 /// partial_eval : (a -> b) -> (known a -> (known b, r), (r, unknown a) -> unknown b).
 /// An equation is staged when any input is unknown; a known equation that `saveable` rejects is
 /// also copied into the staged jaxpr (recomputed there). Outputs with instantiate set are unknown.
+/// `narrowed_to`: the residuals will be saved in this float dtype (Policy::as), so a comparison of
+/// a value that narrowing would round is saved (one byte an element), never recomputed or rebuilt
+/// on the staged side from the rounded value.
 PartialEval partial_eval(const ClosedJaxpr& j, const std::vector<bool>& in_unknown,
-                         const std::vector<bool>& instantiate, const Saveable& saveable = nullptr);
+                         const std::vector<bool>& instantiate, const Saveable& saveable = nullptr,
+                         std::optional<DType> narrowed_to = std::nullopt);
 
 // ---- transpose -------------------------------------------------------------------------------
 /// An input of a linear equation during transposition: a known value, or an undefined linear one.

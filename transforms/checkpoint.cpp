@@ -217,10 +217,11 @@ JvpOut checkpoint_jvp(const JvpArgs& a) {
 PeSplit checkpoint_partial_eval(const Eqn& e, const std::vector<bool>& in_unknown, const Saveable& saveable) {
   const ClosedJaxpr& body = body_of(e.params);
   Saveable effective = saveable ? saveable : policy_saveable(e.params);
-  PartialEval pe = partial_eval(body, in_unknown, std::vector<bool>(body->outvars.size(), false), effective);
   // This block's own policy saves its residuals in a narrower dtype (an enclosing policy governs
   // when one does).
-  if (const auto to = residual_dtype_of(e.params); to && !saveable) save_residuals_as(pe, *to, e.loc);
+  const std::optional<DType> to = saveable ? std::nullopt : residual_dtype_of(e.params);
+  PartialEval pe = partial_eval(body, in_unknown, std::vector<bool>(body->outvars.size(), false), effective, to);
+  if (to) save_residuals_as(pe, *to, e.loc);
   PeSplit split;
   split.out_unknown = pe.out_unknown;
 
@@ -309,8 +310,11 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
       if (e.prim == Primitive::name) return "named '" + e.params.get<params::Name>().name + "' from " + format_location(e.loc);
       // A named value converted (a Policy::as residual, or the user's astype of it), or a
       // Policy::as convert of an unnamed one (it carries its source equation's location).
+      // (Policy::as only narrows floats: a jvp rule's convert of a mask at the same line is not one.)
       if (e.prim == Primitive::convert_element_type)
-        if (auto* in = std::get_if<Var>(&e.inputs[0]))
+        if (auto* in = std::get_if<Var>(&e.inputs[0]);
+            in && is_floating(in->aval().dtype) && is_floating(e.outputs[0].aval().dtype) &&
+            itemsize(e.outputs[0].aval().dtype) < itemsize(in->aval().dtype))
           if (std::string d = describe(j, *in, inputs);
               d.starts_with("named") || d.ends_with(" from " + format_location(e.loc)))
             return d + ", saved as " + dtype_name(e.outputs[0].aval().dtype);

@@ -715,11 +715,11 @@ JvpOut jvp_eval(const ClosedJaxpr& cj, std::span<const Array> primals, std::span
       any = any || !ts.back().is_zero();
     }
     JvpOut out;
+    LocationScope at(&e.loc);  // an enclosing rule's scope (a checkpoint's) would rename it
     if (!any) {
       out.primals = bind(e.prim, xs, e.params, e.loc);
       for (const auto& y : out.primals) out.tangents.push_back(Tangent::zero(y.aval()));
     } else {
-      LocationScope at(&e.loc);
       out = jvp_rule(e.prim)(JvpArgs{e.prim, xs, ts, e.params, e.loc});
     }
     for (std::size_t k = 0; k < e.outputs.size(); ++k) {

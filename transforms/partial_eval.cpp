@@ -28,7 +28,8 @@ Eqn zeros_eqn(const Var& out, const std::source_location& loc) {
 }  // namespace
 
 PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unknown,
-                         const std::vector<bool>& instantiate, const Saveable& saveable) try {
+                         const std::vector<bool>& instantiate, const Saveable& saveable,
+                         std::optional<DType> narrowed_to) try {
   const Jaxpr& j = *cj.jaxpr;
   std::unordered_set<std::uint64_t> unknown;
   for (std::size_t i = 0; i < j.invars.size(); ++i)
@@ -44,6 +45,33 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     staged_eqns.push_back(std::move(e));
     staged_from.push_back(from);
   };
+  // Policy::as narrows the residuals the known side computes (not the block's inputs) of a wider
+  // float dtype (checkpoint.cpp's save_residuals_as).
+  std::unordered_set<std::uint64_t> block_inputs;
+  for (const auto* vs : {&j.invars, &j.constvars})
+    for (const Var& v : *vs) block_inputs.insert(v.id());
+  const auto would_narrow = [&](const Var& v, DType to) {
+    return !block_inputs.count(v.id()) && is_floating(v.aval().dtype) && itemsize(v.aval().dtype) > itemsize(to);
+  };
+  // A comparison of a value the policy narrows is saved, not recomputed from the rounded value
+  // (its mask would flip: exp(x) = 0.5004 > 0.5 read back as 0.5).
+  // Exception: the sign test of an f32 value narrowed to bf16 (relu's mask of its output), which
+  // bf16's f32 exponent range keeps but for f32 subnormals below 2^-133 (they round to 0).
+  std::unordered_set<std::uint64_t> zero_fills;  // known vars that broadcast a literal 0
+  const auto sign_test_kept = [&](const Eqn& e) {
+    if (*narrowed_to != bf16 || e.inputs.size() != 2) return false;
+    const auto zero_literal = [&](const Atom& a) {
+      const auto* l = std::get_if<Literal>(&a);
+      return (l && l->value.item<double>() == 0.0) || (as_var(a) && zero_fills.count(as_var(a)->id()));
+    };
+    const auto f32_var = [](const Atom& a) { return as_var(a) && as_var(a)->aval().dtype == f32; };
+    return (f32_var(e.inputs[0]) && zero_literal(e.inputs[1])) || (zero_literal(e.inputs[0]) && f32_var(e.inputs[1]));
+  };
+  const auto mask_of_narrowed = [&](const Eqn& e) {
+    if (!narrowed_to || family_of(e.prim) != Family::comparison || sign_test_kept(e)) return false;
+    return std::any_of(e.inputs.begin(), e.inputs.end(), [&](const Atom& a) { return as_var(a) && would_narrow(*as_var(a), *narrowed_to); });
+  };
+  const auto recomputed = [&](const Eqn& e) { return saveable && !saveable(e) && !mask_of_narrowed(e); };
   std::unordered_map<std::uint64_t, Atom> alias;  // renamings introduced by pe rules
   auto rename = [&](const Atom& a) -> Atom {
     if (auto* v = as_var(a)) {
@@ -68,6 +96,8 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     }
     if (!any_unknown) {
       known_eqns.push_back(e);
+      if (e.prim == Primitive::broadcast_in_dim)
+        if (const auto* l = std::get_if<Literal>(&e.inputs[0]); l && l->value.item<double>() == 0.0) zero_fills.insert(e.outputs[0].id());
       if (family_of(e.prim) == Family::comparison) known_by_var.emplace(e.outputs[0].id(), e), known_def.emplace(e.outputs[0].id(), pos);
       if (e.prim == Primitive::name && as_var(e.inputs[0])) named.emplace(as_var(e.inputs[0])->id(), e.outputs[0]);
       // Recomputed on the staged side: what the policy does not save, values built from literals
@@ -78,7 +108,7 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       const Var* operand = e.inputs.empty() ? nullptr : as_var(e.inputs[0]);
       bool enlarging_broadcast = e.prim == Primitive::broadcast_in_dim && operand &&
                                  e.outputs[0].aval().size() > operand->aval().size();
-      if ((saveable && !saveable(e)) || from_literals || enlarging_broadcast) stage(e, pos);
+      if (recomputed(e) || from_literals || enlarging_broadcast) stage(e, pos);
       continue;
     }
     std::vector<bool> ins_unknown;
@@ -88,9 +118,8 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       known_eqns.insert(known_eqns.end(), split.known.begin(), split.known.end());
       // Inside a checkpoint the enclosing policy governs the known part too: what it does not
       // save is recomputed on the staged side (a known scan or cond reruns there).
-      if (saveable)
-        for (const Eqn& k : split.known)
-          if (!saveable(k)) stage(k, pos);
+      for (const Eqn& k : split.known)
+        if (recomputed(k)) stage(k, pos);
       for (const Eqn& st : split.staged) stage(st, pos);
       for (std::size_t k = 0; k < e.outputs.size(); ++k)
         if (split.out_unknown[k]) unknown.insert(e.outputs[k].id());
@@ -173,6 +202,7 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       bool operands_kept = true;
       for (Atom& a : cmp.inputs) {
         const Var* v = as_var(a);
+        if (v && mask_of_narrowed(cmp)) operands_kept = false;  // the mask would flip
         if (!v || seen.count(v->id()) || staged_defs.count(v->id())) continue;
         auto same = named.find(v->id());  // kept under its name (a policy's named residual)
         if (same != named.end() && seen.count(same->second.id())) a = same->second;

@@ -549,11 +549,11 @@ BatchOut batch_eval(const ClosedJaxpr& cj, std::span<const Array> args, std::spa
       ds.push_back(dim_of(in));
     }
     BatchOut out;
+    LocationScope at(&e.loc);  // an enclosing rule's scope would rename an unbatched equation too
     if (std::all_of(ds.begin(), ds.end(), [](auto d) { return d == not_batched; })) {
       out.outs = bind(e.prim, xs, e.params, e.loc);
       out.dims.assign(out.outs.size(), not_batched);
     } else {
-      LocationScope at(&e.loc);
       out = batch_rule(e.prim)(BatchArgs{e.prim, xs, ds, size, e.params, e.loc});
     }
     for (std::size_t k = 0; k < e.outputs.size(); ++k) {

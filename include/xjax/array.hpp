@@ -138,9 +138,27 @@ template <class T> Array array(std::initializer_list<T> values) {
   std::vector<T> v(values);
   return array<T>(v, Shape{static_cast<std::int64_t>(v.size())});
 }
-/// A rank-0 array holding v converted to dtype.
+/// A rank-0 array holding v converted to dtype. A floating-point v converts to an integer dtype as
+/// astype does (truncated, saturated, NaN to 0: JAX's convert_element_type of a float); a C++
+/// integer exactly, wrapping to an integer dtype's width as numpy's astype of a Python int
+/// (jnp.full(2, -1, jnp.uint32) holds 2^32 - 1).
 Array scalar(double v, DType dtype = f32);
 Array full(const Shape& shape, double value, DType dtype = f32);
+namespace detail {
+Array full_of_integer(const Shape& shape, std::int64_t value, DType dtype);
+Array full_of_integer(const Shape& shape, std::uint64_t value, DType dtype);
+}  // namespace detail
+template <class T>
+  requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+Array full(const Shape& shape, T value, DType dtype = f32) {
+  if constexpr (std::is_signed_v<T>) return detail::full_of_integer(shape, static_cast<std::int64_t>(value), dtype);
+  else return detail::full_of_integer(shape, static_cast<std::uint64_t>(value), dtype);
+}
+template <class T>
+  requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+Array scalar(T v, DType dtype = f32) {
+  return full(Shape{}, v, dtype);
+}
 Array zeros(const Shape& shape, DType dtype = f32);
 Array ones(const Shape& shape, DType dtype = f32);
 Array arange(std::int64_t n, DType dtype = i32);
