@@ -1339,3 +1339,25 @@ TEST_CASE("kernels: f64 erf and erfc agree with the C library to an ulp or two (
   const auto fused = xjax::jit([](const xjax::Array& v) { return xjax::erfc(v * 1.0); })(a).to_vector<double>();
   for (std::size_t i = 0; i < xs.size(); ++i) CHECK(fused[i] == doctest::Approx(std::erfc(xs[i])).epsilon(4e-16).scale(std::numeric_limits<double>::min()));
 }
+
+TEST_CASE("kernel: a long float sum folds pairwise, its error growing with log n (twenty-eighth session's hunt: 0.37% off)") {
+  // 4M copies of 1.0078125 (7 fraction bits): lane-by-lane accumulation lost the low bits once
+  // each lane's sum passed 2^17; the exact sum is representable in f32.
+  const std::int64_t n = 4'000'000;
+  const xjax::Array x = xjax::full({n}, 1.0078125, xjax::f32);
+  const double exact = 1.0078125 * static_cast<double>(n);
+  CHECK(std::abs(xjax::sum(x).item<double>() - exact) <= 1e-6 * exact);
+  CHECK(std::abs(xjax::mean(x).item<double>() - 1.0078125) <= 1e-6);
+  // random values against a double loop: within a few ulps of the sum's magnitude times log2(n)
+  std::vector<float> rv(static_cast<std::size_t>(n));
+  std::uint32_t state = 7;
+  for (float& v : rv) v = static_cast<float>((state = state * 1664525u + 1013904223u) >> 8) * 0x1p-24f;
+  const xjax::Array r = xjax::array<float>(rv, {n});
+  double want = 0.0;
+  for (float v : rv) want += v;
+  CHECK(std::abs(xjax::sum(r).item<double>() - want) <= 32 * 0x1p-24 * want);
+  // an odd length with a tail, and max still exact
+  const xjax::Array odd = xjax::full({n + 13}, 0.1, xjax::f64);
+  CHECK(std::abs(xjax::sum(odd).item<double>() - 0.1 * static_cast<double>(n + 13)) <= 1e-12 * static_cast<double>(n));
+  CHECK(xjax::max(r).item<float>() == *std::max_element(rv.begin(), rv.end()));
+}

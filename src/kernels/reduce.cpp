@@ -94,6 +94,22 @@ std::vector<Run> collapse_runs(const Shape& shape, const Ints& axes) {
 
 // ---- loop --------------------------------------------------------------------------------------
 
+// The first `batches` whole batches of x folded into one. A sum or product (an op whose float
+// result depends on the order) folds pairwise above 128 batches, each half apart, then the two
+// halves: the rounding error grows with log n instead of n (4M copies of 1.0078125 summed in f32
+// lane by lane were 0.37% off; numpy's sum is pairwise too). Max and min fold linearly.
+template <class T, class Op> Batch<T> fold_batches(const T* x, std::int64_t batches) {
+  constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
+  constexpr std::int64_t leaf = 128;
+  if (!Op::order_free && batches > leaf) {
+    const std::int64_t half = batches / 2;
+    return Op::apply(fold_batches<T, Op>(x, half), fold_batches<T, Op>(x + half * width, batches - half));
+  }
+  Batch<T> partial(Op::init());
+  for (std::int64_t b = 0; b < batches; ++b) partial = Op::apply(partial, Batch<T>::load_unaligned(x + b * width));
+  return partial;
+}
+
 // Folds x[0..n) into one value (batched for floats: several partial results, then combined).
 template <class T, class Op> T fold_contiguous(const T* x, std::int64_t n) {
   T acc = Op::init();
@@ -101,8 +117,8 @@ template <class T, class Op> T fold_contiguous(const T* x, std::int64_t n) {
   if constexpr (std::is_floating_point_v<T>) {
     constexpr auto width = static_cast<std::int64_t>(Batch<T>::size);
     if (n >= width) {
-      Batch<T> partial(Op::init());
-      for (; i + width <= n; i += width) partial = Op::apply(partial, Batch<T>::load_unaligned(x + i));
+      const Batch<T> partial = fold_batches<T, Op>(x, n / width);
+      i = n - n % width;
       alignas(64) T lanes[width];
       partial.store_aligned(lanes);
       for (T lane : lanes) acc = Op::apply(acc, lane);
