@@ -1136,7 +1136,27 @@ TEST_CASE("custom_jvp / custom_vjp: rules capturing a traced value that is not d
                             });
     return xj::sum(f(y));
   };
-  CHECK_THROWS_WITH_AS((void)xj::grad(rule_only, xj::argnums<1>)(x, s0), doctest::Contains("its rule captures"), xj::TransformError);
+  CHECK_THROWS_WITH_AS((void)xj::grad(rule_only, xj::argnums<0, 1>)(x, s0), doctest::Contains("its rule captures"), xj::TransformError);
+  // s alone: the call is not differentiated (its value does not read s), so the gradient is 0
+  CHECK(xj::grad(rule_only, xj::argnums<1>)(x, s0).to_vector<double>() == std::vector<double>{0.0, 0.0});
+  // but when the arguments carry no tangent the rule never runs, so what only it captures may be
+  // differentiated (JAX binds the primal): d/ds sum(f(x) s) = f(x) = sin(x) (diff review: it raised)
+  const auto rule_capture_only = [&](const xj::Array& s) {
+    auto f = xj::custom_jvp([](const xj::Array& v) { return xj::sin(v); },
+                            [s](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                              return std::pair{xj::sin(std::get<0>(p)), s * xj::cos(std::get<0>(p)) * std::get<0>(t)};
+                            });
+    return xj::sum(f(x) * s);
+  };
+  const auto bwd_capture_only = [&](const xj::Array& s) {
+    auto f = xj::custom_vjp([](const xj::Array& v) { return v * v; }, [](const xj::Array& v) { return std::pair{v * v, v}; },
+                            [s](const xj::Array& v, const xj::Array& ct) { return std::tuple{2.0 * s * v * ct}; });
+    return xj::sum(f(x) * s);
+  };
+  for (const xj::Array& gs : {xj::grad(rule_capture_only)(s0), xj::jit(xj::grad(rule_capture_only))(s0)})
+    for (std::size_t i = 0; i < 2; ++i) CHECK(gs.to_vector<double>()[i] == doctest::Approx(std::sin(xv[i])));
+  for (const xj::Array& gs : {xj::grad(bwd_capture_only)(s0), xj::jit(xj::grad(bwd_capture_only))(s0)})
+    for (std::size_t i = 0; i < 2; ++i) CHECK(gs.to_vector<double>()[i] == doctest::Approx(xv[i] * xv[i]));
   // the rule's scale s (not differentiated) scales the gradient in y: s cos(y)
   const xj::Array gr = xj::grad(rule_only)(x, s0);
   for (std::size_t i = 0; i < 2; ++i) CHECK(gr.to_vector<double>()[i] == doctest::Approx(sv[i] * std::cos(xv[i])));

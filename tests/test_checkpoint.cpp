@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -851,7 +852,29 @@ TEST_CASE("Policy::as: a comparison mask is not rebuilt from a narrowed residual
     const xj::Array g = xj::grad([&](const xj::Array& v) { return xj::sum(xj::checkpoint(body, {.policy = p})(v)); })(x);
     CHECK(g.item<double>() == doctest::Approx(2.0 * y * y).epsilon(1e-2));  // d/dx exp(x)^2 = 2 y^2; bf16 reads: 2^-8
   }
-  // relu's mask of its output is still rebuilt under a full-precision policy (the byte is not kept)
+  // inside a scan, a cond or an inner checkpoint of the narrowing block too (diff review: 0)
+  const auto in_scan = [&](const xj::Array& v) {
+    return xj::scan([&](const xj::Array& c, const xj::Array& xi) { return std::pair{c, body(xi)}; }, xj::scalar(0.0f), v).second;
+  };
+  const auto in_cond = [&](const xj::Array& v) { return xj::cond(xj::sum(v) < 100.0f, body, [](const xj::Array& u) { return u; }, v); };
+  const auto nested = [&](const xj::Array& v) { return xj::checkpoint(body)(v); };
+  for (const xj::Policy& p : {pol::everything_saveable.as(xj::bf16), pol::save_only_these_names({"y"}).as(xj::bf16)})
+    for (const auto& blk : std::vector<std::function<xj::Array(const xj::Array&)>>{in_scan, in_cond, nested}) {
+      const xj::Array g = xj::grad([&](const xj::Array& v) { return xj::sum(xj::checkpoint(blk, {.policy = p})(v)); })(x);
+      CHECK(g.item<double>() == doctest::Approx(2.0 * y * y).epsilon(1e-2));
+    }
+  // other discontinuous equations recomputed from a rounded value: top_k's choice, floor's value
+  const auto named_exp = [](const xj::Array& v) { return xj::checkpoint_name(xj::exp(v), "y"); };
+  const auto topk = [&](const xj::Array& v) { return xj::top_k(named_exp(v), 1).first; };
+  const auto flr = [&](const xj::Array& v) { const xj::Array e = named_exp(v); return xj::floor(e * 2.0f) * e * e; };
+  const xj::Policy names16 = pol::save_only_these_names({"y"}).as(xj::bf16);
+  const xj::Array z = xj::array<float>({std::log(0.5004f), std::log(0.5006f), -1.f}, {3});
+  const xj::Array gk = xj::grad([&](const xj::Array& v) { return xj::sum(xj::checkpoint(topk, {.policy = names16})(v)); })(z);
+  CHECK(gk.to_vector<double>()[0] == 0.0);  // d exp(z_1) at the maximum, z_1: 0.5006
+  CHECK(gk.to_vector<double>()[1] == doctest::Approx(0.5006).epsilon(1e-2));
+  const xj::Array w = xj::array<float>({std::log(0.49996f)}, {1});
+  CHECK(xj::grad([&](const xj::Array& v) { return xj::sum(xj::checkpoint(flr, {.policy = names16})(v)); })(w).item<double>() == 0.0);
+  // relu's sign test of its f32 output survives bf16 rounding: still rebuilt (no mask byte kept)
   const xj::Array r = xj::array<float>({0.5f, -1.0f, 2.0f}, {3});
   const auto relu_block = [](const xj::Array& v) { return xj::relu(xj::sin(v)); };
   const xj::Array g = xj::grad([&](const xj::Array& v) {

@@ -393,4 +393,13 @@ TEST_CASE("C++ numbers in integer arrays, twenty-eighth session's hunt: INT64_MA
   const xj::Array u = xj::array<std::uint8_t>({1, 2});
   CHECK(xj::at(u, 0).set(-2.7).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 2});
   CHECK(xj::at(u, 0).min(-1.0).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{0, 2});
+  // with a C++ integer: exact, wrapping as jnp converts its int array (diff review: it saturated)
+  const xj::Array i8 = xj::array<std::int8_t>({-128, 127});
+  CHECK(xj::at(i8, 0).set(1000).to_vector<std::int8_t>() == std::vector<std::int8_t>{-24, 127});
+  const xj::Array u2 = xj::array<std::uint8_t>({250, 5});
+  CHECK(xj::at(u2, 0).set(-1).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{255, 5});
+  CHECK(xj::at(u2, 0).add(300).to_vector<std::uint8_t>() == std::vector<std::uint8_t>{38, 5});
+  CHECK(xj::at(x, 0).set(3000000000LL).to_vector<std::int32_t>() == std::vector<std::int32_t>{-1294967296, 2});
+  CHECK(xj::at(xj::array<std::int64_t>({0}), 0).set(big).item<std::int64_t>() == big);
+  CHECK(xj::at(xj::array<float>({0.f}), 0).add(3).item<float>() == 3.f);
 }

@@ -33,6 +33,17 @@ void require_constant_captures(const char* what, const JvpArgs& a, std::size_t n
                            "); the rule only covers the explicit arguments: pass that value as an argument");
 }
 
+/// When only the rule's consts (the call's last `nrc` of `nc`) carry tangents, the function itself
+/// is not differentiated (its value does not read them): the call again, tangents zero, as JAX
+/// binds the primal when the arguments' tangents are all zero (the rule never runs).
+std::optional<JvpOut> undifferentiated(const JvpArgs& a, std::size_t nc, std::size_t nrc) {
+  for (std::size_t i = 0; i < a.t.size(); ++i)
+    if ((i + nrc < nc || i >= nc) && !a.t[i].is_zero()) return std::nullopt;
+  JvpOut r{bind(a.prim, std::vector<Array>(a.x.begin(), a.x.end()), a.params, a.loc), {}};
+  for (const auto& o : r.primals) r.tangents.push_back(Tangent::zero(o.aval()));
+  return r;
+}
+
 /// The call's jaxpr taking j's consts, then `extra` inputs it does not read (values its rules
 /// carry), then j's inputs.
 ClosedJaxpr with_unused_inputs(const ClosedJaxpr& j, std::span<const Array> extra) {
@@ -98,6 +109,7 @@ JvpOut custom_jvp_call_jvp(const JvpArgs& a) {
   const auto& ps = a.params.get<params::CustomJvpCall>();
   auto nc = static_cast<std::size_t>(ps.num_consts);
   const auto& obj = object<JvpRuleObject>(ps.jvp);
+  if (auto r = undifferentiated(a, nc, obj.num_rule_consts)) return *r;
   require_constant_captures("custom_jvp", a, nc, obj.num_rule_consts);
   std::vector<Array> tangents;
   for (std::size_t i = nc; i < a.t.size(); ++i) tangents.push_back(a.t[i].instantiate());
@@ -113,8 +125,11 @@ JvpOut custom_jvp_call_jvp(const JvpArgs& a) {
   if (outs.size() != avals.size() || touts.size() != avals.size())
     throw TypeError("custom_jvp: the rule returned a different number of outputs than the function");
   for (std::size_t k = 0; k < touts.size(); ++k) {
-    if (touts[k].aval() != avals[k] || outs[k].aval() != avals[k])
-      throw TypeError("custom_jvp: the rule's output " + std::to_string(k) + " is " + touts[k].aval().str() +
+    if (outs[k].aval() != avals[k])
+      throw TypeError("custom_jvp: the rule's primal output " + std::to_string(k) + " is " + outs[k].aval().str() +
+                      ", the function's is " + avals[k].str());
+    if (touts[k].aval() != avals[k])
+      throw TypeError("custom_jvp: the rule's tangent output " + std::to_string(k) + " is " + touts[k].aval().str() +
                       ", the function's is " + avals[k].str());
     r.tangents.push_back(touts[k]);
   }
@@ -184,10 +199,11 @@ std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd_user, std::size_t
 
 // (out, res) = fwd(x);  d out = custom_lin(res, dx), whose transpose is bwd(res, .)
 JvpOut custom_vjp_call_jvp(const JvpArgs& a) {
-  if (ad_mode() == AdMode::forward) custom_vjp_no_forward_mode();
   const auto& ps = a.params.get<params::CustomVjpCall>();
   auto nc = static_cast<std::size_t>(ps.num_consts);
   const auto& obj = object<BwdObject>(ps.bwd);
+  if (auto r = undifferentiated(a, nc, obj.num_bwd_consts)) return *r;
+  if (ad_mode() == AdMode::forward) custom_vjp_no_forward_mode();
   require_constant_captures("custom_vjp", a, nc, obj.num_bwd_consts);
   std::vector<Array> all = eval_jaxpr(*ps.fwd_jaxpr, a.x);
   std::size_t nout = obj.out_avals.size();

@@ -25,12 +25,40 @@ Eqn zeros_eqn(const Var& out, const std::source_location& loc) {
   return Eqn{Primitive::broadcast_in_dim, {Literal{scalar(0.0, a.dtype)}}, {out}, std::move(ps), loc};
 }
 
+/// The dtype an enclosing checkpoint's Policy::as narrows its residuals to, while it partially
+/// evaluates its body: the loops, conds and checkpoints inside it split their bodies under it.
+thread_local std::optional<DType> enclosing_narrowing;
+
+struct NarrowingScope {
+  std::optional<DType> saved = enclosing_narrowing;
+  explicit NarrowingScope(std::optional<DType> to) { if (to) enclosing_narrowing = to; }
+  ~NarrowingScope() { enclosing_narrowing = saved; }
+  NarrowingScope(const NarrowingScope&) = delete;
+  NarrowingScope& operator=(const NarrowingScope&) = delete;
+};
+
+/// An equation whose output jumps as a float input moves (a comparison, floor, sign, argmax, a
+/// sort's order, a float-to-integer conversion ...): recomputed from a rounded value, it can come
+/// out different, not merely rounded.
+bool discontinuous(const Eqn& e) {
+  using P = Primitive;
+  if (family_of(e.prim) == Family::comparison) return true;
+  for (P p : {P::floor, P::ceil, P::round, P::sign, P::argmax, P::argmin, P::top_k, P::sort, P::rem, P::is_finite, P::nextafter})
+    if (e.prim == p) return true;
+  return e.prim == P::convert_element_type && !is_floating(e.outputs[0].aval().dtype);
+}
+
 }  // namespace
 
 PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unknown,
                          const std::vector<bool>& instantiate, const Saveable& saveable,
                          std::optional<DType> narrowed_to) try {
   const Jaxpr& j = *cj.jaxpr;
+  // Inside a narrowing checkpoint's body (a scan's, a cond's, an inner checkpoint's) any float
+  // input may be a narrowed residual too.
+  const bool nested_in_narrowing = !narrowed_to && enclosing_narrowing;
+  if (nested_in_narrowing) narrowed_to = enclosing_narrowing;
+  const NarrowingScope scope(narrowed_to);
   std::unordered_set<std::uint64_t> unknown;
   for (std::size_t i = 0; i < j.invars.size(); ++i)
     if (in_unknown[i]) unknown.insert(j.invars[i].id());
@@ -51,15 +79,16 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   for (const auto* vs : {&j.invars, &j.constvars})
     for (const Var& v : *vs) block_inputs.insert(v.id());
   const auto would_narrow = [&](const Var& v, DType to) {
-    return !block_inputs.count(v.id()) && is_floating(v.aval().dtype) && itemsize(v.aval().dtype) > itemsize(to);
+    return (nested_in_narrowing || !block_inputs.count(v.id())) && is_floating(v.aval().dtype) &&
+           itemsize(v.aval().dtype) > itemsize(to);
   };
-  // A comparison of a value the policy narrows is saved, not recomputed from the rounded value
-  // (its mask would flip: exp(x) = 0.5004 > 0.5 read back as 0.5).
+  // A comparison (or another discontinuous equation) of a value the policy narrows is saved, not
+  // recomputed from the rounded value (its mask would flip: exp(x) = 0.5004 > 0.5 read back as 0.5).
   // Exception: the sign test of an f32 value narrowed to bf16 (relu's mask of its output), which
   // bf16's f32 exponent range keeps but for f32 subnormals below 2^-133 (they round to 0).
   std::unordered_set<std::uint64_t> zero_fills;  // known vars that broadcast a literal 0
   const auto sign_test_kept = [&](const Eqn& e) {
-    if (*narrowed_to != bf16 || e.inputs.size() != 2) return false;
+    if (*narrowed_to != bf16 || family_of(e.prim) != Family::comparison || e.inputs.size() != 2) return false;
     const auto zero_literal = [&](const Atom& a) {
       const auto* l = std::get_if<Literal>(&a);
       return (l && l->value.item<double>() == 0.0) || (as_var(a) && zero_fills.count(as_var(a)->id()));
@@ -68,7 +97,7 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     return (f32_var(e.inputs[0]) && zero_literal(e.inputs[1])) || (zero_literal(e.inputs[0]) && f32_var(e.inputs[1]));
   };
   const auto mask_of_narrowed = [&](const Eqn& e) {
-    if (!narrowed_to || family_of(e.prim) != Family::comparison || sign_test_kept(e)) return false;
+    if (!narrowed_to || !discontinuous(e) || sign_test_kept(e)) return false;
     return std::any_of(e.inputs.begin(), e.inputs.end(), [&](const Atom& a) { return as_var(a) && would_narrow(*as_var(a), *narrowed_to); });
   };
   const auto recomputed = [&](const Eqn& e) { return saveable && !saveable(e) && !mask_of_narrowed(e); };

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <source_location>
+#include <type_traits>
 #include <vector>
 
 #include "xjax/ops.hpp"
@@ -41,6 +42,23 @@ class At {
   Array mul(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
   Array min(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
   Array max(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
+  /// A C++ integer exactly, wrapping to an integer x's width as jnp converts its int array
+  /// (u8's at(0).set(-1) holds 255); a C++ float converts as astype (saturating).
+  template <class T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  Array set(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return set(scalar(v, x_.dtype()), mode, loc); }
+  template <class T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  Array add(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return add(scalar(v, x_.dtype()), mode, loc); }
+  template <class T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  Array mul(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return mul(scalar(v, x_.dtype()), mode, loc); }
+  template <class T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  Array min(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return min(scalar(v, x_.dtype()), mode, loc); }
+  template <class T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  Array max(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return max(scalar(v, x_.dtype()), mode, loc); }
 
  private:
   enum class Combine { set, add, mul, min, max };
