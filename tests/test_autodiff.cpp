@@ -1194,3 +1194,55 @@ TEST_CASE("custom_jvp / custom_vjp: rules capturing a traced value that is not d
   const std::vector<double> gvv = gvm.to_vector<double>(), rv = rows.to_vector<double>();
   for (std::size_t k = 0; k < 4; ++k) CHECK(gvv[k] == doctest::Approx(2.0 * rv[k] * xv[k % 2]));
 }
+
+TEST_CASE("custom_jvp rule / custom_vjp fwd calling the function itself, JAX's documented pattern (twenty-eighth session's hunt: it recursed forever)") {
+  const xj::Array x = xj::array<double>({0.3, -0.7, 1.1}, {3});
+  const std::vector<double> xv = x.to_vector<double>();
+  // f = x^3 with a rule saying f' = 2 f, computed by calling f: grad 2 x^3, hessian (rule twice) 4 x^3
+  std::function<xj::Array(const xj::Array&)> f_ref;
+  auto f = xj::custom_jvp([](const xj::Array& v) { return v * v * v; },
+                          [&f_ref](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                            const xj::Array y = f_ref(std::get<0>(p));
+                            return std::pair{y, y * 2.0 * std::get<0>(t)};
+                          });
+  f_ref = f;
+  const auto total = [&](const xj::Array& v) { return xj::sum(f(v)); };
+  const std::vector<double> jitted = xj::jit(f)(x).to_vector<double>();
+  const std::vector<double> g = xj::grad(total)(x).to_vector<double>();
+  const xj::Array h = xj::hessian(total)(x);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const double c = xv[i] * xv[i] * xv[i];
+    CHECK(jitted[i] == doctest::Approx(c));
+    CHECK(g[i] == doctest::Approx(2.0 * c));
+    for (std::size_t j = 0; j < 3; ++j)
+      CHECK(h.to_vector<double>()[i * 3 + j] == doctest::Approx(i == j ? 4.0 * c : 0.0));
+  }
+  // nested custom functions whose rule and body both call the next: one rule trace per level
+  int rule_traces = 0;
+  std::vector<std::function<xj::Array(const xj::Array&)>> level(21);
+  level[0] = [](const xj::Array& v) { return xj::sin(v); };
+  for (std::size_t k = 1; k < level.size(); ++k) {
+    auto inner = level[k - 1];
+    level[k] = xj::custom_jvp([inner](const xj::Array& v) { return inner(v) * 0.5; },
+                              [inner, &rule_traces](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                                ++rule_traces;
+                                return std::pair{inner(std::get<0>(p)) * 0.5, xj::cos(std::get<0>(p)) * std::get<0>(t) * 0.5};
+                              });
+  }
+  const std::vector<double> deep = xj::jit(level.back())(x).to_vector<double>();
+  CHECK(rule_traces <= 2 * 20);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(deep[i] == doctest::Approx(std::sin(xv[i]) * std::ldexp(1.0, -20)));
+  // custom_vjp: fwd returns f(x) by calling f (eager, jit, grad)
+  std::function<xj::Array(const xj::Array&)> g_ref;
+  auto gf = xj::custom_vjp([](const xj::Array& v) { return xj::sin(v); },
+                           [&g_ref](const xj::Array& v) { return std::pair{g_ref(v), xj::cos(v)}; },
+                           [](const xj::Array& c, const xj::Array& ct) { return std::tuple{c * ct}; });
+  g_ref = gf;
+  const std::vector<double> eager = gf(x).to_vector<double>(), jv = xj::jit(gf)(x).to_vector<double>();
+  const std::vector<double> gg = xj::grad([&](const xj::Array& v) { return xj::sum(gf(v)); })(x).to_vector<double>();
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(eager[i] == doctest::Approx(std::sin(xv[i])));
+    CHECK(jv[i] == doctest::Approx(std::sin(xv[i])));
+    CHECK(gg[i] == doctest::Approx(std::cos(xv[i])));
+  }
+}

@@ -874,6 +874,32 @@ TEST_CASE("Policy::as: a comparison mask is not rebuilt from a narrowed residual
   CHECK(gk.to_vector<double>()[1] == doctest::Approx(0.5006).epsilon(1e-2));
   const xj::Array w = xj::array<float>({std::log(0.49996f)}, {1});
   CHECK(xj::grad([&](const xj::Array& v) { return xj::sum(xj::checkpoint(flr, {.policy = names16})(v)); })(w).item<double>() == 0.0);
+  // a residual read where rounding could move a choice stays wide: max_pool's gradient went to
+  // another element (select_and_gather_add reads the operand), so did argmax's, sort's, abs's
+  const xj::Array m = xj::array<float>({1.0f, 1.0005f, 1.0009f, 0.7f}, {4, 1});
+  const auto pool = [](const xj::Array& v) { return xj::max_pool(v * 2.0f, {4}); };
+  for (const xj::Policy& p : {pol::everything_saveable.as(xj::bf16), pol::everything_saveable.as(xj::f16)}) {
+    const xj::Array gp = xj::jit(xj::grad([&](const xj::Array& v) { return xj::sum(xj::checkpoint(pool, {.policy = p})(v)); }))(m);
+    CHECK(gp.to_vector<double>() == std::vector<double>{0.0, 0.0, 2.0, 0.0});
+  }
+  const xj::Array m1 = xj::reshape(m, {4});
+  const auto pick = [](const xj::Array& v) {
+    const xj::Array h = xj::checkpoint_name(v * 1.0f, "h");
+    return xj::take(v, xj::argmax(h, 0)) * 3.0f + xj::sum(xj::sort(h) * xj::astype(xj::arange(4), xj::f32));
+  };
+  const xj::Array want = xj::grad([&](const xj::Array& v) { return xj::sum(pick(v)); })(m1);
+  for (const xj::Policy& p : {pol::save_only_these_names({"h"}).as(xj::bf16), pol::save_only_these_names({"h"}).as(xj::f16)})
+    CHECK(xj::grad([&](const xj::Array& v) { return xj::sum(xj::checkpoint(pick, {.policy = p})(v)); })(m1).to_vector<double>() ==
+          want.to_vector<double>());
+  const xj::Array tiny_x = xj::array<float>({1.f, -2.f, 3.f}, {3});
+  const auto tiny_abs = [](const xj::Array& v) { return xj::sum(xj::abs(xj::checkpoint_name(v * 1e-8f, "h"))) * 1e8f; };
+  const xj::Array ga = xj::grad([&](const xj::Array& v) {
+    return xj::checkpoint(tiny_abs, {.policy = pol::save_only_these_names({"h"}).as(xj::f16)})(v);
+  })(tiny_x);
+  const std::vector<double> gav = ga.to_vector<double>();
+  CHECK(gav[0] == doctest::Approx(1.0));
+  CHECK(gav[1] == doctest::Approx(-1.0));
+  CHECK(gav[2] == doctest::Approx(1.0));
   // relu's sign test of its f32 output survives bf16 rounding: still rebuilt (no mask byte kept)
   const xj::Array r = xj::array<float>({0.5f, -1.0f, 2.0f}, {3});
   const auto relu_block = [](const xj::Array& v) { return xj::relu(xj::sin(v)); };

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <optional>
+#include <unordered_set>
 #include <span>
 #include <vector>
 
@@ -88,6 +89,16 @@ struct PartialEval {
 PartialEval partial_eval(const ClosedJaxpr& j, const std::vector<bool>& in_unknown,
                          const std::vector<bool>& instantiate, const Saveable& saveable = nullptr,
                          std::optional<DType> narrowed_to = std::nullopt);
+
+// ---- Policy::as (narrowing.cpp) --------------------------------------------------------------
+/// The vars of j defined as a broadcast of a literal 0.
+std::unordered_set<std::uint64_t> zero_fills(const Jaxpr& j);
+/// Whether narrowing e's float inputs to `to` can change e's result by more than rounding (a
+/// comparison, floor, sign, argmax, a sort, a float-to-integer convert, select_and_gather_add's
+/// choice ...); not the sign test of an f32 value narrowed to bf16 (`zeros`: vars holding zeros).
+bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros);
+/// Whether an equation of j, or of a jaxpr inside one, is.
+bool reads_changed_by_narrowing(const Jaxpr& j, DType to);
 
 // ---- transpose -------------------------------------------------------------------------------
 /// An input of a linear equation during transposition: a known value, or an undefined linear one.

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <ostream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "higher_order.hpp"
 #include "pe_rules.hpp"
@@ -129,14 +130,27 @@ std::optional<DType> residual_dtype_of(const Params& ps) {
 // Policy::as: each residual the known part computes (not a block input passed through) of a
 // wider float dtype than `to` leaves the known part converted to `to`, and the staged part
 // converts it back before anything reads it.
+// A residual that a staged equation reads where narrowing could change its result by more than
+// rounding (select_and_gather_add's choice of max_pool's element, a comparison: narrowing.cpp),
+// directly or inside a loop's or cond's body, stays wide.
 void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
   Jaxpr known = *pe.known.jaxpr, staged = *pe.staged.jaxpr;
   const std::size_t first = known.outvars.size() - pe.num_res;
+  std::unordered_set<std::uint64_t> kept_wide;
+  const std::unordered_set<std::uint64_t> zeros = zero_fills(staged);
+  for (const Eqn& e : staged.eqns) {
+    bool changed = changed_by_narrowing(e, to, zeros);
+    for (const auto& sub : sub_jaxprs(e.params)) changed = changed || reads_changed_by_narrowing(*sub->jaxpr, to);
+    if (changed)
+      for (const Atom& a : e.inputs)
+        if (const Var* v = std::get_if<Var>(&a)) kept_wide.insert(v->id());
+  }
   std::vector<Eqn> widen;
   for (std::size_t r = 0; r < pe.num_res; ++r) {
     const Var* v = std::get_if<Var>(&known.outvars[first + r]);
     if (!v || std::find(known.invars.begin(), known.invars.end(), *v) != known.invars.end() ||
-        std::find(known.constvars.begin(), known.constvars.end(), *v) != known.constvars.end())
+        std::find(known.constvars.begin(), known.constvars.end(), *v) != known.constvars.end() ||
+        kept_wide.count(staged.invars[r].id()))
       continue;
     const ShapedArray& aval = v->aval();
     if (!is_floating(aval.dtype) || itemsize(aval.dtype) <= itemsize(to)) continue;

@@ -83,12 +83,21 @@ std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, 
 // captures (rc) becomes operands of the call, handed back to it before the primals.
 std::vector<Array> custom_jvp_call_user(const ClosedJaxpr& f, const JvpFlatRule& rule, std::span<const Array> args,
                                         std::source_location loc) {
+  // A call made while a rule is traced here (JAX's documented rule calls f itself) keeps its rule
+  // as the callable, run when differentiated: tracing it too recursed forever (and nested custom
+  // functions traced 2^depth rules).
+  static thread_local int tracing_rules = 0;
+  if (tracing_rules > 0) return custom_jvp_call_flat(f, rule, args, loc);
   const std::size_t n = args.size();
   const std::vector<ShapedArray> avals = avals_of(args);
   const std::vector<char> weak = weak_flags(args);
   std::size_t nout = 0;
   const ClosedJaxpr traced = trace_flat(
       [&](std::span<const Array> xs) {
+        ++tracing_rules;
+        struct Leave {
+          ~Leave() { --tracing_rules; }
+        } leave;
         auto [outs, touts] = call_user([&] { return rule(xs.first(n), xs.subspan(n)); });
         nout = outs.size();
         outs.insert(outs.end(), touts.begin(), touts.end());
@@ -141,6 +150,20 @@ std::vector<Tangent> custom_jvp_call_transpose(const TransposeArgs& a) {
 }
 
 // ---- custom_vjp_call -------------------------------------------------------------------------
+
+namespace {
+thread_local std::vector<const std::type_info*> fwds_traced;  // the custom_vjp fwds being traced
+}  // namespace
+
+FwdTraceGuard::FwdTraceGuard(const std::type_info& fwd) {
+  for (const auto* t : fwds_traced)
+    if (*t == fwd) reentered_ = true;
+  if (!reentered_) fwds_traced.push_back(&fwd);
+}
+
+FwdTraceGuard::~FwdTraceGuard() {
+  if (!reentered_) fwds_traced.pop_back();
+}
 
 namespace {
 

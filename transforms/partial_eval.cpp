@@ -37,17 +37,6 @@ struct NarrowingScope {
   NarrowingScope& operator=(const NarrowingScope&) = delete;
 };
 
-/// An equation whose output jumps as a float input moves (a comparison, floor, sign, argmax, a
-/// sort's order, a float-to-integer conversion ...): recomputed from a rounded value, it can come
-/// out different, not merely rounded.
-bool discontinuous(const Eqn& e) {
-  using P = Primitive;
-  if (family_of(e.prim) == Family::comparison) return true;
-  for (P p : {P::floor, P::ceil, P::round, P::sign, P::argmax, P::argmin, P::top_k, P::sort, P::rem, P::is_finite, P::nextafter})
-    if (e.prim == p) return true;
-  return e.prim == P::convert_element_type && !is_floating(e.outputs[0].aval().dtype);
-}
-
 }  // namespace
 
 PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unknown,
@@ -82,22 +71,11 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     return (nested_in_narrowing || !block_inputs.count(v.id())) && is_floating(v.aval().dtype) &&
            itemsize(v.aval().dtype) > itemsize(to);
   };
-  // A comparison (or another discontinuous equation) of a value the policy narrows is saved, not
-  // recomputed from the rounded value (its mask would flip: exp(x) = 0.5004 > 0.5 read back as 0.5).
-  // Exception: the sign test of an f32 value narrowed to bf16 (relu's mask of its output), which
-  // bf16's f32 exponent range keeps but for f32 subnormals below 2^-133 (they round to 0).
-  std::unordered_set<std::uint64_t> zero_fills;  // known vars that broadcast a literal 0
-  const auto sign_test_kept = [&](const Eqn& e) {
-    if (*narrowed_to != bf16 || family_of(e.prim) != Family::comparison || e.inputs.size() != 2) return false;
-    const auto zero_literal = [&](const Atom& a) {
-      const auto* l = std::get_if<Literal>(&a);
-      return (l && l->value.item<double>() == 0.0) || (as_var(a) && zero_fills.count(as_var(a)->id()));
-    };
-    const auto f32_var = [](const Atom& a) { return as_var(a) && as_var(a)->aval().dtype == f32; };
-    return (f32_var(e.inputs[0]) && zero_literal(e.inputs[1])) || (zero_literal(e.inputs[0]) && f32_var(e.inputs[1]));
-  };
+  // An equation whose result a narrowed input could change by more than rounding (a comparison's
+  // mask flips: exp(x) = 0.5004 > 0.5 read back as 0.5) is saved, not recomputed from it.
+  const std::unordered_set<std::uint64_t> zeros = zero_fills(j);
   const auto mask_of_narrowed = [&](const Eqn& e) {
-    if (!narrowed_to || !discontinuous(e) || sign_test_kept(e)) return false;
+    if (!narrowed_to || !changed_by_narrowing(e, *narrowed_to, zeros)) return false;
     return std::any_of(e.inputs.begin(), e.inputs.end(), [&](const Atom& a) { return as_var(a) && would_narrow(*as_var(a), *narrowed_to); });
   };
   const auto recomputed = [&](const Eqn& e) { return saveable && !saveable(e) && !mask_of_narrowed(e); };
@@ -125,8 +103,6 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     }
     if (!any_unknown) {
       known_eqns.push_back(e);
-      if (e.prim == Primitive::broadcast_in_dim)
-        if (const auto* l = std::get_if<Literal>(&e.inputs[0]); l && l->value.item<double>() == 0.0) zero_fills.insert(e.outputs[0].id());
       if (family_of(e.prim) == Family::comparison) known_by_var.emplace(e.outputs[0].id(), e), known_def.emplace(e.outputs[0].id(), pos);
       if (e.prim == Primitive::name && as_var(e.inputs[0])) named.emplace(as_var(e.inputs[0])->id(), e.outputs[0]);
       // Recomputed on the staged side: what the policy does not save, values built from literals

@@ -4,6 +4,7 @@
 #include <optional>
 #include <source_location>
 #include <tuple>
+#include <typeinfo>
 #include <utility>
 
 #include "xjax/detail/function.hpp"
@@ -29,6 +30,20 @@ std::vector<Array> custom_jvp_call_user(const ClosedJaxpr& f, const JvpFlatRule&
 std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_out, BwdFlat bwd, std::span<const Array> args);
 
 template <class T> std::vector<Array> leaves_of(const T& tree) { return tree_flatten(tree).first; }
+
+/// Marks, while alive, a custom_vjp's fwd (by its type) as being traced on this thread; a call
+/// of the same custom_vjp made meanwhile (JAX's documented fwd calls f itself) is `reentered`.
+class FwdTraceGuard {
+ public:
+  explicit FwdTraceGuard(const std::type_info& fwd);
+  ~FwdTraceGuard();
+  FwdTraceGuard(const FwdTraceGuard&) = delete;
+  FwdTraceGuard& operator=(const FwdTraceGuard&) = delete;
+  bool reentered() const { return reentered_; }
+
+ private:
+  bool reentered_ = false;
+};
 
 /// True while some trace is recording on this thread (src/trace.cpp).
 bool tracing_active();
@@ -83,7 +98,11 @@ template <class F, class Fwd, class Bwd> auto custom_vjp(F f, Fwd fwd, Bwd bwd) 
     using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
     using FwdOut = std::decay_t<std::invoke_result_t<const Fwd&, const Args&...>>;
     static_assert(std::is_same_v<R, std::decay_t<typename FwdOut::first_type>>, "custom_vjp: fwd must return std::pair{f's output, residuals}");
-    (void)f;
+    // Outside any trace nothing can differentiate the call: it is f itself (JAX evaluates f); so
+    // is a call of this custom_vjp inside its own fwd (which would trace fwd again, forever).
+    if (!detail::tracing_active()) return R(f(args...));
+    detail::FwdTraceGuard guard(typeid(Fwd));
+    if (guard.reentered()) return R(f(args...));
     using Res = typename FwdOut::second_type;
     detail::FlatArgs fa = detail::flatten_args(args...);
     TreeDef fwd_def;

@@ -1,0 +1,64 @@
+// narrowing.cpp: which equations a residual narrowed by Policy::as (checkpoint.cpp) must not
+// feed: those whose result jumps as a float input moves, so that a rounded input can change the
+// result by more than rounding (a mask, a choice, an integer). partial_eval saves such equations
+// instead of recomputing them from narrowed values; save_residuals_as keeps wide a residual that
+// one reads.
+#include <unordered_set>
+
+#include "ad.hpp"
+
+namespace xjax::detail {
+
+std::unordered_set<std::uint64_t> zero_fills(const Jaxpr& j) {
+  std::unordered_set<std::uint64_t> out;
+  for (const Eqn& e : j.eqns)
+    if (e.prim == Primitive::broadcast_in_dim)
+      if (const auto* l = std::get_if<Literal>(&e.inputs[0]); l && l->value.item<double>() == 0.0) out.insert(e.outputs[0].id());
+  return out;
+}
+
+namespace {
+
+bool jumps(Primitive p) {
+  using P = Primitive;
+  if (family_of(p) == Family::comparison) return true;
+  for (P q : {P::floor, P::ceil, P::round, P::sign, P::argmax, P::argmin, P::top_k, P::sort, P::rem, P::is_finite,
+              P::nextafter, P::select_and_gather_add, P::select_and_scatter_add})
+    if (p == q) return true;
+  return false;
+}
+
+// x > 0 (either side) with x an f32 value narrowed to bf16: bf16 keeps f32's exponent range, so
+// the sign and zeroness survive but for f32 subnormals below 2^-133 (relu's mask of its output).
+bool sign_test_survives(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros) {
+  if (to != bf16 || family_of(e.prim) != Family::comparison || e.inputs.size() != 2) return false;
+  const auto zero = [&](const Atom& a) {
+    const auto* l = std::get_if<Literal>(&a);
+    const auto* v = std::get_if<Var>(&a);
+    return (l && l->value.item<double>() == 0.0) || (v && zeros.count(v->id()));
+  };
+  const auto f32_var = [](const Atom& a) {
+    const auto* v = std::get_if<Var>(&a);
+    return v && v->aval().dtype == f32;
+  };
+  return (f32_var(e.inputs[0]) && zero(e.inputs[1])) || (zero(e.inputs[0]) && f32_var(e.inputs[1]));
+}
+
+}  // namespace
+
+bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros) {
+  if (e.prim == Primitive::convert_element_type) return !is_floating(e.outputs[0].aval().dtype);
+  return jumps(e.prim) && !sign_test_survives(e, to, zeros);
+}
+
+bool reads_changed_by_narrowing(const Jaxpr& j, DType to) {
+  const std::unordered_set<std::uint64_t> zeros = zero_fills(j);
+  for (const Eqn& e : j.eqns) {
+    if (changed_by_narrowing(e, to, zeros)) return true;
+    for (const auto& sub : sub_jaxprs(e.params))
+      if (reads_changed_by_narrowing(*sub->jaxpr, to)) return true;
+  }
+  return false;
+}
+
+}  // namespace xjax::detail
