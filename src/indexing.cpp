@@ -3,6 +3,8 @@
 // negative indices from the end and clamps or drops the rest); several indices are flattened
 // into one index along x's leading axes merged into one, clamped or, for a dropped update, sent
 // past the merged axis.
+#include <algorithm>
+
 #include "xjax/indexing.hpp"
 
 #include <cmath>
@@ -46,10 +48,6 @@ Selection select_along_leading(const Array& x, const std::vector<Array>& indices
   const Shape rest(shape.begin() + static_cast<std::ptrdiff_t>(k), shape.end());
   Shape common = indices[0].shape();
   for (std::size_t d = 1; d < k; ++d) common = broadcast_shapes(common, indices[d].shape());
-  // an index into an empty axis is an error, as jnp's IndexError (the clamped gather read zeros)
-  std::int64_t count = 1;
-  for (auto d : common) count *= d;
-  for (std::size_t d = 0; d < k; ++d) detail::require_takeable("at", x, static_cast<std::int64_t>(d), count, loc);
   Shape selected = common;
   selected.insert(selected.end(), rest.begin(), rest.end());
   if (k == 1) return {x, detail::gather_index(indices[0], loc), selected};
@@ -84,8 +82,26 @@ At::At(Array x, std::vector<Array> indices, std::source_location loc) : x_(std::
   if (indices_.empty()) at_fail(x_, indices_, "needs at least one index", loc, false);
 }
 
+namespace {
+std::int64_t index_count(const std::vector<Array>& indices) {
+  Shape common = indices[0].shape();
+  for (std::size_t d = 1; d < indices.size(); ++d) common = broadcast_shapes(common, indices[d].shape());
+  std::int64_t count = 1;
+  for (auto d : common) count *= d;
+  return count;
+}
+bool empty_indexed_axis(const Array& x, std::size_t k) {
+  for (std::size_t d = 0; d < k && d < x.shape().size(); ++d)
+    if (x.shape()[d] == 0) return true;
+  return false;
+}
+}  // namespace
+
+// Reading from an empty axis is an error, as in JAX (the clamped gather read zeros there).
 Array At::get(std::source_location loc) const {
   Selection s = select_along_leading(x_, indices_, true, loc);
+  for (std::size_t d = 0; d < indices_.size(); ++d)
+    detail::require_takeable("at", x_, static_cast<std::int64_t>(d), index_count(indices_), loc);
   return bind1(P::gather, {s.x, s.index}, params::Gather{.axis = 0, .fill_or_drop = false}, loc);
 }
 
@@ -93,6 +109,14 @@ Array At::update(Combine how, const Array& v, IndexMode mode, std::source_locati
   const bool drop = mode == IndexMode::drop;
   Selection s = select_along_leading(x_, indices_, !drop, loc);
   const Array u = broadcast_to(v.dtype() == x_.dtype() ? v : astype(v, x_.dtype(), loc), s.selected, loc);
+  // An update into an empty axis: a scalar index is an error (jnp's IndexError), an array of
+  // indices updates nothing (JAX's scatter drops them all).
+  if (empty_indexed_axis(x_, indices_.size())) {
+    const bool scalar_index = std::all_of(indices_.begin(), indices_.end(), [](const Array& i) { return i.ndim() == 0; });
+    if (scalar_index)
+      for (std::size_t d = 0; d < indices_.size(); ++d) detail::require_takeable("at", x_, static_cast<std::int64_t>(d), 1, loc);
+    return x_;
+  }
   P p = P::scatter;
   switch (how) {
     case Combine::set: p = P::scatter; break;

@@ -1245,4 +1245,39 @@ TEST_CASE("custom_jvp rule / custom_vjp fwd calling the function itself, JAX's d
     CHECK(jv[i] == doctest::Approx(std::sin(xv[i])));
     CHECK(gg[i] == doctest::Approx(std::cos(xv[i])));
   }
+  // a different custom_vjp of the same C++ types inside a fwd is not "the same function" (second
+  // diff review: the straight-through estimator inside another fwd evaluated round, gradient 0)
+  using Fn = xj::Array (*)(const xj::Array&);
+  using FwdFn = std::pair<xj::Array, xj::Array> (*)(const xj::Array&);
+  using BwdFn = std::tuple<xj::Array> (*)(const xj::Array&, const xj::Array&);
+  static std::function<xj::Array(const xj::Array&)> ste;
+  ste = xj::custom_vjp(Fn([](const xj::Array& v) { return xj::round(v); }),
+                       FwdFn([](const xj::Array& v) { return std::pair{xj::round(v), v}; }),
+                       BwdFn([](const xj::Array&, const xj::Array& ct) { return std::tuple{ct}; }));
+  auto layer = xj::custom_vjp(Fn([](const xj::Array& v) { return v * 2.0; }),
+                              FwdFn([](const xj::Array& v) {
+                                return std::pair{v * 2.0, xj::grad([](const xj::Array& u) { return xj::sum(ste(u)); })(v)};
+                              }),
+                              BwdFn([](const xj::Array& g2, const xj::Array& ct) { return std::tuple{g2 * ct}; }));
+  CHECK(xj::grad([&](const xj::Array& v) { return xj::sum(layer(v)); })(x).to_vector<double>() == std::vector<double>{1.0, 1.0, 1.0});
+}
+
+TEST_CASE("a jit first traced inside a custom_jvp rule's trace is not cached with a callable rule (second diff review: later calls raised)") {
+  const xj::Array x = xj::array<double>({0.5, -1.25}, {2});
+  const xj::Array s = xj::array<double>({2.0, 3.0}, {2});
+  const auto scaled_sin = [](const xj::Array& w, const xj::Array& c) {
+    return xj::custom_jvp([c](const xj::Array& y) { return c * xj::sin(y); },
+                          [c](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                            return std::pair{c * xj::sin(std::get<0>(p)), c * xj::cos(std::get<0>(p)) * std::get<0>(t)};
+                          })(w);
+  };
+  auto jg = xj::jit(scaled_sin);
+  auto h = xj::custom_jvp([](const xj::Array& y) { return y; },
+                          [&](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                            return std::pair{std::get<0>(p) + 0.0 * jg(std::get<0>(p), s), std::get<0>(t)};
+                          });
+  CHECK(xj::grad([&](const xj::Array& v) { return xj::sum(h(v)); })(x).to_vector<double>() == std::vector<double>{1.0, 1.0});
+  const std::vector<double> g = xj::grad([&](const xj::Array& v) { return xj::sum(jg(v, s)); })(x).to_vector<double>();
+  const std::vector<double> xv = x.to_vector<double>(), sv = s.to_vector<double>();
+  for (std::size_t i = 0; i < 2; ++i) CHECK(g[i] == doctest::Approx(sv[i] * std::cos(xv[i])));
 }

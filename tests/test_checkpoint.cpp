@@ -900,6 +900,20 @@ TEST_CASE("Policy::as: a comparison mask is not rebuilt from a narrowed residual
   CHECK(gav[0] == doctest::Approx(1.0));
   CHECK(gav[1] == doctest::Approx(-1.0));
   CHECK(gav[2] == doctest::Approx(1.0));
+  // second diff review: relu(x w + b) under dots_saveable.as(bf16) rebuilt its mask from the
+  // rounded product plus b (cancellation: the sign flipped), and max_pool read a recomputed copy
+  const xj::Array xs = xj::array<float>({1.0021f, 1.0031f, 0.99f}, {3, 1});
+  const xj::Array wd = xj::full({1, 1}, 2.0f), bd = xj::full({1}, -2.0f);
+  const auto dense = [](const xj::Array& v, const xj::Array& w_, const xj::Array& b_) { return xj::relu(xj::matmul(v, w_) + b_); };
+  const xj::Array gd = xj::grad([&](const xj::Array& v) {
+    return xj::sum(xj::checkpoint(dense, {.policy = pol::dots_saveable.as(xj::bf16)})(v, wd, bd));
+  })(xs);
+  CHECK(gd.to_vector<double>() == std::vector<double>{2.0, 2.0, 0.0});
+  const auto pool2 = [](const xj::Array& v) { return xj::max_pool(xj::reshape(xj::checkpoint_name(v * 2.0f, "h"), {4, 1}), {4}); };
+  const xj::Array gp2 = xj::grad([&](const xj::Array& v) {
+    return xj::sum(xj::checkpoint(pool2, {.policy = pol::save_only_these_names({"h"}).as(xj::bf16)})(v));
+  })(m1);
+  CHECK(gp2.to_vector<double>() == std::vector<double>{0.0, 0.0, 2.0, 0.0});
   // relu's sign test of its f32 output survives bf16 rounding: still rebuilt (no mask byte kept)
   const xj::Array r = xj::array<float>({0.5f, -1.0f, 2.0f}, {3});
   const auto relu_block = [](const xj::Array& v) { return xj::relu(xj::sin(v)); };

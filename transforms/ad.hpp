@@ -90,13 +90,22 @@ PartialEval partial_eval(const ClosedJaxpr& j, const std::vector<bool>& in_unkno
                          const std::vector<bool>& instantiate, const Saveable& saveable = nullptr,
                          std::optional<DType> narrowed_to = std::nullopt);
 
+/// How many custom_jvp calls this thread has bound with a callable rule because a rule was being
+/// traced (custom_derivatives.cpp): a jit trace that bound one is not cached, as its rule may
+/// hold that trace's tracers.
+std::uint64_t callable_rules_bound();
+
 // ---- Policy::as (narrowing.cpp) --------------------------------------------------------------
 /// The vars of j defined as a broadcast of a literal 0.
 std::unordered_set<std::uint64_t> zero_fills(const Jaxpr& j);
+/// Whether a var is a residual narrowed as it is (not a value recomputed from narrowed ones).
+using SavedAsIs = std::function<bool(const Var&)>;
 /// Whether narrowing e's float inputs to `to` can change e's result by more than rounding (a
 /// comparison, floor, sign, argmax, a sort, a float-to-integer convert, select_and_gather_add's
-/// choice ...); not the sign test of an f32 value narrowed to bf16 (`zeros`: vars holding zeros).
-bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros);
+/// choice ...); not the sign test against zero (`zeros`: vars holding zeros) of an f32 value
+/// narrowed to bf16 as it is.
+bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
+                          const SavedAsIs& saved_as_is);
 /// Whether an equation of j, or of a jaxpr inside one, is.
 bool reads_changed_by_narrowing(const Jaxpr& j, DType to);
 

@@ -36,8 +36,9 @@ std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, 
     auto it = cache.entries.find(key);
     if (it != cache.entries.end()) return it->second;
   }
+  const std::uint64_t callable_before = callable_rules_bound();
   auto t = std::make_shared<const Traced>(build());  // outside the lock: tracing may nest transforms
-  if (all_consts_concrete(t->jaxpr)) {
+  if (all_consts_concrete(t->jaxpr) && callable_rules_bound() == callable_before) {
     // the last trace to finish is kept: a jit that calls itself while tracing finishes its
     // innermost trace first, and the outermost is the call's (emplace kept the innermost: the
     // next call ran only the recursion's last level)

@@ -136,14 +136,21 @@ std::optional<DType> residual_dtype_of(const Params& ps) {
 void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
   Jaxpr known = *pe.known.jaxpr, staged = *pe.staged.jaxpr;
   const std::size_t first = known.outvars.size() - pe.num_res;
-  std::unordered_set<std::uint64_t> kept_wide;
+  // Walked backwards: what a changed equation reads, and what that is computed from, is tainted.
+  std::unordered_set<std::uint64_t> kept_wide, residual_ins;
+  for (std::size_t r = 0; r < pe.num_res; ++r) residual_ins.insert(staged.invars[r].id());
+  const SavedAsIs residual = [&](const Var& v) { return residual_ins.count(v.id()) > 0; };
   const std::unordered_set<std::uint64_t> zeros = zero_fills(staged);
-  for (const Eqn& e : staged.eqns) {
-    bool changed = changed_by_narrowing(e, to, zeros);
+  for (auto it = staged.eqns.rbegin(); it != staged.eqns.rend(); ++it) {
+    const Eqn& e = *it;
+    const bool feeds = std::any_of(e.outputs.begin(), e.outputs.end(), [&](const Var& o) { return kept_wide.count(o.id()); });
+    bool changed = changed_by_narrowing(e, to, zeros, residual);
     for (const auto& sub : sub_jaxprs(e.params)) changed = changed || reads_changed_by_narrowing(*sub->jaxpr, to);
-    if (changed)
-      for (const Atom& a : e.inputs)
-        if (const Var* v = std::get_if<Var>(&a)) kept_wide.insert(v->id());
+    // select_and_gather_add / select_and_scatter_add (t, x): only x picks the element
+    const bool picks_by_operand_1 = e.prim == Primitive::select_and_gather_add || e.prim == Primitive::select_and_scatter_add;
+    for (std::size_t i = 0; i < e.inputs.size(); ++i)
+      if (const Var* v = std::get_if<Var>(&e.inputs[i]); v && (feeds || (changed && (!picks_by_operand_1 || i == 1))))
+        kept_wide.insert(v->id());
   }
   std::vector<Eqn> widen;
   for (std::size_t r = 0; r < pe.num_res; ++r) {

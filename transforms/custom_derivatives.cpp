@@ -7,6 +7,8 @@
 // custom_lin calls bwd. So grad uses the user's bwd. Forward mode the user asked for (jvp,
 // linearize, jacfwd: AdMode::forward) of a custom_vjp function is an error as soon as its jvp rule
 // runs, whether or not the result is used (JAX's rule), so the outcome never depends on DCE.
+#include <algorithm>
+
 #include "higher_order.hpp"
 #include "loops/custom_objects.hpp"
 #include "xjax/custom_derivatives.hpp"
@@ -79,6 +81,12 @@ std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, 
   return bind_custom_jvp_call(f, std::move(obj), {}, args, loc);
 }
 
+namespace {
+thread_local std::uint64_t callable_rules = 0;
+}  // namespace
+
+std::uint64_t callable_rules_bound() { return callable_rules; }
+
 // The rule traced at the arguments' types ((primals, tangents) -> (outs, tangent outs)); what it
 // captures (rc) becomes operands of the call, handed back to it before the primals.
 std::vector<Array> custom_jvp_call_user(const ClosedJaxpr& f, const JvpFlatRule& rule, std::span<const Array> args,
@@ -87,7 +95,10 @@ std::vector<Array> custom_jvp_call_user(const ClosedJaxpr& f, const JvpFlatRule&
   // as the callable, run when differentiated: tracing it too recursed forever (and nested custom
   // functions traced 2^depth rules).
   static thread_local int tracing_rules = 0;
-  if (tracing_rules > 0) return custom_jvp_call_flat(f, rule, args, loc);
+  if (tracing_rules > 0) {
+    ++callable_rules;
+    return custom_jvp_call_flat(f, rule, args, loc);
+  }
   const std::size_t n = args.size();
   const std::vector<ShapedArray> avals = avals_of(args);
   const std::vector<char> weak = weak_flags(args);
@@ -152,13 +163,12 @@ std::vector<Tangent> custom_jvp_call_transpose(const TransposeArgs& a) {
 // ---- custom_vjp_call -------------------------------------------------------------------------
 
 namespace {
-thread_local std::vector<const std::type_info*> fwds_traced;  // the custom_vjp fwds being traced
+thread_local std::vector<const void*> fwds_traced;  // the custom_vjps whose fwd is being traced
 }  // namespace
 
-FwdTraceGuard::FwdTraceGuard(const std::type_info& fwd) {
-  for (const auto* t : fwds_traced)
-    if (*t == fwd) reentered_ = true;
-  if (!reentered_) fwds_traced.push_back(&fwd);
+FwdTraceGuard::FwdTraceGuard(const void* self) {
+  reentered_ = std::find(fwds_traced.begin(), fwds_traced.end(), self) != fwds_traced.end();
+  if (!reentered_) fwds_traced.push_back(self);
 }
 
 FwdTraceGuard::~FwdTraceGuard() {

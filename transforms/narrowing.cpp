@@ -28,33 +28,39 @@ bool jumps(Primitive p) {
   return false;
 }
 
-// x > 0 (either side) with x an f32 value narrowed to bf16: bf16 keeps f32's exponent range, so
-// the sign and zeroness survive but for f32 subnormals below 2^-133 (relu's mask of its output).
-bool sign_test_survives(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros) {
+// x > 0 (either side) with x an f32 value itself narrowed to bf16 (`saved_as_is`; not a value
+// recomputed from narrowed ones: h + b cancels): bf16 keeps f32's exponent range, so the sign and
+// zeroness survive but for f32 subnormals below 2^-133 (relu's mask of its output).
+bool sign_test_survives(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
+                        const SavedAsIs& saved_as_is) {
   if (to != bf16 || family_of(e.prim) != Family::comparison || e.inputs.size() != 2) return false;
   const auto zero = [&](const Atom& a) {
     const auto* l = std::get_if<Literal>(&a);
     const auto* v = std::get_if<Var>(&a);
     return (l && l->value.item<double>() == 0.0) || (v && zeros.count(v->id()));
   };
-  const auto f32_var = [](const Atom& a) {
+  const auto narrowed_f32 = [&](const Atom& a) {
     const auto* v = std::get_if<Var>(&a);
-    return v && v->aval().dtype == f32;
+    return v && v->aval().dtype == f32 && saved_as_is(*v);
   };
-  return (f32_var(e.inputs[0]) && zero(e.inputs[1])) || (zero(e.inputs[0]) && f32_var(e.inputs[1]));
+  return (narrowed_f32(e.inputs[0]) && zero(e.inputs[1])) || (zero(e.inputs[0]) && narrowed_f32(e.inputs[1]));
 }
 
 }  // namespace
 
-bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros) {
+bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
+                          const SavedAsIs& saved_as_is) {
   if (e.prim == Primitive::convert_element_type) return !is_floating(e.outputs[0].aval().dtype);
-  return jumps(e.prim) && !sign_test_survives(e, to, zeros);
+  return jumps(e.prim) && !sign_test_survives(e, to, zeros, saved_as_is);
 }
 
 bool reads_changed_by_narrowing(const Jaxpr& j, DType to) {
   const std::unordered_set<std::uint64_t> zeros = zero_fills(j);
+  std::unordered_set<std::uint64_t> inputs;  // what the body is given: perhaps narrowed, not recomputed
+  for (const Var& v : j.invars) inputs.insert(v.id());
+  const SavedAsIs given = [&](const Var& v) { return inputs.count(v.id()) > 0; };
   for (const Eqn& e : j.eqns) {
-    if (changed_by_narrowing(e, to, zeros)) return true;
+    if (changed_by_narrowing(e, to, zeros, given)) return true;
     for (const auto& sub : sub_jaxprs(e.params))
       if (reads_changed_by_narrowing(*sub->jaxpr, to)) return true;
   }

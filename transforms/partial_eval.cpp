@@ -74,11 +74,24 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   // An equation whose result a narrowed input could change by more than rounding (a comparison's
   // mask flips: exp(x) = 0.5004 > 0.5 read back as 0.5) is saved, not recomputed from it.
   const std::unordered_set<std::uint64_t> zeros = zero_fills(j);
-  const auto mask_of_narrowed = [&](const Eqn& e) {
-    if (!narrowed_to || !changed_by_narrowing(e, *narrowed_to, zeros)) return false;
+  const auto mask_of_narrowed = [&](const Eqn& e, const SavedAsIs& saved_as_is) {
+    if (!narrowed_to || !changed_by_narrowing(e, *narrowed_to, zeros, saved_as_is)) return false;
     return std::any_of(e.inputs.begin(), e.inputs.end(), [&](const Atom& a) { return as_var(a) && would_narrow(*as_var(a), *narrowed_to); });
   };
-  const auto recomputed = [&](const Eqn& e) { return saveable && !saveable(e) && !mask_of_narrowed(e); };
+  // What the policy keeps as it is: a value whose equation (or checkpoint_name) it saves.
+  std::unordered_map<std::uint64_t, const Eqn*> definition, name_of;
+  for (const Eqn& e : j.eqns) {
+    for (const Var& o : e.outputs) definition.emplace(o.id(), &e);
+    if (e.prim == Primitive::name && as_var(e.inputs[0])) name_of.emplace(as_var(e.inputs[0])->id(), &e);
+  }
+  const SavedAsIs kept_by_policy = [&](const Var& v) {
+    const auto saved = [&](const std::unordered_map<std::uint64_t, const Eqn*>& m) {
+      auto it = m.find(v.id());
+      return it != m.end() && saveable(*it->second);
+    };
+    return !saveable || block_inputs.count(v.id()) || saved(definition) || saved(name_of);
+  };
+  const auto recomputed = [&](const Eqn& e) { return saveable && !saveable(e) && !mask_of_narrowed(e, kept_by_policy); };
   std::unordered_map<std::uint64_t, Atom> alias;  // renamings introduced by pe rules
   auto rename = [&](const Atom& a) -> Atom {
     if (auto* v = as_var(a)) {
@@ -207,13 +220,14 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       bool operands_kept = true;
       for (Atom& a : cmp.inputs) {
         const Var* v = as_var(a);
-        if (v && mask_of_narrowed(cmp)) operands_kept = false;  // the mask would flip
         if (!v || seen.count(v->id()) || staged_defs.count(v->id())) continue;
         auto same = named.find(v->id());  // kept under its name (a policy's named residual)
         if (same != named.end() && seen.count(same->second.id())) a = same->second;
         else operands_kept = false;
       }
-      if (!operands_kept) continue;
+      // rebuilt from rounded residuals, or values recomputed from them, the mask could flip
+      const SavedAsIs residual = [&](const Var& v) { return seen.count(v.id()) && !staged_defs.count(v.id()); };
+      if (!operands_kept || mask_of_narrowed(cmp, residual)) continue;
       const std::size_t from = known_def.at(r.id());
       const auto at = std::upper_bound(staged_from.begin(), staged_from.end(), from) - staged_from.begin();
       staged_eqns.insert(staged_eqns.begin() + at, cmp);

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <optional>
 #include <source_location>
+#include <memory>
 #include <tuple>
-#include <typeinfo>
 #include <utility>
 
 #include "xjax/detail/function.hpp"
@@ -31,11 +31,12 @@ std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd, std::size_t num_
 
 template <class T> std::vector<Array> leaves_of(const T& tree) { return tree_flatten(tree).first; }
 
-/// Marks, while alive, a custom_vjp's fwd (by its type) as being traced on this thread; a call
-/// of the same custom_vjp made meanwhile (JAX's documented fwd calls f itself) is `reentered`.
+/// Marks, while alive, a custom_vjp (`self`: one address for the function and its copies) as
+/// having its fwd traced on this thread; a call of the same custom_vjp made meanwhile (JAX's
+/// documented fwd calls f itself) is `reentered`.
 class FwdTraceGuard {
  public:
-  explicit FwdTraceGuard(const std::type_info& fwd);
+  explicit FwdTraceGuard(const void* self);
   ~FwdTraceGuard();
   FwdTraceGuard(const FwdTraceGuard&) = delete;
   FwdTraceGuard& operator=(const FwdTraceGuard&) = delete;
@@ -91,17 +92,19 @@ template <class F, class Rule> auto custom_jvp(F f, Rule rule, std::source_locat
 
 /// custom_vjp(f, fwd, bwd): f with a user-defined reverse derivative.
 /// fwd(args...) -> std::pair{out, residuals} (any pytree); bwd(residuals, out_cotangent) ->
-/// std::tuple of one cotangent per argument. The primal value is fwd's (f and fwd must agree).
+/// std::tuple of one cotangent per argument. Under a trace the primal value is fwd's (f and fwd
+/// must agree); outside any trace, and called inside its own fwd, it is f's.
 /// Forward mode (jvp) of a custom_vjp function raises xj::TransformError, as in JAX.
 template <class F, class Fwd, class Bwd> auto custom_vjp(F f, Fwd fwd, Bwd bwd) {
-  return [f, fwd, bwd]<class... Args>(const Args&... args) {
+  auto self = std::make_shared<const char>('\0');  // what copies of the function share
+  return [f, fwd, bwd, self]<class... Args>(const Args&... args) {
     using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
     using FwdOut = std::decay_t<std::invoke_result_t<const Fwd&, const Args&...>>;
     static_assert(std::is_same_v<R, std::decay_t<typename FwdOut::first_type>>, "custom_vjp: fwd must return std::pair{f's output, residuals}");
     // Outside any trace nothing can differentiate the call: it is f itself (JAX evaluates f); so
     // is a call of this custom_vjp inside its own fwd (which would trace fwd again, forever).
     if (!detail::tracing_active()) return R(f(args...));
-    detail::FwdTraceGuard guard(typeid(Fwd));
+    detail::FwdTraceGuard guard(self.get());
     if (guard.reentered()) return R(f(args...));
     using Res = typename FwdOut::second_type;
     detail::FlatArgs fa = detail::flatten_args(args...);
