@@ -134,11 +134,6 @@ Array At::add(const Array& v, IndexMode mode, std::source_location loc) const { 
 Array At::mul(const Array& v, IndexMode mode, std::source_location loc) const { return update(Combine::mul, v, mode, loc); }
 Array At::min(const Array& v, IndexMode mode, std::source_location loc) const { return update(Combine::min, v, mode, loc); }
 Array At::max(const Array& v, IndexMode mode, std::source_location loc) const { return update(Combine::max, v, mode, loc); }
-Array At::set(double v, IndexMode mode, std::source_location loc) const { return set(scalar(v, x_.dtype()), mode, loc); }
-Array At::add(double v, IndexMode mode, std::source_location loc) const { return add(scalar(v, x_.dtype()), mode, loc); }
-Array At::mul(double v, IndexMode mode, std::source_location loc) const { return mul(scalar(v, x_.dtype()), mode, loc); }
-Array At::min(double v, IndexMode mode, std::source_location loc) const { return min(scalar(v, x_.dtype()), mode, loc); }
-Array At::max(double v, IndexMode mode, std::source_location loc) const { return max(scalar(v, x_.dtype()), mode, loc); }
 
 At at(const Array& x, std::int64_t i, std::source_location loc) { return At(x, {array<std::int64_t>({i}, {})}, loc); }
 At at(const Array& x, const Array& indices, std::source_location loc) { return At(x, {indices}, loc); }

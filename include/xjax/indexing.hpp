@@ -36,31 +36,25 @@ class At {
   Array min(const Array& v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
   /// x with x[idx] = maximum(x[idx], v).
   Array max(const Array& v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
-  /// The same with a C++ number (weakly typed: it takes x's dtype).
-  Array set(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
-  Array add(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
-  Array mul(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
-  Array min(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
-  Array max(double v, IndexMode mode = IndexMode::drop, XJAX_LOC) const;
-  /// A C++ integer exactly, wrapping to an integer x's width as jnp converts its int array
-  /// (u8's at(0).set(-1) holds 255); a C++ float converts as astype (saturating).
-  template <class T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  Array set(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return set(scalar(v, x_.dtype()), mode, loc); }
-  template <class T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  Array add(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return add(scalar(v, x_.dtype()), mode, loc); }
-  template <class T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  Array mul(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return mul(scalar(v, x_.dtype()), mode, loc); }
-  template <class T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  Array min(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return min(scalar(v, x_.dtype()), mode, loc); }
-  template <class T>
-    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
-  Array max(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return max(scalar(v, x_.dtype()), mode, loc); }
+  /// The same with a C++ number (weakly typed: it takes x's dtype): a float converts as astype
+  /// (saturating), an integer exactly, wrapping to an integer x's width as jnp converts its int
+  /// array (u8's at(0).set(-1) holds 255).
+  template <class T> requires std::is_arithmetic_v<T>
+  Array set(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return set(number(v), mode, loc); }
+  template <class T> requires std::is_arithmetic_v<T>
+  Array add(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return add(number(v), mode, loc); }
+  template <class T> requires std::is_arithmetic_v<T>
+  Array mul(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return mul(number(v), mode, loc); }
+  template <class T> requires std::is_arithmetic_v<T>
+  Array min(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return min(number(v), mode, loc); }
+  template <class T> requires std::is_arithmetic_v<T>
+  Array max(T v, IndexMode mode = IndexMode::drop, XJAX_LOC) const { return max(number(v), mode, loc); }
 
  private:
+  template <class T> Array number(T v) const {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return scalar(v, x_.dtype());
+    else return scalar(static_cast<double>(v), x_.dtype());
+  }
   enum class Combine { set, add, mul, min, max };
   Array update(Combine how, const Array& v, IndexMode mode, std::source_location loc) const;
   Array x_;
