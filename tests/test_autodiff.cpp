@@ -1260,6 +1260,14 @@ TEST_CASE("custom_jvp rule / custom_vjp fwd calling the function itself, JAX's d
                               }),
                               BwdFn([](const xj::Array& g2, const xj::Array& ct) { return std::tuple{g2 * ct}; }));
   CHECK(xj::grad([&](const xj::Array& v) { return xj::sum(layer(v)); })(x).to_vector<double>() == std::vector<double>{1.0, 1.0, 1.0});
+  // a bwd calling its own custom_vjp: the second derivative uses bwd again (third diff review: 6,
+  // plain autodiff of x^2); q' = q (the bwd says so), so q'' (3) = q(3) = 9
+  std::function<xj::Array(const xj::Array&)> sq;
+  auto q = xj::custom_vjp([](const xj::Array& v) { return v * v; }, [](const xj::Array& v) { return std::pair{v * v, v}; },
+                          [&sq](const xj::Array& v, const xj::Array& g2) { return std::tuple{g2 * sq(v)}; });
+  sq = q;
+  CHECK(xj::grad(q)(xj::scalar(3.0)).item<double>() == 9.0);
+  CHECK(xj::grad(xj::grad(q))(xj::scalar(3.0)).item<double>() == 9.0);
 }
 
 TEST_CASE("a jit first traced inside a custom_jvp rule's trace is not cached with a callable rule (second diff review: later calls raised)") {

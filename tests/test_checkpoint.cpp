@@ -914,6 +914,43 @@ TEST_CASE("Policy::as: a comparison mask is not rebuilt from a narrowed residual
     return xj::sum(xj::checkpoint(pool2, {.policy = pol::save_only_these_names({"h"}).as(xj::bf16)})(v));
   })(m1);
   CHECK(gp2.to_vector<double>() == std::vector<double>{0.0, 0.0, 2.0, 0.0});
+  // third diff review: where(h > 0) inside a cond / scan of the block, with h = dot + b recomputed
+  // from the narrowed dot: the mask flipped (gradient 0.1 where 1)
+  const xj::Array xc = xj::array<float>({0.5006f, -0.5004f}, {1, 2});
+  const xj::Array wc = xj::array<float>({1, 0, 0, 1}, {2, 2});
+  const xj::Array bc = xj::array<float>({-0.5f, 0.5f}, {2});
+  const auto leaky = [](const xj::Array& h) { return xj::where(h > 0.0f, h, h * 0.1f); };
+  const auto leaky_in_cond = [&](const xj::Array& v) {
+    return xj::cond(xj::sum(v) < 100.0f, leaky, leaky, xj::matmul(v, wc) + bc);
+  };
+  const auto leaky_in_scan = [&](const xj::Array& v) {
+    const xj::Array h = xj::matmul(v, wc) + bc;
+    return xj::scan([&](const xj::Array& c, const xj::Array& hi) { return std::pair{c, leaky(hi)}; }, xj::scalar(0.0f), h).second;
+  };
+  for (const auto& blk : std::vector<std::function<xj::Array(const xj::Array&)>>{leaky_in_cond, leaky_in_scan}) {
+    const xj::Array gl = xj::grad([&](const xj::Array& v) {
+      return xj::sum(xj::checkpoint(blk, {.policy = pol::dots_saveable.as(xj::bf16)})(v));
+    })(xc);
+    CHECK(gl.to_vector<double>()[0] == doctest::Approx(1.0));
+    CHECK(gl.to_vector<double>()[1] == doctest::Approx(0.1));
+  }
+  // and a relu MLP stays lean: relu(h) with h named keeps h in bf16 and no mask (max(h, 0)'s sign
+  // is h's); relu(x w) under dots_saveable keeps the bf16 product and no mask either
+  const xj::Array w1 = xj::eye(8), b1 = xj::full({8}, 0.25f), w2 = xj::ones({8, 2});
+  const xj::Array xm = xj::reshape(xj::astype(xj::arange(32), xj::f32), {4, 8}) * 0.1f - 1.5f;
+  const auto mlp = [&](const xj::Array& v) {
+    const xj::Array h = xj::checkpoint_name(xj::matmul(v, w1) + b1, "h");
+    return xj::matmul(xj::checkpoint_name(xj::relu(h), "a"), w2);
+  };
+  for (const xj::Policy& p : {pol::save_only_these_names({"h", "a"}).as(xj::bf16), pol::save_only_these_names({"h"}).as(xj::bf16)}) {
+    std::multiset<std::string> kept;
+    for (const xj::Residual& r : xj::saved_residuals([&](const xj::Array& v) { return xj::sum(xj::checkpoint(mlp, {.policy = p})(v)); }, xm))
+      kept.insert(r.aval.str());
+    CAPTURE(kept.size());
+    CHECK(kept.count("bf16[4,8]") >= 1);
+    CHECK(kept.count("f32[4,8]") == 0);
+    CHECK(kept.count("bool[4,8]") == 0);
+  }
   // relu's sign test of its f32 output survives bf16 rounding: still rebuilt (no mask byte kept)
   const xj::Array r = xj::array<float>({0.5f, -1.0f, 2.0f}, {3});
   const auto relu_block = [](const xj::Array& v) { return xj::relu(xj::sin(v)); };

@@ -106,7 +106,12 @@ using SavedAsIs = std::function<bool(const Var&)>;
 /// narrowed to bf16 as it is.
 bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
                           const SavedAsIs& saved_as_is);
-/// Whether an equation of j, or of a jaxpr inside one, is.
+/// A var's equation, or null (an input).
+using Definition = std::function<const Eqn*(const Var&)>;
+/// `as_is` widened to the values whose sign and zeroness are those of a value kept as it is:
+/// max(v, 0) / min(v, 0) (relu), reshapes, broadcasts, transposes and float converts of one.
+SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const std::unordered_set<std::uint64_t>& zeros);
+/// Whether an equation of j, or of a jaxpr inside one, is (no input of j counts as kept as is).
 bool reads_changed_by_narrowing(const Jaxpr& j, DType to);
 
 // ---- transpose -------------------------------------------------------------------------------

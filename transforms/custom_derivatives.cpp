@@ -166,14 +166,18 @@ namespace {
 thread_local std::vector<const void*> fwds_traced;  // the custom_vjps whose fwd is being traced
 }  // namespace
 
-FwdTraceGuard::FwdTraceGuard(const void* self) {
+FwdTraceGuard::FwdTraceGuard(const void* self) : self_(self) {
   reentered_ = std::find(fwds_traced.begin(), fwds_traced.end(), self) != fwds_traced.end();
   if (!reentered_) fwds_traced.push_back(self);
 }
 
-FwdTraceGuard::~FwdTraceGuard() {
-  if (!reentered_) fwds_traced.pop_back();
+void FwdTraceGuard::release() {
+  if (reentered_ || released_) return;
+  released_ = true;
+  fwds_traced.erase(std::find(fwds_traced.begin(), fwds_traced.end(), self_));
 }
+
+FwdTraceGuard::~FwdTraceGuard() { release(); }
 
 namespace {
 
@@ -196,7 +200,15 @@ std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd_user, std::size_t
                                         std::span<const Array> args) {
   ClosedJaxpr fwd = fwd_user;
   std::size_t nbc = 0;
-  if (tracing_active()) {
+  // A custom_vjp called while a bwd is traced here (a bwd calling its own function, as JAX allows)
+  // keeps its bwd as the callable, run at the transpose: tracing it too would recurse forever.
+  static thread_local int tracing_bwds = 0;
+  if (tracing_bwds > 0) ++callable_rules;
+  if (tracing_active() && tracing_bwds == 0) {
+    ++tracing_bwds;
+    struct Leave {
+      ~Leave() { --tracing_bwds; }
+    } leave;
     const std::vector<ShapedArray> fwd_outs = fwd.out_avals();
     const std::size_t nres = fwd_outs.size() - num_out;
     std::vector<ShapedArray> in(fwd_outs.begin() + static_cast<std::ptrdiff_t>(num_out), fwd_outs.end());

@@ -3,6 +3,7 @@
 // result by more than rounding (a mask, a choice, an integer). partial_eval saves such equations
 // instead of recomputing them from narrowed values; save_residuals_as keeps wide a residual that
 // one reads.
+#include <memory>
 #include <unordered_set>
 
 #include "ad.hpp"
@@ -54,13 +55,39 @@ bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::
   return jumps(e.prim) && !sign_test_survives(e, to, zeros, saved_as_is);
 }
 
+SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const std::unordered_set<std::uint64_t>& zeros) {
+  auto faithful = std::make_shared<SavedAsIs>();
+  *faithful = [as_is = std::move(as_is), definition = std::move(definition), &zeros,
+               weak = std::weak_ptr<SavedAsIs>(faithful)](const Var& v) {
+    if (as_is(v)) return true;
+    const Eqn* e = definition(v);
+    if (!e) return false;
+    const auto faithful_var = [&](const Atom& a) {
+      const auto* u = std::get_if<Var>(&a);
+      return u && (*weak.lock())(*u);
+    };
+    const auto zero = [&](const Atom& a) {
+      const auto* l = std::get_if<Literal>(&a);
+      const auto* u = std::get_if<Var>(&a);
+      return (l && l->value.item<double>() == 0.0) || (u && zeros.count(u->id()));
+    };
+    using P = Primitive;
+    if (e->prim == P::max || e->prim == P::min)  // relu's max(v, 0)
+      return (faithful_var(e->inputs[0]) && zero(e->inputs[1])) || (zero(e->inputs[0]) && faithful_var(e->inputs[1]));
+    if (e->prim == P::reshape || e->prim == P::broadcast_in_dim || e->prim == P::transpose ||
+        (e->prim == P::convert_element_type && is_floating(e->outputs[0].aval().dtype)))
+      return faithful_var(e->inputs[0]);
+    return false;
+  };
+  return [faithful](const Var& v) { return (*faithful)(v); };
+}
+
 bool reads_changed_by_narrowing(const Jaxpr& j, DType to) {
   const std::unordered_set<std::uint64_t> zeros = zero_fills(j);
-  std::unordered_set<std::uint64_t> inputs;  // what the body is given: perhaps narrowed, not recomputed
-  for (const Var& v : j.invars) inputs.insert(v.id());
-  const SavedAsIs given = [&](const Var& v) { return inputs.count(v.id()) > 0; };
+  // A body's inputs may be values recomputed from narrowed ones (d + b): none counts as kept as is.
+  const SavedAsIs none = [](const Var&) { return false; };
   for (const Eqn& e : j.eqns) {
-    if (changed_by_narrowing(e, to, zeros, given)) return true;
+    if (changed_by_narrowing(e, to, zeros, none)) return true;
     for (const auto& sub : sub_jaxprs(e.params))
       if (reads_changed_by_narrowing(*sub->jaxpr, to)) return true;
   }

@@ -84,13 +84,20 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     for (const Var& o : e.outputs) definition.emplace(o.id(), &e);
     if (e.prim == Primitive::name && as_var(e.inputs[0])) name_of.emplace(as_var(e.inputs[0])->id(), &e);
   }
-  const SavedAsIs kept_by_policy = [&](const Var& v) {
-    const auto saved = [&](const std::unordered_map<std::uint64_t, const Eqn*>& m) {
-      auto it = m.find(v.id());
-      return it != m.end() && saveable(*it->second);
-    };
-    return !saveable || block_inputs.count(v.id()) || saved(definition) || saved(name_of);
+  const Definition defined_by = [&](const Var& v) -> const Eqn* {
+    auto it = definition.find(v.id());
+    return it == definition.end() ? nullptr : it->second;
   };
+  // (Inside a narrowing block's loop or cond, an input may be recomputed from narrowed values.)
+  const SavedAsIs kept_by_policy = sign_faithful(
+      [&](const Var& v) {
+        const auto saved = [&](const std::unordered_map<std::uint64_t, const Eqn*>& m) {
+          auto it = m.find(v.id());
+          return it != m.end() && saveable(*it->second);
+        };
+        return !saveable || (!nested_in_narrowing && block_inputs.count(v.id())) || saved(definition) || saved(name_of);
+      },
+      defined_by, zeros);
   const auto recomputed = [&](const Eqn& e) { return saveable && !saveable(e) && !mask_of_narrowed(e, kept_by_policy); };
   std::unordered_map<std::uint64_t, Atom> alias;  // renamings introduced by pe rules
   auto rename = [&](const Atom& a) -> Atom {
@@ -226,7 +233,9 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
         else operands_kept = false;
       }
       // rebuilt from rounded residuals, or values recomputed from them, the mask could flip
-      const SavedAsIs residual = [&](const Var& v) { return seen.count(v.id()) && !staged_defs.count(v.id()); };
+      const SavedAsIs residual = sign_faithful(
+          [&](const Var& v) { return seen.count(v.id()) && !staged_defs.count(v.id()) && !(nested_in_narrowing && block_inputs.count(v.id())); },
+          defined_by, zeros);
       if (!operands_kept || mask_of_narrowed(cmp, residual)) continue;
       const std::size_t from = known_def.at(r.id());
       const auto at = std::upper_bound(staged_from.begin(), staged_from.end(), from) - staged_from.begin();

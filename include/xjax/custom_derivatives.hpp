@@ -41,9 +41,12 @@ class FwdTraceGuard {
   FwdTraceGuard(const FwdTraceGuard&) = delete;
   FwdTraceGuard& operator=(const FwdTraceGuard&) = delete;
   bool reentered() const { return reentered_; }
+  /// Ends the mark early (fwd is traced; bwd, traced next, calls the function as the custom_vjp).
+  void release();
 
  private:
-  bool reentered_ = false;
+  const void* self_;
+  bool reentered_ = false, released_ = false;
 };
 
 /// True while some trace is recording on this thread (src/trace.cpp).
@@ -118,6 +121,7 @@ template <class F, class Fwd, class Bwd> auto custom_vjp(F f, Fwd fwd, Bwd bwd) 
       return outs;
     };
     ClosedJaxpr j = detail::trace_flat(recording, avals, detail::weak_flags(fa.leaves));
+    guard.release();
     TreeDef out_def = fwd_def.children.at(0), res_def = fwd_def.children.at(1);
     TreeDef args_def;
     args_def.kind = TreeDef::Kind::node;
