@@ -215,17 +215,17 @@ Array full(const Shape& shape, double value, DType dtype) {
   return out;
 }
 
+namespace {
+template <class V> Array full_of(const Shape& shape, V value, DType dtype) {
+  Array out = uninitialized_full(shape, dtype);
+  fill_integer(detail::mutable_data(out), dtype, out.size(), value);
+  return out;
+}
+}  // namespace
+
 namespace detail {
-Array full_of_integer(const Shape& shape, std::int64_t value, DType dtype) {
-  Array out = uninitialized_full(shape, dtype);
-  fill_integer(detail::mutable_data(out), dtype, out.size(), value);
-  return out;
-}
-Array full_of_integer(const Shape& shape, std::uint64_t value, DType dtype) {
-  Array out = uninitialized_full(shape, dtype);
-  fill_integer(detail::mutable_data(out), dtype, out.size(), value);
-  return out;
-}
+Array full_of_integer(const Shape& shape, std::int64_t value, DType dtype) { return full_of(shape, value, dtype); }
+Array full_of_integer(const Shape& shape, std::uint64_t value, DType dtype) { return full_of(shape, value, dtype); }
 }  // namespace detail
 
 Array scalar(double v, DType dtype) { return full({}, v, dtype); }

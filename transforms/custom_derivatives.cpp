@@ -83,6 +83,18 @@ std::vector<Array> custom_jvp_call_flat(const ClosedJaxpr& f, JvpFlatRule rule, 
 
 namespace {
 thread_local std::uint64_t callable_rules = 0;
+
+/// One more on `count` while alive (a thread's rules or bwds being traced).
+class CountWhile {
+ public:
+  explicit CountWhile(int& count) : count_(count) { ++count_; }
+  ~CountWhile() { --count_; }
+  CountWhile(const CountWhile&) = delete;
+  CountWhile& operator=(const CountWhile&) = delete;
+
+ private:
+  int& count_;
+};
 }  // namespace
 
 std::uint64_t callable_rules_bound() { return callable_rules; }
@@ -105,10 +117,7 @@ std::vector<Array> custom_jvp_call_user(const ClosedJaxpr& f, const JvpFlatRule&
   std::size_t nout = 0;
   const ClosedJaxpr traced = trace_flat(
       [&](std::span<const Array> xs) {
-        ++tracing_rules;
-        struct Leave {
-          ~Leave() { --tracing_rules; }
-        } leave;
+        const CountWhile tracing(tracing_rules);
         auto [outs, touts] = call_user([&] { return rule(xs.first(n), xs.subspan(n)); });
         nout = outs.size();
         outs.insert(outs.end(), touts.begin(), touts.end());
@@ -205,10 +214,7 @@ std::vector<Array> custom_vjp_call_flat(const ClosedJaxpr& fwd_user, std::size_t
   static thread_local int tracing_bwds = 0;
   if (tracing_bwds > 0) ++callable_rules;
   if (tracing_active() && tracing_bwds == 0) {
-    ++tracing_bwds;
-    struct Leave {
-      ~Leave() { --tracing_bwds; }
-    } leave;
+    const CountWhile tracing(tracing_bwds);
     const std::vector<ShapedArray> fwd_outs = fwd.out_avals();
     const std::size_t nres = fwd_outs.size() - num_out;
     std::vector<ShapedArray> in(fwd_outs.begin() + static_cast<std::ptrdiff_t>(num_out), fwd_outs.end());
