@@ -25,10 +25,9 @@ using P = Primitive;
 // A window's dilated extent (n - 1) d + 1, an error naming `op` past 2^63 - 1 (it wrapped before
 // the padding was worked out and the shape rule could say so).
 std::int64_t dilated_extent(const char* op, std::int64_t n, std::int64_t d, const std::source_location& loc) {
-  std::int64_t extent = 0;
-  if (n > 0 && (__builtin_mul_overflow(n - 1, d, &extent) || __builtin_add_overflow(extent, 1, &extent)))
-    shape_fail(op, "a dilated window's extent exceeds 2^63 - 1", loc);
-  return extent;
+  const std::optional<std::int64_t> extent = detail::checked_dilated(n, d);
+  if (!extent) shape_fail(op, "a dilated window's extent exceeds 2^63 - 1", loc);
+  return *extent;
 }
 
 // JAX's conv_general_permutations: the dims of (N or O, C or I, spatial in rhs's order).

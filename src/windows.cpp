@@ -29,11 +29,10 @@ void expect_count(Primitive p, Avals in, const Ints& v, std::size_t n, const cha
 // padding a small one).
 void expect_representable(Primitive p, Avals in, std::size_t i, std::int64_t n, std::int64_t base_dilation,
                           std::int64_t lo, std::int64_t hi, std::int64_t window, std::int64_t window_dilation) {
-  std::int64_t extent = 0, window_extent = 0, pads = 0;  // the pads summed first: (-big, big) cancels
-  const bool wraps = (n > 0 && (__builtin_mul_overflow(n - 1, base_dilation, &extent) || __builtin_add_overflow(extent, 1, &extent))) ||
-                     __builtin_add_overflow(lo, hi, &pads) || __builtin_add_overflow(extent, pads, &extent) ||
-                     (window > 0 && (__builtin_mul_overflow(window - 1, window_dilation, &window_extent) ||
-                                     __builtin_add_overflow(window_extent, 1, &window_extent)));
+  const std::optional<std::int64_t> base = checked_dilated(n, base_dilation);
+  std::int64_t extent = 0, pads = 0;  // the pads summed first: (-big, big) cancels
+  const bool wraps = !base || __builtin_add_overflow(lo, hi, &pads) || __builtin_add_overflow(*base, pads, &extent) ||
+                     !checked_dilated(window, window_dilation);
   if (wraps)
     shape_fail(p, in, "the padded or dilated extent of dimension " + str(static_cast<std::int64_t>(i)) + " exceeds 2^63 - 1");
 }

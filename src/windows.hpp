@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -21,6 +22,12 @@ using Ints = std::vector<std::int64_t>;
 
 /// A dimension of size n with d - 1 holes between neighbours: (n - 1) d + 1 (0 stays 0).
 inline std::int64_t dilated(std::int64_t n, std::int64_t d) { return n == 0 ? 0 : (n - 1) * d + 1; }
+/// The same, or nothing when it exceeds 2^63 - 1 (it would wrap to a small or negative size).
+inline std::optional<std::int64_t> checked_dilated(std::int64_t n, std::int64_t d) {
+  std::int64_t extent = 0;
+  if (n > 0 && (__builtin_mul_overflow(n - 1, d, &extent) || __builtin_add_overflow(extent, 1, &extent))) return std::nullopt;
+  return extent;
+}
 
 /// How many windows of extent w fit in n with stride s: floor((n - w) / s) + 1, or 0.
 inline std::int64_t window_count(std::int64_t n, std::int64_t w, std::int64_t s) {

@@ -64,32 +64,35 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   };
   // Policy::as narrows the residuals the known side computes (not the block's inputs) of a wider
   // float dtype (checkpoint.cpp's save_residuals_as).
-  std::unordered_set<std::uint64_t> block_inputs;
-  for (const auto* vs : {&j.invars, &j.constvars})
-    for (const Var& v : *vs) block_inputs.insert(v.id());
+  // The bookkeeping below is built only then (partial evaluation runs on every grad trace).
+  std::unordered_set<std::uint64_t> block_inputs, zeros;
+  std::unordered_map<std::uint64_t, const Eqn*> definition, name_of;  // var id -> its equation / checkpoint_name
+  if (narrowed_to) {
+    for (const auto* vs : {&j.invars, &j.constvars})
+      for (const Var& v : *vs) block_inputs.insert(v.id());
+    zeros = zero_fills(j);
+    for (const Eqn& e : j.eqns) {
+      for (const Var& o : e.outputs) definition.emplace(o.id(), &e);
+      if (e.prim == Primitive::name && as_var(e.inputs[0])) name_of.emplace(as_var(e.inputs[0])->id(), &e);
+    }
+  }
   const auto would_narrow = [&](const Var& v, DType to) {
     return (nested_in_narrowing || !block_inputs.count(v.id())) && is_floating(v.aval().dtype) &&
            itemsize(v.aval().dtype) > itemsize(to);
   };
   // An equation whose result a narrowed input could change by more than rounding (a comparison's
   // mask flips: exp(x) = 0.5004 > 0.5 read back as 0.5) is saved, not recomputed from it.
-  const std::unordered_set<std::uint64_t> zeros = zero_fills(j);
   const auto mask_of_narrowed = [&](const Eqn& e, const SavedAsIs& saved_as_is) {
     if (!narrowed_to || !changed_by_narrowing(e, *narrowed_to, zeros, saved_as_is)) return false;
     return std::any_of(e.inputs.begin(), e.inputs.end(), [&](const Atom& a) { return as_var(a) && would_narrow(*as_var(a), *narrowed_to); });
   };
   // What the policy keeps as it is: a value whose equation (or checkpoint_name) it saves.
-  std::unordered_map<std::uint64_t, const Eqn*> definition, name_of;
-  for (const Eqn& e : j.eqns) {
-    for (const Var& o : e.outputs) definition.emplace(o.id(), &e);
-    if (e.prim == Primitive::name && as_var(e.inputs[0])) name_of.emplace(as_var(e.inputs[0])->id(), &e);
-  }
   const Definition defined_by = [&](const Var& v) -> const Eqn* {
     auto it = definition.find(v.id());
     return it == definition.end() ? nullptr : it->second;
   };
   // (Inside a narrowing block's loop or cond, an input may be recomputed from narrowed values.)
-  const SavedAsIs kept_by_policy = sign_faithful(
+  const SavedAsIs kept_by_policy = !narrowed_to ? SavedAsIs{} : sign_faithful(
       [&](const Var& v) {
         const auto saved = [&](const std::unordered_map<std::uint64_t, const Eqn*>& m) {
           auto it = m.find(v.id());
@@ -232,11 +235,16 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
         if (same != named.end() && seen.count(same->second.id())) a = same->second;
         else operands_kept = false;
       }
+      if (!operands_kept) continue;
       // rebuilt from rounded residuals, or values recomputed from them, the mask could flip
-      const SavedAsIs residual = sign_faithful(
-          [&](const Var& v) { return seen.count(v.id()) && !staged_defs.count(v.id()) && !(nested_in_narrowing && block_inputs.count(v.id())); },
-          defined_by, zeros);
-      if (!operands_kept || mask_of_narrowed(cmp, residual)) continue;
+      if (narrowed_to &&
+          mask_of_narrowed(cmp, sign_faithful(
+                                    [&](const Var& v) {
+                                      return seen.count(v.id()) && !staged_defs.count(v.id()) &&
+                                             !(nested_in_narrowing && block_inputs.count(v.id()));
+                                    },
+                                    defined_by, zeros)))
+        continue;
       const std::size_t from = known_def.at(r.id());
       const auto at = std::upper_bound(staged_from.begin(), staged_from.end(), from) - staged_from.begin();
       staged_eqns.insert(staged_eqns.begin() + at, cmp);
