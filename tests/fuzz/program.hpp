@@ -95,6 +95,7 @@ struct Node {
   double c = 0;               // a constant (per op)
   int variant = 0;            // a choice among spellings / policies / formulas (per op)
   bool flag = false;          // keepdims, reverse, ... (per op)
+  bool residuals_as_f32 = false;  // checkpoint: its policy saves residuals .as(xj::f32)
   std::string text;           // a checkpoint name, an einsum spec
   std::vector<Block> subs;
 };
@@ -104,6 +105,7 @@ struct Features {
   bool has_while = false;         // reverse mode raises TransformError
   bool has_nested_while = false;  // a while inside a while
   bool has_custom_vjp = false;    // forward mode raises TransformError
+  bool has_residuals_as_f32 = false;  // an f64 run's derivatives read residuals rounded to f32
   std::map<std::string, int> counts;  // op name (and wrapper variant) -> occurrences
 };
 
