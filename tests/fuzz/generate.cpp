@@ -1069,9 +1069,9 @@ class Gen {
         for (int k = 0; k < 4; ++k)
           if (coin(0.5)) n.ints.push_back(k);  // names the policy mentions
         count("checkpoint_policy" + std::to_string(n.variant));
-        if ((n.residuals_as_f32 = std::bernoulli_distribution(0.3)(side_))) {
-          feat_->has_residuals_as_f32 = true;
-          count("checkpoint_residuals_as_f32");
+        if ((n.narrowed_residuals = std::bernoulli_distribution(0.3)(side_))) {
+          feat_->has_narrowed_residuals = true;
+          count("checkpoint_narrowed_residuals");
         }
         n.subs.push_back(block(shapes_of(s, n.args), mags_of(s, n.args), s, n.outs, mags, d, s.r, sub_nodes() + 1, true, s.in_while, true));
         break;

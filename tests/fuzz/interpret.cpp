@@ -672,9 +672,8 @@ Arrays Runner::wrapper(const Node& n, const Arrays& args, const Arrays& env) con
     case Op::Checkpoint: {
       xj::CheckpointOptions o;
       if (n.variant) o.policy = policy(n);
-      // In an f64 run the residuals are rounded to f32 (and the discontinuous equations that
-      // read them saved, narrowing.cpp); in an f32 run `as` changes nothing.
-      if (n.residuals_as_f32) o.policy = o.policy.value_or(xj::checkpoint_policies::nothing_saveable).as(xj::f32);
+      // Residuals rounded (and the discontinuous equations that read them saved, narrowing.cpp).
+      if (n.narrowed_residuals) o.policy = o.policy.value_or(xj::checkpoint_policies::nothing_saveable).as(residuals_as);
       o.prevent_cse = n.flag;
       return xj::checkpoint(fn, o)(args);
     }

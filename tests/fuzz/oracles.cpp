@@ -42,6 +42,9 @@ constexpr Tol kSameF32{2e-4, 2e-6};
 constexpr Tol kFiniteDiff{1e-5, 1e-6};
 // The f32 run against the f64 run of the same program.
 constexpr Tol kF32VsF64{3e-3, 3e-4};
+// An f32 gradient whose checkpoints saved residuals in bf16 against the wide one: bf16's
+// rounding (2^-9 relative) of each residual, amplified by the program (magnitudes up to 16).
+constexpr Tol kNarrowedBf16{5e-2, 5e-3};
 constexpr double kStep = 1e-5;          // finite-difference step (f64)
 constexpr double kFdMargin = 1e-3;      // a kink / branch point closer than this: no finite differences
 constexpr double kSameMarginF64 = 1e-9; // ... closer than this: rounding may switch sides
@@ -310,6 +313,17 @@ class Checker {
         return compare(xj::eval_jaxpr(j, xs_), *gradient, same);
       });
     }
+    // Policy::as(bf16): the gradient differs from the wide one by the rounding of what the
+    // backward pass reads, never by a choice the rounding moved (a comparison's mask, max_pool's
+    // element, an argmax: narrowing.cpp saves those), which would change an entry by O(1).
+    if (!f64 && gradient && comparable && ft.has_narrowed_residuals)
+      check("residuals .as(bf16) vs wide", Expect::Success, [&] {
+        ++st_.coverage["residuals .as(bf16) oracle (f32 runs)"];
+        Runner narrow = full_;
+        narrow.residuals_as = xj::bf16;
+        auto LN = [this, narrow, c](const Arrays& x) { return xj::sum(narrow(p_, x) * c); };
+        return compare(xj::grad(LN)(xs_), *gradient, kNarrowedBf16);
+      });
     if (fd && plain_grad)
       check("grad vs finite differences", Expect::Success, [&] {
         auto L = [&](const Arrays& x) { return Arrays{LP(x)}; };
@@ -334,7 +348,7 @@ class Checker {
         double rounding = 0;
         for (std::size_t k = 0; k < gradient->size(); ++k)
           if ((*gradient)[k].dtype() == xj::bf16) rounding += xj::finfo(xj::bf16).eps * dot({xj::abs((*gradient)[k])}, {xj::abs(ts_[k])});
-        return compare({xj::scalar(lhs, xj::f64)}, {xj::scalar(rhs, xj::f64)}, f64 && !ft.has_residuals_as_f32 ? Tol{1e-8, 1e-10} : Tol{1e-3, 1e-4}, rounding);
+        return compare({xj::scalar(lhs, xj::f64)}, {xj::scalar(rhs, xj::f64)}, f64 && !ft.has_narrowed_residuals ? Tol{1e-8, 1e-10} : Tol{1e-3, 1e-4}, rounding);
       });
     bool lin_ok = !nested_while_bug &&
                   (kCustomVjpLinearizeBugFixed || !p_.features.has_custom_vjp);
@@ -597,7 +611,7 @@ class Checker {
 
   /// Two code paths' agreement: f64's, or f32's where the program's derivatives read residuals a
   /// checkpoint saved rounded to f32 (Policy::as; two paths may round a residual differently).
-  Tol same_tol() const { return dt_ == xj::f64 && !p_.features.has_residuals_as_f32 ? kSameF64 : kSameF32; }
+  Tol same_tol() const { return dt_ == xj::f64 && !p_.features.has_narrowed_residuals ? kSameF64 : kSameF32; }
 
   /// The program's one binomial(s) scan of length >= 1 when there is one and it is in the main
   /// block (so it runs once per program run; other scans are the same in both runs), else nullptr.

@@ -49,7 +49,7 @@ void print_block(std::ostringstream& os, const Block& b, int indent, int depth) 
     }
     if (n.variant) param("variant=" + std::to_string(n.variant));
     if (n.flag) param("flag");
-    if (n.residuals_as_f32) param("residuals_as_f32");
+    if (n.narrowed_residuals) param("narrowed_residuals");
     if (!n.text.empty()) param("'" + n.text + "'");
     os << "](";
     for (std::size_t a = 0; a < n.args.size(); ++a) os << (a ? ", " : "") << p << n.args[a];

@@ -95,7 +95,7 @@ struct Node {
   double c = 0;               // a constant (per op)
   int variant = 0;            // a choice among spellings / policies / formulas (per op)
   bool flag = false;          // keepdims, reverse, ... (per op)
-  bool residuals_as_f32 = false;  // checkpoint: its policy saves residuals .as(xj::f32)
+  bool narrowed_residuals = false;  // checkpoint: its policy saves residuals .as(Runner::residuals_as)
   std::string text;           // a checkpoint name, an einsum spec
   std::vector<Block> subs;
 };
@@ -105,7 +105,7 @@ struct Features {
   bool has_while = false;         // reverse mode raises TransformError
   bool has_nested_while = false;  // a while inside a while
   bool has_custom_vjp = false;    // forward mode raises TransformError
-  bool has_residuals_as_f32 = false;  // an f64 run's derivatives read residuals rounded to f32
+  bool has_narrowed_residuals = false;  // an f64 run's derivatives read residuals rounded to f32
   std::map<std::string, int> counts;  // op name (and wrapper variant) -> occurrences
 };
 
@@ -148,6 +148,9 @@ struct Runner {
   Tape* tape = nullptr;       // Plain only
   Monitor* monitor = nullptr; // Plain recording run only
   bool schedules_off = false; // Full: binomial(s) scans run unscheduled (the residual oracle's reference)
+  /// Full: the dtype a checkpoint marked `narrowed_residuals` saves its residuals in (f32 narrows
+  /// an f64 run's, changes nothing in an f32 run; the narrowing oracle's bf16 narrows an f32 run's).
+  xj::DType residuals_as = xj::f32;
   /// The block's outputs for its inputs; `parent` is the enclosing block's environment.
   Arrays run(const Block& b, const Arrays& inputs, const Arrays& parent) const;
   /// The program as a function of its inputs (one output).
