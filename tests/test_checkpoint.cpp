@@ -969,6 +969,39 @@ TEST_CASE("Policy::as: a comparison mask is not rebuilt from a narrowed residual
     CHECK(g16.to_vector<double>()[i] == doctest::Approx(std::sin(rv[i]) > 0 ? 1e-8 * std::cos(rv[i]) : 0.0).epsilon(1e-2));
 }
 
+TEST_CASE("Policy::as: a custom_vjp bwd and pow's exponent read their residuals wide (twenty-ninth session's hunt)") {
+  namespace pol = xj::checkpoint_policies;
+  // A straight-through estimator: its bwd passes the gradient where |x| <= 1. 2w = 1.0016 rounds
+  // to 1.0 in bf16: a bwd reading the narrowed residual let the gradient through.
+  auto ste = xj::custom_vjp([](const xj::Array& x) { return xj::round(x); },
+                            [](const xj::Array& x) { return std::pair{xj::round(x), x}; },
+                            [](const xj::Array& x, const xj::Array& g) {
+                              return std::tuple{xj::where(xj::abs(x) <= 1.0f, g, xj::zeros_like(g))};
+                            });
+  const auto f = [&](const xj::Array& w) { return xj::sum(ste(w * 2.0f)); };
+  const std::vector<float> wv{0.5008f, 0.4996f, -0.501f, 0.3f};
+  const xj::Array w = xj::array<float>(wv, {4});
+  for (const xj::Policy& p : {pol::everything_saveable, pol::everything_saveable.as(xj::bf16), pol::everything_saveable.as(xj::f16)}) {
+    const std::vector<double> g = xj::grad(xj::checkpoint(f, {.policy = p}))(w).to_vector<double>();
+    for (std::size_t i = 0; i < wv.size(); ++i) CHECK(g[i] == (std::abs(2.0 * wv[i]) <= 1.0 ? 2.0 : 0.0));  // 2 [|2w| <= 1]
+  }
+  // pow(x, y) of a negative base: its sign follows y's parity, and 257 rounds to 256 in bf16 (the
+  // gradient 257 x^256 came back negative)
+  const xj::Array x = xj::array<float>({-1.001f, -0.999f, 1.002f}, {3});
+  const xj::Array k = xj::array<std::int32_t>({257, 257, 257}, {3});
+  const auto g = [](const xj::Array& b, const xj::Array& e) {
+    const xj::Array y = xj::checkpoint_name(xj::astype(e, xj::f32) * 1.0f, "y");
+    return xj::sum(xj::pow(b * 1.0f, y));
+  };
+  const std::vector<float> xv = x.to_vector<float>();
+  for (const xj::Policy& p : {pol::save_only_these_names({"y"}), pol::save_only_these_names({"y"}).as(xj::bf16)}) {
+    const std::vector<double> got = xj::grad(xj::checkpoint(g, {.policy = p}))(x, k).to_vector<double>();
+    // bf16: y (257 -> 256) and x^(y-1) each read rounded, 2^-8 relative at most each
+    const double eps = p.residual_dtype() ? 0x1p-7 : 1e-5;
+    for (std::size_t i = 0; i < xv.size(); ++i) CHECK(got[i] == doctest::Approx(257.0 * std::pow(static_cast<double>(xv[i]), 256)).epsilon(eps));
+  }
+}
+
 TEST_CASE("saved_residuals inside a checkpoint: a residual computed without a tangent names its own line (twenty-eighth session's hunt)") {
   namespace pol = xj::checkpoint_policies;
   // exp of an integer argument carries no tangent; it was described at the checkpoint call's line

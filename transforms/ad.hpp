@@ -100,12 +100,13 @@ std::uint64_t callable_rules_bound();
 std::unordered_set<std::uint64_t> zero_fills(const Jaxpr& j);
 /// Whether a var is a residual narrowed as it is (not a value recomputed from narrowed ones).
 using SavedAsIs = std::function<bool(const Var&)>;
-/// Whether narrowing e's float inputs to `to` can change e's result by more than rounding (a
-/// comparison, floor, sign, argmax, a sort, a float-to-integer convert, select_and_gather_add's
-/// choice ...); not the sign test against zero (`zeros`: vars holding zeros) of an f32 value
-/// narrowed to bf16 as it is.
-bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
-                          const SavedAsIs& saved_as_is);
+/// The operands of e through which narrowing float inputs to `to` can change e's result by more
+/// than rounding: every operand of a comparison, floor, sign, argmax, a sort, a float-to-integer
+/// convert ...; select_and_gather_add's choosing operand, pow's exponent, custom_lin's residuals
+/// (the user's bwd is opaque); none for a continuous equation, nor for the sign test against
+/// zero (`zeros`: vars holding zeros) of an f32 value narrowed to bf16 as it is.
+std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
+                                                       const SavedAsIs& saved_as_is);
 /// A var's equation, or null (an input).
 using Definition = std::function<const Eqn*(const Var&)>;
 /// `as_is` widened to the values whose sign and zeroness are those of a value kept as it is:

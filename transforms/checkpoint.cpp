@@ -12,6 +12,7 @@
 #include <iostream>
 #include <ostream>
 #include <unordered_map>
+#include <numeric>
 #include <unordered_set>
 
 #include "higher_order.hpp"
@@ -152,12 +153,15 @@ void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
   for (auto it = staged.eqns.rbegin(); it != staged.eqns.rend(); ++it) {
     const Eqn& e = *it;
     const bool feeds = std::any_of(e.outputs.begin(), e.outputs.end(), [&](const Var& o) { return kept_wide.count(o.id()); });
-    bool changed = changed_by_narrowing(e, to, zeros, residual);
-    for (const auto& sub : sub_jaxprs(e.params)) changed = changed || reads_changed_by_narrowing(*sub->jaxpr, to);
-    // select_and_gather_add / select_and_scatter_add (t, x): only x picks the element
-    const bool picks_by_operand_1 = e.prim == Primitive::select_and_gather_add || e.prim == Primitive::select_and_scatter_add;
+    std::vector<std::size_t> changed = operands_changed_by_narrowing(e, to, zeros, residual);
+    for (const auto& sub : sub_jaxprs(e.params))
+      if (changed.size() < e.inputs.size() && reads_changed_by_narrowing(*sub->jaxpr, to)) {
+        changed.resize(e.inputs.size());
+        std::iota(changed.begin(), changed.end(), std::size_t{0});
+      }
     for (std::size_t i = 0; i < e.inputs.size(); ++i)
-      if (const Var* v = std::get_if<Var>(&e.inputs[i]); v && (feeds || (changed && (!picks_by_operand_1 || i == 1))))
+      if (const Var* v = std::get_if<Var>(&e.inputs[i]);
+          v && (feeds || std::find(changed.begin(), changed.end(), i) != changed.end()))
         kept_wide.insert(v->id());
   }
   std::vector<Eqn> widen;

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "ad.hpp"
+#include "loops/custom_objects.hpp"
 
 namespace xjax::detail {
 
@@ -49,10 +50,22 @@ bool sign_test_survives(const Eqn& e, DType to, const std::unordered_set<std::ui
 
 }  // namespace
 
-bool changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
-                          const SavedAsIs& saved_as_is) {
-  if (e.prim == Primitive::convert_element_type) return !is_floating(e.outputs[0].aval().dtype);
-  return jumps(e.prim) && !sign_test_survives(e, to, zeros, saved_as_is);
+std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
+                                                       const SavedAsIs& saved_as_is) {
+  using P = Primitive;
+  std::vector<std::size_t> all(e.inputs.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (e.prim == P::convert_element_type) return is_floating(e.outputs[0].aval().dtype) ? std::vector<std::size_t>{} : all;
+  // select_and_gather_add / select_and_scatter_add (t, x): x picks the element
+  if (e.prim == P::select_and_gather_add || e.prim == P::select_and_scatter_add) return {1};
+  // pow(x, y): a negative x's result takes its sign from y's parity (257 rounds to 256 in bf16)
+  if (e.prim == P::pow) return std::holds_alternative<Var>(e.inputs[1]) ? std::vector<std::size_t>{1} : std::vector<std::size_t>{};
+  // custom_lin(res..., t...): the user's bwd reads the residuals, and may compare them
+  if (e.prim == P::custom_lin) {
+    all.resize(std::min(all.size(), object<BwdObject>(e.params.get<params::CustomLin>().bwd).num_res));
+    return all;
+  }
+  return jumps(e.prim) && !sign_test_survives(e, to, zeros, saved_as_is) ? all : std::vector<std::size_t>{};
 }
 
 SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const std::unordered_set<std::uint64_t>& zeros) {
@@ -87,7 +100,7 @@ bool reads_changed_by_narrowing(const Jaxpr& j, DType to) {
   // A body's inputs may be values recomputed from narrowed ones (d + b): none counts as kept as is.
   const SavedAsIs none = [](const Var&) { return false; };
   for (const Eqn& e : j.eqns) {
-    if (changed_by_narrowing(e, to, zeros, none)) return true;
+    if (!operands_changed_by_narrowing(e, to, zeros, none).empty()) return true;
     for (const auto& sub : sub_jaxprs(e.params))
       if (reads_changed_by_narrowing(*sub->jaxpr, to)) return true;
   }

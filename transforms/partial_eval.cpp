@@ -83,8 +83,11 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   // An equation whose result a narrowed input could change by more than rounding (a comparison's
   // mask flips: exp(x) = 0.5004 > 0.5 read back as 0.5) is saved, not recomputed from it.
   const auto mask_of_narrowed = [&](const Eqn& e, const SavedAsIs& saved_as_is) {
-    if (!narrowed_to || !changed_by_narrowing(e, *narrowed_to, zeros, saved_as_is)) return false;
-    return std::any_of(e.inputs.begin(), e.inputs.end(), [&](const Atom& a) { return as_var(a) && would_narrow(*as_var(a), *narrowed_to); });
+    if (!narrowed_to) return false;
+    const std::vector<std::size_t> changed = operands_changed_by_narrowing(e, *narrowed_to, zeros, saved_as_is);
+    return std::any_of(changed.begin(), changed.end(), [&](std::size_t i) {
+      return as_var(e.inputs[i]) && would_narrow(*as_var(e.inputs[i]), *narrowed_to);
+    });
   };
   // What the policy keeps as it is: a value whose equation (or checkpoint_name) it saves.
   const Definition defined_by = [&](const Var& v) -> const Eqn* {

@@ -40,8 +40,11 @@ class Policy {
   /// the saved bytes of f32 residuals with bf16, at bf16's rounding (2^-9 relative) in what the
   /// backward pass reads. A block input the backward pass reads is kept as it is (under scan, a
   /// stack of every step's input); name it (`checkpoint_name(x, "layer_input")`) and let the
-  /// policy save that name to have it saved narrower too. TypeError unless `dtype` is a floating
-  /// dtype.
+  /// policy save that name to have it saved narrower too. A residual read where rounding could
+  /// move a choice (a comparison's mask, max_pool's element, pow's exponent, anything a custom_vjp
+  /// bwd reads) stays wide, and such choices are saved, not recomputed. f16 keeps 11 bits but
+  /// only f16's range: a residual beyond 65504 is read back as inf (bf16 has f32's range).
+  /// TypeError unless `dtype` is a floating dtype.
   Policy as(DType dtype) const;
   /// The dtype given by `as`, if any.
   std::optional<DType> residual_dtype() const { return residual_dtype_; }
