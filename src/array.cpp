@@ -231,8 +231,9 @@ Array full_of_integer(const Shape& shape, std::uint64_t value, DType dtype) { re
 Array scalar(double v, DType dtype) { return full({}, v, dtype); }
 Array zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
 Array ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
-Array zeros_like(const Array& x) { return zeros(x.shape(), x.dtype()); }
-Array ones_like(const Array& x) { return ones(x.shape(), x.dtype()); }
+// A weak x gives a weak fill (jnp.zeros_like: full_like with dtype None keeps the weak type).
+Array zeros_like(const Array& x) { return detail::is_weak(x) ? detail::weakly_typed(zeros(x.shape(), x.dtype())) : zeros(x.shape(), x.dtype()); }
+Array ones_like(const Array& x) { return detail::is_weak(x) ? detail::weakly_typed(ones(x.shape(), x.dtype())) : ones(x.shape(), x.dtype()); }
 
 Array arange(std::int64_t n, DType dtype) {
   if (n < 0) throw ShapeError("xj::arange: negative length " + std::to_string(n));

@@ -3,16 +3,20 @@
 #include <new>
 
 #include "internal.hpp"
+#include "per_thread.hpp"
 #include "xjax/errors.hpp"
 
 namespace xjax::detail {
 namespace {
 // The last exception user code threw on this thread (compared by identity: a rethrown exception
 // is the same object).
-thread_local std::exception_ptr user_exception;
+struct UserException {
+  std::exception_ptr thrown;
+};
+std::exception_ptr& user_exception() { return per_thread_always<UserException>().thrown; }
 }  // namespace
 
-void mark_user_exception() { user_exception = std::current_exception(); }
+void mark_user_exception() { user_exception() = std::current_exception(); }
 
 void rethrow_internal(const char* pass) {
   std::exception_ptr current = std::current_exception();
@@ -23,7 +27,7 @@ void rethrow_internal(const char* pass) {
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
-    if (current == user_exception) throw;
+    if (current == user_exception()) throw;
     throw InternalError(pass, e.what());
   }
   // Not a std::exception: only user code throws those; it propagated from the try above.

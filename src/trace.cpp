@@ -56,11 +56,16 @@ struct Builder : std::enable_shared_from_this<Builder> {
 
 namespace {
 
-thread_local std::vector<std::shared_ptr<Builder>> t_stack XJAX_INITIAL_EXEC_TLS;
+// The builders of the traces under way on this thread, innermost last (valid also in a static
+// object's destructor at exit: per_thread_always).
+struct TraceStack {
+  std::vector<std::shared_ptr<Builder>> builders;
+};
+std::vector<std::shared_ptr<Builder>>& trace_stack() { return per_thread_always<TraceStack>().builders; }
 thread_local const std::source_location* t_loc_override XJAX_INITIAL_EXEC_TLS = nullptr;
 
 bool on_stack(const Builder* b) {
-  for (const auto& s : t_stack)
+  for (const auto& s : trace_stack())
     if (s.get() == b) return true;
   return false;
 }
@@ -86,14 +91,21 @@ template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_lo
 }
 
 // JAX's weak-type rule, the dtype an equation's outputs are weak in (nullopt: none is weak): a
-// conversion's is its weak_type parameter's; otherwise the operands' dtype when every operand is
-// weak (a comparison's bool output is not), select_n's selector not counted (its cases are).
+// conversion's is its weak_type parameter's; an index's (argmax, argmin) and a logical
+// reduction's never; a gather's, dynamic_slice's or scatter's is its operand's (indices and
+// updates not counted); otherwise the operands' dtype when every operand is weak (a comparison's
+// bool output is not), select_n's selector not counted (its cases are).
 std::optional<DType> weak_output_dtype(Primitive p, const Params& params, std::span<const Array> inputs) {
-  if (p == Primitive::convert_element_type) {
+  using P = Primitive;
+  if (p == P::convert_element_type) {
     const auto& c = params.get<params::ConvertElementType>();
     return c.weak_type ? std::optional(c.new_dtype) : std::nullopt;
   }
-  if (p == Primitive::select_n && !inputs.empty()) inputs = inputs.subspan(1);
+  if (p == P::argmax || p == P::argmin || p == P::reduce_and || p == P::reduce_or) return std::nullopt;
+  if (p == P::gather || p == P::dynamic_slice || p == P::scatter || p == P::scatter_add || p == P::scatter_mul ||
+      p == P::scatter_min || p == P::scatter_max)
+    inputs = inputs.first(std::min<std::size_t>(inputs.size(), 1));
+  if (p == P::select_n && !inputs.empty()) inputs = inputs.subspan(1);
   if (inputs.empty() || !std::all_of(inputs.begin(), inputs.end(), [](const Array& x) { return is_weak(x); }))
     return std::nullopt;
   return inputs[0].dtype();
@@ -109,7 +121,7 @@ std::vector<Array> with_weak_outputs(std::optional<DType> weak, std::vector<Arra
 
 }  // namespace
 
-bool tracing_active() { return !t_stack.empty(); }
+bool tracing_active() { return !trace_stack().empty(); }
 
 bool tracer_in_active_trace(const Tracer& t) {
   auto owner = t.builder.lock();
@@ -153,7 +165,8 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
     rethrow_at(e, loc);
   }
 
-  if (t_stack.empty()) {
+  auto& stack = trace_stack();
+  if (stack.empty()) {
     for (const auto& x : inputs)
       if (x.is_tracer()) tracer_escaped(x, &loc);
     ImplRule impl = impl_rule(p);
@@ -162,7 +175,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
     return with_weak_outputs(weak, std::move(outs));
   }
 
-  Builder& b = *t_stack.back();
+  Builder& b = *stack.back();
   Eqn eqn{p, {}, {}, std::move(params), loc};
   eqn.inputs.reserve(inputs.size());
   for (const auto& x : inputs) eqn.inputs.push_back(to_atom(b, x, &loc));
@@ -198,9 +211,9 @@ ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, s
 ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, std::span<const char> weak,
                        std::source_location loc) {
   auto b = std::make_shared<Builder>();
-  t_stack.push_back(b);
+  trace_stack().push_back(b);
   struct Pop {
-    ~Pop() { t_stack.pop_back(); }
+    ~Pop() { trace_stack().pop_back(); }
   } pop;
   std::vector<Array> args;
   args.reserve(in_avals.size());

@@ -487,3 +487,43 @@ TEST_CASE("jit: a function that calls its own jit while tracing keeps the outerm
   CHECK(jf(x).to_vector<float>() == want);
   CHECK(jf(x).to_vector<float>() == want);
 }
+
+TEST_CASE("weak types: indexing, scatters, tril / triu, zeros_like and logaddexp keep a weak operand weak (twenty-ninth session's hunt)") {
+  // JAX: gather, dynamic_slice and the scatters are weak when their operand is (the integer
+  // indices and, for a scatter, the updates do not count); zeros_like / full_like keep the
+  // weakness of their argument; logaddexp is built of weak-preserving ops. A weak f64 made strong
+  // turned a bf16 computation into f64.
+  const xj::Array x = xj::astype(xj::arange(3, xj::f32), xj::bf16);
+  const xj::Array i = xj::array<std::int32_t>({0, 1, 2});
+  using Op = std::function<xj::Array(const xj::Array&)>;
+  const std::vector<std::pair<const char*, Op>> ops{
+      {"broadcast", [](const xj::Array& v) { return v; }},
+      {"take", [&](const xj::Array& v) { return xj::take(v, i); }},
+      {"v[traced i]", [](const xj::Array& v) { return xj::broadcast_to(v[xj::scalar(1, xj::i32)], {3}); }},
+      {"dynamic_slice", [](const xj::Array& v) { return xj::dynamic_slice(v, {xj::scalar(0, xj::i32)}, {3}); }},
+      {"at.get", [&](const xj::Array& v) { return xj::at(v, i).get(); }},
+      {"at.set", [](const xj::Array& v) { return xj::at(v, 0).set(v[0] * 2.0); }},
+      {"at.add strong update", [&](const xj::Array& v) { return xj::at(v, 0).add(xj::scalar(1.0, xj::f64)); }},
+      {"tril", [](const xj::Array& v) { return xj::tril(xj::broadcast_to(v, {3, 3}))[2]; }},
+      {"triu", [](const xj::Array& v) { return xj::triu(xj::broadcast_to(v, {3, 3}))[0]; }},
+      {"zeros_like", [](const xj::Array& v) { return xj::zeros_like(v) + v; }},
+      {"ones_like", [](const xj::Array& v) { return xj::ones_like(v) * v; }},
+      {"logaddexp", [](const xj::Array& v) { return xj::logaddexp(v, v); }},
+  };
+  for (const auto& [name, op] : ops) {
+    const std::string label = name;
+    CAPTURE(label);
+    auto f = xj::jit([op = op](const xj::Array& v, const xj::Array& s) { return v + op(xj::broadcast_to(s, {3})); });
+    const xj::Array y = f(x, 2.0);
+    CHECK(y.dtype() == xj::bf16);
+  }
+  // the values: x + take(broadcast(2)) = x + 2; at.add of a strong f64 to a weak operand: weak
+  // (the update converts to the operand's dtype, as jnp's .at[].add)
+  auto g = xj::jit([&](const xj::Array& v, const xj::Array& s) { return v + xj::at(xj::broadcast_to(s, {3}), 0).add(xj::scalar(1.0, xj::f64)); });
+  CHECK(g(x, 2.0).to_vector<double>() == std::vector<double>{3, 3, 4});
+  // argmax of a weak value is a strong index (JAX strips the weak type), and a comparison a strong bool
+  auto h = xj::jit([](const xj::Array& s) { return xj::argmax(xj::broadcast_to(s, {3}), 0); });
+  const xj::Array am = h(2.0);
+  const xj::Array sum16 = xj::astype(xj::array<std::int32_t>({1}), xj::i16) + am;
+  CHECK(sum16.dtype() == xj::promote_types(xj::i16, am.dtype()));
+}

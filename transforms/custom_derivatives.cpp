@@ -11,6 +11,7 @@
 
 #include "higher_order.hpp"
 #include "loops/custom_objects.hpp"
+#include "per_thread.hpp"
 #include "xjax/custom_derivatives.hpp"
 #include "xjax/ops.hpp"
 
@@ -172,18 +173,23 @@ std::vector<Tangent> custom_jvp_call_transpose(const TransposeArgs& a) {
 // ---- custom_vjp_call -------------------------------------------------------------------------
 
 namespace {
-thread_local std::vector<const void*> fwds_traced;  // the custom_vjps whose fwd is being traced
+struct FwdsTraced {
+  std::vector<const void*> selves;  // the custom_vjps whose fwd is being traced
+};
+std::vector<const void*>& fwds_traced() { return per_thread_always<FwdsTraced>().selves; }
 }  // namespace
 
 FwdTraceGuard::FwdTraceGuard(const void* self) : self_(self) {
-  reentered_ = std::find(fwds_traced.begin(), fwds_traced.end(), self) != fwds_traced.end();
-  if (!reentered_) fwds_traced.push_back(self);
+  auto& traced = fwds_traced();
+  reentered_ = std::find(traced.begin(), traced.end(), self) != traced.end();
+  if (!reentered_) traced.push_back(self);
 }
 
 void FwdTraceGuard::release() {
   if (reentered_ || released_) return;
   released_ = true;
-  fwds_traced.erase(std::find(fwds_traced.begin(), fwds_traced.end(), self_));
+  auto& traced = fwds_traced();
+  traced.erase(std::find(traced.begin(), traced.end(), self_));
 }
 
 FwdTraceGuard::~FwdTraceGuard() { release(); }

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "kernels/kernels.hpp"
+#include "per_thread.hpp"
 
 namespace xjax::detail::kernels {
 namespace {
@@ -32,6 +33,11 @@ template <class T> bool key_less(T a, T b) {
   }
   return a < b;
 }
+
+// A thread's scratch of (key, index) pairs for order_by_one_key, kept between calls.
+template <class T> struct SortPairs {
+  std::vector<std::pair<T, std::int64_t>> pairs;
+};
 
 /// The stable order of one line of a single key, sorting (key, position) pairs in place: the
 /// common case, without the type-erased comparator's indirection.
@@ -80,8 +86,7 @@ std::vector<Array> sort_kernel(std::span<const Array> in, const params::Sort& ps
       if (num_keys == 1) {
         visit_dtype(in[0].dtype(), [&](auto tag) {
           using T = typename decltype(tag)::type;
-          thread_local std::vector<std::pair<T, std::int64_t>> pairs;
-          order_by_one_key<T>(keys[0].data(), perm, pairs);
+          order_by_one_key<T>(keys[0].data(), perm, per_thread_always<SortPairs<T>>().pairs);
         });
       } else {
         std::iota(perm.begin(), perm.end(), std::int64_t{0});
