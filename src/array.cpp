@@ -236,7 +236,7 @@ Array zeros_like(const Array& x) { return detail::is_weak(x) ? detail::weakly_ty
 Array ones_like(const Array& x) { return detail::is_weak(x) ? detail::weakly_typed(ones(x.shape(), x.dtype())) : ones(x.shape(), x.dtype()); }
 
 Array arange(std::int64_t n, DType dtype) {
-  if (n < 0) throw ShapeError("xj::arange: negative length " + std::to_string(n));
+  n = std::max<std::int64_t>(n, 0);  // jnp.arange(-2): empty, as numpy's
   Array out = detail::alloc_array({{n}, dtype});
   void* p = detail::mutable_data(out);
   for (std::int64_t i = 0; i < n; ++i)

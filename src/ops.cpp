@@ -1149,8 +1149,9 @@ std::vector<Array> split(const Array& x, const std::vector<std::int64_t>& indice
   return out;
 }
 
-// start + i (stop - start) / (num - 1) in double, the last value stop itself (endpoint), or
-// start + i (stop - start) / num.
+// start + i (stop - start) / (num - 1) in double (numpy's form: exact integers for integer
+// steps), the last value stop itself (endpoint), or start + i (stop - start) / num; where
+// stop - start overflows, JAX's start (1 - t) + stop t with t = i / (num - 1) (or i / num).
 Array linspace(double start, double stop, std::int64_t num, DType dtype, bool endpoint, std::source_location loc) {
   if (num < 0)
     throw ShapeError("linspace(" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(num) +
@@ -1159,7 +1160,13 @@ Array linspace(double start, double stop, std::int64_t num, DType dtype, bool en
     throw Error("linspace: " + std::to_string(num) + " elements exceed any memory (at " + format_location(loc) + ")");
   std::vector<double> v(static_cast<std::size_t>(num));
   const double div = endpoint ? static_cast<double>(num - 1) : static_cast<double>(num);
-  for (std::int64_t i = 0; i < num; ++i) v[static_cast<std::size_t>(i)] = div > 0 ? start + static_cast<double>(i) * ((stop - start) / div) : start;
+  const bool span_overflows = !std::isfinite(stop - start) && std::isfinite(start) && std::isfinite(stop);
+  for (std::int64_t i = 0; i < num; ++i) {
+    const double k = static_cast<double>(i);
+    v[static_cast<std::size_t>(i)] = div <= 0        ? start
+                                     : span_overflows ? start * (1.0 - k / div) + stop * (k / div)
+                                                      : start + k * ((stop - start) / div);
+  }
   if (endpoint && num > 1) v.back() = stop;
   if (is_integer(dtype))
     for (double& e : v) e = std::floor(e);  // JAX floors into an integer dtype (astype truncates)

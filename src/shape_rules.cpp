@@ -620,7 +620,7 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::lu_pivots_to_permutation:
       return lu_pivots_to_permutation_shape_rule(in, ps.get<params::LuPivotsToPermutation>());
     case P::psum: return elementwise(p, in, 1, Kinds::numeric);
-    case P::pmax: return elementwise(p, in, 1, Kinds::numeric);
+    case P::pmax: return elementwise(p, in, 1, Kinds::any);  // bools: or, as XLA's all-reduce max
     case P::all_gather: return all_gather_shape_rule(in, ps.get<params::AllGather>());
     case P::psum_scatter: return psum_scatter_shape_rule(in, ps.get<params::PsumScatter>());
     case P::ppermute: return ppermute_shape_rule(in, ps.get<params::Ppermute>());

@@ -292,6 +292,15 @@ xj::ClosedJaxpr one_equation(xj::Primitive p, xj::Params params, const xj::Shape
 }
 }  // namespace
 
+TEST_CASE("distributed: pmax of bools is their or across processes (twenty-ninth session's hunt: it raised)") {
+  // JAX's pmax has no dtype check (XLA's all-reduce max of PRED): only process 1 sets element 0
+  const xj::Array b = xj::astype(xj::array<double>({me() == 1 ? 1.0 : 0.0, 0.0, 1.0}, {3}), xj::bool_);
+  const xj::Array m = xj::pmax(b);
+  CHECK(m.dtype() == xj::bool_);
+  CHECK(m.to_vector<double>() == std::vector<double>{n() > 1 ? 1.0 : 0.0, 0.0, 1.0});
+  CHECK(xj::jit([](const xj::Array& v) { return xj::pmax(v); })(b).to_vector<double>() == m.to_vector<double>());
+}
+
 TEST_CASE("distributed regressions from the twenty-sixth session: pmean of integers, narrow dtype mismatches, psum of bools, hand-built jaxprs") {
   // pmean divided by a strong scalar of x's dtype: integers floor-divided (1 and 2 gave 1), and a
   // weakly typed operand came back f64 against an f32 array
