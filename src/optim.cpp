@@ -100,12 +100,13 @@ Schedule cosine_decay_schedule(double init_value, std::int64_t decay_steps, doub
 
 Schedule warmup_cosine_decay_schedule(double init_value, double peak_value, std::int64_t warmup_steps,
                                       std::int64_t decay_steps, double end_value, double exponent) {
-  if (peak_value == 0.0) throw Error("xj::optim::warmup_cosine_decay_schedule: peak_value must be nonzero");
   if (decay_steps <= warmup_steps)
     throw Error("xj::optim::warmup_cosine_decay_schedule: decay_steps (" + std::to_string(decay_steps) +
                 ") must exceed warmup_steps (" + std::to_string(warmup_steps) + ")");
   Schedule warmup = linear_schedule(init_value, peak_value, warmup_steps);
-  Schedule decay = cosine_decay_schedule(peak_value, decay_steps - warmup_steps, end_value / peak_value, exponent);
+  // alpha = end / peak, 0 for a zero peak (optax's: the decay is then 0 throughout)
+  const double alpha = peak_value == 0.0 ? 0.0 : end_value / peak_value;
+  Schedule decay = cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha, exponent);
   return [=](const Array& count) {
     // The warmup before the boundary, the decay (counting from the boundary) from it on.
     const Array after = sub(count, scalar(static_cast<double>(warmup_steps), count.dtype()));

@@ -119,13 +119,28 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
     detail::file_error(path, "the header length " + std::to_string(n) + " exceeds the file (" + std::to_string(in.size()) + " bytes)");
   std::string text(n, '\0');
   in.read_at(8, text.data(), n);
+  // The format's rules: the header starts with '{' and may be padded with spaces (0x20) only.
+  const std::size_t last = text.find_last_not_of(' ');
+  if (text.empty() || text.front() != '{' || last == std::string::npos || text[last] != '}')
+    detail::file_error(path, "the header is not a JSON object starting with '{' and padded with spaces only");
   nlohmann::json header;
-  std::set<std::string> names;  // the header's top-level keys: a repeated one is an error (the format's rule)
+  // A key repeated in one object is an error at every level (a tensor named twice, or a tensor's
+  // "data_offsets" given twice: readers keeping the first or the last copy would disagree).
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  std::vector<std::string> key_path;  // the last key read in each open object, outermost first
   std::string repeated;
-  const auto note_repeats = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second &&
-        repeated.empty())
-      repeated = parsed.get<std::string>();
+  const auto note_repeats = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) keys_of_open_objects.emplace_back();
+    if (event == E::object_end) keys_of_open_objects.pop_back();
+    if (event == E::key) {
+      const std::size_t depth = keys_of_open_objects.size();  // 1: a tensor's name
+      const std::string key = parsed.get<std::string>();
+      key_path.resize(depth - 1);
+      if (!keys_of_open_objects.back().insert(key).second && repeated.empty())
+        repeated = depth == 1 ? "'" + key + "'" : "\"" + key + "\" in '" + key_path.front() + "'";
+      key_path.push_back(key);
+    }
     return true;
   };
   try {
@@ -133,8 +148,14 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     detail::file_error(path, std::string("the header is not valid JSON: ") + e.what());
   }
-  if (!repeated.empty()) detail::file_error(path, "the header names '" + repeated + "' twice");
+  if (!repeated.empty()) detail::file_error(path, "the header names " + repeated + " twice");
   if (!header.is_object()) detail::file_error(path, "the header is not a JSON object");
+  if (header.contains("__metadata__")) {
+    const auto& meta = header["__metadata__"];
+    if (!meta.is_object()) detail::file_error(path, "\"__metadata__\" is not an object of strings");
+    for (const auto& [key, value] : meta.items())
+      if (!value.is_string()) detail::file_error(path, "\"__metadata__\": the value of '" + key + "' is not a string");
+  }
   const std::uint64_t data_start = 8 + n, data_bytes = in.size() - data_start;
   std::vector<Entry> entries;
   for (const auto& [name, v] : header.items())

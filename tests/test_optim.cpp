@@ -212,6 +212,13 @@ TEST_CASE("optim: errors for a foreign state, missing parameters, mismatched tre
   CHECK_THROWS_AS((void)optim::warmup_cosine_decay_schedule(0.0, 1.0, 10, 5), xj::Error);
 }
 
+TEST_CASE("optim: warmup_cosine_decay_schedule with a zero peak decays to 0 (optax's alpha = 0; it raised)") {
+  const auto s = optim::warmup_cosine_decay_schedule(0.1, 0.0, 2, 5, 0.0);
+  // warmup 0.1 -> 0 over 2 steps, then peak * cosine = 0
+  const std::vector<double> want{0.1, 0.05, 0.0, 0.0, 0.0, 0.0};
+  for (int k = 0; k < 6; ++k) CHECK(s(xj::scalar(k, xj::i32)).item<double>() == doctest::Approx(want[static_cast<std::size_t>(k)]).epsilon(1e-15));
+}
+
 TEST_CASE("optim regressions from review: saturating counts, negative transition_begin, narrow leaves' norm, one rounding in apply_updates") {
   // The count stays at 2^31 - 1: it wrapped to -2^31, which made Adam's bias correction -inf
   // (every update 0) and restarted the schedules at their initial value.

@@ -142,7 +142,8 @@ TEST_CASE("safetensors: bad input is an Error naming the file and the problem") 
   const std::string ok_entry = R"("x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
   expect("abc", "truncated: 3 bytes, no 8-byte header length");
   expect(safetensors_bytes("{" + ok_entry + "}", std::string(8, '\0'), 4096), "the header length 4096 exceeds the file");
-  expect(safetensors_bytes("{\"x\":", ""), "the header is not valid JSON");
+  expect(safetensors_bytes("{\"x\":}", ""), "the header is not valid JSON");
+  expect(safetensors_bytes("{\"x\":", ""), "the header is not a JSON object starting with '{'");
   expect(safetensors_bytes("[1,2]", ""), "the header is not a JSON object");
   expect(safetensors_bytes("{" + ok_entry + "}", std::string(4, '\0')), "tensor 'x': data_offsets [0, 8] lie outside the data section (4 bytes)");
   expect(safetensors_bytes(R"({"x":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')), "tensor 'x' has an unknown dtype 'Q7'");
@@ -440,4 +441,34 @@ TEST_CASE("npy regressions from the twenty-seventh session: a named pipe is writ
   CHECK(received == written);
   CHECK_THROWS_WITH_AS(xj::save_npy(dir.string(), a), doctest::Contains("not a regular file"), xj::Error);
   fs::remove_all(dir);
+}
+
+TEST_CASE("safetensors regressions from the twenty-ninth session: a field repeated inside a tensor's entry, the header's start and padding, __metadata__'s type") {
+  const fs::path dir = scratch("st29");
+  const auto expect = [&](const std::string& name, const std::string& header, const std::string& data, const std::string& what) {
+    const std::string p = (dir / name).string();
+    write_bytes(p, safetensors_bytes(header, data));
+    CHECK_THROWS_WITH_AS((void)xj::load_safetensors(p), doctest::Contains((p + ": " + what).c_str()), xj::Error);
+  };
+  const std::string eight("\0\1\2\3\4\5\6\7", 8);
+  // the last "data_offsets" won: a reads 4..7 where a reader keeping the first reads 0..3
+  expect("offsets.safetensors",
+         R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4],"data_offsets":[4,8]},"b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+         eight, "the header names \"data_offsets\" in 'a' twice");
+  expect("dtype.safetensors", R"({"a":{"dtype":"I32","shape":[2],"data_offsets":[0,8],"dtype":"F32"}})", eight,
+         "the header names \"dtype\" in 'a' twice");
+  expect("names.safetensors", R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+         eight, "the header names 'a' twice");
+  // the format: the header starts with '{' and is padded with spaces only
+  const std::string ok = R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})";
+  expect("leading.safetensors", "  " + ok, eight, "the header is not a JSON object starting with '{'");
+  expect("nul.safetensors", ok + std::string(3, '\0'), eight, "the header is not a JSON object starting with '{' and padded with spaces only");
+  expect("meta.safetensors", R"({"__metadata__":{"k":1},"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", eight,
+         "\"__metadata__\": the value of 'k' is not a string");
+  expect("meta2.safetensors", R"({"__metadata__":[1,2],"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", eight,
+         "\"__metadata__\" is not an object of strings");
+  // what the format allows still loads: space padding, string metadata, the same key in two objects
+  const std::string p = (dir / "fine.safetensors").string();
+  write_bytes(p, safetensors_bytes(R"({"__metadata__":{"dtype":"x"},"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})" + std::string(5, ' '), eight));
+  CHECK(xj::load_safetensors(p).at("a").to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
 }
