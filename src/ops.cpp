@@ -188,7 +188,8 @@ std::int64_t reduced_count(const Array& x, const Axes& axes, const std::source_l
 
 // ---- helpers ----------------------------------------------------------------------------------
 
-Array scalar_like(double v, const Array& like) { return scalar(v, like.dtype()); }
+// Weakly typed, as a Python float beside a jnp array: a weak `like` gives a weak result.
+Array scalar_like(double v, const Array& like) { return detail::weakly_typed(scalar(v, like.dtype())); }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
   std::size_t n = std::max(a.size(), b.size());

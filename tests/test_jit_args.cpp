@@ -509,6 +509,11 @@ TEST_CASE("weak types: indexing, scatters, tril / triu, zeros_like and logaddexp
       {"zeros_like", [](const xj::Array& v) { return xj::zeros_like(v) + v; }},
       {"ones_like", [](const xj::Array& v) { return xj::ones_like(v) * v; }},
       {"logaddexp", [](const xj::Array& v) { return xj::logaddexp(v, v); }},
+      // built with scalar_like (documented weak, it was strong): optax's and flax's Python floats
+      {"elu", [](const xj::Array& v) { return xj::elu(v); }},
+      {"l2_loss", [](const xj::Array& v) { return xj::optim::l2_loss(v); }},
+      {"huber_loss", [](const xj::Array& v) { return xj::optim::huber_loss(v); }},
+      {"avg_pool", [](const xj::Array& v) { return xj::reshape(xj::avg_pool(xj::reshape(v, {3, 1}), {1}), {3}); }},
   };
   for (const auto& [name, op] : ops) {
     const std::string label = name;
