@@ -96,7 +96,9 @@ Array softplus(const Array& x, Loc loc) {
     return add(maximum(v, scalar_like(0.0, v), loc), log1p(exp(neg(abs(v, loc), loc), loc), loc), loc);
   };
   if (!is_floating(x.dtype())) return softplus(detail::as_inexact(x, loc), loc);
-  return elementwise_with_derivative(x, f, [loc](const Array& v) { return logistic(v, loc); }, Composite::softplus, loc);
+  return detail::rounded_once_when_eager(x, [&](const Array& u) {
+    return elementwise_with_derivative(u, f, [loc](const Array& v) { return logistic(v, loc); }, Composite::softplus, loc);
+  }, loc);
 }
 
 // gelu(x) = h (1 + t), h = x/2, t = tanh(u), u = x (c + c k x^2), c = sqrt(2/pi), k = 0.044715:
@@ -107,6 +109,8 @@ Array gelu(const Array& x, Loc loc) {
   // integers and bools in f64, as the float functions of integers (their constants rounded to
   // the integer dtype gave zeros once tanh took integers)
   if (!is_floating(x.dtype())) return gelu(detail::as_inexact(x, loc), loc);
+  if ((x.dtype() == bf16 || x.dtype() == f16) && !detail::tracing_active())
+    return detail::rounded_once_when_eager(x, [&](const Array& u) { return gelu(u, loc); }, loc);
   const double c = std::sqrt(2.0 / std::numbers::pi), k = 0.044715;
   // t and the pieces the derivative reuses: x^2, h = x/2 and 1 + t
   struct Pieces {
@@ -147,7 +151,7 @@ Array gelu(const Array& x, bool approximate, Loc loc) {
     const Array density = mul(exp(mul(square(v, loc), scalar_like(-0.5, v), loc), loc), scalar_like(1.0 / std::sqrt(2.0 * std::numbers::pi), v), loc);
     return add(phi_cdf(v), mul(v, density, loc), loc);
   };
-  return elementwise_with_derivative(x, f, deriv, Composite::gelu_erf, loc);
+  return detail::rounded_once_when_eager(x, [&](const Array& u) { return elementwise_with_derivative(u, f, deriv, Composite::gelu_erf, loc); }, loc);
 }
 
 }  // namespace xjax

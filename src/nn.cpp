@@ -118,7 +118,9 @@ Array rms_norm(const Array& x, const std::optional<Array>& scale, std::int64_t a
   return y;
 }
 
-Array silu(const Array& x, std::source_location loc) { return mul(x, logistic(x, loc), loc); }
+Array silu(const Array& x, std::source_location loc) {
+  return detail::rounded_once_when_eager(x, [&](const Array& v) { return mul(v, logistic(v, loc), loc); }, loc);
+}
 
 Array swish(const Array& x, std::source_location loc) { return silu(x, loc); }
 

@@ -468,6 +468,11 @@ Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location
   return reduce(P::reduce_prod, x, axes, keepdims, loc);
 }
 namespace detail {
+Array rounded_once_when_eager(const Array& x, const std::function<Array(const Array&)>& f, const std::source_location& loc) {
+  if ((x.dtype() != bf16 && x.dtype() != f16) || tracing_active()) return f(x);
+  const Array y = astype(f(astype(x, f32, loc)), x.dtype(), loc);
+  return is_weak(x) ? weakly_typed(y) : y;
+}
 Array as_inexact(const Array& x, const std::source_location& loc) {
   if (is_floating(x.dtype())) return x;
   return is_weak(x) ? weakly_typed(astype(x, f64, loc)) : astype(x, f64, loc);
@@ -1082,6 +1087,8 @@ Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
   auto ab = promoted(P::max, {a, b}, loc);
   if (!is_floating(ab[0].dtype())) ab = {detail::as_inexact(ab[0], loc), detail::as_inexact(ab[1], loc)};
   const auto [x, y] = broadcast_pair(P::max, ab[0], ab[1], loc);
+  if ((x.dtype() == bf16 || x.dtype() == f16) && !detail::tracing_active())  // in f32, rounded once (a jit's result)
+    return detail::rounded_once_when_eager(x, [&](const Array& u) { return logaddexp(u, astype(y, f32, loc), loc); }, loc);
   auto f = [loc](const Array& u, const Array& v) { return logaddexp_value(u, v, loc); };
   return custom_jvp(f, [f, loc](const std::tuple<Array, Array>& p, const std::tuple<Array, Array>& t) {
     const auto& [u, v] = p;

@@ -53,8 +53,9 @@ template <class T> class PerThread {
 
 /// The calling thread's T as PerThread gives it, and, once the thread's thread_locals are
 /// destroyed (a static object's destructor that runs xjax at exit: C++ destroys the main thread's
-/// thread_locals before static objects), a T of its own that is never freed. For state that code
-/// running then needs (the trace stack, scratch buffers); T a type of its own, as for PerThread.
+/// thread_locals before static objects), a T of its own that is never freed: a thread that runs
+/// xjax from its own thread_local destructors leaks that T (small state only: the trace stack,
+/// the user-exception marker; never a scratch buffer). T a type of its own, as for PerThread.
 template <class T> T& per_thread_always() {
   if (T* p = PerThread<T>::get()) return *p;
   static thread_local T* late XJAX_INITIAL_EXEC_TLS = nullptr;  // trivially destructible: outlives the rest

@@ -1000,6 +1000,16 @@ TEST_CASE("Policy::as: a custom_vjp bwd and pow's exponent read their residuals 
     const double eps = p.residual_dtype() ? 0x1p-7 : 1e-5;
     for (std::size_t i = 0; i < xv.size(); ++i) CHECK(got[i] == doctest::Approx(257.0 * std::pow(static_cast<double>(xv[i]), 256)).epsilon(eps));
   }
+  // a constant exponent bf16 holds (2.5, and the derivative's 1.5) cannot change: the named h
+  // alone is saved, in bf16 (review of the diff: every pow was saved, twice the wide bytes)
+  const xj::Array z = xj::reshape(xj::astype(xj::arange(64), xj::f32), {8, 8}) * 0.01f;
+  const auto powed = [](const xj::Array& v) { return xj::sum(xj::tanh(xj::pow(xj::checkpoint_name(xj::exp(v), "h"), 2.5))); };
+  std::int64_t float_bytes = 0;
+  for (const xj::Residual& r : xj::saved_residuals(xj::checkpoint(powed, {.policy = pol::save_only_these_names({"h"}).as(xj::bf16)}), z)) {
+    CAPTURE(r.description);
+    if (xj::is_floating(r.aval.dtype)) float_bytes += static_cast<std::int64_t>(r.aval.nbytes());
+  }
+  CHECK(float_bytes == 64 * 2);  // h in bf16
 }
 
 TEST_CASE("saved_residuals inside a checkpoint: a residual computed without a tangent names its own line (twenty-eighth session's hunt)") {

@@ -1369,3 +1369,39 @@ TEST_CASE("kernel: a long float sum folds pairwise, its error growing with log n
   }
   CHECK(std::abs(xjax::prod(xjax::array<float>(near1, {n})).item<double>() - exact_prod) <= 2e-4 * exact_prod);
 }
+
+TEST_CASE("kernels: floor / ceil keep the sign of a zero, f32 erfc is +0 far out, lgamma stays finite near its overflow (twenty-ninth session's hunt)") {
+  // run under every kernel set (tests/meson.build): the baseline set's floor / ceil gave +0
+  for (const xjax::DType dt : {xjax::f64, xjax::f32, xjax::bf16, xjax::f16}) {
+    CAPTURE(xjax::dtype_name(dt));
+    const xjax::Array x = xjax::astype(xjax::array<double>({-0.5, -0.0, -0.25, 0.5, -1.5}, {5}), dt);
+    const std::vector<double> c = xjax::ceil(x).to_vector<double>(), f = xjax::floor(x).to_vector<double>();
+    const std::vector<double> xs = x.to_vector<double>();
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      CHECK(c[i] == std::ceil(xs[i]));
+      CHECK(std::signbit(c[i]) == std::signbit(std::ceil(xs[i])));
+      CHECK(f[i] == std::floor(xs[i]));
+      CHECK(std::signbit(f[i]) == std::signbit(std::floor(xs[i])));
+    }
+    // the same through a jitted chain
+    const std::vector<double> cj = xjax::jit([](const xjax::Array& v) { return xjax::ceil(v * 1.0); })(x).to_vector<double>();
+    CHECK(std::signbit(cj[0]));
+  }
+  // erfc(x) >= 0: xsimd's float erfc gave -0 from x = 1.7e7 on
+  for (const float v : {3e7f, 1e20f, std::numeric_limits<float>::infinity()}) {
+    const float e = xjax::erfc(xjax::array<float>({v}, {1})).to_vector<float>()[0];
+    CHECK(e == 0.0f);
+    CHECK(!std::signbit(e));
+  }
+  // lgamma below FLT_MAX near x = 4.05e36 (the baseline set's (x - 1/2) ln x overflowed first)
+  for (const float v : {4.0371e36f, 4.05e36f, 1e37f / 2.5f}) {
+    const double want = std::lgamma(static_cast<double>(v));
+    const double got = xjax::lgamma(xjax::array<float>({v}, {1})).to_vector<double>()[0];
+    CHECK(std::isfinite(got));
+    CHECK(got == doctest::Approx(want).epsilon(1e-6));
+  }
+  for (const double v : {2.5564e305, 2e305}) {
+    const double got = xjax::lgamma(xjax::array<double>({v}, {1})).to_vector<double>()[0];
+    CHECK(got == doctest::Approx(std::lgamma(v)).epsilon(1e-14));
+  }
+}

@@ -313,3 +313,43 @@ TEST_CASE("nn, losses and clamp regressions from the twenty-sixth session's revi
   CHECK(t1.item<double>() == 0.5);
   CHECK(xj::grad([](const xj::Array& a) { return xj::clamp(0.0, a, 1.0); })(xj::scalar(0.5, xj::f64)).item<double>() == 1.0);
 }
+
+TEST_CASE("bf16 / f16 composites called eagerly round once, as their jit (twenty-ninth session's hunt: f16 tanh-gelu was 2040 ulps off)") {
+  // Every f16 value in [-8, 8) by steps of 1/64 (and the bf16 ones): the eager result equals the
+  // f32 computation on the same values rounded once, and the jitted result.
+  std::vector<double> grid;
+  for (int k = -512; k < 512; ++k) grid.push_back(k / 64.0);
+  using Fn = std::function<xj::Array(const xj::Array&)>;
+  const std::vector<std::pair<const char*, Fn>> fns{
+      {"gelu tanh", [](const xj::Array& v) { return xj::gelu(v, true); }},
+      {"gelu erf", [](const xj::Array& v) { return xj::gelu(v, false); }},
+      {"softplus", [](const xj::Array& v) { return xj::softplus(v); }},
+      {"log_sigmoid", [](const xj::Array& v) { return xj::log_sigmoid(v); }},
+      {"silu", [](const xj::Array& v) { return xj::silu(v); }},
+      {"logaddexp", [](const xj::Array& v) { return xj::logaddexp(v, v * 0.75); }},
+  };
+  for (const xj::DType dt : {xj::f16, xj::bf16})
+    for (const auto& [name, fn] : fns) {
+      const std::string label = std::string(name) + " " + xj::dtype_name(dt);
+      CAPTURE(label);
+      const xj::Array x = xj::astype(xj::array<double>(grid, {static_cast<std::int64_t>(grid.size())}), dt);
+      const xj::Array eager = fn(x);
+      CHECK(eager.dtype() == dt);
+      // the oracle: the same function in f64 on the narrow values, rounded once to dt; one ulp
+      // of dt apart at most (f32 against f64 inside), and equal to the jit's
+      const std::vector<double> want = xj::astype(xj::astype(fn(xj::astype(x, xj::f64)), dt), xj::f64).to_vector<double>();
+      const std::vector<double> got = xj::astype(eager, xj::f64).to_vector<double>();
+      const std::vector<double> jitted = xj::astype(xj::jit(fn)(x), xj::f64).to_vector<double>();
+      // one ulp of dt (eps |want|, or the subnormal spacing 2^-24 of f16 near 0)
+      const double eps = xj::finfo(dt).eps;
+      double worst_eager = 0, worst_jit = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const double ulp = eps * std::abs(want[i]) + 0x1p-24;
+        worst_eager = std::max(worst_eager, std::abs(got[i] - want[i]) / ulp);
+        worst_jit = std::max(worst_jit, std::abs(jitted[i] - want[i]) / ulp);
+      }
+      CAPTURE(worst_jit);
+      CHECK(worst_eager <= 2.0);  // f32 inside: 1 + tanh(u) cancels near x = -3.5, an ulp more
+      CHECK(worst_jit <= 4.0);
+    }
+}

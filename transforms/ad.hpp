@@ -96,22 +96,24 @@ PartialEval partial_eval(const ClosedJaxpr& j, const std::vector<bool>& in_unkno
 std::uint64_t callable_rules_bound();
 
 // ---- Policy::as (narrowing.cpp) --------------------------------------------------------------
-/// The vars of j defined as a broadcast of a literal 0.
-std::unordered_set<std::uint64_t> zero_fills(const Jaxpr& j);
+/// The vars of j holding one constant value: broadcasts of a literal and what neg / add / sub /
+/// mul / reshape / convert compute from such values alone (pow's y - 1), each with its value.
+using Fills = std::unordered_map<std::uint64_t, double>;
+Fills literal_fills(const Jaxpr& j);
 /// Whether a var is a residual narrowed as it is (not a value recomputed from narrowed ones).
 using SavedAsIs = std::function<bool(const Var&)>;
 /// The operands of e through which narrowing float inputs to `to` can change e's result by more
 /// than rounding: every operand of a comparison, floor, sign, argmax, a sort, a float-to-integer
 /// convert ...; select_and_gather_add's choosing operand, pow's exponent, custom_lin's residuals
 /// (the user's bwd is opaque); none for a continuous equation, nor for the sign test against
-/// zero (`zeros`: vars holding zeros) of an f32 value narrowed to bf16 as it is.
-std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
+/// zero (a literal 0 or a var of `fills` holding 0) of an f32 value narrowed to bf16 as it is.
+std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, const Fills& fills,
                                                        const SavedAsIs& saved_as_is);
 /// A var's equation, or null (an input).
 using Definition = std::function<const Eqn*(const Var&)>;
 /// `as_is` widened to the values whose sign and zeroness are those of a value kept as it is:
 /// max(v, 0) / min(v, 0) (relu), reshapes, broadcasts, transposes and float converts of one.
-SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const std::unordered_set<std::uint64_t>& zeros);
+SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const Fills& fills);
 /// Whether an equation of j, or of a jaxpr inside one, is (no input of j counts as kept as is).
 bool reads_changed_by_narrowing(const Jaxpr& j, DType to);
 

@@ -140,7 +140,7 @@ void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
   // Walked backwards: what a changed equation reads, and what that is computed from, is tainted.
   std::unordered_set<std::uint64_t> kept_wide, residual_ins;
   for (std::size_t r = 0; r < pe.num_res; ++r) residual_ins.insert(staged.invars[r].id());
-  const std::unordered_set<std::uint64_t> zeros = zero_fills(staged);
+  const Fills fills = literal_fills(staged);
   std::unordered_map<std::uint64_t, const Eqn*> definition;
   for (const Eqn& e : staged.eqns)
     for (const Var& o : e.outputs) definition.emplace(o.id(), &e);
@@ -149,11 +149,11 @@ void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
                                              auto it = definition.find(v.id());
                                              return it == definition.end() ? nullptr : it->second;
                                            },
-                                           zeros);
+                                           fills);
   for (auto it = staged.eqns.rbegin(); it != staged.eqns.rend(); ++it) {
     const Eqn& e = *it;
     const bool feeds = std::any_of(e.outputs.begin(), e.outputs.end(), [&](const Var& o) { return kept_wide.count(o.id()); });
-    std::vector<std::size_t> changed = operands_changed_by_narrowing(e, to, zeros, residual);
+    std::vector<std::size_t> changed = operands_changed_by_narrowing(e, to, fills, residual);
     for (const auto& sub : sub_jaxprs(e.params))
       if (changed.size() < e.inputs.size() && reads_changed_by_narrowing(*sub->jaxpr, to)) {
         changed.resize(e.inputs.size());

@@ -4,22 +4,59 @@
 // instead of recomputing them from narrowed values; save_residuals_as keeps wide a residual that
 // one reads.
 #include <memory>
+#include <optional>
 #include <unordered_set>
 
 #include "ad.hpp"
+#include "kernels/narrow_float.hpp"
 #include "loops/custom_objects.hpp"
 
 namespace xjax::detail {
 
-std::unordered_set<std::uint64_t> zero_fills(const Jaxpr& j) {
-  std::unordered_set<std::uint64_t> out;
-  for (const Eqn& e : j.eqns)
-    if (e.prim == Primitive::broadcast_in_dim)
-      if (const auto* l = std::get_if<Literal>(&e.inputs[0]); l && l->value.item<double>() == 0.0) out.insert(e.outputs[0].id());
+Fills literal_fills(const Jaxpr& j) {
+  using P = Primitive;
+  Fills out;
+  const auto value = [&](const Atom& a) -> std::optional<double> {
+    if (const auto* l = std::get_if<Literal>(&a)) return l->value.item<double>();
+    const auto it = out.find(std::get<Var>(a).id());
+    return it == out.end() ? std::nullopt : std::optional(it->second);
+  };
+  for (const Eqn& e : j.eqns) {
+    if (e.outputs.size() != 1 || !is_floating(e.outputs[0].aval().dtype)) continue;
+    std::vector<double> in;
+    for (const Atom& a : e.inputs)
+      if (const auto v = value(a)) in.push_back(*v);
+    if (in.size() != e.inputs.size() || in.empty()) continue;
+    // a fill, and the arithmetic a derivative rule does on one (pow's y - 1), in double
+    std::optional<double> v;
+    if (e.prim == P::broadcast_in_dim || e.prim == P::reshape || e.prim == P::convert_element_type) v = in[0];
+    else if (e.prim == P::neg) v = -in[0];
+    else if (e.prim == P::add && in.size() == 2) v = in[0] + in[1];
+    else if (e.prim == P::sub && in.size() == 2) v = in[0] - in[1];
+    else if (e.prim == P::mul && in.size() == 2) v = in[0] * in[1];
+    if (v) out.emplace(e.outputs[0].id(), *v);
+  }
   return out;
 }
 
 namespace {
+
+/// a's value when it is a literal or a var of `fills`, else nullopt.
+std::optional<double> constant_value(const Atom& a, const Fills& fills) {
+  if (const auto* l = std::get_if<Literal>(&a)) return l->value.item<double>();
+  const auto it = fills.find(std::get<Var>(a).id());
+  return it == fills.end() ? std::nullopt : std::optional(it->second);
+}
+
+/// Whether `to` holds y exactly (computed here, not by xjax operations: this runs while
+/// transforms trace).
+bool held_exactly(double y, DType to) {
+  const float f = static_cast<float>(y);  // a value bf16 / f16 hold, f32 holds too
+  if (static_cast<double>(f) != y) return to == f64;
+  if (to == bf16) return narrow::float_from_bf16(narrow::bf16_from_float(f)) == f;
+  if (to == f16) return narrow::float_from_f16(narrow::f16_from_float(f)) == f;
+  return true;
+}
 
 bool jumps(Primitive p) {
   using P = Primitive;
@@ -33,14 +70,9 @@ bool jumps(Primitive p) {
 // x > 0 (either side) with x an f32 value itself narrowed to bf16 (`saved_as_is`; not a value
 // recomputed from narrowed ones: h + b cancels): bf16 keeps f32's exponent range, so the sign and
 // zeroness survive but for f32 subnormals below 2^-133 (relu's mask of its output).
-bool sign_test_survives(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
-                        const SavedAsIs& saved_as_is) {
+bool sign_test_survives(const Eqn& e, DType to, const Fills& fills, const SavedAsIs& saved_as_is) {
   if (to != bf16 || family_of(e.prim) != Family::comparison || e.inputs.size() != 2) return false;
-  const auto zero = [&](const Atom& a) {
-    const auto* l = std::get_if<Literal>(&a);
-    const auto* v = std::get_if<Var>(&a);
-    return (l && l->value.item<double>() == 0.0) || (v && zeros.count(v->id()));
-  };
+  const auto zero = [&](const Atom& a) { return constant_value(a, fills) == 0.0; };
   const auto narrowed_f32 = [&](const Atom& a) {
     const auto* v = std::get_if<Var>(&a);
     return v && v->aval().dtype == f32 && saved_as_is(*v);
@@ -50,7 +82,7 @@ bool sign_test_survives(const Eqn& e, DType to, const std::unordered_set<std::ui
 
 }  // namespace
 
-std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, const std::unordered_set<std::uint64_t>& zeros,
+std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, const Fills& fills,
                                                        const SavedAsIs& saved_as_is) {
   using P = Primitive;
   std::vector<std::size_t> all(e.inputs.size());
@@ -58,19 +90,24 @@ std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, c
   if (e.prim == P::convert_element_type) return is_floating(e.outputs[0].aval().dtype) ? std::vector<std::size_t>{} : all;
   // select_and_gather_add / select_and_scatter_add (t, x): x picks the element
   if (e.prim == P::select_and_gather_add || e.prim == P::select_and_scatter_add) return {1};
-  // pow(x, y): a negative x's result takes its sign from y's parity (257 rounds to 256 in bf16)
-  if (e.prim == P::pow) return std::holds_alternative<Var>(e.inputs[1]) ? std::vector<std::size_t>{1} : std::vector<std::size_t>{};
+  // pow(x, y): a negative x's result takes its sign from y's parity (257 rounds to 256 in bf16);
+  // a constant exponent that `to` holds exactly (2.5, -0.5) cannot change
+  if (e.prim == P::pow) {
+    const std::optional<double> y = constant_value(e.inputs[1], fills);
+    const bool exact = y && held_exactly(*y, to);
+    return exact ? std::vector<std::size_t>{} : std::vector<std::size_t>{1};
+  }
   // custom_lin(res..., t...): the user's bwd reads the residuals, and may compare them
   if (e.prim == P::custom_lin) {
     all.resize(std::min(all.size(), object<BwdObject>(e.params.get<params::CustomLin>().bwd).num_res));
     return all;
   }
-  return jumps(e.prim) && !sign_test_survives(e, to, zeros, saved_as_is) ? all : std::vector<std::size_t>{};
+  return jumps(e.prim) && !sign_test_survives(e, to, fills, saved_as_is) ? all : std::vector<std::size_t>{};
 }
 
-SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const std::unordered_set<std::uint64_t>& zeros) {
+SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const Fills& fills) {
   auto faithful = std::make_shared<SavedAsIs>();
-  *faithful = [as_is = std::move(as_is), definition = std::move(definition), &zeros,
+  *faithful = [as_is = std::move(as_is), definition = std::move(definition), &fills,
                weak = std::weak_ptr<SavedAsIs>(faithful)](const Var& v) {
     if (as_is(v)) return true;
     const Eqn* e = definition(v);
@@ -79,11 +116,7 @@ SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const std::unord
       const auto* u = std::get_if<Var>(&a);
       return u && (*weak.lock())(*u);
     };
-    const auto zero = [&](const Atom& a) {
-      const auto* l = std::get_if<Literal>(&a);
-      const auto* u = std::get_if<Var>(&a);
-      return (l && l->value.item<double>() == 0.0) || (u && zeros.count(u->id()));
-    };
+    const auto zero = [&](const Atom& a) { return constant_value(a, fills) == 0.0; };
     using P = Primitive;
     if (e->prim == P::max || e->prim == P::min)  // relu's max(v, 0)
       return (faithful_var(e->inputs[0]) && zero(e->inputs[1])) || (zero(e->inputs[0]) && faithful_var(e->inputs[1]));
@@ -96,11 +129,11 @@ SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const std::unord
 }
 
 bool reads_changed_by_narrowing(const Jaxpr& j, DType to) {
-  const std::unordered_set<std::uint64_t> zeros = zero_fills(j);
+  const Fills fills = literal_fills(j);
   // A body's inputs may be values recomputed from narrowed ones (d + b): none counts as kept as is.
   const SavedAsIs none = [](const Var&) { return false; };
   for (const Eqn& e : j.eqns) {
-    if (!operands_changed_by_narrowing(e, to, zeros, none).empty()) return true;
+    if (!operands_changed_by_narrowing(e, to, fills, none).empty()) return true;
     for (const auto& sub : sub_jaxprs(e.params))
       if (reads_changed_by_narrowing(*sub->jaxpr, to)) return true;
   }

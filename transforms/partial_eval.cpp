@@ -65,12 +65,13 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   // Policy::as narrows the residuals the known side computes (not the block's inputs) of a wider
   // float dtype (checkpoint.cpp's save_residuals_as).
   // The bookkeeping below is built only then (partial evaluation runs on every grad trace).
-  std::unordered_set<std::uint64_t> block_inputs, zeros;
+  std::unordered_set<std::uint64_t> block_inputs;
+  Fills fills;
   std::unordered_map<std::uint64_t, const Eqn*> definition, name_of;  // var id -> its equation / checkpoint_name
   if (narrowed_to) {
     for (const auto* vs : {&j.invars, &j.constvars})
       for (const Var& v : *vs) block_inputs.insert(v.id());
-    zeros = zero_fills(j);
+    fills = literal_fills(j);
     for (const Eqn& e : j.eqns) {
       for (const Var& o : e.outputs) definition.emplace(o.id(), &e);
       if (e.prim == Primitive::name && as_var(e.inputs[0])) name_of.emplace(as_var(e.inputs[0])->id(), &e);
@@ -84,7 +85,7 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   // mask flips: exp(x) = 0.5004 > 0.5 read back as 0.5) is saved, not recomputed from it.
   const auto mask_of_narrowed = [&](const Eqn& e, const SavedAsIs& saved_as_is) {
     if (!narrowed_to) return false;
-    const std::vector<std::size_t> changed = operands_changed_by_narrowing(e, *narrowed_to, zeros, saved_as_is);
+    const std::vector<std::size_t> changed = operands_changed_by_narrowing(e, *narrowed_to, fills, saved_as_is);
     return std::any_of(changed.begin(), changed.end(), [&](std::size_t i) {
       return as_var(e.inputs[i]) && would_narrow(*as_var(e.inputs[i]), *narrowed_to);
     });
@@ -103,7 +104,7 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
         };
         return !saveable || (!nested_in_narrowing && block_inputs.count(v.id())) || saved(definition) || saved(name_of);
       },
-      defined_by, zeros);
+      defined_by, fills);
   const auto recomputed = [&](const Eqn& e) { return saveable && !saveable(e) && !mask_of_narrowed(e, kept_by_policy); };
   std::unordered_map<std::uint64_t, Atom> alias;  // renamings introduced by pe rules
   auto rename = [&](const Atom& a) -> Atom {
@@ -246,7 +247,7 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
                                       return seen.count(v.id()) && !staged_defs.count(v.id()) &&
                                              !(nested_in_narrowing && block_inputs.count(v.id()));
                                     },
-                                    defined_by, zeros)))
+                                    defined_by, fills)))
         continue;
       const std::size_t from = known_def.at(r.id());
       const auto at = std::upper_bound(staged_from.begin(), staged_from.end(), from) - staged_from.begin();

@@ -29,9 +29,9 @@ int process_index();
 int process_count();
 /// What this process has communicated since the last reset: collectives run and the bytes of
 /// their operands as sent (an allreduce of a 1 MiB f32 gradient counts 1 MiB; psum / pmax /
-/// psum_scatter of bf16, f16, bools and 8- or 16-bit integers reduce in a wider type, f32 or
-/// i32, and count its bytes: twice a bf16 operand's). The type checks collectives make first
-/// (docs/distributed.md) are not counted.
+/// psum_scatter of bf16, f16 and 8- or 16-bit integers reduce in a wider type, f32 or i32, and
+/// count its bytes: twice a bf16 operand's; psum of bools sums them as i32, pmax of bools sends
+/// a byte each). The type checks collectives make first (docs/distributed.md) are not counted.
 struct CommunicationStats {
   std::int64_t collectives = 0;
   std::int64_t bytes = 0;

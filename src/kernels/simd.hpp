@@ -196,7 +196,7 @@ template <> struct UnaryMath<Primitive::erf> {
 template <> struct UnaryMath<Primitive::erfc> {
   template <class V> V operator()(const V& v) const {
     if constexpr (std::is_same_v<typename V::value_type, double>) return lane_by_lane(v, [](double x) { return std::erfc(x); });
-    else return xsimd::erfc(v);
+    else return xsimd::abs(xsimd::erfc(v));  // xsimd's float erfc gave -0 from x = 1.7e7 (erfc >= 0)
   }
 };
 template <> struct UnaryMath<Primitive::cbrt> {
@@ -212,8 +212,10 @@ template <> struct UnaryMath<Primitive::log2> {
     return with_subnormals_scaled(v, [](const V& x) { return xsimd::log2(x); }, [](const V& y) { return y - V(T(54)); });
   }
 };
-template <> struct UnaryMath<Primitive::floor> { template <class V> V operator()(const V& v) const { return xsimd::floor(v); } };
-template <> struct UnaryMath<Primitive::ceil> { template <class V> V operator()(const V& v) const { return xsimd::ceil(v); } };
+// floor / ceil with v's sign: a zero result of a negative v is -0 (C's and XLA's); xsimd's
+// emulation on SSE2 (the baseline set, without roundpd) gave +0 (ceil(-0.5), floor(-0)).
+template <> struct UnaryMath<Primitive::floor> { template <class V> V operator()(const V& v) const { return xsimd::copysign(xsimd::floor(v), v); } };
+template <> struct UnaryMath<Primitive::ceil> { template <class V> V operator()(const V& v) const { return xsimd::copysign(xsimd::ceil(v), v); } };
 /// Horner's rule: c[0] + w (c[1] + w (c[2] + ...)), for a batch or a scalar.
 template <class V, std::size_t N> V horner(const V& w, const double (&c)[N]) {
   using T = typename V::value_type;
@@ -247,7 +249,11 @@ template <> struct UnaryMath<Primitive::lgamma> {
     const V r = V(1) / (x * x);
     // B_2k / (2k (2k - 1)) for k = 1..7.
     static constexpr double c[] = {1.0 / 12, -1.0 / 360, 1.0 / 1260, -1.0 / 1680, 1.0 / 1188, -691.0 / 360360, 1.0 / 156};
-    const V stirling = (x - V(T(0.5))) * xsimd::log(x) - x + V(T(0.91893853320467274178)) + horner(r, c) / x;
+    // (x - 1/2) ln x - x, as (x - 1/2)(ln x - 1) - 1/2 where (x - 1/2) ln x alone would overflow
+    // (without FMA, lgamma(4.05e36f) was inf; its value 3.3e38)
+    const V lead = xsimd::select(x > V(T(std::is_same_v<T, double> ? 1e300 : 1e30)), (x - V(T(0.5))) * (xsimd::log(x) - V(1)) - V(T(0.5)),
+                                 (x - V(T(0.5))) * xsimd::log(x) - x);
+    const V stirling = lead + V(T(0.91893853320467274178)) + horner(r, c) / x;
     const V positive = stirling - xsimd::log(product);
     const V pi(static_cast<T>(3.141592653589793238));
     // |sin(pi v)| = |sin(pi (v - round v))|: v's distance to the nearest integer is exact, pi v

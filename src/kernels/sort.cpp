@@ -8,7 +8,6 @@
 #include <numeric>
 
 #include "kernels/kernels.hpp"
-#include "per_thread.hpp"
 
 namespace xjax::detail::kernels {
 namespace {
@@ -33,11 +32,6 @@ template <class T> bool key_less(T a, T b) {
   }
   return a < b;
 }
-
-// A thread's scratch of (key, index) pairs for order_by_one_key, kept between calls.
-template <class T> struct SortPairs {
-  std::vector<std::pair<T, std::int64_t>> pairs;
-};
 
 /// The stable order of one line of a single key, sorting (key, position) pairs in place: the
 /// common case, without the type-erased comparator's indirection.
@@ -74,37 +68,44 @@ std::vector<Array> sort_kernel(std::span<const Array> in, const params::Sort& ps
   std::vector<std::vector<unsigned char>> keys(num_keys);
   for (std::size_t k = 0; k < num_keys; ++k) keys[k].resize(static_cast<std::size_t>(n) * itemsize(in[k].dtype()));
   std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
-  for (std::int64_t o = 0; o < outer; ++o)
-    for (std::int64_t j = 0; j < inner; ++j) {
-      const std::int64_t base = o * n * inner + j;
-      for (std::size_t k = 0; k < num_keys; ++k) {
-        const auto item = static_cast<std::int64_t>(itemsize(in[k].dtype()));
-        const auto* src = static_cast<const unsigned char*>(in[k].raw_data());
-        for (std::int64_t i = 0; i < n; ++i)
-          std::memcpy(keys[k].data() + i * item, src + (base + i * inner) * item, static_cast<std::size_t>(item));
+  // Gathers each line, orders it (perm), and moves every operand's line by perm.
+  const auto for_each_line = [&](const auto& order_line) {
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t j = 0; j < inner; ++j) {
+        const std::int64_t base = o * n * inner + j;
+        for (std::size_t k = 0; k < num_keys; ++k) {
+          const auto item = static_cast<std::int64_t>(itemsize(in[k].dtype()));
+          const auto* src = static_cast<const unsigned char*>(in[k].raw_data());
+          for (std::int64_t i = 0; i < n; ++i)
+            std::memcpy(keys[k].data() + i * item, src + (base + i * inner) * item, static_cast<std::size_t>(item));
+        }
+        order_line();
+        for (std::size_t x = 0; x < in.size(); ++x) {
+          const auto item = static_cast<std::int64_t>(itemsize(in[x].dtype()));
+          const auto* src = static_cast<const unsigned char*>(in[x].raw_data());
+          auto* dst = static_cast<unsigned char*>(mutable_data(out[x]));
+          for (std::int64_t i = 0; i < n; ++i)
+            std::memcpy(dst + (base + i * inner) * item, src + (base + perm[static_cast<std::size_t>(i)] * inner) * item,
+                        static_cast<std::size_t>(item));
+        }
       }
-      if (num_keys == 1) {
-        visit_dtype(in[0].dtype(), [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          order_by_one_key<T>(keys[0].data(), perm, per_thread_always<SortPairs<T>>().pairs);
-        });
-      } else {
-        std::iota(perm.begin(), perm.end(), std::int64_t{0});
-        std::stable_sort(perm.begin(), perm.end(), [&](std::int64_t a, std::int64_t b) {
-          for (std::size_t k = 0; k < num_keys; ++k)
-            if (const int c = compare[k](keys[k].data(), a, b); c != 0) return c < 0;
-          return false;
-        });
-      }
-      for (std::size_t x = 0; x < in.size(); ++x) {
-        const auto item = static_cast<std::int64_t>(itemsize(in[x].dtype()));
-        const auto* src = static_cast<const unsigned char*>(in[x].raw_data());
-        auto* dst = static_cast<unsigned char*>(mutable_data(out[x]));
-        for (std::int64_t i = 0; i < n; ++i)
-          std::memcpy(dst + (base + i * inner) * item, src + (base + perm[static_cast<std::size_t>(i)] * inner) * item,
-                      static_cast<std::size_t>(item));
-      }
-    }
+  };
+  if (num_keys == 1) {
+    visit_dtype(in[0].dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      std::vector<std::pair<T, std::int64_t>> pairs;  // one line's (key, position), reused line after line
+      for_each_line([&] { order_by_one_key<T>(keys[0].data(), perm, pairs); });
+    });
+  } else {
+    for_each_line([&] {
+      std::iota(perm.begin(), perm.end(), std::int64_t{0});
+      std::stable_sort(perm.begin(), perm.end(), [&](std::int64_t a, std::int64_t b) {
+        for (std::size_t k = 0; k < num_keys; ++k)
+          if (const int c = compare[k](keys[k].data(), a, b); c != 0) return c < 0;
+        return false;
+      });
+    });
+  }
   return out;
 }
 
