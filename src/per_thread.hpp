@@ -4,9 +4,11 @@
 // In a shared library every access to a thread_local calls __tls_get_addr (general-dynamic
 // model); the runtime's per-thread caches are reached once or twice per buffer, which showed as
 // 3-4% of an overhead-bound loop. PerThread keeps only a pointer and a flag in the initial TLS
-// block (initial-exec model: one instruction to read; a few bytes, well within what a library
-// loaded with dlopen may use) and builds the T itself on first use with an ordinary
-// thread_local. The small thread_locals read on every operation (the trace stack, the promotion
+// block (initial-exec model: one instruction to read) and builds the T itself on first use with
+// an ordinary thread_local. Initial-exec marks the library STATIC_TLS: its whole TLS segment
+// (2.5 KiB, most of it those ordinary thread_locals) must fit the static TLS block, so dlopen
+// (Python's ctypes) needs GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 (glibc keeps 512
+// bytes spare by default); linked programs are unaffected (docs/status.md, known gaps). The small thread_locals read on every operation (the trace stack, the promotion
 // mode, the raw-plan switch, the pool's flags) take XJAX_INITIAL_EXEC_TLS themselves.
 #pragma once
 
