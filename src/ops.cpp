@@ -490,7 +490,7 @@ Array mean(const Array& x, const Axes& axes, bool keepdims, std::source_location
   if (x.dtype() == bf16 || x.dtype() == f16) return astype(mean(astype(x, f32, loc), axes, keepdims, loc), x.dtype(), loc);
   auto n = static_cast<double>(reduced_count(x, axes, loc));
   Array s = sum(x, axes, keepdims, loc);
-  return div(s, scalar_like(n, s), loc);
+  return div(s, scalar(n, s.dtype()), loc);  // a strong count: jnp.mean of a weak value is strong
 }
 // var = sum((x - mean x)^2) / (N - ddof), the centred form (no cancellation as in
 // E[x^2] - E[x]^2), NaN where N - ddof <= 0 (JAX's rule); integers and bools are computed in
@@ -503,7 +503,8 @@ Array var(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, st
   const Array centred = sub(xf, mean(xf, axes, true, loc), loc);
   const Array squares = sum(square(centred, loc), axes, keepdims, loc);
   const double dof = n - static_cast<double>(ddof);
-  return div(squares, scalar_like(dof > 0 ? dof : std::numeric_limits<double>::quiet_NaN(), squares), loc);
+  // a strong count, as mean's (jnp.var of a weak value is strong)
+  return div(squares, scalar(dof > 0 ? dof : std::numeric_limits<double>::quiet_NaN(), squares.dtype()), loc);
 }
 Array std(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, std::source_location loc) {
   return sqrt(var(x, axes, ddof, keepdims, loc), loc);
@@ -1087,8 +1088,10 @@ Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
   auto ab = promoted(P::max, {a, b}, loc);
   if (!is_floating(ab[0].dtype())) ab = {detail::as_inexact(ab[0], loc), detail::as_inexact(ab[1], loc)};
   const auto [x, y] = broadcast_pair(P::max, ab[0], ab[1], loc);
-  if ((x.dtype() == bf16 || x.dtype() == f16) && !detail::tracing_active())  // in f32, rounded once (a jit's result)
-    return detail::rounded_once_when_eager(x, [&](const Array& u) { return logaddexp(u, astype(y, f32, loc), loc); }, loc);
+  if ((x.dtype() == bf16 || x.dtype() == f16) && !detail::tracing_active()) {  // in f32, rounded once (a jit's result)
+    const Array r = astype(logaddexp(astype(x, f32, loc), astype(y, f32, loc), loc), x.dtype(), loc);
+    return detail::is_weak(x) && detail::is_weak(y) ? detail::weakly_typed(r) : r;
+  }
   auto f = [loc](const Array& u, const Array& v) { return logaddexp_value(u, v, loc); };
   return custom_jvp(f, [f, loc](const std::tuple<Array, Array>& p, const std::tuple<Array, Array>& t) {
     const auto& [u, v] = p;

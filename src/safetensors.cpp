@@ -119,10 +119,12 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
     detail::file_error(path, "the header length " + std::to_string(n) + " exceeds the file (" + std::to_string(in.size()) + " bytes)");
   std::string text(n, '\0');
   in.read_at(8, text.data(), n);
-  // The format's rules: the header starts with '{' and may be padded with spaces (0x20) only.
-  const std::size_t last = text.find_last_not_of(' ');
-  if (text.empty() || text.front() != '{' || last == std::string::npos || text[last] != '}')
-    detail::file_error(path, "the header is not a JSON object starting with '{' and padded with spaces only");
+  // The format: a JSON object padded with spaces (0x20); accepted as the reference reader
+  // (serde_json) accepts it, with any JSON whitespace around it, but no NUL padding or other bytes.
+  const char* const blank = " \t\n\r";
+  const std::size_t first = text.find_first_not_of(blank), last = text.find_last_not_of(blank);
+  if (first == std::string::npos || text[first] != '{' || text[last] != '}')
+    detail::file_error(path, "the header is not a JSON object padded with spaces");
   nlohmann::json header;
   // A key repeated in one object is an error at every level (a tensor named twice, or a tensor's
   // "data_offsets" given twice: readers keeping the first or the last copy would disagree).
@@ -150,7 +152,7 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
   }
   if (!repeated.empty()) detail::file_error(path, "the header names " + repeated + " twice");
   if (!header.is_object()) detail::file_error(path, "the header is not a JSON object");
-  if (header.contains("__metadata__")) {
+  if (header.contains("__metadata__") && !header["__metadata__"].is_null()) {  // null: none (the reference reader's Option)
     const auto& meta = header["__metadata__"];
     if (!meta.is_object()) detail::file_error(path, "\"__metadata__\" is not an object of strings");
     for (const auto& [key, value] : meta.items())

@@ -1010,6 +1010,33 @@ TEST_CASE("Policy::as: a custom_vjp bwd and pow's exponent read their residuals 
     if (xj::is_floating(r.aval.dtype)) float_bytes += static_cast<std::int64_t>(r.aval.nbytes());
   }
   CHECK(float_bytes == 64 * 2);  // h in bf16
+  // a choice recomputed from wide values alone is not saved: sign(x @ w) of abs's derivative
+  // (the policy recomputes x @ w from the block's inputs) kept a bf16 sign and a bool mask
+  const xj::Array xa = xj::reshape(xj::astype(xj::arange(32), xj::f32), {4, 8}) * 0.1f - 1.5f, wa = xj::eye(8) * 0.5f;
+  const auto absh = [](const xj::Array& a, const xj::Array& b) {
+    return xj::sum(xj::pow(xj::checkpoint_name(xj::abs(xj::matmul(a, b)) + 1.0f, "h"), 2.5));
+  };
+  std::vector<std::string> kept;
+  for (const xj::Residual& r : xj::saved_residuals(xj::checkpoint(absh, {.policy = pol::save_only_these_names({"h"}).as(xj::bf16)}), xa, wa))
+    if (!test_util::contains(r.description, "from the argument")) kept.push_back(r.aval.str());
+  CHECK(kept == std::vector<std::string>{"bf16[4,8]"});
+  // a constant the block computes (a nested grad's 2^24 + 1 + 1 - (2^24 + 2), -2 in f32) was folded
+  // in double to 0, and the test h > c then taken for relu's sign test: its mask was rebuilt from
+  // bf16(h) = -2 (second review of the diff: gradient 0 where -1.997)
+  const auto cancels = [](const xj::Array& u) { return xj::sum(u * 16777216.0 + u * 1.0 + u * 1.0 - u * 16777218.0); };
+  const auto masked = [cancels](const xj::Array& v) {
+    const xj::Array h = v * 0.5;
+    const xj::Array c = xj::grad(cancels)(xj::slice(v, {0}, {1}));
+    return xj::sum(xj::where(xj::gt(h, xj::broadcast_to(c, {4})), h * h, xj::zeros_like(h)));
+  };
+  const xj::Policy muls = [](const xj::Primitive& p, std::span<const xj::ShapedArray> in, const xj::Params&) {
+    return p == xj::Primitive::mul && in[0].shape == xj::Shape{4};
+  };
+  const xj::Array xm = xj::array<float>({-3.994f, -3.9941f, 1.f, -5.f}, {4});
+  const std::vector<double> want = xj::grad(masked)(xm).to_vector<double>();
+  CHECK(want[0] == doctest::Approx(-1.997).epsilon(1e-4));  // d (x/2)^2 = x/2 where x/2 > -2
+  const std::vector<double> got = xj::grad([&](const xj::Array& a) { return xj::checkpoint(masked, {.policy = muls.as(xj::bf16)})(a); })(xm).to_vector<double>();
+  for (std::size_t i = 0; i < 4; ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-2));
 }
 
 TEST_CASE("saved_residuals inside a checkpoint: a residual computed without a tangent names its own line (twenty-eighth session's hunt)") {

@@ -526,6 +526,20 @@ TEST_CASE("weak types: indexing, scatters, tril / triu, zeros_like and logaddexp
   // (the update converts to the operand's dtype, as jnp's .at[].add)
   auto g = xj::jit([&](const xj::Array& v, const xj::Array& s) { return v + xj::at(xj::broadcast_to(s, {3}), 0).add(xj::scalar(1.0, xj::f64)); });
   CHECK(g(x, 2.0).to_vector<double>() == std::vector<double>{3, 3, 4});
+  // mean / var of a weak value are strong (jnp divides by a strong count; review of the diff:
+  // scalar_like's weak count made them weak, bf16 + mean(weak 1.5) was bf16 258, not f32 257.5)
+  const xj::Array b256 = xj::astype(xj::full({1}, 256.0), xj::bf16);
+  auto mean_plus = xj::jit([&](const xj::Array& s) { return xj::mean(xj::broadcast_to(s, {2})) + b256; });
+  CHECK(mean_plus(1.5f).dtype() == xj::f32);
+  CHECK(mean_plus(1.5f).item<double>() == 257.5);
+  auto var_plus = xj::jit([&](const xj::Array& s) { return xj::var(xj::broadcast_to(s, {2})) + b256; });
+  CHECK(var_plus(1.5f).dtype() == xj::f32);
+  // an eager bf16 logaddexp of a weak and a strong operand is strong, as its jit's
+  const xj::Array xb = xj::astype(xj::array<float>({0.f, 1.f, 2.f}), xj::bf16);
+  const xj::Array big = xj::full({3}, 1000.0, xj::f16);
+  const auto lae = [&](const xj::Array& a, const xj::Array& c) { return xj::logaddexp(a, c) + big; };
+  CHECK(lae(xj::scalar_like(1.0, xb), xb).dtype() == xj::f32);
+  CHECK(xj::jit(lae)(xj::scalar_like(1.0, xb), xb).dtype() == xj::f32);
   // argmax / argmin of a weak integer is a strong index (JAX strips the weak type): added to an
   // i16 array it promotes to i64 (a weak i64 index gave i16; review of the diff: the check of a
   // weak float passed before the fix too)

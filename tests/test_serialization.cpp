@@ -143,7 +143,7 @@ TEST_CASE("safetensors: bad input is an Error naming the file and the problem") 
   expect("abc", "truncated: 3 bytes, no 8-byte header length");
   expect(safetensors_bytes("{" + ok_entry + "}", std::string(8, '\0'), 4096), "the header length 4096 exceeds the file");
   expect(safetensors_bytes("{\"x\":}", ""), "the header is not valid JSON");
-  expect(safetensors_bytes("{\"x\":", ""), "the header is not a JSON object starting with '{'");
+  expect(safetensors_bytes("{\"x\":", ""), "the header is not a JSON object padded with spaces");
   expect(safetensors_bytes("[1,2]", ""), "the header is not a JSON object");
   expect(safetensors_bytes("{" + ok_entry + "}", std::string(4, '\0')), "tensor 'x': data_offsets [0, 8] lie outside the data section (4 bytes)");
   expect(safetensors_bytes(R"({"x":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')), "tensor 'x' has an unknown dtype 'Q7'");
@@ -459,16 +459,22 @@ TEST_CASE("safetensors regressions from the twenty-ninth session: a field repeat
          "the header names \"dtype\" in 'a' twice");
   expect("names.safetensors", R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
          eight, "the header names 'a' twice");
-  // the format: the header starts with '{' and is padded with spaces only
+  // the format: a JSON object padded with spaces (whitespace around it is read, as the reference
+  // reader reads it; NUL padding is not)
   const std::string ok = R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})";
-  expect("leading.safetensors", "  " + ok, eight, "the header is not a JSON object starting with '{'");
-  expect("nul.safetensors", ok + std::string(3, '\0'), eight, "the header is not a JSON object starting with '{' and padded with spaces only");
+  expect("nul.safetensors", ok + std::string(3, '\0'), eight, "the header is not a JSON object padded with spaces");
+  expect("junk.safetensors", ok + "x", eight, "the header is not a JSON object padded with spaces");
   expect("meta.safetensors", R"({"__metadata__":{"k":1},"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", eight,
          "\"__metadata__\": the value of 'k' is not a string");
   expect("meta2.safetensors", R"({"__metadata__":[1,2],"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", eight,
          "\"__metadata__\" is not an object of strings");
-  // what the format allows still loads: space padding, string metadata, the same key in two objects
+  // what the format (or the reference reader) allows still loads: space padding, string
+  // metadata, null metadata, the same key in two objects, whitespace around the object
   const std::string p = (dir / "fine.safetensors").string();
-  write_bytes(p, safetensors_bytes(R"({"__metadata__":{"dtype":"x"},"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})" + std::string(5, ' '), eight));
-  CHECK(xj::load_safetensors(p).at("a").to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  for (const std::string& header :
+       {std::string(R"({"__metadata__":{"dtype":"x"},"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})") + std::string(5, ' '),
+        std::string(R"({"__metadata__":null,"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})"), " " + ok + "\n"}) {
+    write_bytes(p, safetensors_bytes(header, eight));
+    CHECK(xj::load_safetensors(p).at("a").to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  }
 }

@@ -13,6 +13,18 @@
 
 namespace xjax::detail {
 
+namespace {
+/// y rounded to the float dtype `to` (nearest even), computed here, not by xjax operations: this
+/// runs while transforms trace. (A double rounded to f32 first: exact for a value f32 holds.)
+double rounded_to(double y, DType to) {
+  if (to == f64) return y;
+  if (to == f32) return static_cast<float>(y);
+  if (to == bf16) return narrow::float_from_bf16(narrow::bf16_from_float(static_cast<float>(y)));
+  if (to == f16) return narrow::float_from_f16(narrow::f16_from_float(static_cast<float>(y)));
+  return y;
+}
+}  // namespace
+
 Fills literal_fills(const Jaxpr& j) {
   using P = Primitive;
   Fills out;
@@ -27,14 +39,16 @@ Fills literal_fills(const Jaxpr& j) {
     for (const Atom& a : e.inputs)
       if (const auto v = value(a)) in.push_back(*v);
     if (in.size() != e.inputs.size() || in.empty()) continue;
-    // a fill, and the arithmetic a derivative rule does on one (pow's y - 1), in double
+    // a fill, and the arithmetic a derivative rule does on one (pow's y - 1), each step rounded to
+    // its dtype as the program rounds it (in double, 2^24 + 1 + 1 - (2^24 + 2) was 0 where f32
+    // computes -2: a relu-like mask judged a test against zero was rebuilt from a rounded value)
     std::optional<double> v;
     if (e.prim == P::broadcast_in_dim || e.prim == P::reshape || e.prim == P::convert_element_type) v = in[0];
     else if (e.prim == P::neg) v = -in[0];
     else if (e.prim == P::add && in.size() == 2) v = in[0] + in[1];
     else if (e.prim == P::sub && in.size() == 2) v = in[0] - in[1];
     else if (e.prim == P::mul && in.size() == 2) v = in[0] * in[1];
-    if (v) out.emplace(e.outputs[0].id(), *v);
+    if (v) out.emplace(e.outputs[0].id(), rounded_to(*v, e.outputs[0].aval().dtype));
   }
   return out;
 }
@@ -48,14 +62,10 @@ std::optional<double> constant_value(const Atom& a, const Fills& fills) {
   return it == fills.end() ? std::nullopt : std::optional(it->second);
 }
 
-/// Whether `to` holds y exactly (computed here, not by xjax operations: this runs while
-/// transforms trace).
+/// Whether `to` holds y exactly.
 bool held_exactly(double y, DType to) {
-  const float f = static_cast<float>(y);  // a value bf16 / f16 hold, f32 holds too
-  if (static_cast<double>(f) != y) return to == f64;
-  if (to == bf16) return narrow::float_from_bf16(narrow::bf16_from_float(f)) == f;
-  if (to == f16) return narrow::float_from_f16(narrow::f16_from_float(f)) == f;
-  return true;
+  if (to == bf16 || to == f16) return static_cast<double>(static_cast<float>(y)) == y && rounded_to(y, to) == y;
+  return rounded_to(y, to) == y;
 }
 
 bool jumps(Primitive p) {

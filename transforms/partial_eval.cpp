@@ -77,9 +77,26 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       if (e.prim == Primitive::name && as_var(e.inputs[0])) name_of.emplace(as_var(e.inputs[0])->id(), &e);
     }
   }
+  // The values that may reach the backward pass narrowed: what the policy saves (an equation's
+  // outputs, a value under a saved name) and what is recomputed from such values. The block's own
+  // inputs are kept as they are, except inside a loop or cond of the block (they may be
+  // recomputed from narrowed values there). sign(x @ w) recomputed from wide inputs needs no
+  // saved mask (it was saved whenever x @ w was computed in the block).
+  std::unordered_set<std::uint64_t> maybe_narrowed;
+  if (narrowed_to) {
+    if (nested_in_narrowing) maybe_narrowed = block_inputs;
+    for (const Eqn& e : j.eqns) {
+      const bool narrowed = !saveable || saveable(e) || std::any_of(e.inputs.begin(), e.inputs.end(), [&](const Atom& a) {
+        return as_var(a) && maybe_narrowed.count(as_var(a)->id());
+      });
+      for (const Var& o : e.outputs) {
+        const auto name = name_of.find(o.id());
+        if (narrowed || (name != name_of.end() && saveable(*name->second))) maybe_narrowed.insert(o.id());
+      }
+    }
+  }
   const auto would_narrow = [&](const Var& v, DType to) {
-    return (nested_in_narrowing || !block_inputs.count(v.id())) && is_floating(v.aval().dtype) &&
-           itemsize(v.aval().dtype) > itemsize(to);
+    return maybe_narrowed.count(v.id()) && is_floating(v.aval().dtype) && itemsize(v.aval().dtype) > itemsize(to);
   };
   // An equation whose result a narrowed input could change by more than rounding (a comparison's
   // mask flips: exp(x) = 0.5004 > 0.5 read back as 0.5) is saved, not recomputed from it.
