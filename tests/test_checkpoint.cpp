@@ -1020,6 +1020,40 @@ TEST_CASE("Policy::as: a custom_vjp bwd and pow's exponent read their residuals 
   for (const xj::Residual& r : xj::saved_residuals(xj::checkpoint(absh, {.policy = pol::save_only_these_names({"h"}).as(xj::bf16)}), xa, wa))
     if (!test_util::contains(r.description, "from the argument")) kept.push_back(r.aval.str());
   CHECK(kept == std::vector<std::string>{"bf16[4,8]"});
+  // a bf16 / f16 constant chain is not folded step by step (a fused chain computes it in f32:
+  // 2048 + 1 - 2048 is 1, not 0): max(h, c) was taken for relu's sign test and its mask rebuilt
+  // from bf16(h) = 1 = c (third review of the diff: half the gradient, a tie)
+  const auto cancels16 = [](const xj::Array& u) { return xj::sum(u * 2048.0 + u * 1.0 - u * 2048.0); };
+  const auto thresholded = [cancels16](const xj::Array& v) {
+    const xj::Array h = xj::checkpoint_name(v * 0.5f, "h");
+    const xj::Array c = xj::astype(xj::grad(cancels16)(xj::astype(xj::slice(v, {0}, {1}), xj::f16)), xj::f32);
+    return xj::sum(xj::maximum(h, xj::broadcast_to(c, {4})) * 3.0f);
+  };
+  const xj::Array xt = xj::array<float>({2.004f, 2.006f, 3.f, -5.f}, {4});
+  const std::vector<double> want_t = xj::grad(thresholded)(xt).to_vector<double>();
+  CHECK(want_t == std::vector<double>{1.5, 1.5, 1.5, 0.0});
+  CHECK(xj::grad(xj::checkpoint(thresholded, {.policy = pol::save_only_these_names({"h"}).as(xj::bf16)}))(xt).to_vector<double>() == want_t);
+  // eigh / svd recomputed from a narrowed matrix reordered their values: bf16(x^T x) = I (the
+  // gradient went to the other eigenvalue's entry)
+  const xj::Array xe = xj::array<float>({1.0001f, 0.f, 0.f, 1.00005f}, {2, 2});
+  const auto eig = [](const xj::Array& m) {
+    const auto [w, v] = xj::linalg::eigh(xj::matmul(xj::matrix_transpose(m), m));
+    return w[0] + 3.0f * w[1];
+  };
+  const auto sv = [](const xj::Array& m) {
+    const xj::Array s = xj::linalg::svdvals(xj::matmul(m, xj::eye(2)));
+    return s[0] + 3.0f * s[1];
+  };
+  for (const xj::Policy& p : {pol::dots_saveable.as(xj::bf16), pol::dots_saveable.as(xj::f16)}) {
+    // eigenvalues ascending: w0 = 1.00005^2 (x11), w1 = 1.0001^2 (x00): d = 2 x00 * 3, 2 x11 * 1
+    const std::vector<double> ge = xj::grad(xj::checkpoint(eig, {.policy = p}))(xe).to_vector<double>();
+    CHECK(ge[0] == doctest::Approx(6.0006).epsilon(1e-2));
+    CHECK(ge[3] == doctest::Approx(2.0001).epsilon(1e-2));
+    // singular values descending: s0 = 1.0001 (x00), s1 = 1.00005 (x11): d = 1, 3
+    const std::vector<double> gs = xj::grad(xj::checkpoint(sv, {.policy = p}))(xe).to_vector<double>();
+    CHECK(gs[0] == doctest::Approx(1.0).epsilon(1e-2));
+    CHECK(gs[3] == doctest::Approx(3.0).epsilon(1e-2));
+  }
   // a constant the block computes (a nested grad's 2^24 + 1 + 1 - (2^24 + 2), -2 in f32) was folded
   // in double to 0, and the test h > c then taken for relu's sign test: its mask was rebuilt from
   // bf16(h) = -2 (second review of the diff: gradient 0 where -1.997)

@@ -103,10 +103,11 @@ Fills literal_fills(const Jaxpr& j);
 /// Whether a var is a residual narrowed as it is (not a value recomputed from narrowed ones).
 using SavedAsIs = std::function<bool(const Var&)>;
 /// The operands of e through which narrowing float inputs to `to` can change e's result by more
-/// than rounding: every operand of a comparison, floor, sign, argmax, a sort, a float-to-integer
-/// convert ...; select_and_gather_add's choosing operand, pow's exponent, custom_lin's residuals
-/// (the user's bwd is opaque); none for a continuous equation, nor for the sign test against
-/// zero (a literal 0 or a var of `fills` holding 0) of an f32 value narrowed to bf16 as it is.
+/// than rounding: every operand of a comparison, floor, sign, argmax, a sort, eigh / svd / lu (an
+/// order, a pivot), a float-to-integer convert ...; select_and_gather_add's choosing operand,
+/// pow's exponent, custom_lin's residuals (the user's bwd is opaque); none for a continuous
+/// equation, nor for the sign test against zero (a literal 0 or a var of `fills` holding 0) of an
+/// f32 value narrowed to bf16 as it is.
 std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, const Fills& fills,
                                                        const SavedAsIs& saved_as_is);
 /// A var's equation, or null (an input).

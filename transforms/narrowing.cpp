@@ -41,14 +41,18 @@ Fills literal_fills(const Jaxpr& j) {
     if (in.size() != e.inputs.size() || in.empty()) continue;
     // a fill, and the arithmetic a derivative rule does on one (pow's y - 1), each step rounded to
     // its dtype as the program rounds it (in double, 2^24 + 1 + 1 - (2^24 + 2) was 0 where f32
-    // computes -2: a relu-like mask judged a test against zero was rebuilt from a rounded value)
+    // computes -2: a relu-like mask judged a test against zero was rebuilt from a rounded value).
+    // bf16 / f16 arithmetic is not folded: a fused chain computes it in f32 and rounds once
+    // (2048 + 1 - 2048 is 1 there, 0 step by step).
+    const DType dt = e.outputs[0].aval().dtype;
+    const bool folds_arithmetic = dt == f32 || dt == f64;
     std::optional<double> v;
     if (e.prim == P::broadcast_in_dim || e.prim == P::reshape || e.prim == P::convert_element_type) v = in[0];
     else if (e.prim == P::neg) v = -in[0];
-    else if (e.prim == P::add && in.size() == 2) v = in[0] + in[1];
-    else if (e.prim == P::sub && in.size() == 2) v = in[0] - in[1];
-    else if (e.prim == P::mul && in.size() == 2) v = in[0] * in[1];
-    if (v) out.emplace(e.outputs[0].id(), rounded_to(*v, e.outputs[0].aval().dtype));
+    else if (e.prim == P::add && in.size() == 2 && folds_arithmetic) v = in[0] + in[1];
+    else if (e.prim == P::sub && in.size() == 2 && folds_arithmetic) v = in[0] - in[1];
+    else if (e.prim == P::mul && in.size() == 2 && folds_arithmetic) v = in[0] * in[1];
+    if (v) out.emplace(e.outputs[0].id(), rounded_to(*v, dt));
   }
   return out;
 }
@@ -71,8 +75,9 @@ bool held_exactly(double y, DType to) {
 bool jumps(Primitive p) {
   using P = Primitive;
   if (family_of(p) == Family::comparison) return true;
+  // (eigh, svd: the order of their values; lu: its pivots, chosen inside LAPACK)
   for (P q : {P::floor, P::ceil, P::round, P::sign, P::argmax, P::argmin, P::top_k, P::sort, P::rem, P::is_finite,
-              P::nextafter, P::select_and_gather_add, P::select_and_scatter_add})
+              P::nextafter, P::select_and_gather_add, P::select_and_scatter_add, P::eigh, P::svd, P::lu})
     if (p == q) return true;
   return false;
 }

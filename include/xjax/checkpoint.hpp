@@ -42,8 +42,9 @@ class Policy {
   /// stack of every step's input); name it (`checkpoint_name(x, "layer_input")`) and let the
   /// policy save that name to have it saved narrower too. A residual read where rounding could
   /// move a choice (a comparison's mask, max_pool's element, pow's exponent, anything a custom_vjp
-  /// bwd reads) stays wide, and such choices are saved, not recomputed. f16 keeps 11 bits but
-  /// only f16's range: a residual beyond 65504 is read back as inf (bf16 has f32's range).
+  /// bwd reads, eigh's / svd's order) stays wide, and such choices are saved, not recomputed. f16
+  /// keeps 11 bits but only f16's range: a residual beyond 65504 is read back as inf (bf16 has
+  /// f32's range but for its top: above 3.396e38 it rounds to inf).
   /// TypeError unless `dtype` is a floating dtype.
   Policy as(DType dtype) const;
   /// The dtype given by `as`, if any.
