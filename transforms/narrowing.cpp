@@ -23,21 +23,23 @@ double rounded_to(double y, DType to) {
   if (to == f16) return narrow::float_from_f16(narrow::f16_from_float(static_cast<float>(y)));
   return y;
 }
+
+/// a's value when it is a literal or a var of `fills`, else nullopt.
+std::optional<double> constant_value(const Atom& a, const Fills& fills) {
+  if (const auto* l = std::get_if<Literal>(&a)) return l->value.item<double>();
+  const auto it = fills.find(std::get<Var>(a).id());
+  return it == fills.end() ? std::nullopt : std::optional(it->second);
+}
 }  // namespace
 
 Fills literal_fills(const Jaxpr& j) {
   using P = Primitive;
   Fills out;
-  const auto value = [&](const Atom& a) -> std::optional<double> {
-    if (const auto* l = std::get_if<Literal>(&a)) return l->value.item<double>();
-    const auto it = out.find(std::get<Var>(a).id());
-    return it == out.end() ? std::nullopt : std::optional(it->second);
-  };
   for (const Eqn& e : j.eqns) {
     if (e.outputs.size() != 1 || !is_floating(e.outputs[0].aval().dtype)) continue;
     std::vector<double> in;
     for (const Atom& a : e.inputs)
-      if (const auto v = value(a)) in.push_back(*v);
+      if (const auto v = constant_value(a, out)) in.push_back(*v);
     if (in.size() != e.inputs.size() || in.empty()) continue;
     // a fill, and the arithmetic a derivative rule does on one (pow's y - 1), each step rounded to
     // its dtype as the program rounds it (in double, 2^24 + 1 + 1 - (2^24 + 2) was 0 where f32
@@ -58,13 +60,6 @@ Fills literal_fills(const Jaxpr& j) {
 }
 
 namespace {
-
-/// a's value when it is a literal or a var of `fills`, else nullopt.
-std::optional<double> constant_value(const Atom& a, const Fills& fills) {
-  if (const auto* l = std::get_if<Literal>(&a)) return l->value.item<double>();
-  const auto it = fills.find(std::get<Var>(a).id());
-  return it == fills.end() ? std::nullopt : std::optional(it->second);
-}
 
 /// Whether `to` holds y exactly.
 bool held_exactly(double y, DType to) {
