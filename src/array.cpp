@@ -231,9 +231,16 @@ Array full_of_integer(const Shape& shape, std::uint64_t value, DType dtype) { re
 Array scalar(double v, DType dtype) { return full({}, v, dtype); }
 Array zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
 Array ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
-// A weak x gives a weak fill (jnp.zeros_like: full_like with dtype None keeps the weak type).
-Array zeros_like(const Array& x) { return detail::is_weak(x) ? detail::weakly_typed(zeros(x.shape(), x.dtype())) : zeros(x.shape(), x.dtype()); }
-Array ones_like(const Array& x) { return detail::is_weak(x) ? detail::weakly_typed(ones(x.shape(), x.dtype())) : ones(x.shape(), x.dtype()); }
+namespace {
+// A fill of x's shape and dtype, weak when x is (jnp.zeros_like: full_like with dtype None keeps
+// the weak type).
+Array fill_like(const Array& x, double value) {
+  const Array out = full(x.shape(), value, x.dtype());
+  return detail::is_weak(x) ? detail::weakly_typed(out) : out;
+}
+}  // namespace
+Array zeros_like(const Array& x) { return fill_like(x, 0.0); }
+Array ones_like(const Array& x) { return fill_like(x, 1.0); }
 
 Array arange(std::int64_t n, DType dtype) {
   n = std::max<std::int64_t>(n, 0);  // jnp.arange(-2): empty, as numpy's

@@ -3,10 +3,9 @@
 // negative indices from the end and clamps or drops the rest); several indices are flattened
 // into one index along x's leading axes merged into one, clamped or, for a dropped update, sent
 // past the merged axis.
-#include <algorithm>
-
 #include "xjax/indexing.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -100,8 +99,8 @@ bool empty_indexed_axis(const Array& x, std::size_t k) {
 // Reading from an empty axis is an error, as in JAX (the clamped gather read zeros there).
 Array At::get(std::source_location loc) const {
   Selection s = select_along_leading(x_, indices_, true, loc);
-  for (std::size_t d = 0; d < indices_.size(); ++d)
-    detail::require_takeable("at", x_, static_cast<std::int64_t>(d), index_count(indices_), loc);
+  const std::int64_t count = index_count(indices_);
+  for (std::size_t d = 0; d < indices_.size(); ++d) detail::require_takeable("at", x_, static_cast<std::int64_t>(d), count, loc);
   return bind1(P::gather, {s.x, s.index}, params::Gather{.axis = 0, .fill_or_drop = false}, loc);
 }
 

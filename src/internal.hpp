@@ -71,9 +71,13 @@ Array as_inexact(const Array& x, const std::source_location& loc);
 /// the strong operands' dtype; strict mode: a TypeError naming p and the dtypes).
 std::vector<Array> promoted_operands(Primitive p, std::vector<Array> xs, const std::source_location& loc);
 
-/// f(x), and for a bf16 / f16 x outside any trace f of x in f32 rounded once to x's dtype: what
-/// a jit of f computes (its fused chain converts at its ends) and JAX's jitted jax.nn functions
-/// do, where f's steps each rounded eagerly (gelu's 1 + tanh cancelled: 2040 f16 ulps off).
+/// f(xs), and for bf16 / f16 operands (one dtype) outside any trace f of them in f32 rounded once
+/// to their dtype, weak when every operand is: what a jit of f computes (its fused chain converts
+/// at its ends) and JAX's jitted jax.nn functions do, where f's steps each rounded eagerly
+/// (gelu's 1 + tanh cancelled: 2040 f16 ulps off).
+Array rounded_once_when_eager(std::vector<Array> xs, const std::function<Array(const std::vector<Array>&)>& f,
+                              const std::source_location& loc);
+/// The same for one operand.
 Array rounded_once_when_eager(const Array& x, const std::function<Array(const Array&)>& f, const std::source_location& loc);
 
 /// x, marked weakly typed (a new handle: the same value or tracer).

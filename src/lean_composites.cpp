@@ -109,8 +109,6 @@ Array gelu(const Array& x, Loc loc) {
   // integers and bools in f64, as the float functions of integers (their constants rounded to
   // the integer dtype gave zeros once tanh took integers)
   if (!is_floating(x.dtype())) return gelu(detail::as_inexact(x, loc), loc);
-  if ((x.dtype() == bf16 || x.dtype() == f16) && !detail::tracing_active())
-    return detail::rounded_once_when_eager(x, [&](const Array& u) { return gelu(u, loc); }, loc);
   const double c = std::sqrt(2.0 / std::numbers::pi), k = 0.044715;
   // t and the pieces the derivative reuses: x^2, h = x/2 and 1 + t
   struct Pieces {
@@ -127,14 +125,15 @@ Array gelu(const Array& x, Loc loc) {
   };
   // The rule computes t once for the output and the derivative (a forward pass that keeps the
   // derivative evaluates one tanh per element, not two).
-  return detail::keyed_custom_jvp(f, [=](const std::tuple<Array>& primals, const std::tuple<Array>& tangents) {
+  const auto gelu_with_rule = detail::keyed_custom_jvp(f, [=](const std::tuple<Array>& primals, const std::tuple<Array>& tangents) {
     const Array& v = std::get<0>(primals);
     const Pieces p = pieces(v);
     const Array du = add(mul(p.square, scalar_like(3 * c * k, v), loc), scalar_like(c, v), loc);
     const Array one_minus_t = sub(scalar_like(1.0, v), p.t, loc);
     const Array deriv = mul(p.one_plus_t, add(mul(mul(p.half, one_minus_t, loc), du, loc), scalar_like(0.5, v), loc), loc);
     return std::pair{mul(p.half, p.one_plus_t, loc), mul(std::get<0>(tangents), deriv, loc)};
-  }, loc, rule_key(Composite::gelu_tanh))(x);
+  }, loc, rule_key(Composite::gelu_tanh));
+  return detail::rounded_once_when_eager(x, [&](const Array& u) { return gelu_with_rule(u); }, loc);
 }
 
 // gelu(x) = x Phi(x) exactly: gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).

@@ -468,10 +468,17 @@ Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location
   return reduce(P::reduce_prod, x, axes, keepdims, loc);
 }
 namespace detail {
+Array rounded_once_when_eager(std::vector<Array> xs, const std::function<Array(const std::vector<Array>&)>& f,
+                              const std::source_location& loc) {
+  const DType dt = xs.at(0).dtype();
+  if ((dt != bf16 && dt != f16) || tracing_active()) return f(xs);
+  const bool weak = std::all_of(xs.begin(), xs.end(), [](const Array& x) { return is_weak(x); });
+  for (Array& x : xs) x = astype(x, f32, loc);
+  const Array y = astype(f(xs), dt, loc);
+  return weak ? weakly_typed(y) : y;
+}
 Array rounded_once_when_eager(const Array& x, const std::function<Array(const Array&)>& f, const std::source_location& loc) {
-  if ((x.dtype() != bf16 && x.dtype() != f16) || tracing_active()) return f(x);
-  const Array y = astype(f(astype(x, f32, loc)), x.dtype(), loc);
-  return is_weak(x) ? weakly_typed(y) : y;
+  return rounded_once_when_eager(std::vector<Array>{x}, [&](const std::vector<Array>& u) { return f(u[0]); }, loc);
 }
 Array as_inexact(const Array& x, const std::source_location& loc) {
   if (is_floating(x.dtype())) return x;
@@ -1088,17 +1095,14 @@ Array logaddexp(const Array& a, const Array& b, std::source_location loc) {
   auto ab = promoted(P::max, {a, b}, loc);
   if (!is_floating(ab[0].dtype())) ab = {detail::as_inexact(ab[0], loc), detail::as_inexact(ab[1], loc)};
   const auto [x, y] = broadcast_pair(P::max, ab[0], ab[1], loc);
-  if ((x.dtype() == bf16 || x.dtype() == f16) && !detail::tracing_active()) {  // in f32, rounded once (a jit's result)
-    const Array r = astype(logaddexp(astype(x, f32, loc), astype(y, f32, loc), loc), x.dtype(), loc);
-    return detail::is_weak(x) && detail::is_weak(y) ? detail::weakly_typed(r) : r;
-  }
   auto f = [loc](const Array& u, const Array& v) { return logaddexp_value(u, v, loc); };
-  return custom_jvp(f, [f, loc](const std::tuple<Array, Array>& p, const std::tuple<Array, Array>& t) {
+  const auto with_rule = custom_jvp(f, [f, loc](const std::tuple<Array, Array>& p, const std::tuple<Array, Array>& t) {
     const auto& [u, v] = p;
     const auto& [du, dv] = t;
     const Array out = f(u, v);
     return std::pair{out, logaddexp_tangent(u, v, out, du, dv, loc)};
-  }, loc)(x, y);
+  }, loc);
+  return detail::rounded_once_when_eager({x, y}, [&](const std::vector<Array>& uv) { return with_rule(uv[0], uv[1]); }, loc);
 }
 
 // x (a_0 .. a_k) broadcast to (r_0, a_0, r_1, a_1, ...), then merged pairwise to (r_0 a_0, ...).

@@ -129,19 +129,18 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
   // A key repeated in one object is an error at every level (a tensor named twice, or a tensor's
   // "data_offsets" given twice: readers keeping the first or the last copy would disagree).
   std::vector<std::set<std::string>> keys_of_open_objects;
-  std::vector<std::string> key_path;  // the last key read in each open object, outermost first
+  std::string entry;  // the last top-level key read: the tensor whose entry is being read
   std::string repeated;
   const auto note_repeats = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using E = nlohmann::json::parse_event_t;
     if (event == E::object_start) keys_of_open_objects.emplace_back();
     if (event == E::object_end) keys_of_open_objects.pop_back();
     if (event == E::key) {
-      const std::size_t depth = keys_of_open_objects.size();  // 1: a tensor's name
+      const bool top_level = keys_of_open_objects.size() == 1;
       const std::string key = parsed.get<std::string>();
-      key_path.resize(depth - 1);
       if (!keys_of_open_objects.back().insert(key).second && repeated.empty())
-        repeated = depth == 1 ? "'" + key + "'" : "\"" + key + "\" in '" + key_path.front() + "'";
-      key_path.push_back(key);
+        repeated = top_level ? "'" + key + "'" : "\"" + key + "\" in '" + entry + "'";
+      if (top_level) entry = key;
     }
     return true;
   };

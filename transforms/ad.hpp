@@ -112,6 +112,11 @@ std::vector<std::size_t> operands_changed_by_narrowing(const Eqn& e, DType to, c
                                                        const SavedAsIs& saved_as_is);
 /// A var's equation, or null (an input).
 using Definition = std::function<const Eqn*(const Var&)>;
+/// var id -> the equation of a jaxpr that defines it.
+using Definitions = std::unordered_map<std::uint64_t, const Eqn*>;
+Definitions definitions_of(const Jaxpr& j);
+/// The Definition that reads `defs` (which must outlive it).
+Definition definition_in(const Definitions& defs);
 /// `as_is` widened to the values whose sign and zeroness are those of a value kept as it is:
 /// max(v, 0) / min(v, 0) (relu), reshapes, broadcasts, transposes and float converts of one.
 SavedAsIs sign_faithful(SavedAsIs as_is, Definition definition, const Fills& fills);

@@ -141,15 +141,9 @@ void save_residuals_as(PartialEval& pe, DType to, std::source_location loc) {
   std::unordered_set<std::uint64_t> kept_wide, residual_ins;
   for (std::size_t r = 0; r < pe.num_res; ++r) residual_ins.insert(staged.invars[r].id());
   const Fills fills = literal_fills(staged);
-  std::unordered_map<std::uint64_t, const Eqn*> definition;
-  for (const Eqn& e : staged.eqns)
-    for (const Var& o : e.outputs) definition.emplace(o.id(), &e);
+  const Definitions definitions = definitions_of(staged);
   const SavedAsIs residual = sign_faithful([&](const Var& v) { return residual_ins.count(v.id()) > 0; },
-                                           [&](const Var& v) -> const Eqn* {
-                                             auto it = definition.find(v.id());
-                                             return it == definition.end() ? nullptr : it->second;
-                                           },
-                                           fills);
+                                           definition_in(definitions), fills);
   for (auto it = staged.eqns.rbegin(); it != staged.eqns.rend(); ++it) {
     const Eqn& e = *it;
     const bool feeds = std::any_of(e.outputs.begin(), e.outputs.end(), [&](const Var& o) { return kept_wide.count(o.id()); });

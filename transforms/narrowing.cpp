@@ -32,6 +32,20 @@ std::optional<double> constant_value(const Atom& a, const Fills& fills) {
 }
 }  // namespace
 
+Definitions definitions_of(const Jaxpr& j) {
+  Definitions out;
+  for (const Eqn& e : j.eqns)
+    for (const Var& o : e.outputs) out.emplace(o.id(), &e);
+  return out;
+}
+
+Definition definition_in(const Definitions& defs) {
+  return [&defs](const Var& v) -> const Eqn* {
+    const auto it = defs.find(v.id());
+    return it == defs.end() ? nullptr : it->second;
+  };
+}
+
 Fills literal_fills(const Jaxpr& j) {
   using P = Primitive;
   Fills out;

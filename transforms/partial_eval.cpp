@@ -67,15 +67,14 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
   // The bookkeeping below is built only then (partial evaluation runs on every grad trace).
   std::unordered_set<std::uint64_t> block_inputs;
   Fills fills;
-  std::unordered_map<std::uint64_t, const Eqn*> definition, name_of;  // var id -> its equation / checkpoint_name
+  Definitions definitions, name_of;  // var id -> its equation / its checkpoint_name
   if (narrowed_to) {
     for (const auto* vs : {&j.invars, &j.constvars})
       for (const Var& v : *vs) block_inputs.insert(v.id());
     fills = literal_fills(j);
-    for (const Eqn& e : j.eqns) {
-      for (const Var& o : e.outputs) definition.emplace(o.id(), &e);
+    definitions = definitions_of(j);
+    for (const Eqn& e : j.eqns)
       if (e.prim == Primitive::name && as_var(e.inputs[0])) name_of.emplace(as_var(e.inputs[0])->id(), &e);
-    }
   }
   // The values that may reach the backward pass narrowed: what the policy saves (an equation's
   // outputs, a value under a saved name) and what is recomputed from such values. The block's own
@@ -95,8 +94,8 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       }
     }
   }
-  const auto would_narrow = [&](const Var& v, DType to) {
-    return maybe_narrowed.count(v.id()) && is_floating(v.aval().dtype) && itemsize(v.aval().dtype) > itemsize(to);
+  const auto would_narrow = [&](const Var& v) {
+    return maybe_narrowed.count(v.id()) && is_floating(v.aval().dtype) && itemsize(v.aval().dtype) > itemsize(*narrowed_to);
   };
   // An equation whose result a narrowed input could change by more than rounding (a comparison's
   // mask flips: exp(x) = 0.5004 > 0.5 read back as 0.5) is saved, not recomputed from it.
@@ -104,22 +103,19 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     if (!narrowed_to) return false;
     const std::vector<std::size_t> changed = operands_changed_by_narrowing(e, *narrowed_to, fills, saved_as_is);
     return std::any_of(changed.begin(), changed.end(), [&](std::size_t i) {
-      return as_var(e.inputs[i]) && would_narrow(*as_var(e.inputs[i]), *narrowed_to);
+      return as_var(e.inputs[i]) && would_narrow(*as_var(e.inputs[i]));
     });
   };
   // What the policy keeps as it is: a value whose equation (or checkpoint_name) it saves.
-  const Definition defined_by = [&](const Var& v) -> const Eqn* {
-    auto it = definition.find(v.id());
-    return it == definition.end() ? nullptr : it->second;
-  };
+  const Definition defined_by = definition_in(definitions);
   // (Inside a narrowing block's loop or cond, an input may be recomputed from narrowed values.)
   const SavedAsIs kept_by_policy = !narrowed_to ? SavedAsIs{} : sign_faithful(
       [&](const Var& v) {
-        const auto saved = [&](const std::unordered_map<std::uint64_t, const Eqn*>& m) {
+        const auto saved = [&](const Definitions& m) {
           auto it = m.find(v.id());
           return it != m.end() && saveable(*it->second);
         };
-        return !saveable || (!nested_in_narrowing && block_inputs.count(v.id())) || saved(definition) || saved(name_of);
+        return !saveable || (!nested_in_narrowing && block_inputs.count(v.id())) || saved(definitions) || saved(name_of);
       },
       defined_by, fills);
   const auto recomputed = [&](const Eqn& e) { return saveable && !saveable(e) && !mask_of_narrowed(e, kept_by_policy); };
