@@ -3,14 +3,18 @@
 //
 // In a shared library every access to a thread_local calls __tls_get_addr (general-dynamic
 // model); the runtime's per-thread caches are reached once or twice per buffer, which showed as
-// 3-4% of an overhead-bound loop. PerThread keeps only a pointer and a flag in the initial TLS
-// block (initial-exec model: one instruction to read) and builds the T itself on first use with
-// an ordinary thread_local. Initial-exec marks the library STATIC_TLS: its whole TLS segment
-// (2.5 KiB, most of it those ordinary thread_locals) must fit the static TLS block, so dlopen
-// (Python's ctypes) needs GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 (glibc keeps 512
-// bytes spare by default); linked programs are unaffected (docs/status.md, known gaps). The small thread_locals read on every operation (the trace stack, the promotion
-// mode, the raw-plan switch, the pool's flags) take XJAX_INITIAL_EXEC_TLS themselves.
+// 3-4% of an overhead-bound loop. PerThread keeps only a pointer and a flag per T in the initial
+// TLS block (initial-exec model: one instruction to read) and makes the T itself on the heap on
+// first use; one ordinary thread_local (own_until_thread_end, per_thread.cpp) destroys a
+// thread's Ts when it ends. Initial-exec marks the library STATIC_TLS: its whole TLS segment
+// must fit the spare static TLS glibc keeps for libraries loaded with dlopen (Python's ctypes;
+// 512 bytes by default), so nothing large may be a thread_local in libxjax:
+// tests/dlopen/dlopen_library.cpp loads it that way. The small thread_locals read on every
+// operation (the trace stack, the promotion mode, the raw-plan switch, the pool's flags) take
+// XJAX_INITIAL_EXEC_TLS themselves.
 #pragma once
+
+#include <memory>
 
 #if defined(__GNUC__)
 #define XJAX_INITIAL_EXEC_TLS __attribute__((tls_model("initial-exec")))
@@ -19,6 +23,11 @@
 #endif
 
 namespace xjax::detail {
+
+/// Hands `object` to the calling thread: `destroy(object)` runs when the thread ends, objects
+/// handed over later first (as C++ destroys thread_locals). False, and nothing is taken, once the
+/// thread's objects are destroyed (a static destructor at exit).
+bool own_until_thread_end(void* object, void (*destroy)(void*));
 
 /// The calling thread's T (default-constructed on first use, destroyed when the thread ends), or
 /// nullptr once it is destroyed: code running after that during the thread's exit (a static
@@ -29,24 +38,24 @@ template <class T> class PerThread {
     if (T* p = ptr_) return p;
     return make();
   }
-  /// The calling thread's T if it has one already (nothing is made: no thread_local destructor
-  /// is registered for a thread that never used it), else nullptr.
+  /// The calling thread's T if it has one already (nothing is made: nothing is handed to a
+  /// thread that never used it), else nullptr.
   static T* existing() { return ptr_; }
 
  private:
-  struct Owner {
-    T value;
-    Owner() { ptr_ = &value; }
-    ~Owner() {
-      ptr_ = nullptr;
-      ended_ = true;  // value is destroyed next; get() from its destructor returns nullptr
-    }
-    Owner(const Owner&) = delete;
-    Owner& operator=(const Owner&) = delete;
-  };
+  static void destroy(void* object) {
+    ptr_ = nullptr;
+    ended_ = true;  // the T is destroyed next; get() from its destructor returns nullptr
+    delete static_cast<T*>(object);
+  }
   static T* make() {
     if (ended_) return nullptr;
-    thread_local Owner owner;
+    std::unique_ptr<T> made = std::make_unique<T>();
+    if (!own_until_thread_end(made.get(), &destroy)) {
+      ended_ = true;
+      return nullptr;
+    }
+    ptr_ = made.release();
     return ptr_;
   }
   static inline thread_local T* ptr_ XJAX_INITIAL_EXEC_TLS = nullptr;

@@ -34,7 +34,7 @@ StepShape shape_of(const params::Revolve& ps) {
   return StepShape::of(*ps.jaxpr, ps.num_consts, ps.num_carry, ps.num_res, ps.length, ps.snapshots, ps.reverse);
 }
 
-std::vector<ShapedArray> avals_of(const std::vector<Var>& vs, std::size_t first, std::size_t n) {
+std::vector<ShapedArray> var_avals(const std::vector<Var>& vs, std::size_t first, std::size_t n) {
   std::vector<ShapedArray> out;
   for (std::size_t i = first; i < first + n; ++i) out.push_back(vs[i].aval());
   return out;
@@ -181,7 +181,7 @@ FlatFn fwd_expansion(const params::RevolveFwd& ps, std::source_location loc) {
       r.insert(r.end(), args.begin(), args.begin() + static_cast<std::ptrdiff_t>(sh.ncar));
       r.insert(r.end(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny), outs.end());
       return r;
-    }, avals_of(k.invars, sh.nc, sh.ncar + sh.nx));
+    }, var_avals(k.invars, sh.nc, sh.ncar + sh.nx));
     auto outs = scan_flat(body, part(in, sh.nc, sh.ncar), part(in, sh.nc + sh.ncar, sh.nx), sh.length, sh.reverse, 1, loc);
     std::vector<Array> r(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny));
     RevolveSchedule sc = RevolveSchedule::binomial(sh.length, sh.slots);
@@ -215,9 +215,9 @@ FlatFn lin_expansion(const params::Revolve& ps, std::source_location loc) {
     const auto nlc = static_cast<std::size_t>(ps.num_linear_consts), nlcar = static_cast<std::size_t>(ps.num_linear_carry);
     const std::size_t nlx = in.size() - l.per_step;
     const std::vector<Array> consts = part(in, 0, sh.nc), lin_consts = part(in, l.lin_consts, nlc);
-    std::vector<ShapedArray> avals = avals_of(ps.jaxpr->jaxpr->invars, sh.nc, sh.ncar);
+    std::vector<ShapedArray> avals = var_avals(ps.jaxpr->jaxpr->invars, sh.nc, sh.ncar);
     for (std::size_t i = 0; i < nlcar; ++i) avals.push_back(in[l.lin_carry + i].aval());
-    for (const auto& a : avals_of(ps.jaxpr->jaxpr->invars, sh.nc + sh.ncar, sh.nx)) avals.push_back(a);
+    for (const auto& a : var_avals(ps.jaxpr->jaxpr->invars, sh.nc + sh.ncar, sh.nx)) avals.push_back(a);
     for (std::size_t i = 0; i < nlx; ++i) avals.push_back(unstacked(in[l.per_step + i].aval()));
     // (carry, lin carry, x, lin x) -> (carry', lin carry', lin y)
     ClosedJaxpr body = trace_flat([&](std::span<const Array> args) {
@@ -395,14 +395,14 @@ FlatFn bwd_expansion(const params::Revolve& ps, std::source_location loc) {
       std::vector<Array> r(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar));
       r.insert(r.end(), args.begin(), args.begin() + static_cast<std::ptrdiff_t>(sh.ncar));
       return r;
-    }, avals_of(k.invars, sh.nc, sh.ncar + sh.nx));
+    }, var_avals(k.invars, sh.nc, sh.ncar + sh.nx));
     std::vector<Array> init;
     for (std::size_t c = 0; c < sh.ncar; ++c) init.push_back(in[l.snaps + c][0]);
     auto f = scan_flat(fwd, init, part(in, l.xs, sh.nx), sh.length, sh.reverse, 1, loc);
     // (ct state; carry, x, per-step) -> (ct state'; ct x)
     std::vector<ShapedArray> avals;
     for (std::size_t i = 0; i < ncs; ++i) avals.push_back(in[l.lin_carry + i].aval());
-    for (const auto& a : avals_of(k.invars, sh.nc, sh.ncar + sh.nx)) avals.push_back(a);
+    for (const auto& a : var_avals(k.invars, sh.nc, sh.ncar + sh.nx)) avals.push_back(a);
     for (std::size_t i = 0; i < nps; ++i) avals.push_back(unstacked(in[l.per_step + i].aval()));
     ClosedJaxpr bwd = trace_flat([&](std::span<const Array> args) {
       std::vector<Array> kin = consts;
