@@ -224,7 +224,7 @@ template <class V, std::size_t N> V horner(const V& w, const double (&c)[N]) {
   return p;
 }
 
-/// lgamma's and digamma's argument reflected to the right half-line (1 - x where x < 0) and moved
+/// digamma's argument reflected to the right half-line (1 - x where x < 0) and moved
 /// up by one while below 10 (at most 10 times), each step reported first: step(moving, x).
 template <class V, class Step> V reflected_and_raised(const V& v, Step step) {
   V x = xsimd::select(v < V(0), V(1) - v, v);
@@ -236,38 +236,80 @@ template <class V, class Step> V reflected_and_raised(const V& v, Step step) {
   return x;
 }
 
+/// f(v) for a float batch computed in double and rounded once: f32 lgamma and digamma, whose
+/// double forms are within a few double ulp (the float forms of the same steps were 6-76 float
+/// ulp off: a shift's cancellation scaled by the float's own rounding).
+template <class V, class F> V in_double(const V& v, F f) {
+  using W = xsimd::batch<double, typename V::arch_type>;
+  alignas(64) float lanes[V::size];
+  alignas(64) double wide[V::size];
+  v.store_aligned(lanes);
+  for (std::size_t i = 0; i < V::size; ++i) wide[i] = lanes[i];
+  for (std::size_t i = 0; i < V::size; i += W::size) f(W::load_aligned(wide + i)).store_aligned(wide + i);
+  for (std::size_t i = 0; i < V::size; ++i) lanes[i] = static_cast<float>(wide[i]);
+  return V::load_aligned(lanes);
+}
+
+/// log Gamma(x) for x > 0 in double, without cancellation: on [1, 3) as t (t + 1) S(t) with
+/// t = x - 2 (lgamma's zeros at 1 and 2 factored out, so it is accurate relative to the value
+/// there); S is the Chebyshev interpolant of lgamma(2 + t) / (t (1 + t)) at 28 points on [-1, 1],
+/// computed in 60 digits (mpmath), within 5e-18 of S (0.7 ulp with the rounding of Horner's
+/// rule). Below 1: lgamma(x + 1) - log x, x + 1 = 2 + (x - 1) with x - 1 exact. On [3, 10):
+/// y = x - n in [2, 3) and lgamma(y) + log(y (y + 1) ... (x - 1)), both parts positive. From 10:
+/// Stirling's series, (x - 1/2) ln x - x + ln(2 pi) / 2 + sum B_2k / (2k (2k - 1) x^(2k-1)).
+template <class V> V lgamma_of_positive(const V& x) {
+  static constexpr double s[] = {
+      0.42278433509846713,    -0.10031730167435392,   0.03296500062115691,    -0.012384192193371805,
+      0.004998641164627129,   -0.0021081308339216706, 0.0009153769240386907,  -0.0004057073983775151,
+      0.0001825526153982638,  -8.309511477709561e-05, 3.816907658276081e-05,  -1.7661767658452517e-05,
+      8.221234475942905e-06,  -3.846858091533014e-06, 1.8113906873056685e-06, -8.54560908975883e-07,
+      3.958940459367468e-07,  -1.878442644643758e-07, 1.042041826608264e-07,  -4.9827532071170234e-08,
+      5.910565853507869e-09,  -2.7296358592514825e-09, 1.6194359237484174e-08, -7.842557720538356e-09,
+      -4.312495770350818e-09, 2.0986002157033107e-09, 1.5746606982777302e-09, -7.639292345836201e-10};
+  const auto below_one = x < V(1);
+  const auto shifted = (x >= V(3)) & (x < V(10));
+  const V steps = xsimd::select(shifted, xsimd::floor(x) - V(2), V(0));
+  const V y = x - steps;  // exact: [2, 3) where shifted
+  V product(1);
+  for (int k = 0; k < 7; ++k) product = xsimd::select(V(k) < steps, product * (y + V(k)), product);
+  const V t = xsimd::select(below_one, x - V(1), y - V(2));
+  const V t_plus_one = xsimd::select(below_one, x, y - V(1));
+  const V near = t * t_plus_one * horner(t, s) + xsimd::log(product) - xsimd::select(below_one, xsimd::log(x), V(0));
+  // B_2k / (2k (2k - 1)) for k = 1..7.
+  static constexpr double c[] = {1.0 / 12, -1.0 / 360, 1.0 / 1260, -1.0 / 1680, 1.0 / 1188, -691.0 / 360360, 1.0 / 156};
+  const V r = V(1) / (x * x);
+  // (x - 1/2) ln x - x, as (x - 1/2)(ln x - 1) - 1/2 where (x - 1/2) ln x alone would overflow
+  // (without FMA, lgamma(4.05e36f) was inf; its value 3.3e38)
+  const V lead = xsimd::select(x > V(1e300), (x - V(0.5)) * (xsimd::log(x) - V(1)) - V(0.5), (x - V(0.5)) * xsimd::log(x) - x);
+  const V stirling = lead + V(0.91893853320467274178) + horner(r, c) / x;
+  return xsimd::select(x >= V(10), stirling, near);
+}
+
 // lgamma (xsimd 11's lgamma gives wrong values on this build's batches, so our own): for x < 0,
-// log(pi / |sin(pi x)|) - lgamma(1 - x); for x > 0, lgamma(x + n) - log(x (x + 1) ... (x + n - 1))
-// with the shift taken while x < 10, then Stirling's series at x >= 10:
-// (x - 1/2) ln x - x + ln(2 pi) / 2 + sum B_2k / (2k (2k - 1) x^(2k-1)). Poles: +inf.
+// log(pi / |sin(pi x)|) - lgamma(1 - x); for x > 0, lgamma_of_positive. Poles: +inf. Float:
+// computed in double, rounded once.
 template <> struct UnaryMath<Primitive::lgamma> {
   template <class V> V operator()(const V& v) const {
     using T = typename V::value_type;
-    const auto negative = v < V(0);
-    V product(1);
-    const V x = reflected_and_raised(v, [&](const auto& moving, const V& at) { product = xsimd::select(moving, product * at, product); });
-    const V r = V(1) / (x * x);
-    // B_2k / (2k (2k - 1)) for k = 1..7.
-    static constexpr double c[] = {1.0 / 12, -1.0 / 360, 1.0 / 1260, -1.0 / 1680, 1.0 / 1188, -691.0 / 360360, 1.0 / 156};
-    // (x - 1/2) ln x - x, as (x - 1/2)(ln x - 1) - 1/2 where (x - 1/2) ln x alone would overflow
-    // (without FMA, lgamma(4.05e36f) was inf; its value 3.3e38)
-    const V lead = xsimd::select(x > V(T(std::is_same_v<T, double> ? 1e300 : 1e30)), (x - V(T(0.5))) * (xsimd::log(x) - V(1)) - V(T(0.5)),
-                                 (x - V(T(0.5))) * xsimd::log(x) - x);
-    const V stirling = lead + V(T(0.91893853320467274178)) + horner(r, c) / x;
-    const V positive = stirling - xsimd::log(product);
-    const V pi(static_cast<T>(3.141592653589793238));
-    // |sin(pi v)| = |sin(pi (v - round v))|: v's distance to the nearest integer is exact, pi v
-    // rounded would lose it (lgamma(-6.99999332f) was 3.457, its value 3.392).
-    // log(pi) - log|sin|, not log(pi / |sin|): the quotient overflows for tiny v (lgamma(-1e-39f) was inf)
-    // (the log takes subnormal sines too: lgamma(-1e-310))
-    const V reflected = V(T(1.14472988584940017414)) - UnaryMath<Primitive::log>{}(xsimd::abs(xsimd::sin(pi * (v - xsimd::round(v))))) - positive;
-    const auto pole = ((v <= V(0)) & (xsimd::floor(v) == v)) | xsimd::isinf(v);  // +-inf: +inf (XLA's)
-    // |v| below 2^-54 (f32: 2^-25): lgamma(v) = -log|v| to the last bit (gamma v is below its
-    // rounding); pi v rounded in the subnormal range moved the reflection (lgamma(-5e-324))
-    const auto tiny = xsimd::abs(v) < V(T(std::is_same_v<T, double> ? 0x1p-54 : 0x1p-25));
-    const V near_zero = negated(UnaryMath<Primitive::log>{}(xsimd::abs(v)));
-    return xsimd::select(pole, V(std::numeric_limits<T>::infinity()),
-                         xsimd::select(tiny, near_zero, xsimd::select(negative, reflected, positive)));
+    if constexpr (std::is_same_v<T, float>) {
+      return in_double(v, *this);
+    } else {
+      const auto negative = v < V(0);
+      const V positive = lgamma_of_positive(xsimd::select(negative, V(1) - v, v));
+      const V pi(3.141592653589793238);
+      // |sin(pi v)| = |sin(pi (v - round v))|: v's distance to the nearest integer is exact, pi v
+      // rounded would lose it (lgamma(-6.99999332f) was 3.457, its value 3.392).
+      // log(pi) - log|sin|, not log(pi / |sin|): the quotient overflows for tiny v (lgamma(-1e-39f) was inf)
+      // (the log takes subnormal sines too: lgamma(-1e-310))
+      const V reflected = V(1.14472988584940017414) - UnaryMath<Primitive::log>{}(xsimd::abs(xsimd::sin(pi * (v - xsimd::round(v))))) - positive;
+      const auto pole = ((v <= V(0)) & (xsimd::floor(v) == v)) | xsimd::isinf(v);  // +-inf: +inf (XLA's)
+      // |v| below 2^-54: lgamma(v) = -log|v| to the last bit (gamma v is below its rounding); pi v
+      // rounded in the subnormal range moved the reflection (lgamma(-5e-324))
+      const auto tiny = xsimd::abs(v) < V(0x1p-54);
+      const V near_zero = negated(UnaryMath<Primitive::log>{}(xsimd::abs(v)));
+      return xsimd::select(pole, V(std::numeric_limits<T>::infinity()),
+                           xsimd::select(tiny, near_zero, xsimd::select(negative, reflected, positive)));
+    }
   }
 };
 
@@ -279,6 +321,7 @@ template <> struct UnaryMath<Primitive::lgamma> {
 template <> struct UnaryMath<Primitive::digamma> {
   template <class V> V operator()(const V& v) const {
     using T = typename V::value_type;
+    if constexpr (std::is_same_v<T, float>) return in_double(v, *this);
     const auto negative = v < V(0);
     V shift(0);
     const V x = reflected_and_raised(v, [&](const auto& moving, const V& at) { shift = xsimd::select(moving, shift - V(1) / at, shift); });
