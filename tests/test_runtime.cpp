@@ -361,3 +361,22 @@ TEST_CASE("arena: a block freed when the arena is full takes the place of a size
   CHECK(xj::memory_stats().arena_bytes <= std::int64_t{512} << 20);
   xj::release_arena_memory();
 }
+
+TEST_CASE("an empty batch allocates nothing sized by its other dimensions (qr, svd, lu, top_k, reduce_window, conv)") {
+  // Each output is empty; the kernels had sized their scratch by the matrices / lines / windows
+  // first (2^40 elements here: std::bad_alloc; at 20000 x 20000, 1.5 GiB and 0.7 s for nothing).
+  const std::int64_t huge = std::int64_t{1} << 40;
+  const xj::Array matrices = xj::zeros({0, huge, huge}, xj::f64);
+  CHECK(xj::linalg::qr(matrices).first.shape() == xj::Shape{0, huge, huge});
+  CHECK(xj::linalg::svdvals(matrices).shape() == xj::Shape{0, huge});
+  CHECK(xj::linalg::det(matrices).shape() == xj::Shape{0});
+  CHECK(xj::top_k(xj::zeros({0, huge}, xj::f32), 2).first.shape() == xj::Shape{0, 2});
+  CHECK(xj::max_pool(xj::zeros({0, huge, 1}, xj::f32), {2}).shape()[0] == 0);
+  CHECK(xj::reduce_window(xj::zeros({huge, 0}, xj::f32), 0.0, xj::WindowOp::add, {2, 1}, {1, 1}, "VALID").shape() == xj::Shape{huge - 1, 0});
+  const xj::Array images = xj::zeros({0, 1, huge}, xj::f32), kernel = xj::ones({1, 1, 3}, xj::f32);
+  CHECK(xj::conv(images, kernel, {1}, "SAME").shape() == xj::Shape{0, 1, huge});
+  // the kernel's gradient from an empty batch: zeros of the kernel's shape
+  const xj::Array small_images = xj::zeros({0, 1, 5}, xj::f32);
+  const xj::Array g = xj::grad([&](const xj::Array& w) { return xj::sum(xj::conv(small_images, w, {1}, "SAME")); })(kernel);
+  CHECK(g.to_vector<float>() == std::vector<float>(3, 0.0f));
+}

@@ -4,6 +4,7 @@
 // Order n > 1 recurses: fwd on (x, v) -> jvp(f)(x, v), rev on x -> vjp(f)(x)(f(x)).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -15,17 +16,27 @@ namespace xjax::detail {
 namespace {
 
 struct Tol {
-  double atol, rtol, eps;
+  std::optional<double> atol, rtol;  // the user's; unset: JAX's default per dtype
+  double eps;
+  bool per_element;
 };
 
-// JAX's default_gradient_tolerance for the widest-tolerance dtype among the arguments: f64 1e-5,
-// f32 2e-3, f16 1e-2, bf16 1e-1 (f16 / bf16 had f64's).
-Tol tolerance(const std::vector<Array>& args, const CheckGradsOptions& o) {
-  double t = 1e-5;
-  for (const auto& a : args)
-    t = std::max(t, a.dtype() == bf16 ? 1e-1 : a.dtype() == f16 ? 1e-2 : a.dtype() == f32 ? 2e-3 : 1e-5);
-  return {o.atol.value_or(t), o.rtol.value_or(t), o.eps.value_or(1e-4)};
+// JAX's default_gradient_tolerance: f64 1e-5, f32 2e-3, f16 1e-2, bf16 1e-1.
+double default_tolerance(DType d) { return d == bf16 ? 1e-1 : d == f16 ? 1e-2 : d == f32 ? 2e-3 : 1e-5; }
+
+/// The bound |got - expected| <= atol + rtol |expected| that JAX's check_close applies to two
+/// arrays of dtypes a and b and `size` elements: each tolerance the user's or the larger of the
+/// two dtypes' defaults, times the size (JAX's _assert_numpy_close) unless per_element.
+struct Bound {
+  double atol, rtol;
+};
+Bound bound_for(const Tol& tol, DType a, DType b, std::int64_t size) {
+  const double scale = tol.per_element ? 1.0 : static_cast<double>(std::max<std::int64_t>(size, 1));
+  const double by_dtype = std::max(default_tolerance(a), default_tolerance(b));
+  return {tol.atol.value_or(by_dtype) * scale, tol.rtol.value_or(by_dtype) * scale};
 }
+
+Tol tolerance(const CheckGradsOptions& o) { return {o.atol, o.rtol, o.eps.value_or(1e-4), o.per_element}; }
 
 Array random_like(const Array& x, std::mt19937& rng) {
   if (!differentiable(x.aval())) return zeros(x.shape(), x.dtype());
@@ -76,17 +87,44 @@ double inner(std::span<const Array> a, std::span<const Array> b) {
   throw GradCheckError(os.str());
 }
 
+// numpy's assert_allclose as JAX's check_close calls it: NaN matches NaN, an infinity itself.
+bool close(double got, double expected, const Bound& b) {
+  if (got == expected || (std::isnan(got) && std::isnan(expected))) return true;
+  return std::abs(got - expected) <= b.atol + b.rtol * std::abs(expected);
+}
+
+// Fails with the element furthest past its bound (the largest discrepancy), if any.
 void check_close(std::span<const Array> got, std::span<const Array> expected, const Tol& tol, int order, const char* mode) {
+  double worst_ratio = 0;
+  std::string worst_where;
+  double worst_expected = 0, worst_got = 0;
   for (std::size_t k = 0; k < got.size(); ++k) {
     if (!differentiable(expected[k].aval())) continue;
+    const Bound b = bound_for(tol, got[k].dtype(), expected[k].dtype(), expected[k].size());
     auto g = got[k].to_vector<double>(), e = expected[k].to_vector<double>();
     for (std::size_t i = 0; i < g.size(); ++i) {
-      double err = std::abs(g[i] - e[i]);
-      if (std::isnan(g[i]) && std::isnan(e[i])) continue;  // NaN against NaN is close (numpy's allclose, JAX's check_close)
-      if (!(err <= tol.atol + tol.rtol * std::abs(e[i])))
-        fail(order, mode, "output " + std::to_string(k) + " element " + std::to_string(i), e[i], g[i], err);
+      if (close(g[i], e[i], b)) continue;
+      const double allowed = b.atol + b.rtol * std::abs(e[i]);
+      const double ratio = std::isnan(g[i] - e[i]) ? INFINITY : std::abs(g[i] - e[i]) / allowed;
+      if (worst_where.empty() || ratio > worst_ratio) {
+        worst_ratio = ratio;
+        worst_where = "output " + std::to_string(k) + " element " + std::to_string(i);
+        worst_expected = e[i];
+        worst_got = g[i];
+      }
     }
   }
+  if (!worst_where.empty())
+    fail(order, mode, worst_where + " (the largest discrepancy)", worst_expected, worst_got, std::abs(worst_got - worst_expected));
+}
+
+// The dtype of an inner product over these leaves (numpy's np.add of their dots: the promoted
+// float dtype), for its tolerance.
+DType inner_dtype(std::span<const Array> leaves) {
+  std::optional<DType> d;
+  for (const auto& a : leaves)
+    if (differentiable(a.aval())) d = d ? promote_types(*d, a.dtype()) : a.dtype();
+  return d.value_or(f64);
 }
 
 std::vector<Array> random_cotangents(const std::vector<Array>& outs, std::mt19937& rng) {
@@ -114,12 +152,13 @@ void check_vjp(const FlatFn& f, const std::vector<Array>& x, const Tol& tol, int
   auto ct = vjp_backward(*state, u);
   double got = inner(ct, v);
   double expected = inner(u, numerical_jvp(f, x, v, tol.eps));
-  double err = std::abs(got - expected);
-  if (!(err <= tol.atol + tol.rtol * std::abs(expected))) fail(order, "rev", "<vjp(u), v> vs <u, jvp(v)>", expected, got, err);
+  // <vjp(u), v> is in the arguments' dtype, <u, jvp(v)> in the outputs': JAX's tolerance is the larger
+  if (!close(got, expected, bound_for(tol, inner_dtype(x), inner_dtype(outs), 1)))
+    fail(order, "rev", "<vjp(u), v> vs <u, jvp(v)>", expected, got, std::abs(got - expected));
 }
 
 void check_order(const FlatFn& f, const std::vector<Array>& x, const CheckGradsOptions& opts, int order, std::mt19937& rng) {
-  Tol tol = tolerance(x, opts);
+  Tol tol = tolerance(opts);
   for (Mode m : opts.modes) {
     if (m == Mode::fwd) {
       check_jvp(f, x, tol, order, rng);

@@ -165,7 +165,7 @@ std::vector<Array> lu_kernel(std::span<const Array> in, const params::None&) {
   const std::int64_t count = shape_size(Shape(a.shape().begin(), a.shape().end() - 2));
   std::int32_t* pivots = static_cast<std::int32_t*>(mutable_data(out[1]));
   std::int32_t* permutation = static_cast<std::int32_t*>(mutable_data(out[2]));
-  std::vector<lapack_int> ipiv(static_cast<std::size_t>(k));
+  std::vector<lapack_int> ipiv(static_cast<std::size_t>(count == 0 ? 0 : k));  // nothing for an empty batch
   auto run = [&](auto type) {
     using T = typename decltype(type)::type;
     T* lu = static_cast<T*>(mutable_data(out[0]));
@@ -190,6 +190,7 @@ std::vector<Array> qr_kernel(std::span<const Array> in, const params::Qr& ps) {
   const std::int64_t count = shape_size(Shape(a.shape().begin(), a.shape().end() - 2));
   auto run = [&](auto type) {
     using T = typename decltype(type)::type;
+    if (count == 0) return;  // an empty batch: no scratch sized by the matrices
     std::vector<T> work(static_cast<std::size_t>(m * n)), tau(static_cast<std::size_t>(std::max<std::int64_t>(k, 1)));
     for (std::int64_t b = 0; b < count; ++b) {
       T* q = matrix<T>(out[0], b, m * c);
@@ -240,6 +241,7 @@ std::vector<Array> svd_kernel(std::span<const Array> in, const params::Svd& ps) 
   const char jobz = !ps.compute_uv ? 'N' : ps.full_matrices ? 'A' : 'S';
   auto run = [&](auto type) {
     using T = typename decltype(type)::type;
+    if (count == 0) return;  // an empty batch: no scratch sized by the matrices
     std::vector<T> work(static_cast<std::size_t>(m * n)), no_u(1), no_vt(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
     for (std::int64_t b = 0; b < count; ++b) {
       T* s = matrix<T>(out[0], b, k);

@@ -150,7 +150,7 @@ std::vector<Array> top_k_kernel(std::span<const Array> in, const params::TopK& p
   shape.back() = k;
   std::vector<Array> out{alloc_array({shape, x.dtype()}), alloc_array({shape, DType::i32})};
   std::int32_t* indices = out_ptr<std::int32_t>(out[1]);
-  std::vector<std::int32_t> order(static_cast<std::size_t>(n));
+  std::vector<std::int32_t> order(static_cast<std::size_t>(lines == 0 ? 0 : n));  // nothing for an empty batch
   visit_dtype(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = in_ptr<T>(x);

@@ -10,6 +10,7 @@
 // reduction's identity: 0, -inf, +inf) and is never selected.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <span>
@@ -415,13 +416,13 @@ std::int64_t disjoint_parts(const std::vector<WindowDim>& dims) {
 
 Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWindow& w, const ShapedArray& out) {
   Array result = alloc_array(out);
+  if (out.size() == 0) return result;  // before the index tables, which are sized by the other dimensions
   const Windows windows(window_dims(x.shape(), w), x.shape());
   const auto& dims = windows.dims;
   visit_dtype(x.dtype(), [&]<class T>(std::type_identity<T>) {
     if constexpr (std::is_same_v<T, std::uint8_t>) unsupported_dtype(p, x.dtype());
     T* y = out_ptr<T>(result);
     const T identity = identity_of<T>(p);
-    if (out.size() == 0) return;
     parallel_for(output_rows(dims), row_grain(dims), [&](std::int64_t begin, std::int64_t end) {
       if (p == Primitive::reduce_window_sum) reduce_window_rows(Sum{}, identity, x, windows, y, begin, end);
       else if (p == Primitive::reduce_window_max) reduce_window_rows(Max{}, identity, x, windows, y, begin, end);
@@ -434,6 +435,11 @@ Array reduce_window_kernel(Primitive p, const Array& x, const params::ReduceWind
 Array select_window_kernel(Primitive p, const Array& values, const Array& x, const params::SelectWindow& w,
                            const ShapedArray& out) {
   Array result = alloc_array(out);
+  if (out.size() == 0) return result;
+  if (x.size() == 0 || values.size() == 0) {  // no windows or nothing in them: zeros, without the index tables
+    std::memset(out_ptr<unsigned char>(result), 0, static_cast<std::size_t>(out.nbytes()));
+    return result;
+  }
   const Windows windows(window_dims(x.shape(), w), x.shape());
   const auto& dims = windows.dims;
   auto run = [&]<class T>(std::type_identity<T>) {

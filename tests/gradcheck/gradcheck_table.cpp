@@ -872,6 +872,7 @@ CheckGradsOptions options(DType dtype, int order, std::vector<Mode> modes) {
   CheckGradsOptions o;
   o.order = order;
   o.modes = std::move(modes);
+  o.per_element = true;  // stricter than JAX's tolerances scaled by the array's size
   if (dtype == f32) {
     o.eps = 2e-3;
     o.atol = 1e-2;

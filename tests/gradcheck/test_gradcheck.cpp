@@ -69,6 +69,39 @@ TEST_CASE("gradcheck: a wrong derivative is caught") {
   CHECK_THROWS_AS(xj::check_grads(f, std::tuple{x32}, gc::options(xj::f32, 1, {xj::fwd})), xj::GradCheckError);
 }
 
+TEST_CASE("check_grads: JAX's tolerances (the compared arrays' dtypes, times their size) and the largest discrepancy reported") {
+  // f64 in, f32 out: JAX compares the f32 tangents with f32's 2e-3 (times 3 elements); the f32
+  // difference quotient is off by about 7e-5 here, which f64's 1e-5 (the inputs' dtype) rejected.
+  auto to_f32 = [](const xj::Array& v) { return xj::astype(xj::sin(v), xj::f32); };
+  CHECK_NOTHROW(xj::check_grads(to_f32, std::tuple{xj::array<double>({0.5, 1.0, 1.5}, {3})}, {.order = 1}));
+  // the bound scales with the size: an error of 2.5e-5 in one of 4 f64 elements passes (4e-5
+  // allowed), and fails per element (1e-5)
+  // (a tangent rule off by a constant delta in element 3, whatever the direction)
+  auto off_by = [](double delta) {
+    return xj::custom_jvp([](const xj::Array& v) { return v * 1.0; },
+                          [delta](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                            return std::pair{std::get<0>(p) * 1.0, std::get<0>(t) + xj::array<double>({0.0, 0.0, 0.0, delta}, {4})};
+                          });
+  };
+  const xj::Array ones4 = xj::array<double>({1.0, 1.0, 1.0, 1.0}, {4});
+  const double delta = 2.5e-5;
+  CHECK_NOTHROW(xj::check_grads(off_by(delta), std::tuple{ones4}, {.order = 1, .modes = {xj::fwd}}));
+  CHECK_THROWS_AS(xj::check_grads(off_by(delta), std::tuple{ones4}, {.order = 1, .modes = {xj::fwd}, .per_element = true}),
+                  xj::GradCheckError);
+  // two elements wrong, the second by far more: the message names the second
+  auto wrong = xj::custom_jvp([](const xj::Array& v) { return xj::sin(v); },
+                              [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+                                const xj::Array v = std::get<0>(p);
+                                return std::pair{xj::sin(v), std::get<0>(t) * xj::cos(v) * xj::array<double>({1.01, 1.0, 2.0}, {3})};
+                              });
+  try {
+    xj::check_grads(wrong, std::tuple{xj::array<double>({0.1, 0.2, 0.3}, {3})}, {.order = 1, .modes = {xj::fwd}});
+    FAIL("check_grads passed a wrong derivative");
+  } catch (const xj::GradCheckError& e) {
+    CHECK(std::string(e.what()).find("element 2") != std::string::npos);
+  }
+}
+
 TEST_CASE("gradcheck: the batching oracle for every row (vmap against a loop, random in_axes)") {
   for (const auto& r : gc::table())
     for (xj::DType d : gc::dtypes)
