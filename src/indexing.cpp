@@ -137,6 +137,11 @@ Array At::max(const Array& v, IndexMode mode, std::source_location loc) const { 
 At at(const Array& x, std::int64_t i, std::source_location loc) { return At(x, {array<std::int64_t>({i}, {})}, loc); }
 At at(const Array& x, const Array& indices, std::source_location loc) { return At(x, {indices}, loc); }
 At at(const Array& x, std::vector<Array> indices, std::source_location loc) { return At(x, std::move(indices), loc); }
+At at(const Array& x, const std::vector<std::int64_t>& indices, std::source_location loc) {
+  std::vector<Array> each;
+  for (std::int64_t i : indices) each.push_back(detail::index_array(i));
+  return At(x, std::move(each), loc);
+}
 
 std::vector<Array> meshgrid(const std::vector<Array>& xs, const std::string& indexing, std::source_location loc) {
   if (indexing != "xy" && indexing != "ij")

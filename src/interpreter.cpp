@@ -124,7 +124,12 @@ class FrameLease {
     frame_->slots.clear();
     frame_->ins.clear();
     frame_->outs.clear();
-    if (Pool* pool = detail::PerThread<Pool>::get()) pool->push_back(std::move(frame_));
+    if (Pool* pool = detail::PerThread<Pool>::get()) {
+      try {
+        pool->push_back(std::move(frame_));
+      } catch (const std::bad_alloc&) {  // out of memory: the frame is freed with the lease
+      }
+    }
   }
   FrameLease(const FrameLease&) = delete;
   FrameLease& operator=(const FrameLease&) = delete;

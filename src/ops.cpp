@@ -13,6 +13,7 @@
 
 #include "internal.hpp"
 #include "xjax/custom_derivatives.hpp"
+#include "xjax/indexing.hpp"
 
 namespace xjax {
 namespace {
@@ -807,6 +808,14 @@ Array Array::operator[](detail::Located<Array> index) const {
   const Array& i = index.value;
   if (valid() && ndim() == 0)  // a rank-0 x wrote sizes[0] of an empty shape (a crash)
     throw ShapeError("x[i] indexes the leading axis; " + aval().str() + " has none (at " + format_location(index.loc) + ")");
+  // an array of integer indices gathers rows, as jnp's x[idx] (negative ones from the end, the
+  // rest clamped); a bool mask is an error there (its shape depends on its values)
+  if (i.valid() && i.ndim() > 0) {
+    if (is_integer(i.dtype())) return at(*this, i, index.loc).get(index.loc);
+    throw TypeError("x[idx] takes an array of integer indices; got " + i.aval().str() +
+                    (i.dtype() == bool_ ? " (a boolean mask's result shape depends on its values: where(mask, x, 0) keeps the shape)" : "") +
+                    " (at " + format_location(index.loc) + ")");
+  }
   std::vector<Array> starts{i};
   for (std::int64_t d = 1; d < ndim(); ++d) starts.push_back(scalar(0, i.dtype()));
   Shape sizes = shape();

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <new>
 
 #if defined(__GNUC__)
 #define XJAX_INITIAL_EXEC_TLS __attribute__((tls_model("initial-exec")))
@@ -48,15 +49,21 @@ template <class T> class PerThread {
     ended_ = true;  // the T is destroyed next; get() from its destructor returns nullptr
     delete static_cast<T*>(object);
   }
-  static T* make() {
+  // Out of memory, nullptr too (without ending: a later call tries again): the callers' path
+  // without a T, taken in noexcept code as well (an array's buffer freed by its destructor).
+  static T* make() noexcept {
     if (ended_) return nullptr;
-    std::unique_ptr<T> made = std::make_unique<T>();
-    if (!own_until_thread_end(made.get(), &destroy)) {
-      ended_ = true;
+    try {
+      std::unique_ptr<T> made = std::make_unique<T>();
+      if (!own_until_thread_end(made.get(), &destroy)) {
+        ended_ = true;
+        return nullptr;
+      }
+      ptr_ = made.release();
+      return ptr_;
+    } catch (const std::bad_alloc&) {
       return nullptr;
     }
-    ptr_ = made.release();
-    return ptr_;
   }
   static inline thread_local T* ptr_ XJAX_INITIAL_EXEC_TLS = nullptr;
   static inline thread_local bool ended_ XJAX_INITIAL_EXEC_TLS = false;

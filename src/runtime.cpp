@@ -72,7 +72,7 @@ class Arena {
   /// blocks to the system; p itself goes there when that does not make room.
   void give(void* p, std::size_t size) {
     std::vector<std::pair<void*, std::size_t>> evicted;  // freed after the lock
-    {
+    try {  // out of memory for the bookkeeping: p (and what was evicted) go back to the system
       std::lock_guard lock(mutex_);
       SizeClass& mine = free_[size];
       mine.last_use = ++tick_;
@@ -94,6 +94,7 @@ class Arena {
         cached_.fetch_add(bytes, std::memory_order_relaxed);
         p = nullptr;
       }
+    } catch (const std::bad_alloc&) {
     }
     for (auto [q, s] : evicted) system_free(q, s);
     if (p) system_free(p, size);
@@ -175,14 +176,17 @@ class ThreadCache {
   void give(void* p, std::size_t size) {
     if (flush_requested_.load(std::memory_order_relaxed)) release();
     if (bytes_ + static_cast<std::int64_t>(size) <= cap_) {
-      Bin* bin = nullptr;
-      for (auto& b : bins_)
-        if (b.size == size) bin = &b;
-      if (!bin && bins_.size() < kMaxBins) bin = &bins_.emplace_back(Bin{size, {}});
-      if (bin && bin->blocks.size() < kMaxBlocksPerSize) {
-        bin->blocks.push_back(p);
-        set_bytes(bytes_ + static_cast<std::int64_t>(size));
-        return;
+      try {  // out of memory for the bins: p goes to the shared arena
+        Bin* bin = nullptr;
+        for (auto& b : bins_)
+          if (b.size == size) bin = &b;
+        if (!bin && bins_.size() < kMaxBins) bin = &bins_.emplace_back(Bin{size, {}});
+        if (bin && bin->blocks.size() < kMaxBlocksPerSize) {
+          bin->blocks.push_back(p);
+          set_bytes(bytes_ + static_cast<std::int64_t>(size));
+          return;
+        }
+      } catch (const std::bad_alloc&) {
       }
     }
     arena().give(p, size);

@@ -459,6 +459,21 @@ TEST_CASE("cond: DCE of while_loop keeps the carries the used ones, and the cond
   }
 }
 
+TEST_CASE("cond: fori_loop with concrete Array bounds lowers to scan, so grad works (JAX: int(lower) succeeds)") {
+  // x * 2 * 3 * 4 over i in [2, 5): d/dx = 24; with bounds traced by make_jaxpr it stays a while_loop
+  auto f = [](const xj::Array& lo, const xj::Array& hi, const xj::Array& x) {
+    return xj::fori_loop(lo, hi, [](const xj::Array& i, const xj::Array& c) { return c * xj::astype(i, xj::f64); }, x);
+  };
+  const xj::Array two = xj::scalar(2, xj::i32), five = xj::scalar(5, xj::i32);
+  CHECK(xj::grad([&](const xj::Array& x) { return f(two, five, x); })(xj::scalar(1.5, xj::f64)).item<double>() == 24.0);
+  CHECK(count(str(xj::make_jaxpr([&](const xj::Array& x) { return f(two, five, x); })(xj::scalar(1.5, xj::f64))), "scan[") == 1);
+  CHECK(count(str(xj::make_jaxpr(f)(two, five, xj::scalar(1.5, xj::f64))), "while[") == 1);
+  // an i64 pair of bounds counts in i64 in the scan too; an empty range returns the carry
+  const auto last = [](const xj::Array& i, const xj::Array&) { return i; };
+  CHECK(xj::fori_loop(xj::scalar(3e9, xj::i64), xj::scalar(3e9 + 2, xj::i64), last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 3000000001LL);
+  CHECK(xj::fori_loop(five, two, last, xj::scalar(7, xj::i32)).item<std::int32_t>() == 7);
+}
+
 TEST_CASE("cond: reverse mode of while_loop is a TransformError pointing to fori_loop and scan") {
   auto msg = error_of([] { xj::grad(newton_sqrt)(xj::scalar(2.0, xj::f64)); });
   CHECK(msg.find("reverse-mode differentiation of while_loop is not supported") != std::string::npos);

@@ -288,3 +288,25 @@ TEST_CASE("at: reading from an empty axis raises, as jnp's IndexError (twenty-ei
   // a non-empty axis still clamps (and drops) as before
   CHECK(xj::at(xj::array<float>({1.f, 2.f}), 5).get().item<float>() == 2.f);
 }
+
+TEST_CASE("API.md's index spellings: x[integer array] gathers rows, at(x, {1, 2}) and at(x, std::tuple{...}) index leading axes, bool arrays") {
+  // oracle: numpy's m[[2, 0, -1]] and m[1, 2] written out by hand from m = arange(12).reshape(4, 3)
+  const xj::Array m = xj::reshape(xj::arange(12, xj::f64), {4, 3});
+  const xj::Array rows = m[xj::array<std::int32_t>({2, 0, -1}, {3})];
+  CHECK(rows.shape() == xj::Shape{3, 3});
+  CHECK(rows.to_vector<double>() == std::vector<double>{6, 7, 8, 0, 1, 2, 9, 10, 11});
+  CHECK(xj::jit([](const xj::Array& x, const xj::Array& i) { return x[i]; })(m, xj::array<std::int64_t>({3, 1}, {2})).to_vector<double>() ==
+        std::vector<double>{9, 10, 11, 3, 4, 5});
+  // the gradient of a row gather scatters back, repeated rows adding
+  const xj::Array g = xj::grad([](const xj::Array& x) { return xj::sum(x[xj::array<std::int32_t>({1, 1}, {2})]); })(m);
+  CHECK(g.to_vector<double>() == std::vector<double>{0, 0, 0, 2, 2, 2, 0, 0, 0, 0, 0, 0});
+  CHECK_THROWS_AS((void)m[xj::array<bool>({true, false, true, false}, {4})], xj::TypeError);
+  CHECK(xj::at(m, {1, 2}).get().item<double>() == 5.0);
+  CHECK(xj::at(m, std::tuple{xj::scalar(3, xj::i32), 0}).set(-1.0).to_vector<double>()[9] == -1.0);
+  CHECK(xj::at(m, std::tuple{1, 2}).add(10.0).to_vector<double>()[5] == 15.0);
+  // bool arrays from C++ bools
+  const xj::Array mask = xj::array({true, false, true});
+  CHECK(mask.dtype() == xj::bool_);
+  CHECK(mask.to_vector<std::uint8_t>() == std::vector<std::uint8_t>{1, 0, 1});
+  CHECK(xj::array<bool>(std::vector<bool>{false, true}, {2}).to_vector<bool>() == std::vector<bool>{false, true});
+}

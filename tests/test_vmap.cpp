@@ -287,7 +287,7 @@ TEST_CASE("vmap: while_loop whose members stop after different numbers of steps"
     return state.first + state.second * 1000.0;
   };
   check_equal(xj::vmap(f)(xs), loop(f, xs));
-  // fori_loop with array bounds (a while_loop) and an unbatched predicate.
+  // fori_loop with concrete array bounds (a scan, as JAX's: their trip count is known).
   auto g = [](const xj::Array& x) {
     return xj::fori_loop(xj::scalar(0, xj::i32), xj::scalar(5, xj::i32),
                          [](const xj::Array&, const xj::Array& c) { return xj::sin(c) + 1.0; }, x);

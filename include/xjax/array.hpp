@@ -71,7 +71,8 @@ class Array {
 
   /// x[i]: index the leading axis (negative i counts from the end).
   Array operator[](detail::Located<std::int64_t> i) const;
-  /// x[i] with a traced integer index (dynamic_slice).
+  /// x[i] with an integer Array: rank 0 (a traced index) a dynamic_slice, higher ranks gather
+  /// rows as jnp's x[idx] (at(x, idx).get(): negative indices from the end, the rest clamped).
   Array operator[](detail::Located<Array> i) const;
 
  private:
@@ -125,13 +126,18 @@ void* mutable_data(const Array& a);
 Array array_from_bytes(const void* data, const ShapedArray& aval);
 }  // namespace detail
 
+/// An array of `shape` holding `values` (row-major); T's dtype (bool: bool_).
 template <class T> Array array(const std::vector<T>& values, Shape shape) {
-  static_assert(!std::is_same_v<T, bool>, "use xj::array<std::uint8_t> ... astype(bool_) for bools");
   ShapedArray aval{std::move(shape), dtype_of_v<T>};
   if (static_cast<std::size_t>(aval.size()) != values.size())
     throw ShapeError("xj::array: " + std::to_string(values.size()) + " values do not fill shape " +
                      shape_str(aval.shape));
-  return detail::array_from_bytes(values.data(), aval);
+  if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs its bits: one byte each here
+    const std::vector<std::uint8_t> bytes(values.begin(), values.end());
+    return detail::array_from_bytes(bytes.data(), aval);
+  } else {
+    return detail::array_from_bytes(values.data(), aval);
+  }
 }
 /// A rank-1 array: `xj::array({1.f, 2.f})`.
 template <class T> Array array(std::initializer_list<T> values) {

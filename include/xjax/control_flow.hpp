@@ -304,29 +304,34 @@ Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init, WhileOptions
 
 /// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), with i an i32 scalar
 /// Array (i64 where an Array bound is i64, u32 or u64: the bounds' result type, as
-/// lax.fori_loop's), as lax.fori_loop. With integer (compile-time known) bounds it lowers to scan, so every
-/// transform including reverse mode works; with Array bounds it lowers to while_loop (evaluation
-/// and forward mode only).
+/// lax.fori_loop's), as lax.fori_loop. With bounds known when it is called (C++ integers, or
+/// concrete Arrays: JAX's int(lower) succeeding) it lowers to scan, so every transform including
+/// reverse mode works; with traced Array bounds it lowers to while_loop (evaluation and forward
+/// mode only).
 template <class Lo, class Hi, class Body, class Carry>
   requires((std::integral<Lo> || std::same_as<Lo, Array>) && (std::integral<Hi> || std::same_as<Hi, Array>))
 Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location loc = std::source_location::current()) {
   using IC = std::pair<Array, Carry>;
-  if constexpr (std::integral<Lo> && std::integral<Hi>) {
-    (void)detail::fori_bound(hi, loc);  // both bounds in the counter's range (the counter wrapped past hi)
-    const std::int64_t trips = static_cast<std::int64_t>(hi) - static_cast<std::int64_t>(lo);
-    const std::int64_t length = trips > 0 ? trips : 0;
+  // hi - lo trips (none if negative) of a scan whose carry counts from `first`
+  auto as_scan = [&](const Array& first, std::int64_t trips) {
     auto step = [&body](const IC& ic, const None&) {
       return std::pair<IC, None>{IC{ic.first + 1, Carry(body(ic.first, ic.second))}, None{}};
     };
-    auto [out, ys] = scan(step, IC{detail::fori_bound(lo, loc), init}, None{}, {.length = length}, loc);
+    auto [out, ys] = scan(step, IC{first, init}, None{}, {.length = trips > 0 ? trips : 0}, loc);
     (void)ys;
     return out.second;
+  };
+  if constexpr (std::integral<Lo> && std::integral<Hi>) {
+    (void)detail::fori_bound(hi, loc);  // both bounds in the counter's range (the counter wrapped past hi)
+    return as_scan(detail::fori_bound(lo, loc), static_cast<std::int64_t>(hi) - static_cast<std::int64_t>(lo));
   } else {
     Array lower = detail::fori_bound(lo, loc), upper = detail::fori_bound(hi, loc);
     if (lower.dtype() != upper.dtype()) {  // i32 and i64: an i64 counter (a traced i64 bound wrapped in i32)
       lower = astype(lower, i64, loc);
       upper = astype(upper, i64, loc);
     }
+    if (lower.is_concrete() && upper.is_concrete())
+      return as_scan(lower, upper.template item<std::int64_t>() - lower.template item<std::int64_t>());
     auto c = [upper](const IC& ic) { return lt(ic.first, upper); };
     auto b = [&body](const IC& ic) { return IC{ic.first + 1, Carry(body(ic.first, ic.second))}; };
     return while_loop(c, b, IC{lower, init}, {}, loc).second;

@@ -2,8 +2,10 @@
 // xj::at(x, idx).set(v). They return a new array (x is never modified) and lower to the gather
 // and scatter primitives (docs/jaxpr.md), so every transformation applies.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <source_location>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -67,6 +69,18 @@ At at(const Array& x, std::int64_t i, XJAX_LOC);
 At at(const Array& x, const Array& indices, XJAX_LOC);
 /// x.at[i0, i1, ...]: one index (array) per leading axis, broadcast together.
 At at(const Array& x, std::vector<Array> indices, XJAX_LOC);
+/// x.at[i0, i1, ...] with C++ integers: `at(x, {1, 2})`.
+At at(const Array& x, const std::vector<std::int64_t>& indices, XJAX_LOC);
+namespace detail {
+inline Array index_array(const Array& i) { return i; }
+template <std::integral I> Array index_array(I i) { return scalar(static_cast<double>(static_cast<std::int64_t>(i)), i64); }
+}  // namespace detail
+/// x.at[(i0, i1, ...)] with a tuple of indices, C++ integers or Arrays: `at(x, std::tuple{i, 2})`.
+template <class... I> At at(const Array& x, const std::tuple<I...>& indices, XJAX_LOC) {
+  std::vector<Array> each;
+  std::apply([&](const auto&... i) { (each.push_back(detail::index_array(i)), ...); }, indices);
+  return at(x, std::move(each), loc);
+}
 
 /// jnp.meshgrid: coordinate arrays from 1-D vectors. indexing "xy" (default, Cartesian) swaps
 /// the first two output axes of "ij" (matrix) indexing.
