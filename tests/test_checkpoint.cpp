@@ -342,7 +342,8 @@ TEST_CASE("checkpoint: print_saved_residuals lists the arguments and the saved d
   std::cout.rdbuf(old);
   std::string text = captured.str();
   INFO(text);
-  std::string dot = "output of dot_general from " + std::string(__FILE__) + ":" + std::to_string(dot_line);
+  // JAX's format: "from file:line (function)"
+  std::string dot = "output of dot_general from " + std::string(__FILE__) + ":" + std::to_string(dot_line) + " (sin_layer)";
   CHECK(count(text, "f64[5,4] from the argument 0\n") == 1);
   CHECK(count(text, "f64[6,5] from the argument 1\n") == 1);
   CHECK(count(text, "f64[7,6] from the argument 2\n") == 1);
@@ -352,6 +353,13 @@ TEST_CASE("checkpoint: print_saved_residuals lists the arguments and the saved d
   CHECK(count(text, "f64[7] " + dot + "\n") == 1);
   CHECK(count(text, "\n") == 7);
 
+  // a value named in a lambda: "(<lambda>)", as Python's name for one
+  const int named_line = __LINE__ + 1;
+  auto in_lambda = [](const xj::Array& v) { return xj::sin(xj::checkpoint_name(xj::sin(v), "h")); };
+  const auto named = xj::saved_residuals(xj::checkpoint(in_lambda, {.policy = pol::save_only_these_names({"h"})}), x);
+  CHECK(std::any_of(named.begin(), named.end(), [&](const xj::Residual& r) {
+    return r.description == "named 'h' from " + std::string(__FILE__) + ":" + std::to_string(named_line) + " (<lambda>)";
+  }));
   // saved_residuals says the same; dots_saveable agrees here (no batch dimensions), and without a
   // policy only the arguments are kept.
   auto rs = xj::saved_residuals(f, W1, W2, W3, x);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <iostream>
 #include <ostream>
+#include <string_view>
 #include <unordered_map>
 #include <numeric>
 #include <unordered_set>
@@ -326,6 +327,36 @@ BatchOut checkpoint_batch(const BatchArgs& a) {
 
 namespace {
 
+// The name JAX prints for a function (its co_name) from C++'s source_location::function_name():
+// "layer" for "xjax::Array {anonymous}::layer(const xjax::Array&)", "forward" for a member
+// function, "<lambda>" for a lambda (Python's name for one); "" when it cannot tell.
+std::string short_function_name(std::string_view full) {
+  if (full.empty()) return "";
+  if (full.back() == '>' && full.find("<lambda") != std::string_view::npos) return "<lambda>";
+  if (const auto with = full.find(" [with "); with != std::string_view::npos) full = full.substr(0, with);
+  int depth = 0;  // of template arguments
+  std::size_t params = std::string_view::npos;
+  for (std::size_t i = 0; i < full.size() && params == std::string_view::npos; ++i) {
+    if (full[i] == '<') ++depth;
+    else if (full[i] == '>') depth = std::max(depth - 1, 0);
+    else if (full[i] == '(' && depth == 0) {
+      if (full.substr(0, i).ends_with("operator") && full.substr(i).starts_with("()")) ++i;  // operator()'s own parentheses
+      else params = i;
+    }
+  }
+  if (params == std::string_view::npos) return "";
+  std::string_view head = full.substr(0, params);
+  if (const auto space = head.rfind(' '); space != std::string_view::npos) head = head.substr(space + 1);
+  if (const auto scope = head.rfind("::"); scope != std::string_view::npos) head = head.substr(scope + 2);
+  return std::string(head);
+}
+
+// Where an equation comes from, as JAX prints it: "file:line (function)".
+std::string origin(const std::source_location& loc) {
+  const std::string function = short_function_name(loc.function_name());
+  return format_location(loc) + (function.empty() ? "" : " (" + function + ")");
+}
+
 // Describes value v of jaxpr j whose invars stand for `inputs` (descriptions of the values the
 // enclosing context passes in).
 std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string>& inputs) {
@@ -334,7 +365,7 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
   for (const Eqn& e : j.eqns)
     for (std::size_t k = 0; k < e.outputs.size(); ++k) {
       if (!(e.outputs[k] == v)) continue;
-      if (e.prim == Primitive::name) return "named '" + e.params.get<params::Name>().name + "' from " + format_location(e.loc);
+      if (e.prim == Primitive::name) return "named '" + e.params.get<params::Name>().name + "' from " + origin(e.loc);
       // A named value converted (a Policy::as residual, or the user's astype of it), or a
       // Policy::as convert of an unnamed one (it carries its source equation's location).
       // (Policy::as only narrows floats: a jvp rule's convert of a mask at the same line is not one.)
@@ -343,7 +374,7 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
             in && is_floating(in->aval().dtype) && is_floating(e.outputs[0].aval().dtype) &&
             itemsize(e.outputs[0].aval().dtype) < itemsize(in->aval().dtype))
           if (std::string d = describe(j, *in, inputs);
-              d.starts_with("named") || d.ends_with(" from " + format_location(e.loc)))
+              d.starts_with("named") || d.ends_with(" from " + origin(e.loc)))
             return d + ", saved as " + dtype_name(e.outputs[0].aval().dtype);
       if (e.prim == Primitive::checkpoint) {
         const Jaxpr& b = *body_of(e.params).jaxpr;
@@ -355,7 +386,7 @@ std::string describe(const Jaxpr& j, const Var& v, const std::vector<std::string
         if (auto* ov = std::get_if<Var>(&b.outvars[k])) return describe(b, *ov, sub);
         return "a literal";
       }
-      return "output of " + std::string(primitive_name(e.prim)) + " from " + format_location(e.loc);
+      return "output of " + std::string(primitive_name(e.prim)) + " from " + origin(e.loc);
     }
   return "a constant";
 }
