@@ -108,6 +108,9 @@ inline Array bind1(Primitive p, std::initializer_list<Array> inputs, Params para
   return bind1(p, std::span<const Array>(inputs.begin(), inputs.size()), std::move(params), loc);
 }
 
+/// typecheck, literals of any rank allowed (the plans' passes make array literals): what
+/// eval_jaxpr checks of a jaxpr before its first plan (src/typecheck.cpp).
+void check_before_eval(const Jaxpr& j);
 /// Shape/dtype rule: the avals of p's outputs. Throws ShapeError / TypeError naming the operands.
 std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray> in,
                                        const Params& params);

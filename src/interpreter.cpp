@@ -221,6 +221,7 @@ bool any_tracer(std::span<const Array> xs) {
 }  // namespace
 
 void prepare(const ClosedJaxpr& cj) {
+  (void)*cj;  // an Error for a ClosedJaxpr without a jaxpr
   (void)detail::plan_of(cj.jaxpr);
   for (const Eqn& e : cj.jaxpr->eqns)
     for (const auto& sub : sub_jaxprs(e.params))
@@ -250,10 +251,10 @@ std::vector<Array> renewed(std::vector<Array> result, const std::vector<const vo
 }
 
 std::vector<Array> evaluate(const ClosedJaxpr& cj, const detail::EvalPlan* plan, std::span<const Array> args) try {
-  check_args(*cj.jaxpr, args, cj.consts);
+  check_args(*cj, args, cj.consts);  // (*cj: an Error for a ClosedJaxpr without a jaxpr)
   detail::LocationScope own_locations(nullptr);
   if (detail::tracing_active() || any_tracer(args) || any_tracer(cj.consts)) return eval_by_binding(cj, args);
-  return renewed(detail::run_plan(plan ? *plan : *detail::plan_of(cj.jaxpr), cj, args), handles_of(args, cj.consts));
+  return renewed(detail::run_plan(plan ? *plan : *detail::checked_plan_of(cj.jaxpr), cj, args), handles_of(args, cj.consts));
 } catch (...) {
   detail::rethrow_internal("eval_jaxpr");
 }

@@ -5,6 +5,10 @@
 
 #include "xjax/jaxpr.hpp"
 
+#include <string>
+
+#include "xjax/errors.hpp"
+
 namespace xjax {
 
 Var::Var(ShapedArray aval) {
@@ -17,6 +21,10 @@ const ShapedArray& atom_aval(const Atom& a) {
   return std::get<Literal>(a).value.aval();
 }
 
+
+void detail::no_jaxpr(const char* what) {
+  throw Error(std::string("ClosedJaxpr::") + what + ": the ClosedJaxpr has no jaxpr (default-constructed)");
+}
 
 std::vector<ShapedArray> Jaxpr::in_avals() const {
   std::vector<ShapedArray> out;

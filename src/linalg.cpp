@@ -92,14 +92,15 @@ std::vector<Array> with_common_batch(const std::string& call, std::vector<Array>
 }
 
 /// b as the solves with factor c (..., n, n) read it (JAX's rule for cho_solve and lu_solve):
-/// vectors (..., n) when it has one axis less than c, else matrices (..., n, k); {matrices, vector}.
+/// one vector (n) for every matrix when b is 1-D; vectors (..., n) when b has one axis less than
+/// c and ends in n (JAX deprecates that reading, and keeps it); else matrices (..., n, k).
+/// {matrices, vector}.
 std::pair<Array, bool> right_hand_side(const std::string& call, const Array& c, const Array& b, std::source_location loc) {
-  const bool vector = b.ndim() == c.ndim() - 1;
+  const bool vector = b.ndim() == 1 || (b.ndim() == c.ndim() - 1 && b.dim(-1) == c.dim(-1));
   Array rhs = vector ? expand_dims(b, b.ndim(), loc) : b;
   if (rhs.ndim() < 2 || rhs.dim(-2) != c.dim(-1))
     shape_fail(call,
-               vector ? "b has one axis less than the factor, so it is read as vectors (..., n) (JAX's rule), and its last axis is not n = " +
-                            std::to_string(c.dim(-1))
+               vector ? "b is one vector (n) and its length is not n = " + std::to_string(c.dim(-1))
                       : "b is read as matrices (..., n, k), and its second-to-last axis is not n = " + std::to_string(c.dim(-1)),
                loc);
   return {rhs, vector};
@@ -192,13 +193,17 @@ struct SolveOperands {
   bool vector = false;
 };
 
-SolveOperands solve_operands(const Array& a, const Array& b, std::source_location loc) {
+/// How solve reads b: jnp.linalg.solve's NumPy 2 rule (a vector only when b is 1-D), or
+/// jax.scipy.linalg.solve's for assume_a = "pos" (vectors (..., n) when b has one axis less than a).
+enum class VectorRule { one_dimensional, one_axis_less };
+
+SolveOperands solve_operands(const Array& a, const Array& b, std::source_location loc, VectorRule rule = VectorRule::one_dimensional) {
   const std::string call = "solve(" + a.aval().str() + ", " + b.aval().str() + ")";
   expect_square(call, a, "a", loc);
-  const bool vector = b.ndim() == 1;
-  const Array rhs = vector ? expand_dims(b, 1, loc) : b;
+  const bool vector = b.ndim() == 1 || (rule == VectorRule::one_axis_less && a.ndim() == b.ndim() + 1);
+  const Array rhs = vector ? expand_dims(b, b.ndim(), loc) : b;
   if (rhs.ndim() < 2 || rhs.dim(-2) != a.dim(-1))
-    shape_fail(call, std::string(vector ? "b is one vector (n)" : "b is read as matrices (..., n, k) (it is not 1-D)") +
+    shape_fail(call, std::string(vector ? "b is read as vectors (..., n)" : "b is read as matrices (..., n, k) (it is not 1-D)") +
                          " and its length is not n = " + std::to_string(a.dim(-1)),
                loc);
   const DType dtype = inexact_dtype({&a, &b});
@@ -223,12 +228,14 @@ Array solve(const Array& a, const Array& b, std::source_location loc) {
 }
 
 Array solve(const Array& a, const Array& b, std::string_view assume_a, std::source_location loc) {
-  if (assume_a == "gen") return solve(a, b, loc);
+  // "sym" and "her": jnp.linalg.solve, as jax.scipy.linalg.solve
+  if (assume_a == "gen" || assume_a == "sym" || assume_a == "her") return solve(a, b, loc);
   if (assume_a != "pos")
-    throw Error("solve: assume_a must be \"gen\" or \"pos\", got \"" + std::string(assume_a) + "\" (at " +
+    throw Error("solve: assume_a must be \"gen\", \"sym\", \"her\" or \"pos\", got \"" + std::string(assume_a) + "\" (at " +
                 format_location(loc) + ")");
-  // A = L L^T, symmetric: the transposed system is solved by the same cho_solve.
-  const SolveOperands s = solve_operands(a, b, loc);
+  // A = L L^T, symmetric: the transposed system is solved by the same cho_solve. b one axis
+  // shorter than a: vectors (jax.scipy.linalg.solve's rule for "pos").
+  const SolveOperands s = solve_operands(a, b, loc, VectorRule::one_axis_less);
   const Array factor = cholesky(stop_gradient(s.a, loc), true, loc);
   const Array x = custom_linear_solve(
       [&](const Array& v) { return matmul(s.a, v, loc); }, s.b,
@@ -246,8 +253,10 @@ Array det(const Array& a, std::source_location loc) {
   const std::string call = "det(" + a.aval().str() + ")";
   expect_square(call, a, "a", loc);
   auto [factors, pivots, permutation] = lu(astype(a, inexact_dtype({&a}), loc), loc);
-  // det a = det P^T det L det U = (-1)^exchanges prod diag(U)
-  return mul(pivot_sign(pivots, factors.dtype(), loc), prod(diagonals(factors, loc), {-1}, false, loc), loc);
+  // det a = det P^T det L det U = (-1)^exchanges prod diag(U); + 0: a singular a's -1 * 0 is +0
+  // (numpy's, JAX's)
+  const Array d = mul(pivot_sign(pivots, factors.dtype(), loc), prod(diagonals(factors, loc), {-1}, false, loc), loc);
+  return add(d, scalar_like(0.0, d), loc);
 }
 
 std::pair<Array, Array> slogdet(const Array& a, std::source_location loc) {
@@ -257,7 +266,7 @@ std::pair<Array, Array> slogdet(const Array& a, std::source_location loc) {
   const Array d = diagonals(factors, loc);
   // sign = (-1)^exchanges prod sign(u_ii) (0 when some u_ii is 0), log|det| = sum log|u_ii| (-inf then)
   const Array sign_of = mul(pivot_sign(pivots, d.dtype(), loc), prod(sign(d, loc), {-1}, false, loc), loc);
-  return {sign_of, sum(log(abs(d, loc), loc), {-1}, false, loc)};
+  return {add(sign_of, scalar_like(0.0, sign_of), loc), sum(log(abs(d, loc), loc), {-1}, false, loc)};  // + 0: no -0 sign
 }
 
 std::pair<Array, Array> qr(const Array& a, const std::string& mode, std::source_location loc) {

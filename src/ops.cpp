@@ -198,6 +198,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   for (std::size_t i = 0; i < n; ++i) {
     std::int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     std::int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da < 0 || db < 0) throw ShapeError("broadcast_shapes: a negative dimension in " + shape_str(a) + " or " + shape_str(b));
     if (da != db && da != 1 && db != 1)
       throw ShapeError("cannot broadcast shapes " + shape_str(a) + " and " + shape_str(b));
     out[i] = da == 1 ? db : da;
@@ -772,7 +773,13 @@ Array diagonal(const Array& x, std::int64_t offset, std::int64_t axis1, std::int
   perm.push_back(axis2);
   const std::int64_t n = x.dim(axis1), m = x.dim(axis2);
   const std::int64_t count = std::max<std::int64_t>(0, offset >= 0 ? std::min(n, m - offset) : std::min(n + offset, m));
-  flat.push_back(n * m);
+  std::int64_t matrix_size = 0;
+  if (__builtin_mul_overflow(n, m, &matrix_size)) {  // only an empty x has such matrices
+    Shape out = flat;
+    out.push_back(count);
+    return zeros(out, x.dtype());
+  }
+  flat.push_back(matrix_size);
   const Array rows = reshape(transpose(x, perm, loc), flat, loc);
   const std::int64_t start = count == 0 ? 0 : (offset >= 0 ? offset : -offset * m);
   const std::int64_t limit = count == 0 ? 0 : start + (count - 1) * (m + 1) + 1;

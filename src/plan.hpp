@@ -73,6 +73,8 @@ std::shared_ptr<const EvalPlan> make_plan(const Jaxpr& j);
 
 /// j's plan, built on first use and kept in the side table (plan_cache.cpp). Thread-safe.
 std::shared_ptr<const EvalPlan> plan_of(const std::shared_ptr<const Jaxpr>& j);
+/// plan_of, and before j's first plan check_before_eval(j) (eval_jaxpr's: j may be built by hand).
+std::shared_ptr<const EvalPlan> checked_plan_of(const std::shared_ptr<const Jaxpr>& j);
 /// The jaxpr derived from j under `key` (scan's unrolled bodies), built by `build` (outside any
 /// lock) the first time and kept as long as j lives (unless it is j itself: then not kept).
 using DerivedKey = std::vector<std::int64_t>;

@@ -113,13 +113,18 @@ class PlanTable {
     return *table;
   }
 
-  std::shared_ptr<const EvalPlan> plan(const std::shared_ptr<const Jaxpr>& j) {
+  std::shared_ptr<const EvalPlan> plan(const std::shared_ptr<const Jaxpr>& j, bool check) {
     const std::uint64_t contents = fingerprint(*j);
     {
       std::shared_lock lock(mutex_);
       auto it = entries_.find(j.get());
       if (it != entries_.end() && current(it->second, j, contents) && it->second.plan) return it->second.plan;
     }
+    // A jaxpr eval_jaxpr is given is checked once, before its first plan: one built by hand
+    // (Jaxpr, Eqn and Var are public) with an output type or parameters its shape rule disagrees
+    // with would run kernels past their buffers. (Traced jaxprs were checked when traced; this
+    // costs about as much as the fingerprint above.)
+    if (check) check_before_eval(*j);
     std::shared_ptr<const EvalPlan> built = make_plan(*j);  // not under the lock
     std::unique_lock lock(mutex_);
     Entry& e = entry(j, contents);
@@ -183,7 +188,8 @@ class PlanTable {
 
 }  // namespace
 
-std::shared_ptr<const EvalPlan> plan_of(const std::shared_ptr<const Jaxpr>& j) { return PlanTable::instance().plan(j); }
+std::shared_ptr<const EvalPlan> plan_of(const std::shared_ptr<const Jaxpr>& j) { return PlanTable::instance().plan(j, false); }
+std::shared_ptr<const EvalPlan> checked_plan_of(const std::shared_ptr<const Jaxpr>& j) { return PlanTable::instance().plan(j, true); }
 
 ClosedJaxprPtr derived_jaxpr(const std::shared_ptr<const Jaxpr>& j, const DerivedKey& key,
                              const std::function<ClosedJaxprPtr()>& build) {

@@ -220,7 +220,7 @@ std::ostream& operator<<(std::ostream& os, const Jaxpr& j) {
   return os << p.jaxpr(j, 0);
 }
 
-std::ostream& operator<<(std::ostream& os, const ClosedJaxpr& j) { return os << *j.jaxpr; }
+std::ostream& operator<<(std::ostream& os, const ClosedJaxpr& j) { return os << *j; }
 
 std::string ClosedJaxpr::str() const {
   std::ostringstream os;

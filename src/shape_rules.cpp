@@ -286,8 +286,10 @@ std::vector<ShapedArray> dynamic_slice_shape_rule(Avals in, const params::Dynami
   expect_scalar_indices(p, in, 1, static_cast<std::size_t>(in[0].ndim()));
   const Ints& sizes = ps.slice_sizes;
   if (sizes.size() != static_cast<std::size_t>(in[0].ndim())) shape_fail(p, in, "slice_sizes needs one entry per dimension");
-  for (std::size_t i = 0; i < sizes.size(); ++i)
-    if (sizes[i] < 0 || sizes[i] > in[0].shape[i]) shape_fail(p, in, "slice size exceeds the dimension");
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 0) shape_fail(p, in, "slice size " + std::to_string(sizes[i]) + " is negative");
+    if (sizes[i] > in[0].shape[i]) shape_fail(p, in, "slice size exceeds the dimension");
+  }
   return {ShapedArray{sizes, in[0].dtype}};
 }
 
@@ -313,7 +315,8 @@ std::vector<ShapedArray> concatenate_shape_rule(Avals in, const params::Concaten
     for (std::int64_t d = 0; d < in[0].ndim(); ++d)
       if (d != dim && in[i].shape[static_cast<std::size_t>(d)] != in[0].shape[static_cast<std::size_t>(d)])
         shape_fail(p, in, "operands differ outside the concatenation dimension");
-    out[static_cast<std::size_t>(dim)] += in[i].shape[static_cast<std::size_t>(dim)];
+    if (__builtin_add_overflow(out[static_cast<std::size_t>(dim)], in[i].shape[static_cast<std::size_t>(dim)], &out[static_cast<std::size_t>(dim)]))
+      shape_fail(p, in, "the concatenated dimension exceeds 2^63 - 1");  // it wrapped: 4 x 2^62 + 5 gave 5
   }
   return {ShapedArray{out, in[0].dtype}};
 }
@@ -533,7 +536,8 @@ std::vector<ShapedArray> integer_pow_shape_rule(Avals in, const params::IntegerP
   case P::name: return stem##_abstract_eval(in, ps.get<params::S>());
 #define XJAX_SHAPE_control_flow(name, stem, S, kinds) XJAX_SHAPE_higher_order(name, stem, S, kinds)
 
-std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray> in, const Params& ps) {
+namespace {
+std::vector<ShapedArray> abstract_eval_of(Primitive p, std::span<const ShapedArray> in, const Params& ps) {
   using P = Primitive;
   switch (p) {
     // The elementwise families' rules (operand kinds from the table) and the higher-order
@@ -626,6 +630,23 @@ std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray>
     case P::ppermute: return ppermute_shape_rule(in, ps.get<params::Ppermute>());
   }
   throw Error("abstract_eval: unknown primitive");
+}
+}  // namespace
+
+std::vector<ShapedArray> abstract_eval(Primitive p, std::span<const ShapedArray> in, const Params& ps) {
+  std::vector<ShapedArray> out = abstract_eval_of(p, in, ps);
+  // Every result's size must be a count: a rule's arithmetic past 2^63 - 1 (a convolution's or a
+  // pad's sizes multiplied) is an error here rather than a wrapped shape.
+  for (const ShapedArray& a : out) {
+    for (std::int64_t d : a.shape)
+      if (d < 0) shape_fail(p, in, "a dimension of the result, " + shape_str(a.shape) + ", is negative (its size wrapped past 2^63 - 1)");
+    try {
+      (void)shape_size(a.shape);
+    } catch (const ShapeError& e) {
+      shape_fail(p, in, std::string("the result ") + e.what());
+    }
+  }
+  return out;
 }
 
 }  // namespace xjax::detail

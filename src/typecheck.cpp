@@ -15,17 +15,19 @@ namespace {
   throw TypeError("typecheck failed" + where_s + ": " + why);
 }
 
-void check_params(const Eqn& e) {
+void check(const Jaxpr& j, bool scalar_literals);
+
+void check_params(const Eqn& e, bool scalar_literals) {
   if (!params_match(e.prim, e.params))
     fail(&e, std::string("its parameters are params::") + detail::params_struct_name(e.params.index()) +
                  ", not the struct of " + std::string(primitive_name(e.prim)));
   for (const auto& sub : sub_jaxprs(e.params))
-    if (sub) typecheck(*sub->jaxpr);
+    if (sub) check(*sub->jaxpr, scalar_literals);
 }
 
-}  // namespace
-
-void typecheck(const Jaxpr& j) {
+// typecheck, and with scalar_literals false literals of any rank (the plans' inlining passes
+// make array literals; the kernels read a literal by its own aval).
+void check(const Jaxpr& j, bool scalar_literals) {
   std::unordered_map<std::uint64_t, ShapedArray> env;
   auto define = [&](const Var& v, const Eqn* e) {
     if (!env.emplace(v.id(), v.aval()).second) fail(e, "variable defined twice");
@@ -35,7 +37,7 @@ void typecheck(const Jaxpr& j) {
       auto it = env.find(v->id());
       if (it == env.end()) fail(e, "variable of " + v->aval().str() + " used before definition");
       if (it->second != v->aval()) fail(e, "variable type mismatch");
-    } else if (std::get<Literal>(a).value.ndim() != 0) {
+    } else if (scalar_literals && std::get<Literal>(a).value.ndim() != 0) {
       fail(e, "literal of rank > 0");
     }
   };
@@ -47,7 +49,7 @@ void typecheck(const Jaxpr& j) {
       use(a, &e);
       in.push_back(atom_aval(a));
     }
-    check_params(e);
+    check_params(e, scalar_literals);
     auto expect = detail::abstract_eval(e.prim, in, e.params);
     if (expect.size() != e.outputs.size()) fail(&e, "wrong number of outputs");
     for (std::size_t i = 0; i < expect.size(); ++i)
@@ -58,5 +60,11 @@ void typecheck(const Jaxpr& j) {
   }
   for (const auto& a : j.outvars) use(a, nullptr);
 }
+
+}  // namespace
+
+void typecheck(const Jaxpr& j) { check(j, true); }
+
+void detail::check_before_eval(const Jaxpr& j) { check(j, false); }
 
 }  // namespace xjax

@@ -472,6 +472,11 @@ TEST_CASE("cond: fori_loop with concrete Array bounds lowers to scan, so grad wo
   const auto last = [](const xj::Array& i, const xj::Array&) { return i; };
   CHECK(xj::fori_loop(xj::scalar(3e9, xj::i64), xj::scalar(3e9 + 2, xj::i64), last, xj::scalar(0, xj::i64)).item<std::int64_t>() == 3000000001LL);
   CHECK(xj::fori_loop(five, two, last, xj::scalar(7, xj::i32)).item<std::int32_t>() == 7);
+  // a C++ integer beside an i64 Array bound counts in i64 (JAX's weak int), past i32's range too
+  const auto add_i = [](const xj::Array& i, const xj::Array& c) { return c + xj::astype(i, xj::f64); };
+  CHECK(xj::fori_loop(xj::scalar(4999999998LL, xj::i64), 5000000000LL, add_i, xj::scalar(0.0, xj::f64)).item<double>() == 9999999997.0);
+  CHECK(xj::fori_loop(4999999998LL, xj::scalar(5000000000LL, xj::i64), add_i, xj::scalar(0.0, xj::f64)).item<double>() == 9999999997.0);
+  CHECK_THROWS_AS((void)xj::fori_loop(xj::scalar(0, xj::i32), 5000000000LL, add_i, xj::scalar(0.0, xj::f64)), xj::Error);
 }
 
 TEST_CASE("cond: reverse mode of while_loop is a TransformError pointing to fori_loop and scan") {

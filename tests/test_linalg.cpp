@@ -154,9 +154,11 @@ TEST_CASE("cho_solve: f32 with f64 computes in f64; integers compute in f64 (JAX
   CHECK(from_ints.dtype() == xj::f64);
   const auto got_ints = from_ints.to_vector<double>();
   for (std::size_t i = 0; i < 3; ++i) CHECK(got_ints[i] == doctest::Approx(want[i]).epsilon(1e-12));
-  // (2, 3, 3) with (3, 2): b has one axis less, so it is vectors of length 2, not n = 3.
-  CHECK_THROWS_WITH_AS(linalg::cho_solve(xj::zeros({2, 3, 3}, xj::f64), xj::zeros({3, 2}, xj::f64)),
-                       doctest::Contains("read as vectors"), xj::ShapeError);
+  // (2, 3, 3) with (3, 2): one axis less but not ending in n, so matrices (3, 2) (JAX's rule,
+  // jax/_src/scipy/linalg.py _cho_solve), broadcast to each factor; (2, 3, 3) with (2, 2): neither
+  CHECK(linalg::cho_solve(xj::broadcast_to(xj::eye(3, xj::f64), {2, 3, 3}), xj::ones({3, 2}, xj::f64)).shape() == xj::Shape{2, 3, 2});
+  CHECK_THROWS_WITH_AS(linalg::cho_solve(xj::zeros({2, 3, 3}, xj::f64), xj::zeros({2, 2}, xj::f64)),
+                       doctest::Contains("read as matrices"), xj::ShapeError);
   CHECK_THROWS_WITH_AS(linalg::cholesky(xj::ones({2, 2}, xj::bool_)), doctest::Contains("cholesky(bool[2,2])"), xj::TypeError);
 }
 
@@ -679,4 +681,42 @@ TEST_CASE("check_finite: x back when finite; an Error naming the array, the coun
     (void)xj::grad([](const xj::Array& x) { return xj::sum(linalg::check_finite(x)); })(a);
   });
   CHECK(test_util::contains(m3, "concrete"));
+}
+
+TEST_CASE("linalg regressions from the thirtieth session's sweep: solve 'pos' / cho_solve / lu_solve read b as JAX's, svd of an infinite entry, det's +0, svd's jvp with square full matrices") {
+  using xj::linalg::cho_solve;
+  const auto m = [](std::vector<double> v, xj::Shape s) { return xj::array<double>(v, s); };
+  // two SPD matrices; by hand: [[4,1],[1,3]]^-1 = [[3,-1],[-1,4]] / 11, [[5,2],[2,6]]^-1 = [[6,-2],[-2,5]] / 26
+  const xj::Array a = m({4, 1, 1, 3, 5, 2, 2, 6}, {2, 2, 2});
+  // jax.scipy.linalg.solve(assume_a="pos") with b one axis shorter than a: a vector per matrix
+  const xj::Array x = xj::linalg::solve(a, m({1, 2, 3, 4}, {2, 2}), "pos");
+  REQUIRE(x.shape() == xj::Shape{2, 2});
+  const std::vector<double> want{1.0 / 11, 7.0 / 11, 10.0 / 26, 14.0 / 26};
+  for (std::size_t i = 0; i < 4; ++i) CHECK(x.to_vector<double>()[i] == doctest::Approx(want[i]).epsilon(1e-13));
+  // "sym" and "her" solve as "gen" (JAX's)
+  CHECK(xj::linalg::solve(a, m({1, 2, 3, 4}, {2, 2, 1}), "sym").shape() == xj::Shape{2, 2, 1});
+  CHECK_NOTHROW((void)xj::linalg::solve(a, m({1, 2, 3, 4}, {2, 2, 1}), "her"));
+  // cho_solve / lu_solve: a 1-D b is one vector for every matrix
+  const xj::Array shared = cho_solve(xj::linalg::cholesky(a), m({1, 2}, {2}));
+  REQUIRE(shared.shape() == xj::Shape{2, 2});
+  const std::vector<double> want_shared{1.0 / 11, 7.0 / 11, 2.0 / 26, 8.0 / 26};
+  for (std::size_t i = 0; i < 4; ++i) CHECK(shared.to_vector<double>()[i] == doctest::Approx(want_shared[i]).epsilon(1e-13));
+  auto [lu, pivots] = xj::linalg::lu_factor(a);
+  const xj::Array by_lu = xj::linalg::lu_solve(lu, pivots, m({1, 2}, {2}));
+  for (std::size_t i = 0; i < 4; ++i) CHECK(by_lu.to_vector<double>()[i] == doctest::Approx(want_shared[i]).epsilon(1e-13));
+  // an infinite entry: NaNs throughout, as svdvals (gesdd gave finite-looking U and V)
+  std::vector<double> v(9, 1.0);
+  v[1] = INFINITY;
+  const auto [u, s, vt] = xj::linalg::svd(m(v, {3, 3}));
+  for (const xj::Array& part : {u, s, vt})
+    for (double e : part.to_vector<double>()) CHECK(std::isnan(e));
+  // a singular matrix with one row exchange: det +0 and sign +0 (-1 * 0 was -0)
+  const xj::Array singular = m({1, 2, 2, 4}, {2, 2});
+  CHECK(xj::linalg::det(singular).item<double>() == 0.0);
+  CHECK_FALSE(std::signbit(xj::linalg::det(singular).item<double>()));
+  CHECK_FALSE(std::signbit(xj::linalg::slogdet(singular).first.item<double>()));
+  // svd's derivative with full matrices of a square matrix (the reduced ones): against finite differences
+  const auto singular_values = [](const xj::Array& b) { return xj::sum(std::get<1>(xj::linalg::svd(b, true))); };
+  CHECK_NOTHROW(xj::check_grads(singular_values, std::tuple{m({3, 1, 0, 1, 2, 1, 0, 1, 1}, {3, 3})}, {.order = 1}));
+  CHECK_THROWS_AS((void)xj::grad(singular_values)(m({3, 1, 0, 1, 2, 1}, {2, 3})), xj::TransformError);
 }

@@ -365,11 +365,14 @@ TEST_CASE("arena: a block freed when the arena is full takes the place of a size
 TEST_CASE("an empty batch allocates nothing sized by its other dimensions (qr, svd, lu, top_k, reduce_window, conv)") {
   // Each output is empty; the kernels had sized their scratch by the matrices / lines / windows
   // first (2^40 elements here: std::bad_alloc; at 20000 x 20000, 1.5 GiB and 0.7 s for nothing).
-  const std::int64_t huge = std::int64_t{1} << 40;
-  const xj::Array matrices = xj::zeros({0, huge, huge}, xj::f64);
-  CHECK(xj::linalg::qr(matrices).first.shape() == xj::Shape{0, huge, huge});
-  CHECK(xj::linalg::svdvals(matrices).shape() == xj::Shape{0, huge});
+  const std::int64_t huge = std::int64_t{1} << 40, side = std::int64_t{1} << 31;  // side^2: 2^62 elements
+  const xj::Array matrices = xj::zeros({0, side, side}, xj::f64);
+  CHECK(xj::linalg::qr(matrices).first.shape() == xj::Shape{0, side, side});
+  CHECK(xj::linalg::svdvals(matrices).shape() == xj::Shape{0, side});
   CHECK(xj::linalg::det(matrices).shape() == xj::Shape{0});
+  // matrices of more than 2^63 - 1 elements each, in an empty batch: the diagonal's flattened
+  // matrices overflowed (UBSan: signed overflow in diagonal)
+  CHECK(xj::diagonal(xj::zeros({0, huge, huge}, xj::f64), 0, -2, -1).shape() == xj::Shape{0, huge});
   CHECK(xj::top_k(xj::zeros({0, huge}, xj::f32), 2).first.shape() == xj::Shape{0, 2});
   CHECK(xj::max_pool(xj::zeros({0, huge, 1}, xj::f32), {2}).shape()[0] == 0);
   CHECK(xj::reduce_window(xj::zeros({huge, 0}, xj::f32), 0.0, xj::WindowOp::add, {2, 1}, {1, 1}, "VALID").shape() == xj::Shape{huge - 1, 0});

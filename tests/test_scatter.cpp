@@ -304,6 +304,10 @@ TEST_CASE("API.md's index spellings: x[integer array] gathers rows, at(x, {1, 2}
   CHECK(xj::at(m, {1, 2}).get().item<double>() == 5.0);
   CHECK(xj::at(m, std::tuple{xj::scalar(3, xj::i32), 0}).set(-1.0).to_vector<double>()[9] == -1.0);
   CHECK(xj::at(m, std::tuple{1, 2}).add(10.0).to_vector<double>()[5] == 15.0);
+  // an unsigned 64-bit index past 2^63 clamps, as a u64 index array does (it wrapped negative)
+  const xj::Array v = xj::arange(5, xj::f32);
+  CHECK(xj::at(v, std::tuple{~std::uint64_t{0} - 1}).get().item<float>() == 4.0f);
+  CHECK(v[xj::array<std::uint64_t>({~std::uint64_t{0} - 1}, {1})].to_vector<float>() == std::vector<float>{4.0f});
   // bool arrays from C++ bools
   const xj::Array mask = xj::array({true, false, true});
   CHECK(mask.dtype() == xj::bool_);

@@ -549,3 +549,54 @@ TEST_CASE("trace: a trace on one thread does not capture eager ops on another") 
   CHECK(other_ok.load());
   CHECK(j->eqns.size() == 1);
 }
+
+TEST_CASE("eval_jaxpr checks a hand-built jaxpr before running it; a ClosedJaxpr without a jaxpr is an Error") {
+  // A neg whose output claims f32[100] of an f32[3] input read past the input's buffer (ASan: a
+  // heap-buffer-overflow); a slice reading [0, 7) of 3 elements returned garbage past them.
+  auto j = xj::make_jaxpr([](const xj::Array& x) { return xj::cos(xj::sin(x)); })(xj::zeros({3}));
+  xj::Jaxpr bad = *j.jaxpr;
+  xj::Var wrong(xj::ShapedArray{{100}, xj::f32});
+  bad.eqns[1].outputs[0] = wrong;
+  bad.outvars[0] = wrong;
+  const xj::ClosedJaxpr closed{std::make_shared<const xj::Jaxpr>(bad), {}};
+  const std::vector<xj::Array> args{xj::ones({3})};
+  CHECK_THROWS_AS((void)xj::eval_jaxpr(closed, args), xj::TypeError);
+  auto s = xj::make_jaxpr([](const xj::Array& x) { return xj::slice(x, {0}, {2}); })(xj::zeros({3}));
+  xj::Jaxpr long_slice = *s.jaxpr;
+  REQUIRE(long_slice.eqns.size() == 1);
+  long_slice.eqns[0].params = xj::params::Slice{{0}, {7}, {1}};
+  xj::Var seven(xj::ShapedArray{{7}, xj::f32});
+  long_slice.eqns[0].outputs[0] = seven;
+  long_slice.outvars[0] = seven;
+  CHECK_THROWS_AS((void)xj::eval_jaxpr(xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(long_slice), {}}, args), xj::Error);
+  // the same jaxpr unchanged still runs
+  CHECK(xj::eval_jaxpr(j, args)[0].to_vector<float>() == std::vector<float>(3, std::cos(std::sin(1.0f))));
+  const xj::ClosedJaxpr empty;
+  CHECK_THROWS_AS((void)xj::eval_jaxpr(empty, {}), xj::Error);
+  CHECK_THROWS_AS((void)empty.str(), xj::Error);
+  CHECK_THROWS_AS((void)empty.in_avals(), xj::Error);
+  CHECK_THROWS_AS(xj::prepare(empty), xj::Error);
+}
+
+TEST_CASE("shape rules: a result past 2^63 - 1 elements is a ShapeError (concatenate wrapped to 5 elements)") {
+  const auto four_halves = [](const xj::Array& a, const xj::Array& o) {
+    const xj::Array b = xj::broadcast_to(a, {std::int64_t{1} << 62});
+    return xj::concatenate({b, b, b, b, o});
+  };
+  CHECK_THROWS_AS((void)xj::make_jaxpr(four_halves)(xj::zeros({1}), xj::ones({5})), xj::ShapeError);
+  CHECK_THROWS_AS((void)xj::jit(four_halves)(xj::zeros({1}), xj::ones({5})), xj::ShapeError);
+  // a convolution whose dilated output has more than 2^63 - 1 elements
+  const auto dilated = [](const xj::Array& x, const xj::Array& w) {
+    return xj::conv_general_dilated(x, w, {1, 1}, {{0, 0}, {0, 0}}, {std::int64_t{1} << 40, std::int64_t{1} << 40});
+  };
+  CHECK_THROWS_AS((void)xj::make_jaxpr(dilated)(xj::zeros({1, 1, 2, 2}), xj::zeros({1, 1, 1, 1})), xj::ShapeError);
+}
+
+TEST_CASE("tree_unflatten into a type that reads more leaves than the structure's child holds is an Error, not a read past the leaves") {
+  // (vector of one leaf, empty vector) has one leaf, as a pair of two Arrays reads two: the
+  // second read the front of an empty span
+  const auto [leaves, def] = xj::tree_flatten(std::pair{std::vector<xj::Array>{xj::ones({2})}, std::vector<xj::Array>{}});
+  REQUIRE(leaves.size() == 1);
+  using TwoArrays = std::pair<xj::Array, xj::Array>;
+  CHECK_THROWS_AS((void)xj::tree_unflatten<TwoArrays>(def, leaves), xj::Error);
+}

@@ -33,7 +33,9 @@ struct Bound {
 Bound bound_for(const Tol& tol, DType a, DType b, std::int64_t size) {
   const double scale = tol.per_element ? 1.0 : static_cast<double>(std::max<std::int64_t>(size, 1));
   const double by_dtype = std::max(default_tolerance(a), default_tolerance(b));
-  return {tol.atol.value_or(by_dtype) * scale, tol.rtol.value_or(by_dtype) * scale};
+  const double rtol = tol.rtol.value_or(by_dtype) * scale;
+  // a zero rtol is numpy's default (JAX passes only a nonzero one to assert_allclose): 1e-7
+  return {tol.atol.value_or(by_dtype) * scale, rtol == 0 ? 1e-7 : rtol};
 }
 
 Tol tolerance(const CheckGradsOptions& o) { return {o.atol, o.rtol, o.eps.value_or(1e-4), o.per_element}; }
@@ -64,7 +66,8 @@ std::vector<Array> numerical_jvp(const FlatFn& f, std::span<const Array> x, std:
   std::vector<Array> out;
   for (std::size_t k = 0; k < fp.size(); ++k) {
     if (!differentiable(fp[k].aval())) { out.push_back(zeros(fp[k].shape(), fp[k].dtype())); continue; }
-    out.push_back(div(sub(fp[k], fm[k]), scalar_like(2 * eps, fp[k])));
+    // JAX's _safe_subtract: equal values (the same infinity at both points) differ by 0, not NaN
+    out.push_back(div(where(eq(fp[k], fm[k]), zeros_like(fp[k]), sub(fp[k], fm[k])), scalar_like(2 * eps, fp[k])));
   }
   return out;
 }

@@ -616,11 +616,12 @@ JvpOut eigh_jvp(const JvpArgs& a) {
 // the diagonal (0 on it), dU = U (F ∘ (S diag(s) + diag(s) S^T)) and
 // dV = V (F ∘ (diag(s) S + S^T diag(s))), plus the parts outside the span: (I - U U^T) dA V / s
 // (m > n) and (I - V V^T) dA^T U / s (n > m); as JAX for real matrices (its diag(1/s) (S - S^T) / 2
-// term is zero for them). Infinite for repeated singular values; not defined for complete U, V.
+// term is zero for them). Infinite for repeated singular values; not defined for complete U, V of
+// a matrix that is not square (for a square one they are the reduced ones, as JAX's rule says).
 JvpOut svd_jvp(const JvpArgs& a) {
   const auto& ps = a.params.get<params::Svd>();
-  if (ps.compute_uv && ps.full_matrices && !a.t[0].is_zero())
-    throw TransformError("jvp of svd(" + a.x[0].aval().str() + ") with full_matrices: not defined (as JAX); use full_matrices = false (at " +
+  if (ps.compute_uv && ps.full_matrices && a.x[0].dim(-1) != a.x[0].dim(-2) && !a.t[0].is_zero())
+    throw TransformError("jvp of svd(" + a.x[0].aval().str() + ") with full_matrices of a matrix that is not square: not defined (as JAX); use full_matrices = false (at " +
                          format_location(a.loc) + ")");
   if (a.t[0].is_zero()) return zero_tangents(bind(a.prim, a.x, a.params, a.loc));
   // The reduced factors, also when only s is wanted (its derivative needs U and V): one

@@ -279,6 +279,15 @@ template <std::integral I> Array fori_bound(I b, std::source_location loc) {
   }
   return scalar(static_cast<double>(b), i32);
 }
+/// A C++ integer bound beside an Array bound: in that bound's counter dtype when it is i64 (JAX's
+/// weak int takes the other bound's dtype: 5000000000 beside an i64 Array is no error), else as
+/// above.
+template <std::integral I> Array fori_bound_beside(I b, const Array& other, std::source_location loc) {
+  if (other.dtype() != i64) return fori_bound(b, loc);
+  if constexpr (std::is_unsigned_v<I> && sizeof(I) >= sizeof(std::int64_t))
+    if (b > static_cast<I>(std::numeric_limits<std::int64_t>::max())) fori_bound_out_of_range(std::to_string(b), loc);
+  return scalar(static_cast<std::int64_t>(b), i64);
+}
 }  // namespace detail
 
 /// while_loop(cond_fn, body_fn, init): carry = init; while (cond_fn(carry)) carry = body_fn(carry);
@@ -325,7 +334,17 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
     (void)detail::fori_bound(hi, loc);  // both bounds in the counter's range (the counter wrapped past hi)
     return as_scan(detail::fori_bound(lo, loc), static_cast<std::int64_t>(hi) - static_cast<std::int64_t>(lo));
   } else {
-    Array lower = detail::fori_bound(lo, loc), upper = detail::fori_bound(hi, loc);
+    Array lower, upper;
+    if constexpr (std::integral<Lo>) {
+      upper = detail::fori_bound(hi, loc);
+      lower = detail::fori_bound_beside(lo, upper, loc);
+    } else if constexpr (std::integral<Hi>) {
+      lower = detail::fori_bound(lo, loc);
+      upper = detail::fori_bound_beside(hi, lower, loc);
+    } else {
+      lower = detail::fori_bound(lo, loc);
+      upper = detail::fori_bound(hi, loc);
+    }
     if (lower.dtype() != upper.dtype()) {  // i32 and i64: an i64 counter (a traced i64 bound wrapped in i32)
       lower = astype(lower, i64, loc);
       upper = astype(upper, i64, loc);

@@ -73,7 +73,14 @@ At at(const Array& x, std::vector<Array> indices, XJAX_LOC);
 At at(const Array& x, const std::vector<std::int64_t>& indices, XJAX_LOC);
 namespace detail {
 inline Array index_array(const Array& i) { return i; }
-template <std::integral I> Array index_array(I i) { return scalar(static_cast<double>(static_cast<std::int64_t>(i)), i64); }
+/// A C++ integer index: i64, or u64 for an unsigned 64-bit one (2^63 and past clamp, as an index
+/// array of u64 does, rather than wrapping negative). A bool is no index (numpy reads x[True] as
+/// a new axis).
+template <std::integral I> Array index_array(I i) {
+  static_assert(!std::is_same_v<I, bool>, "xj::at: a bool is not an index (numpy reads x[True] as a new axis)");
+  if constexpr (std::is_unsigned_v<I> && sizeof(I) >= sizeof(std::int64_t)) return scalar(i, u64);
+  else return scalar(static_cast<std::int64_t>(i), i64);
+}
 }  // namespace detail
 /// x.at[(i0, i1, ...)] with a tuple of indices, C++ integers or Arrays: `at(x, std::tuple{i, 2})`.
 template <class... I> At at(const Array& x, const std::tuple<I...>& indices, XJAX_LOC) {

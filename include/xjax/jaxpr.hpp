@@ -66,15 +66,26 @@ struct Jaxpr {
 
 /// A jaxpr with values for its constvars. A const is concrete, or a tracer of an enclosing trace
 /// (closure conversion lifted it).
+namespace detail {
+/// The Error for a ClosedJaxpr without a jaxpr (default-constructed) used as one.
+[[noreturn]] void no_jaxpr(const char* what);
+}  // namespace detail
+
 struct ClosedJaxpr {
   std::shared_ptr<const Jaxpr> jaxpr;
   std::vector<Array> consts;
 
-  const Jaxpr& operator*() const { return *jaxpr; }
-  const Jaxpr* operator->() const { return jaxpr.get(); }
-  std::vector<ShapedArray> in_avals() const { return jaxpr->in_avals(); }
-  std::vector<ShapedArray> out_avals() const { return jaxpr->out_avals(); }
+  const Jaxpr& operator*() const { return body("*"); }
+  const Jaxpr* operator->() const { return &body("->"); }
+  std::vector<ShapedArray> in_avals() const { return body("in_avals").in_avals(); }
+  std::vector<ShapedArray> out_avals() const { return body("out_avals").out_avals(); }
   std::string str() const;
+
+ private:
+  const Jaxpr& body(const char* what) const {
+    if (!jaxpr) detail::no_jaxpr(what);
+    return *jaxpr;
+  }
 };
 
 std::ostream& operator<<(std::ostream& os, const Jaxpr& j);

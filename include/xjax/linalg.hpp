@@ -34,8 +34,9 @@ struct TriangularSolveOptions {
 Array triangular_solve(const Array& a, const Array& b, const TriangularSolveOptions& options = {}, XJAX_LOC);
 
 /// jax.scipy.linalg.cho_solve((c, lower), b): x with A x = b, for A = c c^T (lower) or c^T c,
-/// c a Cholesky factor (..., n, n); b is read as vectors (..., n) when it has one axis less than
-/// c (JAX's rule), else as matrices (..., n, k); the batch axes broadcast (JAX requires them
+/// c a Cholesky factor (..., n, n); b is one vector (n) for every matrix when 1-D, vectors
+/// (..., n) when it has one axis less than c and ends in n (JAX's rule, which JAX deprecates), else
+/// matrices (..., n, k); the batch axes broadcast (JAX requires them
 /// equal), f32 with f64 computes in f64, integers and bools in f64. (JAX passes (c, lower) as a tuple; here they are two
 /// arguments.)
 Array cho_solve(const Array& c, const Array& b, bool lower = true, XJAX_LOC);
@@ -56,9 +57,10 @@ Array lu_pivots_to_permutation(const Array& pivots, std::int64_t permutation_siz
 std::pair<Array, Array> lu_factor(const Array& a, XJAX_LOC);
 
 /// jax.scipy.linalg.lu_solve((lu, pivots), b, trans): x with a x = b (trans 0) or a^T x = b
-/// (trans 1 or 2: real matrices), lu and pivots as lu_factor gives them. b is read as vectors
-/// (..., n) when it has one axis less than lu (JAX's rule), else as matrices (..., n, k); batch
-/// axes broadcast; integers and bools compute in f64.
+/// (trans 1 or 2: real matrices), lu and pivots as lu_factor gives them. b is one vector (n) for
+/// every matrix when 1-D, vectors (..., n) when it has one axis less than lu and ends in n (JAX's
+/// rule, which JAX deprecates), else matrices (..., n, k); batch axes broadcast; integers and
+/// bools compute in f64.
 Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans = 0, XJAX_LOC);
 
 /// jnp.linalg.solve: x with a x = b, a (..., n, n); b is one vector (n) when it is 1-D, else
@@ -67,9 +69,10 @@ Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans =
 /// As JAX, a custom_linear_solve over a's LU factors: derivatives come from the solution
 /// (da gets -A^-T ct x^T), never through the factorization.
 Array solve(const Array& a, const Array& b, XJAX_LOC);
-/// jax.scipy.linalg.solve with assume_a: "gen" (a general matrix: solve(a, b) above) or "pos"
-/// (symmetric positive definite: Cholesky factors, and the symmetric custom_linear_solve, so the
-/// gradient costs one more cho_solve). Any other value is an Error.
+/// jax.scipy.linalg.solve with assume_a: "gen", "sym" or "her" (solve(a, b) above, as JAX's) or
+/// "pos" (symmetric positive definite: Cholesky factors, and the symmetric custom_linear_solve, so
+/// the gradient costs one more cho_solve; b is read as vectors (..., n) when it has one axis less
+/// than a, as jax.scipy.linalg.solve reads it then). Any other value is an Error.
 Array solve(const Array& a, const Array& b, std::string_view assume_a, XJAX_LOC);
 
 /// jnp.linalg.inv: the inverse of each matrix (..., n, n) (solve(a, I)).

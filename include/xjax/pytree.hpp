@@ -75,6 +75,8 @@ template <> struct PyTree<Array> {
     leaves.push_back(x);
   }
   static Array unflatten(const TreeDef&, std::span<const Array>& leaves) {
+    // a structure of another type read past its leaves (front() of an empty span)
+    if (leaves.empty()) detail::tree_mismatch("tree_unflatten: the type reads more leaves than the structure holds");
     Array x = leaves.front();
     leaves = leaves.subspan(1);
     return x;

@@ -252,6 +252,13 @@ std::vector<Array> svd_kernel(std::span<const Array> in, const params::Svd& ps) 
         if (ps.compute_uv) identity_columns(u, m, u_cols), identity_columns(vt, vt_rows, n);
         continue;
       }
+      // An infinite or NaN entry: NaNs, as svdvals gives (gesdd returned finite-looking U and V
+      // with NaN / inf values, and printed DLASCL's parameter error)
+      if (!std::all_of(work.begin(), work.end(), [](T x) { return std::isfinite(x); })) {
+        fill_nan<T>({{s, k}});
+        if (ps.compute_uv) fill_nan<T>({{u, m * u_cols}, {vt, vt_rows * n}});
+        continue;
+      }
       const lapack_int info = gesdd_row_major<T>(jobz, static_cast<lapack_int>(m), static_cast<lapack_int>(n), work.data(), s, u,
                                                  static_cast<lapack_int>(ps.compute_uv ? u_cols : 1), vt,
                                                  static_cast<lapack_int>(std::max<std::int64_t>(n, 1)));

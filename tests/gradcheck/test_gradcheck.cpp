@@ -102,6 +102,18 @@ TEST_CASE("check_grads: JAX's tolerances (the compared arrays' dtypes, times the
   }
 }
 
+TEST_CASE("check_grads: an output infinite at both points differs by 0 (JAX's _safe_subtract); zero tolerances are numpy's defaults") {
+  const xj::Array x = xj::array<double>({0.5, -1.3, 2.0, 3.0}, {4});
+  const xj::Array mask = xj::array({true, false, true, false});
+  CHECK_NOTHROW(xj::check_grads([mask](const xj::Array& a) { return xj::where(mask, a, -INFINITY); }, std::tuple{x}));
+  // atol = rtol = 0: JAX passes neither to numpy's assert_allclose, whose rtol is then 1e-7
+  CHECK_NOTHROW(xj::check_grads([](const xj::Array& a) { return a * 3.0; }, std::tuple{x}, {.order = 1, .atol = 0.0, .rtol = 0.0}));
+  // (sin's central difference with eps = 1e-2 is off by about eps^2 / 6 = 2e-5 relative: past 1e-7)
+  CHECK_THROWS_AS(xj::check_grads([](const xj::Array& a) { return xj::sin(a); }, std::tuple{x},
+                                  {.order = 1, .atol = 0.0, .rtol = 0.0, .eps = 1e-2}),
+                  xj::GradCheckError);
+}
+
 TEST_CASE("gradcheck: the batching oracle for every row (vmap against a loop, random in_axes)") {
   for (const auto& r : gc::table())
     for (xj::DType d : gc::dtypes)
