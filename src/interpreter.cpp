@@ -222,7 +222,7 @@ bool any_tracer(std::span<const Array> xs) {
 
 void prepare(const ClosedJaxpr& cj) {
   (void)*cj;  // an Error for a ClosedJaxpr without a jaxpr
-  (void)detail::plan_of(cj.jaxpr);
+  (void)detail::checked_plan_of(cj.jaxpr);  // as eval_jaxpr: it may be built by hand
   for (const Eqn& e : cj.jaxpr->eqns)
     for (const auto& sub : sub_jaxprs(e.params))
       if (sub) prepare(*sub);

@@ -235,8 +235,14 @@ Array solve(const Array& a, const Array& b, std::string_view assume_a, std::sour
                 format_location(loc) + ")");
   // A = L L^T, symmetric: the transposed system is solved by the same cho_solve. b one axis
   // shorter than a: vectors (jax.scipy.linalg.solve's rule for "pos").
+  if (b.ndim() != a.ndim() && b.ndim() != a.ndim() - 1)  // JAX's _check_solve_shapes
+    throw ShapeError("solve(" + a.aval().str() + ", " + b.aval().str() + ", \"pos\"): b must have a's rank or one less (at " +
+                     format_location(loc) + ")");
   const SolveOperands s = solve_operands(a, b, loc, VectorRule::one_axis_less);
-  const Array factor = cholesky(stop_gradient(s.a, loc), true, loc);
+  // the factor of a's upper triangle (jax.scipy's cho_factor(a, lower=False)): cholesky reads
+  // the lower triangle of a^T (symmetrizing averaged a with a^T: an a stored in its upper
+  // triangle was solved as (a + a^T) / 2)
+  const Array factor = cholesky(matrix_transpose(stop_gradient(s.a, loc), loc), false, loc);
   const Array x = custom_linear_solve(
       [&](const Array& v) { return matmul(s.a, v, loc); }, s.b,
       [&](const Matrices&, const Array& r) { return cho_solve(factor, r, true, loc); }, {.symmetric = true}, loc);

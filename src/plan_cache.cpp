@@ -35,9 +35,12 @@ class Hasher {
     const auto* b = static_cast<const unsigned char*>(p);
     for (std::size_t i = 0; i < n; ++i) add(b[i]);
   }
+  /// A variable's identity; an empty Var (a hand-built jaxpr's: check_before_eval refuses it
+  /// after this lookup) one of its own.
+  void add(const Var& v) { add(v.valid() ? v.id() : 0xe3e3e3e3ull); }
   void add(const Atom& a) {
     if (const auto* v = std::get_if<Var>(&a)) {
-      add(v->id());
+      add(*v);
     } else {
       const Array& x = std::get<Literal>(a).value;
       add(0x4c4954ull);  // "LIT"
@@ -67,20 +70,20 @@ class Hasher {
 
 std::uint64_t fingerprint(const Jaxpr& j) {
   Hasher h;
-  for (const auto& v : j.constvars) h.add(v.id());
+  for (const auto& v : j.constvars) h.add(v);
   h.add(0xc0ull);
-  for (const auto& v : j.invars) h.add(v.id());
+  for (const auto& v : j.invars) h.add(v);
   h.add(0xe0ull);
   for (const Eqn& e : j.eqns) {
     h.add(static_cast<std::uint64_t>(e.prim));
     for (const auto& in : e.inputs) h.add(in);
     h.add(0x0full);
-    for (const auto& out : e.outputs) h.add(out.id());
+    for (const auto& out : e.outputs) h.add(out);
     h.add(e.params.index());
     for_each_param(e.params, [&](std::string_view, const auto& v) { h.add_param(v); });
     // A call's body is inlined into this plan (passes/inline_calls.cpp), or its plan held by a
     // call step: the body's jaxpr and contents are part of what this plan depends on.
-    if (const ClosedJaxpr* body = called_jaxpr(e)) {
+    if (const ClosedJaxpr* body = called_jaxpr(e); body && body->jaxpr) {
       h.add(reinterpret_cast<std::uintptr_t>(body->jaxpr.get()));
       h.add(fingerprint(*body->jaxpr));
     }

@@ -21,8 +21,16 @@ void check_params(const Eqn& e, bool scalar_literals) {
   if (!params_match(e.prim, e.params))
     fail(&e, std::string("its parameters are params::") + detail::params_struct_name(e.params.index()) +
                  ", not the struct of " + std::string(primitive_name(e.prim)));
-  for (const auto& sub : sub_jaxprs(e.params))
-    if (sub) check(*sub->jaxpr, scalar_literals);
+  for (const auto& sub : sub_jaxprs(e.params)) {
+    if (!sub) continue;  // an optional body not given
+    if (!sub->jaxpr) fail(&e, "a ClosedJaxpr in its parameters has no jaxpr");
+    // a body's consts are read as its constvars' types (a shorter one was read past its end)
+    if (sub->consts.size() != sub->jaxpr->constvars.size()) fail(&e, "a body has " + std::to_string(sub->consts.size()) + " consts for " + std::to_string(sub->jaxpr->constvars.size()) + " constvars");
+    for (std::size_t i = 0; i < sub->consts.size(); ++i)
+      if (!sub->consts[i].valid() || sub->consts[i].aval() != sub->jaxpr->constvars[i].aval())
+        fail(&e, "a body's const " + std::to_string(i) + " is not of its constvar's type " + sub->jaxpr->constvars[i].aval().str());
+    check(*sub->jaxpr, scalar_literals);
+  }
 }
 
 // typecheck, and with scalar_literals false literals of any rank (the plans' inlining passes
@@ -30,10 +38,12 @@ void check_params(const Eqn& e, bool scalar_literals) {
 void check(const Jaxpr& j, bool scalar_literals) {
   std::unordered_map<std::uint64_t, ShapedArray> env;
   auto define = [&](const Var& v, const Eqn* e) {
+    if (!v.valid()) fail(e, "an empty Var (default-constructed) is defined");
     if (!env.emplace(v.id(), v.aval()).second) fail(e, "variable defined twice");
   };
   auto use = [&](const Atom& a, const Eqn* e) {
     if (auto* v = std::get_if<Var>(&a)) {
+      if (!v->valid()) fail(e, "an empty Var (default-constructed) is used");
       auto it = env.find(v->id());
       if (it == env.end()) fail(e, "variable of " + v->aval().str() + " used before definition");
       if (it->second != v->aval()) fail(e, "variable type mismatch");

@@ -1106,3 +1106,12 @@ TEST_CASE("saved_residuals inside a checkpoint: a residual computed without a ta
     CHECK(!test_util::contains(r.description, "saved as"));
   }
 }
+
+TEST_CASE("saved_residuals names a generic lambda <lambda> too") {
+  const int line = __LINE__ + 1;
+  auto generic = [](const auto& v) { return xj::sin(xj::checkpoint_name(xj::sin(v), "g")); };
+  const auto rs = xj::saved_residuals(xj::checkpoint(generic, {.policy = pol::save_only_these_names({"g"})}), xj::array<double>({1.0, 2.0}, {2}));
+  CHECK(std::any_of(rs.begin(), rs.end(), [&](const xj::Residual& r) {
+    return r.description == "named 'g' from " + std::string(__FILE__) + ":" + std::to_string(line) + " (<lambda>)";
+  }));
+}

@@ -720,3 +720,12 @@ TEST_CASE("linalg regressions from the thirtieth session's sweep: solve 'pos' / 
   CHECK_NOTHROW(xj::check_grads(singular_values, std::tuple{m({3, 1, 0, 1, 2, 1, 0, 1, 1}, {3, 3})}, {.order = 1}));
   CHECK_THROWS_AS((void)xj::grad(singular_values)(m({3, 1, 0, 1, 2, 1}, {2, 3})), xj::TransformError);
 }
+
+TEST_CASE("solve(a, b, \"pos\") factors a's upper triangle (jax.scipy's cho_factor(a, lower=False)) and checks b's rank") {
+  // [[2, 1], [1, 2]] stored in its upper triangle: x = [1, 1] / 3 (it was solved as (a + a^T) / 2: 0.4)
+  const xj::Array upper = xj::array<double>({2, 1, 0, 2}, {2, 2});
+  const auto x = xj::linalg::solve(upper, xj::array<double>({1, 1}, {2}), "pos").to_vector<double>();
+  CHECK(x[0] == doctest::Approx(1.0 / 3).epsilon(1e-14));
+  CHECK(x[1] == doctest::Approx(1.0 / 3).epsilon(1e-14));
+  CHECK_THROWS_AS((void)xj::linalg::solve(xj::broadcast_to(xj::eye(3, xj::f64), {2, 3, 3}), xj::ones({3}, xj::f64), "pos"), xj::ShapeError);
+}

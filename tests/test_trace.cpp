@@ -578,18 +578,21 @@ TEST_CASE("eval_jaxpr checks a hand-built jaxpr before running it; a ClosedJaxpr
   CHECK_THROWS_AS(xj::prepare(empty), xj::Error);
 }
 
-TEST_CASE("shape rules: a result past 2^63 - 1 elements is a ShapeError (concatenate wrapped to 5 elements)") {
+TEST_CASE("shape rules: a result past 2^63 - 1 elements is a ShapeError (concatenate wrapped to 5 elements); an empty vmap of huge examples computes") {
   const auto four_halves = [](const xj::Array& a, const xj::Array& o) {
     const xj::Array b = xj::broadcast_to(a, {std::int64_t{1} << 62});
     return xj::concatenate({b, b, b, b, o});
   };
   CHECK_THROWS_AS((void)xj::make_jaxpr(four_halves)(xj::zeros({1}), xj::ones({5})), xj::ShapeError);
   CHECK_THROWS_AS((void)xj::jit(four_halves)(xj::zeros({1}), xj::ones({5})), xj::ShapeError);
-  // a convolution whose dilated output has more than 2^63 - 1 elements
-  const auto dilated = [](const xj::Array& x, const xj::Array& w) {
-    return xj::conv_general_dilated(x, w, {1, 1}, {{0, 0}, {0, 0}}, {std::int64_t{1} << 40, std::int64_t{1} << 40});
-  };
-  CHECK_THROWS_AS((void)xj::make_jaxpr(dilated)(xj::zeros({1, 1, 2, 2}), xj::zeros({1, 1, 1, 1})), xj::ShapeError);
+  // a convolution whose dilated output has more than 2^63 - 1 elements: a ShapeError when it is
+  // computed (it built an 8 TiB index table first: std::bad_alloc)
+  CHECK_THROWS_AS((void)xj::conv_general_dilated(xj::zeros({1, 1, 2, 2}), xj::zeros({1, 1, 1, 1}), {1, 1}, {{0, 0}, {0, 0}},
+                                                 {std::int64_t{1} << 40, std::int64_t{1} << 40}),
+                  xj::ShapeError);
+  // an empty batch of examples too large to hold: vmap traces the example's shape (JAX computes it)
+  const xj::Array examples = xj::zeros({0, std::int64_t{1} << 62, 4}, xj::f32);
+  CHECK(xj::vmap([](const xj::Array& e) { return xj::sum(xj::sin(e)); })(examples).shape() == xj::Shape{0});
 }
 
 TEST_CASE("tree_unflatten into a type that reads more leaves than the structure's child holds is an Error, not a read past the leaves") {
@@ -599,4 +602,35 @@ TEST_CASE("tree_unflatten into a type that reads more leaves than the structure'
   REQUIRE(leaves.size() == 1);
   using TwoArrays = std::pair<xj::Array, xj::Array>;
   CHECK_THROWS_AS((void)xj::tree_unflatten<TwoArrays>(def, leaves), xj::Error);
+}
+
+TEST_CASE("eval_jaxpr's check reaches bodies: consts that are not their constvars' types, empty Vars and empty bodies are TypeErrors; prepare checks too") {
+  // a scan body x + c with c: f32[4] given a const of f32[1] read past its one element
+  const xj::Array ones4 = xj::ones({4});
+  auto body_of = [&](const xj::Array& c_value) {
+    xj::ClosedJaxpr body = xj::make_jaxpr([&](const xj::Array& carry, const xj::Array&) {
+      return std::pair{carry + ones4, carry};
+    })(xj::zeros({4}), xj::zeros({4}));
+    REQUIRE(body.consts.size() == 1);
+    body.consts[0] = c_value;
+    return body;
+  };
+  const xj::ClosedJaxpr short_const = body_of(xj::ones({1}));
+  const xj::params::Scan ps{.jaxpr = std::make_shared<const xj::ClosedJaxpr>(short_const), .length = 3, .reverse = false, .unroll = 1,
+                            .num_consts = 0, .num_carry = 1, .snapshots = 0};
+  CHECK_THROWS_AS(xj::typecheck(xj::Jaxpr{{}, {}, {xj::Eqn{xj::Primitive::scan, {}, {}, ps, {}}}, {}}), xj::TypeError);
+  // an empty Var as an output
+  auto j = xj::make_jaxpr([](const xj::Array& x) { return xj::sin(x); })(xj::zeros({3}));
+  xj::Jaxpr with_empty = *j.jaxpr;
+  with_empty.outvars[0] = xj::Var();
+  CHECK_THROWS_AS((void)xj::eval_jaxpr(xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(with_empty), {}}, std::vector<xj::Array>{xj::ones({3})}),
+                  xj::TypeError);
+  // prepare (public) checks before it plans: a slice past its operand is refused there too
+  auto s = xj::make_jaxpr([](const xj::Array& x) { return xj::slice(x, {0}, {2}); })(xj::zeros({3}));
+  xj::Jaxpr long_slice = *s.jaxpr;
+  long_slice.eqns[0].params = xj::params::Slice{{0}, {7}, {1}};
+  xj::Var seven(xj::ShapedArray{{7}, xj::f32});
+  long_slice.eqns[0].outputs[0] = seven;
+  long_slice.outvars[0] = seven;
+  CHECK_THROWS_AS(xj::prepare(xj::ClosedJaxpr{std::make_shared<const xj::Jaxpr>(long_slice), {}}), xj::Error);
 }

@@ -332,8 +332,8 @@ namespace {
 // function, "<lambda>" for a lambda (Python's name for one); "" when it cannot tell.
 std::string short_function_name(std::string_view full) {
   if (full.empty()) return "";
+  if (const auto with = full.find(" [with "); with != std::string_view::npos) full = full.substr(0, with);  // a template's arguments (a generic lambda's auto)
   if (full.back() == '>' && full.find("<lambda") != std::string_view::npos) return "<lambda>";
-  if (const auto with = full.find(" [with "); with != std::string_view::npos) full = full.substr(0, with);
   int depth = 0;  // of template arguments
   std::size_t params = std::string_view::npos;
   for (std::size_t i = 0; i < full.size() && params == std::string_view::npos; ++i) {
