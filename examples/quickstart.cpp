@@ -5,6 +5,8 @@
 // (grad, jvp, checkpoint, scan, ...) rewrites.
 #include <xjax/xjax.hpp>
 
+#include "example_flags.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -22,7 +24,8 @@ void expect(bool ok, const char* what) {
 bool close(double a, double b) { return std::fabs(a - b) <= 1e-5 * (1 + std::fabs(b)); }
 }  // namespace
 
-int main() {
+int example_main(int argc, char** argv) {
+  example_flags::Flags("quickstart", "usage: quickstart   (no flags)\n").parse(argc, argv);
   // An ordinary C++ callable on arrays.
   auto f = [](const xj::Array& x) { return xj::sin(xj::sin(x)); };
   xj::Array x = xj::array({1.f, 2.f, 3.f});
@@ -64,3 +67,5 @@ int main() {
   std::cout << "quickstart: all checks passed\n";
   return 0;
 }
+
+int main(int argc, char** argv) { return example_flags::guarded_main("quickstart", example_main, argc, argv); }

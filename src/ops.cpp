@@ -453,11 +453,20 @@ Array dot(const Array& a, const Array& b, std::source_location loc) {
 
 // ---- reductions -------------------------------------------------------------------------------
 
-// sum / prod / mean of bool count in the default integer (i64, JAX's int_ with x64) / float, as
-// jnp's (the true entries of a mask); lax's reduce_sum takes no bool.
+namespace {
+// jnp.sum and jnp.prod accumulate integers in the default integer of their signedness (i64 / u64
+// with x64: promote_integers=True), so that a sum of i32 does not wrap at 2^31; bools count in i64
+// (the true entries of a mask; lax's reduce_sum takes no bool).
+Array widened_for_sum(const Array& x, const std::source_location& loc) {
+  const DType dt = x.dtype();
+  if (dt == bool_ || (is_signed_integer(dt) && dt != i64)) return astype(x, i64, loc);
+  if (is_integer(dt) && !is_signed_integer(dt) && dt != u64) return astype(x, u64, loc);
+  return x;
+}
+}  // namespace
+
 Array sum(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  if (x.dtype() == bool_) return sum(astype(x, i64, loc), axes, keepdims, loc);
-  return reduce(P::reduce_sum, x, axes, keepdims, loc);
+  return reduce(P::reduce_sum, widened_for_sum(x, loc), axes, keepdims, loc);
 }
 Array max(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
   return reduce(P::reduce_max, x, axes, keepdims, loc);
@@ -466,8 +475,7 @@ Array min(const Array& x, const Axes& axes, bool keepdims, std::source_location 
   return reduce(P::reduce_min, x, axes, keepdims, loc);
 }
 Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  if (x.dtype() == bool_) return prod(astype(x, i64, loc), axes, keepdims, loc);
-  return reduce(P::reduce_prod, x, axes, keepdims, loc);
+  return reduce(P::reduce_prod, widened_for_sum(x, loc), axes, keepdims, loc);
 }
 namespace detail {
 Array rounded_once_when_eager(std::vector<Array> xs, const std::function<Array(const std::vector<Array>&)>& f,
@@ -518,8 +526,20 @@ Array var(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, st
 Array std(const Array& x, const Axes& axes, std::int64_t ddof, bool keepdims, std::source_location loc) {
   return sqrt(var(x, axes, ddof, keepdims, loc), loc);
 }
+namespace {
+// argmax / argmin in any integer index_dtype, as JAX's: the primitive writes i32 or i64, and a
+// narrower or unsigned index type is converted from i64 (a float index_dtype stays the rule's
+// TypeError).
+Array arg_reduce(P p, const char* who, const Array& x, std::int64_t axis, DType index_dtype, const std::source_location& loc) {
+  const bool converted = is_integer(index_dtype) && index_dtype != i32 && index_dtype != i64;
+  const params::Argmax ps{.axes = Axes{norm_axis(axis, x.ndim(), who, x, loc)}, .index_dtype = converted ? i64 : index_dtype};
+  const Array r = bind1(p, {x}, ps, loc);
+  return converted ? astype(r, index_dtype, loc) : r;
+}
+}  // namespace
+
 Array argmax(const Array& x, std::int64_t axis, DType index_dtype, std::source_location loc) {
-  return bind1(P::argmax, {x}, params::Argmax{.axes = Axes{norm_axis(axis, x.ndim(), "argmax", x, loc)}, .index_dtype = index_dtype}, loc);
+  return arg_reduce(P::argmax, "argmax", x, axis, index_dtype, loc);
 }
 
 // logsumexp(x) = m + log(sum(exp(x - m))), m = max(x) held constant (it cancels in the derivative);
@@ -893,7 +913,7 @@ Array truth(const Array& x, const std::source_location& loc) { return x.dtype() 
 }  // namespace
 
 Array argmin(const Array& x, std::int64_t axis, DType index_dtype, std::source_location loc) {
-  return bind1(P::argmin, {x}, params::Argmax{.axes = Axes{norm_axis(axis, x.ndim(), "argmin", x, loc)}, .index_dtype = index_dtype}, loc);
+  return arg_reduce(P::argmin, "argmin", x, axis, index_dtype, loc);
 }
 
 // all / any: reduce_and / reduce_or of x != 0 (an empty reduction is true / false).

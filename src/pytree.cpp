@@ -56,6 +56,13 @@ std::string keys_str(const std::vector<std::string>& keys) {
 }
 }  // namespace
 
+TreeDef compose_tree(const TreeDef& outer, const TreeDef& inner) {
+  if (outer.kind == TreeDef::Kind::leaf) return inner;
+  TreeDef out = outer;
+  for (auto& c : out.children) c = compose_tree(c, inner);
+  return out;
+}
+
 std::string tree_difference(const TreeDef& a, const TreeDef& b, const std::string& prefix) {
   const std::string at = "at " + (prefix.empty() ? std::string("the root") : prefix) + ": ";
   if (a.kind != b.kind || a.keyed != b.keyed || a.children.size() != b.children.size())

@@ -1289,3 +1289,99 @@ TEST_CASE("a jit first traced inside a custom_jvp rule's trace is not cached wit
   const std::vector<double> xv = x.to_vector<double>(), sv = s.to_vector<double>();
   for (std::size_t i = 0; i < 2; ++i) CHECK(g[i] == doctest::Approx(sv[i] * std::cos(xv[i])));
 }
+
+TEST_CASE("jacfwd / jacrev / hessian on pytrees and several arguments, nested as JAX's (output outside, argument inside)") {
+  std::vector<double> xv = {0.3, -1.1, 0.7}, yv = {0.5, 2.0};
+  xj::Array x = f64v(xv), y = f64v(yv);
+  const double s = yv[0] + yv[1];
+  // f(x, y) = (sin(x) * sum(y), x[0] * y): d/dx of the first is diag(cos x) s, d/dy is sin(x_i);
+  // of the second, d/dx_j = [j == 0] y_i and d/dy_j = [i == j] x_0.
+  auto f = [](const xj::Array& a, const xj::Array& b) { return std::tuple{xj::sin(a) * xj::sum(b), a[0] * b}; };
+  std::vector<double> d1x(9, 0.0), d1y, d2x(6, 0.0), d2y(4, 0.0);
+  for (int i = 0; i < 3; ++i) d1x[i * 3 + i] = std::cos(xv[i]) * s;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) d1y.push_back(std::sin(xv[i]));
+  for (int i = 0; i < 2; ++i) d2x[i * 3] = yv[i];
+  for (int i = 0; i < 2; ++i) d2y[i * 2 + i] = xv[0];
+  auto check_both = [&](const auto& jac) {
+    const auto& [of_first, of_second] = jac;
+    CHECK(std::get<0>(of_first).shape() == xj::Shape{3, 3});
+    CHECK(std::get<1>(of_first).shape() == xj::Shape{3, 2});
+    CHECK(std::get<0>(of_second).shape() == xj::Shape{2, 3});
+    CHECK(std::get<1>(of_second).shape() == xj::Shape{2, 2});
+    check_values(std::get<0>(of_first), d1x, 1e-14);
+    check_values(std::get<1>(of_first), d1y, 1e-14);
+    check_values(std::get<0>(of_second), d2x, 1e-14);
+    check_values(std::get<1>(of_second), d2y, 1e-14);
+  };
+  check_both(xj::jacfwd(f, xj::argnums<0, 1>)(x, y));
+  check_both(xj::jacrev(f, xj::argnums<0, 1>)(x, y));
+  check_both(xj::jit(xj::jacrev(f, xj::argnums<0, 1>))(x, y));
+  // one index: the argument's own structure inside (here an Array), as JAX's argnums=1
+  auto [by_y_first, by_y_second] = xj::jacrev(f, xj::argnums<1>)(x, y);
+  check_values(by_y_first, d1y, 1e-14);
+  check_values(by_y_second, d2y, 1e-14);
+  auto [fwd_first, fwd_second] = xj::jacfwd(f)(x, y);  // argument 0 by default
+  check_values(fwd_first, d1x, 1e-14);
+  check_values(fwd_second, d2x, 1e-14);
+
+  // A map argument of mixed dtypes: jacrev's blocks take the argument leaves' dtypes, jacfwd's the output's.
+  std::map<std::string, xj::Array> p{{"a", xj::array<float>({0.5f, -0.25f, 1.5f, 2.0f}, {2, 2})}, {"b", y}};
+  auto g = [](const std::map<std::string, xj::Array>& q) {  // g_i = sum_j a_ij^2 * b_i
+    return xj::sum(xj::square(xj::astype(q.at("a"), xj::f64)), {1}) * q.at("b");
+  };
+  std::vector<double> av = {0.5, -0.25, 1.5, 2.0};
+  std::vector<double> da(8, 0.0), db(4, 0.0);  // dg_i/da_kl = [i == k] 2 a_kl b_i; dg_i/db_k = [i == k] sum_l a_il^2
+  for (int i = 0; i < 2; ++i) {
+    for (int l = 0; l < 2; ++l) da[i * 4 + i * 2 + l] = 2 * av[i * 2 + l] * yv[i];
+    db[i * 2 + i] = av[i * 2] * av[i * 2] + av[i * 2 + 1] * av[i * 2 + 1];
+  }
+  auto jr = xj::jacrev(g)(p);
+  auto jf = xj::jacfwd(g)(p);
+  CHECK(jr.at("a").dtype() == xj::f32);
+  CHECK(jf.at("a").dtype() == xj::f64);
+  CHECK(jr.at("a").shape() == xj::Shape{2, 2, 2});
+  for (const auto* jac : {&jr, &jf}) {
+    check_values(jac->at("a"), da, 1e-6);
+    check_values(jac->at("b"), db, 1e-6);
+  }
+
+  // hessian of a function of a pair: h(x, y) = sum(x^2) * sum(y) + sum(y^3): H_xx = 2 s I, H_xy_ij =
+  // 2 x_i, H_yy = diag(6 y).
+  auto h = [](const std::pair<xj::Array, xj::Array>& xy) {
+    return xj::sum(xj::square(xy.first)) * xj::sum(xy.second) + xj::sum(xj::integer_pow(xy.second, 3));
+  };
+  std::vector<double> hxx(9, 0.0), hxy, hyx, hyy(4, 0.0);
+  for (int i = 0; i < 3; ++i) hxx[i * 3 + i] = 2 * s;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) hxy.push_back(2 * xv[i]);
+  for (int j = 0; j < 2; ++j)
+    for (int i = 0; i < 3; ++i) hyx.push_back(2 * xv[i]);
+  for (int j = 0; j < 2; ++j) hyy[j * 2 + j] = 6 * yv[j];
+  auto H = xj::hessian(h)(std::pair{x, y});
+  check_values(H.first.first, hxx, 1e-13);
+  check_values(H.first.second, hxy, 1e-13);
+  check_values(H.second.first, hyx, 1e-13);
+  check_values(H.second.second, hyy, 1e-13);
+  auto h2 = [&](const xj::Array& a, const xj::Array& b) { return h(std::pair{a, b}); };
+  auto H2 = xj::hessian(h2, xj::argnums<0, 1>)(x, y);
+  check_values(std::get<1>(std::get<0>(H2)), hxy, 1e-13);
+  check_values(std::get<0>(std::get<1>(H2)), hyx, 1e-13);
+  check_values(std::get<1>(std::get<1>(H2)), hyy, 1e-13);
+
+  // A struct output with respect to one Array: the struct of blocks.
+  auto k = [](const xj::Array& a) { return Params{xj::exp(a), xj::sum(a)}; };
+  Params kp = xj::jacrev(k)(x);
+  CHECK(kp.w.shape() == xj::Shape{3, 3});
+  CHECK(kp.b.shape() == xj::Shape{3});
+  check_values(kp.b, {1, 1, 1}, 1e-15);
+
+  // Empty leaves give empty blocks; errors name the offending leaf.
+  auto [e1, e2] = xj::jacfwd(f, xj::argnums<0, 1>)(x, xj::zeros({0}, xj::f64));
+  CHECK(std::get<1>(e1).shape() == xj::Shape{3, 0});
+  CHECK(std::get<0>(e2).shape() == xj::Shape{0, 3});
+  auto int_arg = [&] { (void)xj::jacrev(f, xj::argnums<0, 1>)(x, xj::array<int>({1, 2}, {2})); };
+  CHECK(contains(message_of<xj::TypeError>(int_arg), "argument 1 is i32[2]"));
+  auto int_out = [&] { (void)xj::jacfwd([](const xj::Array& a) { return std::pair{a, xj::astype(a, xj::i32)}; })(x); };
+  CHECK(contains(message_of<xj::TypeError>(int_out), "output leaf 1 is i32[3]"));
+}

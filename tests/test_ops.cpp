@@ -635,9 +635,9 @@ TEST_CASE("ops: sum, max, min, prod, mean over axes, keepdims, negative axes") {
   check_array(xj::sum(x, {2, 0}), {3}, xj::f32, s02, 1e-6);
   check_array(xj::sum(x, {-1, 0}, true), {1, 3, 1}, xj::f32, s02, 1e-6);
 
-  // ints, rank 0, empty
-  check_array(xj::sum(i32v({1, 2, 3, 4}, {2, 2}), {0}), {2}, xj::i32, {4, 6});
-  check_array(xj::prod(i32v({1, 2, 3, 4}, {2, 2}), {1}), {2}, xj::i32, {2, 12});
+  // ints (widened to i64 as jnp's), rank 0, empty
+  check_array(xj::sum(i32v({1, 2, 3, 4}, {2, 2}), {0}), {2}, xj::i64, {4, 6});
+  check_array(xj::prod(i32v({1, 2, 3, 4}, {2, 2}), {1}), {2}, xj::i64, {2, 12});
   check_array(xj::max(i32v({-5, -2}, {2})), {}, xj::i32, {-2});
   check_array(xj::sum(xj::scalar(3.0)), {}, xj::f32, {3});
   check_array(xj::max(xj::zeros({0})), {}, xj::f32, {-inf});
@@ -1307,3 +1307,40 @@ TEST_CASE("ops regressions from the twenty-seventh session's review: huge stride
   CHECK_THROWS_AS((void)xj::broadcast_in_dim(x, {2, 3}, {0, big}), xj::ShapeError);
   CHECK(xj::broadcast_in_dim(x, {2, 3}, {0, 1}).to_vector<float>() == x.to_vector<float>());
 }
+
+TEST_CASE("reduction regressions from the thirty-first session: integer sum / prod widen as jnp's, argmax's index_dtype, abs / sign of unsigned") {
+  // jnp.sum / jnp.prod accumulate integers narrower than 64 bits in i64 / u64 (promote_integers):
+  // i32 sums wrapped at 2^31 (4e9 gave -294967296)
+  const xj::Array s = xj::sum(xj::array<std::int32_t>({2000000000, 2000000000}, {2}));
+  CHECK(s.dtype() == xj::i64);
+  CHECK(s.item<std::int64_t>() == 4000000000LL);
+  const xj::Array su = xj::sum(xj::array<std::uint32_t>({4000000000u, 4000000000u}, {2}));
+  CHECK(su.dtype() == xj::u64);
+  CHECK(su.item<std::uint64_t>() == 8000000000ULL);
+  const xj::Array p8 = xj::prod(xj::astype(xj::array<int>({16, 16}, {2}), xj::i8));
+  CHECK(p8.dtype() == xj::i64);
+  CHECK(p8.item<std::int64_t>() == 256);
+  const xj::Array pu8 = xj::prod(xj::astype(xj::array<int>({200, 200}, {2}), xj::u8));
+  CHECK(pu8.dtype() == xj::u64);
+  CHECK(pu8.item<std::uint64_t>() == 40000);
+  CHECK(xj::jit([](const xj::Array& v) { return xj::sum(v, {1}); })(xj::full({2, 3}, 2000000000, xj::i32)).dtype() == xj::i64);
+  CHECK(xj::sum(xj::full({2}, 1, xj::i64)).dtype() == xj::i64);
+  CHECK(xj::cumsum(xj::full({2}, 1, xj::i32), 0).dtype() == xj::i32);  // jnp.cumsum keeps it (promote_integers=False)
+
+  // argmax / argmin take any integer index_dtype (JAX's rule), a float one is a TypeError
+  const xj::Array x = test_util::f64v({0.5, 3.0, -1.0});
+  const xj::Array a8 = xj::argmax(x, 0, xj::u8);
+  CHECK(a8.dtype() == xj::u8);
+  CHECK(xj::astype(a8, xj::i64).item<std::int64_t>() == 1);
+  CHECK(xj::astype(xj::argmin(x, 0, xj::i16), xj::i64).item<std::int64_t>() == 2);
+  CHECK_THROWS_AS((void)xj::argmax(x, 0, xj::f32), xj::TypeError);
+
+  // abs of an unsigned integer is itself (jnp.abs), sign is 0 or 1 (lax.sign): both threw
+  for (xj::DType dt : {xj::u8, xj::u16, xj::u32, xj::u64}) {
+    const xj::Array u = xj::astype(xj::array<int>({0, 7, 255}, {3}), dt);
+    CHECK(xj::astype(xj::abs(u), xj::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 7, 255});
+    CHECK(xj::astype(xj::sign(u), xj::i64).to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 1});
+    CHECK(xj::abs(u).dtype() == dt);
+  }
+}
+

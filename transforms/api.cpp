@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -346,23 +347,35 @@ std::vector<Array> linearize_apply(const LinearState& s, std::span<const Array> 
 // ---- Jacobians -------------------------------------------------------------------------------
 
 namespace {
-void expect_unary(const ClosedJaxpr& j, const char* who) {
-  if (j->invars.size() != 1 || j->outvars.size() != 1)
-    throw TypeError(std::string(who) + ": the function must map one array to one array");
-  if (!differentiable(j->invars[0].aval())) throw TypeError(std::string(who) + ": the input must be f32 or f64");
-  // JAX: "jacrev requires real-valued outputs" (an integer output's rows were zeros, where grad refuses it)
-  if (std::string(who) == "jacrev" && !differentiable(j.out_avals()[0]))
-    throw TypeError("jacrev: the output must be a float array, got " + j.out_avals()[0].str());
-}
-
-/// The basis of aval's space: [aval.size(), aval.shape...], member i one at element i.
-Array basis(const ShapedArray& aval) {
-  std::int64_t n = aval.size();
-  Array eye = astype(eq(iota(i32, {n, n}, 0), iota(i32, {n, n}, 1)), aval.dtype);
+/// Columns first .. first + aval.size() of the n x n identity, shaped [n, aval.shape...] in aval's
+/// dtype: one leaf's part of the standard basis of a space of n elements (JAX's _std_basis).
+Array basis_block(std::int64_t n, std::int64_t first, const ShapedArray& aval) {
+  const std::int64_t m = aval.size();
+  Array block = astype(eq(iota(i64, {n, m}, 0), iota(i64, {n, m}, 1) + first), aval.dtype);
   Shape shape{n};
   shape.insert(shape.end(), aval.shape.begin(), aval.shape.end());
-  return reshape(eye, shape);
+  return reshape(block, shape);
 }
+
+/// Where each of `avals` starts when they are laid end to end, and (last) their total size.
+std::vector<std::int64_t> running_offsets(const std::vector<ShapedArray>& avals) {
+  std::vector<std::int64_t> offsets{0};
+  for (const auto& a : avals) offsets.push_back(offsets.back() + a.size());
+  return offsets;
+}
+
+Shape concat_shapes(const Shape& a, const Shape& b) {
+  Shape s = a;
+  s.insert(s.end(), b.begin(), b.end());
+  return s;
+}
+
+/// Elements [begin, end) of x along `axis`.
+Array part(const Array& x, std::int64_t axis, std::int64_t begin, std::int64_t end) {
+  if (begin == 0 && end == x.shape()[static_cast<std::size_t>(axis)]) return x;
+  return slice_in_dim(x, begin, end, axis);
+}
+
 // A dot_general with the identity matrix I as one operand is the other operand X, its contracted
 // dim moved to where I's free dim goes: I . X contracting I's dim c with X's dim k gives
 // out[i, r] = X[k = i, r]; X . I gives out[r, i] = X[r, k = i].
@@ -409,67 +422,88 @@ ClosedJaxpr fold_identity_dots(const ClosedJaxpr& j, std::uint64_t identity) {
   for (auto& o : out->outvars) o = sub(o);
   return simplify(ClosedJaxpr{out, j.consts});
 }
-
-/// The batched Jacobian evaluation: `make(j, nconsts)` turns the traced j (whose first nconsts
-/// inputs are its former consts) into a program taking (those consts, x, basis); with a 2-D basis
-/// (the identity) its dots by the basis are folded away. The program comes through the memo.
-Array eval_over_basis(TransformMemo* memo, const ClosedJaxpr& j, std::uint64_t which, const Array& x,
-                      const ShapedArray& space, const MemoTransform& make) {
-  Array b = basis(space);
-  auto [program, ins] = memoized(memo, j, std::vector<Array>{x, b}, {which}, [&](const ClosedJaxpr& jl, std::size_t nc) {
-    ClosedJaxpr batched = make(jl, nc);
-    return b.ndim() == 2 ? fold_identity_dots(batched, batched->invars[nc + 1].id()) : batched;
-  });
-  return eval_jaxpr(program, ins)[1];
-}
-
-// in_dims of a Jacobian's batched program: the former consts and x unbatched, the basis at 0.
-std::vector<std::int64_t> over_basis_dims(std::size_t nconsts) {
-  std::vector<std::int64_t> dims(nconsts + 1, not_batched);
-  dims.push_back(0);
-  return dims;
-}
 }  // namespace
 
-// The Jacobian's columns are the jvp's tangent outputs over the basis of the input space: one
-// batched evaluation (vmap over the tangent), the batch axis put last.
-Array jacfwd_flat(TransformMemo* memo, const ClosedJaxpr& j, const Array& x) try {
-  AdModeScope forward(AdMode::forward);
-  expect_unary(j, "jacfwd");
-  ShapedArray out = j.out_avals()[0];
-  Shape shape = out.shape;
-  shape.insert(shape.end(), x.shape().begin(), x.shape().end());
-  if (x.size() == 0 || out.size() == 0) return zeros(shape, out.dtype);
-  auto make = [&](const ClosedJaxpr& jl, std::size_t nc) {
-    std::vector<bool> tangent_in(nc, false);
-    tangent_in.push_back(true);
-    ClosedJaxpr jj = simplify(jvp_jaxpr(jl, tangent_in, true));  // (consts, x, t) -> (y, t_out)
-    std::vector<std::int64_t> out_dims{not_batched, out.ndim()};
-    return simplify(batch_jaxpr(jj, over_basis_dims(nc), x.size(), out_dims));
-  };
-  return reshape(eval_over_basis(memo, j, 0x6a6663ull /* "jfc" */, x, x.aval(), make), shape);
-} catch (...) {
-  rethrow_internal("jacfwd");
+JacobianCall::JacobianCall(FlatArgs args, std::initializer_list<int> argnums, bool forward_mode)
+    : fa(std::move(args)), diff(argnum_mask(fa, argnums)), forward(forward_mode) {
+  for (std::size_t arg = 0; arg + 1 < fa.offsets.size(); ++arg)
+    for (std::size_t k = fa.offsets[arg]; k < fa.offsets[arg + 1]; ++k)
+      if (diff[k] && !is_floating(fa.leaves[k].dtype()))
+        throw TypeError(std::string(forward ? "jacfwd" : "jacrev") +
+                        " requires float inputs for the arguments it differentiates (JAX: real-valued); argument " +
+                        std::to_string(arg) + (fa.offsets[arg + 1] - fa.offsets[arg] > 1 ? " has a leaf " : " is ") +
+                        fa.leaves[k].aval().str() + "; leave it out of argnums");
 }
 
-// The Jacobian's rows are the vjp's input cotangents over the basis of the output space: one
-// batched evaluation (vmap over the cotangent).
-Array jacrev_flat(TransformMemo* memo, const ClosedJaxpr& j, const Array& x) try {
-  expect_unary(j, "jacrev");
-  ShapedArray out = j.out_avals()[0];
-  Shape shape = out.shape;
-  shape.insert(shape.end(), x.shape().begin(), x.shape().end());
-  if (x.size() == 0 || out.size() == 0) return zeros(shape, x.dtype());
-  auto make = [&](const ClosedJaxpr& jl, std::size_t nc) {
-    std::vector<bool> diff(nc, false);
-    diff.push_back(true);
-    ClosedJaxpr vj = vjp_jaxpr(jl, diff, std::nullopt);  // (consts, x, ct) -> (out, ct_x)
-    std::vector<std::int64_t> out_dims{not_batched, 0};
-    return simplify(batch_jaxpr(vj, over_basis_dims(nc), out.size(), out_dims));
-  };
-  return reshape(eval_over_basis(memo, j, 0x6a7276ull /* "jrv" */, x, out, make), shape);
-} catch (...) {
-  rethrow_internal("jacrev");
+JacobianCall::~JacobianCall() = default;
+
+// Forward: the Jacobian's columns are the jvp's output tangents over the standard basis of the
+// differentiated leaves' space (one batched evaluation, the batch axis put last). Reverse: its rows
+// are the vjp's cotangents over the basis of the outputs' space (batched, the batch axis first).
+void JacobianCall::run(TransformMemo* memo, const FlatFn& flat, std::source_location loc) {
+  const char* who = forward ? "jacfwd" : "jacrev";
+  ClosedJaxpr traced = trace_flat(flat, fa.avals(), weak_flags(fa.leaves), loc);
+  const std::vector<ShapedArray> outs = traced.out_avals();
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    if (!differentiable(outs[i]))
+      throw TypeError(std::string(who) + " requires float outputs (JAX: real-valued); output leaf " + std::to_string(i) +
+                      " is " + outs[i].str() + " (at " + format_location(loc) + ")");
+  std::vector<ShapedArray> wrt;  // the differentiated leaves
+  for (std::size_t k = 0; k < diff.size(); ++k)
+    if (diff[k]) wrt.push_back(fa.leaves[k].aval());
+  const std::vector<std::int64_t> in_at = running_offsets(wrt), out_at = running_offsets(outs);
+  const std::int64_t n_in = in_at.back(), n_out = out_at.back();
+  blocks.clear();
+  if (n_in == 0 || n_out == 0) {  // nothing to evaluate: every block is empty
+    for (const auto& o : outs)
+      for (const auto& w : wrt) blocks.push_back(zeros(concat_shapes(o.shape, w.shape), forward ? o.dtype : w.dtype));
+    return;
+  }
+  // The basis: one block per differentiated leaf (forward) or per output (reverse).
+  const std::vector<ShapedArray>& space = forward ? wrt : outs;
+  const std::vector<std::int64_t>& space_at = forward ? in_at : out_at;
+  std::vector<Array> ins = fa.leaves;
+  for (std::size_t b = 0; b < space.size(); ++b) ins.push_back(basis_block(space_at.back(), space_at[b], space[b]));
+  std::vector<std::uint64_t> tag{forward ? 0x6a6663ull /* "jfc" */ : 0x6a7276ull /* "jrv" */, diff.size()};
+  for (bool d : diff) tag.push_back(d);
+  const std::size_t nargs = fa.leaves.size();
+  auto [program, program_ins] = memoized(memo, traced, ins, std::move(tag), [&](const ClosedJaxpr& jl, std::size_t nc) {
+    std::optional<AdModeScope> mode;  // forward: a custom_vjp function inside is an error
+    if (forward) mode.emplace(AdMode::forward);
+    std::vector<bool> lifted(nc, false);
+    lifted.insert(lifted.end(), diff.begin(), diff.end());
+    // (consts, args, basis members) -> (outs, output tangents) or (outs, cotangents of the wrt leaves)
+    ClosedJaxpr linear = forward ? simplify(jvp_jaxpr(jl, lifted, true)) : vjp_jaxpr(jl, lifted, std::nullopt);
+    std::vector<std::int64_t> in_dims(nc + nargs, not_batched), out_dims(outs.size(), not_batched);
+    in_dims.resize(nc + nargs + space.size(), 0);
+    if (forward)
+      for (const auto& o : outs) out_dims.push_back(o.ndim());
+    else
+      out_dims.resize(outs.size() + wrt.size(), 0);
+    ClosedJaxpr batched = simplify(batch_jaxpr(linear, in_dims, space_at.back(), out_dims));
+    // One basis block of one dimension is the identity: its products fold away.
+    const bool identity = space.size() == 1 && space[0].ndim() == 1;
+    return identity ? fold_identity_dots(batched, batched->invars[nc + nargs].id()) : batched;
+  });
+  std::vector<Array> r = eval_jaxpr(program, program_ins);
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    for (std::size_t k = 0; k < wrt.size(); ++k) {
+      // forward: output i's tangents, shape out_i.shape + [n_in]; reverse: leaf k's cotangents, [n_out] + leaf_k.shape
+      Array block = forward ? part(r[outs.size() + i], outs[i].ndim(), in_at[k], in_at[k + 1])
+                            : part(r[outs.size() + k], 0, out_at[i], out_at[i + 1]);
+      blocks.push_back(reshape(block, concat_shapes(outs[i].shape, wrt[k].shape)));
+    }
+}
+
+TreeDef JacobianCall::jacobian_def(std::initializer_list<int> argnums, bool as_tuple) const {
+  TreeDef inner;
+  if (as_tuple) {
+    inner.kind = TreeDef::Kind::node;
+    for (int a : argnums) inner.children.push_back(fa.defs.at(static_cast<std::size_t>(a)));
+  } else {
+    inner = fa.defs.at(static_cast<std::size_t>(*argnums.begin()));
+  }
+  return compose_tree(out_def, inner);
 }
 
 }  // namespace xjax::detail

@@ -162,7 +162,7 @@ JvpOut log2_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Arr
 Array trigamma(const Array& x0) {
   const Array negative = lt(x0, c(0, x0));
   Array x = where(negative, sub(c(1, x0), x0), x0);
-  Array shift = mul(x, c(0, x));
+  Array shift = zeros_like(x);  // (x * 0 was NaN at x = inf: trigamma(inf) is 0)
   for (int k = 0; k < 10; ++k) {
     const Array small = lt(x, c(10, x));
     shift = where(small, add(shift, reciprocal(square(x))), shift);

@@ -20,7 +20,7 @@ namespace distributed {
 /// built with MPI), a single process otherwise. Call once, before any collective; idempotent.
 void initialize(int& argc, char**& argv);
 void initialize();
-/// Ends it (MPI_Finalize). Collectives afterwards are an xj::Error until initialize again.
+/// Ends it (MPI_Finalize). Collectives afterwards are an xj::Error (MPI cannot be initialized again).
 void finalize();
 bool is_initialized();
 /// This process's index in [0, process_count()), and the number of processes (1 before

@@ -205,8 +205,9 @@ Array einsum(const std::string& spec, const Array& a, const Array& b, XJAX_LOC);
 Array einsum(const std::string& spec, const Array& a, XJAX_LOC);
 
 // ---- reductions (empty axes = all axes; negative axes count from the end) ---------------------
-// sum and prod of bool count in i64 (other integers keep their dtype, as lax's); mean of integers
-// and bools is f64 (jnp's).
+// sum and prod of integers narrower than 64 bits accumulate in i64 / u64 by signedness, bools in
+// i64 (jnp's promote_integers=True: a sum of i32 does not wrap at 2^31); mean of integers and bools
+// is f64 (jnp's). The primitives reduce_sum / reduce_prod (lax's) keep the dtype.
 Array sum(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array mean(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 /// jnp.var: the mean of (x - mean(x))^2 over `axes` (all when empty), divided by N - ddof

@@ -67,6 +67,9 @@ std::string tree_difference(const TreeDef& a, const TreeDef& b, const std::strin
 /// An unambiguous text of a structure (keys length-prefixed), for cache keys: two structures
 /// have the same key exactly when they are equal. (TreeDef::str is for people.)
 std::string tree_key(const TreeDef& def);
+/// `outer` with each of its leaves replaced by `inner` (JAX's PyTreeDef.compose): the structure of
+/// a Jacobian, the output's outside and the argument's inside.
+TreeDef compose_tree(const TreeDef& outer, const TreeDef& inner);
 }  // namespace detail
 
 template <> struct PyTree<Array> {

@@ -101,10 +101,6 @@ std::shared_ptr<const LinearState> linearize_forward(const ClosedJaxpr& j, std::
                                                      std::vector<Array>* outs);
 std::vector<Array> linearize_apply(const LinearState& s, std::span<const Array> tangents);
 
-/// Jacobians of a one-input one-output jaxpr at x: shape out.shape + x.shape.
-/// The Jacobian of traced j at x; the batched program through `memo` (may be null).
-Array jacfwd_flat(TransformMemo* memo, const ClosedJaxpr& j, const Array& x);
-Array jacrev_flat(TransformMemo* memo, const ClosedJaxpr& j, const Array& x);
 
 template <class T> struct is_pair : std::false_type {};
 template <class A, class B> struct is_pair<std::pair<A, B>> : std::true_type {};
@@ -268,20 +264,98 @@ template <class F, class... Args> auto linearize(F f, const Args&... args) {
   return std::pair<R, decltype(f_lin)>{std::move(out), std::move(f_lin)};
 }
 
-/// Jacobian of f : Array -> Array by forward mode: shape f(x).shape + x.shape.
-template <class F> auto jacfwd(F f) {
-  return [f, memo = detail::new_transform_memo()](const Array& x) {
-    ClosedJaxpr j = make_jaxpr(f)(x);
-    return detail::jacfwd_flat(memo.get(), j, x);
-  };
+namespace detail {
+/// The part of a jacfwd / jacrev call that does not depend on f's or the arguments' types (out of
+/// line, transforms/api.cpp, as GradCall).
+struct JacobianCall {
+  /// Checks the differentiated leaves (argnums) are floats (JAX: "jacfwd requires real-valued inputs").
+  JacobianCall(FlatArgs args, std::initializer_list<int> argnums, bool forward);
+  JacobianCall(const JacobianCall&) = delete;
+  JacobianCall& operator=(const JacobianCall&) = delete;
+  ~JacobianCall();
+  /// Traces flat (which writes out_def) and evaluates the Jacobian in one batched program: `blocks`
+  /// gets one array per pair (output leaf i, differentiated leaf k), i outer, of shape
+  /// out_i.shape + leaf_k.shape.
+  void run(TransformMemo* memo, const FlatFn& flat, std::source_location loc = std::source_location::current());
+  /// The Jacobian's structure (JAX's): the output's, each of its leaves replaced by the structure
+  /// of the differentiated argument (or, as_tuple, of a tuple of the differentiated arguments).
+  TreeDef jacobian_def(std::initializer_list<int> argnums, bool as_tuple) const;
+  FlatArgs fa;
+  std::vector<bool> diff;
+  bool forward;
+  TreeDef out_def;
+  std::vector<Array> blocks;
+};
+
+/// The Jacobian's type: Out with every Array leaf replaced by In (output structure outside, the
+/// differentiated arguments' inside, as JAX nests them).
+template <class Out, class In, class = void> struct leaves_replaced;
+template <class In> struct leaves_replaced<Array, In> { using type = In; };
+template <class In> struct leaves_replaced<None, In> { using type = None; };
+template <class... Ts, class In> struct leaves_replaced<std::tuple<Ts...>, In> {
+  using type = std::tuple<typename leaves_replaced<Ts, In>::type...>;
+};
+template <class A, class B, class In> struct leaves_replaced<std::pair<A, B>, In> {
+  using type = std::pair<typename leaves_replaced<A, In>::type, typename leaves_replaced<B, In>::type>;
+};
+template <class T, class In> struct leaves_replaced<std::vector<T>, In> {
+  using type = std::vector<typename leaves_replaced<T, In>::type>;
+};
+template <class T, std::size_t N, class In> struct leaves_replaced<std::array<T, N>, In> {
+  using type = std::array<typename leaves_replaced<T, In>::type, N>;
+};
+template <class T, class In> struct leaves_replaced<std::map<std::string, T>, In> {
+  using type = std::map<std::string, typename leaves_replaced<T, In>::type>;
+};
+template <class S, class In> struct leaves_replaced<S, In, std::enable_if_t<boost::hana::Struct<S>::value>> {
+  // A struct's members have fixed types: its Jacobian with respect to a pytree has no C++ type.
+  static_assert(std::is_same_v<In, Array>,
+                "jacfwd / jacrev: a function returning a struct can be differentiated only with respect to one "
+                "Array argument; return a std::tuple or std::map of its arrays instead");
+  using type = S;
+};
+
+/// The callable returned by jacfwd / jacrev: traces f on every call (as grad) and evaluates the
+/// Jacobian with respect to arguments I... as one batched program, remembered per traced
+/// structure.
+template <class F, bool Forward, bool AsTuple, int... I> class JacobianFn {
+ public:
+  explicit JacobianFn(F f) : f_(std::move(f)) {}
+
+  template <class... Args> auto operator()(const Args&... args) const {
+    static_assert(sizeof...(I) > 0, "argnums needs at least one argument index");
+    static_assert(((I >= 0 && I < static_cast<int>(sizeof...(Args))) && ...), "argnums index out of range");
+    using R = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+    constexpr bool as_tuple = AsTuple || sizeof...(I) > 1;
+    using In = grads_type<std::tuple<Args...>, as_tuple, I...>;
+    using Jacobian = typename leaves_replaced<R, In>::type;
+    JacobianCall c(flatten_args(args...), {I...}, Forward);
+    c.run(memo_.get(), flat_fn<F, Args...>(f_, c.fa.defs, &c.out_def));
+    return tree_unflatten<Jacobian>(c.jacobian_def({I...}, as_tuple), c.blocks);
+  }
+
+ private:
+  F f_;
+  std::shared_ptr<TransformMemo> memo_ = new_transform_memo();  // shared by copies; null once moved from
+};
+}  // namespace detail
+
+/// jacfwd(f)(args...): the Jacobian of f with respect to argument 0 by forward mode (one jvp per
+/// input element, batched). As JAX's: f's output structure outside, the argument's inside, each
+/// block of shape out_leaf.shape + arg_leaf.shape (for f : Array -> Array, f(x).shape + x.shape);
+/// blocks in the output's dtype. Inputs and outputs must be floats.
+template <class F> auto jacfwd(F f) { return detail::JacobianFn<F, true, false, 0>(std::move(f)); }
+/// jacfwd(f, argnums<0, 2>): with respect to those arguments (inside: a std::tuple of their structures).
+template <class F, bool T, int... I> auto jacfwd(F f, Argnums<T, I...>) {
+  return detail::JacobianFn<F, true, T, I...>(std::move(f));
 }
-/// Jacobian of f : Array -> Array by reverse mode: shape f(x).shape + x.shape.
-template <class F> auto jacrev(F f) {
-  return [f, memo = detail::new_transform_memo()](const Array& x) {
-    ClosedJaxpr j = make_jaxpr(f)(x);
-    return detail::jacrev_flat(memo.get(), j, x);
-  };
+/// jacrev(f)(args...): the same Jacobian by reverse mode (one vjp per output element, batched);
+/// blocks in the argument's dtype.
+template <class F> auto jacrev(F f) { return detail::JacobianFn<F, false, false, 0>(std::move(f)); }
+template <class F, bool T, int... I> auto jacrev(F f, Argnums<T, I...>) {
+  return detail::JacobianFn<F, false, T, I...>(std::move(f));
 }
+
 namespace detail {
 /// The optimized jaxpr jit runs: DCE and CSE of the traced one.
 ClosedJaxpr jit_prepare(const ClosedJaxpr& j);
@@ -493,7 +567,12 @@ template <class F> auto jit(F f, JitOptions opts = {}) {
   };
 }
 
-/// Hessian of scalar f : Array -> Array, as jacfwd(jacrev(f)).
-template <class F> auto hessian(F f) { return jacfwd(jacrev(f)); }
+/// Hessian of scalar-valued f with respect to argument 0, as jacfwd(jacrev(f)): for a pytree
+/// argument, its structure nested in itself (JAX's).
+template <class F> auto hessian(F f) { return jacfwd(jacrev(std::move(f))); }
+/// hessian(f, argnums<0, 1>): jacfwd(jacrev(f, argnums), argnums), a std::tuple of std::tuples.
+template <class F, bool T, int... I> auto hessian(F f, Argnums<T, I...> argnums) {
+  return jacfwd(jacrev(std::move(f), argnums), argnums);
+}
 
 }  // namespace xjax

@@ -39,8 +39,10 @@ template <class T> void int_unary(Primitive p, const T* x, T* o, std::size_t n) 
   if (p == Primitive::neg) return loop1(x, o, n, [](T v) { return wrap_neg(v); });
   if constexpr (std::is_signed_v<T>) {
     if (p == Primitive::abs) return loop1(x, o, n, [](T v) { return v < 0 ? wrap_neg(v) : v; });
-    if (p == Primitive::sign)
-      return loop1(x, o, n, [](T v) { return static_cast<T>((v > 0) - (v < 0)); });
+    if (p == Primitive::sign) return loop1(x, o, n, [](T v) { return static_cast<T>((v > 0) - (v < 0)); });
+  } else {  // unsigned: |x| = x (jnp.abs's), sign x = [x != 0] (lax.sign's)
+    if (p == Primitive::abs) return loop1(x, o, n, [](T v) { return v; });
+    if (p == Primitive::sign) return loop1(x, o, n, [](T v) { return static_cast<T>(v != 0); });
   }
   unsupported_dtype(p, storage_dtype<T>());
 }
