@@ -104,6 +104,12 @@ Subscripts parse_subscripts(const std::string& spec, const std::vector<Array>& x
   return out;
 }
 
+// lax.reduce_sum over ascending `axes` in x's own dtype: einsum's sums, as JAX's, keep integers'
+// dtype (xj::sum widens them, as jnp.sum).
+Array sum_in_dtype(const Array& x, const Axes& axes, const std::source_location& loc) {
+  return detail::bind(Primitive::reduce_sum, std::span<const Array>(&x, 1), params::Reduce{.axes = axes}, loc)[0];
+}
+
 // A letter repeated within one operand ("ii", "iji") takes the diagonal of its axes (JAX's
 // sum_repeats: the elements off it masked to zero, one of the axes summed out), until each
 // letter labels one axis.
@@ -116,7 +122,7 @@ Array diagonal_of_repeats(Array x, Labels& labels, const std::string& spec, cons
                          " differ in size (at " + format_location(loc) + ")");
       const Array on_diagonal = eq(iota(i32, x.shape(), static_cast<std::int64_t>(p), loc),
                                    iota(i32, x.shape(), static_cast<std::int64_t>(q), loc), loc);
-      x = sum(where(on_diagonal, x, zeros_like(x), loc), {static_cast<std::int64_t>(q)}, false, loc);
+      x = sum_in_dtype(where(on_diagonal, x, zeros_like(x), loc), {static_cast<std::int64_t>(q)}, loc);
       labels.erase(q, 1);
     }
   }
@@ -171,7 +177,7 @@ Array sum_labels(const Array& x, Labels& labels, const Labels& keep, const std::
     else rest += labels[i];
   }
   labels = rest;
-  return ax.empty() ? x : sum(x, ax, false, loc);
+  return ax.empty() ? x : sum_in_dtype(x, ax, loc);
 }
 
 // Contracts x with y: labels both have and `later` (the output, the operands still to come)

@@ -237,7 +237,10 @@ Array erf_inv(const Array& x, std::source_location loc) { return unary(P::erf_in
 Array floor(const Array& x, std::source_location loc) { return unary(P::floor, x, loc); }
 Array ceil(const Array& x, std::source_location loc) { return unary(P::ceil, x, loc); }
 Array rsqrt(const Array& x, std::source_location loc) { return unary(P::rsqrt, x, loc); }
-Array abs(const Array& x, std::source_location loc) { return unary(P::abs, x, loc); }
+Array abs(const Array& x, std::source_location loc) {
+  if (x.dtype() == bool_) return x;  // jnp.abs of bool is x
+  return unary(P::abs, x, loc);
+}
 Array sign(const Array& x, std::source_location loc) { return unary(P::sign, x, loc); }
 Array logistic(const Array& x, std::source_location loc) { return unary(P::logistic, x, loc); }
 Array sigmoid(const Array& x, std::source_location loc) { return unary(P::logistic, x, loc); }

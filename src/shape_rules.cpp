@@ -86,7 +86,8 @@ std::vector<ShapedArray> arg_reduce_shape_rule(Primitive p, Avals in, const para
   check_unique_axes(p, in, axes, in[0].ndim());
   if (in[0].shape[static_cast<std::size_t>(axes[0])] == 0) shape_fail(p, in, "the axis is empty: there is no index to return");
   DType idx = ps.index_dtype;
-  if (idx != i32 && idx != i64) type_fail(p, in, "index_dtype must be i32 or i64");
+  if (idx != i32 && idx != i64)  // (xj::argmax converts to the other integer types from i64)
+    type_fail(p, in, "index_dtype must be an integer type");
   return {ShapedArray{remove_axes(in[0].shape, axes), idx}};
 }
 

@@ -1321,6 +1321,20 @@ TEST_CASE("jacfwd / jacrev / hessian on pytrees and several arguments, nested as
   auto [by_y_first, by_y_second] = xj::jacrev(f, xj::argnums<1>)(x, y);
   check_values(by_y_first, d1y, 1e-14);
   check_values(by_y_second, d2y, 1e-14);
+  // argnums out of order: the blocks in argnums' order (they came in the arguments' order, swapped)
+  auto [rev_first, rev_second] = xj::jacrev(f, xj::argnums<1, 0>)(x, y);
+  check_values(std::get<0>(rev_first), d1y, 1e-14);
+  check_values(std::get<1>(rev_first), d1x, 1e-14);
+  check_values(std::get<0>(rev_second), d2y, 1e-14);
+  check_values(std::get<1>(rev_second), d2x, 1e-14);
+  auto swapped = xj::jacfwd(f, xj::argnums<1, 0>)(x, y);
+  CHECK(std::get<0>(std::get<0>(swapped)).shape() == xj::Shape{3, 2});
+  check_values(std::get<1>(std::get<1>(swapped)), d2x, 1e-14);
+  // a repeated index repeats its blocks (as grad's gradients)
+  auto [twice_first, twice_second] = xj::jacrev(f, xj::argnums<0, 0>)(x, y);
+  check_values(std::get<0>(twice_first), d1x, 1e-14);
+  check_values(std::get<1>(twice_first), d1x, 1e-14);
+  check_values(std::get<1>(twice_second), d2x, 1e-14);
   auto [fwd_first, fwd_second] = xj::jacfwd(f)(x, y);  // argument 0 by default
   check_values(fwd_first, d1x, 1e-14);
   check_values(fwd_second, d2x, 1e-14);
@@ -1365,6 +1379,9 @@ TEST_CASE("jacfwd / jacrev / hessian on pytrees and several arguments, nested as
   check_values(H.second.second, hyy, 1e-13);
   auto h2 = [&](const xj::Array& a, const xj::Array& b) { return h(std::pair{a, b}); };
   auto H2 = xj::hessian(h2, xj::argnums<0, 1>)(x, y);
+  auto H3 = xj::hessian(h2, xj::argnums<1, 0>)(x, y);  // [0][0] is H_yy
+  check_values(std::get<0>(std::get<0>(H3)), hyy, 1e-13);
+  check_values(std::get<1>(std::get<0>(H3)), hyx, 1e-13);
   check_values(std::get<1>(std::get<0>(H2)), hxy, 1e-13);
   check_values(std::get<0>(std::get<1>(H2)), hyx, 1e-13);
   check_values(std::get<1>(std::get<1>(H2)), hyy, 1e-13);

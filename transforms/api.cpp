@@ -425,14 +425,15 @@ ClosedJaxpr fold_identity_dots(const ClosedJaxpr& j, std::uint64_t identity) {
 }  // namespace
 
 JacobianCall::JacobianCall(FlatArgs args, std::initializer_list<int> argnums, bool forward_mode)
-    : fa(std::move(args)), diff(argnum_mask(fa, argnums)), forward(forward_mode) {
+    : fa(std::move(args)), diff(argnum_mask(fa, argnums)), argnums(argnums), forward(forward_mode) {
   for (std::size_t arg = 0; arg + 1 < fa.offsets.size(); ++arg)
     for (std::size_t k = fa.offsets[arg]; k < fa.offsets[arg + 1]; ++k)
       if (diff[k] && !is_floating(fa.leaves[k].dtype()))
         throw TypeError(std::string(forward ? "jacfwd" : "jacrev") +
                         " requires float inputs for the arguments it differentiates (JAX: real-valued); argument " +
                         std::to_string(arg) + (fa.offsets[arg + 1] - fa.offsets[arg] > 1 ? " has a leaf " : " is ") +
-                        fa.leaves[k].aval().str() + "; leave it out of argnums");
+                        fa.leaves[k].aval().str() + " (every leaf of a differentiated argument must be a float; pass integer data in "
+                        "an argument outside argnums)");
 }
 
 JacobianCall::~JacobianCall() = default;
@@ -453,12 +454,28 @@ void JacobianCall::run(TransformMemo* memo, const FlatFn& flat, std::source_loca
     if (diff[k]) wrt.push_back(fa.leaves[k].aval());
   const std::vector<std::int64_t> in_at = running_offsets(wrt), out_at = running_offsets(outs);
   const std::int64_t n_in = in_at.back(), n_out = out_at.back();
-  blocks.clear();
+  std::vector<Array> by_leaf;  // (output i, differentiated leaf k) at i * wrt.size() + k, leaves in flatten order
   if (n_in == 0 || n_out == 0) {  // nothing to evaluate: every block is empty
     for (const auto& o : outs)
-      for (const auto& w : wrt) blocks.push_back(zeros(concat_shapes(o.shape, w.shape), forward ? o.dtype : w.dtype));
-    return;
+      for (const auto& w : wrt) by_leaf.push_back(zeros(concat_shapes(o.shape, w.shape), forward ? o.dtype : w.dtype));
+  } else {
+    by_leaf = evaluate_blocks(memo, traced, outs, wrt, in_at, out_at);
   }
+  // In argnums' order (JAX's: the arguments' structures form a tuple in that order; a repeated
+  // index repeats its blocks, as grad's gradients).
+  std::vector<std::size_t> position(diff.size(), 0);  // leaf -> its index among the differentiated
+  for (std::size_t k = 0, w = 0; k < diff.size(); ++k)
+    if (diff[k]) position[k] = w++;
+  blocks.clear();
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    for (int a : argnums)
+      for (std::size_t k = fa.offsets[static_cast<std::size_t>(a)]; k < fa.offsets[static_cast<std::size_t>(a) + 1]; ++k)
+        blocks.push_back(by_leaf[i * wrt.size() + position[k]]);
+}
+
+std::vector<Array> JacobianCall::evaluate_blocks(TransformMemo* memo, const ClosedJaxpr& traced, const std::vector<ShapedArray>& outs,
+                                                 const std::vector<ShapedArray>& wrt, const std::vector<std::int64_t>& in_at,
+                                                 const std::vector<std::int64_t>& out_at) const {
   // The basis: one block per differentiated leaf (forward) or per output (reverse).
   const std::vector<ShapedArray>& space = forward ? wrt : outs;
   const std::vector<std::int64_t>& space_at = forward ? in_at : out_at;
@@ -486,22 +503,24 @@ void JacobianCall::run(TransformMemo* memo, const FlatFn& flat, std::source_loca
     return identity ? fold_identity_dots(batched, batched->invars[nc + nargs].id()) : batched;
   });
   std::vector<Array> r = eval_jaxpr(program, program_ins);
+  std::vector<Array> by_leaf;
   for (std::size_t i = 0; i < outs.size(); ++i)
     for (std::size_t k = 0; k < wrt.size(); ++k) {
       // forward: output i's tangents, shape out_i.shape + [n_in]; reverse: leaf k's cotangents, [n_out] + leaf_k.shape
       Array block = forward ? part(r[outs.size() + i], outs[i].ndim(), in_at[k], in_at[k + 1])
                             : part(r[outs.size() + k], 0, out_at[i], out_at[i + 1]);
-      blocks.push_back(reshape(block, concat_shapes(outs[i].shape, wrt[k].shape)));
+      by_leaf.push_back(reshape(block, concat_shapes(outs[i].shape, wrt[k].shape)));
     }
+  return by_leaf;
 }
 
-TreeDef JacobianCall::jacobian_def(std::initializer_list<int> argnums, bool as_tuple) const {
+TreeDef JacobianCall::jacobian_def(bool as_tuple) const {
   TreeDef inner;
   if (as_tuple) {
     inner.kind = TreeDef::Kind::node;
     for (int a : argnums) inner.children.push_back(fa.defs.at(static_cast<std::size_t>(a)));
   } else {
-    inner = fa.defs.at(static_cast<std::size_t>(*argnums.begin()));
+    inner = fa.defs.at(static_cast<std::size_t>(argnums.at(0)));
   }
   return compose_tree(out_def, inner);
 }

@@ -162,13 +162,15 @@ JvpOut log2_jvp(const JvpArgs& a) { return unary(a, [](const Array& x, const Arr
 Array trigamma(const Array& x0) {
   const Array negative = lt(x0, c(0, x0));
   Array x = where(negative, sub(c(1, x0), x0), x0);
-  Array shift = zeros_like(x);  // (x * 0 was NaN at x = inf: trigamma(inf) is 0)
+  // (1/x)^2, not 1/x^2, and a zero shift, not x * 0: finite at x = inf with finite derivatives,
+  // so trigamma(inf) and its derivative are 0, not NaN)
+  Array shift = zeros_like(x);
   for (int k = 0; k < 10; ++k) {
     const Array small = lt(x, c(10, x));
-    shift = where(small, add(shift, reciprocal(square(x))), shift);
+    shift = where(small, add(shift, square(reciprocal(x))), shift);
     x = where(small, add(x, c(1, x)), x);
   }
-  const Array r = reciprocal(square(x));
+  const Array r = square(reciprocal(x));
   // B_2, B_4, ..., B_14: 1/6, -1/30, 1/42, -1/30, 5/66, -691/2730, 7/6.
   const double bernoulli[] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6};
   Array series = c(bernoulli[6], x);

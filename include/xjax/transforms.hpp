@@ -274,14 +274,20 @@ struct JacobianCall {
   JacobianCall& operator=(const JacobianCall&) = delete;
   ~JacobianCall();
   /// Traces flat (which writes out_def) and evaluates the Jacobian in one batched program: `blocks`
-  /// gets one array per pair (output leaf i, differentiated leaf k), i outer, of shape
-  /// out_i.shape + leaf_k.shape.
+  /// gets one array per pair (output leaf i, differentiated leaf k), i outer, k in argnums' order,
+  /// of shape out_i.shape + leaf_k.shape.
   void run(TransformMemo* memo, const FlatFn& flat, std::source_location loc = std::source_location::current());
+  /// The blocks of traced at the arguments (i outer, the differentiated leaves in flatten order).
+  std::vector<Array> evaluate_blocks(TransformMemo* memo, const ClosedJaxpr& traced, const std::vector<ShapedArray>& outs,
+                                     const std::vector<ShapedArray>& wrt, const std::vector<std::int64_t>& in_at,
+                                     const std::vector<std::int64_t>& out_at) const;
   /// The Jacobian's structure (JAX's): the output's, each of its leaves replaced by the structure
-  /// of the differentiated argument (or, as_tuple, of a tuple of the differentiated arguments).
-  TreeDef jacobian_def(std::initializer_list<int> argnums, bool as_tuple) const;
+  /// of the differentiated argument (or, as_tuple, of a tuple of the differentiated arguments in
+  /// argnums' order).
+  TreeDef jacobian_def(bool as_tuple) const;
   FlatArgs fa;
   std::vector<bool> diff;
+  std::vector<int> argnums;
   bool forward;
   TreeDef out_def;
   std::vector<Array> blocks;
@@ -331,7 +337,7 @@ template <class F, bool Forward, bool AsTuple, int... I> class JacobianFn {
     using Jacobian = typename leaves_replaced<R, In>::type;
     JacobianCall c(flatten_args(args...), {I...}, Forward);
     c.run(memo_.get(), flat_fn<F, Args...>(f_, c.fa.defs, &c.out_def));
-    return tree_unflatten<Jacobian>(c.jacobian_def({I...}, as_tuple), c.blocks);
+    return tree_unflatten<Jacobian>(c.jacobian_def(as_tuple), c.blocks);
   }
 
  private:
