@@ -28,6 +28,19 @@ void check_leaf_count(const char* what, const TreeDef& def, std::size_t n) {
     tree_mismatch(std::string(what) + ": " + std::to_string(n) + " leaves for a tree of " + std::to_string(def.num_leaves()));
 }
 
+void expect_node(const TreeDef& def, TreeDef::Keyed keyed, std::size_t children, const char* type) {
+  if (def.kind == TreeDef::Kind::node && def.keyed == keyed && (children == std::string::npos || def.children.size() == children) &&
+      def.keys.size() == (keyed == TreeDef::Keyed::position ? 0 : def.children.size()))
+    return;
+  const std::string count = children == std::string::npos ? "" : " of " + std::to_string(children);
+  tree_mismatch(std::string("tree_unflatten: ") + type + count + " where the structure has " + def.str());
+}
+
+void expect_member(const TreeDef& def, std::size_t i, const char* name) {
+  if (def.keys.at(i) != name)
+    tree_mismatch("tree_unflatten: a struct's member " + std::to_string(i) + " is ." + name + ", the structure's ." + def.keys.at(i));
+}
+
 std::string child_key(const TreeDef& def, std::size_t i) {
   switch (def.keyed) {
     case TreeDef::Keyed::position: break;

@@ -87,7 +87,7 @@ std::vector<ShapedArray> arg_reduce_shape_rule(Primitive p, Avals in, const para
   if (in[0].shape[static_cast<std::size_t>(axes[0])] == 0) shape_fail(p, in, "the axis is empty: there is no index to return");
   DType idx = ps.index_dtype;
   if (idx != i32 && idx != i64)  // (xj::argmax converts to the other integer types from i64)
-    type_fail(p, in, "index_dtype must be an integer type");
+    type_fail(p, in, "index_dtype must be an integer type (the primitive writes i32 or i64; xj::argmax converts to the others)");
   return {ShapedArray{remove_axes(in[0].shape, axes), idx}};
 }
 

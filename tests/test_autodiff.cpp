@@ -32,6 +32,10 @@ namespace {
 struct Params {
   BOOST_HANA_DEFINE_STRUCT(Params, (xj::Array, w), (xj::Array, b));
 };
+/// Params' members in the other order (tree_unflatten must not read one as the other).
+struct Swapped {
+  BOOST_HANA_DEFINE_STRUCT(Swapped, (xj::Array, b), (xj::Array, w));
+};
 
 
 template <class Fn> std::string error_message(Fn&& fn) {
@@ -1401,4 +1405,41 @@ TEST_CASE("jacfwd / jacrev / hessian on pytrees and several arguments, nested as
   CHECK(contains(message_of<xj::TypeError>(int_arg), "argument 1 is i32[2]"));
   auto int_out = [&] { (void)xj::jacfwd([](const xj::Array& a) { return std::pair{a, xj::astype(a, xj::i32)}; })(x); };
   CHECK(contains(message_of<xj::TypeError>(int_out), "output leaf 1 is i32[3]"));
+}
+
+TEST_CASE("pytree regressions from the thirty-first session: tree_unflatten into a type of another structure is an xj::Error") {
+  // (it read by position: a pair's structure into a 3-tuple threw std::out_of_range, a map's
+  // into a struct filled members by order)
+  auto [leaves, pair_def] = xj::tree_flatten(std::pair{xj::scalar(1.0), xj::scalar(2.0)});
+  using Triple = std::tuple<xj::Array, xj::Array, xj::Array>;
+  CHECK_THROWS_AS((void)xj::tree_unflatten<Triple>(pair_def, leaves), xj::Error);
+  using Map = std::map<std::string, xj::Array>;
+  CHECK_THROWS_AS((void)xj::tree_unflatten<Map>(pair_def, leaves), xj::Error);
+  CHECK_THROWS_AS((void)xj::tree_unflatten<xj::Array>(pair_def, std::span<const xj::Array>(leaves).subspan(0, 1)), xj::Error);
+  auto [map_leaves, map_def] = xj::tree_flatten(std::map<std::string, xj::Array>{{"b", xj::scalar(1.0)}, {"w", xj::scalar(2.0)}});
+  CHECK_THROWS_AS((void)xj::tree_unflatten<Params>(map_def, map_leaves), xj::Error);
+  auto [p_leaves, p_def] = xj::tree_flatten(Params{xj::scalar(1.0), xj::scalar(2.0)});
+  CHECK(test_util::contains(test_util::message_of<xj::Error>([&] { (void)xj::tree_unflatten<Swapped>(p_def, p_leaves); }), "member 0 is .b"));
+  // the matching types still read it
+  CHECK(xj::tree_unflatten<std::pair<xj::Array, xj::Array>>(pair_def, leaves).second.item<double>() == 2.0);
+  CHECK(xj::tree_unflatten<std::vector<xj::Array>>(pair_def, leaves).size() == 2);  // any sequence of its length
+  CHECK(xj::tree_unflatten<Params>(p_def, p_leaves).b.item<double>() == 2.0);
+}
+
+TEST_CASE("custom_vjp regressions from the thirty-first session's review: an unbatched integer argument under vmap keeps its cotangent's dtype") {
+  // f(x, n) = x * n with n an integer array shared by vmap's members; bwd gives n zeros. The
+  // batched bwd summed n's cotangents with xj::sum, which widens to i64 / u64: the cotangent
+  // check refused it (and a bool argument always).
+  auto f = xj::custom_vjp(
+      [](const xj::Array& x, const xj::Array& n) { return x * xj::astype(n, xj::f64); },
+      [](const xj::Array& x, const xj::Array& n) { return std::pair{x * xj::astype(n, xj::f64), n}; },
+      [](const xj::Array& n, const xj::Array& ct) { return std::tuple{ct * xj::astype(n, xj::f64), xj::zeros_like(n)}; });
+  const xj::Array x = xj::array<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+  for (xj::DType dt : {xj::i32, xj::u8, xj::i64, xj::bool_}) {
+    INFO(xj::dtype_name(dt));
+    const xj::Array n = xj::astype(xj::array<int>({2, 3, 4}, {3}), dt);
+    auto loss = [&](const xj::Array& v) { return xj::sum(xj::vmap([&](const xj::Array& xi) { return f(xi, n); })(v)); };
+    const std::vector<double> nv = xj::astype(n, xj::f64).to_vector<double>();  // d loss / dx_ij = n_j
+    check_values(xj::grad(loss)(x), {nv[0], nv[1], nv[2], nv[0], nv[1], nv[2]}, 1e-15);
+  }
 }

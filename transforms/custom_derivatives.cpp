@@ -365,8 +365,13 @@ std::shared_ptr<BwdObject> batched_bwd(const BwdObject& obj, std::vector<ShapedA
     in.insert(in.end(), cts.begin(), cts.end());
     auto fn = [&](std::span<const Array> args) { return bwd(args.subspan(0, nres), args.subspan(nres)); };
     std::vector<Array> got = call_batched(fn, member, std::vector<bool>(member.size(), true), in, size);
+    // An unbatched argument's cotangent is the sum over the batch, in its own dtype (lax.reduce_sum);
+    // an integer or bool argument's is zeros of its own dtype (xj::sum would widen it to i64 / u64,
+    // which the dtype check of bwd's cotangents refuses).
     for (std::size_t k = 0; k < got.size() && k < arg_batched.size(); ++k)
-      if (!arg_batched[k]) got[k] = sum(got[k], {0});
+      if (!arg_batched[k])
+        got[k] = is_floating(got[k].dtype()) ? sum(got[k], {0})
+                                             : zeros(Shape(got[k].shape().begin() + 1, got[k].shape().end()), got[k].dtype());
     return got;
   };
   return out;

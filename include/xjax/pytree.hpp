@@ -11,6 +11,7 @@
 #include <boost/hana/adapt_struct.hpp>
 #include <boost/hana/first.hpp>
 #include <boost/hana/for_each.hpp>
+#include <boost/hana/length.hpp>
 #include <boost/hana/second.hpp>
 #include <boost/hana/string.hpp>
 #include <map>
@@ -58,6 +59,12 @@ template <class T> struct is_pytree_leaf : std::is_same<T, Array> {};
 [[noreturn]] void tree_mismatch(const std::string& what);
 /// Throws "WHAT: N leaves for a tree of M" unless def has n leaves.
 void check_leaf_count(const char* what, const TreeDef& def, std::size_t n);
+/// Throws an xj::Error naming `type` unless `def` is a structure it reads: a node keyed as `keyed`
+/// with `children` children (any number when children is npos). tree_unflatten of a structure of
+/// another type (a map's into a struct, a pair's into a 3-tuple) read by position before.
+void expect_node(const TreeDef& def, TreeDef::Keyed keyed, std::size_t children, const char* type);
+/// Throws an xj::Error unless a struct's structure names member i `name`.
+void expect_member(const TreeDef& def, std::size_t i, const char* name);
 /// The key of child i of node `def` in JAX's keystr style: `[0]`, `['key']`, `.member`.
 std::string child_key(const TreeDef& def, std::size_t i);
 /// Where two structures first differ, as "at PATH: what" (PATH in keystr style, `prefix` first;
@@ -77,8 +84,8 @@ template <> struct PyTree<Array> {
     def.kind = TreeDef::Kind::leaf;
     leaves.push_back(x);
   }
-  static Array unflatten(const TreeDef&, std::span<const Array>& leaves) {
-    // a structure of another type read past its leaves (front() of an empty span)
+  static Array unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    if (def.kind != TreeDef::Kind::leaf) detail::tree_mismatch("tree_unflatten: an Array where the structure has " + def.str());
     if (leaves.empty()) detail::tree_mismatch("tree_unflatten: the type reads more leaves than the structure holds");
     Array x = leaves.front();
     leaves = leaves.subspan(1);
@@ -88,7 +95,10 @@ template <> struct PyTree<Array> {
 
 template <> struct PyTree<None> {
   static void flatten(const None&, std::vector<Array>&, TreeDef& def) { def.kind = TreeDef::Kind::none; }
-  static None unflatten(const TreeDef&, std::span<const Array>&) { return {}; }
+  static None unflatten(const TreeDef& def, std::span<const Array>&) {
+    if (def.kind != TreeDef::Kind::none) detail::tree_mismatch("tree_unflatten: None where the structure has " + def.str());
+    return {};
+  }
 };
 
 template <class... Ts> struct PyTree<std::tuple<Ts...>> {
@@ -99,6 +109,7 @@ template <class... Ts> struct PyTree<std::tuple<Ts...>> {
     std::apply([&](const auto&... x) { (PyTree<std::decay_t<decltype(x)>>::flatten(x, leaves, def.children[i++]), ...); }, t);
   }
   static std::tuple<Ts...> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    detail::expect_node(def, TreeDef::Keyed::position, sizeof...(Ts), "a std::tuple");
     return unflatten_impl(def, leaves, std::index_sequence_for<Ts...>{});
   }
   template <std::size_t... I>
@@ -115,6 +126,7 @@ template <class A, class B> struct PyTree<std::pair<A, B>> {
     PyTree<B>::flatten(p.second, leaves, def.children[1]);
   }
   static std::pair<A, B> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    detail::expect_node(def, TreeDef::Keyed::position, 2, "a std::pair");
     A a = PyTree<A>::unflatten(def.children.at(0), leaves);
     B b = PyTree<B>::unflatten(def.children.at(1), leaves);
     return {std::move(a), std::move(b)};
@@ -128,6 +140,7 @@ template <class T> struct PyTree<std::vector<T>> {
     for (std::size_t i = 0; i < v.size(); ++i) PyTree<T>::flatten(v[i], leaves, def.children[i]);
   }
   static std::vector<T> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    detail::expect_node(def, TreeDef::Keyed::position, std::string::npos, "a std::vector");
     std::vector<T> out;
     for (const auto& c : def.children) out.push_back(PyTree<T>::unflatten(c, leaves));
     return out;
@@ -141,6 +154,7 @@ template <class T, std::size_t N> struct PyTree<std::array<T, N>> {
     for (std::size_t i = 0; i < N; ++i) PyTree<T>::flatten(v[i], leaves, def.children[i]);
   }
   static std::array<T, N> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    detail::expect_node(def, TreeDef::Keyed::position, N, "a std::array");
     std::array<T, N> out;
     for (std::size_t i = 0; i < N; ++i) out[i] = PyTree<T>::unflatten(def.children.at(i), leaves);
     return out;
@@ -158,6 +172,7 @@ template <class T> struct PyTree<std::map<std::string, T>> {
     }
   }
   static std::map<std::string, T> unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    detail::expect_node(def, TreeDef::Keyed::map_key, std::string::npos, "a std::map");
     std::map<std::string, T> out;
     for (std::size_t i = 0; i < def.children.size(); ++i)
       out.emplace(def.keys.at(i), PyTree<T>::unflatten(def.children[i], leaves));
@@ -178,10 +193,12 @@ template <class T> struct PyTree<T, std::enable_if_t<boost::hana::Struct<T>::val
     });
   }
   static T unflatten(const TreeDef& def, std::span<const Array>& leaves) {
+    detail::expect_node(def, TreeDef::Keyed::member, boost::hana::length(boost::hana::accessors<T>()), "a struct");
     T out{};
     std::size_t i = 0;
     boost::hana::for_each(boost::hana::accessors<T>(), [&](auto pair) {
       auto& member = boost::hana::second(pair)(out);
+      detail::expect_member(def, i, boost::hana::to<char const*>(boost::hana::first(pair)));
       member = PyTree<std::decay_t<decltype(member)>>::unflatten(def.children.at(i++), leaves);
     });
     return out;
