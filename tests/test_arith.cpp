@@ -261,6 +261,13 @@ TEST_CASE("math regressions from the twenty-sixth session: exp's top binade, sub
   CHECK(dpsi(xj::scalar(std::numeric_limits<double>::infinity(), xj::f64)).item<double>() == 0.0);
   CHECK(dpsi(xj::scalar(std::numeric_limits<float>::infinity(), xj::f32)).item<float>() == 0.0f);
   CHECK(xj::grad(dpsi)(xj::scalar(std::numeric_limits<double>::infinity(), xj::f64)).item<double>() == 0.0);  // psi''(inf)
+  // psi''(x) at negative half-integers (cos(fl(pi) r) is not 0 at r = -1/2); oracle: mpmath's polygamma(2, x)
+  const auto d2psi = xj::grad(dpsi);
+  CHECK(d2psi(xj::scalar(-0.5, xj::f64)).item<double>() == doctest::Approx(-0.82879664423431999560).epsilon(1e-14));
+  CHECK(d2psi(xj::scalar(-5.5, xj::f64)).item<double>() == doctest::Approx(-0.027587910706876798794).epsilon(1e-14));
+  CHECK(d2psi(xj::scalar(-50.5, xj::f64)).item<double>() == doctest::Approx(-0.00038443056696236073347).epsilon(1e-13));
+  CHECK(d2psi(xj::scalar(-50.5f, xj::f32)).item<float>() == doctest::Approx(-0.00038443056696236073347).epsilon(2e-6));
+  CHECK(d2psi(xj::scalar(-2.3, xj::f64)).item<double>() == doctest::Approx(68.713792529270165411).epsilon(1e-14));
   // atanh' and acosh' near 1 in the factored forms (x^2 - 1 lost 1e5 ulps there)
   const double a = 0.999999, b = 1.000001;
   const ld datanh = 1 / ((1 - static_cast<ld>(a)) * (1 + static_cast<ld>(a)));
