@@ -199,6 +199,9 @@ enum class VectorRule { one_dimensional, one_axis_less };
 
 SolveOperands solve_operands(const Array& a, const Array& b, std::source_location loc, VectorRule rule = VectorRule::one_dimensional) {
   const std::string call = "solve(" + a.aval().str() + ", " + b.aval().str() + ")";
+  if (rule == VectorRule::one_axis_less && b.ndim() != a.ndim() && b.ndim() != a.ndim() - 1)  // JAX's _check_solve_shapes
+    throw ShapeError("solve(" + a.aval().str() + ", " + b.aval().str() + ", \"pos\"): b must have a's rank or one less (at " +
+                     format_location(loc) + ")");
   expect_square(call, a, "a", loc);
   const bool vector = b.ndim() == 1 || (rule == VectorRule::one_axis_less && a.ndim() == b.ndim() + 1);
   const Array rhs = vector ? expand_dims(b, b.ndim(), loc) : b;
@@ -235,9 +238,6 @@ Array solve(const Array& a, const Array& b, std::string_view assume_a, std::sour
                 format_location(loc) + ")");
   // A = L L^T, symmetric: the transposed system is solved by the same cho_solve. b one axis
   // shorter than a: vectors (jax.scipy.linalg.solve's rule for "pos").
-  if (b.ndim() != a.ndim() && b.ndim() != a.ndim() - 1)  // JAX's _check_solve_shapes
-    throw ShapeError("solve(" + a.aval().str() + ", " + b.aval().str() + ", \"pos\"): b must have a's rank or one less (at " +
-                     format_location(loc) + ")");
   const SolveOperands s = solve_operands(a, b, loc, VectorRule::one_axis_less);
   // the factor of a's upper triangle (jax.scipy's cho_factor(a, lower=False)): cholesky reads
   // the lower triangle of a^T (symmetrizing averaged a with a^T: an a stored in its upper
@@ -255,14 +255,17 @@ Array inv(const Array& a, std::source_location loc) {
   return solve(a, broadcast_to(eye(a.dim(-1), dtype), a.shape(), loc), loc);
 }
 
+namespace {
+/// x + 0: -0 becomes +0 (a singular matrix's determinant and sign are +0, as numpy's and JAX's).
+Array without_negative_zero(const Array& x, std::source_location loc) { return add(x, scalar_like(0.0, x), loc); }
+}  // namespace
+
 Array det(const Array& a, std::source_location loc) {
   const std::string call = "det(" + a.aval().str() + ")";
   expect_square(call, a, "a", loc);
   auto [factors, pivots, permutation] = lu(astype(a, inexact_dtype({&a}), loc), loc);
-  // det a = det P^T det L det U = (-1)^exchanges prod diag(U); + 0: a singular a's -1 * 0 is +0
-  // (numpy's, JAX's)
-  const Array d = mul(pivot_sign(pivots, factors.dtype(), loc), prod(diagonals(factors, loc), {-1}, false, loc), loc);
-  return add(d, scalar_like(0.0, d), loc);
+  // det a = det P^T det L det U = (-1)^exchanges prod diag(U) (a singular a's -1 * 0 made +0)
+  return without_negative_zero(mul(pivot_sign(pivots, factors.dtype(), loc), prod(diagonals(factors, loc), {-1}, false, loc), loc), loc);
 }
 
 std::pair<Array, Array> slogdet(const Array& a, std::source_location loc) {
@@ -272,7 +275,7 @@ std::pair<Array, Array> slogdet(const Array& a, std::source_location loc) {
   const Array d = diagonals(factors, loc);
   // sign = (-1)^exchanges prod sign(u_ii) (0 when some u_ii is 0), log|det| = sum log|u_ii| (-inf then)
   const Array sign_of = mul(pivot_sign(pivots, d.dtype(), loc), prod(sign(d, loc), {-1}, false, loc), loc);
-  return {add(sign_of, scalar_like(0.0, sign_of), loc), sum(log(abs(d, loc), loc), {-1}, false, loc)};  // + 0: no -0 sign
+  return {without_negative_zero(sign_of, loc), sum(log(abs(d, loc), loc), {-1}, false, loc)};
 }
 
 std::pair<Array, Array> qr(const Array& a, const std::string& mode, std::source_location loc) {
