@@ -79,17 +79,26 @@ std::pair<Array, Array> broadcast_pair(P p, const Array& a, const Array& b, cons
   return {fit(a), fit(b)};
 }
 
+struct Promotion {
+  DType dtype;
+  bool weak;  // the result is weakly typed
+};
+
 // The dtype the operands promote to: the strong operands' promote_types, which weakly typed ones
 // (C++ numbers, values computed from them only) adopt as JAX's weak types do; all weak: theirs.
-DType promoted_dtype(std::span<const Array> xs) {
+// Weak (JAX's lattice_result_type) when every operand is, or when a weak one lifts the strong
+// ones' kind (an integer array times 0.5, a bool array plus 3: the join is JAX's weak float or
+// integer), so that the result still adopts an f16 or i8 array's dtype later.
+Promotion promoted_dtype(std::span<const Array> xs) {
   const bool any_strong = std::any_of(xs.begin(), xs.end(), [](const Array& x) { return !detail::is_weak(x); });
   std::vector<DType> joined;
   for (const auto& x : xs)
     if (!any_strong || !detail::is_weak(x)) joined.push_back(x.dtype());
-  std::optional<DType> t = detail::promote_types_of(joined);
+  const DType strong = detail::promote_types_of(joined);
+  DType t = strong;
   for (const auto& x : xs)
-    if (any_strong && detail::is_weak(x)) t = detail::weak_result(*t, !is_floating(x.dtype()));
-  return t.value();
+    if (any_strong && detail::is_weak(x)) t = detail::weak_result(t, !is_floating(x.dtype()));
+  return {t, !any_strong || t != strong};
 }
 
 // x converted to dtype by a convert_element_type (weakly typed when `weak`).
@@ -100,9 +109,8 @@ Array converted(const Array& x, DType dtype, bool weak, const std::source_locati
 // The operands converted to their promoted dtype (convert_element_type equations where a dtype
 // changes), or, in strict mode, a TypeError naming both dtypes (a weak operand still converts).
 std::vector<Array> promoted(P p, std::vector<Array> xs, const std::source_location& loc) {
-  const DType t = promoted_dtype(xs);
-  // JAX's rule: each conversion is weakly typed when the result is (every operand weak)
-  const bool weak_result = std::all_of(xs.begin(), xs.end(), [](const Array& x) { return detail::is_weak(x); });
+  // JAX's rule: each conversion is weakly typed when the result is
+  const auto [t, weak_result] = promoted_dtype(xs);
   for (auto& x : xs)
     if (x.dtype() != t) {
       if (promotion_mode() == PromotionMode::strict && !detail::is_weak(x)) {
@@ -459,28 +467,34 @@ Array dot(const Array& a, const Array& b, std::source_location loc) {
 namespace {
 // jnp.sum and jnp.prod accumulate integers in the default integer of their signedness (i64 / u64
 // with x64: promote_integers=True), so that a sum of i32 does not wrap at 2^31; bools count in i64
-// (the true entries of a mask; lax's reduce_sum takes no bool).
+// (the true entries of a mask; lax's reduce_sum takes no bool). Strong, as every jnp reduction's
+// operand (below).
 Array widened_for_sum(const Array& x, const std::source_location& loc) {
   const DType dt = x.dtype();
   if (dt == bool_ || (is_signed_integer(dt) && dt != i64)) return astype(x, i64, loc);
   if (is_integer(dt) && !is_signed_integer(dt) && dt != u64) return astype(x, u64, loc);
-  return x;
+  return astype(x, dt, loc);
 }
+// jnp's reductions convert their operand to the computation dtype first (a weakly typed one
+// becomes strong: lax.convert_element_type, an equation when traced), so their results are
+// strong: jnp.sum(3.0) + an f16 array is f32, not f16.
+Array strong(const Array& x, const std::source_location& loc) { return astype(x, x.dtype(), loc); }
 }  // namespace
 
 Array sum(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
   return reduce(P::reduce_sum, widened_for_sum(x, loc), axes, keepdims, loc);
 }
 Array max(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  return reduce(P::reduce_max, x, axes, keepdims, loc);
+  return reduce(P::reduce_max, strong(x, loc), axes, keepdims, loc);
 }
 Array min(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
-  return reduce(P::reduce_min, x, axes, keepdims, loc);
+  return reduce(P::reduce_min, strong(x, loc), axes, keepdims, loc);
 }
 Array prod(const Array& x, const Axes& axes, bool keepdims, std::source_location loc) {
   return reduce(P::reduce_prod, widened_for_sum(x, loc), axes, keepdims, loc);
 }
 namespace detail {
+TypeOperand type_operand(const Array& a) { return {a.dtype(), is_weak(a) && a.dtype() != bool_, !is_floating(a.dtype())}; }
 Array rounded_once_when_eager(std::vector<Array> xs, const std::function<Array(const std::vector<Array>&)>& f,
                               const std::source_location& loc) {
   const DType dt = xs.at(0).dtype();

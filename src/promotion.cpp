@@ -2,9 +2,11 @@
 // documentation and written as a graph: each node lists the nodes directly above it, and the
 // promotion of a and b is the least node above both. The weak nodes i* and f* are the types of
 // C++ numbers mixed with arrays (JAX's weakly typed Python scalars).
+#include <algorithm>
 #include <array>
 #include <bitset>
 #include <optional>
+#include <vector>
 
 #include "xjax/errors.hpp"
 #include "xjax/ops.hpp"
@@ -128,6 +130,13 @@ DType promote_types_of(std::span<const DType> dtypes) {
 
 DType result_type_of(std::span<const TypeOperand> operands) {
   if (operands.empty()) throw TypeError("result_type: no operands");
+  // Only weak operands: their own dtypes join, as an operation on them promotes (a weak f64 array
+  // stays f64; C++ numbers alone give xjax's default integer and float, i32 and f32).
+  if (std::all_of(operands.begin(), operands.end(), [](const TypeOperand& o) { return o.weak; })) {
+    std::vector<DType> dtypes;
+    for (const auto& o : operands) dtypes.push_back(o.dtype);
+    return promote_types_of(dtypes);
+  }
   Node n = operands[0].weak ? (operands[0].integer ? wi : wf) : node_of(operands[0].dtype);
   for (const auto& o : operands.subspan(1)) n = join(n, o.weak ? (o.integer ? wi : wf) : node_of(o.dtype));
   // The strong operands alone joining at f* (u64 with a signed integer) give f64, as promote_types.

@@ -65,7 +65,7 @@ const Row kTable[] = {
 };
 
 xj::detail::TypeOperand operand(const std::string& name) {
-  if (name == "i*") return {xj::f32, true, true};
+  if (name == "i*") return {xj::i32, true, true};  // as type_operand gives a C++ integer
   if (name == "f*") return {xj::f32, true, false};
   for (xj::DType d : xj::kAllDtypes)
     if (name == xj::dtype_name(d)) return {d};
@@ -402,4 +402,71 @@ TEST_CASE("C++ numbers in integer arrays, twenty-eighth session's hunt: INT64_MA
   CHECK(xj::at(x, 0).set(3000000000LL).to_vector<std::int32_t>() == std::vector<std::int32_t>{-1294967296, 2});
   CHECK(xj::at(xj::array<std::int64_t>({0}), 0).set(big).item<std::int64_t>() == big);
   CHECK(xj::at(xj::array<float>({0.f}), 0).add(3).item<float>() == 3.f);
+}
+
+TEST_CASE("weak types, thirty-second session's sweep: reductions are strong, a weak kind lift stays weak, result_type and make_jaxpr read weak arrays, fori_loop's counter") {
+  const xj::Array h = xj::astype(xj::array<float>({1.0f, 2.0f}, {2}), xj::f16);
+  const xj::Array b8 = xj::astype(xj::array<float>({1.0f, 2.0f}, {2}), xj::i8);
+  // jnp's reductions convert their operand to its own dtype first: sum / prod / max / min of a
+  // traced C++ number are strong, so they do not adopt an f16 or i8 array's dtype (they did)
+  auto sum_plus = [&](const xj::Array& k) { return xj::sum(k) + h; };
+  CHECK(xj::jit(sum_plus)(3.0).dtype() == xj::f64);
+  CHECK(xj::jit([&](const xj::Array& k) { return xj::prod(k) + h; })(3.0).dtype() == xj::f64);
+  CHECK(xj::jit([&](const xj::Array& k) { return xj::max(k) + b8; })(3).dtype() == xj::i64);
+  CHECK(xj::jit([&](const xj::Array& k) { return xj::min(k) + b8; })(3).dtype() == xj::i64);
+  CHECK(xj::jit([&](const xj::Array& k) { return k + h; })(3.0).dtype() == xj::f16);  // the value itself stays weak
+  CHECK(xj::jit(sum_plus)(3.0).to_vector<double>() == std::vector<double>{4.0, 5.0});
+  // A weak operand that lifts the strong ones' kind (an integer or bool array times a C++ double,
+  // a bool array plus a C++ integer) gives a weak result (JAX's lattice: the join is its weak
+  // float or integer), which then adopts an f16 or i8 array's dtype (it was strong f32 / i32)
+  const xj::Array n = xj::array<std::int32_t>({1, 3}, {2});
+  const xj::Array flags = xj::array<float>({1.0f, 0.0f}, {2}) > 0.5f;
+  CHECK((n * 0.5).dtype() == xj::f32);
+  CHECK(((n * 0.5) + h).dtype() == xj::f16);
+  CHECK(((n * 0.5) + h).to_vector<float>() == std::vector<float>{1.5f, 3.5f});
+  CHECK(((flags * 0.5) + h).dtype() == xj::f16);
+  CHECK(((flags + 3) + b8).dtype() == xj::i8);
+  CHECK(((flags + 3) + b8).to_vector<std::int8_t>() == std::vector<std::int8_t>{5, 5});
+  CHECK(((n + 3) + b8).dtype() == xj::i32);  // no lift: an i32 array plus 3 stays strong i32
+  CHECK(xj::jit([](const xj::Array& a, const xj::Array& c) { return a * 0.5 + c; })(n, h).dtype() == xj::f16);
+  // result_type reads an array's weak type, as the operation it describes does
+  const xj::Array w = xj::jit([](const xj::Array& k) { return k * 2.0; })(0.25);  // weak f64
+  const xj::Array wi = xj::jit([](const xj::Array& k) { return k * 2; })(3);      // weak i64
+  CHECK(xj::result_type(h, w) == (h + w).dtype());
+  CHECK((h + w).dtype() == xj::f16);
+  CHECK(xj::result_type(b8, wi) == xj::i8);
+  CHECK(xj::result_type(w) == xj::f64);
+  CHECK(xj::result_type(w, wi) == (w + wi).dtype());
+  xj::jit([](const xj::Array& a, const xj::Array& k) {
+    CHECK(xj::result_type(a, k) == xj::f16);
+    return a * k;
+  })(h, 0.5);
+  // make_jaxpr traces a weak argument weak, as jit does: the bf16 program jit runs, not an f64 one
+  auto mul = [](const xj::Array& a, const xj::Array& s) { return a * s; };
+  const xj::Array x = xj::astype(xj::array<float>({1.0f, 2.0f}, {2}), xj::bf16);
+  const std::string text = xj::make_jaxpr(mul)(x, w).str();
+  CHECK(text.find("convert_element_type[new_dtype=bfloat16 weak_type=False]") != std::string::npos);
+  CHECK(text.find("f64[2]") == std::string::npos);
+  CHECK(xj::jit(mul)(x, w).dtype() == xj::bf16);
+  // fori_loop's counter is weak when every bound is (JAX's Python-int counter): `carry + i` keeps
+  // an i8 or bf16 carry (a TypeError: the body returned i32 / f32 for the carry)
+  auto add_i = [](const xj::Array& i, const xj::Array& c) { return c + i; };
+  const xj::Array c8 = xj::astype(xj::zeros({3}), xj::i8);
+  const xj::Array r8 = xj::fori_loop(0, 4, add_i, c8);
+  CHECK(r8.dtype() == xj::i8);
+  CHECK(r8.to_vector<std::int8_t>() == std::vector<std::int8_t>{6, 6, 6});  // 0 + 1 + 2 + 3
+  const xj::Array rb = xj::fori_loop(0, 3, [](const xj::Array& i, const xj::Array& c) { return c + i * 0.5; },
+                                     xj::astype(xj::zeros({2}), xj::bf16));
+  CHECK(rb.dtype() == xj::bf16);
+  CHECK(xj::astype(rb, xj::f64).to_vector<double>() == std::vector<double>{1.5, 1.5});
+  const xj::Array traced = xj::jit([&](const xj::Array& hi) { return xj::fori_loop(0, hi, add_i, c8); })(4);  // while_loop
+  CHECK(traced.dtype() == xj::i8);
+  CHECK(traced.to_vector<std::int8_t>() == std::vector<std::int8_t>{6, 6, 6});
+  // a strong i32 bound beside a weak (traced C++) one: the weak takes i32, the counter is strong i32
+  const xj::Array c32 = xj::astype(xj::zeros({2}), xj::i32);
+  const xj::Array r32 = xj::jit([&](const xj::Array& hi) { return xj::fori_loop(xj::scalar(1, xj::i32), hi, add_i, c32); })(4);
+  CHECK(r32.dtype() == xj::i32);
+  CHECK(r32.to_vector<std::int32_t>() == std::vector<std::int32_t>{6, 6});  // 1 + 2 + 3
+  // a strong counter stays strong: an i32 Array bound with an i8 carry is a TypeError, as JAX's
+  CHECK_THROWS_AS(xj::fori_loop(xj::scalar(0, xj::i32), xj::scalar(3, xj::i32), add_i, c8), xj::TypeError);
 }

@@ -176,7 +176,7 @@ template <class F, class... Args> std::vector<Residual> saved_residuals(F f, con
   detail::FlatArgs fa = detail::flatten_args(args...);
   auto flat = detail::flat_fn<F, Args...>(f, fa.defs, nullptr);
   auto avals = fa.avals();
-  return detail::saved_residuals_flat(detail::trace_flat(flat, avals), fa);
+  return detail::saved_residuals_flat(detail::trace_flat(flat, avals, detail::weak_flags(fa.leaves)), fa);
 }
 
 /// Prints saved_residuals one per line, JAX's format: `f32[5,4] from the argument 0`.

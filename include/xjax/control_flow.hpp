@@ -313,18 +313,27 @@ Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init, WhileOptions
 
 /// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), with i an i32 scalar
 /// Array (i64 where an Array bound is i64, u32 or u64: the bounds' result type, as
-/// lax.fori_loop's), as lax.fori_loop. With bounds known when it is called (C++ integers, or
-/// concrete Arrays: JAX's int(lower) succeeding) it lowers to scan, so every transform including
-/// reverse mode works; with traced Array bounds it lowers to while_loop (evaluation and forward
-/// mode only).
+/// lax.fori_loop's), as lax.fori_loop. i is weakly typed when every bound is (C++ integers, or
+/// traced C++ numbers), as JAX's counter from Python ints: `carry + i` keeps an i8 or bf16 carry's
+/// dtype; a weak bound beside a strong Array bound takes that bound's counter dtype. With bounds
+/// known when it is called (C++ integers, or concrete Arrays: JAX's int(lower) succeeding) it
+/// lowers to scan, so every transform including reverse mode works; with traced Array bounds it
+/// lowers to while_loop (evaluation and forward mode only).
 template <class Lo, class Hi, class Body, class Carry>
   requires((std::integral<Lo> || std::same_as<Lo, Array>) && (std::integral<Hi> || std::same_as<Hi, Array>))
 Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location loc = std::source_location::current()) {
   using IC = std::pair<Array, Carry>;
+  auto is_weak = [](const auto& bound) {
+    if constexpr (std::integral<std::decay_t<decltype(bound)>>) return true;
+    else return detail::weak_flags(std::span<const Array>(&bound, 1))[0] != 0;
+  };
+  const bool weak_counter = is_weak(lo) && is_weak(hi);
+  // the body's view of the counter: weak when every bound is
+  auto counter = [weak_counter](const Array& i) { return weak_counter ? detail::weakly_typed(i) : i; };
   // hi - lo trips (none if negative) of a scan whose carry counts from `first`
   auto as_scan = [&](const Array& first, std::int64_t trips) {
-    auto step = [&body](const IC& ic, const None&) {
-      return std::pair<IC, None>{IC{ic.first + 1, Carry(body(ic.first, ic.second))}, None{}};
+    auto step = [&body, &counter](const IC& ic, const None&) {
+      return std::pair<IC, None>{IC{ic.first + 1, Carry(body(counter(ic.first), ic.second))}, None{}};
     };
     auto [out, ys] = scan(step, IC{first, init}, None{}, {.length = trips > 0 ? trips : 0}, loc);
     (void)ys;
@@ -345,14 +354,21 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
       lower = detail::fori_bound(lo, loc);
       upper = detail::fori_bound(hi, loc);
     }
-    if (lower.dtype() != upper.dtype()) {  // i32 and i64: an i64 counter (a traced i64 bound wrapped in i32)
-      lower = astype(lower, i64, loc);
-      upper = astype(upper, i64, loc);
+    if (lower.dtype() != upper.dtype()) {
+      if constexpr (std::same_as<Lo, Array> && std::same_as<Hi, Array>) {
+        if (is_weak(lo) != is_weak(hi)) {  // the weak bound takes the strong one's dtype (JAX's rule)
+          (is_weak(lo) ? lower : upper) = astype(is_weak(lo) ? lower : upper, (is_weak(lo) ? upper : lower).dtype(), loc);
+        }
+      }
+      if (lower.dtype() != upper.dtype()) {  // i32 and i64: an i64 counter (a traced i64 bound wrapped in i32)
+        lower = astype(lower, i64, loc);
+        upper = astype(upper, i64, loc);
+      }
     }
     if (lower.is_concrete() && upper.is_concrete())
       return as_scan(lower, upper.template item<std::int64_t>() - lower.template item<std::int64_t>());
     auto c = [upper](const IC& ic) { return lt(ic.first, upper); };
-    auto b = [&body](const IC& ic) { return IC{ic.first + 1, Carry(body(ic.first, ic.second))}; };
+    auto b = [&body, &counter](const IC& ic) { return IC{ic.first + 1, Carry(body(counter(ic.first), ic.second))}; };
     return while_loop(c, b, IC{lower, init}, {}, loc).second;
   }
 }

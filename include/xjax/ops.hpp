@@ -36,14 +36,15 @@ struct Scalar {
     requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
   Scalar(T v) : value(static_cast<double>(v)), integer(true) {}  // NOLINT: implicit on purpose
 };
-/// An operand of result_type: a dtype, strong (an array's, a DType) or weak (a C++ number).
+/// An operand of result_type: a dtype, strong (a DType, an array's) or weak (a C++ number, a
+/// weakly typed array's: JAX's result_type reads an array's weak_type).
 struct TypeOperand {
   DType dtype = f32;
   bool weak = false, integer = false;
 };
-inline TypeOperand type_operand(const Array& a) { return {a.dtype()}; }
+TypeOperand type_operand(const Array& a);
 inline TypeOperand type_operand(DType d) { return {d}; }
-inline TypeOperand type_operand(Scalar s) { return s.boolean ? TypeOperand{bool_} : TypeOperand{f32, true, s.integer}; }
+inline TypeOperand type_operand(Scalar s) { return s.boolean ? TypeOperand{bool_} : TypeOperand{s.integer ? i32 : f32, true, s.integer}; }
 DType result_type_of(std::span<const TypeOperand> operands);
 /// The dtype of a C++ number (integer or not) mixed with an array of `array_dtype`.
 DType weak_result(DType array_dtype, bool integer);

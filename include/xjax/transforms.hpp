@@ -19,13 +19,14 @@
 
 namespace xjax {
 
-/// make_jaxpr(f)(args...): the jaxpr of f traced at the abstract values of args.
+/// make_jaxpr(f)(args...): the jaxpr of f traced at the abstract values of args, a weakly typed
+/// argument traced weak (as jit traces it: JAX's make_jaxpr is jit(f).trace(args)).
 template <class F> auto make_jaxpr(F f, std::source_location loc = std::source_location::current()) {
   return [f, loc](const auto&... args) -> ClosedJaxpr {
     detail::FlatArgs fa = detail::flatten_args(args...);
     auto flat = detail::flat_fn<F, decltype(args)...>(f, fa.defs, nullptr);
     auto avals = fa.avals();
-    return detail::trace_flat(flat, avals, loc);
+    return detail::trace_flat(flat, avals, detail::weak_flags(fa.leaves), loc);
   };
 }
 

@@ -56,6 +56,8 @@ ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, s
                        std::source_location loc = std::source_location::current());
 /// Whether each of xs is weakly typed.
 std::vector<char> weak_flags(std::span<const Array> xs);
+/// x, marked weakly typed (a new handle: the same value or tracer).
+Array weakly_typed(const Array& x);
 
 /// The arguments of a call, flattened: all leaves in order, and one TreeDef per argument.
 struct FlatArgs {
