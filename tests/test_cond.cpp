@@ -572,3 +572,31 @@ TEST_CASE("cond: fori_loop with Array bounds lowers to while_loop (evaluation an
                                       xj::scalar(0, xj::i32)),
                   xj::TypeError);
 }
+
+TEST_CASE("cond: branches see a weakly typed operand weak (a traced C++ number times an f32 array stays f32)") {
+  const xj::Array a = xj::array<float>({1.5f, -2.0f}, {2});
+  auto scaled = [](const xj::Array& p, const xj::Array& x, const xj::Array& s) {
+    return xj::cond(
+        p, [](const xj::Array& u, const xj::Array& k) { return u * k; },
+        [](const xj::Array& u, const xj::Array& k) { return u - k; }, x, s);
+  };
+  // the branches computed in f64 (the number traced strong): JAX's branches see it weak
+  const xj::Array t = xj::jit(scaled)(xj::scalar(true, xj::bool_), a, 0.5);
+  CHECK(t.dtype() == xj::f32);
+  CHECK(t.to_vector<float>() == std::vector<float>{0.75f, -1.0f});
+  const xj::Array f = xj::jit(scaled)(xj::scalar(false, xj::bool_), a, 0.5);
+  CHECK(f.dtype() == xj::f32);
+  CHECK(f.to_vector<float>() == std::vector<float>{1.0f, -2.5f});
+  const xj::Array half = xj::jit([](const xj::Array& k) { return k * 1.0; })(0.5);  // a weak f64, as jit traces 0.5
+  const std::string text = xj::make_jaxpr(scaled)(xj::scalar(true, xj::bool_), a, half).str();
+  CHECK(text.find("f64[2]") == std::string::npos);
+  // switch_ too, and an f16 operand keeps its dtype beside the number
+  const xj::Array h = xj::astype(a, xj::f16);
+  const xj::Array sw = xj::jit([](const xj::Array& i, const xj::Array& x, const xj::Array& s) {
+    return xj::switch_(i, std::tuple{[](const xj::Array& u, const xj::Array& k) { return u + k; },
+                                     [](const xj::Array& u, const xj::Array& k) { return u * k; }},
+                       x, s);
+  })(xj::scalar(1, xj::i32), h, 2.0);
+  CHECK(sw.dtype() == xj::f16);
+  CHECK(xj::astype(sw, xj::f64).to_vector<double>() == std::vector<double>{3.0, -4.0});
+}

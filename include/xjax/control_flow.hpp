@@ -177,18 +177,21 @@ template <class Branches> const auto& first_branch(const Branches& bs) {
   else return *std::begin(bs);
 }
 
-/// Traces each branch on the operands' avals, checks that they agree and binds a cond.
+/// Traces each branch on the operands' avals (a weakly typed operand traced weak, as JAX's
+/// branches see it: a traced C++ number times an f32 array computes in f32 there), checks that
+/// they agree and binds a cond.
 template <class Out, class Branches, class... Ops>
 Out switch_impl(const char* what, const Array& index, const Branches& branches, std::vector<std::string> names,
                 std::source_location loc, const Ops&... operands) {
   FlatArgs fa = flatten_args(operands...);
   auto avals = fa.avals();
+  const std::vector<char> weak = weak_flags(fa.leaves);
   std::vector<ClosedJaxpr> jaxprs;
   std::vector<TreeDef> out_defs;
   for_each_branch(branches, [&](const auto& b) {
     TreeDef def;
     auto flat = flat_fn<std::decay_t<decltype(b)>, Ops...>(b, fa.defs, &def);
-    jaxprs.push_back(trace_flat(flat, avals));
+    jaxprs.push_back(trace_flat(flat, avals, weak));
     out_defs.push_back(def);
   });
   check_branches(what, names, out_defs, jaxprs, loc);
