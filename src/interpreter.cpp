@@ -16,8 +16,21 @@
 namespace xjax {
 
 namespace detail {
+namespace {
+// outs with each output that is one of `in`'s own handles (a loop that ran no step returns its
+// init; a body may pass a constant or a literal through) replaced by a new handle on its buffer,
+// as eval_jaxpr renews its outputs: donating that output must not mark the operand (the caller's
+// array, or a jaxpr's literal, every later call of the jit failing) donated too.
+std::vector<Array> renewed_outputs(std::vector<Array> outs, std::span<const Array> in) {
+  for (Array& o : outs)
+    if (o.valid() && std::any_of(in.begin(), in.end(), [&](const Array& x) { return x.impl() == o.impl(); })) o = fresh_handle(o);
+  return outs;
+}
+}  // namespace
+
 // A family's impl rule: none for those evaluated by a kernel (KernelFn: one output); a
-// factorization's kernel (several outputs) and a higher-order primitive's meaning otherwise.
+// factorization's kernel (several outputs) and a higher-order primitive's meaning otherwise
+// (its outputs renewed where they are operands' handles).
 #define XJAX_IMPL_float_unary(name, stem) nullptr
 #define XJAX_IMPL_numeric_unary(name, stem) nullptr
 #define XJAX_IMPL_power(name, stem) nullptr
@@ -31,8 +44,10 @@ namespace detail {
       return kernels::stem##_kernel(wide, ps.get<params_of_t<Primitive::name>>());            \
     });                                                                                       \
   }
-#define XJAX_IMPL_higher_order(name, stem) \
-  [](std::span<const Array> in, const Params& ps) { return stem##_impl(in, ps.get<params_of_t<Primitive::name>>()); }
+#define XJAX_IMPL_higher_order(name, stem)                                                      \
+  [](std::span<const Array> in, const Params& ps) {                                           \
+    return renewed_outputs(stem##_impl(in, ps.get<params_of_t<Primitive::name>>()), in);     \
+  }
 #define XJAX_IMPL_control_flow(name, stem) XJAX_IMPL_higher_order(name, stem)
 
 ImplRule impl_rule(Primitive p) {

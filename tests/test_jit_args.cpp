@@ -471,6 +471,46 @@ TEST_CASE("jit regressions from the twenty-seventh session's review: donating an
   }
 }
 
+TEST_CASE("jit and loops, thirty-second session's hunt: a loop that runs no step returns new handles, so donating its result leaves the caller's array and the jit's literal alone") {
+  const auto donating = xj::jit([](const xj::Array& y) { return y * 3.0f; }, {.donate_argnums = {0}});
+  // inside a jit: a while_loop over a captured scalar (a literal of g's jaxpr) that runs no step
+  // returned the literal's own handle; donating it made every later call of g throw
+  {
+    const xj::Array c = xj::scalar(5.0f);
+    const auto g = xj::jit([c](const xj::Array& x) {
+      const xj::Array r = xj::while_loop([](const xj::Array& k) { return k < 0.0f; }, [](const xj::Array& k) { return k + 1.0f; }, c);
+      return std::pair{r, x * 2.0f};
+    });
+    const auto first = g(xj::ones({3}));
+    CHECK(first.first.item<float>() == 5.0f);
+    CHECK(donating(first.first).item<float>() == 15.0f);
+    const auto again = g(xj::ones({3}));
+    CHECK(again.first.item<float>() == 5.0f);
+    CHECK(again.second.to_vector<float>() == std::vector<float>(3, 2.0f));
+    CHECK(c.item<float>() == 5.0f);
+  }
+  // eagerly: fori_loop(0, 0), a while_loop false at once and a scan of length 0 gave back the
+  // caller's own handle; donating the result made the caller's array unreadable
+  const auto add_one = [](const xj::Array& c) { return c + 1.0f; };
+  const std::vector<std::function<xj::Array(const xj::Array&)>> zero_trip_loops = {
+      [&](const xj::Array& x) { return xj::fori_loop(0, 0, [&](const xj::Array&, const xj::Array& c) { return add_one(c); }, x); },
+      [&](const xj::Array& x) { return xj::while_loop([](const xj::Array& c) { return xj::sum(c) < 0.0f; }, add_one, x); },
+      [&](const xj::Array& x) {
+        return xj::scan([&](const xj::Array& c, const xj::None&) { return std::pair{add_one(c), xj::None{}}; }, x, xj::None{},
+                        {.length = 0}).first;
+      },
+  };
+  for (const auto& loop : zero_trip_loops) {
+    for (const std::int64_t n : {std::int64_t{4}, std::int64_t{100000}}) {  // the raw plans and the Array executor
+      const xj::Array x = xj::full({n}, 2.0f);
+      const xj::Array r = loop(x);
+      CHECK(r.impl() != x.impl());
+      CHECK(donating(r).to_vector<float>()[0] == 6.0f);
+      CHECK(x.to_vector<float>()[0] == 2.0f);
+    }
+  }
+}
+
 TEST_CASE("jit: a function that calls its own jit while tracing keeps the outermost trace (review finding: the next call ran the innermost)") {
   int depth = 0;
   std::function<xj::Array(const xj::Array&)> inner;
