@@ -565,11 +565,17 @@ TEST_CASE("cond: fori_loop with Array bounds lowers to while_loop (evaluation an
   check_values(y, {6.0, 3.0});
   check_values(t, {6.0, 12.0});
   // An i64 bound Array and a mixed (integer, Array) pair of bounds: an i64 counter (the bounds'
-  // result type, as lax.fori_loop's), so an i32 carry plus i would change the carry's dtype.
-  auto m = xj::fori_loop(0, xj::scalar(3, xj::i64), [](const xj::Array& i, const xj::Array& c) { return c + i; }, xj::scalar(0, xj::i64));
+  // result type, as lax.fori_loop's). Known bounds give JAX's weak counter (a Python int there), so
+  // an i32 carry plus i stays i32; traced strong i64 bounds give a strong i64 counter, and then an
+  // i32 carry plus i would change the carry's dtype (a TypeError, as JAX's).
+  const auto add_i = [](const xj::Array& i, const xj::Array& c) { return c + i; };
+  auto m = xj::fori_loop(0, xj::scalar(3, xj::i64), add_i, xj::scalar(0, xj::i64));
   CHECK(m.item<std::int64_t>() == 3);
-  CHECK_THROWS_AS((void)xj::fori_loop(0, xj::scalar(3, xj::i64), [](const xj::Array& i, const xj::Array& c) { return c + i; },
-                                      xj::scalar(0, xj::i32)),
+  const xj::Array narrow = xj::fori_loop(0, xj::scalar(3, xj::i64), add_i, xj::scalar(0, xj::i32));
+  CHECK(narrow.dtype() == xj::i32);
+  CHECK(narrow.item<std::int32_t>() == 3);
+  CHECK_THROWS_AS((void)xj::jit([&](const xj::Array& lo, const xj::Array& hi) { return xj::fori_loop(lo, hi, add_i, xj::scalar(0, xj::i32)); })(
+                      xj::scalar(0, xj::i64), xj::scalar(3, xj::i64)),
                   xj::TypeError);
 }
 

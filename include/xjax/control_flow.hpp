@@ -316,12 +316,13 @@ Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init, WhileOptions
 
 /// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), with i an i32 scalar
 /// Array (i64 where an Array bound is i64, u32 or u64: the bounds' result type, as
-/// lax.fori_loop's), as lax.fori_loop. i is weakly typed when every bound is (C++ integers, or
-/// traced C++ numbers), as JAX's counter from Python ints: `carry + i` keeps an i8 or bf16 carry's
-/// dtype; a weak bound beside a strong Array bound takes that bound's counter dtype. With bounds
-/// known when it is called (C++ integers, or concrete Arrays: JAX's int(lower) succeeding) it
-/// lowers to scan, so every transform including reverse mode works; with traced Array bounds it
-/// lowers to while_loop (evaluation and forward mode only).
+/// lax.fori_loop's), as lax.fori_loop. i is weakly typed as JAX's counter: always with bounds
+/// known when it is called (JAX counts from the Python int int(lower)), so `carry + i` keeps an i8
+/// or bf16 carry's dtype; with traced bounds when the lower bound is weak (a C++ integer, a traced
+/// C++ number) and keeps its dtype (a weak bound beside a strong Array bound of another dtype
+/// takes that dtype, strongly). With bounds known when it is called (C++ integers, or concrete
+/// Arrays: JAX's int(lower) succeeding) it lowers to scan, so every transform including reverse
+/// mode works; with traced Array bounds it lowers to while_loop (evaluation and forward mode only).
 template <class Lo, class Hi, class Body, class Carry>
   requires((std::integral<Lo> || std::same_as<Lo, Array>) && (std::integral<Hi> || std::same_as<Hi, Array>))
 Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location loc = std::source_location::current()) {
@@ -330,13 +331,12 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
     if constexpr (std::integral<std::decay_t<decltype(bound)>>) return true;
     else return detail::weak_flags(std::span<const Array>(&bound, 1))[0] != 0;
   };
-  const bool weak_counter = is_weak(lo) && is_weak(hi);
-  // the body's view of the counter: weak when every bound is
-  auto counter = [weak_counter](const Array& i) { return weak_counter ? detail::weakly_typed(i) : i; };
-  // hi - lo trips (none if negative) of a scan whose carry counts from `first`
+  // the body's view of the counter (weak as JAX's where `weak`)
+  auto counter = [](const Array& i, bool weak) { return weak ? detail::weakly_typed(i) : i; };
+  // hi - lo trips (none if negative) of a scan whose carry counts from `first`, i weak
   auto as_scan = [&](const Array& first, std::int64_t trips) {
     auto step = [&body, &counter](const IC& ic, const None&) {
-      return std::pair<IC, None>{IC{ic.first + 1, Carry(body(counter(ic.first), ic.second))}, None{}};
+      return std::pair<IC, None>{IC{ic.first + 1, Carry(body(counter(ic.first, true), ic.second))}, None{}};
     };
     auto [out, ys] = scan(step, IC{first, init}, None{}, {.length = trips > 0 ? trips : 0}, loc);
     (void)ys;
@@ -370,8 +370,13 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
     }
     if (lower.is_concrete() && upper.is_concrete())
       return as_scan(lower, upper.template item<std::int64_t>() - lower.template item<std::int64_t>());
+    // traced: JAX's counter is `lower` itself, weak when it is and was not converted (a C++ lower
+    // bound, JAX's weak int64, keeps its dtype beside an i64 bound)
+    bool weak = false;
+    if constexpr (std::integral<Lo>) weak = upper.dtype() == i64;
+    else weak = is_weak(lo) && lower.impl() == lo.impl();
     auto c = [upper](const IC& ic) { return lt(ic.first, upper); };
-    auto b = [&body, &counter](const IC& ic) { return IC{ic.first + 1, Carry(body(counter(ic.first), ic.second))}; };
+    auto b = [&body, &counter, weak](const IC& ic) { return IC{ic.first + 1, Carry(body(counter(ic.first, weak), ic.second))}; };
     return while_loop(c, b, IC{lower, init}, {}, loc).second;
   }
 }
