@@ -116,7 +116,8 @@ Array gelu(const Array& x, Loc loc) {
   };
   auto pieces = [=](const Array& v) {
     const Array v2 = square(v, loc);
-    const Array t = tanh(mul(v, add(mul(v2, scalar_like(c * k, v), loc), scalar_like(c, v), loc), loc), loc);
+    // c strong, as JAX's np.sqrt(2 / np.pi).astype(x.dtype): gelu of a weak value is strong
+    const Array t = tanh(mul(v, add(mul(v2, scalar_like(c * k, v), loc), scalar(c, v.dtype()), loc), loc), loc);
     return Pieces{v2, mul(v, scalar_like(0.5, v), loc), add(t, scalar_like(1.0, v), loc), t};
   };
   auto f = [=](const Array& v) {
@@ -143,7 +144,8 @@ Array gelu(const Array& x, bool approximate, Loc loc) {
   if (approximate) return gelu(x, loc);
   if (!is_floating(x.dtype())) return gelu(detail::as_inexact(x, loc), false, loc);
   auto phi_cdf = [=](const Array& v) {
-    return mul(erfc(mul(v, scalar_like(-M_SQRT1_2, v), loc), loc), scalar_like(0.5, v), loc);
+    // strong, as JAX's (jnp.array(..., dtype=x.dtype)): gelu of a weak value is strong
+    return mul(erfc(mul(v, scalar(-M_SQRT1_2, v.dtype()), loc), loc), scalar_like(0.5, v), loc);
   };
   auto f = [=](const Array& v) { return mul(v, phi_cdf(v), loc); };
   auto deriv = [=](const Array& v) {

@@ -86,11 +86,9 @@ struct Promotion {
 
 // The dtype the operands promote to: the strong operands' promote_types, which weakly typed ones
 // (C++ numbers, values computed from them only) adopt as JAX's weak types do; all weak: theirs.
-// Weak when every operand is. (JAX's lattice_result_type is weak also when a weak operand lifts
-// the strong ones' kind, an integer array times 0.5 or a bool array plus 3: not yet here, since
-// such weak values would then reach the call primitives, whose outputs take the standard weak
-// rule rather than their bodies' (docs/status.md): checkpoint(max)(mask + 1) + an i8 array would
-// wrap in i8 where JAX's is i32.)
+// Weak (JAX's lattice_result_type) when every operand is, or when a weak one lifts the strong
+// ones' kind (an integer array times 0.5, a bool array plus 3: the join is JAX's weak float or
+// integer), so that the result still adopts an f16 or i8 array's dtype later.
 Promotion promoted_dtype(std::span<const Array> xs) {
   const bool any_strong = std::any_of(xs.begin(), xs.end(), [](const Array& x) { return !detail::is_weak(x); });
   std::vector<DType> joined;
@@ -100,7 +98,7 @@ Promotion promoted_dtype(std::span<const Array> xs) {
   DType t = strong;
   for (const auto& x : xs)
     if (any_strong && detail::is_weak(x)) t = detail::weak_result(t, !is_floating(x.dtype()));
-  return {t, !any_strong};
+  return {t, !any_strong || t != strong};
 }
 
 // x converted to dtype by a convert_element_type (weakly typed when `weak`).

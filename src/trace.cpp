@@ -90,32 +90,134 @@ template <class E> [[noreturn]] void rethrow_at(const E& e, const std::source_lo
   throw E(std::string(e.what()) + " (at " + format_location(loc) + ")");
 }
 
-// JAX's weak-type rule, the dtype an equation's outputs are weak in (nullopt: none is weak): a
-// conversion's is its weak_type parameter's; an index's (argmax, argmin) and a logical
-// reduction's never; a gather's, dynamic_slice's or scatter's is its operand's (indices and
-// updates not counted); otherwise the operands' dtype when every operand is weak (a comparison's
-// bool output is not), select_n's selector not counted (its cases are).
-std::optional<DType> weak_output_dtype(Primitive p, const Params& params, std::span<const Array> inputs) {
+// JAX's weak-type rule for a first-order primitive, the dtype an equation's outputs are weak in
+// (nullopt: none is weak), from its n operands' weak flags and dtypes (weak_at(i), dtype_at(i)): a
+// conversion's is its weak_type parameter's; an index's (argmax, argmin) and a logical reduction's
+// never; a gather's, dynamic_slice's or scatter's is its operand's (indices and updates not
+// counted); otherwise the operands' dtype when every operand is weak (a comparison's bool output
+// is not), select_n's selector not counted (its cases are).
+template <class WeakAt, class DtypeAt>
+std::optional<DType> weak_output_dtype(Primitive p, const Params& params, std::size_t n, WeakAt weak_at, DtypeAt dtype_at) {
   using P = Primitive;
   if (p == P::convert_element_type) {
     const auto& c = params.get<params::ConvertElementType>();
     return c.weak_type ? std::optional(c.new_dtype) : std::nullopt;
   }
   if (p == P::argmax || p == P::argmin || p == P::reduce_and || p == P::reduce_or) return std::nullopt;
+  std::size_t first = 0;
   if (p == P::gather || p == P::dynamic_slice || p == P::scatter || p == P::scatter_add || p == P::scatter_mul ||
       p == P::scatter_min || p == P::scatter_max)
-    inputs = inputs.first(std::min<std::size_t>(inputs.size(), 1));
-  if (p == P::select_n && !inputs.empty()) inputs = inputs.subspan(1);
-  if (inputs.empty() || !std::all_of(inputs.begin(), inputs.end(), [](const Array& x) { return is_weak(x); }))
-    return std::nullopt;
-  return inputs[0].dtype();
+    n = std::min<std::size_t>(n, 1);
+  if (p == P::select_n && n > 0) first = 1;
+  if (first >= n) return std::nullopt;
+  for (std::size_t i = first; i < n; ++i)
+    if (!weak_at(i)) return std::nullopt;
+  return dtype_at(first);
 }
 
-// outs, those of dtype `weak` marked weakly typed.
-std::vector<Array> with_weak_outputs(std::optional<DType> weak, std::vector<Array> outs) {
-  if (weak)
-    for (auto& o : outs)
-      if (o.valid() && o.dtype() == *weak) o = weakly_typed(o);
+// Whether p carries a body whose outputs' weak types its outputs take (call_out_weak).
+bool weak_types_from_body(Primitive p) {
+  using P = Primitive;
+  return p == P::checkpoint || p == P::custom_jvp_call || p == P::custom_vjp_call || p == P::scan || p == P::cond || p == P::while_;
+}
+
+std::optional<std::vector<char>> call_out_weak(Primitive p, const Params& params, std::span<const char> in_weak);
+
+/// Which of cj's outputs are weakly typed when its inputs' are `in_weak` (its consts' from the
+/// arrays): the weak types its trace gives them, rederived equation by equation (a jaxpr records
+/// weak types only where they start: weak literals and conversions). nullopt when in_weak does not
+/// fit cj's inputs.
+std::optional<std::vector<char>> jaxpr_out_weak(const ClosedJaxpr& cj, std::span<const char> in_weak) {
+  const Jaxpr& j = *cj;
+  if (in_weak.size() != j.invars.size() || cj.consts.size() != j.constvars.size()) return std::nullopt;
+  std::unordered_map<std::uint64_t, char> weak_of;  // by variable id; absent: strong
+  for (std::size_t i = 0; i < j.invars.size(); ++i)
+    if (in_weak[i]) weak_of[j.invars[i].id()] = 1;
+  for (std::size_t i = 0; i < j.constvars.size(); ++i)
+    if (is_weak(cj.consts[i])) weak_of[j.constvars[i].id()] = 1;
+  auto atom_weak = [&](const Atom& a) -> char {
+    if (const auto* v = std::get_if<Var>(&a)) return weak_of.count(v->id()) ? 1 : 0;
+    return is_weak(std::get<Literal>(a).value) ? 1 : 0;
+  };
+  std::vector<DType> dtypes;
+  std::vector<char> weak;
+  for (const Eqn& e : j.eqns) {
+    dtypes.clear();
+    weak.clear();
+    for (const Atom& a : e.inputs) {
+      dtypes.push_back(atom_aval(a).dtype);
+      weak.push_back(atom_weak(a));
+    }
+    if (const auto call = call_out_weak(e.prim, e.params, weak)) {
+      for (std::size_t k = 0; k < e.outputs.size() && k < call->size(); ++k)
+        if ((*call)[k]) weak_of[e.outputs[k].id()] = 1;
+      continue;
+    }
+    if (const auto w = weak_output_dtype(e.prim, e.params, weak.size(), [&](std::size_t i) { return weak[i] != 0; },
+                                         [&](std::size_t i) { return dtypes[i]; }))
+      for (const Var& o : e.outputs)
+        if (o.aval().dtype == *w) weak_of[o.id()] = 1;
+  }
+  std::vector<char> out;
+  for (const Atom& a : j.outvars) out.push_back(atom_weak(a));
+  return out;
+}
+
+// The weak types of a call primitive's outputs: its body's, from its operands' (JAX takes a call's
+// output avals from its traced body: checkpoint(max)(weak x) * 100 is strong, as max's result).
+// nullopt for a first-order primitive, and for the calls ruled by the standard rule (custom_lin,
+// custom_linear_solve, the revolve loops).
+std::optional<std::vector<char>> call_out_weak(Primitive p, const Params& params, std::span<const char> in_weak) {
+  using P = Primitive;
+  if (p == P::checkpoint) return jaxpr_out_weak(*params.get<params::Checkpoint>().jaxpr, in_weak);
+  if (p == P::custom_jvp_call) return jaxpr_out_weak(*params.get<params::CustomJvpCall>().call_jaxpr, in_weak);
+  if (p == P::custom_vjp_call) return jaxpr_out_weak(*params.get<params::CustomVjpCall>().call_jaxpr, in_weak);
+  // scan and while_loop trace their bodies with strong carries and scanned operands (docs/status.md):
+  // read so, as the body's promotions did (a weak init would otherwise make sum(x) of a weak x,
+  // recorded without JAX's conversion, look weak); their consts keep their weak types.
+  auto strong_after = [](std::span<const char> w, std::size_t n) {
+    std::vector<char> r(w.begin(), w.end());
+    for (std::size_t i = n; i < r.size(); ++i) r[i] = 0;
+    return r;
+  };
+  if (p == P::scan) {  // consts, carry, xs: its invars
+    const auto& sc = params.get<params::Scan>();
+    return jaxpr_out_weak(*sc.jaxpr, strong_after(in_weak, static_cast<std::size_t>(sc.num_consts)));
+  }
+  if (p == P::cond) {  // the index, then the branches' operands; the outputs branch 0's (JAX's)
+    const auto& branches = params.get<params::Cond>().branches;
+    if (branches.empty() || in_weak.empty()) return std::nullopt;
+    return jaxpr_out_weak(*branches[0], in_weak.subspan(1));
+  }
+  if (p == P::while_) {  // cond consts, body consts, carry; the body's outputs
+    const auto& w = params.get<params::While>();
+    const auto skip = static_cast<std::size_t>(w.cond_nconsts);
+    if (skip > in_weak.size()) return std::nullopt;
+    return jaxpr_out_weak(*w.body_jaxpr, strong_after(in_weak.subspan(skip), static_cast<std::size_t>(w.body_nconsts)));
+  }
+  return std::nullopt;
+}
+
+// The weak types of p's outputs applied to `inputs`: per output for a call primitive (its body's),
+// else the dtype its outputs are weak in.
+struct OutWeak {
+  std::optional<std::vector<char>> per_output;
+  std::optional<DType> dtype;
+};
+OutWeak out_weak(Primitive p, const Params& params, std::span<const Array> inputs, std::size_t num_outputs) {
+  if (weak_types_from_body(p))
+    if (auto call = call_out_weak(p, params, weak_flags(inputs)); call && call->size() == num_outputs) return {std::move(call), {}};
+  return {{}, weak_output_dtype(p, params, inputs.size(), [&](std::size_t i) { return is_weak(inputs[i]); },
+                                [&](std::size_t i) { return inputs[i].dtype(); })};
+}
+
+// outs, those weakly typed by `weak` marked so.
+std::vector<Array> with_weak_outputs(const OutWeak& weak, std::vector<Array> outs) {
+  for (std::size_t k = 0; k < outs.size(); ++k) {
+    if (!outs[k].valid()) continue;
+    const bool w = weak.per_output ? (k < weak.per_output->size() && (*weak.per_output)[k]) : weak.dtype && outs[k].dtype() == *weak.dtype;
+    if (w) outs[k] = weakly_typed(outs[k]);
+  }
   return outs;
 }
 
@@ -146,7 +248,6 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   if (!params_match(p, params))
     throw InternalError("bind", std::string(primitive_name(p)) + " bound with params::" +
                                     params_struct_name(params.index()));
-  const std::optional<DType> weak = weak_output_dtype(p, params, inputs);
   std::vector<ShapedArray> in_avals;
   in_avals.reserve(inputs.size());
   for (const auto& x : inputs) {
@@ -164,6 +265,7 @@ std::vector<Array> bind(Primitive p, std::span<const Array> inputs, Params param
   } catch (const TypeError& e) {
     rethrow_at(e, loc);
   }
+  const OutWeak weak = out_weak(p, params, inputs, out_avals.size());
 
   auto& stack = trace_stack();
   if (stack.empty()) {

@@ -111,12 +111,12 @@ TEST_CASE("printer: scalar literals carry their type") {
 
   auto i = xj::make_jaxpr([](const xj::Array& x) { return x - 7; })(xj::scalar(1, xj::i32));
   CHECK(str(i) == "{ lambda ; a:i32[]. let b:i32[] = sub a 7:i32[] in (b,) }");
-  // A float scalar makes an integer operation a float one, converting the array first (JAX; JAX's
-  // conversion is weak there, docs/status.md).
+  // A float scalar makes an integer operation a float one, converting the array first (JAX), to a
+  // weakly typed float: the join of i32 and a weak float is JAX's weak float.
   auto fi = xj::make_jaxpr([](const xj::Array& x) { return x - 7.5; })(xj::scalar(1, xj::i32));
   CHECK(str(fi) ==
         "{ lambda ; a:i32[]. let\n"
-        "    b:f32[] = convert_element_type[new_dtype=float32 weak_type=False] a\n"
+        "    b:f32[] = convert_element_type[new_dtype=float32 weak_type=True] a\n"
         "    c:f32[] = sub b 7.5:f32[]\n"
         "  in (c,) }");
 

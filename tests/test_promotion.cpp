@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -416,12 +417,51 @@ TEST_CASE("weak types, thirty-second session's sweep: reductions are strong, a w
   CHECK(xj::jit([&](const xj::Array& k) { return xj::min(k) + b8; })(3).dtype() == xj::i64);
   CHECK(xj::jit([&](const xj::Array& k) { return k + h; })(3.0).dtype() == xj::f16);  // the value itself stays weak
   CHECK(xj::jit(sum_plus)(3.0).to_vector<double>() == std::vector<double>{4.0, 5.0});
-  // An integer or bool array mixed with a C++ double (or a bool array with a C++ integer) stays
-  // strong here, where JAX's lattice makes it weak (docs/status.md: the call primitives' output
-  // rule comes first); an i32 array plus 3 is strong in both.
+  // A weak operand that lifts the strong ones' kind (an integer or bool array times a C++ double,
+  // a bool array plus a C++ integer) gives a weak result (JAX's lattice: the join is its weak
+  // float or integer), which then adopts an f16 or i8 array's dtype (it was strong f32 / i32)
   const xj::Array n = xj::array<std::int32_t>({1, 3}, {2});
-  CHECK(((n * 0.5) + h).dtype() == xj::f32);
-  CHECK(((n + 3) + b8).dtype() == xj::i32);
+  const xj::Array flags = xj::array<float>({1.0f, 0.0f}, {2}) > 0.5f;
+  CHECK((n * 0.5).dtype() == xj::f32);
+  CHECK(((n * 0.5) + h).dtype() == xj::f16);
+  CHECK(((n * 0.5) + h).to_vector<float>() == std::vector<float>{1.5f, 3.5f});
+  CHECK(((flags * 0.5) + h).dtype() == xj::f16);
+  CHECK(((flags + 3) + b8).dtype() == xj::i8);
+  CHECK(((flags + 3) + b8).to_vector<std::int8_t>() == std::vector<std::int8_t>{5, 5});
+  CHECK(((n + 3) + b8).dtype() == xj::i32);  // no lift: an i32 array plus 3 stays strong i32
+  CHECK(xj::jit([](const xj::Array& a, const xj::Array& c) { return a * 0.5 + c; })(n, h).dtype() == xj::f16);
+  // A call's outputs take its body's weak types (JAX's), not the standard rule over its operands:
+  // a reduction in the body is strong, so checkpoint(max(x) * 100) of a weak i32 stays i32 beside
+  // an i8 array (it became i8 and wrapped 200 to -56), and the composites whose JAX versions are
+  // strong (gelu's constants, softmax's and the norms' strong max / mean) stay strong beside bf16
+  const xj::Array mask = xj::full({200}, 1.0) > 0.5f;
+  const xj::Array i8_zero = xj::astype(xj::zeros({1}), xj::i8);
+  auto peak = [](const xj::Array& x) { return xj::max(x) * 100; };
+  const xj::Array peaked = xj::checkpoint(peak)(mask + 1) + i8_zero;
+  CHECK(peaked.dtype() == xj::i32);
+  CHECK(peaked.to_vector<std::int32_t>() == std::vector<std::int32_t>{200});
+  CHECK(xj::jit([&](const xj::Array& m) { return xj::checkpoint(peak)(m + 1) + i8_zero; })(mask).dtype() == xj::i32);
+  const xj::Array bf = xj::astype(xj::array<float>({1.0f, 2.0f}, {2}), xj::bf16);
+  auto sum_all = [](const xj::Array& x) { return xj::sum(x); };
+  CHECK((xj::checkpoint(sum_all)(n * 0.5) + bf).dtype() == xj::f32);
+  const auto summed = xj::custom_jvp(sum_all, [](const std::tuple<xj::Array>& p, const std::tuple<xj::Array>& t) {
+    return std::pair{xj::sum(std::get<0>(p)), xj::sum(std::get<0>(t))};
+  });
+  CHECK(xj::jit([&](const xj::Array& m) { return summed(m * 0.5) + bf; })(n).dtype() == xj::f32);
+  auto [carry, ys] = xj::scan([](const xj::Array& c, const xj::Array& x) { return std::pair{c + xj::sum(x), x}; }, xj::sum(n) * 0.5,
+                              xj::reshape(n, {2, 1}) * 0.5);
+  CHECK((carry + bf).dtype() == xj::f32);
+  CHECK((xj::gelu(n * 0.5) + bf).dtype() == xj::f32);
+  CHECK((xj::gelu(n * 0.5, false) + bf).dtype() == xj::f32);
+  for (const auto& composite : std::vector<std::function<xj::Array(const xj::Array&)>>{
+           [](const xj::Array& x) { return xj::softmax(x); }, [](const xj::Array& x) { return xj::log_softmax(x); },
+           [](const xj::Array& x) { return xj::standardize(x); }, [](const xj::Array& x) { return xj::layer_norm(x); },
+           [](const xj::Array& x) { return xj::rms_norm(x); }, [](const xj::Array& x) { return xj::gelu(x); }}) {
+    CHECK(xj::jit([&](const xj::Array& m) { return composite(m * 0.5) + bf; })(n).dtype() == xj::f32);
+    CHECK((composite(n * 0.5) + bf).dtype() == xj::f32);
+  }
+  // and a body computing from its weak operands alone stays weak, as JAX's
+  CHECK(xj::jit([&](const xj::Array& k) { return xj::checkpoint([](const xj::Array& x) { return x * 2; })(k) + b8; })(3).dtype() == xj::i8);
   // result_type reads an array's weak type, as the operation it describes does
   const xj::Array w = xj::jit([](const xj::Array& k) { return k * 2.0; })(0.25);  // weak f64
   const xj::Array wi = xj::jit([](const xj::Array& k) { return k * 2; })(3);      // weak i64
