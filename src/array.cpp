@@ -134,10 +134,12 @@ Array alloc_array(const ShapedArray& aval) {
   return Array(std::move(impl));
 }
 
-Array weakly_typed(const Array& x) {
-  if (is_weak(x)) return x;
+Array weakly_typed(const Array& x) { return with_weak_type(x, true); }
+
+Array with_weak_type(const Array& x, bool weak) {
+  if (!x.valid() || is_weak(x) == weak) return x;
   auto impl = std::make_shared<ArrayImpl>(*x.impl());
-  impl->weak = true;
+  impl->weak = weak;
   return Array(std::move(impl));
 }
 

@@ -509,7 +509,9 @@ Array rounded_once_when_eager(const Array& x, const std::function<Array(const Ar
 }
 Array as_inexact(const Array& x, const std::source_location& loc) {
   if (is_floating(x.dtype())) return x;
-  return is_weak(x) ? weakly_typed(astype(x, f64, loc)) : astype(x, f64, loc);
+  // weak when x is, recorded in the conversion (JAX's promote_dtypes_inexact), so a jaxpr
+  // evaluated again inside a trace, or a call's body read for its weak types, agrees
+  return converted(x, f64, is_weak(x), loc);
 }
 std::vector<Array> promoted_operands(Primitive p, std::vector<Array> xs, const std::source_location& loc) {
   return promoted(p, std::move(xs), loc);

@@ -120,6 +120,13 @@ bool weak_types_from_body(Primitive p) {
   using P = Primitive;
   return p == P::checkpoint || p == P::custom_jvp_call || p == P::custom_vjp_call || p == P::scan || p == P::cond || p == P::while_;
 }
+// The loops reverse mode emits for a checkpointed scan or while_loop: their outputs are strong, as
+// the plain loops' computed from their carries (read strong, below), so that value_and_grad's value
+// has the dtype of the function's.
+bool strong_outputs(Primitive p) {
+  using P = Primitive;
+  return p == P::revolve_fwd || p == P::online_fwd || p == P::revolve_lin || p == P::revolve_bwd;
+}
 
 std::optional<std::vector<char>> call_out_weak(Primitive p, const Params& params, std::span<const char> in_weak);
 
@@ -148,6 +155,7 @@ std::optional<std::vector<char>> jaxpr_out_weak(const ClosedJaxpr& cj, std::span
       dtypes.push_back(atom_aval(a).dtype);
       weak.push_back(atom_weak(a));
     }
+    if (strong_outputs(e.prim)) continue;
     if (const auto call = call_out_weak(e.prim, e.params, weak)) {
       for (std::size_t k = 0; k < e.outputs.size() && k < call->size(); ++k)
         if ((*call)[k]) weak_of[e.outputs[k].id()] = 1;
@@ -205,18 +213,20 @@ struct OutWeak {
   std::optional<DType> dtype;
 };
 OutWeak out_weak(Primitive p, const Params& params, std::span<const Array> inputs, std::size_t num_outputs) {
+  if (strong_outputs(p)) return {std::vector<char>(num_outputs, 0), {}};
   if (weak_types_from_body(p))
     if (auto call = call_out_weak(p, params, weak_flags(inputs)); call && call->size() == num_outputs) return {std::move(call), {}};
   return {{}, weak_output_dtype(p, params, inputs.size(), [&](std::size_t i) { return is_weak(inputs[i]); },
                                 [&](std::size_t i) { return inputs[i].dtype(); })};
 }
 
-// outs, those weakly typed by `weak` marked so.
+// outs, each weakly typed exactly as `weak` says (an output that is an operand's handle, a loop
+// that ran no step returning its init, loses a weak type the rule does not give it).
 std::vector<Array> with_weak_outputs(const OutWeak& weak, std::vector<Array> outs) {
   for (std::size_t k = 0; k < outs.size(); ++k) {
     if (!outs[k].valid()) continue;
     const bool w = weak.per_output ? (k < weak.per_output->size() && (*weak.per_output)[k]) : weak.dtype && outs[k].dtype() == *weak.dtype;
-    if (w) outs[k] = weakly_typed(outs[k]);
+    outs[k] = with_weak_type(outs[k], w);
   }
   return outs;
 }

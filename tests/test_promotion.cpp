@@ -513,3 +513,62 @@ TEST_CASE("weak types, thirty-second session's sweep: reductions are strong, a w
                       xj::scalar(0, xj::i32), xj::scalar(3, xj::i32)),
                   xj::TypeError);
 }
+
+TEST_CASE("weak types, thirty-second session's second review: a call's result is weak exactly as its body says, eagerly and under jit alike") {
+  using A = xj::Array;
+  const A w = xj::jit([](const A& a) { return a * 2; })(3.0);  // a weak f64
+  const A s64 = xj::scalar(0.0, xj::f64);                       // a strong f64
+  const A h = xj::astype(xj::ones({2}), xj::bf16);
+  // A loop that runs no step returns its init, whose weak type the body's strong result does not
+  // keep (JAX promotes such an init): strong f64 eagerly and under jit (eagerly it stayed weak, bf16)
+  const auto scan0 = [&](const A& c) {
+    return xj::scan([&](const A& k, const xj::None&) { return std::pair{k + s64, xj::None{}}; }, c, xj::None{}, {.length = 0}).first;
+  };
+  const auto while0 = [&](const A& c) {
+    return xj::while_loop([](const A& k) { return xj::lt(k, xj::scalar(0.0, xj::f64)); }, [&](const A& k) { return k + s64; }, c);
+  };
+  for (const auto& loop : std::vector<std::function<A(const A&)>>{scan0, while0}) {
+    CHECK((h + loop(w)).dtype() == xj::f64);
+    CHECK(xj::jit([&](const A& c) { return h + loop(c); })(3.0).dtype() == xj::f64);
+    CHECK((h + xj::jit(loop)(3.0)).dtype() == xj::f64);
+  }
+  // cond's outputs are branch 0's (the false branch, JAX's branches[0]), also when the taken branch
+  // forwards its weak operand
+  const auto chosen = [&](const A& p, const A& x) { return xj::cond(p, [](const A& u) { return u; }, [&](const A& u) { return u + s64; }, x); };
+  const A yes = xj::scalar(1.0, xj::bool_);
+  CHECK((h + chosen(yes, w)).dtype() == xj::f64);
+  CHECK((h + xj::jit(chosen)(yes, 3.0)).dtype() == xj::f64);
+  CHECK(xj::jit([&](const A& p, const A& x) { return h + chosen(p, x); })(yes, 3.0).dtype() == xj::f64);
+  // value_and_grad's value has the function's dtype with checkpointed loops too (the revolve loops'
+  // outputs were weak by the operands' rule while the plain loops' are their bodies')
+  const A one = xj::astype(xj::ones({1}), xj::bf16);
+  const auto binomial = [](const A& s) {
+    return xj::scan([](const A& c, const xj::None&) { return std::pair{xj::sum(xj::sin(c) + c), xj::None{}}; }, s, xj::None{},
+                    {.length = 3, .checkpoints = xj::scan_checkpoints::binomial(2)}).first;
+  };
+  const auto online = [](const A& s) {
+    return xj::while_loop([](const A& c) { return xj::lt(c, xj::scalar(3.0, xj::f64)); }, [](const A& c) { return xj::sum(xj::sin(c) + c); },
+                          s, {.checkpoints = xj::scan_checkpoints::online(2)});
+  };
+  for (const auto& f : std::vector<std::function<A(const A&)>>{binomial, online}) {
+    const A plain = xj::jit([&](const A& s) { return one + f(s); })(0.5);
+    const A valued = xj::jit([&](const A& s) { return one + xj::value_and_grad(f)(s).first; })(0.5);
+    CHECK(plain.dtype() == xj::f64);
+    CHECK(valued.dtype() == xj::f64);
+    CHECK(valued.item<double>() == plain.item<double>());
+  }
+  // as_inexact's weak conversion is recorded in the jaxpr: exp of a traced C++ integer stays weak
+  // through nested jits, checkpoint and custom_jvp (they read it strong: f64 beside an f32 array)
+  const A f32s = xj::ones({2});
+  const A wi = xj::jit([](const A& a) { return a * 2; })(3);  // a weak i64
+  const auto ex = [](const A& x) { return xj::exp(x); };
+  CHECK((f32s + ex(wi)).dtype() == xj::f32);
+  CHECK((f32s + xj::jit(ex)(3)).dtype() == xj::f32);
+  CHECK((f32s + xj::jit([&](const A& c) { return xj::jit(ex)(c); })(3)).dtype() == xj::f32);
+  CHECK((f32s + xj::checkpoint(ex)(wi)).dtype() == xj::f32);
+  const auto guarded = xj::custom_jvp(ex, [](const std::tuple<A>& p, const std::tuple<A>& t) {
+    return std::pair{xj::exp(std::get<0>(p)), xj::exp(std::get<0>(p)) * std::get<0>(t)};
+  });
+  CHECK((f32s + guarded(wi)).dtype() == xj::f32);
+  CHECK(xj::jit([&](const A& x) { return f32s + guarded(x); })(3).dtype() == xj::f32);
+}

@@ -103,7 +103,7 @@ std::vector<char> weak_flags(std::span<const Array> xs) {
 // caller's operands; only concrete outputs (the plan's) are marked there.
 std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak, bool tracers_too) {
   for (std::size_t i = 0; i < outs.size() && i < weak.size(); ++i)
-    if (weak[i] && (tracers_too || !outs[i].is_tracer())) outs[i] = weakly_typed(outs[i]);
+    if (tracers_too || !outs[i].is_tracer()) outs[i] = with_weak_type(outs[i], weak[i] != 0);
   return outs;
 }
 

@@ -393,8 +393,9 @@ Array jit_number(double v, DType dtype);
 Array jit_number(std::int64_t v);
 /// A traced input marked weakly typed (the tracer f receives for a C++ number).
 Array jit_weak(const Array& x);
-/// outs, each one marked weakly typed where `weak` says so: only the concrete ones (jit's outputs,
-/// Traced::out_weak), or tracers too (jit's inputs).
+/// outs, each one weakly typed exactly where `weak` says so (a weak handle the flags call strong,
+/// an input passed through a loop that ran no step, is made strong): only the concrete ones (jit's
+/// outputs, Traced::out_weak), or tracers too (jit's inputs).
 std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak, bool tracers_too = false);
 /// Replaces the leaves of the donated arguments by handles that own their buffers, and
 /// invalidates the caller's (jit's donate_argnums); not under a trace, and not a leaf that is

@@ -58,6 +58,8 @@ ClosedJaxpr trace_flat(const FlatFn& f, std::span<const ShapedArray> in_avals, s
 std::vector<char> weak_flags(std::span<const Array> xs);
 /// x, marked weakly typed (a new handle: the same value or tracer).
 Array weakly_typed(const Array& x);
+/// x weakly typed exactly when `weak` (x itself when it already is as asked; else a new handle).
+Array with_weak_type(const Array& x, bool weak);
 
 /// The arguments of a call, flattened: all leaves in order, and one TreeDef per argument.
 struct FlatArgs {
