@@ -100,7 +100,8 @@ std::vector<char> weak_flags(std::span<const Array> xs) {
 }
 
 // Inside a trace jit's outputs are tracers whose weak types the binding already derived from the
-// caller's operands; only concrete outputs (the plan's) are marked there.
+// caller's operands; only concrete outputs (the plan's) are set there, exactly (a weak handle the
+// flags call strong is made strong).
 std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<char>& weak, bool tracers_too) {
   for (std::size_t i = 0; i < outs.size() && i < weak.size(); ++i)
     if (tracers_too || !outs[i].is_tracer()) outs[i] = with_weak_type(outs[i], weak[i] != 0);
