@@ -102,9 +102,12 @@ Array softplus(const Array& x, Loc loc) {
 }
 
 // gelu(x) = h (1 + t), h = x/2, t = tanh(u), u = x (c + c k x^2), c = sqrt(2/pi), k = 0.044715:
-// gelu'(x) = (1 + t)/2 + h (1 - t^2) (c + 3 c k x^2) = (1 + t) (1/2 + h (1 - t) (c + 3 c k x^2)).
-// Written with x^2 once and (1 + t) shared, the forward pass that keeps the derivative is 15
-// elementwise ops (the expanded forms took 22: its fused chain ran about a third longer).
+// gelu'(x) = (1 + t)/2 + h ((du (1 + t)) (1 - t)), du = c + 3 c k x^2.
+// du (1 + t) is taken first, as JAX's tanh rule (g + g t)(1 - t): where t rounds to -1 it is 0
+// while du is finite, so the derivative is 0 for large negative x (h du overflowed first from
+// |x| about 1.5e13 in f32, and 0 times -inf gave NaN). Written with x^2 once and (1 + t) shared,
+// the forward pass that keeps the derivative is 16 elementwise ops (the expanded forms took 22:
+// its fused chain ran about a third longer).
 Array gelu(const Array& x, Loc loc) {
   // integers and bools in f64, as the float functions of integers (their constants rounded to
   // the integer dtype gave zeros once tanh took integers)
@@ -131,7 +134,8 @@ Array gelu(const Array& x, Loc loc) {
     const Pieces p = pieces(v);
     const Array du = add(mul(p.square, scalar_like(3 * c * k, v), loc), scalar_like(c, v), loc);
     const Array one_minus_t = sub(scalar_like(1.0, v), p.t, loc);
-    const Array deriv = mul(p.one_plus_t, add(mul(mul(p.half, one_minus_t, loc), du, loc), scalar_like(0.5, v), loc), loc);
+    const Array tanh_part = mul(p.half, mul(mul(du, p.one_plus_t, loc), one_minus_t, loc), loc);
+    const Array deriv = add(mul(p.one_plus_t, scalar_like(0.5, v), loc), tanh_part, loc);
     return std::pair{mul(p.half, p.one_plus_t, loc), mul(std::get<0>(tangents), deriv, loc)};
   }, loc, rule_key(Composite::gelu_tanh));
   return detail::rounded_once_when_eager(x, [&](const Array& u) { return gelu_with_rule(u); }, loc);

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <xjax/xjax.hpp>
@@ -162,4 +163,32 @@ TEST_CASE("losses regressions from the twenty-seventh session's review: labels a
   CHECK(hub == std::vector<double>{0.125, 0.125, 2.5, 1.5, 1.5, 2.5});  // e = p - t per pair, 0.5 e^2 or |e| - 0.5
   CHECK_THROWS_AS((void)xj::optim::softmax_cross_entropy(logits, xj::zeros({4}, xj::f64)), xj::ShapeError);
   CHECK_THROWS_AS((void)xj::optim::l2_loss(xj::zeros({3, 1}, xj::f64), xj::zeros({3}, xj::f64)), xj::ShapeError);  // optax asserts
+}
+
+TEST_CASE("sigmoid_binary_cross_entropy keeps its precision for confident logits (thirty-third session's hunt)") {
+  // optax's -l log sigmoid(x) - (1 - l) log sigmoid(-x); against log1p / exp in double. softplus(x) - l x
+  // cancelled for label 1 and a large logit: 0 in f32 from logit 17, with a zero gradient.
+  const std::vector<double> xs{17.0, 20.0, 30.0, 40.0, -20.0, -30.0, 0.5};
+  const std::vector<double> ls{1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.25};
+  auto loss_of = [](double x, double l) {  // -l log s(x) - (1 - l) log s(-x), log s(x) = -log1p(e^-x)
+    auto log_s = [](double v) { return v > 0 ? -std::log1p(std::exp(-v)) : v - std::log1p(std::exp(v)); };
+    return -l * log_s(x) - (1 - l) * log_s(-x);
+  };
+  auto sigmoid = [](double v) { return v > 0 ? 1 / (1 + std::exp(-v)) : std::exp(v) / (1 + std::exp(v)); };
+  for (const xj::DType dt : {xj::f32, xj::f64}) {
+    const xj::Array x = xj::astype(xj::array<double>(xs, {7}), dt), l = xj::astype(xj::array<double>(ls, {7}), dt);
+    const auto got = xj::astype(xj::optim::sigmoid_binary_cross_entropy(x, l), xj::f64).to_vector<double>();
+    const auto g = xj::astype(xj::grad([&](const xj::Array& a) { return xj::sum(xj::optim::sigmoid_binary_cross_entropy(a, l)); })(x), xj::f64)
+                       .to_vector<double>();
+    const double tol = dt == xj::f32 ? 1e-6 : 1e-14;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      CAPTURE(i);
+      CHECK(got[i] == doctest::Approx(loss_of(xs[i], ls[i])).epsilon(tol));
+      const double want_g = ls[i] == 1 ? -sigmoid(-xs[i]) : sigmoid(xs[i]) - ls[i];  // sigmoid(x) - l without cancelling
+      CHECK(g[i] == doctest::Approx(want_g).epsilon(tol));
+    }
+  }
+  // an infinite logit with a fractional label: an infinite loss (optax's), not inf - inf
+  const double inf = std::numeric_limits<double>::infinity();
+  CHECK(xj::optim::sigmoid_binary_cross_entropy(xj::scalar(inf), xj::scalar(0.5)).item<double>() == inf);
 }

@@ -353,3 +353,24 @@ TEST_CASE("bf16 / f16 composites called eagerly round once, as their jit (twenty
       CHECK(worst_jit <= 4.0);
     }
 }
+
+TEST_CASE("tanh gelu's derivative is 0, not NaN, for large negative x (thirty-third session's hunt)") {
+  // gelu'(x) = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 k x^2), t = tanh(c (x + k x^3)): 0 where t is -1
+  // and x^2 is finite (JAX's tanh rule); xjax's form overflowed x du from |x| about 1.5e13 in f32.
+  const long double c = std::sqrt(2.0L / 3.141592653589793238462643383279502884L), k = 0.044715L;
+  auto derivative = [&](long double x) {
+    const long double t = std::tanh(c * (x + k * x * x * x));
+    return (1 + t) / 2 + x / 2 * (1 - t * t) * c * (1 + 3 * k * x * x);
+  };
+  auto grad_gelu = xj::grad([](const xj::Array& v) { return xj::gelu(v, true); });
+  for (double v : {-2e13, -1e16, -4e18, -30.0, -3.0, -0.5, 0.0, 0.7, 5.0, 1e16}) {
+    CAPTURE(v);
+    const double want = static_cast<double>(derivative(v));
+    CHECK(grad_gelu(xj::scalar(v, xj::f32)).item<float>() == doctest::Approx(want).epsilon(1e-5));
+    CHECK(xj::jit(grad_gelu)(xj::scalar(v, xj::f32)).item<float>() == doctest::Approx(want).epsilon(1e-5));
+  }
+  for (double v : {-2e103, -1e150, -40.0, 2.5, 1e150}) {
+    CAPTURE(v);
+    CHECK(grad_gelu(xj::scalar(v, xj::f64)).item<double>() == doctest::Approx(static_cast<double>(derivative(v))).epsilon(1e-12));
+  }
+}

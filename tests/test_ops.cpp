@@ -536,6 +536,14 @@ TEST_CASE("ops: dot and dot_general") {
   check_array(xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {1}, {1}, {0}, {0}), {2}, xj::f32, rows, 1e-5);
   // outer product (no contraction)
   check_array(xj::dot_general(f32v({1, 2}, {2}), f32v({3, 4, 5}, {3}), {}, {}), {2, 3}, xj::f32, {3, 4, 5, 6, 8, 10});
+  // API.md's (JAX's) spelling: dimension numbers as pairs {lhs axes, rhs axes} (it threw "repeated
+  // axis" before: the nested braces read as one flat list)
+  check_array(xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {{0}, {0}}), {3, 3}, xj::f32, want, 1e-5);
+  check_array(xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {{1}, {1}}, {{0}, {0}}), {2}, xj::f32, rows, 1e-5);
+  const xj::Array wide = xj::dot_general(xj::astype(f32v(a, {2, 3}), xj::bf16), xj::astype(f32v(b, {2, 3}), xj::bf16), {{1}, {1}},
+                                         {{0}, {0}}, {.preferred_element_type = xj::f32});
+  CHECK(wide.dtype() == xj::f32);
+  CHECK_THROWS_AS((void)xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {{0}, {0}, {1}}), xj::Error);
 }
 
 TEST_CASE("ops: einsum") {

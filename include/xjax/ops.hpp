@@ -5,6 +5,7 @@
 // appear in the jaxpr); a C++ number mixed with an array is weakly typed (detail::Scalar). The trailing `loc` parameter records the
 // caller's source line for error messages and saved-residual reports; never pass it explicitly.
 #pragma once
+#include <initializer_list>
 #include <optional>
 #include <source_location>
 #include <span>
@@ -192,6 +193,13 @@ struct DotOptions {
 };
 Array dot_general(const Array& a, const Array& b, const Axes& lhs_contracting, const Axes& rhs_contracting,
                   const Axes& lhs_batch, const Axes& rhs_batch, const DotOptions& options, XJAX_LOC);
+/// JAX's spelling, dimension numbers as pairs (lhs axes, rhs axes): lax.dot_general(a, b,
+/// ((lc, rc), (lb, rb))) is `dot_general(a, b, {{lc...}, {rc...}}, {{lb...}, {rb...}})`; an empty
+/// `{}` is no axes on either side. Each list holds two axis lists or none (else xj::Error). Chosen
+/// over the overload above only for nested braces (C++ prefers initializer_list conversions), so
+/// `dot_general(a, b, {1}, {0})` stays the flat form.
+Array dot_general(const Array& a, const Array& b, std::initializer_list<Axes> contracting,
+                  std::initializer_list<Axes> batch = {}, const DotOptions& options = {}, XJAX_LOC);
 /// NumPy matmul (1-D operands, broadcast batch dimensions).
 Array matmul(const Array& a, const Array& b, XJAX_LOC);
 /// NumPy dot.
