@@ -3,9 +3,11 @@
 
 The ```c++ blocks of one file, in order, form one translation unit (the docs are written that
 way: later blocks use what earlier ones define). A block that defines main() is kept as is;
-otherwise an empty main is appended. The program is compiled, linked against libxjax and run.
+otherwise the file given with --main is appended (a main that runs the doc's functions and
+checks the results the doc states), or else an empty main. The program is compiled, linked
+against libxjax and run.
 
-usage: check_code_blocks.py DOC.md OUTDIR -- COMPILER... -- ARGS...
+usage: check_code_blocks.py DOC.md OUTDIR [--main FILE] -- COMPILER... -- ARGS...
 (COMPILER may be several words, e.g. `ccache c++`.)
 """
 import pathlib
@@ -17,6 +19,11 @@ import sys
 def main() -> int:
     sep = sys.argv.index("--")
     doc, outdir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    options = sys.argv[3:sep]
+    checks = pathlib.Path(options[1]) if options[:1] == ["--main"] and len(options) == 2 else None
+    if options and checks is None:
+        print("usage: check_code_blocks.py DOC.md OUTDIR [--main FILE] -- COMPILER... -- ARGS...")
+        return 2
     rest = sys.argv[sep + 1:]
     if "--" not in rest:
         print("usage: check_code_blocks.py DOC.md OUTDIR -- COMPILER... -- ARGS...")
@@ -29,7 +36,7 @@ def main() -> int:
         return 1
     source = "\n".join(blocks)
     if not re.search(r"\bint\s+main\s*\(", source):
-        source += "\nint main() {}\n"
+        source += "\n" + (checks.read_text(encoding="utf-8") if checks else "int main() {}") + "\n"
     outdir.mkdir(parents=True, exist_ok=True)
     cpp = outdir / (doc.stem + "_blocks.cpp")
     exe = outdir / (doc.stem + "_blocks")
