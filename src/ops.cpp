@@ -98,11 +98,7 @@ Promotion promoted_dtype(std::span<const Array> xs) {
   DType t = strong;
   for (const auto& x : xs)
     if (any_strong && detail::is_weak(x)) t = detail::weak_result(t, !is_floating(x.dtype()));
-  // Integers alone joining at a float (u64 with a signed integer) meet at JAX's weak float f*:
-  // its f64, weakly typed (lattice_result_type: the result type is one of the weak types).
-  const bool integers_joined_at_float =
-      is_floating(strong) && std::none_of(joined.begin(), joined.end(), [](DType d) { return is_floating(d); });
-  return {t, !any_strong || t != strong || integers_joined_at_float};
+  return {t, !any_strong || t != strong};
 }
 
 // x converted to dtype by a convert_element_type (weakly typed when `weak`).
@@ -428,15 +424,15 @@ Array dot_general(const Array& a, const Array& b, const Axes& lc, const Axes& rc
   return dot_general(a.dtype() == to ? a : astype(a, to, loc), b.dtype() == to ? b : astype(b, to, loc), lc, rc, lb, rb, loc);
 }
 
-Array dot_general(const Array& a, const Array& b, std::initializer_list<Axes> contracting, std::initializer_list<Axes> batch,
+Array dot_general(const Array& a, const Array& b, std::initializer_list<DotAxes> contracting, std::initializer_list<DotAxes> batch,
                   const DotOptions& options, std::source_location loc) {
-  auto sides = [&](std::initializer_list<Axes> pair, const char* what) {
+  auto sides = [&](std::initializer_list<DotAxes> pair, const char* what) {
     if (pair.size() == 0) return std::pair<Axes, Axes>{};
     if (pair.size() != 2)
       throw Error(std::string("dot_general(") + a.aval().str() + ", " + b.aval().str() + "): the " + what +
                   " dimension numbers are a pair {lhs axes, rhs axes}, got " + std::to_string(pair.size()) +
                   " lists (at " + format_location(loc) + ")");
-    return std::pair<Axes, Axes>{*pair.begin(), *(pair.begin() + 1)};
+    return std::pair<Axes, Axes>{pair.begin()->axes, (pair.begin() + 1)->axes};
   };
   const auto [lc, rc] = sides(contracting, "contracting");
   const auto [lb, rb] = sides(batch, "batch");

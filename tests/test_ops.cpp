@@ -544,6 +544,12 @@ TEST_CASE("ops: dot and dot_general") {
                                          {{0}, {0}}, {.preferred_element_type = xj::f32});
   CHECK(wide.dtype() == xj::f32);
   CHECK_THROWS_AS((void)xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {{0}, {0}, {1}}), xj::Error);
+  // Axes variables in braces keep the flat form (the first pair overload took `{lc}` as a pair list
+  // and threw; the review of the thirty-third session's diff)
+  const xj::Axes lc{0}, rc{0}, lb{0}, rb{0}, lc1{1}, rc1{1};
+  check_array(xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {lc}, {rc}), {3, 3}, xj::f32, want, 1e-5);
+  check_array(xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), {lc1}, {rc1}, {lb}, {rb}), {2}, xj::f32, rows, 1e-5);
+  check_array(xj::dot_general(f32v(a, {2, 3}), f32v(b, {2, 3}), lc, rc), {3, 3}, xj::f32, want, 1e-5);
 }
 
 TEST_CASE("ops: einsum") {

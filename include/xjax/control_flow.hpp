@@ -359,9 +359,9 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
     }
     if (lower.dtype() != upper.dtype()) {
       if constexpr (std::same_as<Lo, Array> && std::same_as<Hi, Array>) {
-        if (is_weak(lo) != is_weak(hi)) {  // the weak bound takes the strong one's dtype (JAX's rule)
-          (is_weak(lo) ? lower : upper) = astype(is_weak(lo) ? lower : upper, (is_weak(lo) ? upper : lower).dtype(), loc);
-        }
+        // the weak bound takes the strong one's dtype (JAX's rule)
+        if (is_weak(lo) && !is_weak(hi)) lower = astype(lower, upper.dtype(), loc);
+        else if (is_weak(hi) && !is_weak(lo)) upper = astype(upper, lower.dtype(), loc);
       }
       if (lower.dtype() != upper.dtype()) {  // i32 and i64: an i64 counter (a traced i64 bound wrapped in i32)
         lower = astype(lower, i64, loc);

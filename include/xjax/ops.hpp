@@ -193,13 +193,20 @@ struct DotOptions {
 };
 Array dot_general(const Array& a, const Array& b, const Axes& lhs_contracting, const Axes& rhs_contracting,
                   const Axes& lhs_batch, const Axes& rhs_batch, const DotOptions& options, XJAX_LOC);
+/// One operand's side of dot_general's JAX-style dimension-number pairs below: a braced list of
+/// axes (`{1}`, `{0, 2}`, `{}`). It converts from braced integers only, not from an Axes variable,
+/// so `dot_general(a, b, {lc}, {rc})` with Axes variables keeps the flat overload's meaning.
+struct DotAxes {
+  DotAxes(std::initializer_list<std::int64_t> axes) : axes(axes) {}
+  Axes axes;
+};
 /// JAX's spelling, dimension numbers as pairs (lhs axes, rhs axes): lax.dot_general(a, b,
 /// ((lc, rc), (lb, rb))) is `dot_general(a, b, {{lc...}, {rc...}}, {{lb...}, {rb...}})`; an empty
 /// `{}` is no axes on either side. Each list holds two axis lists or none (else xj::Error). Chosen
-/// over the overload above only for nested braces (C++ prefers initializer_list conversions), so
-/// `dot_general(a, b, {1}, {0})` stays the flat form.
-Array dot_general(const Array& a, const Array& b, std::initializer_list<Axes> contracting,
-                  std::initializer_list<Axes> batch = {}, const DotOptions& options = {}, XJAX_LOC);
+/// over the overload above only for nested braced integers (C++ prefers initializer_list
+/// conversions), so `dot_general(a, b, {1}, {0})` stays the flat form.
+Array dot_general(const Array& a, const Array& b, std::initializer_list<DotAxes> contracting,
+                  std::initializer_list<DotAxes> batch = {}, const DotOptions& options = {}, XJAX_LOC);
 /// NumPy matmul (1-D operands, broadcast batch dimensions).
 Array matmul(const Array& a, const Array& b, XJAX_LOC);
 /// NumPy dot.
