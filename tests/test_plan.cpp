@@ -266,8 +266,11 @@ TEST_CASE("plan: a scan carry that is an x slice does not keep the stacked xs al
     CHECK(last.to_vector<float>() == std::vector<float>(100, 0.0f));
     CHECK(ys.to_vector<float>()[0] == 1.0f);
   }
-  // Only the carry (400 bytes) outlives the scope.
-  CHECK(xj::memory_stats().live_bytes - before == 400);
+  // Only the carry (400 bytes) outlives the scope: at most 400 more bytes live. (Not exactly 400:
+  // live_bytes is the process's, and a buffer an earlier test left to another thread or to the
+  // plan table's sweep may be freed meanwhile; this failed about once in twenty runs beside a
+  // second suite, with -312.)
+  CHECK(xj::memory_stats().live_bytes - before <= 400);
 }
 
 TEST_CASE("plan: transposes feeding a dot_general are folded into it") {

@@ -204,7 +204,8 @@ struct DotAxes {
 /// ((lc, rc), (lb, rb))) is `dot_general(a, b, {{lc...}, {rc...}}, {{lb...}, {rb...}})`; an empty
 /// `{}` is no axes on either side. Each list holds two axis lists or none (else xj::Error). Chosen
 /// over the overload above only for nested braced integers (C++ prefers initializer_list
-/// conversions), so `dot_general(a, b, {1}, {0})` stays the flat form.
+/// conversions), so `dot_general(a, b, {1}, {0})` stays the flat form; `{}` lists, though, take
+/// this one (`dot_general(a, b, {}, {}, {}, {})`: an outer product whose sixth `{}` is the location).
 Array dot_general(const Array& a, const Array& b, std::initializer_list<DotAxes> contracting,
                   std::initializer_list<DotAxes> batch = {}, const DotOptions& options = {}, XJAX_LOC);
 /// NumPy matmul (1-D operands, broadcast batch dimensions).

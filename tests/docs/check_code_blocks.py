@@ -37,6 +37,9 @@ def main() -> int:
     source = "\n".join(blocks)
     if not re.search(r"\bint\s+main\s*\(", source):
         source += "\n" + (checks.read_text(encoding="utf-8") if checks else "int main() {}") + "\n"
+    elif checks:
+        print(f"{doc}: a code block defines main(), so the checks of {checks} would not run")
+        return 1
     outdir.mkdir(parents=True, exist_ok=True)
     cpp = outdir / (doc.stem + "_blocks.cpp")
     exe = outdir / (doc.stem + "_blocks")

@@ -1,8 +1,9 @@
 // guide_checks.cpp: the main of docs/guide.md's code blocks (check_code_blocks.py appends it to
 // them). It runs each function the guide defines and checks what the guide says it prints or
-// returns, the expectations computed here independently (closed forms, plain loops), so the
-// guide's stated results cannot drift from the library's. Not a standalone file: it uses the
-// guide's functions and includes.
+// returns, the expectations copied from the guide's comments and computed here independently
+// (closed forms, plain loops), so a library change that alters a stated result fails. An edit of
+// the guide's comments is not compared with this file: change both together. Not a standalone
+// file: it uses the guide's functions and includes.
 #include <array>
 #include <cmath>
 #include <functional>
@@ -143,6 +144,6 @@ int main() {
     std::cerr << failures << " of the guide's stated results differ from what its code does\n";
     return 1;
   }
-  std::cout << "every stated result of the guide checked\n";
+  std::cout << "the guide's stated results checked\n";
   return 0;
 }
