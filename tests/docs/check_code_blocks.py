@@ -16,17 +16,20 @@ import subprocess
 import sys
 
 
+USAGE = "usage: check_code_blocks.py DOC.md OUTDIR [--main FILE] -- COMPILER... -- ARGS..."
+
+
 def main() -> int:
+    if "--" not in sys.argv:
+        print(USAGE)
+        return 2
     sep = sys.argv.index("--")
     doc, outdir = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     options = sys.argv[3:sep]
     checks = pathlib.Path(options[1]) if options[:1] == ["--main"] and len(options) == 2 else None
-    if options and checks is None:
-        print("usage: check_code_blocks.py DOC.md OUTDIR [--main FILE] -- COMPILER... -- ARGS...")
-        return 2
     rest = sys.argv[sep + 1:]
-    if "--" not in rest:
-        print("usage: check_code_blocks.py DOC.md OUTDIR -- COMPILER... -- ARGS...")
+    if (options and checks is None) or "--" not in rest or sep < 3:
+        print(USAGE)
         return 2
     compiler, args = rest[:rest.index("--")], rest[rest.index("--") + 1:]
     text = doc.read_text(encoding="utf-8")

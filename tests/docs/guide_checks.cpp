@@ -16,17 +16,14 @@ namespace guide_checks {
 
 int failures = 0;
 
-// What f writes to std::cout.
+// What f writes to std::cout (std::cout's buffer restored however f ends).
 std::string printed(const std::function<void()>& f) {
   std::ostringstream out;
-  std::streambuf* saved = std::cout.rdbuf(out.rdbuf());
-  try {
-    f();
-  } catch (...) {
-    std::cout.rdbuf(saved);
-    throw;
-  }
-  std::cout.rdbuf(saved);
+  struct Redirect {
+    std::streambuf* saved;
+    ~Redirect() { std::cout.rdbuf(saved); }
+  } redirect{std::cout.rdbuf(out.rdbuf())};
+  f();
   return out.str();
 }
 
