@@ -283,7 +283,7 @@ template <class T> void check_integer_pow(std::int64_t y, const Shape& shape, do
 
 TEST_CASE("kernel: integer_pow") {
   for (const Shape& shape : elementwise_shapes)
-    for (std::int64_t y : {0, 1, 2, 3, 5}) {
+    for (std::int64_t y : {0, 1, 2, 3, 4, 5}) {
       check_integer_pow<float>(y, shape, -3, 3);
       check_integer_pow<double>(y, shape, -3, 3);
       check_integer_pow<std::int32_t>(y, shape, -9, 9);
@@ -297,6 +297,34 @@ TEST_CASE("kernel: integer_pow") {
   Params ps = xjax::params::IntegerPow{.y = std::int64_t{-1}};
   CHECK_THROWS_AS(run(Primitive::integer_pow, {make<std::int32_t>({2}, {1})}, {{1}, DType::i32}, ps),
                   xjax::Error);
+}
+
+// The exponents with straight-product loops (2, 3, 4, -1, -2) give the bits of repeated squaring
+// (x x, x (x x), (x x)(x x), 1 / x, 1 / (x x), in scalar arithmetic), special values included.
+template <class T> void check_integer_pow_bits() {
+  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  const T big = std::sqrt(std::numeric_limits<T>::max()), tiny = std::numeric_limits<T>::denorm_min();
+  std::vector<T> x = {T(0), T(-0.0), T(1), T(-1), T(0.1), T(-2.5), T(3.3), big, -big, T(2) * big, tiny, -tiny,
+                      std::numeric_limits<T>::min(), inf, -inf, nan, T(1e-3), T(-7.77)};
+  for (std::size_t i = 0; i < 23; ++i) x.push_back(static_cast<T>(0.37 * static_cast<double>(i) - 4.1));  // past a batch
+  const Shape shape{static_cast<std::int64_t>(x.size())};
+  for (std::int64_t y : {2, 3, 4, -1, -2}) {
+    Params ps = xjax::params::IntegerPow{.y = y};
+    const std::vector<T> got = values_of<T>(run(Primitive::integer_pow, {make(x, shape)}, {shape, xjax::dtype_of_v<T>}, ps));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const volatile T v = x[i];  // scalar arithmetic, each product rounded
+      const T v2 = v * v;
+      const T want = y == 2 ? v2 : y == 3 ? T(v * v2) : y == 4 ? T(v2 * v2) : y == -1 ? T(T(1) / v) : T(T(1) / v2);
+      INFO("y = " << y << ", x = " << x[i]);
+      if (std::isnan(want)) CHECK(std::isnan(got[i]));
+      else CHECK(std::memcmp(&got[i], &want, sizeof(T)) == 0);
+    }
+  }
+}
+
+TEST_CASE("kernel: integer_pow's common exponents give repeated squaring's bits") {
+  check_integer_pow_bits<float>();
+  check_integer_pow_bits<double>();
 }
 
 // ---- binary ------------------------------------------------------------------------------------

@@ -444,6 +444,16 @@ template <class V, class Mul> V pow_by_squaring(V base, std::uint64_t e, V one, 
 template <class T> void float_integer_pow(const T* x, T* o, std::size_t n, std::int64_t y) {
   using B = Batch<T>;
   const B one(T{1});
+  // The common exponents (squares in norms, variances and optimizers) as straight products, in
+  // pow_by_squaring's order (its first product, 1 x, is exact): a third of the time the loop takes.
+  switch (y) {
+    case 2: return map1(x, o, n, [](B v) { return v * v; });
+    case 3: return map1(x, o, n, [](B v) { return v * (v * v); });
+    case 4: return map1(x, o, n, [](B v) { const B v2 = v * v; return v2 * v2; });
+    case -1: return map1(x, o, n, [=](B v) { return divide(one, v); });
+    case -2: return map1(x, o, n, [=](B v) { return divide(one, v * v); });
+    default: break;
+  }
   const std::uint64_t e = y < 0 ? 0 - static_cast<std::uint64_t>(y) : static_cast<std::uint64_t>(y);
   auto times = [](const B& a, const B& b) { return a * b; };
   map1(x, o, n, [=](B v) {
