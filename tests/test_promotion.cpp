@@ -586,3 +586,62 @@ TEST_CASE("weak types, thirty-third session's review: u64 with a signed integer 
   CHECK(xj::concatenate({u + s, xj::astype(small, xj::i8)}, 0).dtype() == xj::f64);
   CHECK(xj::jit([](const xj::Array& a, const xj::Array& b, const xj::Array& c) { return (a + b) + c; })(u, s, small).dtype() == xj::f64);
 }
+
+TEST_CASE("weak types, thirty-fourth session: loops trace weakly typed carries weak (JAX's two passes)") {
+  using A = xj::Array;
+  const A h = xj::astype(xj::ones({2}), xj::bf16);
+  const A s32 = xj::scalar(2.0f);                                   // a strong f32
+  const A w = xj::jit([](const A& a) { return a * 2; })(0.25);      // a weak f64 (0.5)
+  auto doubled = [](const A&, const A& c) { return c * 2; };
+  // a body keeping its weak carry weak returns it weak: bf16 beside a bf16 array (it was a strong
+  // f64 and made the sum f64), eagerly, under jit, through scan and while_loop alike
+  auto by_fori = [&](const A& k) { return xj::fori_loop(0, 3, doubled, k); };
+  auto by_while = [&](const A& k) {
+    return xj::while_loop([](const A& c) { return xj::lt(c, xj::scalar(3.0, xj::f64)); }, [](const A& c) { return c * 2; }, k);
+  };
+  auto by_scan = [&](const A& k) {
+    return xj::scan([](const A& c, const xj::None&) { return std::pair{c * 2, xj::None{}}; }, k, xj::None{}, {.length = 3}).first;
+  };
+  for (const auto& loop : std::vector<std::function<A(const A&)>>{by_fori, by_while, by_scan}) {
+    const A eager = h + loop(w);
+    CHECK(eager.dtype() == xj::bf16);
+    CHECK(xj::astype(eager, xj::f64).to_vector<double>() == std::vector<double>{5, 5});  // 1 + 0.5 * 8 (while: 0.5 -> 4)
+    const A jitted = xj::jit([&](const A& k) { return h + loop(k); })(0.5);
+    CHECK(jitted.dtype() == xj::bf16);
+    CHECK(xj::astype(jitted, xj::f64).to_vector<double>() == std::vector<double>{5, 5});
+    CHECK((h + xj::jit(loop)(0.5)).dtype() == xj::bf16);  // a weak jit output
+  }
+  // a loop that runs no step returns its weak init weak when the body keeps it weak (JAX's aval is
+  // the body's)
+  const A none = xj::fori_loop(0, 0, doubled, w);
+  CHECK((h + none).dtype() == xj::bf16);
+  CHECK(xj::jit([&](const A& k) { return h + xj::fori_loop(0, 0, doubled, k); })(0.5).dtype() == xj::bf16);
+  // a weak carry the body returns in another dtype becomes that dtype (result_type, strong) and
+  // the body is traced again: c * f32 is an f32 carry (it was a strong f64 carry, f64 out)
+  auto mixed_scan = [&](const A& k) {
+    return xj::scan([&](const A& c, const xj::None&) { return std::pair{c * s32, xj::None{}}; }, k, xj::None{}, {.length = 3}).first;
+  };
+  auto mixed_while = [&](const A& k) {
+    return xj::while_loop([](const A& c) { return xj::lt(c, xj::scalar(3.0f)); }, [&](const A& c) { return c * s32; }, k);
+  };
+  for (const auto& [loop, primitive] : std::vector<std::pair<std::function<A(const A&)>, std::string>>{{mixed_scan, "scan["},
+                                                                                                      {mixed_while, "while["}}) {
+    const A got = xj::jit(loop)(0.5);
+    CHECK(got.dtype() == xj::f32);
+    CHECK(!((got + h).dtype() == xj::bf16));  // strong: f32 beside bf16
+    CHECK(got.item<double>() == 4.0);
+    CHECK(loop(w).dtype() == xj::f32);
+    const std::string text = xj::make_jaxpr(loop)(w).str();
+    const auto converted = text.find("convert_element_type[new_dtype=float32 weak_type=False]");
+    CHECK(converted != std::string::npos);
+    CHECK(converted < text.find(primitive));
+  }
+  // a strong init keeps the TypeError of a body that changes its dtype
+  CHECK_THROWS_AS(mixed_scan(xj::scalar(1, xj::i32)), xj::TypeError);
+  // derivatives through such a loop: f(y) = 0.5 y^3 with the carry promoted to y's f32
+  const A dy = xj::jit([](const A& k, const A& y) {
+    return xj::grad([&](const A& v) { return xj::fori_loop(0, 3, [&](const A&, const A& c) { return c * v; }, k); })(y);
+  })(0.5, xj::scalar(2.0f));
+  CHECK(dy.dtype() == xj::f32);
+  CHECK(dy.item<double>() == doctest::Approx(6.0).epsilon(1e-6));
+}
