@@ -2,7 +2,9 @@
 // rank-0 inputs (one trace for every value), static_argnums keeping a number static, and buffer
 // donation (donate_argnums): outputs written into the donated buffers, the donated arrays invalid.
 #include <cmath>
+#include <complex>
 #include <functional>
+#include <ostream>
 #include <tuple>
 
 #include "test_util.hpp"
@@ -12,6 +14,12 @@ using test_util::count;
 using test_util::str;
 
 namespace {
+
+/// A static argument keyed by its operator<< (a member printed at the stream's precision).
+struct StepConfig {
+  double lr;
+  friend std::ostream& operator<<(std::ostream& os, const StepConfig& c) { return os << "lr=" << c.lr; }
+};
 
 xj::Array f32_iota(std::int64_t n, double scale) {
   std::vector<float> v(static_cast<std::size_t>(n));
@@ -591,4 +599,29 @@ TEST_CASE("weak types: indexing, scatters, tril / triu, zeros_like and logaddexp
     const xj::Array am = h(std::int64_t{2});
     CHECK((xj::astype(xj::array<std::int32_t>({1}), xj::i16) + am).dtype() == xj::i64);
   }
+}
+
+TEST_CASE("jit: a static argument keyed by its operator<< prints in full (hunt finding: values alike to 6 digits shared a trace)") {
+  const xj::Array x = xj::ones({2}, xj::f64);
+  // std::complex is static without static_argnums (neither a pytree nor a number)
+  int traces = 0;
+  auto by_complex = xj::jit([&traces](const xj::Array& a, std::complex<double> c) {
+    ++traces;
+    return a * c.real();
+  });
+  CHECK(by_complex(x, std::complex<double>(1.0000001, 0)).to_vector<double>()[0] == 1.0000001);
+  CHECK(by_complex(x, std::complex<double>(1.0000002, 0)).to_vector<double>()[0] == 1.0000002);
+  CHECK(traces == 2);
+  auto by_float = xj::jit([](const xj::Array& a, std::complex<float> c) { return a * static_cast<double>(c.real()); });
+  const float next = std::nextafter(1.0f, 2.0f);  // one ulp apart
+  CHECK(by_float(x, std::complex<float>(1.0f, 0)).to_vector<double>()[0] == 1.0);
+  CHECK(by_float(x, std::complex<float>(next, 0)).to_vector<double>()[0] == static_cast<double>(next));
+  traces = 0;
+  auto by_config = xj::jit([&traces](const xj::Array& a, const StepConfig& c) {
+    ++traces;
+    return a * c.lr;
+  }, {.static_argnums = {1}});
+  CHECK(by_config(x, StepConfig{0.001}).to_vector<double>()[0] == 0.001);
+  CHECK(by_config(x, StepConfig{0.0010000004}).to_vector<double>()[0] == 0.0010000004);
+  CHECK(traces == 2);
 }

@@ -1,6 +1,7 @@
 // api.cpp: the flat functions behind the transform templates of transforms.hpp: the trace cache,
 // grad, vjp, jvp, linearize and the Jacobians, on flat lists of arrays.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -111,7 +112,10 @@ std::vector<Array> with_weak_types(std::vector<Array> outs, const std::vector<ch
 struct KeyStream::Impl {
   std::ostringstream os;
 };
-KeyStream::KeyStream() : impl_(std::make_unique<Impl>()) {}
+// Floating-point members print in full (the default 6 digits keyed 1.0000001 and 1.0000002 alike,
+// so a second call reused the first value's trace): every long double's digits, enough for any
+// float type a type's operator<< prints without its own precision.
+KeyStream::KeyStream() : impl_(std::make_unique<Impl>()) { impl_->os.precision(std::numeric_limits<long double>::max_digits10); }
 KeyStream::~KeyStream() = default;
 std::ostream& KeyStream::stream() { return impl_->os; }
 std::string KeyStream::str() const { return impl_->os.str(); }
