@@ -483,6 +483,7 @@ TEST_CASE("cond: reverse mode of while_loop is a TransformError pointing to fori
   auto msg = error_of([] { xj::grad(newton_sqrt)(xj::scalar(2.0, xj::f64)); });
   CHECK(msg.find("reverse-mode differentiation of while_loop is not supported") != std::string::npos);
   CHECK(msg.find("use xj::fori_loop with static integer bounds (it lowers to scan) or xj::scan instead") != std::string::npos);
+  CHECK(msg.find("{.checkpoints = xj::scan_checkpoints::online(s)}") != std::string::npos);  // xjax's way (hunt finding)
   CHECK_THROWS_AS(xj::grad(newton_sqrt)(xj::scalar(2.0, xj::f64)), xj::TransformError);
   auto v = [](const xj::Array& x) {
     return xj::while_loop([](const xj::Array& c) { return xj::sum(c) < 10.0; }, [](const xj::Array& c) { return c * 2.0; }, x);

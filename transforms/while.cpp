@@ -238,12 +238,14 @@ PeSplit while_loop_partial_eval(const Eqn& e, const std::vector<bool>& in_unknow
 // ---- transpose -------------------------------------------------------------------------------
 
 // A while loop's trip count is only known when it runs, so its linearization cannot be
-// transposed (JAX's error); fori_loop with static bounds lowers to scan, which can.
+// transposed (JAX's error); fori_loop with static bounds lowers to scan, which can, and a
+// while_loop given an online checkpoint schedule is differentiated by its own loops.
 std::vector<Tangent> while_loop_transpose(const TransposeArgs& a) {
   throw TransformError(
       "reverse-mode differentiation of while_loop is not supported (its number of iterations is only known at run "
       "time, so the values of each iteration cannot be saved for the backward pass); use xj::fori_loop with static "
-      "integer bounds (it lowers to scan) or xj::scan instead (at " + format_location(a.loc) + ")");
+      "integer bounds (it lowers to scan) or xj::scan instead, or give the while_loop "
+      "{.checkpoints = xj::scan_checkpoints::online(s)} (reverse mode with s snapshots) (at " + format_location(a.loc) + ")");
 }
 
 // ---- dce -------------------------------------------------------------------------------------

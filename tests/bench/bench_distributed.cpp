@@ -51,7 +51,11 @@ void barrier() { (void)xj::psum(xj::scalar(0.0, xj::f32)).item<float>(); }
 
 int main(int argc, char** argv) {
   xj::distributed::Session session(argc, argv);
-  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  if (argc > 2 || (argc == 2 && std::string(argv[1]) != "--quick")) {  // a typo ran the full sizes
+    if (xj::distributed::process_index() == 0) std::fprintf(stderr, "usage: xjax-bench-distributed [--quick]\n");
+    return 2;
+  }
+  bool quick = argc > 1;
   openblas_set_num_threads(1);
   const int n = xj::distributed::process_count(), p = xj::distributed::process_index();
   const std::int64_t L = quick ? 4 : 16, d = quick ? 64 : 256, H = 4 * d, N = quick ? 256 : 2048;
