@@ -180,9 +180,18 @@ std::optional<std::vector<char>> call_out_weak(Primitive p, const Params& params
   if (p == P::checkpoint) return jaxpr_out_weak(*params.get<params::Checkpoint>().jaxpr, in_weak);
   if (p == P::custom_jvp_call) return jaxpr_out_weak(*params.get<params::CustomJvpCall>().call_jaxpr, in_weak);
   if (p == P::custom_vjp_call) return jaxpr_out_weak(*params.get<params::CustomVjpCall>().call_jaxpr, in_weak);
-  // scan and while_loop trace their bodies with their carries' and scanned operands' weak types
-  // (JAX's, control_flow.hpp), so their operands' are read as the body's promotions saw them.
-  if (p == P::scan) return jaxpr_out_weak(*params.get<params::Scan>().jaxpr, in_weak);  // consts, carry, xs: its invars
+  // scan and while_loop trace their bodies with strong carries and scanned operands (docs/status.md):
+  // read so, as the body's promotions did (a weak init would otherwise make sum(x) of a weak x,
+  // recorded without JAX's conversion, look weak); their consts keep their weak types.
+  auto strong_after = [](std::span<const char> w, std::size_t n) {
+    std::vector<char> r(w.begin(), w.end());
+    for (std::size_t i = n; i < r.size(); ++i) r[i] = 0;
+    return r;
+  };
+  if (p == P::scan) {  // consts, carry, xs: its invars
+    const auto& sc = params.get<params::Scan>();
+    return jaxpr_out_weak(*sc.jaxpr, strong_after(in_weak, static_cast<std::size_t>(sc.num_consts)));
+  }
   if (p == P::cond) {  // the index, then the branches' operands; the outputs branch 0's (JAX's)
     const auto& branches = params.get<params::Cond>().branches;
     if (branches.empty() || in_weak.empty()) return std::nullopt;
@@ -192,7 +201,7 @@ std::optional<std::vector<char>> call_out_weak(Primitive p, const Params& params
     const auto& w = params.get<params::While>();
     const auto skip = static_cast<std::size_t>(w.cond_nconsts);
     if (skip > in_weak.size()) return std::nullopt;
-    return jaxpr_out_weak(*w.body_jaxpr, in_weak.subspan(skip));
+    return jaxpr_out_weak(*w.body_jaxpr, strong_after(in_weak.subspan(skip), static_cast<std::size_t>(w.body_nconsts)));
   }
   return std::nullopt;
 }

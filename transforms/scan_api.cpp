@@ -34,17 +34,6 @@ void check_carry(const char* loop, const char* body, const TreeDef& in_def, cons
                       " but " + body + " returns " + out[i].str() + "; the carry's shapes and dtypes must not change" + at);
 }
 
-bool promote_weak_carries(std::vector<Array>& init, std::span<const ShapedArray> body_out, std::source_location loc) {
-  bool changed = false;
-  for (std::size_t i = 0; i < init.size() && i < body_out.size(); ++i) {
-    if (!is_weak(init[i]) || init[i].dtype() == body_out[i].dtype) continue;
-    const TypeOperand operands[] = {type_operand(init[i]), type_operand(body_out[i].dtype)};
-    init[i] = astype(init[i], result_type_of(operands), loc);  // strong, as JAX's convert_element_type
-    changed = true;
-  }
-  return changed;
-}
-
 void scan_body_not_pair(std::source_location loc) {
   throw TypeError("scan: the body must return std::pair{new_carry, y} (use xj::None{} for no y) (at " + format_location(loc) + ")");
 }

@@ -106,12 +106,6 @@ void check_carry(const char* loop, const char* body, const TreeDef& in_def, cons
                  std::span<const ShapedArray> in, std::span<const ShapedArray> out, std::source_location loc);
 [[noreturn]] void scan_body_not_pair(std::source_location loc);
 std::vector<ShapedArray> slice_avals(std::span<const Array> xs);
-/// JAX's two passes over a loop's carries (_promote_weak_typed_input): a loop traces its body with
-/// each weakly typed init leaf weak; where the body returns such a leaf in another dtype, the leaf
-/// becomes result_type(leaf, returned) (strong; a traced C++ number carried through a body that
-/// multiplies it by an f32 array is an f32 carry) and the body is traced again. Converts the
-/// leaves of `init` in place; true when it changed any.
-bool promote_weak_carries(std::vector<Array>& init, std::span<const ShapedArray> body_out, std::source_location loc);
 }  // namespace detail
 
 /// auto [carry, ys] = scan(body, init, xs, {.length, .reverse, .unroll}) with
@@ -133,12 +127,6 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
     std::vector<ShapedArray> avals;
     for (const auto& c : init_leaves) avals.push_back(c.aval());
     for (const auto& a : detail::slice_avals(xs_leaves)) avals.push_back(a);
-    // weakly typed carries and xs traced weak, as JAX's scan
-    auto weak_of = [&] {
-      std::vector<char> weak = detail::weak_flags(init_leaves), xs_weak = detail::weak_flags(xs_leaves);
-      weak.insert(weak.end(), xs_weak.begin(), xs_weak.end());
-      return weak;
-    };
     TreeDef out_def;
     std::size_t ncarry = init_leaves.size();
     detail::FlatFn flat = [&, ncarry](std::span<const Array> args) {
@@ -149,11 +137,7 @@ auto scan(Body body, const Carry& init, const Xs& xs, ScanOptions opts = {},
       PyTree<Out>::flatten(o, leaves, out_def);
       return leaves;
     };
-    ClosedJaxpr j = detail::trace_flat(flat, avals, weak_of());
-    if (detail::promote_weak_carries(init_leaves, j.out_avals(), loc)) {
-      for (std::size_t i = 0; i < ncarry; ++i) avals[i] = init_leaves[i].aval();
-      j = detail::trace_flat(flat, avals, weak_of());
-    }
+    ClosedJaxpr j = detail::trace_flat(flat, avals);
     auto out_avals = j.out_avals();
     const std::size_t carry_outs = out_def.children.at(0).num_leaves();
     detail::check_carry("scan", "the body", init_def, out_def.children.at(0), std::span(avals).subspan(0, ncarry),
@@ -321,14 +305,8 @@ Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init, WhileOptions
   TreeDef pred_def, out_def;
   auto cflat = detail::flat_fn<CondFn, Carry>(cond_fn, fa.defs, &pred_def);
   auto bflat = detail::flat_fn<BodyFn, Carry>(body_fn, fa.defs, &out_def);
-  // weakly typed carries traced weak, as JAX's while_loop (detail::promote_weak_carries)
-  ClosedJaxpr cj = detail::trace_flat(cflat, avals, detail::weak_flags(fa.leaves));
-  ClosedJaxpr bj = detail::trace_flat(bflat, avals, detail::weak_flags(fa.leaves));
-  if (detail::promote_weak_carries(fa.leaves, bj.out_avals(), loc)) {
-    avals = fa.avals();
-    cj = detail::trace_flat(cflat, avals, detail::weak_flags(fa.leaves));
-    bj = detail::trace_flat(bflat, avals, detail::weak_flags(fa.leaves));
-  }
+  ClosedJaxpr cj = detail::trace_flat(cflat, avals);
+  ClosedJaxpr bj = detail::trace_flat(bflat, avals);
   auto pred = cj.out_avals();
   auto outs = bj.out_avals();
   detail::check_while(fa.defs[0], out_def, avals, outs, pred, loc);
