@@ -586,3 +586,24 @@ TEST_CASE("weak types, thirty-third session's review: u64 with a signed integer 
   CHECK(xj::concatenate({u + s, xj::astype(small, xj::i8)}, 0).dtype() == xj::f64);
   CHECK(xj::jit([](const xj::Array& a, const xj::Array& b, const xj::Array& c) { return (a + b) + c; })(u, s, small).dtype() == xj::f64);
 }
+
+TEST_CASE("weak types, thirty-fourth session's review: a weakly typed loop carry stays as wide as JAX keeps it") {
+  using A = xj::Array;
+  // Tracing the carry weak (JAX's rule) let xjax's own weak rules narrow it: an f64 accumulator
+  // of bool counts became f32 (16777216.5 rounded), a weak i64 carry plus a bool i32 (wrapped).
+  const A mask = xj::array<bool>({true, true, false}, {3});
+  const A counted = xj::jit([&](const A& k) {
+    return xj::fori_loop(0, 3, [&](const A&, const A& acc) { return acc + xj::sum(mask); }, k);
+  })(16777216.5);
+  CHECK(counted.dtype() == xj::f64);
+  CHECK(counted.item<double>() == 16777222.5);
+  const A timed = xj::jit([](const A& lo, const A& hi, const A& t0) {
+    return xj::fori_loop(lo, hi, [](const A& i, const A& t) { return t + i; }, t0);
+  })(xj::scalar(0, xj::i32), xj::scalar(3, xj::i32), 16777216.5);
+  CHECK(timed.dtype() == xj::f64);
+  CHECK(timed.item<double>() == 16777219.5);
+  const A yes = xj::scalar(1.0, xj::bool_);
+  const A big = xj::jit([&](const A& n) { return xj::fori_loop(0, 2, [&](const A&, const A& c) { return c + yes; }, n); })(3000000000LL);
+  CHECK(big.dtype() == xj::i64);
+  CHECK(big.item<std::int64_t>() == 3000000002LL);
+}

@@ -244,8 +244,9 @@ std::vector<Tangent> while_loop_transpose(const TransposeArgs& a) {
   throw TransformError(
       "reverse-mode differentiation of while_loop is not supported (its number of iterations is only known at run "
       "time, so the values of each iteration cannot be saved for the backward pass); use xj::fori_loop with static "
-      "integer bounds (it lowers to scan) or xj::scan instead, or give the while_loop "
-      "{.checkpoints = xj::scan_checkpoints::online(s)} (reverse mode with s snapshots) (at " + format_location(a.loc) + ")");
+      "integer bounds (it lowers to scan; with traced bounds it lowers to while_loop) or xj::scan instead, or "
+      "call xj::while_loop with {.checkpoints = xj::scan_checkpoints::online(s)} (reverse mode with s snapshots) (at " +
+      format_location(a.loc) + ")");
 }
 
 // ---- dce -------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ USAGE = "usage: check_code_blocks.py DOC.md OUTDIR [--main FILE] -- COMPILER... 
 
 
 def main() -> int:
-    if "--" not in sys.argv:
+    if "--" not in sys.argv or sys.argv.index("--") < 3:
         print(USAGE)
         return 2
     sep = sys.argv.index("--")
@@ -28,7 +28,7 @@ def main() -> int:
     options = sys.argv[3:sep]
     checks = pathlib.Path(options[1]) if options[:1] == ["--main"] and len(options) == 2 else None
     rest = sys.argv[sep + 1:]
-    if (options and checks is None) or "--" not in rest or sep < 3:
+    if (options and checks is None) or "--" not in rest:
         print(USAGE)
         return 2
     compiler, args = rest[:rest.index("--")], rest[rest.index("--") + 1:]
