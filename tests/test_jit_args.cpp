@@ -625,3 +625,19 @@ TEST_CASE("jit: a static argument keyed by its operator<< prints in full (hunt f
   CHECK(by_config(x, StepConfig{0.0010000004}).to_vector<double>()[0] == 0.0010000004);
   CHECK(traces == 2);
 }
+
+TEST_CASE("jit: the trace cache keeps the 4096 most recently used signatures (a hunt: a static argument changing every call kept every trace)") {
+  int traces = 0;
+  auto f = xj::jit([&traces](const xj::Array& a, int k) {
+    ++traces;
+    return a * static_cast<double>(k);
+  });
+  const xj::Array x = xj::ones({1}, xj::f64);
+  for (int k = 0; k < 4200; ++k) REQUIRE(f(x, k).item<double>() == k);
+  CHECK(traces == 4200);
+  CHECK(f(x, 4199).item<double>() == 4199);  // recent: kept
+  CHECK(f(x, 200).item<double>() == 200);    // the oldest kept one (4200 - 4096 = 104 dropped)
+  CHECK(traces == 4200);
+  CHECK(f(x, 0).item<double>() == 0);        // dropped: traced again
+  CHECK(traces == 4201);
+}

@@ -2,6 +2,7 @@
 // grad, vjp, jvp, linearize and the Jacobians, on flat lists of arrays.
 #include <algorithm>
 #include <limits>
+#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -17,9 +18,18 @@ namespace xjax::detail {
 
 // ---- trace cache -----------------------------------------------------------------------------
 
+/// One jit object's traces by signature, the least recently used dropped past kMaxTraces (JAX
+/// bounds its jit caches too): a static argument that changes every call (a learning rate passed
+/// as a double) retraces every call, and kept each trace, about 13 kB a step without end.
 struct TraceCache {
+  static constexpr std::size_t kMaxTraces = 4096;
+  struct Entry {
+    std::shared_ptr<const Traced> traced;
+    std::list<std::string>::iterator used;  // its place in `recency`
+  };
   std::mutex mu;
-  std::map<std::string, std::shared_ptr<const Traced>> entries;
+  std::map<std::string, Entry> entries;
+  std::list<std::string> recency;  // keys, most recently used first
 };
 
 std::shared_ptr<TraceCache> new_trace_cache() { return std::make_shared<TraceCache>(); }
@@ -36,7 +46,10 @@ std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, 
   {
     std::lock_guard<std::mutex> lock(cache.mu);
     auto it = cache.entries.find(key);
-    if (it != cache.entries.end()) return it->second;
+    if (it != cache.entries.end()) {
+      cache.recency.splice(cache.recency.begin(), cache.recency, it->second.used);
+      return it->second.traced;
+    }
   }
   const std::uint64_t callable_before = callable_rules_bound();
   auto t = std::make_shared<const Traced>(build());  // outside the lock: tracing may nest transforms
@@ -45,7 +58,17 @@ std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, 
     // innermost trace first, and the outermost is the call's (emplace kept the innermost: the
     // next call ran only the recursion's last level)
     std::lock_guard<std::mutex> lock(cache.mu);
-    cache.entries.insert_or_assign(key, t);
+    if (auto it = cache.entries.find(key); it != cache.entries.end()) {
+      it->second.traced = t;
+      cache.recency.splice(cache.recency.begin(), cache.recency, it->second.used);
+    } else {
+      cache.recency.push_front(key);
+      cache.entries.emplace(key, TraceCache::Entry{t, cache.recency.begin()});
+      if (cache.entries.size() > TraceCache::kMaxTraces) {
+        cache.entries.erase(cache.recency.back());
+        cache.recency.pop_back();
+      }
+    }
   }
   return t;
 }
