@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -48,7 +49,6 @@ void raise(std::atomic<std::int64_t>& peak_counter, std::int64_t value) {
 }
 
 constexpr std::size_t kAlign = 64;
-std::size_t rounded(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 /// Blocks of at least this many bytes are mapped from the system and unmapped when freed, never
 /// taken from malloc's heap: glibc's adaptive mmap threshold (raised to the size of the largest
 /// buffer freed, up to 32 MiB) otherwise puts multi-MiB buffers in the brk heap, whose free space
@@ -62,6 +62,19 @@ constexpr std::size_t kMappedBytes = std::numeric_limits<std::size_t>::max();
 #else
 constexpr std::size_t kMappedBytes = std::size_t{256} << 10;
 #endif
+
+/// A buffer's block size: whole 64-byte lines, and a mapped block's in classes of an eighth of its
+/// power of two (at most 12.5% more; the pages past the buffer are never touched, so never
+/// resident), so that buffers of nearby sizes share the arena's blocks: with every size its own,
+/// a process running ever-changing sizes mapped and faulted in a new block for almost every
+/// buffer (3x slower than malloc's reused heap pages; the second review).
+std::size_t rounded(std::size_t n) {
+  if (n > std::numeric_limits<std::size_t>::max() / 2) throw std::bad_alloc();  // no wrapping below
+  const std::size_t size = (n + kAlign - 1) / kAlign * kAlign;
+  if (size < kMappedBytes) return size;
+  const std::size_t step = std::bit_floor(size) / 8;
+  return (size + step - 1) / step * step;
+}
 
 /// The shared arena: freed blocks kept by rounded size and handed to the next buffer of that
 /// size, so a plan that runs again (a scan body, a jitted step) allocates nothing from the system.

@@ -28,7 +28,7 @@ def main() -> int:
     options = sys.argv[3:sep]
     checks = pathlib.Path(options[1]) if options[:1] == ["--main"] and len(options) == 2 else None
     rest = sys.argv[sep + 1:]
-    if (options and checks is None) or "--" not in rest:
+    if (options and checks is None) or "--" not in rest or rest.index("--") == 0:
         print(USAGE)
         return 2
     compiler, args = rest[:rest.index("--")], rest[rest.index("--") + 1:]
