@@ -143,7 +143,6 @@ class Arena {
   std::int64_t cap() const { return cap_; }
 
   static void* system_alloc(std::size_t size) {
-    g_fresh.fetch_add(1, std::memory_order_relaxed);
     void* p = nullptr;
     if (size >= kMappedBytes) {  // page-aligned, so kAlign-aligned
       p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -152,6 +151,7 @@ class Arena {
       p = std::aligned_alloc(kAlign, size);
     }
     if (!p) throw std::bad_alloc();
+    g_fresh.fetch_add(1, std::memory_order_relaxed);  // counted once it succeeded
     raise(g_reserved_peak, g_system_bytes.fetch_add(static_cast<std::int64_t>(size)) + static_cast<std::int64_t>(size));
     return p;
   }

@@ -17,8 +17,8 @@ struct MemoryStats {
   std::int64_t system_allocations = 0;
   /// Freed memory the arena (the shared one and each thread's cache) holds for reuse now.
   std::int64_t arena_bytes = 0;
-  /// Most bytes held from the system (live buffers + arena, in 64-byte blocks) since
-  /// reset_peak_memory().
+  /// Most bytes held from the system (live buffers + arena, in 64-byte blocks; from 256 KiB in
+  /// size classes up to 12.5% larger) since reset_peak_memory().
   std::int64_t peak_reserved_bytes = 0;
 };
 
