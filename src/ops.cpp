@@ -84,21 +84,20 @@ struct Promotion {
   bool weak;  // the result is weakly typed
 };
 
-// The dtype the operands promote to: the strong operands' promote_types, which weakly typed ones
-// (C++ numbers, values computed from them only) adopt as JAX's weak types do; all weak: theirs.
-// Weak (JAX's lattice_result_type) when every operand is, or when a weak one lifts the strong
-// ones' kind (an integer array times 0.5, a bool array plus 3: the join is JAX's weak float or
-// integer), so that the result still adopts an f16 or i8 array's dtype later.
+// The dtype the operands promote to (result_type's: weakly typed operands, C++ numbers and values
+// computed from them only, adopt the strong operands' dtype as JAX's weak types do; all weak:
+// theirs). Weak (JAX's lattice_result_type) when every operand is, or when a weak one lifts the
+// strong ones' kind (an integer array times 0.5, a bool array plus 3: the join is JAX's weak float
+// or integer), so that the result still adopts an f16 or i8 array's dtype later.
 Promotion promoted_dtype(std::span<const Array> xs) {
-  const bool any_strong = std::any_of(xs.begin(), xs.end(), [](const Array& x) { return !detail::is_weak(x); });
-  std::vector<DType> joined;
-  for (const auto& x : xs)
-    if (!any_strong || !detail::is_weak(x)) joined.push_back(x.dtype());
-  const DType strong = detail::promote_types_of(joined);
-  DType t = strong;
-  for (const auto& x : xs)
-    if (any_strong && detail::is_weak(x)) t = detail::weak_result(t, !is_floating(x.dtype()));
-  return {t, !any_strong || t != strong};
+  std::vector<detail::TypeOperand> operands;
+  std::vector<DType> strong;
+  for (const auto& x : xs) {
+    operands.push_back(detail::type_operand(x));
+    if (!operands.back().weak) strong.push_back(x.dtype());
+  }
+  const DType t = detail::result_type_of(operands);
+  return {t, strong.empty() || t != detail::promote_types_of(strong)};
 }
 
 // x converted to dtype by a convert_element_type (weakly typed when `weak`).

@@ -6,6 +6,7 @@
 #include <array>
 #include <bitset>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "xjax/errors.hpp"
@@ -102,6 +103,18 @@ thread_local PromotionMode t_mode XJAX_INITIAL_EXEC_TLS = PromotionMode::standar
 // canonical float, f64 with x64 enabled.
 DType strong_at(Node n, DType a, DType b) { return n == wf ? f64 : dtype_at(n, a, b); }
 
+// The join is a weak node: no strong operand fixes the width, so the result takes xjax's default
+// (i32 for i*, f32 for f*) widened to the weak operands' own dtypes of that kind. A C++ number
+// written in an expression has the default's width; a traced one (jit's weak i64 or f64) keeps
+// its own, as JAX with x64 (its defaults are i64 and f64): jit(n + bools)(3e9) had wrapped at i32.
+DType widened_default(Node n, std::span<const detail::TypeOperand> operands) {
+  const bool integer = n == wi;
+  DType d = integer ? i32 : f32;
+  for (const auto& o : operands)
+    if (o.weak && o.integer == integer) d = promote_types(d, o.dtype);
+  return d;
+}
+
 }  // namespace
 
 DType promote_types(DType a, DType b) {
@@ -144,6 +157,7 @@ DType result_type_of(std::span<const TypeOperand> operands) {
   for (const auto& o : operands)
     if (!o.weak) strong = strong ? join(*strong, node_of(o.dtype)) : node_of(o.dtype);
   if (n == wf && strong == wf) return f64;
+  if (n == wi || n == wf) return widened_default(n, operands);
   return dtype_at(n, operands[0].dtype, operands.back().dtype);
 }
 

@@ -607,3 +607,30 @@ TEST_CASE("weak types, thirty-fourth session's review: a weakly typed loop carry
   CHECK(big.dtype() == xj::i64);
   CHECK(big.item<std::int64_t>() == 3000000002LL);
 }
+
+TEST_CASE("weak types, thirty-fifth session: a weak value keeps its own width where only bools or integers stand beside it") {
+  using A = xj::Array;
+  // A traced C++ long long beside a bool array was converted to i32 (xjax's default integer) and
+  // wrapped: jit(n + bools)(3e9) gave -1294967295. JAX with x64 gives its default integer, i64.
+  const A bools = xj::array<bool>({true, false}, {2});
+  const A summed = xj::jit([&](const A& n) { return n + bools; })(3000000000LL);
+  CHECK(summed.dtype() == xj::i64);
+  CHECK(summed.to_vector<std::int64_t>() == std::vector<std::int64_t>{3000000001LL, 3000000000LL});
+  CHECK(xj::jit([&](const A& n) { return xj::where(bools, n, bools); })(5000000000LL).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{5000000000LL, 0});
+  // A traced double beside an integer array: f64, as the same function given xj::scalar(dt, f64)
+  // (it was f32, xjax's default float, and rounded 2^24 + 0.5).
+  const A ints = xj::array<std::int32_t>({1, 2}, {2});
+  const A stepped = xj::jit([&](const A& dt) { return ints + dt; })(16777216.5);
+  CHECK(stepped.dtype() == xj::f64);
+  CHECK(stepped.to_vector<double>() == std::vector<double>{16777217.5, 16777218.5});
+  CHECK(stepped.dtype() == (ints + xj::scalar(16777216.5, xj::f64)).dtype());
+  // A traced C++ float stays f32; a C++ number written in the expression keeps xjax's defaults.
+  CHECK(xj::jit([&](const A& dt) { return ints * dt; })(0.5f).dtype() == xj::f32);
+  CHECK((ints * 0.5).dtype() == xj::f32);
+  CHECK((bools + 3).dtype() == xj::i32);
+  // result_type reads a weak array's own width the same way.
+  const A weak_f64 = xj::jit([](const A& k) { return k * 2; })(1.5);
+  CHECK(xj::result_type(weak_f64, ints) == xj::f64);
+  CHECK(xj::result_type(weak_f64, xj::f16) == xj::f16);  // a strong float still decides
+}

@@ -411,3 +411,47 @@ TEST_CASE("revolve: the shape rules of revolve_fwd, online_fwd, revolve_lin and 
   check(find(lw.pe.known, Primitive::online_fwd));
   check(find(lw.pe.staged, Primitive::revolve_lin));
 }
+
+TEST_CASE("revolve: a loop-invariant value the body reads only in dead code is not kept (fuzz seed 363901)") {
+  // revolve_fwd / online_fwd and revolve_lin took every known const of the body as an operand,
+  // so w (an intermediate of the forward pass) became a residual the plain loop's DCE drops.
+  const xj::Array x0 = xj::array<double>({0.4, -1.1, 0.9}, {3});
+  auto kept_w = [](const std::vector<xj::Residual>& rs) {
+    return std::count_if(rs.begin(), rs.end(), [](const xj::Residual& r) { return r.description.starts_with("output of neg from"); });
+  };
+  auto scanned = [](xj::ScanCheckpoints cp) {
+    return [cp](const xj::Array& xs) {
+      const xj::Array w = -xs;  // linear: w's own derivative keeps nothing
+      auto body = [&](const xj::Array& c, const xj::Array& x) {
+        const xj::Array unused = xj::expm1(w) * 0.5;
+        (void)unused;
+        return std::pair{xj::tanh(c * x), xj::None{}};
+      };
+      return xj::sum(xj::scan(body, xs, xs, {.checkpoints = cp}).first);
+    };
+  };
+  CHECK(kept_w(xj::saved_residuals(scanned(xj::scan_checkpoints::all()), x0)) == 0);
+  CHECK(kept_w(xj::saved_residuals(scanned(xj::scan_checkpoints::binomial(2)), x0)) == 0);
+  CHECK(max_rel(xj::grad(scanned(xj::scan_checkpoints::binomial(2)))(x0), xj::grad(scanned(xj::scan_checkpoints::all()))(x0)) < 1e-14);
+  auto looped = [](const xj::Array& x) {
+    const xj::Array w = -x;
+    auto cond = [](const xj::Array& c) { return xj::sum(c * c) > 1e-2; };
+    auto body = [&](const xj::Array& c) {
+      const xj::Array unused = xj::expm1(w);
+      (void)unused;
+      return 0.5 * xj::sin(c);
+    };
+    return xj::sum(xj::while_loop(cond, body, x, {.checkpoints = xj::scan_checkpoints::online(2)}));
+  };
+  CHECK(kept_w(xj::saved_residuals(looped, x0)) == 0);
+  // d/dx of the loop: each step multiplies by 0.5 cos(c); checked against central differences
+  const xj::Array g = xj::grad(looped)(x0);
+  for (std::int64_t i = 0; i < 3; ++i) {
+    auto at = [&](double h) {
+      std::vector<double> v = x0.to_vector<double>();
+      v[static_cast<std::size_t>(i)] += h;
+      return looped(xj::array<double>(v, {3})).item<double>();
+    };
+    CHECK(std::abs(g.to_vector<double>()[static_cast<std::size_t>(i)] - (at(1e-6) - at(-1e-6)) / 2e-6) < 1e-6);
+  }
+}

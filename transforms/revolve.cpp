@@ -53,6 +53,24 @@ params::Revolve linear_params(const ClosedJaxprPtr& k, const PartialEval& pe, st
                          .num_linear_carry = static_cast<std::int64_t>(nlcar)};
 }
 
+// K with the leading known consts it never reads dropped (a loop invariant the body reads only in
+// dead code: the plain loop's DCE drops it, so revolve_fwd / online_fwd and revolve_lin must not
+// take it as an operand and keep it alive as a residual; fuzz seed 363901). keep[i] says whether
+// known const i stays.
+struct ReadConsts {
+  ClosedJaxprPtr k;
+  std::vector<bool> keep;
+  std::size_t count() const { return static_cast<std::size_t>(std::count(keep.begin(), keep.end(), true)); }
+};
+ReadConsts without_unread_consts(const ClosedJaxpr& known, std::size_t num_consts) {
+  std::vector<bool> reads;
+  ClosedJaxpr live = dce(known, std::vector<bool>(known.jaxpr->outvars.size(), true), &reads);
+  std::vector<bool> keep(known.jaxpr->invars.size(), true);
+  for (std::size_t i = 0; i < num_consts; ++i) keep[i] = reads.at(i);
+  return {std::make_shared<const ClosedJaxpr>(prune_invars(live, keep)),
+          std::vector<bool>(keep.begin(), keep.begin() + static_cast<std::ptrdiff_t>(num_consts))};
+}
+
 }  // namespace
 
 // ---- partial evaluation ------------------------------------------------------------------------
@@ -73,7 +91,8 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
     return std::nullopt;
   const std::size_t nres = pe.residual_vars.size();
   const std::int64_t slots = std::min(ps.snapshots, ps.length);
-  auto k = std::make_shared<const ClosedJaxpr>(pe.known);
+  const ReadConsts read = without_unread_consts(pe.known, knc);
+  const ClosedJaxprPtr& k = read.k;
   // A loop-invariant residual (a known const of the body, a weight, or a value computed from
   // known consts alone) is not an output of revolve_fwd: revolve_lin reads it from outside the
   // loop, so it is kept once, as the plain scan keeps it (issue 33).
@@ -85,21 +104,26 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   ClosedJaxprPtr k_fwd = k;  // K without the loop-invariant residuals among its outputs
   std::size_t nres_fwd = nres;
   if (std::any_of(outside.begin(), outside.end(), [](const std::optional<Atom>& a) { return a.has_value(); })) {
-    auto j = std::make_shared<Jaxpr>(*pe.known.jaxpr);
+    auto j = std::make_shared<Jaxpr>(*k->jaxpr);
     const std::size_t first_res = j->outvars.size() - nres;
     for (std::size_t r = nres; r-- > 0;)
       if (outside[r]) {
         j->outvars.erase(j->outvars.begin() + static_cast<std::ptrdiff_t>(first_res + r));
         --nres_fwd;
       }
-    k_fwd = std::make_shared<const ClosedJaxpr>(dce(ClosedJaxpr{std::move(j), pe.known.consts},
+    k_fwd = std::make_shared<const ClosedJaxpr>(dce(ClosedJaxpr{std::move(j), k->consts},
                                                     std::vector<bool>(first_res + nres_fwd, true)));
   }
 
   PeSplit split;
   split.out_unknown = pe.out_unknown;
-  Eqn fwd{Primitive::revolve_fwd, {}, {}, {}, e.loc};
-  for (std::size_t i = 0; i < nin; ++i)
+  // The known consts K reads, then the known carries and xs: revolve_fwd's and revolve_lin's
+  // leading operands.
+  std::vector<Atom> known_consts;
+  for (std::size_t i = 0, kc = 0; i < nc; ++i)
+    if (!uk[i] && read.keep[kc++]) known_consts.push_back(e.inputs[i]);
+  Eqn fwd{Primitive::revolve_fwd, known_consts, {}, {}, e.loc};
+  for (std::size_t i = nc; i < nin; ++i)
     if (!uk[i]) fwd.inputs.push_back(e.inputs[i]);
   for (std::size_t o = 0; o < nout; ++o)
     if (!pe.out_unknown[o]) fwd.outputs.push_back(e.outputs[o]);
@@ -118,13 +142,11 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   fwd.outputs.insert(fwd.outputs.end(), snaps.begin(), snaps.end());
   fwd.outputs.insert(fwd.outputs.end(), res.begin(), res.end());
   fwd.params = params::RevolveFwd{.jaxpr = k_fwd, .length = ps.length, .reverse = ps.reverse, .snapshots = ps.snapshots,
-                                  .num_consts = static_cast<std::int64_t>(knc), .num_carry = static_cast<std::int64_t>(kncar),
+                                  .num_consts = static_cast<std::int64_t>(read.count()), .num_carry = static_cast<std::int64_t>(kncar),
                                   .num_res = static_cast<std::int64_t>(nres_fwd)};
   split.known.push_back(std::move(fwd));
 
-  Eqn lin{Primitive::revolve_lin, {}, {}, {}, e.loc};
-  for (std::size_t i = 0; i < nc; ++i)
-    if (!uk[i]) lin.inputs.push_back(e.inputs[i]);
+  Eqn lin{Primitive::revolve_lin, known_consts, {}, {}, e.loc};
   lin.inputs.insert(lin.inputs.end(), snaps.begin(), snaps.end());
   for (std::size_t i = nc + ncar; i < nin; ++i)
     if (!uk[i]) lin.inputs.push_back(e.inputs[i]);
@@ -133,7 +155,7 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
     if (uk[i]) lin.inputs.push_back(e.inputs[i]);
   for (std::size_t o = 0; o < nout; ++o)
     if (pe.out_unknown[o]) lin.outputs.push_back(e.outputs[o]);
-  lin.params = linear_params(k, pe, ps.length, ps.reverse, ps.snapshots, knc, kncar, nlc, nlcar);
+  lin.params = linear_params(k, pe, ps.length, ps.reverse, ps.snapshots, read.count(), kncar, nlc, nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }
@@ -238,15 +260,18 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
   for (std::size_t i = 0; i < cn; ++i) kcn += cond_known[i] ? 1 : 0;
   if (kncar == 0 || nlcar == 0 || !pe.known.consts.empty() || !pe.staged.consts.empty() || !cond.consts.empty())
     return std::nullopt;
-  auto k = std::make_shared<const ClosedJaxpr>(pe.known);
+  const ReadConsts read = without_unread_consts(pe.known, kbn);
+  const ClosedJaxprPtr& k = read.k;
+  std::vector<Atom> known_consts;  // the known body consts K reads
+  for (std::size_t i = 0, kc = 0; i < bn; ++i)
+    if (!body_uk[i] && read.keep[kc++]) known_consts.push_back(e.inputs[cn + i]);
 
   PeSplit split;
   split.out_unknown = carry_uk;
   Eqn fwd{Primitive::online_fwd, {}, {}, {}, e.loc};
   for (std::size_t i = 0; i < cn; ++i)
     if (cond_known[i]) fwd.inputs.push_back(e.inputs[i]);
-  for (std::size_t i = 0; i < bn; ++i)
-    if (!body_uk[i]) fwd.inputs.push_back(e.inputs[cn + i]);
+  fwd.inputs.insert(fwd.inputs.end(), known_consts.begin(), known_consts.end());
   for (std::size_t c = 0; c < ncar; ++c)
     if (!carry_uk[c]) fwd.inputs.push_back(e.inputs[cn + bn + c]);
   for (std::size_t c = 0; c < ncar; ++c)
@@ -263,13 +288,11 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
                                  .jaxpr = k,
                                  .snapshots = ps.snapshots,
                                  .cond_nconsts = static_cast<std::int64_t>(kcn),
-                                 .num_consts = static_cast<std::int64_t>(kbn),
+                                 .num_consts = static_cast<std::int64_t>(read.count()),
                                  .num_carry = static_cast<std::int64_t>(kncar)};
   split.known.push_back(std::move(fwd));
 
-  Eqn lin{Primitive::revolve_lin, {}, {}, {}, e.loc};
-  for (std::size_t i = 0; i < bn; ++i)
-    if (!body_uk[i]) lin.inputs.push_back(e.inputs[cn + i]);
+  Eqn lin{Primitive::revolve_lin, known_consts, {}, {}, e.loc};
   lin.inputs.insert(lin.inputs.end(), snaps.begin(), snaps.end());
   lin.inputs.push_back(positions);
   lin.inputs.push_back(trips);
@@ -279,7 +302,7 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
     if (carry_uk[c]) lin.inputs.push_back(e.inputs[cn + bn + c]);
   for (std::size_t c = 0; c < ncar; ++c)
     if (carry_uk[c]) lin.outputs.push_back(e.outputs[c]);
-  lin.params = linear_params(k, pe, -1, false, ps.snapshots, kbn, kncar, nlc, nlcar);
+  lin.params = linear_params(k, pe, -1, false, ps.snapshots, read.count(), kncar, nlc, nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }
