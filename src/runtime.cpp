@@ -62,6 +62,8 @@ constexpr std::size_t kMappedBytes = std::numeric_limits<std::size_t>::max();
 #else
 constexpr std::size_t kMappedBytes = std::size_t{256} << 10;
 #endif
+/// Whether a block of this (rounded) size is mapped rather than taken from the heap.
+constexpr bool is_mapped(std::size_t size) { return size >= kMappedBytes; }
 
 /// A buffer's block size: whole 64-byte lines, and a mapped block's in classes of an eighth of its
 /// power of two (at most 12.5% more; the pages past the buffer are never touched, so never
@@ -71,7 +73,7 @@ constexpr std::size_t kMappedBytes = std::size_t{256} << 10;
 std::size_t rounded(std::size_t n) {
   if (n > std::numeric_limits<std::size_t>::max() / 2) throw std::bad_alloc();  // no wrapping below
   const std::size_t size = (n + kAlign - 1) / kAlign * kAlign;
-  if (size < kMappedBytes) return size;
+  if (!is_mapped(size)) return size;
   const std::size_t step = std::bit_floor(size) / 8;
   return (size + step - 1) / step * step;
 }
@@ -144,7 +146,7 @@ class Arena {
 
   static void* system_alloc(std::size_t size) {
     void* p = nullptr;
-    if (size >= kMappedBytes) {  // page-aligned, so kAlign-aligned
+    if (is_mapped(size)) {  // page-aligned, so kAlign-aligned
       p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) p = nullptr;
     } else {
@@ -156,7 +158,7 @@ class Arena {
     return p;
   }
   static void system_free(void* p, std::size_t size) {
-    if (size >= kMappedBytes) munmap(p, size);
+    if (is_mapped(size)) munmap(p, size);
     else std::free(p);
     g_system_bytes.fetch_sub(static_cast<std::int64_t>(size));
   }

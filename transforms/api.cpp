@@ -25,11 +25,11 @@ struct TraceCache {
   static constexpr std::size_t kMaxTraces = 4096;
   struct Entry {
     std::shared_ptr<const Traced> traced;
-    std::list<std::string>::iterator used;  // its place in `recency`
+    std::list<const std::string*>::iterator used;  // its place in `recency`
   };
   std::mutex mu;
   std::map<std::string, Entry> entries;
-  std::list<std::string> recency;  // keys, most recently used first
+  std::list<const std::string*> recency;  // the entries' keys (in their nodes), most recently used first
 };
 
 std::shared_ptr<TraceCache> new_trace_cache() { return std::make_shared<TraceCache>(); }
@@ -62,11 +62,13 @@ std::shared_ptr<const Traced> cached(TraceCache& cache, const std::string& key, 
       it->second.traced = t;
       cache.recency.splice(cache.recency.begin(), cache.recency, it->second.used);
     } else {
-      cache.recency.push_front(key);
-      cache.entries.emplace(key, TraceCache::Entry{t, cache.recency.begin()});
+      const auto added = cache.entries.emplace(key, TraceCache::Entry{t, {}}).first;
+      cache.recency.push_front(&added->first);
+      added->second.used = cache.recency.begin();
       if (cache.entries.size() > TraceCache::kMaxTraces) {
-        cache.entries.erase(cache.recency.back());
+        const auto oldest = cache.entries.find(*cache.recency.back());
         cache.recency.pop_back();
+        cache.entries.erase(oldest);
       }
     }
   }
@@ -105,6 +107,13 @@ std::size_t normalized_argnum(int index, std::size_t num_args, const char* where
 void jit_donated_not_array(std::size_t index) {
   throw TransformError("xj::jit: donate_argnums lists argument " + std::to_string(index) +
                        ", which is not an array pytree (only arrays have buffers to donate)");
+}
+
+void append_key_part(std::string& key, std::size_t index, std::string_view part) {
+  key += '|';
+  key += std::to_string(index);
+  key += ':';
+  key += part;
 }
 
 Array jit_number(double v, DType dtype) { return weakly_typed(scalar(v, dtype)); }

@@ -5,6 +5,13 @@
 #include <string>
 #include <vector>
 
+// libstdc++'s debug mode changes std::vector's layout, and libxjax.so's interface passes vectors
+// (shapes, leaves): a program built with it against a normal libxjax.so failed to link or crashed
+// (a header hunt). _GLIBCXX_ASSERTIONS keeps the layout and works.
+#if defined(_GLIBCXX_DEBUG) && !defined(XJAX_ALLOW_GLIBCXX_DEBUG)
+#error "xjax: _GLIBCXX_DEBUG changes std::vector's layout, which libxjax.so's interface passes; use -D_GLIBCXX_ASSERTIONS (or define XJAX_ALLOW_GLIBCXX_DEBUG if libxjax itself was built with _GLIBCXX_DEBUG)"
+#endif
+
 namespace xjax {
 
 /// Element type of an array. `bool_` is stored as one byte (0 or 1); `bf16` (bfloat16: 8 exponent

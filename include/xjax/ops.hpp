@@ -197,7 +197,7 @@ Array dot_general(const Array& a, const Array& b, const Axes& lhs_contracting, c
 /// axes (`{1}`, `{0, 2}`, `{}`). It converts from braced integers only, not from an Axes variable,
 /// so `dot_general(a, b, {lc}, {rc})` with Axes variables keeps the flat overload's meaning.
 struct DotAxes {
-  DotAxes(std::initializer_list<std::int64_t> axes) : axes(axes) {}
+  DotAxes(std::initializer_list<std::int64_t> list) : axes(list) {}
   Axes axes;
 };
 /// JAX's spelling, dimension numbers as pairs (lhs axes, rhs axes): lax.dot_general(a, b,

@@ -109,10 +109,10 @@ template <class A, class B> struct is_pair<std::pair<A, B>> : std::true_type {};
 
 // The gradient type: the argument's own type for one index (unless AsTuple), a std::tuple else.
 template <class Tuple, bool AsTuple, int... I> struct grads_type_impl {
-  using type = std::tuple<std::decay_t<std::tuple_element_t<I, Tuple>>...>;
+  using type = std::tuple<std::decay_t<std::tuple_element_t<static_cast<std::size_t>(I), Tuple>>...>;
 };
 template <class Tuple, int I> struct grads_type_impl<Tuple, false, I> {
-  using type = std::decay_t<std::tuple_element_t<I, Tuple>>;
+  using type = std::decay_t<std::tuple_element_t<static_cast<std::size_t>(I), Tuple>>;
 };
 template <class Tuple, bool AsTuple, int... I> using grads_type = typename grads_type_impl<Tuple, AsTuple, I...>::type;
 
@@ -169,7 +169,7 @@ template <class F, bool WithValue, bool AsTuple, int... I> class GradFn {
     using Grads = grads_type<Tuple, AsTuple, I...>;
     Grads grads = [&] {
       if constexpr (sizeof...(I) == 1 && !AsTuple) return unflatten_arg<Grads>(fa, full, (I + ... + 0));
-      else return Grads{unflatten_arg<std::decay_t<std::tuple_element_t<I, Tuple>>>(fa, full, I)...};
+      else return Grads{unflatten_arg<std::decay_t<std::tuple_element_t<static_cast<std::size_t>(I), Tuple>>>(fa, full, I)...};
     }();
     if constexpr (WithValue) {
       R value = tree_unflatten<R>(out_def, kept);
@@ -388,6 +388,9 @@ namespace detail {
 /// a negative one counts from the end (as JAX's); out of range is a TransformError.
 std::size_t normalized_argnum(int index, std::size_t num_args, const char* where);
 [[noreturn]] void jit_donated_not_array(std::size_t index);
+/// Appends argument `index`'s part of jit's cache key, "|index:part" (out of line: GCC 12 at -O3
+/// warned -Wrestrict inside std::string's operator+ inlined into user code, a false positive).
+void append_key_part(std::string& key, std::size_t index, std::string_view part);
 /// A C++ number passed to jit as a weakly typed rank-0 array: f64 (double), f32 (float), i64 (integers).
 Array jit_number(double v, DType dtype);
 Array jit_number(std::int64_t v);
@@ -512,17 +515,18 @@ auto jit_call(const F& f, TraceCache& cache, const JitOptions& opts, const std::
       // The C++ type is part of the key, as a treedef's node types are JAX's: a tuple and a
       // vector (or two structs with the same member names) flatten alike, and a function
       // overloaded on them reused the first one's trace.
-      statics += "|" + std::to_string(K) + ":" + typeid(A).name();
+      append_key_part(statics, K, typeid(A).name());
     } else if constexpr (jit_traces_number<K, F, Args...>()) {
       if (is_static[K]) {
         static_numbers[K] = jit_number_of(std::get<K>(args));
-        statics += "|" + std::to_string(K) + ":" + static_key(std::get<K>(args));
+        append_key_part(statics, K, static_key(std::get<K>(args)));
       } else {
         PyTree<Array>::flatten(jit_number_of(std::get<K>(args)), fa.leaves, fa.defs.back());
-        statics += "|" + std::to_string(K) + ":weak " + typeid(A).name();
+        append_key_part(statics, K, typeid(A).name());
+        statics += " weak";
       }
     } else {
-      statics += "|" + std::to_string(K) + ":" + static_key(std::get<K>(args));
+      append_key_part(statics, K, static_key(std::get<K>(args)));
     }
     fa.end_arg();
   };

@@ -187,18 +187,27 @@ struct PoolAndBefore {
 };
 std::atomic<PoolAndBefore*> g_pool{nullptr};
 
+// Made on first use without a function-local static: a fork() while another thread ran such an
+// initializer left its guard held in the child, whose first loop then waited forever (the test of
+// fork() while another thread loops, run alone). Threads racing here each make a pool (no threads
+// yet: workers start with a loop); one is kept.
 Pool& pool() {
-  static const bool made = [] {
-    g_pool.store(new PoolAndBefore);
-    pthread_atfork(nullptr, nullptr, [] {
-      auto* fresh = new PoolAndBefore;
-      fresh->before = g_pool.load();
-      g_pool.store(fresh);
-    });
-    return true;
-  }();
-  (void)made;
-  return g_pool.load()->pool;
+  PoolAndBefore* current = g_pool.load(std::memory_order_acquire);
+  if (!current) {
+    auto* fresh = new PoolAndBefore;
+    if (g_pool.compare_exchange_strong(current, fresh, std::memory_order_acq_rel)) current = fresh;
+    else delete fresh;
+  }
+  return current->pool;
+}
+
+// In a child of fork(): a fresh pool, if the parent had one.
+void fresh_pool_after_fork() {
+  if (PoolAndBefore* old = g_pool.load()) {
+    auto* fresh = new PoolAndBefore;
+    fresh->before = old;
+    g_pool.store(fresh);
+  }
 }
 
 // ---- loops on OpenBLAS's workers ------------------------------------------------------------
@@ -255,26 +264,44 @@ void parent_after_fork() {
 void child_after_fork() {
   g_forked_child.store(true);
   if (std::exchange(t_locked_for_fork, false)) g_blas_loop.unlock();
+  fresh_pool_after_fork();
 }
+
+// The fork handlers are registered when the library loads: after OpenBLAS's constructor
+// registered its own (so these run before it), and not inside a lazy initializer, where
+// pthread_atfork waited for the lock a forking thread holds while it runs the handlers.
+[[maybe_unused]] const bool g_fork_handlers_registered = [] {
+  return pthread_atfork(prepare_fork, parent_after_fork, child_after_fork) == 0;
+}();
 
 /// gotoblas_pthread's signature (OpenBLAS's driver/others/blas_server.c, exported since GotoBLAS2).
 using BlasThreadsRun = int (*)(int threads, void* function, void* args, int stride);
 
 /// OpenBLAS's gotoblas_pthread where its own pthreads server runs the threaded calls and the
-/// environment does not ask for xjax's own workers; else nullptr. Looked up once.
+/// environment does not ask for xjax's own workers; else nullptr.
+BlasThreadsRun look_up_blas_threads_run() {
+  const char* wanted = std::getenv("XJAX_LOOP_THREADS");
+  if (wanted && std::strcmp(wanted, "own") == 0) return nullptr;
+  if (openblas_get_parallel() != 1) return nullptr;  // 0: sequential build, 2: OpenMP (no such server)
+  void* symbol = dlsym(RTLD_DEFAULT, "gotoblas_pthread");
+  BlasThreadsRun f = nullptr;
+  static_assert(sizeof f == sizeof symbol);
+  std::memcpy(&f, &symbol, sizeof f);
+  return f;
+}
+
+std::atomic<BlasThreadsRun> g_blas_threads_run{nullptr};
+std::atomic<bool> g_blas_threads_run_known{false};
+
+/// look_up_blas_threads_run's answer, looked up on first use (threads racing there find the same
+/// answer; no function-local static: see pool()); nullptr in a child of fork().
 BlasThreadsRun blas_threads_run() {
-  static const BlasThreadsRun run = []() -> BlasThreadsRun {
-    const char* wanted = std::getenv("XJAX_LOOP_THREADS");
-    if (wanted && std::strcmp(wanted, "own") == 0) return nullptr;
-    if (openblas_get_parallel() != 1) return nullptr;  // 0: sequential build, 2: OpenMP (no such server)
-    void* symbol = dlsym(RTLD_DEFAULT, "gotoblas_pthread");
-    BlasThreadsRun f = nullptr;
-    static_assert(sizeof f == sizeof symbol);
-    std::memcpy(&f, &symbol, sizeof f);
-    if (f && pthread_atfork(prepare_fork, parent_after_fork, child_after_fork) != 0) return nullptr;
-    return f;
-  }();
-  return g_forked_child.load(std::memory_order_relaxed) ? nullptr : run;
+  if (g_forked_child.load(std::memory_order_relaxed)) return nullptr;
+  if (!g_blas_threads_run_known.load(std::memory_order_acquire)) {
+    g_blas_threads_run.store(look_up_blas_threads_run(), std::memory_order_relaxed);
+    g_blas_threads_run_known.store(true, std::memory_order_release);
+  }
+  return g_blas_threads_run.load(std::memory_order_relaxed);
 }
 
 /// One loop handed to OpenBLAS's workers: the chunks, the caller's float control, and the first

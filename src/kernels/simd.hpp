@@ -441,19 +441,35 @@ template <class V, class Mul> V pow_by_squaring(V base, std::uint64_t e, V one, 
   return result;
 }
 
+// base^E for a compile-time E >= 1: pow_by_squaring's products in its order, unrolled, without
+// its first one (1 times a power of base: exact in the default floating-point environment; under
+// flush-to-zero alone it flushed a subnormal, which this does not, as JAX's integer_pow starting
+// from x).
+template <std::uint64_t E, class V> V unrolled_pow(V base) {
+  static_assert(E >= 1);
+  V result = base;
+  bool started = false;
+  for (std::uint64_t e = E; e != 0; e >>= 1) {
+    if (e & 1) {
+      result = started ? result * base : base;
+      started = true;
+    }
+    if (e >> 1) base = base * base;
+  }
+  return result;
+}
+
 template <class T> void float_integer_pow(const T* x, T* o, std::size_t n, std::int64_t y) {
   using B = Batch<T>;
   const B one(T{1});
-  // The common exponents (squares in norms, variances and optimizers) as straight products, in
-  // pow_by_squaring's order (its first product, 1 x, is exact in the default floating-point
-  // environment; under flush-to-zero alone it flushed a subnormal x, which these do not, as JAX's
-  // integer_pow starting from x): a third of the time the loop takes.
+  // The common exponents (squares in norms, variances and optimizers) unrolled: a third of the
+  // time the loop takes.
   switch (y) {
-    case 2: return map1(x, o, n, [](B v) { return v * v; });
-    case 3: return map1(x, o, n, [](B v) { return v * (v * v); });
-    case 4: return map1(x, o, n, [](B v) { const B v2 = v * v; return v2 * v2; });
+    case 2: return map1(x, o, n, [](B v) { return unrolled_pow<2>(v); });
+    case 3: return map1(x, o, n, [](B v) { return unrolled_pow<3>(v); });
+    case 4: return map1(x, o, n, [](B v) { return unrolled_pow<4>(v); });
     case -1: return map1(x, o, n, [=](B v) { return divide(one, v); });
-    case -2: return map1(x, o, n, [=](B v) { return divide(one, v * v); });
+    case -2: return map1(x, o, n, [=](B v) { return divide(one, unrolled_pow<2>(v)); });
     default: break;
   }
   const std::uint64_t e = y < 0 ? 0 - static_cast<std::uint64_t>(y) : static_cast<std::uint64_t>(y);

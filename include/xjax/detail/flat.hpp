@@ -39,7 +39,7 @@ class FlatFn {
 
  private:
   template <class G> struct BodyOf final : Body {
-    explicit BodyOf(G g) : g(std::move(g)) {}
+    explicit BodyOf(G fn) : g(std::move(fn)) {}
     std::vector<Array> call(std::span<const Array> leaves) const override { return g(leaves); }
     G g;
   };
@@ -113,7 +113,8 @@ std::tuple<Args...> unflatten_args(const std::vector<TreeDef>& defs, std::span<c
 
 /// flat_fn's body: unflattens the leaves into Args, calls f, flattens its result.
 template <class F, class... Args> struct TreeFnBody final : FlatFn::Body {
-  TreeFnBody(const F& f, const std::vector<TreeDef>& defs, TreeDef* out_def) : f(f), defs(defs), out_def(out_def) {}
+  TreeFnBody(const F& fn, const std::vector<TreeDef>& arg_defs, TreeDef* result_def)
+      : f(fn), defs(arg_defs), out_def(result_def) {}
   std::vector<Array> call(std::span<const Array> leaves) const override {
     auto args = unflatten_args<std::decay_t<Args>...>(defs, leaves);
     auto result = std::apply(f, args);
