@@ -103,6 +103,15 @@ thread_local PromotionMode t_mode XJAX_INITIAL_EXEC_TLS = PromotionMode::standar
 // canonical float, f64 with x64 enabled.
 DType strong_at(Node n, DType a, DType b) { return n == wf ? f64 : dtype_at(n, a, b); }
 
+// The signed integer dtype at least as wide as a weak integer operand's, as the join i* is
+// signed (JAX's Python int): a weak u32 widens it to i64, a weak u64 too (promote_types(i32, u64)
+// is f64, which turned `weak u64 & bools` into an error; the first review).
+DType signed_width(DType d) {
+  if (d == DType::u32 || d == DType::u64) return i64;
+  if (d == DType::u8 || d == DType::u16) return i32;
+  return d;
+}
+
 // The join is a weak node: no strong operand fixes the width, so the result takes xjax's default
 // (i32 for i*, f32 for f*) widened to the weak operands' own dtypes of that kind. A C++ number
 // written in an expression has the default's width; a traced one (jit's weak i64 or f64) keeps
@@ -111,7 +120,7 @@ DType widened_default(Node n, std::span<const detail::TypeOperand> operands) {
   const bool integer = n == wi;
   DType d = integer ? i32 : f32;
   for (const auto& o : operands)
-    if (o.weak && o.integer == integer) d = promote_types(d, o.dtype);
+    if (o.weak && o.integer == integer) d = promote_types(d, integer ? signed_width(o.dtype) : o.dtype);
   return d;
 }
 

@@ -629,6 +629,13 @@ TEST_CASE("weak types, thirty-fifth session: a weak value keeps its own width wh
   CHECK(xj::jit([&](const A& dt) { return ints * dt; })(0.5f).dtype() == xj::f32);
   CHECK((ints * 0.5).dtype() == xj::f32);
   CHECK((bools + 3).dtype() == xj::i32);
+  // A weak unsigned value widens the signed join i*: a weak u64 beside bools is i64 (promote_types'
+  // f64 turned `weak u64 & bools` into an error; the first review), a weak u8 beside bools i32.
+  const A weak_u64 = xj::scalar_like(3.0, xj::array<std::uint64_t>({1}, {1}));
+  CHECK((weak_u64 + bools).dtype() == xj::i64);
+  CHECK((weak_u64 & bools).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 0});
+  CHECK((xj::scalar_like(3.0, xj::array<std::uint8_t>({1}, {1})) + bools).dtype() == xj::i32);
+  CHECK((xj::scalar_like(3.0, xj::array<std::uint32_t>({1}, {1})) + bools).dtype() == xj::i64);
   // result_type reads a weak array's own width the same way.
   const A weak_f64 = xj::jit([](const A& k) { return k * 2; })(1.5);
   CHECK(xj::result_type(weak_f64, ints) == xj::f64);
