@@ -11,6 +11,7 @@
 
 #include "ad.hpp"
 #include "higher_order.hpp"
+#include "passes.hpp"
 #include "pe_rules.hpp"
 
 namespace xjax::detail {
@@ -192,9 +193,21 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
     for (const auto& o : staged_outs)
       if (auto* v = as_var(o)) needed.insert(v->id());
     live_staged.clear();
+    std::vector<bool> used_out, used_in;
     for (auto it = staged_eqns.rbegin(); it != staged_eqns.rend(); ++it) {
-      bool used = std::any_of(it->outputs.begin(), it->outputs.end(), [&](const Var& v) { return needed.count(v.id()); });
-      if (!used) continue;
+      used_out.clear();
+      for (const auto& v : it->outputs) used_out.push_back(needed.count(v.id()) > 0);
+      if (std::none_of(used_out.begin(), used_out.end(), [](bool b) { return b; })) continue;
+      if (DceRule rule = dce_rule(it->prim)) {
+        // A control-flow equation prunes its body and the operands it no longer reads (a staged
+        // scan's tangent of an invariant only dead code or an unused output read kept that
+        // tangent's computation, and the residuals it reads, alive).
+        used_in.clear();
+        live_staged.push_back(rule(*it, used_out, used_in));
+        for (std::size_t k = 0; k < it->inputs.size(); ++k)
+          if (auto* v = as_var(it->inputs[k]); v && used_in[k]) needed.insert(v->id());
+        continue;
+      }
       for (const auto& in : it->inputs)
         if (auto* v = as_var(in)) needed.insert(v->id());
       live_staged.push_back(*it);

@@ -34,15 +34,16 @@ BatchOut batch_by_expansion(const BatchArgs& a, const FlatFn& expansion) {
 
 // revolve_lin's params: K, and S reordered from partial_eval's (res, unknown consts, unknown
 // carry, unknown xs) to (unknown consts, unknown carry, res, unknown xs).
-params::Revolve linear_params(const ClosedJaxprPtr& k, const PartialEval& pe, std::int64_t length, bool reverse,
-                              std::int64_t snapshots, std::size_t knc, std::size_t kncar, std::size_t nlc, std::size_t nlcar) {
-  const std::size_t nres = pe.residual_vars.size(), nstaged = pe.staged->invars.size();
+params::Revolve linear_params(const ClosedJaxprPtr& k, const ClosedJaxpr& staged, std::size_t nres, std::int64_t length,
+                              bool reverse, std::int64_t snapshots, std::size_t knc, std::size_t kncar, std::size_t nlc,
+                              std::size_t nlcar) {
+  const std::size_t nstaged = staged->invars.size();
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < nlc + nlcar; ++i) order.push_back(nres + i);
   for (std::size_t i = 0; i < nres; ++i) order.push_back(i);
   for (std::size_t i = nres + nlc + nlcar; i < nstaged; ++i) order.push_back(i);
   return params::Revolve{.jaxpr = k,
-                         .linear_jaxpr = std::make_shared<const ClosedJaxpr>(permute_invars(pe.staged, order)),
+                         .linear_jaxpr = std::make_shared<const ClosedJaxpr>(permute_invars(staged, order)),
                          .length = length,
                          .reverse = reverse,
                          .snapshots = snapshots,
@@ -53,22 +54,22 @@ params::Revolve linear_params(const ClosedJaxprPtr& k, const PartialEval& pe, st
                          .num_linear_carry = static_cast<std::int64_t>(nlcar)};
 }
 
-// K with the leading known consts it never reads dropped (a loop invariant the body reads only in
-// dead code: the plain loop's DCE drops it, so revolve_fwd / online_fwd and revolve_lin must not
-// take it as an operand and keep it alive as a residual; fuzz seed 363901). keep[i] says whether
-// known const i stays.
+// A body (K or S) with the consts among its inputs [first, first + n) that it never reads dropped:
+// a loop invariant the body reads only in dead code, or its tangent. The plain loop's DCE drops
+// them, so revolve_fwd / online_fwd and revolve_lin must not take them as operands and keep them,
+// or what computes them, alive as residuals (fuzz seed 363901). keep[i] says whether const i stays.
 struct ReadConsts {
-  ClosedJaxprPtr k;
+  ClosedJaxprPtr body;
   std::vector<bool> keep;
   std::size_t count() const { return static_cast<std::size_t>(std::count(keep.begin(), keep.end(), true)); }
 };
-ReadConsts without_unread_consts(const ClosedJaxpr& known, std::size_t num_consts) {
+ReadConsts without_unread_consts(const ClosedJaxpr& body, std::size_t first, std::size_t n) {
   std::vector<bool> reads;
-  ClosedJaxpr live = dce(known, std::vector<bool>(known.jaxpr->outvars.size(), true), &reads);
-  std::vector<bool> keep(known.jaxpr->invars.size(), true);
-  for (std::size_t i = 0; i < num_consts; ++i) keep[i] = reads.at(i);
-  return {std::make_shared<const ClosedJaxpr>(prune_invars(live, keep)),
-          std::vector<bool>(keep.begin(), keep.begin() + static_cast<std::ptrdiff_t>(num_consts))};
+  ClosedJaxpr live = dce(body, std::vector<bool>(body.jaxpr->outvars.size(), true), &reads);
+  std::vector<bool> keep(body.jaxpr->invars.size(), true);
+  for (std::size_t i = first; i < first + n; ++i) keep[i] = reads.at(i);
+  const auto at = [&](std::size_t i) { return keep.begin() + static_cast<std::ptrdiff_t>(i); };
+  return {std::make_shared<const ClosedJaxpr>(prune_invars(live, keep)), std::vector<bool>(at(first), at(first + n))};
 }
 
 }  // namespace
@@ -91,8 +92,9 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
     return std::nullopt;
   const std::size_t nres = pe.residual_vars.size();
   const std::int64_t slots = std::min(ps.snapshots, ps.length);
-  const ReadConsts read = without_unread_consts(pe.known, knc);
-  const ClosedJaxprPtr& k = read.k;
+  const ReadConsts read = without_unread_consts(pe.known, 0, knc);
+  const ReadConsts read_linear = without_unread_consts(pe.staged, nres, nlc);
+  const ClosedJaxprPtr& k = read.body;
   // A loop-invariant residual (a known const of the body, a weight, or a value computed from
   // known consts alone) is not an output of revolve_fwd: revolve_lin reads it from outside the
   // loop, so it is kept once, as the plain scan keeps it (issue 33).
@@ -151,11 +153,12 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   for (std::size_t i = nc + ncar; i < nin; ++i)
     if (!uk[i]) lin.inputs.push_back(e.inputs[i]);
   lin.inputs.insert(lin.inputs.end(), res_operands.begin(), res_operands.end());
-  for (std::size_t i = 0; i < nin; ++i)
-    if (uk[i]) lin.inputs.push_back(e.inputs[i]);
+  for (std::size_t i = 0, lc = 0; i < nin; ++i)
+    if (uk[i] && (i >= nc || read_linear.keep[lc++])) lin.inputs.push_back(e.inputs[i]);
   for (std::size_t o = 0; o < nout; ++o)
     if (pe.out_unknown[o]) lin.outputs.push_back(e.outputs[o]);
-  lin.params = linear_params(k, pe, ps.length, ps.reverse, ps.snapshots, read.count(), kncar, nlc, nlcar);
+  lin.params = linear_params(k, *read_linear.body, nres, ps.length, ps.reverse, ps.snapshots, read.count(), kncar,
+                             read_linear.count(), nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }
@@ -260,8 +263,9 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
   for (std::size_t i = 0; i < cn; ++i) kcn += cond_known[i] ? 1 : 0;
   if (kncar == 0 || nlcar == 0 || !pe.known.consts.empty() || !pe.staged.consts.empty() || !cond.consts.empty())
     return std::nullopt;
-  const ReadConsts read = without_unread_consts(pe.known, kbn);
-  const ClosedJaxprPtr& k = read.k;
+  const ReadConsts read = without_unread_consts(pe.known, 0, kbn);
+  const ReadConsts read_linear = without_unread_consts(pe.staged, pe.residual_vars.size(), nlc);
+  const ClosedJaxprPtr& k = read.body;
   std::vector<Atom> known_consts;  // the known body consts K reads
   for (std::size_t i = 0, kc = 0; i < bn; ++i)
     if (!body_uk[i] && read.keep[kc++]) known_consts.push_back(e.inputs[cn + i]);
@@ -296,13 +300,14 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
   lin.inputs.insert(lin.inputs.end(), snaps.begin(), snaps.end());
   lin.inputs.push_back(positions);
   lin.inputs.push_back(trips);
-  for (std::size_t i = 0; i < bn; ++i)
-    if (body_uk[i]) lin.inputs.push_back(e.inputs[cn + i]);
+  for (std::size_t i = 0, lc = 0; i < bn; ++i)
+    if (body_uk[i] && read_linear.keep[lc++]) lin.inputs.push_back(e.inputs[cn + i]);
   for (std::size_t c = 0; c < ncar; ++c)
     if (carry_uk[c]) lin.inputs.push_back(e.inputs[cn + bn + c]);
   for (std::size_t c = 0; c < ncar; ++c)
     if (carry_uk[c]) lin.outputs.push_back(e.outputs[c]);
-  lin.params = linear_params(k, pe, -1, false, ps.snapshots, read.count(), kncar, nlc, nlcar);
+  lin.params = linear_params(k, *read_linear.body, pe.residual_vars.size(), -1, false, ps.snapshots, read.count(), kncar,
+                             read_linear.count(), nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }
