@@ -566,6 +566,11 @@ namespace {
 Array arg_reduce(P p, const char* who, const Array& x, std::int64_t axis, DType index_dtype, const std::source_location& loc) {
   const bool converted = is_integer(index_dtype) && index_dtype != i32 && index_dtype != i64;
   const params::Argmax ps{.axes = Axes{norm_axis(axis, x.ndim(), who, x, loc)}, .index_dtype = converted ? i64 : index_dtype};
+  const std::int64_t n = x.shape()[static_cast<std::size_t>(ps.axes[0])];
+  if (converted && shape_size(x.shape()) > 0 && static_cast<std::uint64_t>(n - 1) > iinfo(index_dtype).max)  // astype would wrap
+    throw ShapeError(std::string(who) + ": the axis has " + std::to_string(n) + " elements, more than " +
+                     dtype_name(index_dtype) + " indices can number; ask for a wider index_dtype (at " +
+                     format_location(loc) + ")");
   const Array r = bind1(p, {x}, ps, loc);
   return converted ? astype(r, index_dtype, loc) : r;
 }
@@ -1041,6 +1046,12 @@ Array sort(const Array& x, std::int64_t dimension, bool, std::source_location lo
 
 Array argsort(const Array& x, std::int64_t axis, std::source_location loc) {
   const std::int64_t a = norm_axis(axis, x.ndim(), "argsort", x, loc);
+  // i32 indices, as xjax's argsort has always returned; an axis they cannot number is an error
+  // (its indices wrapped; a hunt of the thirty-fifth session)
+  const std::int64_t n = x.shape()[static_cast<std::size_t>(a)];
+  if (shape_size(x.shape()) > 0 && n - 1 > std::numeric_limits<std::int32_t>::max())
+    throw ShapeError("argsort: the axis has " + std::to_string(n) + " elements, more than i32 indices can number (at " +
+                     format_location(loc) + ")");
   return sort(std::vector<Array>{x, iota(i32, x.shape(), a, loc)}, a, 1, loc)[1];
 }
 

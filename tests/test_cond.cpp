@@ -607,3 +607,23 @@ TEST_CASE("cond: branches see a weakly typed operand weak (a traced C++ number t
   CHECK(sw.dtype() == xj::f16);
   CHECK(xj::astype(sw, xj::f64).to_vector<double>() == std::vector<double>{3.0, -4.0});
 }
+
+TEST_CASE("cond: a capture whose tangent only an unused tangent output reads keeps no residual of its own derivative") {
+  // Reverse mode's staged cond took every operand as needed (partial evaluation's liveness walk),
+  // so the tangent of `scale` (read only by the second output, whose tangent stop_gradient
+  // drops) and the residual its computation reads, exp(x), stayed (a review of the thirty-fifth
+  // session). The cond's DCE rule prunes the operand now.
+  const xj::Array x0 = xj::array<double>({0.4, -0.7, 0.9}, {3});
+  auto f = [](const xj::Array& x) {
+    const xj::Array scale = xj::exp(x);
+    auto [value, metric] = xj::cond(
+        x[0] > 0.0, [&](const xj::Array& a) { return std::pair{xj::sum(xj::sin(a)), xj::sum(a * scale)}; },
+        [&](const xj::Array& a) { return std::pair{xj::sum(xj::cos(a)), xj::sum(a / scale)}; }, x);
+    return value + xj::stop_gradient(metric);
+  };
+  const auto rs = xj::saved_residuals(f, x0);
+  CHECK(std::none_of(rs.begin(), rs.end(), [](const xj::Residual& r) { return r.description.starts_with("output of exp from"); }));
+  // d/dx of sum(sin x) (x0[0] > 0): cos x
+  const std::vector<double> g = xj::grad(f)(x0).to_vector<double>();
+  for (std::size_t i = 0; i < 3; ++i) CHECK(g[i] == doctest::Approx(std::cos(x0.to_vector<double>()[i])).epsilon(1e-14));
+}

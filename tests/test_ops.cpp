@@ -18,6 +18,7 @@
 
 #include <xjax/xjax.hpp>
 
+#include "internal.hpp"  // detail::abstract_eval, detail::trace_flat: shapes past 2^31 without allocating them
 #include "test_util.hpp"
 
 namespace xj = xjax;
@@ -1371,3 +1372,27 @@ TEST_CASE("reduction regressions from the thirty-first session: integer sum / pr
   }
 }
 
+
+TEST_CASE("ops: an index dtype that cannot number the axis is an error, not a wrapped index") {
+  // A hunt of the thirty-fifth session: argmax of bool[2^31 + 5] in i32 returned -2147483645
+  // (its index past 2^31 wrapped), argmax's converted index dtypes wrapped the same way, and
+  // top_k's and argsort's i32 indices would have too. Checked on abstract values (no allocation).
+  const std::int64_t big = (std::int64_t{1} << 31) + 5;
+  const std::vector<xj::ShapedArray> in{xj::ShapedArray{{big}, xj::bool_}};
+  for (auto p : {xj::Primitive::argmax, xj::Primitive::argmin}) {
+    CHECK_THROWS_AS(xj::detail::abstract_eval(p, in, xj::params::Argmax{.axes = {0}, .index_dtype = xj::i32}), xj::ShapeError);
+    CHECK(xj::detail::abstract_eval(p, in, xj::params::Argmax{.axes = {0}, .index_dtype = xj::i64})[0].dtype == xj::i64);
+  }
+  CHECK_THROWS_AS(xj::detail::abstract_eval(xj::Primitive::top_k, in, xj::params::TopK{.k = 2}), xj::ShapeError);
+  // exactly 2^31 elements: the last index, 2^31 - 1, still fits
+  const std::vector<xj::ShapedArray> edge{xj::ShapedArray{{std::int64_t{1} << 31}, xj::bool_}};
+  CHECK_NOTHROW(xj::detail::abstract_eval(xj::Primitive::argmax, edge, xj::params::Argmax{.axes = {0}, .index_dtype = xj::i32}));
+  const xj::detail::FlatFn sorted_indices = [](std::span<const xj::Array> a) { return std::vector<xj::Array>{xj::argsort(a[0], 0)}; };
+  const std::vector<xj::ShapedArray> big_f32{xj::ShapedArray{{big}, xj::f32}};
+  CHECK_THROWS_AS(xj::detail::trace_flat(sorted_indices, big_f32), xj::ShapeError);
+  // argmax's converted index dtypes: u8 numbers 256 elements, not 257
+  const xj::Array x = xj::at(xj::zeros({257}), 256).set(1.0);
+  CHECK_THROWS_AS(xj::argmax(x, 0, xj::u8), xj::ShapeError);
+  CHECK(xj::argmax(x, 0, xj::i16).item<std::int16_t>() == 256);
+  CHECK(xj::argmax(xj::zeros({256}), 0, xj::u8).item<std::uint8_t>() == 0);
+}

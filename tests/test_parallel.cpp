@@ -279,6 +279,50 @@ TEST_CASE("parallel_for: fork() while another thread runs loops: neither the par
   looping.join();
 }
 
+TEST_CASE("BlasCall: fork() while other threads run threaded products: neither the parent nor the child hangs") {
+  // A hunt of the thirty-fifth session: OpenBLAS's fork handler shuts its workers down, so a
+  // threaded product in flight at a fork waited forever for them in the parent, and the child
+  // inherited OpenBLAS's held level-3 lock (its first product hung). A fork waits for xjax's
+  // products in flight now. A stuck thread shows as no progress for 10 s.
+  Threads t(2);
+  const std::int64_t n = 192;
+  const xj::Array a = xj::full({n, n}, 1.0, xj::f64);
+  const double want = static_cast<double>(n);  // every entry of a a
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> products{0}, wrong{0};
+  std::vector<std::thread> multiplying;
+  for (int k = 0; k < 2; ++k)
+    multiplying.emplace_back([&] {
+      while (!stop) {
+        if (xj::matmul(a, a).to_vector<double>()[0] != want) ++wrong;
+        ++products;
+      }
+    });
+  bool children_ok = true, parents_progressed = true;
+  for (int fork_number = 0; fork_number < 20 && children_ok && parents_progressed; ++fork_number) {
+    const pid_t child = fork();
+    if (child == 0) {
+      g_forked_test_child = true;
+      const bool ok = xj::matmul(a, a).to_vector<double>()[static_cast<std::size_t>(n * n - 1)] == want;
+      std::_Exit(ok ? 0 : 1);
+    }
+    children_ok = exited_normally(child, std::chrono::seconds(20));
+    const std::int64_t before = products;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (products < before + 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    parents_progressed = products >= before + 2;
+  }
+  CHECK(children_ok);
+  if (!parents_progressed) {  // a multiplying thread is stuck: joining it would hang the suite
+    FAIL_CHECK("the multiplying threads made no progress after a fork");
+    std::fflush(nullptr);
+    std::_Exit(3);
+  }
+  stop = true;
+  for (auto& th : multiplying) th.join();
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("parallel_for: every chunk computes under the caller's rounding mode") {
   // Review finding: OpenBLAS's workers kept the float control they started with (a -ffast-math
   // program's flush-to-zero, or fesetround in the caller, reached only the caller's chunk).

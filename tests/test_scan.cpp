@@ -834,37 +834,3 @@ TEST_CASE("scan: unroll that does not divide the length agrees with unroll 1, fo
   (void)xj::scan(body, xj::scalar(0.0), xs, {.unroll = 2});
   CHECK(xj::eval_counts()["mul"] == 10);  // c * 0.5 and n * n, five times
 }
-
-TEST_CASE("scan: a loop invariant only an ignored ys output or dead code reads keeps no residual of its own derivative") {
-  // The staged scan of reverse mode still took the tangent of such an invariant as an operand
-  // (partial evaluation's liveness walk kept every input of a live equation), so the tangent's
-  // own computation, and the residual it reads (exp(x) here), stayed (a review of the thirty-fifth
-  // session). The scan's DCE rule prunes the operand now.
-  const xj::Array x0 = xj::array<double>({0.4, -0.7, 0.9}, {3});
-  auto kept_exp = [](const std::vector<xj::Residual>& rs) {
-    return std::count_if(rs.begin(), rs.end(), [](const xj::Residual& r) { return r.description.starts_with("output of exp from"); });
-  };
-  auto metric_ys = [](const xj::Array& x) {
-    const xj::Array scale = xj::exp(x);  // read only by the per-step metric, which the loss ignores
-    auto body = [&](const xj::Array& c, const xj::Array& t) { return std::pair{xj::tanh(c * t), xj::sum(c * scale)}; };
-    return xj::sum(xj::scan(body, x, xj::stack({x, x * 2.0, x + 1.0}, 0)).first);
-  };
-  auto dead_read = [](const xj::Array& x) {
-    const xj::Array scale = xj::exp(x);
-    auto body = [&](const xj::Array& c, const xj::Array& t) {
-      const xj::Array unused = scale * c;
-      (void)unused;
-      return std::pair{xj::tanh(c * t), xj::None{}};
-    };
-    return xj::sum(xj::scan(body, x, xj::stack({x, x * 2.0, x + 1.0}, 0)).first);
-  };
-  auto plain = [](const xj::Array& x) {
-    auto body = [](const xj::Array& c, const xj::Array& t) { return std::pair{xj::tanh(c * t), xj::None{}}; };
-    return xj::sum(xj::scan(body, x, xj::stack({x, x * 2.0, x + 1.0}, 0)).first);
-  };
-  CHECK(kept_exp(xj::saved_residuals(metric_ys, x0)) == 0);
-  CHECK(kept_exp(xj::saved_residuals(dead_read, x0)) == 0);
-  const xj::Array want = xj::grad(plain)(x0);
-  CHECK(xj::max(xj::abs(xj::grad(metric_ys)(x0) - want)).item<double>() == 0.0);
-  CHECK(xj::max(xj::abs(xj::grad(dead_read)(x0) - want)).item<double>() == 0.0);
-}

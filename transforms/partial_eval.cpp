@@ -198,10 +198,13 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       used_out.clear();
       for (const auto& v : it->outputs) used_out.push_back(needed.count(v.id()) > 0);
       if (std::none_of(used_out.begin(), used_out.end(), [](bool b) { return b; })) continue;
-      if (DceRule rule = dce_rule(it->prim)) {
-        // A control-flow equation prunes its body and the operands it no longer reads (a staged
-        // scan's tangent of an invariant only dead code or an unused output read kept that
-        // tangent's computation, and the residuals it reads, alive).
+      // A control-flow equation prunes its body and the operands it no longer reads (a staged
+      // cond's tangent of a capture only dead code reads kept that tangent's computation, and
+      // the residuals it reads, alive). Not a scan yet: its binomial schedule's revolve_lin has no
+      // DCE rule, so a plain scan pruned here kept less than the schedule (an unused ys output's
+      // per-step residual; fuzz seeds 400172, 401028), against the schedule's promise.
+      DceRule rule = it->prim == Primitive::scan ? nullptr : dce_rule(it->prim);
+      if (rule) {
         used_in.clear();
         live_staged.push_back(rule(*it, used_out, used_in));
         for (std::size_t k = 0; k < it->inputs.size(); ++k)

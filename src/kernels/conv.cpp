@@ -46,7 +46,7 @@ namespace {
 template <class T> void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda, const T* b,
                              std::int64_t ldb, T beta, T* c, std::int64_t ldc, bool a_t = false, bool b_t = false) {
   if (m == 0 || n == 0) return;
-  check_blas_allowed("conv_general_dilated");
+  const BlasCall blas_call("conv_general_dilated");
   for (std::int64_t v : {m, n, k, lda, ldb, ldc})
     if (v > std::numeric_limits<blasint>::max())
       throw Error("conv_general_dilated: a matrix product dimension of " + std::to_string(v) +

@@ -83,7 +83,7 @@ struct GemmShape {
 
 template <class T> void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, const GemmShape& s,
                                   const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c) {
-  check_blas_allowed("dot_general");
+  const BlasCall blas_call("dot_general");
   const auto m = static_cast<blasint>(s.m), n = static_cast<blasint>(s.n),
              k = static_cast<blasint>(s.k);
   if constexpr (std::is_same_v<T, float>)
@@ -247,7 +247,7 @@ void gemm_tile(const WideBlock& a, const WideBlock& b, std::int64_t mi, std::int
   const bool dense = ldc == nj && a.ld == (a.transposed ? mi : ki) && b.ld == (b.transposed ? ki : nj);
   if (dense && beta == 0.0f) return gemm_floats<float>(a.data, a.transposed, b.data, b.transposed, GemmShape{1, mi, nj, ki}, c);
   if (dense && beta == 1.0f && blocked_gemm<float>(SmallGemm{mi, nj, ki, a.transposed, b.transposed}, a.data, b.data, c, true)) return;
-  check_blas_allowed("dot_general");
+  const BlasCall blas_call("dot_general");
   cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans, b.transposed ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(mi), static_cast<blasint>(nj), static_cast<blasint>(ki), 1.0f, a.data,
               static_cast<blasint>(a.ld), b.data, static_cast<blasint>(b.ld), beta, c, static_cast<blasint>(ldc));

@@ -29,38 +29,38 @@ std::pair<std::int64_t, std::int64_t> batch_and_size(const ShapedArray& a) {
 }
 
 template <class T> lapack_int potrf_upper_col_major(lapack_int n, T* a) {
-  check_blas_allowed("cholesky");
+  const BlasCall blas_call("cholesky");
   if constexpr (std::is_same_v<T, float>) return LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', n, a, n);
   else return LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'U', n, a, n);
 }
 
 template <class T> lapack_int getrf_row_major(lapack_int m, lapack_int n, T* a, lapack_int* ipiv) {
-  check_blas_allowed("lu");
+  const BlasCall blas_call("lu");
   if constexpr (std::is_same_v<T, float>) return LAPACKE_sgetrf(LAPACK_ROW_MAJOR, m, n, a, n, ipiv);
   else return LAPACKE_dgetrf(LAPACK_ROW_MAJOR, m, n, a, n, ipiv);
 }
 
 template <class T> lapack_int geqrf_row_major(lapack_int m, lapack_int n, T* a, T* tau) {
-  check_blas_allowed("qr");
+  const BlasCall blas_call("qr");
   if constexpr (std::is_same_v<T, float>) return LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, m, n, a, n, tau);
   else return LAPACKE_dgeqrf(LAPACK_ROW_MAJOR, m, n, a, n, tau);
 }
 
 template <class T> lapack_int orgqr_row_major(lapack_int m, lapack_int n, lapack_int k, T* a, const T* tau) {
-  check_blas_allowed("qr");
+  const BlasCall blas_call("qr");
   if constexpr (std::is_same_v<T, float>) return LAPACKE_sorgqr(LAPACK_ROW_MAJOR, m, n, k, a, n, tau);
   else return LAPACKE_dorgqr(LAPACK_ROW_MAJOR, m, n, k, a, n, tau);
 }
 
 template <class T> lapack_int syevd_row_major(char uplo, lapack_int n, T* a, T* w) {
-  check_blas_allowed("eigh");
+  const BlasCall blas_call("eigh");
   if constexpr (std::is_same_v<T, float>) return LAPACKE_ssyevd(LAPACK_ROW_MAJOR, 'V', uplo, n, a, n, w);
   else return LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', uplo, n, a, n, w);
 }
 
 template <class T>
 lapack_int gesdd_row_major(char jobz, lapack_int m, lapack_int n, T* a, T* s, T* u, lapack_int ldu, T* vt, lapack_int ldvt) {
-  check_blas_allowed("svd");
+  const BlasCall blas_call("svd");
   if constexpr (std::is_same_v<T, float>) return LAPACKE_sgesdd(LAPACK_ROW_MAJOR, jobz, m, n, a, n, s, u, ldu, vt, ldvt);
   else return LAPACKE_dgesdd(LAPACK_ROW_MAJOR, jobz, m, n, a, n, s, u, ldu, vt, ldvt);
 }
@@ -68,7 +68,7 @@ lapack_int gesdd_row_major(char jobz, lapack_int m, lapack_int n, T* a, T* s, T*
 template <class T>
 void trsm_row_major(CBLAS_SIDE side, CBLAS_UPLO uplo, CBLAS_TRANSPOSE trans, CBLAS_DIAG diag, blasint m, blasint n,
                     const T* a, blasint lda, T* b, blasint ldb) {
-  check_blas_allowed("triangular_solve");
+  const BlasCall blas_call("triangular_solve");
   if constexpr (std::is_same_v<T, float>) cblas_strsm(CblasRowMajor, side, uplo, trans, diag, m, n, 1.0f, a, lda, b, ldb);
   else cblas_dtrsm(CblasRowMajor, side, uplo, trans, diag, m, n, 1.0, a, lda, b, ldb);
 }

@@ -229,6 +229,9 @@ thread_local bool t_holds_blas_loop XJAX_INITIAL_EXEC_TLS = false;   // this thr
 thread_local bool t_locked_for_fork XJAX_INITIAL_EXEC_TLS = false;   // this thread took g_blas_loop in prepare_fork
 thread_local bool t_in_lent_job XJAX_INITIAL_EXEC_TLS = false;       // this thread runs a chunk of a lent loop
 std::atomic<bool> g_forked_child{false};  // this process is a child of fork(): loops stay on xjax's workers
+/// Read-held by each BLAS / LAPACK call xjax makes (BlasCall), write-held by a thread calling
+/// fork(); writers first, so a stream of products cannot keep a fork waiting (no BlasCall nests).
+pthread_rwlock_t g_blas_calls = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 
 /// Until when (steady clock, ns) OpenBLAS's workers are known to spin: a few milliseconds after
 /// the last lent loop or threaded product, well inside their 2^28 cycles.
@@ -255,15 +258,28 @@ void prepare_fork() {
                "handler would wait forever for them. Aborting.\n", stderr);
     std::abort();
   }
+  pthread_rwlock_wrlock(&g_blas_calls);  // the products in flight end first (BlasCall)
   g_blas_loop.lock();
   t_locked_for_fork = true;
 }
 void parent_after_fork() {
-  if (std::exchange(t_locked_for_fork, false)) g_blas_loop.unlock();
+  if (std::exchange(t_locked_for_fork, false)) {
+    g_blas_loop.unlock();
+    pthread_rwlock_unlock(&g_blas_calls);
+  }
 }
 void child_after_fork() {
   g_forked_child.store(true);
-  if (std::exchange(t_locked_for_fork, false)) g_blas_loop.unlock();
+  if (std::exchange(t_locked_for_fork, false)) {
+    g_blas_loop.unlock();
+    // A fresh lock, not an unlock: glibc's rwlock knows its writer by thread id, and the child's
+    // thread has another (unlocked, it stayed write-locked and the child's first product hung).
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&g_blas_calls, &attr);
+    pthread_rwlockattr_destroy(&attr);
+  }
   fresh_pool_after_fork();
 }
 
@@ -414,6 +430,12 @@ void check_blas_allowed(const char* who) {
   if (t_no_blas_chunk)
     throw InternalError(who, "a BLAS call from a chunk of a loop declared ChunkCalls::no_blas (it may run on OpenBLAS's workers)");
 }
+
+BlasCall::BlasCall(const char* who) {
+  check_blas_allowed(who);
+  pthread_rwlock_rdlock(&g_blas_calls);
+}
+BlasCall::~BlasCall() { pthread_rwlock_unlock(&g_blas_calls); }
 
 std::int64_t split_loops() { return g_split_loops.load(std::memory_order_relaxed); }
 std::int64_t loops_on_blas_threads() { return g_loops_on_blas_threads.load(std::memory_order_relaxed); }

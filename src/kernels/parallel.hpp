@@ -34,6 +34,19 @@ void parallel_chunks(std::int64_t n, std::int64_t grain, void (*chunk)(void*, st
 /// instead of hanging an OpenBLAS worker.
 void check_blas_allowed(const char* who);
 
+/// One BLAS or LAPACK call of xjax's, as a scope around that call alone (no loop or other BLAS
+/// call inside it): checks check_blas_allowed(who) and holds the calls' shared lock, which fork()
+/// takes exclusively (prepare_fork), so a fork waits for the products in flight. OpenBLAS's own
+/// fork handler shuts its workers down: a threaded product running at a fork hung the parent,
+/// and the child inherited OpenBLAS's held level-3 lock, its first product waiting forever.
+class BlasCall {
+ public:
+  explicit BlasCall(const char* who);
+  ~BlasCall();
+  BlasCall(const BlasCall&) = delete;
+  BlasCall& operator=(const BlasCall&) = delete;
+};
+
 /// Which threads the loops of ChunkCalls::no_blas run on: "openblas" (OpenBLAS's workers) or
 /// "own" (xjax's, where OpenBLAS lends none: a sequential or OpenMP build, or XJAX_LOOP_THREADS=own
 /// in the environment, read at the first loop).
