@@ -56,6 +56,22 @@ struct Threads {
   ~Threads() { openblas_set_num_threads(before); }
 };
 
+// Whether a counter other threads advance grows by `by` within 10 s (a stuck thread's does not).
+bool grows(const std::atomic<std::int64_t>& counter, std::int64_t by) {
+  const std::int64_t before = counter;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (counter < before + by && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return counter >= before + by;
+}
+
+// A thread stuck after a fork cannot be joined: fail, and end the process before the suite hangs.
+void end_if_stuck(bool progressed, const char* what) {
+  if (progressed) return;
+  FAIL_CHECK(what);
+  std::fflush(nullptr);
+  std::_Exit(3);
+}
+
 }  // namespace
 
 TEST_CASE("parallel_for: every index once, at most kernel_threads() chunks, none below the grain") {
@@ -264,17 +280,10 @@ TEST_CASE("parallel_for: fork() while another thread runs loops: neither the par
       std::_Exit(s == 2000 ? 0 : 1);
     }
     children_ok = exited_normally(child, std::chrono::seconds(10));
-    const std::int64_t before = loops;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (loops == before && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    parent_progressed = loops > before;
+    parent_progressed = grows(loops, 1);
   }
   CHECK(children_ok);
-  if (!parent_progressed) {  // the looping thread is stuck: joining it would hang the suite
-    FAIL_CHECK("the looping thread made no progress after a fork");
-    std::fflush(nullptr);
-    std::_Exit(3);
-  }
+  end_if_stuck(parent_progressed, "the looping thread made no progress after a fork");
   stop = true;
   looping.join();
 }
@@ -307,17 +316,10 @@ TEST_CASE("BlasCall: fork() while other threads run threaded products: neither t
       std::_Exit(ok ? 0 : 1);
     }
     children_ok = exited_normally(child, std::chrono::seconds(20));
-    const std::int64_t before = products;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (products < before + 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    parents_progressed = products >= before + 2;
+    parents_progressed = grows(products, 2);
   }
   CHECK(children_ok);
-  if (!parents_progressed) {  // a multiplying thread is stuck: joining it would hang the suite
-    FAIL_CHECK("the multiplying threads made no progress after a fork");
-    std::fflush(nullptr);
-    std::_Exit(3);
-  }
+  end_if_stuck(parents_progressed, "the multiplying threads made no progress after a fork");
   stop = true;
   for (auto& th : multiplying) th.join();
   CHECK(wrong == 0);
