@@ -226,7 +226,7 @@ void fresh_pool_after_fork() {
 /// by a thread calling fork() (prepare_fork).
 std::mutex g_blas_loop;
 thread_local bool t_holds_blas_loop XJAX_INITIAL_EXEC_TLS = false;   // this thread's loop is on OpenBLAS's workers
-thread_local bool t_locked_for_fork XJAX_INITIAL_EXEC_TLS = false;   // this thread took g_blas_loop in prepare_fork
+thread_local bool t_locked_for_fork XJAX_INITIAL_EXEC_TLS = false;   // this thread took g_blas_calls and g_blas_loop in prepare_fork
 thread_local bool t_in_lent_job XJAX_INITIAL_EXEC_TLS = false;       // this thread runs a chunk of a lent loop
 std::atomic<bool> g_forked_child{false};  // this process is a child of fork(): loops stay on xjax's workers
 /// Read-held by each BLAS / LAPACK call xjax makes (BlasCall), write-held by a thread calling
