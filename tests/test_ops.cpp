@@ -1396,3 +1396,22 @@ TEST_CASE("ops: an index dtype that cannot number the axis is an error, not a wr
   CHECK(xj::argmax(x, 0, xj::i16).item<std::int16_t>() == 256);
   CHECK(xj::argmax(xj::zeros({256}), 0, xj::u8).item<std::uint8_t>() == 0);
 }
+
+TEST_CASE("ops: sort's derivative numbers a dimension past 2^31 with i64 positions") {
+  // A review of the thirty-fifth session: sort's jvp sorted an i32 iota along with the operand, so
+  // positions past 2^31 wrapped and their tangents moved to wrong places. Traced on abstract values.
+  const std::int64_t big = (std::int64_t{1} << 31) + 5;
+  const std::vector<xj::ShapedArray> in{xj::ShapedArray{{big}, xj::f32}, xj::ShapedArray{{big}, xj::f32}};
+  const xj::detail::FlatFn sorted_jvp = [](std::span<const xj::Array> a) {
+    auto [out, tangent] = xj::jvp([](const xj::Array& x) { return xj::sort(x, 0); }, std::tuple{a[0]}, std::tuple{a[1]});
+    return std::vector<xj::Array>{out, tangent};
+  };
+  std::ostringstream printed;
+  printed << xj::detail::trace_flat(sorted_jvp, in);
+  CHECK(printed.str().find("dtype=int64 shape=(2147483653,)") != std::string::npos);
+  CHECK(printed.str().find("dtype=int32 shape=(2147483653,)") == std::string::npos);
+  const std::vector<xj::ShapedArray> small{xj::ShapedArray{{5}, xj::f32}, xj::ShapedArray{{5}, xj::f32}};
+  std::ostringstream printed_small;
+  printed_small << xj::detail::trace_flat(sorted_jvp, small);
+  CHECK(printed_small.str().find("dtype=int32 shape=(5,)") != std::string::npos);
+}

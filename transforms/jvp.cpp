@@ -566,11 +566,13 @@ JvpOut zero_tangents(std::vector<Array> outs) {
 // A = Q R (m >= n, reduced or square): with X = Q^T dA R^-1 and Ω = tril(X, -1) - tril(X, -1)^T,
 // dQ = Q (Ω - X) + dA R^-1 and dR = (X - Ω) R (Townsend's QR derivative, as JAX).
 // sort moves elements: the tangents move with them. The permutation comes from sorting an iota
-// along with the operands (JAX's rule): d out_i = take_along_axis(dx_i, perm, dimension).
+// along with the operands (JAX's rule): d out_i = take_along_axis(dx_i, perm, dimension). The
+// iota is i64 where i32 cannot number the dimension (its positions past 2^31 wrapped; a review).
 JvpOut sort_jvp(const JvpArgs& a) {
   const auto& ps = a.params.get<params::Sort>();
   std::vector<Array> in(a.x.begin(), a.x.end());
-  in.push_back(iota(i32, a.x[0].shape(), ps.dimension));
+  const std::int64_t n = a.x[0].shape()[static_cast<std::size_t>(ps.dimension)];
+  in.push_back(iota(n - 1 > std::numeric_limits<std::int32_t>::max() ? i64 : i32, a.x[0].shape(), ps.dimension));
   std::vector<Array> out = bind(a.prim, in, a.params, a.loc);
   const Array perm = out.back();
   out.pop_back();
