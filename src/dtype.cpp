@@ -5,6 +5,7 @@
 #include <limits>
 #include <ostream>
 
+#include "internal.hpp"
 #include "kernels/narrow_float.hpp"
 #include "xjax/errors.hpp"
 
@@ -90,6 +91,11 @@ IntInfo iinfo(DType d) {
     ii.max = ii.bits == 64 ? std::numeric_limits<std::uint64_t>::max() : (std::uint64_t{1} << ii.bits) - 1;
   }
   return ii;
+}
+
+bool detail::numbers_positions(DType index, const Shape& shape, std::int64_t axis) {
+  const std::int64_t n = shape.at(static_cast<std::size_t>(axis));
+  return shape_size(shape) == 0 || static_cast<std::uint64_t>(n - 1) <= iinfo(index).max;
 }
 
 template <int kExpBits>

@@ -64,6 +64,22 @@ Array gather_index(const Array& i, const std::source_location& loc);
 /// instead, and xjax's read zeros). `what` names the operation.
 void require_takeable(const char* what, const Array& x, std::int64_t axis, std::int64_t count, const std::source_location& loc);
 
+/// Whether integer dtype `index` can number every position along `axis` of an array of `shape`
+/// (0 .. n-1; an empty array has none to number): argmax / argmin / top_k / argsort refuse an axis
+/// their index dtype cannot number, and sort's derivative picks its positions' dtype by it.
+bool numbers_positions(DType index, const Shape& shape, std::int64_t axis);
+
+struct TypeOperand;
+/// The dtype operands promote to (result_type's) and whether it is weakly typed: when every
+/// operand is, or when weak operands lift the strong ones' join (an integer array times 0.5, a
+/// bool array plus 3: JAX's weak float or integer), so that the result still adopts an f16 or i8
+/// array's dtype later.
+struct Promotion {
+  DType dtype;
+  bool weak;
+};
+Promotion promotion_of(std::span<const TypeOperand> operands);
+
 /// jnp's promote_dtypes_inexact for one operand (x64): floats as they are, integers and bools in
 /// f64 (mean, var, logsumexp, softmax, softplus ... of integers); a weakly typed x stays weak.
 Array as_inexact(const Array& x, const std::source_location& loc);

@@ -79,25 +79,13 @@ std::pair<Array, Array> broadcast_pair(P p, const Array& a, const Array& b, cons
   return {fit(a), fit(b)};
 }
 
-struct Promotion {
-  DType dtype;
-  bool weak;  // the result is weakly typed
-};
-
 // The dtype the operands promote to (result_type's: weakly typed operands, C++ numbers and values
-// computed from them only, adopt the strong operands' dtype as JAX's weak types do; all weak:
-// theirs). Weak (JAX's lattice_result_type) when every operand is, or when a weak one lifts the
-// strong ones' kind (an integer array times 0.5, a bool array plus 3: the join is JAX's weak float
-// or integer), so that the result still adopts an f16 or i8 array's dtype later.
-Promotion promoted_dtype(std::span<const Array> xs) {
+// computed from them only, adopt the strong operands' dtype as JAX's weak types do) and whether
+// the result is weak.
+detail::Promotion promoted_dtype(std::span<const Array> xs) {
   std::vector<detail::TypeOperand> operands;
-  std::vector<DType> strong;
-  for (const auto& x : xs) {
-    operands.push_back(detail::type_operand(x));
-    if (!operands.back().weak) strong.push_back(x.dtype());
-  }
-  const DType t = detail::result_type_of(operands);
-  return {t, strong.empty() || t != detail::promote_types_of(strong)};
+  for (const auto& x : xs) operands.push_back(detail::type_operand(x));
+  return detail::promotion_of(operands);
 }
 
 // x converted to dtype by a convert_element_type (weakly typed when `weak`).
@@ -566,9 +554,9 @@ namespace {
 Array arg_reduce(P p, const char* who, const Array& x, std::int64_t axis, DType index_dtype, const std::source_location& loc) {
   const bool converted = is_integer(index_dtype) && index_dtype != i32 && index_dtype != i64;
   const params::Argmax ps{.axes = Axes{norm_axis(axis, x.ndim(), who, x, loc)}, .index_dtype = converted ? i64 : index_dtype};
-  const std::int64_t n = x.shape()[static_cast<std::size_t>(ps.axes[0])];
-  if (converted && shape_size(x.shape()) > 0 && static_cast<std::uint64_t>(n - 1) > iinfo(index_dtype).max)  // astype would wrap
-    throw ShapeError(std::string(who) + ": the axis has " + std::to_string(n) + " elements, more than " +
+  if (converted && !detail::numbers_positions(index_dtype, x.shape(), ps.axes[0]))  // astype would wrap
+    throw ShapeError(std::string(who) + ": the axis has " + std::to_string(x.shape()[static_cast<std::size_t>(ps.axes[0])]) +
+                     " elements, more than " +
                      dtype_name(index_dtype) + " indices can number; ask for a wider index_dtype (at " +
                      format_location(loc) + ")");
   const Array r = bind1(p, {x}, ps, loc);
@@ -1048,10 +1036,9 @@ Array argsort(const Array& x, std::int64_t axis, std::source_location loc) {
   const std::int64_t a = norm_axis(axis, x.ndim(), "argsort", x, loc);
   // i32 indices, as xjax's argsort has always returned; an axis they cannot number is an error
   // (its indices wrapped; a hunt of the thirty-fifth session)
-  const std::int64_t n = x.shape()[static_cast<std::size_t>(a)];
-  if (shape_size(x.shape()) > 0 && n - 1 > std::numeric_limits<std::int32_t>::max())
-    throw ShapeError("argsort: the axis has " + std::to_string(n) + " elements, more than i32 indices can number (at " +
-                     format_location(loc) + ")");
+  if (!detail::numbers_positions(i32, x.shape(), a))
+    throw ShapeError("argsort: the axis has " + std::to_string(x.shape()[static_cast<std::size_t>(a)]) +
+                     " elements, more than i32 indices can number (at " + format_location(loc) + ")");
   return sort(std::vector<Array>{x, iota(i32, x.shape(), a, loc)}, a, 1, loc)[1];
 }
 

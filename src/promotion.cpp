@@ -11,6 +11,7 @@
 
 #include "xjax/errors.hpp"
 #include "xjax/ops.hpp"
+#include "internal.hpp"
 #include "per_thread.hpp"
 
 namespace xjax {
@@ -150,25 +151,33 @@ DType promote_types_of(std::span<const DType> dtypes) {
   return strong_at(n, dtypes.front(), dtypes.back());
 }
 
-DType result_type_of(std::span<const TypeOperand> operands) {
+Promotion promotion_of(std::span<const TypeOperand> operands) {
   if (operands.empty()) throw TypeError("result_type: no operands");
   // Only weak operands: their own dtypes join, as an operation on them promotes (a weak f64 array
   // stays f64; C++ numbers alone give xjax's default integer and float, i32 and f32).
   if (std::all_of(operands.begin(), operands.end(), [](const TypeOperand& o) { return o.weak; })) {
     std::vector<DType> dtypes;
     for (const auto& o : operands) dtypes.push_back(o.dtype);
-    return promote_types_of(dtypes);
+    return {promote_types_of(dtypes), true};
   }
   Node n = operands[0].weak ? (operands[0].integer ? wi : wf) : node_of(operands[0].dtype);
   for (const auto& o : operands.subspan(1)) n = join(n, o.weak ? (o.integer ? wi : wf) : node_of(o.dtype));
+  std::optional<Node> strong;  // the strong operands' join, which the result is weak above
+  DType some_strong = f32;     // (for promote_types' message only)
+  for (const auto& o : operands) {
+    if (o.weak) continue;
+    strong = strong ? join(*strong, node_of(o.dtype)) : node_of(o.dtype);
+    some_strong = o.dtype;
+  }
+  const DType strong_dtype = strong_at(*strong, some_strong, some_strong);
+  DType t = dtype_at(n, operands[0].dtype, operands.back().dtype);
   // The strong operands alone joining at f* (u64 with a signed integer) give f64, as promote_types.
-  std::optional<Node> strong;
-  for (const auto& o : operands)
-    if (!o.weak) strong = strong ? join(*strong, node_of(o.dtype)) : node_of(o.dtype);
-  if (n == wf && strong == wf) return f64;
-  if (n == wi || n == wf) return widened_default(n, operands);
-  return dtype_at(n, operands[0].dtype, operands.back().dtype);
+  if (n == wf && strong == wf) t = f64;
+  else if (n == wi || n == wf) t = widened_default(n, operands);
+  return {t, t != strong_dtype};
 }
+
+DType result_type_of(std::span<const TypeOperand> operands) { return promotion_of(operands).dtype; }
 
 }  // namespace detail
 }  // namespace xjax

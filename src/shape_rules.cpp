@@ -81,10 +81,10 @@ std::vector<ShapedArray> reduce(Primitive p, Avals in, const params::Reduce& ps,
 // An index into an axis of n elements in `index`'s dtype: past its range the kernel wrapped (an
 // argmax of 2^31 + 4 elements in i32 was negative; a hunt of the thirty-fifth session).
 // An operand without elements computes no index.
-void check_index_range(Primitive p, Avals in, std::int64_t n, DType index, const char* remedy) {
-  if (shape_size(in[0].shape) > 0 && static_cast<std::uint64_t>(n - 1) > iinfo(index).max)
-    shape_fail(p, in, "the axis has " + std::to_string(n) + " elements, more than " + std::string(dtype_name(index)) +
-                          " indices can number" + remedy);
+void check_index_range(Primitive p, Avals in, std::int64_t axis, DType index, const char* remedy) {
+  if (!numbers_positions(index, in[0].shape, axis))
+    shape_fail(p, in, "the axis has " + std::to_string(in[0].shape[static_cast<std::size_t>(axis)]) +
+                          " elements, more than " + std::string(dtype_name(index)) + " indices can number" + remedy);
 }
 
 // argmax, argmin: one axis removed, an index dtype out.
@@ -97,7 +97,7 @@ std::vector<ShapedArray> arg_reduce_shape_rule(Primitive p, Avals in, const para
   DType idx = ps.index_dtype;
   if (idx != i32 && idx != i64)  // (xj::argmax converts to the other integer types from i64)
     type_fail(p, in, "index_dtype must be an integer type (the primitive writes i32 or i64; xj::argmax converts to the others)");
-  check_index_range(p, in, in[0].shape[static_cast<std::size_t>(axes[0])], idx, idx == i64 ? "" : "; ask for i64 indices");
+  check_index_range(p, in, axes[0], idx, idx == i64 ? "" : "; ask for i64 indices");
   return {ShapedArray{remove_axes(in[0].shape, axes), idx}};
 }
 
@@ -625,7 +625,7 @@ std::vector<ShapedArray> abstract_eval_of(Primitive p, std::span<const ShapedArr
       if (in[0].ndim() == 0) shape_fail(p, in, "needs an operand of rank >= 1");
       const std::int64_t k = ps.get<params::TopK>().k, n = in[0].shape.back();
       if (k < 0 || k > n) shape_fail(p, in, "k = " + std::to_string(k) + " is outside 0.." + std::to_string(n) + " (the last axis)");
-      check_index_range(p, in, n, DType::i32, " (top_k's indices are i32, as JAX's)");
+      check_index_range(p, in, in[0].ndim() - 1, DType::i32, " (top_k's indices are i32, as JAX's)");
       Shape shape = in[0].shape;
       shape.back() = k;
       return {ShapedArray{shape, in[0].dtype}, ShapedArray{shape, DType::i32}};

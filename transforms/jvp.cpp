@@ -571,8 +571,7 @@ JvpOut zero_tangents(std::vector<Array> outs) {
 JvpOut sort_jvp(const JvpArgs& a) {
   const auto& ps = a.params.get<params::Sort>();
   std::vector<Array> in(a.x.begin(), a.x.end());
-  const std::int64_t n = a.x[0].shape()[static_cast<std::size_t>(ps.dimension)];
-  in.push_back(iota(n - 1 > std::numeric_limits<std::int32_t>::max() ? i64 : i32, a.x[0].shape(), ps.dimension));
+  in.push_back(iota(numbers_positions(i32, a.x[0].shape(), ps.dimension) ? i32 : i64, a.x[0].shape(), ps.dimension));
   std::vector<Array> out = bind(a.prim, in, a.params, a.loc);
   const Array perm = out.back();
   out.pop_back();
