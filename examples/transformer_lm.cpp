@@ -160,7 +160,7 @@ int example_main(int argc, char** argv) {
   const BlockFn body = body_for(c.policy, causal, c.heads);
   const auto opt = optim::chain({optim::clip_by_global_norm(1.0),
                                  optim::adamw(optim::warmup_cosine_decay_schedule(0.0, c.lr, std::max<std::int64_t>(1, c.steps / 10), c.steps + 1),
-                                              0.9, 0.95, 1e-8, 0.01, [](const std::string& path) { return path.find(".w_") != std::string::npos; })});
+                                              0.9, 0.95, 1e-8, 0.0, std::nullopt, 0.01, [](const std::string& path) { return path.find(".w_") != std::string::npos; })});
   auto step = xj::jit(
       [&](const Gpt& p, const optim::OptState& s, const xj::Array& tokens) {
         auto [value, g] = xj::value_and_grad([&](const Gpt& q) { return loss_of(q, tokens, body); })(p);

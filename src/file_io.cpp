@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "internal.hpp"
 #include "xjax/errors.hpp"
 
 namespace xjax::detail {
@@ -50,10 +51,30 @@ void check_bool_bytes(const std::string& path, const std::string& what, const Ar
     }
 }
 
+void check_savable(const std::string& path, const std::string& what, const Array& a) {
+  try {
+    check_not_donated(a, "saved");
+  } catch (const Error& e) {
+    file_error(path, what + ": " + e.what());
+  }
+}
+
 // A symbolic link is written through (a latest.npy -> ckpt_100.npy layout keeps its link, as
 // np.save's open() does; the rename replaced the link itself), and an existing file the caller may
 // not write is refused (rename ignores the file's own permissions).
 namespace {
+// The temporary file beside `target`: its name with ".tmp.XXXXXX" appended, the name shortened
+// where that would pass NAME_MAX (a valid 249-byte name could not be saved; a hunt of the
+// thirty-sixth session).
+std::string temporary_beside(const std::string& target) {
+  constexpr std::size_t kSuffix = 11, kNameMax = 255;  // ".tmp.XXXXXX"; NAME_MAX of Linux's file systems
+  const std::size_t slash = target.rfind('/');
+  const std::size_t name_start = slash == std::string::npos ? 0 : slash + 1;
+  std::string stem = target;
+  if (target.size() - name_start + kSuffix > kNameMax) stem.resize(name_start + kNameMax - kSuffix);
+  return stem + ".tmp.XXXXXX";
+}
+
 std::string file_written_through(const std::string& path) {
   struct stat link {};
   if (::lstat(path.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) return path;
@@ -66,8 +87,9 @@ std::string file_written_through(const std::string& path) {
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path)
-    : path_(std::move(path)), target_(file_written_through(path_)), temp_(target_ + ".tmp.XXXXXX") {
+    : path_(std::move(path)), target_(file_written_through(path_)), temp_(temporary_beside(target_)) {
   errno = 0;
+  if (path_.empty()) throw Error("cannot write a file of an empty name");
   if (::access(target_.c_str(), F_OK) == 0 && ::access(target_.c_str(), W_OK) != 0) fail(path_, "the file is not writable");
   // Only a regular file is replaced: a character device or a named pipe is written through, as
   // np.save's open() does (the rename replaced /dev/null with a regular file, as root); anything

@@ -20,6 +20,10 @@ Shape checked_shape(const std::string& path, const std::string& what, const std:
 /// An Error naming the file and `what` when a bool array read from it holds a byte other than 0 or 1.
 void check_bool_bytes(const std::string& path, const std::string& what, const Array& a);
 
+/// An Error "path: what: ..." when `a` cannot be read to be saved (it was donated to a jit call),
+/// before anything is written.
+void check_savable(const std::string& path, const std::string& what, const Array& a);
+
 /// Writes a file atomically: into a temporary file beside `path`, renamed over it by commit()
 /// after the data reached the disk (fsync). Destroyed without commit() (an error mid-write), it
 /// removes the temporary file, and whatever was at `path` stays as it was.

@@ -160,6 +160,7 @@ std::string shape_tuple(const Shape& s) {
 
 void save_npy(const std::string& path, const Array& a) {
   if (!a.valid() || a.is_tracer()) detail::file_error(path, "save_npy needs a concrete array");
+  detail::check_savable(path, "save_npy", a);
   const char* descr = nullptr;
   for (const auto& d : kDescrs)
     if (d.dtype == a.dtype()) descr = d.descr;

@@ -716,10 +716,11 @@ Array pad(const Array& x, const Array& padding_value, const Axes& lo, const Axes
   return bind1(P::pad, {x, v}, params::Pad{.lo = lo, .hi = hi, .interior = inner}, loc);
 }
 
-Array take(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {
-  axis = norm_axis(axis, x.ndim(), "take", x, loc);
-  detail::require_takeable("take", x, axis, indices.size(), loc);
-  return bind1(P::gather, {x, detail::gather_index(indices, loc)}, params::Gather{.axis = axis, .fill_or_drop = false}, loc);
+Array take(const Array& x, const Array& indices, std::optional<std::int64_t> axis, std::source_location loc) {
+  if (!axis) return take(x.ndim() == 1 ? x : reshape(x, {x.size()}, loc), indices, 0, loc);
+  const std::int64_t a = norm_axis(*axis, x.ndim(), "take", x, loc);
+  detail::require_takeable("take", x, a, indices.size(), loc);
+  return bind1(P::gather, {x, detail::gather_index(indices, loc)}, params::Gather{.axis = a, .fill_or_drop = false}, loc);
 }
 
 Array take_along_axis(const Array& x, const Array& indices, std::int64_t axis, std::source_location loc) {

@@ -47,6 +47,21 @@ void check_state(const char* fn, const OptState& state, std::size_t expected) {
                 "expected " + std::to_string(expected) + " (was it made by this transformation's init, for these parameters?)");
 }
 
+// Each of the `per_leaf` blocks of state (from `first`) shaped like the updates' leaves, else an
+// Error naming the transformation and the leaf (a state made for other parameters had failed in an
+// add naming optim.cpp; a port of the thirty-sixth session).
+void check_leaf_states(const char* fn, const OptState& state, std::size_t first, std::size_t per_leaf, const Leaves& u,
+                       const std::vector<std::string>& paths) {
+  for (std::size_t k = 0; k < per_leaf; ++k)
+    for (std::size_t i = 0; i < u.size(); ++i) {
+      const Array& s = state[first + k * u.size() + i];
+      if (s.shape() != u[i].shape())
+        throw ShapeError(std::string("xj::optim::") + fn + ": the state holds " + s.aval().str() + " for the leaf '" +
+                         (i < paths.size() ? paths[i] : std::to_string(i)) + "', whose updates are " + u[i].aval().str() +
+                         " (was the state made by init for these parameters?)");
+    }
+}
+
 // Leaves [offset, offset + n) of a state.
 Leaves part(const OptState& state, std::size_t offset, std::size_t n) {
   return Leaves(state.begin() + static_cast<std::ptrdiff_t>(offset), state.begin() + static_cast<std::ptrdiff_t>(offset + n));
@@ -152,23 +167,24 @@ GradientTransformation chain(std::vector<GradientTransformation> transforms) {
 namespace {
 
 // A transformation whose state is `per_leaf` arrays per leaf (shaped like it, filled with
-// `fill`), after `counts` step counts (i32 scalars, starting at 0).
+// `fill`; the first of them, a first moment, in `mu_dtype` when given), after `counts` step
+// counts (i32 scalars, starting at 0).
 using Update = std::function<std::pair<Leaves, OptState>(const Leaves&, const OptState&, const Leaves&,
                                                            const std::vector<std::string>&)>;
-GradientTransformation stateful(const char* name, std::size_t counts, std::size_t per_leaf, double fill, Update update) {
+GradientTransformation stateful(const char* name, std::size_t counts, std::size_t per_leaf, double fill, Update update,
+                                std::optional<DType> mu_dtype = std::nullopt) {
   LeafRule rule;
   rule.state_size = [=](std::size_t n) { return counts + per_leaf * n; };
   rule.init = [=](const Leaves& params) {
     OptState s;
     for (std::size_t c = 0; c < counts; ++c) s.push_back(zero_count());
-    for (std::size_t k = 0; k < per_leaf; ++k) {
-      Leaves z = zeros_like_all(params, fill);
-      s.insert(s.end(), z.begin(), z.end());
-    }
+    for (std::size_t k = 0; k < per_leaf; ++k)
+      for (const auto& p : params) s.push_back(full(p.shape(), fill, k == 0 && mu_dtype ? *mu_dtype : p.dtype()));
     return s;
   };
   rule.update = [=](const Leaves& u, const OptState& state, const Leaves& params, const std::vector<std::string>& paths) {
     check_state(name, state, counts + per_leaf * u.size());
+    check_leaf_states(name, state, counts, per_leaf, u, paths);
     return update(u, state, params, paths);
   };
   return GradientTransformation(std::move(rule));
@@ -181,14 +197,26 @@ GradientTransformation stateless(const char* name, std::function<Leaves(const Le
   });
 }
 
+// decay old + (1 - decay) g, in the dtype both promote to (a moment kept in its own mu_dtype).
 Array decay_mean(double decay, const Array& old, const Array& g) {
-  // decay old + (1 - decay) g
-  return add(mul(old, scalar(decay, old.dtype())), mul(g, scalar(1.0 - decay, g.dtype())));
+  const DType t = promote_types(old.dtype(), g.dtype());
+  const Array o = old.dtype() == t ? old : astype(old, t), x = g.dtype() == t ? g : astype(g, t);
+  return add(mul(o, scalar(decay, t)), mul(x, scalar(1.0 - decay, t)));
+}
+
+// A moment rounded to the dtype it is kept in.
+Array kept_in(const Array& moment, std::optional<DType> dtype) {
+  return dtype && moment.dtype() != *dtype ? astype(moment, *dtype) : moment;
+}
+
+// g / sqrt(v + eps), or with eps outside the root g / (sqrt(v) + eps).
+Array rms_scaled(const Array& g, const Array& v, double eps, bool eps_in_sqrt) {
+  return eps_in_sqrt ? mul(g, rsqrt(add(v, scalar(eps, v.dtype())))) : div(g, add(sqrt(v), scalar(eps, v.dtype())));
 }
 
 }  // namespace
 
-GradientTransformation scale_by_adam(double b1, double b2, double eps, double eps_root) {
+GradientTransformation scale_by_adam(double b1, double b2, double eps, double eps_root, std::optional<DType> mu_dtype) {
   return stateful("scale_by_adam", 1, 2, 0.0, [=](const Leaves& g, const OptState& s, const Leaves&, const std::vector<std::string>&) {
     // mu <- b1 mu + (1 - b1) g; nu <- b2 nu + (1 - b2) g^2; t <- t + 1;
     // update = (mu / (1 - b1^t)) / (sqrt(nu / (1 - b2^t) + eps_root) + eps).
@@ -203,27 +231,29 @@ GradientTransformation scale_by_adam(double b1, double b2, double eps, double ep
       const Array nu = decay_mean(b2, s[1 + n + i], square(g[i]));
       const Array mu_hat = div(mu, as_dtype_of(c1, mu)), nu_hat = div(nu, as_dtype_of(c2, nu));
       out.push_back(div(mu_hat, add(sqrt(add(nu_hat, scalar(eps_root, nu.dtype()))), scalar(eps, nu.dtype()))));
-      next.push_back(mu);
+      next.push_back(kept_in(mu, mu_dtype));
       nus.push_back(nu);
     }
     next.insert(next.end(), nus.begin(), nus.end());
     return std::pair{out, next};
+  }, mu_dtype);
+}
+
+GradientTransformation scale_by_rms(double decay, double eps, double initial_scale, bool eps_in_sqrt) {
+  return stateful("scale_by_rms", 0, 1, initial_scale, [=](const Leaves& g, const OptState& s, const Leaves&, const std::vector<std::string>&) {
+    // nu <- decay nu + (1 - decay) g^2; update = g / sqrt(nu + eps).
+    Leaves out;
+    OptState next;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      next.push_back(decay_mean(decay, s[i], square(g[i])));
+      out.push_back(rms_scaled(g[i], next.back(), eps, eps_in_sqrt));
+    }
+    return std::pair{out, next};
   });
 }
 
-GradientTransformation scale_by_rms(double decay, double eps, double initial_scale, bool centered) {
-  if (!centered)
-    return stateful("scale_by_rms", 0, 1, initial_scale, [=](const Leaves& g, const OptState& s, const Leaves&, const std::vector<std::string>&) {
-      // nu <- decay nu + (1 - decay) g^2; update = g / sqrt(nu + eps).
-      Leaves out;
-      OptState next;
-      for (std::size_t i = 0; i < g.size(); ++i) {
-        next.push_back(decay_mean(decay, s[i], square(g[i])));
-        out.push_back(mul(g[i], rsqrt(add(next.back(), scalar(eps, g[i].dtype())))));
-      }
-      return std::pair{out, next};
-    });
-  // Centered (optax.scale_by_stddev): mu <- decay mu + (1 - decay) g; update = g / sqrt(nu - mu^2 + eps).
+GradientTransformation scale_by_stddev(double decay, double eps, double initial_scale, bool eps_in_sqrt) {
+  // mu <- decay mu + (1 - decay) g; nu as scale_by_rms's; update = g / sqrt(nu - mu^2 + eps).
   // The state is (mu, nu); mu starts at 0, nu at initial_scale.
   LeafRule rule;
   rule.state_size = [](std::size_t n) { return 2 * n; };
@@ -233,14 +263,15 @@ GradientTransformation scale_by_rms(double decay, double eps, double initial_sca
     s.insert(s.end(), nu.begin(), nu.end());
     return s;
   };
-  rule.update = [=](const Leaves& g, const OptState& s, const Leaves&, const std::vector<std::string>&) {
-    check_state("scale_by_rms", s, 2 * g.size());
+  rule.update = [=](const Leaves& g, const OptState& s, const Leaves&, const std::vector<std::string>& paths) {
+    check_state("scale_by_stddev", s, 2 * g.size());
+    check_leaf_states("scale_by_stddev", s, 0, 2, g, paths);
     const std::size_t n = g.size();
     Leaves out, mus, nus;
     for (std::size_t i = 0; i < n; ++i) {
       mus.push_back(decay_mean(decay, s[i], g[i]));
       nus.push_back(decay_mean(decay, s[n + i], square(g[i])));
-      out.push_back(mul(g[i], rsqrt(add(sub(nus.back(), square(mus.back())), scalar(eps, g[i].dtype())))));
+      out.push_back(rms_scaled(g[i], sub(nus.back(), square(mus.back())), eps, eps_in_sqrt));
     }
     mus.insert(mus.end(), nus.begin(), nus.end());
     return std::pair{out, mus};
@@ -248,17 +279,17 @@ GradientTransformation scale_by_rms(double decay, double eps, double initial_sca
   return GradientTransformation(std::move(rule));
 }
 
-GradientTransformation scale_by_lion(double b1, double b2) {
+GradientTransformation scale_by_lion(double b1, double b2, std::optional<DType> mu_dtype) {
   return stateful("scale_by_lion", 0, 1, 0.0, [=](const Leaves& g, const OptState& s, const Leaves&, const std::vector<std::string>&) {
     // update = sign((1 - b1) g + b1 mu); mu <- b2 mu + (1 - b2) g.
     Leaves out;
     OptState next;
     for (std::size_t i = 0; i < g.size(); ++i) {
       out.push_back(sign(decay_mean(b1, s[i], g[i])));
-      next.push_back(decay_mean(b2, s[i], g[i]));
+      next.push_back(kept_in(decay_mean(b2, s[i], g[i]), mu_dtype));
     }
     return std::pair{out, next};
-  });
+  }, mu_dtype);
 }
 
 GradientTransformation trace(double decay, bool nesterov) {
@@ -334,26 +365,29 @@ GradientTransformation sgd(ScalarOrSchedule learning_rate, double momentum, bool
   return chain({trace(momentum, nesterov), scale_by_learning_rate(std::move(learning_rate))});
 }
 
-GradientTransformation adam(ScalarOrSchedule learning_rate, double b1, double b2, double eps, double eps_root) {
-  return chain({scale_by_adam(b1, b2, eps, eps_root), scale_by_learning_rate(std::move(learning_rate))});
+GradientTransformation adam(ScalarOrSchedule learning_rate, double b1, double b2, double eps, double eps_root,
+                            std::optional<DType> mu_dtype) {
+  return chain({scale_by_adam(b1, b2, eps, eps_root, mu_dtype), scale_by_learning_rate(std::move(learning_rate))});
 }
 
-GradientTransformation adamw(ScalarOrSchedule learning_rate, double b1, double b2, double eps, double weight_decay,
-                             Mask mask) {
-  return chain({scale_by_adam(b1, b2, eps), add_decayed_weights(weight_decay, std::move(mask)),
+GradientTransformation adamw(ScalarOrSchedule learning_rate, double b1, double b2, double eps, double eps_root,
+                             std::optional<DType> mu_dtype, double weight_decay, Mask mask) {
+  return chain({scale_by_adam(b1, b2, eps, eps_root, mu_dtype), add_decayed_weights(weight_decay, std::move(mask)),
                 scale_by_learning_rate(std::move(learning_rate))});
 }
 
 GradientTransformation rmsprop(ScalarOrSchedule learning_rate, double decay, double eps, double initial_scale,
-                               bool centered, double momentum, bool nesterov) {
-  std::vector<GradientTransformation> parts{scale_by_rms(decay, eps, initial_scale, centered),
+                               bool eps_in_sqrt, bool centered, double momentum, bool nesterov) {
+  std::vector<GradientTransformation> parts{centered ? scale_by_stddev(decay, eps, initial_scale, eps_in_sqrt)
+                                                     : scale_by_rms(decay, eps, initial_scale, eps_in_sqrt),
                                             scale_by_learning_rate(std::move(learning_rate))};
   if (momentum != 0.0) parts.push_back(trace(momentum, nesterov));
   return chain(std::move(parts));
 }
 
-GradientTransformation lion(ScalarOrSchedule learning_rate, double b1, double b2, double weight_decay, Mask mask) {
-  return chain({scale_by_lion(b1, b2), add_decayed_weights(weight_decay, std::move(mask)),
+GradientTransformation lion(ScalarOrSchedule learning_rate, double b1, double b2, std::optional<DType> mu_dtype,
+                            double weight_decay, Mask mask) {
+  return chain({scale_by_lion(b1, b2, mu_dtype), add_decayed_weights(weight_decay, std::move(mask)),
                 scale_by_learning_rate(std::move(learning_rate))});
 }
 

@@ -82,7 +82,10 @@ Entry entry_of(const std::string& path, const std::string& name, const nlohmann:
 }  // namespace
 
 void save_safetensors_named(const std::string& path, const std::vector<std::pair<std::string, Array>>& tensors) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  // The header is written as text, entry by entry in the tensors' order: an ordered_json object
+  // searched its keys on every insertion (32000 tensors took 3.3 s to save; a hunt of the
+  // thirty-sixth session). Names are checked unique here.
+  std::string text = "{";
   std::set<std::string> seen;
   std::uint64_t offset = 0;
   for (const auto& [name, a] : tensors) {
@@ -90,16 +93,17 @@ void save_safetensors_named(const std::string& path, const std::vector<std::pair
       detail::file_error(path, "cannot save tensor name '" + name + "' (empty, reserved, or used twice)");
     if (!a.valid()) detail::file_error(path, "tensor '" + name + "' is an empty xj::Array");
     if (a.is_tracer()) detail::file_error(path, "tensor '" + name + "' is a tracer (traced value); save concrete arrays");
+    detail::check_savable(path, "tensor '" + name + "'", a);
     const std::uint64_t bytes = a.aval().nbytes();
-    header[name] = {{"dtype", name_of(a.dtype())}, {"shape", a.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    const nlohmann::json entry = {{"dtype", name_of(a.dtype())}, {"shape", a.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    try {
+      text += (text.size() > 1 ? "," : "") + nlohmann::json(name).dump() + ":" + entry.dump();
+    } catch (const nlohmann::json::exception& e) {
+      detail::file_error(path, "cannot write tensor name '" + name + "' in the header (not UTF-8?): " + e.what());
+    }
     offset += bytes;
   }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const nlohmann::json::exception& e) {
-    detail::file_error(path, std::string("cannot write the header (a tensor name that is not UTF-8?): ") + e.what());
-  }
+  text += "}";
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
   const std::uint64_t n = text.size();
   detail::AtomicFile out(path);
@@ -110,6 +114,63 @@ void save_safetensors_named(const std::string& path, const std::vector<std::pair
   out.commit();
 }
 
+namespace {
+// The header's structure checked before it is parsed into a tree (nlohmann-json's SAX interface):
+// a key repeated in one object is an error at every level (a tensor named twice, or a tensor's
+// "data_offsets" given twice: readers keeping the first or the last copy would disagree), and so
+// is nesting deeper than the reference reader's (serde_json's recursion limit, 128). A parse
+// callback had checked the keys, but nlohmann-json rescans the enclosing container after each
+// object a callback sees: a 1 MB header of 330000 empty objects took 76 s to load (a hunt of the
+// thirty-sixth session).
+class HeaderStructure final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  static constexpr std::size_t kMaxDepth = 128;
+  std::string problem;  // empty when none
+
+  bool start_object(std::size_t) override { return open(true); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    const bool top_level = open_.size() == 1;
+    if (!open_.back().keys.insert(k).second) {
+      problem = "the header names " + (top_level ? "'" + k + "'" : "\"" + k + "\" in '" + entry_ + "'") + " twice";
+      return false;
+    }
+    if (top_level) entry_ = k;
+    return true;
+  }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  struct Open {
+    bool object;
+    std::set<std::string> keys;
+  };
+  bool open(bool object) {
+    if (open_.size() == kMaxDepth) {
+      problem = "the header nests deeper than " + std::to_string(kMaxDepth) + " levels";
+      return false;
+    }
+    open_.push_back({object, {}});
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+  std::vector<Open> open_;
+  std::string entry_;  // the last top-level key read: the tensor whose entry is being read
+};
+}  // namespace
+
 std::map<std::string, Array> load_safetensors(const std::string& path) {
   const detail::InputFile in(path);
   if (in.size() < 8) detail::file_error(path, "truncated: " + std::to_string(in.size()) + " bytes, no 8-byte header length");
@@ -117,6 +178,11 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
   in.read_at(0, &n, sizeof n);
   if (n > in.size() - 8)
     detail::file_error(path, "the header length " + std::to_string(n) + " exceeds the file (" + std::to_string(in.size()) + " bytes)");
+  // The reference reader's limit (huggingface/safetensors' MAX_HEADER_SIZE): parsed, a header
+  // takes many times its size in memory.
+  constexpr std::uint64_t kMaxHeader = 100'000'000;
+  if (n > kMaxHeader)
+    detail::file_error(path, "the header length " + std::to_string(n) + " exceeds the format's limit of " + std::to_string(kMaxHeader) + " bytes");
   std::string text(n, '\0');
   in.read_at(8, text.data(), n);
   // The format: a JSON object padded with spaces (0x20); accepted as the reference reader
@@ -125,31 +191,15 @@ std::map<std::string, Array> load_safetensors(const std::string& path) {
   const std::size_t first = text.find_first_not_of(blank), last = text.find_last_not_of(blank);
   if (first == std::string::npos || text[first] != '{' || text[last] != '}')
     detail::file_error(path, "the header is not a JSON object padded with spaces");
+  HeaderStructure structure;
+  (void)nlohmann::json::sax_parse(text, &structure);  // a syntax error: the parse below names it
+  if (!structure.problem.empty()) detail::file_error(path, structure.problem);
   nlohmann::json header;
-  // A key repeated in one object is an error at every level (a tensor named twice, or a tensor's
-  // "data_offsets" given twice: readers keeping the first or the last copy would disagree).
-  std::vector<std::set<std::string>> keys_of_open_objects;
-  std::string entry;  // the last top-level key read: the tensor whose entry is being read
-  std::string repeated;
-  const auto note_repeats = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start) keys_of_open_objects.emplace_back();
-    if (event == E::object_end) keys_of_open_objects.pop_back();
-    if (event == E::key) {
-      const bool top_level = keys_of_open_objects.size() == 1;
-      const std::string key = parsed.get<std::string>();
-      if (!keys_of_open_objects.back().insert(key).second && repeated.empty())
-        repeated = top_level ? "'" + key + "'" : "\"" + key + "\" in '" + entry + "'";
-      if (top_level) entry = key;
-    }
-    return true;
-  };
   try {
-    header = nlohmann::json::parse(text, note_repeats);
+    header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     detail::file_error(path, std::string("the header is not valid JSON: ") + e.what());
   }
-  if (!repeated.empty()) detail::file_error(path, "the header names " + repeated + " twice");
   if (!header.is_object()) detail::file_error(path, "the header is not a JSON object");
   if (header.contains("__metadata__") && !header["__metadata__"].is_null()) {  // null: none (the reference reader's Option)
     const auto& meta = header["__metadata__"];

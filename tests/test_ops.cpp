@@ -854,14 +854,22 @@ TEST_CASE("ops: dynamic_slice clamps, dynamic_update_slice") {
 TEST_CASE("ops: take (negative indices count from the end, others clamp)") {
   std::vector<float> v = ramp_values(12, 1.0f, 0.0f);
   xj::Array x = f32v(v, {4, 3});
-  check_array(xj::take(x, i32v({2, 0}, {2})), {2, 3}, xj::f32, {6, 7, 8, 0, 1, 2});
-  check_array(xj::take(x, i32v({-1}, {1})), {1, 3}, xj::f32, {9, 10, 11});
+  check_array(xj::take(x, i32v({2, 0}, {2}), 0), {2, 3}, xj::f32, {6, 7, 8, 0, 1, 2});
+  check_array(xj::take(x, i32v({-1}, {1}), 0), {1, 3}, xj::f32, {9, 10, 11});
   check_array(xj::take(x, i32v({1, 2}, {2}), 1), {4, 2}, xj::f32, {1, 2, 4, 5, 7, 8, 10, 11});
   check_array(xj::take(x, i32v({-1, 0}, {2}), -1), {4, 2}, xj::f32, {2, 0, 5, 3, 8, 6, 11, 9});
-  check_array(xj::take(x, xj::array<std::int64_t>({3, 1, 0, 2}, {2, 2})), {2, 2, 3}, xj::f32,
+  check_array(xj::take(x, xj::array<std::int64_t>({3, 1, 0, 2}, {2, 2}), 0), {2, 2, 3}, xj::f32,
               {9, 10, 11, 3, 4, 5, 0, 1, 2, 6, 7, 8});
-  check_array(xj::take(x, xj::scalar(1, xj::i32)), {3}, xj::f32, {3, 4, 5});
-  check_array(xj::take(x, i32v({}, {0})), {0, 3}, xj::f32, {});
+  check_array(xj::take(x, xj::scalar(1, xj::i32), 0), {3}, xj::f32, {3, 4, 5});
+  check_array(xj::take(x, i32v({}, {0}), 0), {0, 3}, xj::f32, {});
+  // Without an axis x is flattened first (jnp.take's axis=None; xjax had taken rows: a port of
+  // the thirty-sixth session): x.flat[i], here the plain loop's element (i / 3, i % 3).
+  const std::vector<std::int32_t> flat_at{1, 4, 11, -1, 0};
+  Vec want;
+  for (std::int32_t i : flat_at) want.push_back(v[static_cast<std::size_t>(i < 0 ? i + 12 : i)]);
+  check_array(xj::take(x, i32v(flat_at, {5})), {5}, xj::f32, want);
+  check_array(xj::take(x, i32v({1, 4, 11, 0}, {2, 2})), {2, 2}, xj::f32, {v[1], v[4], v[11], v[0]});
+  check_array(xj::take(xj::scalar(7.0f), i32v({0, 0}, {2})), {2}, xj::f32, {7, 7});
   // out of range indices clamp
   check_array(xj::take(f32v({1, 2, 3}, {3}), i32v({5, -10}, {2})), {2}, xj::f32, {3, 1});
 }

@@ -84,18 +84,18 @@ TEST_CASE("optim: adam and adamw (decoupled decay, masked) against Kingma & Ba's
   };
   check_against(optim::adam(0.01), adam_ref(0.01, 0.9, 0.999, 1e-8, 0.0, std::vector<bool>(8, false)));
   check_against(optim::adam(0.02, 0.8, 0.99, 1e-6), adam_ref(0.02, 0.8, 0.99, 1e-6, 0.0, std::vector<bool>(8, false)));
-  check_against(optim::adamw(0.01, 0.9, 0.999, 1e-8, 0.1), adam_ref(0.01, 0.9, 0.999, 1e-8, 0.1, std::vector<bool>(8, true)));
+  check_against(optim::adamw(0.01, 0.9, 0.999, 1e-8, 0.0, std::nullopt, 0.1), adam_ref(0.01, 0.9, 0.999, 1e-8, 0.1, std::vector<bool>(8, true)));
   // The mask by key path: decay the weights, not the biases.
   std::vector<bool> only_w(8, true);
   only_w[0] = only_w[1] = false;
-  check_against(optim::adamw(0.01, 0.9, 0.999, 1e-8, 0.1, [](const std::string& path) { return path != "b"; }),
+  check_against(optim::adamw(0.01, 0.9, 0.999, 1e-8, 0.0, std::nullopt, 0.1, [](const std::string& path) { return path != "b"; }),
                 adam_ref(0.01, 0.9, 0.999, 1e-8, 0.1, only_w));
 }
 
 TEST_CASE("optim: rmsprop (plain, centered, with momentum) and lion against their rules") {
   for (bool centered : {false, true}) {
     auto nu = std::make_shared<std::vector<double>>(8, 0.1), mu = std::make_shared<std::vector<double>>(8, 0.0);
-    check_against(optim::rmsprop(0.01, 0.9, 1e-8, 0.1, centered), [=](std::vector<double>& p, const std::vector<double>& g, int) {
+    check_against(optim::rmsprop(0.01, 0.9, 1e-8, 0.1, true, centered), [=](std::vector<double>& p, const std::vector<double>& g, int) {
       for (std::size_t i = 0; i < p.size(); ++i) {
         (*nu)[i] = 0.9 * (*nu)[i] + 0.1 * g[i] * g[i];
         (*mu)[i] = 0.9 * (*mu)[i] + 0.1 * g[i];
@@ -105,7 +105,7 @@ TEST_CASE("optim: rmsprop (plain, centered, with momentum) and lion against thei
   }
   {
     std::vector<double> nu(8, 0.0), trace(8, 0.0);
-    check_against(optim::rmsprop(0.01, 0.9, 1e-8, 0.0, false, 0.5), [&](std::vector<double>& p, const std::vector<double>& g, int) {
+    check_against(optim::rmsprop(0.01, 0.9, 1e-8, 0.0, true, false, 0.5), [&](std::vector<double>& p, const std::vector<double>& g, int) {
       for (std::size_t i = 0; i < p.size(); ++i) {
         nu[i] = 0.9 * nu[i] + 0.1 * g[i] * g[i];
         trace[i] = -0.01 * g[i] / std::sqrt(nu[i] + 1e-8) + 0.5 * trace[i];
@@ -114,7 +114,7 @@ TEST_CASE("optim: rmsprop (plain, centered, with momentum) and lion against thei
     });
   }
   std::vector<double> mu(8, 0.0);
-  check_against(optim::lion(0.001, 0.9, 0.99, 0.01), [&](std::vector<double>& p, const std::vector<double>& g, int) {
+  check_against(optim::lion(0.001, 0.9, 0.99, std::nullopt, 0.01), [&](std::vector<double>& p, const std::vector<double>& g, int) {
     for (std::size_t i = 0; i < p.size(); ++i) {
       const double c = sgn(0.1 * g[i] + 0.9 * mu[i]);
       mu[i] = 0.99 * mu[i] + 0.01 * g[i];
@@ -263,4 +263,65 @@ TEST_CASE("optim regressions from review: saturating counts, negative transition
   const xj::DtypePromotion strict;
   CHECK(xj::astype(optim::apply_updates(pb, ub).at("w"), xj::f64).item<double>() == 1.0078125);
   CHECK(optim::global_norm(narrow).item<float>() == doctest::Approx(300.0 * std::sqrt(2.0)).epsilon(1e-6));
+}
+
+// optax's positional parameters (a port's positional call keeps its meaning; a port of the
+// thirty-sixth session): adamw(lr, b1, b2, eps, eps_root, mu_dtype, weight_decay, mask), lion(lr,
+// b1, b2, mu_dtype, weight_decay, mask), rmsprop(lr, decay, eps, initial_scale, eps_in_sqrt,
+// centered, momentum, nesterov). xjax's adamw had weight_decay fifth, so adamw(lr, .9, .999, 1e-8,
+// 0.0) turned the decay off; rmsprop took centered fifth.
+TEST_CASE("optim: optax's positional order: eps_root, mu_dtype, eps_in_sqrt") {
+  // adamw with eps_root 1e-3 and a first moment kept in f32 (the update reads it before rounding)
+  {
+    auto m = std::make_shared<std::vector<double>>(8, 0.0), v = std::make_shared<std::vector<double>>(8, 0.0);
+    check_against(optim::adamw(0.01, 0.9, 0.999, 1e-8, 1e-3, xj::f32, 0.1), [=](std::vector<double>& p, const std::vector<double>& g, int t) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        const double mu = 0.9 * (*m)[i] + 0.1 * g[i];
+        (*v)[i] = 0.999 * (*v)[i] + 0.001 * g[i] * g[i];
+        const double mhat = mu / (1 - std::pow(0.9, t)), vhat = (*v)[i] / (1 - std::pow(0.999, t));
+        p[i] -= 0.01 * (mhat / (std::sqrt(vhat + 1e-3) + 1e-8) + 0.1 * p[i]);
+        (*m)[i] = static_cast<float>(mu);
+      }
+    });
+    const Params p = params0();
+    const optim::OptState s = optim::adamw(0.01, 0.9, 0.999, 1e-8, 0.0, xj::bf16).init(p);
+    CHECK(s[1].dtype() == xj::bf16);  // (count, mu of b and w, nu of b and w)
+    CHECK(s[2].dtype() == xj::bf16);
+    CHECK(s[3].dtype() == xj::f64);
+  }
+  // eps outside the root: g / (sqrt(nu) + eps), plain and centered
+  for (bool centered : {false, true}) {
+    auto nu = std::make_shared<std::vector<double>>(8, 0.0), mu = std::make_shared<std::vector<double>>(8, 0.0);
+    check_against(optim::rmsprop(0.01, 0.9, 0.1, 0.0, false, centered), [=](std::vector<double>& p, const std::vector<double>& g, int) {
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        (*nu)[i] = 0.9 * (*nu)[i] + 0.1 * g[i] * g[i];
+        (*mu)[i] = 0.9 * (*mu)[i] + 0.1 * g[i];
+        p[i] -= 0.01 * g[i] / (std::sqrt((*nu)[i] - (centered ? (*mu)[i] * (*mu)[i] : 0.0)) + 0.1);
+      }
+    });
+  }
+  // lion with its moment kept in f32
+  std::vector<double> mu(8, 0.0);
+  check_against(optim::lion(0.001, 0.9, 0.99, xj::f32, 0.01), [&](std::vector<double>& p, const std::vector<double>& g, int) {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      const double c = sgn(0.1 * g[i] + 0.9 * mu[i]);
+      mu[i] = static_cast<float>(0.99 * mu[i] + 0.01 * g[i]);
+      p[i] -= 0.001 * (c + 0.01 * p[i]);
+    }
+  });
+}
+
+// A state made for other parameters named the optimizer and the leaf, not an add in optim.cpp.
+TEST_CASE("optim: a state for other parameters is an error naming the transformation and the leaf") {
+  const Params p = params0();
+  Params other = p;
+  other["w"] = xj::zeros({3, 2}, xj::f64);
+  const auto opt = optim::chain({optim::clip_by_global_norm(1.0), optim::adamw(0.01)});
+  const optim::OptState s = opt.init(other);
+  const std::string msg = test_util::message_of<xj::ShapeError>([&] { (void)opt.update(grads_at(1), s, p); });
+  for (const char* part : {"scale_by_adam", "'w'", "f64[3,2]", "f64[2,3]", "init"}) CHECK(test_util::contains(msg, part));
+  const auto rms = optim::rmsprop(0.01, 0.9, 1e-8, 0.0, true, true);
+  const std::string centered = test_util::message_of<xj::ShapeError>([&] { (void)rms.update(grads_at(1), rms.init(other), p); });
+  CHECK(test_util::contains(centered, "scale_by_stddev"));
+  CHECK(test_util::contains(centered, "'w'"));
 }

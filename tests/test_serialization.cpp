@@ -1,9 +1,11 @@
 // test_serialization.cpp: key paths (tree_flatten_with_path, keystr), safetensors and .npy round
 // trips of every dtype and nested trees, the files' bytes read back by hand (not by xjax's
 // reader), each kind of bad input an Error naming the file and the problem, and atomic writes.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <filesystem>
@@ -217,18 +219,35 @@ TEST_CASE("safetensors and npy: a failure mid-write leaves the old file intact a
   const std::string p = (dir / "params.safetensors").string();
   const std::map<std::string, xj::Array> old{{"a", ramp({3}, xj::f32, 0)}, {"b", ramp({2}, xj::f64, 1)}};
   xj::save_safetensors(p, old);
-  // The second leaf was donated to a jit call: reading it fails after the header and the first
-  // tensor were written to the temporary file.
-  xj::Array big = ramp({1000}, xj::f32, 5), gone = ramp({4}, xj::f32, 0);
-  (void)xj::jit([](const xj::Array& x) { return x * 2.0f; }, {.donate_argnums = {0}})(gone);
-  const std::map<std::string, xj::Array> failing{{"a", big}, {"b", gone}};
-  CHECK_THROWS_WITH_AS(xj::save_safetensors(p, failing), doctest::Contains("donated"), xj::Error);
+  // A write that fails part-way (the file size limit, RLIMIT_FSIZE, below the new file's size:
+  // write() fails with EFBIG once the header and some data are out).
+  const xj::Array big = ramp({1000}, xj::f32, 5);
+  const std::map<std::string, xj::Array> failing{{"a", big}, {"b", big}};
+  const std::string q = (dir / "x.npy").string();
+  xj::save_npy(q, old.at("a"));
+  {
+    struct rlimit saved {};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+    const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = saved;
+    small.rlim_cur = 1000;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    CHECK_THROWS_WITH_AS(xj::save_safetensors(p, failing), doctest::Contains(p.c_str()), xj::Error);
+    CHECK_THROWS_WITH_AS(xj::save_npy(q, big), doctest::Contains(q.c_str()), xj::Error);
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &saved) == 0);
+    std::signal(SIGXFSZ, previous);
+  }
   const auto back = xj::load_safetensors(p, old);
   CHECK(bytes_of(back.at("a")) == bytes_of(old.at("a")));
   CHECK(bytes_of(back.at("b")) == bytes_of(old.at("b")));
-  const std::string q = (dir / "x.npy").string();
-  xj::save_npy(q, old.at("a"));
-  CHECK_THROWS_AS(xj::save_npy(q, gone), xj::Error);
+  CHECK(xj::load_npy(q).to_vector<float>() == old.at("a").to_vector<float>());
+  // A donated array is refused before anything is written, the error naming the file (it had
+  // been the donation's error alone; a hunt of the thirty-sixth session).
+  xj::Array gone = ramp({4}, xj::f32, 0);
+  (void)xj::jit([](const xj::Array& x) { return x * 2.0f; }, {.donate_argnums = {0}})(gone);
+  CHECK_THROWS_WITH_AS(xj::save_safetensors(p, std::map<std::string, xj::Array>{{"a", big}, {"b", gone}}),
+                       doctest::Contains((p + ": tensor 'b': an xj::Array f32[4] was saved after it was donated").c_str()), xj::Error);
+  CHECK_THROWS_WITH_AS(xj::save_npy(q, gone), doctest::Contains((q + ": save_npy: an xj::Array").c_str()), xj::Error);
   CHECK(xj::load_npy(q).to_vector<float>() == old.at("a").to_vector<float>());
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
@@ -477,4 +496,56 @@ TEST_CASE("safetensors regressions from the twenty-ninth session: a field repeat
     write_bytes(p, safetensors_bytes(header, eight));
     CHECK(xj::load_safetensors(p).at("a").to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
   }
+}
+
+TEST_CASE("safetensors and npy regressions from the thirty-sixth session: header cost, nesting, long and empty names") {
+  const fs::path dir = scratch("st_36");
+  const std::string st = (dir / "h.safetensors").string();
+  // A tensor entry carrying 200000 empty objects in a field the reader ignores: nlohmann-json's
+  // parse callback (the repeated-key check) rescanned the enclosing array after each object,
+  // quadratic in the header (a 1 MB header took 76 s; now one linear pass and a plain parse).
+  std::string pad = "[";
+  for (int i = 0; i < 200000; ++i) pad += i ? ",{}" : "{}";
+  pad += "]";
+  const float one = 1.5f;
+  write_bytes(st, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"pad":)" + pad + "}}",
+                                    std::string(reinterpret_cast<const char*>(&one), 4)));
+  CHECK(xj::load_safetensors(st).at("x").to_vector<float>() == std::vector<float>{1.5f});
+  // Nesting deeper than the reference reader's limit (serde_json's 128) is refused before a tree
+  // of it is built (a 6 MB header of brackets took 900 MB).
+  const std::string deep = std::string(129, '[') + std::string(129, ']');
+  write_bytes(st, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"pad":)" + deep + "}}",
+                                    std::string(reinterpret_cast<const char*>(&one), 4)));
+  CHECK_THROWS_WITH_AS((void)xj::load_safetensors(st), doctest::Contains("nests deeper than 128 levels"), xj::Error);
+  const std::string shallow = std::string(120, '[') + std::string(120, ']');
+  write_bytes(st, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"pad":)" + shallow + "}}",
+                                    std::string(reinterpret_cast<const char*>(&one), 4)));
+  CHECK(xj::load_safetensors(st).at("x").to_vector<float>() == std::vector<float>{1.5f});
+  // A repeated key at any level is still refused, naming it.
+  write_bytes(st, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"shape":[1]}})",
+                                    std::string(reinterpret_cast<const char*>(&one), 4)));
+  CHECK_THROWS_WITH_AS((void)xj::load_safetensors(st), doctest::Contains("the header names \"shape\" in 'x' twice"), xj::Error);
+  // Many tensors: saved and loaded back by name (the header was an ordered_json object searched
+  // on every insertion: quadratic in the tensor count).
+  std::map<std::string, xj::Array> many;
+  for (int i = 0; i < 3000; ++i) many.emplace("t" + std::to_string(i), xj::full({1}, i, xj::i32));
+  xj::save_safetensors(st, many);
+  const auto many_back = xj::load_safetensors(st);
+  REQUIRE(many_back.size() == many.size());
+  for (const auto& [name, a] : many) CHECK(many_back.at(name).to_vector<std::int32_t>() == a.to_vector<std::int32_t>());
+  // A valid file name of 249 bytes: the temporary name beside it (".tmp.XXXXXX" appended) passed
+  // NAME_MAX and could not be created.
+  const std::string long_name = (dir / (std::string(245, 'n') + ".npy")).string();
+  xj::save_npy(long_name, ramp({3}, xj::f32, 0));
+  CHECK(xj::load_npy(long_name).to_vector<float>() == ramp({3}, xj::f32, 0).to_vector<float>());
+  xj::save_safetensors(long_name, many);
+  CHECK(xj::load_safetensors(long_name).size() == many.size());
+  // An empty file name is refused before anything is written (the data had gone to
+  // ./.tmp.XXXXXX first).
+  CHECK_THROWS_WITH_AS(xj::save_npy("", ramp({3}, xj::f32, 0)), doctest::Contains("empty name"), xj::Error);
+  CHECK_THROWS_WITH_AS(xj::save_safetensors("", many), doctest::Contains("empty name"), xj::Error);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
+  CHECK(files == 2);  // h.safetensors and the long name: no temporaries left
+  fs::remove_all(dir);
 }

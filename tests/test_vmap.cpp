@@ -528,7 +528,7 @@ TEST_CASE("vmap: per-example gradients of an embedding lookup scatter rows at on
   xj::Array table = randn({rows, width}, 120);
   xj::Array tokens = xj::array<std::int32_t>({0, 5, 5, -1, 2, 1, 9, 0, 3, 3, -7, 4, 4, 4, 0, 2, 2, 1, 1, 5}, {examples, per});
   xj::Array c = randn({examples, per, width}, 121);
-  auto loss = [](const xj::Array& table, const xj::Array& tok, const xj::Array& c) { return xj::sum(xj::take(table, tok) * c); };
+  auto loss = [](const xj::Array& table, const xj::Array& tok, const xj::Array& c) { return xj::sum(xj::take(table, tok, 0) * c); };
   auto per_example = xj::jit(xj::vmap(xj::grad(loss), std::tuple{xj::None{}, 0, 0}));
   xj::Array got = per_example(table, tokens, c);
   REQUIRE(got.shape() == xj::Shape{examples, rows, width});

@@ -278,7 +278,8 @@ Array pad(const Array& x, const Array& padding_value, const Axes& lo, const Axes
 Array dynamic_slice(const Array& x, const std::vector<Array>& starts, const Shape& sizes, XJAX_LOC);
 Array dynamic_update_slice(const Array& x, const Array& update, const std::vector<Array>& starts, XJAX_LOC);
 /// x[i] along `axis` for each index in `indices` (negative indices count from the end; others clamp).
-Array take(const Array& x, const Array& indices, std::int64_t axis = 0, XJAX_LOC);
+/// Without an axis x is flattened first, as jnp.take's axis=None.
+Array take(const Array& x, const Array& indices, std::optional<std::int64_t> axis = std::nullopt, XJAX_LOC);
 /// NumPy's take_along_axis: out[..., j, ...] = x[..., indices[..., j, ...], ...] along `axis`.
 /// indices has x's rank; the other axes broadcast (equal, or 1 on either side). Negative indices
 /// count from the end; the others clamp to the axis (as take). Gathers through the flattened x,

@@ -7,6 +7,7 @@
 // Chen et al. 2023), on the leaves of the parameter tree.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -104,13 +105,20 @@ class GradientTransformation {
 GradientTransformation chain(std::vector<GradientTransformation> transforms);
 
 // Building blocks (optax's names).
+// Positional parameters in optax's order (a port's positional call means what it meant there);
+// optax's keyword-only parameters (nesterov of adam) and rmsprop's bias_correction are not offered.
 /// Adam's update direction: bias-corrected first moment over (sqrt(second moment + eps_root) + eps).
-GradientTransformation scale_by_adam(double b1 = 0.9, double b2 = 0.999, double eps = 1e-8, double eps_root = 0.0);
-/// RMSProp's: g / sqrt(nu + eps), nu the decaying mean of g^2 (centered: minus the mean's square).
-GradientTransformation scale_by_rms(double decay = 0.9, double eps = 1e-8, double initial_scale = 0.0,
-                                    bool centered = false);
-/// Lion's: sign((1 - b1) g + b1 mu), then mu <- b2 mu + (1 - b2) g.
-GradientTransformation scale_by_lion(double b1 = 0.9, double b2 = 0.99);
+/// `mu_dtype`: the dtype the first moment is kept in (the update reads it before it is rounded).
+GradientTransformation scale_by_adam(double b1 = 0.9, double b2 = 0.999, double eps = 1e-8, double eps_root = 0.0,
+                                     std::optional<DType> mu_dtype = std::nullopt);
+/// RMSProp's: g / sqrt(nu + eps), nu the decaying mean of g^2 (eps_in_sqrt false: g / (sqrt(nu) + eps)).
+GradientTransformation scale_by_rms(double decay = 0.9, double eps = 1e-8, double initial_scale = 0.0, bool eps_in_sqrt = true);
+/// Centered RMSProp's: g / sqrt(nu - mu^2 + eps), mu the decaying mean of g (eps_in_sqrt false:
+/// g / (sqrt(nu - mu^2) + eps)).
+GradientTransformation scale_by_stddev(double decay = 0.9, double eps = 1e-8, double initial_scale = 0.0,
+                                       bool eps_in_sqrt = true);
+/// Lion's: sign((1 - b1) g + b1 mu), then mu <- b2 mu + (1 - b2) g (kept in `mu_dtype` when given).
+GradientTransformation scale_by_lion(double b1 = 0.9, double b2 = 0.99, std::optional<DType> mu_dtype = std::nullopt);
 /// Momentum: t <- g + decay t; the update is t (nesterov: g + decay t).
 GradientTransformation trace(double decay, bool nesterov = false);
 /// updates + weight_decay * params on the leaves the mask selects.
@@ -128,15 +136,17 @@ GradientTransformation clip_by_global_norm(double max_norm);
 // Optimizers.
 GradientTransformation sgd(ScalarOrSchedule learning_rate, double momentum = 0.0, bool nesterov = false);
 GradientTransformation adam(ScalarOrSchedule learning_rate, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
-                            double eps_root = 0.0);
+                            double eps_root = 0.0, std::optional<DType> mu_dtype = std::nullopt);
 /// Adam with decoupled weight decay (applied to the leaves `mask` selects, all when unset).
 GradientTransformation adamw(ScalarOrSchedule learning_rate, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
-                             double weight_decay = 1e-4, Mask mask = {});
+                             double eps_root = 0.0, std::optional<DType> mu_dtype = std::nullopt, double weight_decay = 1e-4,
+                             Mask mask = {});
+/// momentum 0: none (optax's None).
 GradientTransformation rmsprop(ScalarOrSchedule learning_rate, double decay = 0.9, double eps = 1e-8,
-                               double initial_scale = 0.0, bool centered = false, double momentum = 0.0,
-                               bool nesterov = false);
+                               double initial_scale = 0.0, bool eps_in_sqrt = true, bool centered = false,
+                               double momentum = 0.0, bool nesterov = false);
 GradientTransformation lion(ScalarOrSchedule learning_rate, double b1 = 0.9, double b2 = 0.99,
-                            double weight_decay = 1e-3, Mask mask = {});
+                            std::optional<DType> mu_dtype = std::nullopt, double weight_decay = 1e-3, Mask mask = {});
 
 /// sqrt of the sum of squares of every element of every leaf (f32 or wider: the leaves' promoted dtype).
 Array global_norm_of(const Leaves& leaves);

@@ -905,7 +905,7 @@ void bench_optimizers(std::vector<Row>& rows, std::int64_t n, int steps) {
   for (int k = 0; k < steps; ++k) grads.push_back(randn(n, 60 + static_cast<unsigned>(k), 0.1 + 0.05 * k));
   for (bool decoupled : {false, true}) {
     const double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = decoupled ? 0.1 : 0.0;
-    const auto opt = decoupled ? xj::optim::adamw(lr, b1, b2, eps, wd) : xj::optim::adam(lr, b1, b2, eps);
+    const auto opt = decoupled ? xj::optim::adamw(lr, b1, b2, eps, 0.0, std::nullopt, wd) : xj::optim::adam(lr, b1, b2, eps);
     double t0 = now();
     xj::Array p = from(p0, {n});
     xj::optim::OptState s = opt.init(p);
@@ -989,7 +989,7 @@ void bench_transformer(std::vector<Row>& rows, const std::string& size, std::int
   std::vector<std::vector<std::int32_t>> batches(4);  // random bytes: the step's cost does not depend on them
   for (auto& b : batches)
     for (std::int64_t i = 0; i < B * (T + 1); ++i) b.push_back(static_cast<std::int32_t>(rng() % V));
-  const auto opt = xj::optim::adamw(lr, b1, b2, eps, wd);
+  const auto opt = xj::optim::adamw(lr, b1, b2, eps, 0.0, std::nullopt, wd);
   const xj::Array causal = gpt::causal_mask(T, xj::f32);
   // Useful flops of one step: 3x the forward's (GEMMs of 12 L d^2 + V d per token, attention's
   // 4 L T d per token); recompute not counted.
