@@ -66,8 +66,9 @@ namespace {
 // The temporary file beside `target`: its name with ".tmp.XXXXXX" appended, the name shortened
 // where that would pass NAME_MAX (a valid 249-byte name could not be saved; a hunt of the
 // thirty-sixth session).
+constexpr std::size_t kNameMax = 255;  // NAME_MAX of Linux's file systems
 std::string temporary_beside(const std::string& target) {
-  constexpr std::size_t kSuffix = 11, kNameMax = 255;  // ".tmp.XXXXXX"; NAME_MAX of Linux's file systems
+  constexpr std::size_t kSuffix = 11;  // ".tmp.XXXXXX"
   const std::size_t slash = target.rfind('/');
   const std::size_t name_start = slash == std::string::npos ? 0 : slash + 1;
   std::string stem = target;
@@ -90,6 +91,11 @@ AtomicFile::AtomicFile(std::string path)
     : path_(std::move(path)), target_(file_written_through(path_)), temp_(temporary_beside(target_)) {
   errno = 0;
   if (path_.empty()) throw Error("cannot write a file of an empty name");
+  // (a name past NAME_MAX: refused before the data is written, not at the rename)
+  if (target_.size() - (target_.rfind('/') == std::string::npos ? 0 : target_.rfind('/') + 1) > kNameMax) {
+    errno = ENAMETOOLONG;
+    fail(path_, "cannot create it");
+  }
   if (::access(target_.c_str(), F_OK) == 0 && ::access(target_.c_str(), W_OK) != 0) fail(path_, "the file is not writable");
   // Only a regular file is replaced: a character device or a named pipe is written through, as
   // np.save's open() does (the rename replaced /dev/null with a regular file, as root); anything

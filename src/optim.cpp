@@ -197,11 +197,13 @@ GradientTransformation stateless(const char* name, std::function<Leaves(const Le
   });
 }
 
-// decay old + (1 - decay) g, in the dtype both promote to (a moment kept in its own mu_dtype).
+// decay old + (1 - decay) g: each product in its operand's dtype (optax's weak scalars), added in
+// the dtype both promote to (a moment kept in its own mu_dtype; converted explicitly, so strict
+// promotion allows it).
 Array decay_mean(double decay, const Array& old, const Array& g) {
-  const DType t = promote_types(old.dtype(), g.dtype());
-  const Array o = old.dtype() == t ? old : astype(old, t), x = g.dtype() == t ? g : astype(g, t);
-  return add(mul(o, scalar(decay, t)), mul(x, scalar(1.0 - decay, t)));
+  const Array a = mul(old, scalar(decay, old.dtype())), b = mul(g, scalar(1.0 - decay, g.dtype()));
+  const DType t = promote_types(a.dtype(), b.dtype());
+  return add(a.dtype() == t ? a : astype(a, t), b.dtype() == t ? b : astype(b, t));
 }
 
 // A moment rounded to the dtype it is kept in.

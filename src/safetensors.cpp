@@ -95,7 +95,8 @@ void save_safetensors_named(const std::string& path, const std::vector<std::pair
     if (a.is_tracer()) detail::file_error(path, "tensor '" + name + "' is a tracer (traced value); save concrete arrays");
     detail::check_savable(path, "tensor '" + name + "'", a);
     const std::uint64_t bytes = a.aval().nbytes();
-    const nlohmann::json entry = {{"dtype", name_of(a.dtype())}, {"shape", a.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    // (ordered: the reference writer's field order, dtype, shape, data_offsets)
+    const nlohmann::ordered_json entry = {{"dtype", name_of(a.dtype())}, {"shape", a.shape()}, {"data_offsets", {offset, offset + bytes}}};
     try {
       text += (text.size() > 1 ? "," : "") + nlohmann::json(name).dump() + ":" + entry.dump();
     } catch (const nlohmann::json::exception& e) {
@@ -118,7 +119,8 @@ namespace {
 // The header's structure checked before it is parsed into a tree (nlohmann-json's SAX interface):
 // a key repeated in one object is an error at every level (a tensor named twice, or a tensor's
 // "data_offsets" given twice: readers keeping the first or the last copy would disagree), and so
-// is nesting deeper than the reference reader's (serde_json's recursion limit, 128). A parse
+// is nesting as deep as the reference reader refuses (serde_json's recursion limit: its 128th
+// nested container is an error). A parse
 // callback had checked the keys, but nlohmann-json rescans the enclosing container after each
 // object a callback sees: a 1 MB header of 330000 empty objects took 76 s to load (a hunt of the
 // thirty-sixth session).
@@ -155,8 +157,8 @@ class HeaderStructure final : public nlohmann::json_sax<nlohmann::json> {
     std::set<std::string> keys;
   };
   bool open(bool object) {
-    if (open_.size() == kMaxDepth) {
-      problem = "the header nests deeper than " + std::to_string(kMaxDepth) + " levels";
+    if (open_.size() + 1 >= kMaxDepth) {
+      problem = "the header nests deeper than " + std::to_string(kMaxDepth - 1) + " levels";
       return false;
     }
     open_.push_back({object, {}});

@@ -276,7 +276,8 @@ TEST_CASE("optim: optax's positional order: eps_root, mu_dtype, eps_in_sqrt") {
     auto m = std::make_shared<std::vector<double>>(8, 0.0), v = std::make_shared<std::vector<double>>(8, 0.0);
     check_against(optim::adamw(0.01, 0.9, 0.999, 1e-8, 1e-3, xj::f32, 0.1), [=](std::vector<double>& p, const std::vector<double>& g, int t) {
       for (std::size_t i = 0; i < p.size(); ++i) {
-        const double mu = 0.9 * (*m)[i] + 0.1 * g[i];
+        // optax's b1 * mu in mu's dtype (a weak scalar), (1 - b1) * g in g's, added in f64
+        const double mu = static_cast<double>(0.9f * static_cast<float>((*m)[i])) + (1 - 0.9) * g[i];
         (*v)[i] = 0.999 * (*v)[i] + 0.001 * g[i] * g[i];
         const double mhat = mu / (1 - std::pow(0.9, t)), vhat = (*v)[i] / (1 - std::pow(0.999, t));
         p[i] -= 0.01 * (mhat / (std::sqrt(vhat + 1e-3) + 1e-8) + 0.1 * p[i]);
@@ -304,8 +305,9 @@ TEST_CASE("optim: optax's positional order: eps_root, mu_dtype, eps_in_sqrt") {
   std::vector<double> mu(8, 0.0);
   check_against(optim::lion(0.001, 0.9, 0.99, xj::f32, 0.01), [&](std::vector<double>& p, const std::vector<double>& g, int) {
     for (std::size_t i = 0; i < p.size(); ++i) {
-      const double c = sgn(0.1 * g[i] + 0.9 * mu[i]);
-      mu[i] = static_cast<float>(0.99 * mu[i] + 0.01 * g[i]);
+      const auto in_f32 = [&](double decay) { return static_cast<double>(static_cast<float>(decay) * static_cast<float>(mu[i])); };
+      const double c = sgn(in_f32(0.9) + (1 - 0.9) * g[i]);
+      mu[i] = static_cast<float>(in_f32(0.99) + (1 - 0.99) * g[i]);
       p[i] -= 0.001 * (c + 0.01 * p[i]);
     }
   });

@@ -511,13 +511,14 @@ TEST_CASE("safetensors and npy regressions from the thirty-sixth session: header
   write_bytes(st, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"pad":)" + pad + "}}",
                                     std::string(reinterpret_cast<const char*>(&one), 4)));
   CHECK(xj::load_safetensors(st).at("x").to_vector<float>() == std::vector<float>{1.5f});
-  // Nesting deeper than the reference reader's limit (serde_json's 128) is refused before a tree
-  // of it is built (a 6 MB header of brackets took 900 MB).
-  const std::string deep = std::string(129, '[') + std::string(129, ']');
+  // Nesting as deep as the reference reader refuses (serde_json's 128th nested container) is
+  // refused before a tree of it is built (a 6 MB header of brackets took 900 MB); 127 levels
+  // load: the header object, the entry and 125 arrays.
+  const std::string deep = std::string(126, '[') + std::string(126, ']');
   write_bytes(st, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"pad":)" + deep + "}}",
                                     std::string(reinterpret_cast<const char*>(&one), 4)));
-  CHECK_THROWS_WITH_AS((void)xj::load_safetensors(st), doctest::Contains("nests deeper than 128 levels"), xj::Error);
-  const std::string shallow = std::string(120, '[') + std::string(120, ']');
+  CHECK_THROWS_WITH_AS((void)xj::load_safetensors(st), doctest::Contains("nests deeper than 127 levels"), xj::Error);
+  const std::string shallow = std::string(125, '[') + std::string(125, ']');
   write_bytes(st, safetensors_bytes(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"pad":)" + shallow + "}}",
                                     std::string(reinterpret_cast<const char*>(&one), 4)));
   CHECK(xj::load_safetensors(st).at("x").to_vector<float>() == std::vector<float>{1.5f});
@@ -540,6 +541,16 @@ TEST_CASE("safetensors and npy regressions from the thirty-sixth session: header
   CHECK(xj::load_npy(long_name).to_vector<float>() == ramp({3}, xj::f32, 0).to_vector<float>());
   xj::save_safetensors(long_name, many);
   CHECK(xj::load_safetensors(long_name).size() == many.size());
+  // The saved entries keep the reference writer's field order (dtype, shape, data_offsets).
+  xj::save_safetensors(st, std::map<std::string, xj::Array>{{"x", xj::full({2}, 1.0, xj::f32)}});
+  {
+    std::ifstream in(st, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(bytes.substr(8, 56) == R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}  )");
+  }
+  // A name past NAME_MAX is refused before the data is written (it failed at the rename).
+  CHECK_THROWS_WITH_AS(xj::save_npy((dir / std::string(256, 'n')).string(), ramp({3}, xj::f32, 0)),
+                       doctest::Contains("File name too long"), xj::Error);
   // An empty file name is refused before anything is written (the data had gone to
   // ./.tmp.XXXXXX first).
   CHECK_THROWS_WITH_AS(xj::save_npy("", ramp({3}, xj::f32, 0)), doctest::Contains("empty name"), xj::Error);
