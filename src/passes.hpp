@@ -42,13 +42,17 @@ const ClosedJaxpr* called_jaxpr(const Eqn& e);
 
 /// DCE rule of a primitive: the equation with unused outputs (and what only they need) removed;
 /// used_in says which inputs the result still reads. Called only when some output is used. Only
-/// the control-flow primitives have one (their definitions are transformation rules, in
-/// transforms/); the others are kept or dropped whole.
+/// the control-flow primitives and revolve_fwd / revolve_lin have one (their definitions are
+/// transformation rules, in transforms/); the others are kept or dropped whole.
 using DceRule = Eqn (*)(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 DceRule dce_rule(Primitive p);
 Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn cond_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn checkpoint_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 Eqn while_loop_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
+/// The scheduled loops' reverse-mode halves (transforms/revolve.cpp), pruned as a plain scan's
+/// known and staged scans are.
+Eqn revolve_fwd_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
+Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in);
 
 }  // namespace xjax::detail

@@ -455,3 +455,58 @@ TEST_CASE("revolve: a loop-invariant value the body reads only in dead code is n
     CHECK(std::abs(g.to_vector<double>()[static_cast<std::size_t>(i)] - (at(1e-6) - at(-1e-6)) / 2e-6) < 1e-6);
   }
 }
+
+// A ys output whose tangent nothing reads (a per-step value the loss takes through
+// stop_gradient): the staged walk of partial evaluation prunes the plain scan's tangent of it and
+// the residuals only that tangent reads (cos(c) of sin(c)), and revolve_lin's and revolve_fwd's
+// DCE rules do the same for the schedule; where no step-dependent residual is left the schedule
+// becomes a plain scan, keeping no snapshots (fuzz seeds 400172, 401028 had found the plain scan
+// pruned and the schedule not: the walk excluded scans until these rules existed).
+TEST_CASE("revolve: a ys output without a tangent keeps no residuals, under binomial(s) as under the plain scan") {
+  const xj::Array x0 = xj::array<double>({0.4, -1.1, 0.9, 0.3, -0.2, 0.7}, {6});
+  auto bytes = [](const std::vector<xj::Residual>& rs) {
+    std::int64_t b = 0;
+    for (const auto& r : rs) b += static_cast<std::int64_t>(r.aval.nbytes());
+    return b;
+  };
+  for (bool nonlinear_carry : {true, false}) {
+    CAPTURE(nonlinear_carry);
+    // with_ys false: the same loop without the ys output, what the residuals should then be
+    auto scanned = [nonlinear_carry](xj::ScanCheckpoints cp, bool with_ys = true) {
+      return [cp, nonlinear_carry, with_ys](const xj::Array& xs) {
+        auto step = [&](const xj::Array& c, const xj::Array& x) { return nonlinear_carry ? xj::tanh(c * x) + x : c + 2.0 * x; };
+        const xj::Array c0 = xj::array<double>({0.25}, {1})[0];
+        if (!with_ys)
+          return xj::scan([&](const xj::Array& c, const xj::Array& x) { return std::pair{step(c, x), xj::None{}}; }, c0, xs,
+                          {.checkpoints = cp})
+              .first;
+        auto body = [&](const xj::Array& c, const xj::Array& x) { return std::pair{step(c, x), xj::sin(c) * 3.0}; };
+        auto [c, ys] = xj::scan(body, c0, xs, {.checkpoints = cp});
+        return c + xj::sum(xj::stop_gradient(ys));
+      };
+    };
+    for (xj::ScanCheckpoints cp : {xj::scan_checkpoints::all(), xj::scan_checkpoints::binomial(2)})
+      CHECK(bytes(xj::saved_residuals(scanned(cp), x0)) == bytes(xj::saved_residuals(scanned(cp, false), x0)));
+    const std::int64_t plain = bytes(xj::saved_residuals(scanned(xj::scan_checkpoints::all()), x0));
+    const std::int64_t scheduled = bytes(xj::saved_residuals(scanned(xj::scan_checkpoints::binomial(2)), x0));
+    CHECK(scheduled <= plain);
+    if (!nonlinear_carry) CHECK(scheduled == 0);  // nothing per step: no snapshots either
+    // the gradient: d c_final / d xs (stop_gradient's term has none), against central
+    // differences of the carry's recurrence as a plain loop in double
+    const auto f = scanned(xj::scan_checkpoints::binomial(2));
+    const xj::Array g = xj::grad(f)(x0), g_plain = xj::grad(scanned(xj::scan_checkpoints::all()))(x0);
+    CHECK(max_rel(g, g_plain) < 1e-14);
+    for (std::size_t i = 0; i < 6; ++i) {
+      auto at = [&](double h) {
+        std::vector<double> v = x0.to_vector<double>();
+        v[i] += h;
+        double c = 0.25;
+        for (double x : v) c = nonlinear_carry ? std::tanh(c * x) + x : c + 2.0 * x;
+        return c;
+      };
+      CHECK(std::abs(g.to_vector<double>()[i] - (at(1e-6) - at(-1e-6)) / 2e-6) < 1e-6);
+    }
+    // and under jit
+    CHECK(max_rel(xj::jit(xj::grad(f))(x0), g_plain) < 1e-14);
+  }
+}

@@ -200,10 +200,10 @@ PartialEval partial_eval(const ClosedJaxpr& cj, const std::vector<bool>& in_unkn
       if (std::none_of(used_out.begin(), used_out.end(), [](bool b) { return b; })) continue;
       // A control-flow equation prunes its body and the operands it no longer reads (a staged
       // cond's tangent of a capture only dead code reads kept that tangent's computation, and
-      // the residuals it reads, alive). Not a scan yet: its binomial schedule's revolve_lin has no
-      // DCE rule, so a plain scan pruned here kept less than the schedule (an unused ys output's
-      // per-step residual; fuzz seeds 400172, 401028), against the schedule's promise.
-      DceRule rule = it->prim == Primitive::scan ? nullptr : dce_rule(it->prim);
+      // the residuals it reads, alive; a scan's ys without a tangent kept their per-step
+      // residuals), and so does a scheduled loop's revolve_lin (then revolve_fwd loses the
+      // residuals it no longer reads when the known side is pruned).
+      DceRule rule = dce_rule(it->prim);
       if (rule) {
         used_in.clear();
         live_staged.push_back(rule(*it, used_out, used_in));

@@ -6,6 +6,7 @@
 // vmap of a scheduled gradient is correct but does not keep the schedule's memory bound).
 #include <algorithm>
 #include <optional>
+#include <unordered_set>
 
 #include "higher_order.hpp"
 #include "loops/revolve.hpp"
@@ -247,6 +248,176 @@ JvpOut revolve_bwd_jvp(const JvpArgs& a) { return jvp_by_expansion(a, bwd_expans
 BatchOut revolve_bwd_batch(const BatchArgs& a) { return batch_by_expansion(a, bwd_expansion(expandable(a, "vmap"), a.loc)); }
 std::vector<Tangent> revolve_bwd_transpose(const TransposeArgs&) {
   throw InternalError("transpose", "revolve_bwd is transposed only through its jvp's expansion");
+}
+
+// ---- DCE ---------------------------------------------------------------------------------------
+
+namespace {
+// Which of K's residual outputs (its last nres) depend on the step, reading a carry or an x: the
+// others are loop invariants (partial evaluation passed them from outside the loop).
+std::vector<bool> step_dependent_residuals(const Jaxpr& k, std::size_t nc, std::size_t nres) {
+  std::unordered_set<std::uint64_t> varies;
+  for (std::size_t i = nc; i < k.invars.size(); ++i) varies.insert(k.invars[i].id());
+  const auto reads_varying = [&](const Atom& a) {
+    const Var* v = std::get_if<Var>(&a);
+    return v && varies.count(v->id()) > 0;
+  };
+  for (const Eqn& e : k.eqns)
+    if (std::any_of(e.inputs.begin(), e.inputs.end(), reads_varying))
+      for (const auto& o : e.outputs) varies.insert(o.id());
+  std::vector<bool> dependent;
+  for (std::size_t r = k.outvars.size() - nres; r < k.outvars.size(); ++r) dependent.push_back(reads_varying(k.outvars[r]));
+  return dependent;
+}
+
+// The operands flagged `keep`.
+std::vector<Atom> kept_atoms(const std::vector<Atom>& atoms, const std::vector<bool>& keep) {
+  std::vector<Atom> out;
+  for (std::size_t i = 0; i < atoms.size(); ++i)
+    if (keep[i]) out.push_back(atoms[i]);
+  return out;
+}
+std::size_t count_in(const std::vector<bool>& flags, std::size_t first, std::size_t n) {
+  return static_cast<std::size_t>(std::count(flags.begin() + static_cast<std::ptrdiff_t>(first),
+                                             flags.begin() + static_cast<std::ptrdiff_t>(first + n), true));
+}
+}  // namespace
+
+// revolve_fwd: the ys and residual outputs nothing reads go, with what only they need (and the
+// consts and xs then unread). With its snapshots unread too (revolve_lin became a plain scan, or
+// went), it is the plain scan of K without residuals, pruned by scan_dce.
+Eqn revolve_fwd_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
+  const auto& ps = e.params.get<params::RevolveFwd>();
+  const StepShape sh = shape_of(ps);
+  const std::size_t first_snap = sh.ncar + sh.ny, first_res = first_snap + sh.ncar;
+  const bool snaps_read = count_in(used_out, first_snap, sh.ncar) > 0, res_read = count_in(used_out, first_res, sh.nres) > 0;
+  const bool ys_all_read = count_in(used_out, sh.ncar, sh.ny) == sh.ny, res_all_read = count_in(used_out, first_res, sh.nres) == sh.nres;
+  used_in.assign(e.inputs.size(), true);
+  // (a residual read without the snapshots is not expected: kept whole)
+  if ((snaps_read && ys_all_read && res_all_read) || (!snaps_read && res_read)) return e;
+  if (!snaps_read) {
+    std::vector<bool> carry_and_ys(first_snap, true);
+    carry_and_ys.resize(first_snap + sh.nres, false);
+    const ClosedJaxpr body = dce(*ps.jaxpr, carry_and_ys);
+    Eqn plain{Primitive::scan, e.inputs, std::vector<Var>(e.outputs.begin(), e.outputs.begin() + static_cast<std::ptrdiff_t>(first_snap)),
+              params::Scan{.jaxpr = std::make_shared<const ClosedJaxpr>(body), .length = ps.length, .reverse = ps.reverse,
+                           .unroll = 1, .num_consts = ps.num_consts, .num_carry = ps.num_carry, .snapshots = ps.snapshots},
+              e.loc};
+    return scan_dce(plain, std::vector<bool>(used_out.begin(), used_out.begin() + static_cast<std::ptrdiff_t>(first_snap)), used_in);
+  }
+  // K's outputs (carry, ys, res): the carries step the sweep and fill the snapshots
+  std::vector<bool> keep_out(used_out.begin(), used_out.begin() + static_cast<std::ptrdiff_t>(first_snap));
+  std::fill(keep_out.begin(), keep_out.begin() + static_cast<std::ptrdiff_t>(sh.ncar), true);
+  keep_out.insert(keep_out.end(), used_out.begin() + static_cast<std::ptrdiff_t>(first_res), used_out.end());
+  std::vector<bool> reads;
+  ClosedJaxpr body = dce(*ps.jaxpr, keep_out, &reads);
+  for (std::size_t i = sh.nc; i < sh.nc + sh.ncar; ++i) reads[i] = true;
+  used_in = reads;
+  Eqn out{Primitive::revolve_fwd, kept_atoms(e.inputs, reads), {}, {}, e.loc};
+  for (std::size_t o = 0; o < e.outputs.size(); ++o)
+    if (o < sh.ncar || (o >= first_snap && o < first_res) || used_out[o]) out.outputs.push_back(e.outputs[o]);
+  params::RevolveFwd p = ps;
+  p.jaxpr = std::make_shared<const ClosedJaxpr>(prune_invars(body, reads));
+  p.num_consts = static_cast<std::int64_t>(count_in(reads, 0, sh.nc));
+  p.num_res = static_cast<std::int64_t>(count_in(used_out, first_res, sh.nres));
+  out.params = p;
+  return out;
+}
+
+// revolve_lin (a scan's; a while_loop's is kept whole): the linear ys that are used and the
+// linear carries used or read by what is kept (scan_dce's fixpoint on S), then the residuals,
+// linear operands, known consts and xs that what is left reads. With no step-dependent residual
+// left nothing needs replaying: the plain scan of S, its residuals as consts (as partial
+// evaluation emits when a body has none; fuzz seeds 400172, 401028 once the staged walk pruned
+// plain scans).
+Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
+  const auto& ps = e.params.get<params::Revolve>();
+  used_in.assign(e.inputs.size(), true);
+  if (ps.length < 0) return e;
+  const StepShape sh = shape_of(ps);
+  const LinLayout l = LinLayout::of(sh, ps);
+  const auto nlc = static_cast<std::size_t>(ps.num_linear_consts), nlcar = static_cast<std::size_t>(ps.num_linear_carry);
+  const ClosedJaxpr& s = *ps.linear_jaxpr;  // (lin consts, lin carry, res, lin xs) -> (lin carry, lin ys)
+  std::vector<bool> used_carry(used_out.begin(), used_out.begin() + static_cast<std::ptrdiff_t>(nlcar));
+  std::vector<bool> s_reads;
+  ClosedJaxpr live;
+  for (;;) {
+    std::vector<bool> keep = used_out;
+    for (std::size_t k = 0; k < nlcar; ++k) keep[k] = used_carry[k];
+    live = dce(s, keep, &s_reads);
+    bool grew = false;
+    for (std::size_t k = 0; k < nlcar; ++k)
+      if (s_reads[nlc + k] && !used_carry[k]) used_carry[k] = grew = true;
+    if (!grew) break;
+  }
+  std::vector<bool> keep_s = s_reads;
+  for (std::size_t k = 0; k < nlcar; ++k) keep_s[nlc + k] = used_carry[k];
+  const std::vector<bool> keep_res(keep_s.begin() + static_cast<std::ptrdiff_t>(nlc + nlcar),
+                                   keep_s.begin() + static_cast<std::ptrdiff_t>(nlc + nlcar + sh.nres));
+  std::vector<bool> kept_out;
+  for (std::size_t o = 0; o < e.outputs.size(); ++o) kept_out.push_back(o < nlcar ? used_carry[o] : bool(used_out[o]));
+  const bool all_kept = std::all_of(keep_s.begin(), keep_s.end(), [](bool b) { return b; }) &&
+                        std::all_of(kept_out.begin(), kept_out.end(), [](bool b) { return b; });
+  if (all_kept) return e;
+  // K with the residual outputs S still reads, and the known consts and xs it then reads
+  std::vector<bool> k_keep_out(sh.ncar + sh.ny, true);
+  k_keep_out.insert(k_keep_out.end(), keep_res.begin(), keep_res.end());
+  std::vector<bool> k_reads;
+  const ClosedJaxpr k = dce(*ps.jaxpr, k_keep_out, &k_reads);
+  for (std::size_t i = sh.nc; i < sh.nc + sh.ncar; ++i) k_reads[i] = true;
+  const std::size_t nres = count_in(keep_res, 0, sh.nres);
+  const std::vector<bool> dependent = step_dependent_residuals(*k.jaxpr, sh.nc, nres);
+  const std::vector<Atom> lin_operands =
+      kept_atoms(std::vector<Atom>(e.inputs.begin() + static_cast<std::ptrdiff_t>(l.lin_consts), e.inputs.end()),
+                 [&] {
+                   std::vector<bool> keep(keep_s.begin(), keep_s.begin() + static_cast<std::ptrdiff_t>(nlc + nlcar));
+                   keep.insert(keep.end(), keep_s.begin() + static_cast<std::ptrdiff_t>(nlc + nlcar + sh.nres), keep_s.end());
+                   return keep;
+                 }());
+  const std::vector<Atom> res_operands =
+      kept_atoms(std::vector<Atom>(e.inputs.begin() + static_cast<std::ptrdiff_t>(l.res),
+                                   e.inputs.begin() + static_cast<std::ptrdiff_t>(l.res + sh.nres)),
+                 keep_res);
+  const ClosedJaxpr s_kept = prune_invars(live, keep_s);
+  const std::size_t klc = count_in(keep_s, 0, nlc), klcar = count_in(keep_s, nlc, nlcar);
+  // which of e's inputs stay: known consts / snapshots / known xs (K's), then residuals, then S's own
+  for (std::size_t i = 0; i < e.inputs.size(); ++i) {
+    if (i < l.res) used_in[i] = i < sh.nc ? bool(k_reads[i]) : i < l.xs ? true : bool(k_reads[sh.nc + sh.ncar + (i - l.xs)]);
+    else if (i < l.lin_consts) used_in[i] = keep_res[i - l.res];
+    else if (i < l.per_step) used_in[i] = keep_s[i - l.lin_consts];
+    else used_in[i] = keep_s[nlc + nlcar + sh.nres + (i - l.per_step)];
+  }
+  Eqn out{Primitive::revolve_lin, {}, {}, {}, e.loc};
+  for (std::size_t o = 0; o < e.outputs.size(); ++o)
+    if (kept_out[o]) out.outputs.push_back(e.outputs[o]);
+  if (std::none_of(dependent.begin(), dependent.end(), [](bool b) { return b; })) {
+    // S as a scan body: consts (res, lin consts), carry (lin carry), xs (lin xs)
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < nres; ++i) order.push_back(klc + klcar + i);
+    for (std::size_t i = 0; i < klc + klcar; ++i) order.push_back(i);
+    for (std::size_t i = klc + klcar + nres; i < s_kept.jaxpr->invars.size(); ++i) order.push_back(i);
+    for (std::size_t i = 0; i < l.res; ++i) used_in[i] = false;
+    out.prim = Primitive::scan;
+    out.inputs = res_operands;
+    out.inputs.insert(out.inputs.end(), lin_operands.begin(), lin_operands.end());
+    out.params = params::Scan{.jaxpr = std::make_shared<const ClosedJaxpr>(permute_invars(s_kept, order)), .length = ps.length,
+                              .reverse = ps.reverse, .unroll = 1, .num_consts = static_cast<std::int64_t>(nres + klc),
+                              .num_carry = static_cast<std::int64_t>(klcar), .snapshots = ps.snapshots};
+    return out;
+  }
+  for (std::size_t i = 0; i < l.res; ++i)
+    if (used_in[i]) out.inputs.push_back(e.inputs[i]);
+  out.inputs.insert(out.inputs.end(), res_operands.begin(), res_operands.end());
+  out.inputs.insert(out.inputs.end(), lin_operands.begin(), lin_operands.end());
+  params::Revolve p = ps;
+  p.jaxpr = std::make_shared<const ClosedJaxpr>(prune_invars(k, k_reads));
+  p.linear_jaxpr = std::make_shared<const ClosedJaxpr>(s_kept);
+  p.num_consts = static_cast<std::int64_t>(count_in(k_reads, 0, sh.nc));
+  p.num_res = static_cast<std::int64_t>(nres);
+  p.num_linear_consts = static_cast<std::int64_t>(klc);
+  p.num_linear_carry = static_cast<std::int64_t>(klcar);
+  out.params = p;
+  return out;
 }
 
 // ---- while_loop: online_fwd and partial evaluation -------------------------------------------

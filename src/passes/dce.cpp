@@ -10,7 +10,8 @@
 
 namespace xjax::detail {
 
-// Only control_flow primitives have a DCE rule (stem##_dce); the rest are kept or dropped whole.
+// Only control_flow primitives have a DCE rule (stem##_dce), and of the higher-order ones the
+// scheduled loops' halves; the rest are kept or dropped whole.
 #define XJAX_DCE_float_unary(stem) nullptr
 #define XJAX_DCE_numeric_unary(stem) nullptr
 #define XJAX_DCE_power(stem) nullptr
@@ -23,6 +24,8 @@ namespace xjax::detail {
 #define XJAX_DCE_control_flow(stem) stem##_dce
 
 DceRule dce_rule(Primitive p) {
+  if (p == Primitive::revolve_fwd) return revolve_fwd_dce;
+  if (p == Primitive::revolve_lin) return revolve_lin_dce;
   switch (p) {
 #define XJAX_DCE_CASE(name, stem, S, family, kinds) \
   case Primitive::name: return XJAX_DCE_##family(stem);
