@@ -85,7 +85,7 @@ class HeaderParser {
       else if (peek() != '}') fail("has no ',' or '}' after the value of '" + key + "'");
     }
     ++p_;
-    while (p_ < text_.size() && (text_[p_] == ' ' || text_[p_] == '\n')) ++p_;
+    skip_spaces();
     if (p_ != text_.size()) fail("has text after its dict");
     for (int k = 0; k < 3; ++k)
       if (!seen[k]) fail(std::string("has no '") + (k == 0 ? "descr" : k == 1 ? "fortran_order" : "shape") + "' key");
@@ -94,8 +94,10 @@ class HeaderParser {
 
  private:
   char peek() const { return p_ < text_.size() ? text_[p_] : '\0'; }
+  // Python's whitespace between tokens (np.load evaluates the dict as a literal, so a tab or a
+  // newline inside it reads; xjax had refused them, a hunt of the thirty-sixth session).
   void skip_spaces() {
-    while (p_ < text_.size() && text_[p_] == ' ') ++p_;
+    while (p_ < text_.size() && std::string_view(" \t\n\r\f").find(text_[p_]) != std::string_view::npos) ++p_;
   }
   [[noreturn]] void fail(const std::string& what) const { detail::file_error(path_, "the .npy header " + what); }
   void expect(char c, const char* what) {

@@ -551,6 +551,19 @@ TEST_CASE("safetensors and npy regressions from the thirty-sixth session: header
   // A name past NAME_MAX is refused before the data is written (it failed at the rename).
   CHECK_THROWS_WITH_AS(xj::save_npy((dir / std::string(256, 'n')).string(), ramp({3}, xj::f32, 0)),
                        doctest::Contains("File name too long"), xj::Error);
+  // A .npy header with tabs and newlines between its tokens: np.load reads it (a Python literal)
+  {
+    std::string h = "{'descr':\t'<f4',\n 'fortran_order': False,\t'shape': (2,), }";
+    h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+    h.push_back('\n');
+    const auto n = static_cast<std::uint16_t>(h.size());
+    const float data[2] = {1.5f, -2.0f};
+    const std::string np = (dir / "tabs.npy").string();
+    write_bytes(np, std::string("\x93NUMPY\x01\x00", 8) + std::string(reinterpret_cast<const char*>(&n), 2) + h +
+                        std::string(reinterpret_cast<const char*>(data), sizeof data));
+    CHECK(xj::load_npy(np).to_vector<float>() == std::vector<float>{1.5f, -2.0f});
+    fs::remove(np);
+  }
   // An empty file name is refused before anything is written (the data had gone to
   // ./.tmp.XXXXXX first).
   CHECK_THROWS_WITH_AS(xj::save_npy("", ramp({3}, xj::f32, 0)), doctest::Contains("empty name"), xj::Error);
