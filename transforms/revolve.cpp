@@ -89,7 +89,8 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
     else if (i < nc + ncar) (uk[i] ? nlcar : kncar) += 1;
   }
   const bool any_unknown = std::find(uk.begin(), uk.end(), true) != uk.end();
-  if (ps.length < 1 || kncar == 0 || !any_unknown || !pe.known.consts.empty() || !pe.staged.consts.empty())
+  // (one step: its residuals are what the schedule keeps for its last step anyway, plus a snapshot)
+  if (ps.length < 2 || kncar == 0 || !any_unknown || !pe.known.consts.empty() || !pe.staged.consts.empty())
     return std::nullopt;
   const std::size_t nres = pe.residual_vars.size();
   const std::int64_t slots = std::min(ps.snapshots, ps.length);
@@ -101,9 +102,17 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   // loop, so it is kept once, as the plain scan keeps it (issue 33).
   if (outside.size() != nres) throw InternalError("partial_eval", "revolve: one outside atom per residual expected");
   // Without a per-step residual the backward sweep never replays a step: the plain scan keeps
-  // nothing per step, so storing carries would only cost memory (fuzzer seed 3009108).
-  if (std::none_of(outside.begin(), outside.end(), [](const std::optional<Atom>& a) { return !a.has_value(); }))
-    return std::nullopt;
+  // nothing per step, so storing carries would only cost memory (fuzzer seed 3009108). An x the
+  // body's derivative reads as it is costs the plain scan nothing either (it forwards the xs):
+  // `c' = c + x * x` kept s snapshots of c for it (a review of the thirty-sixth session).
+  const auto forwarded_x = [&](std::size_t r) {
+    for (std::size_t i = nc + ncar; i < nin; ++i)
+      if (b.invars[i].id() == pe.residual_vars[r].id()) return true;
+    return false;
+  };
+  bool replays = false;
+  for (std::size_t r = 0; r < nres; ++r) replays = replays || (!outside[r] && !forwarded_x(r));
+  if (!replays) return std::nullopt;
   ClosedJaxprPtr k_fwd = k;  // K without the loop-invariant residuals among its outputs
   std::size_t nres_fwd = nres;
   if (std::any_of(outside.begin(), outside.end(), [](const std::optional<Atom>& a) { return a.has_value(); })) {
@@ -326,10 +335,10 @@ Eqn revolve_fwd_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
 
 // revolve_lin (a scan's; a while_loop's is kept whole): the linear ys that are used and the
 // linear carries used or read by what is kept (scan_dce's fixpoint on S), then the residuals,
-// linear operands, known consts and xs that what is left reads. With no step-dependent residual
-// left nothing needs replaying: the plain scan of S, its residuals as consts (as partial
-// evaluation emits when a body has none; fuzz seeds 400172, 401028 once the staged walk pruned
-// plain scans).
+// linear operands, known consts and xs that what is left reads. With no residual left that a
+// replay computes (each a loop invariant or an x as it is) nothing needs replaying: the plain
+// scan of S, its invariant residuals as consts and the xs as xs (as partial evaluation emits
+// when a body has none; fuzz seeds 400172, 401028 once the staged walk pruned plain scans).
 Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
   const auto& ps = e.params.get<params::Revolve>();
   used_in.assign(e.inputs.size(), true);
@@ -367,6 +376,12 @@ Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
   for (std::size_t i = sh.nc; i < sh.nc + sh.ncar; ++i) k_reads[i] = true;
   const std::size_t nres = count_in(keep_res, 0, sh.nres);
   const std::vector<bool> dependent = step_dependent_residuals(*k.jaxpr, sh.nc, nres);
+  // the known x each kept residual is, where it is one as it is (-1: none)
+  std::vector<std::ptrdiff_t> x_of(nres, -1);
+  for (std::size_t r = 0; r < nres; ++r)
+    if (const Var* v = std::get_if<Var>(&k.jaxpr->outvars[k.jaxpr->outvars.size() - nres + r]))
+      for (std::size_t j = 0; j < sh.nx; ++j)
+        if (k.jaxpr->invars[sh.nc + sh.ncar + j].id() == v->id()) x_of[r] = static_cast<std::ptrdiff_t>(j);
   const std::vector<Atom> lin_operands =
       kept_atoms(std::vector<Atom>(e.inputs.begin() + static_cast<std::ptrdiff_t>(l.lin_consts), e.inputs.end()),
                  [&] {
@@ -390,18 +405,31 @@ Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
   Eqn out{Primitive::revolve_lin, {}, {}, {}, e.loc};
   for (std::size_t o = 0; o < e.outputs.size(); ++o)
     if (kept_out[o]) out.outputs.push_back(e.outputs[o]);
-  if (std::none_of(dependent.begin(), dependent.end(), [](bool b) { return b; })) {
-    // S as a scan body: consts (res, lin consts), carry (lin carry), xs (lin xs)
+  bool replays = false;
+  for (std::size_t r = 0; r < nres; ++r) replays = replays || (dependent[r] && x_of[r] < 0);
+  if (!replays) {
+    // S as a scan body: consts (invariant res, lin consts), carry (lin carry), xs (the known xs
+    // the other residuals are, lin xs)
     std::vector<std::size_t> order;
-    for (std::size_t i = 0; i < nres; ++i) order.push_back(klc + klcar + i);
+    std::vector<Atom> invariant, xs;
+    for (std::size_t r = 0; r < nres; ++r)
+      if (x_of[r] < 0) order.push_back(klc + klcar + r), invariant.push_back(res_operands[r]);
     for (std::size_t i = 0; i < klc + klcar; ++i) order.push_back(i);
+    for (std::size_t r = 0; r < nres; ++r)
+      if (x_of[r] >= 0) order.push_back(klc + klcar + r), xs.push_back(e.inputs[l.xs + static_cast<std::size_t>(x_of[r])]);
     for (std::size_t i = klc + klcar + nres; i < s_kept.jaxpr->invars.size(); ++i) order.push_back(i);
     for (std::size_t i = 0; i < l.res; ++i) used_in[i] = false;
+    for (std::size_t r = 0; r < nres; ++r)
+      if (x_of[r] >= 0) used_in[l.xs + static_cast<std::size_t>(x_of[r])] = true;
+    for (std::size_t r = 0, kr = 0; r < sh.nres; ++r)  // a forwarded x is read as the xs operand, not as a residual
+      if (keep_res[r] && x_of[kr++] >= 0) used_in[l.res + r] = false;
     out.prim = Primitive::scan;
-    out.inputs = res_operands;
-    out.inputs.insert(out.inputs.end(), lin_operands.begin(), lin_operands.end());
+    out.inputs = invariant;
+    out.inputs.insert(out.inputs.end(), lin_operands.begin(), lin_operands.begin() + static_cast<std::ptrdiff_t>(klc + klcar));
+    out.inputs.insert(out.inputs.end(), xs.begin(), xs.end());
+    out.inputs.insert(out.inputs.end(), lin_operands.begin() + static_cast<std::ptrdiff_t>(klc + klcar), lin_operands.end());
     out.params = params::Scan{.jaxpr = std::make_shared<const ClosedJaxpr>(permute_invars(s_kept, order)), .length = ps.length,
-                              .reverse = ps.reverse, .unroll = 1, .num_consts = static_cast<std::int64_t>(nres + klc),
+                              .reverse = ps.reverse, .unroll = 1, .num_consts = static_cast<std::int64_t>(invariant.size() + klc),
                               .num_carry = static_cast<std::int64_t>(klcar), .snapshots = ps.snapshots};
     return out;
   }
