@@ -287,6 +287,12 @@ std::pair<Array, Array> qr(const Array& a, const std::string& mode, std::source_
   return {outs[0], outs[1]};
 }
 
+std::pair<Array, Array> eigh(const Array& a, const char* uplo, bool symmetrize_input, std::source_location loc) {
+  const std::string_view u = uplo ? uplo : "";
+  if (u != "L" && u != "U") throw Error("eigh: UPLO must be \"L\" or \"U\", got \"" + std::string(u) + "\" (at " + format_location(loc) + ")");
+  return eigh(a, u == "L", symmetrize_input, loc);
+}
+
 std::pair<Array, Array> eigh(const Array& a, bool lower, bool symmetrize_input, std::source_location loc) {
   const std::string call = "eigh(" + a.aval().str() + ")";
   expect_square(call, a, "a", loc);

@@ -36,11 +36,18 @@ Array along_axis(const char* fn, const char* what, const Array& p, const Array& 
 // standardize(x) = (x - mean) r, r = (var + eps)^(-1/2), a custom_jvp so that reverse mode keeps
 // the output and r (PyTorch's layer_norm keeps its input, mean and r):
 // d y = r (dx - mean(dx) - y mean(y dx)).
-Array standardize(const Array& x, std::int64_t axis, double epsilon, std::source_location loc) {
+Array standardize(const Array& x, std::int64_t axis, const std::optional<Array>& given_mean,
+                  const std::optional<Array>& given_variance, double epsilon, std::source_location loc) {
   const std::int64_t a = normalized_axis("standardize", x, axis, loc);
+  if (given_mean || given_variance) {  // (x - m) rsqrt(v + eps), whatever is not given computed
+    const Array m = given_mean ? *given_mean : mean(x, {a}, true, loc);
+    const Array v = given_variance ? *given_variance : mean(square(sub(x, m, loc), loc), {a}, true, loc);
+    return mul(sub(x, m, loc), rsqrt(add(v, scalar_like(epsilon, v), loc), loc), loc);
+  }
   // bf16 / f16: the statistics in f32, as flax computes them (in bf16 the mean of 1000, 1000,
   // 1000, 1004 rounds to 1000), the result rounded once to x's dtype.
-  if (x.dtype() == bf16 || x.dtype() == f16) return astype(standardize(astype(x, f32, loc), a, epsilon, loc), x.dtype(), loc);
+  if (x.dtype() == bf16 || x.dtype() == f16)
+    return astype(standardize(astype(x, f32, loc), a, std::nullopt, std::nullopt, epsilon, loc), x.dtype(), loc);
   // (x - mean) * rsqrt(mean((x - mean)^2) + eps): the variance of the centred values, which
   // loses no precision to cancellation as E[x^2] - E[x]^2 would.
   const auto rstd_and_y = [a, epsilon, loc](const Array& v) {
@@ -88,7 +95,7 @@ Array layer_norm(const Array& x, const std::optional<Array>& scale, const std::o
     return astype(layer_norm(astype(x, wide, loc), converted(scale, wide, loc), converted(bias, wide, loc), a, epsilon, loc),
                   narrow->result, loc);
   }
-  Array y = standardize(x, a, epsilon, loc);
+  Array y = standardize(x, a, std::nullopt, std::nullopt, epsilon, loc);
   if (scale) y = mul(y, along_axis("layer_norm", "scale", *scale, x, a, loc), loc);
   if (bias) y = add(y, along_axis("layer_norm", "bias", *bias, x, a, loc), loc);
   return y;
@@ -145,7 +152,7 @@ Array glu(const Array& x, std::int64_t axis, std::source_location loc) {
   if (n % 2 != 0)
     throw ShapeError("glu(" + x.aval().str() + "): axis " + std::to_string(a) + " has odd length " + std::to_string(n) +
                      "; it is split in two halves (at " + format_location(loc) + ")");
-  return mul(slice_in_dim(x, 0, n / 2, a, loc), logistic(slice_in_dim(x, n / 2, n, a, loc), loc), loc);
+  return mul(slice_in_dim(x, 0, n / 2, 1, a, loc), logistic(slice_in_dim(x, n / 2, n, 1, a, loc), loc), loc);
 }
 
 Array one_hot(const Array& indices, std::int64_t num_classes, DType dtype, std::int64_t axis, std::source_location loc) {

@@ -663,12 +663,14 @@ Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& st
   return bind1(P::slice, {x}, params::Slice{.start_indices = start, .limit_indices = limit, .strides = strides}, loc);
 }
 
-Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t axis, std::source_location loc) {
+Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t stride, std::int64_t axis,
+                   std::source_location loc) {
   axis = norm_axis(axis, x.ndim(), "slice_in_dim", x, loc);
-  Axes s(static_cast<std::size_t>(x.ndim()), 0), l = x.shape();
+  Axes s(static_cast<std::size_t>(x.ndim()), 0), l = x.shape(), st(static_cast<std::size_t>(x.ndim()), 1);
   s[static_cast<std::size_t>(axis)] = start;
   l[static_cast<std::size_t>(axis)] = limit;
-  return slice(x, s, l, {}, loc);
+  st[static_cast<std::size_t>(axis)] = stride;
+  return slice(x, s, l, stride == 1 ? Axes{} : st, loc);
 }
 
 namespace {
@@ -855,7 +857,7 @@ Array Array::operator[](detail::Located<std::int64_t> index) const {
   if (i < -n || i >= n)
     throw ShapeError("index " + std::to_string(i) + " out of range for " + aval().str() + " (at " + format_location(index.loc) + ")");
   if (i < 0) i += n;
-  return squeeze(slice_in_dim(*this, i, i + 1, 0, index.loc), {0}, index.loc);
+  return squeeze(slice_in_dim(*this, i, i + 1, 1, 0, index.loc), {0}, index.loc);
 }
 
 Array Array::operator[](detail::Located<Array> index) const {
@@ -1007,7 +1009,7 @@ Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis,
   if (n == 0) return x;
   const std::int64_t s = ((shift % n) + n) % n;  // out[i] = x[(i - s) mod n]
   if (s == 0) return x;
-  return concatenate({slice_in_dim(x, n - s, n, a, loc), slice_in_dim(x, 0, n - s, a, loc)}, a, loc);
+  return concatenate({slice_in_dim(x, n - s, n, 1, a, loc), slice_in_dim(x, 0, n - s, 1, a, loc)}, a, loc);
 }
 
 // No axes flip nothing (jnp.flip(x, axis=())); flip(x) flips every axis (axis=None).
@@ -1016,9 +1018,9 @@ Array flip(const Array& x, const Axes& axes, std::source_location loc) {
   return bind1(P::rev, {x}, params::Rev{.dimensions = dims}, loc);
 }
 
-Array flip(const Array& x, std::int64_t axis, std::source_location loc) { return flip(x, Axes{axis}, loc); }
+Array detail::flip_axis(const Array& x, std::int64_t axis, std::source_location loc) { return flip(x, Axes{axis}, loc); }
 
-Array flip(const Array& x, std::source_location loc) {
+Array flip(const Array& x, std::nullopt_t, std::source_location loc) {
   return bind1(P::rev, {x}, params::Rev{.dimensions = norm_axes({}, x.ndim(), "flip", x, loc)}, loc);
 }
 
@@ -1101,8 +1103,8 @@ Array prefix_scan(const std::function<Array(const Array&, const Array&)>& fn, co
   const Array pairs = fn(every_other(x, 0, n - 1, axis, loc), every_other(x, 1, n, axis, loc));
   const Array odd = prefix_scan(fn, pairs, axis, loc);
   const Array later_evens = every_other(x, 2, n, axis, loc);
-  const Array odd_before = n % 2 == 0 ? slice_in_dim(odd, 0, odd.dim(axis) - 1, axis, loc) : odd;
-  const Array even = concatenate({slice_in_dim(x, 0, 1, axis, loc), fn(odd_before, later_evens)}, axis, loc);
+  const Array odd_before = n % 2 == 0 ? slice_in_dim(odd, 0, odd.dim(axis) - 1, 1, axis, loc) : odd;
+  const Array even = concatenate({slice_in_dim(x, 0, 1, 1, axis, loc), fn(odd_before, later_evens)}, axis, loc);
   return interleave(even, odd, axis, loc);
 }
 
@@ -1205,7 +1207,7 @@ Array repeat(const Array& x, std::int64_t repeats, std::optional<std::int64_t> a
   return reshape(broadcast_in_dim(x, wide, dims, loc), merged, loc);
 }
 
-std::vector<Array> split(const Array& x, std::int64_t sections, std::int64_t axis, std::source_location loc) {
+std::vector<Array> detail::split_sections(const Array& x, std::int64_t sections, std::int64_t axis, std::source_location loc) {
   const std::int64_t a = norm_axis(axis, x.ndim(), "split", x, loc), n = x.dim(a);
   if (sections <= 0 || n % sections != 0)
     axis_fail("split", x, std::to_string(sections) + " sections do not divide axis " + std::to_string(a) + " of size " + std::to_string(n) +
@@ -1226,7 +1228,7 @@ std::vector<Array> split(const Array& x, const std::vector<std::int64_t>& indice
   auto clip = [n](std::int64_t i) { return std::clamp(i < 0 ? i + n : i, std::int64_t{0}, n); };
   for (std::size_t k = 0; k <= indices.size(); ++k) {
     const std::int64_t to = k < indices.size() ? clip(indices[k]) : n;
-    out.push_back(slice_in_dim(x, from, std::max(from, to), a, loc));
+    out.push_back(slice_in_dim(x, from, std::max(from, to), 1, a, loc));
     from = to;
   }
   return out;

@@ -52,7 +52,7 @@ Array raw_words(const Array& key, std::int64_t n, const std::source_location& lo
   Array counters = transpose(reshape(flat, {2, m}, loc), {1, 0}, loc);  // u32[m, 2]
   Array hashed = detail::bind1(Primitive::threefry2x32, {key, counters}, {}, loc);
   Array words = reshape(transpose(hashed, {1, 0}, loc), {2 * m}, loc);
-  if (n % 2 != 0) words = slice_in_dim(words, 0, n, 0, loc);
+  if (n % 2 != 0) words = slice_in_dim(words, 0, n, 1, 0, loc);
   return words;
 }
 
@@ -79,8 +79,8 @@ Array unit_floats(const Array& key, std::int64_t n, DType dtype, const std::sour
   }
   // f64: 52 bits from a high word (first half) and a low word (second half)
   Array w = raw_words(key, 2 * n, loc);
-  Array hi = astype(slice_in_dim(w, 0, n, 0, loc), f64, loc);
-  Array lo = astype(div(slice_in_dim(w, n, 2 * n, 0, loc), scalar(4096.0, u32), loc), f64, loc);  // integer division (>> 12)
+  Array hi = astype(slice_in_dim(w, 0, n, 1, 0, loc), f64, loc);
+  Array lo = astype(div(slice_in_dim(w, n, 2 * n, 1, 0, loc), scalar(4096.0, u32), loc), f64, loc);  // integer division (>> 12)
   return hi * std::ldexp(1.0, -32) + lo * std::ldexp(1.0, -52);
 }
 
@@ -155,11 +155,11 @@ Array normal(const Array& key, const Shape& shape, DType dtype, std::source_loca
   // Box-Muller on m pairs of uniforms: u1 in (0, 1], u2 in [0, 1)
   const std::int64_t m = (n + 1) / 2;
   Array u = unit_floats(key, 2 * m, dtype, loc);
-  Array u1 = 1.0 - slice_in_dim(u, 0, m, 0, loc);
-  Array theta = slice_in_dim(u, m, 2 * m, 0, loc) * (2.0 * std::numbers::pi);
+  Array u1 = 1.0 - slice_in_dim(u, 0, m, 1, 0, loc);
+  Array theta = slice_in_dim(u, m, 2 * m, 1, 0, loc) * (2.0 * std::numbers::pi);
   Array r = sqrt(log(u1, loc) * -2.0, loc);
   Array z = concatenate({r * cos(theta, loc), r * sin(theta, loc)}, 0, loc);
-  if (n % 2 != 0) z = slice_in_dim(z, 0, n, 0, loc);
+  if (n % 2 != 0) z = slice_in_dim(z, 0, n, 1, 0, loc);
   return reshape(z, shape, loc);
 }
 

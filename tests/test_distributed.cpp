@@ -113,7 +113,7 @@ TEST_CASE("distributed: tiled all_gather concatenates and tiled psum_scatter han
   // Along axis 1: columns 3p .. 3p + 2 of the sum.
   xj::Array wide = input_of(me(), {2, 3 * n()});
   xj::Array want_cols = xj::zeros({2, 3}, xj::f64);
-  for (int p = 0; p < n(); ++p) want_cols = want_cols + xj::slice_in_dim(input_of(p, {2, 3 * n()}), 3 * me(), 3 * me() + 3, 1);
+  for (int p = 0; p < n(); ++p) want_cols = want_cols + xj::slice_in_dim(input_of(p, {2, 3 * n()}), 3 * me(), 3 * me() + 3, 1, 1);
   check_close(xj::psum_scatter(wide, 1, {.tiled = true}), want_cols, 1e-14);
   // The axis must split into one chunk per process.
   CHECK_THROWS_AS(xj::psum_scatter(xj::zeros({2 * n() + 1, 3}, xj::f64), 0, {.tiled = true}), xj::ShapeError);

@@ -729,3 +729,20 @@ TEST_CASE("solve(a, b, \"pos\") factors a's upper triangle (jax.scipy's cho_fact
   CHECK(x[1] == doctest::Approx(1.0 / 3).epsilon(1e-14));
   CHECK_THROWS_AS((void)xj::linalg::solve(xj::broadcast_to(xj::eye(3, xj::f64), {2, 3, 3}), xj::ones({3}, xj::f64), "pos"), xj::ShapeError);
 }
+
+// jnp.linalg.eigh(a, UPLO, symmetrize_input): "U" reads the upper triangle (a string had converted
+// to lower = true). Eigenvalues of [[p, q], [q, r]] in closed form: (p + r -+ sqrt((p - r)^2 + 4 q^2)) / 2.
+TEST_CASE("eigh: UPLO spelled as JAX's string") {
+  const xj::Array n = f64({2, 100, 1, 3}, {2, 2});
+  const auto closed = [](double p, double q, double r) {
+    const double d = std::sqrt((p - r) * (p - r) + 4 * q * q);
+    return std::vector<double>{(p + r - d) / 2, (p + r + d) / 2};
+  };
+  const auto upper = linalg::eigh(n, "U", false).first.to_vector<double>(), want_upper = closed(2, 100, 3);
+  const auto lower = linalg::eigh(n, "L", false).first.to_vector<double>(), want_lower = closed(2, 1, 3);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(upper[i] == doctest::Approx(want_upper[i]).epsilon(1e-13));
+    CHECK(lower[i] == doctest::Approx(want_lower[i]).epsilon(1e-13));
+  }
+  CHECK_THROWS_WITH_AS((void)linalg::eigh(n, "X"), doctest::Contains("UPLO must be"), xj::Error);
+}

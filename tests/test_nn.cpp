@@ -374,3 +374,19 @@ TEST_CASE("tanh gelu's derivative is 0, not NaN, for large negative x (thirty-th
     CHECK(grad_gelu(xj::scalar(v, xj::f64)).item<double>() == doctest::Approx(static_cast<double>(derivative(v))).epsilon(1e-12));
   }
 }
+
+// jax.nn.standardize(x, axis, mean, variance, epsilon): a port's third argument is the mean (it
+// had been epsilon). Against the closed form (x - m) / sqrt(v + eps) in double, v given or the
+// mean of (x - m)^2 (JAX's algorithm="stable").
+TEST_CASE("nn: standardize with a given mean and variance (jax.nn.standardize's slots)") {
+  const std::vector<double> xv{1, 2, 3, 6};
+  const xj::Array x = test_util::f64v(xv, {4});
+  const xj::Array zero = xj::scalar(0.0, xj::f64), var = xj::scalar(2.5, xj::f64);
+  double mean_sq = 0;
+  for (double v : xv) mean_sq += v * v / 4;
+  std::vector<double> given_mean, both;
+  for (double v : xv) given_mean.push_back(v / std::sqrt(mean_sq + 1e-5)), both.push_back(v / std::sqrt(2.5 + 1e-3));
+  check_close_to(xj::standardize(x, -1, zero), given_mean, 1e-14);
+  check_close_to(xj::standardize(x, -1, zero, var, 1e-3), both, 1e-14);
+  check_close_to(xj::standardize(x, -1, std::nullopt, std::nullopt), normalized(xv, 1, 4, 1, false, {}, {}, 1e-5), 1e-12);
+}

@@ -797,7 +797,7 @@ TEST_CASE("ops: slice with and without strides, slice_in_dim, x[i]") {
   check_array(xj::slice(x, {1, 1}, {4, 5}, {2, 2}), {2, 2}, xj::f32, {6, 8, 16, 18});
   check_array(xj::slice(f32v({0, 1, 2, 3, 4, 5, 6}, {7}), {1}, {7}, {3}), {2}, xj::f32, {1, 4});
   check_array(xj::slice(x, {2, 0}, {2, 5}), {0, 5}, xj::f32, {});
-  check_array(xj::slice_in_dim(x, 1, 3, 1), {4, 2}, xj::f32, {1, 2, 6, 7, 11, 12, 16, 17});
+  check_array(xj::slice_in_dim(x, 1, 3, 1, 1), {4, 2}, xj::f32, {1, 2, 6, 7, 11, 12, 16, 17});
   check_array(xj::slice_in_dim(x, 3, 4), {1, 5}, xj::f32, {15, 16, 17, 18, 19});
 
   check_array(x[0], {5}, xj::f32, {0, 1, 2, 3, 4});
@@ -1422,4 +1422,30 @@ TEST_CASE("ops: sort's derivative numbers a dimension past 2^31 with i64 positio
   std::ostringstream printed_small;
   printed_small << xj::detail::trace_flat(sorted_jvp, small);
   CHECK(printed_small.str().find("dtype=int32 shape=(5,)") != std::string::npos);
+}
+
+// Positional slots where a port's call meant something else (hunts of the thirty-sixth session):
+// lax.slice_in_dim(x, start, limit, stride, axis) (xjax's took axis fourth), jnp.split(x, [2])
+// (`{2}` chose the count overload), jnp.flip(x, ()) (`{}` flipped axis 0). Expected values from
+// plain index arithmetic on the arange.
+TEST_CASE("ops: slice_in_dim's stride, split(x, {2}) and flip(x, {}) as JAX's") {
+  const xj::Array x = xj::reshape(xj::astype(xj::arange(16), xj::f32), {4, 4});
+  check_array(xj::slice_in_dim(x, 1, 3, 1), {2, 4}, xj::f32, {4, 5, 6, 7, 8, 9, 10, 11});
+  check_array(xj::slice_in_dim(x, 0, 4, 2), {2, 4}, xj::f32, {0, 1, 2, 3, 8, 9, 10, 11});
+  check_array(xj::slice_in_dim(x, 0, 4, 2, 1), {4, 2}, xj::f32, {0, 2, 4, 6, 8, 10, 12, 14});
+  check_array(xj::slice_in_dim(x, 1, 4, 2, -1), {4, 2}, xj::f32, {1, 3, 5, 7, 9, 11, 13, 15});
+  const xj::Array r = xj::astype(xj::arange(6), xj::f32);
+  const auto at2 = xj::split(r, {2});
+  REQUIRE(at2.size() == 2);
+  check_array(at2[0], {2}, xj::f32, {0, 1});
+  check_array(at2[1], {4}, xj::f32, {2, 3, 4, 5});
+  const auto thirds = xj::split(r, 3);
+  REQUIRE(thirds.size() == 3);
+  check_array(thirds[2], {2}, xj::f32, {4, 5});
+  CHECK(xj::split(r, std::size_t{2}).size() == 2);
+  const xj::Array x23 = xj::reshape(r, {2, 3});
+  check_array(xj::flip(x23, {}), {2, 3}, xj::f32, {0, 1, 2, 3, 4, 5});
+  check_array(xj::flip(x23, 0), {2, 3}, xj::f32, {3, 4, 5, 0, 1, 2});
+  check_array(xj::flip(x23, {1}), {2, 3}, xj::f32, {2, 1, 0, 5, 4, 3});
+  check_array(xj::flip(x23), {2, 3}, xj::f32, {5, 4, 3, 2, 1, 0});
 }

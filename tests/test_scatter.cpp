@@ -207,14 +207,14 @@ TEST_CASE("at: vmap with batched indices, operands and updates equals member-by-
       auto one = [&](const xj::Array& a, const xj::Array& i, const xj::Array& v) { return apply(xj::at(a, i), how, v, mode); };
       const xj::Array batched = xj::vmap(one)(x, ids, u);
       for (std::int64_t b = 0; b < 3; ++b) {
-        auto member = [&](const xj::Array& a) { return xj::squeeze(xj::slice_in_dim(a, b, b + 1, 0), {0}); };
+        auto member = [&](const xj::Array& a) { return xj::squeeze(xj::slice_in_dim(a, b, b + 1, 1, 0), {0}); };
         check_same_values(vec(member(batched)), vec(one(member(x), member(ids), member(u))));
       }
       // Shared operand, batched indices only.
-      const xj::Array x0 = xj::reshape(xj::slice_in_dim(x, 0, 1, 0), {4, 2});
+      const xj::Array x0 = xj::reshape(xj::slice_in_dim(x, 0, 1, 1, 0), {4, 2});
       const xj::Array shared = xj::vmap([&](const xj::Array& i, const xj::Array& v) { return one(x0, i, v); })(ids, u);
-      check_same_values(vec(xj::slice_in_dim(shared, 2, 3, 0)),
-                 vec(one(x0, xj::reshape(xj::slice_in_dim(ids, 2, 3, 0), {2}), xj::reshape(xj::slice_in_dim(u, 2, 3, 0), {2, 2}))));
+      check_same_values(vec(xj::slice_in_dim(shared, 2, 3, 1, 0)),
+                 vec(one(x0, xj::reshape(xj::slice_in_dim(ids, 2, 3, 1, 0), {2}), xj::reshape(xj::slice_in_dim(u, 2, 3, 1, 0), {2, 2}))));
     }
   // get with batched indices.
   const xj::Array got = xj::vmap([](const xj::Array& a, const xj::Array& i) { return xj::at(a, i).get(); })(x, ids);

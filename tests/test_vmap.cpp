@@ -22,7 +22,7 @@ namespace {
 
 /// Slice i of x along `axis`.
 xj::Array member(const xj::Array& x, std::int64_t i, std::int64_t axis = 0) {
-  return xj::squeeze(xj::slice_in_dim(x, i, i + 1, axis), {axis});
+  return xj::squeeze(xj::slice_in_dim(x, i, i + 1, 1, axis), {axis});
 }
 
 /// Bit-identical arrays (same aval and values).

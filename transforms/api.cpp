@@ -410,7 +410,7 @@ Shape concat_shapes(const Shape& a, const Shape& b) {
 /// Elements [begin, end) of x along `axis`.
 Array part(const Array& x, std::int64_t axis, std::int64_t begin, std::int64_t end) {
   if (begin == 0 && end == x.shape()[static_cast<std::size_t>(axis)]) return x;
-  return slice_in_dim(x, begin, end, axis);
+  return slice_in_dim(x, begin, end, 1, axis);
 }
 
 // A dot_general with the identity matrix I as one operand is the other operand X, its contracted

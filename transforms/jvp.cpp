@@ -544,10 +544,10 @@ JvpOut lu_jvp(const JvpArgs& a) {
       s.push_back(c);
       return s;
     };
-    Array l = tril(slice_in_dim(lu, 0, k, -1, a.loc), -1, a.loc);
+    Array l = tril(slice_in_dim(lu, 0, k, 1, -1, a.loc), -1, a.loc);
     if (m > k) l = concatenate({l, zeros(with_batch(m, m - k), lu.dtype())}, -1, a.loc);
     l = add(l, identity_from(with_batch(m, m), 0, lu.dtype(), a.loc), a.loc);
-    Array u = triu(slice_in_dim(lu, 0, k, -2, a.loc), 0, a.loc);
+    Array u = triu(slice_in_dim(lu, 0, k, 1, -2, a.loc), 0, a.loc);
     if (n > k) u = add(concatenate({u, zeros(with_batch(n - k, n), lu.dtype())}, -2, a.loc), identity_from(with_batch(n, n), k, lu.dtype(), a.loc), a.loc);
     const Array pda = take_along_axis(t, expand_dims(permutation, permutation.ndim(), a.loc), -2, a.loc);  // P dA
     const Array la = linalg::triangular_solve(l, pda, {.left_side = true, .lower = true, .unit_diagonal = true}, a.loc);

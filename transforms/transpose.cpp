@@ -417,7 +417,7 @@ Cts concatenate_transpose(const TransposeArgs& a) {
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < a.in.size(); ++i) {
     std::int64_t n = a.in[i].aval.shape[static_cast<std::size_t>(dim)];
-    if (a.in[i].is_linear()) out[i] = slice_in_dim(c, offset, offset + n, dim);
+    if (a.in[i].is_linear()) out[i] = slice_in_dim(c, offset, offset + n, 1, dim);
     offset += n;
   }
   return out;

@@ -99,6 +99,9 @@ std::pair<Array, Array> qr(const Array& a, const std::string& mode = "reduced", 
 /// decomposed; otherwise only a's lower (or upper) triangle is read. A repeated eigenvalue makes
 /// the eigenvectors' derivative infinite (as JAX); w's stays finite.
 std::pair<Array, Array> eigh(const Array& a, bool lower = true, bool symmetrize_input = true, XJAX_LOC);
+/// jnp.linalg.eigh's spelling: UPLO "L" (lower) or "U" (upper); a string had converted to
+/// `lower = true`.
+std::pair<Array, Array> eigh(const Array& a, const char* uplo, bool symmetrize_input = true, XJAX_LOC);
 
 /// jnp.linalg.svd(a, full_matrices): {u, s, vh} with a = u diag(s) vh, s descending (..., k), u
 /// (..., m, k) and vh (..., k, n), or (..., m, m) and (..., n, n) with full_matrices (jnp's

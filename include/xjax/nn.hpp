@@ -12,8 +12,12 @@
 
 namespace xjax {
 
-/// jax.nn.standardize: (x - mean) / sqrt(var + epsilon) over `axis` (var the biased variance).
-Array standardize(const Array& x, std::int64_t axis = -1, double epsilon = 1e-5,
+/// jax.nn.standardize: (x - mean) / sqrt(variance + epsilon) over `axis`, with the mean and the
+/// (biased) variance given or computed; the variance as JAX's algorithm="stable" computes it,
+/// mean((x - mean)^2) (JAX's default "fast" is mean(x^2) - mean^2, which cancels: a documented
+/// difference).
+Array standardize(const Array& x, std::int64_t axis = -1, const std::optional<Array>& mean = std::nullopt,
+                  const std::optional<Array>& variance = std::nullopt, double epsilon = 1e-5,
                   std::source_location loc = std::source_location::current());
 /// Layer normalization (flax.linen.LayerNorm over one axis): standardize(x, axis, epsilon) * scale
 /// + bias, with scale and bias 1-D of x's length along `axis` (either may be left out). epsilon

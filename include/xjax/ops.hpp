@@ -5,6 +5,7 @@
 // appear in the jaxpr); a C++ number mixed with an array is weakly typed (detail::Scalar). The trailing `loc` parameter records the
 // caller's source line for error messages and saved-residual reports; never pass it explicitly.
 #pragma once
+#include <concepts>
 #include <initializer_list>
 #include <optional>
 #include <source_location>
@@ -231,6 +232,13 @@ Array mean(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LO
 /// instead of N; jnp.std: its square root.
 Array var(const Array& x, const Axes& axes = {}, std::int64_t ddof = 0, bool keepdims = false, XJAX_LOC);
 Array std(const Array& x, const Axes& axes = {}, std::int64_t ddof = 0, bool keepdims = false, XJAX_LOC);
+/// (A bool where ddof goes is keepdims written one place early, as mean's third: refused.)
+template <class B>
+  requires std::same_as<B, bool>
+Array var(const Array& x, const Axes& axes, B ddof, bool keepdims = false, XJAX_LOC) = delete;
+template <class B>
+  requires std::same_as<B, bool>
+Array std(const Array& x, const Axes& axes, B ddof, bool keepdims = false, XJAX_LOC) = delete;
 Array max(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array min(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
 Array prod(const Array& x, const Axes& axes = {}, bool keepdims = false, XJAX_LOC);
@@ -270,7 +278,9 @@ Array squeeze(const Array& x, const Axes& axes = {}, XJAX_LOC);
 Array concatenate(const std::vector<Array>& xs, std::int64_t axis = 0, XJAX_LOC);
 Array stack(const std::vector<Array>& xs, std::int64_t axis = 0, XJAX_LOC);
 Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& strides = {}, XJAX_LOC);
-Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t axis = 0, XJAX_LOC);
+/// lax.slice_in_dim: [start, limit) by `stride` along `axis` (lax's order: stride before axis).
+Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t stride = 1, std::int64_t axis = 0,
+                   XJAX_LOC);
 /// lax.pad: lo[d] / hi[d] copies of padding_value (a scalar, converted to x's dtype) before /
 /// after dimension d (negative: that many elements cropped) and interior[d] between its elements
 /// (empty interior: none).
@@ -297,9 +307,17 @@ Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis 
 /// jnp.flip (lax.rev; its primitive prints as rev[dimensions=...]): x with the order of its
 /// elements reversed along each of `axes` (negative count from the end), along one axis, or
 /// along every axis. (xj::rev is check_grads' reverse mode, so lax.rev is spelled flip.)
+/// (`flip(x, {})` reverses nothing, as jnp.flip(x, ()): the one-axis form takes an integer
+/// argument, which a braced list is not.)
 Array flip(const Array& x, const Axes& axes, XJAX_LOC);
-Array flip(const Array& x, std::int64_t axis, XJAX_LOC);
-Array flip(const Array& x, XJAX_LOC);
+namespace detail {
+Array flip_axis(const Array& x, std::int64_t axis, std::source_location loc);
+}
+template <std::integral I> Array flip(const Array& x, I axis, XJAX_LOC) {
+  return detail::flip_axis(x, static_cast<std::int64_t>(axis), loc);
+}
+/// Every axis (jnp.flip's axis=None; `{}` cannot make a nullopt_t, so it stays the empty Axes).
+Array flip(const Array& x, std::nullopt_t every_axis = std::nullopt, XJAX_LOC);
 /// lax.sort / jnp.sort: x's elements in ascending order along `dimension`, stably (is_stable is
 /// accepted for JAX's spelling; the sort is always stable). Floats in JAX's total order: -0 and 0
 /// are equal, NaNs go last. The tangents move with the elements.
@@ -339,8 +357,14 @@ Array tile(const Array& x, const Shape& reps, XJAX_LOC);
 /// flattened array when none).
 Array repeat(const Array& x, std::int64_t repeats, std::optional<std::int64_t> axis = std::nullopt, XJAX_LOC);
 /// jnp.split into `sections` equal parts along `axis` (a ShapeError unless they divide it), or at
-/// the given indices.
-std::vector<Array> split(const Array& x, std::int64_t sections, std::int64_t axis = 0, XJAX_LOC);
+/// the given indices (`split(x, {2})` splits at index 2, as jnp.split(x, [2]): the count form
+/// takes an integer argument, which a braced list is not).
+namespace detail {
+std::vector<Array> split_sections(const Array& x, std::int64_t sections, std::int64_t axis, std::source_location loc);
+}
+template <std::integral I> std::vector<Array> split(const Array& x, I sections, std::int64_t axis = 0, XJAX_LOC) {
+  return detail::split_sections(x, static_cast<std::int64_t>(sections), axis, loc);
+}
 std::vector<Array> split(const Array& x, const std::vector<std::int64_t>& indices, std::int64_t axis = 0, XJAX_LOC);
 /// jnp.linspace: num values evenly spaced from start to stop (included when endpoint).
 Array linspace(double start, double stop, std::int64_t num, DType dtype = f32, bool endpoint = true, XJAX_LOC);

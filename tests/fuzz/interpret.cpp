@@ -93,7 +93,7 @@ Array separated(const Array& x) {
   return xj::tanh(x) * 0.2 + xj::astype(i == xj::iota(xj::i32, s, 1), x.dtype()) * xj::astype(i + 1, x.dtype()) * 2.0;
 }
 /// v with the sign that makes each column's first entry positive (sign's derivative is zero).
-Array column_signs(const Array& v) { return xj::sign(xj::slice_in_dim(v, 0, 1, -2)); }
+Array column_signs(const Array& v) { return xj::sign(xj::slice_in_dim(v, 0, 1, 1, -2)); }
 
 std::vector<Array> i32_scalars(const std::vector<std::int64_t>& v) {
   std::vector<Array> out;
@@ -461,7 +461,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       const Array sorted = xj::sort(a, axis);
       if (m && a.dim(axis) > 1) {  // ties are kinks: the gaps between neighbours in sorted order
         const std::int64_t len = a.dim(axis);
-        note(m, xj::slice_in_dim(sorted, 1, len, axis) - xj::slice_in_dim(sorted, 0, len - 1, axis));
+        note(m, xj::slice_in_dim(sorted, 1, len, 1, axis) - xj::slice_in_dim(sorted, 0, len - 1, 1, axis));
       }
       if (n.variant == 0) return {sorted};
       if (n.variant == 1) return {xj::top_k(a, n.ints[1]).first};
@@ -564,7 +564,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         limit.push_back(n.ints[k + 1]);
         strides.push_back(n.ints[k + 2]);
       }
-      if (!n.flag && start.size() == 1) return {xj::slice_in_dim(a, start[0], limit[0], 0)};
+      if (!n.flag && start.size() == 1) return {xj::slice_in_dim(a, start[0], limit[0], 1, 0)};
       return {n.flag ? xj::slice(a, start, limit, strides) : xj::slice(a, start, limit)};
     }
     case Op::DynSlice: case Op::DynUpdateSlice: {
@@ -636,7 +636,7 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
       std::optional<Array> scale, bias;
       if (n.ints[1]) scale = fit(args.at(next++), len);
       if (n.ints[2]) bias = fit(args.at(next++), len);
-      if (n.variant == 0) return {xj::standardize(a, axis, n.c)};
+      if (n.variant == 0) return {xj::standardize(a, axis, std::nullopt, std::nullopt, n.c)};
       if (n.variant == 1) return {xj::layer_norm(a, scale, bias, axis, n.c)};
       return {xj::rms_norm(a, scale, axis, n.c)};
     }

@@ -481,7 +481,7 @@ std::vector<Row> build() {
                   uniform_gen({4, 5}, -2, 2)));
   t.push_back(row("slice_strided", {P::slice}, squared([](const Arrays& x) { return slice(x[0], {1, 0}, {6, 5}, {2, 2}); }),
                   uniform_gen({6, 5}, -2, 2)));
-  t.push_back(row("slice_in_dim", {P::slice}, squared([](const Arrays& x) { return slice_in_dim(x[0], 1, 3, 1); }),
+  t.push_back(row("slice_in_dim", {P::slice}, squared([](const Arrays& x) { return slice_in_dim(x[0], 1, 3, 1, 1); }),
                   uniform_gen(s, -2, 2)));
   t.push_back(row("pad", {P::pad},
                   squared([](const Arrays& x) {
@@ -734,7 +734,7 @@ std::vector<Row> build() {
     }
     return concatenate(parts, -1);
   };
-  auto first_row_sign = [](const Array& v) { return sign(slice_in_dim(v, 0, 1, -2)); };
+  auto first_row_sign = [](const Array& v) { return sign(slice_in_dim(v, 0, 1, 1, -2)); };
   auto separated = [](const Array& x) {
     const Shape s{x.dim(-2), x.dim(-1)};
     const Array i = iota(i32, s, 0);
