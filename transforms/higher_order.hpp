@@ -56,6 +56,11 @@ ClosedJaxpr permute_invars(const ClosedJaxpr& j, const std::vector<std::size_t>&
 ClosedJaxpr permute_outvars(const ClosedJaxpr& j, const std::vector<std::size_t>& order);
 /// j keeping only the invars with keep set (the others must be unused: InternalError otherwise).
 ClosedJaxpr prune_invars(const ClosedJaxpr& j, const std::vector<bool>& keep);
+/// dce : Jaxpr -> Jaxpr of a loop body (nc consts, ncar carries first among its inputs and outputs):
+/// keeps the outputs used and the carries used or read by what is kept (a fixpoint; `used_carry`
+/// grows to them); `reads` says which inputs the result reads (scan's and revolve_lin's DCE).
+ClosedJaxpr loop_body_dce(const ClosedJaxpr& body, std::size_t nc, std::size_t ncar, const std::vector<bool>& used_out,
+                          std::vector<bool>& used_carry, std::vector<bool>& reads);
 /// Copies j's equations into `out` with fresh variables, its invars bound to `inputs`; returns
 /// the atoms of its outputs. (j must have no constvars.)
 std::vector<Atom> inline_jaxpr(const Jaxpr& j, std::span<const Atom> inputs, std::vector<Eqn>& out);

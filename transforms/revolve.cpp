@@ -349,16 +349,7 @@ Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
   const ClosedJaxpr& s = *ps.linear_jaxpr;  // (lin consts, lin carry, res, lin xs) -> (lin carry, lin ys)
   std::vector<bool> used_carry(used_out.begin(), used_out.begin() + static_cast<std::ptrdiff_t>(nlcar));
   std::vector<bool> s_reads;
-  ClosedJaxpr live;
-  for (;;) {
-    std::vector<bool> keep = used_out;
-    for (std::size_t k = 0; k < nlcar; ++k) keep[k] = used_carry[k];
-    live = dce(s, keep, &s_reads);
-    bool grew = false;
-    for (std::size_t k = 0; k < nlcar; ++k)
-      if (s_reads[nlc + k] && !used_carry[k]) used_carry[k] = grew = true;
-    if (!grew) break;
-  }
+  const ClosedJaxpr live = loop_body_dce(s, nlc, nlcar, used_out, used_carry, s_reads);
   std::vector<bool> keep_s = s_reads;
   for (std::size_t k = 0; k < nlcar; ++k) keep_s[nlc + k] = used_carry[k];
   const std::vector<bool> keep_res(keep_s.begin() + static_cast<std::ptrdiff_t>(nlc + nlcar),

@@ -372,22 +372,26 @@ std::vector<Tangent> scan_transpose(const TransposeArgs& a) {
 
 // ---- DCE -------------------------------------------------------------------------------------
 
+ClosedJaxpr loop_body_dce(const ClosedJaxpr& body, std::size_t nc, std::size_t ncar, const std::vector<bool>& used_out,
+                          std::vector<bool>& used_carry, std::vector<bool>& reads) {
+  for (;;) {
+    std::vector<bool> keep = used_out;
+    for (std::size_t k = 0; k < ncar; ++k) keep[k] = used_carry[k];
+    ClosedJaxpr live = dce(body, keep, &reads);
+    bool grew = false;
+    for (std::size_t k = 0; k < ncar; ++k)
+      if (reads[nc + k] && !used_carry[k]) used_carry[k] = grew = true;
+    if (!grew) return live;
+  }
+}
+
 // Keeps the ys that are used and the carries that are used or read by what is kept (fixpoint).
 Eqn scan_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
   ScanParams sp = ScanParams::read(e.params);
   std::size_t nc = sp.nconsts, ncar = sp.ncarry;
   std::vector<bool> used_carry(used_out.begin(), used_out.begin() + static_cast<std::ptrdiff_t>(ncar));
   std::vector<bool> body_used_in;
-  ClosedJaxpr body;
-  while (true) {
-    std::vector<bool> keep = used_out;
-    for (std::size_t k = 0; k < ncar; ++k) keep[k] = used_carry[k];
-    body = dce(*sp.body, keep, &body_used_in);
-    bool grew = false;
-    for (std::size_t k = 0; k < ncar; ++k)
-      if (body_used_in[nc + k] && !used_carry[k]) used_carry[k] = grew = true;
-    if (!grew) break;
-  }
+  ClosedJaxpr body = loop_body_dce(*sp.body, nc, ncar, used_out, used_carry, body_used_in);
   std::vector<bool> keep_in = body_used_in;
   for (std::size_t k = 0; k < ncar; ++k) keep_in[nc + k] = used_carry[k];
   body = prune_invars(body, keep_in);
