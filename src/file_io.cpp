@@ -67,12 +67,15 @@ namespace {
 // where that would pass NAME_MAX (a valid 249-byte name could not be saved; a hunt of the
 // thirty-sixth session).
 constexpr std::size_t kNameMax = 255;  // NAME_MAX of Linux's file systems
+// The length of a path's last component.
+std::size_t name_length(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path.size() : path.size() - slash - 1;
+}
 std::string temporary_beside(const std::string& target) {
   constexpr std::size_t kSuffix = 11;  // ".tmp.XXXXXX"
-  const std::size_t slash = target.rfind('/');
-  const std::size_t name_start = slash == std::string::npos ? 0 : slash + 1;
   std::string stem = target;
-  if (target.size() - name_start + kSuffix > kNameMax) stem.resize(name_start + kNameMax - kSuffix);
+  if (name_length(target) + kSuffix > kNameMax) stem.resize(target.size() - name_length(target) + kNameMax - kSuffix);
   return stem + ".tmp.XXXXXX";
 }
 
@@ -92,7 +95,7 @@ AtomicFile::AtomicFile(std::string path)
   errno = 0;
   if (path_.empty()) throw Error("cannot write a file of an empty name");
   // (a name past NAME_MAX: refused before the data is written, not at the rename)
-  if (target_.size() - (target_.rfind('/') == std::string::npos ? 0 : target_.rfind('/') + 1) > kNameMax) {
+  if (name_length(target_) > kNameMax) {
     errno = ENAMETOOLONG;
     fail(path_, "cannot create it");
   }

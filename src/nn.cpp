@@ -41,7 +41,9 @@ Array standardize(const Array& x, std::int64_t axis, const std::optional<Array>&
   const std::int64_t a = normalized_axis("standardize", x, axis, loc);
   if (given_mean || given_variance) {  // (x - m) rsqrt(v + eps), whatever is not given computed
     const Array m = given_mean ? *given_mean : mean(x, {a}, true, loc);
-    const Array v = given_variance ? *given_variance : mean(square(sub(x, m, loc), loc), {a}, true, loc);
+    const Array v = given_variance ? *given_variance
+                                   : maximum(sub(mean(square(x, loc), {a}, true, loc), square(m, loc), loc),
+                                             scalar_like(0.0, m), loc);
     return mul(sub(x, m, loc), rsqrt(add(v, scalar_like(epsilon, v), loc), loc), loc);
   }
   // bf16 / f16: the statistics in f32, as flax computes them (in bf16 the mean of 1000, 1000,

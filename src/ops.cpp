@@ -666,6 +666,9 @@ Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& st
 Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t stride, std::int64_t axis,
                    std::source_location loc) {
   axis = norm_axis(axis, x.ndim(), "slice_in_dim", x, loc);
+  const std::int64_t n = x.dim(axis);
+  if (start < 0) start += n;
+  if (limit < 0) limit += n;
   Axes s(static_cast<std::size_t>(x.ndim()), 0), l = x.shape(), st(static_cast<std::size_t>(x.ndim()), 1);
   s[static_cast<std::size_t>(axis)] = start;
   l[static_cast<std::size_t>(axis)] = limit;

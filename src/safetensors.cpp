@@ -120,22 +120,21 @@ namespace {
 // a key repeated in one object is an error at every level (a tensor named twice, or a tensor's
 // "data_offsets" given twice: readers keeping the first or the last copy would disagree), and so
 // is nesting as deep as the reference reader refuses (serde_json's recursion limit: its 128th
-// nested container is an error). A parse
-// callback had checked the keys, but nlohmann-json rescans the enclosing container after each
-// object a callback sees: a 1 MB header of 330000 empty objects took 76 s to load (a hunt of the
-// thirty-sixth session).
+// nested container is an error). A parse callback had checked the keys, but nlohmann-json
+// rescans the enclosing container after each object a callback sees: a 1 MB header of 330000
+// empty objects took 76 s to load (a hunt of the thirty-sixth session).
 class HeaderStructure final : public nlohmann::json_sax<nlohmann::json> {
  public:
   static constexpr std::size_t kMaxDepth = 128;
   std::string problem;  // empty when none
 
-  bool start_object(std::size_t) override { return open(true); }
+  bool start_object(std::size_t) override { return open(); }
   bool end_object() override { return close(); }
-  bool start_array(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(); }
   bool end_array() override { return close(); }
   bool key(string_t& k) override {
     const bool top_level = open_.size() == 1;
-    if (!open_.back().keys.insert(k).second) {
+    if (!open_.back().insert(k).second) {
       problem = "the header names " + (top_level ? "'" + k + "'" : "\"" + k + "\" in '" + entry_ + "'") + " twice";
       return false;
     }
@@ -152,23 +151,19 @@ class HeaderStructure final : public nlohmann::json_sax<nlohmann::json> {
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 
  private:
-  struct Open {
-    bool object;
-    std::set<std::string> keys;
-  };
-  bool open(bool object) {
+  bool open() {
     if (open_.size() + 1 >= kMaxDepth) {
       problem = "the header nests deeper than " + std::to_string(kMaxDepth - 1) + " levels";
       return false;
     }
-    open_.push_back({object, {}});
+    open_.emplace_back();
     return true;
   }
   bool close() {
     open_.pop_back();
     return true;
   }
-  std::vector<Open> open_;
+  std::vector<std::set<std::string>> open_;  // the keys read in each open container (none in an array)
   std::string entry_;  // the last top-level key read: the tensor whose entry is being read
 };
 }  // namespace

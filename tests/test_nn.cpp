@@ -389,4 +389,8 @@ TEST_CASE("nn: standardize with a given mean and variance (jax.nn.standardize's 
   check_close_to(xj::standardize(x, -1, zero), given_mean, 1e-14);
   check_close_to(xj::standardize(x, -1, zero, var, 1e-3), both, 1e-14);
   check_close_to(xj::standardize(x, -1, std::nullopt, std::nullopt), normalized(xv, 1, 4, 1, false, {}, {}, 1e-5), 1e-12);
+  // a mean that is not x's: JAX's default variance mean(x^2) - m^2 (here 12.5 - 1), not mean((x - m)^2)
+  std::vector<double> off_mean;
+  for (double v : xv) off_mean.push_back((v - 1) / std::sqrt(mean_sq - 1 + 1e-5));
+  check_close_to(xj::standardize(x, -1, xj::scalar(1.0, xj::f64)), off_mean, 1e-14);
 }

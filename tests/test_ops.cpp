@@ -1434,6 +1434,7 @@ TEST_CASE("ops: slice_in_dim's stride, split(x, {2}) and flip(x, {}) as JAX's") 
   check_array(xj::slice_in_dim(x, 0, 4, 2), {2, 4}, xj::f32, {0, 1, 2, 3, 8, 9, 10, 11});
   check_array(xj::slice_in_dim(x, 0, 4, 2, 1), {4, 2}, xj::f32, {0, 2, 4, 6, 8, 10, 12, 14});
   check_array(xj::slice_in_dim(x, 1, 4, 2, -1), {4, 2}, xj::f32, {1, 3, 5, 7, 9, 11, 13, 15});
+  check_array(xj::slice_in_dim(x, -3, -1), {2, 4}, xj::f32, {4, 5, 6, 7, 8, 9, 10, 11});  // lax's: from the end
   const xj::Array r = xj::astype(xj::arange(6), xj::f32);
   const auto at2 = xj::split(r, {2});
   REQUIRE(at2.size() == 2);

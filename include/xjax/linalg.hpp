@@ -102,6 +102,10 @@ std::pair<Array, Array> eigh(const Array& a, bool lower = true, bool symmetrize_
 /// jnp.linalg.eigh's spelling: UPLO "L" (lower) or "U" (upper); a string had converted to
 /// `lower = true`.
 std::pair<Array, Array> eigh(const Array& a, const char* uplo, bool symmetrize_input = true, XJAX_LOC);
+/// (A character, 'U', would convert to `lower = true`: refused; write "U".)
+template <class C>
+  requires(std::is_integral_v<C> && !std::is_same_v<C, bool>)
+std::pair<Array, Array> eigh(const Array& a, C uplo, bool symmetrize_input = true, XJAX_LOC) = delete;
 
 /// jnp.linalg.svd(a, full_matrices): {u, s, vh} with a = u diag(s) vh, s descending (..., k), u
 /// (..., m, k) and vh (..., k, n), or (..., m, m) and (..., n, n) with full_matrices (jnp's

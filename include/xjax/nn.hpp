@@ -13,13 +13,14 @@
 namespace xjax {
 
 /// jax.nn.standardize: (x - mean) / sqrt(variance + epsilon) over `axis`, with the mean and the
-/// (biased) variance given or computed; the variance as JAX's algorithm="stable" computes it,
-/// mean((x - mean)^2) (JAX's default "fast" is mean(x^2) - mean^2, which cancels: a documented
-/// difference).
+/// (biased) variance given or computed. Both computed: the variance is mean((x - mean)^2) (JAX's
+/// algorithm="stable"; its default "fast" mean(x^2) - mean^2 cancels: a documented difference);
+/// a mean given without a variance: JAX's default, max(mean(x^2) - mean^2, 0), which differs
+/// from the other where the mean is not x's.
 Array standardize(const Array& x, std::int64_t axis = -1, const std::optional<Array>& mean = std::nullopt,
                   const std::optional<Array>& variance = std::nullopt, double epsilon = 1e-5,
                   std::source_location loc = std::source_location::current());
-/// Layer normalization (flax.linen.LayerNorm over one axis): standardize(x, axis, epsilon) * scale
+/// Layer normalization (flax.linen.LayerNorm over one axis): standardize(x, axis) * scale
 /// + bias, with scale and bias 1-D of x's length along `axis` (either may be left out). epsilon
 /// defaults to 1e-5, PyTorch's LayerNorm's and jax.nn.standardize's (flax's LayerNorm uses 1e-6).
 /// A bf16 / f16 x is normalized, scaled and shifted in f32 and rounded once (flax's).

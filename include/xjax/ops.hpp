@@ -11,6 +11,7 @@
 #include <source_location>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "xjax/detail/function.hpp"
@@ -278,7 +279,8 @@ Array squeeze(const Array& x, const Axes& axes = {}, XJAX_LOC);
 Array concatenate(const std::vector<Array>& xs, std::int64_t axis = 0, XJAX_LOC);
 Array stack(const std::vector<Array>& xs, std::int64_t axis = 0, XJAX_LOC);
 Array slice(const Array& x, const Axes& start, const Axes& limit, const Axes& strides = {}, XJAX_LOC);
-/// lax.slice_in_dim: [start, limit) by `stride` along `axis` (lax's order: stride before axis).
+/// lax.slice_in_dim: [start, limit) by `stride` along `axis` (lax's order: stride before axis; a
+/// negative start or limit counts from the end, as lax's).
 Array slice_in_dim(const Array& x, std::int64_t start, std::int64_t limit, std::int64_t stride = 1, std::int64_t axis = 0,
                    XJAX_LOC);
 /// lax.pad: lo[d] / hi[d] copies of padding_value (a scalar, converted to x's dtype) before /
@@ -312,8 +314,13 @@ Array roll(const Array& x, std::int64_t shift, std::optional<std::int64_t> axis 
 Array flip(const Array& x, const Axes& axes, XJAX_LOC);
 namespace detail {
 Array flip_axis(const Array& x, std::int64_t axis, std::source_location loc);
-}
-template <std::integral I> Array flip(const Array& x, I axis, XJAX_LOC) {
+/// An integer argument: an integer type or an unscoped enum, not a bool or a floating-point
+/// number (flip's and split's one-number forms, which a braced list does not choose).
+template <class I>
+concept IntegerArgument = std::is_convertible_v<I, std::int64_t> && !std::is_same_v<std::remove_cvref_t<I>, bool> &&
+                          !std::is_floating_point_v<std::remove_cvref_t<I>>;
+}  // namespace detail
+template <detail::IntegerArgument I> Array flip(const Array& x, I axis, XJAX_LOC) {
   return detail::flip_axis(x, static_cast<std::int64_t>(axis), loc);
 }
 /// Every axis (jnp.flip's axis=None; `{}` cannot make a nullopt_t, so it stays the empty Axes).
@@ -362,7 +369,7 @@ Array repeat(const Array& x, std::int64_t repeats, std::optional<std::int64_t> a
 namespace detail {
 std::vector<Array> split_sections(const Array& x, std::int64_t sections, std::int64_t axis, std::source_location loc);
 }
-template <std::integral I> std::vector<Array> split(const Array& x, I sections, std::int64_t axis = 0, XJAX_LOC) {
+template <detail::IntegerArgument I> std::vector<Array> split(const Array& x, I sections, std::int64_t axis = 0, XJAX_LOC) {
   return detail::split_sections(x, static_cast<std::int64_t>(sections), axis, loc);
 }
 std::vector<Array> split(const Array& x, const std::vector<std::int64_t>& indices, std::int64_t axis = 0, XJAX_LOC);
