@@ -394,9 +394,14 @@ Arrays Runner::node(const Node& n, const Arrays& env) const {
         // Only doubling and halving, exact in every precision: a jitted bf16 chain keeps its
         // values in f32 (excess precision), so h * h - h * h cancels only where both products
         // are rounded alike, which fusion does not promise (nor does XLA's).
+        // The sum's term has a conversion of its own (of -c, so CSE keeps it apart): sharing h, its
+        // transposed broadcast was added into h's cotangent twice, in two sums that vmap's
+        // transposes could place in different fused chains, one rounded to bf16 and one kept in
+        // f32 (fuzz seed 431112: vmap against the loop off by one bf16 rounding).
         const Array c = xj::clamp(-100.0, a, 100.0);
         const Array h = xj::astype(c, xj::bf16), q = xj::astype(c, xj::f16), k = xj::astype(c, xj::i8);
-        const Array zero = ((h + h) * 0.5 - h) + xj::sum(h - h) + (q - q);
+        const Array g = xj::astype(-c, xj::bf16);
+        const Array zero = ((h + h) * 0.5 - h) + xj::sum(g - g) + (q - q);
         return {a + zero + xj::astype(k - k, dtype)};
       }
       Array wide = xj::astype(a, xj::f64) * 0.5 + a * 0.5;  // f64 + the program's dtype: f64
