@@ -533,3 +533,105 @@ TEST_CASE("revolve: a ys output without a tangent keeps no residuals, under bino
         bytes(xj::saved_residuals(one_step(xj::scan_checkpoints::all()), one)));
   CHECK(std::abs(xj::grad(one_step(xj::scan_checkpoints::binomial(2)))(one).to_vector<double>()[0] - (std::cos(0.1) * 0.25 + 1.0)) < 1e-14);
 }
+
+// A carry whose tangent nothing needs and no residual reads (b, which the loss takes through
+// stop_gradient) is not snapshot: revolve_fwd stores only the carries a replay needs, those the
+// per-step residuals read and, a fixpoint, those their next values read (c, which a reads). It
+// had stored every known carry (b f64[100]: 1600 bytes of snapshots under binomial(2) where the
+// plain scan keeps about 200; the thirty-sixth session's open cost).
+TEST_CASE("revolve: a carry no replay reads is not snapshot, and one a needed carry reads is") {
+  const xj::Array x0 = xj::array<double>({0.4, -1.1, 0.9, 0.3, -0.2, 0.7}, {6});
+  auto bytes = [](const std::vector<xj::Residual>& rs) {
+    std::int64_t b = 0;
+    for (const auto& r : rs) b += static_cast<std::int64_t>(r.aval.nbytes());
+    return b;
+  };
+  auto step = [](double a, double c, double x) { return std::pair{std::tanh(a * c * x) + x, 0.9 * c + 0.01}; };
+  auto scanned = [](xj::ScanCheckpoints cp) {
+    return [cp](const xj::Array& xs) {
+      auto body = [](const std::tuple<xj::Array, xj::Array, xj::Array>& abc, const xj::Array& x) {
+        const auto& [a, b, c] = abc;
+        return std::pair{std::tuple{xj::tanh(a * c * x) + x, b * xj::cos(a), c * 0.9 + 0.01}, xj::None{}};
+      };
+      const std::tuple init{xj::array<double>({0.25}, {1})[0], xj::full({100}, 0.5, xj::f64), xj::array<double>({1.5}, {1})[0]};
+      auto [a, b, c] = xj::scan(body, init, xs, {.checkpoints = cp}).first;
+      return a + xj::sum(xj::stop_gradient(b));
+    };
+  };
+  const auto plain = scanned(xj::scan_checkpoints::all()), scheduled = scanned(xj::scan_checkpoints::binomial(2));
+  const std::vector<xj::Residual> kept = xj::saved_residuals(scheduled, x0);
+  for (const auto& r : kept) CHECK_MESSAGE(r.aval.size() < 100, r.aval.str(), " ", r.description);  // no snapshot of b
+  CHECK(bytes(kept) <= bytes(xj::saved_residuals(plain, x0)));
+  // d a_final / d xs against central differences of the recurrence as a plain loop in double
+  const xj::Array g = xj::grad(scheduled)(x0);
+  CHECK(max_rel(g, xj::grad(plain)(x0)) < 1e-14);
+  for (std::size_t i = 0; i < 6; ++i) {
+    auto at = [&](double h) {
+      std::vector<double> v = x0.to_vector<double>();
+      v[i] += h;
+      double a = 0.25, c = 1.5;
+      for (double x : v) std::tie(a, c) = step(a, c, x);
+      return a;
+    };
+    CHECK(std::abs(g.to_vector<double>()[i] - (at(1e-6) - at(-1e-6)) / 2e-6) < 1e-6);
+  }
+  // under jit, vmap and forward-over-reverse (the rules that expand revolve_fwd into a plain scan)
+  CHECK(max_rel(xj::jit(xj::grad(scheduled))(x0), g) < 1e-14);
+  const xj::Array rows = xj::stack({x0, x0 * 0.5});
+  CHECK(max_rel(xj::vmap(xj::grad(scheduled))(rows), xj::vmap(xj::grad(plain))(rows)) < 1e-14);
+  const xj::Array dir = xj::ones_like(x0);
+  const auto [g_s, hv_s] = xj::jvp(xj::grad(scheduled), std::tuple{x0}, std::tuple{dir});
+  const auto [g_p, hv_p] = xj::jvp(xj::grad(plain), std::tuple{x0}, std::tuple{dir});
+  CHECK(max_rel(g_s, g) < 1e-14);
+  CHECK(max_rel(hv_s, hv_p) < 1e-12);
+}
+
+// A replayed step computes the carries and residuals only: the forward sweep computed the ys
+// once (the backward sweep had rerun each step whole and dropped its ys: an RNN's readout once
+// more per replayed step; a helper's hunt of the thirty-seventh session: log1p ran 199 times
+// against the plain scan's 100, and 99 against 0 where the loss reads no ys).
+TEST_CASE("revolve: the backward sweep's replays do not compute the ys") {
+  const std::int64_t steps = 20;
+  const xj::Array xs = xj::reshape(xj::arange(steps * 3, xj::f64) * 0.01, {steps, 3});
+  const xj::Array c0 = xj::array<double>({0.3, -0.2, 0.5}, {3}), w0 = xj::array<double>({0.7, 1.1, -0.4}, {3});
+  for (bool loss_reads_ys : {true, false}) {
+    CAPTURE(loss_reads_ys);
+    auto loss = [&](xj::ScanCheckpoints cp) {
+      return [&, cp](const xj::Array& w) {
+        auto body = [&](const xj::Array& c, const xj::Array& x) { return std::pair{xj::sin(c * w + x), xj::log1p(c * c) * 2.0}; };
+        auto [c, ys] = xj::scan(body, c0, xs, {.checkpoints = cp});
+        return loss_reads_ys ? xj::sum(c) + xj::sum(ys) : xj::sum(c);
+      };
+    };
+    auto log1p_runs = [&](xj::ScanCheckpoints cp) {
+      const auto f = xj::value_and_grad(loss(cp));
+      (void)f(w0);
+      xj::reset_eval_counts();
+      (void)f(w0);
+      const auto counts = xj::eval_counts();
+      return counts.count("log1p") ? counts.at("log1p") : 0;
+    };
+    CHECK(log1p_runs(xj::scan_checkpoints::binomial(3)) == (loss_reads_ys ? steps : 0));
+    CHECK(log1p_runs(xj::scan_checkpoints::all()) == (loss_reads_ys ? steps : 0));
+    const auto [v, g] = xj::value_and_grad(loss(xj::scan_checkpoints::binomial(3)))(w0);
+    const auto [v_plain, g_plain] = xj::value_and_grad(loss(xj::scan_checkpoints::all()))(w0);
+    CHECK(max_rel(v, v_plain) < 1e-15);
+    CHECK(max_rel(g, g_plain) < 1e-13);
+    // d loss / d w against central differences of the recurrence as a plain loop in double
+    for (std::size_t i = 0; i < 3; ++i) {
+      auto at = [&](double h) {
+        std::vector<double> w = w0.to_vector<double>(), c = c0.to_vector<double>(), x = xs.to_vector<double>();
+        w[i] += h;
+        double total = 0;
+        for (std::int64_t t = 0; t < steps; ++t)
+          for (std::size_t k = 0; k < 3; ++k) {
+            if (loss_reads_ys) total += 2.0 * std::log1p(c[k] * c[k]);
+            c[k] = std::sin(c[k] * w[k] + x[static_cast<std::size_t>(t) * 3 + k]);
+          }
+        for (double ck : c) total += ck;
+        return total;
+      };
+      CHECK(std::abs(g.to_vector<double>()[i] - (at(1e-6) - at(-1e-6)) / 2e-6) < 1e-6);
+    }
+  }
+}

@@ -73,6 +73,40 @@ ReadConsts without_unread_consts(const ClosedJaxpr& body, std::size_t first, std
   return {std::make_shared<const ClosedJaxpr>(prune_invars(live, keep)), std::vector<bool>(at(first), at(first + n))};
 }
 
+// Which of K's carries (its inputs [nc, nc + ncar)) a replay needs: those a per-step residual
+// (step_res[r]) reads, and those the next values of needed carries read, to a fixpoint. Any other
+// carry (one whose tangent nothing needs, a metric the loss takes through stop_gradient) only
+// feeds the loop's outputs: the forward sweep steps it, no snapshot stores it.
+std::vector<bool> replayed_carries(const ClosedJaxpr& k, std::size_t nc, std::size_t ncar, const std::vector<bool>& step_res) {
+  const std::size_t nout = k.jaxpr->outvars.size(), first_res = nout - step_res.size();
+  std::vector<bool> needed(ncar, false);
+  for (bool grew = true; grew;) {
+    std::vector<bool> used(nout, false), reads;
+    for (std::size_t c = 0; c < ncar; ++c) used[c] = needed[c];
+    for (std::size_t r = 0; r < step_res.size(); ++r) used[first_res + r] = step_res[r];
+    (void)dce(k, used, &reads);
+    grew = false;
+    for (std::size_t c = 0; c < ncar; ++c)
+      if (reads[nc + c] && !needed[c]) needed[c] = grew = true;
+  }
+  return needed;
+}
+
+// K for revolve_lin's replays: the needed carries and every residual, its other carries dropped
+// from its inputs (none of what is kept reads them). No ys: the forward sweep computed them once,
+// and a replayed step would compute them for nothing (an RNN's readout per replayed step: a
+// helper's hunt of the thirty-seventh session).
+ClosedJaxprPtr replay_step(const ClosedJaxpr& k, std::size_t nc, std::size_t ncar, std::size_t nres,
+                           const std::vector<bool>& needed) {
+  const std::size_t nout = k.jaxpr->outvars.size();
+  std::vector<bool> used(nout, false);
+  for (std::size_t c = 0; c < ncar; ++c) used[c] = needed[c];
+  std::fill(used.end() - static_cast<std::ptrdiff_t>(nres), used.end(), true);
+  std::vector<bool> keep_in(k.jaxpr->invars.size(), true);
+  for (std::size_t c = 0; c < ncar; ++c) keep_in[nc + c] = needed[c];
+  return std::make_shared<const ClosedJaxpr>(prune_invars(dce(k, used), keep_in));
+}
+
 }  // namespace
 
 // ---- partial evaluation ------------------------------------------------------------------------
@@ -110,9 +144,16 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
       if (b.invars[i].id() == pe.residual_vars[r].id()) return true;
     return false;
   };
-  bool replays = false;
-  for (std::size_t r = 0; r < nres; ++r) replays = replays || (!outside[r] && !forwarded_x(r));
-  if (!replays) return std::nullopt;
+  std::vector<bool> step_res(nres);
+  for (std::size_t r = 0; r < nres; ++r) step_res[r] = !outside[r] && !forwarded_x(r);
+  // Only the carries the per-step residuals read, directly or through other carries, are
+  // snapshot. Where there are none, each residual is computed from its step's x alone, which the
+  // plain scan keeps per step as it would the x.
+  const std::vector<bool> needed = replayed_carries(*k, read.count(), kncar, step_res);
+  if (std::find(needed.begin(), needed.end(), true) == needed.end()) return std::nullopt;
+  params::Ints stored;
+  for (std::size_t c = 0; c < kncar; ++c)
+    if (needed[c]) stored.push_back(static_cast<std::int64_t>(c));
   ClosedJaxprPtr k_fwd = k;  // K without the loop-invariant residuals among its outputs
   std::size_t nres_fwd = nres;
   if (std::any_of(outside.begin(), outside.end(), [](const std::optional<Atom>& a) { return a.has_value(); })) {
@@ -140,8 +181,8 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   for (std::size_t o = 0; o < nout; ++o)
     if (!pe.out_unknown[o]) fwd.outputs.push_back(e.outputs[o]);
   std::vector<Var> snaps, res;
-  for (std::size_t i = nc; i < nc + ncar; ++i)
-    if (!uk[i]) snaps.emplace_back(stacked(b.invars[i].aval(), slots));
+  for (std::size_t i = nc, c = 0; i < nc + ncar; ++i)
+    if (!uk[i] && needed[c++]) snaps.emplace_back(stacked(b.invars[i].aval(), slots));
   std::vector<Atom> res_operands;  // revolve_lin's last-step residuals
   for (std::size_t r = 0; r < nres; ++r) {
     if (outside[r]) {
@@ -155,7 +196,7 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   fwd.outputs.insert(fwd.outputs.end(), res.begin(), res.end());
   fwd.params = params::RevolveFwd{.jaxpr = k_fwd, .length = ps.length, .reverse = ps.reverse, .snapshots = ps.snapshots,
                                   .num_consts = static_cast<std::int64_t>(read.count()), .num_carry = static_cast<std::int64_t>(kncar),
-                                  .num_res = static_cast<std::int64_t>(nres_fwd)};
+                                  .num_res = static_cast<std::int64_t>(nres_fwd), .stored_carries = stored};
   split.known.push_back(std::move(fwd));
 
   Eqn lin{Primitive::revolve_lin, known_consts, {}, {}, e.loc};
@@ -167,8 +208,8 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
     if (uk[i] && (i >= nc || read_linear.keep[lc++])) lin.inputs.push_back(e.inputs[i]);
   for (std::size_t o = 0; o < nout; ++o)
     if (pe.out_unknown[o]) lin.outputs.push_back(e.outputs[o]);
-  lin.params = linear_params(k, *read_linear.body, nres, ps.length, ps.reverse, ps.snapshots, read.count(), kncar,
-                             read_linear.count(), nlcar);
+  lin.params = linear_params(replay_step(*k, read.count(), kncar, nres, needed), *read_linear.body, nres, ps.length, ps.reverse, ps.snapshots, read.count(),
+                             stored.size(), read_linear.count(), nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }
@@ -298,12 +339,14 @@ std::size_t count_in(const std::vector<bool>& flags, std::size_t first, std::siz
 Eqn revolve_fwd_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector<bool>& used_in) {
   const auto& ps = e.params.get<params::RevolveFwd>();
   const StepShape sh = shape_of(ps);
-  const std::size_t first_snap = sh.ncar + sh.ny, first_res = first_snap + sh.ncar;
-  const bool snaps_read = count_in(used_out, first_snap, sh.ncar) > 0, res_read = count_in(used_out, first_res, sh.nres) > 0;
+  const std::size_t nstored = ps.stored_carries.size();
+  const std::size_t first_snap = sh.ncar + sh.ny, first_res = first_snap + nstored;
+  const bool snaps_read = count_in(used_out, first_snap, nstored) > 0, res_read = count_in(used_out, first_res, sh.nres) > 0;
   const bool ys_all_read = count_in(used_out, sh.ncar, sh.ny) == sh.ny, res_all_read = count_in(used_out, first_res, sh.nres) == sh.nres;
+  const bool snaps_all_read = count_in(used_out, first_snap, nstored) == nstored;
   used_in.assign(e.inputs.size(), true);
   // (a residual read without the snapshots is not expected: kept whole)
-  if ((snaps_read && ys_all_read && res_all_read) || (!snaps_read && res_read)) return e;
+  if ((snaps_all_read && ys_all_read && res_all_read) || (!snaps_read && res_read)) return e;
   if (!snaps_read) {
     std::vector<bool> carry_and_ys(first_snap, true);
     carry_and_ys.resize(first_snap + sh.nres, false);
@@ -314,7 +357,8 @@ Eqn revolve_fwd_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
               e.loc};
     return scan_dce(plain, std::vector<bool>(used_out.begin(), used_out.begin() + static_cast<std::ptrdiff_t>(first_snap)), used_in);
   }
-  // K's outputs (carry, ys, res): the carries step the sweep and fill the snapshots
+  // K's outputs (carry, ys, res): the carries step the sweep and fill the snapshots (those
+  // revolve_lin still reads: it drops the carries its replays no longer need)
   std::vector<bool> keep_out(used_out.begin(), used_out.begin() + static_cast<std::ptrdiff_t>(first_snap));
   std::fill(keep_out.begin(), keep_out.begin() + static_cast<std::ptrdiff_t>(sh.ncar), true);
   keep_out.insert(keep_out.end(), used_out.begin() + static_cast<std::ptrdiff_t>(first_res), used_out.end());
@@ -324,8 +368,11 @@ Eqn revolve_fwd_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
   used_in = reads;
   Eqn out{Primitive::revolve_fwd, kept_atoms(e.inputs, reads), {}, {}, e.loc};
   for (std::size_t o = 0; o < e.outputs.size(); ++o)
-    if (o < sh.ncar || (o >= first_snap && o < first_res) || used_out[o]) out.outputs.push_back(e.outputs[o]);
+    if (o < sh.ncar || used_out[o]) out.outputs.push_back(e.outputs[o]);
   params::RevolveFwd p = ps;
+  p.stored_carries.clear();
+  for (std::size_t j = 0; j < nstored; ++j)
+    if (used_out[first_snap + j]) p.stored_carries.push_back(ps.stored_carries[j]);
   p.jaxpr = std::make_shared<const ClosedJaxpr>(prune_invars(body, reads));
   p.num_consts = static_cast<std::int64_t>(count_in(reads, 0, sh.nc));
   p.num_res = static_cast<std::int64_t>(count_in(used_out, first_res, sh.nres));
@@ -335,7 +382,8 @@ Eqn revolve_fwd_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
 
 // revolve_lin (a scan's; a while_loop's is kept whole): the linear ys that are used and the
 // linear carries used or read by what is kept (scan_dce's fixpoint on S), then the residuals,
-// linear operands, known consts and xs that what is left reads. With no residual left that a
+// linear operands, known consts and xs that what is left reads, and the carries (with their
+// snapshots) its replays no longer need, and K's ys. With no residual left that a
 // replay computes (each a loop invariant or an x as it is) nothing needs replaying: the plain
 // scan of S, its invariant residuals as consts and the xs as xs (as partial evaluation emits
 // when a body has none; fuzz seeds 400172, 401028 once the staged walk pruned plain scans).
@@ -358,13 +406,21 @@ Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
   for (std::size_t o = 0; o < e.outputs.size(); ++o) kept_out.push_back(o < nlcar ? used_carry[o] : bool(used_out[o]));
   const bool all_kept = std::all_of(keep_s.begin(), keep_s.end(), [](bool b) { return b; }) &&
                         std::all_of(kept_out.begin(), kept_out.end(), [](bool b) { return b; });
-  if (all_kept) return e;
-  // K with the residual outputs S still reads, and the known consts and xs it then reads
-  std::vector<bool> k_keep_out(sh.ncar + sh.ny, true);
+  // The carries the replays of what is left need, and their snapshots (revolve_fwd then stores
+  // no others). Where no residual left reads a carry (each is computed from its x alone), every
+  // carry stays: the replays still step them.
+  std::vector<bool> needed = replayed_carries(*ps.jaxpr, sh.nc, sh.ncar, keep_res);
+  if (count_in(needed, 0, sh.ncar) == 0) needed.assign(sh.ncar, true);
+  const bool carries_kept = count_in(needed, 0, sh.ncar) == sh.ncar;
+  if (all_kept && carries_kept && sh.ny == 0) return e;
+  // K with the carries needed, no ys, the residual outputs S still reads, and the known consts
+  // and xs it then reads
+  std::vector<bool> k_keep_out = needed;
+  k_keep_out.resize(sh.ncar + sh.ny, false);
   k_keep_out.insert(k_keep_out.end(), keep_res.begin(), keep_res.end());
   std::vector<bool> k_reads;
   const ClosedJaxpr k = dce(*ps.jaxpr, k_keep_out, &k_reads);
-  for (std::size_t i = sh.nc; i < sh.nc + sh.ncar; ++i) k_reads[i] = true;
+  for (std::size_t c = 0; c < sh.ncar; ++c) k_reads[sh.nc + c] = needed[c];
   const std::size_t nres = count_in(keep_res, 0, sh.nres);
   const std::vector<bool> dependent = step_dependent_residuals(*k.jaxpr, sh.nc, nres);
   // the known x each kept residual is, where it is one as it is (-1: none)
@@ -388,7 +444,8 @@ Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
   const std::size_t klc = count_in(keep_s, 0, nlc), klcar = count_in(keep_s, nlc, nlcar);
   // which of e's inputs stay: known consts / snapshots / known xs (K's), then residuals, then S's own
   for (std::size_t i = 0; i < e.inputs.size(); ++i) {
-    if (i < l.res) used_in[i] = i < sh.nc ? bool(k_reads[i]) : i < l.xs ? true : bool(k_reads[sh.nc + sh.ncar + (i - l.xs)]);
+    if (i < l.res)
+      used_in[i] = i < sh.nc ? bool(k_reads[i]) : i < l.xs ? bool(needed[i - l.snaps]) : bool(k_reads[sh.nc + sh.ncar + (i - l.xs)]);
     else if (i < l.lin_consts) used_in[i] = keep_res[i - l.res];
     else if (i < l.per_step) used_in[i] = keep_s[i - l.lin_consts];
     else used_in[i] = keep_s[nlc + nlcar + sh.nres + (i - l.per_step)];
@@ -432,6 +489,7 @@ Eqn revolve_lin_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
   p.jaxpr = std::make_shared<const ClosedJaxpr>(prune_invars(k, k_reads));
   p.linear_jaxpr = std::make_shared<const ClosedJaxpr>(s_kept);
   p.num_consts = static_cast<std::int64_t>(count_in(k_reads, 0, sh.nc));
+  p.num_carry = static_cast<std::int64_t>(count_in(needed, 0, sh.ncar));
   p.num_res = static_cast<std::int64_t>(nres);
   p.num_linear_consts = static_cast<std::int64_t>(klc);
   p.num_linear_carry = static_cast<std::int64_t>(klcar);

@@ -263,8 +263,10 @@ struct While {
 /// (linear_jaxpr: (lin consts, lin carry, residuals, lin x) -> (lin carry, lin y)); revolve_bwd
 /// is its transpose (linear_jaxpr: (consts, ct carry, residuals, x, ct y) -> (ct carry, ct x)).
 /// length < 0: a while_loop's trip count, known at run time (operands after the snapshots).
+/// revolve_fwd's stored_carries: the indices of K's carries it snapshots (those a replay needs,
+/// increasing); revolve_lin's K steps only those.
 struct RevolveFwd {
-  XJAX_PARAMS_STRUCT_BODY(RevolveFwd, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse), (std::int64_t, snapshots), (std::int64_t, num_consts), (std::int64_t, num_carry), (std::int64_t, num_res))
+  XJAX_PARAMS_STRUCT_BODY(RevolveFwd, (ClosedJaxprPtr, jaxpr), (std::int64_t, length), (bool, reverse), (std::int64_t, snapshots), (std::int64_t, num_consts), (std::int64_t, num_carry), (std::int64_t, num_res), (Ints, stored_carries))
 };
 /// online_fwd: a while_loop's known part run forward (cond_jaxpr on (cond consts, carry); jaxpr
 /// K on (consts, carry) -> (carry, res)), storing carries online in `snapshots` slots; it outputs

@@ -2,8 +2,9 @@
 // partial evaluation and transposition emit them is in transforms/revolve.cpp):
 //   carry, ys, snapshots..., res... = revolve_fwd[K] consts carry xs
 //       the forward sweep: runs the known step K (consts, carry, x) -> (carry, y, res) over the
-//       loop, storing the carries the schedule stores before its first backward step, and keeps
-//       the residuals of the last step (which the schedule tapes first);
+//       loop, storing the carries the schedule stores before its first backward step (of the
+//       carries a replay needs, stored_carries), and keeps the residuals of the last step (which
+//       the schedule tapes first); revolve_lin's K steps those carries alone;
 //   lin_carry, lin_ys = revolve_lin[K, S] consts snapshots xs res lin_consts lin_carry lin_xs
 //       the linear part of the loop (S: (lin consts, lin carry, res, lin x) -> (lin carry, lin y)),
 //       evaluated from the first snapshot; its transpose is
@@ -13,7 +14,7 @@
 //       that rerun K for the residuals of one step at a time;
 //   carry, snapshots..., positions, trips = online_fwd[K] cconsts consts carry
 //       a while_loop's forward sweep, storing carries where OnlinePlacement says.
-// The snapshots are one stacked array per carry leaf, [slots, ...] with slots = min(s, length).
+// The snapshots are one stacked array per stored carry leaf, [slots, ...] with slots = min(s, length).
 // Read in order: shared helpers, then each primitive's shape rule, evaluation and expansion.
 #include <algorithm>
 #include <cstring>
@@ -116,10 +117,14 @@ std::vector<ShapedArray> revolve_fwd_abstract_eval(std::span<const ShapedArray> 
   const StepShape sh = shape_of(ps);
   const Jaxpr& k = *ps.jaxpr->jaxpr;
   if (in.size() != k.invars.size()) throw TypeError("revolve_fwd: operand count differs from the step's inputs");
+  for (std::size_t j = 0; j < ps.stored_carries.size(); ++j)
+    if (ps.stored_carries[j] < (j ? ps.stored_carries[j - 1] + 1 : 0) || ps.stored_carries[j] >= static_cast<std::int64_t>(sh.ncar))
+      throw TypeError("revolve_fwd: stored_carries must be increasing indices of the step's " + std::to_string(sh.ncar) +
+                      " carries");
   std::vector<ShapedArray> out;
   for (std::size_t i = 0; i < sh.ncar; ++i) out.push_back(atom_aval(k.outvars[i]));
   for (std::size_t i = 0; i < sh.ny; ++i) out.push_back(stacked(atom_aval(k.outvars[sh.ncar + i]), sh.length));
-  for (std::size_t i = 0; i < sh.ncar; ++i) out.push_back(stacked(k.invars[sh.nc + i].aval(), sh.slots));
+  for (auto c : ps.stored_carries) out.push_back(stacked(k.invars[sh.nc + static_cast<std::size_t>(c)].aval(), sh.slots));
   for (std::size_t i = 0; i < sh.nres; ++i) out.push_back(atom_aval(k.outvars[sh.ncar + sh.ny + i]));
   return out;
 }
@@ -135,7 +140,8 @@ std::vector<Array> revolve_fwd_impl(std::span<const Array> in, const params::Rev
   const auto out_avals = revolve_fwd_abstract_eval(avals, ps);
   std::vector<Array> ys, snaps;
   for (std::size_t i = 0; i < sh.ny; ++i) ys.push_back(alloc_array(out_avals[sh.ncar + i]));
-  for (std::size_t i = 0; i < sh.ncar; ++i) snaps.push_back(alloc_array(out_avals[sh.ncar + sh.ny + i]));
+  const std::size_t nstored = ps.stored_carries.size();
+  for (std::size_t i = 0; i < nstored; ++i) snaps.push_back(alloc_array(out_avals[sh.ncar + sh.ny + i]));
   const Runner step(ps.jaxpr), advance(known_prefix(ps.jaxpr, sh.ncar + sh.ny));
   RevolveSchedule sc = RevolveSchedule::binomial(sh.length, sh.slots);
   std::vector<RevolveAction> sweep;  // at most 2 s actions
@@ -152,7 +158,7 @@ std::vector<Array> revolve_fwd_impl(std::span<const Array> in, const params::Rev
   };
   for (const auto& a : sweep) {
     if (a.kind == RevolveAction::Kind::store)
-      for (std::size_t c = 0; c < sh.ncar; ++c) write_row(snaps[c], a.n, carry[c]);
+      for (std::size_t j = 0; j < nstored; ++j) write_row(snaps[j], a.n, carry[static_cast<std::size_t>(ps.stored_carries[j])]);
     else
       for (std::int64_t n = 0; n < a.n; ++n) run(advance);
   }
@@ -168,17 +174,18 @@ std::vector<Array> revolve_fwd_impl(std::span<const Array> in, const params::Rev
   return out;
 }
 
-// revolve_fwd as a plain scan that stacks every carry, then picks the stored ones.
+// revolve_fwd as a plain scan that stacks every stored carry, then picks the rows the schedule stores.
 FlatFn fwd_expansion(const params::RevolveFwd& ps, std::source_location loc) {
   return [ps, loc](std::span<const Array> in) {
     const StepShape sh = shape_of(ps);
     const std::vector<Array> consts = part(in, 0, sh.nc);
     const Jaxpr& k = *ps.jaxpr->jaxpr;
-    // (carry, x) -> (carry', y, carry, res)
+    const std::size_t nstored = ps.stored_carries.size();
+    // (carry, x) -> (carry', y, stored carries, res)
     ClosedJaxpr body = trace_flat([&](std::span<const Array> args) {
       std::vector<Array> outs = eval_jaxpr(*ps.jaxpr, cat(consts, args));
       std::vector<Array> r(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny));
-      r.insert(r.end(), args.begin(), args.begin() + static_cast<std::ptrdiff_t>(sh.ncar));
+      for (auto c : ps.stored_carries) r.push_back(args[static_cast<std::size_t>(c)]);
       r.insert(r.end(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny), outs.end());
       return r;
     }, var_avals(k.invars, sh.nc, sh.ncar + sh.nx));
@@ -186,13 +193,13 @@ FlatFn fwd_expansion(const params::RevolveFwd& ps, std::source_location loc) {
     std::vector<Array> r(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(sh.ncar + sh.ny));
     RevolveSchedule sc = RevolveSchedule::binomial(sh.length, sh.slots);
     const auto pos_of = first_sweep(sc, sh.slots);
-    for (std::size_t c = 0; c < sh.ncar; ++c) {
-      const Array& carries = outs[sh.ncar + sh.ny + c];
+    for (std::size_t j = 0; j < nstored; ++j) {
+      const Array& carries = outs[sh.ncar + sh.ny + j];
       std::vector<Array> rows;
       for (auto p : pos_of) rows.push_back(p < 0 ? zeros_like(carries[0]) : carries[sh.index(p)]);
       r.push_back(stack(rows));
     }
-    for (std::size_t i = 0; i < sh.nres; ++i) r.push_back(outs[2 * sh.ncar + sh.ny + i][sh.index(sh.length - 1)]);
+    for (std::size_t i = 0; i < sh.nres; ++i) r.push_back(outs[sh.ncar + sh.ny + nstored + i][sh.index(sh.length - 1)]);
     return r;
   };
 }

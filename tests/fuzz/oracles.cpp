@@ -647,8 +647,8 @@ class Checker {
     for (const Node& n : p_.main.nodes) env.insert(env.end(), n.outs.begin(), n.outs.end());
     std::vector<Grant> grants;  // each covers one entry of the schedule
     // The schedule stores the carries of the scan it runs, which may have more than the user's
-    // (an inner jvp adds tangent carries: seed 6019216): one snapshot grant per carry of each
-    // revolve_fwd in the gradient's jaxpr, and a final-carry grant for each below.
+    // (an inner jvp adds tangent carries: seed 6019216): one snapshot grant per stored carry of
+    // each revolve_fwd in the gradient's jaxpr, and a final-carry grant for each of its carries below.
     Array c = c_;
     auto LF = [this, c](const Arrays& x) { return xj::sum(full_(p_, x) * c); };
     std::vector<Shape> known_carries;
@@ -658,10 +658,8 @@ class Checker {
           const auto& ps = e.params.get<xj::params::RevolveFwd>();
           const auto n = static_cast<std::size_t>(ps.num_carry);
           const std::size_t ny = ps.jaxpr->jaxpr->outvars.size() - n - static_cast<std::size_t>(ps.num_res);
-          for (std::size_t k = 0; k < n; ++k) {
-            grants.push_back(Grant{{e.outputs[n + ny + k].aval().shape}});
-            known_carries.push_back(e.outputs[k].aval().shape);
-          }
+          for (std::size_t j = 0; j < ps.stored_carries.size(); ++j) grants.push_back(Grant{{e.outputs[n + ny + j].aval().shape}});
+          for (std::size_t k = 0; k < n; ++k) known_carries.push_back(e.outputs[k].aval().shape);
         }
         for (const auto& sub : xj::sub_jaxprs(e.params)) walk(*sub->jaxpr);
       }
