@@ -627,3 +627,42 @@ TEST_CASE("cond: a capture whose tangent only an unused tangent output reads kee
   const std::vector<double> g = xj::grad(f)(x0).to_vector<double>();
   for (std::size_t i = 0; i < 3; ++i) CHECK(g[i] == doctest::Approx(std::cos(x0.to_vector<double>()[i])).epsilon(1e-14));
 }
+
+// vmap of a cond with a batched predicate evaluates every branch on every row and selects; a
+// row's cotangent must not reach the operands through the branch the row did not take, or
+// 0 * (an infinite derivative there) is NaN (the gradient of sum(vmap(cond(x > 0, sqrt, id)))
+// at x = -1 was NaN; JAX's rule reads each operand as select(index == i, x, stop_gradient(x)) in
+// branch i; a helper's hunt of the thirty-seventh session).
+TEST_CASE("cond: the gradient of a vmapped cond with a batched predicate takes nothing from the branch a row did not take") {
+  const xj::Array xs = xj::array<double>({4.0, -1.0, 0.0, 9.0}, {4});
+  auto f = [](const xj::Array& x) {
+    return xj::cond(x > 0.0, [](const xj::Array& a) { return xj::sqrt(a); }, [](const xj::Array& a) { return a * 3.0; }, x);
+  };
+  auto total = [&](const xj::Array& x) { return xj::sum(xj::vmap(f)(x)); };
+  // d/dx: 1 / (2 sqrt(x)) where x > 0, else 3
+  const std::vector<double> expected{0.25, 3.0, 3.0, 1.0 / 6.0};
+  for (const xj::Array& g : {xj::grad(total)(xs), xj::jit(xj::grad(total))(xs), xj::vmap(xj::grad(f))(xs)})
+    for (std::size_t i = 0; i < 4; ++i) CHECK(g.to_vector<double>()[i] == doctest::Approx(expected[i]).epsilon(1e-14));
+  // an unbatched weight the branches read: d/dw sum_i [x_i > 0 ? sqrt(w x_i) : log(w) x_i], the
+  // untaken sqrt(w x_i) of a negative row having an infinite derivative
+  auto with_weight = [&](const xj::Array& w) {
+    return xj::sum(xj::vmap([&](const xj::Array& x) {
+      return xj::cond(x > 0.0, [&](const xj::Array& a) { return xj::sqrt(w * a); }, [&](const xj::Array& a) { return xj::log(w) * a; }, x);
+    })(xs));
+  };
+  const double w0 = 2.0;
+  double dw = 0;
+  for (double x : xs.to_vector<double>()) dw += x > 0 ? x / (2.0 * std::sqrt(w0 * x)) : x / w0;
+  CHECK(xj::grad(with_weight)(xj::scalar(w0, xj::f64)).item<double>() == doctest::Approx(dw).epsilon(1e-14));
+  // switch_ with a batched index: member 1 takes a * 2, and log(0) of its untaken branch is unused
+  auto sw = [](const xj::Array& i, const xj::Array& y) {
+    return xj::switch_(i, std::tuple{[](const xj::Array& a) { return a * 2.0; }, [](const xj::Array& a) { return xj::log(a); }}, y);
+  };
+  const xj::Array index = xj::array<std::int32_t>(std::vector<std::int32_t>{1, 0}, {2}), ys = xj::array<double>({2.0, 0.0}, {2});
+  const xj::Array g = xj::grad([&](const xj::Array& y) { return xj::sum(xj::vmap(sw)(index, y)); })(ys);
+  CHECK(g.to_vector<double>() == std::vector<double>{0.5, 2.0});
+  // forward values and a forward-mode derivative are unchanged by the selects
+  CHECK(xj::vmap(f)(xs).to_vector<double>() == std::vector<double>{2.0, -3.0, 0.0, 3.0});
+  const auto [v, t] = xj::jvp([&](const xj::Array& x) { return xj::vmap(f)(x); }, std::tuple{xs}, std::tuple{xj::ones_like(xs)});
+  check_close(t, xj::array<double>(expected, {4}), 1e-14);
+}

@@ -635,3 +635,29 @@ TEST_CASE("revolve: the backward sweep's replays do not compute the ys") {
     }
   }
 }
+
+// vmap of a while_loop with a batched predicate steps every member until all are done, keeping
+// the finished members' carries; reverse mode (online(s)) must not send a finished member's zero
+// cotangent through the body evaluated at its frozen carry, where 0 * (an infinite derivative)
+// is NaN (member 1 never enters the loop: sqrt(0.1 - 0.2) in its frozen step; its gradient was
+// NaN; a helper's hunt of the thirty-seventh session).
+TEST_CASE("revolve: the gradient of a vmapped while_loop takes nothing from the finished members' frozen steps") {
+  auto f = [](const xj::Array& x) {
+    return xj::while_loop([](const xj::Array& c) { return c > 1.0; }, [](const xj::Array& c) { return xj::sqrt(c - 0.2) - 1.0; },
+                          x, {.checkpoints = xj::scan_checkpoints::online(3)});
+  };
+  const xj::Array xs = xj::array<double>({16.0, 0.1, 3.0}, {3});
+  // the derivative as a plain loop in double: the product of 1 / (2 sqrt(c - 0.2)) over the steps
+  std::vector<double> expected;
+  for (double c : xs.to_vector<double>()) {
+    double d = 1.0;
+    while (c > 1.0) d *= 1.0 / (2.0 * std::sqrt(c - 0.2)), c = std::sqrt(c - 0.2) - 1.0;
+    expected.push_back(d);
+  }
+  auto total = [&](const xj::Array& x) { return xj::sum(xj::vmap(f)(x)); };
+  for (const xj::Array& g : {xj::grad(total)(xs), xj::jit(xj::grad(total))(xs)})
+    for (std::size_t i = 0; i < 3; ++i) CHECK(g.to_vector<double>()[i] == doctest::Approx(expected[i]).epsilon(1e-13));
+  // forward mode agrees
+  const auto [v, t] = xj::jvp(xj::vmap(f), std::tuple{xs}, std::tuple{xj::ones_like(xs)});
+  for (std::size_t i = 0; i < 3; ++i) CHECK(t.to_vector<double>()[i] == doctest::Approx(expected[i]).epsilon(1e-13));
+}

@@ -114,8 +114,24 @@ BatchOut cond_batch(const BatchArgs& a) {
   }
   Array index = move_batch_dim(a.x[0], a.dims[0], 0, a.size);  // i32[size], already clamped
   std::vector<std::vector<Array>> per_branch;
-  for (const auto& b : bs) {
-    BatchOut r = batch_eval(*b, ops, op_dims, a.size);
+  for (std::size_t i = 0; i < bs.size(); ++i) {
+    const ClosedJaxpr& b = *bs[i];
+    // Branch i reads each float operand as select(index == i, op, stop_gradient(op)), as JAX's
+    // rule does (its issue 1052): a row's cotangent then never reaches an operand through a branch
+    // the row did not take, where 0 * (an infinite derivative) would be NaN (grad of
+    // vmap(cond(x > 0, sqrt, identity)) at x = -1; a helper's hunt of the thirty-seventh session).
+    std::vector<bool> reads;
+    (void)dce(b, std::vector<bool>(nout, true), &reads);
+    std::vector<Array> ops_i = ops;
+    std::vector<std::int64_t> dims_i(op_dims.begin(), op_dims.end());
+    const Array taken = eq(index, scalar(static_cast<std::int64_t>(i), index.dtype()), a.loc);
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      if (!reads[k] || !is_floating(ops[k].dtype())) continue;
+      const Array op = move_batch_dim(ops[k], op_dims[k], 0, a.size);
+      ops_i[k] = bind1(Primitive::select_n, {broadcast_in_dim(taken, op.shape(), {0}), stop_gradient(op, a.loc), op}, {}, a.loc);
+      dims_i[k] = 0;
+    }
+    BatchOut r = batch_eval(b, ops_i, dims_i, a.size);
     for (std::size_t k = 0; k < nout; ++k) r.outs[k] = move_batch_dim(r.outs[k], r.dims[k], 0, a.size);
     per_branch.push_back(std::move(r.outs));
   }

@@ -136,7 +136,11 @@ BatchOut while_loop_batch(const BatchArgs& a) {
   for (std::size_t k = 0; k < ncar; ++k) dims.push_back(carry_b[k] ? 0 : not_batched);
   if (!pred_b[0]) return {bind_while(cond, body, cconsts, bconsts, init, a.loc, w.snapshots), dims};
   // Batched predicate: cond' = any(pred); body' over (cconsts, bconsts, carry) keeps finished
-  // members' carries.
+  // members' carries. The body reads a finished member's float carries (and batched consts)
+  // through stop_gradient, as vmap of cond reads an untaken branch's operands: reverse mode
+  // (online(s)) then sends its zero cotangent nowhere, where 0 * (an infinite derivative at the
+  // frozen value) was NaN (a helper's hunt of the thirty-seventh session). An unbatched body
+  // const is read as it is: a NaN can still reach its cotangent that way (docs/status.md).
   std::vector<ShapedArray> cond_avals, body_avals;
   for (const auto& x : cconsts) cond_avals.push_back(x.aval());
   for (const auto& x : init) cond_avals.push_back(x.aval());
@@ -155,7 +159,11 @@ BatchOut while_loop_batch(const BatchArgs& a) {
         std::vector<Array> carry(args.begin() + static_cast<std::ptrdiff_t>(cn + bn), args.end());
         c_in.insert(c_in.end(), carry.begin(), carry.end());
         Array pred = eval_jaxpr(cond, c_in)[0];
-        std::vector<Array> next = eval_jaxpr(body, args.subspan(cn));
+        std::vector<Array> body_in(args.begin() + static_cast<std::ptrdiff_t>(cn), args.end());
+        for (std::size_t i = 0; i < body_in.size(); ++i)
+          if ((i >= bn || bb[i]) && is_floating(body_in[i].dtype()))
+            body_in[i] = where(broadcast_in_dim(pred, body_in[i].shape(), {0}), body_in[i], stop_gradient(body_in[i], a.loc));
+        std::vector<Array> next = eval_jaxpr(body, body_in);
         for (std::size_t k = 0; k < ncar; ++k)
           next[k] = where(broadcast_in_dim(pred, next[k].shape(), {0}), next[k], carry[k]);
         return next;
