@@ -173,8 +173,9 @@ std::pair<Array, Array> lu_factor(const Array& a, std::source_location loc) {
 Array lu_solve(const Array& lu, const Array& pivots, const Array& b, int trans, std::source_location loc) {
   const std::string call = "lu_solve(" + lu.aval().str() + ", " + pivots.aval().str() + ", " + b.aval().str() + ")";
   expect_square(call, lu, "lu", loc);
-  if (pivots.dtype() != DType::i32 || pivots.ndim() < 1 || pivots.dim(-1) != lu.dim(-1))
-    shape_fail(call, "pivots must be i32 (..., n), as lu_factor gives them", loc);
+  if (pivots.dtype() != DType::i32)  // a dtype's error, not a shape's (a helper's hunt of the thirty-seventh session)
+    throw TypeError(call + ": pivots must be i32, as lu_factor gives them (at " + format_location(loc) + ")");
+  if (pivots.ndim() < 1 || pivots.dim(-1) != lu.dim(-1)) shape_fail(call, "pivots must be (..., n), as lu_factor gives them", loc);
   if (trans < 0 || trans > 2) throw Error(call + ": trans must be 0, 1 or 2, got " + std::to_string(trans) + " (at " + format_location(loc) + ")");
   auto [rhs, vector] = right_hand_side(call, lu, b, loc);
   const DType dtype = inexact_dtype({&lu, &b});
@@ -264,8 +265,27 @@ Array det(const Array& a, std::source_location loc) {
   const std::string call = "det(" + a.aval().str() + ")";
   expect_square(call, a, "a", loc);
   auto [factors, pivots, permutation] = lu(astype(a, inexact_dtype({&a}), loc), loc);
+  const Array d = diagonals(factors, loc), exchanges = pivot_sign(pivots, d.dtype(), loc);
   // det a = det P^T det L det U = (-1)^exchanges prod diag(U) (a singular a's -1 * 0 made +0)
-  return without_negative_zero(mul(pivot_sign(pivots, factors.dtype(), loc), prod(diagonals(factors, loc), {-1}, false, loc), loc), loc);
+  const Array product = mul(exchanges, prod(d, {-1}, false, loc), loc);
+  // Where the running product overflows or underflows although the determinant does not
+  // (diag(1e200, 1e200, 1e-200, 1e-200): inf, where JAX's sign * exp(log|det|) is 1; a helper's
+  // hunt of the thirty-seventh session), sign * exp(sum log|u_ii|) instead. Each side reads the
+  // diagonal through stop_gradient where it is not chosen, so its derivative there (inf at a
+  // zero pivot) does not make the chosen side's gradient NaN.
+  const Array log_abs = sum(log(abs(d, loc), loc), {-1}, false, loc);
+  const Array rescue = logical_and(is_finite(log_abs, loc),
+                                   logical_or(logical_not(is_finite(product, loc), loc), eq(product, scalar_like(0.0, product), loc), loc), loc);
+  const Array rescue_d = broadcast_in_dim(rescue, d.shape(), [&] {
+    Axes batch;
+    for (std::int64_t k = 0; k + 1 < d.ndim(); ++k) batch.push_back(k);
+    return batch;
+  }(), loc);
+  const Array d_product = where(rescue_d, stop_gradient(d, loc), d, loc), d_scaled = where(rescue_d, d, stop_gradient(d, loc), loc);
+  const Array product_side = mul(exchanges, prod(d_product, {-1}, false, loc), loc);
+  const Array scaled_side = mul(mul(exchanges, prod(sign(d_scaled, loc), {-1}, false, loc), loc),
+                                exp(sum(log(abs(d_scaled, loc), loc), {-1}, false, loc), loc), loc);
+  return without_negative_zero(where(rescue, scaled_side, product_side, loc), loc);
 }
 
 std::pair<Array, Array> slogdet(const Array& a, std::source_location loc) {
@@ -341,16 +361,23 @@ Array norm_of(const Array& x0, const NormOrder& ord, std::optional<Axes> axes_in
     if (d < 0) d += x.ndim();
   }
   const Array ax = abs(x, loc);
-  // A max or min over no elements (NumPy and jnp raise: "zero-size array to reduction operation").
+  // A min over no elements (jnp raises: "zero-size array to reduction operation"); a max over
+  // none is 0, as jnp's amax(..., initial=0) (the orders inf, matrix 1, inf and 2 of an empty
+  // array: they raised here; a helper's hunt of the thirty-seventh session).
   auto expect_elements = [&](std::int64_t extent) {
-    if (extent == 0) shape_fail(call, "this order takes a maximum or minimum over an axis of size 0", loc);
+    if (extent == 0) shape_fail(call, "this order takes a minimum over an axis of size 0", loc);
+  };
+  auto largest = [&](const Array& v, const Axes& over, bool keep) {
+    for (auto d : over)
+      if (v.dim(d) == 0) return sum(v, over, keep, loc);  // 0 in the result's shape
+    return max(v, over, keep, loc);
   };
   if (axes.size() == 1) {
     if (!ord.name.empty()) shape_fail(call, "the order " + ord.str() + " is a matrix norm's; a vector norm (one axis) takes a number", loc);
     const double p = ord.p.value_or(2.0);
     if (p == 2.0) return sqrt(sum(mul(x, x, loc), axes, keepdims, loc), loc);
-    if (p == INFINITY || p == -INFINITY) expect_elements(x.dim(axes[0]));
-    if (p == INFINITY) return max(ax, axes, keepdims, loc);
+    if (p == -INFINITY) expect_elements(x.dim(axes[0]));
+    if (p == INFINITY) return largest(ax, axes, keepdims);
     if (p == -INFINITY) return min(ax, axes, keepdims, loc);
     if (p == 0.0) return sum(astype(ne(x, scalar_like(0.0, x), loc), x.dtype(), loc), axes, keepdims, loc);
     if (p == 1.0) return sum(ax, axes, keepdims, loc);
@@ -366,11 +393,11 @@ Array norm_of(const Array& x0, const NormOrder& ord, std::optional<Axes> axes_in
   };
   if (ord.name == "fro" || (!ord.p && ord.name.empty())) return sqrt(sum(mul(x, x, loc), axes, keepdims, loc), loc);
   // Sums over one axis, then the max or min over the other (the other's index shifts when it follows).
-  auto sum_then = [&](std::int64_t summed, std::int64_t other, bool largest) {
-    expect_elements(x.dim(other));
+  auto sum_then = [&](std::int64_t summed, std::int64_t other, bool is_max) {
+    if (!is_max) expect_elements(x.dim(other));
     const Array s = sum(ax, {summed}, false, loc);
     const std::int64_t o = other > summed ? other - 1 : other;
-    return keep(largest ? max(s, {o}, false, loc) : min(s, {o}, false, loc));
+    return keep(is_max ? largest(s, {o}, false) : min(s, {o}, false, loc));
   };
   if (ord.name.empty() && (*ord.p == 1.0 || *ord.p == -1.0)) return sum_then(rows, cols, *ord.p > 0);
   if (ord.name.empty() && (*ord.p == INFINITY || *ord.p == -INFINITY)) return sum_then(cols, rows, *ord.p > 0);
@@ -380,9 +407,9 @@ Array norm_of(const Array& x0, const NormOrder& ord, std::optional<Axes> axes_in
       if (d != rows && d != cols) perm.push_back(d);
     perm.push_back(rows);
     perm.push_back(cols);
-    if (ord.name.empty()) expect_elements(std::min(x.dim(rows), x.dim(cols)));
+    if (ord.name.empty() && *ord.p < 0) expect_elements(std::min(x.dim(rows), x.dim(cols)));
     const Array s = svdvals(transpose(x, perm, loc), loc);
-    const Array r = ord.name == "nuc" ? sum(s, {-1}, false, loc) : *ord.p > 0 ? max(s, {-1}, false, loc) : min(s, {-1}, false, loc);
+    const Array r = ord.name == "nuc" ? sum(s, {-1}, false, loc) : *ord.p > 0 ? largest(s, {s.ndim() - 1}, false) : min(s, {-1}, false, loc);
     return keep(r);
   }
   shape_fail(call, "a matrix norm (two axes) takes none, \"fro\", \"nuc\", 1, -1, 2, -2, inf or -inf", loc);

@@ -512,6 +512,22 @@ TEST_CASE("weak types, thirty-second session's sweep: reductions are strong, a w
   CHECK_THROWS_AS(xj::jit([&](const xj::Array& lo, const xj::Array& hi) { return xj::fori_loop(lo, hi, add_i, c8); })(
                       xj::scalar(0, xj::i32), xj::scalar(3, xj::i32)),
                   xj::TypeError);
+  // traced i8 / u8 / i16 / u16 bounds: the counter has their dtype, as lax.fori_loop's (it was
+  // i32, so `x + i` turned the i8 carry into i32, a TypeError JAX does not raise; a helper's hunt
+  // of the thirty-seventh session); an i8 and a u8 bound count in their result type, i16
+  for (xj::DType t : {xj::i8, xj::u8, xj::i16, xj::u16}) {
+    CAPTURE(xj::dtype_name(t));
+    const xj::Array c = xj::astype(xj::zeros({2}), t);
+    const xj::Array r = xj::jit([&](const xj::Array& lo, const xj::Array& hi) { return xj::fori_loop(lo, hi, add_i, c); })(
+        xj::astype(xj::scalar(1, xj::i32), t), xj::astype(xj::scalar(5, xj::i32), t));
+    CHECK(r.dtype() == t);
+    CHECK(xj::astype(r, xj::f64).to_vector<double>() == std::vector<double>{10, 10});  // 1 + 2 + 3 + 4
+  }
+  const xj::Array mixed = xj::jit([&](const xj::Array& lo, const xj::Array& hi) {
+    return xj::fori_loop(lo, hi, [](const xj::Array& i, const xj::Array& c) { return c + xj::astype(i, xj::f64) + 0.0 * c; },
+                         xj::zeros({1}, xj::f64));
+  })(xj::astype(xj::scalar(-2, xj::i32), xj::i8), xj::astype(xj::scalar(200, xj::i32), xj::u8));
+  CHECK(mixed.item<double>() == 19899.0);  // -2 + -1 + ... + 199: u8 200 does not fit i8, i16 counts it
 }
 
 TEST_CASE("weak types, thirty-second session's second review: a call's result is weak exactly as its body says, eagerly and under jit alike") {

@@ -310,14 +310,15 @@ std::vector<Array> while_flat(const ClosedJaxpr& cond, const ClosedJaxpr& body, 
 Array fori_bound(const Array& b, std::source_location loc) {
   if (b.ndim() != 0 || is_floating(b.dtype()) || b.dtype() == bool_)
     throw TypeError("fori_loop: a bound must be an integer scalar, got " + b.aval().str() + " (at " + format_location(loc) + ")");
-  // i64, u32 and u64 bounds count in i64 (lax.fori_loop's counter has the bounds' dtype; a traced
-  // i64 bound converted to i32 wrapped: 2^32 + 2 ran 2 trips); a traced u64 past i64's range
-  // converts as astype does (documented)
+  // lax.fori_loop's counter has the bounds' dtype: i8, i16, u8, u16 and i32 bounds count in
+  // their own (a traced i8 bound's counter was i32, so `x + i` turned an i8 carry into i32: a
+  // helper's hunt of the thirty-seventh session; the counter stops at the upper bound, which fits);
+  // i64, u32 and u64 bounds count in i64 (a traced i64 bound converted to i32 wrapped: 2^32 + 2
+  // ran 2 trips); a traced u64 past i64's range converts as astype does (documented)
   const bool wide = b.dtype() == i64 || b.dtype() == u32 || b.dtype() == u64;
   if (b.dtype() == u64 && !b.is_tracer() && b.item<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
     fori_bound_out_of_range(std::to_string(b.item<std::uint64_t>()), loc);
-  const DType counter = wide ? i64 : i32;
-  return b.dtype() == counter ? b : astype(b, counter, loc);
+  return wide && b.dtype() != i64 ? astype(b, i64, loc) : b;
 }
 
 void fori_bound_out_of_range(const std::string& value, std::source_location loc) {

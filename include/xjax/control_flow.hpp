@@ -267,8 +267,8 @@ std::int64_t while_snapshots(const ScanCheckpoints& c, std::source_location loc)
 void check_while(const TreeDef& in_def, const TreeDef& out_def, std::span<const ShapedArray> in,
                  std::span<const ShapedArray> out, std::span<const ShapedArray> pred, std::source_location loc);
 /// A fori_loop bound as a counter scalar: a C++ integer as i32 (outside i32's range an Error: the
-/// counter wrapped); an integer scalar Array as i32, or as i64 when its dtype is i64, u32 or u64
-/// (a concrete u64 past i64's range is an Error).
+/// counter wrapped); an integer scalar Array in its own dtype, or as i64 when its dtype is u32 or
+/// u64 (a concrete u64 past i64's range is an Error).
 Array fori_bound(const Array& b, std::source_location loc);
 [[noreturn]] void fori_bound_out_of_range(const std::string& value, std::source_location loc);
 template <std::integral I> Array fori_bound(I b, std::source_location loc) {
@@ -314,9 +314,9 @@ Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init, WhileOptions
   return tree_unflatten<Carry>(fa.defs[0], res);
 }
 
-/// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), with i an i32 scalar
-/// Array (i64 where an Array bound is i64, u32 or u64: the bounds' result type, as
-/// lax.fori_loop's), as lax.fori_loop. i is weakly typed as JAX's counter: always with bounds
+/// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), with i a scalar Array
+/// of the bounds' result type, as lax.fori_loop's (i32 for C++ integers; an Array bound's own
+/// integer dtype, i64 for u32 and u64), as lax.fori_loop. i is weakly typed as JAX's counter: always with bounds
 /// known when it is called (JAX counts from the Python int int(lower)), so `carry + i` keeps an i8
 /// or bf16 carry's dtype; with traced bounds when the lower bound is weak (a C++ integer, a traced
 /// C++ number) and keeps its dtype (a weak bound beside a strong Array bound of another dtype
@@ -363,9 +363,10 @@ Carry fori_loop(Lo lo, Hi hi, Body body, const Carry& init, std::source_location
         if (is_weak(lo) && !is_weak(hi)) lower = astype(lower, upper.dtype(), loc);
         else if (is_weak(hi) && !is_weak(lo)) upper = astype(upper, lower.dtype(), loc);
       }
-      if (lower.dtype() != upper.dtype()) {  // i32 and i64: an i64 counter (a traced i64 bound wrapped in i32)
-        lower = astype(lower, i64, loc);
-        upper = astype(upper, i64, loc);
+      if (lower.dtype() != upper.dtype()) {  // both strong: the bounds' result type (i8 and u8: i16; i32 and i64: i64)
+        const DType both = promote_types(lower.dtype(), upper.dtype());
+        lower = astype(lower, both, loc);
+        upper = astype(upper, both, loc);
       }
     }
     if (lower.is_concrete() && upper.is_concrete())
