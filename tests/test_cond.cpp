@@ -654,6 +654,18 @@ TEST_CASE("cond: the gradient of a vmapped cond with a batched predicate takes n
   double dw = 0;
   for (double x : xs.to_vector<double>()) dw += x > 0 ? x / (2.0 * std::sqrt(w0 * x)) : x / w0;
   CHECK(xj::grad(with_weight)(xj::scalar(w0, xj::f64)).item<double>() == doctest::Approx(dw).epsilon(1e-14));
+  CHECK(xj::jit(xj::grad(with_weight))(xj::scalar(w0, xj::f64)).item<double>() == doctest::Approx(dw).epsilon(1e-14));
+  // a weight times a value that is NaN in the rows that do not take its branch (log of x <= 0):
+  // d/dw sum_i [x_i > 0 ? w log(x_i) : w x_i]
+  auto scaled_log = [&](const xj::Array& w) {
+    return xj::sum(xj::vmap([&](const xj::Array& x) {
+      return xj::cond(x > 0.0, [&](const xj::Array& a) { return w * xj::log(a); }, [&](const xj::Array& a) { return w * a; }, x);
+    })(xs));
+  };
+  double dlog = 0;
+  for (double x : xs.to_vector<double>()) dlog += x > 0 ? std::log(x) : x;
+  CHECK(xj::grad(scaled_log)(xj::scalar(w0, xj::f64)).item<double>() == doctest::Approx(dlog).epsilon(1e-14));
+  CHECK(xj::jit(xj::grad(scaled_log))(xj::scalar(w0, xj::f64)).item<double>() == doctest::Approx(dlog).epsilon(1e-14));
   // switch_ with a batched index: member 1 takes a * 2, and log(0) of its untaken branch is unused
   auto sw = [](const xj::Array& i, const xj::Array& y) {
     return xj::switch_(i, std::tuple{[](const xj::Array& a) { return a * 2.0; }, [](const xj::Array& a) { return xj::log(a); }}, y);

@@ -514,7 +514,8 @@ TEST_CASE("weak types, thirty-second session's sweep: reductions are strong, a w
                   xj::TypeError);
   // traced i8 / u8 / i16 / u16 bounds: the counter has their dtype, as lax.fori_loop's (it was
   // i32, so `x + i` turned the i8 carry into i32, a TypeError JAX does not raise; a helper's hunt
-  // of the thirty-seventh session); an i8 and a u8 bound count in their result type, i16
+  // of the thirty-seventh session); an i8 and a u8 bound count in their result type, i16 (JAX
+  // raises a TypeError for unequal strong bounds; xjax promotes them, docs/status.md)
   for (xj::DType t : {xj::i8, xj::u8, xj::i16, xj::u16}) {
     CAPTURE(xj::dtype_name(t));
     const xj::Array c = xj::astype(xj::zeros({2}), t);

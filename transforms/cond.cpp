@@ -113,13 +113,24 @@ BatchOut cond_batch(const BatchArgs& a) {
     return {outs, dims};
   }
   Array index = move_batch_dim(a.x[0], a.dims[0], 0, a.size);  // i32[size], already clamped
+  const bool traced = std::any_of(a.x.begin(), a.x.end(), [](const Array& x) { return !x.is_concrete(); });
   std::vector<std::vector<Array>> per_branch;
   for (std::size_t i = 0; i < bs.size(); ++i) {
     const ClosedJaxpr& b = *bs[i];
     // Branch i reads each float operand as select(index == i, op, stop_gradient(op)), as JAX's
     // rule does (its issue 1052): a row's cotangent then never reaches an operand through a branch
-    // the row did not take, where 0 * (an infinite derivative) would be NaN (grad of
-    // vmap(cond(x > 0, sqrt, identity)) at x = -1; a helper's hunt of the thirty-seventh session).
+    // the row did not take, where 0 * (an infinite derivative, or a NaN value) would be NaN (grad
+    // of vmap(cond(x > 0, sqrt, identity)) at x = -1, or of a weight w in w * log(x); a helper's
+    // hunt of the thirty-seventh session). An unbatched operand (a weight) is broadcast per row
+    // for it, as JAX's. Only where the cond is traced: concrete operands are an eager evaluation
+    // that nothing differentiates afterwards, and B copies of a weight made it 39x slower (a
+    // matrix product became B matrix-vector products); a jitted one pays that (docs/status.md).
+    if (!traced) {
+      BatchOut r = batch_eval(b, ops, op_dims, a.size);
+      for (std::size_t k = 0; k < nout; ++k) r.outs[k] = move_batch_dim(r.outs[k], r.dims[k], 0, a.size);
+      per_branch.push_back(std::move(r.outs));
+      continue;
+    }
     std::vector<bool> reads;
     (void)dce(b, std::vector<bool>(nout, true), &reads);
     std::vector<Array> ops_i = ops;

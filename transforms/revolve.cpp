@@ -147,10 +147,21 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   std::vector<bool> step_res(nres);
   for (std::size_t r = 0; r < nres; ++r) step_res[r] = !outside[r] && !forwarded_x(r);
   // Only the carries the per-step residuals read, directly or through other carries, are
-  // snapshot. Where there are none, each residual is computed from its step's x alone, which the
-  // plain scan keeps per step as it would the x.
-  const std::vector<bool> needed = replayed_carries(*k, read.count(), kncar, step_res);
-  if (std::find(needed.begin(), needed.end(), true) == needed.end()) return std::nullopt;
+  // snapshot. Where there are none, each residual is computed from its step's x (and invariants)
+  // alone: the plain scan keeps them per step, which costs no more than the xs where they are no
+  // larger than one step's x (`c' = c + sin(x) w`: sin(x)); larger ones (`c' = c cos(w x)`, w a
+  // vector: cos(w x) per step, 62x the schedule's memory when the plain scan kept it: a review of
+  // the thirty-seventh session) keep the schedule with every carry stored, as before.
+  std::vector<bool> needed = replayed_carries(*k, read.count(), kncar, step_res);
+  if (std::find(needed.begin(), needed.end(), true) == needed.end()) {
+    std::size_t res_bytes = 0, x_bytes = 0;
+    for (std::size_t r = 0; r < nres; ++r)
+      if (step_res[r]) res_bytes += pe.residual_vars[r].aval().nbytes();
+    for (std::size_t i = nc + ncar; i < nin; ++i)
+      if (!uk[i]) x_bytes += b.invars[i].aval().nbytes();
+    if (res_bytes <= x_bytes) return std::nullopt;
+    needed.assign(kncar, true);
+  }
   params::Ints stored;
   for (std::size_t c = 0; c < kncar; ++c)
     if (needed[c]) stored.push_back(static_cast<std::int64_t>(c));
@@ -514,6 +525,15 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
   const ReadConsts read = without_unread_consts(pe.known, 0, kbn);
   const ReadConsts read_linear = without_unread_consts(pe.staged, pe.residual_vars.size(), nlc);
   const ClosedJaxprPtr& k = read.body;
+  // The carries the replays need (as a scan's: a dead carry next to the differentiated one kept
+  // capacity() copies of itself; a helper's hunt of the thirty-seventh session); every carry
+  // where none is (the replays then step them all, as before).
+  const std::size_t nres = pe.residual_vars.size();
+  std::vector<bool> needed = replayed_carries(*k, read.count(), kncar, std::vector<bool>(nres, true));
+  if (std::find(needed.begin(), needed.end(), true) == needed.end()) needed.assign(kncar, true);
+  params::Ints stored;
+  for (std::size_t c = 0; c < kncar; ++c)
+    if (needed[c]) stored.push_back(static_cast<std::int64_t>(c));
   std::vector<Atom> known_consts;  // the known body consts K reads
   for (std::size_t i = 0, kc = 0; i < bn; ++i)
     if (!body_uk[i] && read.keep[kc++]) known_consts.push_back(e.inputs[cn + i]);
@@ -530,8 +550,8 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
     if (!carry_uk[c]) fwd.outputs.push_back(e.outputs[c]);
   const std::int64_t rows = OnlinePlacement(ps.snapshots).capacity();
   std::vector<Var> snaps;
-  for (std::size_t c = 0; c < ncar; ++c)
-    if (!carry_uk[c]) snaps.emplace_back(stacked(e.outputs[c].aval(), rows));
+  for (std::size_t c = 0, kc = 0; c < ncar; ++c)
+    if (!carry_uk[c] && needed[kc++]) snaps.emplace_back(stacked(e.outputs[c].aval(), rows));
   Var positions(ShapedArray{{rows}, DType::i64}), trips(ShapedArray{{}, DType::i64});
   fwd.outputs.insert(fwd.outputs.end(), snaps.begin(), snaps.end());
   fwd.outputs.push_back(positions);
@@ -541,7 +561,8 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
                                  .snapshots = ps.snapshots,
                                  .cond_nconsts = static_cast<std::int64_t>(kcn),
                                  .num_consts = static_cast<std::int64_t>(read.count()),
-                                 .num_carry = static_cast<std::int64_t>(kncar)};
+                                 .num_carry = static_cast<std::int64_t>(kncar),
+                                 .stored_carries = stored};
   split.known.push_back(std::move(fwd));
 
   Eqn lin{Primitive::revolve_lin, known_consts, {}, {}, e.loc};
@@ -554,8 +575,8 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
     if (carry_uk[c]) lin.inputs.push_back(e.inputs[cn + bn + c]);
   for (std::size_t c = 0; c < ncar; ++c)
     if (carry_uk[c]) lin.outputs.push_back(e.outputs[c]);
-  lin.params = linear_params(k, *read_linear.body, pe.residual_vars.size(), -1, false, ps.snapshots, read.count(), kncar,
-                             read_linear.count(), nlcar);
+  lin.params = linear_params(replay_step(*k, read.count(), kncar, nres, needed), *read_linear.body, nres, -1, false,
+                             ps.snapshots, read.count(), stored.size(), read_linear.count(), nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }

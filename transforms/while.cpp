@@ -136,11 +136,16 @@ BatchOut while_loop_batch(const BatchArgs& a) {
   for (std::size_t k = 0; k < ncar; ++k) dims.push_back(carry_b[k] ? 0 : not_batched);
   if (!pred_b[0]) return {bind_while(cond, body, cconsts, bconsts, init, a.loc, w.snapshots), dims};
   // Batched predicate: cond' = any(pred); body' over (cconsts, bconsts, carry) keeps finished
-  // members' carries. The body reads a finished member's float carries (and batched consts)
-  // through stop_gradient, as vmap of cond reads an untaken branch's operands: reverse mode
-  // (online(s)) then sends its zero cotangent nowhere, where 0 * (an infinite derivative at the
-  // frozen value) was NaN (a helper's hunt of the thirty-seventh session). An unbatched body
-  // const is read as it is: a NaN can still reach its cotangent that way (docs/status.md).
+  // members' carries. With reverse mode (online(s)) the body reads a finished member's float
+  // carries (and batched consts) through stop_gradient, as vmap of cond reads an untaken branch's
+  // operands: its zero cotangent then goes nowhere, where 0 * (an infinite derivative at the
+  // frozen value) was NaN (a helper's hunt of the thirty-seventh session). Without online(s) no
+  // cotangent comes (forward mode drops the frozen members' tangents by the select below), and
+  // none comes to concrete operands (an eager evaluation), so the selects would only cost time
+  // (2-2.5x: a review). An unbatched body const is read as it is: a NaN can still reach its
+  // cotangent that way (docs/status.md).
+  const bool guard_frozen =
+      w.snapshots > 0 && std::any_of(a.x.begin(), a.x.end(), [](const Array& x) { return !x.is_concrete(); });
   std::vector<ShapedArray> cond_avals, body_avals;
   for (const auto& x : cconsts) cond_avals.push_back(x.aval());
   for (const auto& x : init) cond_avals.push_back(x.aval());
@@ -160,7 +165,7 @@ BatchOut while_loop_batch(const BatchArgs& a) {
         c_in.insert(c_in.end(), carry.begin(), carry.end());
         Array pred = eval_jaxpr(cond, c_in)[0];
         std::vector<Array> body_in(args.begin() + static_cast<std::ptrdiff_t>(cn), args.end());
-        for (std::size_t i = 0; i < body_in.size(); ++i)
+        for (std::size_t i = 0; guard_frozen && i < body_in.size(); ++i)
           if ((i >= bn || bb[i]) && is_floating(body_in[i].dtype()))
             body_in[i] = where(broadcast_in_dim(pred, body_in[i].shape(), {0}), body_in[i], stop_gradient(body_in[i], a.loc));
         std::vector<Array> next = eval_jaxpr(body, body_in);

@@ -270,9 +270,10 @@ struct RevolveFwd {
 };
 /// online_fwd: a while_loop's known part run forward (cond_jaxpr on (cond consts, carry); jaxpr
 /// K on (consts, carry) -> (carry, res)), storing carries online in `snapshots` slots; it outputs
-/// the final carry, the stored carries, each slot's position (i64, -1 when empty) and the trip count.
+/// the final carry, the stored carries (those stored_carries lists, as revolve_fwd's), each
+/// slot's position (i64, -1 when empty) and the trip count.
 struct OnlineFwd {
-  XJAX_PARAMS_STRUCT_BODY(OnlineFwd, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, jaxpr), (std::int64_t, snapshots), (std::int64_t, cond_nconsts), (std::int64_t, num_consts), (std::int64_t, num_carry))
+  XJAX_PARAMS_STRUCT_BODY(OnlineFwd, (ClosedJaxprPtr, cond_jaxpr), (ClosedJaxprPtr, jaxpr), (std::int64_t, snapshots), (std::int64_t, cond_nconsts), (std::int64_t, num_consts), (std::int64_t, num_carry), (Ints, stored_carries))
 };
 struct Revolve {
   XJAX_PARAMS_STRUCT_BODY(Revolve, (ClosedJaxprPtr, jaxpr), (ClosedJaxprPtr, linear_jaxpr), (std::int64_t, length), (bool, reverse), (std::int64_t, snapshots), (std::int64_t, num_consts), (std::int64_t, num_carry), (std::int64_t, num_res), (std::int64_t, num_linear_consts), (std::int64_t, num_linear_carry))

@@ -13,7 +13,7 @@
 //       transpose), which follows the rest of the schedule: restores, advances and reverse steps
 //       that rerun K for the residuals of one step at a time;
 //   carry, snapshots..., positions, trips = online_fwd[K] cconsts consts carry
-//       a while_loop's forward sweep, storing carries where OnlinePlacement says.
+//       a while_loop's forward sweep, storing carries (stored_carries) where OnlinePlacement says.
 // The snapshots are one stacked array per stored carry leaf, [slots, ...] with slots = min(s, length).
 // Read in order: shared helpers, then each primitive's shape rule, evaluation and expansion.
 #include <algorithm>
@@ -101,6 +101,13 @@ std::vector<ShapedArray> linear_outputs(const params::Revolve& ps) {
   return out;
 }
 
+void check_stored_carries(const char* what, const params::Ints& stored, std::size_t ncar) {
+  for (std::size_t j = 0; j < stored.size(); ++j)
+    if (stored[j] < (j ? stored[j - 1] + 1 : 0) || stored[j] >= static_cast<std::int64_t>(ncar))
+      throw TypeError(std::string(what) + ": stored_carries must be increasing indices of the step's " + std::to_string(ncar) +
+                      " carries");
+}
+
 void check_operands(const char* what, std::span<const ShapedArray> in, const params::Revolve& ps, std::size_t per_step_in) {
   const StepShape sh = shape_of(ps);
   const LinLayout l = LinLayout::of(sh, ps);
@@ -117,10 +124,7 @@ std::vector<ShapedArray> revolve_fwd_abstract_eval(std::span<const ShapedArray> 
   const StepShape sh = shape_of(ps);
   const Jaxpr& k = *ps.jaxpr->jaxpr;
   if (in.size() != k.invars.size()) throw TypeError("revolve_fwd: operand count differs from the step's inputs");
-  for (std::size_t j = 0; j < ps.stored_carries.size(); ++j)
-    if (ps.stored_carries[j] < (j ? ps.stored_carries[j - 1] + 1 : 0) || ps.stored_carries[j] >= static_cast<std::int64_t>(sh.ncar))
-      throw TypeError("revolve_fwd: stored_carries must be increasing indices of the step's " + std::to_string(sh.ncar) +
-                      " carries");
+  check_stored_carries("revolve_fwd", ps.stored_carries, sh.ncar);
   std::vector<ShapedArray> out;
   for (std::size_t i = 0; i < sh.ncar; ++i) out.push_back(atom_aval(k.outvars[i]));
   for (std::size_t i = 0; i < sh.ny; ++i) out.push_back(stacked(atom_aval(k.outvars[sh.ncar + i]), sh.length));
@@ -436,10 +440,11 @@ std::vector<ShapedArray> online_fwd_abstract_eval(std::span<const ShapedArray> i
              ncar = static_cast<std::size_t>(ps.num_carry);
   if (in.size() != cn + nc + ncar || k.invars.size() != nc + ncar)
     throw TypeError("online_fwd: operand count differs from the cond's and step's inputs");
+  check_stored_carries("online_fwd", ps.stored_carries, ncar);
   const std::int64_t rows = OnlinePlacement(ps.snapshots).capacity();
   std::vector<ShapedArray> out;
   for (std::size_t c = 0; c < ncar; ++c) out.push_back(in[cn + nc + c]);
-  for (std::size_t c = 0; c < ncar; ++c) out.push_back(stacked(in[cn + nc + c], rows));
+  for (auto c : ps.stored_carries) out.push_back(stacked(in[cn + nc + static_cast<std::size_t>(c)], rows));
   out.push_back(ShapedArray{{rows}, DType::i64});
   out.push_back(ShapedArray{{}, DType::i64});
   return out;
@@ -452,7 +457,7 @@ std::vector<Array> online_fwd_impl(std::span<const Array> in, const params::Onli
   const std::vector<Array> cconsts = part(in, 0, cn), consts = part(in, cn, nc);
   OnlinePlacement place(ps.snapshots);
   std::vector<Array> carry = part(in, cn + nc, ncar), snaps;
-  for (std::size_t c = 0; c < ncar; ++c) snaps.push_back(alloc_array(stacked(carry[c].aval(), place.capacity())));
+  for (auto c : ps.stored_carries) snaps.push_back(alloc_array(stacked(carry[static_cast<std::size_t>(c)].aval(), place.capacity())));
   std::vector<std::int64_t> positions(static_cast<std::size_t>(place.capacity()), -1);
   const Runner cond(ps.cond_jaxpr), advance(known_prefix(ps.jaxpr, ncar));
   std::int64_t pos = 0;
@@ -461,7 +466,7 @@ std::vector<Array> online_fwd_impl(std::span<const Array> in, const params::Onli
     std::int64_t slot = place.visit(pos);
     for (auto r : place.released()) positions[static_cast<std::size_t>(r)] = -1;
     if (slot >= 0) {
-      for (std::size_t c = 0; c < ncar; ++c) write_row(snaps[c], slot, carry[c]);
+      for (std::size_t j = 0; j < snaps.size(); ++j) write_row(snaps[j], slot, carry[static_cast<std::size_t>(ps.stored_carries[j])]);
       positions[static_cast<std::size_t>(slot)] = pos;
     }
     std::vector<Array> outs = advance(cat(consts, carry));
