@@ -557,7 +557,15 @@ TEST_CASE("scan: error messages") {
       return std::pair{std::pair{c.first + x, xj::astype(c.second, xj::f64)}, xj::None{}};
     };
     std::string m = message_of<xj::TypeError>([&] { (void)xj::scan(body, std::pair{c0, xj::scalar(0, xj::f32)}, xs); });
-    CHECK(contains(m, "carry leaf 1 enters the body as f32[] but the body returns f64[]"));
+    CHECK(contains(m, "carry leaf 1 ([1]) enters the body as f32[] but the body returns f64[]"));
+  }
+  SUBCASE("carry dtype differs in a map: the leaf's key path") {
+    using M = std::map<std::string, xj::Array>;
+    auto body = [](const M& c, const xj::Array& x) {
+      return std::pair{M{{"a", c.at("a") + x}, {"b", xj::stack({c.at("b"), c.at("b")})}}, xj::None{}};
+    };
+    std::string m = message_of<xj::TypeError>([&] { (void)xj::scan(body, M{{"a", c0}, {"b", xj::scalar(0, xj::f32)}}, xs); });
+    CHECK(contains(m, "carry leaf 1 (['b']) enters the body as f32[] but the body returns f32[2]"));
   }
   SUBCASE("carry shape differs") {
     auto body = [](const xj::Array& c, const xj::Array& x) { return std::pair{xj::sum(c + x), xj::None{}}; };

@@ -29,9 +29,13 @@ void check_carry(const char* loop, const char* body, const TreeDef& in_def, cons
     throw TypeError(std::string(loop) + ": " + body + " returns a carry of structure " + out_def.str() + " but the carry has " +
                     in_def.str() + ", " + tree_difference(in_def, out_def, "carry") + at);
   for (std::size_t i = 0; i < in.size(); ++i)
-    if (in[i] != out[i])
-      throw TypeError(std::string(loop) + ": carry leaf " + std::to_string(i) + " enters " + body + " as " + in[i].str() +
-                      " but " + body + " returns " + out[i].str() + "; the carry's shapes and dtypes must not change" + at);
+    if (in[i] != out[i]) {
+      // the leaf's key path too, as JAX names `c['b']` (a helper's hunt of the thirty-seventh session)
+      const std::string path = keystr(leaf_key_paths(in_def).at(i));
+      throw TypeError(std::string(loop) + ": carry leaf " + std::to_string(i) + (path.empty() ? "" : " (" + path + ")") + " enters " +
+                      body + " as " + in[i].str() + " but " + body + " returns " + out[i].str() +
+                      "; the carry's shapes and dtypes must not change" + at);
+    }
 }
 
 void scan_body_not_pair(std::source_location loc) {
