@@ -714,6 +714,17 @@ TEST_CASE("revolve: residuals of the x alone that are larger than the x keep the
   const std::int64_t scheduled = bytes(xj::saved_residuals(loss(xj::scan_checkpoints::binomial(4)), c0));
   CHECK(plain >= 60 * 800);
   CHECK(scheduled <= 7 * 800);  // four stored carries, the last step's residuals and the xs, not one per step
+  // an x leaf the step never reads does not count as what the residuals cost no more than (it
+  // made the schedule the plain scan: a second review)
+  const xj::Array frames = xj::ones({60, 200}, xj::f64);
+  auto with_frames = [&](const xj::Array& c) {
+    auto body = [&](const xj::Array& carry, const std::tuple<xj::Array, xj::Array>& x) {
+      return std::pair{carry * xj::cos(w * std::get<0>(x)), xj::None{}};
+    };
+    return xj::sum(xj::scan(body, c, std::tuple{xs, frames}, {.checkpoints = xj::scan_checkpoints::binomial(4)}).first);
+  };
+  for (const auto& r : xj::saved_residuals(with_frames, c0)) CHECK_MESSAGE(r.aval.size() < 60 * 100, r.aval.str(), " ", r.description);  // nor the frames
+  CHECK(max_rel(xj::grad(with_frames)(c0), xj::grad(loss(xj::scan_checkpoints::all()))(c0)) < 1e-14);
   // d sum(c_T) / d c0 = prod_t cos(w x_t), a plain loop in double
   const xj::Array g = xj::grad(loss(xj::scan_checkpoints::binomial(4)))(c0);
   for (std::size_t k = 0; k < 100; k += 9) {

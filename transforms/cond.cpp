@@ -113,31 +113,30 @@ BatchOut cond_batch(const BatchArgs& a) {
     return {outs, dims};
   }
   Array index = move_batch_dim(a.x[0], a.dims[0], 0, a.size);  // i32[size], already clamped
-  const bool traced = std::any_of(a.x.begin(), a.x.end(), [](const Array& x) { return !x.is_concrete(); });
   std::vector<std::vector<Array>> per_branch;
   for (std::size_t i = 0; i < bs.size(); ++i) {
     const ClosedJaxpr& b = *bs[i];
     // Branch i reads each float operand as select(index == i, op, stop_gradient(op)), as JAX's
     // rule does (its issue 1052): a row's cotangent then never reaches an operand through a branch
     // the row did not take, where 0 * (an infinite derivative, or a NaN value) would be NaN (grad
-    // of vmap(cond(x > 0, sqrt, identity)) at x = -1, or of a weight w in w * log(x); a helper's
-    // hunt of the thirty-seventh session). An unbatched operand (a weight) is broadcast per row
-    // for it, as JAX's. Only where the cond is traced: concrete operands are an eager evaluation
-    // that nothing differentiates afterwards, and B copies of a weight made it 39x slower (a
-    // matrix product became B matrix-vector products); a jitted one pays that (docs/status.md).
-    if (!traced) {
-      BatchOut r = batch_eval(b, ops, op_dims, a.size);
-      for (std::size_t k = 0; k < nout; ++k) r.outs[k] = move_batch_dim(r.outs[k], r.dims[k], 0, a.size);
-      per_branch.push_back(std::move(r.outs));
-      continue;
-    }
+    // of vmap(cond(x > 0, sqrt, identity)) at x = -1, or of a parameter w in w * log(x); a helper's
+    // hunt of the thirty-seventh session). JAX broadcasts an unbatched operand per row for it;
+    // here only one whose B copies are no larger than the batched operands the branch reads (a
+    // parameter beside the data): B copies of a weight matrix made vmap(cond) 15-39x slower and
+    // its gradient keep 128x the memory (a matrix product became B matrix-vector products, their
+    // copies residuals; XLA folds JAX's select of two equal broadcasts away, xjax's planner does
+    // not). Such a weight's cotangent can still take a NaN that way (docs/status.md).
     std::vector<bool> reads;
     (void)dce(b, std::vector<bool>(nout, true), &reads);
+    std::int64_t batched_elements = 0;
+    for (std::size_t k = 0; k < ops.size(); ++k)
+      if (reads[k] && op_dims[k] != not_batched) batched_elements += ops[k].size();
     std::vector<Array> ops_i = ops;
     std::vector<std::int64_t> dims_i(op_dims.begin(), op_dims.end());
     const Array taken = eq(index, scalar(static_cast<std::int64_t>(i), index.dtype()), a.loc);
     for (std::size_t k = 0; k < ops.size(); ++k) {
       if (!reads[k] || !is_floating(ops[k].dtype())) continue;
+      if (op_dims[k] == not_batched && a.size * ops[k].size() > batched_elements) continue;  // a weight
       const Array op = move_batch_dim(ops[k], op_dims[k], 0, a.size);
       ops_i[k] = bind1(Primitive::select_n, {broadcast_in_dim(taken, op.shape(), {0}), stop_gradient(op, a.loc), op}, {}, a.loc);
       dims_i[k] = 0;

@@ -93,18 +93,25 @@ std::vector<bool> replayed_carries(const ClosedJaxpr& k, std::size_t nc, std::si
 }
 
 // K for revolve_lin's replays: the needed carries and every residual, its other carries dropped
-// from its inputs (none of what is kept reads them). No ys: the forward sweep computed them once,
-// and a replayed step would compute them for nothing (an RNN's readout per replayed step: a
-// helper's hunt of the thirty-seventh session).
-ClosedJaxprPtr replay_step(const ClosedJaxpr& k, std::size_t nc, std::size_t ncar, std::size_t nres,
-                           const std::vector<bool>& needed) {
+// from its inputs (none of what is kept reads them), and the xs it does not read (revolve_lin
+// would hold them: a review). No ys: the forward sweep computed them once, and a replayed step
+// would compute them for nothing (an RNN's readout per replayed step: a helper's hunt of the
+// thirty-seventh session). xs_read: which of K's xs stay.
+struct ReplayStep {
+  ClosedJaxprPtr k;
+  std::vector<bool> xs_read;
+};
+ReplayStep replay_step(const ClosedJaxpr& k, std::size_t nc, std::size_t ncar, std::size_t nres, const std::vector<bool>& needed) {
   const std::size_t nout = k.jaxpr->outvars.size();
-  std::vector<bool> used(nout, false);
+  std::vector<bool> used(nout, false), reads;
   for (std::size_t c = 0; c < ncar; ++c) used[c] = needed[c];
   std::fill(used.end() - static_cast<std::ptrdiff_t>(nres), used.end(), true);
+  const ClosedJaxpr live = dce(k, used, &reads);
   std::vector<bool> keep_in(k.jaxpr->invars.size(), true);
   for (std::size_t c = 0; c < ncar; ++c) keep_in[nc + c] = needed[c];
-  return std::make_shared<const ClosedJaxpr>(prune_invars(dce(k, used), keep_in));
+  for (std::size_t i = nc + ncar; i < keep_in.size(); ++i) keep_in[i] = reads[i];
+  return {std::make_shared<const ClosedJaxpr>(prune_invars(live, keep_in)),
+          std::vector<bool>(keep_in.begin() + static_cast<std::ptrdiff_t>(nc + ncar), keep_in.end())};
 }
 
 }  // namespace
@@ -154,11 +161,15 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   // the thirty-seventh session) keep the schedule with every carry stored, as before.
   std::vector<bool> needed = replayed_carries(*k, read.count(), kncar, step_res);
   if (std::find(needed.begin(), needed.end(), true) == needed.end()) {
+    // (the xs those residuals read: an x nothing reads does not make them cheap; a review)
+    std::vector<bool> used(k->jaxpr->outvars.size(), false), reads;
+    std::copy(step_res.begin(), step_res.end(), used.end() - static_cast<std::ptrdiff_t>(nres));
+    (void)dce(*k, used, &reads);
     std::size_t res_bytes = 0, x_bytes = 0;
     for (std::size_t r = 0; r < nres; ++r)
       if (step_res[r]) res_bytes += pe.residual_vars[r].aval().nbytes();
-    for (std::size_t i = nc + ncar; i < nin; ++i)
-      if (!uk[i]) x_bytes += b.invars[i].aval().nbytes();
+    for (std::size_t i = read.count() + kncar; i < k->jaxpr->invars.size(); ++i)
+      if (reads[i]) x_bytes += k->jaxpr->invars[i].aval().nbytes();
     if (res_bytes <= x_bytes) return std::nullopt;
     needed.assign(kncar, true);
   }
@@ -210,17 +221,18 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
                                   .num_res = static_cast<std::int64_t>(nres_fwd), .stored_carries = stored};
   split.known.push_back(std::move(fwd));
 
+  const ReplayStep replay = replay_step(*k, read.count(), kncar, nres, needed);
   Eqn lin{Primitive::revolve_lin, known_consts, {}, {}, e.loc};
   lin.inputs.insert(lin.inputs.end(), snaps.begin(), snaps.end());
-  for (std::size_t i = nc + ncar; i < nin; ++i)
-    if (!uk[i]) lin.inputs.push_back(e.inputs[i]);
+  for (std::size_t i = nc + ncar, kx = 0; i < nin; ++i)
+    if (!uk[i] && replay.xs_read[kx++]) lin.inputs.push_back(e.inputs[i]);
   lin.inputs.insert(lin.inputs.end(), res_operands.begin(), res_operands.end());
   for (std::size_t i = 0, lc = 0; i < nin; ++i)
     if (uk[i] && (i >= nc || read_linear.keep[lc++])) lin.inputs.push_back(e.inputs[i]);
   for (std::size_t o = 0; o < nout; ++o)
     if (pe.out_unknown[o]) lin.outputs.push_back(e.outputs[o]);
-  lin.params = linear_params(replay_step(*k, read.count(), kncar, nres, needed), *read_linear.body, nres, ps.length, ps.reverse, ps.snapshots, read.count(),
-                             stored.size(), read_linear.count(), nlcar);
+  lin.params = linear_params(replay.k, *read_linear.body, nres, ps.length, ps.reverse, ps.snapshots, read.count(), stored.size(),
+                             read_linear.count(), nlcar);
   split.staged.push_back(std::move(lin));
   return split;
 }
@@ -575,7 +587,7 @@ std::optional<PeSplit> online_partial_eval(const Eqn& e, const ClosedJaxpr& cond
     if (carry_uk[c]) lin.inputs.push_back(e.inputs[cn + bn + c]);
   for (std::size_t c = 0; c < ncar; ++c)
     if (carry_uk[c]) lin.outputs.push_back(e.outputs[c]);
-  lin.params = linear_params(replay_step(*k, read.count(), kncar, nres, needed), *read_linear.body, nres, -1, false,
+  lin.params = linear_params(replay_step(*k, read.count(), kncar, nres, needed).k, *read_linear.body, nres, -1, false,
                              ps.snapshots, read.count(), stored.size(), read_linear.count(), nlcar);
   split.staged.push_back(std::move(lin));
   return split;

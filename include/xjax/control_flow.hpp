@@ -314,9 +314,10 @@ Carry while_loop(CondFn cond_fn, BodyFn body_fn, const Carry& init, WhileOptions
   return tree_unflatten<Carry>(fa.defs[0], res);
 }
 
-/// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), with i a scalar Array
-/// of the bounds' result type, as lax.fori_loop's (i32 for C++ integers; an Array bound's own
-/// integer dtype, i64 for u32 and u64), as lax.fori_loop. i is weakly typed as JAX's counter: always with bounds
+/// fori_loop(lo, hi, body, init): for i in [lo, hi): carry = body(i, carry), as lax.fori_loop,
+/// with i a scalar Array of the bounds' dtype (i32 for C++ integers; an Array bound's own integer
+/// dtype, i64 for u32 and u64; unequal strong Array bounds their result type, where JAX raises a
+/// TypeError). i is weakly typed as JAX's counter: always with bounds
 /// known when it is called (JAX counts from the Python int int(lower)), so `carry + i` keeps an i8
 /// or bf16 carry's dtype; with traced bounds when the lower bound is weak (a C++ integer, a traced
 /// C++ number) and keeps its dtype (a weak bound beside a strong Array bound of another dtype
