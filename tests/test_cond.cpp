@@ -666,6 +666,28 @@ TEST_CASE("cond: the gradient of a vmapped cond with a batched predicate takes n
   for (double x : xs.to_vector<double>()) dlog += x > 0 ? std::log(x) : x;
   CHECK(xj::grad(scaled_log)(xj::scalar(w0, xj::f64)).item<double>() == doctest::Approx(dlog).epsilon(1e-14));
   CHECK(xj::jit(xj::grad(scaled_log))(xj::scalar(w0, xj::f64)).item<double>() == doctest::Approx(dlog).epsilon(1e-14));
+  // Parameters shared by every row while only the index is batched (vmap of switch_ over
+  // members), and a parameter vector wider than the one number per row: their B copies are no
+  // larger than the branch's outputs, so they are guarded too (both were NaN: a third review).
+  {
+    const xj::Array p = xj::array<double>({-1.0, -2.0, -3.0}, {3});
+    auto shared = [&](const xj::Array& w) {
+      const xj::Array x = xj::scalar(-1.0, xj::f64);
+      return xj::sum(xj::vmap([&](const xj::Array& q) {
+        return xj::cond(q > 0.0, [&](const xj::Array& v) { return w * xj::log(v); }, [&](const xj::Array& v) { return w * v; }, x);
+      })(p));
+    };
+    CHECK(xj::grad(shared)(xj::scalar(2.0, xj::f64)).item<double>() == -3.0);  // every row takes w x, x = -1
+    const xj::Array wv = xj::array<double>({0.5, 1.5, -2.0}, {3});
+    auto wide = [&](const xj::Array& w) {
+      return xj::sum(xj::vmap([&](const xj::Array& x) {
+        return xj::cond(x > 0.0, [&](const xj::Array& v) { return w * xj::log(v); }, [&](const xj::Array& v) { return w * v; }, x);
+      })(xs));
+    };
+    double d = 0;
+    for (double x : xs.to_vector<double>()) d += x > 0 ? std::log(x) : x;
+    for (double g : xj::grad(wide)(wv).to_vector<double>()) CHECK(g == doctest::Approx(d).epsilon(1e-14));
+  }
   // A weight matrix is not copied per row for the selects (B copies made the gradient keep 128x
   // the memory): the residuals of d/dW sum(vmap(cond(sum(x) > 0, tanh(W x), 2 W x))) hold no
   // [B, n, n] array, and the gradient agrees with a per-row loop in double.

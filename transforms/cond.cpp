@@ -121,16 +121,19 @@ BatchOut cond_batch(const BatchArgs& a) {
     // the row did not take, where 0 * (an infinite derivative, or a NaN value) would be NaN (grad
     // of vmap(cond(x > 0, sqrt, identity)) at x = -1, or of a parameter w in w * log(x); a helper's
     // hunt of the thirty-seventh session). JAX broadcasts an unbatched operand per row for it;
-    // here only one whose B copies are no larger than the batched operands the branch reads (a
-    // parameter beside the data): B copies of a weight matrix made vmap(cond) 15-39x slower and
+    // here only one whose B copies are no larger than the batched operands the branch reads or
+    // its outputs, which are batched (a parameter beside the data, or shared by a switch over
+    // members: a third review): B copies of a weight matrix made vmap(cond) 15-39x slower and
     // its gradient keep 128x the memory (a matrix product became B matrix-vector products, their
     // copies residuals; XLA folds JAX's select of two equal broadcasts away, xjax's planner does
     // not). Such a weight's cotangent can still take a NaN that way (docs/status.md).
     std::vector<bool> reads;
     (void)dce(b, std::vector<bool>(nout, true), &reads);
-    std::int64_t batched_elements = 0;
+    std::int64_t batched_elements = 0, output_elements = 0;
     for (std::size_t k = 0; k < ops.size(); ++k)
       if (reads[k] && op_dims[k] != not_batched) batched_elements += ops[k].size();
+    for (const auto& o : b.jaxpr->outvars) output_elements += a.size * atom_aval(o).size();
+    batched_elements = std::max(batched_elements, output_elements);
     std::vector<Array> ops_i = ops;
     std::vector<std::int64_t> dims_i(op_dims.begin(), op_dims.end());
     const Array taken = eq(index, scalar(static_cast<std::int64_t>(i), index.dtype()), a.loc);
