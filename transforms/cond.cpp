@@ -129,17 +129,17 @@ BatchOut cond_batch(const BatchArgs& a) {
     // not). Such a weight's cotangent can still take a NaN that way (docs/status.md).
     std::vector<bool> reads;
     (void)dce(b, std::vector<bool>(nout, true), &reads);
-    std::int64_t batched_elements = 0, output_elements = 0;
+    std::int64_t batched_in = 0, batched_out = 0;
     for (std::size_t k = 0; k < ops.size(); ++k)
-      if (reads[k] && op_dims[k] != not_batched) batched_elements += ops[k].size();
-    for (const auto& o : b.jaxpr->outvars) output_elements += a.size * atom_aval(o).size();
-    batched_elements = std::max(batched_elements, output_elements);
+      if (reads[k] && op_dims[k] != not_batched) batched_in += ops[k].size();
+    for (const auto& o : b.jaxpr->outvars) batched_out += a.size * atom_aval(o).size();
+    const std::int64_t copy_budget = std::max(batched_in, batched_out);  // elements a parameter's B copies may take
     std::vector<Array> ops_i = ops;
     std::vector<std::int64_t> dims_i(op_dims.begin(), op_dims.end());
     const Array taken = eq(index, scalar(static_cast<std::int64_t>(i), index.dtype()), a.loc);
     for (std::size_t k = 0; k < ops.size(); ++k) {
       if (!reads[k] || !is_floating(ops[k].dtype())) continue;
-      if (op_dims[k] == not_batched && a.size * ops[k].size() > batched_elements) continue;  // a weight
+      if (op_dims[k] == not_batched && a.size * ops[k].size() > copy_budget) continue;  // a weight
       const Array op = move_batch_dim(ops[k], op_dims[k], 0, a.size);
       ops_i[k] = bind1(Primitive::select_n, {broadcast_in_dim(taken, op.shape(), {0}), stop_gradient(op, a.loc), op}, {}, a.loc);
       dims_i[k] = 0;
