@@ -76,19 +76,15 @@ ReadConsts without_unread_consts(const ClosedJaxpr& body, std::size_t first, std
 // Which of K's carries (its inputs [nc, nc + ncar)) a replay needs: those a per-step residual
 // (step_res[r]) reads, and those the next values of needed carries read, to a fixpoint. Any other
 // carry (one whose tangent nothing needs, a metric the loss takes through stop_gradient) only
-// feeds the loop's outputs: the forward sweep steps it, no snapshot stores it.
-std::vector<bool> replayed_carries(const ClosedJaxpr& k, std::size_t nc, std::size_t ncar, const std::vector<bool>& step_res) {
-  const std::size_t nout = k.jaxpr->outvars.size(), first_res = nout - step_res.size();
-  std::vector<bool> needed(ncar, false);
-  for (bool grew = true; grew;) {
-    std::vector<bool> used(nout, false), reads;
-    for (std::size_t c = 0; c < ncar; ++c) used[c] = needed[c];
-    for (std::size_t r = 0; r < step_res.size(); ++r) used[first_res + r] = step_res[r];
-    (void)dce(k, used, &reads);
-    grew = false;
-    for (std::size_t c = 0; c < ncar; ++c)
-      if (reads[nc + c] && !needed[c]) needed[c] = grew = true;
-  }
+// feeds the loop's outputs: the forward sweep steps it, no snapshot stores it. (scan's carry
+// fixpoint, loop_body_dce, from the residual outputs alone.) *reads: which of K's inputs those
+// residuals and needed carries read.
+std::vector<bool> replayed_carries(const ClosedJaxpr& k, std::size_t nc, std::size_t ncar, const std::vector<bool>& step_res,
+                                   std::vector<bool>* reads = nullptr) {
+  std::vector<bool> used(k.jaxpr->outvars.size(), false), needed(ncar, false), read;
+  std::copy(step_res.begin(), step_res.end(), used.end() - static_cast<std::ptrdiff_t>(step_res.size()));
+  (void)loop_body_dce(k, nc, ncar, used, needed, read);
+  if (reads) *reads = std::move(read);
   return needed;
 }
 
@@ -159,12 +155,10 @@ std::optional<PeSplit> revolve_partial_eval(const Eqn& e, const std::vector<bool
   // larger than one step's x (`c' = c + sin(x) w`: sin(x)); larger ones (`c' = c cos(w x)`, w a
   // vector: cos(w x) per step, 62x the schedule's memory when the plain scan kept it: a review of
   // the thirty-seventh session) keep the schedule with every carry stored, as before.
-  std::vector<bool> needed = replayed_carries(*k, read.count(), kncar, step_res);
+  std::vector<bool> reads;  // K's inputs the per-step residuals read
+  std::vector<bool> needed = replayed_carries(*k, read.count(), kncar, step_res, &reads);
   if (std::find(needed.begin(), needed.end(), true) == needed.end()) {
     // (the xs those residuals read: an x nothing reads does not make them cheap; a review)
-    std::vector<bool> used(k->jaxpr->outvars.size(), false), reads;
-    std::copy(step_res.begin(), step_res.end(), used.end() - static_cast<std::ptrdiff_t>(nres));
-    (void)dce(*k, used, &reads);
     std::size_t res_bytes = 0, x_bytes = 0;
     for (std::size_t r = 0; r < nres; ++r)
       if (step_res[r]) res_bytes += pe.residual_vars[r].aval().nbytes();
@@ -364,9 +358,10 @@ Eqn revolve_fwd_dce(const Eqn& e, const std::vector<bool>& used_out, std::vector
   const StepShape sh = shape_of(ps);
   const std::size_t nstored = ps.stored_carries.size();
   const std::size_t first_snap = sh.ncar + sh.ny, first_res = first_snap + nstored;
-  const bool snaps_read = count_in(used_out, first_snap, nstored) > 0, res_read = count_in(used_out, first_res, sh.nres) > 0;
-  const bool ys_all_read = count_in(used_out, sh.ncar, sh.ny) == sh.ny, res_all_read = count_in(used_out, first_res, sh.nres) == sh.nres;
-  const bool snaps_all_read = count_in(used_out, first_snap, nstored) == nstored;
+  const std::size_t snaps_used = count_in(used_out, first_snap, nstored), res_used = count_in(used_out, first_res, sh.nres);
+  const bool snaps_read = snaps_used > 0, snaps_all_read = snaps_used == nstored;
+  const bool res_read = res_used > 0, res_all_read = res_used == sh.nres;
+  const bool ys_all_read = count_in(used_out, sh.ncar, sh.ny) == sh.ny;
   used_in.assign(e.inputs.size(), true);
   // (a residual read without the snapshots is not expected: kept whole)
   if ((snaps_all_read && ys_all_read && res_all_read) || (!snaps_read && res_read)) return e;
